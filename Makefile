@@ -1,0 +1,57 @@
+# xlb — see README.md. demo, test and bench need root; run as another user
+# they re-run themselves through sudo.
+GO      ?= go
+BIN     := bin/xlb
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X main.version=$(VERSION)
+FUZZTIME ?= 15s
+
+.PHONY: all build generate check-generated demo test bench lint deps \
+	root-demo root-test root-bench clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xlb
+
+# Rebuild the eBPF objects and their Go bindings (needs clang); they are
+# committed so that `go build` needs no clang.
+generate:
+	$(GO) generate ./internal/dataplane/
+
+# CI: the committed objects must be what the C sources compile to.
+check-generated: generate
+	@git diff --quiet -- internal/dataplane/ || { \
+		echo "generated eBPF objects are stale: run 'make generate' and commit"; \
+		git diff --stat -- internal/dataplane/; exit 1; }
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+
+deps:
+	@scripts/as-root.sh scripts/deps.sh
+
+demo:
+	@scripts/as-root.sh $(MAKE) --no-print-directory root-demo
+test:
+	@scripts/as-root.sh $(MAKE) --no-print-directory root-test
+bench:
+	@scripts/as-root.sh $(MAKE) --no-print-directory root-bench
+
+root-demo: deps build
+	$(BIN) demo
+
+root-test: deps build lint check-generated
+	$(GO) test -count=1 -timeout 25m ./...
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/maglev/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
+
+root-bench: deps
+	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/
+	$(GO) run ./bench/lbbench -out bench/results -svg docs/img/bench-lb.svg -doc docs/benchmarks.md
+
+clean:
+	rm -rf bin

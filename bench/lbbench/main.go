@@ -1,0 +1,139 @@
+// Command lbbench measures the LB program's cost per packet on a VIP hit
+// beside two floors, with BPF_PROG_TEST_RUN, and writes the results as
+// JSON (with kernel and CPU) and as a plot. `make bench` runs it.
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+type report struct {
+	Date     string                  `json:"date"`
+	Kernel   string                  `json:"kernel"`
+	CPU      string                  `json:"cpu"`
+	CPUs     int                     `json:"cpus"`
+	Go       string                  `json:"go"`
+	Backends int                     `json:"backends"`
+	Repeat   uint32                  `json:"repeat"`
+	Rounds   int                     `json:"rounds"`
+	Results  []dataplane.BenchResult `json:"results"`
+	// RatioNet is the full LB path over the parse-and-encapsulate floor,
+	// both less the harness cost; RatioRaw the same with it.
+	RatioNet float64 `json:"ratio_lb_over_encap_floor_net"`
+	RatioRaw float64 `json:"ratio_lb_over_encap_floor_raw"`
+	Target   float64 `json:"target_ratio"`
+}
+
+func main() {
+	out := flag.String("out", "bench/results", "directory for the JSON results")
+	svg := flag.String("svg", "docs/img/bench-lb.svg", "plot to write (\"\" for none)")
+	backends := flag.Int("backends", 16, "backends of the benchmarked service")
+	repeat := flag.Uint("repeat", 2_000_000, "repetitions per round")
+	rounds := flag.Int("rounds", 9, "rounds, interleaved over the programs")
+	flag.Parse()
+
+	res, err := dataplane.RunBenchmark(dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lbbench:", err)
+		os.Exit(1)
+	}
+	r := report{
+		Date: time.Now().UTC().Format(time.RFC3339), Kernel: kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
+		Go: runtime.Version(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
+	}
+	by := map[string]dataplane.BenchResult{}
+	for _, x := range res {
+		by[x.Name] = x
+	}
+	r.RatioNet = by["bench_lb"].NetNs / by["floor_parse_encap"].NetNs
+	r.RatioRaw = by["bench_lb"].MedianNs / by["floor_parse_encap"].MedianNs
+
+	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
+	fmt.Printf("%-18s %10s %10s  %s\n", "program", "median ns", "net ns", "what")
+	for _, x := range res {
+		fmt.Printf("%-18s %10.1f %10.1f  %s\n", x.Name, x.MedianNs, x.NetNs, x.Description)
+	}
+	fmt.Printf("full LB / parse+encap floor: %.2fx net of the harness (%.2fx raw); target <= %.2fx\n", r.RatioNet, r.RatioRaw, r.Target)
+
+	if err := os.MkdirAll(*out, 0o755); err != nil {
+		fail(err)
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	name := filepath.Join(*out, "lb-"+time.Now().UTC().Format("20060102-150405")+".json")
+	for _, p := range []string{name, filepath.Join(*out, "lb-latest.json")} {
+		if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+			fail(err)
+		}
+	}
+	fmt.Println("wrote", name)
+	if *svg != "" {
+		if err := os.MkdirAll(filepath.Dir(*svg), 0o755); err != nil {
+			fail(err)
+		}
+		if err := os.WriteFile(*svg, []byte(plot(r)), 0o644); err != nil {
+			fail(err)
+		}
+		fmt.Println("wrote", *svg)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "lbbench:", err)
+	os.Exit(1)
+}
+
+func kernel() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return "unknown"
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(l, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return "unknown"
+}
+
+// plot draws a horizontal bar chart of the net cost per packet.
+func plot(r report) string {
+	const w, barH, left = 720, 34, 170
+	h := 70 + barH*len(r.Results)
+	maxV := 0.0
+	for _, x := range r.Results {
+		maxV = max(maxV, x.MedianNs)
+	}
+	scale := float64(w-left-90) / maxV
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="13">`+"\n", w, h)
+	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15">xlb LB program, ns per packet (BPF_PROG_TEST_RUN, median of %d x %d)</text>`+"\n", r.Rounds, r.Repeat)
+	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s, kernel %s; full path / encap floor = %.2fx net (%.2fx raw)</text>`+"\n", r.CPU, r.Kernel, r.RatioNet, r.RatioRaw)
+	for i, x := range r.Results {
+		y := 55 + i*barH
+		fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`+"\n", y+18, x.Name)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="#bbb"/>`+"\n", left, y+4, r.Results[0].MedianNs*scale, barH-10)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#3a7bd5"/>`+"\n", float64(left)+r.Results[0].MedianNs*scale, y+4, x.NetNs*scale, barH-10)
+		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%.1f ns (net %.1f)</text>`+"\n", float64(left)+x.MedianNs*scale+6, y+18, x.MedianNs, x.NetNs)
+	}
+	b.WriteString("</svg>\n")
+	return b.String()
+}

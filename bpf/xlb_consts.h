@@ -1,0 +1,64 @@
+/* Sizes, ports and reasons shared by xlb's eBPF programs. Every limit is a
+ * named constant that the control plane mirrors (internal/config). */
+#ifndef XLB_CONSTS_H
+#define XLB_CONSTS_H
+
+#ifndef XLB_MAX_SERVICES
+#define XLB_MAX_SERVICES 1024
+#endif
+
+/* One backend entry per (service, backend) pair. */
+#ifndef XLB_MAX_BACKENDS
+#define XLB_MAX_BACKENDS 16384
+#endif
+
+/* Default Maglev table size; the real size is a load-time parameter
+ * (rodata table_size) and the inner maps are created with it. */
+#ifndef XLB_DEFAULT_TABLE_SIZE
+#define XLB_DEFAULT_TABLE_SIZE 65537
+#endif
+
+/* Decapsulation: how many VIPs one backend host accepts. */
+#ifndef XLB_MAX_VIPS
+#define XLB_MAX_VIPS 1024
+#endif
+
+/* GUE destination port on backends. */
+#ifndef XLB_GUE_PORT
+#define XLB_GUE_PORT 6080
+#endif
+
+/* Fixed flow-hash seed: identical on every xlb instance so that any
+ * instance ECMP hands a flow to picks the same table slot. */
+#define XLB_HASH_SEED 0x786c6231u /* "xlb1" */
+
+#define XLB_OUTER_TTL 64
+
+#define XLB_ENCAP_IPIP 1
+#define XLB_ENCAP_GUE 2
+
+#define XLB_IPIP_OVERHEAD 20            /* outer IPv4 */
+#define XLB_GUE_OVERHEAD (20 + 8 + 4)   /* outer IPv4 + UDP + GUE */
+
+/* Every verdict that is not a forward is counted under one reason. The
+ * names in internal/dataplane must follow this order. */
+enum xlb_reason {
+	XLB_PASS_NOT_IPV4 = 0,   /* ARP, IPv6, VLAN, ...: not ours */
+	XLB_PASS_NOT_TCP_UDP,    /* ICMP and other protocols */
+	XLB_PASS_NO_SERVICE,     /* no service for (dst, port, proto) */
+	XLB_PASS_TTL_EXCEEDED,   /* TTL <= 1: the kernel sends time-exceeded */
+	XLB_PASS_NO_NEIGH,       /* next hop MAC unknown: the kernel forwards and resolves it */
+	XLB_DROP_MALFORMED_ETH,  /* frame shorter than an Ethernet header */
+	XLB_DROP_MALFORMED_IP,   /* truncated header, IHL < 5, bad version or length */
+	XLB_DROP_MALFORMED_L4,   /* L4 header shorter than the ports */
+	XLB_DROP_FRAGMENT,       /* IP fragment addressed to a VIP */
+	XLB_DROP_NO_BACKEND,     /* service without a usable table slot */
+	XLB_DROP_NO_ROUTE,       /* no route to the backend */
+	XLB_DROP_TOO_BIG,        /* exceeds egress MTU after encapsulation, DF clear */
+	XLB_DROP_ENCAP_FAILED,   /* no headroom to add the outer headers */
+	XLB_TX_ICMP_TOO_BIG,     /* answered with ICMP fragmentation-needed (DF set) */
+	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
+	XLB_REASON_MAX,
+};
+
+#endif

@@ -1,0 +1,143 @@
+/* Outer headers: IPIP and GUE, and the ICMP fragmentation-needed reply. */
+#ifndef XLB_ENCAP_H
+#define XLB_ENCAP_H
+
+#include "xlb_helpers.h"
+
+/* Prepend the outer headers in front of the IPv4 packet. The Ethernet
+ * header moves to the new front unchanged (the caller rewrites MACs once
+ * the next hop is known). Returns 0 or -1 when there is no headroom. */
+static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 saddr, __be32 daddr,
+				      __u32 hash, __u16 inner_len, __u8 tos, __be16 df)
+{
+	int overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
+	void *data, *data_end;
+	struct ethhdr *eth, *old_eth;
+	struct iphdr *ip;
+
+	if (bpf_xdp_adjust_head(ctx, -overhead))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return -1;
+	old_eth = data + overhead;
+	if ((void *)(old_eth + 1) > data_end)
+		return -1;
+	__builtin_memcpy(eth, old_eth, sizeof(*eth));
+
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = tos;
+	ip->tot_len = bpf_htons(inner_len + overhead);
+	ip->id = 0;
+	ip->frag_off = df;
+	ip->ttl = XLB_OUTER_TTL;
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+	ip->check = 0;
+
+	if (mode == XLB_ENCAP_GUE) {
+		struct udphdr *udp = (void *)(ip + 1);
+		struct guehdr *gue = (void *)(udp + 1);
+
+		if ((void *)(gue + 1) > data_end)
+			return -1;
+		ip->protocol = IPPROTO_UDP;
+		/* Per-flow source port in the ephemeral range: backends spread
+		 * flows over their RX queues by it. Checksum 0: allowed for
+		 * UDP over IPv4, the inner packet has its own. */
+		udp->source = bpf_htons(0xc000 | (hash & 0x3fff));
+		udp->dest = bpf_htons(XLB_GUE_PORT);
+		udp->len = bpf_htons(inner_len + 8 + 4);
+		udp->check = 0;
+		gue->hlen_c_ver = 0;
+		gue->proto = IPPROTO_IPIP;
+		gue->flags = 0;
+	} else {
+		ip->protocol = IPPROTO_IPIP;
+	}
+	ip->check = ipv4_csum(ip);
+	return 0;
+}
+
+/* Turn the frame into an ICMP "fragmentation needed" (type 3 code 4) back
+ * to the sender, quoting its IP header and 8 bytes, as a router on the
+ * path would (RFC 792, RFC 1191). The reply leaves by XDP_TX, back
+ * through the hop the packet came from. Returns 0 or -1. */
+static __always_inline int icmp_frag_needed(struct xdp_md *ctx, __be32 saddr, __u16 mtu)
+{
+	const int add = sizeof(struct iphdr) + sizeof(struct icmphdr_frag);
+	void *data, *data_end;
+	struct ethhdr *eth, *old_eth;
+	struct iphdr *ip, *orig;
+	struct icmphdr_frag *icmp;
+	__u32 quote, ihl, sum;
+	unsigned char mac[ETH_ALEN];
+
+	if (bpf_xdp_adjust_head(ctx, -add))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	ip = (void *)(eth + 1);
+	icmp = (void *)(ip + 1);
+	orig = (void *)(icmp + 1);
+	old_eth = data + add;
+	if ((void *)(orig + 1) > data_end)
+		return -1;
+	ihl = orig->ihl;
+	if (ihl < 5)
+		return -1;
+	quote = ihl * 4 + 8;
+	if ((void *)orig + quote > data_end)
+		return -1;
+
+	__builtin_memcpy(mac, old_eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, old_eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+	eth->h_proto = bpf_htons(ETH_P_IP);
+
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = 0;
+	ip->tot_len = bpf_htons(add + quote);
+	ip->id = 0;
+	ip->frag_off = 0;
+	ip->ttl = XLB_OUTER_TTL;
+	ip->protocol = IPPROTO_ICMP;
+	ip->saddr = saddr;
+	ip->daddr = orig->saddr;
+	ip->check = 0;
+	ip->check = ipv4_csum(ip);
+
+	icmp->type = ICMP_DEST_UNREACH;
+	icmp->code = ICMP_FRAG_NEEDED;
+	icmp->checksum = 0;
+	icmp->unused = 0;
+	icmp->mtu = bpf_htons(mtu);
+
+	/* ICMP checksum over header and quote: at most 8 + 60 + 8 bytes, in
+	 * 16-bit words (quote is a multiple of 4). */
+	sum = 0;
+	__u16 *w = (__u16 *)icmp;
+#pragma unroll
+	for (int i = 0; i < (8 + 60 + 8) / 2; i++) {
+		if (i >= (8 + quote) / 2)
+			break;
+		if ((void *)(w + i + 1) > data_end)
+			return -1;
+		sum += w[i];
+	}
+	icmp->checksum = csum_fold(sum);
+
+	/* Trim everything after the quote. */
+	int excess = (int)(data_end - ((void *)orig + quote));
+	if (excess > 0 && bpf_xdp_adjust_tail(ctx, -excess))
+		return -1;
+	return 0;
+}
+
+#endif

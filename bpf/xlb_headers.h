@@ -1,0 +1,75 @@
+/* The few protocol headers xlb parses, defined here instead of pulling uapi
+ * headers that break with -target bpf (see DESIGN.md). */
+#ifndef XLB_HEADERS_H
+#define XLB_HEADERS_H
+
+#include <linux/types.h>
+
+#define ETH_ALEN 6
+#define ETH_P_IP 0x0800
+#define IPPROTO_ICMP 1
+#define IPPROTO_IPIP 4
+#define IPPROTO_TCP 6
+#define IPPROTO_UDP 17
+
+#define IP_MF 0x2000
+#define IP_DF 0x4000
+#define IP_OFFSET 0x1fff
+
+#define ICMP_DEST_UNREACH 3
+#define ICMP_FRAG_NEEDED 4
+
+struct ethhdr {
+	unsigned char h_dest[ETH_ALEN];
+	unsigned char h_source[ETH_ALEN];
+	__be16 h_proto;
+} __attribute__((packed));
+
+struct iphdr {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	__u8 ihl : 4, version : 4;
+#else
+	__u8 version : 4, ihl : 4;
+#endif
+	__u8 tos;
+	__be16 tot_len;
+	__be16 id;
+	__be16 frag_off;
+	__u8 ttl;
+	__u8 protocol;
+	__sum16 check;
+	__be32 saddr;
+	__be32 daddr;
+};
+
+/* TCP and UDP both start with the two ports; that is all xlb reads. */
+struct ports {
+	__be16 source;
+	__be16 dest;
+};
+
+struct udphdr {
+	__be16 source;
+	__be16 dest;
+	__be16 len;
+	__sum16 check;
+};
+
+/* GUE (draft-ietf-intarea-gue) variant 0 base header:
+ * ver(2) C(1) hlen(5) | proto/ctype(8) | flags(16). xlb sends hlen 0,
+ * proto 4 (IPv4 inside), no flags. */
+struct guehdr {
+	__u8 hlen_c_ver;
+	__u8 proto;
+	__be16 flags;
+};
+
+struct icmphdr_frag {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be16 unused;
+	__be16 mtu;
+};
+
+#endif

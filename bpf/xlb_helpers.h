@@ -1,0 +1,76 @@
+/* Small inline helpers: checksums, the flow hash, counters. */
+#ifndef XLB_HELPERS_H
+#define XLB_HELPERS_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+#include "xlb_consts.h"
+#include "xlb_headers.h"
+
+#ifndef __always_inline
+#define __always_inline inline __attribute__((always_inline))
+#endif
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* Checksum of a 20-byte IPv4 header (no options), check field zeroed. */
+static __always_inline __u16 ipv4_csum(struct iphdr *ip)
+{
+	__u16 *w = (__u16 *)ip;
+	__u32 sum = 0;
+#pragma unroll
+	for (int i = 0; i < 10; i++)
+		sum += w[i];
+	return csum_fold(sum);
+}
+
+/* Decrement TTL and patch the checksum incrementally (RFC 1624), as the
+ * kernel's ip_decrease_ttl does. */
+static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)
+{
+	__u32 check = (__u32)ip->check;
+
+	check += (__u32)bpf_htons(0x0100);
+	ip->check = (__sum16)(check + (check >= 0xffff));
+	ip->ttl--;
+}
+
+static __always_inline __u32 rol32(__u32 w, unsigned int s)
+{
+	return (w << s) | (w >> (32 - s));
+}
+
+/* Flow hash: the final mix of Bob Jenkins' lookup3 over three words built
+ * from the 5-tuple and a fixed seed. Addresses and ports enter as the
+ * little-endian loads of their wire bytes; internal/dataplane has the same
+ * function in Go (FlowHash) and a test holds the two together. */
+static __always_inline __u32 xlb_flow_hash(__be32 saddr, __be32 daddr, __be16 sport,
+					    __be16 dport, __u8 proto)
+{
+	__u32 init = XLB_HASH_SEED + 0xdeadbeef + (3 << 2) + proto;
+	__u32 a = saddr + init;
+	__u32 b = daddr + init;
+	__u32 c = (((__u32)sport) | ((__u32)dport << 16)) + init;
+
+	c ^= b; c -= rol32(b, 14);
+	a ^= c; a -= rol32(c, 11);
+	b ^= a; b -= rol32(a, 25);
+	c ^= b; c -= rol32(b, 16);
+	a ^= c; a -= rol32(c, 4);
+	b ^= a; b -= rol32(a, 14);
+	c ^= b; c -= rol32(b, 24);
+	return c;
+}
+
+struct xlb_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+#endif

@@ -1,0 +1,169 @@
+/* The LB fast path as one inline function, so that the benchmark floors in
+ * bench_floors.c run exactly the code the real program runs. */
+#ifndef XLB_LB_H
+#define XLB_LB_H
+
+#include "xlb_maps.h"
+#include "xlb_parse.h"
+#include "xlb_encap.h"
+
+#define AF_INET 2
+
+/* Load-time parameters (set by internal/dataplane before loading). */
+volatile const __be32 node_addr = 0;
+volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
+
+static __always_inline int pass(__u32 reason)
+{
+	count_reason(reason);
+	return XDP_PASS;
+}
+
+static __always_inline int drop(__u32 reason)
+{
+	count_reason(reason);
+	return XDP_DROP;
+}
+
+static __always_inline int xlb_lb(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt p = {};
+
+	switch (parse_ipv4(data, data_end, &p)) {
+	case PARSE_OK:
+		break;
+	case PARSE_NOT_IPV4:
+		return pass(XLB_PASS_NOT_IPV4);
+	case PARSE_NOT_TCP_UDP:
+		return pass(XLB_PASS_NOT_TCP_UDP);
+	case PARSE_BAD_ETH:
+		return drop(XLB_DROP_MALFORMED_ETH);
+	case PARSE_BAD_IP:
+		return drop(XLB_DROP_MALFORMED_IP);
+	default:
+		return drop(XLB_DROP_MALFORMED_L4);
+	}
+
+	struct iphdr *ip = p.ip;
+	__be32 vip = ip->daddr;
+
+	if (p.fragment) {
+		/* Non-first fragments carry no ports, so no instance could hash
+		 * them to the backend of their first fragment. */
+		if (bpf_map_lookup_elem(&vips, &vip))
+			return drop(XLB_DROP_FRAGMENT);
+		return pass(XLB_PASS_NO_SERVICE);
+	}
+
+	struct svc_key key = {
+		.vip = vip,
+		.port = p.dport,
+		.proto = ip->protocol,
+	};
+	struct svc_val *svc = bpf_map_lookup_elem(&services, &key);
+	if (!svc)
+		return pass(XLB_PASS_NO_SERVICE);
+	if (ip->ttl <= 1)
+		return pass(XLB_PASS_TTL_EXCEEDED);
+
+	__u32 svc_id = svc->id;
+	__u8 mode = svc->encap;
+	__u32 hash = xlb_flow_hash(ip->saddr, vip, p.sport, p.dport, ip->protocol);
+	__u32 slot = hash % table_size;
+
+	void *table = bpf_map_lookup_elem(&maglev_tables, &svc_id);
+	if (!table)
+		return drop(XLB_DROP_NO_BACKEND);
+	__u32 *be_id = bpf_map_lookup_elem(table, &slot);
+	if (!be_id)
+		return drop(XLB_DROP_NO_BACKEND);
+	__u32 bid = *be_id;
+	struct backend *be = bpf_map_lookup_elem(&backends, &bid);
+	if (!be || !be->addr)
+		return drop(XLB_DROP_NO_BACKEND);
+
+	__u16 inner_len = p.ip_len;
+	__u16 overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
+	__u16 outer_len = inner_len + overhead;
+	__u32 zero = 0;
+	__u32 *gen = bpf_map_lookup_elem(&nh_gen, &zero);
+	struct nh_entry *nh = bpf_map_lookup_elem(&nh_cache, &bid);
+	int no_neigh = 0;
+
+	if (!gen || !nh)
+		return drop(XLB_DROP_NO_ROUTE);
+	if (!nh->valid || nh->gen != *gen || outer_len > nh->max_len) {
+		struct bpf_fib_lookup fib = {};
+
+		fib.family = AF_INET;
+		fib.tos = ip->tos;
+		fib.l4_protocol = mode == XLB_ENCAP_GUE ? IPPROTO_UDP : IPPROTO_IPIP;
+		fib.tot_len = outer_len;
+		fib.ipv4_src = node_addr;
+		fib.ipv4_dst = be->addr;
+		fib.ifindex = ctx->ingress_ifindex;
+
+		long rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+		if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+			if (!(ip->frag_off & bpf_htons(IP_DF)))
+				return drop(XLB_DROP_TOO_BIG);
+			if (icmp_frag_needed(ctx, node_addr, fib.mtu_result - overhead))
+				return drop(XLB_DROP_ENCAP_FAILED);
+			count_reason(XLB_TX_ICMP_TOO_BIG);
+			return XDP_TX;
+		}
+		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+			no_neigh = 1;
+		} else if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+			return drop(XLB_DROP_NO_ROUTE);
+		} else {
+			__u16 max_len = outer_len;
+
+			if (nh->valid && nh->gen == *gen && nh->max_len > max_len)
+				max_len = nh->max_len;
+			nh->gen = *gen;
+			nh->ifindex = fib.ifindex;
+			nh->max_len = max_len;
+			__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
+			__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+			nh->valid = 1;
+		}
+	}
+
+	if (p.options)
+		count_reason(XLB_NOTE_IP_OPTIONS);
+	__u8 tos = ip->tos;
+	__be16 df = ip->frag_off & bpf_htons(IP_DF);
+	ipv4_decrease_ttl(ip);
+
+	/* Ethernet padding after the datagram would travel inside the
+	 * tunnel as trailing garbage: cut it. */
+	int pad = (int)(data_end - ((void *)ip + inner_len));
+	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
+		return drop(XLB_DROP_ENCAP_FAILED);
+	if (encap_ipv4(ctx, mode, node_addr, be->addr, hash, inner_len, tos, df))
+		return drop(XLB_DROP_ENCAP_FAILED);
+
+	count(&svc_stats, svc_id, inner_len);
+	count(&backend_stats, bid, inner_len);
+
+	if (no_neigh)
+		/* The kernel forwards this packet and resolves the neighbour;
+		 * the next packet takes the fast path. */
+		return pass(XLB_PASS_NO_NEIGH);
+
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	if ((void *)(eth + 1) > data_end)
+		return drop(XLB_DROP_ENCAP_FAILED);
+	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
+	if (nh->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(nh->ifindex, 0);
+}
+
+#endif

@@ -1,0 +1,67 @@
+/* Parsing of Ethernet / IPv4 / TCP-UDP ports, with every bound checked
+ * before a byte is read. */
+#ifndef XLB_PARSE_H
+#define XLB_PARSE_H
+
+#include "xlb_helpers.h"
+
+struct pkt {
+	struct ethhdr *eth;
+	struct iphdr *ip;
+	__be16 sport;
+	__be16 dport;
+	__u16 ip_len;  /* IPv4 total length */
+	__u8 fragment; /* MF set or offset != 0 */
+	__u8 options;  /* IHL > 5 */
+};
+
+enum parse_result {
+	PARSE_OK = 0,      /* IPv4 TCP/UDP with ports (unless fragment) */
+	PARSE_NOT_IPV4,
+	PARSE_NOT_TCP_UDP,
+	PARSE_BAD_ETH,
+	PARSE_BAD_IP,
+	PARSE_BAD_L4,
+};
+
+static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)
+{
+	struct ethhdr *eth = data;
+	struct iphdr *ip;
+	__u32 ihl;
+
+	if ((void *)(eth + 1) > data_end)
+		return PARSE_BAD_ETH;
+	p->eth = eth;
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return PARSE_NOT_IPV4;
+
+	ip = (void *)(eth + 1);
+	if ((void *)(ip + 1) > data_end)
+		return PARSE_BAD_IP;
+	ihl = ip->ihl;
+	if (ip->version != 4 || ihl < 5)
+		return PARSE_BAD_IP;
+	p->ip = ip;
+	p->ip_len = bpf_ntohs(ip->tot_len);
+	/* The frame may carry Ethernet padding after the datagram, never less
+	 * than the datagram. */
+	if (p->ip_len < ihl * 4 || (void *)ip + p->ip_len > data_end)
+		return PARSE_BAD_IP;
+	p->options = ihl > 5;
+	p->fragment = (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) != 0;
+
+	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+		return PARSE_NOT_TCP_UDP;
+	if (p->fragment)
+		return PARSE_OK; /* non-first fragments have no ports */
+
+	struct ports *l4 = (void *)ip + ihl * 4;
+	if ((void *)(l4 + 1) > data_end || (void *)(l4 + 1) > (void *)ip + p->ip_len)
+		return PARSE_BAD_L4;
+	p->sport = l4->source;
+	p->dport = l4->dest;
+	return PARSE_OK;
+}
+
+#endif

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/xlbproject/xlb/internal/lab"
+)
+
+const labUsage = `usage: xlb lab up|down|status [FLAGS]
+
+  up      build the lab: client, router, xlb node and backend namespaces
+  down    remove everything a lab made, also after a crash (safe to repeat)
+  status  show namespaces, addresses, the router's VIP routes, processes
+
+Run "xlb lab COMMAND -h" for a command's flags. docs/lab.md has the plan.`
+
+func runLab(args []string) error {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, labUsage)
+		return errUsage
+	}
+	switch args[0] {
+	case "up":
+		return labUp(args[1:])
+	case "down":
+		return labDown(args[1:])
+	case "status":
+		return labStatus(args[1:])
+	case "serve": // hidden: the backends' embedded servers
+		return labServe(args[1:])
+	case "-h", "--help", "help":
+		fmt.Fprintln(os.Stderr, labUsage)
+		return flag.ErrHelp
+	}
+	fmt.Fprintf(os.Stderr, "xlb lab: unknown command %q\n\n%s\n", args[0], labUsage)
+	return errUsage
+}
+
+func labFlags(name string) (*flag.FlagSet, *string) {
+	fs := flag.NewFlagSet("xlb lab "+name, flag.ContinueOnError)
+	prefix := fs.String("prefix", lab.DefaultPrefix, "lab name: namespaces are PREFIX-router, PREFIX-node1, ...")
+	return fs, prefix
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if err == flag.ErrHelp {
+			return err
+		}
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "%s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		fs.Usage()
+		return errUsage
+	}
+	return nil
+}
+
+func labUp(args []string) error {
+	fs, prefix := labFlags("up")
+	clients := fs.Int("clients", lab.DefaultClients, "number of client namespaces")
+	nodes := fs.Int("nodes", lab.DefaultNodes, "number of xlb node namespaces")
+	backends := fs.Int("backends", lab.DefaultBackends, "number of backend namespaces")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	// lab.Spec reads 0 as "the default"; on the command line it is a mistake.
+	for flagName, n := range map[string]int{"clients": *clients, "nodes": *nodes, "backends": *backends} {
+		if n < 1 {
+			return fmt.Errorf("--%s %d: want at least 1", flagName, n)
+		}
+	}
+	// Ctrl-C while building still removes the half-built lab.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends})
+	if err != nil {
+		return err
+	}
+	printPlan(p)
+	return nil
+}
+
+func printPlan(p lab.Plan) {
+	fmt.Printf("lab %q is up.\n\n", p.Spec.Prefix)
+	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tGATEWAY")
+	for _, h := range p.Hosts() {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, h.Namespace, h.Addr, h.Gateway)
+	}
+	tw.Flush()
+	var vips []string
+	for _, v := range p.VIPs {
+		vips = append(vips, v.String())
+	}
+	var nodes []string
+	for _, n := range p.Nodes {
+		nodes = append(nodes, n.Addr.String())
+	}
+	fmt.Printf("\nrouter %s routes %s over %s; backends accept VIPs %s.\n",
+		p.Router, p.VIPPrefix, strings.Join(nodes, ", "), strings.Join(vips, ", "))
+	fmt.Printf("No xlb agent runs yet. Try:\n  ip netns exec %s curl -s http://%s/\n  xlb lab status --prefix %s\n  xlb lab down --prefix %s\n",
+		p.Clients[0].Namespace, p.Backends[0].Addr, p.Spec.Prefix, p.Spec.Prefix)
+}
+
+func labDown(args []string) error {
+	fs, prefix := labFlags("down")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := lab.Down(*prefix); err != nil {
+		return err
+	}
+	fmt.Printf("lab %q is down.\n", *prefix)
+	return nil
+}
+
+func labStatus(args []string) error {
+	fs, prefix := labFlags("status")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	st, err := lab.ReadStatus(*prefix)
+	if err != nil {
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	return st.WriteText(os.Stdout)
+}
+
+func labServe(args []string) error {
+	fs := flag.NewFlagSet("xlb lab serve", flag.ContinueOnError)
+	name := fs.String("name", "", "backend name to answer with (required)")
+	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 0.0.0.0:80")
+	udpAddr := fs.String("udp", "", "UDP echo listen address, e.g. 0.0.0.0:9000")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return lab.Serve(ctx, *name, *httpAddr, *udpAddr)
+}

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+)
+
+func runStatus(args []string) error {
+	fset := flag.NewFlagSet("xlb status", flag.ContinueOnError)
+	asJSON := fset.Bool("json", false, "print the status as JSON")
+	socket := fset.String("socket", "", "the agent's API `socket` (default "+config.DefaultSocket+")")
+	cfgPath := fset.String("config", "", "take the socket from the agent's configuration `file`")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if fset.NArg() > 0 || (*socket != "" && *cfgPath != "") {
+		fmt.Fprintln(os.Stderr, "usage: xlb status [--json] [--socket PATH | --config FILE]")
+		return errUsage
+	}
+	path := *socket
+	switch {
+	case *cfgPath != "":
+		cfg, err := config.Load(*cfgPath)
+		if err != nil {
+			return err
+		}
+		path = cfg.API.Socket
+	case path == "":
+		path = config.DefaultSocket
+	}
+
+	st, err := api.GetStatus(path)
+	switch {
+	case errors.Is(err, api.ErrNotRunning):
+		return fmt.Errorf("%w: start it with `xlb agent --config FILE`, or point to its socket with --socket PATH or --config FILE", err)
+	case errors.Is(err, fs.ErrPermission):
+		return fmt.Errorf("%w: run as root or as a member of the socket's group", err)
+	case err != nil:
+		return err
+	}
+	if *asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(st)
+	}
+	return printStatus(os.Stdout, st)
+}
+
+func printStatus(w io.Writer, st *api.Status) error {
+	n := st.Node
+	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s\n", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
+	c := st.Config
+	fmt.Fprintf(w, "Config:   %s, generation %d, last reload %s: ", c.Path, c.Generation, c.LastReload.Local().Format(time.DateTime))
+	if c.Result == api.ResultOK {
+		fmt.Fprintln(w, "ok")
+	} else {
+		fmt.Fprintln(w, "FAILED (the previous configuration keeps running)")
+		for _, line := range strings.Split(strings.TrimRight(c.Error, "\n"), "\n") {
+			fmt.Fprintln(w, "          "+line)
+		}
+	}
+	fmt.Fprintf(w, "Version:  %s\n\n", st.Version)
+
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tADDRESS\tFORWARDING\tWEIGHT\tPACKETS\tBYTES")
+	for _, s := range st.Services {
+		fwd := s.Forwarding
+		if !s.Installed {
+			fwd += " (not installed)"
+		}
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t\t%d\t%d\n", s.Name, netip.AddrPortFrom(s.VIP, s.Port), s.Protocol, fwd, s.Counters.Packets, s.Counters.Bytes)
+		for _, b := range s.Backends {
+			fmt.Fprintf(tw, "  backend\t%s\t\t%d\t%d\t%d\n", netip.AddrPortFrom(b.Address, b.Port), b.Weight, b.Counters.Packets, b.Counters.Bytes)
+		}
+	}
+	if len(st.Services) == 0 {
+		fmt.Fprintln(tw, "(no services)")
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+
+	var reasons []string
+	for _, r := range slices.Sorted(maps.Keys(st.Reasons)) {
+		if st.Reasons[r] != 0 {
+			reasons = append(reasons, r)
+		}
+	}
+	if len(reasons) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "REASON\tPACKETS")
+	for _, r := range reasons {
+		fmt.Fprintf(tw, "%s\t%d\n", r, st.Reasons[r])
+	}
+	return tw.Flush()
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}

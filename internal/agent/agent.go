@@ -1,0 +1,363 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+)
+
+// Options configure New.
+type Options struct {
+	ConfigPath string
+	// Config is the configuration loaded from ConfigPath at start; the
+	// command loads it itself so that a bad file fails before anything is
+	// touched. The file is watched from New on: an edit between the load
+	// and New is only seen at the next change or SIGHUP.
+	Config    *config.Config
+	Dataplane Dataplane
+	NodeAddr  netip.Addr // resolved node address (see NodeAddress)
+	PinPath   string
+	Version   string
+	Logger    *slog.Logger
+}
+
+// Agent owns the running configuration: it applies it through a
+// Reconciler, reloads it on file change and SIGHUP, and reports status.
+type Agent struct {
+	path    string
+	node    api.Node // fixed at start; attach mode is read live
+	version string
+	dp      Dataplane
+	rec     *Reconciler
+	log     *slog.Logger
+
+	// Replaced by tests.
+	load       func(string) (*config.Config, error)
+	warm       func([]netip.Addr, *slog.Logger)
+	pollEvery  time.Duration
+	retryEvery time.Duration
+
+	applyMu sync.Mutex // serialises reloads and retries
+	// stamp is the configuration file's stat when it was last read, taken
+	// before reading so that a write during the read triggers a reload.
+	stamp stamp
+
+	mu         sync.Mutex // guards the fields below
+	cfg        *config.Config
+	generation uint64
+	lastReload time.Time
+	lastErr    error     // of the last load or apply; nil when ok
+	applyErr   bool      // lastErr came from applying cfg: retry it
+	lastApply  time.Time // of the last apply attempt
+	reloads    map[string]uint64
+}
+
+// New adopts the data plane's state and applies o.Config. A failure to
+// apply the start configuration is returned: the operator is watching then.
+func New(o Options) (*Agent, error) {
+	a, err := newAgent(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := a.start(); err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// newAgent adopts the data plane's state; start applies the configuration.
+func newAgent(o Options) (*Agent, error) {
+	if o.Config == nil || o.Dataplane == nil {
+		return nil, errors.New("agent: a configuration and a data plane are required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	rec, err := NewReconciler(o.Dataplane, log)
+	if err != nil {
+		return nil, err
+	}
+	a := &Agent{
+		path: o.ConfigPath,
+		node: api.Node{
+			Interface: o.Config.Node.Interface,
+			Address:   o.NodeAddr,
+			PinPath:   o.PinPath,
+		},
+		stamp:      stampOf(o.ConfigPath),
+		version:    o.Version,
+		dp:         o.Dataplane,
+		rec:        rec,
+		log:        log,
+		load:       config.Load,
+		warm:       warmNeighbours,
+		pollEvery:  500 * time.Millisecond,
+		retryEvery: 5 * time.Second,
+		cfg:        o.Config,
+		generation: 1,
+		lastReload: time.Now(),
+		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
+	}
+	return a, nil
+}
+
+func (a *Agent) start() error {
+	if err := a.apply(nil, a.cfg); err != nil {
+		return fmt.Errorf("apply %s: %w", a.path, err)
+	}
+	a.log.Info("configuration applied", "path", a.path, "services", len(a.cfg.Services))
+	return nil
+}
+
+// apply programs cfg and warms the neighbours of backends that old (nil at
+// start) did not have.
+func (a *Agent) apply(old, cfg *config.Config) error {
+	err := a.rec.Apply(cfg)
+	a.mu.Lock()
+	a.lastApply = time.Now()
+	a.mu.Unlock()
+	a.warm(newBackendAddrs(old, cfg), a.log)
+	return err
+}
+
+// Run reloads the configuration on SIGHUP and whenever the file's stat
+// (mtime, size, inode) changes, and retries a failed apply, until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	tick := time.NewTicker(a.pollEvery)
+	defer tick.Stop()
+
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-hup:
+			a.Reload("SIGHUP")
+		case <-tick.C:
+			a.applyMu.Lock()
+			changed := stampOf(a.path) != a.stamp
+			a.applyMu.Unlock()
+			if changed {
+				a.Reload("file changed")
+			} else {
+				a.retry()
+			}
+		}
+	}
+}
+
+// Reload loads the configuration file and applies it. If the file does not
+// load, the running configuration stays and the error is recorded for
+// status; reason says what triggered the reload, for the log.
+func (a *Agent) Reload(reason string) error {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+
+	a.stamp = stampOf(a.path)
+	cfg, err := a.load(a.path)
+	a.mu.Lock()
+	old := a.cfg
+	a.lastReload = time.Now()
+	if err != nil {
+		a.lastErr, a.applyErr = err, false
+		a.reloads[api.ResultError]++
+		a.mu.Unlock()
+		a.log.Error("configuration reload failed; the previous configuration keeps running",
+			"path", a.path, "trigger", reason, "error", err,
+			"fix", "correct the file; it is read again when it changes or on SIGHUP")
+		return err
+	}
+	a.mu.Unlock()
+
+	a.warnRestartOnly(old, cfg)
+	err = a.apply(old, cfg)
+
+	a.mu.Lock()
+	a.cfg = cfg
+	a.generation++
+	gen := a.generation
+	if err != nil {
+		a.lastErr, a.applyErr = fmt.Errorf("apply: %w", err), true
+		a.reloads[api.ResultError]++
+	} else {
+		a.lastErr, a.applyErr = nil, false
+		a.reloads[api.ResultOK]++
+	}
+	a.mu.Unlock()
+
+	if err != nil {
+		a.log.Error("configuration loaded but not fully applied; retrying", "path", a.path, "generation", gen,
+			"error", err, "fix", "see the error; the agent retries every "+a.retryEvery.String())
+		return err
+	}
+	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services))
+	return nil
+}
+
+// retry applies the running configuration again if its last apply failed
+// and retryEvery has passed.
+func (a *Agent) retry() {
+	a.mu.Lock()
+	due := a.applyErr && time.Since(a.lastApply) >= a.retryEvery
+	cfg := a.cfg
+	a.mu.Unlock()
+	if !due {
+		return
+	}
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	err := a.rec.Apply(cfg)
+	a.mu.Lock()
+	a.lastApply = time.Now()
+	if err == nil && a.cfg == cfg {
+		a.lastErr, a.applyErr = nil, false
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Warn("applying the configuration failed again", "error", err)
+		return
+	}
+	a.log.Info("configuration applied after retry", "path", a.path)
+}
+
+// warnRestartOnly logs the settings that a reload cannot change: they
+// shape the data plane's load and the agent's sockets.
+func (a *Agent) warnRestartOnly(old, cfg *config.Config) {
+	for _, c := range []struct {
+		field   string
+		changed bool
+	}{
+		{"node", old.Node != cfg.Node},
+		{"api", old.API != cfg.API},
+		{"dataplane", old.Dataplane != cfg.Dataplane},
+	} {
+		if c.changed {
+			a.log.Warn("a setting changed that only takes effect when the agent restarts", "section", c.field,
+				"fix", "restart the agent (forwarding continues across restarts)")
+		}
+	}
+}
+
+// Status reports the running configuration with the data plane's counters.
+func (a *Agent) Status() (*api.Status, error) {
+	a.mu.Lock()
+	cfg := a.cfg
+	st := &api.Status{
+		Version: a.version,
+		Node:    a.node,
+		Config: api.Config{
+			Path:       a.path,
+			Generation: a.generation,
+			LastReload: a.lastReload,
+			Result:     api.ResultOK,
+			Reloads:    map[string]uint64{api.ResultOK: a.reloads[api.ResultOK], api.ResultError: a.reloads[api.ResultError]},
+		},
+		Services: make([]api.Service, 0, len(cfg.Services)),
+	}
+	if a.lastErr != nil {
+		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()
+	}
+	a.mu.Unlock()
+
+	st.Node.AttachMode = a.dp.AttachMode()
+	for _, s := range cfg.Services {
+		out := api.Service{
+			Name: s.Name, VIP: s.VIP, Port: s.Port,
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding),
+			Backends: make([]api.Backend, 0, len(s.Backends)),
+		}
+		var backendIDs map[netip.AddrPort]uint32
+		if key, err := serviceKey(s); err == nil {
+			var id uint32
+			if id, backendIDs, out.Installed = a.rec.ids(key); out.Installed {
+				c, err := a.dp.ServiceCounters(id)
+				if err != nil {
+					return nil, fmt.Errorf("service %q: read counters: %w", s.Name, err)
+				}
+				out.Counters = api.Counters(c)
+			}
+		}
+		for _, b := range s.Backends {
+			ob := api.Backend{Address: b.Address, Port: b.Port, Weight: b.Weight}
+			if id, ok := backendIDs[netip.AddrPortFrom(b.Address, b.Port)]; ok {
+				c, err := a.dp.BackendCounters(id)
+				if err != nil {
+					return nil, fmt.Errorf("service %q backend %s: read counters: %w", s.Name, b.Address, err)
+				}
+				ob.Counters = api.Counters(c)
+			}
+			out.Backends = append(out.Backends, ob)
+		}
+		st.Services = append(st.Services, out)
+	}
+	reasons, err := a.dp.ReasonCounters()
+	if err != nil {
+		return nil, fmt.Errorf("read reason counters: %w", err)
+	}
+	st.Reasons = reasons
+	return st, nil
+}
+
+// newBackendAddrs lists the backend addresses of cfg that old lacks, each
+// once.
+func newBackendAddrs(old, cfg *config.Config) []netip.Addr {
+	seen := make(map[netip.Addr]bool)
+	if old != nil {
+		for _, s := range old.Services {
+			for _, b := range s.Backends {
+				seen[b.Address] = true
+			}
+		}
+	}
+	var out []netip.Addr
+	for _, s := range cfg.Services {
+		for _, b := range s.Backends {
+			if !seen[b.Address] {
+				seen[b.Address] = true
+				out = append(out, b.Address)
+			}
+		}
+	}
+	return out
+}
+
+// stamp identifies a version of the configuration file. Editors replace
+// files by rename (new inode) or rewrite them in place (new mtime/size);
+// Kubernetes swaps a symlink (os.Stat follows it to a new inode).
+type stamp struct {
+	err   string
+	mtime int64
+	size  int64
+	ino   uint64
+	dev   uint64
+}
+
+func stampOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		// A vanished file is a change too: the reload then reports why.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return stamp{err: pe.Err.Error()}
+		}
+		return stamp{err: err.Error()}
+	}
+	s := stamp{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino, s.dev = st.Ino, st.Dev
+	}
+	return s
+}

@@ -1,0 +1,396 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+// warmLog records the addresses the agent warms instead of sending
+// datagrams to them.
+type warmLog struct {
+	mu    sync.Mutex
+	addrs [][]netip.Addr
+}
+
+func (w *warmLog) warm(addrs []netip.Addr, _ *slog.Logger) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.addrs = append(w.addrs, addrs)
+}
+
+func (w *warmLog) last() []netip.Addr {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.addrs) == 0 {
+		return nil
+	}
+	return w.addrs[len(w.addrs)-1]
+}
+
+// testAgent starts an agent on a fake data plane; load answers reloads.
+func testAgent(t *testing.T, cfg *config.Config, load func(string) (*config.Config, error)) (*Agent, *fakeDP, *warmLog) {
+	t.Helper()
+	return testAgentAt(t, "/etc/xlb/test.yaml", cfg, load)
+}
+
+func testAgentAt(t *testing.T, path string, cfg *config.Config, load func(string) (*config.Config, error)) (*Agent, *fakeDP, *warmLog) {
+	t.Helper()
+	f := newFake(testSize, config.MaxServices, config.MaxBackends)
+	a, err := newAgent(Options{
+		ConfigPath: path,
+		Config:     cfg,
+		Dataplane:  f,
+		NodeAddr:   netip.MustParseAddr("10.0.1.2"),
+		PinPath:    "/sys/fs/bpf/xlb/test",
+		Version:    "v-test",
+		Logger:     quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &warmLog{}
+	a.warm = w.warm
+	if load != nil {
+		a.load = load
+	}
+	if err := a.start(); err != nil {
+		t.Fatal(err)
+	}
+	return a, f, w
+}
+
+func status(t *testing.T, a *Agent) *api.Status {
+	t.Helper()
+	st, err := a.Status()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+func TestAgentStatus(t *testing.T) {
+	a, f, w := testAgent(t, baseConfig(), nil)
+	if got, want := w.last(), addrs("10.0.3.2", "10.0.3.3", "10.0.3.4", "10.0.3.5"); !slices.Equal(got, want) {
+		t.Errorf("warmed %v at start, want every backend once: %v", got, want)
+	}
+	webID, webIDs, _ := a.rec.ids(keyOf(t, baseConfig().Services[0]))
+	f.svcCounters[webID] = dataplane.Counters{Packets: 10, Bytes: 1000}
+	b2 := webIDs[netip.MustParseAddrPort("10.0.3.2:80")]
+	f.beCounters[b2] = dataplane.Counters{Packets: 4, Bytes: 400}
+
+	st := status(t, a)
+	if st.Version != "v-test" || st.Node.Interface != "eth0" || st.Node.Address != netip.MustParseAddr("10.0.1.2") ||
+		st.Node.AttachMode != "generic" || st.Node.PinPath != "/sys/fs/bpf/xlb/test" {
+		t.Errorf("node/version: %+v %q", st.Node, st.Version)
+	}
+	if st.Config.Generation != 1 || st.Config.Result != api.ResultOK || st.Config.Error != "" || st.Config.LastReload.IsZero() {
+		t.Errorf("config: %+v", st.Config)
+	}
+	if len(st.Services) != 2 {
+		t.Fatalf("%d services, want 2", len(st.Services))
+	}
+	web := st.Services[0]
+	if web.Name != "web" || web.VIP != netip.MustParseAddr("10.99.0.1") || web.Port != 80 || web.Protocol != "tcp" ||
+		web.Forwarding != "dsr-ipip" || !web.Installed || web.Counters != (api.Counters{Packets: 10, Bytes: 1000}) {
+		t.Errorf("web: %+v", web)
+	}
+	if len(web.Backends) != 3 || web.Backends[0].Counters != (api.Counters{Packets: 4, Bytes: 400}) || web.Backends[2].Weight != 2 {
+		t.Errorf("web backends: %+v", web.Backends)
+	}
+	// The same address under dns has its own counters.
+	if c := st.Services[1].Backends[0].Counters; c != (api.Counters{}) {
+		t.Errorf("dns's 10.0.3.2 shows web's counters: %+v", c)
+	}
+	if st.Reasons["pass_not_vip"] != 7 {
+		t.Errorf("reasons: %v", st.Reasons)
+	}
+
+	f.fail["ServiceCounters"] = errInjected
+	if _, err := a.Status(); !errors.Is(err, errInjected) {
+		t.Errorf("Status with a failing data plane: err = %v", err)
+	}
+}
+
+func TestAgentReload(t *testing.T) {
+	next := baseConfig()
+	var loadErr error
+	load := func(string) (*config.Config, error) { return next, loadErr }
+	a, f, w := testAgent(t, baseConfig(), load)
+
+	// A changed file: applied, generation 2, only new backends warmed.
+	next = baseConfig()
+	next.Services[1].Backends = append(next.Services[1].Backends, be("10.0.3.3", 1), be("10.0.3.7", 1))
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	st := status(t, a)
+	if st.Config.Generation != 2 || st.Config.Result != api.ResultOK || st.Config.Reloads[api.ResultOK] != 1 {
+		t.Errorf("after a good reload: %+v", st.Config)
+	}
+	if n := len(st.Services[1].Backends); n != 4 {
+		t.Errorf("dns has %d backends after reload, want 4", n)
+	}
+	if got, want := w.last(), addrs("10.0.3.7"); !slices.Equal(got, want) {
+		t.Errorf("warmed %v, want only the new address %v", got, want)
+	}
+
+	// A broken file: the running configuration stays, the error is shown.
+	loadErr = errors.New("test.yaml:3: services[0].port: must be 1-65535")
+	mark := f.mark()
+	if err := a.Reload("test"); err == nil {
+		t.Fatal("Reload of a broken file succeeded")
+	}
+	st = status(t, a)
+	if st.Config.Generation != 2 || st.Config.Result != api.ResultError || !strings.Contains(st.Config.Error, "must be 1-65535") ||
+		st.Config.Reloads[api.ResultError] != 1 {
+		t.Errorf("after a bad reload: %+v", st.Config)
+	}
+	if n := len(st.Services[1].Backends); n != 4 {
+		t.Errorf("the running config was replaced by a failed reload")
+	}
+	if calls := f.mutations(mark); len(calls) > 0 {
+		t.Errorf("a failed reload changed the data plane: %v", calls)
+	}
+
+	// Fixed again.
+	loadErr = nil
+	next = baseConfig()
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	st = status(t, a)
+	if st.Config.Generation != 3 || st.Config.Result != api.ResultOK || st.Config.Error != "" {
+		t.Errorf("after fixing the file: %+v", st.Config)
+	}
+	verify(t, f, a.rec, baseConfig())
+}
+
+func TestAgentRetriesFailedApply(t *testing.T) {
+	next := baseConfig()
+	a, f, _ := testAgent(t, cfgOf(baseConfig().Services[0]), func(string) (*config.Config, error) { return next, nil })
+	f.failKey[1] = errInjected // dns will get service ID 1
+	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+		t.Fatalf("err = %v, want the injected error", err)
+	}
+	st := status(t, a)
+	if st.Config.Result != api.ResultError || !strings.HasPrefix(st.Config.Error, "apply:") || st.Services[1].Installed {
+		t.Errorf("after a failed apply: %+v, dns installed %v", st.Config, st.Services[1].Installed)
+	}
+
+	a.retryEvery = time.Hour
+	a.retry() // not due yet
+	if _, ok := f.serviceByKey(keyOf(t, next.Services[1])); ok {
+		t.Fatal("retried before retryEvery passed")
+	}
+	delete(f.failKey, 1)
+	a.retryEvery = 0
+	a.retry()
+	st = status(t, a)
+	if st.Config.Result != api.ResultOK || !st.Services[1].Installed {
+		t.Errorf("after a successful retry: %+v, dns installed %v", st.Config, st.Services[1].Installed)
+	}
+	verify(t, f, a.rec, next)
+}
+
+const yamlTemplate = `node:
+  interface: eth0
+api:
+  socket: /run/xlb/test.sock
+services:
+  - name: web
+    vip: 10.99.0.1
+    port: 80
+    protocol: tcp
+    forwarding: dsr-ipip
+    backends:
+BACKENDS`
+
+func writeConfig(t *testing.T, path string, backends ...string) {
+	t.Helper()
+	var b strings.Builder
+	for _, a := range backends {
+		b.WriteString("      - address: " + a + "\n")
+	}
+	// Write and rename, as editors and config management do.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(strings.Replace(yamlTemplate, "BACKENDS", b.String(), 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitFor polls cond for up to 5 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		if cond() {
+			return
+		}
+	}
+	t.Fatalf("timed out waiting for %s", what)
+}
+
+func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xlb.yaml")
+	writeConfig(t, path, "10.0.3.2")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, f, _ := testAgentAt(t, path, cfg, nil)
+	a.pollEvery = 10 * time.Millisecond
+
+	// Keep SIGHUP from killing the test binary should it arrive before
+	// Run subscribes to it.
+	hup := make(chan os.Signal, 16)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}()
+	gen := func() uint64 { return status(t, a).Config.Generation }
+
+	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+	waitFor(t, "the changed file to be applied", func() bool { return gen() == 2 })
+	if st := status(t, a); len(st.Services[0].Backends) != 2 {
+		t.Errorf("after the change: %+v", st.Services[0])
+	}
+	verify(t, f, a.rec, mustLoad(t, path))
+
+	if err := os.WriteFile(path, []byte("services: [\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the broken file to be reported", func() bool { return status(t, a).Config.Result == api.ResultError })
+	if st := status(t, a); st.Config.Generation != 2 || len(st.Services[0].Backends) != 2 {
+		t.Errorf("a broken file changed the running config: %+v", st)
+	}
+
+	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+	waitFor(t, "the fixed file to be applied", func() bool { return gen() == 3 })
+
+	// SIGHUP reloads an unchanged file. Resend until seen: Run may not
+	// have subscribed yet when the first one arrives.
+	waitFor(t, "SIGHUP to reload", func() bool {
+		syscall.Kill(os.Getpid(), syscall.SIGHUP)
+		time.Sleep(20 * time.Millisecond)
+		return gen() >= 4
+	})
+}
+
+func mustLoad(t *testing.T, path string) *config.Config {
+	t.Helper()
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestNewBackendAddrs(t *testing.T) {
+	old := cfgOf(web(be("10.0.3.2", 1)))
+	cfg := cfgOf(web(be("10.0.3.2", 1), be("10.0.3.3", 0)), dns(be("10.0.3.3", 1), be("10.0.3.4", 1)))
+	for _, tc := range []struct {
+		name string
+		old  *config.Config
+		want []netip.Addr
+	}{
+		{"at start", nil, addrs("10.0.3.2", "10.0.3.3", "10.0.3.4")},
+		{"on reload", old, addrs("10.0.3.3", "10.0.3.4")},
+		{"unchanged", cfg, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := newBackendAddrs(tc.old, cfg); !slices.Equal(got, tc.want) {
+				t.Errorf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestNodeAddress(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		node    config.Node
+		want    string
+		wantErr string
+	}{
+		{"configured", config.Node{Interface: "lo", Address: netip.MustParseAddr("10.0.1.2")}, "10.0.1.2", ""},
+		{"from the interface", config.Node{Interface: "lo"}, "127.0.0.1", ""},
+		{"no such interface", config.Node{Interface: "nosuch0"}, "", `"nosuch0"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := NodeAddress(tc.node)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one mentioning %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != netip.MustParseAddr(tc.want) {
+				t.Fatalf("got %v, %v; want %s", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestPinPath(t *testing.T) {
+	fi, err := os.Stat("/proc/self/ns/net")
+	if err != nil {
+		t.Skip("no /proc/self/ns/net:", err)
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	for _, tc := range []struct {
+		name    string
+		cfg     config.Config
+		want    string
+		wantErr bool
+	}{
+		{"explicit", config.Config{Node: config.Node{Interface: "eth0"}, Dataplane: config.Dataplane{PinPath: "/sys/fs/bpf/mine"}}, "/sys/fs/bpf/mine", false},
+		{"derived", config.Config{Node: config.Node{Interface: "eth0"}}, "/sys/fs/bpf/xlb/" + strconv.FormatUint(ino, 10) + "-eth0", false},
+		{"bad interface", config.Config{Node: config.Node{Interface: "../x"}}, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := PinPath(&tc.cfg)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("got %q, %v; want %q (error %v)", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}

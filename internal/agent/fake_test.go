@@ -1,0 +1,223 @@
+package agent
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+// fakeDP is an in-memory data plane. It records every call and checks the
+// ordering rules a real data plane relies on: a table names only written
+// backends, a backend is deleted only when no table names it, IDs stay in
+// range and one ID holds one service.
+type fakeDP struct {
+	mu          sync.Mutex
+	size        uint32
+	maxServices uint32
+	maxBackends uint32
+	services    map[uint32]dataplane.Service
+	backends    map[uint32]netip.Addr
+	svcCounters map[uint32]dataplane.Counters
+	beCounters  map[uint32]dataplane.Counters
+	reasons     map[string]uint64
+
+	calls      []string         // "UpsertService 0", in order
+	fail       map[string]error // method → error returned by every call until removed
+	failKey    map[uint32]error // UpsertService of this service ID fails
+	violations []string
+}
+
+func newFake(size, maxServices, maxBackends uint32) *fakeDP {
+	return &fakeDP{
+		size: size, maxServices: maxServices, maxBackends: maxBackends,
+		services:    make(map[uint32]dataplane.Service),
+		backends:    make(map[uint32]netip.Addr),
+		svcCounters: make(map[uint32]dataplane.Counters),
+		beCounters:  make(map[uint32]dataplane.Counters),
+		reasons:     map[string]uint64{"pass_not_vip": 7},
+		fail:        make(map[string]error),
+		failKey:     make(map[uint32]error),
+	}
+}
+
+var errInjected = errors.New("injected failure")
+
+func (f *fakeDP) record(method string, id uint32) error {
+	f.calls = append(f.calls, fmt.Sprintf("%s %d", method, id))
+	return f.fail[method]
+}
+
+func (f *fakeDP) violate(format string, args ...any) {
+	f.violations = append(f.violations, fmt.Sprintf(format, args...))
+}
+
+func (f *fakeDP) UpsertBackend(id uint32, addr netip.Addr) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("UpsertBackend", id); err != nil {
+		return err
+	}
+	if id >= f.maxBackends {
+		f.violate("UpsertBackend: ID %d out of range", id)
+	}
+	if old, ok := f.backends[id]; ok && old != addr {
+		f.violate("UpsertBackend %d: overwrites %s with %s", id, old, addr)
+	}
+	f.backends[id] = addr
+	return nil
+}
+
+func (f *fakeDP) DeleteBackend(id uint32) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("DeleteBackend", id); err != nil {
+		return err
+	}
+	if _, ok := f.backends[id]; !ok {
+		f.violate("DeleteBackend %d: no such backend", id)
+	}
+	for _, s := range f.services {
+		if slices.Contains(s.Table, id) {
+			f.violate("DeleteBackend %d: still in the table of service %d", id, s.ID)
+		}
+	}
+	delete(f.backends, id)
+	delete(f.beCounters, id)
+	return nil
+}
+
+func (f *fakeDP) UpsertService(s dataplane.Service) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("UpsertService", s.ID); err != nil {
+		return err
+	}
+	if err := f.failKey[s.ID]; err != nil {
+		return err
+	}
+	if s.ID >= f.maxServices {
+		f.violate("UpsertService: ID %d out of range", s.ID)
+	}
+	if uint32(len(s.Table)) != f.size {
+		f.violate("UpsertService %d: table has %d entries, want %d", s.ID, len(s.Table), f.size)
+	}
+	for _, id := range s.Table {
+		if _, ok := f.backends[id]; !ok && id != noBackend {
+			f.violate("UpsertService %d: table names unwritten backend %d", s.ID, id)
+			break
+		}
+	}
+	for _, o := range f.services {
+		if o.ID != s.ID && o.Key == s.Key {
+			f.violate("UpsertService %d: key %v already held by service %d", s.ID, s.Key, o.ID)
+		}
+	}
+	if o, ok := f.services[s.ID]; ok && o.Key != s.Key {
+		f.violate("UpsertService %d: ID still held by key %v", s.ID, o.Key)
+	}
+	s.Table = slices.Clone(s.Table)
+	f.services[s.ID] = s
+	return nil
+}
+
+func (f *fakeDP) DeleteService(id uint32, key dataplane.ServiceKey) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("DeleteService", id); err != nil {
+		return err
+	}
+	if s, ok := f.services[id]; !ok || s.Key != key {
+		f.violate("DeleteService %d %v: no such service", id, key)
+	}
+	delete(f.services, id)
+	delete(f.svcCounters, id)
+	return nil
+}
+
+func (f *fakeDP) Services() ([]dataplane.Service, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []dataplane.Service
+	for _, s := range f.services {
+		out = append(out, dataplane.Service{ID: s.ID, Key: s.Key, Encap: s.Encap}) // tables omitted, as the real one
+	}
+	return out, f.fail["Services"]
+}
+
+func (f *fakeDP) Backends() (map[uint32]netip.Addr, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[uint32]netip.Addr, len(f.backends))
+	for id, a := range f.backends {
+		out[id] = a
+	}
+	return out, f.fail["Backends"]
+}
+
+func (f *fakeDP) ServiceCounters(id uint32) (dataplane.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.svcCounters[id], f.fail["ServiceCounters"]
+}
+
+func (f *fakeDP) BackendCounters(id uint32) (dataplane.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.beCounters[id], f.fail["BackendCounters"]
+}
+
+func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make(map[string]uint64, len(f.reasons))
+	for k, v := range f.reasons {
+		out[k] = v
+	}
+	return out, f.fail["ReasonCounters"]
+}
+
+func (f *fakeDP) AttachMode() string { return "generic" }
+func (f *fakeDP) TableSize() uint32  { return f.size }
+
+// mutations returns the calls since mark that change the data plane.
+func (f *fakeDP) mutations(mark int) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.calls[mark:])
+}
+
+func (f *fakeDP) mark() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.calls)
+}
+
+// serviceByKey returns the installed service with key k.
+func (f *fakeDP) serviceByKey(k dataplane.ServiceKey) (dataplane.Service, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, s := range f.services {
+		if s.Key == k {
+			return s, true
+		}
+	}
+	return dataplane.Service{}, false
+}
+
+// tableFake is a fakeDP that can read tables back, as the real data plane
+// can (see tableReader).
+type tableFake struct{ *fakeDP }
+
+func (f tableFake) Table(id uint32) ([]uint32, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s, ok := f.services[id]
+	if !ok {
+		return nil, fmt.Errorf("no service %d", id)
+	}
+	return slices.Clone(s.Table), nil
+}

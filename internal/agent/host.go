@@ -1,0 +1,79 @@
+package agent
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+// PinPath is where the agent for cfg pins its maps and link:
+// cfg.Dataplane.PinPath, or DefaultPinPath of the node interface.
+func PinPath(cfg *config.Config) (string, error) {
+	if cfg.Dataplane.PinPath != "" {
+		return cfg.Dataplane.PinPath, nil
+	}
+	return DefaultPinPath(cfg.Node.Interface)
+}
+
+// DefaultPinPath is /sys/fs/bpf/xlb/<netns inode>-<interface>. bpffs is
+// shared by all network namespaces of a host, while interface names are
+// not unique across them; the namespace's inode tells agents in different
+// namespaces apart (and `xlb cleanup` finds the same directory when run in
+// the agent's namespace).
+func DefaultPinPath(iface string) (string, error) {
+	return dataplane.DefaultPinPath("", iface)
+}
+
+// NodeAddress is the node's address: n.Address if set, else the first IPv4
+// address of n.Interface.
+func NodeAddress(n config.Node) (netip.Addr, error) {
+	if n.Address.IsValid() {
+		return n.Address, nil
+	}
+	ifi, err := net.InterfaceByName(n.Interface)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node.interface %q: %w (list the interfaces with `ip link`)", n.Interface, err)
+	}
+	addrs, err := ifi.Addrs()
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node.interface %q: list addresses: %w", n.Interface, err)
+	}
+	for _, a := range addrs {
+		ipn, ok := a.(*net.IPNet)
+		if !ok {
+			continue
+		}
+		if ip4 := ipn.IP.To4(); ip4 != nil {
+			addr, _ := netip.AddrFromSlice(ip4)
+			return addr, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("node.interface %q has no IPv4 address: add one (ip addr add ADDR/LEN dev %s) or set node.address", n.Interface, n.Interface)
+}
+
+// warmNeighbours sends one tiny UDP datagram to the discard port of each
+// address, so the kernel resolves the next hop's MAC address now: the XDP
+// program's bpf_fib_lookup only forwards through resolved neighbours.
+func warmNeighbours(addrs []netip.Addr, log *slog.Logger) {
+	for _, a := range addrs {
+		if err := warm(a); err != nil {
+			log.Debug("neighbour warm-up failed", "backend", a, "error", err)
+		}
+	}
+}
+
+func warm(a netip.Addr) error {
+	c, err := net.DialUDP("udp", nil, net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, 9)))
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, err = c.Write([]byte{0})
+	return err
+}

@@ -1,0 +1,262 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func sampleStatus() *Status {
+	return &Status{
+		Version: "v1.2.3",
+		Node:    Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0"},
+		Config: Config{
+			Path: "/etc/xlb.yaml", Generation: 3, LastReload: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
+			Result: ResultError, Error: "xlb.yaml:7: services[0].port: must be 1-65535",
+			Reloads: map[string]uint64{ResultOK: 2, ResultError: 1},
+		},
+		Services: []Service{{
+			Name: `we"b`, VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
+			Installed: true, Counters: Counters{Packets: 30, Bytes: 3000},
+			Backends: []Backend{
+				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: Counters{Packets: 20, Bytes: 2000}},
+				{Address: netip.MustParseAddr("10.0.3.3"), Port: 80, Weight: 0, Counters: Counters{Packets: 10, Bytes: 1000}},
+			},
+		}},
+		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
+	}
+}
+
+// serve starts a server on a socket in a fresh directory below t.TempDir().
+func serve(t *testing.T, metrics string, status StatusFunc) (*Server, string) {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "run", "xlb", "xlb.sock")
+	ln, err := Listen(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := Serve(ln, metrics, status, quiet)
+	if err != nil {
+		ln.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	return srv, socket
+}
+
+func TestStatusRoundTrip(t *testing.T) {
+	want := sampleStatus()
+	srv, socket := serve(t, "", func() (*Status, error) { return want, nil })
+
+	fi, err := os.Stat(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != socketMode {
+		t.Errorf("socket mode %v, want a socket with %o", fi.Mode(), socketMode)
+	}
+
+	got, err := GetStatus(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("round trip changed the status:\n got %+v\nwant %+v", got, want)
+	}
+
+	if err := srv.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket still there after Close: %v", err)
+	}
+	if _, err := GetStatus(socket); !errors.Is(err, ErrNotRunning) {
+		t.Errorf("after Close: err = %v, want ErrNotRunning", err)
+	}
+}
+
+func TestStatusError(t *testing.T) {
+	_, socket := serve(t, "", func() (*Status, error) { return nil, errors.New("map lookup failed") })
+	_, err := GetStatus(socket)
+	if err == nil || !strings.Contains(err.Error(), "map lookup failed") {
+		t.Fatalf("err = %v, want the agent's error", err)
+	}
+}
+
+func TestListen(t *testing.T) {
+	t.Run("stale socket is replaced", func(t *testing.T) {
+		socket := filepath.Join(t.TempDir(), "xlb.sock")
+		// A socket file that nobody serves, as a killed agent leaves.
+		ln, err := net.Listen("unix", socket)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ln.(*net.UnixListener).SetUnlinkOnClose(false)
+		ln.Close()
+		if _, err := GetStatus(socket); !errors.Is(err, ErrNotRunning) {
+			t.Fatalf("stale socket: err = %v, want ErrNotRunning", err)
+		}
+		ln, err = Listen(socket)
+		if err != nil {
+			t.Fatalf("Listen over a stale socket: %v", err)
+		}
+		ln.Close()
+	})
+	t.Run("live socket is refused", func(t *testing.T) {
+		_, socket := serve(t, "", func() (*Status, error) { return sampleStatus(), nil })
+		if ln, err := Listen(socket); err == nil || !strings.Contains(err.Error(), "another agent") {
+			if ln != nil {
+				ln.Close()
+			}
+			t.Fatalf("err = %v, want a refusal naming another agent", err)
+		}
+		if _, err := GetStatus(socket); err != nil {
+			t.Errorf("the running server was disturbed: %v", err)
+		}
+	})
+	t.Run("regular file is kept", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "xlb.sock")
+		os.WriteFile(path, []byte("data"), 0o644)
+		if _, err := Listen(path); err == nil || !strings.Contains(err.Error(), "not a socket") {
+			t.Fatalf("err = %v, want 'not a socket'", err)
+		}
+		if b, _ := os.ReadFile(path); string(b) != "data" {
+			t.Error("Listen removed a regular file")
+		}
+	})
+	t.Run("not running", func(t *testing.T) {
+		_, err := GetStatus(filepath.Join(t.TempDir(), "none.sock"))
+		if !errors.Is(err, ErrNotRunning) {
+			t.Fatalf("err = %v, want ErrNotRunning", err)
+		}
+	})
+}
+
+func scrape(t *testing.T, c *http.Client, url string) (string, *http.Response) {
+	t.Helper()
+	resp, err := c.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b), resp
+}
+
+var (
+	sampleLine = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(\\.|[^"\\])*",?)*\})? [0-9.e+-]+$`)
+	commentRe  = regexp.MustCompile(`^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)$`)
+)
+
+func TestMetrics(t *testing.T) {
+	srv, socket := serve(t, "127.0.0.1:0", func() (*Status, error) { return sampleStatus(), nil })
+	body, resp := scrape(t, http.DefaultClient, "http://"+srv.MetricsAddr().String()+"/metrics")
+	if resp.StatusCode != http.StatusOK || !strings.HasPrefix(resp.Header.Get("Content-Type"), "text/plain; version=0.0.4") {
+		t.Fatalf("status %s, content type %q", resp.Status, resp.Header.Get("Content-Type"))
+	}
+
+	// Every line is well formed; every sample follows its HELP and TYPE.
+	help, typ := map[string]string{}, map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(body, "\n"), "\n") {
+		if m := commentRe.FindStringSubmatch(line); m != nil {
+			if m[1] == "HELP" {
+				help[m[2]] = m[3]
+			} else {
+				typ[m[2]] = m[3]
+			}
+			continue
+		}
+		m := sampleLine.FindStringSubmatch(line)
+		if m == nil {
+			t.Errorf("malformed line %q", line)
+			continue
+		}
+		if help[m[1]] == "" || typ[m[1]] == "" {
+			t.Errorf("sample %q before its HELP/TYPE", line)
+		}
+		if typ[m[1]] == "counter" && !strings.HasSuffix(m[1], "_total") {
+			t.Errorf("counter %s does not end in _total", m[1])
+		}
+	}
+	for name, wantType := range map[string]string{
+		"xlb_service_packets_total":          "counter",
+		"xlb_service_bytes_total":            "counter",
+		"xlb_backend_packets_total":          "counter",
+		"xlb_backend_bytes_total":            "counter",
+		"xlb_dataplane_reason_packets_total": "counter",
+		"xlb_config_reloads_total":           "counter",
+		"xlb_config_generation":              "gauge",
+	} {
+		if help[name] == "" {
+			t.Errorf("%s has no HELP", name)
+		}
+		if typ[name] != wantType {
+			t.Errorf("%s: TYPE %q, want %s", name, typ[name], wantType)
+		}
+	}
+	for _, want := range []string{
+		`xlb_service_packets_total{service="we\"b"} 30`,
+		`xlb_service_bytes_total{service="we\"b"} 3000`,
+		`xlb_backend_packets_total{service="we\"b",backend="10.0.3.2:80"} 20`,
+		`xlb_backend_bytes_total{service="we\"b",backend="10.0.3.3:80"} 1000`,
+		`xlb_dataplane_reason_packets_total{reason="pass_not_vip"} 18446744073709551615`,
+		`xlb_config_reloads_total{result="ok"} 2`,
+		`xlb_config_reloads_total{result="error"} 1`,
+		`xlb_config_generation 3`,
+		`xlb_config_last_reload_successful 0`,
+		`xlb_build_info{version="v1.2.3"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("missing %q in:\n%s", want, body)
+		}
+	}
+
+	// The unix socket serves the same metrics.
+	unix := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	if body2, _ := scrape(t, unix, "http://xlb/metrics"); body2 != body {
+		t.Errorf("the socket's metrics differ from the TCP ones:\n%s", body2)
+	}
+}
+
+func TestMetricsStatusError(t *testing.T) {
+	srv, _ := serve(t, "127.0.0.1:0", func() (*Status, error) { return nil, errors.New("boom") })
+	body, resp := scrape(t, http.DefaultClient, "http://"+srv.MetricsAddr().String()+"/metrics")
+	if resp.StatusCode != http.StatusInternalServerError || !strings.Contains(body, "boom") {
+		t.Errorf("status %s, body %q; want 500 with the error", resp.Status, body)
+	}
+}
+
+func TestServeMetricsPortTaken(t *testing.T) {
+	ln, err := Listen(filepath.Join(t.TempDir(), "xlb.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	if _, err := Serve(ln, taken.Addr().String(), func() (*Status, error) { return sampleStatus(), nil }, quiet); err == nil || !strings.Contains(err.Error(), "api.metrics") {
+		t.Fatalf("err = %v, want a metrics error naming api.metrics", err)
+	}
+}

@@ -1,0 +1,588 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"math/big"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+const file = "agent.yaml"
+
+// minimal is the smallest useful configuration: everything else defaults.
+const minimal = `node:
+  interface: eth0
+services:
+  - name: web
+    vip: 10.99.0.1
+    port: 80
+    backends:
+      - address: 10.0.3.2
+`
+
+func TestLoadFullExample(t *testing.T) {
+	cfg, err := Load(filepath.Join("testdata", "full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := netip.MustParseAddr
+	want := &Config{
+		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
+		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
+		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537},
+		Services: []Service{
+			{
+				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
+				Backends: []Backend{
+					{Address: ip("10.0.3.2"), Port: 80, Weight: 1},
+					{Address: ip("10.0.3.3"), Port: 80, Weight: 2},
+					{Address: ip("10.0.3.4"), Port: 80, Weight: 0},
+				},
+			},
+			{
+				Name: "dns", VIP: ip("10.99.0.2"), Port: 53, Protocol: UDP, Forwarding: DSRGUE,
+				Backends: []Backend{
+					{Address: ip("10.0.3.2"), Port: 53, Weight: 1},
+					{Address: ip("10.0.3.3"), Port: 53, Weight: 1},
+				},
+			},
+		},
+	}
+	if !reflect.DeepEqual(cfg, want) {
+		t.Errorf("got\n%+v\nwant\n%+v", cfg, want)
+	}
+}
+
+// The example in the documentation must stay valid: it is what users copy.
+func TestDocExampleParses(t *testing.T) {
+	doc, err := os.ReadFile(filepath.Join("..", "..", "docs", "configuration.md"))
+	if err != nil {
+		t.Skipf("docs/configuration.md not readable: %v", err)
+	}
+	blocks := yamlBlocks(string(doc))
+	if len(blocks) == 0 {
+		t.Fatal("docs/configuration.md has no yaml code block")
+	}
+	full, err := os.ReadFile(filepath.Join("testdata", "full.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if blocks[0] != string(full) {
+		t.Errorf("the first yaml block of docs/configuration.md differs from testdata/full.yaml; keep them identical")
+	}
+	for i, b := range blocks {
+		if strings.Contains(b, "# invalid") {
+			continue
+		}
+		if _, err := Parse(fmt.Sprintf("block%d.yaml", i), []byte(b)); err != nil {
+			t.Errorf("yaml block %d of docs/configuration.md:\n%v", i, err)
+		}
+	}
+}
+
+// yamlBlocks returns the contents of the ```yaml fences of a markdown text.
+func yamlBlocks(md string) []string {
+	var out []string
+	for {
+		_, rest, ok := strings.Cut(md, "```yaml\n")
+		if !ok {
+			return out
+		}
+		block, after, ok := strings.Cut(rest, "```")
+		if !ok {
+			return out
+		}
+		out = append(out, block)
+		md = after
+	}
+}
+
+func TestDefaults(t *testing.T) {
+	cfg, err := Parse(file, []byte(minimal))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Node.Address.IsValid() {
+		t.Errorf("node.address = %v, want unset", cfg.Node.Address)
+	}
+	if cfg.API != (API{Socket: DefaultSocket}) {
+		t.Errorf("api = %+v, want socket %s and no metrics", cfg.API, DefaultSocket)
+	}
+	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize}) {
+		t.Errorf("dataplane = %+v, want the defaults", cfg.Dataplane)
+	}
+	if len(cfg.Services) != 1 {
+		t.Fatalf("got %d services, want 1", len(cfg.Services))
+	}
+	s := cfg.Services[0]
+	if s.Protocol != TCP || s.Forwarding != DSRIPIP {
+		t.Errorf("protocol, forwarding = %s, %s; want tcp, dsr-ipip", s.Protocol, s.Forwarding)
+	}
+	want := []Backend{{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: DefaultWeight}}
+	if !reflect.DeepEqual(s.Backends, want) {
+		t.Errorf("backends = %+v, want %+v", s.Backends, want)
+	}
+}
+
+func TestParseValid(t *testing.T) {
+	ip := netip.MustParseAddr
+	tests := []struct {
+		name  string
+		yaml  string
+		check func(*Config) error
+	}{
+		{"no services", "node: {interface: eth0}\n", func(c *Config) error {
+			return expect(len(c.Services) == 0 && c.Node.Interface == "eth0", "want eth0 and no services")
+		}},
+		{"empty services list", "node: {interface: eth0}\nservices: []\n", nil},
+		{"null sections", "node: {interface: eth0}\napi:\ndataplane:\nservices:\n", func(c *Config) error {
+			return expect(c.API.Socket == DefaultSocket && c.Dataplane.TableSize == DefaultTableSize, "null sections must get defaults")
+		}},
+		{"empty optional strings mean unset", "node: {interface: eth0, address: \"\"}\napi: {metrics: \"\"}\ndataplane: {pinPath: \"\"}\n", func(c *Config) error {
+			return expect(!c.Node.Address.IsValid() && c.API.Metrics == "" && c.Dataplane.PinPath == "", "want unset fields")
+		}},
+		{"interface of 15 bytes", "node: {interface: abcdefghijklmno}\n", nil},
+		{"metrics on every address", "node: {interface: eth0}\napi: {metrics: \":9400\"}\n", nil},
+		{"metrics on localhost", "node: {interface: eth0}\napi: {metrics: localhost:9400}\n", nil},
+		{"metrics on IPv6 loopback", "node: {interface: eth0}\napi: {metrics: \"[::1]:65535\"}\n", nil},
+		{"link-local and private addresses", minimalWith("vip: 10.99.0.1", "vip: 169.254.1.1"), func(c *Config) error {
+			return expect(c.Services[0].VIP == ip("169.254.1.1"), "want the link-local VIP")
+		}},
+		{"backend port equal to service port", minimalWith("address: 10.0.3.2", "{address: 10.0.3.2, port: 80}"), nil},
+		{"drained backend beside an active one", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, weight: 0}\n      - {address: 10.0.3.3, weight: 65535}"), func(c *Config) error {
+			b := c.Services[0].Backends
+			return expect(len(b) == 2 && b[0].Weight == 0 && b[1].Weight == 65535, "want weights 0 and 65535")
+		}},
+		{"same VIP and port, other protocol", "node: {interface: eth0}\nservices:\n" +
+			"  - {name: a, vip: 10.99.0.1, port: 53, protocol: tcp, backends: [{address: 10.0.3.2}]}\n" +
+			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, backends: [{address: 10.0.3.2}]}\n", nil},
+		{"healthCheck type none", minimalWith("port: 80", "port: 80\n    healthCheck: {type: none}"), nil},
+		{"smallest and largest table sizes", "node: {interface: eth0}\ndataplane: {tableSize: 251}\n", func(c *Config) error {
+			return expect(c.Dataplane.TableSize == MinTableSize, "want 251")
+		}},
+		{"largest table size", "node: {interface: eth0}\ndataplane: {tableSize: 1048573}\n", nil},
+		{"hexadecimal port", minimalWith("port: 80", "port: 0x50"), func(c *Config) error {
+			return expect(c.Services[0].Port == 80, "0x50 is 80")
+		}},
+		{"anchors, aliases and merge keys", `node: {interface: eth0}
+services:
+  - &web
+    name: web
+    vip: 10.99.0.1
+    port: 80
+    backends: &pool
+      - address: 10.0.3.2
+      - address: 10.0.3.3
+  - <<: *web
+    name: web-udp
+    protocol: udp
+  - {name: other, vip: 10.99.0.2, port: 80, backends: *pool}
+`, func(c *Config) error {
+			if len(c.Services) != 3 {
+				return fmt.Errorf("got %d services, want 3", len(c.Services))
+			}
+			s := c.Services[1]
+			return expect(s.Name == "web-udp" && s.Protocol == UDP && s.Port == 80 && len(s.Backends) == 2 && len(c.Services[2].Backends) == 2,
+				"the merged service must keep its own name and protocol and inherit the rest")
+		}},
+		{"trailing document marker", minimal + "---\n", nil},
+		{"comments everywhere", "# head\nnode: # n\n  interface: eth0 # i\n# tail\n", nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse(file, []byte(tc.yaml))
+			if err != nil {
+				t.Fatalf("unexpected error:\n%v", err)
+			}
+			if tc.check != nil {
+				if err := tc.check(cfg); err != nil {
+					t.Error(err)
+				}
+			}
+			if err := invariants(cfg); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
+
+func expect(ok bool, msg string) error {
+	if ok {
+		return nil
+	}
+	return errors.New(msg)
+}
+
+// minimalWith returns the minimal configuration with one replacement.
+func minimalWith(old, new string) string {
+	if !strings.Contains(minimal, old) {
+		panic("minimal has no " + old)
+	}
+	return strings.Replace(minimal, old, new, 1)
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		yaml string
+		line int
+		path string // "" for errors about the whole file
+		want string // part of the reason
+	}{
+		// The file as a whole.
+		{"empty file", "", 0, "", "the file is empty"},
+		{"only comments", "# nothing\n", 0, "", "the file is empty"},
+		{"null document", "~\n", 0, "", "holds no configuration"},
+		{"unclosed list", "node:\n  interface: [eth0\n", 2, "", "invalid YAML: did not find expected ',' or ']' (in the block that starts on this line"},
+		{"bad indentation", "node:\n  interface: eth0\n address: 10.0.1.2\n", 3, "", "invalid YAML"},
+		{"unknown escape", "node:\n  interface: \"\\q\"\n", 2, "", "invalid YAML: found unknown escape character"},
+		{"tab indentation", "node:\n\tinterface: eth0\n", 2, "", "spaces, not tabs"},
+		{"two documents", minimal + "---\nnode: {interface: eth1}\n", 9, "", "a second YAML document starts here"},
+		{"top level is a list", "- node\n", 1, "", "the top level must be a mapping"},
+		{"missing node", "services: []\n", 1, "node", "required section is missing"},
+		{"unknown top-level field", "node: {interface: eth0}\nservice: []\n", 2, "service", `did you mean "services"?`},
+		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, services"},
+		{"duplicate field", "node: {interface: eth0}\nnode: {interface: eth1}\n", 2, "node", "appears twice"},
+		{"bgp section", "node: {interface: eth0}\nbgp:\n  asn: 65001\n", 2, "bgp", "BGP is not implemented in this version of xlb yet; remove the bgp section"},
+		{"empty bgp section", "node: {interface: eth0}\nbgp: {}\n", 2, "bgp", "BGP is not implemented"},
+
+		// node
+		{"node is a list", "node: [eth0]\n", 1, "node", "expected a mapping"},
+		{"misspelt interface", "node:\n  interfce: eth0\n", 2, "node.interfce", `unknown field (did you mean "interface"?)`},
+		{"missing interface", "node:\n  address: 10.0.1.2\n", 1, "node.interface", "required"},
+		{"empty interface", "node: {interface: \"\"}\n", 1, "node.interface", "is empty"},
+		{"interface too long", "node: {interface: abcdefghijklmnop}\n", 1, "node.interface", "at most 15"},
+		{"interface with slash", "node: {interface: eth/0}\n", 1, "node.interface", "not a valid interface name"},
+		{"interface with space", "node: {interface: \"eth 0\"}\n", 1, "node.interface", "not a valid interface name"},
+		{"interface with colon", "node: {interface: \"eth0:1\"}\n", 1, "node.interface", "not a valid interface name"},
+		{"interface dot-dot", "node: {interface: \"..\"}\n", 1, "node.interface", "not a valid interface name"},
+		{"interface is a number", "node:\n  interface: 0\n", 2, "node.interface", `expected a string, got the integer 0; quote it ("0")`},
+		{"interface without value", "node:\n  interface:\n", 2, "node.interface", "has no value"},
+		{"interface is a boolean", "node:\n  interface: true\n", 2, "node.interface", "expected a string, got the boolean true"},
+		{"interface is a mapping", "node:\n  interface: {name: eth0}\n", 2, "node.interface", "expected a string, got a mapping"},
+		{"node address without value", "node:\n  interface: eth0\n  address:\n", 3, "node.address", "has no value"},
+		{"node address is a list", "node:\n  interface: eth0\n  address: [10.0.1.2]\n", 3, "node.address", "expected a single value, got a list"},
+		{"node address IPv6", "node: {interface: eth0, address: \"2001:db8::1\"}\n", 1, "node.address", "IPv6 is not supported yet"},
+		{"node address garbage", "node:\n  interface: eth0\n  address: 10.0.1.x\n", 3, "node.address", `"10.0.1.x" is not an IPv4 address`},
+		{"node address loopback", "node: {interface: eth0, address: 127.0.0.1}\n", 1, "node.address", "loopback"},
+
+		// api
+		{"relative socket", "node: {interface: eth0}\napi:\n  socket: xlb.sock\n", 3, "api.socket", "not an absolute path"},
+		{"empty socket", "node: {interface: eth0}\napi:\n  socket: \"\"\n", 3, "api.socket", "not an absolute path"},
+		{"socket too long", "node: {interface: eth0}\napi:\n  socket: /" + strings.Repeat("a", 107) + "\n", 3, "api.socket", "at most 107"},
+		{"metrics without port", "node: {interface: eth0}\napi:\n  metrics: 127.0.0.1\n", 3, "api.metrics", "not host:port"},
+		{"metrics as a number", "node: {interface: eth0}\napi:\n  metrics: 9400\n", 3, "api.metrics", "not host:port"},
+		{"metrics named port", "node: {interface: eth0}\napi:\n  metrics: localhost:http\n", 3, "api.metrics", "must be a number in 1..65535"},
+		{"metrics port zero", "node: {interface: eth0}\napi:\n  metrics: \":0\"\n", 3, "api.metrics", "must be a number in 1..65535"},
+		{"metrics port too big", "node: {interface: eth0}\napi:\n  metrics: \":65536\"\n", 3, "api.metrics", "must be a number in 1..65535"},
+		{"metrics host name", "node: {interface: eth0}\napi:\n  metrics: example.com:9400\n", 3, "api.metrics", "must be an IP address, localhost, or empty"},
+		{"misspelt metrics", "node: {interface: eth0}\napi:\n  metric: \":9400\"\n", 3, "api.metric", `did you mean "metrics"?`},
+
+		// dataplane
+		{"relative pin path", "node: {interface: eth0}\ndataplane:\n  pinPath: xlb\n", 3, "dataplane.pinPath", "not an absolute path"},
+		{"pin path with NUL", "node: {interface: eth0}\ndataplane:\n  pinPath: \"/sys/fs/bpf/a\\0b\"\n", 3, "dataplane.pinPath", "contains a NUL byte"},
+		{"attach mode", "node: {interface: eth0}\ndataplane:\n  attachMode: offload\n", 3, "dataplane.attachMode", "use auto (native, falling back to generic), native or generic"},
+		{"table size not prime", "node: {interface: eth0}\ndataplane:\n  tableSize: 65536\n", 3, "dataplane.tableSize", "not a prime, and Maglev needs a prime table size; the nearest primes are 65521 and 65537"},
+		{"table size too small", "node: {interface: eth0}\ndataplane:\n  tableSize: 241\n", 3, "dataplane.tableSize", "out of range 251..1048573"},
+		{"table size too large", "node: {interface: eth0}\ndataplane:\n  tableSize: 1048583\n", 3, "dataplane.tableSize", "out of range 251..1048573"},
+		{"table size as a string", "node: {interface: eth0}\ndataplane:\n  tableSize: \"65537\"\n", 3, "dataplane.tableSize", "expected a whole number"},
+		{"table size overflowing int64", "node: {interface: eth0}\ndataplane:\n  tableSize: 99999999999999999999\n", 3, "dataplane.tableSize", "expected a whole number"},
+		{"snake-case field", "node: {interface: eth0}\ndataplane:\n  table_size: 251\n", 3, "dataplane.table_size", `did you mean "tableSize"?`},
+
+		// services
+		{"services is a mapping", "node: {interface: eth0}\nservices:\n  web: {}\n", 3, "services", "expected a list"},
+		{"service is a string", "node: {interface: eth0}\nservices:\n  - web\n", 3, "services[0]", "expected a service"},
+		{"missing name", minimalWith("  - name: web\n    vip", "  - vip"), 4, "services[0].name", "required"},
+		{"bad name", minimalWith("name: web", "name: Web_1"), 4, "services[0].name", `"Web_1" is not a valid name`},
+		{"name ending in a dash", minimalWith("name: web", "name: web-"), 4, "services[0].name", "not a valid name"},
+		{"name too long", minimalWith("name: web", "name: "+strings.Repeat("a", 64)), 4, "services[0].name", "64 characters long"},
+		{"duplicate name", minimal + "  - {name: web, vip: 10.99.0.2, port: 80, backends: [{address: 10.0.3.2}]}\n", 9, "services[1].name", `"web" is already the name of services[0] (line 4)`},
+		{"missing vip", minimalWith("    vip: 10.99.0.1\n", ""), 4, "services[0].vip", "required"},
+		{"vip garbage", minimalWith("vip: 10.99.0.1", "vip: 10.99.0.x"), 5, "services[0].vip", `"10.99.0.x" is not an IPv4 address`},
+		{"vip is a number", minimalWith("vip: 10.99.0.1", "vip: 10.99"), 5, "services[0].vip", `"10.99" is not an IPv4 address`},
+		{"vip with prefix", minimalWith("vip: 10.99.0.1", "vip: 10.99.0.1/32"), 5, "services[0].vip", "is a prefix, not an address; write the address alone (10.99.0.1)"},
+		{"vip IPv6", minimalWith("vip: 10.99.0.1", "vip: \"fd00::1\""), 5, "services[0].vip", "IPv6 is not supported yet"},
+		{"vip IPv4-mapped", minimalWith("vip: 10.99.0.1", "vip: \"::ffff:10.99.0.1\""), 5, "services[0].vip", "write it as plain IPv4 (10.99.0.1)"},
+		{"vip unspecified", minimalWith("vip: 10.99.0.1", "vip: 0.0.0.0"), 5, "services[0].vip", "unspecified address"},
+		{"vip broadcast", minimalWith("vip: 10.99.0.1", "vip: 255.255.255.255"), 5, "services[0].vip", "broadcast address"},
+		{"vip multicast", minimalWith("vip: 10.99.0.1", "vip: 239.1.1.1"), 5, "services[0].vip", "multicast address"},
+		{"vip loopback", minimalWith("vip: 10.99.0.1", "vip: 127.0.0.53"), 5, "services[0].vip", "loopback address"},
+		{"missing port", minimalWith("    port: 80\n", ""), 4, "services[0].port", "required"},
+		{"port zero", minimalWith("port: 80", "port: 0"), 6, "services[0].port", "0 is out of range 1..65535"},
+		{"port too big", minimalWith("port: 80", "port: 65536"), 6, "services[0].port", "65536 is out of range 1..65535"},
+		{"port negative", minimalWith("port: 80", "port: -1"), 6, "services[0].port", "out of range"},
+		{"port as a string", minimalWith("port: 80", "port: \"80\""), 6, "services[0].port", `expected a whole number, got the string "80"`},
+		{"port as a float", minimalWith("port: 80", "port: 80.5"), 6, "services[0].port", "expected a whole number, got the number 80.5"},
+		{"port as a list", minimalWith("port: 80", "port: [80]"), 6, "services[0].port", "expected a whole number, got a list"},
+		{"protocol", minimalWith("port: 80", "port: 80\n    protocol: TCP"), 7, "services[0].protocol", `"TCP" is not a protocol; use tcp or udp`},
+		{"forwarding", minimalWith("port: 80", "port: 80\n    forwarding: nat"), 7, "services[0].forwarding", "use dsr-ipip or dsr-gue"},
+		{"health check", minimalWith("port: 80", "port: 80\n    healthCheck: {type: http, path: /}"), 7, "services[0].healthCheck", "health checks are not implemented in this version of xlb yet; remove healthCheck"},
+		{"health check none with more", minimalWith("port: 80", "port: 80\n    healthCheck: {type: none, interval: 1s}"), 7, "services[0].healthCheck", "not implemented"},
+		{"misspelt service field", minimalWith("port: 80", "port: 80\n    protocl: tcp"), 7, "services[0].protocl", `did you mean "protocol"?`},
+		{"duplicate vip, port, protocol", minimal + "  - name: api\n    vip: 10.99.0.1\n    port: 80\n    backends: [{address: 10.0.3.2}]\n", 9, "services[1]",
+			`10.99.0.1:80/tcp is already served by service "web" (services[0], line 4)`},
+		{"duplicate key of an unnamed service", "node: {interface: eth0}\nservices:\n  - {name: X, vip: 10.99.0.1, port: 80, backends: [{address: 10.0.3.2}]}\n  - {name: y, vip: 10.99.0.1, port: 80, backends: [{address: 10.0.3.2}]}\n",
+			4, "services[1]", "10.99.0.1:80/tcp is already served by services[0] (line 3)"},
+
+		// backends
+		{"missing backends", minimalWith("    backends:\n      - address: 10.0.3.2\n", ""), 4, "services[0].backends", "required"},
+		{"empty backends", minimalWith("backends:\n      - address: 10.0.3.2\n", "backends: []\n"), 7, "services[0].backends", "the list is empty"},
+		{"null backends", minimalWith("backends:\n      - address: 10.0.3.2\n", "backends:\n"), 7, "services[0].backends", "the list is empty"},
+		{"backend is a string", minimalWith("- address: 10.0.3.2", "- 10.0.3.2"), 8, "services[0].backends[0]", "expected a backend"},
+		{"backend without address", minimalWith("- address: 10.0.3.2", "- weight: 1"), 8, "services[0].backends[0].address", "required"},
+		{"backend address garbage", minimalWith("- address: 10.0.3.2", "- address: 10.0.3.x"), 8, "services[0].backends[0].address", `"10.0.3.x" is not an IPv4 address`},
+		{"backend address multicast", minimalWith("- address: 10.0.3.2", "- address: 224.0.0.1"), 8, "services[0].backends[0].address", "multicast"},
+		{"backend address IPv6", minimalWith("- address: 10.0.3.2", "- address: \"fd00::2\""), 8, "services[0].backends[0].address", "IPv6 is not supported yet"},
+		{"duplicate backend", minimalWith("- address: 10.0.3.2", "- address: 10.0.3.2\n      - address: 10.0.3.2"), 9, "services[0].backends[1].address",
+			"10.0.3.2 is already listed as services[0].backends[0] (line 8)"},
+		{"backend port differs", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, port: 8080}"), 8, "services[0].backends[0].port",
+			"8080 differs from the service port 80; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports"},
+		{"backend port out of range", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, port: 70000}"), 8, "services[0].backends[0].port", "out of range 1..65535"},
+		{"weight too big", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, weight: 65536}"), 8, "services[0].backends[0].weight", "65536 is out of range 0..65535"},
+		{"weight negative", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, weight: -1}"), 8, "services[0].backends[0].weight", "out of range 0..65535"},
+		{"weight without value", minimalWith("- address: 10.0.3.2", "- address: 10.0.3.2\n        weight:"), 9, "services[0].backends[0].weight", "has no value"},
+		{"all weights zero", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, weight: 0}\n      - {address: 10.0.3.3, weight: 0}"), 7, "services[0].backends",
+			"every backend has weight 0"},
+		{"misspelt weight", minimalWith("- address: 10.0.3.2", "- {address: 10.0.3.2, weigth: 2}"), 8, "services[0].backends[0].weigth", `did you mean "weight"?`},
+		{"more backends than table slots", "node: {interface: eth0}\ndataplane: {tableSize: 251}\nservices:\n  - name: big\n    vip: 10.99.0.1\n    port: 80\n    backends:\n" + backendLines(251, 0),
+			7, "services[0].backends", "251 backends do not fit a Maglev table of 251 entries; raise dataplane.tableSize"},
+
+		// YAML features used badly
+		{"merge of a scalar", "node:\n  <<: eth0\n", 2, "node", "a merge key (<<) takes a mapping"},
+		{"custom tag", "node:\n  interface: !iface eth0\n", 2, "node.interface", "custom tag !iface"},
+		{"field name is a list", "node:\n  ? [a]\n  : b\n", 2, "node", "a field name must be a plain word"},
+		{"weird field name stays on one line", "node:\n  \"a\\nb\": 1\n  interface: eth0\n", 2, `node."a\nb"`, "unknown field"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, err := Parse(file, []byte(tc.yaml))
+			if err == nil {
+				t.Fatalf("no error; want %q", tc.want)
+			}
+			if cfg != nil {
+				t.Errorf("got a config together with an error")
+			}
+			prefix := file + ": "
+			if tc.line > 0 {
+				prefix = fmt.Sprintf("%s:%d: ", file, tc.line)
+			}
+			if tc.path != "" {
+				prefix += tc.path + ": "
+			}
+			for _, line := range strings.Split(err.Error(), "\n") {
+				if strings.HasPrefix(line, prefix) && strings.Contains(line, tc.want) {
+					return
+				}
+			}
+			t.Errorf("no error line starts with %q and contains %q; got:\n%v", prefix, tc.want, err)
+		})
+	}
+}
+
+// backendLines returns n backend list items with distinct addresses,
+// starting after offset.
+func backendLines(n, offset int) string {
+	var b strings.Builder
+	for i := offset; i < offset+n; i++ {
+		fmt.Fprintf(&b, "      - address: 10.%d.%d.%d\n", 1+i/65536, i/256%256, i%256)
+	}
+	return b.String()
+}
+
+func TestParseUnnamedInput(t *testing.T) {
+	_, err := Parse("", []byte("node: {interface: eth/0}\n"))
+	if err == nil || !strings.HasPrefix(err.Error(), "config:1: node.interface: ") {
+		t.Errorf("got %v, want an error naming the input \"config\"", err)
+	}
+}
+
+func TestEveryErrorReported(t *testing.T) {
+	in := `node:
+  interfce: eth0
+services:
+  - name: a
+    vip: 10.99.0.x
+    port: 80
+    backends: [{address: 10.0.3.2, port: 81}]
+`
+	_, err := Parse(file, []byte(in))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	// The misspelt interface is reported once, as unknown with a
+	// suggestion, and not also as a missing node.interface.
+	want := []string{
+		"agent.yaml:2: node.interfce: unknown field",
+		"agent.yaml:5: services[0].vip:",
+		"agent.yaml:7: services[0].backends[0].port:",
+	}
+	if len(lines) != len(want) {
+		t.Fatalf("got %d errors, want %d:\n%v", len(lines), len(want), err)
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(lines[i], w) {
+			t.Errorf("error %d = %q, want prefix %q", i, lines[i], w)
+		}
+	}
+	var e *Error
+	if !errors.As(err, &e) || e.File != file || e.Line != 2 || e.Path != "node.interfce" {
+		t.Errorf("errors.As gives %+v, want the first error with its file, line and path", e)
+	}
+}
+
+func TestErrorCount(t *testing.T) {
+	in := "node: {interface: eth0}\nservices:\n  - name: s\n    vip: 10.99.0.1\n    port: 80\n    backends:\n" +
+		strings.Repeat("      - address: x\n", maxErrors+10)
+	_, err := Parse(file, []byte(in))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != maxErrors+1 {
+		t.Fatalf("got %d lines, want %d", len(lines), maxErrors+1)
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "10 more errors not shown") {
+		t.Errorf("last line = %q, want the count of the errors left out", last)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	// services builds n services with per backends each.
+	services := func(n, per int) string {
+		var b strings.Builder
+		b.WriteString("node: {interface: eth0}\nservices:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "  - name: s%d\n    vip: 10.99.%d.%d\n    port: 80\n    backends:\n", i, i/200, 1+i%200)
+			b.WriteString(backendLines(per, 0))
+		}
+		return b.String()
+	}
+	tests := []struct {
+		name         string
+		services     int
+		perService   int
+		want         string // "" when valid
+		wantServices int
+	}{
+		{"services at the limit", MaxServices, 1, "", MaxServices},
+		{"backends at the limit", MaxServices, MaxBackends / MaxServices, "", MaxServices},
+		{"one service too many", MaxServices + 1, 1, "1025 services exceed the limit of 1024 (MaxServices)", 0},
+		{"one backend too many", 2, MaxBackends/2 + 1, "16386 backend entries over all services exceed the limit of 16384 (MaxBackends", 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			start := time.Now()
+			cfg, err := Parse(file, []byte(services(tc.services, tc.perService)))
+			t.Logf("parsed in %v", time.Since(start))
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(cfg.Services) != tc.wantServices {
+					t.Errorf("got %d services, want %d", len(cfg.Services), tc.wantServices)
+				}
+				if err := invariants(cfg); err != nil {
+					t.Error(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			if !strings.Contains(err.Error(), "agent.yaml:2: services: "+tc.want) {
+				t.Errorf("got\n%v\nwant %q at line 2", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestAliasBomb(t *testing.T) {
+	// Each level doubles the work of resolving the one below it: without a
+	// budget, 40 levels would take 2^40 steps.
+	var b strings.Builder
+	b.WriteString("node: {interface: eth0}\nx0: &a0 {interface: eth0}\n")
+	for i := 1; i <= 40; i++ {
+		fmt.Fprintf(&b, "x%d: &a%d {<<: [*a%d, *a%d]}\n", i, i, i-1, i-1)
+	}
+	b.WriteString("dataplane:\n  <<: *a40\n")
+	start := time.Now()
+	_, err := Parse(file, []byte(b.String()))
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v", took)
+	}
+	if err == nil || !strings.Contains(err.Error(), "too many nodes through aliases or merge keys") {
+		t.Errorf("got %v, want the alias budget error", err)
+	}
+}
+
+func TestLoad(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("node:\n  interface: eth/0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(bad); err == nil || !strings.HasPrefix(err.Error(), bad+":2: node.interface: ") {
+		t.Errorf("Load(bad) = %v, want an error naming %s, line 2 and node.interface", err, bad)
+	}
+	missing := filepath.Join(dir, "missing.yaml")
+	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
+		t.Errorf("Load(missing) = %v, want a not-exist error naming the file", err)
+	}
+}
+
+func TestSuggest(t *testing.T) {
+	known := []string{"address", "port", "weight"}
+	tests := []struct{ in, want string }{
+		{"adress", "address"},
+		{"Address", "address"},
+		{"weigth", "weight"},
+		{"wieght", "weight"},
+		{"prot", "port"},
+		{"ports", "port"},
+		{"host", ""},
+		{"x", ""},
+		{"addr", ""},
+	}
+	for _, tc := range tests {
+		if got := suggest(tc.in, known); got != tc.want {
+			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
+	if got := suggest("pin_path", dataplaneFields); got != "pinPath" {
+		t.Errorf("suggest(pin_path) = %q, want pinPath", got)
+	}
+}
+
+func TestPrimes(t *testing.T) {
+	for n := uint32(0); n < 5000; n++ {
+		if got, want := isPrime(n), big.NewInt(int64(n)).ProbablyPrime(20); got != want {
+			t.Errorf("isPrime(%d) = %v, want %v", n, got, want)
+		}
+	}
+	for _, n := range []uint32{MinTableSize, MaxTableSize, DefaultTableSize, 4294967291} {
+		if !isPrime(n) {
+			t.Errorf("isPrime(%d) = false, want true", n)
+		}
+	}
+	for _, n := range []uint32{252, 65536, 1000000, MaxTableSize - 1, 4294967295} {
+		if isPrime(n) {
+			t.Errorf("isPrime(%d) = true, want false", n)
+		}
+	}
+	for _, tc := range []struct{ n, lo, hi uint32 }{
+		{252, 251, 257},
+		{65536, 65521, 65537},
+		{1048572, 1048571, 1048573},
+	} {
+		if lo, hi := nearestPrimes(tc.n); lo != tc.lo || hi != tc.hi {
+			t.Errorf("nearestPrimes(%d) = %d, %d; want %d, %d", tc.n, lo, hi, tc.lo, tc.hi)
+		}
+	}
+}

@@ -1,0 +1,438 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+
+	"gopkg.in/yaml.v3"
+)
+
+// maxFileSize bounds what Load reads. A configuration at every limit
+// (MaxBackends backends written one per line) takes about 1 MiB.
+const maxFileSize = 16 << 20
+
+// Fields each mapping may hold, in the order the documentation lists them.
+var (
+	topFields       = []string{"node", "api", "dataplane", "services", "bgp"}
+	nodeFields      = []string{"interface", "address"}
+	apiFields       = []string{"socket", "metrics"}
+	dataplaneFields = []string{"pinPath", "attachMode", "tableSize"}
+	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "backends"}
+	backendFields   = []string{"address", "port", "weight"}
+)
+
+// Messages for the parts of the contract this version does not implement.
+// They are errors, never ignored: a user who writes a bgp section expects
+// the VIPs to be announced.
+const (
+	bgpNotImplemented = "BGP is not implemented in this version of xlb yet; remove the bgp section " +
+		"(until then nothing is announced: route the VIPs to this node by other means, e.g. static routes on the router)"
+	healthNotImplemented = "health checks are not implemented in this version of xlb yet; remove healthCheck " +
+		"or write \"healthCheck: {type: none}\" (every backend with weight > 0 receives new flows; drain one with weight: 0)"
+)
+
+// Load reads and parses the configuration file at path.
+func Load(path string) (*Config, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, maxFileSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if len(data) > maxFileSize {
+		return nil, fmt.Errorf("%s: the file is larger than %d MiB; this is not an xlb configuration", path, maxFileSize>>20)
+	}
+	return Parse(path, data)
+}
+
+// Parse parses and validates a configuration and applies its defaults.
+// filename only names the input in error messages. On failure it returns
+// every problem found, one per line, each an *Error naming the file, the
+// line, the field path and the reason.
+func Parse(filename string, data []byte) (*Config, error) {
+	if filename == "" {
+		filename = "config"
+	}
+	d := &decoder{file: filename}
+	cfg := d.config(data)
+	if err := d.err(); err != nil {
+		return nil, err
+	}
+	return cfg, nil
+}
+
+func (d *decoder) config(data []byte) *Config {
+	top := d.resolve(d.document(data))
+	if top == nil {
+		return nil
+	}
+	if top.Kind != yaml.MappingNode {
+		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, services), got %s", describe(top))
+		return nil
+	}
+	fs := d.mapping(top, "", topFields)
+	cfg := &Config{}
+	if f, ok := fs["bgp"]; ok {
+		d.errorf(f.key, "bgp", "%s", bgpNotImplemented)
+	}
+	if f, ok := fs["node"]; ok {
+		cfg.Node = d.node(f, "node")
+	} else {
+		d.missing(top, "node", "required section is missing; add at least \"node: {interface: eth0}\" naming the interface XDP attaches to")
+	}
+	cfg.API = d.api(fs["api"], "api")
+	dp, tableSizeSet := d.dataplane(fs["dataplane"], "dataplane")
+	cfg.Dataplane = dp
+	cfg.Services = d.services(fs["services"], "services", dp.TableSize, tableSizeSet)
+	return cfg
+}
+
+func (d *decoder) node(f field, path string) Node {
+	var n Node
+	fs := d.mapping(f.value, path, nodeFields)
+	if g, ok := fs["interface"]; ok {
+		if s, ok := d.str(g, join(path, "interface")); ok {
+			if why := checkInterface(s); why != "" {
+				d.errorf(g.value, join(path, "interface"), "%s", why)
+			} else {
+				n.Interface = s
+			}
+		}
+	} else {
+		d.missing(f.key, join(path, "interface"), "required: name the network interface XDP attaches to, e.g. interface: eth0")
+	}
+	if g, ok := fs["address"]; ok {
+		if s, ok := d.text(g, join(path, "address")); ok && s != "" {
+			if a, why := parseUnicast4(s); why != "" {
+				d.errorf(g.value, join(path, "address"), "%s", why)
+			} else {
+				n.Address = a
+			}
+		}
+	}
+	return n
+}
+
+func (d *decoder) api(f field, path string) API {
+	a := API{Socket: DefaultSocket}
+	if f.key == nil {
+		return a
+	}
+	fs := d.mapping(f.value, path, apiFields)
+	if g, ok := fs["socket"]; ok {
+		if s, ok := d.str(g, join(path, "socket")); ok {
+			if why := checkSocket(s); why != "" {
+				d.errorf(g.value, join(path, "socket"), "%s", why)
+			} else {
+				a.Socket = s
+			}
+		}
+	}
+	if g, ok := fs["metrics"]; ok {
+		if s, ok := d.text(g, join(path, "metrics")); ok {
+			if why := checkMetrics(s); why != "" {
+				d.errorf(g.value, join(path, "metrics"), "%s", why)
+			} else {
+				a.Metrics = s
+			}
+		}
+	}
+	return a
+}
+
+// dataplane also reports whether tableSize was written in the file, so
+// that a later error can point at it.
+func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
+	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize}
+	if f.key == nil {
+		return dp, false
+	}
+	fs := d.mapping(f.value, path, dataplaneFields)
+	if g, ok := fs["pinPath"]; ok {
+		if s, ok := d.str(g, join(path, "pinPath")); ok {
+			if why := checkPinPath(s); why != "" {
+				d.errorf(g.value, join(path, "pinPath"), "%s", why)
+			} else {
+				dp.PinPath = s
+			}
+		}
+	}
+	if g, ok := fs["attachMode"]; ok {
+		if s, ok := d.str(g, join(path, "attachMode")); ok {
+			switch s {
+			case AttachAuto, AttachNative, AttachGeneric:
+				dp.AttachMode = s
+			default:
+				d.errorf(g.value, join(path, "attachMode"), "%q is not an attach mode; use auto (native, falling back to generic), native or generic", s)
+			}
+		}
+	}
+	g, set := fs["tableSize"]
+	if set {
+		if n, ok := d.integer(g, join(path, "tableSize"), MinTableSize, MaxTableSize); ok {
+			if isPrime(uint32(n)) {
+				dp.TableSize = uint32(n)
+			} else {
+				lo, hi := nearestPrimes(uint32(n))
+				d.errorf(g.value, join(path, "tableSize"), "%d is not a prime, and Maglev needs a prime table size; the nearest primes are %d and %d", n, lo, hi)
+			}
+		}
+	}
+	return dp, set
+}
+
+// serviceAt remembers where a service was defined, for messages about a
+// later one that collides with it.
+type serviceAt struct {
+	index int
+	name  string
+	line  int
+}
+
+func (d *decoder) services(f field, path string, tableSize uint32, tableSizeSet bool) []Service {
+	if f.key == nil {
+		return nil
+	}
+	items, ok := d.sequence(f.value, path)
+	if !ok {
+		return nil
+	}
+	if len(items) > MaxServices {
+		d.errorf(f.key, path, "%d services exceed the limit of %d (MaxServices) that one agent can serve; remove some", len(items), MaxServices)
+		items = items[:MaxServices]
+	}
+	names := map[string]serviceAt{}
+	keys := map[Key]serviceAt{}
+	out := make([]Service, 0, len(items))
+	total := 0 // backend entries over all services
+	overflow := false
+	for i, item := range items {
+		if d.exhausted {
+			return nil
+		}
+		p := index(path, i)
+		item = d.resolve(item)
+		if item == nil {
+			return nil
+		}
+		if item.Kind != yaml.MappingNode {
+			d.errorf(item, p, "expected a service (a mapping with name, vip, port and backends), got %s", describe(item))
+			continue
+		}
+		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, tableSize: tableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
+		if !overflow && total+n > MaxBackends {
+			overflow = true
+		}
+		total += n
+		out = append(out, s)
+	}
+	if overflow {
+		d.errorf(f.key, path, "%d backend entries over all services exceed the limit of %d (MaxBackends) that one agent can hold; every backend of every service is one entry, drained ones included", total, MaxBackends)
+	}
+	return out
+}
+
+// svcCtx is what parsing one service needs to know about the others.
+type svcCtx struct {
+	names        map[string]serviceAt
+	keys         map[Key]serviceAt
+	tableSize    uint32
+	tableSizeSet bool
+	skipBackends bool // over MaxBackends already
+}
+
+func (s serviceAt) String() string {
+	if s.name == "" {
+		return fmt.Sprintf("services[%d] (line %d)", s.index, s.line)
+	}
+	return fmt.Sprintf("service %q (services[%d], line %d)", s.name, s.index, s.line)
+}
+
+// service parses the i-th service. It also returns the number of its
+// backends, which the caller counts against MaxBackends.
+func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, int) {
+	s := Service{Protocol: TCP, Forwarding: DSRIPIP}
+	fs := d.mapping(n, path, serviceFields)
+
+	if g, ok := fs["name"]; ok {
+		if v, ok := d.str(g, join(path, "name")); ok {
+			if why := checkServiceName(v); why != "" {
+				d.errorf(g.value, join(path, "name"), "%s", why)
+			} else if first, dup := c.names[v]; dup {
+				d.errorf(g.value, join(path, "name"), "%q is already the name of services[%d] (line %d); service names must be unique", v, first.index, first.line)
+			} else {
+				s.Name = v
+				c.names[v] = serviceAt{index: i, name: v, line: g.value.Line}
+			}
+		}
+	} else {
+		d.missing(n, join(path, "name"), "required: give the service a name, e.g. name: web")
+	}
+
+	if g, ok := fs["vip"]; ok {
+		if v, ok := d.text(g, join(path, "vip")); ok {
+			if a, why := parseUnicast4(v); why != "" {
+				d.errorf(g.value, join(path, "vip"), "%s", why)
+			} else {
+				s.VIP = a
+			}
+		}
+	} else {
+		d.missing(n, join(path, "vip"), "required: give the service's virtual IPv4 address, e.g. vip: 10.99.0.1")
+	}
+
+	if g, ok := fs["port"]; ok {
+		if v, ok := d.integer(g, join(path, "port"), 1, 65535); ok {
+			s.Port = uint16(v)
+		}
+	} else {
+		d.missing(n, join(path, "port"), "required: give the service's port, e.g. port: 80")
+	}
+
+	protocolOK := true
+	if g, ok := fs["protocol"]; ok {
+		protocolOK = false
+		if v, ok := d.str(g, join(path, "protocol")); ok {
+			switch Protocol(v) {
+			case TCP, UDP:
+				s.Protocol = Protocol(v)
+				protocolOK = true
+			default:
+				d.errorf(g.value, join(path, "protocol"), "%q is not a protocol; use tcp or udp (lower case)", v)
+			}
+		}
+	}
+
+	if g, ok := fs["forwarding"]; ok {
+		if v, ok := d.str(g, join(path, "forwarding")); ok {
+			switch Forwarding(v) {
+			case DSRIPIP, DSRGUE:
+				s.Forwarding = Forwarding(v)
+			default:
+				d.errorf(g.value, join(path, "forwarding"), "%q is not a forwarding mode; use dsr-ipip or dsr-gue", v)
+			}
+		}
+	}
+
+	if g, ok := fs["healthCheck"]; ok && !d.noHealthCheck(g) {
+		d.errorf(g.key, join(path, "healthCheck"), "%s", healthNotImplemented)
+	}
+
+	// The key is checked only once its parts are valid: a service with a
+	// bad VIP has already been reported.
+	if s.VIP.IsValid() && s.Port != 0 && protocolOK {
+		k := s.Key()
+		if first, dup := c.keys[k]; dup {
+			d.errorf(n, path, "%s is already served by %s; each VIP, port and protocol belongs to one service", k, first)
+		} else {
+			c.keys[k] = serviceAt{index: i, name: s.Name, line: n.Line}
+		}
+	}
+
+	g, ok := fs["backends"]
+	if !ok {
+		d.missing(n, join(path, "backends"), "required: list at least one backend, e.g. backends: [{address: 10.0.3.2}]")
+		return s, 0
+	}
+	items, ok := d.sequence(g.value, join(path, "backends"))
+	if !ok {
+		return s, 0
+	}
+	if len(items) == 0 {
+		d.errorf(g.key, join(path, "backends"), "the list is empty; a service needs at least one backend")
+		return s, 0
+	}
+	if len(items) >= int(c.tableSize) {
+		verb := "set"
+		if c.tableSizeSet {
+			verb = "raise"
+		}
+		d.errorf(g.key, join(path, "backends"), "%d backends do not fit a Maglev table of %d entries; %s dataplane.tableSize to a prime larger than %d (Maglev balances well when the table is about 100 times larger than the backends)", len(items), c.tableSize, verb, len(items))
+	}
+	if c.skipBackends {
+		// Over the MaxBackends limit already: the caller reports it, and
+		// walking more backends would only cost time.
+		return s, len(items)
+	}
+	s.Backends = d.backends(g, items, join(path, "backends"), s.Port)
+	return s, len(items)
+}
+
+// noHealthCheck reports whether a healthCheck asks for exactly what this
+// version does: no checks ({type: none} and nothing else).
+func (d *decoder) noHealthCheck(f field) bool {
+	v := d.resolve(f.value)
+	if v == nil || v.Kind != yaml.MappingNode || len(v.Content) != 2 {
+		return false
+	}
+	k, t := d.resolve(v.Content[0]), d.resolve(v.Content[1])
+	return k != nil && t != nil && k.Value == "type" && k.ShortTag() == "!!str" &&
+		t.Kind == yaml.ScalarNode && t.ShortTag() == "!!str" && t.Value == "none"
+}
+
+func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort uint16) []Backend {
+	type seen struct {
+		index, line int
+	}
+	addrs := map[netip.Addr]seen{}
+	out := make([]Backend, 0, len(items))
+	active, weightErr := false, false
+	for i, item := range items {
+		if d.exhausted {
+			return nil
+		}
+		p := index(path, i)
+		item = d.resolve(item)
+		if item == nil {
+			return nil
+		}
+		if item.Kind != yaml.MappingNode {
+			d.errorf(item, p, "expected a backend (a mapping with address and optionally port and weight), got %s", describe(item))
+			continue
+		}
+		b := Backend{Port: servicePort, Weight: DefaultWeight}
+		fs := d.mapping(item, p, backendFields)
+		if g, ok := fs["address"]; ok {
+			if v, ok := d.text(g, join(p, "address")); ok {
+				if a, why := parseUnicast4(v); why != "" {
+					d.errorf(g.value, join(p, "address"), "%s", why)
+				} else if first, dup := addrs[a]; dup {
+					d.errorf(g.value, join(p, "address"), "%s is already listed as %s (line %d); list each backend once and use weight to give it more traffic", a, index(path, first.index), first.line)
+				} else {
+					b.Address = a
+					addrs[a] = seen{index: i, line: g.value.Line}
+				}
+			}
+		} else {
+			d.missing(item, join(p, "address"), "required: give the backend's IPv4 address, e.g. address: 10.0.3.2")
+		}
+		if g, ok := fs["port"]; ok {
+			if v, ok := d.integer(g, join(p, "port"), 1, 65535); ok {
+				if servicePort != 0 && uint16(v) != servicePort {
+					d.errorf(g.value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d", v, servicePort, servicePort)
+				}
+				b.Port = uint16(v)
+			}
+		}
+		if g, ok := fs["weight"]; ok {
+			if v, ok := d.integer(g, join(p, "weight"), 0, MaxWeight); ok {
+				b.Weight = uint32(v)
+			} else {
+				weightErr = true
+			}
+		}
+		if b.Weight > 0 {
+			active = true
+		}
+		out = append(out, b)
+	}
+	if !active && !weightErr && len(out) == len(items) {
+		d.errorf(f.key, path, "every backend has weight 0 (drained), so no backend can take new flows; give at least one a weight above 0")
+	}
+	return out
+}

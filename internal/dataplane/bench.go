@@ -1,0 +1,226 @@
+package dataplane
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/maglev"
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// BenchResult is one program's cost per packet over several rounds.
+type BenchResult struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	Verdict     string    `json:"verdict"`
+	RoundsNs    []float64 `json:"rounds_ns"`
+	MedianNs    float64   `json:"median_ns"`
+	// NetNs is MedianNs less the wrapper's own cost (wrap_only).
+	NetNs float64 `json:"net_ns"`
+}
+
+// BenchConfig sets the size of a benchmark run.
+type BenchConfig struct {
+	Backends int    // backends of the benchmarked service
+	Repeat   uint32 // BPF_PROG_TEST_RUN repetitions per round
+	Rounds   int    // rounds, interleaved over the programs
+}
+
+var benchDescriptions = map[string]string{
+	"wrap_only":         "save and restore of the packet front only: the harness cost, subtracted from the others",
+	"floor_parse_tx":    "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
+	"floor_parse_encap": "floor 2: parse, hash, TTL, IPIP encapsulation to a fixed backend, XDP_TX; no lookup",
+	"bench_lb":          "the full LB path: service, Maglev slot, backend, FIB lookup, counters, IPIP, XDP_TX",
+}
+
+var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "bench_lb"}
+
+// RunBenchmark measures the LB program on a VIP hit against its floors
+// with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
+// afterwards) where the backends are reachable through a resolved
+// neighbour, so the full path ends in XDP_TX as on a real node.
+func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
+	ns := fmt.Sprintf("xlb-bench-%d", os.Getpid())
+	if err := benchNS(ns); err != nil {
+		return nil, err
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+
+	node := netip.MustParseAddr("10.0.1.2")
+	spec, err := loadBench()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
+		return nil, err
+	}
+	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
+	var objs benchObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, fmt.Errorf("load benchmark programs: %w", err)
+	}
+	defer objs.Close()
+
+	// Program the service through the same code the agent uses.
+	d := &Dataplane{tableSize: maglev.DefaultSize, objs: lbObjects{lbMaps: lbMaps{
+		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
+		Reasons: objs.Reasons, Services: objs.Services, SvcStats: objs.SvcStats, Vips: objs.Vips,
+		NhCache: objs.NhCache, NhGen: objs.NhGen,
+	}}}
+	vip := netip.MustParseAddr("10.99.0.1")
+	bs := make([]maglev.Backend, cfg.Backends)
+	for i := range bs {
+		a := netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + i)})
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			return nil, err
+		}
+	}
+	slots, err := maglev.Build(bs, maglev.DefaultSize)
+	if err != nil {
+		return nil, err
+	}
+	table := make([]uint32, len(slots))
+	for i, s := range slots {
+		table[i] = uint32(s)
+	}
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
+		return nil, err
+	}
+
+	progs := map[string]*ebpf.Program{
+		"wrap_only": objs.WrapOnly, "floor_parse_tx": objs.FloorParseTx,
+		"floor_parse_encap": objs.FloorParseEncap, "bench_lb": objs.BenchLb,
+	}
+	frame := benchFrame(vip)
+	results := make(map[string]*BenchResult)
+	err = netns.Do(ns, func() error {
+		iface, err := net.InterfaceByName("veth0")
+		if err != nil {
+			return err
+		}
+		idx := uint32(iface.Index)
+		for _, name := range benchOrder {
+			v, _, out, err := testRunXDP(progs[name].FD(), frame, idx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			if v != 3 {
+				return fmt.Errorf("%s: verdict %d, want XDP_TX", name, v)
+			}
+			if string(out) != string(frame) {
+				return fmt.Errorf("%s: the harness did not restore the packet", name)
+			}
+			results[name] = &BenchResult{Name: name, Description: benchDescriptions[name], Verdict: "XDP_TX"}
+		}
+		for r := 0; r < cfg.Rounds; r++ {
+			for _, name := range benchOrder {
+				_, ns, _, err := testRunXDP(progs[name].FD(), frame, idx, cfg.Repeat)
+				if err != nil {
+					return fmt.Errorf("%s: %w", name, err)
+				}
+				results[name].RoundsNs = append(results[name].RoundsNs, float64(ns))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BenchResult, 0, len(benchOrder))
+	for _, name := range benchOrder {
+		r := results[name]
+		r.MedianNs = median(r.RoundsNs)
+		out = append(out, *r)
+	}
+	for i := range out {
+		out[i].NetNs = out[i].MedianNs - out[0].MedianNs
+	}
+	// A VIP hit must have been counted as a forward on every round.
+	var per []lbXlbCounter
+	if err := objs.SvcStats.Lookup(uint32(0), &per); err != nil {
+		return nil, err
+	}
+	var pkts uint64
+	for _, p := range per {
+		pkts += p.Packets
+	}
+	if want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1; pkts != want {
+		return nil, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", pkts, want)
+	}
+	return out, nil
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func benchNS(ns string) error {
+	cmds := [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1"},
+		{"-n", ns, "link", "set", "veth0", "up"},
+		{"-n", ns, "link", "set", "veth1", "up"},
+		{"-n", ns, "addr", "add", "10.0.1.2/24", "dev", "veth0"},
+		{"-n", ns, "neigh", "add", "10.0.1.1", "lladdr", "02:00:00:00:00:01", "dev", "veth0", "nud", "permanent"},
+		{"-n", ns, "route", "add", "10.0.3.0/24", "via", "10.0.1.1"},
+	}
+	for i, c := range cmds {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			if i > 0 {
+				exec.Command("ip", "netns", "del", ns).Run()
+			}
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return netns.Do(ns, func() error { return prepareInterface("veth0") })
+}
+
+// benchFrame is a 64-byte-payload TCP segment from a client to the VIP.
+func benchFrame(vip netip.Addr) []byte {
+	f := make([]byte, 14+20+20+64)
+	copy(f[0:], []byte{0x02, 0, 0, 0, 0, 0x02})
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 0x01})
+	f[12], f[13] = 0x08, 0x00
+	ip := f[14:]
+	ip[0] = 0x45
+	ip[2], ip[3] = 0, byte(len(f)-14)
+	ip[6] = 0x40
+	ip[8] = 64
+	ip[9] = 6
+	copy(ip[12:], []byte{10, 0, 2, 2})
+	v := vip.As4()
+	copy(ip[16:], v[:])
+	var s uint32
+	for i := 0; i < 20; i += 2 {
+		s += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	s = (s & 0xffff) + s>>16
+	s = (s & 0xffff) + s>>16
+	ip[10], ip[11] = byte(^s>>8), byte(^s)
+	tcp := ip[20:]
+	tcp[0], tcp[1] = 0x9c, 0x40 // 40000
+	tcp[2], tcp[3] = 0, 80
+	tcp[12] = 5 << 4
+	tcp[13] = 0x18
+	return f
+}

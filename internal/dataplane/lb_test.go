@@ -1,0 +1,416 @@
+package dataplane
+
+import (
+	"bytes"
+	"encoding/binary"
+
+	"net/netip"
+	"testing"
+)
+
+const fxTableSize = 251
+
+type fxService struct {
+	key     ServiceKey
+	encap   Encap
+	backend uint32
+}
+
+// newFixtureLB loads an unattached, unpinned LB program and installs the
+// fixture services, each with a table that points at one backend.
+func newFixtureLB(t testing.TB) (*Dataplane, *fixtureNS) {
+	t.Helper()
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	d, err := load(Options{NodeAddr: fxNode, TableSize: fxTableSize}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	for id, addr := range []netip.Addr{fxBackend, fxRedirBE, fxNoNeighBE, fxSmallMTU, fxNoRouteBE} {
+		if err := d.UpsertBackend(uint32(id), addr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svcs := []fxService{
+		{ServiceKey{fxVIP, 80, ProtoTCP}, EncapIPIP, 0},
+		{ServiceKey{fxVIP, 53, ProtoUDP}, EncapGUE, 0},
+		{ServiceKey{netip.MustParseAddr("10.99.0.2"), 80, ProtoTCP}, EncapIPIP, 1},
+		{ServiceKey{netip.MustParseAddr("10.99.0.3"), 80, ProtoTCP}, EncapIPIP, 2},
+		{ServiceKey{netip.MustParseAddr("10.99.0.4"), 80, ProtoTCP}, EncapIPIP, 3},
+		{ServiceKey{netip.MustParseAddr("10.99.0.5"), 80, ProtoTCP}, EncapIPIP, 4},
+		{ServiceKey{netip.MustParseAddr("10.99.0.6"), 80, ProtoTCP}, EncapIPIP, 9}, // backend 9 unset
+		{ServiceKey{netip.MustParseAddr("10.99.0.4"), 53, ProtoUDP}, EncapGUE, 3},
+	}
+	for id, s := range svcs {
+		table := make([]uint32, fxTableSize)
+		for i := range table {
+			table[i] = s.backend
+		}
+		if err := d.UpsertService(Service{ID: uint32(id), Key: s.key, Encap: s.encap, Table: table}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d, f
+}
+
+func reasonDelta(t testing.TB, d *Dataplane, fn func()) map[string]uint64 {
+	t.Helper()
+	before, err := d.ReasonCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn()
+	after, err := d.ReasonCounters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta := map[string]uint64{}
+	for k, v := range after {
+		if v != before[k] {
+			delta[k] = v - before[k]
+		}
+	}
+	return delta
+}
+
+func tcpTo(dst netip.Addr, dport uint16) pkt {
+	return pkt{src: fxClient, dst: dst, sport: 40000, dport: dport, proto: 6, df: true, payload: []byte("GET / HTTP/1.1\r\n\r\n")}
+}
+
+// checkOuter verifies the outer IPv4 header of an encapsulated frame and
+// returns the bytes after it.
+func checkOuter(t *testing.T, out []byte, proto uint8, dst netip.Addr, innerLen int, df bool) []byte {
+	t.Helper()
+	if len(out) < 34 {
+		t.Fatalf("output too short: %d bytes", len(out))
+	}
+	if binary.BigEndian.Uint16(out[12:]) != 0x0800 {
+		t.Fatalf("ethertype %#x", binary.BigEndian.Uint16(out[12:]))
+	}
+	ip := out[14:34]
+	if ip[0] != 0x45 {
+		t.Errorf("outer version/IHL %#x, want 0x45", ip[0])
+	}
+	if csum(ip) != 0 {
+		t.Errorf("outer IPv4 checksum invalid")
+	}
+	if ip[8] != 64 {
+		t.Errorf("outer TTL %d, want 64", ip[8])
+	}
+	if ip[9] != proto {
+		t.Errorf("outer protocol %d, want %d", ip[9], proto)
+	}
+	overhead := 20
+	if proto == 17 {
+		overhead = 32
+	}
+	if got := int(binary.BigEndian.Uint16(ip[2:])); got != innerLen+overhead {
+		t.Errorf("outer total length %d, want %d", got, innerLen+overhead)
+	}
+	if len(out) != 14+innerLen+overhead {
+		t.Errorf("frame length %d, want %d", len(out), 14+innerLen+overhead)
+	}
+	if got := netip.AddrFrom4([4]byte(ip[12:16])); got != fxNode {
+		t.Errorf("outer source %v, want %v", got, fxNode)
+	}
+	if got := netip.AddrFrom4([4]byte(ip[16:20])); got != dst {
+		t.Errorf("outer destination %v, want %v", got, dst)
+	}
+	if gotDF := binary.BigEndian.Uint16(ip[6:])&0x4000 != 0; gotDF != df {
+		t.Errorf("outer DF %v, want %v (copied from the inner packet)", gotDF, df)
+	}
+	return out[34:]
+}
+
+// checkInner verifies that the inner packet is the original one with its
+// TTL decremented and its checksum still valid.
+func checkInner(t *testing.T, inner, orig []byte) {
+	t.Helper()
+	o := orig[14:]
+	if len(inner) != len(o) {
+		t.Fatalf("inner length %d, want %d", len(inner), len(o))
+	}
+	ihl := int(o[0]&0xf) * 4
+	if inner[8] != o[8]-1 {
+		t.Errorf("inner TTL %d, want %d", inner[8], o[8]-1)
+	}
+	if csum(inner[:ihl]) != 0 {
+		t.Errorf("inner IPv4 checksum invalid after TTL decrement")
+	}
+	want := append([]byte{}, o...)
+	want[8]--
+	copy(want[10:12], inner[10:12])
+	if !bytes.Equal(inner, want) {
+		t.Errorf("inner packet changed beyond TTL and checksum:\n got %x\nwant %x", inner, want)
+	}
+}
+
+func TestLBEncapIPIP(t *testing.T) {
+	d, f := newFixtureLB(t)
+	in := tcpTo(fxVIP, 80).frame(f.mac)
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, in) })
+	if v != xdpTX {
+		t.Fatalf("verdict %s, want TX", verdictNames[v])
+	}
+	if len(delta) != 0 {
+		t.Errorf("a forward counted reasons %v", delta)
+	}
+	if !bytes.Equal(out[0:6], fxRouterMAC) || !bytes.Equal(out[6:12], f.mac) {
+		t.Errorf("MACs dst %x src %x, want %x %x", out[0:6], out[6:12], fxRouterMAC, f.mac)
+	}
+	inner := checkOuter(t, out, 4, fxBackend, len(in)-14, true)
+	checkInner(t, inner, in)
+
+	c, err := d.ServiceCounters(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Packets != 1 || c.Bytes != uint64(len(in)-14) {
+		t.Errorf("service counters %+v, want 1 packet of %d bytes", c, len(in)-14)
+	}
+	b, _ := d.BackendCounters(0)
+	if b != c {
+		t.Errorf("backend counters %+v, want %+v", b, c)
+	}
+}
+
+func TestLBEncapGUE(t *testing.T) {
+	d, f := newFixtureLB(t)
+	p := pkt{src: fxClient, dst: fxVIP, sport: 5353, dport: 53, proto: 17, payload: []byte("query")}
+	in := p.frame(f.mac)
+	v, out := f.run(t, d.objs.XlbLbProg, in)
+	if v != xdpTX {
+		t.Fatalf("verdict %s, want TX", verdictNames[v])
+	}
+	rest := checkOuter(t, out, 17, fxBackend, len(in)-14, false)
+	udp, gue := rest[:8], rest[8:12]
+	sport := binary.BigEndian.Uint16(udp[0:])
+	if sport < 0xc000 {
+		t.Errorf("GUE source port %d outside the ephemeral range", sport)
+	}
+	want := uint16(0xc000 | FlowHash(fxClient, fxVIP, 5353, 53, 17)&0x3fff)
+	if sport != want {
+		t.Errorf("GUE source port %d, want %d (from the flow hash)", sport, want)
+	}
+	if got := binary.BigEndian.Uint16(udp[2:]); got != 6080 {
+		t.Errorf("GUE destination port %d, want 6080", got)
+	}
+	if got := int(binary.BigEndian.Uint16(udp[4:])); got != len(in)-14+12 {
+		t.Errorf("UDP length %d, want %d", got, len(in)-14+12)
+	}
+	if !bytes.Equal(gue, []byte{0, 4, 0, 0}) {
+		t.Errorf("GUE header %x, want 00040000 (variant 0, IPv4 inside)", gue)
+	}
+	checkInner(t, rest[12:], in)
+}
+
+func TestLBRedirect(t *testing.T) {
+	d, f := newFixtureLB(t)
+	in := tcpTo(netip.MustParseAddr("10.99.0.2"), 80).frame(f.mac)
+	v, out := f.run(t, d.objs.XlbLbProg, in)
+	if v != xdpRedirect {
+		t.Fatalf("verdict %s, want REDIRECT (backend behind another interface)", verdictNames[v])
+	}
+	if !bytes.Equal(out[0:6], fxOtherMAC) {
+		t.Errorf("destination MAC %x, want %x", out[0:6], fxOtherMAC)
+	}
+	checkInner(t, checkOuter(t, out, 4, fxRedirBE, len(in)-14, true), in)
+}
+
+func TestLBNoNeighbourPassesEncapsulated(t *testing.T) {
+	d, f := newFixtureLB(t)
+	in := tcpTo(netip.MustParseAddr("10.99.0.3"), 80).frame(f.mac)
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, in) })
+	if v != xdpPass {
+		t.Fatalf("verdict %s, want PASS", verdictNames[v])
+	}
+	if delta["pass_no_neigh"] != 1 || len(delta) != 1 {
+		t.Errorf("reasons %v, want pass_no_neigh 1", delta)
+	}
+	// Handed to the kernel encapsulated, still addressed to this host's MAC.
+	if !bytes.Equal(out[0:6], f.mac) {
+		t.Errorf("destination MAC %x, want ours %x", out[0:6], f.mac)
+	}
+	checkInner(t, checkOuter(t, out, 4, fxNoNeighBE, len(in)-14, true), in)
+}
+
+func TestLBTooBig(t *testing.T) {
+	d, f := newFixtureLB(t)
+	big := tcpTo(netip.MustParseAddr("10.99.0.4"), 80)
+	big.payload = make([]byte, 1400-40) // a 1400-byte datagram; the route MTU is 1400
+	in := big.frame(f.mac)
+
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, in) })
+	if v != xdpTX || delta["tx_icmp_too_big"] != 1 {
+		t.Fatalf("DF set: verdict %s reasons %v, want TX with tx_icmp_too_big", verdictNames[v], delta)
+	}
+	if !bytes.Equal(out[0:6], srcMAC) || !bytes.Equal(out[6:12], f.mac) {
+		t.Errorf("ICMP MACs dst %x src %x, want back to the sender", out[0:6], out[6:12])
+	}
+	ip := out[14:34]
+	if csum(ip) != 0 || ip[9] != 1 {
+		t.Fatalf("ICMP reply IP header bad: %x", ip)
+	}
+	if got := netip.AddrFrom4([4]byte(ip[16:20])); got != fxClient {
+		t.Errorf("ICMP to %v, want the client %v", got, fxClient)
+	}
+	icmp := out[34:]
+	quote := 20 + 8
+	if len(icmp) != 8+quote || int(binary.BigEndian.Uint16(ip[2:])) != 20+8+quote {
+		t.Fatalf("ICMP length %d (IP total %d), want 8+%d", len(icmp), binary.BigEndian.Uint16(ip[2:]), quote)
+	}
+	if icmp[0] != 3 || icmp[1] != 4 {
+		t.Errorf("ICMP type/code %d/%d, want 3/4", icmp[0], icmp[1])
+	}
+	if csum(icmp) != 0 {
+		t.Errorf("ICMP checksum invalid")
+	}
+	if mtu := binary.BigEndian.Uint16(icmp[6:]); mtu != 1400-20 {
+		t.Errorf("next-hop MTU %d, want %d (route MTU minus IPIP)", mtu, 1400-20)
+	}
+	if !bytes.Equal(icmp[8:], in[14:14+quote]) {
+		t.Errorf("quoted header differs from the original")
+	}
+
+	big.df = false
+	in = big.frame(f.mac)
+	delta = reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, in) })
+	if v != xdpDrop || delta["drop_too_big"] != 1 {
+		t.Fatalf("DF clear: verdict %s reasons %v, want DROP with drop_too_big", verdictNames[v], delta)
+	}
+
+	// Just fitting: 1380 + 20 = 1400.
+	big.df = true
+	big.payload = big.payload[:1380-40]
+	in = big.frame(f.mac)
+	if v, _ = f.run(t, d.objs.XlbLbProg, in); v != xdpTX {
+		t.Fatalf("a packet that fits after encapsulation: verdict %s, want TX", verdictNames[v])
+	}
+}
+
+// TestLBVerdicts covers everything that is not a plain forward: each case
+// gets its verdict, exactly one reason counted, and for PASS the frame
+// untouched.
+func TestLBVerdicts(t *testing.T) {
+	d, f := newFixtureLB(t)
+	vip := fxVIP
+	other := netip.MustParseAddr("10.0.2.99")
+
+	withOptions := tcpTo(vip, 80)
+	withOptions.options = []byte{0x01, 0x01, 0x01, 0x00} // NOP NOP NOP EOL
+
+	arp := make([]byte, 42)
+	copy(arp, f.mac)
+	binary.BigEndian.PutUint16(arp[12:], 0x0806)
+	ipv6 := make([]byte, 14+40+20)
+	binary.BigEndian.PutUint16(ipv6[12:], 0x86dd)
+	ipv6[14] = 0x60
+
+	ethOnly := tcpTo(vip, 80).frame(f.mac)[:14]
+	ihl4 := tcpTo(vip, 80).frame(f.mac)
+	ihl4[14] = 0x44
+	v6inv4 := tcpTo(vip, 80).frame(f.mac)
+	v6inv4[14] = 0x65
+	longLen := tcpTo(vip, 80).frame(f.mac)
+	binary.BigEndian.PutUint16(longLen[16:], uint16(len(longLen)-14+1))
+	shortLen := tcpTo(vip, 80).frame(f.mac)
+	binary.BigEndian.PutUint16(shortLen[16:], 19)
+	truncL4 := tcpTo(vip, 80).frame(f.mac)[:14+20+2]
+	binary.BigEndian.PutUint16(truncL4[16:], 22)
+	truncIP := tcpTo(vip, 80).frame(f.mac)[:14+10]
+
+	firstFrag := tcpTo(vip, 80)
+	firstFrag.df, firstFrag.flagsFrag = false, 0x2000
+	laterFrag := tcpTo(vip, 80)
+	laterFrag.df, laterFrag.flagsFrag = false, 100
+	fragOther := tcpTo(other, 80)
+	fragOther.df, fragOther.flagsFrag = false, 0x2000
+	ttl1 := tcpTo(vip, 80)
+	ttl1.ttl = 1
+	icmp := tcpTo(vip, 80)
+	icmp.proto = 1
+
+	cases := []struct {
+		name      string
+		frame     []byte
+		verdict   uint32
+		reason    string
+		unchanged bool
+	}{
+		{"ARP", arp, xdpPass, "pass_not_ipv4", true},
+		{"IPv6", ipv6, xdpPass, "pass_not_ipv4", true},
+		{"TCP to a non-VIP", tcpTo(other, 80).frame(f.mac), xdpPass, "pass_no_service", true},
+		{"TCP to the VIP, other port", tcpTo(vip, 22).frame(f.mac), xdpPass, "pass_no_service", true},
+		{"UDP to the TCP-only port", pkt{src: fxClient, dst: vip, sport: 1, dport: 80, proto: 17}.frame(f.mac), xdpPass, "pass_no_service", true},
+		{"ICMP to the VIP", icmp.frame(f.mac), xdpPass, "pass_not_tcp_udp", true},
+		{"TTL 1", ttl1.frame(f.mac), xdpPass, "pass_ttl_exceeded", true},
+		{"Ethernet header only", ethOnly, xdpDrop, "drop_malformed_ip", false},
+		{"truncated IPv4 header", truncIP, xdpDrop, "drop_malformed_ip", false},
+		{"IHL 4", ihl4, xdpDrop, "drop_malformed_ip", false},
+		{"version 6 in an IPv4 frame", v6inv4, xdpDrop, "drop_malformed_ip", false},
+		{"total length beyond the frame", longLen, xdpDrop, "drop_malformed_ip", false},
+		{"total length below the header", shortLen, xdpDrop, "drop_malformed_ip", false},
+		{"L4 shorter than the ports", truncL4, xdpDrop, "drop_malformed_l4", false},
+		{"first fragment to a VIP", firstFrag.frame(f.mac), xdpDrop, "drop_fragment", false},
+		{"later fragment to a VIP", laterFrag.frame(f.mac), xdpDrop, "drop_fragment", false},
+		{"fragment to a non-VIP", fragOther.frame(f.mac), xdpPass, "pass_no_service", true},
+		{"unreachable backend", tcpTo(netip.MustParseAddr("10.99.0.5"), 80).frame(f.mac), xdpDrop, "drop_no_route", false},
+		{"table points at an empty backend", tcpTo(netip.MustParseAddr("10.99.0.6"), 80).frame(f.mac), xdpDrop, "drop_no_backend", false},
+		{"IP options to a VIP", withOptions.frame(f.mac), xdpTX, "note_ip_options", false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var v uint32
+			var out []byte
+			delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, c.frame) })
+			if v != c.verdict {
+				t.Errorf("verdict %s, want %s", verdictNames[v], verdictNames[c.verdict])
+			}
+			if delta[c.reason] != 1 || len(delta) != 1 {
+				t.Errorf("reasons %v, want exactly %s 1", delta, c.reason)
+			}
+			if c.unchanged && !bytes.Equal(out, c.frame) {
+				t.Errorf("frame changed:\n got %x\nwant %x", out, c.frame)
+			}
+		})
+	}
+	t.Run("IP options are forwarded intact", func(t *testing.T) {
+		in := withOptions.frame(f.mac)
+		_, out := f.run(t, d.objs.XlbLbProg, in)
+		checkInner(t, checkOuter(t, out, 4, fxBackend, len(in)-14, true), in)
+	})
+}
+
+// TestLBFlowHashMatchesGo checks that the program's backend choice is the
+// table slot FlowHash predicts, for many flows: the Go mirror is what
+// tools and tests rely on.
+func TestLBFlowHashMatchesGo(t *testing.T) {
+	d, f := newFixtureLB(t)
+	const n = 64
+	table := make([]uint32, fxTableSize)
+	for i := range table {
+		table[i] = uint32(i % 2) // backends 0 (10.0.3.2) and 1 (10.0.4.2)
+	}
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	backends := []netip.Addr{fxBackend, fxRedirBE}
+	for i := 0; i < n; i++ {
+		p := tcpTo(fxVIP, 80)
+		p.src = netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
+		p.sport = uint16(30000 + 7*i)
+		_, out := f.run(t, d.objs.XlbLbProg, p.frame(f.mac))
+		got := netip.AddrFrom4([4]byte(out[30:34]))
+		want := backends[table[FlowHash(p.src, fxVIP, p.sport, 80, 6)%fxTableSize]]
+		if got != want {
+			t.Fatalf("flow %v:%d went to %v, FlowHash predicts %v", p.src, p.sport, got, want)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package dataplane
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// enumNames reads the members of a C enum from a source file.
+func enumNames(t *testing.T, file, enum, prefix, last string) []string {
+	t.Helper()
+	src, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body := regexp.MustCompile(`(?s)enum ` + enum + ` \{(.*?)\};`).FindSubmatch(src)
+	if body == nil {
+		t.Fatalf("enum %s not found in %s", enum, file)
+	}
+	var names []string
+	for _, m := range regexp.MustCompile(`(?m)^\s*`+prefix+`([A-Z0-9_]+)`).FindAllSubmatch(body[1], -1) {
+		if n := string(m[1]); n != last {
+			names = append(names, strings.ToLower(n))
+		}
+	}
+	return names
+}
+
+func TestReasonNamesMatchC(t *testing.T) {
+	got := enumNames(t, "../../bpf/xlb_consts.h", "xlb_reason", "XLB_", "REASON_MAX")
+	if strings.Join(got, ",") != strings.Join(ReasonNames, ",") {
+		t.Fatalf("ReasonNames out of step with enum xlb_reason:\n C: %v\nGo: %v", got, ReasonNames)
+	}
+	spec, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Maps["reasons"].MaxEntries; int(n) != len(ReasonNames) {
+		t.Fatalf("reasons map has %d entries, Go names %d", n, len(ReasonNames))
+	}
+}
+
+func TestDecapNamesMatchC(t *testing.T) {
+	got := enumNames(t, "../../bpf/xlb_backend.c", "decap_stat", "", "DECAP_STAT_MAX")
+	want := []string{"decap_ipip", "decap_gue", "decap_pass", "decap_drop_inner", "decap_drop_gue"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("enum decap_stat changed: %v; update DecapStatNames (%v) and this test", got, DecapStatNames)
+	}
+	if len(DecapStatNames) != len(got) {
+		t.Fatalf("DecapStatNames has %d names, enum %d", len(DecapStatNames), len(got))
+	}
+}
+
+func TestLimitsMatchC(t *testing.T) {
+	spec, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := spec.Maps["services"].MaxEntries; n != MaxServices {
+		t.Errorf("services map %d entries, MaxServices %d", n, MaxServices)
+	}
+	if n := spec.Maps["backends"].MaxEntries; n != MaxBackends {
+		t.Errorf("backends map %d entries, MaxBackends %d", n, MaxBackends)
+	}
+}

@@ -1,0 +1,77 @@
+package dataplane
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+// NextHopRefresh is how often the next-hop cache is invalidated when
+// nothing else does it, so that a change the watcher missed costs at most
+// this long.
+const NextHopRefresh = time.Second
+
+// invalidateNextHops bumps the next-hop cache generation: every CPU's
+// cached FIB result becomes stale and the next packet to each backend
+// takes bpf_fib_lookup again.
+func (d *Dataplane) invalidateNextHops() error {
+	var gen uint32
+	if err := d.objs.NhGen.Lookup(uint32(0), &gen); err != nil {
+		return fmt.Errorf("read next-hop generation: %w", err)
+	}
+	if err := d.objs.NhGen.Put(uint32(0), gen+1); err != nil {
+		return fmt.Errorf("bump next-hop generation: %w", err)
+	}
+	return nil
+}
+
+// WatchNextHops keeps the program's next-hop cache coherent with the
+// kernel: it invalidates the cache on every neighbour, route or link
+// change in this network namespace, and every NextHopRefresh regardless.
+// It returns when ctx ends.
+func (d *Dataplane) WatchNextHops(ctx context.Context, log *slog.Logger) {
+	done := make(chan struct{})
+	defer close(done)
+	neigh := make(chan netlink.NeighUpdate, 64)
+	route := make(chan netlink.RouteUpdate, 64)
+	link := make(chan netlink.LinkUpdate, 64)
+	if err := netlink.NeighSubscribe(neigh, done); err != nil {
+		log.Warn("cannot watch neighbour changes; next hops refresh once a second only", "err", err)
+	}
+	if err := netlink.RouteSubscribe(route, done); err != nil {
+		log.Warn("cannot watch route changes; next hops refresh once a second only", "err", err)
+	}
+	if err := netlink.LinkSubscribe(link, done); err != nil {
+		log.Warn("cannot watch link changes; next hops refresh once a second only", "err", err)
+	}
+	tick := time.NewTicker(NextHopRefresh)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-neigh:
+			if !ok {
+				neigh = nil // subscription ended: the ticker still refreshes
+			}
+		case _, ok := <-route:
+			if !ok {
+				route = nil
+			}
+		case _, ok := <-link:
+			if !ok {
+				link = nil
+			}
+		case <-tick.C:
+		}
+		d.mu.Lock()
+		err := d.invalidateNextHops()
+		d.mu.Unlock()
+		if err != nil {
+			log.Error("next-hop cache invalidation failed; packets may use a stale next hop", "err", err)
+		}
+	}
+}

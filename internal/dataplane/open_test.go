@@ -1,0 +1,204 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+func testPinPath(t *testing.T) string {
+	t.Helper()
+	p := filepath.Join(BPFFSRoot, fmt.Sprintf("xlbtest-%d-%d", os.Getpid(), nsCounter.Add(1)))
+	t.Cleanup(func() { os.RemoveAll(p) })
+	return p
+}
+
+// xdpProgID reports the XDP program attached to ifname in ns (0: none).
+func xdpProgID(t *testing.T, ns, ifname string) uint32 {
+	t.Helper()
+	var id uint32
+	err := netns.Do(ns, func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			id = x.ProgId
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
+}
+
+func openIn(t *testing.T, ns string, opts Options) (*Dataplane, error) {
+	t.Helper()
+	var d *Dataplane
+	err := netns.Do(ns, func() error {
+		var err error
+		d, err = Open(opts)
+		return err
+	})
+	return d, err
+}
+
+// TestOpenPinAdoptCleanup: the link and maps outlive the agent's handles,
+// a new agent adopts them (same services, backends and counters) and
+// replaces the program in place, and Cleanup detaches everything.
+func TestOpenPinAdoptCleanup(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.AttachMode() != ModeNative {
+		t.Errorf("attach mode %q, want native on veth", d.AttachMode())
+	}
+	table := make([]uint32, fxTableSize)
+	if err := d.UpsertBackend(0, fxBackend); err != nil {
+		t.Fatal(err)
+	}
+	svc := Service{ID: 3, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapGUE, Table: table}
+	if err := d.UpsertService(svc); err != nil {
+		t.Fatal(err)
+	}
+	// One packet through the attached program's maps, via test-run.
+	if v, _ := f.run(t, d.objs.XlbLbProg, tcpTo(fxVIP, 80).frame(f.mac)); v != xdpTX {
+		t.Fatalf("verdict %s", verdictNames[v])
+	}
+	first := xdpProgID(t, f.name, "veth0")
+	if first == 0 {
+		t.Fatal("no XDP program on veth0 after Open")
+	}
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if xdpProgID(t, f.name, "veth0") != first {
+		t.Fatal("XDP program went away when the agent closed its handles")
+	}
+	for _, name := range []string{"link", "services", "backends", "maglev_tables", "svc_stats"} {
+		if _, err := os.Stat(filepath.Join(pin, name)); err != nil {
+			t.Errorf("pinned %s: %v", name, err)
+		}
+	}
+
+	d2, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	second := xdpProgID(t, f.name, "veth0")
+	if second == 0 || second == first {
+		t.Errorf("program id %d after re-open (was %d): want a new program in the same link", second, first)
+	}
+	svcs, err := d2.Services()
+	if err != nil || len(svcs) != 1 || svcs[0].ID != 3 || svcs[0].Key != svc.Key || svcs[0].Encap != EncapGUE {
+		t.Fatalf("adopted services %+v (%v), want %+v", svcs, err, svc)
+	}
+	bes, err := d2.Backends()
+	if err != nil || len(bes) != 1 || bes[0] != fxBackend {
+		t.Fatalf("adopted backends %v (%v)", bes, err)
+	}
+	if c, _ := d2.ServiceCounters(3); c.Packets != 1 {
+		t.Errorf("adopted counters %+v, want the 1 packet counted before", c)
+	}
+	if got, err := d2.Table(3); err != nil || len(got) != fxTableSize {
+		t.Errorf("adopted table: %d slots, %v", len(got), err)
+	}
+
+	// Another table size would silently change every flow's slot: refused.
+	d2.Close()
+	bad := opts
+	bad.TableSize = 257
+	if _, err := openIn(t, f.name, bad); err == nil || !strings.Contains(err.Error(), "size 251") {
+		t.Errorf("re-open with another table size: %v, want a refusal naming size 251", err)
+	}
+
+	if err := Cleanup(pin); err != nil {
+		t.Fatal(err)
+	}
+	if id := xdpProgID(t, f.name, "veth0"); id != 0 {
+		t.Errorf("XDP program %d still attached after Cleanup", id)
+	}
+	if _, err := os.Stat(pin); !os.IsNotExist(err) {
+		t.Errorf("pin directory still there: %v", err)
+	}
+}
+
+// TestAgentsDoNotShareState: two data planes with their own pin paths
+// in two namespaces never see each other's services.
+func TestAgentsDoNotShareState(t *testing.T) {
+	requirePrivileges(t)
+	f1, f2 := newFixtureNS(t), newFixtureNS(t)
+	p1, p2 := testPinPath(t), testPinPath(t)
+	d1, err := openIn(t, f1.name, Options{Interface: "veth0", NodeAddr: fxNode, PinPath: p1, TableSize: fxTableSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d1.Close()
+	d2, err := openIn(t, f2.name, Options{Interface: "veth0", NodeAddr: fxNode, PinPath: p2, TableSize: fxTableSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if err := d1.UpsertService(Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {
+		t.Fatal(err)
+	}
+	if s, _ := d2.Services(); len(s) != 0 {
+		t.Fatalf("agent 2 sees agent 1's services: %v", s)
+	}
+}
+
+func TestAttachPassIdempotent(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := filepath.Join(testPinPath(t), "pass-veth1")
+	for i := 0; i < 2; i++ {
+		if err := AttachPass(f.name, "veth1", pin); err != nil {
+			t.Fatalf("attempt %d: %v", i+1, err)
+		}
+	}
+	if xdpProgID(t, f.name, "veth1") == 0 {
+		t.Fatal("no XDP program on veth1")
+	}
+}
+
+func TestSetupDecap(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	var mode string
+	err := netns.Do(f.name, func() error {
+		var err error
+		mode, err = SetupDecap(DecapOptions{Interface: "veth0", HostAddrs: []netip.Addr{fxNode}, VIPs: []netip.Addr{fxVIP}, PinPath: pin})
+		if err != nil {
+			return err
+		}
+		// Again, with another VIP set: adopts and replaces the sets.
+		_, err = SetupDecap(DecapOptions{Interface: "veth0", HostAddrs: []netip.Addr{fxNode}, VIPs: []netip.Addr{netip.MustParseAddr("10.99.0.7")}, PinPath: pin})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mode != ModeNative || xdpProgID(t, f.name, "veth0") == 0 {
+		t.Fatalf("mode %q, program %d", mode, xdpProgID(t, f.name, "veth0"))
+	}
+	stats, err := DecapStats(pin)
+	if err != nil || len(stats) != len(DecapStatNames) {
+		t.Fatalf("stats %v, %v", stats, err)
+	}
+}

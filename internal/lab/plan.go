@@ -1,0 +1,271 @@
+// Package lab builds, inspects and removes an xlb test topology made of
+// network namespaces on one machine: clients, an upstream router, xlb
+// nodes and backends, joined by veth pairs and bridges in the router
+// namespace. The address plan lives in one place, Plan, so that the demo,
+// the end-to-end tests and the benchmarks take addresses from it instead
+// of repeating literals. docs/lab.md has the drawing.
+package lab
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// Defaults of a Spec.
+const (
+	DefaultPrefix   = "xlb"
+	DefaultClients  = 1
+	DefaultNodes    = 2
+	DefaultBackends = 4
+)
+
+// MaxHosts is the largest number of hosts of one kind: host k gets the
+// address .(1+k) of its /24 segment.
+const MaxHosts = 253
+
+// Ports the backends' embedded servers listen on (see Serve).
+const (
+	HTTPPort = 80
+	UDPPort  = 9000
+)
+
+// HostInterface is the name of every host's own end of its veth pair.
+const HostInterface = "eth0"
+
+// DefaultVIPs are the service addresses the backends accept (local on
+// their loopback, decapsulated by `xlb backend`). They lie in VIPPrefix.
+var DefaultVIPs = []string{"10.99.0.1", "10.99.0.2"}
+
+// Root directories; a lab's own directories are <root>/<prefix>.
+const (
+	stateRoot = "/run/xlb-lab"
+	bpffsRoot = "/sys/fs/bpf"
+	pinRoot   = bpffsRoot + "/xlb-lab"
+)
+
+// vipPrefix is where the VIPs live; the router routes it to the nodes.
+var vipPrefix = netip.MustParsePrefix("10.99.0.0/24")
+
+// The three segments. Node and backend segments carry a larger MTU, like a
+// data-centre fabric, so that 1500-byte client packets still fit after
+// 20-32 bytes of encapsulation.
+var (
+	clientSegment  = Segment{Name: "clients", Bridge: "br-client", PeerPrefix: "c", Subnet: netip.MustParsePrefix("10.0.2.0/24"), MTU: 1500}
+	nodeSegment    = Segment{Name: "nodes", Bridge: "br-node", PeerPrefix: "n", Subnet: netip.MustParsePrefix("10.0.1.0/24"), MTU: 1600}
+	backendSegment = Segment{Name: "backends", Bridge: "br-backend", PeerPrefix: "b", Subnet: netip.MustParsePrefix("10.0.3.0/24"), MTU: 1600}
+)
+
+// Spec says which lab to build.
+type Spec struct {
+	// Prefix names the lab; every namespace is <Prefix>-<role><k>, so two
+	// labs with different prefixes never collide. Default DefaultPrefix.
+	Prefix string `json:"prefix"`
+	// Numbers of hosts of each kind; zero means the default.
+	Clients  int `json:"clients"`
+	Nodes    int `json:"nodes"`
+	Backends int `json:"backends"`
+	// Binary is the xlb executable that runs the lab's subcommands (the
+	// backends' servers, `xlb backend`, and the netns-exec wrapper of
+	// StartProcess). Default: the running executable.
+	Binary string `json:"binary"`
+	// SkipPass leaves out the XDP_PASS programs on the router-side veth
+	// peers, and SkipDecap leaves out `xlb backend` on the backends. Both
+	// are for tests of the plain topology only: without them a node's
+	// XDP_TX frames are dropped and backends do not accept VIP traffic.
+	SkipPass  bool `json:"skipPass,omitempty"`
+	SkipDecap bool `json:"skipDecap,omitempty"`
+}
+
+// Segment is one L2 segment: a bridge in the router namespace with the
+// router's address on it, and one veth port per host.
+type Segment struct {
+	Name       string       `json:"name"`
+	Bridge     string       `json:"bridge"`     // bridge in the router namespace
+	PeerPrefix string       `json:"peerPrefix"` // router-side veth of host k is PeerPrefix+k
+	Subnet     netip.Prefix `json:"subnet"`
+	MTU        int          `json:"mtu"`
+}
+
+// Gateway is the router's address on the segment, every host's default
+// route.
+func (s Segment) Gateway() netip.Addr { return s.Subnet.Addr().Next() }
+
+// Host is one client, xlb node or backend: a namespace with one interface.
+type Host struct {
+	Name      string     `json:"name"`      // client1, node1, be1: what a backend answers with
+	Namespace string     `json:"namespace"` // <prefix>-<name>
+	Interface string     `json:"interface"` // HostInterface
+	Addr      netip.Addr `json:"addr"`
+	Gateway   netip.Addr `json:"gateway"`
+	Peer      string     `json:"peer"` // the veth's other end, in the router namespace
+	MTU       int        `json:"mtu"`
+	// PinDir is where BPF objects of this host go: <lab pin dir>/<Namespace>.
+	PinDir string `json:"pinDir"`
+}
+
+// Plan is the complete, deterministic layout of a lab.
+type Plan struct {
+	Spec     Spec   `json:"spec"`
+	Router   string `json:"router"`   // the router's namespace
+	StateDir string `json:"stateDir"` // pid files, logs, generated configs
+	PinDir   string `json:"pinDir"`   // bpffs directory, removed by Down
+	// VIPPrefix is routed by the router to the nodes; VIPs are the
+	// addresses in it that backends accept.
+	VIPPrefix netip.Prefix `json:"vipPrefix"`
+	VIPs      []netip.Addr `json:"vips"`
+
+	ClientSegment  Segment `json:"clientSegment"`
+	NodeSegment    Segment `json:"nodeSegment"`
+	BackendSegment Segment `json:"backendSegment"`
+
+	// Hosts; element i is host i+1 (client1 is Clients[0]).
+	Clients  []Host `json:"clients"`
+	Nodes    []Host `json:"nodes"`
+	Backends []Host `json:"backends"`
+}
+
+// Hosts returns every host of the plan: clients, nodes, backends.
+func (p Plan) Hosts() []Host {
+	all := make([]Host, 0, len(p.Clients)+len(p.Nodes)+len(p.Backends))
+	all = append(all, p.Clients...)
+	all = append(all, p.Nodes...)
+	return append(all, p.Backends...)
+}
+
+// Namespaces returns every namespace of the plan, router first.
+func (p Plan) Namespaces() []string {
+	names := []string{p.Router}
+	for _, h := range p.Hosts() {
+		names = append(names, h.Namespace)
+	}
+	return names
+}
+
+var prefixRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,23}$`)
+
+func checkPrefix(prefix string) error {
+	if !prefixRE.MatchString(prefix) {
+		return fmt.Errorf("lab prefix %q: want 1-24 characters of a-z, 0-9 and '-', starting with a letter or digit", prefix)
+	}
+	return nil
+}
+
+// StateDir is the directory of a lab's pid files, logs and generated
+// configs.
+func StateDir(prefix string) string { return filepath.Join(stateRoot, prefix) }
+
+// PinDir is the bpffs directory of a lab's pinned BPF objects; agents pin
+// under PinDir(prefix)/<namespace>.
+func PinDir(prefix string) string { return filepath.Join(pinRoot, prefix) }
+
+// NewPlan validates s, fills in its defaults and lays out the lab.
+func NewPlan(s Spec) (Plan, error) {
+	if s.Prefix == "" {
+		s.Prefix = DefaultPrefix
+	}
+	if err := checkPrefix(s.Prefix); err != nil {
+		return Plan{}, err
+	}
+	for _, c := range []struct {
+		field string
+		n     *int
+		def   int
+	}{{"clients", &s.Clients, DefaultClients}, {"nodes", &s.Nodes, DefaultNodes}, {"backends", &s.Backends, DefaultBackends}} {
+		if *c.n == 0 {
+			*c.n = c.def
+		}
+		if *c.n < 1 || *c.n > MaxHosts {
+			return Plan{}, fmt.Errorf("lab %q: %d %s: want 1 to %d", s.Prefix, *c.n, c.field, MaxHosts)
+		}
+	}
+	if s.Binary == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return Plan{}, fmt.Errorf("find the xlb executable: %w", err)
+		}
+		s.Binary = exe
+	}
+	bin, err := filepath.Abs(s.Binary)
+	if err != nil {
+		return Plan{}, fmt.Errorf("xlb executable %q: %w", s.Binary, err)
+	}
+	s.Binary = bin
+
+	p := Plan{
+		Spec:           s,
+		Router:         s.Prefix + "-router",
+		StateDir:       StateDir(s.Prefix),
+		PinDir:         PinDir(s.Prefix),
+		VIPPrefix:      vipPrefix,
+		ClientSegment:  clientSegment,
+		NodeSegment:    nodeSegment,
+		BackendSegment: backendSegment,
+	}
+	for _, v := range DefaultVIPs {
+		a, err := netip.ParseAddr(v)
+		if err != nil || !vipPrefix.Contains(a) {
+			return Plan{}, fmt.Errorf("VIP %q: not an address in %s", v, vipPrefix)
+		}
+		p.VIPs = append(p.VIPs, a)
+	}
+	p.Clients = hosts(p, clientSegment, "client", s.Clients)
+	p.Nodes = hosts(p, nodeSegment, "node", s.Nodes)
+	p.Backends = hosts(p, backendSegment, "be", s.Backends)
+	return p, nil
+}
+
+func hosts(p Plan, seg Segment, role string, n int) []Host {
+	hs := make([]Host, n)
+	addr := seg.Gateway()
+	for i := range hs {
+		addr = addr.Next()
+		k := strconv.Itoa(i + 1)
+		ns := p.Spec.Prefix + "-" + role + k
+		hs[i] = Host{
+			Name:      role + k,
+			Namespace: ns,
+			Interface: HostInterface,
+			Addr:      addr,
+			Gateway:   seg.Gateway(),
+			Peer:      seg.PeerPrefix + k,
+			MTU:       seg.MTU,
+			PinDir:    filepath.Join(p.PinDir, ns),
+		}
+	}
+	return hs
+}
+
+// specFile records the Spec of a lab that is up, for Load.
+func specFile(prefix string) string { return filepath.Join(StateDir(prefix), "lab.json") }
+
+// ErrNotUp means a lab has no recorded state: it was never brought up,
+// or it was brought down.
+var ErrNotUp = errors.New("lab is not up")
+
+// Load returns the plan of a lab that is up, from the Spec recorded by Up.
+func Load(prefix string) (Plan, error) {
+	if err := checkPrefix(prefix); err != nil {
+		return Plan{}, err
+	}
+	b, err := os.ReadFile(specFile(prefix))
+	if errors.Is(err, os.ErrNotExist) {
+		return Plan{}, fmt.Errorf("lab %q: %w (start it with `xlb lab up --prefix %s`)", prefix, ErrNotUp, prefix)
+	}
+	if err != nil {
+		return Plan{}, fmt.Errorf("lab %q: %w", prefix, err)
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil {
+		return Plan{}, fmt.Errorf("lab %q: %s: %w", prefix, specFile(prefix), err)
+	}
+	if s.Prefix != prefix {
+		return Plan{}, fmt.Errorf("lab %q: %s names prefix %q", prefix, specFile(prefix), s.Prefix)
+	}
+	return NewPlan(s)
+}

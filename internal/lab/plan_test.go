@@ -1,0 +1,204 @@
+package lab
+
+import (
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func TestNewPlanAddresses(t *testing.T) {
+	p, err := NewPlan(Spec{Prefix: "t1", Clients: 2, Nodes: 3, Backends: 4, Binary: "/usr/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		h                        Host
+		name, ns, peer, gw, addr string
+		mtu                      int
+		subnet                   netip.Prefix
+	}{
+		{p.Clients[0], "client1", "t1-client1", "c1", "10.0.2.1", "10.0.2.2", 1500, clientSegment.Subnet},
+		{p.Clients[1], "client2", "t1-client2", "c2", "10.0.2.1", "10.0.2.3", 1500, clientSegment.Subnet},
+		{p.Nodes[0], "node1", "t1-node1", "n1", "10.0.1.1", "10.0.1.2", 1600, nodeSegment.Subnet},
+		{p.Nodes[2], "node3", "t1-node3", "n3", "10.0.1.1", "10.0.1.4", 1600, nodeSegment.Subnet},
+		{p.Backends[0], "be1", "t1-be1", "b1", "10.0.3.1", "10.0.3.2", 1600, backendSegment.Subnet},
+		{p.Backends[3], "be4", "t1-be4", "b4", "10.0.3.1", "10.0.3.5", 1600, backendSegment.Subnet},
+	}
+	for _, tt := range tests {
+		h := tt.h
+		if h.Name != tt.name || h.Namespace != tt.ns || h.Peer != tt.peer || h.Gateway.String() != tt.gw ||
+			h.Addr.String() != tt.addr || h.MTU != tt.mtu || h.PinDir != "/sys/fs/bpf/xlb-lab/t1/"+tt.ns || h.Interface != "eth0" {
+			t.Errorf("host %s = %+v, want ns %s peer %s gw %s addr %s mtu %d", tt.name, h, tt.ns, tt.peer, tt.gw, tt.addr, tt.mtu)
+		}
+		if !tt.subnet.Contains(h.Addr) || !tt.subnet.Contains(h.Gateway) {
+			t.Errorf("host %s: %s or gateway %s outside %s", h.Name, h.Addr, h.Gateway, tt.subnet)
+		}
+	}
+	if got, want := p.Namespaces(), []string{"t1-router", "t1-client1", "t1-client2", "t1-node1", "t1-node2", "t1-node3", "t1-be1", "t1-be2", "t1-be3", "t1-be4"}; !slices.Equal(got, want) {
+		t.Errorf("namespaces = %v, want %v", got, want)
+	}
+	if p.StateDir != "/run/xlb-lab/t1" || p.PinDir != "/sys/fs/bpf/xlb-lab/t1" || p.Router != "t1-router" {
+		t.Errorf("dirs/router = %s %s %s", p.StateDir, p.PinDir, p.Router)
+	}
+	for _, v := range p.VIPs {
+		if !p.VIPPrefix.Contains(v) {
+			t.Errorf("VIP %s outside %s", v, p.VIPPrefix)
+		}
+	}
+	if len(p.VIPs) != len(DefaultVIPs) {
+		t.Errorf("VIPs = %v, want %v", p.VIPs, DefaultVIPs)
+	}
+}
+
+// No lab address may overlap another segment or the VIPs, and every name
+// must fit an interface name (15 characters) where it becomes one.
+func TestNewPlanLimits(t *testing.T) {
+	p, err := NewPlan(Spec{Prefix: "t2", Clients: MaxHosts, Nodes: MaxHosts, Backends: MaxHosts, Binary: "/usr/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[netip.Addr]string{}
+	for _, seg := range []Segment{p.ClientSegment, p.NodeSegment, p.BackendSegment} {
+		seen[seg.Gateway()] = seg.Bridge
+		if len(seg.Bridge) > 15 {
+			t.Errorf("bridge %q longer than 15", seg.Bridge)
+		}
+		if seg.Subnet.Overlaps(p.VIPPrefix) {
+			t.Errorf("segment %s overlaps VIPs %s", seg.Subnet, p.VIPPrefix)
+		}
+	}
+	for _, h := range p.Hosts() {
+		if other, dup := seen[h.Addr]; dup {
+			t.Errorf("%s and %s share %s", h.Name, other, h.Addr)
+		}
+		seen[h.Addr] = h.Name
+		if len(h.Peer) > 15 {
+			t.Errorf("peer %q longer than 15", h.Peer)
+		}
+		if last := h.Addr.As4()[3]; last == 0 || last == 255 {
+			t.Errorf("%s got network or broadcast address %s", h.Name, h.Addr)
+		}
+	}
+}
+
+func TestNewPlanDefaultsAndErrors(t *testing.T) {
+	p, err := NewPlan(Spec{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, _ := os.Executable()
+	if p.Spec.Prefix != DefaultPrefix || len(p.Clients) != DefaultClients || len(p.Nodes) != DefaultNodes || len(p.Backends) != DefaultBackends || p.Spec.Binary != exe {
+		t.Errorf("defaults: %+v", p.Spec)
+	}
+	for _, tt := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Prefix: "Bad"}, "lab prefix"},
+		{Spec{Prefix: "-x"}, "lab prefix"},
+		{Spec{Prefix: "a/b"}, "lab prefix"},
+		{Spec{Prefix: strings.Repeat("a", 25)}, "lab prefix"},
+		{Spec{Nodes: -1}, "nodes"},
+		{Spec{Backends: MaxHosts + 1}, "backends"},
+		{Spec{Clients: -3}, "clients"},
+	} {
+		if _, err := NewPlan(tt.spec); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("NewPlan(%+v) = %v, want error about %s", tt.spec, err, tt.want)
+		}
+	}
+}
+
+func TestNamespacePattern(t *testing.T) {
+	re := namespacePattern("xlb")
+	for _, tt := range []struct {
+		name string
+		ours bool
+	}{
+		{"xlb-router", true},
+		{"xlb-client1", true},
+		{"xlb-node12", true},
+		{"xlb-be253", true},
+		{"xlb-2-router", false}, // the lab with prefix "xlb-2"
+		{"xlb-node1-router", false},
+		{"xlbt-router", false},
+		{"xlb-be0", false},
+		{"xlb-be", false},
+		{"xlb-router2", false},
+		{"myxlb-router", false},
+		{"xlb-nodeX", false},
+	} {
+		if got := re.MatchString(tt.name); got != tt.ours {
+			t.Errorf("%q matched %v, want %v", tt.name, got, tt.ours)
+		}
+	}
+}
+
+func TestParseRoutes(t *testing.T) {
+	for _, tt := range []struct {
+		name, in string
+		want     []Route
+	}{
+		{"empty", "", nil},
+		{"none", "[]", nil},
+		{"multipath",
+			`[{"dst":"10.99.0.0/24","protocol":"static","flags":[],"nexthops":[{"gateway":"10.0.1.2","dev":"br-node","weight":1,"flags":[]},{"gateway":"10.0.1.3","dev":"br-node","weight":1,"flags":[]}]}]`,
+			[]Route{{Dst: netip.MustParsePrefix("10.99.0.0/24"), Protocol: "static", Nexthops: []netip.Addr{netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("10.0.1.3")}}}},
+		{"single path and host route",
+			`[{"dst":"10.99.0.0/24","gateway":"10.0.1.3","dev":"br-node","flags":[]},{"dst":"10.99.0.1","protocol":"bgp","gateway":"10.0.1.2","dev":"br-node","flags":[]}]`,
+			[]Route{
+				{Dst: netip.MustParsePrefix("10.99.0.0/24"), Nexthops: []netip.Addr{netip.MustParseAddr("10.0.1.3")}},
+				{Dst: netip.MustParsePrefix("10.99.0.1/32"), Protocol: "bgp", Nexthops: []netip.Addr{netip.MustParseAddr("10.0.1.2")}},
+			}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseRoutes([]byte(tt.in))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !slices.EqualFunc(got, tt.want, func(a, b Route) bool {
+				return a.Dst == b.Dst && a.Protocol == b.Protocol && slices.Equal(a.Nexthops, b.Nexthops)
+			}) {
+				t.Errorf("got %+v, want %+v", got, tt.want)
+			}
+		})
+	}
+	for _, bad := range []string{`{`, `[{"dst":"nonsense"}]`, `[{"dst":"10.99.0.0/24","gateway":"x"}]`} {
+		if _, err := parseRoutes([]byte(bad)); err == nil {
+			t.Errorf("parseRoutes(%s) accepted", bad)
+		}
+	}
+}
+
+func TestParseInterfaces(t *testing.T) {
+	in := `[{"ifindex":1,"ifname":"lo","mtu":65536,"operstate":"UNKNOWN","addr_info":[{"family":"inet","local":"127.0.0.1","prefixlen":8}]},
+{"ifindex":2,"ifname":"br-node","mtu":1600,"operstate":"UP","addr_info":[{"family":"inet","local":"10.0.1.1","prefixlen":24},{"family":"inet6","local":"fe80::1","prefixlen":64}]},
+{"ifindex":3,"ifname":"n1","mtu":1600,"operstate":"UP","master":"br-node","xdp":{"mode":1,"prog":{"id":7}},"addr_info":[]}]`
+	got, err := parseInterfaces([]byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 {
+		t.Fatalf("got %d interfaces, want 2 (plain lo left out): %+v", len(got), got)
+	}
+	if got[0].Name != "br-node" || got[0].MTU != 1600 || len(got[0].Addrs) != 1 || got[0].Addrs[0] != netip.MustParsePrefix("10.0.1.1/24") || got[0].XDP {
+		t.Errorf("bridge: %+v", got[0])
+	}
+	if got[1].Name != "n1" || got[1].Master != "br-node" || !got[1].XDP {
+		t.Errorf("port: %+v", got[1])
+	}
+}
+
+func TestProcStat(t *testing.T) {
+	start, state, err := procStat(os.Getpid())
+	if err != nil || start == 0 || state == 0 {
+		t.Fatalf("procStat(self) = %d %c %v", start, state, err)
+	}
+	if !alive(os.Getpid(), start) {
+		t.Error("this process is not alive")
+	}
+	if alive(os.Getpid(), start+1) {
+		t.Error("alive ignores the start time")
+	}
+}

@@ -1,0 +1,364 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// readyTimeout bounds the wait for the backends' servers to listen.
+const readyTimeout = 10 * time.Second
+
+// Up builds the lab that s describes and returns its plan. It refuses to
+// touch a lab that already exists (run Down first). If any step fails, Up
+// removes whatever it had made before returning the error.
+func Up(ctx context.Context, s Spec) (Plan, error) {
+	p, err := NewPlan(s)
+	if err != nil {
+		return Plan{}, err
+	}
+	prefix := p.Spec.Prefix
+	existing, err := labNamespaces(prefix)
+	if err != nil {
+		return Plan{}, err
+	}
+	if len(existing) > 0 {
+		return Plan{}, fmt.Errorf("lab %q already exists (namespaces %s): run `xlb lab down --prefix %s` first", prefix, strings.Join(existing, ", "), prefix)
+	}
+	for _, dir := range []string{p.StateDir, p.PinDir} {
+		if _, err := os.Stat(dir); err == nil {
+			return Plan{}, fmt.Errorf("lab %q: %s is left from an earlier lab: run `xlb lab down --prefix %s` first", prefix, dir, prefix)
+		}
+	}
+	if fi, err := os.Stat(p.Spec.Binary); err != nil || fi.IsDir() {
+		return Plan{}, fmt.Errorf("xlb executable %q: not a file (build it, or set its path)", p.Spec.Binary)
+	}
+
+	// Creating the state directory claims the prefix: of two concurrent
+	// Ups only one gets past here, and the other must not call Down.
+	if err := claim(p.StateDir); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return Plan{}, fmt.Errorf("lab %q is being built by someone else (%s exists)", prefix, p.StateDir)
+		}
+		return Plan{}, fmt.Errorf("lab %q: %w", prefix, err)
+	}
+
+	slog.Info("lab up", "prefix", prefix, "clients", len(p.Clients), "nodes", len(p.Nodes), "backends", len(p.Backends))
+	if err := build(ctx, p); err != nil {
+		if derr := Down(prefix); derr != nil {
+			err = errors.Join(err, fmt.Errorf("removing the half-built lab: %w (run `xlb lab down --prefix %s`)", derr, prefix))
+		}
+		return Plan{}, fmt.Errorf("lab %q: %w", prefix, err)
+	}
+	return p, nil
+}
+
+func build(ctx context.Context, p Plan) error {
+	spec, err := json.MarshalIndent(p.Spec, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(specFile(p.Spec.Prefix), spec, 0o644); err != nil {
+		return err
+	}
+	if err := ensureBPFFS(); err != nil {
+		return err
+	}
+	if err := mkdirAll(filepath.Join(p.PinDir, p.Router), 0o700); err != nil {
+		return fmt.Errorf("pin directory: %w", err)
+	}
+
+	steps := []struct {
+		what string
+		do   func(context.Context, Plan) error
+	}{
+		{"namespaces", addNamespaces},
+		{"router", setUpRouter},
+		{"hosts", setUpHosts},
+		{"sysctls", setSysctlsAll},
+		{"client checksums", fullChecksums},
+		{"VIP route", func(ctx context.Context, p Plan) error { return setRoute(ctx, p, allNodes(p)) }},
+		{"XDP_PASS on router ports", attachPass},
+		{"backend decapsulation", setUpDecap},
+		{"backend servers", startServers},
+	}
+	for _, st := range steps {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := st.do(ctx, p); err != nil {
+			return fmt.Errorf("%s: %w", st.what, err)
+		}
+	}
+	return nil
+}
+
+// mkdirAll is os.MkdirAll that survives another lab's Down removing the
+// shared, empty parent directory between creating it and its child.
+func mkdirAll(dir string, perm os.FileMode) error {
+	var err error
+	for range 3 {
+		if err = os.MkdirAll(dir, perm); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	return err
+}
+
+// claim creates dir, failing with os.ErrExist if it exists already.
+func claim(dir string) error {
+	var err error
+	for range 3 {
+		if err = mkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			return err
+		}
+		if err = os.Mkdir(dir, 0o755); !errors.Is(err, os.ErrNotExist) {
+			break
+		}
+	}
+	return err
+}
+
+// ensureBPFFS mounts bpffs at /sys/fs/bpf if nothing is mounted there, as
+// systemd does on most distributions: pins need it.
+func ensureBPFFS() error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(bpffsRoot, &st); err != nil {
+		return fmt.Errorf("%s: %w", bpffsRoot, err)
+	}
+	if st.Type == unix.BPF_FS_MAGIC {
+		return nil
+	}
+	slog.Info("mounting bpffs", "path", bpffsRoot)
+	if err := unix.Mount("bpf", bpffsRoot, "bpf", 0, "mode=0700"); err != nil {
+		return fmt.Errorf("mount bpffs on %s: %w (mount it yourself: mount -t bpf bpf %s)", bpffsRoot, err, bpffsRoot)
+	}
+	return nil
+}
+
+func addNamespaces(ctx context.Context, p Plan) error {
+	for _, ns := range p.Namespaces() {
+		if _, err := ip(ctx, "netns", "add", ns); err != nil {
+			return err
+		}
+		if _, err := ip(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setUpRouter makes one bridge per segment in the router namespace, with
+// the router's address on it.
+func setUpRouter(ctx context.Context, p Plan) error {
+	for _, seg := range []Segment{p.ClientSegment, p.NodeSegment, p.BackendSegment} {
+		mtu := strconv.Itoa(seg.MTU)
+		gw := netip.PrefixFrom(seg.Gateway(), seg.Subnet.Bits()).String()
+		for _, args := range [][]string{
+			{"link", "add", seg.Bridge, "mtu", mtu, "type", "bridge"},
+			{"addr", "add", gw, "dev", seg.Bridge},
+			{"link", "set", seg.Bridge, "up"},
+		} {
+			if _, err := ip(ctx, append([]string{"-n", p.Router}, args...)...); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// setUpHosts gives every host a veth pair: eth0 in the host namespace, the
+// peer enslaved to its segment's bridge in the router namespace. Both ends
+// are created inside namespaces, so no name ever appears on the host.
+func setUpHosts(ctx context.Context, p Plan) error {
+	for _, g := range []struct {
+		seg   Segment
+		hosts []Host
+	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, p.Nodes}, {p.BackendSegment, p.Backends}} {
+		for _, h := range g.hosts {
+			mtu := strconv.Itoa(h.MTU)
+			addr := netip.PrefixFrom(h.Addr, g.seg.Subnet.Bits()).String()
+			for _, args := range [][]string{
+				{"-n", p.Router, "link", "add", h.Peer, "mtu", mtu, "type", "veth", "peer", "name", h.Interface, "mtu", mtu, "netns", h.Namespace},
+				{"-n", p.Router, "link", "set", h.Peer, "master", g.seg.Bridge, "up"},
+				{"-n", h.Namespace, "addr", "add", addr, "dev", h.Interface},
+				{"-n", h.Namespace, "link", "set", h.Interface, "up"},
+				{"-n", h.Namespace, "route", "add", "default", "via", h.Gateway.String()},
+			} {
+				if _, err := ip(ctx, args...); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func setSysctlsAll(_ context.Context, p Plan) error {
+	router := []sysctl{
+		{"ipv4/ip_forward", "1"},
+		// Hash on the L4 5-tuple, so flows of one client spread over
+		// the nodes (the default hashes on addresses only).
+		{"ipv4/fib_multipath_hash_policy", "1"},
+	}
+	if err := setSysctls(p.Router, router); err != nil {
+		return err
+	}
+	if err := noRPFilter(p.Router); err != nil {
+		return err
+	}
+	for _, n := range p.Nodes {
+		node := []sysctl{
+			{"ipv4/ip_forward", "1"},
+			// Packets the XDP program cannot forward yet (next hop's
+			// neighbour unresolved) go up to the kernel, which forwards
+			// them; their outer source is the node's own address.
+			{"ipv4/conf/" + n.Interface + "/accept_local", "1"},
+		}
+		if err := setSysctls(n.Namespace, node); err != nil {
+			return err
+		}
+		if err := noRPFilter(n.Namespace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fullChecksums turns off transmit checksum offload on the clients. A
+// veth hands the kernel's half-done (CHECKSUM_PARTIAL) TCP/UDP checksums
+// to the next namespace, relying on nobody needing them; an XDP program
+// that tunnels the packet onward loses that note, and the backend would
+// drop the segment as corrupt. Real NICs put complete checksums on the
+// wire, so only clients on the same host as an xlb node need this (see
+// docs/operations.md).
+func fullChecksums(ctx context.Context, p Plan) error {
+	for _, c := range p.Clients {
+		cmd := exec.CommandContext(ctx, "ip", "netns", "exec", c.Namespace, "ethtool", "-K", c.Interface, "tx", "off")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: ethtool -K %s tx off: %v: %s (install ethtool)", c.Name, c.Interface, err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// attachPass puts XDP_PASS on the router-side peers of the nodes and
+// backends: without an XDP program on the peer, a veth drops the frames
+// its other end sends with XDP_TX or redirect.
+func attachPass(_ context.Context, p Plan) error {
+	if p.Spec.SkipPass {
+		return nil
+	}
+	for _, h := range append(append([]Host(nil), p.Nodes...), p.Backends...) {
+		pin := filepath.Join(p.PinDir, p.Router, "xdp-pass-"+h.Peer)
+		if err := dataplane.AttachPass(p.Router, h.Peer, pin); err != nil {
+			return fmt.Errorf("%s: %w", h.Peer, err)
+		}
+	}
+	return nil
+}
+
+// setUpDecap runs `xlb backend` in every backend namespace: VIPs local,
+// decapsulation program attached and pinned under the host's pin dir.
+func setUpDecap(ctx context.Context, p Plan) error {
+	if p.Spec.SkipDecap {
+		return nil
+	}
+	for _, h := range p.Backends {
+		args := []string{p.Spec.Binary, "backend", "--interface", h.Interface}
+		for _, v := range p.VIPs {
+			args = append(args, "--vip", v.String())
+		}
+		args = append(args, "--pin-path", h.PinDir)
+		cmd := exec.CommandContext(ctx, p.Spec.Binary, append([]string{netns.ExecCommand, h.Namespace, "--"}, args...)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %s: %w: %s", h.Name, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+	}
+	return nil
+}
+
+// ServerName is the StartProcess name of backend h's embedded server.
+func ServerName(h Host) string { return "serve-" + h.Name }
+
+func startServers(ctx context.Context, p Plan) error {
+	prefix := p.Spec.Prefix
+	for _, h := range p.Backends {
+		_, err := StartProcess(prefix, h.Namespace, ServerName(h), p.Spec.Binary, "lab", "serve",
+			"--name", h.Name,
+			"--http", net.JoinHostPort("0.0.0.0", strconv.Itoa(HTTPPort)),
+			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(UDPPort)))
+		if err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for _, h := range p.Backends {
+		name := ServerName(h)
+		running := func() bool {
+			rec, err := readRecord(prefix, name)
+			return err == nil && ours(rec)
+		}
+		if err := waitListening(ctx, h.Namespace, HTTPPort, deadline, running); err != nil {
+			return fmt.Errorf("%s: %w; its log %s ends with: %s", h.Name, err, LogFile(prefix, name), logTail(LogFile(prefix, name)))
+		}
+	}
+	return nil
+}
+
+// waitListening waits until a TCP connection to port on the namespace's
+// loopback succeeds, giving up early once the server is no longer
+// running. Serve binds UDP before TCP, so UDP is ready too.
+func waitListening(ctx context.Context, ns string, port int, deadline time.Time, running func() bool) error {
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for {
+		err := netns.Do(ns, func() error {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		switch {
+		case err == nil:
+			return nil
+		case !running():
+			return errors.New("the server exited")
+		case time.Now().After(deadline):
+			return fmt.Errorf("no server on %s after %s: %w", addr, readyTimeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// logTail returns the last lines of a log file for an error message.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}

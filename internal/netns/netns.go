@@ -1,0 +1,98 @@
+// Package netns runs code and processes inside named network namespaces
+// (the ones `ip netns add` creates under /run/netns) without leaving the
+// caller's mount namespace, so bpffs pins stay visible and persistent.
+package netns
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Dir is where iproute2 keeps named network namespaces.
+const Dir = "/run/netns"
+
+// ExecCommand is the hidden xlb subcommand that enters a namespace and
+// execs a program: `xlb netns-exec NAME -- PROG ARGS...`.
+const ExecCommand = "netns-exec"
+
+// Path returns the bind-mount path of a named namespace.
+func Path(name string) string { return filepath.Join(Dir, name) }
+
+// Exists reports whether the named namespace exists.
+func Exists(name string) bool {
+	_, err := os.Stat(Path(name))
+	return err == nil
+}
+
+// Do runs fn on an OS thread that has joined the named namespace. Sockets
+// that fn creates belong to that namespace for their whole life, whichever
+// thread uses them later. The thread is discarded afterwards, so no other
+// goroutine ever runs in the wrong namespace.
+func Do(name string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the goroutine's thread exits with it and the
+		// runtime does not reuse a thread whose namespace was changed.
+		runtime.LockOSThread()
+		if err := enter(name); err != nil {
+			errc <- err
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+func enter(name string) error {
+	fd, err := unix.Open(Path(name), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open network namespace %q: %w (does it exist? see `ip netns list`)", name, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+		return fmt.Errorf("enter network namespace %q: %w (needs root)", name, err)
+	}
+	return nil
+}
+
+// Command returns a command that runs argv inside the named namespace,
+// through this same binary's hidden ExecCommand (unlike `ip netns exec` it
+// keeps the mount namespace, so /sys/fs/bpf is the host's bpffs).
+func Command(name string, argv ...string) *exec.Cmd {
+	self, err := os.Executable()
+	if err != nil {
+		self = "/proc/self/exe"
+	}
+	args := append([]string{ExecCommand, name, "--"}, argv...)
+	return exec.Command(self, args...)
+}
+
+// ExecMain implements ExecCommand: args are NAME -- PROG ARGS... It only
+// returns on error.
+func ExecMain(args []string) error {
+	if len(args) < 3 || args[1] != "--" {
+		return fmt.Errorf("usage: xlb %s NAMESPACE -- PROGRAM [ARGS...]", ExecCommand)
+	}
+	runtime.LockOSThread()
+	if err := enter(args[0]); err != nil {
+		return err
+	}
+	prog := args[2]
+	if filepath.Base(prog) == prog {
+		p, err := exec.LookPath(prog)
+		if err != nil {
+			return fmt.Errorf("%s: %w", prog, err)
+		}
+		prog = p
+	}
+	if err := syscall.Exec(prog, args[2:], os.Environ()); err != nil {
+		return fmt.Errorf("exec %s: %w", prog, err)
+	}
+	return nil
+}
