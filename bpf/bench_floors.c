@@ -10,8 +10,17 @@
 #define SAVE_LEN 64
 
 struct saved {
-	__u8 b[SAVE_LEN];
+	__u64 w[SAVE_LEN / 8];
 };
+
+/* 8 bytes at a time: x86 and arm64 load packet words at any alignment,
+ * and a byte loop would make the harness dwarf what it measures. */
+static __always_inline void copy64(__u64 *dst, const __u64 *src)
+{
+#pragma unroll
+	for (int i = 0; i < SAVE_LEN / 8; i++)
+		dst[i] = src[i];
+}
 
 static __always_inline int save(struct xdp_md *ctx, struct saved *s)
 {
@@ -20,7 +29,7 @@ static __always_inline int save(struct xdp_md *ctx, struct saved *s)
 
 	if (data + SAVE_LEN > data_end)
 		return -1;
-	__builtin_memcpy(s->b, data, SAVE_LEN);
+	copy64(s->w, data);
 	return 0;
 }
 
@@ -45,7 +54,7 @@ static __always_inline int restore(struct xdp_md *ctx, struct saved *s, int len)
 	data = (void *)(long)ctx->data;
 	if (data + SAVE_LEN > (void *)(long)ctx->data_end)
 		return XDP_ABORTED;
-	__builtin_memcpy(data, s->b, SAVE_LEN);
+	copy64(data, s->w);
 	return 0;
 }
 

@@ -18,6 +18,14 @@
 #define XLB_DEFAULT_TABLE_SIZE 65537
 #endif
 
+/* Service index: an open-addressing table of XLB_SVC_SLOTS slots (a power
+ * of two, at least four per service) where a service sits at most
+ * XLB_SVC_PROBES slots after its home slot. */
+#ifndef XLB_SVC_SLOTS
+#define XLB_SVC_SLOTS 4096
+#endif
+#define XLB_SVC_PROBES 8
+
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS
 #define XLB_MAX_VIPS 1024

@@ -57,13 +57,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		return pass(XLB_PASS_NO_SERVICE);
 	}
 
-	struct svc_key key = {
-		.vip = vip,
-		.port = p.dport,
-		.proto = ip->protocol,
-	};
-	struct svc_val *svc = bpf_map_lookup_elem(&services, &key);
-	if (!svc)
+	struct svc_slot *svc = svc_lookup(vip, p.dport, ip->protocol);
+	if (!svc || !svc->encap)
 		return pass(XLB_PASS_NO_SERVICE);
 	if (ip->ttl <= 1)
 		return pass(XLB_PASS_TTL_EXCEEDED);
@@ -71,30 +66,32 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
 	__u32 hash = xlb_flow_hash(ip->saddr, vip, p.sport, p.dport, ip->protocol);
-	__u32 slot = hash % table_size;
+	/* hash * size / 2^32 spreads the hash over the table like a modulo,
+	 * without a division (Lemire's fast range reduction). */
+	__u32 slot = ((__u64)hash * table_size) >> 32;
 
 	void *table = bpf_map_lookup_elem(&maglev_tables, &svc_id);
 	if (!table)
 		return drop(XLB_DROP_NO_BACKEND);
-	__u32 *be_id = bpf_map_lookup_elem(table, &slot);
-	if (!be_id)
+	__u64 *entry = bpf_map_lookup_elem(table, &slot);
+	if (!entry)
 		return drop(XLB_DROP_NO_BACKEND);
-	__u32 bid = *be_id;
-	struct backend *be = bpf_map_lookup_elem(&backends, &bid);
-	if (!be || !be->addr)
+	__u32 bid = (__u32)*entry;
+	__be32 be_addr = (__be32)(*entry >> 32);
+	if (!be_addr)
 		return drop(XLB_DROP_NO_BACKEND);
 
 	__u16 inner_len = p.ip_len;
 	__u16 overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
 	__u16 outer_len = inner_len + overhead;
-	__u32 zero = 0;
-	__u32 *gen = bpf_map_lookup_elem(&nh_gen, &zero);
-	struct nh_entry *nh = bpf_map_lookup_elem(&nh_cache, &bid);
+	__u32 gen = nh_gen;
+	struct backend_state *bst = bpf_map_lookup_elem(&backend_stats, &bid);
 	int no_neigh = 0;
 
-	if (!gen || !nh)
+	if (!bst)
 		return drop(XLB_DROP_NO_ROUTE);
-	if (!nh->valid || nh->gen != *gen || outer_len > nh->max_len) {
+	struct nh_entry *nh = &bst->nh;
+	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len) {
 		struct bpf_fib_lookup fib = {};
 
 		fib.family = AF_INET;
@@ -102,7 +99,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		fib.l4_protocol = mode == XLB_ENCAP_GUE ? IPPROTO_UDP : IPPROTO_IPIP;
 		fib.tot_len = outer_len;
 		fib.ipv4_src = node_addr;
-		fib.ipv4_dst = be->addr;
+		fib.ipv4_dst = be_addr;
 		fib.ifindex = ctx->ingress_ifindex;
 
 		long rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
@@ -121,13 +118,13 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		} else {
 			__u16 max_len = outer_len;
 
-			if (nh->valid && nh->gen == *gen && nh->max_len > max_len)
+			if (nh->valid && nh->gen == gen && nh->max_len > max_len)
 				max_len = nh->max_len;
-			nh->gen = *gen;
+			nh->gen = gen;
 			nh->ifindex = fib.ifindex;
 			nh->max_len = max_len;
-			__builtin_memcpy(nh->dmac, fib.dmac, ETH_ALEN);
-			__builtin_memcpy(nh->smac, fib.smac, ETH_ALEN);
+			__builtin_memcpy((__u8 *)nh->macs, fib.dmac, ETH_ALEN);
+			__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, fib.smac, ETH_ALEN);
 			nh->valid = 1;
 		}
 	}
@@ -143,11 +140,12 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	int pad = (int)(data_end - ((void *)ip + inner_len));
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
-	if (encap_ipv4(ctx, mode, node_addr, be->addr, hash, inner_len, tos, df))
+	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
 	count(&svc_stats, svc_id, inner_len);
-	count(&backend_stats, bid, inner_len);
+	bst->stats.packets++;
+	bst->stats.bytes += inner_len;
 
 	if (no_neigh)
 		/* The kernel forwards this packet and resolves the neighbour;
@@ -156,11 +154,12 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	struct ethhdr *eth = data;
-	if ((void *)(eth + 1) > data_end)
+	__u32 *mac = data;
+	if ((void *)(mac + 3) > data_end)
 		return drop(XLB_DROP_ENCAP_FAILED);
-	__builtin_memcpy(eth->h_dest, nh->dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, nh->smac, ETH_ALEN);
+	mac[0] = nh->macs[0];
+	mac[1] = nh->macs[1];
+	mac[2] = nh->macs[2];
 	if (nh->ifindex == ctx->ingress_ifindex)
 		return XDP_TX;
 	return bpf_redirect(nh->ifindex, 0);

@@ -5,30 +5,37 @@
 
 #include "xlb_helpers.h"
 
-struct svc_key {
+/* A service index slot. The first 8 bytes are the key (VIP, port,
+ * protocol) plus the encapsulation; vip 0 marks a free slot: port 0 an
+ * empty one (ends a probe), port 0xffff a deleted one (probing goes on).
+ * The control plane fills a slot with vip 0 first and sets vip in a
+ * second write, so a packet never sees a half-written service. */
+struct svc_slot {
 	__be32 vip;
 	__be16 port;
 	__u8 proto;
-	__u8 pad;
-};
-
-struct svc_val {
-	__u32 id;    /* index into maglev_tables and svc_stats */
 	__u8 encap;  /* XLB_ENCAP_* */
-	__u8 pad[3];
+	__u32 id;    /* index into maglev_tables and svc_stats */
+	__u32 pad;
 };
 
+/* The backend registry (id -> address): written and read by the control
+ * plane, which copies addresses into the tables; the fast path does not
+ * read it. */
 struct backend {
 	__be32 addr;
 	__u32 flags; /* reserved */
 };
 
+/* Services, looked up without hashing in the kernel: an array lookup is
+ * inlined by the verifier, a hash map lookup costs more than the whole
+ * rest of the fast path (docs/benchmarks.md). */
 struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XLB_MAX_SERVICES);
-	__type(key, struct svc_key);
-	__type(value, struct svc_val);
-} services SEC(".maps");
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XLB_SVC_SLOTS);
+	__type(key, __u32);
+	__type(value, struct svc_slot);
+} svc_index SEC(".maps");
 
 /* VIP addresses (any port): fragments are dropped only when addressed to
  * a VIP, everything else passes untouched. Value: number of services. */
@@ -46,14 +53,18 @@ struct {
 	__type(value, struct backend);
 } backends SEC(".maps");
 
-/* One Maglev table per service: slot -> backend id. The control plane
- * builds a complete new inner map and swaps the outer slot in one update,
- * so a packet sees either the old or the new table, never a mix. */
+/* One Maglev table per service: slot -> backend id (low 32 bits) and
+ * address (high 32 bits, as the program loads a __be32) in one 64-bit
+ * entry, so that the fast path needs no backends lookup. The control
+ * plane builds a complete new inner map and swaps the outer slot in one
+ * update, so a packet sees either the old or the new table, never a
+ * mix. An entry with address 0 has no backend: its packets are dropped. */
+
 struct maglev_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_DEFAULT_TABLE_SIZE);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, __u64);
 };
 
 struct {
@@ -70,12 +81,43 @@ struct {
 	__type(value, struct xlb_counter);
 } svc_stats SEC(".maps");
 
+/* Next-hop cache: the result of bpf_fib_lookup for a backend, per CPU,
+ * so that most packets skip the FIB (it costs more than everything else
+ * on the path together). An entry holds while its generation equals
+ * nh_gen[0]; the agent bumps nh_gen whenever the kernel's neighbours,
+ * routes or links change, whenever a backend changes, and once a second
+ * regardless, and starts it at a random value when it loads a program.
+ * max_len is the largest outer packet the route is known to carry: a
+ * larger one goes through the FIB, which checks the MTU. */
+struct nh_entry {
+	__u32 gen;
+	__u32 ifindex;
+	/* The new Ethernet header's addresses, destination then source, as
+	 * three words so that writing them takes three stores. */
+	__u32 macs[3];
+	__u16 max_len;
+	__u8 valid;
+	__u8 pad;
+};
+
+/* Per backend and CPU: its counters and its cached next hop, together so
+ * that one lookup serves both. */
+struct backend_state {
+	struct xlb_counter stats;
+	struct nh_entry nh;
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__uint(max_entries, XLB_MAX_BACKENDS);
 	__type(key, __u32);
-	__type(value, struct xlb_counter);
+	__type(value, struct backend_state);
 } backend_stats SEC(".maps");
+
+/* The next-hop generation: a global (in .bss, written by the agent through
+ * a memory mapping), so reading it costs no map lookup. It belongs to one
+ * loaded program and is never pinned. */
+volatile __u32 nh_gen = 0;
 
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -84,37 +126,37 @@ struct {
 	__type(value, __u64);
 } reasons SEC(".maps");
 
-/* Next-hop cache: the result of bpf_fib_lookup for a backend, per CPU,
- * so that most packets skip the FIB (it costs more than everything else
- * on the path together). An entry holds while its generation equals
- * nh_gen[0]; the agent bumps nh_gen whenever the kernel's neighbours,
- * routes or links change, whenever a backend changes, and once a second
- * regardless. max_len is the largest outer packet the route is known to
- * carry: a larger one goes through the FIB, which checks the MTU. Neither
- * map is pinned: a new program starts with an empty cache. */
-struct nh_entry {
-	__u32 gen;
-	__u32 ifindex;
-	__u16 max_len;
-	__u8 dmac[ETH_ALEN];
-	__u8 smac[ETH_ALEN];
-	__u8 valid;
-	__u8 pad;
-};
+/* Home slot of a service key (internal/dataplane has it in Go). The
+ * words enter as little-endian loads of their wire bytes. */
+static __always_inline __u32 svc_hash(__be32 vip, __be16 port, __u8 proto)
+{
+	__u32 h = vip * 0x9e3779b1u;
 
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, XLB_MAX_BACKENDS);
-	__type(key, __u32);
-	__type(value, struct nh_entry);
-} nh_cache SEC(".maps");
+	h ^= (((__u32)port << 8) | proto) * 0x85ebca77u;
+	h ^= h >> 15;
+	return h;
+}
 
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, __u32);
-} nh_gen SEC(".maps");
+static __always_inline struct svc_slot *svc_lookup(__be32 vip, __be16 port, __u8 proto)
+{
+	__u64 want = (__u64)vip | ((__u64)port << 32) | ((__u64)proto << 48);
+	__u32 h = svc_hash(vip, port, proto);
+
+#pragma unroll
+	for (int i = 0; i < XLB_SVC_PROBES; i++) {
+		__u32 idx = (h + i) & (XLB_SVC_SLOTS - 1);
+		struct svc_slot *s = bpf_map_lookup_elem(&svc_index, &idx);
+
+		if (!s)
+			return 0;
+		__u64 got = *(__u64 *)s;
+		if ((got & 0x00ffffffffffffffULL) == want)
+			return s;
+		if (!(got & 0x00ffffffffffffffULL))
+			return 0; /* empty: the probe ends */
+	}
+	return 0;
+}
 
 static __always_inline void count_reason(__u32 reason)
 {

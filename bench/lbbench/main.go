@@ -30,9 +30,10 @@ type report struct {
 	Results  []dataplane.BenchResult `json:"results"`
 	// RatioNet is the full LB path over the parse-and-encapsulate floor,
 	// both less the harness cost; RatioRaw the same with it.
-	RatioNet float64 `json:"ratio_lb_over_encap_floor_net"`
-	RatioRaw float64 `json:"ratio_lb_over_encap_floor_raw"`
-	Target   float64 `json:"target_ratio"`
+	RatioNet    float64 `json:"ratio_lb_over_encap_floor_net"`
+	RatioRaw    float64 `json:"ratio_lb_over_encap_floor_raw"`
+	RatioMedian float64 `json:"ratio_lb_over_encap_floor_median"`
+	Target      float64 `json:"target_ratio"`
 }
 
 func main() {
@@ -57,14 +58,16 @@ func main() {
 		by[x.Name] = x
 	}
 	r.RatioNet = by["bench_lb"].NetNs / by["floor_parse_encap"].NetNs
-	r.RatioRaw = by["bench_lb"].MedianNs / by["floor_parse_encap"].MedianNs
+	r.RatioRaw = by["bench_lb"].MinNs / by["floor_parse_encap"].MinNs
+	r.RatioMedian = by["bench_lb"].MedianNs / by["floor_parse_encap"].MedianNs
 
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
-	fmt.Printf("%-18s %10s %10s  %s\n", "program", "median ns", "net ns", "what")
+	fmt.Printf("%-18s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
 	for _, x := range res {
-		fmt.Printf("%-18s %10.1f %10.1f  %s\n", x.Name, x.MedianNs, x.NetNs, x.Description)
+		fmt.Printf("%-18s %8.1f %10.1f %8.1f  %s\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
 	}
-	fmt.Printf("full LB / parse+encap floor: %.2fx net of the harness (%.2fx raw); target <= %.2fx\n", r.RatioNet, r.RatioRaw, r.Target)
+	fmt.Printf("full LB / parse+encap floor: %.2fx (best rounds), %.2fx (medians), %.2fx net of the harness; target <= %.2fx\n",
+		r.RatioRaw, r.RatioMedian, r.RatioNet, r.Target)
 
 	if err := os.MkdirAll(*out, 0o755); err != nil {
 		fail(err)

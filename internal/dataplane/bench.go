@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,7 +23,10 @@ type BenchResult struct {
 	Verdict     string    `json:"verdict"`
 	RoundsNs    []float64 `json:"rounds_ns"`
 	MedianNs    float64   `json:"median_ns"`
-	// NetNs is MedianNs less the wrapper's own cost (wrap_only).
+	// MinNs is the fastest round: on a shared machine the least disturbed
+	// one, and the most repeatable estimate of the program's own cost.
+	MinNs float64 `json:"min_ns"`
+	// NetNs is MinNs less the wrapper's own (wrap_only) MinNs.
 	NetNs float64 `json:"net_ns"`
 }
 
@@ -72,11 +76,10 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	defer objs.Close()
 
 	// Program the service through the same code the agent uses.
-	d := &Dataplane{tableSize: maglev.DefaultSize, objs: lbObjects{lbMaps: lbMaps{
+	d := &Dataplane{tableSize: maglev.DefaultSize, addrs: map[uint32]uint32{}, objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, Services: objs.Services, SvcStats: objs.SvcStats, Vips: objs.Vips,
-		NhCache: objs.NhCache, NhGen: objs.NhGen,
-	}}}
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcStats: objs.SvcStats, Vips: objs.Vips,
+	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	vip := netip.MustParseAddr("10.99.0.1")
 	bs := make([]maglev.Backend, cfg.Backends)
 	for i := range bs {
@@ -141,10 +144,11 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	for _, name := range benchOrder {
 		r := results[name]
 		r.MedianNs = median(r.RoundsNs)
+		r.MinNs = slices.Min(r.RoundsNs)
 		out = append(out, *r)
 	}
 	for i := range out {
-		out[i].NetNs = out[i].MedianNs - out[0].MedianNs
+		out[i].NetNs = out[i].MinNs - out[0].MinNs
 	}
 	// A VIP hit must have been counted as a forward on every round.
 	var per []lbXlbCounter

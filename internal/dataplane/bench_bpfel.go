@@ -19,30 +19,28 @@ type benchBackend struct {
 	Flags uint32
 }
 
-type benchNhEntry struct {
-	_       structs.HostLayout
-	Gen     uint32
-	Ifindex uint32
-	MaxLen  uint16
-	Dmac    [6]uint8
-	Smac    [6]uint8
-	Valid   uint8
-	Pad     uint8
+type benchBackendState struct {
+	_     structs.HostLayout
+	Stats benchXlbCounter
+	Nh    struct {
+		_       structs.HostLayout
+		Gen     uint32
+		Ifindex uint32
+		Macs    [3]uint32
+		MaxLen  uint16
+		Valid   uint8
+		Pad     uint8
+	}
 }
 
-type benchSvcKey struct {
+type benchSvcSlot struct {
 	_     structs.HostLayout
 	Vip   uint32
 	Port  uint16
 	Proto uint8
-	Pad   uint8
-}
-
-type benchSvcVal struct {
-	_     structs.HostLayout
-	Id    uint32
 	Encap uint8
-	Pad   [3]uint8
+	Id    uint32
+	Pad   uint32
 }
 
 type benchXlbCounter struct {
@@ -58,16 +56,15 @@ const (
 	benchMapBackendStats     = "backend_stats"
 	benchMapBackends         = "backends"
 	benchMapMaglevTables     = "maglev_tables"
-	benchMapNhCache          = "nh_cache"
-	benchMapNhGen            = "nh_gen"
 	benchMapReasons          = "reasons"
-	benchMapServices         = "services"
+	benchMapSvcIndex         = "svc_index"
 	benchMapSvcStats         = "svc_stats"
 	benchMapVips             = "vips"
 	benchProgBenchLb         = "bench_lb"
 	benchProgFloorParseEncap = "floor_parse_encap"
 	benchProgFloorParseTx    = "floor_parse_tx"
 	benchProgWrapOnly        = "wrap_only"
+	benchVarNhGen            = "nh_gen"
 	benchVarNodeAddr         = "node_addr"
 	benchVarTableSize        = "table_size"
 )
@@ -127,10 +124,8 @@ type benchMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
-	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
-	NhGen        *ebpf.MapSpec `ebpf:"nh_gen"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
-	Services     *ebpf.MapSpec `ebpf:"services"`
+	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcStats     *ebpf.MapSpec `ebpf:"svc_stats"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -139,6 +134,7 @@ type benchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
+	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
@@ -166,10 +162,8 @@ type benchMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
-	NhCache      *ebpf.Map `ebpf:"nh_cache"`
-	NhGen        *ebpf.Map `ebpf:"nh_gen"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
-	Services     *ebpf.Map `ebpf:"services"`
+	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcStats     *ebpf.Map `ebpf:"svc_stats"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
@@ -179,10 +173,8 @@ func (m *benchMaps) Close() error {
 		m.BackendStats,
 		m.Backends,
 		m.MaglevTables,
-		m.NhCache,
-		m.NhGen,
 		m.Reasons,
-		m.Services,
+		m.SvcIndex,
 		m.SvcStats,
 		m.Vips,
 	)
@@ -192,6 +184,7 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
+	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os"
@@ -33,6 +34,8 @@ type Dataplane struct {
 	mode      string
 	tableSize uint32
 	pinPath   string
+	index     svcIndex          // mirror of the svc_index map
+	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 }
 
 // Open loads the LB program, adopts the maps pinned under opts.PinPath
@@ -100,6 +103,29 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 			return nil, fmt.Errorf("pinned maps under %s do not match this xlb's layout: %w (stop the old agent and run `xlb cleanup`; this drops established flows)", opts.PinPath, err)
 		}
 		return nil, fmt.Errorf("load LB program: %w", err)
+	}
+	if err := d.index.load(d.objs.SvcIndex); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	d.addrs = map[uint32]uint32{}
+	var id uint32
+	var be lbBackend
+	it := d.objs.Backends.Iterate()
+	for it.Next(&id, &be) {
+		if be.Addr != 0 {
+			d.addrs[id] = be.Addr
+		}
+	}
+	if err := it.Err(); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("read backends: %w", err)
+	}
+	// Next hops cached per backend in pinned state by an earlier program
+	// must not count as fresh: start the generation somewhere new.
+	if err := d.objs.NhGen.Set(rand.Uint32()); err != nil {
+		d.objs.Close()
+		return nil, fmt.Errorf("initialise next-hop generation: %w", err)
 	}
 	return d, nil
 }
@@ -197,16 +223,26 @@ func (d *Dataplane) TableSize() uint32 { return d.tableSize }
 // PinPath is the bpffs directory holding this data plane's state.
 func (d *Dataplane) PinPath() string { return d.pinPath }
 
-// UpsertBackend writes backend id's address.
+// UpsertBackend registers backend id with its address. Tables carry the
+// address of each backend they name (copied when the table is written),
+// so an id keeps its address until DeleteBackend frees it.
 func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
-	if id >= MaxBackends || !addr.Is4() {
-		return fmt.Errorf("backend %d %v: id out of range or not IPv4", id, addr)
+	if id >= MaxBackends || !addr.Is4() || addr.IsUnspecified() {
+		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, addr)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.objs.Backends.Put(id, lbBackend{Addr: wire32(addr)}); err != nil {
+	w := wire32(addr)
+	if old, ok := d.addrs[id]; ok {
+		if old == w {
+			return nil
+		}
+		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, addrFromWire(old))
+	}
+	if err := d.objs.Backends.Put(id, lbBackend{Addr: w}); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
+	d.addrs[id] = w
 	return d.invalidateNextHops()
 }
 
@@ -221,15 +257,18 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 	if err := d.objs.Backends.Put(id, lbBackend{}); err != nil {
 		return fmt.Errorf("clear backend %d: %w", id, err)
 	}
+	delete(d.addrs, id)
 	if err := d.invalidateNextHops(); err != nil {
 		return err
 	}
-	return zeroPerCPU(d.objs.BackendStats, id)
+	return zeroPerCPU[lbBackendState](d.objs.BackendStats, id)
 }
 
 // UpsertService installs or replaces a service. A new table is written
 // into a fresh inner map and swapped in with one update of the outer
-// map, so a packet sees either the old or the new table, never a mix.
+// map, so a packet sees either the old or the new table, never a mix. A
+// new service becomes visible in the service index only once its table
+// is in place.
 func (d *Dataplane) UpsertService(s Service) error {
 	if s.ID >= MaxServices {
 		return fmt.Errorf("service %d: id out of range", s.ID)
@@ -240,18 +279,23 @@ func (d *Dataplane) UpsertService(s Service) error {
 	if s.Encap != EncapIPIP && s.Encap != EncapGUE {
 		return fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
 	}
-	key, err := svcKey(s.Key)
+	key, err := slotKey(s.Key)
 	if err != nil {
 		return fmt.Errorf("service %d: %w", s.ID, err)
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
+	entries := make([]uint64, len(s.Table))
+	for i, id := range s.Table {
+		// An unknown id gets address 0: the program drops its packets.
+		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+	}
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "xlb_maglev",
 		Type:       ebpf.Array,
 		KeySize:    4,
-		ValueSize:  4,
+		ValueSize:  8,
 		MaxEntries: d.tableSize,
 	})
 	if err != nil {
@@ -262,56 +306,51 @@ func (d *Dataplane) UpsertService(s Service) error {
 	for i := range keys {
 		keys[i] = uint32(i)
 	}
-	if _, err := inner.BatchUpdate(keys, s.Table, nil); err != nil {
+	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
 		return fmt.Errorf("service %d: fill table: %w", s.ID, err)
 	}
 	if err := d.objs.MaglevTables.Put(s.ID, inner); err != nil {
 		return fmt.Errorf("service %d: swap table: %w", s.ID, err)
 	}
-	if err := d.objs.Services.Put(key, lbSvcVal{Id: s.ID, Encap: uint8(s.Encap)}); err != nil {
-		return fmt.Errorf("service %d: write service: %w", s.ID, err)
+	key.Id, key.Encap = s.ID, uint8(s.Encap)
+	if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
 	}
 	return d.syncVIPs()
 }
 
-// DeleteService removes a service: first its key, so no packet finds it,
-// then its table and counters.
+// DeleteService removes a service: first from the index, so no packet
+// finds it, then its table and counters.
 func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
-	k, err := svcKey(key)
+	k, err := slotKey(key)
 	if err != nil {
 		return err
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if err := d.objs.Services.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := d.index.remove(d.objs.SvcIndex, k); err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
 	}
 	if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete table of service %d: %w", id, err)
 	}
-	if err := zeroPerCPU(d.objs.SvcStats, id); err != nil {
+	if err := zeroPerCPU[lbXlbCounter](d.objs.SvcStats, id); err != nil {
 		return err
 	}
 	return d.syncVIPs()
 }
 
-// syncVIPs rebuilds the VIP set (used to drop fragments to VIPs) from the
-// services map. Called with d.mu held.
+// syncVIPs makes the VIP set (used to drop fragments to VIPs) match the
+// service index. Called with d.mu held.
 func (d *Dataplane) syncVIPs() error {
 	want := map[uint32]uint32{}
-	var k lbSvcKey
-	var v lbSvcVal
-	it := d.objs.Services.Iterate()
-	for it.Next(&k, &v) {
-		want[k.Vip]++
-	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("list services: %w", err)
+	for _, s := range d.index.services() {
+		want[s.Vip]++
 	}
 	var stale []uint32
 	var vip, n uint32
-	vit := d.objs.Vips.Iterate()
-	for vit.Next(&vip, &n) {
+	it := d.objs.Vips.Iterate()
+	for it.Next(&vip, &n) {
 		if _, ok := want[vip]; !ok {
 			stale = append(stale, vip)
 		}
@@ -329,14 +368,14 @@ func (d *Dataplane) syncVIPs() error {
 	return nil
 }
 
-func svcKey(k ServiceKey) (lbSvcKey, error) {
-	if !k.VIP.Is4() {
-		return lbSvcKey{}, fmt.Errorf("VIP %v is not IPv4", k.VIP)
+func slotKey(k ServiceKey) (lbSvcSlot, error) {
+	if !k.VIP.Is4() || k.VIP.IsUnspecified() {
+		return lbSvcSlot{}, fmt.Errorf("VIP %v is not a usable IPv4 address", k.VIP)
 	}
 	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
-		return lbSvcKey{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
+		return lbSvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
 	}
-	return lbSvcKey{Vip: wire32(k.VIP), Port: port16(k.Port), Proto: k.Proto}, nil
+	return lbSvcSlot{Vip: wire32(k.VIP), Port: port16(k.Port), Proto: k.Proto}, nil
 }
 
 // Services lists installed services (without tables), for adoption.
@@ -344,18 +383,12 @@ func (d *Dataplane) Services() ([]Service, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []Service
-	var k lbSvcKey
-	var v lbSvcVal
-	it := d.objs.Services.Iterate()
-	for it.Next(&k, &v) {
+	for _, s := range d.index.services() {
 		out = append(out, Service{
-			ID:    v.Id,
-			Key:   ServiceKey{VIP: addrFromWire(k.Vip), Port: portFromWire(k.Port), Proto: k.Proto},
-			Encap: Encap(v.Encap),
+			ID:    s.Id,
+			Key:   ServiceKey{VIP: addrFromWire(s.Vip), Port: portFromWire(s.Port), Proto: s.Proto},
+			Encap: Encap(s.Encap),
 		})
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("list services: %w", err)
 	}
 	return out, nil
 }
@@ -374,7 +407,7 @@ func (d *Dataplane) Table(id uint32) ([]uint32, error) {
 	}
 	defer inner.Close()
 	keys := make([]uint32, d.tableSize)
-	vals := make([]uint32, d.tableSize)
+	vals := make([]uint64, d.tableSize)
 	var cursor ebpf.MapBatchCursor
 	n, err := inner.BatchLookup(&cursor, keys, vals, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -382,7 +415,7 @@ func (d *Dataplane) Table(id uint32) ([]uint32, error) {
 	}
 	table := make([]uint32, d.tableSize)
 	for i := 0; i < n; i++ {
-		table[keys[i]] = vals[i]
+		table[keys[i]] = uint32(vals[i])
 	}
 	return table, nil
 }
@@ -413,7 +446,7 @@ func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
 
 // BackendCounters sums backend id's per-CPU counters.
 func (d *Dataplane) BackendCounters(id uint32) (Counters, error) {
-	return sumPerCPU(d.objs.BackendStats, id)
+	return sumPerCPUOf(d.objs.BackendStats, id, func(s lbBackendState) lbXlbCounter { return s.Stats })
 }
 
 // ReasonCounters returns the pass/drop counters by reason name.
@@ -434,24 +467,32 @@ func (d *Dataplane) ReasonCounters() (map[string]uint64, error) {
 }
 
 func sumPerCPU(m *ebpf.Map, id uint32) (Counters, error) {
-	var per []lbXlbCounter
+	return sumPerCPUOf(m, id, func(c lbXlbCounter) lbXlbCounter { return c })
+}
+
+// sumPerCPUOf sums the counters that get picks out of per-CPU values T.
+func sumPerCPUOf[T any](m *ebpf.Map, id uint32, get func(T) lbXlbCounter) (Counters, error) {
+	var per []T
 	if err := m.Lookup(id, &per); err != nil {
 		return Counters{}, fmt.Errorf("read counters %d: %w", id, err)
 	}
 	var c Counters
 	for _, p := range per {
-		c.Packets += p.Packets
-		c.Bytes += p.Bytes
+		x := get(p)
+		c.Packets += x.Packets
+		c.Bytes += x.Bytes
 	}
 	return c, nil
 }
 
-func zeroPerCPU(m *ebpf.Map, id uint32) error {
+// zeroPerCPU resets entry id of a per-CPU map whose values are T on
+// every CPU.
+func zeroPerCPU[T any](m *ebpf.Map, id uint32) error {
 	n, err := ebpf.PossibleCPU()
 	if err != nil {
 		return err
 	}
-	if err := m.Put(id, make([]lbXlbCounter, n)); err != nil {
+	if err := m.Put(id, make([]T, n)); err != nil {
 		return fmt.Errorf("reset counters %d: %w", id, err)
 	}
 	return nil
@@ -472,14 +513,11 @@ func Cleanup(pinPath string) error {
 	return nil
 }
 
-// unpinned are maps that belong to one program version: its load-time
-// parameters and its next-hop cache, which starts empty.
-var unpinned = map[string]bool{"nh_cache": true, "nh_gen": true}
-
-// pinMaps marks the collection's state maps for pinning by name.
+// pinMaps marks the collection's state maps for pinning by name; the
+// global-variable maps (.rodata, .bss) belong to one program version.
 func pinMaps(spec *ebpf.CollectionSpec) {
 	for name, m := range spec.Maps {
-		if !strings.HasPrefix(name, ".") && !unpinned[name] {
+		if !strings.HasPrefix(name, ".") {
 			m.Pinning = ebpf.PinByName
 		}
 	}

@@ -39,3 +39,10 @@ func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
 	c -= bits.RotateLeft32(b, 24)
 	return c
 }
+
+// Slot is the table slot a flow hash selects in a table of size slots:
+// hash * size / 2^32, as the LB program computes it (a range reduction
+// without a division).
+func Slot(hash, size uint32) uint32 {
+	return uint32(uint64(hash) * uint64(size) >> 32)
+}

@@ -19,30 +19,28 @@ type lbBackend struct {
 	Flags uint32
 }
 
-type lbNhEntry struct {
-	_       structs.HostLayout
-	Gen     uint32
-	Ifindex uint32
-	MaxLen  uint16
-	Dmac    [6]uint8
-	Smac    [6]uint8
-	Valid   uint8
-	Pad     uint8
+type lbBackendState struct {
+	_     structs.HostLayout
+	Stats lbXlbCounter
+	Nh    struct {
+		_       structs.HostLayout
+		Gen     uint32
+		Ifindex uint32
+		Macs    [3]uint32
+		MaxLen  uint16
+		Valid   uint8
+		Pad     uint8
+	}
 }
 
-type lbSvcKey struct {
+type lbSvcSlot struct {
 	_     structs.HostLayout
 	Vip   uint32
 	Port  uint16
 	Proto uint8
-	Pad   uint8
-}
-
-type lbSvcVal struct {
-	_     structs.HostLayout
-	Id    uint32
 	Encap uint8
-	Pad   [3]uint8
+	Id    uint32
+	Pad   uint32
 }
 
 type lbXlbCounter struct {
@@ -58,13 +56,12 @@ const (
 	lbMapBackendStats = "backend_stats"
 	lbMapBackends     = "backends"
 	lbMapMaglevTables = "maglev_tables"
-	lbMapNhCache      = "nh_cache"
-	lbMapNhGen        = "nh_gen"
 	lbMapReasons      = "reasons"
-	lbMapServices     = "services"
+	lbMapSvcIndex     = "svc_index"
 	lbMapSvcStats     = "svc_stats"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
+	lbVarNhGen        = "nh_gen"
 	lbVarNodeAddr     = "node_addr"
 	lbVarTableSize    = "table_size"
 )
@@ -121,10 +118,8 @@ type lbMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
-	NhCache      *ebpf.MapSpec `ebpf:"nh_cache"`
-	NhGen        *ebpf.MapSpec `ebpf:"nh_gen"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
-	Services     *ebpf.MapSpec `ebpf:"services"`
+	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcStats     *ebpf.MapSpec `ebpf:"svc_stats"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -133,6 +128,7 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
+	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
@@ -160,10 +156,8 @@ type lbMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
-	NhCache      *ebpf.Map `ebpf:"nh_cache"`
-	NhGen        *ebpf.Map `ebpf:"nh_gen"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
-	Services     *ebpf.Map `ebpf:"services"`
+	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcStats     *ebpf.Map `ebpf:"svc_stats"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
@@ -173,10 +167,8 @@ func (m *lbMaps) Close() error {
 		m.BackendStats,
 		m.Backends,
 		m.MaglevTables,
-		m.NhCache,
-		m.NhGen,
 		m.Reasons,
-		m.Services,
+		m.SvcIndex,
 		m.SvcStats,
 		m.Vips,
 	)
@@ -186,6 +178,7 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
+	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }

@@ -408,7 +408,7 @@ func TestLBFlowHashMatchesGo(t *testing.T) {
 		p.sport = uint16(30000 + 7*i)
 		_, out := f.run(t, d.objs.XlbLbProg, p.frame(f.mac))
 		got := netip.AddrFrom4([4]byte(out[30:34]))
-		want := backends[table[FlowHash(p.src, fxVIP, p.sport, 80, 6)%fxTableSize]]
+		want := backends[table[Slot(FlowHash(p.src, fxVIP, p.sport, 80, 6), fxTableSize)]]
 		if got != want {
 			t.Fatalf("flow %v:%d went to %v, FlowHash predicts %v", p.src, p.sport, got, want)
 		}

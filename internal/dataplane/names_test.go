@@ -57,8 +57,8 @@ func TestLimitsMatchC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := spec.Maps["services"].MaxEntries; n != MaxServices {
-		t.Errorf("services map %d entries, MaxServices %d", n, MaxServices)
+	if n := spec.Maps["svc_index"].MaxEntries; n != SvcSlots || SvcSlots < 4*MaxServices {
+		t.Errorf("svc_index map %d entries, SvcSlots %d, MaxServices %d", n, SvcSlots, MaxServices)
 	}
 	if n := spec.Maps["backends"].MaxEntries; n != MaxBackends {
 		t.Errorf("backends map %d entries, MaxBackends %d", n, MaxBackends)

@@ -19,10 +19,10 @@ const NextHopRefresh = time.Second
 // takes bpf_fib_lookup again.
 func (d *Dataplane) invalidateNextHops() error {
 	var gen uint32
-	if err := d.objs.NhGen.Lookup(uint32(0), &gen); err != nil {
+	if err := d.objs.NhGen.Get(&gen); err != nil {
 		return fmt.Errorf("read next-hop generation: %w", err)
 	}
-	if err := d.objs.NhGen.Put(uint32(0), gen+1); err != nil {
+	if err := d.objs.NhGen.Set(gen + 1); err != nil {
 		return fmt.Errorf("bump next-hop generation: %w", err)
 	}
 	return nil

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -89,7 +90,7 @@ func TestOpenPinAdoptCleanup(t *testing.T) {
 	if xdpProgID(t, f.name, "veth0") != first {
 		t.Fatal("XDP program went away when the agent closed its handles")
 	}
-	for _, name := range []string{"link", "services", "backends", "maglev_tables", "svc_stats"} {
+	for _, name := range []string{"link", "svc_index", "backends", "maglev_tables", "svc_stats"} {
 		if _, err := os.Stat(filepath.Join(pin, name)); err != nil {
 			t.Errorf("pinned %s: %v", name, err)
 		}
@@ -130,8 +131,14 @@ func TestOpenPinAdoptCleanup(t *testing.T) {
 	if err := Cleanup(pin); err != nil {
 		t.Fatal(err)
 	}
+	// The kernel detaches a link when its last reference goes, which
+	// can lag the unpin a little.
+	deadline := time.Now().Add(3 * time.Second)
+	for xdpProgID(t, f.name, "veth0") != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
 	if id := xdpProgID(t, f.name, "veth0"); id != 0 {
-		t.Errorf("XDP program %d still attached after Cleanup", id)
+		t.Errorf("XDP program %d still attached 3s after Cleanup", id)
 	}
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		t.Errorf("pin directory still there: %v", err)
