@@ -213,9 +213,9 @@ func TestMetrics(t *testing.T) {
 	for _, want := range []string{
 		`xlb_service_packets_total{service="we\"b"} 30`,
 		`xlb_service_bytes_total{service="we\"b"} 3000`,
-		`xlb_backend_packets_total{service="we\"b",backend="10.0.3.2:80"} 20`,
-		`xlb_backend_bytes_total{service="we\"b",backend="10.0.3.3:80"} 1000`,
-		`xlb_dataplane_reason_packets_total{reason="pass_not_vip"} 18446744073709551615`,
+		`xlb_backend_packets_total{backend="10.0.3.2:80",service="we\"b"} 20`,
+		`xlb_backend_bytes_total{backend="10.0.3.3:80",service="we\"b"} 1000`,
+		`xlb_dataplane_reason_packets_total{reason="pass_not_vip"} 1.8446744073709552e+19`,
 		`xlb_config_reloads_total{result="ok"} 2`,
 		`xlb_config_reloads_total{result="error"} 1`,
 		`xlb_config_generation 3`,
