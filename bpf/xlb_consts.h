@@ -52,8 +52,8 @@
  * names in internal/dataplane must follow this order. */
 enum xlb_reason {
 	XLB_PASS_NOT_IPV4 = 0,   /* ARP, IPv6, VLAN, ...: not ours */
-	XLB_PASS_NOT_TCP_UDP,    /* ICMP and other protocols */
-	XLB_PASS_NO_SERVICE,     /* no service for (dst, port, proto) */
+	XLB_PASS_NOT_TCP_UDP,    /* ICMP and other protocols, not to a VIP */
+	XLB_PASS_NO_SERVICE,     /* not addressed to a VIP */
 	XLB_PASS_TTL_EXCEEDED,   /* TTL <= 1: the kernel sends time-exceeded */
 	XLB_PASS_NO_NEIGH,       /* next hop MAC unknown: the kernel forwards and resolves it */
 	XLB_DROP_MALFORMED_ETH,  /* frame shorter than an Ethernet header */
@@ -66,6 +66,7 @@ enum xlb_reason {
 	XLB_DROP_ENCAP_FAILED,   /* no headroom to add the outer headers */
 	XLB_TX_ICMP_TOO_BIG,     /* answered with ICMP fragmentation-needed (DF set) */
 	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
+	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol (ICMP included) */
 	XLB_REASON_MAX,
 };
 

@@ -37,6 +37,11 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_IPV4:
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
+		/* The kernel has nothing to do with a VIP (it is not local
+		 * here): passed up, it would route it back to the router, which
+		 * sends it to a node again, until the TTL runs out. */
+		if (bpf_map_lookup_elem(&vips, &p.ip->daddr))
+			return drop(XLB_DROP_VIP_NO_SERVICE);
 		return pass(XLB_PASS_NOT_TCP_UDP);
 	case PARSE_BAD_ETH:
 		return drop(XLB_DROP_MALFORMED_ETH);
@@ -51,15 +56,19 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	if (p.fragment) {
 		/* Non-first fragments carry no ports, so no instance could hash
-		 * them to the backend of their first fragment. */
+		 * them to the backend of their first fragment; first fragments
+		 * go too, as the datagram could never be completed. */
 		if (bpf_map_lookup_elem(&vips, &vip))
 			return drop(XLB_DROP_FRAGMENT);
 		return pass(XLB_PASS_NO_SERVICE);
 	}
 
 	struct svc_slot *svc = svc_lookup(vip, p.dport, ip->protocol);
-	if (!svc || !svc->encap)
+	if (!svc || !svc->encap) {
+		if (bpf_map_lookup_elem(&vips, &vip))
+			return drop(XLB_DROP_VIP_NO_SERVICE);
 		return pass(XLB_PASS_NO_SERVICE);
+	}
 	if (ip->ttl <= 1)
 		return pass(XLB_PASS_TTL_EXCEEDED);
 

@@ -18,4 +18,5 @@ var ReasonNames = []string{
 	"drop_encap_failed",
 	"tx_icmp_too_big",
 	"note_ip_options",
+	"drop_vip_no_service",
 }
