@@ -66,7 +66,8 @@ enum xlb_reason {
 	XLB_DROP_ENCAP_FAILED,   /* no headroom to add the outer headers */
 	XLB_TX_ICMP_TOO_BIG,     /* answered with ICMP fragmentation-needed (DF set) */
 	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
-	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol (ICMP included) */
+	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol */
+	XLB_NOTE_ICMP_TO_BACKEND,/* ICMP error about a reply, forwarded to the flow's backend (not a drop) */
 	XLB_REASON_MAX,
 };
 

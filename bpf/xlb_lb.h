@@ -37,12 +37,16 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_IPV4:
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
-		/* The kernel has nothing to do with a VIP (it is not local
-		 * here): passed up, it would route it back to the router, which
-		 * sends it to a node again, until the TTL runs out. */
-		if (bpf_map_lookup_elem(&vips, &p.ip->daddr))
+		if (!bpf_map_lookup_elem(&vips, &p.ip->daddr))
+			return pass(XLB_PASS_NOT_TCP_UDP);
+		/* ICMP errors about replies go to the backend that sent the
+		 * reply (path MTU discovery needs it); anything else for a VIP
+		 * is dropped: the kernel here has no VIP, and passed up it would
+		 * route the packet back to the router, which sends it to a node
+		 * again, until the TTL runs out. */
+		if (parse_icmp_error(&p, data_end))
 			return drop(XLB_DROP_VIP_NO_SERVICE);
-		return pass(XLB_PASS_NOT_TCP_UDP);
+		break;
 	case PARSE_BAD_ETH:
 		return drop(XLB_DROP_MALFORMED_ETH);
 	case PARSE_BAD_IP:
@@ -63,7 +67,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		return pass(XLB_PASS_NO_SERVICE);
 	}
 
-	struct svc_slot *svc = svc_lookup(vip, p.dport, ip->protocol);
+	struct svc_slot *svc = svc_lookup(vip, p.dport, p.proto);
 	if (!svc || !svc->encap) {
 		if (bpf_map_lookup_elem(&vips, &vip))
 			return drop(XLB_DROP_VIP_NO_SERVICE);
@@ -74,7 +78,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
-	__u32 hash = xlb_flow_hash(ip->saddr, vip, p.sport, p.dport, ip->protocol);
+	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);
 	/* hash * size / 2^32 spreads the hash over the table like a modulo,
 	 * without a division (Lemire's fast range reduction). */
 	__u32 slot = ((__u64)hash * table_size) >> 32;
@@ -140,6 +144,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	if (p.options)
 		count_reason(XLB_NOTE_IP_OPTIONS);
+	if (ip->protocol == IPPROTO_ICMP)
+		count_reason(XLB_NOTE_ICMP_TO_BACKEND);
 	__u8 tos = ip->tos;
 	__be16 df = ip->frag_off & bpf_htons(IP_DF);
 	ipv4_decrease_ttl(ip);

@@ -8,8 +8,12 @@
 struct pkt {
 	struct ethhdr *eth;
 	struct iphdr *ip;
+	/* The flow the packet belongs to, as the client sent it: for an
+	 * ICMP error about a reply, the flow of the quoted packet. */
+	__be32 flow_src;
 	__be16 sport;
 	__be16 dport;
+	__u8 proto;
 	__u16 ip_len;  /* IPv4 total length */
 	__u8 fragment; /* MF set or offset != 0 */
 	__u8 options;  /* IHL > 5 */
@@ -59,9 +63,48 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)
 	struct ports *l4 = (void *)ip + ihl * 4;
 	if ((void *)(l4 + 1) > data_end || (void *)(l4 + 1) > (void *)ip + p->ip_len)
 		return PARSE_BAD_L4;
+	p->flow_src = ip->saddr;
 	p->sport = l4->source;
 	p->dport = l4->dest;
+	p->proto = ip->protocol;
 	return PARSE_OK;
+}
+
+#define ICMP_TIME_EXCEEDED 11
+#define ICMP_PARAMETERPROB 12
+
+/* An ICMP error (destination unreachable, fragmentation needed among
+ * them, time exceeded, parameter problem) addressed to a VIP quotes a
+ * reply that a backend sent from the VIP. Fill in the flow of that
+ * connection as the client sees it, so the error reaches the backend
+ * that owns it. Returns 0, or -1 when the packet is not such an error. */
+static __always_inline int parse_icmp_error(struct pkt *p, void *data_end)
+{
+	struct iphdr *ip = p->ip;
+	__u8 *icmp = (void *)ip + ip->ihl * 4;
+	struct iphdr *in;
+	struct ports *l4;
+
+	if (ip->protocol != IPPROTO_ICMP || p->fragment)
+		return -1;
+	if ((void *)(icmp + 8) > data_end)
+		return -1;
+	if (icmp[0] != ICMP_DEST_UNREACH && icmp[0] != ICMP_TIME_EXCEEDED &&
+	    icmp[0] != ICMP_PARAMETERPROB)
+		return -1;
+	in = (void *)(icmp + 8);
+	if ((void *)(in + 1) > data_end || in->ihl < 5 || in->saddr != ip->daddr)
+		return -1;
+	if (in->protocol != IPPROTO_TCP && in->protocol != IPPROTO_UDP)
+		return -1;
+	l4 = (void *)in + in->ihl * 4;
+	if ((void *)(l4 + 1) > data_end)
+		return -1;
+	p->flow_src = in->daddr;
+	p->sport = l4->dest;
+	p->dport = l4->source;
+	p->proto = in->protocol;
+	return 0;
 }
 
 #endif

@@ -415,3 +415,81 @@ func TestLBFlowHashMatchesGo(t *testing.T) {
 		}
 	}
 }
+
+// icmpAbout builds an ICMP error from a router on the return path to the
+// VIP, quoting a reply the backend sent from vip:vport to client:cport.
+func icmpAbout(mac []byte, typ, code uint8, vip, client netip.Addr, vport, cport uint16) []byte {
+	reply := tcpTo(client, cport)
+	reply.src, reply.sport = vip, vport
+	quoted := reply.frame(mac)[14 : 14+20+8]
+	icmp := append([]byte{typ, code, 0, 0, 0, 0, 0x05, 0x78}, quoted...) // next-hop MTU 1400
+	binary.BigEndian.PutUint16(icmp[2:], csum(icmp))
+	p := pkt{src: netip.MustParseAddr("10.0.9.1"), dst: vip, proto: 1}
+	f := p.frame(mac)
+	// frame() wrote a TCP header for protocol 1; put the ICMP message there.
+	f = append(f[:14+20], icmp...)
+	binary.BigEndian.PutUint16(f[16:], uint16(20+len(icmp)))
+	f[24], f[25] = 0, 0
+	binary.BigEndian.PutUint16(f[24:], csum(f[14:34]))
+	return f
+}
+
+// TestLBICMPErrorsReachTheFlowsBackend: path MTU discovery for direct
+// server return. A router between a backend and a client answers a too
+// big reply with "fragmentation needed" to the reply's source, the VIP;
+// the LB must hand it to the backend that owns the flow.
+func TestLBICMPErrorsReachTheFlowsBackend(t *testing.T) {
+	d, f := newFixtureLB(t)
+	table := make([]uint32, fxTableSize)
+	for i := range table {
+		table[i] = uint32(i % 2) // backends 0 (10.0.3.2) and 1 (10.0.4.2)
+	}
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
+		t.Fatal(err)
+	}
+	backends := []netip.Addr{fxBackend, fxRedirBE}
+	seen := map[netip.Addr]bool{}
+	for i := 0; i < 32; i++ {
+		client := netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
+		cport := uint16(30000 + 13*i)
+		// Where the flow's own packets go:
+		fwd := tcpTo(fxVIP, 80)
+		fwd.src, fwd.sport = client, cport
+		_, out := f.run(t, d.objs.XlbLbProg, fwd.frame(f.mac))
+		flowBackend := netip.AddrFrom4([4]byte(out[30:34]))
+		if want := backends[table[Slot(FlowHash(client, fxVIP, cport, 80, 6), fxTableSize)]]; flowBackend != want {
+			t.Fatalf("flow went to %v, want %v", flowBackend, want)
+		}
+
+		in := icmpAbout(f.mac, 3, 4, fxVIP, client, 80, cport)
+		var v uint32
+		delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, in) })
+		if v != xdpTX && v != xdpRedirect {
+			t.Fatalf("ICMP error: verdict %s, want a forward", verdictNames[v])
+		}
+		if delta["note_icmp_to_backend"] != 1 {
+			t.Errorf("reasons %v, want note_icmp_to_backend 1", delta)
+		}
+		got := netip.AddrFrom4([4]byte(out[30:34]))
+		if got != flowBackend {
+			t.Fatalf("ICMP error about flow %v:%d went to %v, the flow's backend is %v", client, cport, got, flowBackend)
+		}
+		checkInner(t, checkOuter(t, out, 4, got, len(in)-14, false), in)
+		seen[got] = true
+	}
+	if len(seen) != 2 {
+		t.Errorf("32 flows' ICMP errors reached %d backends, want both", len(seen))
+	}
+
+	// Not an error, or about a flow of another VIP: dropped, never looped.
+	echo := icmpAbout(f.mac, 8, 0, fxVIP, fxClient, 80, 40000)
+	other := icmpAbout(f.mac, 3, 4, fxVIP, fxClient, 80, 40000)
+	copy(other[14+20+8+12:], []byte{10, 99, 0, 9}) // quoted source is not this VIP
+	for name, in := range map[string][]byte{"echo request": echo, "error quoting another source": other} {
+		var v uint32
+		delta := reasonDelta(t, d, func() { v, _ = f.run(t, d.objs.XlbLbProg, in) })
+		if v != xdpDrop || delta["drop_vip_no_service"] != 1 {
+			t.Errorf("%s: verdict %s reasons %v, want DROP drop_vip_no_service", name, verdictNames[v], delta)
+		}
+	}
+}

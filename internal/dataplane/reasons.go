@@ -19,4 +19,5 @@ var ReasonNames = []string{
 	"tx_icmp_too_big",
 	"note_ip_options",
 	"drop_vip_no_service",
+	"note_icmp_to_backend",
 }
