@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+
+	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // Down removes every trace of lab prefix: the processes it started (by
@@ -55,7 +57,9 @@ func Down(prefix string) error {
 	// Deleting a namespace destroys its interfaces, and with them the
 	// veth peers and bridges in the router namespace.
 	for _, ns := range namespaces {
-		if _, err := ip(context.Background(), "netns", "del", ns); err != nil {
+		// A concurrent Down may have deleted it in the meantime: only a
+		// namespace that is still there is a failure.
+		if _, err := ip(context.Background(), "netns", "del", ns); err != nil && netns.Exists(ns) {
 			errs = append(errs, err)
 		}
 	}

@@ -15,8 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// BackendHeader names the backend that answered an HTTP request.
+const BackendHeader = "X-Backend"
+
 // Serve runs a backend's servers until ctx ends: HTTP on httpAddr answers
-// every request with status 200, header X-Backend: name and body
+// every request with status 200, header BackendHeader: name and body
 // "name\n"; UDP on udpAddr answers each datagram with "name:" and the
 // datagram. Either address may be empty to leave that server out.
 //
@@ -81,7 +84,7 @@ func Serve(ctx context.Context, name, httpAddr, udpAddr string) error {
 func nameHandler(name string) http.Handler {
 	body := name + "\n"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("X-Backend", name)
+		w.Header().Set(BackendHeader, name)
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		_, _ = io.WriteString(w, body)
 	})

@@ -1,0 +1,451 @@
+// Package demo is `xlb demo`: it builds a lab, runs xlb agents on its
+// nodes and shows, with measured numbers, what xlb does: requests spread
+// over the backends by Maglev and over the nodes by ECMP, replies that
+// bypass the nodes (direct server return), UDP over GUE, and a backend
+// removed from the configuration without restarting anything. It fails,
+// with the reason, when a measurement contradicts any of that.
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/internal/labrun"
+)
+
+// Defaults and limits of Options.
+const (
+	DefaultPrefix   = "xlbdemo"
+	DefaultRequests = 2000
+	// MinRequests makes "every backend gets requests" a safe claim: the
+	// chance that one of 4 backends gets none of 100 flows is 4·0.75¹⁰⁰,
+	// about 10⁻¹².
+	MinRequests = 100
+	MaxRequests = 1_000_000
+)
+
+const (
+	// udpRequests is the number of UDP echo requests, each a new flow.
+	udpRequests = 50
+	// parallel is the number of requests in flight at a time.
+	parallel = 8
+)
+
+// Options configure Run.
+type Options struct {
+	Prefix   string // lab name; default DefaultPrefix
+	Requests int    // HTTP requests per round; default DefaultRequests
+	Keep     bool   // leave the lab up at the end
+	// Binary is the xlb executable the lab runs (agents, backends);
+	// default: the running executable.
+	Binary string
+	Out    io.Writer // default os.Stdout
+}
+
+func (o *Options) defaults() error {
+	if o.Prefix == "" {
+		o.Prefix = DefaultPrefix
+	}
+	if o.Requests == 0 {
+		o.Requests = DefaultRequests
+	}
+	if o.Requests < MinRequests || o.Requests > MaxRequests {
+		return fmt.Errorf("%d requests: want %d to %d, so that every backend's share can be measured", o.Requests, MinRequests, MaxRequests)
+	}
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	// The plan checks the prefix and finds the binary before anything
+	// is printed or built.
+	_, err := lab.NewPlan(lab.Spec{Prefix: o.Prefix, Binary: o.Binary})
+	return err
+}
+
+// Run runs the demo. It builds lab o.Prefix, which must not exist, and
+// takes it down at the end, also when a step fails or ctx is cancelled
+// (Ctrl-C), unless o.Keep is set.
+func Run(ctx context.Context, o Options) (err error) {
+	if err := o.defaults(); err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("the demo needs root: it creates network namespaces and attaches XDP programs (run it with sudo, or `make demo`)")
+	}
+	d := &run{o: o, out: &printer{w: o.Out, total: 6}}
+	start := time.Now()
+	d.out.printf("xlb demo in lab %q: 1 client, a router, 2 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
+	d.out.printf("The router spreads flows to the VIPs over the nodes (ECMP); each node's XDP program picks a\n")
+	d.out.printf("backend with Maglev and tunnels the packet to it; the backend answers the client directly.\n")
+
+	d.out.step("Build the lab")
+	p, err := lab.Up(ctx, lab.Spec{Prefix: o.Prefix, Clients: 1, Nodes: 2, Backends: 4, Binary: o.Binary})
+	if err != nil {
+		// Up removes what it made itself; a lab that existed before is
+		// not ours to remove.
+		if ctx.Err() != nil {
+			err = fmt.Errorf("interrupted (%v); the half-built lab was removed", context.Cause(ctx))
+		}
+		return d.out.fail(err)
+	}
+	d.p = p
+	defer func() {
+		switch {
+		case ctx.Err() != nil:
+			err = fmt.Errorf("interrupted (%v)", context.Cause(ctx))
+		case err != nil:
+			d.showLogs()
+		}
+		d.teardown(ctx)
+		if err == nil {
+			d.out.printf("\nPASS in %s: every request was answered; all %d backends served; replies bypassed the\n", since(start), len(p.Backends))
+			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share.\n", p.Backends[len(p.Backends)-1].Name)
+		}
+	}()
+	d.out.done("%s", since(d.out.started))
+	d.out.line("%s %s -> router %s -> %s (ECMP) -> %s", p.Clients[0].Name, p.Clients[0].Addr, p.Router,
+		hostList(p.Nodes, true), hostList(p.Backends, false)+fmt.Sprintf(" (%s)", addrRange(p.Backends)))
+
+	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend} {
+		if err := s(ctx); err != nil {
+			return d.out.fail(err)
+		}
+	}
+	return nil
+}
+
+// run is the state of one demo run.
+type run struct {
+	o        Options
+	out      *printer
+	p        lab.Plan
+	services []labrun.Service
+	// Results of the first HTTP round, compared after the removal.
+	before labrun.Tally
+	// Counters' growth over the first HTTP round.
+	delta labrun.Snapshot
+}
+
+func (d *run) startAgents(ctx context.Context) error {
+	d.out.step("Start an xlb agent on each node")
+	services, err := labrun.Services(d.p)
+	if err != nil {
+		return err
+	}
+	d.services = services
+	if err := labrun.StartAgents(ctx, d.p, services); err != nil {
+		return err
+	}
+	d.out.done("%s", since(d.out.started))
+	t := d.out.table()
+	for _, s := range services {
+		t.row(s.Name, fmt.Sprintf("%s/%s", s.Target(), s.Protocol), string(s.Forwarding), "->", d.backendNames(s.Backends))
+	}
+	t.flush()
+	for _, n := range d.p.Nodes {
+		st, err := api.GetStatus(labrun.Socket(d.p, n))
+		if err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
+		d.out.line("%s %s: XDP attached to %s in %s mode; config %s", n.Name, n.Addr, st.Node.Interface, st.Node.AttachMode, labrun.ConfigPath(d.p, n))
+	}
+	return nil
+}
+
+// spread sends the first round of HTTP requests and shows how they
+// spread over backends and nodes.
+func (d *run) spread(ctx context.Context) error {
+	web := d.services[0]
+	d.out.step(fmt.Sprintf("%d HTTP requests to http://%s/, each on a new TCP connection", d.o.Requests, web.VIP))
+	before, err := labrun.TakeSnapshot(d.p)
+	if err != nil {
+		return err
+	}
+	tally, err := d.httpRound(ctx, web)
+	if err != nil {
+		return err
+	}
+	after, err := labrun.TakeSnapshot(d.p)
+	if err != nil {
+		return err
+	}
+	d.before, d.delta = tally, after.Since(before)
+
+	d.out.blank()
+	t := d.out.table()
+	t.row("BACKEND", "ADDRESS", "REQUESTS", "SHARE")
+	for _, b := range d.p.Backends {
+		n := tally[b.Name]
+		t.row(b.Name, b.Addr.String(), fmt.Sprint(n), percent(n, tally.Total()), bar(n, tally.Total()))
+	}
+	t.flush()
+	d.out.line("Maglev gives each backend an equal share of its lookup table; each new connection is a new")
+	d.out.line("flow, hashed on its 5-tuple.")
+	d.out.blank()
+
+	t = d.out.table()
+	t.row("NODE", "ADDRESS", "PACKETS FORWARDED", "SHARE")
+	total := 0
+	for _, n := range d.delta.Nodes {
+		total += int(n.Services[web.Name])
+	}
+	for i, n := range d.delta.Nodes {
+		c := int(n.Services[web.Name])
+		t.row(n.Name, d.p.Nodes[i].Addr.String(), fmt.Sprint(c), percent(c, total), bar(c, total))
+	}
+	t.flush()
+	d.out.line("Packets each node's XDP program forwarded (the client's packets to the VIP): the router's")
+	d.out.line("ECMP route spreads the flows over both nodes.")
+
+	var errs []error
+	for _, b := range d.p.Backends {
+		if tally[b.Name] == 0 {
+			errs = append(errs, fmt.Errorf("backend %s got none of %d requests", b.Name, tally.Total()))
+		}
+	}
+	for _, n := range d.delta.Nodes {
+		if n.Services[web.Name] == 0 {
+			errs = append(errs, fmt.Errorf("node %s forwarded none of the requests: the router does not spread flows over the nodes", n.Name))
+		}
+	}
+	if extra := slices.DeleteFunc(tally.Backends(), func(name string) bool { return d.backend(name).IsValid() }); len(extra) > 0 {
+		errs = append(errs, fmt.Errorf("answers from unknown backends %v", extra))
+	}
+	return errors.Join(errs...)
+}
+
+// httpRound sends o.Requests HTTP requests to the web service and prints
+// progress and the rate.
+func (d *run) httpRound(ctx context.Context, web labrun.Service) (labrun.Tally, error) {
+	start := time.Now()
+	d.out.indent()
+	tally, err := labrun.HTTPLoad(ctx, d.p.Clients[0].Namespace, web.Target(), d.o.Requests, parallel, d.out.progress(d.o.Requests))
+	if err != nil {
+		d.out.printf("\n")
+		return tally, fmt.Errorf("HTTP requests: %w", err)
+	}
+	el := time.Since(start)
+	d.out.printf("  ok: %d answers in %s (%.0f requests/s, %d in parallel), none failed\n",
+		tally.Total(), el.Round(time.Millisecond), float64(tally.Total())/el.Seconds(), parallel)
+	return tally, nil
+}
+
+// bypass shows from the first round's counters that the replies did not
+// pass the nodes.
+func (d *run) bypass(context.Context) error {
+	d.out.step("Do the replies bypass the xlb nodes? (the same requests, counted on the interfaces)")
+	b, err := labrun.CheckBypass(d.delta, d.o.Requests)
+	t := d.out.table()
+	t.row("NODE", "XDP FORWARDED", "ETH0 RECEIVED", "ETH0 SENT", "OTHER PACKETS")
+	for _, n := range b.Nodes {
+		t.row(n.Name, fmt.Sprint(n.Forwarded), fmt.Sprint(n.Received), fmt.Sprint(n.Sent), fmt.Sprint(n.Unexplained()))
+	}
+	t.flush()
+	c := d.delta.Clients[0]
+	d.out.line("%s's eth0 sent %d packets (TCP: %d segments) and received %d (TCP: %d segments).",
+		c.Name, c.Link.TxPackets, c.IP.TCPOutSegs+c.IP.TCPRetransSegs, c.Link.RxPackets, c.IP.TCPInSegs)
+	if err != nil {
+		return fmt.Errorf("replies did not bypass the nodes: %w", err)
+	}
+	d.out.line("The nodes forwarded %d packets: the client's %d TCP segments to the VIP.", b.Forwarded, c.IP.TCPOutSegs+c.IP.TCPRetransSegs)
+	d.out.line("The client received %d packets, %.0f%% of its traffic: the replies. Yet no node's eth0", b.ClientReceived, 100*float64(b.ClientReceived)/float64(b.ClientReceived+b.ClientSent))
+	d.out.line("counted more than %d packets beyond those its XDP program forwarded (%d tolerated).", maxOther(b), b.Slack)
+	d.passed()
+	d.out.line("So the replies went from the backends straight to the client: direct server return.")
+	return nil
+}
+
+// passed prints what the nodes' XDP programs handed to the kernel during
+// the first round: the "other packets" of the bypass table.
+func (d *run) passed() {
+	d.out.line("Meanwhile the XDP programs passed to the kernel (packets not for a VIP):")
+	for _, n := range d.delta.Nodes {
+		var parts []string
+		for _, r := range slices.Sorted(maps.Keys(n.Reasons)) {
+			if c := n.Reasons[r]; c > 0 {
+				parts = append(parts, fmt.Sprintf("%s %d", r, c))
+			}
+		}
+		if len(parts) == 0 {
+			parts = append(parts, "nothing")
+		}
+		d.out.line("  %s: %s", n.Name, strings.Join(parts, ", "))
+	}
+}
+
+func maxOther(b labrun.Bypass) uint64 {
+	var m uint64
+	for _, n := range b.Nodes {
+		m = max(m, n.Unexplained())
+	}
+	return m
+}
+
+// udp sends UDP echo requests to the GUE service.
+func (d *run) udp(ctx context.Context) error {
+	echo := d.services[1]
+	d.out.step(fmt.Sprintf("%d UDP echo requests to %s (%s), each from a new source port", udpRequests, echo.Target(), echo.Forwarding))
+	start := time.Now()
+	d.out.indent()
+	tally, err := labrun.UDPLoad(ctx, d.p.Clients[0].Namespace, echo.Target(), udpRequests, parallel, d.out.progress(udpRequests))
+	if err != nil {
+		d.out.printf("\n")
+		return fmt.Errorf("UDP echo requests: %w", err)
+	}
+	d.out.printf("  ok: %d answers in %s, every one from %s\n", tally.Total(), since(start), echo.Target())
+	var parts []string
+	for _, b := range d.p.Backends {
+		parts = append(parts, fmt.Sprintf("%s %d", b.Name, tally[b.Name]))
+	}
+	d.out.line("answers per backend: %s", strings.Join(parts, ", "))
+	d.out.line("GUE wraps each datagram in UDP to the backend; the backend's echo answers from the VIP,")
+	d.out.line("which a client expects of the address it sent to.")
+	return nil
+}
+
+// removeBackend removes the last backend from both services by
+// rewriting the node configurations, and sends the HTTP round again.
+func (d *run) removeBackend(ctx context.Context) error {
+	gone := d.p.Backends[len(d.p.Backends)-1]
+	d.out.step(fmt.Sprintf("Remove %s (%s) from the node configurations, hot", gone.Name, gone.Addr))
+	start := time.Now()
+	services := labrun.Without(d.services, gone.Addr)
+	gens, err := labrun.Reconfigure(ctx, d.p, services)
+	if err != nil {
+		return fmt.Errorf("reload without %s: %w", gone.Name, err)
+	}
+	d.out.line("rewrote %s; the agents noticed the change and loaded it, without", configNames(d.p))
+	d.out.line("restarting, in %s (configuration generation %s).", since(start), generations(gens))
+	d.out.line("%d HTTP requests again:", d.o.Requests)
+	tally, err := d.httpRound(ctx, services[0])
+	if err != nil {
+		return err
+	}
+	d.out.blank()
+	t := d.out.table()
+	t.row("BACKEND", "BEFORE", "SHARE", "AFTER", "SHARE")
+	for _, b := range d.p.Backends {
+		after := fmt.Sprint(tally[b.Name])
+		note := percent(tally[b.Name], tally.Total())
+		if b.Addr == gone.Addr {
+			note = "removed"
+		}
+		t.row(b.Name, fmt.Sprint(d.before[b.Name]), percent(d.before[b.Name], d.before.Total()), after, note)
+	}
+	t.flush()
+
+	var errs []error
+	if n := tally[gone.Name]; n > 0 {
+		errs = append(errs, fmt.Errorf("%s still got %d of %d requests after its removal", gone.Name, n, tally.Total()))
+	}
+	for _, b := range d.p.Backends[:len(d.p.Backends)-1] {
+		if tally[b.Name] == 0 {
+			errs = append(errs, fmt.Errorf("backend %s got none of %d requests after %s was removed", b.Name, tally.Total(), gone.Name))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.out.line("%s gets nothing now; its share went to the other %d backends.", gone.Name, len(d.p.Backends)-1)
+	return nil
+}
+
+// showLogs prints the end of the agents' logs after a failure: they go
+// with the lab.
+func (d *run) showLogs() {
+	logs := labrun.AgentLogs(d.p)
+	d.out.printf("\nThe agents' logs end with:\n")
+	for _, n := range d.p.Nodes {
+		d.out.printf("  %s: %s\n", n.Name, logs[n.Name])
+	}
+}
+
+func (d *run) teardown(ctx context.Context) {
+	prefix := d.p.Spec.Prefix
+	if d.o.Keep {
+		d.out.printf("\nThe lab stays up (--keep). Look around:\n")
+		d.out.printf("  xlb lab status --prefix %s\n", prefix)
+		d.out.printf("  xlb status --socket %s\n", labrun.Socket(d.p, d.p.Nodes[0]))
+		d.out.printf("  ip netns exec %s curl -s http://%s/\n", d.p.Clients[0].Namespace, d.p.VIPs[0])
+		d.out.printf("and remove it with: xlb lab down --prefix %s\n", prefix)
+		return
+	}
+	if ctx.Err() != nil {
+		d.out.printf("\nInterrupted.")
+	}
+	d.out.printf("\nTearing down lab %q ...", prefix)
+	start := time.Now()
+	if err := lab.Down(prefix); err != nil {
+		d.out.printf(" FAILED: %v\nRun `xlb lab down --prefix %s` to try again.\n", err, prefix)
+		return
+	}
+	d.out.printf(" ok (%s)\n", since(start))
+}
+
+func (d *run) backend(name string) netip.Addr {
+	for _, b := range d.p.Backends {
+		if b.Name == name {
+			return b.Addr
+		}
+	}
+	return netip.Addr{}
+}
+
+func (d *run) backendNames(addrs []netip.Addr) string {
+	var names []string
+	for _, a := range addrs {
+		for _, b := range d.p.Backends {
+			if b.Addr == a {
+				names = append(names, b.Name)
+			}
+		}
+	}
+	return strings.Join(names, " ")
+}
+
+// generations says "2" when all nodes report 2, else "2, 3".
+func generations(gens []uint64) string {
+	var parts []string
+	for _, g := range slices.Compact(slices.Clone(gens)) {
+		parts = append(parts, fmt.Sprint(g))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func configNames(p lab.Plan) string {
+	var names []string
+	for _, n := range p.Nodes {
+		names = append(names, n.Name+".yaml")
+	}
+	return strings.Join(names, " and ")
+}
+
+func hostList(hs []lab.Host, withAddr bool) string {
+	var parts []string
+	for _, h := range hs {
+		if withAddr {
+			parts = append(parts, h.Name+" "+h.Addr.String())
+		} else {
+			parts = append(parts, h.Name)
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+func addrRange(hs []lab.Host) string {
+	if len(hs) == 0 {
+		return ""
+	}
+	return hs[0].Addr.String() + "-" + hs[len(hs)-1].Addr.String()
+}
+
+func since(t time.Time) time.Duration { return time.Since(t).Round(10 * time.Millisecond) }

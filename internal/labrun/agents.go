@@ -1,0 +1,173 @@
+package labrun
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/lab"
+)
+
+// AgentTimeout bounds the wait for an agent to serve a configuration:
+// start-up (loading and attaching the XDP program) or a reload.
+const AgentTimeout = 20 * time.Second
+
+// pollEvery is how often an agent's status is read while waiting.
+const pollEvery = 100 * time.Millisecond
+
+// AgentName is the lab process name of node's agent (its log is
+// lab.LogFile(prefix, AgentName(node))).
+func AgentName(node lab.Host) string { return "agent-" + node.Name }
+
+// StartAgents writes every node's configuration with services, starts an
+// agent on each node and waits until every agent serves them.
+func StartAgents(ctx context.Context, p lab.Plan, services []Service) error {
+	pids := make([]int, len(p.Nodes))
+	for i, n := range p.Nodes {
+		if err := WriteConfig(p, n, services); err != nil {
+			return err
+		}
+		pid, err := lab.StartProcess(p.Spec.Prefix, n.Namespace, AgentName(n), p.Spec.Binary, "agent", "--config", ConfigPath(p, n))
+		if err != nil {
+			return fmt.Errorf("start the agent of %s: %w", n.Name, err)
+		}
+		pids[i] = pid
+	}
+	for i, n := range p.Nodes {
+		if _, err := waitServing(ctx, p, n, 1, services, pids[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Reconfigure rewrites every node's configuration with services, hot,
+// and waits until each running agent has reloaded it: a newer generation
+// than before, loaded and applied without error, serving exactly
+// services. It returns the generation each node reports, in node order.
+func Reconfigure(ctx context.Context, p lab.Plan, services []Service) ([]uint64, error) {
+	before := make([]uint64, len(p.Nodes))
+	for i, n := range p.Nodes {
+		st, err := api.GetStatus(Socket(p, n))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", n.Name, err)
+		}
+		before[i] = st.Config.Generation
+	}
+	for _, n := range p.Nodes {
+		if err := WriteConfig(p, n, services); err != nil {
+			return nil, err
+		}
+	}
+	gens := make([]uint64, len(p.Nodes))
+	for i, n := range p.Nodes {
+		st, err := waitServing(ctx, p, n, before[i]+1, services, 0)
+		if err != nil {
+			return nil, err
+		}
+		gens[i] = st.Config.Generation
+	}
+	return gens, nil
+}
+
+// waitServing polls node's agent until it reports configuration
+// generation minGen or later, without error, serving exactly services.
+// pid, if not 0, is the agent's process: waiting ends early if it exits.
+func waitServing(ctx context.Context, p lab.Plan, node lab.Host, minGen uint64, services []Service, pid int) (*api.Status, error) {
+	ctx, cancel := context.WithTimeout(ctx, AgentTimeout)
+	defer cancel()
+	socket := Socket(p, node)
+	var why error
+	for {
+		st, err := api.GetStatus(socket)
+		if err == nil {
+			err = serving(st, minGen, services)
+		}
+		if err == nil {
+			return st, nil
+		}
+		why = err
+		if pid != 0 && syscall.Kill(pid, 0) != nil {
+			return nil, fmt.Errorf("the agent of %s exited; its log ends with: %s", node.Name, logTail(p, AgentName(node)))
+		}
+		select {
+		case <-ctx.Done():
+			if ctxErr := context.Cause(ctx); !errors.Is(ctxErr, context.DeadlineExceeded) {
+				return nil, ctxErr
+			}
+			return nil, fmt.Errorf("the agent of %s does not serve its configuration after %s: %w; its log ends with: %s",
+				node.Name, AgentTimeout, why, logTail(p, AgentName(node)))
+		case <-time.After(pollEvery):
+		}
+	}
+}
+
+// serving says why status st does not show configuration generation
+// minGen (or later) loaded without error and serving exactly services,
+// or nil if it does.
+func serving(st *api.Status, minGen uint64, services []Service) error {
+	if st.Config.Generation < minGen {
+		return fmt.Errorf("configuration generation %d, waiting for %d", st.Config.Generation, minGen)
+	}
+	if st.Config.Result != api.ResultOK {
+		return fmt.Errorf("configuration generation %d: %s", st.Config.Generation, st.Config.Error)
+	}
+	if len(st.Services) != len(services) {
+		return fmt.Errorf("%d services, want %d", len(st.Services), len(services))
+	}
+	for _, want := range services {
+		i := slices.IndexFunc(st.Services, func(s api.Service) bool { return s.Name == want.Name })
+		if i < 0 {
+			return fmt.Errorf("service %q missing", want.Name)
+		}
+		got := st.Services[i]
+		if got.VIP != want.VIP || got.Port != want.Port || got.Protocol != string(want.Protocol) || got.Forwarding != string(want.Forwarding) {
+			return fmt.Errorf("service %q is %s/%s %s, want %s/%s %s", want.Name,
+				netip.AddrPortFrom(got.VIP, got.Port), got.Protocol, got.Forwarding, want.Target(), want.Protocol, want.Forwarding)
+		}
+		if !got.Installed {
+			return fmt.Errorf("service %q is not installed in the data plane", want.Name)
+		}
+		var backends []netip.Addr
+		for _, b := range got.Backends {
+			backends = append(backends, b.Address)
+		}
+		slices.SortFunc(backends, netip.Addr.Compare)
+		wantBackends := slices.SortedFunc(slices.Values(want.Backends), netip.Addr.Compare)
+		if !slices.Equal(backends, wantBackends) {
+			return fmt.Errorf("service %q has backends %v, want %v", want.Name, backends, wantBackends)
+		}
+	}
+	return nil
+}
+
+// logTail returns the last lines of a lab process's log, for an error
+// message: the demo and tests take the lab down, and the log with it.
+func logTail(p lab.Plan, name string) string {
+	b, err := os.ReadFile(lab.LogFile(p.Spec.Prefix, name))
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 8 {
+		lines = lines[len(lines)-8:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// AgentLogs returns the end of every node's agent log, for a report after
+// a failure.
+func AgentLogs(p lab.Plan) map[string]string {
+	logs := make(map[string]string)
+	for _, n := range p.Nodes {
+		logs[n.Name] = logTail(p, AgentName(n))
+	}
+	return logs
+}

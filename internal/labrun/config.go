@@ -1,0 +1,155 @@
+// Package labrun runs xlb agents in a lab (package lab) and measures what
+// they do: it writes the nodes' configuration files, starts the agents and
+// waits until they serve, sends HTTP and UDP traffic from inside a client
+// namespace, and reads the counters of the agents, the interfaces and the
+// client's TCP/IP stack. The demo and the end-to-end tests share it, so
+// that both exercise xlb the same way.
+package labrun
+
+import (
+	"bytes"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/lab"
+)
+
+// Service is one service as the lab's agents serve it.
+type Service struct {
+	Name       string
+	VIP        netip.Addr
+	Port       uint16
+	Protocol   config.Protocol
+	Forwarding config.Forwarding
+	Backends   []netip.Addr
+}
+
+// Target is the address clients send the service's traffic to.
+func (s Service) Target() netip.AddrPort { return netip.AddrPortFrom(s.VIP, s.Port) }
+
+// Services returns the lab's two services over every backend of p:
+// "web", HTTP on the first VIP's port 80 over IPIP, and "echo", UDP echo on
+// the second VIP's port 9000 over GUE. They match what `lab up` runs on
+// the backends.
+func Services(p lab.Plan) ([]Service, error) {
+	if len(p.VIPs) < 2 {
+		return nil, fmt.Errorf("lab %q has %d VIPs, want 2", p.Spec.Prefix, len(p.VIPs))
+	}
+	var backends []netip.Addr
+	for _, b := range p.Backends {
+		backends = append(backends, b.Addr)
+	}
+	return []Service{
+		{Name: "web", VIP: p.VIPs[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: backends},
+		{Name: "echo", VIP: p.VIPs[1], Port: lab.UDPPort, Protocol: config.UDP, Forwarding: config.DSRGUE, Backends: slices.Clone(backends)},
+	}, nil
+}
+
+// Without returns services with backend addr removed from every service.
+func Without(services []Service, addr netip.Addr) []Service {
+	out := make([]Service, len(services))
+	for i, s := range services {
+		s.Backends = slices.DeleteFunc(slices.Clone(s.Backends), func(a netip.Addr) bool { return a == addr })
+		out[i] = s
+	}
+	return out
+}
+
+// ConfigPath is where the agent of node reads its configuration.
+func ConfigPath(p lab.Plan, node lab.Host) string {
+	return filepath.Join(p.StateDir, node.Name+".yaml")
+}
+
+// Socket is the API socket of the agent of node.
+func Socket(p lab.Plan, node lab.Host) string {
+	return filepath.Join(p.StateDir, node.Name+".sock")
+}
+
+// The YAML shape of an agent configuration (docs/configuration.md), only
+// the fields the lab sets.
+type (
+	fileConfig struct {
+		Node      fileNode      `yaml:"node"`
+		API       fileAPI       `yaml:"api"`
+		Dataplane fileDataplane `yaml:"dataplane"`
+		Services  []fileService `yaml:"services"`
+	}
+	fileNode struct {
+		Interface string `yaml:"interface"`
+		Address   string `yaml:"address"`
+	}
+	fileAPI struct {
+		Socket string `yaml:"socket"`
+	}
+	fileDataplane struct {
+		PinPath string `yaml:"pinPath"`
+	}
+	fileService struct {
+		Name       string        `yaml:"name"`
+		VIP        string        `yaml:"vip"`
+		Port       uint16        `yaml:"port"`
+		Protocol   string        `yaml:"protocol"`
+		Forwarding string        `yaml:"forwarding"`
+		Backends   []fileBackend `yaml:"backends"`
+	}
+	fileBackend struct {
+		Address string `yaml:"address"`
+	}
+)
+
+// renderConfig returns the configuration file of node's agent.
+func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error) {
+	fc := fileConfig{
+		Node:      fileNode{Interface: node.Interface, Address: node.Addr.String()},
+		API:       fileAPI{Socket: Socket(p, node)},
+		Dataplane: fileDataplane{PinPath: node.PinDir},
+		Services:  []fileService{},
+	}
+	for _, s := range services {
+		fs := fileService{
+			Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding),
+		}
+		for _, b := range s.Backends {
+			fs.Backends = append(fs.Backends, fileBackend{Address: b.String()})
+		}
+		fc.Services = append(fc.Services, fs)
+	}
+	var buf bytes.Buffer
+	buf.WriteString("# Written by xlb's lab runner (internal/labrun) for " + node.Name + ".\n")
+	enc := yaml.NewEncoder(&buf)
+	enc.SetIndent(2)
+	if err := enc.Encode(fc); err != nil {
+		return nil, fmt.Errorf("%s: encode configuration: %w", node.Name, err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("%s: encode configuration: %w", node.Name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// WriteConfig writes the configuration of node's agent. It replaces the
+// file by renaming a complete new one over it, so a running agent, which
+// polls the file, never reads half of it.
+func WriteConfig(p lab.Plan, node lab.Host, services []Service) error {
+	b, err := renderConfig(p, node, services)
+	if err != nil {
+		return err
+	}
+	path := ConfigPath(p, node)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("%s: %w", node.Name, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		_ = os.Remove(tmp)
+		return fmt.Errorf("%s: %w", node.Name, err)
+	}
+	return nil
+}

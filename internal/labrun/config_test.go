@@ -1,0 +1,138 @@
+package labrun
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/lab"
+)
+
+func testPlan(t *testing.T) lab.Plan {
+	t.Helper()
+	// A plan is only a layout: nothing is built.
+	p, err := lab.NewPlan(lab.Spec{Prefix: "xlbunit", Nodes: 2, Backends: 4, Binary: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// The rendered file must be what the agent accepts, with every value the
+// lab needs, for every node and every set of backends the demo and the
+// tests write.
+func TestRenderConfigParses(t *testing.T) {
+	p := testPlan(t)
+	all, err := Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name     string
+		services []Service
+	}{
+		{"all backends", all},
+		{"without be4", Without(all, p.Backends[3].Addr)},
+		{"without be1 and be2", Without(Without(all, p.Backends[0].Addr), p.Backends[1].Addr)},
+		{"no services", nil},
+	} {
+		for _, node := range p.Nodes {
+			t.Run(c.name+"/"+node.Name, func(t *testing.T) {
+				b, err := renderConfig(p, node, c.services)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg, err := config.Parse(node.Name+".yaml", b)
+				if err != nil {
+					t.Fatalf("the agent rejects the file: %v\n%s", err, b)
+				}
+				if cfg.Node.Interface != node.Interface || cfg.Node.Address != node.Addr {
+					t.Errorf("node %+v, want %s %s", cfg.Node, node.Interface, node.Addr)
+				}
+				if cfg.API.Socket != Socket(p, node) || cfg.Dataplane.PinPath != node.PinDir {
+					t.Errorf("socket %q, pin path %q; want %q, %q", cfg.API.Socket, cfg.Dataplane.PinPath, Socket(p, node), node.PinDir)
+				}
+				if len(cfg.Services) != len(c.services) {
+					t.Fatalf("%d services, want %d\n%s", len(cfg.Services), len(c.services), b)
+				}
+				for i, want := range c.services {
+					got := cfg.Services[i]
+					var backends []netip.Addr
+					for _, be := range got.Backends {
+						backends = append(backends, be.Address)
+					}
+					if got.Name != want.Name || got.VIP != want.VIP || got.Port != want.Port ||
+						got.Protocol != want.Protocol || got.Forwarding != want.Forwarding || !slices.Equal(backends, want.Backends) {
+						t.Errorf("service %d: %+v, want %+v", i, got, want)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestServicesMatchTheLab(t *testing.T) {
+	p := testPlan(t)
+	s, err := Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != 2 {
+		t.Fatalf("%d services, want 2", len(s))
+	}
+	web, echo := s[0], s[1]
+	if web.Target() != netip.AddrPortFrom(p.VIPs[0], lab.HTTPPort) || web.Protocol != config.TCP || web.Forwarding != config.DSRIPIP {
+		t.Errorf("web: %+v", web)
+	}
+	if echo.Target() != netip.AddrPortFrom(p.VIPs[1], lab.UDPPort) || echo.Protocol != config.UDP || echo.Forwarding != config.DSRGUE {
+		t.Errorf("echo: %+v", echo)
+	}
+	for _, svc := range s {
+		if len(svc.Backends) != len(p.Backends) {
+			t.Errorf("%s: %d backends, want %d", svc.Name, len(svc.Backends), len(p.Backends))
+		}
+	}
+	// The two services must not share a backend slice: Without on one
+	// would change the other.
+	s[0].Backends[0] = netip.Addr{}
+	if !s[1].Backends[0].IsValid() {
+		t.Error("the services share their backend list")
+	}
+}
+
+func TestWithoutLeavesInputAlone(t *testing.T) {
+	p := testPlan(t)
+	all, err := Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone := p.Backends[1].Addr
+	less := Without(all, gone)
+	for i := range all {
+		if len(all[i].Backends) != 4 {
+			t.Errorf("input service %s lost backends: %v", all[i].Name, all[i].Backends)
+		}
+		if len(less[i].Backends) != 3 || slices.Contains(less[i].Backends, gone) {
+			t.Errorf("service %s without %s: %v", less[i].Name, gone, less[i].Backends)
+		}
+	}
+	if got := Without(all, netip.MustParseAddr("192.0.2.1")); len(got[0].Backends) != 4 {
+		t.Errorf("removing an unknown address changed the backends: %v", got[0].Backends)
+	}
+}
+
+func TestPathsAreInTheStateDir(t *testing.T) {
+	p := testPlan(t)
+	for _, n := range p.Nodes {
+		for _, path := range []string{ConfigPath(p, n), Socket(p, n)} {
+			if !strings.HasPrefix(path, p.StateDir+"/") || !strings.Contains(path, n.Name) {
+				t.Errorf("%s: %s is not the node's file in %s", n.Name, path, p.StateDir)
+			}
+		}
+	}
+	if ConfigPath(p, p.Nodes[0]) == ConfigPath(p, p.Nodes[1]) || Socket(p, p.Nodes[0]) == Socket(p, p.Nodes[1]) {
+		t.Error("two nodes share a file")
+	}
+}
