@@ -74,7 +74,8 @@ int xlb_decap(struct xdp_md *ctx)
 		struct udphdr *udp = (void *)(ip + 1);
 		struct guehdr *gue = (void *)(udp + 1);
 
-		if ((void *)(gue + 1) > data_end || udp->dest != bpf_htons(XLB_GUE_PORT))
+		if ((void *)(gue + 1) > data_end || udp->dest != bpf_htons(XLB_GUE_PORT) ||
+		    !bpf_map_lookup_elem(&host_addrs, &ip->daddr))
 			return verdict(DECAP_PASS, 0, XDP_PASS);
 		switch (gue->hlen_c_ver >> 6) {
 		case 0: /* variant 0: control bit clear, IPv4 inside */

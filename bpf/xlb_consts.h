@@ -42,6 +42,10 @@
 
 #define XLB_OUTER_TTL 64
 
+/* Longest life of a cached next hop, in jiffies: 0.1 s at HZ=1000, 1 s at
+ * HZ=100. */
+#define XLB_NH_MAX_AGE 100
+
 #define XLB_ENCAP_IPIP 1
 #define XLB_ENCAP_GUE 2
 

@@ -104,7 +104,10 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	if (!bst)
 		return drop(XLB_DROP_NO_ROUTE);
 	struct nh_entry *nh = &bst->nh;
-	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len) {
+	__u64 now = bpf_jiffies64();
+
+	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len ||
+	    now - nh->stamp >= XLB_NH_MAX_AGE) {
 		struct bpf_fib_lookup fib = {};
 
 		fib.family = AF_INET;
@@ -131,8 +134,10 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		} else {
 			__u16 max_len = outer_len;
 
-			if (nh->valid && nh->gen == gen && nh->max_len > max_len)
+			if (nh->valid && nh->gen == gen && nh->max_len > max_len &&
+			    now - nh->stamp < XLB_NH_MAX_AGE)
 				max_len = nh->max_len;
+			nh->stamp = now;
 			nh->gen = gen;
 			nh->ifindex = fib.ifindex;
 			nh->max_len = max_len;

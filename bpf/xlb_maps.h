@@ -28,8 +28,8 @@ struct backend {
 };
 
 /* Services, looked up without hashing in the kernel: an array lookup is
- * inlined by the verifier, a hash map lookup costs more than the whole
- * rest of the fast path (docs/benchmarks.md). */
+ * inlined by the verifier, while a hash map lookup cost about 30 ns, a
+ * third of the whole path (docs/benchmarks.md). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_SVC_SLOTS);
@@ -37,8 +37,9 @@ struct {
 	__type(value, struct svc_slot);
 } svc_index SEC(".maps");
 
-/* VIP addresses (any port): fragments are dropped only when addressed to
- * a VIP, everything else passes untouched. Value: number of services. */
+/* VIP addresses (any port), for the packets that are not a service's:
+ * fragments, other ports and protocols, ICMP errors. Value: number of
+ * services. */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XLB_MAX_SERVICES);
@@ -83,13 +84,16 @@ struct {
 
 /* Next-hop cache: the result of bpf_fib_lookup for a backend, per CPU,
  * so that most packets skip the FIB (it costs more than everything else
- * on the path together). An entry holds while its generation equals
- * nh_gen[0]; the agent bumps nh_gen whenever the kernel's neighbours,
- * routes or links change, whenever a backend changes, and once a second
- * regardless, and starts it at a random value when it loads a program.
- * max_len is the largest outer packet the route is known to carry: a
- * larger one goes through the FIB, which checks the MTU. */
+ * on the path together). An entry holds while its generation equals the
+ * global nh_gen and for at most XLB_NH_MAX_AGE jiffies: the agent bumps
+ * nh_gen whenever the kernel's neighbours, routes or links change,
+ * whenever a backend changes, and once a second regardless, and starts it
+ * at a random value when it loads a program; the age limit bounds how
+ * stale an entry can get while no agent runs. max_len is the largest
+ * outer packet the route is known to carry: a larger one goes through the
+ * FIB, which checks the MTU. */
 struct nh_entry {
+	__u64 stamp; /* jiffies when filled */
 	__u32 gen;
 	__u32 ifindex;
 	/* The new Ethernet header's addresses, destination then source, as

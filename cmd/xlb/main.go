@@ -25,7 +25,7 @@ func commands() []command {
 		{"agent", "run the load balancer agent: xlb agent --config FILE", runAgent},
 		{"status", "show the local agent's state: xlb status [--json]", runStatus},
 		{"backend", "set up a backend host: xlb backend --interface IF --vip VIP... [--cleanup]", runBackend},
-		{"cleanup", "remove an agent's pinned BPF state and detach it: xlb cleanup --config FILE", runCleanup},
+		{"cleanup", "remove an agent's pinned BPF state and detach it: xlb cleanup --config FILE | --pin-path DIR", runCleanup},
 		{"lab", "network-namespace lab: xlb lab up|down|status", runLab},
 		{"demo", "build a lab and show xlb forwarding: xlb demo", runDemo},
 		{"version", "print the version", func([]string) error { fmt.Println("xlb", version); return nil }},

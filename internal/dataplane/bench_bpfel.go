@@ -24,6 +24,7 @@ type benchBackendState struct {
 	Stats benchXlbCounter
 	Nh    struct {
 		_       structs.HostLayout
+		Stamp   uint64
 		Gen     uint32
 		Ifindex uint32
 		Macs    [3]uint32

@@ -147,7 +147,7 @@ func lbSpec(node netip.Addr, tableSize uint32) (*ebpf.CollectionSpec, error) {
 }
 
 // checkPinnedTableSize refuses to adopt tables of another size: the
-// program's modulus and the inner maps must agree.
+// program's range reduction and the inner maps must agree.
 func checkPinnedTableSize(pinPath string, want uint32) error {
 	outer, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, "maglev_tables"), nil)
 	if errors.Is(err, os.ErrNotExist) {

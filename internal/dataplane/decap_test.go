@@ -69,6 +69,7 @@ func TestDecap(t *testing.T) {
 		{"GUE variant 1 (IPv4 right after UDP)", encapsulate(inner, fxBackend, 6080, nil), xdpPass, inner, "decap_gue"},
 		{"IPIP to another host", encapsulate(inner, fxRedirBE, 0, nil), xdpPass, nil, "pass_not_ours"},
 		{"UDP to another port", encapsulate(inner, fxBackend, 6081, []byte{0, 4, 0, 0}), xdpPass, nil, "pass_not_ours"},
+		{"unparseable GUE to another host", encapsulate(inner, fxRedirBE, 6080, []byte{0x20, 0, 0, 0}), xdpPass, nil, "pass_not_ours"},
 		{"plain TCP to the VIP", inner, xdpPass, nil, "pass_not_ours"},
 		{"IPIP, inner not for a local VIP", encapsulate(notVIP, fxBackend, 0, nil), xdpDrop, nil, "drop_bad_inner"},
 		{"IPIP, truncated inner", encapsulate(inner, fxBackend, 0, nil)[:14+20+10], xdpDrop, nil, "drop_bad_inner"},

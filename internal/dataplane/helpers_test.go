@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/netns"
 )
@@ -116,6 +117,13 @@ func (f *fixtureNS) run(t testing.TB, prog *ebpf.Program, frame []byte) (uint32,
 	out := make([]byte, len(frame)+256)
 	var verdict uint32
 	err := netns.Do(f.name, func() error {
+		// One CPU for every run, so that per-CPU state (the next-hop
+		// cache) carries from one packet to the next as on a NIC queue.
+		var cpus unix.CPUSet
+		cpus.Set(0)
+		if err := unix.SchedSetaffinity(0, &cpus); err != nil {
+			return err
+		}
 		opts := &ebpf.RunOptions{
 			Data:    frame,
 			DataOut: out,

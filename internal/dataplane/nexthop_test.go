@@ -1,0 +1,52 @@
+package dataplane
+
+import (
+	"bytes"
+	"net"
+	"testing"
+	"time"
+)
+
+// TestNextHopCache: the program reuses a cached next hop while its
+// generation holds, picks up a change at once when the generation is
+// bumped, and on its own once the entry is too old.
+func TestNextHopCache(t *testing.T) {
+	d, f := newFixtureLB(t)
+	in := tcpTo(fxVIP, 80).frame(f.mac)
+	dstMAC := func() net.HardwareAddr {
+		t.Helper()
+		v, out := f.run(t, d.objs.XlbLbProg, in)
+		if v != xdpTX {
+			t.Fatalf("verdict %s", verdictNames[v])
+		}
+		return net.HardwareAddr(out[0:6])
+	}
+	setRouterMAC := func(mac string) {
+		ipcmd(t, "-n", f.name, "neigh", "replace", "10.0.1.1", "lladdr", mac, "dev", "veth0", "nud", "permanent")
+	}
+	if got := dstMAC(); !bytes.Equal(got, fxRouterMAC) {
+		t.Fatalf("first packet to %v, want %v", got, fxRouterMAC)
+	}
+
+	setRouterMAC("02:00:00:00:00:0b")
+	if got := dstMAC(); !bytes.Equal(got, fxRouterMAC) {
+		t.Fatalf("right after the change %v: want the cached %v (the generation did not move)", got, fxRouterMAC)
+	}
+	if err := d.invalidateNextHops(); err != nil {
+		t.Fatal(err)
+	}
+	if got := dstMAC().String(); got != "02:00:00:00:00:0b" {
+		t.Fatalf("after a generation bump: %v, want the new MAC", got)
+	}
+
+	// No bump this time: the entry ages out within 100 jiffies (1 s at
+	// HZ=100, the slowest tick Linux has).
+	setRouterMAC("02:00:00:00:00:0c")
+	deadline := time.Now().Add(3 * time.Second)
+	for dstMAC().String() != "02:00:00:00:00:0c" {
+		if time.Now().After(deadline) {
+			t.Fatal("a cached next hop outlived its maximum age")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
