@@ -25,6 +25,107 @@ static __always_inline int drop(__u32 reason)
 	return XDP_DROP;
 }
 
+/* Everything after the backend is known: next hop, encapsulation, counters,
+ * verdict. Called once per encapsulation with mode a constant, so that
+ * each copy is compiled without the branches on it. */
+static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *data_end,
+				       __u32 svc_id, __u32 bid, __be32 be_addr, __u32 hash,
+				       const __u8 mode)
+{
+	struct iphdr *ip = p->ip;
+	void *data;
+
+	__u16 inner_len = p->ip_len;
+	__u16 overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
+	__u16 outer_len = inner_len + overhead;
+	__u32 gen = nh_gen;
+	struct backend_state *bst = bpf_map_lookup_elem(&backend_stats, &bid);
+	int no_neigh = 0;
+
+	if (!bst)
+		return drop(XLB_DROP_NO_ROUTE);
+	struct nh_entry *nh = &bst->nh;
+	__u64 now = bpf_jiffies64();
+
+	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len ||
+	    now - nh->stamp >= XLB_NH_MAX_AGE) {
+		struct bpf_fib_lookup fib = {};
+
+		fib.family = AF_INET;
+		fib.tos = ip->tos;
+		fib.l4_protocol = mode == XLB_ENCAP_GUE ? IPPROTO_UDP : IPPROTO_IPIP;
+		fib.tot_len = outer_len;
+		fib.ipv4_src = node_addr;
+		fib.ipv4_dst = be_addr;
+		fib.ifindex = ctx->ingress_ifindex;
+
+		long rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+		if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+			if (!(ip->frag_off & bpf_htons(IP_DF)))
+				return drop(XLB_DROP_TOO_BIG);
+			if (icmp_frag_needed(ctx, node_addr, fib.mtu_result - overhead))
+				return drop(XLB_DROP_ENCAP_FAILED);
+			count_reason(XLB_TX_ICMP_TOO_BIG);
+			return XDP_TX;
+		}
+		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+			no_neigh = 1;
+		} else if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+			return drop(XLB_DROP_NO_ROUTE);
+		} else {
+			__u16 max_len = outer_len;
+
+			if (nh->valid && nh->gen == gen && nh->max_len > max_len &&
+			    now - nh->stamp < XLB_NH_MAX_AGE)
+				max_len = nh->max_len;
+			nh->stamp = now;
+			nh->gen = gen;
+			nh->ifindex = fib.ifindex;
+			nh->max_len = max_len;
+			__builtin_memcpy((__u8 *)nh->macs, fib.dmac, ETH_ALEN);
+			__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, fib.smac, ETH_ALEN);
+			nh->valid = 1;
+		}
+	}
+
+	if (p->options)
+		count_reason(XLB_NOTE_IP_OPTIONS);
+	if (ip->protocol == IPPROTO_ICMP)
+		count_reason(XLB_NOTE_ICMP_TO_BACKEND);
+	__u8 tos = ip->tos;
+	__be16 df = ip->frag_off & bpf_htons(IP_DF);
+	ipv4_decrease_ttl(ip);
+
+	/* Ethernet padding after the datagram would travel inside the
+	 * tunnel as trailing garbage: cut it. */
+	int pad = (int)(data_end - ((void *)ip + inner_len));
+	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
+		return drop(XLB_DROP_ENCAP_FAILED);
+	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df))
+		return drop(XLB_DROP_ENCAP_FAILED);
+
+	count(&svc_stats, svc_id, inner_len);
+	bst->stats.packets++;
+	bst->stats.bytes += inner_len;
+
+	if (no_neigh)
+		/* The kernel forwards this packet and resolves the neighbour;
+		 * the next packet takes the fast path. */
+		return pass(XLB_PASS_NO_NEIGH);
+
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	__u32 *mac = data;
+	if ((void *)(mac + 3) > data_end)
+		return drop(XLB_DROP_ENCAP_FAILED);
+	mac[0] = nh->macs[0];
+	mac[1] = nh->macs[1];
+	mac[2] = nh->macs[2];
+	if (nh->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(nh->ifindex, 0);
+}
+
 static __always_inline int xlb_lb(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -94,95 +195,9 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	if (!be_addr)
 		return drop(XLB_DROP_NO_BACKEND);
 
-	__u16 inner_len = p.ip_len;
-	__u16 overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
-	__u16 outer_len = inner_len + overhead;
-	__u32 gen = nh_gen;
-	struct backend_state *bst = bpf_map_lookup_elem(&backend_stats, &bid);
-	int no_neigh = 0;
-
-	if (!bst)
-		return drop(XLB_DROP_NO_ROUTE);
-	struct nh_entry *nh = &bst->nh;
-	__u64 now = bpf_jiffies64();
-
-	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len ||
-	    now - nh->stamp >= XLB_NH_MAX_AGE) {
-		struct bpf_fib_lookup fib = {};
-
-		fib.family = AF_INET;
-		fib.tos = ip->tos;
-		fib.l4_protocol = mode == XLB_ENCAP_GUE ? IPPROTO_UDP : IPPROTO_IPIP;
-		fib.tot_len = outer_len;
-		fib.ipv4_src = node_addr;
-		fib.ipv4_dst = be_addr;
-		fib.ifindex = ctx->ingress_ifindex;
-
-		long rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-		if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
-			if (!(ip->frag_off & bpf_htons(IP_DF)))
-				return drop(XLB_DROP_TOO_BIG);
-			if (icmp_frag_needed(ctx, node_addr, fib.mtu_result - overhead))
-				return drop(XLB_DROP_ENCAP_FAILED);
-			count_reason(XLB_TX_ICMP_TOO_BIG);
-			return XDP_TX;
-		}
-		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-			no_neigh = 1;
-		} else if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
-			return drop(XLB_DROP_NO_ROUTE);
-		} else {
-			__u16 max_len = outer_len;
-
-			if (nh->valid && nh->gen == gen && nh->max_len > max_len &&
-			    now - nh->stamp < XLB_NH_MAX_AGE)
-				max_len = nh->max_len;
-			nh->stamp = now;
-			nh->gen = gen;
-			nh->ifindex = fib.ifindex;
-			nh->max_len = max_len;
-			__builtin_memcpy((__u8 *)nh->macs, fib.dmac, ETH_ALEN);
-			__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, fib.smac, ETH_ALEN);
-			nh->valid = 1;
-		}
-	}
-
-	if (p.options)
-		count_reason(XLB_NOTE_IP_OPTIONS);
-	if (ip->protocol == IPPROTO_ICMP)
-		count_reason(XLB_NOTE_ICMP_TO_BACKEND);
-	__u8 tos = ip->tos;
-	__be16 df = ip->frag_off & bpf_htons(IP_DF);
-	ipv4_decrease_ttl(ip);
-
-	/* Ethernet padding after the datagram would travel inside the
-	 * tunnel as trailing garbage: cut it. */
-	int pad = (int)(data_end - ((void *)ip + inner_len));
-	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
-		return drop(XLB_DROP_ENCAP_FAILED);
-	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df))
-		return drop(XLB_DROP_ENCAP_FAILED);
-
-	count(&svc_stats, svc_id, inner_len);
-	bst->stats.packets++;
-	bst->stats.bytes += inner_len;
-
-	if (no_neigh)
-		/* The kernel forwards this packet and resolves the neighbour;
-		 * the next packet takes the fast path. */
-		return pass(XLB_PASS_NO_NEIGH);
-
-	data = (void *)(long)ctx->data;
-	data_end = (void *)(long)ctx->data_end;
-	__u32 *mac = data;
-	if ((void *)(mac + 3) > data_end)
-		return drop(XLB_DROP_ENCAP_FAILED);
-	mac[0] = nh->macs[0];
-	mac[1] = nh->macs[1];
-	mac[2] = nh->macs[2];
-	if (nh->ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(nh->ifindex, 0);
+	if (mode == XLB_ENCAP_GUE)
+		return xlb_forward(ctx, &p, data_end, svc_id, bid, be_addr, hash, XLB_ENCAP_GUE);
+	return xlb_forward(ctx, &p, data_end, svc_id, bid, be_addr, hash, XLB_ENCAP_IPIP);
 }
 
 #endif

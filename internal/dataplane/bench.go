@@ -41,7 +41,7 @@ var benchDescriptions = map[string]string{
 	"wrap_only":         "save and restore of the packet front only: the harness cost, subtracted from the others",
 	"floor_parse_tx":    "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
 	"floor_parse_encap": "floor 2: parse, hash, TTL, IPIP encapsulation to a fixed backend, XDP_TX; no lookup",
-	"bench_lb":          "the full LB path: service, Maglev slot, backend, FIB lookup, counters, IPIP, XDP_TX",
+	"bench_lb":          "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
 }
 
 var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "bench_lb"}
