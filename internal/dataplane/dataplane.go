@@ -34,6 +34,7 @@ type Dataplane struct {
 	mode      string
 	tableSize uint32
 	pinPath   string
+	lock      *os.File          // held while this process owns the pin path
 	index     svcIndex          // mirror of the svc_index map
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 }
@@ -59,20 +60,29 @@ func Open(opts Options) (*Dataplane, error) {
 	if err := ensureBPFFS(opts.PinPath); err != nil {
 		return nil, err
 	}
+	lock, err := lockPinPath(opts.PinPath)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.MkdirAll(opts.PinPath, 0o700); err != nil {
+		lock.Close()
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
 	if err := prepareInterface(opts.Interface); err != nil {
+		lock.Close()
 		return nil, err
 	}
 
 	d, err := load(opts, true)
 	if err != nil {
+		lock.Close()
 		return nil, err
 	}
+	d.lock = lock
 	d.link, d.mode, err = attach(d.objs.XlbLbProg, iface, opts.AttachMode, filepath.Join(opts.PinPath, linkPin))
 	if err != nil {
 		d.objs.Close()
+		lock.Close()
 		return nil, err
 	}
 	return d, nil
@@ -211,6 +221,10 @@ func (d *Dataplane) Close() error {
 		d.link = nil
 	}
 	errs = append(errs, d.objs.Close())
+	if d.lock != nil {
+		errs = append(errs, d.lock.Close())
+		d.lock = nil
+	}
 	return errors.Join(errs...)
 }
 

@@ -65,6 +65,11 @@ func TestOpenPinAdoptCleanup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A second agent on the same pinned state is refused while the first
+	// one runs.
+	if _, err := openIn(t, f.name, opts); err == nil || !strings.Contains(err.Error(), "another xlb agent") {
+		t.Errorf("second Open on the same pin path: %v, want a refusal", err)
+	}
 	if d.AttachMode() != ModeNative {
 		t.Errorf("attach mode %q, want native on veth", d.AttachMode())
 	}
