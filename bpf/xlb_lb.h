@@ -29,8 +29,7 @@ static __always_inline int drop(__u32 reason)
  * verdict. Called once per encapsulation with mode a constant, so that
  * each copy is compiled without the branches on it. */
 static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *data_end,
-				       __u32 svc_id, __u32 bid, __be32 be_addr, __u32 hash,
-				       const __u8 mode)
+				       __u32 bid, __be32 be_addr, __u32 hash, const __u8 mode)
 {
 	struct iphdr *ip = p->ip;
 	void *data;
@@ -104,7 +103,6 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
-	count(&svc_stats, svc_id, inner_len);
 	bst->stats.packets++;
 	bst->stats.bytes += inner_len;
 
@@ -196,8 +194,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		return drop(XLB_DROP_NO_BACKEND);
 
 	if (mode == XLB_ENCAP_GUE)
-		return xlb_forward(ctx, &p, data_end, svc_id, bid, be_addr, hash, XLB_ENCAP_GUE);
-	return xlb_forward(ctx, &p, data_end, svc_id, bid, be_addr, hash, XLB_ENCAP_IPIP);
+		return xlb_forward(ctx, &p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE);
+	return xlb_forward(ctx, &p, data_end, bid, be_addr, hash, XLB_ENCAP_IPIP);
 }
 
 #endif

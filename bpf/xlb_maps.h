@@ -15,7 +15,7 @@ struct svc_slot {
 	__be16 port;
 	__u8 proto;
 	__u8 encap;  /* XLB_ENCAP_* */
-	__u32 id;    /* index into maglev_tables and svc_stats */
+	__u32 id;    /* index into maglev_tables and svc_retired */
 	__u32 pad;
 };
 
@@ -24,7 +24,7 @@ struct svc_slot {
  * read it. */
 struct backend {
 	__be32 addr;
-	__u32 flags; /* reserved */
+	__u32 owner; /* id + 1 of the service whose table names it; 0: none yet */
 };
 
 /* Services, looked up without hashing in the kernel: an array lookup is
@@ -75,12 +75,16 @@ struct {
 	__array(values, struct maglev_inner);
 } maglev_tables SEC(".maps");
 
+/* A service's packets and bytes are the sum of its backends' (every
+ * backend id belongs to one service, recorded in struct backend), so the
+ * fast path counts once per packet. What backends that are gone had
+ * counted is kept here by the control plane; the program never reads it. */
 struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_MAX_SERVICES);
 	__type(key, __u32);
 	__type(value, struct xlb_counter);
-} svc_stats SEC(".maps");
+} svc_retired SEC(".maps");
 
 /* Next-hop cache: the result of bpf_fib_lookup for a backend, per CPU,
  * so that most packets skip the FIB (it costs more than everything else
@@ -168,16 +172,6 @@ static __always_inline void count_reason(__u32 reason)
 
 	if (n)
 		*n += 1;
-}
-
-static __always_inline void count(void *map, __u32 id, __u64 bytes)
-{
-	struct xlb_counter *c = bpf_map_lookup_elem(map, &id);
-
-	if (c) {
-		c->packets++;
-		c->bytes += bytes;
-	}
 }
 
 #endif

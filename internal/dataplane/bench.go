@@ -76,9 +76,9 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	defer objs.Close()
 
 	// Program the service through the same code the agent uses.
-	d := &Dataplane{tableSize: maglev.DefaultSize, addrs: map[uint32]uint32{}, objs: lbObjects{lbMaps: lbMaps{
+	d := &Dataplane{tableSize: maglev.DefaultSize, addrs: map[uint32]uint32{}, owner: map[uint32]uint32{}, objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcStats: objs.SvcStats, Vips: objs.Vips,
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
 	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	vip := netip.MustParseAddr("10.99.0.1")
 	bs := make([]maglev.Backend, cfg.Backends)
@@ -151,16 +151,12 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		out[i].NetNs = out[i].MinNs - out[0].MinNs
 	}
 	// A VIP hit must have been counted as a forward on every round.
-	var per []lbXlbCounter
-	if err := objs.SvcStats.Lookup(uint32(0), &per); err != nil {
+	c, err := d.ServiceCounters(0)
+	if err != nil {
 		return nil, err
 	}
-	var pkts uint64
-	for _, p := range per {
-		pkts += p.Packets
-	}
-	if want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1; pkts != want {
-		return nil, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", pkts, want)
+	if want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1; c.Packets != want {
+		return nil, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", c.Packets, want)
 	}
 	return out, nil
 }

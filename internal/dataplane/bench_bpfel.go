@@ -16,7 +16,7 @@ import (
 type benchBackend struct {
 	_     structs.HostLayout
 	Addr  uint32
-	Flags uint32
+	Owner uint32
 }
 
 type benchBackendState struct {
@@ -59,7 +59,7 @@ const (
 	benchMapMaglevTables     = "maglev_tables"
 	benchMapReasons          = "reasons"
 	benchMapSvcIndex         = "svc_index"
-	benchMapSvcStats         = "svc_stats"
+	benchMapSvcRetired       = "svc_retired"
 	benchMapVips             = "vips"
 	benchProgBenchLb         = "bench_lb"
 	benchProgFloorParseEncap = "floor_parse_encap"
@@ -127,7 +127,7 @@ type benchMapSpecs struct {
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
-	SvcStats     *ebpf.MapSpec `ebpf:"svc_stats"`
+	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -165,7 +165,7 @@ type benchMaps struct {
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
-	SvcStats     *ebpf.Map `ebpf:"svc_stats"`
+	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
@@ -176,7 +176,7 @@ func (m *benchMaps) Close() error {
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,
-		m.SvcStats,
+		m.SvcRetired,
 		m.Vips,
 	)
 }

@@ -37,6 +37,7 @@ type Dataplane struct {
 	lock      *os.File          // held while this process owns the pin path
 	index     svcIndex          // mirror of the svc_index map
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
+	owner     map[uint32]uint32 // mirror of the backends map: id -> service id + 1
 }
 
 // Open loads the LB program, adopts the maps pinned under opts.PinPath
@@ -118,13 +119,16 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	d.addrs = map[uint32]uint32{}
+	d.addrs, d.owner = map[uint32]uint32{}, map[uint32]uint32{}
 	var id uint32
 	var be lbBackend
 	it := d.objs.Backends.Iterate()
 	for it.Next(&id, &be) {
 		if be.Addr != 0 {
 			d.addrs[id] = be.Addr
+		}
+		if be.Owner != 0 {
+			d.owner[id] = be.Owner
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -253,7 +257,7 @@ func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
 		}
 		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, addrFromWire(old))
 	}
-	if err := d.objs.Backends.Put(id, lbBackend{Addr: w}); err != nil {
+	if err := d.objs.Backends.Put(id, lbBackend{Addr: w, Owner: d.owner[id]}); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
 	d.addrs[id] = w
@@ -268,10 +272,14 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if err := d.retire(id); err != nil {
+		return err
+	}
 	if err := d.objs.Backends.Put(id, lbBackend{}); err != nil {
 		return fmt.Errorf("clear backend %d: %w", id, err)
 	}
 	delete(d.addrs, id)
+	delete(d.owner, id)
 	if err := d.invalidateNextHops(); err != nil {
 		return err
 	}
@@ -300,6 +308,9 @@ func (d *Dataplane) UpsertService(s Service) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 
+	if err := d.claim(s.ID, s.Table); err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
 	entries := make([]uint64, len(s.Table))
 	for i, id := range s.Table {
 		// An unknown id gets address 0: the program drops its packets.
@@ -348,8 +359,20 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete table of service %d: %w", id, err)
 	}
-	if err := zeroPerCPU[lbXlbCounter](d.objs.SvcStats, id); err != nil {
-		return err
+	// Its backends no longer count towards it (nor towards a later
+	// service that gets its id).
+	for b, o := range d.owner {
+		if o == id+1 {
+			if err := d.setOwner(b, 0); err != nil {
+				return err
+			}
+			if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
+				return err
+			}
+		}
+	}
+	if err := d.objs.SvcRetired.Put(id, lbXlbCounter{}); err != nil {
+		return fmt.Errorf("reset counters of service %d: %w", id, err)
 	}
 	return d.syncVIPs()
 }
@@ -453,9 +476,91 @@ func (d *Dataplane) Backends() (map[uint32]netip.Addr, error) {
 	return out, nil
 }
 
-// ServiceCounters sums service id's per-CPU counters.
+// ServiceCounters is what service id has forwarded: the sum of its
+// backends' counters and of those its departed backends had counted.
 func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
-	return sumPerCPU(d.objs.SvcStats, id)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var c lbXlbCounter
+	if err := d.objs.SvcRetired.Lookup(id, &c); err != nil {
+		return Counters{}, fmt.Errorf("read counters of service %d: %w", id, err)
+	}
+	total := Counters{Packets: c.Packets, Bytes: c.Bytes}
+	for b, o := range d.owner {
+		if o != id+1 {
+			continue
+		}
+		bc, err := d.BackendCounters(b)
+		if err != nil {
+			return Counters{}, err
+		}
+		total.Packets += bc.Packets
+		total.Bytes += bc.Bytes
+	}
+	return total, nil
+}
+
+// claim records service id as the owner of every backend its table names.
+// A backend that moves from another service takes its history along into
+// that service's retired counters first. Called with d.mu held.
+func (d *Dataplane) claim(id uint32, table []uint32) error {
+	seen := map[uint32]bool{}
+	for _, b := range table {
+		if seen[b] {
+			continue
+		}
+		seen[b] = true
+		if _, ok := d.addrs[b]; !ok || d.owner[b] == id+1 {
+			continue
+		}
+		if d.owner[b] != 0 {
+			if err := d.retire(b); err != nil {
+				return err
+			}
+			if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
+				return err
+			}
+		}
+		if err := d.setOwner(b, id+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// retire adds backend b's counters to its owner's retired counters.
+// Called with d.mu held.
+func (d *Dataplane) retire(b uint32) error {
+	o := d.owner[b]
+	if o == 0 {
+		return nil
+	}
+	bc, err := d.BackendCounters(b)
+	if err != nil {
+		return err
+	}
+	var c lbXlbCounter
+	if err := d.objs.SvcRetired.Lookup(o-1, &c); err != nil {
+		return fmt.Errorf("read counters of service %d: %w", o-1, err)
+	}
+	c.Packets += bc.Packets
+	c.Bytes += bc.Bytes
+	if err := d.objs.SvcRetired.Put(o-1, c); err != nil {
+		return fmt.Errorf("write counters of service %d: %w", o-1, err)
+	}
+	return nil
+}
+
+func (d *Dataplane) setOwner(b, owner uint32) error {
+	if err := d.objs.Backends.Put(b, lbBackend{Addr: d.addrs[b], Owner: owner}); err != nil {
+		return fmt.Errorf("write backend %d: %w", b, err)
+	}
+	if owner == 0 {
+		delete(d.owner, b)
+	} else {
+		d.owner[b] = owner
+	}
+	return nil
 }
 
 // BackendCounters sums backend id's per-CPU counters.

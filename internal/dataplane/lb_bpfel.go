@@ -16,7 +16,7 @@ import (
 type lbBackend struct {
 	_     structs.HostLayout
 	Addr  uint32
-	Flags uint32
+	Owner uint32
 }
 
 type lbBackendState struct {
@@ -59,7 +59,7 @@ const (
 	lbMapMaglevTables = "maglev_tables"
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
-	lbMapSvcStats     = "svc_stats"
+	lbMapSvcRetired   = "svc_retired"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
 	lbVarNhGen        = "nh_gen"
@@ -121,7 +121,7 @@ type lbMapSpecs struct {
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
-	SvcStats     *ebpf.MapSpec `ebpf:"svc_stats"`
+	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -159,7 +159,7 @@ type lbMaps struct {
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
-	SvcStats     *ebpf.Map `ebpf:"svc_stats"`
+	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
@@ -170,7 +170,7 @@ func (m *lbMaps) Close() error {
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,
-		m.SvcStats,
+		m.SvcRetired,
 		m.Vips,
 	)
 }

@@ -27,20 +27,21 @@ func newFixtureLB(t testing.TB) (*Dataplane, *fixtureNS) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	for id, addr := range []netip.Addr{fxBackend, fxRedirBE, fxNoNeighBE, fxSmallMTU, fxNoRouteBE} {
+	// One backend id per (service, backend), as the agent allocates them.
+	for id, addr := range []netip.Addr{fxBackend, fxRedirBE, fxNoNeighBE, fxSmallMTU, fxNoRouteBE, fxBackend, fxSmallMTU} {
 		if err := d.UpsertBackend(uint32(id), addr); err != nil {
 			t.Fatal(err)
 		}
 	}
 	svcs := []fxService{
 		{ServiceKey{fxVIP, 80, ProtoTCP}, EncapIPIP, 0},
-		{ServiceKey{fxVIP, 53, ProtoUDP}, EncapGUE, 0},
+		{ServiceKey{fxVIP, 53, ProtoUDP}, EncapGUE, 5},
 		{ServiceKey{netip.MustParseAddr("10.99.0.2"), 80, ProtoTCP}, EncapIPIP, 1},
 		{ServiceKey{netip.MustParseAddr("10.99.0.3"), 80, ProtoTCP}, EncapIPIP, 2},
 		{ServiceKey{netip.MustParseAddr("10.99.0.4"), 80, ProtoTCP}, EncapIPIP, 3},
 		{ServiceKey{netip.MustParseAddr("10.99.0.5"), 80, ProtoTCP}, EncapIPIP, 4},
 		{ServiceKey{netip.MustParseAddr("10.99.0.6"), 80, ProtoTCP}, EncapIPIP, 9}, // backend 9 unset
-		{ServiceKey{netip.MustParseAddr("10.99.0.4"), 53, ProtoUDP}, EncapGUE, 3},
+		{ServiceKey{netip.MustParseAddr("10.99.0.4"), 53, ProtoUDP}, EncapGUE, 6},
 	}
 	for id, s := range svcs {
 		table := make([]uint32, fxTableSize)
@@ -491,5 +492,63 @@ func TestLBICMPErrorsReachTheFlowsBackend(t *testing.T) {
 		if v != xdpDrop || delta["drop_vip_no_service"] != 1 {
 			t.Errorf("%s: verdict %s reasons %v, want DROP drop_vip_no_service", name, verdictNames[v], delta)
 		}
+	}
+}
+
+// TestServiceCountersOutliveBackends: a service's counters are the sum of
+// its backends' and keep what departed backends counted, until the
+// service itself goes.
+func TestServiceCountersOutliveBackends(t *testing.T) {
+	d, f := newFixtureLB(t)
+	for id, a := range map[uint32]string{20: "10.0.3.20", 21: "10.0.3.21"} {
+		if err := d.UpsertBackend(id, netip.MustParseAddr(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := ServiceKey{netip.MustParseAddr("10.99.0.9"), 80, ProtoTCP}
+	table := func(ids ...uint32) []uint32 {
+		tb := make([]uint32, fxTableSize)
+		for i := range tb {
+			tb[i] = ids[i%len(ids)]
+		}
+		return tb
+	}
+	if err := d.UpsertService(Service{ID: 9, Key: key, Encap: EncapIPIP, Table: table(20, 21)}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 40; i++ {
+		p := tcpTo(key.VIP, 80)
+		p.sport = uint16(20000 + i)
+		if v, _ := f.run(t, d.objs.XlbLbProg, p.frame(f.mac)); v != xdpTX {
+			t.Fatalf("verdict %s", verdictNames[v])
+		}
+	}
+	svc, _ := d.ServiceCounters(9)
+	b20, _ := d.BackendCounters(20)
+	b21, _ := d.BackendCounters(21)
+	if svc.Packets != 40 || b20.Packets+b21.Packets != 40 || b20.Packets == 0 || b21.Packets == 0 {
+		t.Fatalf("service %d packets, backends %d + %d, want 40 in all, both used", svc.Packets, b20.Packets, b21.Packets)
+	}
+	// Backend 21 leaves the table, then is deleted: the service keeps its
+	// packets.
+	if err := d.UpsertService(Service{ID: 9, Key: key, Encap: EncapIPIP, Table: table(20)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteBackend(21); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.ServiceCounters(9); got != svc {
+		t.Fatalf("after a backend left: %+v, want %+v", got, svc)
+	}
+	// The service goes: nothing of it stays for a later one with its id,
+	// even on a backend id the agent has not deleted yet.
+	if err := d.DeleteService(9, key); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UpsertService(Service{ID: 9, Key: key, Encap: EncapIPIP, Table: table(20)}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := d.ServiceCounters(9); got.Packets != 0 {
+		t.Errorf("a new service with a reused id starts at %d packets, want 0", got.Packets)
 	}
 }
