@@ -45,9 +45,9 @@ root-demo: deps build
 
 root-test: deps build lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./internal/config/
-	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) ./internal/maglev/
-	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZTIME) ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/maglev/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/dataplane/
 
 root-bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/

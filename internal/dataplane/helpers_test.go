@@ -61,6 +61,7 @@ type fixtureNS struct {
 	name              string
 	ifindex, ifindex2 int
 	mac               net.HardwareAddr
+	runner            *netns.Runner // a thread in the namespace, pinned to CPU 0
 }
 
 func newFixtureNS(t testing.TB) *fixtureNS {
@@ -102,6 +103,20 @@ func newFixtureNS(t testing.TB) *fixtureNS {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// One thread, on one CPU, for every run: per-CPU state (the next-hop
+	// cache) carries from one packet to the next as on a NIC queue.
+	if f.runner, err = netns.NewRunner(name); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(f.runner.Close)
+	err = f.runner.Do(func() error {
+		var cpus unix.CPUSet
+		cpus.Set(0)
+		return unix.SchedSetaffinity(0, &cpus)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return f
 }
 
@@ -116,14 +131,7 @@ func (f *fixtureNS) run(t testing.TB, prog *ebpf.Program, frame []byte) (uint32,
 	t.Helper()
 	out := make([]byte, len(frame)+256)
 	var verdict uint32
-	err := netns.Do(f.name, func() error {
-		// One CPU for every run, so that per-CPU state (the next-hop
-		// cache) carries from one packet to the next as on a NIC queue.
-		var cpus unix.CPUSet
-		cpus.Set(0)
-		if err := unix.SchedSetaffinity(0, &cpus); err != nil {
-			return err
-		}
+	err := f.runner.Do(func() error {
 		opts := &ebpf.RunOptions{
 			Data:    frame,
 			DataOut: out,

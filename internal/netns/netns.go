@@ -96,3 +96,48 @@ func ExecMain(args []string) error {
 	}
 	return nil
 }
+
+// Runner is one OS thread parked inside a namespace, for callers that
+// enter the same namespace many times (a test feeding thousands of
+// packets through BPF_PROG_TEST_RUN): it saves a thread per call.
+type Runner struct {
+	work chan func()
+	done chan struct{}
+}
+
+// NewRunner starts a thread in the named namespace.
+func NewRunner(name string) (*Runner, error) {
+	r := &Runner{work: make(chan func()), done: make(chan struct{})}
+	errc := make(chan error, 1)
+	go func() {
+		// Never unlocked: the thread ends with the goroutine (see Do).
+		runtime.LockOSThread()
+		if err := enter(name); err != nil {
+			errc <- err
+			return
+		}
+		errc <- nil
+		for {
+			select {
+			case fn := <-r.work:
+				fn()
+			case <-r.done:
+				return
+			}
+		}
+	}()
+	if err := <-errc; err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// Do runs fn on the runner's thread and returns its error.
+func (r *Runner) Do(fn func() error) error {
+	errc := make(chan error, 1)
+	r.work <- func() { errc <- fn() }
+	return <-errc
+}
+
+// Close ends the runner's thread.
+func (r *Runner) Close() { close(r.done) }
