@@ -35,18 +35,12 @@ func Exists(name string) bool {
 // thread uses them later. The thread is discarded afterwards, so no other
 // goroutine ever runs in the wrong namespace.
 func Do(name string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		// Never unlocked: the goroutine's thread exits with it and the
-		// runtime does not reuse a thread whose namespace was changed.
-		runtime.LockOSThread()
-		if err := enter(name); err != nil {
-			errc <- err
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	r, err := NewRunner(name)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	return r.Do(fn)
 }
 
 func enter(name string) error {
