@@ -147,10 +147,11 @@ func labServe(args []string) error {
 	name := fs.String("name", "", "backend name to answer with (required)")
 	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 0.0.0.0:80")
 	udpAddr := fs.String("udp", "", "UDP echo listen address, e.g. 0.0.0.0:9000")
+	control := fs.String("control", "", "unix socket `path` to stop, start or hang the HTTP server on (POST /http/stop|start|hang)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return lab.Serve(ctx, *name, *httpAddr, *udpAddr)
+	return lab.Serve(ctx, lab.ServeOptions{Name: *name, HTTP: *httpAddr, UDP: *udpAddr, Control: *control})
 }

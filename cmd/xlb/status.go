@@ -57,10 +57,11 @@ func runStatus(args []string) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(st)
 	}
-	return printStatus(os.Stdout, st)
+	return printStatus(os.Stdout, st, time.Now())
 }
 
-func printStatus(w io.Writer, st *api.Status) error {
+// printStatus writes st as text; now is the time the "ago"s count from.
+func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	n := st.Node
 	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s\n", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
 	c := st.Config
@@ -75,16 +76,21 @@ func printStatus(w io.Writer, st *api.Status) error {
 	}
 	fmt.Fprintf(w, "Version:  %s\n\n", st.Version)
 
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SERVICE\tADDRESS\tFORWARDING\tWEIGHT\tPACKETS\tBYTES")
+	// Every row has every cell, so that the columns line up; the empty
+	// cells' padding at the ends of lines is trimmed afterwards.
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERVICE\tADDRESS\tFORWARDING\tWEIGHT\tHEALTH\tLAST CHECK\tPACKETS\tBYTES\tLAST ERROR")
 	for _, s := range st.Services {
 		fwd := s.Forwarding
 		if !s.Installed {
 			fwd += " (not installed)"
 		}
-		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t\t%d\t%d\n", s.Name, netip.AddrPortFrom(s.VIP, s.Port), s.Protocol, fwd, s.Counters.Packets, s.Counters.Bytes)
+		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t\t%s\t\t%d\t%d\t\n", s.Name, netip.AddrPortFrom(s.VIP, s.Port), s.Protocol, fwd, orDash(s.State), s.Counters.Packets, s.Counters.Bytes)
 		for _, b := range s.Backends {
-			fmt.Fprintf(tw, "  backend\t%s\t\t%d\t%d\t%d\n", netip.AddrPortFrom(b.Address, b.Port), b.Weight, b.Counters.Packets, b.Counters.Bytes)
+			health, last := backendHealth(b.Health, now)
+			fmt.Fprintf(tw, "  backend\t%s\t\t%d\t%s\t%s\t%d\t%d\t%s\n", netip.AddrPortFrom(b.Address, b.Port), b.Weight,
+				health, last, b.Counters.Packets, b.Counters.Bytes, oneLine(b.Health.LastError))
 		}
 	}
 	if len(st.Services) == 0 {
@@ -92,6 +98,11 @@ func printStatus(w io.Writer, st *api.Status) error {
 	}
 	if err := tw.Flush(); err != nil {
 		return err
+	}
+	for line := range strings.Lines(table.String()) {
+		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
+			return err
+		}
 	}
 
 	var reasons []string
@@ -110,6 +121,36 @@ func printStatus(w io.Writer, st *api.Status) error {
 		fmt.Fprintf(tw, "%s\t%d\n", r, st.Reasons[r])
 	}
 	return tw.Flush()
+}
+
+// backendHealth formats a backend's health for the HEALTH and LAST CHECK
+// columns, e.g. "down (http)" and "300ms ago, took 1.2ms".
+func backendHealth(h api.Health, now time.Time) (health, last string) {
+	if h.Check == "" || h.Check == "none" {
+		return "- (no check)", "-"
+	}
+	health = orDash(h.State) + " (" + h.Check + ")"
+	if h.LastCheck.IsZero() {
+		return health, "-"
+	}
+	took := time.Duration(h.LatencyMs * float64(time.Millisecond))
+	return health, fmt.Sprintf("%s ago, took %s", roundAgo(now.Sub(h.LastCheck)), took.Round(100*time.Microsecond))
+}
+
+// roundAgo rounds d to what a reader of a status table can use.
+func roundAgo(d time.Duration) time.Duration {
+	switch {
+	case d < 0:
+		return 0 // clocks of agent and reader may differ a little
+	case d < time.Minute:
+		return d.Round(100 * time.Millisecond)
+	}
+	return d.Round(time.Second)
+}
+
+// oneLine keeps an error message from breaking the table.
+func oneLine(s string) string {
+	return strings.Join(strings.Fields(s), " ")
 }
 
 func orDash(s string) string {

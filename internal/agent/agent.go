@@ -14,6 +14,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/health"
 )
 
 // Options configure New.
@@ -29,6 +30,9 @@ type Options struct {
 	PinPath   string
 	Version   string
 	Logger    *slog.Logger
+	// Prober checks the backends' health; nil: health.New. The agent sets
+	// its targets and runs it.
+	Prober Prober
 }
 
 // Agent owns the running configuration: it applies it through a
@@ -39,6 +43,7 @@ type Agent struct {
 	version string
 	dp      Dataplane
 	rec     *Reconciler
+	prober  Prober
 	log     *slog.Logger
 
 	// Replaced by tests.
@@ -47,10 +52,12 @@ type Agent struct {
 	pollEvery  time.Duration
 	retryEvery time.Duration
 
-	applyMu sync.Mutex // serialises reloads and retries
+	applyMu sync.Mutex // serialises reloads, retries and health changes
 	// stamp is the configuration file's stat when it was last read, taken
 	// before reading so that a write during the read triggers a reload.
 	stamp stamp
+	// states are the backends' health states as last logged, by target key.
+	states map[string]health.State
 
 	mu         sync.Mutex // guards the fields below
 	cfg        *config.Config
@@ -60,6 +67,11 @@ type Agent struct {
 	applyErr   bool      // lastErr came from applying cfg: retry it
 	lastApply  time.Time // of the last apply attempt
 	reloads    map[string]uint64
+	// down are the target keys of the backends that the last apply took
+	// out of the tables as unhealthy; svcDown the services left without a
+	// healthy backend by it.
+	down    map[string]bool
+	svcDown map[string]bool
 }
 
 // New adopts the data plane's state and applies o.Config. A failure to
@@ -88,6 +100,10 @@ func newAgent(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	prober := o.Prober
+	if prober == nil {
+		prober = health.New(log)
+	}
 	a := &Agent{
 		path: o.ConfigPath,
 		node: api.Node{
@@ -99,6 +115,7 @@ func newAgent(o Options) (*Agent, error) {
 		version:    o.Version,
 		dp:         o.Dataplane,
 		rec:        rec,
+		prober:     prober,
 		log:        log,
 		load:       config.Load,
 		warm:       warmNeighbours,
@@ -120,19 +137,20 @@ func (a *Agent) start() error {
 	return nil
 }
 
-// apply programs cfg and warms the neighbours of backends that old (nil at
-// start) did not have.
+// apply hands cfg's backends to the prober, programs cfg and warms the
+// neighbours of backends that old (nil at start) did not have. Backends
+// the prober knows keep their health; new ones count as healthy until
+// probed. The caller holds applyMu.
 func (a *Agent) apply(old, cfg *config.Config) error {
-	err := a.rec.Apply(cfg)
-	a.mu.Lock()
-	a.lastApply = time.Now()
-	a.mu.Unlock()
+	a.prober.Set(targets(cfg))
+	err := a.program(cfg, a.prober.Snapshot())
 	a.warm(newBackendAddrs(old, cfg), a.log)
 	return err
 }
 
-// Run reloads the configuration on SIGHUP and whenever the file's stat
-// (mtime, size, inode) changes, and retries a failed apply, until ctx ends.
+// Run probes the backends and follows their health, reloads the
+// configuration on SIGHUP and whenever the file's stat (mtime, size,
+// inode) changes, and retries a failed apply, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -140,12 +158,23 @@ func (a *Agent) Run(ctx context.Context) error {
 	tick := time.NewTicker(a.pollEvery)
 	defer tick.Stop()
 
+	probing, stopProbing := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { a.prober.Run(probing) })
+	defer func() {
+		stopProbing()
+		wg.Wait()
+	}()
+	changes := a.prober.Changes()
+
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-hup:
 			a.Reload("SIGHUP")
+		case <-changes:
+			a.syncHealth()
 		case <-tick.C:
 			a.applyMu.Lock()
 			changed := stampOf(a.path) != a.stamp
@@ -155,6 +184,9 @@ func (a *Agent) Run(ctx context.Context) error {
 			} else {
 				a.retry()
 			}
+			// Catches what Changes does not signal (a first probe
+			// that finds a backend up), for the log.
+			a.syncHealth()
 		}
 	}
 }
@@ -219,9 +251,8 @@ func (a *Agent) retry() {
 	}
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	err := a.rec.Apply(cfg)
+	err := a.program(cfg, a.prober.Snapshot())
 	a.mu.Lock()
-	a.lastApply = time.Now()
 	if err == nil && a.cfg == cfg {
 		a.lastErr, a.applyErr = nil, false
 	}
@@ -270,14 +301,20 @@ func (a *Agent) Status() (*api.Status, error) {
 	if a.lastErr != nil {
 		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()
 	}
+	svcDown := a.svcDown
 	a.mu.Unlock()
+	snap := a.prober.Snapshot()
 
 	st.Node.AttachMode = a.dp.AttachMode()
 	for _, s := range cfg.Services {
 		out := api.Service{
 			Name: s.Name, VIP: s.VIP, Port: s.Port,
 			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding),
+			State:    api.StateUp,
 			Backends: make([]api.Backend, 0, len(s.Backends)),
+		}
+		if svcDown[s.Name] {
+			out.State = api.StateDown
 		}
 		var backendIDs map[netip.AddrPort]uint32
 		if key, err := serviceKey(s); err == nil {
@@ -291,7 +328,7 @@ func (a *Agent) Status() (*api.Status, error) {
 			}
 		}
 		for _, b := range s.Backends {
-			ob := api.Backend{Address: b.Address, Port: b.Port, Weight: b.Weight}
+			ob := api.Backend{Address: b.Address, Port: b.Port, Weight: b.Weight, Health: healthOf(b, snap[TargetKey(s, b)])}
 			if id, ok := backendIDs[netip.AddrPortFrom(b.Address, b.Port)]; ok {
 				c, err := a.dp.BackendCounters(id)
 				if err != nil {

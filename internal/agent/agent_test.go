@@ -51,7 +51,15 @@ func testAgent(t *testing.T, cfg *config.Config, load func(string) (*config.Conf
 
 func testAgentAt(t *testing.T, path string, cfg *config.Config, load func(string) (*config.Config, error)) (*Agent, *fakeDP, *warmLog) {
 	t.Helper()
+	a, f, w, _ := testAgentWith(t, path, cfg, load, quiet)
+	return a, f, w
+}
+
+// testAgentWith also returns the agent's fake prober, and logs to log.
+func testAgentWith(t *testing.T, path string, cfg *config.Config, load func(string) (*config.Config, error), log *slog.Logger) (*Agent, *fakeDP, *warmLog, *fakeProber) {
+	t.Helper()
 	f := newFake(testSize, config.MaxServices, config.MaxBackends)
+	p := newFakeProber()
 	a, err := newAgent(Options{
 		ConfigPath: path,
 		Config:     cfg,
@@ -59,7 +67,8 @@ func testAgentAt(t *testing.T, path string, cfg *config.Config, load func(string
 		NodeAddr:   netip.MustParseAddr("10.0.1.2"),
 		PinPath:    "/sys/fs/bpf/xlb/test",
 		Version:    "v-test",
-		Logger:     quiet,
+		Logger:     log,
+		Prober:     p,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +81,7 @@ func testAgentAt(t *testing.T, path string, cfg *config.Config, load func(string
 	if err := a.start(); err != nil {
 		t.Fatal(err)
 	}
-	return a, f, w
+	return a, f, w, p
 }
 
 func status(t *testing.T, a *Agent) *api.Status {

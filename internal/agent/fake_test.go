@@ -1,13 +1,17 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/health"
 )
 
 // fakeDP is an in-memory data plane. It records every call and checks the
@@ -220,4 +224,82 @@ func (f tableFake) Table(id uint32) ([]uint32, error) {
 		return nil, fmt.Errorf("no service %d", id)
 	}
 	return slices.Clone(s.Table), nil
+}
+
+// fakeProber stands in for the health checker: tests set results by
+// hand. Like the real one, Set forgets the results of targets that are
+// gone and new targets have none (unknown) until a result is set.
+type fakeProber struct {
+	mu      sync.Mutex
+	targets []health.Target
+	sets    int
+	results map[string]health.Result
+	changes chan struct{}
+	running chan struct{} // closed when Run starts
+	stopped chan struct{} // closed when Run returns
+}
+
+func newFakeProber() *fakeProber {
+	return &fakeProber{
+		results: make(map[string]health.Result),
+		changes: make(chan struct{}, 1),
+		running: make(chan struct{}),
+		stopped: make(chan struct{}),
+	}
+}
+
+func (p *fakeProber) Set(targets []health.Target) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.targets = slices.Clone(targets)
+	p.sets++
+	keep := make(map[string]bool)
+	for _, t := range targets {
+		keep[t.Key] = true
+	}
+	maps.DeleteFunc(p.results, func(k string, _ health.Result) bool { return !keep[k] })
+}
+
+func (p *fakeProber) Run(ctx context.Context) {
+	close(p.running)
+	<-ctx.Done()
+	close(p.stopped)
+}
+
+func (p *fakeProber) Changes() <-chan struct{} { return p.changes }
+
+func (p *fakeProber) Snapshot() map[string]health.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return maps.Clone(p.results)
+}
+
+// set gives target key a state, as a probe would, and signals a change
+// when its Healthy() value flips.
+func (p *fakeProber) set(key string, state health.State, lastErr string) {
+	p.mu.Lock()
+	old, ok := p.results[key]
+	now := time.Now()
+	r := health.Result{State: state, Since: old.Since, LastCheck: now, LastError: lastErr, LastLatency: 1500 * time.Microsecond}
+	if !ok || old.State != state {
+		r.Since = now
+	}
+	p.results[key] = r
+	p.mu.Unlock()
+	if old.Healthy() != r.Healthy() {
+		select {
+		case p.changes <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (p *fakeProber) keys() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, t := range p.targets {
+		out = append(out, t.Key)
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -30,10 +31,22 @@ func sampleStatus() *Status {
 		},
 		Services: []Service{{
 			Name: `we"b`, VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
-			Installed: true, Counters: Counters{Packets: 30, Bytes: 3000},
+			Installed: true, State: StateUp, Counters: Counters{Packets: 30, Bytes: 3000},
 			Backends: []Backend{
-				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: Counters{Packets: 20, Bytes: 2000}},
-				{Address: netip.MustParseAddr("10.0.3.3"), Port: 80, Weight: 0, Counters: Counters{Packets: 10, Bytes: 1000}},
+				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: Counters{Packets: 20, Bytes: 2000},
+					Health: Health{Check: "http", State: StateUp, Since: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC),
+						LastCheck: time.Date(2026, 1, 2, 3, 4, 5, 250e6, time.UTC), LatencyMs: 2.5}},
+				{Address: netip.MustParseAddr("10.0.3.3"), Port: 80, Weight: 0, Counters: Counters{Packets: 10, Bytes: 1000},
+					Health: Health{Check: "http", State: StateDown, Since: time.Date(2026, 1, 2, 3, 4, 0, 0, time.UTC),
+						LastCheck: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastError: "connect: connection refused", LatencyMs: 0.125}},
+				{Address: netip.MustParseAddr("10.0.3.4"), Port: 80, Weight: 1, Health: Health{Check: "tcp", State: StateUnknown}},
+			},
+		}, {
+			Name: "dns", VIP: netip.MustParseAddr("10.99.0.2"), Port: 53, Protocol: "udp", Forwarding: "dsr-gue",
+			Installed: true, State: StateDown,
+			Backends: []Backend{
+				{Address: netip.MustParseAddr("10.0.3.2"), Port: 53, Weight: 1,
+					Health: Health{Check: "tcp", State: StateDown, LastCheck: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastError: "i/o timeout", LatencyMs: 500}},
 			},
 		}},
 		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
@@ -202,6 +215,9 @@ func TestMetrics(t *testing.T) {
 		"xlb_dataplane_reason_packets_total": "counter",
 		"xlb_config_reloads_total":           "counter",
 		"xlb_config_generation":              "gauge",
+		"xlb_service_up":                     "gauge",
+		"xlb_backend_up":                     "gauge",
+		"xlb_health_check_duration_seconds":  "gauge",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -221,10 +237,23 @@ func TestMetrics(t *testing.T) {
 		`xlb_config_generation 3`,
 		`xlb_config_last_reload_successful 0`,
 		`xlb_build_info{version="v1.2.3"} 1`,
+		`xlb_service_up{service="we\"b"} 1`,
+		`xlb_service_up{service="dns"} 0`,
+		`xlb_backend_up{backend="10.0.3.2:80",service="we\"b"} 1`,
+		`xlb_backend_up{backend="10.0.3.3:80",service="we\"b"} 0`,
+		`xlb_backend_up{backend="10.0.3.4:80",service="we\"b"} 1`,
+		`xlb_backend_up{backend="10.0.3.2:53",service="dns"} 0`,
+		`xlb_health_check_duration_seconds{backend="10.0.3.2:80",service="we\"b"} 0.0025`,
+		`xlb_health_check_duration_seconds{backend="10.0.3.3:80",service="we\"b"} 0.000125`,
+		`xlb_health_check_duration_seconds{backend="10.0.3.2:53",service="dns"} 0.5`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)
 		}
+	}
+	// Never probed: no duration to report.
+	if strings.Contains(body, `xlb_health_check_duration_seconds{backend="10.0.3.4:80"`) {
+		t.Errorf("a duration for a backend that was never probed:\n%s", body)
 	}
 
 	// The unix socket serves the same metrics.
@@ -258,5 +287,25 @@ func TestServeMetricsPortTaken(t *testing.T) {
 	defer taken.Close()
 	if _, err := Serve(ln, taken.Addr().String(), func() (*Status, error) { return sampleStatus(), nil }, quiet); err == nil || !strings.Contains(err.Error(), "api.metrics") {
 		t.Fatalf("err = %v, want a metrics error naming api.metrics", err)
+	}
+}
+
+// Times that have not happened yet are left out, not shown as year 1.
+func TestHealthJSON(t *testing.T) {
+	for _, tc := range []struct {
+		h    Health
+		want string
+	}{
+		{Health{Check: "tcp", State: StateUnknown}, `{"check":"tcp","state":"unknown","latencyMs":0}`},
+		{Health{Check: "http", State: StateDown, Since: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastCheck: time.Date(2026, 1, 2, 3, 4, 6, 0, time.UTC), LastError: "refused", LatencyMs: 0.5},
+			`{"check":"http","state":"down","since":"2026-01-02T03:04:05Z","lastCheck":"2026-01-02T03:04:06Z","lastError":"refused","latencyMs":0.5}`},
+	} {
+		b, err := json.Marshal(tc.h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(b) != tc.want {
+			t.Errorf("got  %s\nwant %s", b, tc.want)
+		}
 	}
 }

@@ -27,6 +27,9 @@ var (
 	bePackets        = desc("xlb_backend_packets_total", "Packets the data plane sent to a backend of a service.", "service", "backend")
 	beBytes          = desc("xlb_backend_bytes_total", "Bytes the data plane sent to a backend of a service, before encapsulation.", "service", "backend")
 	reasonPackets    = desc("xlb_dataplane_reason_packets_total", "Packets the data plane passed to the kernel or dropped, by reason.", "reason")
+	serviceUp        = desc("xlb_service_up", "Whether a service has a healthy backend with a weight above 0 (1), or none and the node drops its packets (0).", "service")
+	backendUp        = desc("xlb_backend_up", "Whether a backend of a service passes its health checks (1; also before the first probe and without checks) or failed them and gets no new flows (0).", "service", "backend")
+	checkDuration    = desc("xlb_health_check_duration_seconds", "Duration of the last health check of a backend of a service, successful or not.", "service", "backend")
 )
 
 // collector turns a Status into metrics at scrape time.
@@ -34,7 +37,7 @@ type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, bePackets, beBytes, reasonPackets} {
+		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration} {
 		ch <- d
 	}
 }
@@ -55,11 +58,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(buildInfo, 1, st.Version)
 	gauge(configGeneration, float64(st.Config.Generation))
-	ok := 0.0
-	if st.Config.Result == ResultOK {
-		ok = 1
-	}
-	gauge(lastReloadOK, ok)
+	gauge(lastReloadOK, boolValue(st.Config.Result == ResultOK))
 	if !st.Config.LastReload.IsZero() {
 		gauge(lastReloadTime, float64(st.Config.LastReload.UnixMilli())/1000)
 	}
@@ -71,10 +70,15 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range st.Services {
 		count(svcPackets, s.Counters.Packets, s.Name)
 		count(svcBytes, s.Counters.Bytes, s.Name)
+		gauge(serviceUp, boolValue(s.State != StateDown), s.Name)
 		for _, b := range s.Backends {
 			be := netip.AddrPortFrom(b.Address, b.Port).String()
 			count(bePackets, b.Counters.Packets, s.Name, be)
 			count(beBytes, b.Counters.Bytes, s.Name, be)
+			gauge(backendUp, boolValue(b.Health.State != StateDown), s.Name, be)
+			if !b.Health.LastCheck.IsZero() {
+				gauge(checkDuration, b.Health.LatencyMs/1000, s.Name, be)
+			}
 		}
 	}
 	for r, n := range st.Reasons {
@@ -86,4 +90,11 @@ func metricsHandler(status StatusFunc) http.Handler {
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(collector{status})
 	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorHandling: promhttp.HTTPErrorOnError})
+}
+
+func boolValue(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
 }

@@ -58,10 +58,22 @@ type Service struct {
 	Forwarding string     `json:"forwarding"`
 	// Installed is false while the data plane does not serve the service
 	// yet (its last apply failed; see Config.Error).
-	Installed bool      `json:"installed"`
-	Counters  Counters  `json:"counters"`
-	Backends  []Backend `json:"backends"`
+	Installed bool `json:"installed"`
+	// State is StateDown when every backend with a weight above 0 failed
+	// its health checks: the service's table then names no backend and
+	// the node drops its packets. Otherwise StateUp.
+	State    string    `json:"state"`
+	Counters Counters  `json:"counters"`
+	Backends []Backend `json:"backends"`
 }
+
+// Service and backend states.
+const (
+	StateUp   = "up"
+	StateDown = "down"
+	// StateUnknown: not probed yet. It counts as up.
+	StateUnknown = "unknown"
+)
 
 // Backend is one backend of a service and the traffic sent to it by this
 // service.
@@ -69,7 +81,23 @@ type Backend struct {
 	Address  netip.Addr `json:"address"`
 	Port     uint16     `json:"port"`
 	Weight   uint32     `json:"weight"`
+	Health   Health     `json:"health"`
 	Counters Counters   `json:"counters"`
+}
+
+// Health is the health check result of one backend of one service. A
+// backend that is down gets no new flows, as if its weight were 0.
+type Health struct {
+	Check string `json:"check"` // none | tcp | http; none is never probed and always up
+	State string `json:"state"` // StateUnknown, StateUp or StateDown
+	// Since is when State last changed (zero before the first change).
+	Since time.Time `json:"since,omitzero"`
+	// LastCheck is when the last probe finished (zero before the first).
+	LastCheck time.Time `json:"lastCheck,omitzero"`
+	// LastError says why the last probe failed; "" if it succeeded.
+	LastError string `json:"lastError,omitempty"`
+	// LatencyMs is how long the last probe took, in milliseconds.
+	LatencyMs float64 `json:"latencyMs"`
 }
 
 // Counters count packets and bytes.

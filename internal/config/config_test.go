@@ -32,6 +32,11 @@ func TestLoadFullExample(t *testing.T) {
 		t.Fatal(err)
 	}
 	ip := netip.MustParseAddr
+	webCheck := HealthCheck{Type: CheckHTTP, Port: 80, Path: "/", StatusMin: 200, StatusMax: 399,
+		Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}
+	healthz := webCheck
+	healthz.Path = "/healthz"
+	dnsCheck := HealthCheck{Type: CheckTCP, Port: 53, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2}
 	want := &Config{
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
@@ -40,16 +45,16 @@ func TestLoadFullExample(t *testing.T) {
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
 				Backends: []Backend{
-					{Address: ip("10.0.3.2"), Port: 80, Weight: 1},
-					{Address: ip("10.0.3.3"), Port: 80, Weight: 2},
-					{Address: ip("10.0.3.4"), Port: 80, Weight: 0},
+					{Address: ip("10.0.3.2"), Port: 80, Weight: 1, HealthCheck: webCheck},
+					{Address: ip("10.0.3.3"), Port: 80, Weight: 2, HealthCheck: healthz},
+					{Address: ip("10.0.3.4"), Port: 80, Weight: 0, HealthCheck: webCheck},
 				},
 			},
 			{
 				Name: "dns", VIP: ip("10.99.0.2"), Port: 53, Protocol: UDP, Forwarding: DSRGUE,
 				Backends: []Backend{
-					{Address: ip("10.0.3.2"), Port: 53, Weight: 1},
-					{Address: ip("10.0.3.3"), Port: 53, Weight: 1},
+					{Address: ip("10.0.3.2"), Port: 53, Weight: 1, HealthCheck: dnsCheck},
+					{Address: ip("10.0.3.3"), Port: 53, Weight: 1, HealthCheck: dnsCheck},
 				},
 			},
 		},
@@ -124,7 +129,7 @@ func TestDefaults(t *testing.T) {
 	if s.Protocol != TCP || s.Forwarding != DSRIPIP {
 		t.Errorf("protocol, forwarding = %s, %s; want tcp, dsr-ipip", s.Protocol, s.Forwarding)
 	}
-	want := []Backend{{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: DefaultWeight}}
+	want := []Backend{{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: DefaultWeight, HealthCheck: HealthCheck{Type: CheckNone}}}
 	if !reflect.DeepEqual(s.Backends, want) {
 		t.Errorf("backends = %+v, want %+v", s.Backends, want)
 	}
@@ -162,7 +167,61 @@ func TestParseValid(t *testing.T) {
 		{"same VIP and port, other protocol", "node: {interface: eth0}\nservices:\n" +
 			"  - {name: a, vip: 10.99.0.1, port: 53, protocol: tcp, backends: [{address: 10.0.3.2}]}\n" +
 			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, backends: [{address: 10.0.3.2}]}\n", nil},
-		{"healthCheck type none", minimalWith("port: 80", "port: 80\n    healthCheck: {type: none}"), nil},
+		{"healthCheck type none", withCheck("{type: none}", ""), checkIs(HealthCheck{Type: CheckNone})},
+		{"empty healthCheck", withCheck("{}", ""), checkIs(HealthCheck{Type: CheckNone})},
+		{"null healthCheck", withCheck("", ""), checkIs(HealthCheck{Type: CheckNone})},
+		{"http defaults", withCheck("{type: http}", ""), checkIs(HealthCheck{Type: CheckHTTP, Port: 80, Path: "/",
+			StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2})},
+		{"tcp: the timeout defaults to a shorter interval", withCheck("{type: tcp, interval: 200ms}", ""), checkIs(HealthCheck{Type: CheckTCP, Port: 80,
+			Interval: 200 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 2, Fall: 2})},
+		{"every field", withCheck("{type: http, port: 8080, path: \"/ready?full=1\", expectStatus: \"200-204\", interval: 250ms, timeout: 250ms, rise: 1, fall: 100}", ""),
+			checkIs(HealthCheck{Type: CheckHTTP, Port: 8080, Path: "/ready?full=1", StatusMin: 200, StatusMax: 204,
+				Interval: 250 * time.Millisecond, Timeout: 250 * time.Millisecond, Rise: 1, Fall: 100})},
+		{"one status code as a number", withCheck("{type: http, expectStatus: 204}", ""), func(c *Config) error {
+			hc := c.Services[0].Backends[0].HealthCheck
+			return expect(hc.StatusMin == 204 && hc.StatusMax == 204, "want 204-204")
+		}},
+		{"one status code as a string", withCheck("{type: http, expectStatus: \"503\"}", ""), func(c *Config) error {
+			hc := c.Services[0].Backends[0].HealthCheck
+			return expect(hc.StatusMin == 503 && hc.StatusMax == 503, "want 503-503")
+		}},
+		{"shortest and longest interval", withCheck("{type: tcp, interval: 10ms}", "") + "  - {name: b, vip: 10.99.0.2, port: 80, healthCheck: {type: tcp, interval: 1h, timeout: 1h}, backends: [{address: 10.0.3.2}]}\n", func(c *Config) error {
+			a, b := c.Services[0].Backends[0].HealthCheck, c.Services[1].Backends[0].HealthCheck
+			return expect(a.Interval == MinCheckInterval && b.Interval == MaxCheckInterval && b.Timeout == time.Hour, "want 10ms and 1h")
+		}},
+		{"backend without a check of its own", withCheck("{type: tcp, rise: 3}", "address: 10.0.3.2\n      - address: 10.0.3.3"), func(c *Config) error {
+			b := c.Services[0].Backends
+			return expect(b[0].HealthCheck == b[1].HealthCheck && b[1].HealthCheck.Rise == 3, "both backends take the service's check")
+		}},
+		{"backend overrides field by field", withCheck("{type: http, path: /a, interval: 2s, timeout: 300ms}",
+			"{address: 10.0.3.2, healthCheck: {path: /b, fall: 5}}\n      - {address: 10.0.3.3, healthCheck: {type: tcp}}\n      - {address: 10.0.3.4, healthCheck: {type: none}}\n      - {address: 10.0.3.5, healthCheck: {interval: 100ms, timeout: 100ms}}"),
+			func(c *Config) error {
+				b := c.Services[0].Backends
+				want := []HealthCheck{
+					{Type: CheckHTTP, Port: 80, Path: "/b", StatusMin: 200, StatusMax: 399, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 2, Fall: 5},
+					{Type: CheckTCP, Port: 80, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 2, Fall: 2},
+					{Type: CheckNone},
+					{Type: CheckHTTP, Port: 80, Path: "/a", StatusMin: 200, StatusMax: 399, Interval: 100 * time.Millisecond, Timeout: 100 * time.Millisecond, Rise: 2, Fall: 2},
+				}
+				for i, w := range want {
+					if b[i].HealthCheck != w {
+						return fmt.Errorf("backend %d: %+v, want %+v", i, b[i].HealthCheck, w)
+					}
+				}
+				return nil
+			}},
+		{"backend check without a service check", withCheck("", "{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}\n      - address: 10.0.3.3"), func(c *Config) error {
+			b := c.Services[0].Backends
+			return expect(b[0].HealthCheck.Type == CheckTCP && b[0].HealthCheck.Port == 22 && b[1].HealthCheck.Type == CheckNone, "want tcp:22 and none")
+		}},
+		{"backend switches to tcp: the service's path is unused", withCheck("{type: http, path: /x, expectStatus: 200}", "{address: 10.0.3.2, healthCheck: {type: tcp}}"), func(c *Config) error {
+			hc := c.Services[0].Backends[0].HealthCheck
+			return expect(hc.Type == CheckTCP && hc.Path == "" && hc.StatusMin == 0, "want a tcp check without http fields")
+		}},
+		{"shared healthCheck through an anchor", withCheck("&hc {type: tcp, interval: 2s}", "") + "  - {name: b, vip: 10.99.0.2, port: 53, healthCheck: *hc, backends: [{address: 10.0.3.2}]}\n", func(c *Config) error {
+			hc := c.Services[1].Backends[0].HealthCheck
+			return expect(hc.Type == CheckTCP && hc.Interval == 2*time.Second && hc.Port == 53, "want the anchored check on port 53")
+		}},
 		{"smallest and largest table sizes", "node: {interface: eth0}\ndataplane: {tableSize: 251}\n", func(c *Config) error {
 			return expect(c.Dataplane.TableSize == MinTableSize, "want 251")
 		}},
@@ -217,6 +276,27 @@ func expect(ok bool, msg string) error {
 		return nil
 	}
 	return errors.New(msg)
+}
+
+// withCheck returns the minimal configuration with the service's
+// healthCheck (line 7) set to check and, unless "", its backend list item
+// (line 9) replaced by backend.
+func withCheck(check, backend string) string {
+	s := minimalWith("port: 80", "port: 80\n    healthCheck: "+check)
+	if backend != "" {
+		s = strings.Replace(s, "- address: 10.0.3.2", "- "+backend, 1)
+	}
+	return s
+}
+
+// checkIs checks the health check of the first service's first backend.
+func checkIs(want HealthCheck) func(*Config) error {
+	return func(c *Config) error {
+		if got := c.Services[0].Backends[0].HealthCheck; got != want {
+			return fmt.Errorf("health check %+v, want %+v", got, want)
+		}
+		return nil
+	}
 }
 
 // minimalWith returns the minimal configuration with one replacement.
@@ -322,8 +402,49 @@ func TestParseErrors(t *testing.T) {
 		{"port as a list", minimalWith("port: 80", "port: [80]"), 6, "services[0].port", "expected a whole number, got a list"},
 		{"protocol", minimalWith("port: 80", "port: 80\n    protocol: TCP"), 7, "services[0].protocol", `"TCP" is not a protocol; use tcp or udp`},
 		{"forwarding", minimalWith("port: 80", "port: 80\n    forwarding: nat"), 7, "services[0].forwarding", "use dsr-ipip or dsr-gue"},
-		{"health check", minimalWith("port: 80", "port: 80\n    healthCheck: {type: http, path: /}"), 7, "services[0].healthCheck", "health checks are not implemented in this version of xlb yet; remove healthCheck"},
-		{"health check none with more", minimalWith("port: 80", "port: 80\n    healthCheck: {type: none, interval: 1s}"), 7, "services[0].healthCheck", "not implemented"},
+
+		// healthCheck
+		{"healthCheck is a string", withCheck("http", ""), 7, "services[0].healthCheck", "expected a mapping such as {type: http"},
+		{"check type", withCheck("{type: HTTP}", ""), 7, "services[0].healthCheck.type", `"HTTP" is not a check type; use tcp`},
+		{"check type is a number", withCheck("{type: 1}", ""), 7, "services[0].healthCheck.type", "expected a string, got the integer 1"},
+		{"misspelt check field", withCheck("{type: http, intervall: 1s}", ""), 7, "services[0].healthCheck.intervall", `did you mean "interval"?`},
+		{"check port zero", withCheck("{type: tcp, port: 0}", ""), 7, "services[0].healthCheck.port", "0 is out of range 1..65535"},
+		{"relative check path", withCheck("{type: http, path: healthz}", ""), 7, "services[0].healthCheck.path", "does not start with /"},
+		{"check path with a space", withCheck("{type: http, path: \"/a b\"}", ""), 7, "services[0].healthCheck.path", "percent-encode"},
+		{"check path not ASCII", withCheck("{type: http, path: /é}", ""), 7, "services[0].healthCheck.path", "printable ASCII"},
+		{"check path too long", withCheck("{type: http, path: /"+strings.Repeat("a", MaxCheckPath)+"}", ""), 7, "services[0].healthCheck.path", "at most 1024"},
+		{"status class", withCheck("{type: http, expectStatus: 2xx}", ""), 7, "services[0].healthCheck.expectStatus", `2xx is not an HTTP status code or range of them; write one status code (e.g. 200) or a range (e.g. "200-399")`},
+		{"status out of range", withCheck("{type: http, expectStatus: 600}", ""), 7, "services[0].healthCheck.expectStatus", "600 is out of range 100..599"},
+		{"status range out of range", withCheck("{type: http, expectStatus: 200-999}", ""), 7, "services[0].healthCheck.expectStatus", "codes in 100..599"},
+		{"status range reversed", withCheck("{type: http, expectStatus: 399-200}", ""), 7, "services[0].healthCheck.expectStatus", "399-200 is an empty range; write the lower code first (200-399)"},
+		{"status is a boolean", withCheck("{type: http, expectStatus: true}", ""), 7, "services[0].healthCheck.expectStatus", "expected a string, got the boolean true"},
+		{"interval without unit", withCheck("{type: tcp, interval: 1}", ""), 7, "services[0].healthCheck.interval", "expected a duration with a unit, got the integer 1; write e.g. 1ms or 1s"},
+		{"interval not a duration", withCheck("{type: tcp, interval: soon}", ""), 7, "services[0].healthCheck.interval", "soon is not a duration"},
+		{"interval too short", withCheck("{type: tcp, interval: 5ms}", ""), 7, "services[0].healthCheck.interval", "5ms is below the minimum 10ms"},
+		{"interval too long", withCheck("{type: tcp, interval: 2h}", ""), 7, "services[0].healthCheck.interval", "2h is above the maximum 1h0m0s"},
+		{"interval is a list", withCheck("{type: tcp, interval: [1s]}", ""), 7, "services[0].healthCheck.interval", "expected a duration such as 500ms or 2s, got a list"},
+		{"timeout zero", withCheck("{type: tcp, timeout: 0s}", ""), 7, "services[0].healthCheck.timeout", "0s is not above 0"},
+		{"timeout negative", withCheck("{type: tcp, timeout: -1s}", ""), 7, "services[0].healthCheck.timeout", "-1s is not above 0"},
+		{"timeout above the interval", withCheck("{type: tcp, interval: 1s, timeout: 2s}", ""), 7, "services[0].healthCheck.timeout",
+			"2s is longer than the interval 1s (services[0].healthCheck.interval, line 7); a probe must end before the next one starts"},
+		{"timeout above the default interval", withCheck("{type: tcp, timeout: 1500ms}", ""), 7, "services[0].healthCheck.timeout", "1.5s is longer than the interval (default 1s)"},
+		{"rise zero", withCheck("{type: tcp, rise: 0}", ""), 7, "services[0].healthCheck.rise", "0 is out of range 1..100"},
+		{"fall too big", withCheck("{type: tcp, fall: 101}", ""), 7, "services[0].healthCheck.fall", "101 is out of range 1..100"},
+		{"fields without a type", withCheck("{interval: 1s, rise: 3}", ""), 7, "services[0].healthCheck.type", "required when other fields are given: add type: http or type: tcp"},
+		{"fields with type none", withCheck("{type: none, interval: 1s}", ""), 7, "services[0].healthCheck.interval", "does not apply: type is none, so nothing is probed"},
+		{"path with a tcp check", withCheck("{type: tcp, path: /}", ""), 7, "services[0].healthCheck.path", "applies to http checks only, and this check's type is tcp; remove it, or set type: http"},
+		{"status with a tcp check", withCheck("{type: tcp, expectStatus: 200}", ""), 7, "services[0].healthCheck.expectStatus", "applies to http checks only"},
+		{"backend check is a list", withCheck("", "{address: 10.0.3.2, healthCheck: [tcp]}"), 9, "services[0].backends[0].healthCheck", "expected a mapping"},
+		{"backend interval below the service timeout", withCheck("{type: tcp, timeout: 500ms}", "{address: 10.0.3.2, healthCheck: {interval: 100ms}}"), 9, "services[0].backends[0].healthCheck.interval",
+			"100ms is shorter than the timeout 500ms (services[0].healthCheck.timeout, line 7); a probe must end before the next one starts: raise interval or set a shorter timeout here"},
+		{"backend timeout above the service interval", withCheck("{type: tcp, interval: 200ms}", "{address: 10.0.3.2, healthCheck: {timeout: 300ms}}"), 9, "services[0].backends[0].healthCheck.timeout",
+			"300ms is longer than the interval 200ms (services[0].healthCheck.interval, line 7)"},
+		{"backend path under a tcp service", withCheck("{type: tcp}", "{address: 10.0.3.2, healthCheck: {path: /x}}"), 9, "services[0].backends[0].healthCheck.path",
+			"this check's type is tcp (services[0].healthCheck.type, line 7)"},
+		{"backend fields under type none", withCheck("{type: none}", "{address: 10.0.3.2, healthCheck: {rise: 3}}"), 9, "services[0].backends[0].healthCheck.rise",
+			"does not apply: type is none (services[0].healthCheck.type, line 7)"},
+		{"backend fields without any type", withCheck("", "{address: 10.0.3.2, healthCheck: {rise: 3}}"), 9, "services[0].backends[0].healthCheck.type", "required when other fields are given"},
+		{"misspelt backend check field", withCheck("{type: tcp}", "{address: 10.0.3.2, healthcheck: {type: tcp}}"), 9, "services[0].backends[0].healthcheck", `did you mean "healthCheck"?`},
 		{"misspelt service field", minimalWith("port: 80", "port: 80\n    protocl: tcp"), 7, "services[0].protocl", `did you mean "protocol"?`},
 		{"duplicate vip, port, protocol", minimal + "  - name: api\n    vip: 10.99.0.1\n    port: 80\n    backends: [{address: 10.0.3.2}]\n", 9, "services[1]",
 			`10.99.0.1:80/tcp is already served by service "web" (services[0], line 4)`},
@@ -393,6 +514,30 @@ func backendLines(n, offset int) string {
 		fmt.Fprintf(&b, "      - address: 10.%d.%d.%d\n", 1+i/65536, i/256%256, i%256)
 	}
 	return b.String()
+}
+
+// A mistake in a service's healthCheck is reported once, not again for
+// each backend that inherits it, also for backends with checks of their
+// own.
+func TestHealthCheckErrorReportedOnce(t *testing.T) {
+	for _, check := range []string{
+		"{type: tcp, interval: 1s, timeout: 2s}",
+		"{type: none, interval: 1s}",
+		"{interval: 1s}",
+		"{type: tcp, path: /x}",
+		"{type: tcp, interval: 1}",
+	} {
+		t.Run(check, func(t *testing.T) {
+			in := withCheck(check, "address: 10.0.3.2\n      - {address: 10.0.3.3, healthCheck: {rise: 3}}\n      - address: 10.0.3.4")
+			_, err := Parse(file, []byte(in))
+			if err == nil {
+				t.Fatal("no error")
+			}
+			if lines := strings.Split(err.Error(), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], file+":7: services[0].healthCheck") {
+				t.Errorf("want one error at the service's healthCheck, got:\n%v", err)
+			}
+		})
+	}
 }
 
 func TestParseUnnamedInput(t *testing.T) {

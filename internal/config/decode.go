@@ -364,7 +364,7 @@ func (d *decoder) unknown(k *yaml.Node, path, name string, known []string) {
 	}
 	var valid []string
 	for _, k := range known {
-		if k != "bgp" && k != "healthCheck" { // known, but rejected for now
+		if k != "bgp" { // known, but rejected for now
 			valid = append(valid, k)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParse checks that Parse never panics, that every error line names
@@ -29,6 +30,7 @@ func FuzzParse(f *testing.F) {
 		"node: {interface: eth0}\nservices:\n  - &s {name: a, vip: 10.99.0.1, port: 53, protocol: udp, backends: &b [{address: 10.0.3.2, weight: 0}, {address: 10.0.3.3}]}\n  - {<<: *s, name: b, protocol: tcp, forwarding: dsr-gue}\n",
 		"node: {interface: eth0, address: 10.0.1.2}\napi: {socket: /run/x.sock, metrics: \"[::1]:9400\"}\ndataplane: {pinPath: /sys/fs/bpf/x, attachMode: generic, tableSize: 251}\n",
 		"node:\n  interfce: eth0\nbgp: {asn: 1}\n",
+		"node: {interface: eth0}\nservices:\n  - name: a\n    vip: 10.99.0.1\n    port: 80\n    healthCheck: {type: http, path: /h, expectStatus: \"200-204\", interval: 200ms, timeout: 150ms, rise: 1, fall: 3}\n    backends: [{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}, {address: 10.0.3.3, healthCheck: {interval: 1s}}]\n",
 	}
 	for _, s := range seeds {
 		f.Add([]byte(s))
@@ -122,6 +124,9 @@ func invariants(c *Config) error {
 			}
 			addrs[b.Address] = true
 			active = active || b.Weight > 0
+			if err := checkInvariants(b.HealthCheck); err != nil {
+				bad("services[%d].backends[%d]: %v", i, j, err)
+			}
 		}
 		if !active {
 			bad("services[%d]: no backend with weight > 0", i)
@@ -131,6 +136,36 @@ func invariants(c *Config) error {
 		bad("%d backends", total)
 	}
 	return errors.Join(errs...)
+}
+
+// checkInvariants re-checks a resolved health check: the prober relies on
+// these.
+func checkInvariants(hc HealthCheck) error {
+	switch hc.Type {
+	case CheckNone:
+		if hc != (HealthCheck{Type: CheckNone}) {
+			return fmt.Errorf("type none with other fields set: %+v", hc)
+		}
+		return nil
+	case CheckTCP:
+		if hc.Path != "" || hc.StatusMin != 0 || hc.StatusMax != 0 {
+			return fmt.Errorf("tcp check with http fields: %+v", hc)
+		}
+	case CheckHTTP:
+		if !strings.HasPrefix(hc.Path, "/") || len(hc.Path) > 1024 || strings.ContainsFunc(hc.Path, func(r rune) bool { return r <= ' ' || r >= 0x7f }) {
+			return fmt.Errorf("invalid http path %q", hc.Path)
+		}
+		if hc.StatusMin < 100 || hc.StatusMin > hc.StatusMax || hc.StatusMax > 599 {
+			return fmt.Errorf("invalid status range %d-%d", hc.StatusMin, hc.StatusMax)
+		}
+	default:
+		return fmt.Errorf("invalid check type %q", hc.Type)
+	}
+	if hc.Port == 0 || hc.Interval < 10*time.Millisecond || hc.Interval > time.Hour ||
+		hc.Timeout <= 0 || hc.Timeout > hc.Interval || hc.Rise < 1 || hc.Rise > 100 || hc.Fall < 1 || hc.Fall > 100 {
+		return fmt.Errorf("invalid check %+v", hc)
+	}
+	return nil
 }
 
 func unicast4(a netip.Addr) bool {

@@ -20,18 +20,14 @@ var (
 	apiFields       = []string{"socket", "metrics"}
 	dataplaneFields = []string{"pinPath", "attachMode", "tableSize"}
 	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "backends"}
-	backendFields   = []string{"address", "port", "weight"}
+	backendFields   = []string{"address", "port", "weight", "healthCheck"}
 )
 
-// Messages for the parts of the contract this version does not implement.
-// They are errors, never ignored: a user who writes a bgp section expects
-// the VIPs to be announced.
-const (
-	bgpNotImplemented = "BGP is not implemented in this version of xlb yet; remove the bgp section " +
-		"(until then nothing is announced: route the VIPs to this node by other means, e.g. static routes on the router)"
-	healthNotImplemented = "health checks are not implemented in this version of xlb yet; remove healthCheck " +
-		"or write \"healthCheck: {type: none}\" (every backend with weight > 0 receives new flows; drain one with weight: 0)"
-)
+// bgpNotImplemented rejects the part of the contract this version does
+// not implement. It is an error, never ignored: a user who writes a bgp
+// section expects the VIPs to be announced.
+const bgpNotImplemented = "BGP is not implemented in this version of xlb yet; remove the bgp section " +
+	"(until then nothing is announced: route the VIPs to this node by other means, e.g. static routes on the router)"
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -319,8 +315,10 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		}
 	}
 
-	if g, ok := fs["healthCheck"]; ok && !d.noHealthCheck(g) {
-		d.errorf(g.key, join(path, "healthCheck"), "%s", healthNotImplemented)
+	var check *checkSpec
+	if g, ok := fs["healthCheck"]; ok {
+		check = d.healthCheck(g, join(path, "healthCheck"))
+		d.resolveCheck(check, nil, s.Port, true)
 	}
 
 	// The key is checked only once its parts are valid: a service with a
@@ -359,23 +357,13 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		// walking more backends would only cost time.
 		return s, len(items)
 	}
-	s.Backends = d.backends(g, items, join(path, "backends"), s.Port)
+	s.Backends = d.backends(g, items, join(path, "backends"), s.Port, check)
 	return s, len(items)
 }
 
-// noHealthCheck reports whether a healthCheck asks for exactly what this
-// version does: no checks ({type: none} and nothing else).
-func (d *decoder) noHealthCheck(f field) bool {
-	v := d.resolve(f.value)
-	if v == nil || v.Kind != yaml.MappingNode || len(v.Content) != 2 {
-		return false
-	}
-	k, t := d.resolve(v.Content[0]), d.resolve(v.Content[1])
-	return k != nil && t != nil && k.Value == "type" && k.ShortTag() == "!!str" &&
-		t.Kind == yaml.ScalarNode && t.ShortTag() == "!!str" && t.Value == "none"
-}
-
-func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort uint16) []Backend {
+// backends parses a service's backends; check is the service's
+// healthCheck (nil without one), which each backend's own merges over.
+func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort uint16, check *checkSpec) []Backend {
 	type seen struct {
 		index, line int
 	}
@@ -392,7 +380,7 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 			return nil
 		}
 		if item.Kind != yaml.MappingNode {
-			d.errorf(item, p, "expected a backend (a mapping with address and optionally port and weight), got %s", describe(item))
+			d.errorf(item, p, "expected a backend (a mapping with address and optionally port, weight and healthCheck), got %s", describe(item))
 			continue
 		}
 		b := Backend{Port: servicePort, Weight: DefaultWeight}
@@ -429,6 +417,11 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 		if b.Weight > 0 {
 			active = true
 		}
+		var own *checkSpec
+		if g, ok := fs["healthCheck"]; ok {
+			own = d.healthCheck(g, join(p, "healthCheck"))
+		}
+		b.HealthCheck = d.resolveCheck(check, own, b.Port, own != nil)
 		out = append(out, b)
 	}
 	if !active && !weightErr && len(out) == len(items) {

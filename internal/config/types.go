@@ -5,6 +5,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"time"
 )
 
 // Protocol is the L4 protocol of a service.
@@ -109,6 +110,52 @@ type Backend struct {
 	Address netip.Addr
 	Port    uint16 // equals the service port: DSR cannot translate ports
 	Weight  uint32 // default DefaultWeight; 0 drains (no new flows)
+	// HealthCheck is how this backend is probed: the service's
+	// healthCheck with the backend's own merged over it, field by field.
+	HealthCheck HealthCheck
+}
+
+// CheckType is the kind of a health check.
+type CheckType string
+
+const (
+	CheckNone CheckType = "none" // not probed: always healthy
+	CheckTCP  CheckType = "tcp"  // a TCP connect
+	CheckHTTP CheckType = "http" // an HTTP GET with an expected status
+)
+
+// Health check defaults and limits.
+const (
+	DefaultCheckInterval = time.Second
+	// DefaultCheckTimeout is the timeout's default, or the interval if
+	// that is shorter.
+	DefaultCheckTimeout = time.Second
+	DefaultCheckPath    = "/"
+	DefaultStatusMin    = 200
+	DefaultStatusMax    = 399
+	DefaultRise         = 2
+	DefaultFall         = 2
+
+	MinCheckInterval = 10 * time.Millisecond
+	MaxCheckInterval = time.Hour
+	MaxRiseFall      = 100
+	// MaxCheckPath bounds the HTTP path: it goes into every request line.
+	MaxCheckPath = 1024
+)
+
+// HealthCheck is one backend's resolved health check. Every field holds its
+// final value; the fields a type does not use are zero (for CheckNone,
+// every field but Type).
+type HealthCheck struct {
+	Type      CheckType
+	Port      uint16 // default: the backend's port
+	Path      string // http: the request path, default "/"
+	StatusMin int    // http: the lowest status counted as healthy
+	StatusMax int    // http: the highest status counted as healthy
+	Interval  time.Duration
+	Timeout   time.Duration // > 0 and <= Interval
+	Rise      int           // consecutive successes that bring a down backend up
+	Fall      int           // consecutive failures that take an up backend down
 }
 
 // Key identifies a service in the data plane.

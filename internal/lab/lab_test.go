@@ -271,6 +271,33 @@ func TestLab(t *testing.T) {
 		}
 	})
 
+	t.Run("a backend's HTTP server stops and starts through its control socket", func(t *testing.T) {
+		be := p.Backends[0]
+		url := fmt.Sprintf("http://%s:%d/", be.Addr, HTTPPort)
+		client := httpClientIn(p.Clients[0].Namespace)
+		defer client.CloseIdleConnections()
+		ctx := context.Background()
+		if err := SetHTTPMode(ctx, ControlSocket(prefix, be), HTTPStop); err != nil {
+			t.Fatal(err)
+		}
+		if resp, err := client.Get(url); !errors.Is(err, syscall.ECONNREFUSED) {
+			if err == nil {
+				resp.Body.Close()
+			}
+			t.Errorf("GET %s with the server stopped: %v, want connection refused", url, err)
+		}
+		// UDP is not affected.
+		if reply, err := udpEcho(p.Clients[0].Namespace, netip.AddrPortFrom(be.Addr, UDPPort), "ping"); err != nil || reply != be.Name+":ping" {
+			t.Errorf("UDP echo with HTTP stopped = %q, %v", reply, err)
+		}
+		if err := SetHTTPMode(ctx, ControlSocket(prefix, be), HTTPStart); err != nil {
+			t.Fatal(err)
+		}
+		if body, _ := get(t, client, url); body != be.Name+"\n" {
+			t.Errorf("GET %s after http start = %q", url, body)
+		}
+	})
+
 	t.Run("MTU: the fabric carries what the client segment cannot", func(t *testing.T) {
 		// 1560 bytes of UDP payload make a 1588-byte packet (the echo
 		// 1592): it crosses the 1600-byte node and backend segments

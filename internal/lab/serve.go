@@ -9,6 +9,11 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -18,54 +23,65 @@ import (
 // BackendHeader names the backend that answered an HTTP request.
 const BackendHeader = "X-Backend"
 
-// Serve runs a backend's servers until ctx ends: HTTP on httpAddr answers
-// every request with status 200, header BackendHeader: name and body
-// "name\n"; UDP on udpAddr answers each datagram with "name:" and the
-// datagram. Either address may be empty to leave that server out.
+// ServeOptions say what Serve serves.
+type ServeOptions struct {
+	// Name is what the servers answer with (required).
+	Name string
+	// HTTP and UDP are listen addresses; either may be empty to leave
+	// that server out.
+	HTTP, UDP string
+	// Control, if not empty, is the path of a unix socket on which the
+	// HTTP server can be stopped, started and made to hang (see
+	// SetHTTPMode), so that tests can fail a backend's health checks.
+	Control string
+}
+
+// Serve runs a backend's servers until ctx ends: HTTP answers every
+// request with status 200, header BackendHeader: name and body "name\n";
+// UDP answers each datagram with "name:" and the datagram.
 //
 // UDP replies leave from the address the datagram was sent to: with DSR
 // that is the VIP, and a client whose socket is connected to the VIP
 // would discard a reply from the backend's own address.
-func Serve(ctx context.Context, name, httpAddr, udpAddr string) error {
-	if name == "" {
+func Serve(ctx context.Context, o ServeOptions) error {
+	if o.Name == "" {
 		return errors.New("serve: empty backend name")
 	}
-	if httpAddr == "" && udpAddr == "" {
+	if o.HTTP == "" && o.UDP == "" {
 		return errors.New("serve: no address to listen on")
+	}
+	if o.Control != "" && o.HTTP == "" {
+		return errors.New("serve: a control socket needs an HTTP server to control")
 	}
 	// Bind everything before serving, so a bad address fails at once and
 	// a TCP connection that succeeds means UDP is bound too.
 	var udp *net.UDPConn
-	if udpAddr != "" {
+	if o.UDP != "" {
 		var err error
-		if udp, err = listenUDP(udpAddr); err != nil {
+		if udp, err = listenUDP(o.UDP); err != nil {
 			return err
 		}
 		defer udp.Close()
 	}
-	var ln net.Listener
-	if httpAddr != "" {
-		var err error
-		if ln, err = net.Listen("tcp", httpAddr); err != nil {
-			return fmt.Errorf("serve: HTTP: %w", err)
-		}
-		defer ln.Close()
-	}
-
 	errc := make(chan error, 2)
-	var srv *http.Server
-	if ln != nil {
-		srv = &http.Server{
-			Handler:           nameHandler(name),
-			ReadHeaderTimeout: 10 * time.Second,
-			IdleTimeout:       time.Minute,
+	var web *switchedHTTP
+	if o.HTTP != "" {
+		web = &switchedHTTP{name: o.Name, addr: o.HTTP, handler: nameHandler(o.Name), errc: errc}
+		if err := web.set(HTTPStart); err != nil {
+			return err
 		}
-		go func() { errc <- fmt.Errorf("serve: HTTP: %w", srv.Serve(ln)) }()
-		slog.Info("serving HTTP", "name", name, "addr", ln.Addr())
+		defer web.set(HTTPStop)
+	}
+	if o.Control != "" {
+		stop, err := serveControl(o.Control, web)
+		if err != nil {
+			return err
+		}
+		defer stop()
 	}
 	if udp != nil {
-		go func() { errc <- echo(udp, name) }()
-		slog.Info("serving UDP echo", "name", name, "addr", udp.LocalAddr())
+		go func() { errc <- echo(udp, o.Name) }()
+		slog.Info("serving UDP echo", "name", o.Name, "addr", udp.LocalAddr())
 	}
 
 	select {
@@ -73,12 +89,167 @@ func Serve(ctx context.Context, name, httpAddr, udpAddr string) error {
 		return err
 	case <-ctx.Done():
 	}
-	if srv != nil {
-		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		_ = srv.Shutdown(sctx)
+	return nil
+}
+
+// HTTPMode is what a backend's HTTP server does (see SetHTTPMode).
+type HTTPMode string
+
+const (
+	// HTTPStart: listen and answer, as after start-up.
+	HTTPStart HTTPMode = "start"
+	// HTTPStop: close the listener and every connection; connecting is
+	// refused.
+	HTTPStop HTTPMode = "stop"
+	// HTTPHang: accept connections and read requests but never answer,
+	// as a server stuck in its application does.
+	HTTPHang HTTPMode = "hang"
+)
+
+// switchedHTTP is an HTTP server that can be stopped, started again on
+// the same address, and made to hang.
+type switchedHTTP struct {
+	name    string
+	addr    string
+	handler http.Handler
+	errc    chan<- error // a failure of the running server
+
+	mu      sync.Mutex
+	mode    HTTPMode
+	srv     *http.Server  // nil while stopped
+	hanging chan struct{} // not nil while hanging; closed when that ends
+}
+
+func (h *switchedHTTP) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	hanging := h.hanging
+	h.mu.Unlock()
+	if hanging != nil {
+		select {
+		case <-hanging: // answered after all once the hang ends
+		case <-r.Context().Done():
+			return
+		}
+	}
+	h.handler.ServeHTTP(w, r)
+}
+
+// set switches the server to mode.
+func (h *switchedHTTP) set(mode HTTPMode) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if mode != HTTPHang && h.hanging != nil {
+		close(h.hanging)
+		h.hanging = nil
+	}
+	switch mode {
+	case HTTPStop:
+		if h.srv != nil {
+			// Close, not Shutdown: connections are cut at once, as
+			// when a server process dies.
+			_ = h.srv.Close()
+			h.srv = nil
+			slog.Info("HTTP stopped", "name", h.name, "addr", h.addr)
+		}
+	case HTTPStart, HTTPHang:
+		if h.srv == nil {
+			// Go sets SO_REUSEADDR: the address is free again at once
+			// although connections of the last run linger in TIME_WAIT.
+			ln, err := net.Listen("tcp", h.addr)
+			if err != nil {
+				return fmt.Errorf("serve: HTTP: %w", err)
+			}
+			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
+			h.srv = srv
+			go func() {
+				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+					select {
+					case h.errc <- fmt.Errorf("serve: HTTP: %w", err):
+					default: // Serve has returned with an earlier error
+					}
+				}
+			}()
+			slog.Info("serving HTTP", "name", h.name, "addr", ln.Addr())
+		}
+		if mode == HTTPHang && h.hanging == nil {
+			h.hanging = make(chan struct{})
+			slog.Info("HTTP hangs: connections are accepted, requests never answered", "name", h.name)
+		}
+	default:
+		return fmt.Errorf("unknown HTTP mode %q: want %s, %s or %s", mode, HTTPStart, HTTPStop, HTTPHang)
+	}
+	h.mode = mode
+	return nil
+}
+
+func (h *switchedHTTP) current() HTTPMode {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mode
+}
+
+// serveControl serves the control API on a unix socket at path:
+// POST /http/{mode} switches the HTTP server, GET /http reports its
+// mode. The answer's body is "http MODE\n". stop ends it and removes the
+// socket.
+func serveControl(path string, web *switchedHTTP) (stop func(), err error) {
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("serve: control socket: %w", err)
+	}
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		return nil, fmt.Errorf("serve: control socket: %w", err)
+	}
+	mux := http.NewServeMux()
+	reply := func(w http.ResponseWriter) { fmt.Fprintf(w, "http %s\n", web.current()) }
+	mux.HandleFunc("GET /http", func(w http.ResponseWriter, _ *http.Request) { reply(w) })
+	mux.HandleFunc("POST /http/{mode}", func(w http.ResponseWriter, r *http.Request) {
+		if err := web.set(HTTPMode(r.PathValue("mode"))); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		reply(w)
+	})
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	slog.Info("serving the control socket", "path", path)
+	return func() {
+		_ = srv.Close()
+		_ = os.Remove(path)
+	}, nil
+}
+
+// SetHTTPMode switches the HTTP server of the Serve whose control socket
+// is at socket. It returns once the server has switched: after
+// HTTPStop, connecting is refused.
+func SetHTTPMode(ctx context.Context, socket string, mode HTTPMode) error {
+	c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "unix", socket)
+	}}}
+	defer c.CloseIdleConnections()
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://lab/http/"+url.PathEscape(string(mode)), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		return fmt.Errorf("http %s through %s: %w", mode, socket, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("http %s through %s: %s: %s", mode, socket, resp.Status, strings.TrimSpace(string(body)))
 	}
 	return nil
+}
+
+// ControlSocket is the control socket of backend h's server in lab
+// prefix (see SetHTTPMode).
+func ControlSocket(prefix string, h Host) string {
+	return filepath.Join(StateDir(prefix), ServerName(h)+".ctl")
 }
 
 func nameHandler(name string) http.Handler {

@@ -2,10 +2,15 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -35,9 +40,15 @@ func freePort(t *testing.T, network string) string {
 
 func startServe(t *testing.T, name, httpAddr, udpAddr string) {
 	t.Helper()
+	startServeWith(t, ServeOptions{Name: name, HTTP: httpAddr, UDP: udpAddr})
+}
+
+func startServeWith(t *testing.T, o ServeOptions) {
+	t.Helper()
+	httpAddr := o.HTTP
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, name, httpAddr, udpAddr) }()
+	go func() { done <- Serve(ctx, o) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -157,17 +168,150 @@ func TestServeErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer busy.Close()
-	for _, tt := range []struct{ name, http, udp string }{
-		{"", "127.0.0.1:0", ""},
-		{"be1", "", ""},
-		{"be1", busy.Addr().String(), ""},
-		{"be1", "", "256.0.0.1:9"},
+	for _, o := range []ServeOptions{
+		{Name: "", HTTP: "127.0.0.1:0"},
+		{Name: "be1"},
+		{Name: "be1", HTTP: busy.Addr().String()},
+		{Name: "be1", UDP: "256.0.0.1:9"},
+		{Name: "be1", UDP: "127.0.0.1:0", Control: filepath.Join(t.TempDir(), "c.sock")},
+		{Name: "be1", HTTP: "127.0.0.1:0", Control: filepath.Join(t.TempDir(), "no", "such", "dir", "c.sock")},
 	} {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		err := Serve(ctx, tt.name, tt.http, tt.udp)
+		err := Serve(ctx, o)
 		cancel()
 		if err == nil {
-			t.Errorf("Serve(%q, %q, %q) = nil, want an error", tt.name, tt.http, tt.udp)
+			t.Errorf("Serve(%+v) = nil, want an error", o)
 		}
+	}
+}
+
+// The control socket switches the HTTP server between answering, refusing
+// connections and hanging, as the end-to-end tests of health checks need.
+func TestServeControl(t *testing.T) {
+	addr := "127.0.0.1:" + freePort(t, "tcp")
+	socket := filepath.Join(t.TempDir(), "be1.ctl")
+	// A stale socket file, as a killed server leaves, is replaced.
+	if err := os.WriteFile(socket, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	startServeWith(t, ServeOptions{Name: "be1", HTTP: addr, Control: socket})
+	ctx := context.Background()
+
+	get := func(timeout time.Duration) (string, error) {
+		c := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+		resp, err := c.Get("http://" + addr + "/")
+		if err != nil {
+			return "", err
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		return string(b), err
+	}
+	// A keep-alive connection opened while the server answers.
+	idle, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+
+	steps := []struct {
+		mode HTTPMode
+		want string // "ok", "refused" or "hangs"
+	}{
+		{HTTPStart, "ok"},
+		{HTTPStop, "refused"},
+		{HTTPStop, "refused"}, // twice is fine
+		{HTTPStart, "ok"},
+		{HTTPHang, "hangs"},
+		{HTTPStart, "ok"},
+		{HTTPStop, "refused"},
+		{HTTPHang, "hangs"}, // hanging needs a listener: it starts one
+		{HTTPStart, "ok"},
+	}
+	for i, st := range steps {
+		if err := SetHTTPMode(ctx, socket, st.mode); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		body, err := get(300 * time.Millisecond)
+		var got string
+		switch {
+		case err == nil && body == "be1\n":
+			got = "ok"
+		case errors.Is(err, syscall.ECONNREFUSED):
+			got = "refused"
+		case err != nil && strings.Contains(err.Error(), "Client.Timeout"):
+			got = "hangs"
+		default:
+			got = "body " + body + ", error " + errorString(err)
+		}
+		if got != st.want {
+			t.Errorf("step %d, after http %s: %s, want %s", i, st.mode, got, st.want)
+		}
+		if st.mode == HTTPStop {
+			// Open connections are cut too, as when a server dies.
+			idle.SetReadDeadline(time.Now().Add(time.Second))
+			if _, err := idle.Read(make([]byte, 1)); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Errorf("step %d: a connection opened before http stop is still open (%v)", i, err)
+			}
+		}
+	}
+
+	// A request that hangs is answered once the hang ends.
+	if err := SetHTTPMode(ctx, socket, HTTPHang); err != nil {
+		t.Fatal(err)
+	}
+	res := make(chan string, 1)
+	go func() {
+		body, err := get(5 * time.Second)
+		res <- body + errorString(err)
+	}()
+	time.Sleep(100 * time.Millisecond)
+	select {
+	case r := <-res:
+		t.Fatalf("a request was answered while hanging: %q", r)
+	default:
+	}
+	if err := SetHTTPMode(ctx, socket, HTTPStart); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-res; r != "be1\n" {
+		t.Errorf("the hung request got %q after http start, want the answer", r)
+	}
+
+	if err := SetHTTPMode(ctx, socket, "pause"); err == nil || !strings.Contains(err.Error(), `unknown HTTP mode "pause"`) {
+		t.Errorf("http pause: %v, want an error naming the modes", err)
+	}
+	if err := SetHTTPMode(ctx, filepath.Join(t.TempDir(), "none.ctl"), HTTPStop); err == nil {
+		t.Error("no error without a control socket")
+	}
+}
+
+func errorString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// The control socket goes away with the server.
+func TestServeControlRemoved(t *testing.T) {
+	socket := filepath.Join(t.TempDir(), "be1.ctl")
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Serve(ctx, ServeOptions{Name: "be1", HTTP: "127.0.0.1:0", Control: socket}) }()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, err := os.Stat(socket); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no control socket")
+		}
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(socket); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("control socket still there: %v", err)
 	}
 }

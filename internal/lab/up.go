@@ -302,7 +302,8 @@ func startServers(ctx context.Context, p Plan) error {
 		_, err := StartProcess(prefix, h.Namespace, ServerName(h), p.Spec.Binary, "lab", "serve",
 			"--name", h.Name,
 			"--http", net.JoinHostPort("0.0.0.0", strconv.Itoa(HTTPPort)),
-			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(UDPPort)))
+			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(UDPPort)),
+			"--control", ControlSocket(prefix, h))
 		if err != nil {
 			return err
 		}

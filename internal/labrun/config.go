@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -28,6 +29,32 @@ type Service struct {
 	Protocol   config.Protocol
 	Forwarding config.Forwarding
 	Backends   []netip.Addr
+	// Check is the service's health check; nil: none.
+	Check *Check
+}
+
+// Check is a service's health check as the lab writes it; zero fields
+// are left out of the file, so the agent's defaults apply.
+type Check struct {
+	Type     config.CheckType // tcp or http
+	Port     uint16
+	Path     string
+	Interval time.Duration
+	Timeout  time.Duration
+	Rise     int
+	Fall     int
+}
+
+// WithCheck returns services with the check of the service named name
+// set to c (nil: none).
+func WithCheck(services []Service, name string, c *Check) []Service {
+	out := slices.Clone(services)
+	for i := range out {
+		if out[i].Name == name {
+			out[i].Check = c
+		}
+	}
+	return out
 }
 
 // Target is the address clients send the service's traffic to.
@@ -91,12 +118,22 @@ type (
 		PinPath string `yaml:"pinPath"`
 	}
 	fileService struct {
-		Name       string        `yaml:"name"`
-		VIP        string        `yaml:"vip"`
-		Port       uint16        `yaml:"port"`
-		Protocol   string        `yaml:"protocol"`
-		Forwarding string        `yaml:"forwarding"`
-		Backends   []fileBackend `yaml:"backends"`
+		Name        string        `yaml:"name"`
+		VIP         string        `yaml:"vip"`
+		Port        uint16        `yaml:"port"`
+		Protocol    string        `yaml:"protocol"`
+		Forwarding  string        `yaml:"forwarding"`
+		HealthCheck *fileCheck    `yaml:"healthCheck,omitempty"`
+		Backends    []fileBackend `yaml:"backends"`
+	}
+	fileCheck struct {
+		Type     string `yaml:"type"`
+		Port     uint16 `yaml:"port,omitempty"`
+		Path     string `yaml:"path,omitempty"`
+		Interval string `yaml:"interval,omitempty"`
+		Timeout  string `yaml:"timeout,omitempty"`
+		Rise     int    `yaml:"rise,omitempty"`
+		Fall     int    `yaml:"fall,omitempty"`
 	}
 	fileBackend struct {
 		Address string `yaml:"address"`
@@ -116,6 +153,10 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error)
 			Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
 			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding),
 		}
+		if c := s.Check; c != nil {
+			fs.HealthCheck = &fileCheck{Type: string(c.Type), Port: c.Port, Path: c.Path,
+				Interval: durationText(c.Interval), Timeout: durationText(c.Timeout), Rise: c.Rise, Fall: c.Fall}
+		}
 		for _, b := range s.Backends {
 			fs.Backends = append(fs.Backends, fileBackend{Address: b.String()})
 		}
@@ -132,6 +173,14 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error)
 		return nil, fmt.Errorf("%s: encode configuration: %w", node.Name, err)
 	}
 	return buf.Bytes(), nil
+}
+
+// durationText writes d as the configuration does, "" for 0 (unset).
+func durationText(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	return d.String()
 }
 
 // WriteConfig writes the configuration of node's agent. It replaces the

@@ -1,10 +1,13 @@
 package labrun
 
 import (
+	"cmp"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
@@ -37,6 +40,8 @@ func TestRenderConfigParses(t *testing.T) {
 		{"without be4", Without(all, p.Backends[3].Addr)},
 		{"without be1 and be2", Without(Without(all, p.Backends[0].Addr), p.Backends[1].Addr)},
 		{"no services", nil},
+		{"health checks", WithCheck(WithCheck(all, "web", &Check{Type: config.CheckHTTP, Path: "/", Interval: 200 * time.Millisecond, Timeout: 150 * time.Millisecond, Rise: 2, Fall: 3}),
+			"echo", &Check{Type: config.CheckTCP, Port: lab.HTTPPort, Interval: 1500 * time.Millisecond})},
 	} {
 		for _, node := range p.Nodes {
 			t.Run(c.name+"/"+node.Name, func(t *testing.T) {
@@ -66,6 +71,9 @@ func TestRenderConfigParses(t *testing.T) {
 					if got.Name != want.Name || got.VIP != want.VIP || got.Port != want.Port ||
 						got.Protocol != want.Protocol || got.Forwarding != want.Forwarding || !slices.Equal(backends, want.Backends) {
 						t.Errorf("service %d: %+v, want %+v", i, got, want)
+					}
+					if err := sameCheck(got, want.Check); err != nil {
+						t.Errorf("service %s: %v\n%s", want.Name, err, b)
 					}
 				}
 			})
@@ -135,4 +143,29 @@ func TestPathsAreInTheStateDir(t *testing.T) {
 	if ConfigPath(p, p.Nodes[0]) == ConfigPath(p, p.Nodes[1]) || Socket(p, p.Nodes[0]) == Socket(p, p.Nodes[1]) {
 		t.Error("two nodes share a file")
 	}
+}
+
+// sameCheck says how the health check of every backend of got differs
+// from c (nil: none), the zero fields of c being the agent's defaults.
+func sameCheck(got config.Service, c *Check) error {
+	for _, b := range got.Backends {
+		hc := b.HealthCheck
+		if c == nil {
+			if hc.Type != config.CheckNone {
+				return fmt.Errorf("backend %s: check %+v, want none", b.Address, hc)
+			}
+			continue
+		}
+		want := config.HealthCheck{Type: c.Type, Port: cmp.Or(c.Port, got.Port), Interval: cmp.Or(c.Interval, config.DefaultCheckInterval),
+			Rise: cmp.Or(c.Rise, config.DefaultRise), Fall: cmp.Or(c.Fall, config.DefaultFall)}
+		want.Timeout = cmp.Or(c.Timeout, min(want.Interval, config.DefaultCheckTimeout))
+		if c.Type == config.CheckHTTP {
+			want.Path = cmp.Or(c.Path, "/")
+			want.StatusMin, want.StatusMax = config.DefaultStatusMin, config.DefaultStatusMax
+		}
+		if hc != want {
+			return fmt.Errorf("backend %s: check %+v, want %+v", b.Address, hc, want)
+		}
+	}
+	return nil
 }

@@ -53,6 +53,7 @@ func TestXLB(t *testing.T) {
 	t.Run("RepliesBypassNodes", e.testRepliesBypassNodes)
 	t.Run("ConnectionSurvivesNodeLoss", e.testConnectionSurvivesNodeLoss)
 	t.Run("HotBackendRemoval", e.testHotBackendRemoval)
+	t.Run("HealthChecks", e.testHealthChecks)
 }
 
 // testCtx bounds a subtest: generous, but below the test binary's

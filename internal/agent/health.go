@@ -1,0 +1,254 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/health"
+)
+
+// Prober is what the agent needs from the health checker; *health.Prober
+// implements it. Tests use a fake.
+type Prober interface {
+	Set(targets []health.Target)
+	Run(ctx context.Context)
+	Changes() <-chan struct{}
+	Snapshot() map[string]health.Result
+}
+
+var _ Prober = (*health.Prober)(nil)
+
+// TargetKey identifies backend b of service s to the prober, e.g.
+// "web/10.0.3.2:80". Every (service, backend) pair is probed on its own:
+// two services of one host may check different ports or paths.
+func TargetKey(s config.Service, b config.Backend) string {
+	return s.Name + "/" + netip.AddrPortFrom(b.Address, b.Port).String()
+}
+
+// targets lists one probe target per (service, backend) of cfg, drained
+// backends included: their health is shown even though they get no flows.
+func targets(cfg *config.Config) []health.Target {
+	var out []health.Target
+	for _, s := range cfg.Services {
+		for _, b := range s.Backends {
+			out = append(out, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
+		}
+	}
+	return out
+}
+
+func checkOf(hc config.HealthCheck) health.Check {
+	t := string(hc.Type)
+	if hc.Type == "" {
+		t = health.TypeNone // a Config built in code rather than parsed
+	}
+	return health.Check{
+		Type: t, Port: hc.Port, Path: hc.Path, StatusMin: hc.StatusMin, StatusMax: hc.StatusMax,
+		Interval: hc.Interval, Timeout: hc.Timeout, Rise: hc.Rise, Fall: hc.Fall,
+	}
+}
+
+// downSet returns the keys of cfg's backends that snap reports
+// unhealthy. A backend missing from snap has not been probed yet and,
+// like Unknown, counts as healthy.
+func downSet(cfg *config.Config, snap map[string]health.Result) map[string]bool {
+	down := make(map[string]bool)
+	for _, s := range cfg.Services {
+		for _, b := range s.Backends {
+			k := TargetKey(s, b)
+			if r, ok := snap[k]; ok && !r.Healthy() {
+				down[k] = true
+			}
+		}
+	}
+	return down
+}
+
+// withHealth returns cfg with every backend in down given weight 0: it
+// keeps its backend ID and counters in the data plane, as a drained
+// backend does, but no table slot, so no new flow reaches it. cfg itself
+// is not changed; a service without a down backend is shared.
+func withHealth(cfg *config.Config, down map[string]bool) *config.Config {
+	if len(down) == 0 {
+		return cfg
+	}
+	out := *cfg
+	out.Services = make([]config.Service, len(cfg.Services))
+	for i, s := range cfg.Services {
+		copied := false
+		for j, b := range s.Backends {
+			if b.Weight == 0 || !down[TargetKey(s, b)] {
+				continue
+			}
+			if !copied {
+				s.Backends = slices.Clone(s.Backends)
+				copied = true
+			}
+			s.Backends[j].Weight = 0
+		}
+		out.Services[i] = s
+	}
+	return &out
+}
+
+// servicesDown returns the names of cfg's services whose every backend
+// with a weight above 0 is down: their tables name no backend, and the
+// data plane drops their packets (drop_no_backend).
+func servicesDown(cfg *config.Config, down map[string]bool) map[string]bool {
+	out := make(map[string]bool)
+	for _, s := range cfg.Services {
+		active, up := false, false
+		for _, b := range s.Backends {
+			if b.Weight == 0 {
+				continue
+			}
+			active = true
+			if !down[TargetKey(s, b)] {
+				up = true
+				break
+			}
+		}
+		if active && !up {
+			out[s.Name] = true
+		}
+	}
+	return out
+}
+
+// program applies cfg with the health that snap reports, and records what
+// it applied. The caller holds applyMu.
+func (a *Agent) program(cfg *config.Config, snap map[string]health.Result) error {
+	down := downSet(cfg, snap)
+	err := a.rec.Apply(withHealth(cfg, down))
+	svcDown := servicesDown(cfg, down)
+	a.mu.Lock()
+	a.lastApply = time.Now()
+	a.down = down
+	prevDown := a.svcDown
+	a.svcDown = svcDown
+	a.mu.Unlock()
+	a.logServices(prevDown, svcDown)
+	return err
+}
+
+// syncHealth logs the backends whose health changed and, if the set of
+// unhealthy backends differs from the applied one, applies the running
+// configuration again. The reconciler rewrites only the tables of the
+// services concerned.
+func (a *Agent) syncHealth() {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	a.mu.Lock()
+	cfg, applied := a.cfg, a.down
+	a.mu.Unlock()
+
+	snap := a.prober.Snapshot()
+	a.logBackends(cfg, snap)
+	if maps.Equal(downSet(cfg, snap), applied) {
+		return
+	}
+	err := a.program(cfg, snap)
+	a.mu.Lock()
+	switch {
+	case err != nil:
+		a.lastErr, a.applyErr = fmt.Errorf("apply: %w", err), true
+	case a.applyErr:
+		// The whole configuration went in: the earlier failure is over.
+		a.lastErr, a.applyErr = nil, false
+	}
+	a.mu.Unlock()
+	if err != nil {
+		a.log.Warn("applying a health change failed; retrying", "error", err,
+			"fix", "see the error; the agent retries every "+a.retryEvery.String())
+	}
+}
+
+// logBackends logs every backend whose state differs from the one logged
+// before, and remembers the new states.
+func (a *Agent) logBackends(cfg *config.Config, snap map[string]health.Result) {
+	states := make(map[string]health.State, len(snap))
+	for _, s := range cfg.Services {
+		for _, b := range s.Backends {
+			k := TargetKey(s, b)
+			r, ok := snap[k]
+			if !ok {
+				continue
+			}
+			states[k] = r.State
+			prev, seen := a.states[k]
+			if !seen {
+				prev = health.Unknown
+			}
+			if r.State == prev {
+				continue
+			}
+			be := netip.AddrPortFrom(b.Address, b.Port).String()
+			attrs := []any{"service", s.Name, "backend", be, "from", string(prev), "to", string(r.State), "check", string(b.HealthCheck.Type)}
+			switch {
+			case r.State == health.Down:
+				a.log.Warn("backend failed its health checks: it gets no new flows, and its open connections break", append(attrs,
+					"error", r.LastError,
+					"fix", fmt.Sprintf("check the server at %s (%s); it gets new flows again after %d successful checks in a row",
+						be, describeCheck(b), b.HealthCheck.Rise))...)
+			case r.State == health.Up && prev == health.Down:
+				a.log.Info("backend passes its health checks again: it gets new flows", attrs...)
+			default:
+				a.log.Debug("backend health", attrs...)
+			}
+		}
+	}
+	a.states = states
+}
+
+// logServices logs the services that went down or came back.
+func (a *Agent) logServices(prev, cur map[string]bool) {
+	for name := range cur {
+		if !prev[name] {
+			a.log.Error("service has no healthy backend: the node drops its packets (drop_no_backend)", "service", name,
+				"fix", "bring a backend back (see the errors in `xlb status`) or add one to the configuration")
+		}
+	}
+	for name := range prev {
+		if !cur[name] {
+			a.log.Info("service has a healthy backend again", "service", name)
+		}
+	}
+}
+
+// describeCheck says what the check of b probes, for a log message.
+func describeCheck(b config.Backend) string {
+	hc := b.HealthCheck
+	switch hc.Type {
+	case config.CheckHTTP:
+		return fmt.Sprintf("GET http://%s%s must answer %d-%d within %s", netip.AddrPortFrom(b.Address, hc.Port), hc.Path, hc.StatusMin, hc.StatusMax, hc.Timeout)
+	case config.CheckTCP:
+		return fmt.Sprintf("a TCP connect to %s must succeed within %s", netip.AddrPortFrom(b.Address, hc.Port), hc.Timeout)
+	}
+	return "no check"
+}
+
+// healthOf reports r, the prober's result for backend b, for the API. A
+// backend the prober does not know yet is unknown.
+func healthOf(b config.Backend, r health.Result) api.Health {
+	h := api.Health{
+		Check:     checkOf(b.HealthCheck).Type,
+		State:     api.StateUnknown,
+		Since:     r.Since,
+		LastCheck: r.LastCheck,
+		LastError: r.LastError,
+		LatencyMs: float64(r.LastLatency.Microseconds()) / 1000,
+	}
+	switch r.State {
+	case health.Up:
+		h.State = api.StateUp
+	case health.Down:
+		h.State = api.StateDown
+	}
+	return h
+}

@@ -1,0 +1,224 @@
+// Package health checks backends: TCP connects and HTTP requests on a
+// schedule, with rise and fall thresholds, for thousands of targets
+// without a goroutine per target.
+//
+// One scheduler goroutine keeps a min-heap of next-due times and hands
+// each due probe to a pool of workers, with at most a bounded number of
+// probes in flight. Workers are started as needed and end when idle, so
+// the pool is as large as the probes' concurrency, not as the number of
+// targets. Probes go from this host straight to the target's address,
+// never through a VIP.
+package health
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Check types.
+const (
+	TypeTCP  = "tcp"
+	TypeHTTP = "http"
+	TypeNone = "none"
+)
+
+// Check says how to probe one target. Zero fields take defaults: Type ""
+// is none, Interval 1s (at least 10ms), Timeout the shorter of 1s and
+// Interval, Rise and Fall 2, Path "/", StatusMin 200, StatusMax 399.
+type Check struct {
+	Type      string        // tcp | http | none
+	Port      uint16        // port to probe
+	Path      string        // http only, e.g. "/healthz"
+	StatusMin int           // http only: lowest status counted as healthy (e.g. 200)
+	StatusMax int           // http only: highest status counted as healthy (e.g. 399)
+	Interval  time.Duration // time between the starts of two probes
+	Timeout   time.Duration // a probe not done within this fails
+	Rise      int           // consecutive successes that bring a down target up
+	Fall      int           // consecutive failures that take an up target down
+}
+
+// Target is one thing to probe. Key identifies it across Set calls.
+type Target struct {
+	Key   string
+	Addr  netip.Addr
+	Check Check
+}
+
+// State is what the prober knows about one target.
+type State string
+
+const (
+	// Unknown: not probed yet. Counts as up, so that adding a backend or
+	// restarting the agent never takes traffic away before a probe says so.
+	Unknown State = "unknown"
+	Up      State = "up"
+	Down    State = "down"
+)
+
+// Result is a target's current health.
+type Result struct {
+	State       State
+	Since       time.Time     // when State last changed
+	LastCheck   time.Time     // when the last probe finished (zero: none yet)
+	LastError   string        // "" when the last probe succeeded
+	LastLatency time.Duration // duration of the last probe
+	Successes   int           // consecutive successes so far
+	Failures    int           // consecutive failures so far
+}
+
+// Healthy reports whether the target should receive new flows.
+func (r Result) Healthy() bool { return r.State != Down }
+
+// Prober probes targets. It is safe for concurrent use.
+type Prober struct {
+	log     *slog.Logger
+	epoch   time.Time     // origin of every target's probe slots
+	changes chan struct{} // Changes: capacity 1, sends never block
+	wake    chan struct{} // tells Run to look at the heap again; capacity 1
+
+	mu       sync.Mutex
+	targets  map[string]*entry
+	queue    queue     // targets waiting for their next probe, by due time
+	inflight int       // probes handed to workers and not finished
+	limit    int       // most probes allowed in flight at once
+	workers  int       // worker goroutines: inflight + len(idle)
+	idle     []*worker // workers waiting for a job, most recently idle last
+	running  bool      // Run is active
+
+	// observe, if set (by tests), sees every recorded probe result,
+	// under mu, in order.
+	observe func(key string, r Result)
+}
+
+// New returns a prober; Run drives it. A nil log logs to slog.Default().
+func New(log *slog.Logger) *Prober {
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Prober{
+		log:     log,
+		epoch:   time.Now(),
+		changes: make(chan struct{}, 1),
+		wake:    make(chan struct{}, 1),
+		targets: map[string]*entry{},
+		limit:   minInflight,
+	}
+}
+
+// Set replaces the set of targets. A target whose Key and Check are
+// unchanged keeps its state and schedule; a new or changed one starts
+// Unknown and is probed at once (then every Interval, with a small
+// deterministic jitter so that targets do not all fire together).
+// "At once" is within min(Interval, 100ms), spread by a hash of the key,
+// so that a thousand new targets are not dialled in one burst.
+// Type none targets are always Up and never probed.
+//
+// A changed Addr counts as a changed target. If a key appears more than
+// once, the last one wins. A result of a probe still in flight for a
+// removed or changed target is dropped. Changes is signalled if a target
+// that was Down is reset by a change.
+func (p *Prober) Set(targets []Target) {
+	now := time.Now()
+	var invalid []*entry
+
+	p.mu.Lock()
+	next := make(map[string]*entry, len(targets))
+	var fresh []*entry
+	flipped := false
+	for _, t := range targets {
+		old := p.targets[t.Key]
+		if old != nil && old.addr == t.Addr && old.raw == t.Check {
+			next[t.Key] = old
+			continue
+		}
+		e := p.newEntry(t, now)
+		if old != nil && old.res.Healthy() != e.res.Healthy() {
+			flipped = true
+		}
+		next[t.Key] = e
+		fresh = append(fresh, e)
+	}
+	for key, old := range p.targets {
+		if next[key] != old && old.index >= 0 {
+			p.queue.remove(old)
+		}
+	}
+	p.targets = next
+	for _, e := range fresh {
+		if next[e.key] != e || e.spec.check.Type == TypeNone {
+			continue // a later duplicate replaced it, or nothing to probe
+		}
+		if e.spec.err != nil {
+			invalid = append(invalid, e)
+		}
+		p.queue.push(e)
+	}
+	p.limit = inflightLimit(next)
+	if flipped {
+		p.signal()
+	}
+	p.mu.Unlock()
+
+	p.poke()
+	for _, e := range invalid {
+		p.log.Warn("health check cannot run; the target will be down until its check is fixed",
+			"key", e.key, "addr", e.addr, "error", e.spec.err)
+	}
+}
+
+// Changes is signalled (coalesced, never blocking the prober) whenever a
+// target's Healthy() value flips.
+func (p *Prober) Changes() <-chan struct{} { return p.changes }
+
+// Snapshot returns every target's result by Key.
+func (p *Prober) Snapshot() map[string]Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]Result, len(p.targets))
+	for k, e := range p.targets {
+		m[k] = e.res
+	}
+	return m
+}
+
+// signal notes a flip on the Changes channel. Callers hold mu.
+func (p *Prober) signal() {
+	select {
+	case p.changes <- struct{}{}:
+	default: // a signal is already pending; the reader sees this one too
+	}
+}
+
+// poke makes Run re-read the heap.
+func (p *Prober) poke() {
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run probes until ctx ends. It returns once the probes it started have
+// ended (they are cut short); a later Run carries on where it stopped.
+// Only one Run may be active at a time; another returns at once.
+func (p *Prober) Run(ctx context.Context) {
+	p.mu.Lock()
+	if p.running {
+		p.mu.Unlock()
+		p.log.Error("health: Run called while another Run is active; ignoring it")
+		return
+	}
+	p.running = true
+	p.mu.Unlock()
+
+	var wg sync.WaitGroup
+	defer func() {
+		wg.Wait()
+		p.mu.Lock()
+		p.running = false
+		p.mu.Unlock()
+	}()
+	p.schedule(ctx, &wg)
+}

@@ -1,0 +1,221 @@
+package health
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRecord(t *testing.T) {
+	// Probe outcomes: + success, - failure. States: ? unknown, U up, D down.
+	tests := []struct {
+		name       string
+		rise, fall int
+		outcomes   string
+		states     string // the state after each outcome
+	}{
+		{"first success is up at once", 3, 3, "+", "U"},
+		{"first failure is down at once", 3, 3, "-", "D"},
+		{"fall 2", 2, 2, "+--", "UUD"},
+		{"fall 3 interrupted", 2, 3, "+--+--+---", "UUUUUUUUUD"},
+		{"rise 3", 3, 1, "-+++", "DDDU"},
+		{"rise 3 interrupted", 3, 1, "-++-+++", "DDDDDDU"},
+		{"fall 1 rise 1 follows every probe", 1, 1, "+-+-", "UDUD"},
+		{"flap down and up", 2, 2, "+--++--", "UUDDUUD"},
+		{"long run up stays up", 2, 2, "+++++", "UUUUU"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Check{Rise: tt.rise, Fall: tt.fall}
+			t0 := time.Unix(1000, 0)
+			r := Result{State: Unknown, Since: t0}
+			since := t0
+			succ, fail := 0, 0
+			for i, o := range tt.outcomes {
+				now := t0.Add(time.Duration(i+1) * time.Second)
+				ok := o == '+'
+				errText := ""
+				if !ok {
+					errText = "HTTP 503"
+				}
+				prev := r.State
+				got := r.record(c, ok, errText, time.Millisecond, now)
+				if got != prev {
+					t.Fatalf("probe %d: record returned %q, state before was %q", i, got, prev)
+				}
+				if ok {
+					succ, fail = succ+1, 0
+				} else {
+					succ, fail = 0, fail+1
+				}
+				want := map[byte]State{'?': Unknown, 'U': Up, 'D': Down}[tt.states[i]]
+				if r.State != want {
+					t.Fatalf("after %q: state %q, want %q", tt.outcomes[:i+1], r.State, want)
+				}
+				if r.State != prev {
+					since = now
+				}
+				if r.Since != since || r.LastCheck != now || r.LastError != errText || r.Successes != succ || r.Failures != fail {
+					t.Fatalf("after %q: %+v; want since %v, successes %d, failures %d, error %q", tt.outcomes[:i+1], r, since, succ, fail, errText)
+				}
+			}
+		})
+	}
+}
+
+func TestNewSpec(t *testing.T) {
+	addr := netip.MustParseAddr("10.0.3.2")
+	tests := []struct {
+		name    string
+		addr    netip.Addr
+		check   Check
+		want    Check  // the check with defaults applied
+		request string // http: the request sent
+		err     string // the error every probe fails with
+	}{
+		{
+			name:  "empty type is none",
+			addr:  addr,
+			check: Check{},
+			want:  Check{Type: TypeNone, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+		},
+		{
+			name:  "tcp defaults",
+			addr:  addr,
+			check: Check{Type: TypeTCP, Port: 80},
+			want:  Check{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+		},
+		{
+			name:  "timeout defaults to a shorter interval; tiny interval raised",
+			addr:  addr,
+			check: Check{Type: TypeTCP, Port: 80, Interval: time.Millisecond, Rise: 5, Fall: 7},
+			want:  Check{Type: TypeTCP, Port: 80, Interval: 10 * time.Millisecond, Timeout: 10 * time.Millisecond, Rise: 5, Fall: 7},
+		},
+		{
+			name:    "http defaults",
+			addr:    addr,
+			check:   Check{Type: TypeHTTP, Port: 8080},
+			want:    Check{Type: TypeHTTP, Port: 8080, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+			request: "GET / HTTP/1.1\r\nHost: 10.0.3.2\r\nUser-Agent: xlb-health\r\nAccept: */*\r\nConnection: close\r\n\r\n",
+		},
+		{
+			name:    "http ipv6 host",
+			addr:    netip.MustParseAddr("fd00::2"),
+			check:   Check{Type: TypeHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
+			want:    Check{Type: TypeHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
+			request: "GET /healthz?full=1 HTTP/1.1\r\nHost: [fd00::2]\r\n",
+		},
+		{name: "unknown type", addr: addr, check: Check{Type: "udp", Port: 53}, err: `unknown check type "udp" (want tcp, http or none)`},
+		{name: "port 0", addr: addr, check: Check{Type: TypeTCP}, err: "check port is 0"},
+		{name: "no address", check: Check{Type: TypeTCP, Port: 80}, err: "no address to probe"},
+		{name: "empty status range", addr: addr, check: Check{Type: TypeHTTP, Port: 80, StatusMin: 500}, err: "expected status range 500..399 is empty"},
+		{name: "relative path", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "healthz"}, err: `path "healthz" does not start with /`},
+		{name: "path with a space", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "/a b"}, err: `path "/a b" contains ' '; percent-encode it`},
+		{name: "path with a line break", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "/\r\nX: y"}, err: `contains '\r'`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSpec(tt.addr, tt.check)
+			if tt.err != "" {
+				if s.err == nil || !strings.Contains(s.err.Error(), tt.err) {
+					t.Fatalf("error %v, want one containing %q", s.err, tt.err)
+				}
+				return
+			}
+			if s.err != nil {
+				t.Fatalf("unexpected error %v", s.err)
+			}
+			if s.check != tt.want {
+				t.Errorf("check %+v\nwant  %+v", s.check, tt.want)
+			}
+			if !strings.HasPrefix(string(s.request), tt.request) || (tt.request == "") != (s.request == nil) {
+				t.Errorf("request %q, want it to start with %q", s.request, tt.request)
+			}
+		})
+	}
+}
+
+// TestSchedule checks the jitter: first probes soon and spread over the
+// first-probe window, later ones on per-key slots spread over the
+// interval, one interval apart.
+func TestSchedule(t *testing.T) {
+	p := New(nil)
+	now := p.epoch.Add(1234567 * time.Microsecond)
+	const n = 1000
+	const buckets = 10
+	iv := 700 * time.Millisecond
+	var first, phase [buckets]int
+	for i := range n {
+		e := p.newEntry(Target{Key: fmt.Sprintf("svc/10.0.%d.%d:80", i/250, i%250), Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80, Interval: iv}}, now)
+		wait := e.due.Sub(now)
+		if wait < 0 || wait >= maxFirstDelay {
+			t.Fatalf("%s: first probe in %v, want within [0, %v)", e.key, wait, maxFirstDelay)
+		}
+		first[wait*buckets/maxFirstDelay]++
+
+		slot := p.nextSlot(e, now)
+		if !slot.After(now) || slot.Sub(now) > iv {
+			t.Fatalf("%s: next slot %v after %v, want within (0, %v]", e.key, slot.Sub(now), now, iv)
+		}
+		if next := p.nextSlot(e, slot); next.Sub(slot) != iv {
+			t.Fatalf("%s: slots %v apart, want %v", e.key, next.Sub(slot), iv)
+		}
+		if off := slot.Sub(p.epoch) % iv; off != e.phase {
+			t.Fatalf("%s: slot at offset %v in the interval, want the phase %v", e.key, off, e.phase)
+		}
+		phase[e.phase*buckets/iv]++
+	}
+	for i := range buckets {
+		if first[i] < n/buckets/2 || first[i] > 2*n/buckets {
+			t.Errorf("first probes per tenth of the window: %v; want them spread", first)
+			break
+		}
+	}
+	for i := range buckets {
+		if phase[i] < n/buckets/2 || phase[i] > 2*n/buckets {
+			t.Errorf("phases per tenth of the interval: %v; want them spread", phase)
+			break
+		}
+	}
+
+	// Slots are a function of the key: the same key gets the same one.
+	a := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80}}, now)
+	b := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80}}, now)
+	if a.phase != b.phase || !a.due.Equal(b.due) {
+		t.Errorf("same key, different schedule: %v/%v and %v/%v", a.phase, a.due, b.phase, b.due)
+	}
+}
+
+func TestInflightLimit(t *testing.T) {
+	mk := func(n int, c Check) map[string]*entry {
+		m := map[string]*entry{}
+		for i := range n {
+			m[fmt.Sprint(i)] = &entry{spec: newSpec(netip.MustParseAddr("10.0.0.1"), c)}
+		}
+		return m
+	}
+	tcp := func(iv, to time.Duration) Check {
+		return Check{Type: TypeTCP, Port: 80, Interval: iv, Timeout: to}
+	}
+	tests := []struct {
+		name    string
+		targets map[string]*entry
+		want    int
+	}{
+		{"none", nil, minInflight},
+		{"few", mk(10, tcp(time.Second, time.Second)), minInflight},
+		{"none-type targets cost nothing", mk(5000, Check{Type: TypeNone}), minInflight},
+		{"1000 at 1s/500ms", mk(1000, tcp(time.Second, 500*time.Millisecond)), 500},
+		{"2000 at 1s/50ms", mk(2000, tcp(time.Second, 50*time.Millisecond)), 100},
+		{"capped", mk(5000, tcp(time.Second, time.Second)), maxInflight},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := inflightLimit(tt.targets); got != tt.want {
+				t.Errorf("limit %d, want %d", got, tt.want)
+			}
+		})
+	}
+}
