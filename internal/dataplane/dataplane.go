@@ -629,7 +629,8 @@ func Cleanup(pinPath string) error {
 	if err := os.RemoveAll(pinPath); err != nil {
 		return fmt.Errorf("remove %s: %w", pinPath, err)
 	}
-	return nil
+	// No agent runs on this state any more (Cleanup needs it stopped).
+	return RemoveLock(pinPath)
 }
 
 // pinMaps marks the collection's state maps for pinning by name; the

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
+	"os/exec"
 	"testing"
 )
 
@@ -16,6 +17,12 @@ import (
 //	go test -fuzz FuzzLBProgram -fuzztime 30s ./internal/dataplane/
 func FuzzLBProgram(f *testing.F) {
 	d, fx := newFixtureLB(f)
+	// Fuzzing workers are ended without running cleanups: drop the
+	// namespace's name now, so that it lives only as long as the thread
+	// parked in it, and goes with the worker however that ends.
+	if out, err := exec.Command("ip", "netns", "del", fx.name).CombinedOutput(); err != nil {
+		f.Fatalf("ip netns del %s: %v: %s", fx.name, err, out)
+	}
 	for _, p := range []pkt{
 		tcpTo(fxVIP, 80),
 		{src: fxClient, dst: fxVIP, sport: 9, dport: 53, proto: 17},

@@ -24,8 +24,7 @@ func lockPinPath(pinPath string) (*os.File, error) {
 	if err := os.MkdirAll(LockDir, 0o700); err != nil {
 		return nil, fmt.Errorf("create lock directory: %w", err)
 	}
-	sum := sha256.Sum256([]byte(filepath.Clean(pinPath)))
-	name := filepath.Join(LockDir, hex.EncodeToString(sum[:8])+".lock")
+	name := lockFile(pinPath)
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", name, err)
@@ -43,4 +42,19 @@ func lockPinPath(pinPath string) (*os.File, error) {
 		f.WriteAt([]byte("pid "+strconv.Itoa(os.Getpid())+", "+pinPath+"\n"), 0)
 	}
 	return f, nil
+}
+
+// lockFile is the lock file of pinPath.
+func lockFile(pinPath string) string {
+	sum := sha256.Sum256([]byte(filepath.Clean(pinPath)))
+	return filepath.Join(LockDir, hex.EncodeToString(sum[:8])+".lock")
+}
+
+// RemoveLock removes the lock file of pinPath, for whoever removes the
+// pinned state itself (xlb cleanup, lab down) once no agent uses it.
+func RemoveLock(pinPath string) error {
+	if err := os.Remove(lockFile(pinPath)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("remove lock of %s: %w", pinPath, err)
+	}
+	return nil
 }

@@ -17,7 +17,10 @@ import (
 func testPinPath(t *testing.T) string {
 	t.Helper()
 	p := filepath.Join(BPFFSRoot, fmt.Sprintf("xlbtest-%d-%d", os.Getpid(), nsCounter.Add(1)))
-	t.Cleanup(func() { os.RemoveAll(p) })
+	t.Cleanup(func() {
+		os.RemoveAll(p)
+		os.Remove(lockFile(p))
+	})
 	return p
 }
 

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"slices"
 
+	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/netns"
 )
 
@@ -61,6 +63,15 @@ func Down(prefix string) error {
 		// namespace that is still there is a failure.
 		if _, err := ip(context.Background(), "netns", "del", ns); err != nil && netns.Exists(ns) {
 			errs = append(errs, err)
+		}
+	}
+	// Agents pin under PinDir(prefix)/<namespace>; their lock files go
+	// with the pins.
+	if ents, err := os.ReadDir(PinDir(prefix)); err == nil {
+		for _, e := range ents {
+			if err := dataplane.RemoveLock(filepath.Join(PinDir(prefix), e.Name())); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	for _, dir := range []string{PinDir(prefix), StateDir(prefix)} {
