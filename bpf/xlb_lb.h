@@ -46,7 +46,7 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 	struct nh_entry *nh = &bst->nh;
 	__u64 now = bpf_jiffies64();
 
-	if (!nh->valid || nh->gen != gen || outer_len > nh->max_len ||
+	if (nh->gen != gen || outer_len > nh->max_len ||
 	    now - nh->stamp >= XLB_NH_MAX_AGE) {
 		struct bpf_fib_lookup fib = {};
 
@@ -74,7 +74,7 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 		} else {
 			__u16 max_len = outer_len;
 
-			if (nh->valid && nh->gen == gen && nh->max_len > max_len &&
+			if (nh->gen == gen && nh->max_len > max_len &&
 			    now - nh->stamp < XLB_NH_MAX_AGE)
 				max_len = nh->max_len;
 			nh->stamp = now;
@@ -83,7 +83,6 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 			nh->max_len = max_len;
 			__builtin_memcpy((__u8 *)nh->macs, fib.dmac, ETH_ALEN);
 			__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, fib.smac, ETH_ALEN);
-			nh->valid = 1;
 		}
 	}
 
@@ -167,7 +166,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	}
 
 	struct svc_slot *svc = svc_lookup(vip, p.dport, p.proto);
-	if (!svc || !svc->encap) {
+	if (!svc) {
 		if (bpf_map_lookup_elem(&vips, &vip))
 			return drop(XLB_DROP_VIP_NO_SERVICE);
 		return pass(XLB_PASS_NO_SERVICE);

@@ -92,7 +92,8 @@ struct {
  * global nh_gen and for at most XLB_NH_MAX_AGE jiffies: the agent bumps
  * nh_gen whenever the kernel's neighbours, routes or links change,
  * whenever a backend changes, and once a second regardless, and starts it
- * at a random value when it loads a program; the age limit bounds how
+ * at a random value when it loads a program. nh_gen is always odd, so an
+ * entry never filled (generation 0) never matches; the age limit bounds how
  * stale an entry can get while no agent runs. max_len is the largest
  * outer packet the route is known to carry: a larger one goes through the
  * FIB, which checks the MTU. */
@@ -104,7 +105,7 @@ struct nh_entry {
 	 * three words so that writing them takes three stores. */
 	__u32 macs[3];
 	__u16 max_len;
-	__u8 valid;
+	__u8 pad0;
 	__u8 pad;
 };
 

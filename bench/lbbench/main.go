@@ -40,8 +40,8 @@ func main() {
 	out := flag.String("out", "bench/results", "directory for the JSON results")
 	svg := flag.String("svg", "docs/img/bench-lb.svg", "plot to write (\"\" for none)")
 	backends := flag.Int("backends", 16, "backends of the benchmarked service")
-	repeat := flag.Uint("repeat", 1_000_000, "repetitions per round")
-	rounds := flag.Int("rounds", 21, "rounds, interleaved over the programs")
+	repeat := flag.Uint("repeat", 300_000, "repetitions per round")
+	rounds := flag.Int("rounds", 61, "rounds, interleaved over the programs")
 	doc := flag.String("doc", "", "markdown file whose generated results section to rewrite (\"\" for none)")
 	flag.Parse()
 

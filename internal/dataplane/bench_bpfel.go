@@ -29,7 +29,7 @@ type benchBackendState struct {
 		Ifindex uint32
 		Macs    [3]uint32
 		MaxLen  uint16
-		Valid   uint8
+		Pad0    uint8
 		Pad     uint8
 	}
 }

@@ -137,7 +137,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	}
 	// Next hops cached per backend in pinned state by an earlier program
 	// must not count as fresh: start the generation somewhere new.
-	if err := d.objs.NhGen.Set(rand.Uint32()); err != nil {
+	if err := d.objs.NhGen.Set(rand.Uint32() | 1); err != nil {
 		d.objs.Close()
 		return nil, fmt.Errorf("initialise next-hop generation: %w", err)
 	}

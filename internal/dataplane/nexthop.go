@@ -22,7 +22,9 @@ func (d *Dataplane) invalidateNextHops() error {
 	if err := d.objs.NhGen.Get(&gen); err != nil {
 		return fmt.Errorf("read next-hop generation: %w", err)
 	}
-	if err := d.objs.NhGen.Set(gen + 1); err != nil {
+	// Odd values only: 0, the generation of an entry never filled, must
+	// never be current.
+	if err := d.objs.NhGen.Set((gen + 2) | 1); err != nil {
 		return fmt.Errorf("bump next-hop generation: %w", err)
 	}
 	return nil

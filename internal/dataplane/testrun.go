@@ -48,7 +48,15 @@ func testRunXDP(progFD int, frame []byte, ifindex uint32, repeat uint32) (uint32
 		ctxSizeIn:   uint32(unsafe.Sizeof(ctx)),
 		ctxIn:       uint64(uintptr(unsafe.Pointer(&ctx[0]))),
 	}
-	_, _, errno := unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+	// A long run is cut short by any signal, and the Go runtime signals
+	// its threads (preemption): run again, a bounded number of times.
+	var errno unix.Errno
+	for try := 0; try < 100; try++ {
+		_, _, errno = unix.Syscall(unix.SYS_BPF, bpfProgTestRun, uintptr(unsafe.Pointer(&attr)), unsafe.Sizeof(attr))
+		if errno != unix.EINTR {
+			break
+		}
+	}
 	runtime.KeepAlive(frame)
 	runtime.KeepAlive(out)
 	runtime.KeepAlive(&ctx)
