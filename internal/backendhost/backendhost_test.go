@@ -14,6 +14,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
 func ipcmd(t *testing.T, args ...string) {
@@ -49,12 +50,7 @@ func loVIPs(t *testing.T, ns string) []netip.Addr {
 }
 
 func TestSetupAndCleanup(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root")
-		}
-		t.Skip("needs root: BPF and network namespaces")
-	}
+	testenv.RequireRoot(t, "backend set-up tests (BPF, network namespaces)")
 	ns := fmt.Sprintf("xlbtest-bh-%d", os.Getpid())
 	ipcmd(t, "netns", "add", ns)
 	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })

@@ -15,18 +15,11 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
-// requirePrivileges skips without root, except in CI where the suite runs
-// as root and a skip would hide a broken data plane.
 func requirePrivileges(t testing.TB) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("data plane tests need root (BPF, network namespaces)")
-		}
-		t.Skip("needs root: BPF and network namespaces")
-	}
+	testenv.RequireRoot(t, "data plane tests (BPF, network namespaces)")
 }
 
 var nsCounter atomic.Int32

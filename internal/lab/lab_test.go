@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
 // xlbBinary is the xlb command built by TestMain: the lab runs its
@@ -27,36 +28,20 @@ var xlbBinary string
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
-		if os.Geteuid() == 0 {
-			dir, err := os.MkdirTemp("", "xlb-lab-test")
+		if testenv.Privileged() {
+			bin, remove, err := testenv.BuildXLB()
 			if err != nil {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			defer os.RemoveAll(dir)
-			xlbBinary = filepath.Join(dir, "xlb")
-			out, err := exec.Command("go", "build", "-o", xlbBinary, "github.com/xlbproject/xlb/cmd/xlb").CombinedOutput()
-			if err != nil {
-				fmt.Fprintf(os.Stderr, "build xlb: %v\n%s", err, out)
-				return 1
-			}
+			defer remove()
+			xlbBinary = bin
 		}
 		return m.Run()
 	}())
 }
 
-// needRoot skips a test that needs root, except on CI, where a skipped
-// lab test would hide that it never ran.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("lab tests need root (CI=true: not skipping)")
-	}
-	t.Skip("lab tests need root")
-}
+func needRoot(t *testing.T) { testenv.RequireRoot(t, "lab tests") }
 
 // testPrefix is unique per test process and test, so concurrent runs and
 // a developer's own lab are never touched.

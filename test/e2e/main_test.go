@@ -8,9 +8,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"sync"
@@ -20,6 +18,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
 // xlbBinary is the xlb command built by TestMain. The lab runs its
@@ -37,40 +36,24 @@ var staleRE = regexp.MustCompile(`^(xlbe2e([0-9]+)(?:-demo)?)-(?:router|client[0
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
-		if os.Geteuid() != 0 {
+		if !testenv.Privileged() {
 			return m.Run() // every test skips, or fails on CI
 		}
 		removeStaleLabs()
-		dir, err := os.MkdirTemp("", "xlb-e2e")
+		bin, remove, err := testenv.BuildXLB()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		defer os.RemoveAll(dir)
-		xlbBinary = filepath.Join(dir, "xlb")
-		out, err := exec.Command("go", "build", "-o", xlbBinary, "github.com/xlbproject/xlb/cmd/xlb").CombinedOutput()
-		if err != nil {
-			fmt.Fprintf(os.Stderr, "build xlb: %v\n%s", err, out)
-			return 1
-		}
+		defer remove()
+		xlbBinary = bin
 		finished := watchInterrupt()
 		defer finished()
 		return m.Run()
 	}())
 }
 
-// needRoot skips a test that needs root, except on CI, where a skipped
-// end-to-end test would hide that it never ran.
-func needRoot(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("end-to-end tests need root (CI=true: not skipping)")
-	}
-	t.Skip("end-to-end tests need root")
-}
+func needRoot(t *testing.T) { testenv.RequireRoot(t, "end-to-end tests") }
 
 // interrupted ends when the test process gets SIGINT or SIGTERM (Ctrl-C
 // on `go test`). Every test's context derives from it, so the tests stop
