@@ -137,9 +137,11 @@ func stream(ctx context.Context, every, timeout time.Duration, one func(context.
 }
 
 func attempt(ctx context.Context, timeout time.Duration, one func(context.Context) (string, error)) Attempt {
+	// Start before the deadline is set, so a timed-out attempt lasts at
+	// least timeout by our own clock.
+	a := Attempt{Start: time.Now()}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	a := Attempt{Start: time.Now()}
 	name, err := one(ctx)
 	a.End = time.Now()
 	if err != nil {
