@@ -390,12 +390,11 @@ func TestLBVerdicts(t *testing.T) {
 	})
 }
 
-// TestLBFlowHashMatchesGo checks that the program's backend choice is the
-// table slot FlowHash predicts, for many flows: the Go mirror is what
-// tools and tests rely on.
-func TestLBFlowHashMatchesGo(t *testing.T) {
-	d, f := newFixtureLB(t)
-	const n = 64
+// splitWebService points the fixture's web service (VIP:80/tcp) at two
+// backends, slot by slot in turn, and returns the table and the backends'
+// addresses by id.
+func splitWebService(t *testing.T, d *Dataplane) ([]uint32, []netip.Addr) {
+	t.Helper()
 	table := make([]uint32, fxTableSize)
 	for i := range table {
 		table[i] = uint32(i % 2) // backends 0 (10.0.3.2) and 1 (10.0.4.2)
@@ -403,7 +402,16 @@ func TestLBFlowHashMatchesGo(t *testing.T) {
 	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
 		t.Fatal(err)
 	}
-	backends := []netip.Addr{fxBackend, fxRedirBE}
+	return table, []netip.Addr{fxBackend, fxRedirBE}
+}
+
+// TestLBFlowHashMatchesGo checks that the program's backend choice is the
+// table slot FlowHash predicts, for many flows: the Go mirror is what
+// tools and tests rely on.
+func TestLBFlowHashMatchesGo(t *testing.T) {
+	d, f := newFixtureLB(t)
+	const n = 64
+	table, backends := splitWebService(t, d)
 	for i := 0; i < n; i++ {
 		p := tcpTo(fxVIP, 80)
 		p.src = netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
@@ -441,14 +449,7 @@ func icmpAbout(mac []byte, typ, code uint8, vip, client netip.Addr, vport, cport
 // the LB must hand it to the backend that owns the flow.
 func TestLBICMPErrorsReachTheFlowsBackend(t *testing.T) {
 	d, f := newFixtureLB(t)
-	table := make([]uint32, fxTableSize)
-	for i := range table {
-		table[i] = uint32(i % 2) // backends 0 (10.0.3.2) and 1 (10.0.4.2)
-	}
-	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
-		t.Fatal(err)
-	}
-	backends := []netip.Addr{fxBackend, fxRedirBE}
+	table, backends := splitWebService(t, d)
 	seen := map[netip.Addr]bool{}
 	for i := 0; i < 32; i++ {
 		client := netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
