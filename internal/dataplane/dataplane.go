@@ -37,7 +37,7 @@ type Dataplane struct {
 	lock      *os.File          // held while this process owns the pin path
 	index     svcIndex          // mirror of the svc_index map
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
-	owner     map[uint32]uint32 // mirror of the backends map: id -> service id + 1
+	owner     ownership         // mirror of the backends map: which service each backend counts for
 }
 
 // Open loads the LB program, adopts the maps pinned under opts.PinPath
@@ -119,7 +119,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.objs.Close()
 		return nil, err
 	}
-	d.addrs, d.owner = map[uint32]uint32{}, map[uint32]uint32{}
+	d.addrs, d.owner = map[uint32]uint32{}, newOwnership()
 	var id uint32
 	var be lbBackend
 	it := d.objs.Backends.Iterate()
@@ -127,9 +127,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		if be.Addr != 0 {
 			d.addrs[id] = be.Addr
 		}
-		if be.Owner != 0 {
-			d.owner[id] = be.Owner
-		}
+		d.owner.set(id, be.Owner)
 	}
 	if err := it.Err(); err != nil {
 		d.objs.Close()
@@ -257,7 +255,7 @@ func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
 		}
 		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, addrFromWire(old))
 	}
-	if err := d.objs.Backends.Put(id, lbBackend{Addr: w, Owner: d.owner[id]}); err != nil {
+	if err := d.objs.Backends.Put(id, lbBackend{Addr: w, Owner: d.owner.get(id)}); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
 	d.addrs[id] = w
@@ -279,7 +277,7 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 		return fmt.Errorf("clear backend %d: %w", id, err)
 	}
 	delete(d.addrs, id)
-	delete(d.owner, id)
+	d.owner.set(id, 0)
 	if err := d.invalidateNextHops(); err != nil {
 		return err
 	}
@@ -361,14 +359,12 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	}
 	// Its backends no longer count towards it (nor towards a later
 	// service that gets its id).
-	for b, o := range d.owner {
-		if o == id+1 {
-			if err := d.setOwner(b, 0); err != nil {
-				return err
-			}
-			if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
-				return err
-			}
+	for _, b := range d.owner.backends(id + 1) {
+		if err := d.setOwner(b, 0); err != nil {
+			return err
+		}
+		if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
+			return err
 		}
 	}
 	if err := d.objs.SvcRetired.Put(id, lbXlbCounter{}); err != nil {
@@ -486,10 +482,7 @@ func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
 		return Counters{}, fmt.Errorf("read counters of service %d: %w", id, err)
 	}
 	total := Counters{Packets: c.Packets, Bytes: c.Bytes}
-	for b, o := range d.owner {
-		if o != id+1 {
-			continue
-		}
+	for _, b := range d.owner.backends(id + 1) {
 		bc, err := d.BackendCounters(b)
 		if err != nil {
 			return Counters{}, err
@@ -510,10 +503,10 @@ func (d *Dataplane) claim(id uint32, table []uint32) error {
 			continue
 		}
 		seen[b] = true
-		if _, ok := d.addrs[b]; !ok || d.owner[b] == id+1 {
+		if _, ok := d.addrs[b]; !ok || d.owner.get(b) == id+1 {
 			continue
 		}
-		if d.owner[b] != 0 {
+		if d.owner.get(b) != 0 {
 			if err := d.retire(b); err != nil {
 				return err
 			}
@@ -531,7 +524,7 @@ func (d *Dataplane) claim(id uint32, table []uint32) error {
 // retire adds backend b's counters to its owner's retired counters.
 // Called with d.mu held.
 func (d *Dataplane) retire(b uint32) error {
-	o := d.owner[b]
+	o := d.owner.get(b)
 	if o == 0 {
 		return nil
 	}
@@ -555,11 +548,7 @@ func (d *Dataplane) setOwner(b, owner uint32) error {
 	if err := d.objs.Backends.Put(b, lbBackend{Addr: d.addrs[b], Owner: owner}); err != nil {
 		return fmt.Errorf("write backend %d: %w", b, err)
 	}
-	if owner == 0 {
-		delete(d.owner, b)
-	} else {
-		d.owner[b] = owner
-	}
+	d.owner.set(b, owner)
 	return nil
 }
 
