@@ -34,9 +34,9 @@ func StartAgents(ctx context.Context, p lab.Plan, services []Service) error {
 		if err := WriteConfig(p, n, services); err != nil {
 			return err
 		}
-		pid, err := lab.StartProcess(p.Spec.Prefix, n.Namespace, AgentName(n), p.Spec.Binary, "agent", "--config", ConfigPath(p, n))
+		pid, err := startAgent(p, n)
 		if err != nil {
-			return fmt.Errorf("start the agent of %s: %w", n.Name, err)
+			return err
 		}
 		pids[i] = pid
 	}
@@ -46,6 +46,26 @@ func StartAgents(ctx context.Context, p lab.Plan, services []Service) error {
 		}
 	}
 	return nil
+}
+
+// StartAgent starts node's agent on its configuration file as it is, and
+// waits until the agent serves services; it returns the agent's status
+// then. Tests restart a stopped agent with it: the file is not rewritten,
+// so it may hold settings that WriteConfig does not write.
+func StartAgent(ctx context.Context, p lab.Plan, node lab.Host, services []Service) (*api.Status, error) {
+	pid, err := startAgent(p, node)
+	if err != nil {
+		return nil, err
+	}
+	return waitServing(ctx, p, node, 1, services, pid)
+}
+
+func startAgent(p lab.Plan, node lab.Host) (pid int, err error) {
+	pid, err = lab.StartProcess(p.Spec.Prefix, node.Namespace, AgentName(node), p.Spec.Binary, "agent", "--config", ConfigPath(p, node))
+	if err != nil {
+		return 0, fmt.Errorf("start the agent of %s: %w", node.Name, err)
+	}
+	return pid, nil
 }
 
 // Reconfigure rewrites every node's configuration with services, hot,

@@ -54,6 +54,8 @@ func TestXLB(t *testing.T) {
 	t.Run("ConnectionSurvivesNodeLoss", e.testConnectionSurvivesNodeLoss)
 	t.Run("HotBackendRemoval", e.testHotBackendRemoval)
 	t.Run("HealthChecks", e.testHealthChecks)
+	t.Run("Lossless", e.testLossless)
+	t.Run("Metrics", e.testMetrics)
 }
 
 // testCtx bounds a subtest: generous, but below the test binary's
