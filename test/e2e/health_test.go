@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -118,10 +119,14 @@ func (e *env) streamOf(t *testing.T, ctx context.Context) (stop func() []labrun.
 		}
 		done <- a
 	}()
-	return func() []labrun.Attempt {
+	// Safe to call more than once; the test's cleanup calls it too, so a
+	// failing test never leaves the stream running.
+	stop = sync.OnceValue(func() []labrun.Attempt {
 		cancel()
 		return <-done
-	}
+	})
+	t.Cleanup(func() { stop() })
+	return stop
 }
 
 // window selects the attempts that started in [from, to).
@@ -176,12 +181,6 @@ func (e *env) testStoppedBackend(t *testing.T) {
 	ctx := testCtx(t)
 	victim := e.p.Backends[0]
 	stop := e.streamOf(t, ctx)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
 
 	time.Sleep(500 * time.Millisecond) // every backend answers
 	t0 := time.Now()
@@ -208,7 +207,6 @@ func (e *env) testStoppedBackend(t *testing.T) {
 	time.Sleep(time.Until(t1.Add(recoverBound + 500*time.Millisecond)))
 	t2 := time.Now()
 	attempts := stop()
-	stopped = true
 
 	// Requests under way when the server stopped were cut by it, as a
 	// dying server cuts its connections: they count with the stop.
@@ -291,12 +289,6 @@ func (e *env) testHangingBackend(t *testing.T) {
 	ctx := testCtx(t)
 	victim := e.p.Backends[1]
 	stop := e.streamOf(t, ctx)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
 
 	time.Sleep(300 * time.Millisecond)
 	t0 := time.Now()
@@ -356,7 +348,6 @@ func (e *env) testHangingBackend(t *testing.T) {
 		t.Fatal(err)
 	}
 	attempts := stop()
-	stopped = true
 
 	during := summarize(window(attempts, t0, t1))
 	t.Logf("hanging: %s", during)

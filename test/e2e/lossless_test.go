@@ -88,12 +88,6 @@ func (e *env) testInvalidConfig(t *testing.T) {
 	}
 
 	stop := e.streamOf(t, ctx)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
 	time.Sleep(300 * time.Millisecond)
 	t0 := time.Now()
 	for i, n := range e.p.Nodes {
@@ -123,7 +117,6 @@ func (e *env) testInvalidConfig(t *testing.T) {
 	t.Logf("both agents report the failed reload %s after the write", time.Since(t0).Round(time.Millisecond))
 	time.Sleep(500 * time.Millisecond) // traffic goes on with the file broken
 	attempts := stop()
-	stopped = true
 
 	s := summarize(window(attempts, time.Time{}, time.Now()))
 	t.Logf("new connections around the broken write: %s", s)
@@ -317,12 +310,6 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 		}
 	}()
 	stop := e.streamOf(t, ctx)
-	stopped := false
-	defer func() {
-		if !stopped {
-			stop()
-		}
-	}()
 
 	time.Sleep(500 * time.Millisecond)
 	before := e.statuses(t)
@@ -346,7 +333,6 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 	s1 := e.snapshot(t)
 	time.Sleep(time.Second)
 	attempts := stop()
-	stopped = true
 	counts, errs := stopLive()
 	liveStopped = true
 
