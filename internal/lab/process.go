@@ -176,6 +176,12 @@ func ours(rec procRecord) bool {
 	if err != nil {
 		return false
 	}
+	if len(b) == 0 {
+		// Mid-execve (the wrapper exec'ing the command) the new
+		// image's arguments are not yet set and cmdline reads empty;
+		// the start time already matched, so it is still ours.
+		return true
+	}
 	cmdline := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
 	return slices.Equal(cmdline, rec.Argv) || slices.Equal(cmdline, append(slices.Clone(rec.Wrapper), rec.Argv...))
 }
