@@ -43,8 +43,13 @@
 #define XLB_OUTER_TTL 64
 
 /* Longest life of a cached next hop, in jiffies: 0.1 s at HZ=1000, 1 s at
- * HZ=100. */
+ * HZ=100. The upgrade test's variant build (internal/dataplane/gen.go)
+ * changes it, for a program whose bytecode differs and whose maps do not. */
+#ifdef XLB_UPGRADE_VARIANT
+#define XLB_NH_MAX_AGE 50
+#else
 #define XLB_NH_MAX_AGE 100
+#endif
 
 #define XLB_ENCAP_IPIP 1
 #define XLB_ENCAP_GUE 2

@@ -56,12 +56,13 @@ func runAgent(args []string) error {
 	}
 	defer ln.Close()
 
-	dp, err := dataplane.Open(dataplane.Options{
-		Interface:  cfg.Node.Interface,
-		NodeAddr:   nodeAddr,
-		PinPath:    pinPath,
-		AttachMode: cfg.Dataplane.AttachMode,
-		TableSize:  cfg.Dataplane.TableSize,
+	dp, err := dataplane.Load(dataplane.Options{
+		Interface:   cfg.Node.Interface,
+		NodeAddr:    nodeAddr,
+		PinPath:     pinPath,
+		AttachMode:  cfg.Dataplane.AttachMode,
+		TableSize:   cfg.Dataplane.TableSize,
+		MaxBackends: cfg.Dataplane.MaxBackends,
 	})
 	if err != nil {
 		return fmt.Errorf("open the data plane on %s: %w", cfg.Node.Interface, err)
@@ -69,12 +70,13 @@ func runAgent(args []string) error {
 	// Close only drops this process's handles: the pinned program, link
 	// and maps stay, so forwarding continues and a restart is lossless.
 	defer dp.Close()
-	// The program caches next hops; this keeps the cache in step with the
-	// kernel's neighbours and routes for as long as the agent runs.
-	go dp.WatchNextHops(ctx, log)
-	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
-		"address", nodeAddr, "pinPath", pinPath)
+	if why := dp.Migrated(); why != "" {
+		log.Warn("the pinned maps do not fit this version: programming fresh ones before the program switches over; their counters restart at zero",
+			"reason", why, "pinPath", pinPath)
+	}
 
+	// The configuration is programmed before the program is attached or
+	// replaced: a new program (or fresh maps) takes over complete tables.
 	a, err := agent.New(agent.Options{
 		ConfigPath: *cfgPath,
 		Config:     cfg,
@@ -87,6 +89,15 @@ func runAgent(args []string) error {
 	if err != nil {
 		return err
 	}
+	if err := dp.Attach(); err != nil {
+		return fmt.Errorf("attach the data plane to %s: %w", cfg.Node.Interface, err)
+	}
+	// The program caches next hops; this keeps the cache in step with the
+	// kernel's neighbours and routes for as long as the agent runs.
+	go dp.WatchNextHops(ctx, log)
+	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
+		"address", nodeAddr, "pinPath", pinPath)
+
 	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log)
 	if err != nil {
 		return err

@@ -74,6 +74,15 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 			fmt.Fprintln(w, "          "+line)
 		}
 	}
+	if len(st.Reconciles) > 0 {
+		var parts []string
+		for _, trigger := range slices.Sorted(maps.Keys(st.Reconciles)) {
+			r := st.Reconciles[trigger]
+			parts = append(parts, fmt.Sprintf("%s %d× (last %s, mean %s)", trigger, r.Count,
+				seconds(r.LastSeconds), seconds(r.SumSeconds/float64(max(r.Count, 1)))))
+		}
+		fmt.Fprintf(w, "Applied:  %s\n", strings.Join(parts, "; "))
+	}
 	fmt.Fprintf(w, "Version:  %s\n\n", st.Version)
 
 	// Every row has every cell, so that the columns line up; the empty
@@ -158,4 +167,16 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// seconds formats a duration given in seconds, rounded for reading.
+func seconds(s float64) string {
+	d := time.Duration(s * float64(time.Second))
+	switch {
+	case d >= time.Second:
+		return d.Round(10 * time.Millisecond).String()
+	case d >= time.Millisecond:
+		return d.Round(10 * time.Microsecond).String()
+	}
+	return d.Round(time.Microsecond).String()
 }

@@ -59,6 +59,8 @@ type Agent struct {
 	// states are the backends' health states as last logged, by target key.
 	states map[string]health.State
 
+	timings *timings // reconcile durations
+
 	mu         sync.Mutex // guards the fields below
 	cfg        *config.Config
 	generation uint64
@@ -125,6 +127,7 @@ func newAgent(o Options) (*Agent, error) {
 		generation: 1,
 		lastReload: time.Now(),
 		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
+		timings:    newTimings(),
 	}
 	return a, nil
 }
@@ -143,7 +146,7 @@ func (a *Agent) start() error {
 // probed. The caller holds applyMu.
 func (a *Agent) apply(old, cfg *config.Config) error {
 	a.prober.Set(targets(cfg))
-	err := a.program(cfg, a.prober.Snapshot())
+	err := a.program(triggerConfig, cfg, a.prober.Snapshot())
 	a.warm(newBackendAddrs(old, cfg), a.log)
 	return err
 }
@@ -166,6 +169,15 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	changes := a.prober.Changes()
+	var written <-chan struct{}
+	var err error
+	if a.path != "" {
+		written, err = watchDir(ctx, a.path)
+	}
+	if err != nil {
+		a.log.Warn("cannot watch the configuration's directory; changes apply at the next poll", "error", err,
+			"fix", "send SIGHUP after changing the file for an immediate reload")
+	}
 
 	for {
 		select {
@@ -173,6 +185,13 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-hup:
 			a.Reload("SIGHUP")
+		case <-written:
+			a.applyMu.Lock()
+			changed := stampOf(a.path) != a.stamp
+			a.applyMu.Unlock()
+			if changed {
+				a.Reload("file written")
+			}
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
@@ -251,7 +270,7 @@ func (a *Agent) retry() {
 	}
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	err := a.program(cfg, a.prober.Snapshot())
+	err := a.program(triggerRetry, cfg, a.prober.Snapshot())
 	a.mu.Lock()
 	if err == nil && a.cfg == cfg {
 		a.lastErr, a.applyErr = nil, false
@@ -296,7 +315,8 @@ func (a *Agent) Status() (*api.Status, error) {
 			Result:     api.ResultOK,
 			Reloads:    map[string]uint64{api.ResultOK: a.reloads[api.ResultOK], api.ResultError: a.reloads[api.ResultError]},
 		},
-		Services: make([]api.Service, 0, len(cfg.Services)),
+		Services:   make([]api.Service, 0, len(cfg.Services)),
+		Reconciles: a.timings.snapshot(),
 	}
 	if a.lastErr != nil {
 		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()

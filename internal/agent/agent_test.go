@@ -324,6 +324,49 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	})
 }
 
+// With polling out of the picture, a written file (in place, or renamed
+// over the old one) still applies: inotify reports it.
+func TestAgentRunReloadsOnInotify(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xlb.yaml")
+	writeConfig(t, path, "10.0.3.2")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := testAgentAt(t, path, cfg, nil)
+	a.pollEvery = time.Hour
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			t.Error("Run did not return after cancel")
+		}
+	}()
+	// Run sets up its watch as it starts; nothing tells when it is done.
+	time.Sleep(200 * time.Millisecond)
+	gen := func() uint64 { return status(t, a).Config.Generation }
+
+	start := time.Now()
+	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+	waitFor(t, "the written file to be applied", func() bool { return gen() == 2 })
+	t.Logf("applied %s after the write", time.Since(start).Round(time.Millisecond))
+
+	tmp := path + ".new"
+	writeConfig(t, tmp, "10.0.3.4")
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the renamed file to be applied", func() bool { return gen() == 3 })
+	if st := status(t, a); len(st.Services[0].Backends) != 1 || st.Services[0].Backends[0].Address.String() != "10.0.3.4" {
+		t.Errorf("after the rename: %+v", st.Services[0])
+	}
+}
+
 func mustLoad(t *testing.T, path string) *config.Config {
 	t.Helper()
 	cfg, err := config.Load(path)

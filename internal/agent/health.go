@@ -123,9 +123,11 @@ func servicesDown(cfg *config.Config, down map[string]bool) map[string]bool {
 
 // program applies cfg with the health that snap reports, and records what
 // it applied. The caller holds applyMu.
-func (a *Agent) program(cfg *config.Config, snap map[string]health.Result) error {
+func (a *Agent) program(trigger string, cfg *config.Config, snap map[string]health.Result) error {
 	down := downSet(cfg, snap)
+	start := time.Now()
 	err := a.rec.Apply(withHealth(cfg, down))
+	a.timings.observe(trigger, time.Since(start))
 	svcDown := servicesDown(cfg, down)
 	a.mu.Lock()
 	a.lastApply = time.Now()
@@ -153,7 +155,7 @@ func (a *Agent) syncHealth() {
 	if maps.Equal(downSet(cfg, snap), applied) {
 		return
 	}
-	err := a.program(cfg, snap)
+	err := a.program(triggerHealth, cfg, snap)
 	a.mu.Lock()
 	switch {
 	case err != nil:

@@ -49,8 +49,9 @@ type tableReader interface {
 
 // The real data plane provides everything the agent uses.
 var (
-	_ Dataplane   = (*dataplane.Dataplane)(nil)
-	_ tableReader = (*dataplane.Dataplane)(nil)
+	_ Dataplane    = (*dataplane.Dataplane)(nil)
+	_ tableReader  = (*dataplane.Dataplane)(nil)
+	_ backendLimit = (*dataplane.Dataplane)(nil)
 )
 
 // noBackend fills the table of a service that has no backend with a weight
@@ -97,7 +98,17 @@ type service struct {
 // restarted on pinned maps keeps the IDs, and thus the counters, of
 // services and backends that are still configured.
 func NewReconciler(dp Dataplane, log *slog.Logger) (*Reconciler, error) {
-	return newReconciler(dp, log, config.MaxServices, config.MaxBackends)
+	maxBackends := uint32(config.DefaultMaxBackends)
+	if l, ok := dp.(backendLimit); ok {
+		maxBackends = l.MaxBackends()
+	}
+	return newReconciler(dp, log, config.MaxServices, maxBackends)
+}
+
+// backendLimit is implemented by data planes whose backend maps are sized
+// at load time, as *dataplane.Dataplane's are.
+type backendLimit interface {
+	MaxBackends() uint32
 }
 
 func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint32) (*Reconciler, error) {

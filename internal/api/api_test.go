@@ -50,6 +50,8 @@ func sampleStatus() *Status {
 			},
 		}},
 		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
+		Reconciles: map[string]Reconcile{"config": {Count: 3, SumSeconds: 0.75, LastSeconds: 0.5,
+			Buckets: []Bucket{{Le: 0.1, Count: 1}, {Le: 0.5, Count: 3}, {Le: 1, Count: 3}}}},
 	}
 }
 
@@ -200,6 +202,11 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("malformed line %q", line)
 			continue
 		}
+		for _, suffix := range []string{"_bucket", "_sum", "_count"} {
+			if base := strings.TrimSuffix(m[1], suffix); base != m[1] && typ[base] == "histogram" {
+				m[1] = base
+			}
+		}
 		if help[m[1]] == "" || typ[m[1]] == "" {
 			t.Errorf("sample %q before its HELP/TYPE", line)
 		}
@@ -218,6 +225,7 @@ func TestMetrics(t *testing.T) {
 		"xlb_service_up":                     "gauge",
 		"xlb_backend_up":                     "gauge",
 		"xlb_health_check_duration_seconds":  "gauge",
+		"xlb_reconcile_duration_seconds":     "histogram",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -246,6 +254,11 @@ func TestMetrics(t *testing.T) {
 		`xlb_health_check_duration_seconds{backend="10.0.3.2:80",service="we\"b"} 0.0025`,
 		`xlb_health_check_duration_seconds{backend="10.0.3.3:80",service="we\"b"} 0.000125`,
 		`xlb_health_check_duration_seconds{backend="10.0.3.2:53",service="dns"} 0.5`,
+		`xlb_reconcile_duration_seconds_bucket{trigger="config",le="0.1"} 1`,
+		`xlb_reconcile_duration_seconds_bucket{trigger="config",le="0.5"} 3`,
+		`xlb_reconcile_duration_seconds_bucket{trigger="config",le="+Inf"} 3`,
+		`xlb_reconcile_duration_seconds_sum{trigger="config"} 0.75`,
+		`xlb_reconcile_duration_seconds_count{trigger="config"} 3`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)

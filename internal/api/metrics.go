@@ -30,6 +30,7 @@ var (
 	serviceUp        = desc("xlb_service_up", "Whether a service has a healthy backend with a weight above 0 (1), or none and the node drops its packets (0).", "service")
 	backendUp        = desc("xlb_backend_up", "Whether a backend of a service passes its health checks (1; also before the first probe and without checks) or failed them and gets no new flows (0).", "service", "backend")
 	checkDuration    = desc("xlb_health_check_duration_seconds", "Duration of the last health check of a backend of a service, successful or not.", "service", "backend")
+	reconcileSeconds = desc("xlb_reconcile_duration_seconds", "Time taken to bring the data plane in line with the configuration and the backends' health, by what triggered it (config: start or reload; health: a backend's health changed; retry: after a failed apply).", "trigger")
 )
 
 // collector turns a Status into metrics at scrape time.
@@ -37,7 +38,7 @@ type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration} {
+		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds} {
 		ch <- d
 	}
 }
@@ -83,6 +84,13 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r, n := range st.Reasons {
 		count(reasonPackets, n, r)
+	}
+	for trigger, r := range st.Reconciles {
+		buckets := make(map[float64]uint64, len(r.Buckets))
+		for _, b := range r.Buckets {
+			buckets[b.Le] = b.Count
+		}
+		ch <- prometheus.MustNewConstHistogram(reconcileSeconds, r.Count, r.SumSeconds, buckets, trigger)
 	}
 }
 

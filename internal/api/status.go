@@ -19,6 +19,27 @@ type Status struct {
 	Config   Config            `json:"config"`
 	Services []Service         `json:"services"`
 	Reasons  map[string]uint64 `json:"reasons"` // data-plane pass/drop reason → packets
+	// Reconciles are the durations of bringing the data plane in line
+	// with the configuration and the backends' health, by trigger
+	// (config, health, retry).
+	Reconciles map[string]Reconcile `json:"reconciles,omitempty"`
+}
+
+// Reconcile is a histogram of reconcile durations.
+type Reconcile struct {
+	Count       uint64    `json:"count"`
+	SumSeconds  float64   `json:"sumSeconds"`
+	LastSeconds float64   `json:"lastSeconds"`
+	Last        time.Time `json:"last"`
+	// Buckets are cumulative: Count is the number of reconciles that
+	// took at most Le seconds.
+	Buckets []Bucket `json:"buckets"`
+}
+
+// Bucket is one upper bound of a histogram.
+type Bucket struct {
+	Le    float64 `json:"le"`
+	Count uint64  `json:"count"`
 }
 
 // Node is the host and its data plane.

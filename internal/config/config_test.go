@@ -40,7 +40,7 @@ func TestLoadFullExample(t *testing.T) {
 	want := &Config{
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
-		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537},
+		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends},
 		Services: []Service{
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
@@ -119,7 +119,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.API != (API{Socket: DefaultSocket}) {
 		t.Errorf("api = %+v, want socket %s and no metrics", cfg.API, DefaultSocket)
 	}
-	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize}) {
+	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends}) {
 		t.Errorf("dataplane = %+v, want the defaults", cfg.Dataplane)
 	}
 	if len(cfg.Services) != 1 {
@@ -368,6 +368,8 @@ func TestParseErrors(t *testing.T) {
 		{"relative pin path", "node: {interface: eth0}\ndataplane:\n  pinPath: xlb\n", 3, "dataplane.pinPath", "not an absolute path"},
 		{"pin path with NUL", "node: {interface: eth0}\ndataplane:\n  pinPath: \"/sys/fs/bpf/a\\0b\"\n", 3, "dataplane.pinPath", "contains a NUL byte"},
 		{"attach mode", "node: {interface: eth0}\ndataplane:\n  attachMode: offload\n", 3, "dataplane.attachMode", "use auto (native, falling back to generic), native or generic"},
+		{"max backends zero", "node: {interface: eth0}\ndataplane:\n  maxBackends: 0\n", 3, "dataplane.maxBackends", "1"},
+		{"max backends too large", "node: {interface: eth0}\ndataplane:\n  maxBackends: 2000000\n", 3, "dataplane.maxBackends", "1048576"},
 		{"table size not prime", "node: {interface: eth0}\ndataplane:\n  tableSize: 65536\n", 3, "dataplane.tableSize", "not a prime, and Maglev needs a prime table size; the nearest primes are 65521 and 65537"},
 		{"table size too small", "node: {interface: eth0}\ndataplane:\n  tableSize: 241\n", 3, "dataplane.tableSize", "out of range 251..1048573"},
 		{"table size too large", "node: {interface: eth0}\ndataplane:\n  tableSize: 1048583\n", 3, "dataplane.tableSize", "out of range 251..1048573"},
@@ -600,9 +602,13 @@ func TestErrorCount(t *testing.T) {
 
 func TestLimits(t *testing.T) {
 	// services builds n services with per backends each.
-	services := func(n, per int) string {
+	services := func(n, per int, maxBackends int) string {
 		var b strings.Builder
-		b.WriteString("node: {interface: eth0}\nservices:\n")
+		b.WriteString("node: {interface: eth0}\n")
+		if maxBackends > 0 {
+			fmt.Fprintf(&b, "dataplane: {maxBackends: %d}\n", maxBackends)
+		}
+		b.WriteString("services:\n")
 		for i := range n {
 			fmt.Fprintf(&b, "  - name: s%d\n    vip: 10.99.%d.%d\n    port: 80\n    backends:\n", i, i/200, 1+i%200)
 			b.WriteString(backendLines(per, 0))
@@ -613,18 +619,21 @@ func TestLimits(t *testing.T) {
 		name         string
 		services     int
 		perService   int
+		maxBackends  int    // 0: the default
 		want         string // "" when valid
 		wantServices int
 	}{
-		{"services at the limit", MaxServices, 1, "", MaxServices},
-		{"backends at the limit", MaxServices, MaxBackends / MaxServices, "", MaxServices},
-		{"one service too many", MaxServices + 1, 1, "1025 services exceed the limit of 1024 (MaxServices)", 0},
-		{"one backend too many", 2, MaxBackends/2 + 1, "16386 backend entries over all services exceed the limit of 16384 (MaxBackends", 0},
+		{"services at the limit", MaxServices, 1, 0, "", MaxServices},
+		{"backends at the default limit", MaxServices, DefaultMaxBackends / MaxServices, 0, "", MaxServices},
+		{"one service too many", MaxServices + 1, 1, 0, "1025 services exceed the limit of 1024 (MaxServices)", 0},
+		{"one backend too many", 2, DefaultMaxBackends/2 + 1, 0, "16386 backend entries over all services exceed the limit of 16384 (dataplane.maxBackends)", 0},
+		{"1000 services of 100 backends", 1000, 100, 100000, "", 1000},
+		{"one backend over a raised limit", 1000, 100, 99999, "100000 backend entries over all services exceed the limit of 99999 (dataplane.maxBackends)", 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			start := time.Now()
-			cfg, err := Parse(file, []byte(services(tc.services, tc.perService)))
+			cfg, err := Parse(file, []byte(services(tc.services, tc.perService, tc.maxBackends)))
 			t.Logf("parsed in %v", time.Since(start))
 			if tc.want == "" {
 				if err != nil {
@@ -641,8 +650,12 @@ func TestLimits(t *testing.T) {
 			if err == nil {
 				t.Fatalf("no error, want %q", tc.want)
 			}
-			if !strings.Contains(err.Error(), "agent.yaml:2: services: "+tc.want) {
-				t.Errorf("got\n%v\nwant %q at line 2", err, tc.want)
+			line := 2
+			if tc.maxBackends > 0 {
+				line = 3
+			}
+			if !strings.Contains(err.Error(), fmt.Sprintf("agent.yaml:%d: services: %s", line, tc.want)) {
+				t.Errorf("got\n%v\nwant %q at line %d", err, tc.want, line)
 			}
 		})
 	}

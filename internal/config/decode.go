@@ -43,11 +43,14 @@ const (
 	// maxErrors bounds the report: after that many the user learns how
 	// many more there are, not what they are.
 	maxErrors = 50
-	// maxSteps bounds the work spent resolving aliases and merge keys, so
-	// that a small file full of nested aliases ("billion laughs") is
-	// rejected instead of expanded. A file at every limit (MaxServices,
-	// MaxBackends, every field written) takes about 200,000.
-	maxSteps = 1 << 19
+	// minSteps and stepsPerByte bound the work spent resolving aliases
+	// and merge keys, so that a small file full of nested aliases
+	// ("billion laughs") is rejected instead of expanded. Written out
+	// without aliases, every node takes at least two bytes of text, so
+	// the budget grows with the file: a file with a million backends
+	// still parses, a 100-byte alias bomb does not.
+	minSteps     = 1 << 19
+	stepsPerByte = 2
 )
 
 // decoder walks a yaml.Node tree and collects every problem it finds
@@ -59,6 +62,7 @@ type decoder struct {
 	reported  map[reported]bool
 	suggested map[string]bool // paths offered as "did you mean"
 	steps     int
+	maxSteps  int
 	exhausted bool
 }
 
@@ -111,7 +115,7 @@ func (d *decoder) step() bool {
 		return false
 	}
 	d.steps++
-	if d.steps > maxSteps {
+	if d.steps > d.maxSteps {
 		d.errorf(nil, "", "the document expands to too many nodes through aliases or merge keys; write the configuration out without them")
 		d.exhausted = true
 		return false

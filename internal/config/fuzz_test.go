@@ -132,7 +132,7 @@ func invariants(c *Config) error {
 			bad("services[%d]: no backend with weight > 0", i)
 		}
 	}
-	if total > MaxBackends {
+	if total > int(c.Dataplane.MaxBackends) {
 		bad("%d backends", total)
 	}
 	return errors.Join(errs...)

@@ -18,7 +18,7 @@ var (
 	topFields       = []string{"node", "api", "dataplane", "services", "bgp"}
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
-	dataplaneFields = []string{"pinPath", "attachMode", "tableSize"}
+	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends"}
 	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
 )
@@ -54,7 +54,7 @@ func Parse(filename string, data []byte) (*Config, error) {
 	if filename == "" {
 		filename = "config"
 	}
-	d := &decoder{file: filename}
+	d := &decoder{file: filename, maxSteps: minSteps + stepsPerByte*len(data)}
 	cfg := d.config(data)
 	if err := d.err(); err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func (d *decoder) config(data []byte) *Config {
 	cfg.API = d.api(fs["api"], "api")
 	dp, tableSizeSet := d.dataplane(fs["dataplane"], "dataplane")
 	cfg.Dataplane = dp
-	cfg.Services = d.services(fs["services"], "services", dp.TableSize, tableSizeSet)
+	cfg.Services = d.services(fs["services"], "services", dp, tableSizeSet)
 	return cfg
 }
 
@@ -144,7 +144,7 @@ func (d *decoder) api(f field, path string) API {
 // dataplane also reports whether tableSize was written in the file, so
 // that a later error can point at it.
 func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
-	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize}
+	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends}
 	if f.key == nil {
 		return dp, false
 	}
@@ -179,6 +179,11 @@ func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
 			}
 		}
 	}
+	if g, ok := fs["maxBackends"]; ok {
+		if n, ok := d.integer(g, join(path, "maxBackends"), 1, MaxBackends); ok {
+			dp.MaxBackends = uint32(n)
+		}
+	}
 	return dp, set
 }
 
@@ -190,7 +195,7 @@ type serviceAt struct {
 	line  int
 }
 
-func (d *decoder) services(f field, path string, tableSize uint32, tableSizeSet bool) []Service {
+func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet bool) []Service {
 	if f.key == nil {
 		return nil
 	}
@@ -220,15 +225,15 @@ func (d *decoder) services(f field, path string, tableSize uint32, tableSizeSet 
 			d.errorf(item, p, "expected a service (a mapping with name, vip, port and backends), got %s", describe(item))
 			continue
 		}
-		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, tableSize: tableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
-		if !overflow && total+n > MaxBackends {
+		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, tableSize: dp.TableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
+		if !overflow && total+n > int(dp.MaxBackends) {
 			overflow = true
 		}
 		total += n
 		out = append(out, s)
 	}
 	if overflow {
-		d.errorf(f.key, path, "%d backend entries over all services exceed the limit of %d (MaxBackends) that one agent can hold; every backend of every service is one entry, drained ones included", total, MaxBackends)
+		d.errorf(f.key, path, "%d backend entries over all services exceed the limit of %d (dataplane.maxBackends) that the data plane holds; every backend of every service is one entry, drained ones included: raise dataplane.maxBackends (at most %d) or remove some", total, dp.MaxBackends, MaxBackends)
 	}
 	return out
 }

@@ -44,9 +44,13 @@ const (
 const (
 	// MaxServices is the number of services one agent can serve.
 	MaxServices = 1024
-	// MaxBackends is the number of backend entries over all services: one
-	// entry per (service, backend) pair, drained backends included.
-	MaxBackends = 16384
+	// DefaultMaxBackends is the default of Dataplane.MaxBackends: the
+	// number of backend entries over all services, one entry per
+	// (service, backend) pair, drained backends included.
+	DefaultMaxBackends = 16384
+	// MaxBackends bounds Dataplane.MaxBackends. Each entry costs a few
+	// dozen bytes per CPU in the data plane's per-CPU counters.
+	MaxBackends = 1 << 20
 	// MinTableSize and MaxTableSize bound Dataplane.TableSize. Both are
 	// prime. Below the minimum, weights cannot be honoured with any
 	// precision; above the maximum, one table per service no longer fits
@@ -93,6 +97,9 @@ type Dataplane struct {
 	AttachMode string
 	// TableSize is the Maglev table size, a prime.
 	TableSize uint32
+	// MaxBackends is how many backend entries (over all services) the
+	// data plane's maps hold, fixed when they are created.
+	MaxBackends uint32
 }
 
 // Service is one load-balanced (VIP, port, protocol).

@@ -51,6 +51,9 @@ type Options struct {
 	PinPath    string     // bpffs directory for this agent's maps and link
 	AttachMode string     // auto | native | generic
 	TableSize  uint32     // Maglev table size (prime)
+	// MaxBackends sizes the backend maps (0: DefaultMaxBackends).
+	// Changing it for pinned state migrates the maps (see Load).
+	MaxBackends uint32
 }
 
 // GUEPort is the UDP destination port of GUE tunnels (XLB_GUE_PORT).

@@ -16,10 +16,11 @@ import (
 	"github.com/cilium/ebpf/link"
 )
 
-// Limits compiled into the LB program (bpf/xlb_consts.h).
+// Limits of the LB program's maps (bpf/xlb_consts.h). The backend maps'
+// size is a load-time parameter (Options.MaxBackends).
 const (
-	MaxServices = 1024
-	MaxBackends = 16384
+	MaxServices        = 1024
+	DefaultMaxBackends = 16384
 )
 
 // linkPin is the file name of the pinned XDP link inside a pin directory.
@@ -33,18 +34,37 @@ type Dataplane struct {
 	link      link.Link
 	mode      string
 	tableSize uint32
+	maxBack   uint32
 	pinPath   string
+	iface     *net.Interface
+	attachAs  string            // requested attach mode
+	migrate   migration         // how the pinned state was adopted
+	layout    layout            // of the loaded maps, recorded once attached
 	lock      *os.File          // held while this process owns the pin path
 	index     svcIndex          // mirror of the svc_index map
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 	owner     ownership         // mirror of the backends map: which service each backend counts for
 }
 
-// Open loads the LB program, adopts the maps pinned under opts.PinPath
-// when they exist (so forwarding never stops across agent restarts),
-// attaches XDP to opts.Interface, or atomically replaces the program of
-// an adopted link, and pins the link.
+// Open loads the data plane (Load) and attaches it (Attach) at once.
 func Open(opts Options) (*Dataplane, error) {
+	d, err := Load(opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Attach(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+// Load loads the LB program and adopts the maps pinned under
+// opts.PinPath when they exist and their layout is this program's. When
+// it is not, Load creates fresh maps instead and leaves the old ones to
+// the running program (see layout.go). Nothing forwards differently until
+// Attach: program the maps in between, and the switch loses nothing.
+func Load(opts Options) (*Dataplane, error) {
 	if opts.TableSize == 0 {
 		opts.TableSize = 65537
 	}
@@ -79,30 +99,69 @@ func Open(opts Options) (*Dataplane, error) {
 		lock.Close()
 		return nil, err
 	}
-	d.lock = lock
-	d.link, d.mode, err = attach(d.objs.XlbLbProg, iface, opts.AttachMode, filepath.Join(opts.PinPath, linkPin))
-	if err != nil {
-		d.objs.Close()
-		lock.Close()
-		return nil, err
-	}
+	d.lock, d.iface, d.attachAs = lock, iface, opts.AttachMode
 	return d, nil
 }
+
+// Attach attaches the program to the interface, or atomically replaces
+// the program of the pinned link, and pins the link. After a migration it
+// then moves the pins to the new maps. Last, it records their layout.
+func (d *Dataplane) Attach() error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.iface == nil {
+		return errors.New("attach: the data plane was not loaded with Load")
+	}
+	if d.link != nil {
+		return nil
+	}
+	l, mode, err := attach(d.objs.XlbLbProg, d.iface, d.attachAs, filepath.Join(d.pinPath, linkPin))
+	if err != nil {
+		return err
+	}
+	d.link, d.mode = l, mode
+	if d.migrate.migrate {
+		for name, m := range d.objs.namedMaps() {
+			if err := replacePin(m, filepath.Join(d.pinPath, name)); err != nil {
+				return fmt.Errorf("move pins to the migrated maps: %w", err)
+			}
+		}
+		d.migrate.migrate = false
+	}
+	if err := writeLayout(d.pinPath, d.layout); err != nil {
+		return err
+	}
+	return nil
+}
+
+// Migrated says why Load created fresh maps instead of adopting the
+// pinned ones, "" when it adopted them (or found none).
+func (d *Dataplane) Migrated() string { return d.migrate.reason }
 
 // load loads the LB objects, with their maps pinned under opts.PinPath
 // (adopting the ones already there) when pin is set.
 func load(opts Options, pin bool) (*Dataplane, error) {
-	spec, err := lbSpec(opts.NodeAddr, opts.TableSize)
+	if opts.MaxBackends == 0 {
+		opts.MaxBackends = DefaultMaxBackends
+	}
+	spec, err := lbSpec(opts.NodeAddr, opts.TableSize, opts.MaxBackends)
 	if err != nil {
 		return nil, err
 	}
-	d := &Dataplane{tableSize: opts.TableSize, pinPath: opts.PinPath}
+	d := &Dataplane{tableSize: opts.TableSize, maxBack: opts.MaxBackends, pinPath: opts.PinPath, layout: specLayout(spec)}
 	var copts ebpf.CollectionOptions
 	if pin {
 		if err := checkPinnedTableSize(opts.PinPath, opts.TableSize); err != nil {
 			return nil, err
 		}
-		pinMaps(spec)
+		d.migrate, err = planAdoption(opts.PinPath, d.layout)
+		if err != nil {
+			return nil, err
+		}
+		if !d.migrate.migrate {
+			// Fresh maps are pinned by Attach, after the swap.
+			pinMaps(spec)
+		}
 		copts.Maps.PinPath = opts.PinPath
 	}
 	if err := spec.LoadAndAssign(&d.objs, &copts); err != nil {
@@ -143,12 +202,14 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 }
 
 // lbSpec returns the LB collection spec with its load-time parameters set.
-func lbSpec(node netip.Addr, tableSize uint32) (*ebpf.CollectionSpec, error) {
+func lbSpec(node netip.Addr, tableSize, maxBackends uint32) (*ebpf.CollectionSpec, error) {
 	spec, err := loadLb()
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded LB object: %w", err)
 	}
 	spec.Maps["maglev_tables"].InnerMap.MaxEntries = tableSize
+	spec.Maps["backends"].MaxEntries = maxBackends
+	spec.Maps["backend_stats"].MaxEntries = maxBackends
 	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
 		return nil, err
 	}
@@ -233,6 +294,9 @@ func (d *Dataplane) Close() error {
 // AttachMode reports how XDP is attached: "native" or "generic".
 func (d *Dataplane) AttachMode() string { return d.mode }
 
+// MaxBackends is the number of backend IDs the maps hold.
+func (d *Dataplane) MaxBackends() uint32 { return d.maxBack }
+
 // TableSize is the Maglev table size the program was loaded with.
 func (d *Dataplane) TableSize() uint32 { return d.tableSize }
 
@@ -243,7 +307,7 @@ func (d *Dataplane) PinPath() string { return d.pinPath }
 // address of each backend they name (copied when the table is written),
 // so an id keeps its address until DeleteBackend frees it.
 func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
-	if id >= MaxBackends || !addr.Is4() || addr.IsUnspecified() {
+	if id >= d.maxBack || !addr.Is4() || addr.IsUnspecified() {
 		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, addr)
 	}
 	d.mu.Lock()
@@ -265,7 +329,7 @@ func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
 // DeleteBackend clears backend id and its counters. Tables must no longer
 // reference it.
 func (d *Dataplane) DeleteBackend(id uint32) error {
-	if id >= MaxBackends {
+	if id >= d.maxBack {
 		return fmt.Errorf("backend %d: id out of range", id)
 	}
 	d.mu.Lock()

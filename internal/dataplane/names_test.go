@@ -60,7 +60,7 @@ func TestLimitsMatchC(t *testing.T) {
 	if n := spec.Maps["svc_index"].MaxEntries; n != SvcSlots || SvcSlots < 4*MaxServices {
 		t.Errorf("svc_index map %d entries, SvcSlots %d, MaxServices %d", n, SvcSlots, MaxServices)
 	}
-	if n := spec.Maps["backends"].MaxEntries; n != MaxBackends {
-		t.Errorf("backends map %d entries, MaxBackends %d", n, MaxBackends)
+	if n := spec.Maps["backends"].MaxEntries; n != DefaultMaxBackends {
+		t.Errorf("backends map %d entries, DefaultMaxBackends %d", n, DefaultMaxBackends)
 	}
 }

@@ -53,7 +53,13 @@ func StartAgents(ctx context.Context, p lab.Plan, services []Service) error {
 // then. Tests restart a stopped agent with it: the file is not rewritten,
 // so it may hold settings that WriteConfig does not write.
 func StartAgent(ctx context.Context, p lab.Plan, node lab.Host, services []Service) (*api.Status, error) {
-	pid, err := startAgent(p, node)
+	return StartAgentBinary(ctx, p, node, services, p.Spec.Binary)
+}
+
+// StartAgentBinary is StartAgent with another xlb binary than the lab's:
+// an upgrade, or a downgrade.
+func StartAgentBinary(ctx context.Context, p lab.Plan, node lab.Host, services []Service, binary string) (*api.Status, error) {
+	pid, err := startAgentBinary(p, node, binary)
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +67,11 @@ func StartAgent(ctx context.Context, p lab.Plan, node lab.Host, services []Servi
 }
 
 func startAgent(p lab.Plan, node lab.Host) (pid int, err error) {
-	pid, err = lab.StartProcess(p.Spec.Prefix, node.Namespace, AgentName(node), p.Spec.Binary, "agent", "--config", ConfigPath(p, node))
+	return startAgentBinary(p, node, p.Spec.Binary)
+}
+
+func startAgentBinary(p lab.Plan, node lab.Host, binary string) (pid int, err error) {
+	pid, err = lab.StartProcess(p.Spec.Prefix, node.Namespace, AgentName(node), binary, "agent", "--config", ConfigPath(p, node))
 	if err != nil {
 		return 0, fmt.Errorf("start the agent of %s: %w", node.Name, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -28,16 +29,21 @@ func RequireRoot(t testing.TB, what string) {
 	t.Skipf("%s need root", what)
 }
 
-// BuildXLB builds cmd/xlb into a new temporary directory and returns the
-// binary's path and a function that removes it. Tests whose code runs xlb
-// subcommands (lab serve, netns-exec) need it: the test binary has none.
-func BuildXLB() (string, func(), error) {
+// BuildXLB builds cmd/xlb, with the given build tags, into a new
+// temporary directory and returns the binary's path and a function that
+// removes it. Tests whose code runs xlb subcommands (lab serve,
+// netns-exec) need it: the test binary has none.
+func BuildXLB(tags ...string) (string, func(), error) {
 	dir, err := os.MkdirTemp("", "xlb-test")
 	if err != nil {
 		return "", nil, err
 	}
 	bin := filepath.Join(dir, "xlb")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/xlbproject/xlb/cmd/xlb").CombinedOutput()
+	args := []string{"build", "-o", bin}
+	if len(tags) > 0 {
+		args = append(args, "-tags", strings.Join(tags, ","))
+	}
+	out, err := exec.Command("go", append(args, "github.com/xlbproject/xlb/cmd/xlb")...).CombinedOutput()
 	if err != nil {
 		os.RemoveAll(dir)
 		return "", nil, fmt.Errorf("build xlb: %v\n%s", err, out)

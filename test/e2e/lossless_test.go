@@ -15,9 +15,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
 // testLossless checks the promise that nothing an operator does to a
@@ -25,8 +30,117 @@ import (
 // restart of the agent, graceful or not.
 func (e *env) testLossless(t *testing.T) {
 	t.Run("InvalidConfigWhileServing", e.testInvalidConfig)
-	t.Run("RestartSIGTERM", func(t *testing.T) { e.testRestart(t, syscall.SIGTERM) })
-	t.Run("RestartSIGKILL", func(t *testing.T) { e.testRestart(t, syscall.SIGKILL) })
+	t.Run("RestartSIGTERM", func(t *testing.T) { e.testRestart(t, restart{sig: syscall.SIGTERM}) })
+	t.Run("RestartSIGKILL", func(t *testing.T) { e.testRestart(t, restart{sig: syscall.SIGKILL}) })
+	t.Run("UpgradeBytecode", e.testUpgrade)
+	t.Run("LayoutMigration", e.testLayoutMigration)
+}
+
+// restart says how testRestart restarts the agents.
+type restart struct {
+	sig syscall.Signal
+	// binary starts the new agents ("": the lab's xlb).
+	binary string
+	// config, if set, rewrites each node's configuration file while no
+	// agent runs.
+	config func(t *testing.T, node lab.Host)
+	// migrates: the new agents cannot adopt the pinned maps' layout and
+	// program fresh ones, so the counters restart.
+	migrates bool
+}
+
+// testUpgrade restarts the agents with a build whose LB program has other
+// bytecode (`-tags xlbupgradetest`, see internal/dataplane/gen.go) and the
+// same maps: the new program must replace the old one in the pinned link
+// with nothing lost, counters included, and the attached program's tag
+// must change.
+func (e *env) testUpgrade(t *testing.T) {
+	next, remove, err := testenv.BuildXLB("xlbupgradetest")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remove()
+	before := e.attachedTags(t)
+	e.testRestart(t, restart{sig: syscall.SIGTERM, binary: next})
+	after := e.attachedTags(t)
+	for i, n := range e.p.Nodes {
+		t.Logf("%s: program tag %s before, %s after the upgrade", n.Name, before[i], after[i])
+		if before[i] == after[i] {
+			t.Errorf("%s: the attached program's tag stayed %s: the upgrade did not replace the bytecode", n.Name, before[i])
+		}
+	}
+	// Back to the lab's build, also without loss.
+	e.testRestart(t, restart{sig: syscall.SIGTERM})
+	if back := e.attachedTags(t); !slices.Equal(back, before) {
+		t.Errorf("program tags %v after the downgrade, want %v", back, before)
+	}
+}
+
+// testLayoutMigration restarts the agents with a configuration that sizes
+// the backend maps differently, so the pinned maps no longer fit: the new
+// agent programs fresh maps and switches over without loss; then back.
+func (e *env) testLayoutMigration(t *testing.T) {
+	bigger := func(t *testing.T, node lab.Host) {
+		path := labrun.ConfigPath(e.p, node)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		const at = "\n  pinPath: "
+		if !strings.Contains(string(b), at) {
+			t.Fatalf("%s: no dataplane.pinPath line to add maxBackends beside:\n%s", path, b)
+		}
+		b = []byte(strings.Replace(string(b), at, "\n  maxBackends: 32768"+at, 1))
+		if err := writeFile(path, b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	standard := func(t *testing.T, node lab.Host) {
+		if err := labrun.WriteConfig(e.p, node, e.services); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, n := range e.p.Nodes {
+			standard(t, n)
+		}
+	})
+	e.testRestart(t, restart{sig: syscall.SIGTERM, config: bigger, migrates: true})
+	e.testRestart(t, restart{sig: syscall.SIGTERM, config: standard, migrates: true})
+}
+
+// attachedTags returns the tag (a hash of the bytecode) of the XDP
+// program on each node's interface.
+func (e *env) attachedTags(t *testing.T) []string {
+	t.Helper()
+	var tags []string
+	for _, n := range e.p.Nodes {
+		var id uint32
+		err := netns.Do(n.Namespace, func() error {
+			l, err := netlink.LinkByName(n.Interface)
+			if err != nil {
+				return err
+			}
+			if x := l.Attrs().Xdp; x != nil && x.Attached {
+				id = x.ProgId
+			}
+			return nil
+		})
+		if err != nil || id == 0 {
+			t.Fatalf("%s: no XDP program on %s (%v)", n.Name, n.Interface, err)
+		}
+		p, err := ebpf.NewProgramFromID(ebpf.ProgramID(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		info, err := p.Info()
+		p.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tags = append(tags, info.Tag)
+	}
+	return tags
 }
 
 // statuses returns every node's agent status, in node order.
@@ -289,7 +403,8 @@ func (e *env) liveConns(t *testing.T, ctx context.Context, k int, every time.Dur
 // connections flow, leaves the nodes without agents for a second, and
 // starts the agents again: the pinned data plane must forward throughout,
 // and the new agents must adopt it, counters included.
-func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
+func (e *env) testRestart(t *testing.T, r restart) {
+	sig := r.sig
 	ctx := testCtx(t)
 	t.Cleanup(func() { e.ensureAgents(t) })
 	const (
@@ -319,11 +434,20 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 		e.stopAgent(t, n, sig)
 	}
 	t1 := time.Now()
+	if r.config != nil {
+		for _, n := range e.p.Nodes {
+			r.config(t, n)
+		}
+	}
 	time.Sleep(gap)
 	t2 := time.Now()
 	restarted := make([]*api.Status, len(e.p.Nodes))
+	binary := r.binary
+	if binary == "" {
+		binary = e.p.Spec.Binary
+	}
 	for i, n := range e.p.Nodes {
-		st, err := labrun.StartAgent(ctx, e.p, n, e.services)
+		st, err := labrun.StartAgentBinary(ctx, e.p, n, e.services, binary)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -365,7 +489,7 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 	}
 	sent := int64(s1.Clients[0].IP.TCPOutSegs) - int64(s0.Clients[0].IP.TCPOutSegs)
 	t.Logf("from just before the stop to just after the start: the client sent %d TCP segments, the nodes' web counters grew by %d", sent, fwd)
-	if fwd < sent-inFlight {
+	if !r.migrates && fwd < sent-inFlight {
 		t.Errorf("the nodes' web counters grew by %d across the restart, the client sent %d segments: want the counters continued, not reset", fwd, sent)
 	}
 	for i, n := range e.p.Nodes {
@@ -387,6 +511,26 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 		}
 		old, cur := serviceNamed(before[i], e.web().Name).Counters, serviceNamed(st, e.web().Name).Counters
 		t.Logf("%s: web counters %d packets before, %d after the restart", n.Name, old.Packets, cur.Packets)
+		log, err := os.ReadFile(lab.LogFile(e.p.Spec.Prefix, labrun.AgentName(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		last := string(log)
+		if i := strings.LastIndex(last, "--- "); i >= 0 {
+			last = last[i:]
+		}
+		migrated := strings.Contains(last, "the pinned maps do not fit this version")
+		if migrated != r.migrates {
+			t.Errorf("%s: the restarted agent migrated the maps: %v, want %v: %s", n.Name, migrated, r.migrates, last)
+		}
+		if r.migrates {
+			// Fresh maps: the counters start again, with what the
+			// new maps counted since the switch.
+			if cur.Packets >= old.Packets {
+				t.Errorf("%s: web counters %+v after migrating, %+v before: want them restarted", n.Name, cur, old)
+			}
+			continue
+		}
 		if old.Packets == 0 || cur.Packets <= old.Packets || cur.Bytes <= old.Bytes {
 			t.Errorf("%s: web counters %+v after the restart, %+v before: want them continued, not reset", n.Name, cur, old)
 		}
@@ -398,11 +542,7 @@ func (e *env) testRestart(t *testing.T, sig syscall.Signal) {
 				t.Errorf("%s: backend %s of web: %d packets after the restart, %d before", n.Name, b.Address, c.Packets, b.Counters.Packets)
 			}
 		}
-		log, err := os.ReadFile(lab.LogFile(e.p.Spec.Prefix, labrun.AgentName(n)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i := strings.LastIndex(string(log), "--- "); i < 0 || !strings.Contains(string(log[i:]), "adopted the pinned data plane state") {
+		if !strings.Contains(last, "adopted the pinned data plane state") {
 			t.Errorf("%s: the restarted agent's log does not say it adopted the pinned state: %s", n.Name, labrun.AgentLogs(e.p)[n.Name])
 		}
 	}

@@ -1,0 +1,290 @@
+package dataplane
+
+import (
+	"crypto/sha256"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// A struct of the same size with its members reordered is another layout.
+func TestDescribeTypeSeesMemberOrder(t *testing.T) {
+	u32 := &btf.Int{Name: "u32", Size: 4}
+	u64 := &btf.Int{Name: "u64", Size: 8}
+	a := &btf.Struct{Name: "v", Size: 16, Members: []btf.Member{{Name: "a", Type: u64, Offset: 0}, {Name: "b", Type: u32, Offset: 64}}}
+	b := &btf.Struct{Name: "v", Size: 16, Members: []btf.Member{{Name: "b", Type: u32, Offset: 0}, {Name: "a", Type: u64, Offset: 64}}}
+	if describeType(a, 0) == describeType(b, 0) {
+		t.Fatalf("reordered struct described alike: %s", describeType(a, 0))
+	}
+	same := &btf.Typedef{Name: "alias", Type: a}
+	if describeType(same, 0) != describeType(a, 0) {
+		t.Errorf("a typedef changes the description: %s vs %s", describeType(same, 0), describeType(a, 0))
+	}
+}
+
+// The fingerprints follow the load-time sizes and nothing else.
+func TestSpecLayout(t *testing.T) {
+	spec := func(table, backends uint32) layout {
+		s, err := lbSpec(fxNode, table, backends)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return specLayout(s)
+	}
+	base := spec(fxTableSize, DefaultMaxBackends)
+	if _, ok := base[".rodata"]; ok {
+		t.Error("global-variable maps are fingerprinted; they belong to one program version")
+	}
+	for _, name := range []string{"svc_index", "vips", "backends", "maglev_tables", "svc_retired", "backend_stats", "reasons"} {
+		if _, ok := base[name]; !ok {
+			t.Errorf("no fingerprint for %s", name)
+		}
+	}
+	if !mapsEqual(base, spec(fxTableSize, DefaultMaxBackends)) {
+		t.Error("the same spec fingerprints differently twice")
+	}
+	var changed []string
+	for name, fp := range spec(fxTableSize, 2*DefaultMaxBackends) {
+		if base[name] != fp {
+			changed = append(changed, name)
+		}
+	}
+	slices.Sort(changed)
+	if !slices.Equal(changed, []string{"backend_stats", "backends"}) {
+		t.Errorf("doubling maxBackends changes %v, want backend_stats and backends", changed)
+	}
+	if spec(65537, DefaultMaxBackends)["maglev_tables"] == base["maglev_tables"] {
+		t.Error("the inner table size is not part of maglev_tables' fingerprint")
+	}
+}
+
+func mapsEqual(a, b layout) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func loadIn(t *testing.T, ns string, opts Options) (*Dataplane, error) {
+	t.Helper()
+	var d *Dataplane
+	err := netns.Do(ns, func() error {
+		var err error
+		d, err = Load(opts)
+		return err
+	})
+	return d, err
+}
+
+func pinnedMapID(t *testing.T, path string) ebpf.MapID {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
+}
+
+// progMaps lists the IDs of the maps the program attached to veth0 uses.
+func progMaps(t *testing.T, f *fixtureNS) []ebpf.MapID {
+	t.Helper()
+	p, err := ebpf.NewProgramFromID(ebpf.ProgramID(xdpProgID(t, f.name, "veth0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	info, err := p.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, _ := info.MapIDs()
+	return ids
+}
+
+// A change of map layout (here: the backend maps' size) migrates: fresh
+// maps are programmed while the old program keeps its maps, the program
+// switch takes the new ones, and only then the pins and the record move.
+func TestLayoutMigration(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Migrated() != "" {
+		t.Errorf("fresh state reported as migrated: %s", d.Migrated())
+	}
+	if err := d.UpsertBackend(0, fxBackend); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.UpsertService(Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	// Same layout: adopted.
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Migrated() != "" {
+		t.Errorf("same layout migrated: %s", d.Migrated())
+	}
+	d.Close()
+	oldBackends := pinnedMapID(t, filepath.Join(pin, "backends"))
+	oldStats := pinnedMapID(t, filepath.Join(pin, "backend_stats"))
+	oldProgMaps := progMaps(t, f)
+	if !slices.Contains(oldProgMaps, oldStats) {
+		t.Fatalf("the attached program does not use the pinned backend_stats")
+	}
+
+	opts.MaxBackends = 2 * DefaultMaxBackends
+	d, err = loadIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if why := d.Migrated(); !strings.Contains(why, "backend_stats") || !strings.Contains(why, "backends") || strings.Contains(why, "svc_index") {
+		t.Errorf("migration reason %q, want the two backend maps and nothing else", why)
+	}
+	if svcs, err := d.Services(); err != nil || len(svcs) != 0 {
+		t.Errorf("migrated maps hold services %v (%v), want fresh ones", svcs, err)
+	}
+	if err := d.UpsertBackend(DefaultMaxBackends+5, fxBackend); err != nil {
+		t.Fatalf("a backend ID beyond the old size: %v", err)
+	}
+	// Until Attach, the old program and its maps serve, pinned as before.
+	if got := pinnedMapID(t, filepath.Join(pin, "backends")); got != oldBackends {
+		t.Errorf("backends pin moved before the switch: %d, was %d", got, oldBackends)
+	}
+	if got := progMaps(t, f); !slices.Equal(got, oldProgMaps) {
+		t.Errorf("attached program's maps changed before the switch")
+	}
+	if err := d.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	newBackends := pinnedMapID(t, filepath.Join(pin, "backends"))
+	if newBackends == oldBackends {
+		t.Error("backends pin did not move to the new map")
+	}
+	// (The program reads backend_stats; backends is the agent's record.)
+	if stats := pinnedMapID(t, filepath.Join(pin, "backend_stats")); !slices.Contains(progMaps(t, f), stats) {
+		t.Errorf("the attached program does not use the new backend_stats map %d", stats)
+	}
+	d.Close()
+
+	// The record was rewritten: the next agent of this version adopts.
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Migrated() != "" {
+		t.Errorf("migrated twice: %s", d.Migrated())
+	}
+	if bes, err := d.Backends(); err != nil || bes[DefaultMaxBackends+5] != fxBackend {
+		t.Errorf("backends after adoption %v (%v)", bes, err)
+	}
+}
+
+// A record this version cannot read refuses the state, touching nothing.
+func TestLayoutRefusesNewerFormat(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v [sha256.Size]byte
+	v[0] = layoutFormat + 1
+	if err := m.Put(formatKey, v); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	before := pinnedMapID(t, filepath.Join(pin, "svc_index"))
+	prog := xdpProgID(t, f.name, "veth0")
+
+	_, err = openIn(t, f.name, opts)
+	if err == nil || !strings.Contains(err.Error(), "newer xlb") || !strings.Contains(err.Error(), "xlb cleanup") {
+		t.Fatalf("Open over a newer layout record: %v, want a refusal that says what to do", err)
+	}
+	if pinnedMapID(t, filepath.Join(pin, "svc_index")) != before || xdpProgID(t, f.name, "veth0") != prog {
+		t.Error("a refused Open changed the pinned state")
+	}
+	// The refusal released the pin path for the next try.
+	_, err = openIn(t, f.name, opts)
+	if err == nil || strings.Contains(err.Error(), "another xlb agent") {
+		t.Errorf("second try: %v, want the same refusal, not a held lock", err)
+	}
+}
+
+// State from before layout records, or with a record that disagrees about
+// one map, is migrated as a whole.
+func TestLayoutMissingOrChangedRecord(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var junk [sha256.Size]byte
+	if err := m.Put(layoutKey("reasons"), junk); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := d.Migrated(); why != "map layouts changed: reasons" {
+		t.Errorf("reason %q, want only reasons", why)
+	}
+	d.Close()
+
+	if err := os.Remove(filepath.Join(pin, layoutPin)); err != nil {
+		t.Fatal(err)
+	}
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if why := d.Migrated(); !strings.Contains(why, "no layout record") {
+		t.Errorf("reason %q, want the missing record", why)
+	}
+}
