@@ -48,10 +48,12 @@ root-test: deps build lint check-generated
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/maglev/
 	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/bfd/
 
 root-bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/
 	$(GO) run ./bench/lbbench -out bench/results -svg docs/img/bench-lb.svg -doc docs/benchmarks.md
+	$(GO) run ./bench/ctlbench -out bench/results -svg docs/img/bench-ctl.svg -doc docs/benchmarks.md
 
 clean:
 	rm -rf bin

@@ -14,6 +14,10 @@ declare -A need=(
 	[ethtool]=/usr/sbin/ethtool
 	[curl]=/usr/bin/curl
 	[wrk]=/usr/bin/wrk
+	# BGP peers of the lab and the tests: FRR (zebra, bgpd, bfdd, vtysh)
+	# and gobgpd as the route reflector.
+	[frr]=/usr/lib/frr/bgpd
+	[gobgpd]=/usr/bin/gobgpd
 )
 missing=()
 for pkg in "${!need[@]}"; do
@@ -27,7 +31,9 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# RUNLEVEL=1: invoke-rc.d starts no service (frr, gobgpd) on the host;
+	# the lab runs its own daemons inside namespaces.
+	RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
 # Go: the module needs the version in go.mod.

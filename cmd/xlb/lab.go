@@ -36,6 +36,8 @@ func runLab(args []string) error {
 		return labStatus(args[1:])
 	case "serve": // hidden: the backends' embedded servers
 		return labServe(args[1:])
+	case "router": // hidden: the embedded upstream router
+		return labRouter(args[1:])
 	case "-h", "--help", "help":
 		fmt.Fprintln(os.Stderr, labUsage)
 		return flag.ErrHelp
@@ -70,6 +72,9 @@ func labUp(args []string) error {
 	clients := fs.Int("clients", lab.DefaultClients, "number of client namespaces")
 	nodes := fs.Int("nodes", lab.DefaultNodes, "number of xlb node namespaces")
 	backends := fs.Int("backends", lab.DefaultBackends, "number of backend namespaces")
+	routerKind := fs.String("router", lab.RouterStatic, "upstream `router`: static (a fixed multipath route over all nodes), embedded (xlb's BGP router) or frr (FRR's zebra and bgpd); the BGP routers route each VIP over the nodes that announce it")
+	reflector := fs.Bool("reflector", false, "put a gobgpd route reflector between the nodes and the router (needs --router frr)")
+	bfd := fs.Bool("bfd", false, "run BFD between the router and the nodes, 100ms x 3 (needs --router embedded or frr)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -82,7 +87,8 @@ func labUp(args []string) error {
 	// Ctrl-C while building still removes the half-built lab.
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends})
+	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd})
 	if err != nil {
 		return err
 	}
@@ -106,8 +112,21 @@ func printPlan(p lab.Plan) {
 	for _, n := range p.Nodes {
 		nodes = append(nodes, n.Addr.String())
 	}
-	fmt.Printf("\nrouter %s routes %s over %s; backends accept VIPs %s.\n",
-		p.Router, p.VIPPrefix, strings.Join(nodes, ", "), strings.Join(vips, ", "))
+	if b := p.BGP; b != nil {
+		fmt.Printf("\nrouter %s (%s) routes each VIP over the nodes that announce it over BGP; backends accept VIPs %s.\n",
+			p.Router, p.Spec.Router, strings.Join(vips, ", "))
+		fmt.Printf("xlb nodes announce as AS %d to %s (AS %d)", b.NodeASN, b.PeerAddr, b.PeerASN)
+		if p.Reflector != nil {
+			fmt.Printf(", the route reflector in %s", p.Reflector.Namespace)
+		}
+		if b.BFD != nil {
+			fmt.Printf("; the router runs BFD (%s x %d)", b.BFD.MinRx, b.BFD.Multiplier)
+		}
+		fmt.Println(".")
+	} else {
+		fmt.Printf("\nrouter %s routes %s over %s; backends accept VIPs %s.\n",
+			p.Router, p.VIPPrefix, strings.Join(nodes, ", "), strings.Join(vips, ", "))
+	}
 	fmt.Printf("No xlb agent runs yet. Try:\n  ip netns exec %s curl -s http://%s/\n  xlb lab status --prefix %s\n  xlb lab down --prefix %s\n",
 		p.Clients[0].Namespace, p.Backends[0].Addr, p.Spec.Prefix, p.Spec.Prefix)
 }

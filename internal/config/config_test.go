@@ -41,9 +41,20 @@ func TestLoadFullExample(t *testing.T) {
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
 		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends},
+		BGP: &BGP{
+			ASN: 65001, RouterID: ip("10.0.1.2"), HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
+			DrainTime: 5 * time.Second, ListenPort: 179,
+			Peers: []Peer{
+				{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
+					BFD: &BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 3}},
+				{Address: ip("10.0.2.1"), ASN: 65001, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, Passive: true},
+			},
+		},
 		Services: []Service{
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
+				BGP: RouteAttributes{Communities: []string{"65000:100", "no-export"}, LargeCommunities: []string{"65000:1:2"},
+					LocalPreference: ptr(uint32(200)), MED: ptr(uint32(10))},
 				Backends: []Backend{
 					{Address: ip("10.0.3.2"), Port: 80, Weight: 1, HealthCheck: webCheck},
 					{Address: ip("10.0.3.3"), Port: 80, Weight: 2, HealthCheck: healthz},
@@ -62,7 +73,12 @@ func TestLoadFullExample(t *testing.T) {
 	if !reflect.DeepEqual(cfg, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", cfg, want)
 	}
+	if err := invariants(cfg); err != nil {
+		t.Error(err)
+	}
 }
+
+func ptr[T any](v T) *T { return &v }
 
 // The example in the documentation must stay valid: it is what users copy.
 func TestDocExampleParses(t *testing.T) {
@@ -327,10 +343,8 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- node\n", 1, "", "the top level must be a mapping"},
 		{"missing node", "services: []\n", 1, "node", "required section is missing"},
 		{"unknown top-level field", "node: {interface: eth0}\nservice: []\n", 2, "service", `did you mean "services"?`},
-		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, services"},
+		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, services"},
 		{"duplicate field", "node: {interface: eth0}\nnode: {interface: eth1}\n", 2, "node", "appears twice"},
-		{"bgp section", "node: {interface: eth0}\nbgp:\n  asn: 65001\n", 2, "bgp", "BGP is not implemented in this version of xlb yet; remove the bgp section"},
-		{"empty bgp section", "node: {interface: eth0}\nbgp: {}\n", 2, "bgp", "BGP is not implemented"},
 
 		// node
 		{"node is a list", "node: [eth0]\n", 1, "node", "expected a mapping"},
@@ -426,6 +440,8 @@ func TestParseErrors(t *testing.T) {
 		{"interval too long", withCheck("{type: tcp, interval: 2h}", ""), 7, "services[0].healthCheck.interval", "2h is above the maximum 1h0m0s"},
 		{"interval is a list", withCheck("{type: tcp, interval: [1s]}", ""), 7, "services[0].healthCheck.interval", "expected a duration such as 500ms or 2s, got a list"},
 		{"timeout zero", withCheck("{type: tcp, timeout: 0s}", ""), 7, "services[0].healthCheck.timeout", "0s is not above 0"},
+		{"timeout a bare zero", withCheck("{type: tcp, timeout: 0}", ""), 7, "services[0].healthCheck.timeout", "0 is not above 0"},
+		{"interval a bare zero", withCheck("{type: tcp, interval: 0}", ""), 7, "services[0].healthCheck.interval", "0 is below the minimum 10ms"},
 		{"timeout negative", withCheck("{type: tcp, timeout: -1s}", ""), 7, "services[0].healthCheck.timeout", "-1s is not above 0"},
 		{"timeout above the interval", withCheck("{type: tcp, interval: 1s, timeout: 2s}", ""), 7, "services[0].healthCheck.timeout",
 			"2s is longer than the interval 1s (services[0].healthCheck.interval, line 7); a probe must end before the next one starts"},
@@ -483,29 +499,34 @@ func TestParseErrors(t *testing.T) {
 		{"weird field name stays on one line", "node:\n  \"a\\nb\": 1\n  interface: eth0\n", 2, `node."a\nb"`, "unknown field"},
 	}
 	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			cfg, err := Parse(file, []byte(tc.yaml))
-			if err == nil {
-				t.Fatalf("no error; want %q", tc.want)
-			}
-			if cfg != nil {
-				t.Errorf("got a config together with an error")
-			}
-			prefix := file + ": "
-			if tc.line > 0 {
-				prefix = fmt.Sprintf("%s:%d: ", file, tc.line)
-			}
-			if tc.path != "" {
-				prefix += tc.path + ": "
-			}
-			for _, line := range strings.Split(err.Error(), "\n") {
-				if strings.HasPrefix(line, prefix) && strings.Contains(line, tc.want) {
-					return
-				}
-			}
-			t.Errorf("no error line starts with %q and contains %q; got:\n%v", prefix, tc.want, err)
-		})
+		t.Run(tc.name, func(t *testing.T) { wantError(t, tc.yaml, tc.line, tc.path, tc.want) })
 	}
+}
+
+// wantError checks that Parse rejects in with an error line at line (0:
+// none) and path ("" for the whole file) whose reason contains want.
+func wantError(t *testing.T, in string, line int, path, want string) {
+	t.Helper()
+	cfg, err := Parse(file, []byte(in))
+	if err == nil {
+		t.Fatalf("no error; want %q", want)
+	}
+	if cfg != nil {
+		t.Errorf("got a config together with an error")
+	}
+	prefix := file + ": "
+	if line > 0 {
+		prefix = fmt.Sprintf("%s:%d: ", file, line)
+	}
+	if path != "" {
+		prefix += path + ": "
+	}
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if strings.HasPrefix(l, prefix) && strings.Contains(l, want) {
+			return
+		}
+	}
+	t.Errorf("no error line starts with %q and contains %q; got:\n%v", prefix, want, err)
 }
 
 // backendLines returns n backend list items with distinct addresses,
@@ -713,8 +734,22 @@ func TestSuggest(t *testing.T) {
 			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
 		}
 	}
-	if got := suggest("pin_path", dataplaneFields); got != "pinPath" {
-		t.Errorf("suggest(pin_path) = %q, want pinPath", got)
+	for _, tc := range []struct {
+		in    string
+		known []string
+		want  string
+	}{
+		{"pin_path", dataplaneFields, "pinPath"},
+		{"community", routeFields, "communities"},
+		{"large_community", routeFields, "largeCommunities"},
+		{"peer", bgpFields, "peers"},
+		{"service", topFields, "services"},
+		{"nodes", topFields, "node"},
+		{"router_id", bgpFields, "routerID"},
+	} {
+		if got := suggest(tc.in, tc.known); got != tc.want {
+			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
+		}
 	}
 }
 

@@ -366,13 +366,7 @@ func (d *decoder) unknown(k *yaml.Node, path, name string, known []string) {
 		d.suggested[join(path, s)] = true
 		return
 	}
-	var valid []string
-	for _, k := range known {
-		if k != "bgp" { // known, but rejected for now
-			valid = append(valid, k)
-		}
-	}
-	d.errorf(k, at, "unknown field; valid fields here: %s", strings.Join(valid, ", "))
+	d.errorf(k, at, "unknown field; valid fields here: %s", strings.Join(known, ", "))
 }
 
 // missing reports a required field that is absent, unless a misspelling
@@ -537,11 +531,17 @@ var separators = strings.NewReplacer("_", "", "-", "")
 
 // suggest returns the known name closest to a misspelt one, or "" when
 // none is close: same letters ignoring case, '_' and '-' (table_size,
-// TableSize), or at most two edits away for longer names.
+// TableSize), the singular for a plural or the other way round
+// (community, communities), or at most two edits away for longer names.
 func suggest(name string, known []string) string {
 	norm := func(s string) string { return strings.ToLower(separators.Replace(s)) }
 	for _, k := range known {
 		if norm(k) == norm(name) {
+			return k
+		}
+	}
+	for _, k := range known {
+		if singular(norm(k)) == singular(norm(name)) {
 			return k
 		}
 	}
@@ -557,6 +557,14 @@ func suggest(name string, known []string) string {
 		}
 	}
 	return best
+}
+
+// singular strips an English plural ending: communities, peers.
+func singular(s string) string {
+	if stem, ok := strings.CutSuffix(s, "ies"); ok {
+		return stem + "y"
+	}
+	return strings.TrimSuffix(s, "s")
 }
 
 // editDistance is the optimal string alignment distance: insertions,

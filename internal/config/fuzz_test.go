@@ -3,12 +3,15 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/big"
 	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -30,6 +33,10 @@ func FuzzParse(f *testing.F) {
 		"node: {interface: eth0}\nservices:\n  - &s {name: a, vip: 10.99.0.1, port: 53, protocol: udp, backends: &b [{address: 10.0.3.2, weight: 0}, {address: 10.0.3.3}]}\n  - {<<: *s, name: b, protocol: tcp, forwarding: dsr-gue}\n",
 		"node: {interface: eth0, address: 10.0.1.2}\napi: {socket: /run/x.sock, metrics: \"[::1]:9400\"}\ndataplane: {pinPath: /sys/fs/bpf/x, attachMode: generic, tableSize: 251}\n",
 		"node:\n  interfce: eth0\nbgp: {asn: 1}\n",
+		"node: {interface: eth0}\nbgp: {asn: 65001, holdTime: 0, keepalive: 1s, listenPort: 0, peers: [{address: 10.0.1.1, asn: 65001, multihop: 2, passive: true}, {address: 10.0.1.1, asn: 1.10, bfd: true}]}\n",
+		"node: {interface: eth0, address: 10.0.1.2}\nbgp:\n  asn: 4294967295\n  routerID: 1.2.3.4\n  holdTime: 30s\n  keepalive: 10s\n  drainTime: 0\n  peers:\n    - &p {address: 10.0.1.1, asn: 65000, port: 1179, password: \"k\", holdTime: 0, multihop: 3, passive: true}\n    - {<<: *p, address: 10.0.1.3, multihop: 0, bfd: {minRx: 10ms, minTx: 1m, multiplier: 255}}\n" +
+			"services:\n  - {name: a, vip: 10.99.0.1, port: 80, bgp: &r {communities: [no-export, \"65000:100\"], largeCommunities: [\"1:2:3\"], localPreference: 100, med: 0}, backends: [{address: 10.0.3.2}]}\n" +
+			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, bgp: *r, backends: [{address: 10.0.3.2}]}\n  - {name: c, vip: 10.99.0.1, port: 81, backends: [{address: 10.0.3.2}]}\n",
 		"node: {interface: eth0}\nservices:\n  - name: a\n    vip: 10.99.0.1\n    port: 80\n    healthCheck: {type: http, path: /h, expectStatus: \"200-204\", interval: 200ms, timeout: 150ms, rise: 1, fall: 3}\n    backends: [{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}, {address: 10.0.3.3, healthCheck: {interval: 1s}}]\n",
 	}
 	for _, s := range seeds {
@@ -135,8 +142,126 @@ func invariants(c *Config) error {
 	if total > int(c.Dataplane.MaxBackends) {
 		bad("%d backends", total)
 	}
+	if err := bgpInvariants(c); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }
+
+// bgpInvariants re-checks the bgp section and the services' route
+// attributes: the speaker relies on these.
+func bgpInvariants(c *Config) error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	routes := map[netip.Addr]RouteAttributes{}
+	for i, s := range c.Services {
+		a := s.BGP
+		if c.BGP == nil && !a.IsZero() {
+			bad("services[%d]: route attributes without a bgp section", i)
+		}
+		if first, ok := routes[s.VIP]; ok && !reflect.DeepEqual(first, a) {
+			bad("services[%d]: attributes differ from another service's with the VIP %s", i, s.VIP)
+		}
+		routes[s.VIP] = a
+		if len(a.Communities) > MaxCommunities || len(a.LargeCommunities) > MaxLargeCommunities {
+			bad("services[%d]: too many communities", i)
+		}
+		var prev uint64
+		for j, cs := range a.Communities {
+			v, ok := wellKnownValue[cs]
+			if !ok {
+				var hi, lo uint64
+				if n, err := fmt.Sscanf(cs, "%d:%d", &hi, &lo); n != 2 || err != nil || hi > 65535 || lo > 65535 || fmt.Sprintf("%d:%d", hi, lo) != cs {
+					bad("services[%d]: community %q not in normal form", i, cs)
+					continue
+				}
+				v = hi<<16 | lo
+				if _, named := wellKnownName[v]; named {
+					bad("services[%d]: community %q has a name", i, cs)
+				}
+			}
+			if j > 0 && v <= prev {
+				bad("services[%d]: communities not sorted and distinct: %q", i, a.Communities)
+			}
+			prev = v
+		}
+		var prevL [3]uint64
+		for j, lc := range a.LargeCommunities {
+			var v [3]uint64
+			if n, err := fmt.Sscanf(lc, "%d:%d:%d", &v[0], &v[1], &v[2]); n != 3 || err != nil || v[0] > math.MaxUint32 || v[1] > math.MaxUint32 || v[2] > math.MaxUint32 ||
+				fmt.Sprintf("%d:%d:%d", v[0], v[1], v[2]) != lc {
+				bad("services[%d]: large community %q not in normal form", i, lc)
+				continue
+			}
+			if j > 0 && slices.Compare(v[:], prevL[:]) <= 0 {
+				bad("services[%d]: large communities not sorted and distinct: %q", i, a.LargeCommunities)
+			}
+			prevL = v
+		}
+	}
+	b := c.BGP
+	if b == nil {
+		return errors.Join(errs...)
+	}
+	validASN := func(asn uint32) bool { return asn != 0 && asn != 23456 }
+	validTimers := func(hold, ka time.Duration) bool {
+		if hold == 0 {
+			return ka == 0
+		}
+		return hold >= 3*time.Second && hold <= 65535*time.Second && hold%time.Second == 0 &&
+			ka >= time.Second && ka < hold && ka%time.Second == 0
+	}
+	if !validASN(b.ASN) {
+		bad("bgp: invalid asn %d", b.ASN)
+	}
+	if b.RouterID.IsValid() && (!b.RouterID.Is4() || b.RouterID.IsUnspecified()) || !b.RouterID.IsValid() && c.Node.Address.IsValid() {
+		bad("bgp: invalid router ID %v (node address %v)", b.RouterID, c.Node.Address)
+	}
+	if !validTimers(b.HoldTime, b.Keepalive) || b.DrainTime < 0 || b.DrainTime > 10*time.Minute {
+		bad("bgp: invalid timers %+v", b)
+	}
+	if b.ListenPort < 0 || b.ListenPort > 65535 || len(b.Peers) == 0 {
+		bad("bgp: invalid listen port or no peers %+v", b)
+	}
+	addrs := map[netip.Addr]bool{}
+	for i, p := range b.Peers {
+		if !unicast4(p.Address) || addrs[p.Address] || p.Address == c.Node.Address {
+			bad("bgp.peers[%d]: invalid or duplicate address %v", i, p.Address)
+		}
+		addrs[p.Address] = true
+		if !validASN(p.ASN) || p.Port == 0 || !validTimers(p.HoldTime, p.Keepalive) {
+			bad("bgp.peers[%d]: invalid %+v", i, p)
+		}
+		if len(p.Password) > 80 || strings.ContainsFunc(p.Password, func(r rune) bool { return r < ' ' || r > '~' }) {
+			bad("bgp.peers[%d]: invalid password", i)
+		}
+		if p.Multihop > 0 && (p.ASN == b.ASN || p.BFD != nil) {
+			bad("bgp.peers[%d]: multihop %d for iBGP or with BFD", i, p.Multihop)
+		}
+		if p.Passive && b.ListenPort == 0 {
+			bad("bgp.peers[%d]: passive without a listener", i)
+		}
+		if f := p.BFD; f != nil && (f.MinRx < 10*time.Millisecond || f.MinRx > time.Minute || f.MinTx < 10*time.Millisecond || f.MinTx > time.Minute || f.Multiplier == 0) {
+			bad("bgp.peers[%d]: invalid bfd %+v", i, *f)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The well-known communities, written out again for the invariants.
+var (
+	wellKnownValue = map[string]uint64{
+		"no-export": 0xFFFFFF01, "no-advertise": 0xFFFFFF02, "no-export-subconfed": 0xFFFFFF03,
+		"no-peer": 0xFFFFFF04, "blackhole": 0xFFFF029A, "graceful-shutdown": 0xFFFF0000,
+	}
+	wellKnownName = func() map[uint64]string {
+		m := map[uint64]string{}
+		for k, v := range wellKnownValue {
+			m[v] = k
+		}
+		return m
+	}()
+)
 
 // checkInvariants re-checks a resolved health check: the prober relies on
 // these.

@@ -271,29 +271,11 @@ func (d *decoder) timeoutTooLong(c *checkSpec, timeout *setting[time.Duration], 
 	}
 }
 
-// duration returns the value of a duration field: a Go duration string
-// such as 500ms or 2s, above lo (inclusive; 0: above 0) and at most
-// MaxCheckInterval.
+// duration returns the value of a duration field above lo (inclusive;
+// 0: above 0) and at most MaxCheckInterval.
 func (d *decoder) duration(f field, path string, lo time.Duration) (time.Duration, bool) {
-	v := d.resolve(f.value)
-	if v == nil {
-		return 0, false
-	}
-	if isNull(v) {
-		d.errorf(f.key, path, "has no value; give one or remove the field")
-		return 0, false
-	}
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!int" || v.ShortTag() == "!!float") {
-			d.errorf(v, path, "expected a duration with a unit, got %s; write e.g. %sms or %ss", describe(v), v.Value, v.Value)
-		} else {
-			d.errorf(v, path, "expected a duration such as 500ms or 2s, got %s", describe(v))
-		}
-		return 0, false
-	}
-	t, err := time.ParseDuration(v.Value)
-	if err != nil {
-		d.errorf(v, path, "%s is not a duration; write a number with a unit (ms, s, m), e.g. 500ms or 2s", show(v.Value))
+	t, v, ok := d.durationValue(f, path)
+	if !ok {
 		return 0, false
 	}
 	switch {
@@ -308,6 +290,37 @@ func (d *decoder) duration(f field, path string, lo time.Duration) (time.Duratio
 		return 0, false
 	}
 	return t, true
+}
+
+// durationValue returns the value of a duration field, a Go duration
+// string such as 500ms or 2s, and its node for messages about its range.
+// A bare 0 is accepted: without a unit it can only mean zero.
+func (d *decoder) durationValue(f field, path string) (time.Duration, *yaml.Node, bool) {
+	v := d.resolve(f.value)
+	if v == nil {
+		return 0, nil, false
+	}
+	if isNull(v) {
+		d.errorf(f.key, path, "has no value; give one or remove the field")
+		return 0, nil, false
+	}
+	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0" {
+		return 0, v, true
+	}
+	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
+		if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!int" || v.ShortTag() == "!!float") {
+			d.errorf(v, path, "expected a duration with a unit, got %s; write e.g. %sms or %ss", describe(v), v.Value, v.Value)
+		} else {
+			d.errorf(v, path, "expected a duration such as 500ms or 2s, got %s", describe(v))
+		}
+		return 0, nil, false
+	}
+	t, err := time.ParseDuration(v.Value)
+	if err != nil {
+		d.errorf(v, path, "%s is not a duration; write a number with a unit (ms, s, m), e.g. 500ms or 2s", show(v.Value))
+		return 0, nil, false
+	}
+	return t, v, true
 }
 
 // statusRange returns the value of expectStatus: one HTTP status code

@@ -15,19 +15,13 @@ const maxFileSize = 16 << 20
 
 // Fields each mapping may hold, in the order the documentation lists them.
 var (
-	topFields       = []string{"node", "api", "dataplane", "services", "bgp"}
+	topFields       = []string{"node", "api", "dataplane", "bgp", "services"}
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
 	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends"}
-	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "backends"}
+	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "bgp", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
 )
-
-// bgpNotImplemented rejects the part of the contract this version does
-// not implement. It is an error, never ignored: a user who writes a bgp
-// section expects the VIPs to be announced.
-const bgpNotImplemented = "BGP is not implemented in this version of xlb yet; remove the bgp section " +
-	"(until then nothing is announced: route the VIPs to this node by other means, e.g. static routes on the router)"
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -68,14 +62,11 @@ func (d *decoder) config(data []byte) *Config {
 		return nil
 	}
 	if top.Kind != yaml.MappingNode {
-		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, services), got %s", describe(top))
+		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, bgp, services), got %s", describe(top))
 		return nil
 	}
 	fs := d.mapping(top, "", topFields)
 	cfg := &Config{}
-	if f, ok := fs["bgp"]; ok {
-		d.errorf(f.key, "bgp", "%s", bgpNotImplemented)
-	}
 	if f, ok := fs["node"]; ok {
 		cfg.Node = d.node(f, "node")
 	} else {
@@ -84,7 +75,11 @@ func (d *decoder) config(data []byte) *Config {
 	cfg.API = d.api(fs["api"], "api")
 	dp, tableSizeSet := d.dataplane(fs["dataplane"], "dataplane")
 	cfg.Dataplane = dp
-	cfg.Services = d.services(fs["services"], "services", dp, tableSizeSet)
+	f, hasBGP := fs["bgp"]
+	if hasBGP {
+		cfg.BGP = d.bgp(f, "bgp", cfg.Node)
+	}
+	cfg.Services = d.services(fs["services"], "services", dp, tableSizeSet, hasBGP)
 	return cfg
 }
 
@@ -195,7 +190,7 @@ type serviceAt struct {
 	line  int
 }
 
-func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet bool) []Service {
+func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, hasBGP bool) []Service {
 	if f.key == nil {
 		return nil
 	}
@@ -209,6 +204,7 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet bool
 	}
 	names := map[string]serviceAt{}
 	keys := map[Key]serviceAt{}
+	routes := map[netip.Addr]routeAt{}
 	out := make([]Service, 0, len(items))
 	total := 0 // backend entries over all services
 	overflow := false
@@ -225,12 +221,20 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet bool
 			d.errorf(item, p, "expected a service (a mapping with name, vip, port and backends), got %s", describe(item))
 			continue
 		}
-		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, tableSize: dp.TableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
+		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, routes: routes, hasBGP: hasBGP,
+			tableSize: dp.TableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
 		if !overflow && total+n > int(dp.MaxBackends) {
 			overflow = true
 		}
 		total += n
 		out = append(out, s)
+	}
+	// One route per VIP: a service that shares its VIP with one that
+	// wrote attributes announces the same route.
+	for i := range out {
+		if r, ok := routes[out[i].VIP]; ok && out[i].BGP.IsZero() {
+			out[i].BGP = r.attrs.clone()
+		}
 	}
 	if overflow {
 		d.errorf(f.key, path, "%d backend entries over all services exceed the limit of %d (dataplane.maxBackends) that the data plane holds; every backend of every service is one entry, drained ones included: raise dataplane.maxBackends (at most %d) or remove some", total, dp.MaxBackends, MaxBackends)
@@ -242,6 +246,8 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet bool
 type svcCtx struct {
 	names        map[string]serviceAt
 	keys         map[Key]serviceAt
+	routes       map[netip.Addr]routeAt // VIP -> the first service that wrote bgp attributes for it
+	hasBGP       bool                   // the file has a bgp section
 	tableSize    uint32
 	tableSizeSet bool
 	skipBackends bool // over MaxBackends already
@@ -324,6 +330,17 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 	if g, ok := fs["healthCheck"]; ok {
 		check = d.healthCheck(g, join(path, "healthCheck"))
 		d.resolveCheck(check, nil, s.Port, true)
+	}
+
+	if g, ok := fs["bgp"]; ok {
+		attrs, ok := d.routeAttributes(g, join(path, "bgp"))
+		switch {
+		case !c.hasBGP:
+			d.errorf(g.key, join(path, "bgp"), "nothing is announced without a bgp section: add a top-level bgp section with asn and peers, or remove this field")
+		case ok && !attrs.IsZero() && s.VIP.IsValid():
+			s.BGP = attrs
+			d.checkRoute(c.routes, s, serviceAt{index: i, name: s.Name, line: g.key.Line}, g, join(path, "bgp"))
+		}
 	}
 
 	// The key is checked only once its parts are valid: a service with a

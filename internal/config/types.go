@@ -5,6 +5,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 )
 
@@ -67,7 +68,9 @@ type Config struct {
 	Node      Node
 	API       API
 	Dataplane Dataplane
-	Services  []Service
+	// BGP is nil when the file has no bgp section: nothing is announced.
+	BGP      *BGP
+	Services []Service
 }
 
 // Node is the host the agent runs on.
@@ -110,6 +113,11 @@ type Service struct {
 	Protocol   Protocol
 	Forwarding Forwarding
 	Backends   []Backend
+	// BGP holds the path attributes of the route announced for the VIP.
+	// Services that share a VIP share one route, so each of them holds
+	// the same attributes, whichever of them wrote them. The zero value
+	// announces a plain route. Non-zero only when Config.BGP is set.
+	BGP RouteAttributes
 }
 
 // Backend is one real server of a service.
@@ -177,3 +185,141 @@ func (s Service) Key() Key { return Key{VIP: s.VIP, Port: s.Port, Protocol: s.Pr
 
 // String formats the key as VIP:port/protocol, e.g. 10.99.0.1:80/tcp.
 func (k Key) String() string { return fmt.Sprintf("%s:%d/%s", k.VIP, k.Port, k.Protocol) }
+
+// BGP defaults and limits.
+const (
+	// DefaultBGPPort is the TCP port of BGP: a peer's default port, and
+	// the default listener port when a peer is passive.
+	DefaultBGPPort = 179
+	// DefaultHoldTime is short for BGP (RFC 4271 suggests 90s): a node
+	// that dies is routed around within seconds even without BFD.
+	DefaultHoldTime = 9 * time.Second
+	MinHoldTime     = 3 * time.Second     // RFC 4271: 0 or at least 3s
+	MaxHoldTime     = 65535 * time.Second // a 16-bit count of seconds
+	// DefaultDrainTime is how long the agent waits after withdrawing its
+	// routes on SIGTERM, so that routers move traffic away before the
+	// data plane stops answering.
+	DefaultDrainTime = 5 * time.Second
+	MaxDrainTime     = 10 * time.Minute
+	// MaxPasswordLen is the kernel's limit for a TCP MD5 key
+	// (TCP_MD5SIG_MAXKEYLEN).
+	MaxPasswordLen = 80
+
+	DefaultBFDInterval   = 300 * time.Millisecond
+	DefaultBFDMultiplier = 3
+	MinBFDInterval       = 10 * time.Millisecond
+	MaxBFDInterval       = 60 * time.Second
+
+	// MaxCommunities and MaxLargeCommunities bound the attributes of one
+	// route, so that its UPDATE message always fits the 4096 bytes BGP
+	// allows (4 and 12 bytes per community).
+	MaxCommunities      = 100
+	MaxLargeCommunities = 100
+)
+
+// BGP is the speaker's configuration: what this node announces its VIPs
+// to. Every field holds its final value.
+type BGP struct {
+	// ASN is the local autonomous system number: never 0 nor AS_TRANS
+	// (23456).
+	ASN uint32
+	// RouterID is the BGP identifier. Default node.address; invalid (zero)
+	// when neither is in the file: the agent then takes the node address
+	// it resolves from the interface.
+	RouterID netip.Addr
+	// HoldTime and Keepalive are the section's timers, which every peer
+	// inherits unless it sets its own: the speaker uses Peer.HoldTime and
+	// Peer.Keepalive. HoldTime is 0 (no keepalives, and then Keepalive is
+	// 0 too) or MinHoldTime..MaxHoldTime in whole seconds; Keepalive is
+	// whole seconds below HoldTime.
+	HoldTime  time.Duration
+	Keepalive time.Duration
+	// DrainTime is how long the agent waits between withdrawing every
+	// route on SIGTERM and exiting, 0..MaxDrainTime.
+	DrainTime time.Duration
+	// ListenPort is the TCP port the speaker accepts sessions on, or 0 for
+	// no listener (the speaker only connects out). Default: DefaultBGPPort
+	// when a peer is passive, else 0. A passive peer implies ListenPort > 0.
+	ListenPort int
+	// Peers are the neighbours, at least one, with distinct addresses.
+	Peers []Peer
+}
+
+// Peer is one BGP neighbour: an upstream router or a route reflector.
+type Peer struct {
+	Address netip.Addr // unicast IPv4, never node.address
+	// ASN is the neighbour's; equal to BGP.ASN means iBGP.
+	ASN  uint32
+	Port uint16 // default DefaultBGPPort
+	// Password is the TCP MD5 key (RFC 2385), "" for none; printable
+	// ASCII, at most MaxPasswordLen bytes.
+	Password string
+	// HoldTime and Keepalive are this session's timers: the peer's own,
+	// else the bgp section's, field by field; Keepalive defaults to a
+	// third of HoldTime. Same ranges as BGP.HoldTime and BGP.Keepalive.
+	HoldTime  time.Duration
+	Keepalive time.Duration
+	// Multihop is the TTL of an eBGP session to a neighbour that is not
+	// directly connected, 1..255; 0 means directly connected. Always 0
+	// for iBGP peers.
+	Multihop uint8
+	// Passive waits for the neighbour to connect.
+	Passive bool
+	// BFD is nil when the peer has no bfd field; else the session is
+	// watched by BFD (RFC 5881, single hop) and goes down with it.
+	// Never set together with Multihop.
+	BFD *BFD
+}
+
+// BFD holds the timers of a peer's BFD session.
+type BFD struct {
+	MinRx      time.Duration // MinBFDInterval..MaxBFDInterval, default DefaultBFDInterval
+	MinTx      time.Duration // MinBFDInterval..MaxBFDInterval, default DefaultBFDInterval
+	Multiplier uint8         // 1..255, default DefaultBFDMultiplier
+}
+
+// RouteAttributes are the optional path attributes of a VIP's route. The
+// zero value is a plain route.
+type RouteAttributes struct {
+	// Communities are RFC 1997 communities, sorted by value and distinct:
+	// "ASN:VALUE" in decimal (e.g. "65000:100"), or the lower-case name of
+	// a well-known one (no-export, no-advertise, no-export-subconfed,
+	// no-peer, blackhole, graceful-shutdown), also when written as numbers.
+	Communities []string
+	// LargeCommunities are RFC 8092 large communities
+	// "GLOBAL:LOCAL1:LOCAL2" in decimal, sorted by value and distinct.
+	LargeCommunities []string
+	// LocalPreference is sent to iBGP peers only (eBGP drops it); nil
+	// when unset.
+	LocalPreference *uint32
+	// MED is the MULTI_EXIT_DISC; nil when unset.
+	MED *uint32
+}
+
+// IsZero reports whether a sets no attribute.
+func (a RouteAttributes) IsZero() bool {
+	return len(a.Communities) == 0 && len(a.LargeCommunities) == 0 && a.LocalPreference == nil && a.MED == nil
+}
+
+// Equal reports whether a and b announce the same attributes.
+func (a RouteAttributes) Equal(b RouteAttributes) bool {
+	return slices.Equal(a.Communities, b.Communities) && slices.Equal(a.LargeCommunities, b.LargeCommunities) &&
+		equalPtr(a.LocalPreference, b.LocalPreference) && equalPtr(a.MED, b.MED)
+}
+
+func equalPtr(a, b *uint32) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+func (a RouteAttributes) clone() RouteAttributes {
+	c := RouteAttributes{Communities: slices.Clone(a.Communities), LargeCommunities: slices.Clone(a.LargeCommunities)}
+	if a.LocalPreference != nil {
+		v := *a.LocalPreference
+		c.LocalPreference = &v
+	}
+	if a.MED != nil {
+		v := *a.MED
+		c.MED = &v
+	}
+	return c
+}

@@ -52,8 +52,16 @@ func Down(prefix string) error {
 	if len(procs) > 0 || len(namespaces) > 0 {
 		slog.Info("lab down", "prefix", prefix, "processes", len(procs), "namespaces", len(namespaces))
 	}
+	frrTmp := frrTempDirs(procs)
 	if err := terminate(procs); err != nil {
 		errs = append(errs, err)
+	}
+	// An FRR daemon removes its directory under /var/tmp/frr when it
+	// exits cleanly; one that needed SIGKILL leaves it.
+	for _, dir := range frrTmp {
+		if err := os.RemoveAll(dir); err != nil {
+			errs = append(errs, fmt.Errorf("remove %s: %w", dir, err))
+		}
 	}
 
 	// Deleting a namespace destroys its interfaces, and with them the
@@ -88,4 +96,22 @@ func Down(prefix string) error {
 		return fmt.Errorf("lab %q down: %w", prefix, err)
 	}
 	return nil
+}
+
+// frrTempDir is where FRR daemons keep their crash logs: per daemon
+// and PID, <frrTempDir>/<daemon>.<pid>.
+const frrTempDir = "/var/tmp/frr"
+
+// frrTempDirs returns the temporary directories of those processes
+// that are FRR daemons, by their executables.
+func frrTempDirs(procs []procRef) []string {
+	var dirs []string
+	for _, p := range procs {
+		exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", p.pid))
+		if err != nil || filepath.Dir(exe) != frrDaemonDir {
+			continue
+		}
+		dirs = append(dirs, filepath.Join(frrTempDir, fmt.Sprintf("%s.%d", filepath.Base(exe), p.pid)))
+	}
+	return dirs
 }

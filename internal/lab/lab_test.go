@@ -27,6 +27,9 @@ import (
 var xlbBinary string
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == speakerCommand {
+		os.Exit(speakerMain(os.Args[2:]))
+	}
 	os.Exit(func() int {
 		if testenv.Privileged() {
 			bin, remove, err := testenv.BuildXLB()
@@ -314,6 +317,12 @@ func TestLab(t *testing.T) {
 			slices.SortFunc(got, netip.Addr.Compare)
 			if !slices.Equal(got, want) {
 				t.Errorf("nexthops %v, want %v", got, want)
+			}
+			// The kernel's view of one VIP agrees.
+			for _, vip := range p.VIPs {
+				if got, err := RouteNextHops(context.Background(), p, vip); err != nil || !slices.Equal(got, want) {
+					t.Errorf("RouteNextHops(%s) = %v, %v; want %v", vip, got, err, want)
+				}
 			}
 		}
 		check(addrs(1, 2, 3))

@@ -14,7 +14,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
+	"strings"
+	"time"
 )
 
 // Defaults of a Spec.
@@ -80,6 +83,70 @@ type Spec struct {
 	// XDP_TX frames are dropped and backends do not accept VIP traffic.
 	SkipPass  bool `json:"skipPass,omitempty"`
 	SkipDecap bool `json:"skipDecap,omitempty"`
+	// Router is the kind of upstream router: RouterStatic (the default)
+	// routes the VIP prefix to every node with a static multipath
+	// route; RouterEmbedded (`xlb lab router`) and RouterFRR learn each
+	// VIP/32 from the nodes over BGP and install the ECMP route.
+	Router string `json:"router,omitempty"`
+	// Reflector puts a gobgpd route reflector on the node segment
+	// (needs RouterFRR): the nodes peer with it over iBGP, and it hands
+	// every path to the router with add-path.
+	Reflector bool `json:"reflector,omitempty"`
+	// BFD makes the router run BFD with every node it peers with, so a
+	// dead node loses its routes in a third of a second instead of a
+	// hold time. Not with RouterStatic or Reflector.
+	BFD bool `json:"bfd,omitempty"`
+}
+
+// The kinds of upstream router (Spec.Router).
+const (
+	RouterStatic   = "static"
+	RouterEmbedded = "embedded"
+	RouterFRR      = "frr"
+)
+
+// Routers lists the kinds of upstream router, the default first.
+var Routers = []string{RouterStatic, RouterEmbedded, RouterFRR}
+
+// BGP numbers of the lab: the router's AS, and the one xlb nodes use
+// towards it (eBGP). With a route reflector the nodes are in the
+// router's AS (iBGP), as the reflector only reflects iBGP routes.
+const (
+	RouterASN = 65000
+	NodeASN   = 65001
+)
+
+// BGP timers of the lab: keepalive 3 s, hold time 9 s; BFD every 100 ms,
+// down after 3 missed packets.
+const (
+	HoldTime      = 9 * time.Second
+	bfdInterval   = 100 * time.Millisecond
+	bfdMultiplier = 3
+)
+
+// BGP tells an xlb node how to announce its VIPs in this lab: the
+// agent's `bgp:` section is asn: NodeASN, peers: [{address: PeerAddr,
+// asn: PeerASN}], holdTime: HoldTime.
+type BGP struct {
+	NodeASN uint32 `json:"nodeASN"`
+	// PeerAddr and PeerASN are the node's one BGP neighbour: the
+	// router, or the route reflector.
+	PeerAddr netip.Addr `json:"peerAddr"`
+	PeerASN  uint32     `json:"peerASN"`
+	// RouterASN is the upstream router's AS (PeerASN too unless a
+	// reflector sits in between; then both are the same AS anyway).
+	RouterASN uint32        `json:"routerASN"`
+	HoldTime  time.Duration `json:"holdTime"`
+	// BFD, if set, is what the router runs towards every node.
+	BFD *BFD `json:"bfd,omitempty"`
+}
+
+// BFD holds the timers of a BFD session (RFC 5880): the router declares
+// a node down after Multiplier intervals without a packet.
+type BFD struct {
+	MinRx      time.Duration `json:"minRx"`
+	MinTx      time.Duration `json:"minTx"`
+	Multiplier int           `json:"multiplier"`
 }
 
 // Segment is one L2 segment: a bridge in the router namespace with the
@@ -128,6 +195,12 @@ type Plan struct {
 	Clients  []Host `json:"clients"`
 	Nodes    []Host `json:"nodes"`
 	Backends []Host `json:"backends"`
+
+	// BGP is nil with the static router: nothing to announce to.
+	BGP *BGP `json:"bgp,omitempty"`
+	// Reflector is the route reflector's host on the node segment, nil
+	// without one. It is not among Hosts: no traffic goes through it.
+	Reflector *Host `json:"reflector,omitempty"`
 }
 
 // Hosts returns every host of the plan: clients, nodes, backends.
@@ -138,9 +211,13 @@ func (p Plan) Hosts() []Host {
 	return append(all, p.Backends...)
 }
 
-// Namespaces returns every namespace of the plan, router first.
+// Namespaces returns every namespace of the plan: the router, the route
+// reflector if any, then the hosts.
 func (p Plan) Namespaces() []string {
 	names := []string{p.Router}
+	if p.Reflector != nil {
+		names = append(names, p.Reflector.Namespace)
+	}
 	for _, h := range p.Hosts() {
 		names = append(names, h.Namespace)
 	}
@@ -196,6 +273,9 @@ func NewPlan(s Spec) (Plan, error) {
 		return Plan{}, fmt.Errorf("xlb executable %q: %w", s.Binary, err)
 	}
 	s.Binary = bin
+	if err := checkRouter(&s); err != nil {
+		return Plan{}, err
+	}
 
 	p := Plan{
 		Spec:           s,
@@ -217,7 +297,50 @@ func NewPlan(s Spec) (Plan, error) {
 	p.Clients = hosts(p, clientSegment, "client", s.Clients)
 	p.Nodes = hosts(p, nodeSegment, "node", s.Nodes)
 	p.Backends = hosts(p, backendSegment, "be", s.Backends)
+	if s.Reflector {
+		p.Reflector = reflectorHost(p)
+	}
+	p.BGP = bgpPlan(p)
 	return p, nil
+}
+
+// checkRouter fills in the default router and refuses combinations that
+// cannot work.
+func checkRouter(s *Spec) error {
+	if s.Router == "" {
+		s.Router = RouterStatic
+	}
+	if !slices.Contains(Routers, s.Router) {
+		return fmt.Errorf("lab %q: router %q: want one of %s", s.Prefix, s.Router, strings.Join(Routers, ", "))
+	}
+	switch {
+	case s.BFD && s.Router == RouterStatic:
+		return fmt.Errorf("lab %q: BFD needs a BGP router (--router %s or %s); the static router has no sessions to watch", s.Prefix, RouterEmbedded, RouterFRR)
+	case s.Reflector && s.Router != RouterFRR:
+		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
+	case s.Reflector && s.BFD:
+		return fmt.Errorf("lab %q: BFD with a route reflector: the nodes' sessions end at gobgpd, which has no BFD; leave out one of them", s.Prefix)
+	case s.Reflector && s.Nodes > MaxHosts-1:
+		return fmt.Errorf("lab %q: %d nodes: with a route reflector at most %d (it takes the segment's last address)", s.Prefix, s.Nodes, MaxHosts-1)
+	}
+	return nil
+}
+
+// bgpPlan says how the nodes reach the router over BGP; nil for the
+// static router.
+func bgpPlan(p Plan) *BGP {
+	s := p.Spec
+	if s.Router == RouterStatic {
+		return nil
+	}
+	b := &BGP{NodeASN: NodeASN, PeerAddr: p.NodeSegment.Gateway(), PeerASN: RouterASN, RouterASN: RouterASN, HoldTime: HoldTime}
+	if p.Reflector != nil {
+		b.NodeASN, b.PeerAddr = RouterASN, p.Reflector.Addr
+	}
+	if s.BFD {
+		b.BFD = &BFD{MinRx: bfdInterval, MinTx: bfdInterval, Multiplier: bfdMultiplier}
+	}
+	return b
 }
 
 func hosts(p Plan, seg Segment, role string, n int) []Host {

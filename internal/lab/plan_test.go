@@ -128,6 +128,9 @@ func TestNamespacePattern(t *testing.T) {
 		{"xlb-router2", false},
 		{"myxlb-router", false},
 		{"xlb-nodeX", false},
+		{"xlb-rr", true},
+		{"xlb-rr1", false},
+		{"xlb-2-rr", false},
 	} {
 		if got := re.MatchString(tt.name); got != tt.ours {
 			t.Errorf("%q matched %v, want %v", tt.name, got, tt.ours)

@@ -4,9 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // Route is one route of the router within the VIP prefix.
@@ -24,6 +31,9 @@ func SetNodes(prefix string, nodes []int) error {
 	if err != nil {
 		return err
 	}
+	if p.Spec.Router != RouterStatic {
+		return fmt.Errorf("lab %q: its %s router learns the VIPs' next hops from the nodes over BGP; SetNodes works with the static router only", prefix, p.Spec.Router)
+	}
 	var addrs []netip.Addr
 	for _, k := range nodes {
 		if k < 1 || k > len(p.Nodes) {
@@ -36,6 +46,15 @@ func SetNodes(prefix string, nodes []int) error {
 		addrs = append(addrs, a)
 	}
 	return setRoute(context.Background(), p, addrs)
+}
+
+// setStaticRoute routes the VIP prefix over all nodes, for the static
+// router; the BGP routers install the routes they learn instead.
+func setStaticRoute(ctx context.Context, p Plan) error {
+	if p.Spec.Router != RouterStatic {
+		return nil
+	}
+	return setRoute(ctx, p, allNodes(p))
 }
 
 func allNodes(p Plan) []netip.Addr {
@@ -146,4 +165,108 @@ func parseDst(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("route destination %q: not an address or prefix", s)
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// RouteNextHops returns the next hops of the route the router's kernel
+// uses for vip: the longest prefix in its main table that holds vip,
+// the lowest metric among equals. They are sorted; none if no route
+// holds vip. Whichever router installed the route (static, embedded,
+// FRR's zebra), this is what forwarding follows.
+func RouteNextHops(ctx context.Context, p Plan, vip netip.Addr) ([]netip.Addr, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var hops []netip.Addr
+	err := netns.Do(p.Router, func() (err error) {
+		hops, err = kernelNextHops(vip)
+		return err
+	})
+	return hops, err
+}
+
+// WaitNextHops waits until RouteNextHops(vip) is exactly want (in any
+// order; no want waits for no route), for at most timeout. The error
+// says what the route was at the end.
+func WaitNextHops(ctx context.Context, p Plan, vip netip.Addr, want []netip.Addr, timeout time.Duration) error {
+	want = slices.Clone(want)
+	slices.SortFunc(want, netip.Addr.Compare)
+	// One thread in the namespace for the whole wait: polling then
+	// costs one netlink dump, not a thread.
+	r, err := netns.NewRunner(p.Router)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var got []netip.Addr
+	for {
+		err := r.Do(func() (err error) {
+			got, err = kernelNextHops(vip)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		if slices.Equal(got, want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("lab %q: route to %s via %v after %s, want via %v: %w", p.Spec.Prefix, vip, got, timeout, want, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// kernelNextHops looks vip up in the main table of the calling thread's
+// namespace. It lists the table instead of asking the kernel for the
+// route to vip, which would name one next hop of a multipath route.
+func kernelNextHops(vip netip.Addr) ([]netip.Addr, error) {
+	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list routes: %w", err)
+	}
+	var best *netlink.Route
+	bestBits := -1
+	for i, rt := range routes {
+		bits := 0 // a nil Dst is the default route
+		if rt.Dst != nil {
+			ones, _ := rt.Dst.Mask.Size()
+			p, ok := prefixOf(rt.Dst.IP, ones)
+			if !ok || !p.Contains(vip) {
+				continue
+			}
+			bits = ones
+		}
+		if bits > bestBits || (bits == bestBits && rt.Priority < best.Priority) {
+			best, bestBits = &routes[i], bits
+		}
+	}
+	if best == nil {
+		return nil, nil
+	}
+	var hops []netip.Addr
+	add := func(ip net.IP) {
+		if a, ok := netip.AddrFromSlice(ip); ok {
+			hops = append(hops, a.Unmap())
+		}
+	}
+	add(best.Gw)
+	for _, nh := range best.MultiPath {
+		add(nh.Gw)
+	}
+	slices.SortFunc(hops, netip.Addr.Compare)
+	return hops, nil
+}
+
+func prefixOf(ip net.IP, bits int) (netip.Prefix, bool) {
+	a, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	p, err := a.Unmap().Prefix(bits)
+	return p, err == nil
 }

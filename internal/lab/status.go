@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+	"time"
 )
 
 // Status is what `xlb lab status` shows.
@@ -27,6 +28,26 @@ type Status struct {
 	// Routes are the router's routes within the VIP prefix.
 	Routes    []Route         `json:"routes"`
 	Processes []ProcessStatus `json:"processes"`
+
+	// Router is the kind of upstream router (Spec.Router), Reflector
+	// whether a route reflector sits between it and the nodes. BGP
+	// says how nodes peer; nil for the static router.
+	Router    string `json:"router,omitempty"`
+	Reflector bool   `json:"reflector,omitempty"`
+	BGP       *BGP   `json:"bgp,omitempty"`
+	// Sessions are the BGP sessions of the router and the reflector;
+	// SessionsError says why some could not be read.
+	Sessions      []Session `json:"sessions,omitempty"`
+	SessionsError string    `json:"sessionsError,omitempty"`
+}
+
+// Session is one BGP session of the lab's router or route reflector.
+type Session struct {
+	Speaker  string     `json:"speaker"` // "router" or "rr"
+	Peer     netip.Addr `json:"peer"`
+	ASN      uint32     `json:"asn,omitempty"`
+	State    string     `json:"state"`              // established, active, ...
+	Prefixes *int       `json:"prefixes,omitempty"` // received from the peer, where the speaker tells
 }
 
 // NamespaceStatus lists a namespace's interfaces.
@@ -92,6 +113,15 @@ func ReadStatus(prefix string) (Status, error) {
 	if st.Up {
 		if st.Routes, err = vipRoutes(ctx, p.Router, p.VIPPrefix); err != nil {
 			return st, err
+		}
+		st.Router, st.Reflector, st.BGP = p.Spec.Router, p.Spec.Reflector, p.BGP
+		// A router that does not answer is part of the status, not a
+		// failure to read it.
+		sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st.Sessions, err = sessions(sctx, p)
+		cancel()
+		if err != nil {
+			st.SessionsError = err.Error()
 		}
 	}
 	recs, err := records(prefix)
@@ -193,6 +223,12 @@ func (st Status) WriteText(w io.Writer) error {
 		return err
 	}
 
+	if st.Router != "" {
+		if err := st.writeRouter(w); err != nil {
+			return err
+		}
+	}
+
 	fmt.Fprintln(w, "\nroutes to the VIPs at the router:")
 	if len(st.Routes) == 0 {
 		fmt.Fprintln(w, "  none: the VIPs are unreachable")
@@ -220,6 +256,40 @@ func (st Status) WriteText(w io.Writer) error {
 	}
 	if len(st.Processes) == 0 {
 		fmt.Fprintln(tw, "  none")
+	}
+	return tw.Flush()
+}
+
+// writeRouter describes the upstream router and its BGP sessions.
+func (st Status) writeRouter(w io.Writer) error {
+	fmt.Fprintf(w, "\nupstream router: %s", st.Router)
+	if st.Reflector {
+		fmt.Fprint(w, ", behind a gobgpd route reflector")
+	}
+	fmt.Fprintln(w)
+	if b := st.BGP; b != nil {
+		fmt.Fprintf(w, "  xlb nodes announce their VIPs as AS %d to %s (AS %d), hold time %s", b.NodeASN, b.PeerAddr, b.PeerASN, b.HoldTime)
+		if b.BFD != nil {
+			fmt.Fprintf(w, ", BFD %s x %d", b.BFD.MinRx, b.BFD.Multiplier)
+		}
+		fmt.Fprintln(w)
+	}
+	if st.Router == RouterStatic {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, s := range st.Sessions {
+		prefixes := ""
+		if s.Prefixes != nil {
+			prefixes = fmt.Sprintf("%d prefixes", *s.Prefixes)
+		}
+		fmt.Fprintf(tw, "  %s\t%s\tAS %d\t%s\t%s\n", s.Speaker, s.Peer, s.ASN, s.State, prefixes)
+	}
+	if len(st.Sessions) == 0 {
+		fmt.Fprintln(tw, "  no BGP sessions yet")
+	}
+	if st.SessionsError != "" {
+		fmt.Fprintf(tw, "  sessions unreadable: %s\n", st.SessionsError)
 	}
 	return tw.Flush()
 }

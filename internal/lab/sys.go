@@ -77,7 +77,7 @@ func noRPFilter(ns string) error {
 // prefix creates, and no other lab's: the prefix "xlb" does not match
 // "xlb-2-router".
 func namespacePattern(prefix string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(router|(client|node|be)[1-9][0-9]*)$`)
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(router|rr|(client|node|be)[1-9][0-9]*)$`)
 }
 
 // labNamespaces lists the existing namespaces that belong to the lab,
@@ -97,11 +97,15 @@ func labNamespaces(prefix string) ([]string, error) {
 			names = append(names, e.Name())
 		}
 	}
-	// Plan order: router, clients, nodes, backends, each by number.
+	// Plan order: router, reflector, clients, nodes, backends, each by
+	// number.
 	key := func(name string) (int, int) {
-		m := re.FindStringSubmatch(name) // m[1] "router" or "node12", m[2] "" or "node"
+		m := re.FindStringSubmatch(name) // m[1] "router", "rr" or "node12", m[2] "", "" or "node"
+		if m[2] == "" {
+			return slices.Index([]string{"router", "rr"}, m[1]), 0
+		}
 		k, _ := strconv.Atoi(strings.TrimPrefix(m[1], m[2]))
-		return slices.Index([]string{"", "client", "node", "be"}, m[2]), k
+		return 2 + slices.Index([]string{"client", "node", "be"}, m[2]), k
 	}
 	slices.SortFunc(names, func(a, b string) int {
 		ra, ka := key(a)

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,7 +59,8 @@ func Up(ctx context.Context, s Spec) (Plan, error) {
 		return Plan{}, fmt.Errorf("lab %q: %w", prefix, err)
 	}
 
-	slog.Info("lab up", "prefix", prefix, "clients", len(p.Clients), "nodes", len(p.Nodes), "backends", len(p.Backends))
+	slog.Info("lab up", "prefix", prefix, "clients", len(p.Clients), "nodes", len(p.Nodes), "backends", len(p.Backends),
+		"router", p.Spec.Router, "reflector", p.Spec.Reflector, "bfd", p.Spec.BFD)
 	if err := build(ctx, p); err != nil {
 		if derr := Down(prefix); derr != nil {
 			err = errors.Join(err, fmt.Errorf("removing the half-built lab: %w (run `xlb lab down --prefix %s`)", derr, prefix))
@@ -92,10 +94,11 @@ func build(ctx context.Context, p Plan) error {
 		{"hosts", setUpHosts},
 		{"sysctls", setSysctlsAll},
 		{"client checksums", fullChecksums},
-		{"VIP route", func(ctx context.Context, p Plan) error { return setRoute(ctx, p, allNodes(p)) }},
+		{"VIP route", setStaticRoute},
 		{"XDP_PASS on router ports", attachPass},
 		{"backend decapsulation", setUpDecap},
 		{"backend servers", startServers},
+		{p.Spec.Router + " router", startRouter},
 	}
 	for _, st := range steps {
 		if err := ctx.Err(); err != nil {
@@ -182,14 +185,19 @@ func setUpRouter(ctx context.Context, p Plan) error {
 	return nil
 }
 
-// setUpHosts gives every host a veth pair: eth0 in the host namespace, the
-// peer enslaved to its segment's bridge in the router namespace. Both ends
-// are created inside namespaces, so no name ever appears on the host.
+// setUpHosts gives every host, and the route reflector, a veth pair: eth0
+// in the host namespace, the peer enslaved to its segment's bridge in the
+// router namespace. Both ends are created inside namespaces, so no name
+// ever appears on the host.
 func setUpHosts(ctx context.Context, p Plan) error {
+	nodes := p.Nodes
+	if p.Reflector != nil {
+		nodes = append(slices.Clone(nodes), *p.Reflector)
+	}
 	for _, g := range []struct {
 		seg   Segment
 		hosts []Host
-	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, p.Nodes}, {p.BackendSegment, p.Backends}} {
+	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, nodes}, {p.BackendSegment, p.Backends}} {
 		for _, h := range g.hosts {
 			mtu := strconv.Itoa(h.MTU)
 			addr := netip.PrefixFrom(h.Addr, g.seg.Subnet.Bits()).String()

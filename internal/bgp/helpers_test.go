@@ -1,0 +1,331 @@
+package bgp
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
+)
+
+// A Speaker dials its peers from whatever goroutine GoBGP picks, so it
+// must live in a process that is wholly inside the node's network
+// namespace. The tests therefore run it in a helper: this test binary
+// re-executed under `ip netns exec`, driven over stdin/stdout with one
+// JSON request and one JSON response per line.
+const helperEnv = "XLB_BGP_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "speaker" {
+		os.Exit(speakerHelperMain(os.Stdin, os.Stdout))
+	}
+	os.Exit(m.Run())
+}
+
+// helperOptions is Options without the logger, for the wire.
+type helperOptions struct {
+	ASN        uint32
+	RouterID   netip.Addr
+	NextHop    netip.Addr
+	ListenPort int
+	Peers      []Peer
+}
+
+type helperRequest struct {
+	Op      string // start, announce, withdraw, withdrawAll, setPeers, peerDown, peerUp, peers, announced, stop
+	Options helperOptions
+	Prefix  netip.Prefix
+	Attrs   Attributes
+	Peers   []Peer
+	Addr    netip.Addr
+	Reason  string
+}
+
+type helperResponse struct {
+	Err    string
+	Peers  []PeerStatus
+	Routes []Route
+}
+
+func speakerHelperMain(in io.Reader, out io.Writer) int {
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
+	var sp *Speaker
+	dec := json.NewDecoder(in)
+	enc := json.NewEncoder(out)
+	for {
+		var req helperRequest
+		if err := dec.Decode(&req); err != nil {
+			if sp != nil {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_ = sp.Stop(ctx)
+				cancel()
+			}
+			if errors.Is(err, io.EOF) {
+				return 0
+			}
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		var resp helperResponse
+		var err error
+		switch {
+		case req.Op == "start":
+			o := req.Options
+			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, ListenPort: o.ListenPort, Peers: o.Peers, Logger: log})
+			if err == nil {
+				err = sp.Start(context.Background())
+			}
+		case sp == nil:
+			err = errors.New("helper: start first")
+		case req.Op == "announce":
+			err = sp.Announce(req.Prefix, req.Attrs)
+		case req.Op == "withdraw":
+			err = sp.Withdraw(req.Prefix)
+		case req.Op == "withdrawAll":
+			err = sp.WithdrawAll()
+		case req.Op == "setPeers":
+			err = sp.SetPeers(req.Peers)
+		case req.Op == "peerDown":
+			err = sp.PeerDown(req.Addr, req.Reason)
+		case req.Op == "peerUp":
+			err = sp.PeerUp(req.Addr)
+		case req.Op == "peers":
+			resp.Peers = sp.Peers()
+		case req.Op == "announced":
+			resp.Routes = sp.Announced()
+		case req.Op == "stop":
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = sp.Stop(ctx)
+			cancel()
+		default:
+			err = fmt.Errorf("helper: unknown op %q", req.Op)
+		}
+		if err != nil {
+			resp.Err = err.Error()
+		}
+		if err := enc.Encode(resp); err != nil {
+			return 1
+		}
+	}
+}
+
+// remoteSpeaker drives a Speaker running in a helper process.
+type remoteSpeaker struct {
+	t   *testing.T
+	mu  sync.Mutex
+	enc *json.Encoder
+	dec *json.Decoder
+}
+
+// startSpeaker starts a Speaker in namespace ns and returns once Start
+// returned.
+func startSpeaker(t *testing.T, ns string, opts helperOptions) *remoteSpeaker {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logPath := filepath.Join(t.TempDir(), "speaker.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns, self, "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=speaker")
+	cmd.Stderr = logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start speaker helper: %v", err)
+	}
+	t.Cleanup(func() {
+		stdin.Close() // the helper stops its speaker and exits
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			// Non-zero also when the race detector found something.
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Errorf("speaker helper in %s exited with status %d", ns, code)
+			}
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+			t.Errorf("speaker helper in %s did not stop within 5s", ns)
+		}
+		logFile.Close()
+		if t.Failed() {
+			if b, err := os.ReadFile(logPath); err == nil {
+				t.Logf("speaker log (%s):\n%s", ns, tail(string(b), 120))
+			}
+		}
+	})
+	rs := &remoteSpeaker{t: t, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReader(stdout))}
+	if err := rs.call(helperRequest{Op: "start", Options: opts}).err(); err != nil {
+		t.Fatalf("start speaker: %v", err)
+	}
+	return rs
+}
+
+func tail(s string, lines int) string {
+	l := strings.Split(s, "\n")
+	if len(l) > lines {
+		l = l[len(l)-lines:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func (r helperResponse) err() error {
+	if r.Err == "" {
+		return nil
+	}
+	return errors.New(r.Err)
+}
+
+func (rs *remoteSpeaker) call(req helperRequest) helperResponse {
+	rs.t.Helper()
+	rs.mu.Lock()
+	defer rs.mu.Unlock()
+	if err := rs.enc.Encode(req); err != nil {
+		rs.t.Fatalf("speaker helper %s: %v", req.Op, err)
+	}
+	var resp helperResponse
+	if err := rs.dec.Decode(&resp); err != nil {
+		rs.t.Fatalf("speaker helper %s: %v", req.Op, err)
+	}
+	return resp
+}
+
+func (rs *remoteSpeaker) Announce(p netip.Prefix, a Attributes) error {
+	return rs.call(helperRequest{Op: "announce", Prefix: p, Attrs: a}).err()
+}
+func (rs *remoteSpeaker) Withdraw(p netip.Prefix) error {
+	return rs.call(helperRequest{Op: "withdraw", Prefix: p}).err()
+}
+func (rs *remoteSpeaker) WithdrawAll() error { return rs.call(helperRequest{Op: "withdrawAll"}).err() }
+func (rs *remoteSpeaker) SetPeers(p []Peer) error {
+	return rs.call(helperRequest{Op: "setPeers", Peers: p}).err()
+}
+func (rs *remoteSpeaker) PeerDown(a netip.Addr, reason string) error {
+	return rs.call(helperRequest{Op: "peerDown", Addr: a, Reason: reason}).err()
+}
+func (rs *remoteSpeaker) PeerUp(a netip.Addr) error {
+	return rs.call(helperRequest{Op: "peerUp", Addr: a}).err()
+}
+func (rs *remoteSpeaker) Stop() error         { return rs.call(helperRequest{Op: "stop"}).err() }
+func (rs *remoteSpeaker) Peers() []PeerStatus { return rs.call(helperRequest{Op: "peers"}).Peers }
+func (rs *remoteSpeaker) Announced() []Route  { return rs.call(helperRequest{Op: "announced"}).Routes }
+
+func (rs *remoteSpeaker) peer(addr netip.Addr) PeerStatus {
+	rs.t.Helper()
+	for _, p := range rs.Peers() {
+		if p.Address == addr {
+			return p
+		}
+	}
+	rs.t.Fatalf("peer %s not in speaker status", addr)
+	return PeerStatus{}
+}
+
+// waitFor polls cond every 100ms until it holds or timeout passes; the
+// last description cond returned explains a failure.
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last string
+	for {
+		ok, desc := cond()
+		if ok {
+			return
+		}
+		last = desc
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// ---- network namespaces ----
+
+var nsCounter atomic.Int32
+
+// newNamespace creates a network namespace with a name unique to this
+// test process and removes it when the test ends.
+func newNamespace(t *testing.T, role string) string {
+	t.Helper()
+	name := fmt.Sprintf("xbgp%d-%s%d", os.Getpid(), role, nsCounter.Add(1))
+	run(t, "ip", "netns", "add", name)
+	t.Cleanup(func() {
+		if out, err := exec.Command("ip", "netns", "del", name).CombinedOutput(); err != nil {
+			t.Errorf("delete namespace %s: %v: %s", name, err, out)
+		}
+	})
+	run(t, "ip", "-n", name, "link", "set", "lo", "up")
+	return name
+}
+
+// connect joins two namespaces with a veth pair and gives each end its
+// addresses (the first of each list is the primary, all in a /24).
+func connect(t *testing.T, nsA, ifA string, addrsA []string, nsB, ifB string, addrsB []string) {
+	t.Helper()
+	run(t, "ip", "-n", nsA, "link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", nsB)
+	for _, a := range addrsA {
+		run(t, "ip", "-n", nsA, "addr", "add", a+"/24", "dev", ifA)
+	}
+	for _, b := range addrsB {
+		run(t, "ip", "-n", nsB, "addr", "add", b+"/24", "dev", ifB)
+	}
+	run(t, "ip", "-n", nsA, "link", "set", ifA, "up")
+	run(t, "ip", "-n", nsB, "link", "set", ifB, "up")
+}
+
+func run(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+func requireRoot(t *testing.T) {
+	t.Helper()
+	testenv.RequireRoot(t, "BGP session tests (network namespaces)")
+}
+
+// inNamespace runs fn on a thread inside ns for as long as fn runs.
+func inNamespace(t *testing.T, ns string) *netns.Runner {
+	t.Helper()
+	r, err := netns.NewRunner(ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func mustPrefix(s string) netip.Prefix { return netip.MustParsePrefix(s) }
+func mustAddr(s string) netip.Addr     { return netip.MustParseAddr(s) }
+func u32(v uint32) *uint32             { return &v }

@@ -1,0 +1,201 @@
+package bgp
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"time"
+)
+
+// Defaults applied by Options.withDefaults.
+const (
+	DefaultPort = 179
+	// DefaultHoldTime is xlb's, not RFC 4271's 90s: a dead node should be
+	// routed around within seconds even without BFD.
+	DefaultHoldTime = 9 * time.Second
+	// connectRetry is how often a peer that cannot be reached is tried
+	// again. GoBGP's default is two minutes; an xlb node that comes back
+	// should be announcing again within seconds.
+	connectRetry = 5 * time.Second
+	// maxMD5KeyLen is the kernel's TCP_MD5SIG_MAXKEYLEN.
+	maxMD5KeyLen = 80
+	// asTrans (RFC 6793) stands in for 4-byte ASNs towards old speakers
+	// and is never a real ASN.
+	asTrans = 23456
+)
+
+// Options configure a Speaker.
+type Options struct {
+	// ASN is the local autonomous system number.
+	ASN uint32
+	// RouterID is the BGP identifier, an IPv4 address. Default: NextHop.
+	RouterID netip.Addr
+	// NextHop is the node's address: the next hop of every announced route
+	// and the local address every session is sourced from. IPv4.
+	NextHop netip.Addr
+	// ListenPort is the TCP port for incoming sessions, bound on NextHop
+	// only. 0 picks the default: 179 when a peer is Passive, else -1.
+	// -1 does not listen at all (peers must then not be Passive).
+	ListenPort int
+	// Peers are the BGP neighbours.
+	Peers []Peer
+	// Logger receives the speaker's own logs (peer up/down, errors).
+	// GoBGP's logs go to it one level lower (its Info becomes Debug).
+	// Default: slog.Default().
+	Logger *slog.Logger
+}
+
+// Peer is one BGP neighbour: the upstream router or a route reflector.
+type Peer struct {
+	// Address is the neighbour's IPv4 address.
+	Address netip.Addr
+	// ASN is the neighbour's ASN; equal to Options.ASN means iBGP.
+	ASN uint32
+	// Port is the neighbour's TCP port. Default 179.
+	Port uint16
+	// Password is the TCP MD5 signature key (RFC 2385); empty for none.
+	Password string
+	// HoldTime is proposed in OPEN (whole seconds, 3s or more).
+	// Default 9s. The session uses the smaller of both sides' values.
+	// A hold time of 0 (no keepalives) cannot be had: GoBGP's API
+	// takes 0 for "unset" and uses 90s.
+	HoldTime time.Duration
+	// Keepalive is the keepalive interval (whole seconds, less than
+	// HoldTime). Default HoldTime/3.
+	Keepalive time.Duration
+	// Multihop is the TTL for eBGP sessions to a neighbour that is not
+	// directly connected; 0 means directly connected (TTL 1).
+	Multihop uint8
+	// Passive waits for the neighbour to connect instead of connecting.
+	Passive bool
+}
+
+func (p Peer) withDefaults() Peer {
+	if p.Port == 0 {
+		p.Port = DefaultPort
+	}
+	if p.HoldTime == 0 {
+		p.HoldTime = DefaultHoldTime
+	}
+	if p.Keepalive == 0 {
+		p.Keepalive = (p.HoldTime / 3).Truncate(time.Second)
+	}
+	return p
+}
+
+// validate checks one peer, already with defaults, of a speaker with the
+// given local ASN and next hop.
+func (p Peer) validate(localASN uint32, nextHop netip.Addr) error {
+	switch {
+	case !p.Address.IsValid():
+		return errors.New("address is missing")
+	case !p.Address.Is4():
+		return fmt.Errorf("address %s: only IPv4 peers are supported", p.Address)
+	case p.Address.IsUnspecified() || p.Address.IsMulticast():
+		return fmt.Errorf("address %s is not a unicast address", p.Address)
+	case p.Address == nextHop:
+		return fmt.Errorf("address %s is the node's own address (nextHop)", p.Address)
+	}
+	if err := validateASN(p.ASN); err != nil {
+		return err
+	}
+	if err := validateTimers(p.HoldTime, p.Keepalive); err != nil {
+		return err
+	}
+	if len(p.Password) > maxMD5KeyLen {
+		return fmt.Errorf("password is %d bytes long; TCP MD5 keys are at most %d", len(p.Password), maxMD5KeyLen)
+	}
+	if p.Multihop > 0 && p.ASN == localASN {
+		return fmt.Errorf("multihop %d: only eBGP sessions are TTL-limited, and this one is iBGP (peer ASN = local ASN %d)", p.Multihop, localASN)
+	}
+	return nil
+}
+
+func validateASN(asn uint32) error {
+	switch asn {
+	case 0:
+		return errors.New("asn is missing (0 is reserved)")
+	case asTrans:
+		return fmt.Errorf("asn %d is AS_TRANS (RFC 6793), not a usable ASN", asn)
+	}
+	return nil
+}
+
+func validateTimers(hold, keepalive time.Duration) error {
+	if hold < 3*time.Second || hold%time.Second != 0 || hold > 65535*time.Second {
+		return fmt.Errorf("holdTime %s: want whole seconds from 3s to 65535s", hold)
+	}
+	if keepalive < time.Second || keepalive%time.Second != 0 {
+		return fmt.Errorf("keepalive %s: want whole seconds, at least 1s", keepalive)
+	}
+	if keepalive >= hold {
+		return fmt.Errorf("keepalive %s must be shorter than holdTime %s (usually a third of it)", keepalive, hold)
+	}
+	return nil
+}
+
+// withDefaults fills in defaults; validate must pass first for the
+// result to be meaningful.
+func (o Options) withDefaults() Options {
+	if !o.RouterID.IsValid() {
+		o.RouterID = o.NextHop
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	peers := make([]Peer, len(o.Peers))
+	passive := false
+	for i, p := range o.Peers {
+		peers[i] = p.withDefaults()
+		passive = passive || p.Passive
+	}
+	o.Peers = peers
+	if o.ListenPort == 0 {
+		o.ListenPort = -1
+		if passive {
+			o.ListenPort = DefaultPort
+		}
+	}
+	return o
+}
+
+// validate checks options that already have their defaults.
+func (o Options) validate() error {
+	if err := validateASN(o.ASN); err != nil {
+		return err
+	}
+	switch {
+	case !o.NextHop.IsValid():
+		return errors.New("nextHop (the node address) is missing")
+	case !o.NextHop.Is4():
+		return fmt.Errorf("nextHop %s: only IPv4 is supported", o.NextHop)
+	case o.NextHop.IsUnspecified() || o.NextHop.IsMulticast() || o.NextHop.IsLoopback():
+		return fmt.Errorf("nextHop %s: must be a unicast address that peers can reach", o.NextHop)
+	}
+	if !o.RouterID.Is4() || o.RouterID.IsUnspecified() {
+		return fmt.Errorf("routerID %s: must be a non-zero IPv4 address", o.RouterID)
+	}
+	if o.ListenPort < -1 || o.ListenPort > 65535 {
+		return fmt.Errorf("listenPort %d: want 1-65535, 0 for the default or -1 to not listen", o.ListenPort)
+	}
+	return validatePeers(o.Peers, o.ASN, o.NextHop, o.ListenPort)
+}
+
+// validatePeers checks a whole peer list (with defaults) for a speaker.
+func validatePeers(peers []Peer, asn uint32, nextHop netip.Addr, listenPort int) error {
+	seen := make(map[netip.Addr]bool, len(peers))
+	for i, p := range peers {
+		if err := p.validate(asn, nextHop); err != nil {
+			return fmt.Errorf("peers[%d] (%s): %w", i, p.Address, err)
+		}
+		if seen[p.Address] {
+			return fmt.Errorf("peers[%d]: address %s is listed twice", i, p.Address)
+		}
+		seen[p.Address] = true
+		if p.Passive && listenPort < 0 {
+			return fmt.Errorf("peers[%d] (%s): passive, but the speaker does not listen (listenPort -1)", i, p.Address)
+		}
+	}
+	return nil
+}

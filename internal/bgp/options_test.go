@@ -1,0 +1,96 @@
+package bgp
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestOptionDefaults(t *testing.T) {
+	nh := mustAddr("10.0.1.2")
+	o := Options{ASN: 65001, NextHop: nh, Peers: []Peer{
+		{Address: mustAddr("10.0.1.1"), ASN: 65000},
+		{Address: mustAddr("10.0.1.3"), ASN: 65000, Port: 1179, HoldTime: 9 * time.Second},
+		{Address: mustAddr("10.0.1.4"), ASN: 65000, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second},
+	}}.withDefaults()
+	if o.RouterID != nh || o.ListenPort != -1 || o.Logger == nil {
+		t.Errorf("defaults: routerID %s, listenPort %d, logger %v", o.RouterID, o.ListenPort, o.Logger)
+	}
+	for i, want := range []Peer{
+		{Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second},
+		{Port: 1179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second},
+		{Port: 179, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second},
+	} {
+		p := o.Peers[i]
+		if p.Port != want.Port || p.HoldTime != want.HoldTime || p.Keepalive != want.Keepalive {
+			t.Errorf("peer %d: port %d hold %s keepalive %s, want %d %s %s", i, p.Port, p.HoldTime, p.Keepalive, want.Port, want.HoldTime, want.Keepalive)
+		}
+	}
+	if err := o.validate(); err != nil {
+		t.Errorf("defaults do not validate: %v", err)
+	}
+
+	// A passive peer needs a listener: the default port becomes 179.
+	o = Options{ASN: 1, NextHop: nh, Peers: []Peer{{Address: mustAddr("10.0.1.1"), ASN: 2, Passive: true}}}.withDefaults()
+	if o.ListenPort != 179 {
+		t.Errorf("with a passive peer ListenPort = %d, want 179", o.ListenPort)
+	}
+	// An explicit router ID and port stay.
+	o = Options{ASN: 1, NextHop: nh, RouterID: mustAddr("1.2.3.4"), ListenPort: 1790}.withDefaults()
+	if o.RouterID != mustAddr("1.2.3.4") || o.ListenPort != 1790 {
+		t.Errorf("explicit values overridden: %s %d", o.RouterID, o.ListenPort)
+	}
+}
+
+func TestOptionValidation(t *testing.T) {
+	nh := mustAddr("10.0.1.2")
+	peer := Peer{Address: mustAddr("10.0.1.1"), ASN: 65000}
+	with := func(f func(*Options)) Options {
+		o := Options{ASN: 65001, NextHop: nh, Peers: []Peer{peer}}
+		f(&o)
+		return o
+	}
+	withPeer := func(f func(*Peer)) Options {
+		return with(func(o *Options) { f(&o.Peers[0]) })
+	}
+	for _, tc := range []struct {
+		name    string
+		o       Options
+		wantErr string // "" = valid
+	}{
+		{"valid", with(func(*Options) {}), ""},
+		{"no peers", with(func(o *Options) { o.Peers = nil }), ""},
+		{"ibgp", withPeer(func(p *Peer) { p.ASN = 65001 }), ""},
+		{"4-byte asn", with(func(o *Options) { o.ASN = 4200000000 }), ""},
+		{"no asn", with(func(o *Options) { o.ASN = 0 }), "asn is missing"},
+		{"as_trans", with(func(o *Options) { o.ASN = 23456 }), "AS_TRANS"},
+		{"no next hop", with(func(o *Options) { o.NextHop = netip.Addr{} }), "nextHop (the node address) is missing"},
+		{"ipv6 next hop", with(func(o *Options) { o.NextHop = mustAddr("2001:db8::1") }), "only IPv4"},
+		{"loopback next hop", with(func(o *Options) { o.NextHop = mustAddr("127.0.0.1") }), "unicast address that peers can reach"},
+		{"ipv6 router id", with(func(o *Options) { o.RouterID = mustAddr("::1") }), "routerID ::1"},
+		{"bad listen port", with(func(o *Options) { o.ListenPort = 70000 }), "listenPort 70000"},
+		{"passive without listener", with(func(o *Options) { o.ListenPort = -1; o.Peers[0].Passive = true }), "passive, but the speaker does not listen"},
+		{"passive with listener", with(func(o *Options) { o.ListenPort = 1790; o.Peers[0].Passive = true }), ""},
+		{"peer without address", withPeer(func(p *Peer) { p.Address = netip.Addr{} }), "peers[0] (invalid IP): address is missing"},
+		{"ipv6 peer", withPeer(func(p *Peer) { p.Address = mustAddr("2001:db8::2") }), "only IPv4 peers"},
+		{"peer is us", withPeer(func(p *Peer) { p.Address = nh }), "node's own address"},
+		{"peer without asn", withPeer(func(p *Peer) { p.ASN = 0 }), "peers[0] (10.0.1.1): asn is missing"},
+		{"hold time too short", withPeer(func(p *Peer) { p.HoldTime = 2 * time.Second }), "holdTime 2s"},
+		{"hold time fraction", withPeer(func(p *Peer) { p.HoldTime = 4500 * time.Millisecond }), "holdTime 4.5s: want whole seconds"},
+		{"keepalive not below hold", withPeer(func(p *Peer) { p.HoldTime = 9 * time.Second; p.Keepalive = 9 * time.Second }), "keepalive 9s must be shorter than holdTime 9s"},
+		{"keepalive fraction", withPeer(func(p *Peer) { p.Keepalive = 1500 * time.Millisecond }), "keepalive 1.5s"},
+		{"long password", withPeer(func(p *Peer) { p.Password = strings.Repeat("x", 81) }), "at most 80"},
+		{"multihop ebgp", withPeer(func(p *Peer) { p.Multihop = 3 }), ""},
+		{"multihop ibgp", withPeer(func(p *Peer) { p.ASN = 65001; p.Multihop = 3 }), "only eBGP sessions are TTL-limited"},
+		{"duplicate peer", with(func(o *Options) { o.Peers = append(o.Peers, peer) }), "peers[1]: address 10.0.1.1 is listed twice"},
+	} {
+		_, err := New(tc.o)
+		switch {
+		case tc.wantErr == "" && err != nil:
+			t.Errorf("%s: %v", tc.name, err)
+		case tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr)):
+			t.Errorf("%s: error = %v, want %q", tc.name, err, tc.wantErr)
+		}
+	}
+}

@@ -1,0 +1,587 @@
+// Package bgp announces xlb's service addresses over BGP. A Speaker wraps
+// an embedded GoBGP server: it announces each VIP with next hop = the
+// node's own address to any number of peers (the upstream router or a
+// route reflector, iBGP or eBGP), withdraws it again, follows every
+// session's state through GoBGP's event stream, and lets an external
+// failure detector (xlb's BFD) force a session down and up.
+//
+// GoBGP's own BFD is never enabled: its UDP listener stays closed, so
+// xlb's BFD can own port 3784.
+package bgp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// Route is one announced prefix as Announced reports it.
+type Route struct {
+	Prefix     netip.Prefix
+	NextHop    netip.Addr
+	Attributes Attributes
+}
+
+// Speaker is xlb's BGP announcer. All methods are safe for concurrent use.
+type Speaker struct {
+	log *slog.Logger
+
+	// opMu serializes everything that changes GoBGP's configuration or
+	// RIB, so that the desired state (routes, peers) and GoBGP's never
+	// diverge by interleaving. GoBGP logs synchronously from its own
+	// goroutines while such a call runs, so the log hook and the event
+	// handler take only mu, never opMu.
+	opMu sync.Mutex
+
+	mu        sync.Mutex
+	opts      Options // with defaults; Peers replaced by SetPeers
+	srv       *server.BgpServer
+	stopWatch context.CancelFunc
+	probeCtx  context.Context // canceled by Stop
+	stopProbe context.CancelFunc
+	routes    map[netip.Prefix]parsedAttrs
+	peers     map[netip.Addr]*peerRecord
+	wg        sync.WaitGroup // OPEN probes
+}
+
+// New validates the options and returns a stopped Speaker.
+func New(opts Options) (*Speaker, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, fmt.Errorf("bgp: %w", err)
+	}
+	s := &Speaker{
+		log:    opts.Logger.With("component", "bgp"),
+		opts:   opts,
+		routes: make(map[netip.Prefix]parsedAttrs),
+		peers:  make(map[netip.Addr]*peerRecord),
+	}
+	for _, p := range opts.Peers {
+		s.peers[p.Address] = newPeerRecord(p)
+	}
+	return s, nil
+}
+
+// Start starts the embedded GoBGP server, configures the peers and
+// announces the routes Announce recorded so far. It returns once the
+// sessions are configured, not established; Peers tells how they fare.
+// A peer that GoBGP refuses is reported in its status and does not stop
+// the others. An error about a recorded route leaves the speaker
+// running; any other error leaves it stopped.
+func (s *Speaker) Start(ctx context.Context) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	running := s.srv != nil
+	opts := s.opts
+	s.mu.Unlock()
+	if running {
+		return errors.New("bgp speaker already started")
+	}
+
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(newLogHook(opts.Logger.Handler(), s.noteGoBGPLog)), nil))
+	go srv.Serve()
+	global := &api.Global{
+		Asn:        opts.ASN,
+		RouterId:   opts.RouterID.String(),
+		ListenPort: int32(opts.ListenPort),
+	}
+	if opts.ListenPort > 0 {
+		global.ListenAddresses = []string{opts.NextHop.String()}
+	}
+	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
+		srv.Stop()
+		return fmt.Errorf("start bgp (AS %d, router ID %s, listen port %d): %w", opts.ASN, opts.RouterID, opts.ListenPort, err)
+	}
+	watchCtx, stopWatch := context.WithCancel(context.Background())
+	err := srv.WatchEvent(watchCtx, server.WatchEventMessageCallbacks{
+		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) { s.onPeerEvent(srv, ev) },
+	}, server.WatchPeer())
+	if err != nil {
+		stopWatch()
+		srv.Stop()
+		return fmt.Errorf("watch bgp peer events: %w", err)
+	}
+
+	s.mu.Lock()
+	s.srv = srv
+	s.stopWatch = stopWatch
+	s.probeCtx, s.stopProbe = context.WithCancel(context.Background())
+	routes := make(map[netip.Prefix]parsedAttrs, len(s.routes))
+	for p, a := range s.routes {
+		routes[p] = a
+	}
+	forced := make(map[netip.Addr]bool)
+	for addr, r := range s.peers {
+		r.resetSession()
+		forced[addr] = r.forcedDown != ""
+	}
+	s.mu.Unlock()
+
+	for _, p := range opts.Peers {
+		if err := s.addPeer(ctx, srv, p, forced[p.Address]); err != nil {
+			s.log.Error("bgp peer not configured", "peer", p.Address, "err", err)
+		}
+	}
+	var errs []error
+	for prefix, attrs := range routes {
+		if err := s.addPath(srv, prefix, attrs); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	s.log.Info("bgp speaker started", "asn", opts.ASN, "routerID", opts.RouterID, "nextHop", opts.NextHop,
+		"peers", len(opts.Peers), "routes", len(routes), "listenPort", opts.ListenPort)
+	return errors.Join(errs...)
+}
+
+// Stop withdraws every route, closes every session (with a Cease
+// NOTIFICATION) and stops the server. Announced routes are forgotten.
+// If ctx ends first, Stop returns its error and the server finishes
+// stopping in the background.
+func (s *Speaker) Stop(ctx context.Context) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	srv, stopWatch, stopProbe := s.srv, s.stopWatch, s.stopProbe
+	s.srv, s.stopWatch, s.stopProbe = nil, nil, nil
+	clear(s.routes)
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	// Withdraw first so that the peers get UPDATE withdrawals where the
+	// session outlives them, not only the implicit withdrawal of a
+	// closed session.
+	if err := srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
+		s.log.Warn("bgp withdraw all on stop", "err", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		stopProbe()
+		srv.Stop()
+		stopWatch()
+		s.wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-ctx.Done():
+		return fmt.Errorf("stop bgp speaker: %w", ctx.Err())
+	}
+	s.mu.Lock()
+	for _, r := range s.peers {
+		r.resetSession()
+	}
+	s.mu.Unlock()
+	s.log.Info("bgp speaker stopped")
+	return nil
+}
+
+// Announce announces prefix with next hop = the node address to every
+// peer. Calling it again with the same attributes does nothing; with
+// other attributes it re-announces (an implicit withdrawal of the old
+// ones). Before Start it only records the route, which Start announces.
+func (s *Speaker) Announce(prefix netip.Prefix, attrs Attributes) error {
+	if err := checkPrefix(prefix); err != nil {
+		return err
+	}
+	parsed, err := attrs.parse()
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", prefix, err)
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	old, had := s.routes[prefix]
+	srv := s.srv
+	if had && old.equal(parsed) {
+		s.mu.Unlock()
+		return nil
+	}
+	s.routes[prefix] = parsed
+	s.mu.Unlock()
+	if srv == nil {
+		return nil
+	}
+	if err := s.addPath(srv, prefix, parsed); err != nil {
+		s.mu.Lock()
+		if had {
+			s.routes[prefix] = old
+		} else {
+			delete(s.routes, prefix)
+		}
+		s.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// Withdraw stops announcing prefix: established peers get an UPDATE
+// withdrawal. Withdrawing a prefix that is not announced does nothing.
+func (s *Speaker) Withdraw(prefix netip.Prefix) error {
+	if err := checkPrefix(prefix); err != nil {
+		return err
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	old, had := s.routes[prefix]
+	srv := s.srv
+	delete(s.routes, prefix)
+	s.mu.Unlock()
+	if !had || srv == nil {
+		return nil
+	}
+	path, err := s.apiPath(prefix, old)
+	if err == nil {
+		err = srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{path}})
+	}
+	if err != nil {
+		s.mu.Lock()
+		s.routes[prefix] = old
+		s.mu.Unlock()
+		return fmt.Errorf("withdraw %s: %w", prefix, err)
+	}
+	s.log.Info("bgp route withdrawn", "prefix", prefix)
+	return nil
+}
+
+// WithdrawAll withdraws every announced prefix, for a drain before
+// shutdown: the sessions stay up, so the peers move traffic away before
+// they would notice the node is gone.
+func (s *Speaker) WithdrawAll() error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	srv := s.srv
+	n := len(s.routes)
+	clear(s.routes)
+	s.mu.Unlock()
+	if srv == nil || n == 0 {
+		return nil
+	}
+	if err := srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
+		return fmt.Errorf("withdraw all routes: %w", err)
+	}
+	s.log.Info("bgp routes withdrawn", "count", n)
+	return nil
+}
+
+// Announced lists the announced routes, sorted by prefix.
+func (s *Speaker) Announced() []Route {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]Route, 0, len(s.routes))
+	for p, a := range s.routes {
+		out = append(out, Route{Prefix: p, NextHop: s.opts.NextHop, Attributes: a.attributes()})
+	}
+	slices.SortFunc(out, func(a, b Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
+	return out
+}
+
+func checkPrefix(p netip.Prefix) error {
+	switch {
+	case !p.IsValid():
+		return errors.New("bgp: invalid prefix")
+	case !p.Addr().Is4():
+		return fmt.Errorf("bgp: prefix %s: only IPv4 is supported", p)
+	case p != p.Masked():
+		return fmt.Errorf("bgp: prefix %s has host bits set (did you mean %s?)", p, p.Masked())
+	}
+	return nil
+}
+
+// apiPath builds GoBGP's form of a route.
+func (s *Speaker) apiPath(prefix netip.Prefix, a parsedAttrs) (*apiutil.Path, error) {
+	nlri, err := gobgp.NewIPAddrPrefix(prefix)
+	if err != nil {
+		return nil, fmt.Errorf("prefix %s: %w", prefix, err)
+	}
+	nh, err := gobgp.NewPathAttributeNextHop(s.opts.NextHop)
+	if err != nil {
+		return nil, fmt.Errorf("next hop %s: %w", s.opts.NextHop, err)
+	}
+	attrs := []gobgp.PathAttributeInterface{
+		gobgp.NewPathAttributeOrigin(gobgp.BGP_ORIGIN_ATTR_TYPE_IGP),
+		nh,
+	}
+	if len(a.communities) > 0 {
+		attrs = append(attrs, gobgp.NewPathAttributeCommunities(a.communities))
+	}
+	if len(a.large) > 0 {
+		l := make([]*gobgp.LargeCommunity, len(a.large))
+		for i, c := range a.large {
+			l[i] = gobgp.NewLargeCommunity(c.Global, c.Local1, c.Local2)
+		}
+		attrs = append(attrs, gobgp.NewPathAttributeLargeCommunities(l))
+	}
+	if a.med != nil {
+		attrs = append(attrs, gobgp.NewPathAttributeMultiExitDisc(*a.med))
+	}
+	if a.localPref != nil {
+		attrs = append(attrs, gobgp.NewPathAttributeLocalPref(*a.localPref))
+	}
+	return &apiutil.Path{Family: gobgp.RF_IPv4_UC, Nlri: nlri, Attrs: attrs}, nil
+}
+
+func (s *Speaker) addPath(srv *server.BgpServer, prefix netip.Prefix, a parsedAttrs) error {
+	path, err := s.apiPath(prefix, a)
+	if err == nil {
+		_, err = srv.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{path}})
+	}
+	if err != nil {
+		return fmt.Errorf("announce %s: %w", prefix, err)
+	}
+	s.log.Info("bgp route announced", "prefix", prefix, "nextHop", s.opts.NextHop)
+	return nil
+}
+
+// apiPeer is GoBGP's form of a peer.
+func (s *Speaker) apiPeer(p Peer, adminDown bool) *api.Peer {
+	return &api.Peer{
+		Conf: &api.PeerConf{
+			NeighborAddress: p.Address.String(),
+			PeerAsn:         p.ASN,
+			LocalAsn:        s.opts.ASN,
+			AuthPassword:    p.Password,
+			AdminDown:       adminDown,
+		},
+		Timers: &api.Timers{Config: &api.TimersConfig{
+			ConnectRetry:      uint64(connectRetry / time.Second),
+			HoldTime:          uint64(p.HoldTime / time.Second),
+			KeepaliveInterval: uint64(p.Keepalive / time.Second),
+		}},
+		Transport: &api.Transport{
+			LocalAddress: s.opts.NextHop.String(),
+			RemotePort:   uint32(p.Port),
+			PassiveMode:  p.Passive,
+		},
+		EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
+	}
+}
+
+func (s *Speaker) addPeer(ctx context.Context, srv *server.BgpServer, p Peer, adminDown bool) error {
+	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, adminDown)})
+	if err != nil {
+		err = fmt.Errorf("add peer %s: %w", p.Address, err)
+		s.mu.Lock()
+		if r := s.peers[p.Address]; r != nil {
+			r.setError(err.Error())
+		}
+		s.mu.Unlock()
+	}
+	return err
+}
+
+func (s *Speaker) deletePeer(ctx context.Context, srv *server.BgpServer, addr netip.Addr) error {
+	if err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
+		return fmt.Errorf("delete peer %s: %w", addr, err)
+	}
+	return nil
+}
+
+// SetPeers replaces the peer list: new peers are added, missing ones
+// removed (their sessions closed), changed ones re-created; unchanged
+// peers and their sessions are not touched. An invalid list changes
+// nothing. A peer GoBGP refuses is reported in the returned error and in
+// its status; the other changes still apply.
+func (s *Speaker) SetPeers(peers []Peer) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	opts := s.opts
+	srv := s.srv
+	s.mu.Unlock()
+
+	next := make([]Peer, len(peers))
+	for i, p := range peers {
+		next[i] = p.withDefaults()
+	}
+	if err := validatePeers(next, opts.ASN, opts.NextHop, opts.ListenPort); err != nil {
+		return fmt.Errorf("bgp: %w", err)
+	}
+	old := make(map[netip.Addr]Peer, len(opts.Peers))
+	for _, p := range opts.Peers {
+		old[p.Address] = p
+	}
+	var removed []netip.Addr
+	var added, changed []Peer
+	for _, p := range next {
+		o, ok := old[p.Address]
+		switch {
+		case !ok:
+			added = append(added, p)
+		case o != p:
+			changed = append(changed, p)
+		}
+		delete(old, p.Address)
+	}
+	for addr := range old {
+		removed = append(removed, addr)
+	}
+
+	s.mu.Lock()
+	s.opts.Peers = next
+	forced := make(map[netip.Addr]bool)
+	for _, addr := range removed {
+		delete(s.peers, addr)
+	}
+	for _, p := range added {
+		s.peers[p.Address] = newPeerRecord(p)
+	}
+	for _, p := range changed {
+		r := s.peers[p.Address]
+		r.cfg = p
+		r.rejection, r.probeWanted = "", false
+		forced[p.Address] = r.forcedDown != ""
+	}
+	s.mu.Unlock()
+
+	if srv == nil {
+		return nil
+	}
+	ctx := context.Background()
+	var errs []error
+	for _, addr := range removed {
+		if err := s.deletePeer(ctx, srv, addr); err != nil {
+			errs = append(errs, err)
+		}
+		s.log.Info("bgp peer removed", "peer", addr)
+	}
+	for _, p := range changed {
+		// GoBGP resets a session on any change that matters here
+		// (ASN, password, timers, transport); re-creating the peer is
+		// the same reset with fewer corner cases.
+		if err := s.deletePeer(ctx, srv, p.Address); err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.addPeer(ctx, srv, p, forced[p.Address]); err != nil {
+			errs = append(errs, err)
+		}
+		s.log.Info("bgp peer reconfigured", "peer", p.Address, "asn", p.ASN)
+	}
+	for _, p := range added {
+		if err := s.addPeer(ctx, srv, p, false); err != nil {
+			errs = append(errs, err)
+		}
+		s.log.Info("bgp peer added", "peer", p.Address, "asn", p.ASN)
+	}
+	return errors.Join(errs...)
+}
+
+// adminCommunicationMax is GoBGP's limit for the shutdown communication
+// (RFC 8203) that PeerDown sends along with its Cease NOTIFICATION.
+const adminCommunicationMax = 128
+
+// PeerDown closes the session to addr at once (a Cease / administrative
+// shutdown NOTIFICATION carrying reason) and keeps it down until PeerUp.
+// It is the hook for a failure detector such as BFD; reason shows in
+// the peer's status. Withdrawn routes are the peer's business: it drops
+// everything it learned over the session.
+func (s *Speaker) PeerDown(addr netip.Addr, reason string) error {
+	if reason == "" {
+		reason = "forced down"
+	}
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	r := s.peers[addr]
+	srv := s.srv
+	if r != nil {
+		r.forcedDown = reason
+		r.setError("forced down: " + reason)
+	}
+	s.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("bgp: peer down: %s is not a configured peer", addr)
+	}
+	s.log.Info("bgp peer forced down", "peer", addr, "reason", reason)
+	if srv == nil {
+		return nil
+	}
+	comm := truncateUTF8(reason, adminCommunicationMax)
+	if err := srv.DisablePeer(context.Background(), &api.DisablePeerRequest{Address: addr.String(), Communication: comm}); err != nil {
+		return fmt.Errorf("bgp: peer down %s: %w", addr, err)
+	}
+	return nil
+}
+
+// PeerUp lets a session that PeerDown closed connect again.
+func (s *Speaker) PeerUp(addr netip.Addr) error {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	r := s.peers[addr]
+	srv := s.srv
+	wasDown := false
+	if r != nil {
+		wasDown = r.forcedDown != ""
+		r.forcedDown = ""
+	}
+	s.mu.Unlock()
+	if r == nil {
+		return fmt.Errorf("bgp: peer up: %s is not a configured peer", addr)
+	}
+	if !wasDown {
+		return nil
+	}
+	s.log.Info("bgp peer released", "peer", addr)
+	if srv == nil {
+		return nil
+	}
+	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: addr.String()}); err != nil {
+		return fmt.Errorf("bgp: peer up %s: %w", addr, err)
+	}
+	return nil
+}
+
+// fixAdminState re-sends PeerDown's or PeerUp's request when GoBGP's
+// admin state disagrees with ours: GoBGP drops an admin request that
+// arrives while the previous one is still queued.
+func (s *Speaker) fixAdminState(srv *server.BgpServer, addr netip.Addr) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	r := s.peers[addr]
+	current := s.srv == srv && r != nil
+	var down string
+	if current {
+		down = r.forcedDown
+	}
+	s.mu.Unlock()
+	if !current {
+		return
+	}
+	ctx := context.Background()
+	var err error
+	if down != "" {
+		err = srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: addr.String(), Communication: truncateUTF8(down, adminCommunicationMax)})
+	} else {
+		err = srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: addr.String()})
+	}
+	if err != nil {
+		s.log.Warn("bgp peer admin state", "peer", addr, "err", err)
+	}
+}
+
+func truncateUTF8(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !isRuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

@@ -1,0 +1,329 @@
+package bgp
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// Session states as PeerStatus reports them (RFC 4271 names).
+const (
+	StateIdle        = "idle"
+	StateConnect     = "connect"
+	StateActive      = "active"
+	StateOpenSent    = "opensent"
+	StateOpenConfirm = "openconfirm"
+	StateEstablished = "established"
+)
+
+// PeerStatus is one peer's session as Peers reports it.
+type PeerStatus struct {
+	Address netip.Addr
+	ASN     uint32
+	// State is one of the State* constants. GoBGP connects from a
+	// helper while the session itself stays "active", so "connect" and
+	// "opensent" rarely show for sessions xlb initiates.
+	State string
+	// Since is when the session entered State (zero before Start).
+	Since time.Time
+	// Uptime is how long the session has been established; 0 otherwise.
+	Uptime time.Duration
+	// PrefixesSent and PrefixesReceived count IPv4 unicast routes
+	// advertised to and received from the peer.
+	PrefixesSent, PrefixesReceived int
+	// LastError says in words why the session last failed or went
+	// down; it stays after the session recovers, with LastErrorAt.
+	LastError   string
+	LastErrorAt time.Time
+	// Flaps counts how often the session left Established.
+	Flaps int
+	// ForcedDown is PeerDown's reason while the session is held down.
+	ForcedDown string
+}
+
+// peerRecord is what the speaker knows about a peer beyond GoBGP's view.
+type peerRecord struct {
+	cfg         Peer
+	state       string
+	since       time.Time
+	established time.Time
+	lastError   string
+	lastErrorAt time.Time
+	flaps       int
+	forcedDown  string
+	// notifRecv is the NOTIFICATION the peer last sent, while GoBGP's
+	// state event that follows has not consumed it yet.
+	notifRecv string
+	// probeWanted is set when the peer rejected our OPEN in a way GoBGP
+	// does not report (see probeOpen); nextProbe rate-limits probes.
+	probeWanted bool
+	nextProbe   time.Time
+	// rejection is what the last probe found: the peer's NOTIFICATION,
+	// in words. GoBGP's later events for the same failure say less, so
+	// it stands in for them until the session comes up or a probe finds
+	// something else.
+	rejection string
+}
+
+func newPeerRecord(p Peer) *peerRecord {
+	return &peerRecord{cfg: p, state: StateIdle}
+}
+
+func (r *peerRecord) resetSession() {
+	r.state = StateIdle
+	r.since = time.Time{}
+	r.established = time.Time{}
+	r.notifRecv = ""
+}
+
+func (r *peerRecord) setError(msg string) {
+	r.lastError = msg
+	r.lastErrorAt = time.Now()
+}
+
+// peerError records why a session is not up, and logs it when the
+// reason changes: a peer that keeps failing the same way is logged once.
+// Called with mu held.
+func (s *Speaker) peerError(r *peerRecord, msg string) {
+	if msg != r.lastError && r.forcedDown == "" {
+		s.log.Warn("bgp peer not established", "peer", r.cfg.Address, "reason", msg)
+	}
+	r.setError(msg)
+}
+
+func stateName(s gobgp.FSMState) string {
+	switch s {
+	case gobgp.BGP_FSM_IDLE:
+		return StateIdle
+	case gobgp.BGP_FSM_CONNECT:
+		return StateConnect
+	case gobgp.BGP_FSM_ACTIVE:
+		return StateActive
+	case gobgp.BGP_FSM_OPENSENT:
+		return StateOpenSent
+	case gobgp.BGP_FSM_OPENCONFIRM:
+		return StateOpenConfirm
+	case gobgp.BGP_FSM_ESTABLISHED:
+		return StateEstablished
+	}
+	return fmt.Sprintf("unknown(%d)", int(s))
+}
+
+// onPeerEvent follows GoBGP's peer state events. It runs on GoBGP's
+// watcher goroutine, one event at a time and in order.
+func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessage_PeerEvent) {
+	if ev.Type != apiutil.PEER_EVENT_STATE {
+		return
+	}
+	st := ev.Peer.State
+	addr := st.NeighborAddress
+	next := stateName(st.SessionState)
+	now := time.Now()
+
+	s.mu.Lock()
+	r := s.peers[addr]
+	if r == nil || s.srv != srv {
+		s.mu.Unlock()
+		return // a removed peer's or an old server's last words
+	}
+	prev := r.state
+	r.state, r.since = next, now
+	wentDown := prev == StateEstablished && next != StateEstablished
+	var upFor time.Duration
+	if wentDown {
+		r.flaps++
+		upFor = now.Sub(r.established)
+		r.established = time.Time{}
+	}
+	if next == StateEstablished {
+		r.established = now
+		r.rejection = ""
+	}
+	var why string
+	if next == StateIdle {
+		why = s.disconnectText(r, st.DisconnectReason, st.DisconnectMessage)
+		if why != "" {
+			s.peerError(r, why)
+		}
+	}
+	r.notifRecv = ""
+	forced := r.forcedDown != ""
+	asn := r.cfg.ASN
+	if next == StateIdle && prev == StateOpenConfirm && st.DisconnectReason == api.PeerState_DISCONNECT_REASON_INVALID_MSG {
+		r.probeWanted = true
+	}
+	if next == StateActive && r.probeWanted && !forced && !r.cfg.Passive && !now.Before(r.nextProbe) {
+		r.probeWanted = false
+		r.nextProbe = now.Add(probeInterval)
+		s.startProbe(srv, r.cfg)
+	}
+	s.mu.Unlock()
+
+	switch {
+	case next == StateEstablished:
+		s.log.Info("bgp peer up", "peer", addr, "asn", asn)
+	case wentDown:
+		s.log.Warn("bgp peer down", "peer", addr, "asn", asn, "reason", why, "upFor", upFor.Round(time.Millisecond))
+	}
+
+	// GoBGP reports its admin state with every event; where it is not
+	// what PeerDown/PeerUp asked for, ask again.
+	gobgpDown := st.AdminState == api.PeerState_ADMIN_STATE_DOWN
+	if gobgpDown != forced {
+		go s.fixAdminState(srv, addr)
+	}
+}
+
+// startProbe runs probeOpen for peer p in the background. Called with mu
+// held, so that Stop, which clears s.srv under mu before it waits for
+// s.wg, never misses a probe it has to wait for.
+func (s *Speaker) startProbe(srv *server.BgpServer, p Peer) {
+	if s.srv != srv {
+		return
+	}
+	ctx := s.probeCtx
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		// The peer leaves Idle about when we do; give it a moment.
+		select {
+		case <-time.After(300 * time.Millisecond):
+		case <-ctx.Done():
+			return
+		}
+		text, err := probeOpen(ctx, s.opts.NextHop, p, s.opts.ASN, s.opts.RouterID)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		r := s.peers[p.Address]
+		if r == nil || s.srv != srv || r.cfg != p {
+			return
+		}
+		if err != nil {
+			// The peer may just not have been ready for us: try again
+			// after the next failure, if it comes soon.
+			s.log.Debug("bgp OPEN probe failed", "peer", p.Address, "err", err)
+			r.nextProbe = time.Now().Add(probeRetry)
+			return
+		}
+		if r.state != StateEstablished {
+			r.rejection = text
+			if text != "" {
+				s.peerError(r, "peer sent NOTIFICATION: "+text)
+			}
+		}
+	}()
+}
+
+// disconnectText turns GoBGP's reason for a session going to idle into
+// words; "" when it is no failure worth reporting.
+func (s *Speaker) disconnectText(r *peerRecord, reason api.PeerState_DisconnectReason, msg string) string {
+	switch reason {
+	case api.PeerState_DISCONNECT_REASON_ADMIN_DOWN:
+		if r.forcedDown != "" {
+			return "forced down: " + r.forcedDown
+		}
+		return "administratively down"
+	case api.PeerState_DISCONNECT_REASON_HOLD_TIMER_EXPIRED:
+		return "hold timer expired: nothing heard from the peer within the hold time"
+	case api.PeerState_DISCONNECT_REASON_NOTIFICATION_RECEIVED:
+		if r.notifRecv != "" {
+			return "peer sent NOTIFICATION: " + r.notifRecv
+		}
+		return "peer sent NOTIFICATION (" + msg + ")"
+	case api.PeerState_DISCONNECT_REASON_NOTIFICATION_SENT:
+		// The log hook recorded the precise code already.
+		if strings.HasPrefix(r.lastError, "sent NOTIFICATION") && time.Since(r.lastErrorAt) < time.Second {
+			return r.lastError
+		}
+		return "sent NOTIFICATION (" + msg + ")"
+	case api.PeerState_DISCONNECT_REASON_READ_FAILED:
+		return "connection closed by the peer"
+	case api.PeerState_DISCONNECT_REASON_WRITE_FAILED:
+		return "sending to the peer failed: connection lost"
+	case api.PeerState_DISCONNECT_REASON_DECONFIGURED:
+		return "session closed: peer configuration changed or removed"
+	case api.PeerState_DISCONNECT_REASON_BAD_PEER_AS:
+		return fmt.Sprintf("sent NOTIFICATION: OPEN message error / bad peer AS (the peer's OPEN does not carry the configured AS %d)", r.cfg.ASN)
+	case api.PeerState_DISCONNECT_REASON_INVALID_MSG:
+		if r.notifRecv != "" {
+			return "peer sent NOTIFICATION: " + r.notifRecv
+		}
+		if r.rejection != "" {
+			return "peer sent NOTIFICATION: " + r.rejection
+		}
+		return "session set-up failed: the peer closed the connection or sent an unexpected message after OPEN (often a NOTIFICATION rejecting our OPEN: check ASNs on both sides)"
+	case api.PeerState_DISCONNECT_REASON_UNSPECIFIED,
+		api.PeerState_DISCONNECT_REASON_IDLE_TIMER_EXPIRED:
+		return ""
+	}
+	if msg == "" {
+		return ""
+	}
+	return "session reset: " + msg
+}
+
+// Peers reports every configured peer's session, in configuration order.
+func (s *Speaker) Peers() []PeerStatus {
+	s.mu.Lock()
+	srv := s.srv
+	s.mu.Unlock()
+
+	type counts struct{ sent, received int }
+	byAddr := map[netip.Addr]counts{}
+	if srv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_ = srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+			if p.Conf == nil {
+				return
+			}
+			addr, err := netip.ParseAddr(p.Conf.NeighborAddress)
+			if err != nil {
+				return
+			}
+			var c counts
+			for _, af := range p.AfiSafis {
+				if af.State != nil {
+					c.sent += int(af.State.Advertised)
+					c.received += int(af.State.Received)
+				}
+			}
+			byAddr[addr] = c
+		})
+		cancel()
+	}
+
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]PeerStatus, 0, len(s.opts.Peers))
+	for _, p := range s.opts.Peers {
+		r := s.peers[p.Address]
+		if r == nil {
+			continue
+		}
+		ps := PeerStatus{
+			Address:     p.Address,
+			ASN:         p.ASN,
+			State:       r.state,
+			Since:       r.since,
+			LastError:   r.lastError,
+			LastErrorAt: r.lastErrorAt,
+			Flaps:       r.flaps,
+			ForcedDown:  r.forcedDown,
+		}
+		if r.state == StateEstablished {
+			ps.Uptime = now.Sub(r.established)
+			c := byAddr[p.Address]
+			ps.PrefixesSent, ps.PrefixesReceived = c.sent, c.received
+		}
+		out = append(out, ps)
+	}
+	return out
+}

@@ -1,0 +1,155 @@
+package router
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	api "github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
+	"github.com/osrg/gobgp/v4/pkg/server"
+)
+
+// speakerEnv makes the test binary a node's BGP speaker instead of
+// running tests (see TestMain): a GoBGP library speaker, as an xlb node
+// embeds one, in a process of its own so that all of its sockets live in
+// the node's namespace. Its value is "LOCAL ASN ROUTER ROUTER_ASN PREFIX
+// HOLD_SECONDS". It reads commands from standard input, one a line:
+// "announce" (PREFIX with next hop LOCAL), "withdraw"; and writes "ok
+// CMD" or "err CMD: why" after each, "up" and "down" as the session to
+// the router changes. At end of input it stops cleanly (a Cease
+// notification), as a node shutting down does.
+const speakerEnv = "XLB_ROUTER_TEST_SPEAKER"
+
+type speakerSpec struct {
+	local, router netip.Addr
+	asn, rASN     uint32
+	prefix        netip.Prefix
+	hold          uint64
+}
+
+func (s speakerSpec) String() string {
+	return fmt.Sprintf("%s %d %s %d %s %d", s.local, s.asn, s.router, s.rASN, s.prefix, s.hold)
+}
+
+func parseSpeakerSpec(v string) (speakerSpec, error) {
+	var s speakerSpec
+	f := strings.Fields(v)
+	if len(f) != 6 {
+		return s, fmt.Errorf("%s=%q: want 6 fields", speakerEnv, v)
+	}
+	var err error
+	var n uint64
+	if s.local, err = netip.ParseAddr(f[0]); err != nil {
+		return s, err
+	}
+	if n, err = strconv.ParseUint(f[1], 10, 32); err != nil {
+		return s, err
+	}
+	s.asn = uint32(n)
+	if s.router, err = netip.ParseAddr(f[2]); err != nil {
+		return s, err
+	}
+	if n, err = strconv.ParseUint(f[3], 10, 32); err != nil {
+		return s, err
+	}
+	s.rASN = uint32(n)
+	if s.prefix, err = netip.ParsePrefix(f[4]); err != nil {
+		return s, err
+	}
+	if s.hold, err = strconv.ParseUint(f[5], 10, 16); err != nil {
+		return s, err
+	}
+	return s, nil
+}
+
+func speakerMain(v string) int {
+	spec, err := parseSpeakerSpec(v)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	var outMu sync.Mutex
+	say := func(format string, args ...any) {
+		outMu.Lock()
+		defer outMu.Unlock()
+		fmt.Printf(format+"\n", args...)
+	}
+	ctx := context.Background()
+	s := server.NewBgpServer()
+	go s.Serve()
+	defer s.Stop()
+	if err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
+		Asn: spec.asn, RouterId: spec.local.String(), ListenPort: -1,
+	}}); err != nil {
+		fmt.Fprintln(os.Stderr, "start:", err)
+		return 1
+	}
+	err = s.WatchEvent(ctx, server.WatchEventMessageCallbacks{
+		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) {
+			if ev.Type != apiutil.PEER_EVENT_STATE {
+				return
+			}
+			switch ev.Peer.State.SessionState {
+			case bgp.BGP_FSM_ESTABLISHED:
+				say("up")
+			case bgp.BGP_FSM_IDLE, bgp.BGP_FSM_ACTIVE:
+				say("down")
+			}
+		},
+	}, server.WatchPeer())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "watch:", err)
+		return 1
+	}
+	ipv4 := []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, Enabled: true}}}
+	if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
+		Conf:      &api.PeerConf{NeighborAddress: spec.router.String(), PeerAsn: spec.rASN},
+		Timers:    &api.Timers{Config: &api.TimersConfig{HoldTime: spec.hold, KeepaliveInterval: max(spec.hold/3, 1), ConnectRetry: 1}},
+		Transport: &api.Transport{LocalAddress: spec.local.String()},
+		AfiSafis:  ipv4,
+	}}); err != nil {
+		fmt.Fprintln(os.Stderr, "add peer:", err)
+		return 1
+	}
+	nlri, err := bgp.NewIPAddrPrefix(spec.prefix)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	nh, err := bgp.NewPathAttributeNextHop(spec.local)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		cmd := strings.TrimSpace(in.Text())
+		var err error
+		switch cmd {
+		case "announce":
+			_, err = s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{{
+				Family: bgp.RF_IPv4_UC,
+				Nlri:   nlri,
+				Attrs:  []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
+			}}})
+		case "withdraw":
+			err = s.DeletePath(apiutil.DeletePathRequest{DeleteAll: true})
+		default:
+			err = fmt.Errorf("unknown command")
+		}
+		if err != nil {
+			say("err %s: %v", cmd, err)
+			continue
+		}
+		say("ok %s", cmd)
+	}
+	return 0
+}
