@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/xlbproject/xlb/internal/agent"
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -77,6 +78,14 @@ func runAgent(args []string) error {
 
 	// The configuration is programmed before the program is attached or
 	// replaced: a new program (or fresh maps) takes over complete tables.
+	var ann *announce.Announcer
+	var routes agent.Routes
+	if cfg.BGP != nil {
+		if ann, err = announce.New(cfg.BGP, nodeAddr, log); err != nil {
+			return err
+		}
+		routes = ann
+	}
 	a, err := agent.New(agent.Options{
 		ConfigPath: *cfgPath,
 		Config:     cfg,
@@ -85,6 +94,7 @@ func runAgent(args []string) error {
 		PinPath:    pinPath,
 		Version:    version,
 		Logger:     log,
+		Routes:     routes,
 	})
 	if err != nil {
 		return err
@@ -105,6 +115,20 @@ func runAgent(args []string) error {
 	defer srv.Close()
 	log.Info("agent running", "socket", cfg.API.Socket, "metrics", cfg.API.Metrics)
 
+	if ann != nil {
+		// Sessions start now; routes follow when Run has the data
+		// plane's state. On the way out every route is withdrawn and the
+		// routers get bgp.drainTime to move the traffic elsewhere, while
+		// the pinned data plane keeps forwarding what still arrives.
+		if err := ann.Start(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if err := ann.Shutdown(context.Background()); err != nil {
+				log.Warn("BGP shutdown", "error", err)
+			}
+		}()
+	}
 	if err := a.Run(ctx); err != nil {
 		return err
 	}

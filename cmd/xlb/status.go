@@ -84,6 +84,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 		fmt.Fprintf(w, "Applied:  %s\n", strings.Join(parts, "; "))
 	}
 	fmt.Fprintf(w, "Version:  %s\n\n", st.Version)
+	if st.BGP != nil {
+		printBGP(w, st.BGP, now)
+	}
 
 	// Every row has every cell, so that the columns line up; the empty
 	// cells' padding at the ends of lines is trimmed afterwards.
@@ -179,4 +182,43 @@ func seconds(s float64) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(time.Microsecond).String()
+}
+
+// printBGP writes the BGP sessions and routes.
+func printBGP(w io.Writer, b *api.BGP, now time.Time) {
+	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, b.NextHop)
+	var table strings.Builder
+	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tSINCE\tSENT\tRECEIVED\tFLAPS\tBFD\tLAST ERROR")
+	for _, p := range b.Peers {
+		since := "-"
+		if !p.Since.IsZero() {
+			since = now.Sub(p.Since).Round(time.Second).String() + " ago"
+		}
+		bfd := "-"
+		if p.BFD != nil {
+			bfd = p.BFD.State
+			if p.BFD.DetectionMs > 0 {
+				bfd += fmt.Sprintf(" (detect %gms)", p.BFD.DetectionMs)
+			}
+		}
+		state := p.State
+		if p.HeldDown != "" {
+			state += " (held down: " + p.HeldDown + ")"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Address, p.ASN, state, since,
+			p.PrefixesSent, p.PrefixesReceived, p.Flaps, bfd, orDash(p.LastError))
+	}
+	tw.Flush()
+	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
+		fmt.Fprintln(w, "  "+strings.TrimRight(line, " "))
+	}
+	for _, r := range b.Routes {
+		if r.Announced {
+			fmt.Fprintf(w, "  route %s: announced\n", r.Prefix)
+		} else {
+			fmt.Fprintf(w, "  route %s: withdrawn (%s)\n", r.Prefix, r.Reason)
+		}
+	}
+	fmt.Fprintln(w)
 }

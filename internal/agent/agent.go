@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"reflect"
 	"sync"
 	"syscall"
 	"time"
@@ -33,6 +34,9 @@ type Options struct {
 	// Prober checks the backends' health; nil: health.New. The agent sets
 	// its targets and runs it.
 	Prober Prober
+	// Routes announces the served VIPs over BGP; nil without a bgp
+	// section. Run starts announcing; the caller starts and shuts it down.
+	Routes Routes
 }
 
 // Agent owns the running configuration: it applies it through a
@@ -60,6 +64,11 @@ type Agent struct {
 	states map[string]health.State
 
 	timings *timings // reconcile durations
+	routes  Routes   // nil: nothing is announced
+	// routesLive is set when Run starts: only then is the data plane
+	// attached and routes may be announced. Guarded by applyMu.
+	routesLive bool
+	runCtx     context.Context
 
 	mu         sync.Mutex // guards the fields below
 	cfg        *config.Config
@@ -128,6 +137,8 @@ func newAgent(o Options) (*Agent, error) {
 		lastReload: time.Now(),
 		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:    newTimings(),
+		routes:     o.Routes,
+		runCtx:     context.Background(),
 	}
 	return a, nil
 }
@@ -169,6 +180,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Wait()
 	}()
 	changes := a.prober.Changes()
+	a.applyMu.Lock()
+	a.routesLive, a.runCtx = true, ctx
+	a.mu.Lock()
+	cfg, down := a.cfg, a.down
+	a.mu.Unlock()
+	a.syncRoutes(cfg, down)
+	a.applyMu.Unlock()
 	var written <-chan struct{}
 	var err error
 	if a.path != "" {
@@ -235,6 +253,14 @@ func (a *Agent) Reload(reason string) error {
 
 	a.warnRestartOnly(old, cfg)
 	err = a.apply(old, cfg)
+	if a.routes != nil && !reflect.DeepEqual(old.BGP, cfg.BGP) {
+		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
+			a.log.Warn("the bgp section changed but could not be applied", "error", rerr)
+			err = errors.Join(err, fmt.Errorf("bgp: %w", rerr))
+		} else {
+			a.log.Info("BGP peers reconfigured", "peers", len(cfg.BGP.Peers))
+		}
+	}
 
 	a.mu.Lock()
 	a.cfg = cfg
@@ -317,6 +343,9 @@ func (a *Agent) Status() (*api.Status, error) {
 		},
 		Services:   make([]api.Service, 0, len(cfg.Services)),
 		Reconciles: a.timings.snapshot(),
+	}
+	if a.routes != nil {
+		st.BGP = a.routes.Status()
 	}
 	if a.lastErr != nil {
 		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()

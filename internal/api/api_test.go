@@ -50,6 +50,11 @@ func sampleStatus() *Status {
 			},
 		}},
 		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
+		BGP: &BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
+			Peers: []Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Flaps: 2,
+				BFD: &BFDSession{State: "up", DetectionMs: 300}}},
+			Routes: []Route{{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
+				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reason: "every backend is down"}}},
 		Reconciles: map[string]Reconcile{"config": {Count: 3, SumSeconds: 0.75, LastSeconds: 0.5,
 			Buckets: []Bucket{{Le: 0.1, Count: 1}, {Le: 0.5, Count: 3}, {Le: 1, Count: 3}}}},
 	}
@@ -226,6 +231,10 @@ func TestMetrics(t *testing.T) {
 		"xlb_backend_up":                     "gauge",
 		"xlb_health_check_duration_seconds":  "gauge",
 		"xlb_reconcile_duration_seconds":     "histogram",
+		"xlb_bgp_peer_up":                    "gauge",
+		"xlb_bgp_peer_flaps_total":           "counter",
+		"xlb_bgp_route_announced":            "gauge",
+		"xlb_bfd_session_up":                 "gauge",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -259,6 +268,11 @@ func TestMetrics(t *testing.T) {
 		`xlb_reconcile_duration_seconds_bucket{trigger="config",le="+Inf"} 3`,
 		`xlb_reconcile_duration_seconds_sum{trigger="config"} 0.75`,
 		`xlb_reconcile_duration_seconds_count{trigger="config"} 3`,
+		`xlb_bgp_peer_up{peer="10.0.1.1"} 1`,
+		`xlb_bgp_peer_flaps_total{peer="10.0.1.1"} 2`,
+		`xlb_bfd_session_up{peer="10.0.1.1"} 1`,
+		`xlb_bgp_route_announced{prefix="10.99.0.1/32"} 1`,
+		`xlb_bgp_route_announced{prefix="10.99.0.2/32"} 0`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)

@@ -30,6 +30,10 @@ var (
 	serviceUp        = desc("xlb_service_up", "Whether a service has a healthy backend with a weight above 0 (1), or none and the node drops its packets (0).", "service")
 	backendUp        = desc("xlb_backend_up", "Whether a backend of a service passes its health checks (1; also before the first probe and without checks) or failed them and gets no new flows (0).", "service", "backend")
 	checkDuration    = desc("xlb_health_check_duration_seconds", "Duration of the last health check of a backend of a service, successful or not.", "service", "backend")
+	bgpPeerUp        = desc("xlb_bgp_peer_up", "Whether the BGP session with a peer is established (1) or not (0).", "peer")
+	bgpPeerFlaps     = desc("xlb_bgp_peer_flaps_total", "Times the BGP session with a peer left the established state.", "peer")
+	bgpRoute         = desc("xlb_bgp_route_announced", "Whether this node announces a VIP (1) or withdrew it because it cannot serve it (0).", "prefix")
+	bfdUp            = desc("xlb_bfd_session_up", "Whether the BFD session guarding a BGP peer is up (1) or not (0).", "peer")
 	reconcileSeconds = desc("xlb_reconcile_duration_seconds", "Time taken to bring the data plane in line with the configuration and the backends' health, by what triggered it (config: start or reload; health: a backend's health changed; retry: after a failed apply).", "trigger")
 )
 
@@ -38,7 +42,7 @@ type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds} {
+		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps, bgpRoute, bfdUp} {
 		ch <- d
 	}
 }
@@ -84,6 +88,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for r, n := range st.Reasons {
 		count(reasonPackets, n, r)
+	}
+	if b := st.BGP; b != nil {
+		for _, p := range b.Peers {
+			gauge(bgpPeerUp, boolValue(p.State == "established"), p.Address.String())
+			count(bgpPeerFlaps, uint64(p.Flaps), p.Address.String())
+			if p.BFD != nil {
+				gauge(bfdUp, boolValue(p.BFD.State == "up"), p.Address.String())
+			}
+		}
+		for _, r := range b.Routes {
+			gauge(bgpRoute, boolValue(r.Announced), r.Prefix.String())
+		}
 	}
 	for trigger, r := range st.Reconciles {
 		buckets := make(map[float64]uint64, len(r.Buckets))

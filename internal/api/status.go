@@ -23,6 +23,49 @@ type Status struct {
 	// with the configuration and the backends' health, by trigger
 	// (config, health, retry).
 	Reconciles map[string]Reconcile `json:"reconciles,omitempty"`
+	// BGP is nil when the configuration has no bgp section.
+	BGP *BGP `json:"bgp,omitempty"`
+}
+
+// BGP is the node's BGP speaker: its sessions and what it announces.
+type BGP struct {
+	ASN      uint32     `json:"asn"`
+	RouterID netip.Addr `json:"routerID"`
+	NextHop  netip.Addr `json:"nextHop"`
+	Peers    []Peer     `json:"peers"`
+	Routes   []Route    `json:"routes"`
+}
+
+// Peer is one BGP session.
+type Peer struct {
+	Address          netip.Addr `json:"address"`
+	ASN              uint32     `json:"asn"`
+	State            string     `json:"state"` // idle, connect, active, opensent, openconfirm, established
+	Since            time.Time  `json:"since"`
+	PrefixesSent     int        `json:"prefixesSent"`
+	PrefixesReceived int        `json:"prefixesReceived"`
+	LastError        string     `json:"lastError,omitempty"`
+	Flaps            int        `json:"flaps"`
+	// HeldDown says why xlb keeps the session down (BFD), "" if not.
+	HeldDown string      `json:"heldDown,omitempty"`
+	BFD      *BFDSession `json:"bfd,omitempty"`
+}
+
+// BFDSession is the BFD session guarding a BGP peer.
+type BFDSession struct {
+	State       string  `json:"state"`
+	RemoteState string  `json:"remoteState"`
+	Diag        string  `json:"diag"`
+	DetectionMs float64 `json:"detectionMs"`
+	Downs       uint64  `json:"downs"`
+}
+
+// Route is a VIP/32 this node announces, or would announce if it could
+// serve it (Reason says why not).
+type Route struct {
+	Prefix    netip.Prefix `json:"prefix"`
+	Announced bool         `json:"announced"`
+	Reason    string       `json:"reason,omitempty"`
 }
 
 // Reconcile is a histogram of reconcile durations.

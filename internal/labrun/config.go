@@ -105,7 +105,24 @@ type (
 		Node      fileNode      `yaml:"node"`
 		API       fileAPI       `yaml:"api"`
 		Dataplane fileDataplane `yaml:"dataplane"`
+		BGP       *fileBGP      `yaml:"bgp,omitempty"`
 		Services  []fileService `yaml:"services"`
+	}
+	fileBGP struct {
+		ASN       uint32     `yaml:"asn"`
+		HoldTime  string     `yaml:"holdTime,omitempty"`
+		DrainTime string     `yaml:"drainTime"`
+		Peers     []filePeer `yaml:"peers"`
+	}
+	filePeer struct {
+		Address string   `yaml:"address"`
+		ASN     uint32   `yaml:"asn"`
+		BFD     *fileBFD `yaml:"bfd,omitempty"`
+	}
+	fileBFD struct {
+		MinRx      string `yaml:"minRx"`
+		MinTx      string `yaml:"minTx"`
+		Multiplier int    `yaml:"multiplier"`
 	}
 	fileNode struct {
 		Interface string `yaml:"interface"`
@@ -148,6 +165,15 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error)
 		Dataplane: fileDataplane{PinPath: node.PinDir},
 		Services:  []fileService{},
 	}
+	if b := p.BGP; b != nil {
+		peer := filePeer{Address: b.PeerAddr.String(), ASN: b.PeerASN}
+		if b.BFD != nil {
+			peer.BFD = &fileBFD{MinRx: durationText(b.BFD.MinRx), MinTx: durationText(b.BFD.MinTx), Multiplier: b.BFD.Multiplier}
+		}
+		// drainTime: long enough for the router to act on the
+		// withdrawal, short enough for tests that restart agents.
+		fc.BGP = &fileBGP{ASN: b.NodeASN, HoldTime: durationText(b.HoldTime), DrainTime: DrainTime.String(), Peers: []filePeer{peer}}
+	}
 	for _, s := range services {
 		fs := fileService{
 			Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
@@ -174,6 +200,9 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error)
 	}
 	return buf.Bytes(), nil
 }
+
+// DrainTime is the bgp.drainTime of the lab's agents.
+const DrainTime = time.Second
 
 // durationText writes d as the configuration does, "" for 0 (unset).
 func durationText(d time.Duration) string {

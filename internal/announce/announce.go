@@ -1,0 +1,317 @@
+// Package announce keeps this node's BGP announcements in step with what
+// its data plane can serve: a VIP is announced (VIP/32, next hop = the
+// node) while at least one of its services is installed and has a
+// healthy backend, and withdrawn otherwise. It runs the BGP speaker and,
+// for the peers that ask for it, BFD: a peer whose BFD session goes down
+// has its BGP session taken down at once, instead of after the hold time.
+package announce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/bfd"
+	"github.com/xlbproject/xlb/internal/bgp"
+	"github.com/xlbproject/xlb/internal/config"
+)
+
+// bfdResetHold is how long a BGP session stays down after BFD declared
+// its peer down, before it may re-form.
+const bfdResetHold = time.Second
+
+// Announcer owns the node's BGP speaker and BFD sessions.
+type Announcer struct {
+	log      *slog.Logger
+	node     netip.Addr
+	asn      uint32
+	routerID netip.Addr
+	sp       *bgp.Speaker
+
+	mu    sync.Mutex
+	bfd   *bfd.Manager              // nil until a peer asks for BFD
+	bfdOf map[netip.Addr]bfd.Config // peers with BFD, by address
+	want  map[netip.Prefix]bgp.Attributes
+	why   map[netip.Prefix]string // why a configured VIP is not announced
+	drain time.Duration
+}
+
+// New prepares an announcer for cfg on a node whose address is node (the
+// next hop of every route, and the source of every session).
+func New(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Announcer, error) {
+	if cfg == nil {
+		return nil, errors.New("announce: no bgp configuration")
+	}
+	rid := cfg.RouterID
+	if !rid.IsValid() {
+		rid = node
+	}
+	listen := cfg.ListenPort
+	if listen == 0 {
+		listen = -1 // config: 0 means no listener; bgp.Options: -1 does
+	}
+	sp, err := bgp.New(bgp.Options{ASN: cfg.ASN, RouterID: rid, NextHop: node, ListenPort: listen,
+		Peers: peers(cfg), Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("bgp: %w", err)
+	}
+	return &Announcer{log: log, node: node, asn: cfg.ASN, routerID: rid, sp: sp,
+		bfdOf: bfdPeers(cfg), want: map[netip.Prefix]bgp.Attributes{}, why: map[netip.Prefix]string{},
+		drain: cfg.DrainTime}, nil
+}
+
+func peers(cfg *config.BGP) []bgp.Peer {
+	out := make([]bgp.Peer, 0, len(cfg.Peers))
+	for _, p := range cfg.Peers {
+		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
+			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive})
+	}
+	return out
+}
+
+func bfdPeers(cfg *config.BGP) map[netip.Addr]bfd.Config {
+	out := map[netip.Addr]bfd.Config{}
+	for _, p := range cfg.Peers {
+		if p.BFD != nil {
+			out[p.Address] = bfd.Config{MinTx: p.BFD.MinTx, MinRx: p.BFD.MinRx, Multiplier: p.BFD.Multiplier}
+		}
+	}
+	return out
+}
+
+// Start starts the speaker and the BFD sessions. ctx bounds the
+// announcer's background work; Shutdown ends it properly.
+func (a *Announcer) Start(ctx context.Context) error {
+	if err := a.sp.Start(ctx); err != nil {
+		return fmt.Errorf("start BGP: %w", err)
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.syncBFD(ctx)
+}
+
+// syncBFD makes the BFD sessions match bfdOf. The caller holds mu.
+func (a *Announcer) syncBFD(ctx context.Context) error {
+	if a.bfd == nil {
+		if len(a.bfdOf) == 0 {
+			return nil
+		}
+		m, err := bfd.NewManager(a.node, a.log)
+		if err != nil {
+			return fmt.Errorf("start BFD on %s: %w", a.node, err)
+		}
+		a.bfd = m
+		go a.followBFD(ctx, m)
+	}
+	var errs []error
+	for _, s := range a.bfd.Sessions() {
+		if _, ok := a.bfdOf[s.Peer]; !ok {
+			if err := a.bfd.Remove(s.Peer); err != nil && !errors.Is(err, bfd.ErrUnknownPeer) {
+				errs = append(errs, err)
+			}
+			// BFD no longer guards the peer: it must not stay held down.
+			_ = a.sp.PeerUp(s.Peer)
+		}
+	}
+	for peer, c := range a.bfdOf {
+		if err := a.bfd.Add(peer, c); err != nil {
+			errs = append(errs, fmt.Errorf("BFD with %s: %w", peer, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// followBFD takes a peer's BGP session down when its BFD session leaves
+// Up, and lets it come back when BFD is Up again.
+func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case ev, ok := <-m.Events():
+			if !ok {
+				return
+			}
+			switch {
+			case ev.State == bfd.StateUp:
+				a.log.Info("BFD session up: BGP may run", "peer", ev.Peer)
+				if err := a.sp.PeerUp(ev.Peer); err != nil {
+					a.log.Warn("BFD up, but the BGP session cannot be released", "peer", ev.Peer, "error", err)
+				}
+			case ev.Previous == bfd.StateUp:
+				reason := fmt.Sprintf("BFD session down (%s)", ev.Diag)
+				a.log.Warn("BFD declared the peer down: taking its BGP session down", "peer", ev.Peer, "diag", ev.Diag.String(),
+					"fix", "check the link to the peer and that the peer runs BFD for this node")
+				if err := a.sp.PeerDown(ev.Peer, reason); err != nil {
+					a.log.Warn("cannot take the BGP session down", "peer", ev.Peer, "error", err)
+				}
+				// A reset, not a lock-out: the peer may well have dropped
+				// its BFD session with the BGP one (FRR does for dynamic
+				// neighbours), so waiting for BFD to come back first could
+				// wait forever. The session re-forms when the peer answers.
+				peer := ev.Peer
+				time.AfterFunc(bfdResetHold, func() {
+					if err := a.sp.PeerUp(peer); err != nil {
+						a.log.Warn("cannot let the BGP session re-form", "peer", peer, "error", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// Reconfigure applies a changed bgp section: peers are added, removed or
+// updated without touching unchanged sessions. ASN and router ID changes
+// need a restart, as the error says.
+func (a *Announcer) Reconfigure(ctx context.Context, cfg *config.BGP) error {
+	if cfg == nil {
+		return errors.New("the bgp section was removed: restart the agent to stop announcing")
+	}
+	rid := cfg.RouterID
+	if !rid.IsValid() {
+		rid = a.node
+	}
+	if cfg.ASN != a.asn || rid != a.routerID {
+		return fmt.Errorf("bgp.asn or bgp.routerID changed (%d %s → %d %s): restart the agent to apply it", a.asn, a.routerID, cfg.ASN, rid)
+	}
+	if err := a.sp.SetPeers(peers(cfg)); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.bfdOf = bfdPeers(cfg)
+	a.drain = cfg.DrainTime
+	return a.syncBFD(ctx)
+}
+
+// Route is one VIP this node may announce.
+type Route struct {
+	Prefix netip.Prefix
+	Attrs  config.RouteAttributes
+	// Serve is true when a service of the VIP is installed and has a
+	// healthy backend; Why says otherwise why not.
+	Serve bool
+	Why   string
+}
+
+// Sync announces the routes that can be served and withdraws every other.
+func (a *Announcer) Sync(routes []Route) error {
+	want := map[netip.Prefix]bgp.Attributes{}
+	why := map[netip.Prefix]string{}
+	for _, r := range routes {
+		if r.Serve {
+			want[r.Prefix] = attributes(r.Attrs)
+		} else {
+			why[r.Prefix] = r.Why
+		}
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for p := range a.want {
+		if _, ok := want[p]; !ok {
+			if err := a.sp.Withdraw(p); err != nil {
+				errs = append(errs, fmt.Errorf("withdraw %s: %w", p, err))
+				continue
+			}
+			a.log.Info("route withdrawn", "prefix", p, "reason", why[p])
+		}
+	}
+	for p, attrs := range want {
+		old, had := a.want[p]
+		if had && attrsEqual(old, attrs) {
+			continue
+		}
+		if err := a.sp.Announce(p, attrs); err != nil {
+			errs = append(errs, fmt.Errorf("announce %s: %w", p, err))
+			continue
+		}
+		if !had {
+			a.log.Info("route announced", "prefix", p, "nextHop", a.node)
+		}
+	}
+	a.want, a.why = want, why
+	return errors.Join(errs...)
+}
+
+func attributes(r config.RouteAttributes) bgp.Attributes {
+	return bgp.Attributes{Communities: slices.Clone(r.Communities), LargeCommunities: slices.Clone(r.LargeCommunities),
+		LocalPref: r.LocalPreference, MED: r.MED}
+}
+
+func attrsEqual(a, b bgp.Attributes) bool {
+	eq := func(x, y *uint32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
+	return slices.Equal(a.Communities, b.Communities) && slices.Equal(a.LargeCommunities, b.LargeCommunities) &&
+		eq(a.LocalPref, b.LocalPref) && eq(a.MED, b.MED)
+}
+
+// Shutdown withdraws every route, waits the drain time so the routers
+// move the traffic to other nodes (the data plane keeps forwarding what
+// still arrives), then closes the sessions and BFD.
+func (a *Announcer) Shutdown(ctx context.Context) error {
+	a.mu.Lock()
+	drain, n := a.drain, len(a.want)
+	a.want = map[netip.Prefix]bgp.Attributes{}
+	a.mu.Unlock()
+	err := a.sp.WithdrawAll()
+	if n > 0 && drain > 0 {
+		a.log.Info("routes withdrawn; draining before exit", "routes", n, "drainTime", drain)
+		select {
+		case <-time.After(drain):
+		case <-ctx.Done():
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = errors.Join(err, a.sp.Stop(stopCtx))
+	a.mu.Lock()
+	m := a.bfd
+	a.bfd = nil
+	a.mu.Unlock()
+	if m != nil {
+		err = errors.Join(err, m.Close())
+	}
+	return err
+}
+
+// Status reports peers (with their BFD sessions) and routes.
+func (a *Announcer) Status() *api.BGP {
+	st := &api.BGP{ASN: a.asn, RouterID: a.routerID, NextHop: a.node}
+	a.mu.Lock()
+	var sessions map[netip.Addr]bfd.SessionStatus
+	if a.bfd != nil {
+		sessions = map[netip.Addr]bfd.SessionStatus{}
+		for _, s := range a.bfd.Sessions() {
+			sessions[s.Peer] = s
+		}
+	}
+	want := maps.Clone(a.want)
+	why := maps.Clone(a.why)
+	a.mu.Unlock()
+	for _, p := range a.sp.Peers() {
+		ps := api.Peer{Address: p.Address, ASN: p.ASN, State: p.State, Since: p.Since,
+			PrefixesSent: p.PrefixesSent, PrefixesReceived: p.PrefixesReceived, LastError: p.LastError,
+			Flaps: p.Flaps, HeldDown: p.ForcedDown}
+		if s, ok := sessions[p.Address]; ok {
+			ps.BFD = &api.BFDSession{State: strings.ToLower(s.State.String()), RemoteState: strings.ToLower(s.RemoteState.String()), Diag: s.Diag.String(),
+				DetectionMs: float64(s.DetectionTime) / float64(time.Millisecond), Downs: s.Downs}
+		}
+		st.Peers = append(st.Peers, ps)
+	}
+	for p := range want {
+		st.Routes = append(st.Routes, api.Route{Prefix: p, Announced: true})
+	}
+	for p, w := range why {
+		st.Routes = append(st.Routes, api.Route{Prefix: p, Reason: w})
+	}
+	slices.SortFunc(st.Routes, func(x, y api.Route) int { return x.Prefix.Addr().Compare(y.Prefix.Addr()) })
+	return st
+}

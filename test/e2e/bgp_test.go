@@ -1,0 +1,143 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/internal/labrun"
+)
+
+// TestBGPWithFRR runs agents that announce the VIPs over BGP to FRR with
+// BFD: the router's kernel route has one next hop per running node as
+// nodes come and go, long-lived connections survive nodes leaving and
+// joining gracefully, and a node that dies or hangs leaves the route
+// within the BFD detection time.
+func TestBGPWithFRR(t *testing.T) {
+	needRoot(t)
+	prefix := labPrefix + "b"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
+		Router: lab.RouterFRR, BFD: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := labrun.Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{p: p, services: services, client: p.Clients[0]}
+	vip := e.web().VIP
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range labrun.AgentLogs(p) {
+				t.Logf("%s: %s", name, l)
+			}
+		}
+	})
+
+	// 1 → 4 nodes: each agent's announcement adds its next hop.
+	var running []netip.Addr
+	for _, n := range p.Nodes {
+		if err := labrun.WriteConfig(p, n, services); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := labrun.StartAgent(ctx, p, n, services); err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, n.Addr)
+		if err := lab.WaitNextHops(ctx, p, vip, running, 20*time.Second); err != nil {
+			t.Fatalf("after starting %s: %v", n.Name, err)
+		}
+		t.Logf("%s started: %d next hops after %s", n.Name, len(running), time.Since(start).Round(time.Millisecond))
+	}
+	st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.BGP == nil || len(st.BGP.Peers) != 1 || st.BGP.Peers[0].State != "established" ||
+		st.BGP.Peers[0].BFD == nil || st.BGP.Peers[0].BFD.State != "up" || len(st.BGP.Routes) == 0 || !st.BGP.Routes[0].Announced {
+		t.Fatalf("status of %s: BGP %+v", p.Nodes[0].Name, st.BGP)
+	}
+
+	// Long-lived connections while a node leaves gracefully and comes
+	// back: every node has the same Maglev table, so a flow that ECMP
+	// moves to another node stays on its backend.
+	const conns = 200
+	stopLive := e.liveConns(t, ctx, conns, 250*time.Millisecond)
+	leaving := p.Nodes[3]
+	leavingPID := e.agentPID(t, leaving)
+	start := time.Now()
+	if err := syscall.Kill(leavingPID, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The agent withdraws at once, then drains before it exits.
+	if err := lab.WaitNextHops(ctx, p, vip, running[:3], 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	withdrawn := time.Since(start)
+	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(leavingPID, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: the agent runs 10s after SIGTERM", leaving.Name)
+		}
+	}
+	t.Logf("%s stopped gracefully: route without it after %s, agent gone after %s (drain %s)", leaving.Name,
+		withdrawn.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), labrun.DrainTime)
+	if withdrawn >= labrun.DrainTime {
+		t.Errorf("the route lost the stopping node only after %s, not before its drain time of %s", withdrawn, labrun.DrainTime)
+	}
+	if _, err := labrun.StartAgent(ctx, p, leaving, services); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, running, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	counts, errs := stopLive()
+	for _, err := range errs {
+		t.Errorf("long-lived connection broken while a node left and came back: %v", err)
+	}
+	if len(counts) != conns || slices.Min(counts) == 0 {
+		t.Errorf("long-lived connections made %v requests", counts)
+	}
+
+	// A hung node (SIGSTOP: its sessions stay open, nothing answers):
+	// BFD on the router withdraws its routes within the detection time.
+	hung := p.Nodes[2]
+	pid := e.agentPID(t, hung)
+	start = time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	others := []netip.Addr{running[0], running[1], running[3]}
+	if err := lab.WaitNextHops(ctx, p, vip, others, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	detect := time.Since(start)
+	t.Logf("%s hung: its next hop left the route after %s (BFD 100ms x 3)", hung.Name, detect.Round(time.Millisecond))
+	if detect > 1500*time.Millisecond {
+		t.Errorf("hung node withdrawn after %s, want within about the BFD detection time (300 ms)", detect)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	if err := lab.WaitNextHops(ctx, p, vip, running, 30*time.Second); err != nil {
+		t.Fatalf("after the hung node resumed: %v", err)
+	}
+
+	// A killed node: its sessions close with it.
+	killed := p.Nodes[1]
+	start = time.Now()
+	e.stopAgent(t, killed, syscall.SIGKILL)
+	if err := lab.WaitNextHops(ctx, p, vip, []netip.Addr{running[0], running[2], running[3]}, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s killed: its next hop left the route after %s", killed.Name, time.Since(start).Round(time.Millisecond))
+}
