@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 	"syscall"
@@ -140,4 +141,71 @@ func TestBGPWithFRR(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("%s killed: its next hop left the route after %s", killed.Name, time.Since(start).Round(time.Millisecond))
+}
+
+// TestBGPTopologies: with the embedded router, and with FRR behind the
+// gobgpd route reflector (the dissertation's topology), the router's route
+// follows the agents as they start and stop gracefully.
+func TestBGPTopologies(t *testing.T) {
+	needRoot(t)
+	for i, tc := range []struct {
+		name      string
+		router    string
+		reflector bool
+	}{
+		{"Embedded", lab.RouterEmbedded, false},
+		{"FRRViaReflector", lab.RouterFRR, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			prefix := fmt.Sprintf("%st%d", labPrefix, i)
+			useLab(t, prefix)
+			ctx, cancel := context.WithTimeout(interrupted, 2*time.Minute)
+			defer cancel()
+			p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 3, Backends: 2, Binary: xlbBinary,
+				Router: tc.router, Reflector: tc.reflector})
+			if err != nil {
+				t.Fatal(err)
+			}
+			services, err := labrun.Services(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			e := &env{p: p, services: services, client: p.Clients[0]}
+			t.Cleanup(func() {
+				if t.Failed() {
+					for name, l := range labrun.AgentLogs(p) {
+						t.Logf("%s: %s", name, l)
+					}
+				}
+			})
+			vip := e.web().VIP
+			var running []netip.Addr
+			for _, n := range p.Nodes {
+				if err := labrun.WriteConfig(p, n, services); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				if _, err := labrun.StartAgent(ctx, p, n, services); err != nil {
+					t.Fatal(err)
+				}
+				running = append(running, n.Addr)
+				if err := lab.WaitNextHops(ctx, p, vip, running, 30*time.Second); err != nil {
+					t.Fatalf("after starting %s: %v", n.Name, err)
+				}
+				t.Logf("%s started: %d next hops after %s", n.Name, len(running), time.Since(start).Round(time.Millisecond))
+			}
+			// Traffic through the router reaches the backends.
+			tally, err := labrun.HTTPLoad(ctx, e.client.Namespace, e.web().Target(), 50, 4, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("50 requests through the %s router: %v", tc.name, tally)
+			start := time.Now()
+			e.stopAgent(t, p.Nodes[1], syscall.SIGTERM)
+			if err := lab.WaitNextHops(ctx, p, vip, []netip.Addr{running[0], running[2]}, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s stopped: route without it %s after the signal", p.Nodes[1].Name, time.Since(start).Round(time.Millisecond))
+		})
+	}
 }
