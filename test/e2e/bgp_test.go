@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
 )
@@ -108,6 +109,47 @@ func TestBGPWithFRR(t *testing.T) {
 	}
 	if len(counts) != conns || slices.Min(counts) == 0 {
 		t.Errorf("long-lived connections made %v requests", counts)
+	}
+
+	// A VIP whose backends are all down is withdrawn by every node, and
+	// announced again when one comes back.
+	checked := labrun.WithCheck(services, e.web().Name, &labrun.Check{Type: config.CheckHTTP, Port: 80, Path: "/",
+		Interval: 200 * time.Millisecond, Timeout: 150 * time.Millisecond, Rise: 2, Fall: 2})
+	if _, err := labrun.Reconfigure(ctx, p, checked); err != nil {
+		t.Fatal(err)
+	}
+	// Probed and found up first: the first result decides at once, later
+	// ones need fall failures in a row.
+	for _, be := range p.Backends {
+		if _, err := labrun.WaitHealth(ctx, p, e.web().Name, be.Addr, api.StateUp, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(500 * time.Millisecond)
+	start = time.Now()
+	for _, be := range p.Backends {
+		if err := labrun.SetHTTP(ctx, p, be, lab.HTTPStop); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, nil, 10*time.Second); err != nil {
+		t.Fatalf("all web backends down: %v", err)
+	}
+	t.Logf("all web backends stopped: the VIP left the router after %s (check 200ms x fall 2)", time.Since(start).Round(time.Millisecond))
+	if st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0])); err != nil || st.BGP == nil || len(st.BGP.Routes) == 0 ||
+		st.BGP.Routes[0].Announced || st.BGP.Routes[0].Reason != "every backend is down" {
+		t.Errorf("status after the backends died: %+v (%v)", st.BGP, err)
+	}
+	start = time.Now()
+	if err := labrun.SetHTTP(ctx, p, p.Backends[0], lab.HTTPStart); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, running, 10*time.Second); err != nil {
+		t.Fatalf("a web backend back: %v", err)
+	}
+	t.Logf("one web backend back: the VIP is announced by every node again after %s", time.Since(start).Round(time.Millisecond))
+	if err := labrun.SetHTTP(ctx, p, p.Backends[1], lab.HTTPStart); err != nil {
+		t.Fatal(err)
 	}
 
 	// A hung node (SIGSTOP: its sessions stay open, nothing answers):
