@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/bfd"
 	"github.com/xlbproject/xlb/internal/router"
 )
 
@@ -75,9 +76,7 @@ func labRouter(args []string) error {
 		if err != nil {
 			return err
 		}
-		if cfg.Hooks, err = routerBFD(b); err != nil {
-			return err
-		}
+		cfg.BFD = &b
 	}
 	r, err := router.New(cfg)
 	if err != nil {
@@ -88,37 +87,29 @@ func labRouter(args []string) error {
 	return r.Run(ctx)
 }
 
-// bfdParams are the timers of --bfd.
-type bfdParams struct {
-	minRx, minTx time.Duration
-	multiplier   int
-}
-
-func parseBFD(s string) (bfdParams, error) {
-	var b bfdParams
+// parseBFD reads --bfd: minRx,minTx,multiplier.
+func parseBFD(s string) (bfd.Config, error) {
+	var c bfd.Config
 	parts := strings.Split(s, ",")
 	if len(parts) != 3 {
-		return b, fmt.Errorf("--bfd %q: want minRx,minTx,multiplier, e.g. 100ms,100ms,3", s)
+		return c, fmt.Errorf("--bfd %q: want minRx,minTx,multiplier, e.g. 100ms,100ms,3", s)
 	}
 	var err error
-	if b.minRx, err = time.ParseDuration(strings.TrimSpace(parts[0])); err != nil || b.minRx <= 0 {
-		return b, fmt.Errorf("--bfd %q: minRx %q: want a positive duration such as 100ms", s, parts[0])
+	if c.MinRx, err = time.ParseDuration(strings.TrimSpace(parts[0])); err != nil || c.MinRx <= 0 {
+		return c, fmt.Errorf("--bfd %q: minRx %q: want a positive duration such as 100ms", s, parts[0])
 	}
-	if b.minTx, err = time.ParseDuration(strings.TrimSpace(parts[1])); err != nil || b.minTx <= 0 {
-		return b, fmt.Errorf("--bfd %q: minTx %q: want a positive duration such as 100ms", s, parts[1])
+	if c.MinTx, err = time.ParseDuration(strings.TrimSpace(parts[1])); err != nil || c.MinTx <= 0 {
+		return c, fmt.Errorf("--bfd %q: minTx %q: want a positive duration such as 100ms", s, parts[1])
 	}
-	if b.multiplier, err = strconv.Atoi(strings.TrimSpace(parts[2])); err != nil || b.multiplier < 1 || b.multiplier > 255 {
-		return b, fmt.Errorf("--bfd %q: multiplier %q: want 1 to 255", s, parts[2])
+	mult, err := strconv.Atoi(strings.TrimSpace(parts[2]))
+	if err != nil || mult < 1 || mult > 255 {
+		return c, fmt.Errorf("--bfd %q: multiplier %q: want 1 to 255", s, parts[2])
 	}
-	return b, nil
-}
-
-// routerBFD is where BFD plugs into the router once internal/bfd exists:
-// build a manager on the listen address, return hooks that add each
-// established peer to it and remove it when the session goes down, and
-// call Router.PeerFailed for every Down event (see router.Hooks).
-func routerBFD(bfdParams) (router.Hooks, error) {
-	return router.Hooks{}, errors.New("--bfd: this build has no BFD yet; run without --bfd (BGP's hold time detects failures)")
+	c.Multiplier = uint8(mult)
+	if err := c.Validate(); err != nil {
+		return c, fmt.Errorf("--bfd %q: %w", s, err)
+	}
+	return c, nil
 }
 
 func asnFlag(name string, v uint) (uint32, error) {

@@ -146,6 +146,10 @@ func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
 				if err := a.sp.PeerUp(ev.Peer); err != nil {
 					a.log.Warn("BFD up, but the BGP session cannot be released", "peer", ev.Peer, "error", err)
 				}
+			case ev.Previous == bfd.StateUp && ev.Diag == bfd.DiagNeighborDown && ev.RemoteDiag == bfd.DiagAdminDown:
+				// The peer turned BFD off on purpose (RFC 5882 §3.2): not a
+				// failure. If it is going away, BGP says so itself.
+				a.log.Info("the peer took its BFD session down administratively; BGP is left alone", "peer", ev.Peer)
 			case ev.Previous == bfd.StateUp:
 				reason := fmt.Sprintf("BFD session down (%s)", ev.Diag)
 				a.log.Warn("BFD declared the peer down: taking its BGP session down", "peer", ev.Peer, "diag", ev.Diag.String(),

@@ -46,11 +46,6 @@ func upBGPLab(t *testing.T, prefix string, s Spec, nodes int) Plan {
 	defer cancel()
 	start := time.Now()
 	p, err := Up(ctx, s)
-	// PENDING: `xlb lab router --bfd` refuses to run until BFD is wired
-	// into cmd/xlb/router.go (routerBFD); this case runs once it is.
-	if err != nil && s.Router == RouterEmbedded && s.BFD && strings.Contains(err.Error(), "no BFD yet") {
-		t.Skipf("the embedded router has no BFD yet: %v", err)
-	}
 	if err != nil {
 		t.Fatal(err)
 	}

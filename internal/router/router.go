@@ -2,7 +2,9 @@
 // speaker that accepts sessions from any xlb node in a neighbour range
 // and installs every prefix it learns into its network namespace's
 // kernel FIB as one multipath route over all the nodes that announce it,
-// as a data-centre router with ECMP would.
+// as a data-centre router with ECMP would. With Config.BFD it also runs
+// BFD with every node and takes a node that stops answering out of the
+// FIB within the detection time (bfd.go).
 //
 // It must run in a process of its own inside the router namespace (`xlb
 // lab router`, started through `xlb netns-exec`): GoBGP opens sockets on
@@ -29,6 +31,8 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/bfd"
 )
 
 // DefaultHoldTime is the hold time the router offers when Config has
@@ -55,27 +59,20 @@ type Config struct {
 	// StatusSocket, if set, is the path of a unix socket serving the
 	// status as JSON over HTTP (see ReadStatus).
 	StatusSocket string
-	Hooks        Hooks
-	Log          *slog.Logger // nil: slog.Default()
+	// BFD, if set, runs a BFD session (internal/bfd, from Listen) with
+	// every peer once its BGP session is established; a session that
+	// was Up and goes Down takes the peer out as PeerFailed does (see
+	// bfd.go). Zero fields take the bfd package's defaults.
+	BFD   *bfd.Config
+	Hooks Hooks
+	Log   *slog.Logger // nil: slog.Default()
 }
 
-// Hooks let a failure detector such as BFD follow the BGP sessions. BGP
-// alone notices a dead node only when the hold time runs out (seconds);
-// a detector that watches each established peer can report the loss in
-// milliseconds through Router.PeerFailed. The lead's plan for
-// internal/bfd:
-//
-//	m, _ := bfd.NewManager(listen, log)
-//	hooks := router.Hooks{
-//		OnPeerEstablished: func(p netip.Addr) { m.Add(p, bfdConfig) },
-//		OnPeerDown:        func(p netip.Addr) { m.Remove(p) },
-//	}
-//	r, _ := router.New(router.Config{..., Hooks: hooks})
-//	go func() {
-//		for ev := range m.Events() {
-//			if ev.State == bfd.Down { r.PeerFailed(ev.Peer) }
-//		}
-//	}()
+// Hooks let a failure detector follow the BGP sessions. BGP alone
+// notices a dead node only when the hold time runs out (seconds); a
+// detector that watches each established peer can report the loss in
+// milliseconds through Router.PeerFailed. Config.BFD is such a detector,
+// built in; Hooks are for others (and are called after it).
 //
 // Both functions are called one at a time, in event order, on the
 // router's event goroutine: they must return quickly.
@@ -102,7 +99,8 @@ type Router struct {
 	syncMu  sync.Mutex
 	bgp     *server.BgpServer // nil before start and after stop
 	fib     *fib
-	pending atomic.Int64 // unix nanos of the oldest event not yet synced; 0 if none
+	pending atomic.Int64                // unix nanos of the oldest event not yet synced; 0 if none
+	bfd     atomic.Pointer[bfdFollower] // nil without Config.BFD, before Run and after it
 
 	mu        sync.Mutex
 	peers     map[netip.Addr]*peerInfo
@@ -156,6 +154,13 @@ func New(cfg Config) (*Router, error) {
 	if cfg.HoldTime < 3*time.Second || cfg.HoldTime%time.Second != 0 || cfg.HoldTime > 65535*time.Second {
 		return nil, fmt.Errorf("router: hold time %v: want whole seconds from 3s to 65535s", cfg.HoldTime)
 	}
+	if cfg.BFD != nil {
+		if err := cfg.BFD.Validate(); err != nil {
+			return nil, fmt.Errorf("router: bfd: %w", err)
+		}
+		c := cfg.BFD.WithDefaults()
+		cfg.BFD = &c
+	}
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
@@ -195,6 +200,30 @@ func (r *Router) Run(ctx context.Context) (err error) {
 		r.log.Info("fib: removed a stale route of an earlier router", "prefix", p)
 	}
 
+	// BFD before BGP: the first established session gets its BFD
+	// session at once.
+	if r.cfg.BFD != nil {
+		b, berr := startBFD(r.cfg.Listen, *r.cfg.BFD, r.log)
+		if berr != nil {
+			return berr
+		}
+		r.bfd.Store(b)
+		followDone := make(chan struct{})
+		go func() {
+			defer close(followDone)
+			b.follow(r)
+		}()
+		// Runs after the body has stopped BGP: the nodes hear AdminDown
+		// only after BGP has said goodbye.
+		defer func() {
+			r.bfd.Store(nil)
+			if cerr := b.close(); cerr != nil {
+				r.log.Warn("BFD did not stop cleanly", "err", cerr)
+			}
+			<-followDone
+		}()
+	}
+
 	var statusLn net.Listener
 	if r.cfg.StatusSocket != "" {
 		if statusLn, err = listenUnix(r.cfg.StatusSocket); err != nil {
@@ -228,9 +257,13 @@ func (r *Router) Run(ctx context.Context) (err error) {
 	syncDone := make(chan struct{})
 	go r.syncLoop(watchCtx, syncDone)
 	r.kick(time.Now())
-	r.log.Info("router up", "asn", r.cfg.ASN, "peerASN", r.cfg.PeerASN, "routerID", r.cfg.RouterID,
+	attrs := []any{"asn", r.cfg.ASN, "peerASN", r.cfg.PeerASN, "routerID", r.cfg.RouterID,
 		"listen", netip.AddrPortFrom(r.cfg.Listen, uint16(r.cfg.Port)), "neighbors", r.cfg.Neighbors,
-		"holdTime", r.cfg.HoldTime, "protocol", Protocol)
+		"holdTime", r.cfg.HoldTime, "protocol", Protocol}
+	if b := r.cfg.BFD; b != nil {
+		attrs = append(attrs, "bfdMinRx", b.MinRx, "bfdMinTx", b.MinTx, "bfdMultiplier", b.Multiplier)
+	}
+	r.log.Info("router up", attrs...)
 
 	<-ctx.Done()
 
@@ -359,6 +392,9 @@ func (r *Router) peerEvent(p apiutil.Peer, t time.Time) {
 	switch {
 	case up:
 		r.log.Info("peer established", "peer", addr, "asn", asn)
+		if b := r.bfd.Load(); b != nil {
+			b.established(addr)
+		}
 		if h := r.cfg.Hooks.OnPeerEstablished; h != nil {
 			h(addr)
 		}
@@ -374,6 +410,15 @@ func (r *Router) peerEvent(p apiutil.Peer, t time.Time) {
 	default:
 		r.log.Debug("peer state", "peer", addr, "state", stateName(state))
 	}
+}
+
+// established reports whether the BGP session with peer is
+// established.
+func (r *Router) established(peer netip.Addr) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pi := r.peers[peer.Unmap()]
+	return pi != nil && pi.state == bgp.BGP_FSM_ESTABLISHED
 }
 
 // kick asks for a resync; t is when the event happened, to report the

@@ -121,8 +121,8 @@ type routerProc struct {
 }
 
 // startRouter starts the router; peerASN 0 leaves --peer-asn out, so the
-// sessions are iBGP.
-func startRouter(t *testing.T, l lab, dir string, peerASN uint32) *routerProc {
+// sessions are iBGP. extra are further flags.
+func startRouter(t *testing.T, l lab, dir string, peerASN uint32, extra ...string) *routerProc {
 	t.Helper()
 	rp := &routerProc{
 		log:    filepath.Join(dir, fmt.Sprintf("router-%d.log", time.Now().UnixNano())),
@@ -140,6 +140,7 @@ func startRouter(t *testing.T, l lab, dir string, peerASN uint32) *routerProc {
 	if peerASN != 0 {
 		args = append(args, "--peer-asn", fmt.Sprint(peerASN))
 	}
+	args = append(args, extra...)
 	rp.cmd = exec.Command(xlbBinary, args...)
 	rp.cmd.Stdout, rp.cmd.Stderr = logf, logf
 	if err := rp.cmd.Start(); err != nil {
@@ -203,11 +204,15 @@ type speaker struct {
 
 func startSpeaker(t *testing.T, ns string, local netip.Addr, asn uint32) *speaker {
 	t.Helper()
+	return startSpeakerSpec(t, ns, speakerSpec{local: local, asn: asn, router: routerIP, rASN: routerASN, prefix: vip, hold: holdSecs})
+}
+
+func startSpeakerSpec(t *testing.T, ns string, spec speakerSpec) *speaker {
+	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
-	spec := speakerSpec{local: local, asn: asn, router: routerIP, rASN: routerASN, prefix: vip, hold: holdSecs}
 	sp := &speaker{name: ns, lines: make(chan string, 64), done: make(chan struct{})}
 	sp.cmd = exec.Command(xlbBinary, netns.ExecCommand, ns, "--", self, "-test.run=^$")
 	sp.cmd.Env = append(os.Environ(), speakerEnv+"="+spec.String())

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"os"
 	"strconv"
@@ -15,13 +16,18 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	"github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/osrg/gobgp/v4/pkg/server"
+
+	"github.com/xlbproject/xlb/internal/bfd"
 )
 
 // speakerEnv makes the test binary a node's BGP speaker instead of
 // running tests (see TestMain): a GoBGP library speaker, as an xlb node
 // embeds one, in a process of its own so that all of its sockets live in
 // the node's namespace. Its value is "LOCAL ASN ROUTER ROUTER_ASN PREFIX
-// HOLD_SECONDS". It reads commands from standard input, one a line:
+// HOLD_SECONDS BFD_MS": with BFD_MS > 0 it also runs xlb's BFD towards the
+// router (every BFD_MS milliseconds, multiplier 3), as an xlb node
+// configured for BFD does, and at end of input stops BFD (AdminDown)
+// before BGP. It reads commands from standard input, one a line:
 // "announce" (PREFIX with next hop LOCAL), "withdraw"; and writes "ok
 // CMD" or "err CMD: why" after each, "up" and "down" as the session to
 // the router changes. At end of input it stops cleanly (a Cease
@@ -33,17 +39,18 @@ type speakerSpec struct {
 	asn, rASN     uint32
 	prefix        netip.Prefix
 	hold          uint64
+	bfdMs         uint64 // 0: no BFD
 }
 
 func (s speakerSpec) String() string {
-	return fmt.Sprintf("%s %d %s %d %s %d", s.local, s.asn, s.router, s.rASN, s.prefix, s.hold)
+	return fmt.Sprintf("%s %d %s %d %s %d %d", s.local, s.asn, s.router, s.rASN, s.prefix, s.hold, s.bfdMs)
 }
 
 func parseSpeakerSpec(v string) (speakerSpec, error) {
 	var s speakerSpec
 	f := strings.Fields(v)
-	if len(f) != 6 {
-		return s, fmt.Errorf("%s=%q: want 6 fields", speakerEnv, v)
+	if len(f) != 7 {
+		return s, fmt.Errorf("%s=%q: want 7 fields", speakerEnv, v)
 	}
 	var err error
 	var n uint64
@@ -65,6 +72,9 @@ func parseSpeakerSpec(v string) (speakerSpec, error) {
 		return s, err
 	}
 	if s.hold, err = strconv.ParseUint(f[5], 10, 16); err != nil {
+		return s, err
+	}
+	if s.bfdMs, err = strconv.ParseUint(f[6], 10, 32); err != nil {
 		return s, err
 	}
 	return s, nil
@@ -118,6 +128,25 @@ func speakerMain(v string) int {
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, "add peer:", err)
 		return 1
+	}
+	if spec.bfdMs > 0 {
+		every := time.Duration(spec.bfdMs) * time.Millisecond
+		m, err := bfd.NewManager(spec.local, slog.New(slog.NewTextHandler(os.Stderr, nil)))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "bfd:", err)
+			return 1
+		}
+		// Deferred after s.Stop, so it runs first: BFD says AdminDown
+		// while the BGP session is still up.
+		defer m.Close()
+		if err := m.Add(spec.router, bfd.Config{MinTx: every, MinRx: every, Multiplier: 3}); err != nil {
+			fmt.Fprintln(os.Stderr, "bfd:", err)
+			return 1
+		}
+		go func() {
+			for range m.Events() { // the manager logs them
+			}
+		}()
 	}
 	nlri, err := bgp.NewIPAddrPrefix(spec.prefix)
 	if err != nil {

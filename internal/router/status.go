@@ -35,6 +35,19 @@ type PeerStatus struct {
 	// Failed: PeerFailed took the peer's paths out; it returns with its
 	// next established session.
 	Failed bool `json:"failed,omitempty"`
+	// BFD is the peer's BFD session, if the router runs BFD and the
+	// peer has been established since it started.
+	BFD *BFDStatus `json:"bfd,omitempty"`
+}
+
+// BFDStatus is the BFD session watching a peer (the same fields as
+// the agent's status shows for its own sessions).
+type BFDStatus struct {
+	State       string  `json:"state"` // AdminDown, Down, Init, Up
+	RemoteState string  `json:"remoteState"`
+	Diag        string  `json:"diag"`        // why it last left Up
+	DetectionMs float64 `json:"detectionMs"` // 0 while the peer is unknown
+	Downs       uint64  `json:"downs"`       // times it left Up
 }
 
 // RouteStatus is one prefix in the kernel FIB, or one the router wanted
@@ -47,6 +60,10 @@ type RouteStatus struct {
 
 // Status returns the peers and the installed routes, sorted.
 func (r *Router) Status() Status {
+	var sessions map[netip.Addr]*BFDStatus
+	if b := r.bfd.Load(); b != nil {
+		sessions = b.sessions()
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := Status{
@@ -59,7 +76,7 @@ func (r *Router) Status() Status {
 		Routes:   []RouteStatus{},
 	}
 	for a, p := range r.peers {
-		st.Peers = append(st.Peers, PeerStatus{Address: a, ASN: p.asn, State: stateName(p.state), Since: p.since, Failed: r.failed[a]})
+		st.Peers = append(st.Peers, PeerStatus{Address: a, ASN: p.asn, State: stateName(p.state), Since: p.since, Failed: r.failed[a], BFD: sessions[a]})
 	}
 	slices.SortFunc(st.Peers, func(a, b PeerStatus) int { return a.Address.Compare(b.Address) })
 	for p, hops := range r.installed {
