@@ -19,12 +19,24 @@
 #endif
 
 /* Service index: an open-addressing table of XLB_SVC_SLOTS slots (a power
- * of two, at least four per service) where a service sits at most
- * XLB_SVC_PROBES slots after its home slot. */
+ * of two) where a service sits at most XLB_SVC_PROBES slots after its home
+ * slot. svc_hash spreads services like random keys, and random keys
+ * overflow a short probe window often: with 1024 services in 4096 slots,
+ * 1 configuration in 18 has a service that needs more than 8 probes
+ * (simulated), 1 in 19000 more than 16, and replacing services one by one
+ * (deleted slots linger as tombstones) failed once in 3 million. With 16
+ * slots per service and 16 probes a union bound puts a configuration's
+ * risk below 2e-11, and 3 million replacements displaced no service by
+ * more than 8 slots. The slots cost 256 KiB; a lookup, hit or miss, almost
+ * always reads one slot, so the bound only sizes the unrolled loop.
+ * A change of the slot count changes the pinned maps' layout, so the agent
+ * migrates to fresh maps (internal/dataplane/layout.go); a change of
+ * svc_hash alone does not, and internal/dataplane then refuses a pinned
+ * index whose services are not where the hash puts them. */
 #ifndef XLB_SVC_SLOTS
-#define XLB_SVC_SLOTS 4096
+#define XLB_SVC_SLOTS 16384
 #endif
-#define XLB_SVC_PROBES 8
+#define XLB_SVC_PROBES 16
 
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS

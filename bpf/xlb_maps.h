@@ -135,15 +135,23 @@ struct {
 	__type(value, __u64);
 } reasons SEC(".maps");
 
-/* Home slot of a service key (internal/dataplane has it in Go). The
- * words enter as little-endian loads of their wire bytes. */
+/* Home slot of a service key (internal/dataplane has it in Go): the
+ * 64-bit finalizer of MurmurHash3 over the key as svc_lookup compares it
+ * (the words enter as little-endian loads of their wire bytes). Every key
+ * bit reaches every slot bit, so VIPs of one subnet, or ports of one VIP,
+ * land like random keys; the previous hash let a VIP's last octet reach
+ * three slot bits, and 64 services of one /24 filled the index. Changing
+ * it moves every service: see XLB_SVC_SLOTS. */
 static __always_inline __u32 svc_hash(__be32 vip, __be16 port, __u8 proto)
 {
-	__u32 h = vip * 0x9e3779b1u;
+	__u64 k = (__u64)vip | ((__u64)port << 32) | ((__u64)proto << 48);
 
-	h ^= (((__u32)port << 8) | proto) * 0x85ebca77u;
-	h ^= h >> 15;
-	return h;
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return (__u32)k;
 }
 
 static __always_inline struct svc_slot *svc_lookup(__be32 vip, __be16 port, __u8 proto)

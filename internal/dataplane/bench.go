@@ -78,7 +78,7 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	defer objs.Close()
 
 	// Program the service through the same code the agent uses.
-	d := &Dataplane{tableSize: maglev.DefaultSize, addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
+	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
 		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
 	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}

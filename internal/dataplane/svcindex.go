@@ -1,17 +1,16 @@
 package dataplane
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
 )
 
 // Service index geometry (XLB_SVC_SLOTS, XLB_SVC_PROBES in
-// bpf/xlb_consts.h).
+// bpf/xlb_consts.h, which explains the numbers).
 const (
-	SvcSlots  = 4096
-	svcProbes = 8
+	SvcSlots  = 16384
+	svcProbes = 16
 )
 
 // tombstonePort marks a deleted slot (vip 0): lookups probe past it.
@@ -26,15 +25,31 @@ type svcIndex struct {
 	slots [SvcSlots]lbSvcSlot
 }
 
-// svcHash is svc_hash in bpf/xlb_maps.h: the home slot of a key given as
-// the program loads it (little-endian loads of the wire bytes).
-func svcHash(vip uint32, port uint16, proto uint8) uint32 {
-	h := vip * 0x9e3779b1
-	h ^= (uint32(port)<<8 | uint32(proto)) * 0x85ebca77
-	h ^= h >> 15
-	return h
+// slotWriter is where the index writes its slots: the svc_index map (slot
+// number to lbSvcSlot), or a test's stand-in for it.
+type slotWriter interface {
+	Put(key, value any) error
 }
 
+// svcHash is svc_hash in bpf/xlb_maps.h: the home slot of a key given as
+// the program loads it (little-endian loads of the wire bytes), through
+// MurmurHash3's 64-bit finalizer.
+func svcHash(vip uint32, port uint16, proto uint8) uint32 {
+	k := uint64(vip) | uint64(port)<<32 | uint64(proto)<<48
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return uint32(k)
+}
+
+// load reads the index from m. Pinned by an earlier agent, it must have
+// been written with this hash and geometry: a service this program would
+// not find where it sits would be invisible to packets, and this mirror
+// would add it a second time and never remove the stale copy. A change of
+// the slot count makes the agent migrate to fresh maps before this runs;
+// a change of the hash alone is caught here.
 func (x *svcIndex) load(m *ebpf.Map) error {
 	var k uint32
 	var v lbSvcSlot
@@ -46,6 +61,15 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read service index: %w", err)
+	}
+	for i, s := range x.slots {
+		if s.Vip == 0 {
+			continue
+		}
+		if at, _ := x.find(s); at != i {
+			return fmt.Errorf("pinned service index: slot %d holds %v:%d (protocol %d), where this xlb does not look for it: an xlb with another service hash wrote the index. Stop the agent that runs, then run `xlb cleanup` (drops established flows)",
+				i, addrFromWire(s.Vip), portFromWire(s.Port), s.Proto)
+		}
 	}
 	return nil
 }
@@ -77,7 +101,7 @@ func (x *svcIndex) find(key lbSvcSlot) (at, free int) {
 	return at, free
 }
 
-func (x *svcIndex) write(m *ebpf.Map, idx int, v lbSvcSlot) error {
+func (x *svcIndex) write(m slotWriter, idx int, v lbSvcSlot) error {
 	if err := m.Put(uint32(idx), v); err != nil {
 		return fmt.Errorf("write service index slot %d: %w", idx, err)
 	}
@@ -85,29 +109,41 @@ func (x *svcIndex) write(m *ebpf.Map, idx int, v lbSvcSlot) error {
 	return nil
 }
 
-// upsert installs key (with its Id and Encap) or updates it in place.
-func (x *svcIndex) upsert(m *ebpf.Map, key lbSvcSlot) error {
+// place returns the slot for key: where it is, or the first free slot on
+// its probe path.
+func (x *svcIndex) place(key lbSvcSlot) (int, error) {
 	at, free := x.find(key)
 	if at >= 0 {
-		if x.slots[at] == key {
-			return nil
-		}
-		return x.write(m, at, key)
+		return at, nil
 	}
 	if free < 0 {
-		return errors.New("service index: no free slot near this service's home slot (too many services hash together); remove a service or report this")
+		return -1, fmt.Errorf("service index: no free slot among the %d from this service's home slot on (too many services hash together); remove a service or report this", svcProbes)
 	}
-	hidden := key
-	hidden.Vip = 0
-	if err := x.write(m, free, hidden); err != nil {
+	return free, nil
+}
+
+// upsert installs key (with its Id and Encap) or updates it in place.
+func (x *svcIndex) upsert(m slotWriter, key lbSvcSlot) error {
+	idx, err := x.place(key)
+	if err != nil {
 		return err
 	}
-	return x.write(m, free, key)
+	if x.slots[idx] == key {
+		return nil
+	}
+	if x.slots[idx].Vip == 0 {
+		hidden := key
+		hidden.Vip = 0
+		if err := x.write(m, idx, hidden); err != nil {
+			return err
+		}
+	}
+	return x.write(m, idx, key)
 }
 
 // remove deletes key, leaving a tombstone, and turns tombstones that end
 // a probe path back into empty slots so misses stay short.
-func (x *svcIndex) remove(m *ebpf.Map, key lbSvcSlot) error {
+func (x *svcIndex) remove(m slotWriter, key lbSvcSlot) error {
 	at, _ := x.find(key)
 	if at < 0 {
 		return nil
