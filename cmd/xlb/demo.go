@@ -28,6 +28,9 @@ func runDemo(args []string) error {
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})))
 	// Ctrl-C or SIGTERM stops the demo at the next step or request; the
 	// lab is still taken down.
+	// A closed stdout (`xlb demo | head`) must not kill the demo before
+	// it takes its lab down: with SIGPIPE noted, writes just fail.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return demo.Run(ctx, demo.Options{Prefix: *prefix, Requests: *requests, Keep: *keep})

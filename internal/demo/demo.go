@@ -14,8 +14,11 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
@@ -81,14 +84,16 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo needs root: it creates network namespaces and attaches XDP programs (run it with sudo, or `make demo`)")
 	}
-	d := &run{o: o, out: &printer{w: o.Out, total: 6}}
+	d := &run{o: o, out: &printer{w: o.Out, total: 7}}
 	start := time.Now()
-	d.out.printf("xlb demo in lab %q: 1 client, a router, 2 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
-	d.out.printf("The router spreads flows to the VIPs over the nodes (ECMP); each node's XDP program picks a\n")
-	d.out.printf("backend with Maglev and tunnels the packet to it; the backend answers the client directly.\n")
+	d.out.printf("xlb demo in lab %q: 1 client, a router, 3 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
+	d.out.printf("Each xlb node announces the VIPs over BGP to the router (embedded, with BFD), which spreads\n")
+	d.out.printf("flows over the nodes (ECMP); each node's XDP program picks a backend with Maglev and tunnels\n")
+	d.out.printf("the packet to it; the backend answers the client directly.\n")
 
 	d.out.step("Build the lab")
-	p, err := lab.Up(ctx, lab.Spec{Prefix: o.Prefix, Clients: 1, Nodes: 2, Backends: 4, Binary: o.Binary})
+	p, err := lab.Up(ctx, lab.Spec{Prefix: o.Prefix, Clients: 1, Nodes: 3, Backends: 4, Binary: o.Binary,
+		Router: lab.RouterEmbedded, BFD: true})
 	if err != nil {
 		// Up removes what it made itself; a lab that existed before is
 		// not ours to remove.
@@ -108,14 +113,15 @@ func Run(ctx context.Context, o Options) (err error) {
 		d.teardown(ctx)
 		if err == nil {
 			d.out.printf("\nPASS in %s: every request was answered; all %d backends served; replies bypassed the\n", since(start), len(p.Backends))
-			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share.\n", p.Backends[len(p.Backends)-1].Name)
+			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share;\n", p.Backends[len(p.Backends)-1].Name)
+			d.out.printf("a hung node left the router's route within the BFD detection time and no request failed.\n")
 		}
 	}()
 	d.out.done("%s", since(d.out.started))
 	d.out.line("%s %s -> router %s -> %s (ECMP) -> %s", p.Clients[0].Name, p.Clients[0].Addr, p.Router,
 		hostList(p.Nodes, true), hostList(p.Backends, false)+fmt.Sprintf(" (%s)", addrRange(p.Backends)))
 
-	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend} {
+	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend, d.nodeHangs} {
 		if err := s(ctx); err != nil {
 			return d.out.fail(err)
 		}
@@ -158,7 +164,108 @@ func (d *run) startAgents(ctx context.Context) error {
 		}
 		d.out.line("%s %s: XDP attached to %s in %s mode; config %s", n.Name, n.Addr, st.Node.Interface, st.Node.AttachMode, labrun.ConfigPath(d.p, n))
 	}
+	// The agents announce over BGP; the router installs one route with
+	// a next hop per node.
+	start := time.Now()
+	all := hostAddrs(d.p.Nodes)
+	if err := lab.WaitNextHops(ctx, d.p, services[0].VIP, all, 30*time.Second); err != nil {
+		return err
+	}
+	d.out.line("the router learnt %s/32 from every node over BGP (%s more):", services[0].VIP, since(start))
+	d.out.line("  %s", routeText(services[0].VIP, d.p.Nodes))
 	return nil
+}
+
+// nodeHangs freezes one node's agent while new connections stream in: its
+// BGP session stays open but nothing answers any more, so only BFD can
+// tell. The router must drop the node from the route within the
+// detection time, and no request may fail.
+func (d *run) nodeHangs(ctx context.Context) error {
+	hung := d.p.Nodes[len(d.p.Nodes)-1]
+	web := d.services[0]
+	d.out.step(fmt.Sprintf("%s hangs (its agent frozen with SIGSTOP) while new connections stream in", hung.Name))
+	pid, err := agentPID(d.p, hung)
+	if err != nil {
+		return err
+	}
+	sctx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	type result struct {
+		attempts []labrun.Attempt
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		as, err := labrun.Stream(sctx, d.p.Clients[0].Namespace, web.Target(), 5*time.Millisecond, 2*time.Second)
+		done <- result{as, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("freeze the agent of %s: %w", hung.Name, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGCONT)
+	rest := hostAddrs(d.p.Nodes[:len(d.p.Nodes)-1])
+	if err := lab.WaitNextHops(ctx, d.p, web.VIP, rest, 5*time.Second); err != nil {
+		return err
+	}
+	gone := time.Since(start)
+	time.Sleep(700 * time.Millisecond)
+	stopStream()
+	r := <-done
+	if r.err != nil && ctx.Err() == nil && !errors.Is(r.err, context.Canceled) {
+		return r.err
+	}
+	failed := 0
+	for _, a := range r.attempts {
+		if a.Err != nil {
+			failed++
+		}
+	}
+	bfd := d.p.BGP.BFD
+	d.out.line("BFD (%s x %d) on the router noticed in %s: the route is now", bfd.MinRx, bfd.Multiplier, gone.Round(time.Millisecond))
+	d.out.line("  %s", routeText(web.VIP, d.p.Nodes[:len(d.p.Nodes)-1]))
+	d.out.line("%d new connections meanwhile, %d failed (a frozen agent leaves the node's XDP program", len(r.attempts), failed)
+	d.out.line("forwarding; the flows ECMP moves to the other nodes keep their backend: same Maglev table).")
+	if failed > 0 {
+		return fmt.Errorf("%d of %d connections failed while %s hung", failed, len(r.attempts), hung.Name)
+	}
+	if limit := 3 * time.Duration(bfd.Multiplier) * bfd.MinRx; gone > limit+500*time.Millisecond {
+		return fmt.Errorf("the router dropped %s after %s, want about the BFD detection time", hung.Name, gone)
+	}
+	syscall.Kill(pid, syscall.SIGCONT)
+	start = time.Now()
+	if err := lab.WaitNextHops(ctx, d.p, web.VIP, hostAddrs(d.p.Nodes), 30*time.Second); err != nil {
+		return err
+	}
+	d.out.line("%s thawed: back in the route after %s (BGP reconnects after GoBGP's 5 s idle hold).", hung.Name, since(start))
+	return nil
+}
+
+// agentPID reads the PID of node's agent from the lab's state.
+func agentPID(p lab.Plan, node lab.Host) (int, error) {
+	b, err := os.ReadFile(filepath.Join(lab.StateDir(p.Spec.Prefix), labrun.AgentName(node)+".pid"))
+	if err != nil {
+		return 0, fmt.Errorf("the agent of %s: %w", node.Name, err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+func hostAddrs(hs []lab.Host) []netip.Addr {
+	out := make([]netip.Addr, len(hs))
+	for i, h := range hs {
+		out[i] = h.Addr
+	}
+	return out
+}
+
+// routeText shows a multipath route as `ip route` would.
+func routeText(vip netip.Addr, via []lab.Host) string {
+	parts := []string{vip.String()}
+	for _, h := range via {
+		parts = append(parts, fmt.Sprintf("nexthop via %s (%s)", h.Addr, h.Name))
+	}
+	return strings.Join(parts, " ")
 }
 
 // spread sends the first round of HTTP requests and shows how they
@@ -204,7 +311,7 @@ func (d *run) spread(ctx context.Context) error {
 	}
 	t.flush()
 	d.out.line("Packets each node's XDP program forwarded (the client's packets to the VIP): the router's")
-	d.out.line("ECMP route spreads the flows over both nodes.")
+	d.out.line("ECMP route spreads the flows over the nodes.")
 
 	var errs []error
 	for _, b := range d.p.Backends {

@@ -66,7 +66,8 @@ func TestDemo(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"[6/6] Remove be4",
+		"[6/7] Remove be4",
+		"[7/7] node3 hangs",
 		"direct server return",
 		"Tearing down lab \"" + demoPrefix + "\" ... ok",
 		"PASS in ",
@@ -102,7 +103,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var seen bytes.Buffer
 	sc := bufio.NewScanner(io.TeeReader(stdout, &seen))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[3/6]") {
+		if strings.Contains(sc.Text(), "[3/7]") {
 			break
 		}
 	}
