@@ -253,6 +253,10 @@ func (a *Agent) Reload(reason string) error {
 
 	a.warnRestartOnly(old, cfg)
 	err = a.apply(old, cfg)
+	if a.routes == nil && cfg.BGP != nil {
+		a.log.Warn("a bgp section was added: nothing is announced until the agent restarts",
+			"fix", "restart the agent (forwarding continues across restarts)")
+	}
 	if a.routes != nil && !reflect.DeepEqual(old.BGP, cfg.BGP) {
 		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
 			a.log.Warn("the bgp section changed but could not be applied", "error", rerr)
