@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -68,6 +70,53 @@ func TestBGPWithFRR(t *testing.T) {
 	if st.BGP == nil || len(st.BGP.Peers) != 1 || st.BGP.Peers[0].State != "established" ||
 		st.BGP.Peers[0].BFD == nil || st.BGP.Peers[0].BFD.State != "up" || len(st.BGP.Routes) == 0 || !st.BGP.Routes[0].Announced {
 		t.Fatalf("status of %s: BGP %+v", p.Nodes[0].Name, st.BGP)
+	}
+
+	// A peer that cannot be reached, added to node1 by a reload: its
+	// status says why, and the router's session is not touched.
+	cfgPath := labrun.ConfigPath(p, p.Nodes[0])
+	b, err := os.ReadFile(cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const peersLine = "\n  peers:\n"
+	if !strings.Contains(string(b), peersLine) {
+		t.Fatalf("%s has no bgp peers list:\n%s", cfgPath, b)
+	}
+	bad := strings.Replace(string(b), peersLine, peersLine+"    - address: 10.0.1.250\n      asn: 65000\n", 1)
+	if err := writeFile(cfgPath, []byte(bad)); err != nil {
+		t.Fatal(err)
+	}
+	var good, unreachable api.Peer
+	deadline := time.Now().Add(15 * time.Second)
+	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0]))
+		if err != nil || st.BGP == nil || len(st.BGP.Peers) != 2 {
+			continue
+		}
+		for _, peer := range st.BGP.Peers {
+			if peer.Address == p.BGP.PeerAddr {
+				good = peer
+			} else {
+				unreachable = peer
+			}
+		}
+		if unreachable.LastError != "" {
+			break
+		}
+	}
+	t.Logf("unreachable peer: state %s, last error %q; the router's session: %s, %d flaps", unreachable.State, unreachable.LastError, good.State, good.Flaps)
+	if unreachable.State == "established" || unreachable.LastError == "" {
+		t.Errorf("unreachable peer: %+v, want it down with the reason", unreachable)
+	}
+	if good.State != "established" || good.Flaps != 0 {
+		t.Errorf("the router's session after adding a bad peer: %+v, want it untouched", good)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, running, time.Second); err != nil {
+		t.Error(err)
+	}
+	if err := writeFile(cfgPath, b); err != nil {
+		t.Fatal(err)
 	}
 
 	// Long-lived connections while a node leaves gracefully and comes
