@@ -183,9 +183,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.applyMu.Lock()
 	a.routesLive, a.runCtx = true, ctx
 	a.mu.Lock()
-	cfg, down := a.cfg, a.down
+	cfg, svcDown := a.cfg, a.svcDown
 	a.mu.Unlock()
-	a.syncRoutes(cfg, down)
+	a.syncRoutes(cfg, svcDown)
 	a.applyMu.Unlock()
 	var written <-chan struct{}
 	var err error
@@ -204,19 +204,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-hup:
 			a.Reload("SIGHUP")
 		case <-written:
-			a.applyMu.Lock()
-			changed := stampOf(a.path) != a.stamp
-			a.applyMu.Unlock()
-			if changed {
+			if a.fileChanged() {
 				a.Reload("file written")
 			}
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			a.applyMu.Lock()
-			changed := stampOf(a.path) != a.stamp
-			a.applyMu.Unlock()
-			if changed {
+			if a.fileChanged() {
 				a.Reload("file changed")
 			} else {
 				a.retry()
@@ -226,6 +220,14 @@ func (a *Agent) Run(ctx context.Context) error {
 			a.syncHealth()
 		}
 	}
+}
+
+// fileChanged reports whether the file's stamp differs from the one of
+// the last load.
+func (a *Agent) fileChanged() bool {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	return stampOf(a.path) != a.stamp
 }
 
 // Reload loads the configuration file and applies it. If the file does not

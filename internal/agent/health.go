@@ -136,7 +136,7 @@ func (a *Agent) program(trigger string, cfg *config.Config, snap map[string]heal
 	a.svcDown = svcDown
 	a.mu.Unlock()
 	a.logServices(prevDown, svcDown)
-	a.syncRoutes(cfg, down)
+	a.syncRoutes(cfg, svcDown)
 	return err
 }
 

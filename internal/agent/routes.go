@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"net/netip"
+	"slices"
 
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
@@ -19,10 +20,11 @@ type Routes interface {
 var _ Routes = (*announce.Announcer)(nil)
 
 // routesFor decides, for each VIP of cfg, whether this node can serve it:
-// some service of the VIP is installed in the data plane and has a
-// backend with a weight above 0 that is not down. Services sharing a VIP
-// share its route (the configuration makes their attributes agree).
-func routesFor(cfg *config.Config, down map[string]bool, installed func(config.Service) bool) []announce.Route {
+// some service of the VIP is installed in the data plane, has a backend
+// with a weight above 0, and is not down (svcDown, from servicesDown).
+// Services sharing a VIP share its route (the configuration makes their
+// attributes agree).
+func routesFor(cfg *config.Config, svcDown map[string]bool, installed func(config.Service) bool) []announce.Route {
 	byVIP := map[netip.Addr]*announce.Route{}
 	var order []netip.Addr
 	for _, s := range cfg.Services {
@@ -32,29 +34,14 @@ func routesFor(cfg *config.Config, down map[string]bool, installed func(config.S
 			byVIP[s.VIP] = r
 			order = append(order, s.VIP)
 		}
-		if r.Serve {
-			continue
-		}
-		if !installed(s) {
-			continue
-		}
-		active := false
-		for _, b := range s.Backends {
-			if b.Weight == 0 {
-				continue
-			}
-			active = true
-			if !down[TargetKey(s, b)] {
-				r.Serve, r.Why = true, ""
-				break
-			}
-		}
-		if !r.Serve {
-			if active {
-				r.Why = "every backend is down"
-			} else {
-				r.Why = "every backend is drained (weight 0)"
-			}
+		switch {
+		case r.Serve || !installed(s):
+		case svcDown[s.Name]:
+			r.Why = "every backend is down"
+		case !slices.ContainsFunc(s.Backends, func(b config.Backend) bool { return b.Weight > 0 }):
+			r.Why = "every backend is drained (weight 0)"
+		default:
+			r.Serve, r.Why = true, ""
 		}
 	}
 	out := make([]announce.Route, 0, len(order))
@@ -64,14 +51,14 @@ func routesFor(cfg *config.Config, down map[string]bool, installed func(config.S
 	return out
 }
 
-// syncRoutes announces what cfg with down lets this node serve. The caller
+// syncRoutes announces what cfg with svcDown lets this node serve. The caller
 // holds applyMu. Routes stay unannounced until Run starts: the data plane
 // is attached only then.
-func (a *Agent) syncRoutes(cfg *config.Config, down map[string]bool) {
+func (a *Agent) syncRoutes(cfg *config.Config, svcDown map[string]bool) {
 	if a.routes == nil || !a.routesLive {
 		return
 	}
-	routes := routesFor(cfg, down, func(s config.Service) bool {
+	routes := routesFor(cfg, svcDown, func(s config.Service) bool {
 		key, err := serviceKey(s)
 		if err != nil {
 			return false

@@ -32,7 +32,7 @@ func TestRoutesFor(t *testing.T) {
 		TargetKey(s[4], s[4].Backends[0]): true,
 	}
 	installed := func(s config.Service) bool { return s.Name != "missing" }
-	got := routesFor(cfg, down, installed)
+	got := routesFor(cfg, servicesDown(cfg, down), installed)
 	want := []struct {
 		vip   string
 		serve bool
