@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -76,7 +74,7 @@ func upLab(ctx context.Context, prefix, xlb string) (*benchLab, error) {
 	if _, err := labrun.StartAgent(ctx, p, l.node, []labrun.Service{l.svc}); err != nil {
 		return nil, err
 	}
-	if l.agent, err = agentPID(p, l.node); err != nil {
+	if l.agent, err = labrun.AgentPID(p, l.node); err != nil {
 		return nil, err
 	}
 	for _, a := range l.svc.Backends {
@@ -120,21 +118,6 @@ func (l *benchLab) close() {
 
 func (l *benchLab) params() CheckParams {
 	return CheckParams{Type: string(config.CheckHTTP), IntervalMs: ms(labCheck.interval), TimeoutMs: ms(labCheck.timeout), Rise: labCheck.rise, Fall: labCheck.fall}
-}
-
-// agentPID reads the PID of node's agent from the lab's pid file. The
-// netns-exec wrapper execs the agent, so it is the agent's own PID.
-func agentPID(p lab.Plan, node lab.Host) (int, error) {
-	path := filepath.Join(p.StateDir, labrun.AgentName(node)+".pid")
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, fmt.Errorf("agent PID: %w", err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return 0, fmt.Errorf("agent PID in %s: %w", path, err)
-	}
-	return pid, nil
 }
 
 // renderConfig writes the agent's configuration: labrun's writer has no

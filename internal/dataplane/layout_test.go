@@ -10,8 +10,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
-
-	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // A struct of the same size with its members reordered is another layout.
@@ -79,13 +77,7 @@ func mapsEqual(a, b layout) bool {
 
 func loadIn(t *testing.T, ns string, opts Options) (*Dataplane, error) {
 	t.Helper()
-	var d *Dataplane
-	err := netns.Do(ns, func() error {
-		var err error
-		d, err = Load(opts)
-		return err
-	})
-	return d, err
+	return callIn(ns, Load, opts)
 }
 
 func pinnedMapID(t *testing.T, path string) ebpf.MapID {

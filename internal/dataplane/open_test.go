@@ -46,10 +46,15 @@ func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 
 func openIn(t *testing.T, ns string, opts Options) (*Dataplane, error) {
 	t.Helper()
+	return callIn(ns, Open, opts)
+}
+
+// callIn runs open (Open or Load) inside namespace ns.
+func callIn(ns string, open func(Options) (*Dataplane, error), opts Options) (*Dataplane, error) {
 	var d *Dataplane
 	err := netns.Do(ns, func() error {
 		var err error
-		d, err = Open(opts)
+		d, err = open(opts)
 		return err
 	})
 	return d, err

@@ -14,9 +14,7 @@ import (
 	"maps"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -184,7 +182,7 @@ func (d *run) nodeHangs(ctx context.Context) error {
 	hung := d.p.Nodes[len(d.p.Nodes)-1]
 	web := d.services[0]
 	d.out.step(fmt.Sprintf("%s hangs (its agent frozen with SIGSTOP) while new connections stream in", hung.Name))
-	pid, err := agentPID(d.p, hung)
+	pid, err := labrun.AgentPID(d.p, hung)
 	if err != nil {
 		return err
 	}
@@ -240,15 +238,6 @@ func (d *run) nodeHangs(ctx context.Context) error {
 	}
 	d.out.line("%s thawed: back in the route after %s (BGP reconnects after GoBGP's 5 s idle hold).", hung.Name, since(start))
 	return nil
-}
-
-// agentPID reads the PID of node's agent from the lab's state.
-func agentPID(p lab.Plan, node lab.Host) (int, error) {
-	b, err := os.ReadFile(filepath.Join(lab.StateDir(p.Spec.Prefix), labrun.AgentName(node)+".pid"))
-	if err != nil {
-		return 0, fmt.Errorf("the agent of %s: %w", node.Name, err)
-	}
-	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
 func hostAddrs(hs []lab.Host) []netip.Addr {

@@ -36,7 +36,18 @@ type procRecord struct {
 
 var procNameRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
 
-func pidFile(prefix, name string) string    { return filepath.Join(StateDir(prefix), name+".pid") }
+func pidFile(prefix, name string) string { return filepath.Join(StateDir(prefix), name+".pid") }
+
+// PID returns the PID of process name of lab prefix, as StartProcess
+// recorded it. The netns-exec wrapper execs the command, so it is the
+// command's own PID.
+func PID(prefix, name string) (int, error) {
+	rec, err := readRecord(prefix, name)
+	if err != nil {
+		return 0, fmt.Errorf("process %q of lab %q: %w", name, prefix, err)
+	}
+	return rec.PID, nil
+}
 func recordFile(prefix, name string) string { return filepath.Join(StateDir(prefix), name+".json") }
 
 // LogFile is where a process started by StartProcess writes its standard

@@ -26,6 +26,11 @@ const pollEvery = 100 * time.Millisecond
 // lab.LogFile(prefix, AgentName(node))).
 func AgentName(node lab.Host) string { return "agent-" + node.Name }
 
+// AgentPID returns the PID of node's agent.
+func AgentPID(p lab.Plan, node lab.Host) (int, error) {
+	return lab.PID(p.Spec.Prefix, AgentName(node))
+}
+
 // StartAgents writes every node's configuration with services, starts an
 // agent on each node and waits until every agent serves them.
 func StartAgents(ctx context.Context, p lab.Plan, services []Service) error {

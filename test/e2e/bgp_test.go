@@ -39,30 +39,10 @@ func TestBGPWithFRR(t *testing.T) {
 	}
 	e := &env{p: p, services: services, client: p.Clients[0]}
 	vip := e.web().VIP
-	t.Cleanup(func() {
-		if t.Failed() {
-			for name, l := range labrun.AgentLogs(p) {
-				t.Logf("%s: %s", name, l)
-			}
-		}
-	})
+	logAgentsOnFailure(t, p)
 
 	// 1 → 4 nodes: each agent's announcement adds its next hop.
-	var running []netip.Addr
-	for _, n := range p.Nodes {
-		if err := labrun.WriteConfig(p, n, services); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		if _, err := labrun.StartAgent(ctx, p, n, services); err != nil {
-			t.Fatal(err)
-		}
-		running = append(running, n.Addr)
-		if err := lab.WaitNextHops(ctx, p, vip, running, 20*time.Second); err != nil {
-			t.Fatalf("after starting %s: %v", n.Name, err)
-		}
-		t.Logf("%s started: %d next hops after %s", n.Name, len(running), time.Since(start).Round(time.Millisecond))
-	}
+	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)
 	st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0]))
 	if err != nil {
 		t.Fatal(err)
@@ -135,11 +115,7 @@ func TestBGPWithFRR(t *testing.T) {
 		t.Fatal(err)
 	}
 	withdrawn := time.Since(start)
-	for deadline := time.Now().Add(10 * time.Second); syscall.Kill(leavingPID, 0) == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the agent runs 10s after SIGTERM", leaving.Name)
-		}
-	}
+	waitExit(t, leaving, leavingPID, 10*time.Second)
 	t.Logf("%s stopped gracefully: route without it after %s, agent gone after %s (drain %s)", leaving.Name,
 		withdrawn.Round(time.Millisecond), time.Since(start).Round(time.Millisecond), labrun.DrainTime)
 	if withdrawn >= labrun.DrainTime {
@@ -262,29 +238,9 @@ func TestBGPTopologies(t *testing.T) {
 				t.Fatal(err)
 			}
 			e := &env{p: p, services: services, client: p.Clients[0]}
-			t.Cleanup(func() {
-				if t.Failed() {
-					for name, l := range labrun.AgentLogs(p) {
-						t.Logf("%s: %s", name, l)
-					}
-				}
-			})
+			logAgentsOnFailure(t, p)
 			vip := e.web().VIP
-			var running []netip.Addr
-			for _, n := range p.Nodes {
-				if err := labrun.WriteConfig(p, n, services); err != nil {
-					t.Fatal(err)
-				}
-				start := time.Now()
-				if _, err := labrun.StartAgent(ctx, p, n, services); err != nil {
-					t.Fatal(err)
-				}
-				running = append(running, n.Addr)
-				if err := lab.WaitNextHops(ctx, p, vip, running, 30*time.Second); err != nil {
-					t.Fatalf("after starting %s: %v", n.Name, err)
-				}
-				t.Logf("%s started: %d next hops after %s", n.Name, len(running), time.Since(start).Round(time.Millisecond))
-			}
+			running := startInTurn(t, ctx, p, services, vip, 30*time.Second)
 			// Traffic through the router reaches the backends.
 			tally, err := labrun.HTTPLoad(ctx, e.client.Namespace, e.web().Target(), 50, 4, nil)
 			if err != nil {
@@ -299,4 +255,38 @@ func TestBGPTopologies(t *testing.T) {
 			t.Logf("%s stopped: route without it %s after the signal", p.Nodes[1].Name, time.Since(start).Round(time.Millisecond))
 		})
 	}
+}
+
+// startInTurn starts the agent of each node in turn and waits, each time,
+// until the router's route to vip has one next hop per running node. It
+// returns the nodes' addresses.
+func startInTurn(t *testing.T, ctx context.Context, p lab.Plan, services []labrun.Service, vip netip.Addr, timeout time.Duration) []netip.Addr {
+	t.Helper()
+	var running []netip.Addr
+	for _, n := range p.Nodes {
+		if err := labrun.WriteConfig(p, n, services); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		if _, err := labrun.StartAgent(ctx, p, n, services); err != nil {
+			t.Fatal(err)
+		}
+		running = append(running, n.Addr)
+		if err := lab.WaitNextHops(ctx, p, vip, running, timeout); err != nil {
+			t.Fatalf("after starting %s: %v", n.Name, err)
+		}
+		t.Logf("%s started: %d next hops after %s", n.Name, len(running), time.Since(start).Round(time.Millisecond))
+	}
+	return running
+}
+
+// logAgentsOnFailure logs the end of every agent's log if t fails.
+func logAgentsOnFailure(t *testing.T, p lab.Plan) {
+	t.Cleanup(func() {
+		if t.Failed() {
+			for name, l := range labrun.AgentLogs(p) {
+				t.Logf("%s: %s", name, l)
+			}
+		}
+	})
 }

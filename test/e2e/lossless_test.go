@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -301,11 +300,7 @@ func (e *env) testInvalidConfig(t *testing.T) {
 // agentPID returns the PID of node's agent, from its lab pid file.
 func (e *env) agentPID(t *testing.T, node lab.Host) int {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(lab.StateDir(e.p.Spec.Prefix), labrun.AgentName(node)+".pid"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	pid, err := labrun.AgentPID(e.p, node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,10 +314,16 @@ func (e *env) stopAgent(t *testing.T, node lab.Host, sig syscall.Signal) {
 	if err := syscall.Kill(pid, sig); err != nil {
 		t.Fatalf("%s: signal %v to the agent (PID %d): %v", node.Name, sig, pid, err)
 	}
+	waitExit(t, node, pid, 5*time.Second)
+}
+
+// waitExit waits until node's agent, PID pid, has exited.
+func waitExit(t *testing.T, node lab.Host, pid int, timeout time.Duration) {
+	t.Helper()
 	// lab.StartProcess reaps it once it exits.
-	for deadline := time.Now().Add(5 * time.Second); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(timeout); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: the agent (PID %d) runs 5s after %v", node.Name, pid, sig)
+			t.Fatalf("%s: the agent (PID %d) still runs %s after it was told to stop", node.Name, pid, timeout)
 		}
 	}
 }
@@ -406,6 +407,7 @@ func (e *env) liveConns(t *testing.T, ctx context.Context, k int, every time.Dur
 func (e *env) testRestart(t *testing.T, r restart) {
 	sig := r.sig
 	ctx := testCtx(t)
+	logAgentsOnFailure(t, e.p)
 	t.Cleanup(func() { e.ensureAgents(t) })
 	const (
 		conns     = 4
@@ -544,11 +546,6 @@ func (e *env) testRestart(t *testing.T, r restart) {
 		}
 		if !strings.Contains(last, "adopted the pinned data plane state") {
 			t.Errorf("%s: the restarted agent's log does not say it adopted the pinned state: %s", n.Name, labrun.AgentLogs(e.p)[n.Name])
-		}
-	}
-	if t.Failed() {
-		for name, l := range labrun.AgentLogs(e.p) {
-			t.Logf("%s: %s", name, l)
 		}
 	}
 }
