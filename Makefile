@@ -4,7 +4,13 @@ GO      ?= go
 BIN     := bin/xlb
 VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X main.version=$(VERSION)
-FUZZTIME ?= 15s
+# Fuzz budgets are execution counts, not durations: a duration -fuzztime
+# races Go 1.26's fuzz coordinator at the deadline and fails with a bare
+# "context deadline exceeded" (go.dev/issue/75804). Each is ~10 s here.
+FUZZ_CONFIG    ?= 60000x
+FUZZ_MAGLEV    ?= 200000x
+FUZZ_DATAPLANE ?= 130000x
+FUZZ_BFD       ?= 400000x
 
 .PHONY: all build generate check-generated demo test bench lint deps \
 	root-demo root-test root-bench clean
@@ -45,10 +51,10 @@ root-demo: deps build
 
 root-test: deps build lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/config/
-	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/maglev/
-	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/dataplane/
-	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s ./internal/bfd/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 2s ./internal/config/
+	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZ_MAGLEV) -fuzzminimizetime 2s ./internal/maglev/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZ_BFD) -fuzzminimizetime 2s ./internal/bfd/
 
 root-bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/
