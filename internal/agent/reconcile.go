@@ -234,19 +234,59 @@ func (r *Reconciler) applyService(s config.Service, key dataplane.ServiceKey, m 
 	}
 
 	// Backends first: the new table may name only backends that exist.
-	members := make([]maglev.Backend, 0, len(s.Backends))
-	ids := make([]uint32, 0, len(s.Backends))
-	for _, b := range s.Backends {
+	members, ids, err := r.members(st, s.Backends)
+	if errors.Is(err, errNoBackendID) && leaving(st, keep) {
+		// At dataplane.maxBackends the new backends need the IDs of
+		// the leaving ones, which the installed table still names.
+		// Install a table of the backends that have IDs first, free
+		// the leaving ones, and try again. The staying backends' flows
+		// see two table changes instead of one.
+		members, ids, _ = r.members(st, slices.DeleteFunc(slices.Clone(s.Backends), func(b config.Backend) bool {
+			_, ok := st.backends[netip.AddrPortFrom(b.Address, b.Port)]
+			return !ok
+		}))
+		r.log.Warn("the data plane is full (dataplane.maxBackends): replacing backends in two steps; raise dataplane.maxBackends to replace them at once",
+			"service", s.Name, "limit", r.backendIDs.limit)
+		if err := r.install(st, key, encap, members, ids, m); err != nil {
+			return err
+		}
+		if err := r.releaseLeaving(st, keep); err != nil {
+			return err
+		}
+		members, ids, err = r.members(st, s.Backends)
+	}
+	if err != nil {
+		return err
+	}
+	if err := r.install(st, key, encap, members, ids, m); err != nil {
+		return err
+	}
+	st.applied = sig
+	// Only now that the new table is in place may the old backends go.
+	return r.releaseLeaving(st, keep)
+}
+
+// members returns the Maglev members of service st for backends and their
+// data-plane IDs, giving new backends an ID.
+func (r *Reconciler) members(st *service, backends []config.Backend) ([]maglev.Backend, []uint32, error) {
+	members := make([]maglev.Backend, 0, len(backends))
+	ids := make([]uint32, 0, len(backends))
+	for _, b := range backends {
 		ap := netip.AddrPortFrom(b.Address, b.Port)
 		id, err := r.backendID(st, ap)
 		if err != nil {
-			return fmt.Errorf("backend %s: %w", ap, err)
+			return nil, nil, fmt.Errorf("backend %s: %w", ap, err)
 		}
 		// Weight 0 still gets an ID and stays in the backend map (flows
 		// already counted there keep their counters) but no table slots.
 		members = append(members, maglev.Backend{Key: ap.String(), Weight: b.Weight})
 		ids = append(ids, id)
 	}
+	return members, ids, nil
+}
+
+// install writes service st's entry and a table built from members.
+func (r *Reconciler) install(st *service, key dataplane.ServiceKey, encap dataplane.Encap, members []maglev.Backend, ids []uint32, m uint32) error {
 	table, err := buildTable(members, ids, m)
 	if err != nil {
 		return err
@@ -254,9 +294,24 @@ func (r *Reconciler) applyService(s config.Service, key dataplane.ServiceKey, m 
 	if err := r.dp.UpsertService(dataplane.Service{ID: st.id, Key: key, Encap: encap, Table: table}); err != nil {
 		return fmt.Errorf("install table (service ID %d): %w", st.id, err)
 	}
-	st.installed, st.applied, st.named = true, sig, nil
+	// Whatever st adopted is overwritten; st.applied says from what.
+	st.installed, st.applied, st.named = true, "partial", nil
+	return nil
+}
 
-	// Only now that the new table is in place may the old backends go.
+// leaving reports whether service st has backends that keep lacks.
+func leaving(st *service, keep map[netip.AddrPort]bool) bool {
+	for ap := range st.backends {
+		if !keep[ap] {
+			return true
+		}
+	}
+	return false
+}
+
+// releaseLeaving releases the backends of st that keep lacks; the
+// installed table must not name them any more.
+func (r *Reconciler) releaseLeaving(st *service, keep map[netip.AddrPort]bool) error {
 	var errs []error
 	for _, ap := range sortedAddrPorts(st.backends) {
 		if keep[ap] {
@@ -309,6 +364,9 @@ func namedIDs(tr tableReader, id uint32, log *slog.Logger) map[uint32]bool {
 	return named
 }
 
+// errNoBackendID: every backend ID of the data plane is in use.
+var errNoBackendID = errors.New("no free backend ID")
+
 // backendID returns the ID of backend ap of service st, writing a new
 // backend to the data plane if st has none for ap yet. An adopted backend
 // with the same address is reused, which keeps its counters.
@@ -322,7 +380,7 @@ func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
 	}
 	id, ok := r.backendIDs.alloc()
 	if !ok {
-		return 0, fmt.Errorf("no free backend ID: all %d are in use; remove backends or services", r.backendIDs.limit)
+		return 0, fmt.Errorf("%w: all %d are in use (dataplane.maxBackends); remove backends or services, or raise the limit", errNoBackendID, r.backendIDs.limit)
 	}
 	if err := r.dp.UpsertBackend(id, ap.Addr()); err != nil {
 		r.backendIDs.free(id)

@@ -625,6 +625,35 @@ func TestApplyLimits(t *testing.T) {
 	}
 }
 
+// TestApplyReplaceAtLimit: with every backend ID in use, replacing
+// backends of a service still works (in two table changes), and no table
+// ever names a deleted backend; adding one more backend still fails.
+func TestApplyReplaceAtLimit(t *testing.T) {
+	const maxBackends = 5 // baseConfig's 3 + 2
+	f := newFake(testSize, 16, maxBackends)
+	r, err := newReconciler(f, quiet, 16, maxBackends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, r, baseConfig())
+	for _, cfg := range []*config.Config{
+		// One backend replaced.
+		cfgOf(web(be("10.0.3.2", 1), be("10.0.3.3", 1), be("10.0.3.9", 2)), dns(be("10.0.3.2", 1), be("10.0.3.5", 1))),
+		// Every backend of a service replaced.
+		cfgOf(web(be("10.0.3.6", 1), be("10.0.3.7", 1), be("10.0.3.8", 2)), dns(be("10.0.3.2", 1), be("10.0.3.5", 1))),
+	} {
+		mustApply(t, r, cfg)
+		verify(t, f, r, cfg)
+	}
+	over := cfgOf(web(be("10.0.3.6", 1), be("10.0.3.7", 1), be("10.0.3.8", 2), be("10.0.3.10", 1)), dns(be("10.0.3.2", 1), be("10.0.3.5", 1)))
+	if err := r.Apply(over); err == nil || !strings.Contains(err.Error(), "no free backend ID") {
+		t.Fatalf("a sixth backend with room for %d: err = %v", maxBackends, err)
+	}
+	if len(f.violations) > 0 {
+		t.Fatal(f.violations)
+	}
+}
+
 func TestApplyRejectsBadServices(t *testing.T) {
 	for _, tc := range []struct {
 		name string

@@ -14,12 +14,12 @@ import (
 	"maps"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
 )
@@ -82,7 +82,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo needs root: it creates network namespaces and attaches XDP programs (run it with sudo, or `make demo`)")
 	}
-	d := &run{o: o, out: &printer{w: o.Out, total: 7}}
+	d := &run{o: o, out: &printer{w: o.Out, total: 8}}
 	start := time.Now()
 	d.out.printf("xlb demo in lab %q: 1 client, a router, 3 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
 	d.out.printf("Each xlb node announces the VIPs over BGP to the router (embedded, with BFD), which spreads\n")
@@ -112,14 +112,15 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err == nil {
 			d.out.printf("\nPASS in %s: every request was answered; all %d backends served; replies bypassed the\n", since(start), len(p.Backends))
 			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share;\n", p.Backends[len(p.Backends)-1].Name)
-			d.out.printf("a hung node left the router's route within the BFD detection time and no request failed.\n")
+			d.out.printf("a node that left gracefully and came back, and a hung node, failed no request; the hung node\n")
+			d.out.printf("left the router's route within the BFD detection time.\n")
 		}
 	}()
 	d.out.done("%s", since(d.out.started))
 	d.out.line("%s %s -> router %s -> %s (ECMP) -> %s", p.Clients[0].Name, p.Clients[0].Addr, p.Router,
 		hostList(p.Nodes, true), hostList(p.Backends, false)+fmt.Sprintf(" (%s)", addrRange(p.Backends)))
 
-	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend, d.nodeHangs} {
+	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend, d.nodeLeaves, d.nodeHangs} {
 		if err := s(ctx); err != nil {
 			return d.out.fail(err)
 		}
@@ -140,38 +141,124 @@ type run struct {
 }
 
 func (d *run) startAgents(ctx context.Context) error {
-	d.out.step("Start an xlb agent on each node")
+	d.out.step("Start the xlb agents, one node at a time")
 	services, err := labrun.Services(d.p)
 	if err != nil {
 		return err
 	}
 	d.services = services
-	if err := labrun.StartAgents(ctx, d.p, services); err != nil {
-		return err
-	}
-	d.out.done("%s", since(d.out.started))
 	t := d.out.table()
 	for _, s := range services {
 		t.row(s.Name, fmt.Sprintf("%s/%s", s.Target(), s.Protocol), string(s.Forwarding), "->", d.backendNames(s.Backends))
 	}
 	t.flush()
-	for _, n := range d.p.Nodes {
-		st, err := api.GetStatus(labrun.Socket(d.p, n))
-		if err != nil {
-			return fmt.Errorf("%s: %w", n.Name, err)
+	// One node at a time: each agent announces the VIPs over BGP as soon
+	// as it serves them, and the router adds it to the ECMP route.
+	vip := services[0].VIP
+	for i, n := range d.p.Nodes {
+		if err := labrun.WriteConfig(d.p, n, services); err != nil {
+			return err
 		}
-		d.out.line("%s %s: XDP attached to %s in %s mode; config %s", n.Name, n.Addr, st.Node.Interface, st.Node.AttachMode, labrun.ConfigPath(d.p, n))
+		start := time.Now()
+		st, err := labrun.StartAgent(ctx, d.p, n, services)
+		if err != nil {
+			return err
+		}
+		if err := lab.WaitNextHops(ctx, d.p, vip, hostAddrs(d.p.Nodes[:i+1]), 30*time.Second); err != nil {
+			return err
+		}
+		d.out.line("%s %s (XDP on %s, %s mode, config %s): in the router's route %s after its start:",
+			n.Name, n.Addr, st.Node.Interface, st.Node.AttachMode, filepath.Base(labrun.ConfigPath(d.p, n)), since(start))
+		d.out.line("  %s", routeText(vip, d.p.Nodes[:i+1]))
 	}
-	// The agents announce over BGP; the router installs one route with
-	// a next hop per node.
-	start := time.Now()
-	all := hostAddrs(d.p.Nodes)
-	if err := lab.WaitNextHops(ctx, d.p, services[0].VIP, all, 30*time.Second); err != nil {
+	return nil
+}
+
+// nodeLeaves stops one node's agent gracefully while new connections
+// stream in, and starts it again: the agent withdraws its routes before
+// it goes (bgp.drainTime), so the router moves the flows away first and
+// no connection fails either way.
+func (d *run) nodeLeaves(ctx context.Context) error {
+	leaving := d.p.Nodes[1]
+	web := d.services[0]
+	d.out.step(fmt.Sprintf("%s leaves gracefully (SIGTERM) and comes back while new connections stream in", leaving.Name))
+	pid, err := labrun.AgentPID(d.p, leaving)
+	if err != nil {
 		return err
 	}
-	d.out.line("the router learnt %s/32 from every node over BGP (%s more):", services[0].VIP, since(start))
-	d.out.line("  %s", routeText(services[0].VIP, d.p.Nodes))
+	rest := slices.Concat(d.p.Nodes[:1], d.p.Nodes[2:])
+	attempts, err := d.streaming(ctx, web, func() error {
+		start := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			return fmt.Errorf("stop the agent of %s: %w", leaving.Name, err)
+		}
+		if err := lab.WaitNextHops(ctx, d.p, web.VIP, hostAddrs(rest), 10*time.Second); err != nil {
+			return err
+		}
+		d.out.line("withdrawn %s after the signal; the route is now", since(start))
+		d.out.line("  %s", routeText(web.VIP, rest))
+		if err := labrun.WaitExit(ctx, pid, 10*time.Second); err != nil {
+			return fmt.Errorf("the agent of %s: %w", leaving.Name, err)
+		}
+		d.out.line("the agent exited %s after the signal (it waits bgp.drainTime, %s, after withdrawing)", since(start), labrun.DrainTime)
+		start = time.Now()
+		if _, err := labrun.StartAgent(ctx, d.p, leaving, d.services); err != nil {
+			return err
+		}
+		if err := lab.WaitNextHops(ctx, d.p, web.VIP, hostAddrs(d.p.Nodes), 30*time.Second); err != nil {
+			return err
+		}
+		d.out.line("started again; back in the route after %s:", since(start))
+		d.out.line("  %s", routeText(web.VIP, d.p.Nodes))
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	failed := failures(attempts)
+	d.out.line("%d new connections meanwhile, %d failed.", len(attempts), failed)
+	if failed > 0 {
+		return fmt.Errorf("%d of %d connections failed while %s left and came back", failed, len(attempts), leaving.Name)
+	}
 	return nil
+}
+
+// streaming opens a new connection to web every 5 ms while event runs,
+// and returns every attempt.
+func (d *run) streaming(ctx context.Context, web labrun.Service, event func() error) ([]labrun.Attempt, error) {
+	sctx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	type result struct {
+		attempts []labrun.Attempt
+		err      error
+	}
+	done := make(chan result, 1)
+	go func() {
+		as, err := labrun.Stream(sctx, d.p.Clients[0].Namespace, web.Target(), 5*time.Millisecond, 2*time.Second)
+		done <- result{as, err}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	evErr := event()
+	time.Sleep(700 * time.Millisecond)
+	stopStream()
+	r := <-done
+	if evErr != nil {
+		return nil, evErr
+	}
+	if r.err != nil && ctx.Err() == nil && !errors.Is(r.err, context.Canceled) {
+		return nil, r.err
+	}
+	return r.attempts, nil
+}
+
+func failures(as []labrun.Attempt) int {
+	n := 0
+	for _, a := range as {
+		if a.Err != nil {
+			n++
+		}
+	}
+	return n
 }
 
 // nodeHangs freezes one node's agent while new connections stream in: its
@@ -186,53 +273,37 @@ func (d *run) nodeHangs(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	sctx, stopStream := context.WithCancel(ctx)
-	defer stopStream()
-	type result struct {
-		attempts []labrun.Attempt
-		err      error
-	}
-	done := make(chan result, 1)
-	go func() {
-		as, err := labrun.Stream(sctx, d.p.Clients[0].Namespace, web.Target(), 5*time.Millisecond, 2*time.Second)
-		done <- result{as, err}
-	}()
-	time.Sleep(300 * time.Millisecond)
-	start := time.Now()
-	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
-		return fmt.Errorf("freeze the agent of %s: %w", hung.Name, err)
-	}
 	defer syscall.Kill(pid, syscall.SIGCONT)
 	rest := hostAddrs(d.p.Nodes[:len(d.p.Nodes)-1])
-	if err := lab.WaitNextHops(ctx, d.p, web.VIP, rest, 5*time.Second); err != nil {
+	var gone time.Duration
+	attempts, err := d.streaming(ctx, web, func() error {
+		start := time.Now()
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			return fmt.Errorf("freeze the agent of %s: %w", hung.Name, err)
+		}
+		if err := lab.WaitNextHops(ctx, d.p, web.VIP, rest, 5*time.Second); err != nil {
+			return err
+		}
+		gone = time.Since(start)
+		return nil
+	})
+	if err != nil {
 		return err
 	}
-	gone := time.Since(start)
-	time.Sleep(700 * time.Millisecond)
-	stopStream()
-	r := <-done
-	if r.err != nil && ctx.Err() == nil && !errors.Is(r.err, context.Canceled) {
-		return r.err
-	}
-	failed := 0
-	for _, a := range r.attempts {
-		if a.Err != nil {
-			failed++
-		}
-	}
+	failed := failures(attempts)
 	bfd := d.p.BGP.BFD
 	d.out.line("BFD (%s x %d) on the router noticed in %s: the route is now", bfd.MinRx, bfd.Multiplier, gone.Round(time.Millisecond))
 	d.out.line("  %s", routeText(web.VIP, d.p.Nodes[:len(d.p.Nodes)-1]))
-	d.out.line("%d new connections meanwhile, %d failed (a frozen agent leaves the node's XDP program", len(r.attempts), failed)
+	d.out.line("%d new connections meanwhile, %d failed (a frozen agent leaves the node's XDP program", len(attempts), failed)
 	d.out.line("forwarding; the flows ECMP moves to the other nodes keep their backend: same Maglev table).")
 	if failed > 0 {
-		return fmt.Errorf("%d of %d connections failed while %s hung", failed, len(r.attempts), hung.Name)
+		return fmt.Errorf("%d of %d connections failed while %s hung", failed, len(attempts), hung.Name)
 	}
 	if limit := 3 * time.Duration(bfd.Multiplier) * bfd.MinRx; gone > limit+500*time.Millisecond {
 		return fmt.Errorf("the router dropped %s after %s, want about the BFD detection time", hung.Name, gone)
 	}
 	syscall.Kill(pid, syscall.SIGCONT)
-	start = time.Now()
+	start := time.Now()
 	if err := lab.WaitNextHops(ctx, d.p, web.VIP, hostAddrs(d.p.Nodes), 30*time.Second); err != nil {
 		return err
 	}
@@ -419,6 +490,7 @@ func (d *run) removeBackend(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reload without %s: %w", gone.Name, err)
 	}
+	d.services = services
 	d.out.line("rewrote %s; the agents noticed the change and loaded it, without", configNames(d.p))
 	d.out.line("restarting, in %s (configuration generation %s).", since(start), generations(gens))
 	d.out.line("%d HTTP requests again:", d.o.Requests)

@@ -71,6 +71,21 @@ func StartAgentBinary(ctx context.Context, p lab.Plan, node lab.Host, services [
 	return waitServing(ctx, p, node, 1, services, pid)
 }
 
+// WaitExit waits until the agent with PID pid has exited (lab.StartProcess
+// reaps it), at most timeout.
+func WaitExit(ctx context.Context, pid int, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	for syscall.Kill(pid, 0) == nil {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("PID %d still runs after %s: %w", pid, timeout, context.Cause(ctx))
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
 func startAgent(p lab.Plan, node lab.Host) (pid int, err error) {
 	return startAgentBinary(p, node, p.Spec.Binary)
 }

@@ -99,6 +99,12 @@ func TestBGPWithFRR(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// A wrong ASN and a TCP MD5 password the router does not have, each
+	// set on node1's one peer by a reload: the session stays down, the
+	// status says why, and the other nodes keep their sessions and
+	// their next hops.
+	badPeer(t, ctx, p, vip, running, b)
+
 	// Long-lived connections while a node leaves gracefully and comes
 	// back: every node has the same Maglev table, so a flow that ECMP
 	// moves to another node stays on its backend.
@@ -200,35 +206,111 @@ func TestBGPWithFRR(t *testing.T) {
 		t.Fatalf("after the hung node resumed: %v", err)
 	}
 
-	// A killed node: its sessions close with it.
+	// A killed node: its sessions close with it, well within the BFD
+	// detection time.
 	killed := p.Nodes[1]
 	start = time.Now()
 	e.stopAgent(t, killed, syscall.SIGKILL)
 	if err := lab.WaitNextHops(ctx, p, vip, []netip.Addr{running[0], running[2], running[3]}, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("%s killed: its next hop left the route after %s", killed.Name, time.Since(start).Round(time.Millisecond))
+	detect = time.Since(start)
+	t.Logf("%s killed: its next hop left the route after %s", killed.Name, detect.Round(time.Millisecond))
+	if detect > 1500*time.Millisecond {
+		t.Errorf("killed node withdrawn after %s, want within about the BFD detection time (300 ms)", detect)
+	}
+}
+
+// badPeer rewrites node1's configuration (original: its file as written
+// by the lab) twice, once with a wrong peer ASN and once with a TCP MD5
+// password the router does not have. Each time node1's session must go
+// down with the reason in its status while the other nodes' sessions
+// stay up and their next hops stay in the route; then the original file
+// brings node1 back.
+func badPeer(t *testing.T, ctx context.Context, p lab.Plan, vip netip.Addr, running []netip.Addr, original []byte) {
+	t.Helper()
+	node, other := p.Nodes[0], p.Nodes[1]
+	asn := fmt.Sprintf("      asn: %d\n", p.BGP.PeerASN)
+	if strings.Count(string(original), asn) != 1 {
+		t.Fatalf("%s: want one peer with %q in:\n%s", labrun.ConfigPath(p, node), asn, original)
+	}
+	before, err := api.GetStatus(labrun.Socket(p, other))
+	if err != nil || before.BGP == nil || len(before.BGP.Peers) != 1 {
+		t.Fatalf("status of %s: %+v, %v", other.Name, before, err)
+	}
+	for _, bc := range []struct {
+		name, replace, want string
+	}{
+		// We expect AS 65099; the router's OPEN says 65000.
+		{"wrong ASN", "      asn: 65099\n", "bad peer AS"},
+		// The router's listening socket has no key: the kernel drops
+		// our signed SYNs and nothing answers.
+		{"MD5 password the router lacks", asn + "      password: not-the-routers\n", "TCP MD5"},
+	} {
+		start := time.Now()
+		if err := writeFile(labrun.ConfigPath(p, node), []byte(strings.Replace(string(original), asn, bc.replace, 1))); err != nil {
+			t.Fatal(err)
+		}
+		if err := lab.WaitNextHops(ctx, p, vip, running[1:], 15*time.Second); err != nil {
+			t.Fatalf("%s: %v", bc.name, err)
+		}
+		var peer api.Peer
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			st, err := api.GetStatus(labrun.Socket(p, node))
+			if err == nil && st.BGP != nil && len(st.BGP.Peers) == 1 {
+				peer = st.BGP.Peers[0]
+				if peer.State != "established" && strings.Contains(peer.LastError, bc.want) {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: node1's peer %+v (%v), want it down with %q in its last error", bc.name, peer, err, bc.want)
+			}
+		}
+		t.Logf("%s: %s's session %s after %s: %q", bc.name, node.Name, peer.State, time.Since(start).Round(time.Millisecond), peer.LastError)
+		after, err := api.GetStatus(labrun.Socket(p, other))
+		if err != nil || after.BGP == nil || len(after.BGP.Peers) != 1 {
+			t.Fatalf("status of %s: %+v, %v", other.Name, after, err)
+		}
+		if a, b := after.BGP.Peers[0], before.BGP.Peers[0]; a.State != "established" || a.Flaps != b.Flaps {
+			t.Errorf("%s: %s's session went from %+v to %+v, want it untouched", bc.name, other.Name, b, a)
+		}
+		start = time.Now()
+		if err := writeFile(labrun.ConfigPath(p, node), original); err != nil {
+			t.Fatal(err)
+		}
+		if err := lab.WaitNextHops(ctx, p, vip, running, 30*time.Second); err != nil {
+			t.Fatalf("after fixing the %s: %v", bc.name, err)
+		}
+		t.Logf("%s fixed: %s back in the route after %s", bc.name, node.Name, time.Since(start).Round(time.Millisecond))
+	}
 }
 
 // TestBGPTopologies: with the embedded router, and with FRR behind the
 // gobgpd route reflector (the dissertation's topology), the router's route
-// follows the agents as they start and stop gracefully.
+// follows the agents as they start, two services share the nodes with
+// different numbers of instances (the dissertation's Table 4.6(c)), and
+// without BFD a node that stops gracefully, dies or hangs leaves the
+// route within the hold time.
 func TestBGPTopologies(t *testing.T) {
 	needRoot(t)
 	for i, tc := range []struct {
 		name      string
 		router    string
 		reflector bool
+		nodes     int
+		// dead is how the third node dies without a goodbye.
+		dead syscall.Signal
 	}{
-		{"Embedded", lab.RouterEmbedded, false},
-		{"FRRViaReflector", lab.RouterFRR, true},
+		{"Embedded", lab.RouterEmbedded, false, 3, syscall.SIGSTOP},
+		{"FRRViaReflector", lab.RouterFRR, true, 4, syscall.SIGKILL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			prefix := fmt.Sprintf("%st%d", labPrefix, i)
 			useLab(t, prefix)
-			ctx, cancel := context.WithTimeout(interrupted, 2*time.Minute)
+			ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
 			defer cancel()
-			p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 3, Backends: 2, Binary: xlbBinary,
+			p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: tc.nodes, Backends: 2, Binary: xlbBinary,
 				Router: tc.router, Reflector: tc.reflector})
 			if err != nil {
 				t.Fatal(err)
@@ -247,13 +329,97 @@ func TestBGPTopologies(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Logf("50 requests through the %s router: %v", tc.name, tally)
+
+			e.sharedNodes(t, ctx, running)
+
+			// A graceful stop withdraws first and exits after the drain
+			// time.
+			leaving := p.Nodes[1]
+			pid := e.agentPID(t, leaving)
 			start := time.Now()
-			e.stopAgent(t, p.Nodes[1], syscall.SIGTERM)
-			if err := lab.WaitNextHops(ctx, p, vip, []netip.Addr{running[0], running[2]}, 10*time.Second); err != nil {
+			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			t.Logf("%s stopped: route without it %s after the signal", p.Nodes[1].Name, time.Since(start).Round(time.Millisecond))
+			running = slices.Delete(slices.Clone(running), 1, 2)
+			if err := lab.WaitNextHops(ctx, p, vip, running, 10*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%s stopping: route without it %s after the signal", leaving.Name, time.Since(start).Round(time.Millisecond))
+			waitExit(t, leaving, pid, 10*time.Second)
+
+			// No BFD here: a killed agent's sessions close with it; a
+			// hung one is only noticed when the hold time runs out.
+			dead := p.Nodes[2]
+			pid = e.agentPID(t, dead)
+			start = time.Now()
+			if err := syscall.Kill(pid, tc.dead); err != nil {
+				t.Fatal(err)
+			}
+			defer syscall.Kill(pid, syscall.SIGCONT)
+			running = slices.Delete(running, 1, 2)
+			hold := p.BGP.HoldTime
+			if err := lab.WaitNextHops(ctx, p, vip, running, hold+5*time.Second); err != nil {
+				t.Fatal(err)
+			}
+			detect := time.Since(start)
+			t.Logf("%s got %v: its next hop left the route after %s (hold time %s, no BFD)", dead.Name, tc.dead, detect.Round(time.Millisecond), hold)
+			if detect > hold+time.Second {
+				t.Errorf("%s left the route after %s, want within the hold time of %s", dead.Name, detect, hold)
+			}
 		})
+	}
+}
+
+// sharedNodes reproduces the dissertation's Table 4.6(c): two services on
+// the same nodes, one with an instance on every node and one with an
+// instance on all nodes but the second. The router must have a route per
+// VIP with exactly those next hops, both must carry traffic, and the
+// second node taking the service back must add itself to that route
+// only.
+func (e *env) sharedNodes(t *testing.T, ctx context.Context, running []netip.Addr) {
+	t.Helper()
+	p, web, echo := e.p, e.web().VIP, e.echo().VIP
+	without := slices.Delete(slices.Clone(running), 1, 2)
+	start := time.Now()
+	if err := labrun.WriteConfig(p, p.Nodes[1], e.services[:1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, echo, without, 10*time.Second); err != nil {
+		t.Fatalf("echo dropped by %s: %v", p.Nodes[1].Name, err)
+	}
+	t.Logf("echo dropped from %s's configuration: its route has %d next hops after %s", p.Nodes[1].Name, len(without), time.Since(start).Round(time.Millisecond))
+	for _, c := range []struct {
+		vip  netip.Addr
+		want []netip.Addr
+	}{{web, running}, {echo, without}} {
+		got, err := lab.RouteNextHops(ctx, p, c.vip)
+		if err != nil {
+			t.Fatal(err)
+		}
+		slices.SortFunc(got, netip.Addr.Compare)
+		if want := slices.SortedFunc(slices.Values(c.want), netip.Addr.Compare); !slices.Equal(got, want) {
+			t.Errorf("route to %s: next hops %v, want %v", c.vip, got, want)
+		}
+		t.Logf("route to %s: %d next hops %v", c.vip, len(got), got)
+	}
+	if tally, err := labrun.HTTPLoad(ctx, e.client.Namespace, e.web().Target(), 40, 4, nil); err != nil {
+		t.Error(err)
+	} else if tally.Total() != 40 {
+		t.Errorf("web over %d nodes: %v", len(running), tally)
+	}
+	if tally, err := labrun.UDPLoad(ctx, e.client.Namespace, e.echo().Target(), 40, 4, nil); err != nil {
+		t.Error(err)
+	} else if tally.Total() != 40 {
+		t.Errorf("echo over %d nodes: %v", len(without), tally)
+	}
+	if err := labrun.WriteConfig(p, p.Nodes[1], e.services); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, echo, running, 10*time.Second); err != nil {
+		t.Fatalf("echo back on %s: %v", p.Nodes[1].Name, err)
+	}
+	if err := lab.WaitNextHops(ctx, p, web, running, time.Second); err != nil {
+		t.Error(err)
 	}
 }
 

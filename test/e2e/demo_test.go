@@ -66,8 +66,9 @@ func TestDemo(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"[6/7] Remove be4",
-		"[7/7] node3 hangs",
+		"[6/8] Remove be4",
+		"[7/8] node2 leaves gracefully",
+		"[8/8] node3 hangs",
 		"direct server return",
 		"Tearing down lab \"" + demoPrefix + "\" ... ok",
 		"PASS in ",
@@ -103,7 +104,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var seen bytes.Buffer
 	sc := bufio.NewScanner(io.TeeReader(stdout, &seen))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[3/7]") {
+		if strings.Contains(sc.Text(), "[3/8]") {
 			break
 		}
 	}

@@ -320,11 +320,8 @@ func (e *env) stopAgent(t *testing.T, node lab.Host, sig syscall.Signal) {
 // waitExit waits until node's agent, PID pid, has exited.
 func waitExit(t *testing.T, node lab.Host, pid int, timeout time.Duration) {
 	t.Helper()
-	// lab.StartProcess reaps it once it exits.
-	for deadline := time.Now().Add(timeout); syscall.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: the agent (PID %d) still runs %s after it was told to stop", node.Name, pid, timeout)
-		}
+	if err := labrun.WaitExit(interrupted, pid, timeout); err != nil {
+		t.Fatalf("%s: the agent, told to stop: %v", node.Name, err)
 	}
 }
 
