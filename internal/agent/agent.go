@@ -37,6 +37,20 @@ type Options struct {
 	// Routes announces the served VIPs over BGP; nil without a bgp
 	// section. Run starts announcing; the caller starts and shuts it down.
 	Routes Routes
+	// Updates delivers whole new configurations from a source other
+	// than the file (Kubernetes); Run applies each as a reload does,
+	// keeping the running one if it fails. Nil: the file only.
+	Updates <-chan Update
+}
+
+// Update is a new desired configuration from a source, or the error that
+// keeps the source from producing one (shown by status; the running
+// configuration stays).
+type Update struct {
+	Config *config.Config
+	Err    error
+	// Source names where it came from, for the log ("kubernetes").
+	Source string
 }
 
 // Agent owns the running configuration: it applies it through a
@@ -63,8 +77,9 @@ type Agent struct {
 	// states are the backends' health states as last logged, by target key.
 	states map[string]health.State
 
-	timings *timings // reconcile durations
-	routes  Routes   // nil: nothing is announced
+	timings *timings      // reconcile durations
+	routes  Routes        // nil: nothing is announced
+	updates <-chan Update // nil: the file is the only source
 	// routesLive is set when Run starts: only then is the data plane
 	// attached and routes may be announced. Guarded by applyMu.
 	routesLive bool
@@ -138,6 +153,7 @@ func newAgent(o Options) (*Agent, error) {
 		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:    newTimings(),
 		routes:     o.Routes,
+		updates:    o.Updates,
 		runCtx:     context.Background(),
 	}
 	return a, nil
@@ -203,6 +219,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			return nil
 		case <-hup:
 			a.Reload("SIGHUP")
+		case u := <-a.updates:
+			a.Replace(u)
 		case <-written:
 			if a.fileChanged() {
 				a.Reload("file written")
@@ -239,22 +257,53 @@ func (a *Agent) Reload(reason string) error {
 
 	a.stamp = stampOf(a.path)
 	cfg, err := a.load(a.path)
-	a.mu.Lock()
-	old := a.cfg
-	a.lastReload = time.Now()
 	if err != nil {
-		a.lastErr, a.applyErr = err, false
-		a.reloads[api.ResultError]++
-		a.mu.Unlock()
+		a.loadFailed(err)
 		a.log.Error("configuration reload failed; the previous configuration keeps running",
 			"path", a.path, "trigger", reason, "error", err,
 			"fix", "correct the file; it is read again when it changes or on SIGHUP")
 		return err
 	}
+	return a.replace(cfg, reason)
+}
+
+// Replace applies a configuration from o.Updates as Reload applies the
+// file's.
+func (a *Agent) Replace(u Update) error {
+	a.applyMu.Lock()
+	defer a.applyMu.Unlock()
+	if u.Err != nil || u.Config == nil {
+		err := u.Err
+		if err == nil {
+			err = errors.New("no configuration")
+		}
+		a.loadFailed(fmt.Errorf("%s: %w", u.Source, err))
+		a.log.Error("the configuration source failed; the previous configuration keeps running",
+			"source", u.Source, "error", err)
+		return err
+	}
+	return a.replace(u.Config, u.Source)
+}
+
+// loadFailed records a configuration that could not be had.
+func (a *Agent) loadFailed(err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.lastReload = time.Now()
+	a.lastErr, a.applyErr = err, false
+	a.reloads[api.ResultError]++
+}
+
+// replace applies cfg, which replaces the running configuration. The
+// caller holds applyMu.
+func (a *Agent) replace(cfg *config.Config, reason string) error {
+	a.mu.Lock()
+	old := a.cfg
+	a.lastReload = time.Now()
 	a.mu.Unlock()
 
 	a.warnRestartOnly(old, cfg)
-	err = a.apply(old, cfg)
+	err := a.apply(old, cfg)
 	if a.routes == nil && cfg.BGP != nil {
 		a.log.Warn("a bgp section was added: nothing is announced until the agent restarts",
 			"fix", "restart the agent (forwarding continues across restarts)")

@@ -198,6 +198,43 @@ func TestAgentReload(t *testing.T) {
 	verify(t, f, a.rec, baseConfig())
 }
 
+// TestAgentRunAppliesUpdates: a configuration from Options.Updates (the
+// Kubernetes source) is applied like a reloaded file; a source error
+// keeps the running configuration and shows in status.
+func TestAgentRunAppliesUpdates(t *testing.T) {
+	updates := make(chan Update)
+	a, f, _ := testAgent(t, baseConfig(), nil)
+	a.updates = updates
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	next := baseConfig()
+	next.Services = next.Services[:1]
+	updates <- Update{Config: next, Source: "test source"}
+	waitFor(t, "generation 2", func() bool { return status(t, a).Config.Generation == 2 })
+	st := status(t, a)
+	if len(st.Services) != 1 || st.Config.Result != api.ResultOK {
+		t.Errorf("after an update with one service: %d services, %+v", len(st.Services), st.Config)
+	}
+	verify(t, f, a.rec, next)
+
+	mark := f.mark()
+	updates <- Update{Err: errors.New("watch failed"), Source: "test source"}
+	waitFor(t, "the source error", func() bool { return status(t, a).Config.Result == api.ResultError })
+	st = status(t, a)
+	if !strings.Contains(st.Config.Error, "test source: watch failed") || len(st.Services) != 1 || st.Config.Generation != 2 {
+		t.Errorf("after a source error: %d services, %+v", len(st.Services), st.Config)
+	}
+	if calls := f.mutations(mark); len(calls) > 0 {
+		t.Errorf("a source error changed the data plane: %v", calls)
+	}
+}
+
 func TestAgentRetriesFailedApply(t *testing.T) {
 	next := baseConfig()
 	a, f, _ := testAgent(t, cfgOf(baseConfig().Services[0]), func(string) (*config.Config, error) { return next, nil })
