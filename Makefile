@@ -12,7 +12,7 @@ FUZZ_MAGLEV    ?= 200000x
 FUZZ_DATAPLANE ?= 130000x
 FUZZ_BFD       ?= 400000x
 
-.PHONY: all build generate check-generated demo test bench lint deps \
+.PHONY: all build generate check-generated demo test bench lint deps kube \
 	root-demo root-test root-bench clean
 
 all: build
@@ -39,6 +39,13 @@ lint:
 deps:
 	@scripts/as-root.sh scripts/deps.sh
 
+# The Kubernetes control plane of the tests (internal/k8stest):
+# kube-apiserver and kube-controller-manager built from
+# test/k8s/controlplane into a cache (see DEVELOPERS.md). The first build
+# takes minutes; later runs find it and build nothing.
+kube:
+	@scripts/kube-build.sh >/dev/null
+
 demo:
 	@scripts/as-root.sh $(MAKE) --no-print-directory root-demo
 test:
@@ -49,7 +56,7 @@ bench:
 root-demo: deps build
 	$(BIN) demo
 
-root-test: deps build lint check-generated
+root-test: deps build kube lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 2s ./internal/config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZ_MAGLEV) -fuzzminimizetime 2s ./internal/maglev/
@@ -60,6 +67,7 @@ root-bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/
 	$(GO) run ./bench/lbbench -out bench/results -svg docs/img/bench-lb.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/ctlbench -out bench/results -svg docs/img/bench-ctl.svg -doc docs/benchmarks.md
+	$(GO) run ./bench/bgpbench -out bench/results -svg docs/img/bench-bgp.svg -doc docs/benchmarks.md
 
 clean:
 	rm -rf bin

@@ -18,6 +18,12 @@ declare -A need=(
 	# and gobgpd as the route reflector.
 	[frr]=/usr/lib/frr/bgpd
 	[gobgpd]=/usr/bin/gobgpd
+	# BIRD 2 as the other upstream router the lab and the tests run
+	# (`xlb lab up --router bird`): bird and birdc.
+	[bird2]=/usr/sbin/bird
+	# etcd for the Kubernetes control plane the tests start (internal/k8stest
+	# runs its own etcd on loopback ports; no host etcd service is wanted).
+	[etcd-server]=/usr/bin/etcd
 )
 missing=()
 for pkg in "${!need[@]}"; do
@@ -31,9 +37,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	# RUNLEVEL=1: invoke-rc.d starts no service (frr, gobgpd) on the host;
+	# RUNLEVEL=1: invoke-rc.d starts no service (frr, gobgpd, bird) on the host;
 	# the lab runs its own daemons inside namespaces.
 	RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# Under systemd, etcd-server's postinst enables and starts etcd.service
+	# all the same (deb-systemd-invoke ignores RUNLEVEL); the tests run
+	# their own etcd, so stop the host one it just installed.
+	if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
+		systemctl disable --now etcd.service >/dev/null 2>&1 || true
+	fi
 fi
 
 # Go: the module needs the version in go.mod.

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
 )
@@ -25,11 +26,11 @@ type FailoverResult struct {
 	RecoverMs float64 `json:"implied_recover_ms"`
 	// Removal: stop → table without the backend; Excess: the same less
 	// DetectMs. Return: start → table with the backend again.
-	Removal       Summary         `json:"removal"`
-	RemovalExcess Summary         `json:"removal_excess"`
-	Return        Summary         `json:"return"`
-	ReturnExcess  Summary         `json:"return_excess"`
-	Events        []FailoverEvent `json:"events"`
+	Removal       benchutil.Summary `json:"removal"`
+	RemovalExcess benchutil.Summary `json:"removal_excess"`
+	Return        benchutil.Summary `json:"return"`
+	ReturnExcess  benchutil.Summary `json:"return_excess"`
+	Events        []FailoverEvent   `json:"events"`
 }
 
 // FailoverEvent is one stop and start of a backend's HTTP server.
@@ -56,7 +57,7 @@ func runFailover(ctx context.Context, l *benchLab, n int, progress func(string))
 	for _, c := range slots {
 		size += c
 	}
-	res := &FailoverResult{Check: l.params(), Backends: len(l.p.Backends), TableSize: uint32(size), PollMs: ms(tablePoll)}
+	res := &FailoverResult{Check: l.params(), Backends: len(l.p.Backends), TableSize: uint32(size), PollMs: benchutil.Ms(tablePoll)}
 	res.DetectMs, res.RecoverMs = res.Check.detectMs(), res.Check.recoverMs()
 	var removal, ret []float64
 	for i := range n {
@@ -71,13 +72,13 @@ func runFailover(ctx context.Context, l *benchLab, n int, progress func(string))
 			progress(fmt.Sprintf("failover: %d/%d events, last: removed after %.0f ms, back after %.0f ms", i+1, n, ev.RemovalMs, ev.ReturnMs))
 		}
 		// Start the next event at a random phase of the probe schedule.
-		if err := sleep(ctx, 100*time.Millisecond+rand.N(labCheck.interval)); err != nil {
+		if err := benchutil.Sleep(ctx, 100*time.Millisecond+rand.N(labCheck.interval)); err != nil {
 			return nil, err
 		}
 	}
-	res.Removal, res.Return = summarize(removal), summarize(ret)
-	res.RemovalExcess = summarize(shift(removal, res.DetectMs))
-	res.ReturnExcess = summarize(shift(ret, res.RecoverMs))
+	res.Removal, res.Return = benchutil.Summarize(removal), benchutil.Summarize(ret)
+	res.RemovalExcess = benchutil.Summarize(benchutil.Shift(removal, res.DetectMs))
+	res.ReturnExcess = benchutil.Summarize(benchutil.Shift(ret, res.RecoverMs))
 	return res, nil
 }
 
@@ -94,17 +95,17 @@ func failOnce(ctx context.Context, l *benchLab, victim lab.Host) (FailoverEvent,
 	if err := labrun.SetHTTP(ctx, l.p, victim, lab.HTTPStop); err != nil {
 		return ev, err
 	}
-	ev.ControlMs = ms(time.Since(t0))
+	ev.ControlMs = benchutil.Ms(time.Since(t0))
 	gone := func(s map[netip.Addr]int) bool { return s[victim.Addr] == 0 }
 	t1, after, others, err := l.waitTable(ctx, before, gone)
 	if err != nil {
 		return ev, fmt.Errorf("removal: %w", err)
 	}
-	ev.RemovalMs, ev.OtherChanges = ms(t1.Sub(t0)), others
+	ev.RemovalMs, ev.OtherChanges = benchutil.Ms(t1.Sub(t0)), others
 
 	// Right after the removal the next probe is a whole interval away:
 	// start at a random phase instead.
-	if err := sleep(ctx, rand.N(labCheck.interval)); err != nil {
+	if err := benchutil.Sleep(ctx, rand.N(labCheck.interval)); err != nil {
 		return ev, err
 	}
 	t2 := time.Now()
@@ -116,18 +117,6 @@ func failOnce(ctx context.Context, l *benchLab, victim lab.Host) (FailoverEvent,
 	if err != nil {
 		return ev, fmt.Errorf("return: %w", err)
 	}
-	ev.ReturnMs, ev.OtherChanges = ms(t3.Sub(t2)), ev.OtherChanges+others
+	ev.ReturnMs, ev.OtherChanges = benchutil.Ms(t3.Sub(t2)), ev.OtherChanges+others
 	return ev, nil
-}
-
-// sleep waits d or until ctx ends.
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -117,7 +118,7 @@ func (l *benchLab) close() {
 }
 
 func (l *benchLab) params() CheckParams {
-	return CheckParams{Type: string(config.CheckHTTP), IntervalMs: ms(labCheck.interval), TimeoutMs: ms(labCheck.timeout), Rise: labCheck.rise, Fall: labCheck.fall}
+	return CheckParams{Type: string(config.CheckHTTP), IntervalMs: benchutil.Ms(labCheck.interval), TimeoutMs: benchutil.Ms(labCheck.timeout), Rise: labCheck.rise, Fall: labCheck.fall}
 }
 
 // renderConfig writes the agent's configuration: labrun's writer has no

@@ -22,13 +22,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/testenv"
 )
@@ -86,7 +85,7 @@ func run() error {
 		return errors.New("needs root: it builds network namespaces and loads BPF programs (run `make bench`, or sudo)")
 	}
 
-	ctx, stop := interruptible()
+	ctx, stop := benchutil.Interruptible("ctlbench")
 	defer stop()
 	ctx, cancel := context.WithTimeout(ctx, *budget)
 	defer cancel()
@@ -97,7 +96,7 @@ func run() error {
 	prefix := fmt.Sprintf("%s%d", stalePrefix, os.Getpid())
 
 	r := &Report{
-		Date: start.UTC().Format(time.RFC3339), Machine: thisMachine(),
+		Date: start.UTC().Format(time.RFC3339), Machine: benchutil.ThisMachine(),
 		Command: strings.Join(append([]string{"go run ./bench/ctlbench"}, os.Args[1:]...), " "), TargetExcessMs: 100,
 	}
 	if parts["failover"] || parts["reload"] {
@@ -129,34 +128,9 @@ func run() error {
 		r.Prober, r.Commands = res, append(r.Commands, res.Command)
 		progress(fmt.Sprintf("prober: tcp %.1f cpu-ms/s, http %.1f cpu-ms/s", res.Metrics["tcp"][cpuUnit], res.Metrics["http"][cpuUnit]))
 	}
-	r.Seconds = round3(time.Since(start).Seconds())
-	r.Machine.LoadEnd = loadAvg()
+	r.Seconds = benchutil.Round3(time.Since(start).Seconds())
+	r.Machine.LoadEnd = benchutil.LoadAvg()
 	return write(r, start, *out, *svg, *doc, progress)
-}
-
-// interruptible returns a context that ends on SIGINT, SIGTERM or SIGHUP,
-// after which a second one kills at once (the next run cleans up), and
-// on SIGPIPE: output piped into a pager that quits must neither kill the
-// run before it cleans up nor let it go on for minutes. SIGPIPE stays
-// caught, so that writes to the closed output only fail.
-func interruptible() (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	stops := []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGHUP}
-	sigs, pipe := make(chan os.Signal, 1), make(chan os.Signal, 1)
-	signal.Notify(sigs, stops...)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	go func() {
-		select {
-		case s := <-sigs:
-			fmt.Fprintf(os.Stderr, "ctlbench: %v: cleaning up (again to kill at once)\n", s)
-			signal.Reset(stops...)
-		case <-pipe:
-		case <-ctx.Done():
-			signal.Reset(stops...)
-		}
-		cancel()
-	}()
-	return ctx, cancel
 }
 
 // runLab runs the failover and reload parts in one lab, and takes the
@@ -210,7 +184,7 @@ func rerender(path, svg, doc string) error {
 	name := path
 	// The document names the dated file, not ctl-latest.json.
 	if stamp, err := time.Parse(time.RFC3339, r.Date); err == nil {
-		dated := filepath.Join(filepath.Dir(path), "ctl-"+stamp.UTC().Format(stampLayout)+".json")
+		dated := filepath.Join(filepath.Dir(path), "ctl-"+stamp.UTC().Format(benchutil.StampLayout)+".json")
 		if _, err := os.Stat(dated); err == nil {
 			name = dated
 		}
@@ -218,12 +192,9 @@ func rerender(path, svg, doc string) error {
 	return writeViews(&r, name, svg, doc, func(msg string) { fmt.Println(msg) })
 }
 
-// stampLayout names the dated result files.
-const stampLayout = "20060102-150405"
-
 // write saves the report as JSON, the plot and the document section.
 func write(r *Report, start time.Time, out, svg, doc string, progress func(string)) error {
-	name, err := writeJSON(out, start.UTC().Format(stampLayout), r)
+	name, err := benchutil.WriteJSON(out, "ctl", start.UTC().Format(benchutil.StampLayout), r)
 	if err != nil {
 		return err
 	}
@@ -251,7 +222,7 @@ func writeViews(r *Report, jsonName, svg, doc string, progress func(string)) err
 				img = filepath.ToSlash(rel)
 			}
 		}
-		if err := rewriteDoc(doc, markdown(r, filepath.ToSlash(jsonName), img)); err != nil {
+		if err := benchutil.RewriteDoc(doc, docBegin, docEnd, markdown(r, filepath.ToSlash(jsonName), img)); err != nil {
 			return err
 		}
 		progress("updated " + doc)

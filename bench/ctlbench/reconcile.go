@@ -5,18 +5,17 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -56,8 +55,8 @@ type SwapCost struct {
 	// Fill: one BatchUpdate of every slot into a new inner map. Put: the
 	// update of the outer map's entry, which waits for an RCU grace period
 	// (the kernel lets no program hold the old table once it returns).
-	Fill Summary `json:"fill"`
-	Put  Summary `json:"put"`
+	Fill benchutil.Summary `json:"fill"`
+	Put  benchutil.Summary `json:"put"`
 }
 
 // Case is one kind of Apply, run Runs times.
@@ -69,8 +68,8 @@ type Case struct {
 	CPUMs  []float64 `json:"cpu_ms"`
 	// TablesChanged is how many services' tables the data plane swapped,
 	// per run, seen from outside through the pinned maps.
-	TablesChanged []int   `json:"tables_changed"`
-	Wall          Summary `json:"wall"`
+	TablesChanged []int             `json:"tables_changed"`
+	Wall          benchutil.Summary `json:"wall"`
 }
 
 // reconcileOpts say what to measure.
@@ -96,15 +95,15 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	if err != nil {
 		return nil, err
 	}
-	res.AvailableMiB = mib(avail)
+	res.AvailableMiB = benchutil.MiB(avail)
 	need := uint64(o.services) * uint64(o.tableSize) * 8
 	if 3*need > avail && o.tableSize != fallbackTableSize {
-		res.TableSizeNote = fmt.Sprintf("tables of %d slots would take %.0f MiB of %.0f MiB available; using %d", o.tableSize, mib(need), mib(avail), fallbackTableSize)
+		res.TableSizeNote = fmt.Sprintf("tables of %d slots would take %.0f MiB of %.0f MiB available; using %d", o.tableSize, benchutil.MiB(need), benchutil.MiB(avail), fallbackTableSize)
 		progress("reconcile: " + res.TableSizeNote)
 		o.tableSize, res.TableSize = fallbackTableSize, fallbackTableSize
 		need = uint64(o.services) * uint64(o.tableSize) * 8
 	}
-	res.TablesMiB = mib(need)
+	res.TablesMiB = benchutil.MiB(need)
 
 	ns, pin := o.prefix+"-rec", filepath.Join(dataplane.BPFFSRoot, o.prefix+"-rec")
 	if err := makeNamespace(ctx, ns); err != nil {
@@ -145,13 +144,13 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 
 	gen := newBigConfig(o.services, o.backends, o.tableSize, o.maxBackends)
 	text := gen.yaml()
-	res.ConfigMiB = mib(uint64(len(text)))
+	res.ConfigMiB = benchutil.MiB(uint64(len(text)))
 	t := time.Now()
 	cfg, err := config.Parse("generated", text)
 	if err != nil {
 		return nil, fmt.Errorf("parse the generated configuration: %w", err)
 	}
-	res.ParseMs = ms(time.Since(t))
+	res.ParseMs = benchutil.Ms(time.Since(t))
 	gen.cur = cfg
 	progress(fmt.Sprintf("reconcile: %d services × %d backends, table size %d (%.0f MiB of tables), config %.1f MiB parsed in %.0f ms",
 		o.services, o.backends, o.tableSize, res.TablesMiB, res.ConfigMiB, res.ParseMs))
@@ -190,9 +189,9 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 		if len(after) != o.services || changed != want {
 			return fmt.Errorf("%s: %d services installed, %d tables swapped; want %d and %d", c.Name, len(after), changed, o.services, want)
 		}
-		c.WallMs, c.CPUMs = append(c.WallMs, ms(wall)), append(c.CPUMs, ms(cpu))
+		c.WallMs, c.CPUMs = append(c.WallMs, benchutil.Ms(wall)), append(c.CPUMs, benchutil.Ms(cpu))
 		c.TablesChanged = append(c.TablesChanged, changed)
-		progress(fmt.Sprintf("reconcile: %s: %.0f ms (CPU %.0f ms), %d tables swapped", c.Name, ms(wall), ms(cpu), changed))
+		progress(fmt.Sprintf("reconcile: %s: %.0f ms (CPU %.0f ms), %d tables swapped", c.Name, benchutil.Ms(wall), benchutil.Ms(cpu), changed))
 		return nil
 	}
 
@@ -201,11 +200,11 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 		return nil, err
 	}
 	if after, err := memAvailable(); err == nil && after < avail {
-		res.KernelMiB = mib(avail - after)
+		res.KernelMiB = benchutil.MiB(avail - after)
 	}
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
-	res.GoHeapMiB = mib(ms1.HeapAlloc)
+	res.GoHeapMiB = benchutil.MiB(ms1.HeapAlloc)
 
 	same := Case{Name: "unchanged", What: "Apply of the same configuration again: nothing to do"}
 	for range o.runs {
@@ -230,7 +229,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	}
 	progress(fmt.Sprintf("reconcile: one table swap: fill %.1f ms, outer map update %.1f ms (medians of %d)", res.Swap.Fill.P50, res.Swap.Put.P50, res.Swap.Runs))
 	for _, c := range []*Case{&cold, &same, &one, &all} {
-		c.Wall = summarize(c.WallMs)
+		c.Wall = benchutil.Summarize(c.WallMs)
 		res.Cases = append(res.Cases, *c)
 	}
 	return res, nil
@@ -268,9 +267,9 @@ func measureSwap(size uint32, runs int) (SwapCost, error) {
 		if err != nil {
 			return SwapCost{}, fmt.Errorf("scratch swap: %w", err)
 		}
-		fill, put = append(fill, ms(t1.Sub(t0))), append(put, ms(t2.Sub(t1)))
+		fill, put = append(fill, benchutil.Ms(t1.Sub(t0))), append(put, benchutil.Ms(t2.Sub(t1)))
 	}
-	return SwapCost{Runs: runs, Fill: summarize(fill), Put: summarize(put)}, nil
+	return SwapCost{Runs: runs, Fill: benchutil.Summarize(fill), Put: benchutil.Summarize(put)}, nil
 }
 
 // tableIDs reads the table ID of every service that has one.
@@ -403,28 +402,7 @@ func errSuffix(err error) string {
 }
 
 // memAvailable reads MemAvailable from /proc/meminfo, in bytes.
-func memAvailable() (uint64, error) { return meminfo("MemAvailable") }
-
-func meminfo(field string) (uint64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	for line := range strings.Lines(string(b)) {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok || k != field {
-			continue
-		}
-		kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/meminfo %s: %w", field, err)
-		}
-		return kb << 10, nil
-	}
-	return 0, fmt.Errorf("/proc/meminfo has no %s", field)
-}
-
-func mib(b uint64) float64 { return round3(float64(b) / (1 << 20)) }
+func memAvailable() (uint64, error) { return benchutil.MemInfo("MemAvailable") }
 
 // cpuTime is the user and system CPU time this process has used.
 func cpuTime() time.Duration {

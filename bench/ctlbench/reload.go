@@ -8,6 +8,8 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 )
 
 // agentFilePoll is how often the agent compares its configuration file's
@@ -36,17 +38,17 @@ type ReloadMode struct {
 	Mode string `json:"mode"`
 	// What triggered the agent's reloads during the run, from its log
 	// ("file changed", "SIGHUP").
-	Triggers     map[string]int `json:"agent_triggers"`
-	Update       Summary        `json:"update"`
-	SamplesMs    []float64      `json:"samples_ms"`
-	OtherChanges int            `json:"other_changes"`
+	Triggers     map[string]int    `json:"agent_triggers"`
+	Update       benchutil.Summary `json:"update"`
+	SamplesMs    []float64         `json:"samples_ms"`
+	OtherChanges int               `json:"other_changes"`
 }
 
 // runReload flips the weight of the service's first backend between 1
 // and 2, n times per mode, and times each write until the agent's table
 // reflects it.
 func runReload(ctx context.Context, l *benchLab, n int, progress func(string)) (*ReloadResult, error) {
-	res := &ReloadResult{FilePollMs: ms(agentFilePoll), PollMs: ms(tablePoll)}
+	res := &ReloadResult{FilePollMs: benchutil.Ms(agentFilePoll), PollMs: benchutil.Ms(tablePoll)}
 	for _, mode := range []string{modeFile, modeSIGHUP} {
 		before, err := l.reloadTriggers()
 		if err != nil {
@@ -68,7 +70,7 @@ func runReload(ctx context.Context, l *benchLab, n int, progress func(string)) (
 			if mode == modeFile {
 				pause = 50*time.Millisecond + rand.N(agentFilePoll)
 			}
-			if err := sleep(ctx, pause); err != nil {
+			if err := benchutil.Sleep(ctx, pause); err != nil {
 				return nil, err
 			}
 		}
@@ -82,7 +84,7 @@ func runReload(ctx context.Context, l *benchLab, n int, progress func(string)) (
 				m.Triggers[k] = d
 			}
 		}
-		m.Update = summarize(m.SamplesMs)
+		m.Update = benchutil.Summarize(m.SamplesMs)
 		res.Modes = append(res.Modes, m)
 	}
 	return res, nil
@@ -119,5 +121,5 @@ func reloadOnce(ctx context.Context, l *benchLab, mode string) (float64, int, er
 	if err != nil {
 		return 0, others, fmt.Errorf("weight %d for %s: %w", l.weights[0], be, err)
 	}
-	return ms(t1.Sub(t0)), others, nil
+	return benchutil.Ms(t1.Sub(t0)), others, nil
 }

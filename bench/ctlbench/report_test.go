@@ -8,47 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-func TestReplaceSection(t *testing.T) {
-	const (
-		b   = "<!-- s:begin -->"
-		e   = "<!-- s:end -->"
-		sec = b + "\nnew\n" + e
-	)
-	tests := []struct {
-		name, doc, want, err string
-	}{
-		{"replaces between the markers, keeps the rest",
-			"# T\n\nintro\n" + b + "\nold\nlines\n" + e + "\n\nafter\n",
-			"# T\n\nintro\n" + sec + "\n\nafter\n", ""},
-		{"appends to a document without markers",
-			"# T\n\ntext\n", "# T\n\ntext\n\n" + sec, ""},
-		{"appends after a last line without newline",
-			"# T", "# T\n\n" + sec, ""},
-		{"an empty document becomes the section", "", sec, ""},
-		{"leaves another tool's section alone",
-			"<!-- lbbench:begin -->\nx\n<!-- lbbench:end -->\n" + b + "old" + e + "\n",
-			"<!-- lbbench:begin -->\nx\n<!-- lbbench:end -->\n" + sec + "\n", ""},
-		{"a begin without end is an error", "a\n" + b + "\nold\n", "", "found 1 and 0"},
-		{"an end without begin is an error", "a\n" + e + "\n", "", "found 0 and 1"},
-		{"markers out of order are an error", e + "\n" + b + "\n", "", "the end first"},
-		{"two sections are an error", b + e + b + e, "", "found 2 and 2"},
-	}
-	for _, tc := range tests {
-		got, err := replaceSection(tc.doc, b, e, sec)
-		switch {
-		case tc.err != "":
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: err %v, want one containing %q", tc.name, err, tc.err)
-			}
-		case err != nil:
-			t.Errorf("%s: %v", tc.name, err)
-		case got != tc.want:
-			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, got, tc.want)
-		}
-	}
-}
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
+)
 
 // TestRewriteDocIdempotent: rewriting twice gives the same document, and
 // the text around the section survives.
@@ -60,7 +22,7 @@ func TestRewriteDocIdempotent(t *testing.T) {
 	}
 	r := sampleReport()
 	for i := range 2 {
-		if err := rewriteDoc(path, markdown(r, "bench/results/ctl-x.json", "img/bench-ctl.svg")); err != nil {
+		if err := benchutil.RewriteDoc(path, docBegin, docEnd, markdown(r, "bench/results/ctl-x.json", "img/bench-ctl.svg")); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := os.ReadFile(path)
@@ -73,16 +35,16 @@ func TestRewriteDocIdempotent(t *testing.T) {
 
 func sampleReport() *Report {
 	return &Report{
-		Date: "2026-11-22T00:00:00Z", Machine: Machine{CPU: "test CPU", CPUs: 2, MemMiB: 1024, Kernel: "6.1", Go: "go1.26"},
+		Date: "2026-11-22T00:00:00Z", Machine: benchutil.Machine{CPU: "test CPU", CPUs: 2, MemMiB: 1024, Kernel: "6.1", Go: "go1.26"},
 		TargetExcessMs: 100,
 		Failover: &FailoverResult{
 			Check: CheckParams{Type: "http", IntervalMs: 200, TimeoutMs: 150, Rise: 2, Fall: 2}, Backends: 3, DetectMs: 400, RecoverMs: 400,
-			Removal: summarize([]float64{250, 380, 530}), RemovalExcess: summarize([]float64{-150, -20, 130}),
+			Removal: benchutil.Summarize([]float64{250, 380, 530}), RemovalExcess: benchutil.Summarize([]float64{-150, -20, 130}),
 			Events: []FailoverEvent{{RemovalMs: 250, ReturnMs: 300}, {RemovalMs: 380, ReturnMs: 390}, {RemovalMs: 530, ReturnMs: 410}},
 		},
 		Reload: &ReloadResult{FilePollMs: 500, Modes: []ReloadMode{
-			{Mode: modeFile, SamplesMs: []float64{20, 300}, Update: summarize([]float64{20, 300}), Triggers: map[string]int{"file changed": 2}},
-			{Mode: modeSIGHUP, SamplesMs: []float64{3, 5}, Update: summarize([]float64{3, 5}), Triggers: map[string]int{"SIGHUP": 2}},
+			{Mode: modeFile, SamplesMs: []float64{20, 300}, Update: benchutil.Summarize([]float64{20, 300}), Triggers: map[string]int{"file changed": 2}},
+			{Mode: modeSIGHUP, SamplesMs: []float64{3, 5}, Update: benchutil.Summarize([]float64{3, 5}), Triggers: map[string]int{"SIGHUP": 2}},
 		}},
 	}
 }
@@ -93,7 +55,7 @@ func TestMarkdownVerdict(t *testing.T) {
 	if md := markdown(r, "x.json", ""); !strings.Contains(md, "**misses** it: p99 is 130 ms beyond") {
 		t.Errorf("p99 excess 130 ms against a 100 ms target:\n%s", md)
 	}
-	r.Failover.RemovalExcess = summarize([]float64{-150, -20, 40})
+	r.Failover.RemovalExcess = benchutil.Summarize([]float64{-150, -20, 40})
 	md := markdown(r, "x.json", "")
 	if !strings.Contains(md, "**meets** it: p99 is 40 ms beyond") {
 		t.Errorf("p99 excess 40 ms against a 100 ms target:\n%s", md)

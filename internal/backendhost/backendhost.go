@@ -1,6 +1,10 @@
 // Package backendhost prepares a backend host for xlb's direct server
 // return: the VIPs local on lo, ARP kept from announcing them, and the
-// decapsulation program on the interface the tunnels arrive on.
+// decapsulation program on the interface the tunnels arrive on. In
+// Kubernetes mode the host is a node whose pods know nothing of the VIP:
+// the same program translates VIP:port to a local pod's address and
+// target port, and a TC program on the same interface translates the
+// pods' replies back (nat.go, reply.go).
 package backendhost
 
 import (
@@ -10,6 +14,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
@@ -20,8 +25,11 @@ import (
 
 // Options describe one backend host set-up.
 type Options struct {
-	Interface  string
-	VIPs       []netip.Addr
+	Interface string
+	VIPs      []netip.Addr // served by the host itself, put on lo
+	NAT       []NATEntry   // served by local pods (Kubernetes mode)
+	// NATOptions apply to NAT; see SetNAT.
+	NATOptions NATOptions
 	PinPath    string // "" derives one from the namespace and interface
 	AttachMode string
 }
@@ -38,6 +46,7 @@ type Result struct {
 	PinPath   string
 	Mode      string
 	HostAddrs []netip.Addr
+	NAT       NATChange
 }
 
 // sysctls keep the host from answering ARP for the VIPs on lo and from
@@ -48,16 +57,20 @@ var sysctls = map[string]string{
 	"net/ipv4/conf/all/arp_announce": "2",
 }
 
-// Setup makes the host accept tunnelled traffic for opts.VIPs. It is
-// idempotent: running it again with another VIP list replaces the list.
+// Setup makes the host accept tunnelled traffic for opts.VIPs and
+// opts.NAT. It is idempotent: running it again replaces both lists (an
+// empty NAT list detaches the reply program).
 func Setup(opts Options) (Result, error) {
-	if len(opts.VIPs) == 0 {
-		return Result{}, errors.New("no VIP given: pass --vip ADDR (one or more)")
+	if len(opts.VIPs) == 0 && len(opts.NAT) == 0 {
+		return Result{}, errors.New("no VIP and no translation given: pass --vip ADDR or --nat VIP:PORT/PROTO=PODIP:TARGETPORT (one or more)")
 	}
 	for _, v := range opts.VIPs {
 		if !v.Is4() {
 			return Result{}, fmt.Errorf("VIP %v: only IPv4 is supported", v)
 		}
+	}
+	if err := validateNAT(opts.NAT); err != nil {
+		return Result{}, err
 	}
 	iface, err := net.InterfaceByName(opts.Interface)
 	if err != nil {
@@ -70,15 +83,27 @@ func Setup(opts Options) (Result, error) {
 	if len(hostAddrs) == 0 {
 		return Result{}, fmt.Errorf("interface %s has no IPv4 address: tunnels are addressed to one", opts.Interface)
 	}
+	for _, e := range opts.NAT {
+		// The program takes a tunnel to a host address for the VIP-on-lo
+		// mode, so a pod cannot have one.
+		if slices.Contains(hostAddrs, e.PodIP) {
+			return Result{}, fmt.Errorf("translation %v: the pod IP is an address of %s", e, opts.Interface)
+		}
+	}
+	if len(opts.NAT) > 0 {
+		if err := requireForwarding(); err != nil {
+			return Result{}, err
+		}
+	}
 	pin := opts.PinPath
 	if pin == "" {
 		if pin, err = DefaultPinPath(opts.Interface); err != nil {
 			return Result{}, err
 		}
 	}
-	for k, v := range sysctls {
-		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v+"\n"), 0o644); err != nil {
-			return Result{}, fmt.Errorf("set %s=%s: %w", strings.ReplaceAll(k, "/", "."), v, err)
+	if len(opts.VIPs) > 0 { // nothing on lo to keep quiet about otherwise
+		if err := setSysctls(); err != nil {
+			return Result{}, err
 		}
 	}
 	// The previous VIP set (if any) tells which lo addresses to retire.
@@ -105,11 +130,39 @@ func Setup(opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	return Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs}, nil
+	res := Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs}
+	// The reply program is attached before the first translation and
+	// detached after the last: a translated flow always has it.
+	if len(opts.NAT) > 0 {
+		if err := attachReply(pin, iface); err != nil {
+			return res, err
+		}
+	}
+	if res.NAT, err = SetNAT(pin, opts.NAT, opts.NATOptions); err != nil {
+		return res, err
+	}
+	if len(opts.NAT) == 0 {
+		return res, detachReply(pin)
+	}
+	return res, nil
+}
+
+// requireForwarding refuses the Kubernetes mode on a host that does not
+// route: translated packets could never reach the pods.
+func requireForwarding() error {
+	const p = "/proc/sys/net/ipv4/ip_forward"
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return fmt.Errorf("read %s: %w", p, err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return errors.New("IPv4 forwarding is off (net.ipv4.ip_forward=0): the node could not route translated packets to its pods; enable it, as a CNI with host routing does")
+	}
+	return nil
 }
 
 // Cleanup removes the VIPs Setup added to lo (as recorded in the pinned
-// state) and the decapsulation program. The ARP sysctls stay: other
+// state), both programs and their maps. The ARP sysctls stay: other
 // software may rely on them. Safe to run twice.
 func Cleanup(pinPath string) ([]netip.Addr, error) {
 	vips, err := pinnedVIPs(pinPath)
@@ -125,6 +178,15 @@ func Cleanup(pinPath string) ([]netip.Addr, error) {
 		return vips, nil
 	}
 	return vips, dataplane.Cleanup(pinPath)
+}
+
+func setSysctls() error {
+	for k, v := range sysctls {
+		if err := os.WriteFile(filepath.Join("/proc/sys", k), []byte(v+"\n"), 0o644); err != nil {
+			return fmt.Errorf("set %s=%s: %w", strings.ReplaceAll(k, "/", "."), v, err)
+		}
+	}
+	return nil
 }
 
 func vipAddr(v netip.Addr) *netlink.Addr {

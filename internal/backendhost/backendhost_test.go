@@ -2,6 +2,7 @@ package backendhost
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -9,7 +10,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -128,4 +132,173 @@ func TestSetupRefusesBadInput(t *testing.T) {
 	if _, err := Setup(Options{Interface: "eth0", VIPs: []netip.Addr{netip.MustParseAddr("::1")}}); err == nil || !strings.Contains(err.Error(), "IPv4") {
 		t.Errorf("IPv6 VIP: %v", err)
 	}
+}
+
+// egressPrograms lists the TCX egress programs on ifname in ns.
+func egressPrograms(t *testing.T, ns, ifname string) []ebpf.ProgramID {
+	t.Helper()
+	var ids []ebpf.ProgramID
+	err := netns.Do(ns, func() error {
+		iface, err := net.InterfaceByName(ifname)
+		if err != nil {
+			return err
+		}
+		res, err := link.QueryPrograms(link.QueryOptions{Target: iface.Index, Attach: ebpf.AttachTCXEgress})
+		if err != nil {
+			return err
+		}
+		for _, p := range res.Programs {
+			ids = append(ids, p.ID)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// TestSetupNAT: the Kubernetes mode attaches the reply program next to
+// the decapsulation program, a second set-up replaces the translations
+// and the reply program in place, a set-up without translations detaches
+// it, and Cleanup leaves nothing.
+func TestSetupNAT(t *testing.T) {
+	testenv.RequireRoot(t, "backend set-up tests (BPF, network namespaces)")
+	ns := fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid())
+	ipcmd(t, "netns", "add", ns)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+	ipcmd(t, "-n", ns, "link", "set", "lo", "up")
+	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+	ipcmd(t, "-n", ns, "addr", "add", "10.0.2.2/24", "dev", "eth0")
+	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
+	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid()))
+	t.Cleanup(func() { os.RemoveAll(pin) })
+
+	setup := func(opts Options) (Result, error) {
+		opts.Interface, opts.PinPath = "eth0", pin
+		var res Result
+		err := netns.Do(ns, func() error {
+			var err error
+			res, err = Setup(opts)
+			return err
+		})
+		return res, err
+	}
+	forwarding := func(on string) {
+		t.Helper()
+		err := netns.Do(ns, func() error { return os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte(on), 0o644) })
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	pod := netip.MustParseAddr("10.244.1.2")
+	first := []NATEntry{{fxVIP1, 80, 6, pod, 8080}, {fxVIP2, 80, 6, pod, 8080}}
+	second := []NATEntry{{fxVIP1, 80, 6, pod, 9090}}
+
+	if _, err := setup(Options{NAT: first}); err == nil || !strings.Contains(err.Error(), "ip_forward") {
+		t.Fatalf("set-up without forwarding: %v", err)
+	}
+	forwarding("1")
+	if _, err := setup(Options{NAT: []NATEntry{{fxVIP1, 80, 6, netip.MustParseAddr("10.0.2.2"), 80}}}); err == nil || !strings.Contains(err.Error(), "address of eth0") {
+		t.Fatalf("pod IP of the host: %v", err)
+	}
+
+	res, err := setup(Options{NAT: first})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NAT != (NATChange{Added: 2}) || xdpAttached(t, ns, "eth0") == 0 {
+		t.Errorf("first set-up: %+v, XDP program %d", res, xdpAttached(t, ns, "eth0"))
+	}
+	progs := egressPrograms(t, ns, "eth0")
+	if len(progs) != 1 {
+		t.Fatalf("egress programs after set-up: %v", progs)
+	}
+	if got := loVIPs(t, ns); len(got) != 0 {
+		t.Errorf("the Kubernetes mode put %v on lo", got)
+	}
+
+	res, err = setup(Options{NAT: second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NAT != (NATChange{Updated: 1, Removed: 1}) {
+		t.Errorf("second set-up changed %+v", res.NAT)
+	}
+	if again := egressPrograms(t, ns, "eth0"); len(again) != 1 {
+		t.Errorf("egress programs after a second set-up: %v (the link should be reused)", again)
+	}
+	svcs, err := pinnedSvcs(pin)
+	if err != nil || len(svcs) != 1 || svcs[natSvcKey{VIP: fxVIP1.As4(), Pod: pod.As4(), Port: be16(80), Proto: 6}] != be16(9090) {
+		t.Errorf("translations after the second set-up: %v, %v", svcs, err)
+	}
+
+	// Back to the host mode: the reply program and the translations go.
+	if _, err := setup(Options{VIPs: []netip.Addr{fxVIP1}}); err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 }) {
+		t.Errorf("egress programs without translations: %v", egressPrograms(t, ns, "eth0"))
+	}
+	if svcs, err := pinnedSvcs(pin); err != nil || len(svcs) != 0 {
+		t.Errorf("translations left: %v, %v", svcs, err)
+	}
+	// Translations without the reply program would break every flow.
+	if _, err := SetNAT(pin, first, NATOptions{}); err == nil || !strings.Contains(err.Error(), "no reply program") {
+		t.Errorf("SetNAT without the reply program: %v", err)
+	}
+
+	if _, err := setup(Options{NAT: first}); err != nil {
+		t.Fatal(err)
+	}
+	err = netns.Do(ns, func() error {
+		_, err := Cleanup(pin)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !eventually(func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 && xdpAttached(t, ns, "eth0") == 0 }) {
+		t.Errorf("after cleanup: egress programs %v, XDP program %d", egressPrograms(t, ns, "eth0"), xdpAttached(t, ns, "eth0"))
+	}
+}
+
+// eventually polls cond for up to 5 s: the kernel detaches a link when
+// its last reference goes, which can lag the unpin a little.
+func eventually(cond func() bool) bool {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if cond() {
+			return true
+		}
+	}
+	return cond()
+}
+
+func pinnedSvcs(pin string) (map[natSvcKey][2]byte, error) {
+	m, err := openNATMaps(pin)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	return readMap[natSvcKey, [2]byte](m.svcs)
+}
+
+// xdpAttached reports the XDP program on ifname in ns (0: none).
+func xdpAttached(t *testing.T, ns, ifname string) uint32 {
+	t.Helper()
+	var id uint32
+	err := netns.Do(ns, func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			id = x.ProgId
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

@@ -90,6 +90,31 @@ func TestBadPeers(t *testing.T) {
 		t.Errorf("good router lost %s", vip)
 	}
 
+	// BFD down and up within a millisecond, again and again, on a peer
+	// that is enabled but not established (the router had closed the
+	// session): GoBGP must end up enabled. GoBGP drops an admin request
+	// that arrives while the previous one is queued, and on an idle peer
+	// no state event follows; only checkAdminState notices. (Whether a
+	// request is dropped depends on GoBGP's timing: seen against BIRD,
+	// not reliably reproduced here.)
+	for i := range 5 {
+		if err := sp.flap(refused, 1+4*i); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			down, err := sp.gobgpAdminDown(refused)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !down {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("flap %d: GoBGP still holds %s administratively down 5s after PeerDown and PeerUp", i+1, refused)
+			}
+		}
+	}
+
 	// Reconfigure: drop the unreachable ones, fix the wrong ASN, leave
 	// the good peer and the rejected one as they are. Only the fixed peer
 	// comes up; the good session is not touched.

@@ -47,19 +47,22 @@ type helperOptions struct {
 }
 
 type helperRequest struct {
-	Op      string // start, announce, withdraw, withdrawAll, setPeers, peerDown, peerUp, peers, announced, stop
+	Op      string // start, announce, withdraw, withdrawAll, setPeers, peerDown, peerUp, flap, adminDown, peers, announced, stop
 	Options helperOptions
 	Prefix  netip.Prefix
 	Attrs   Attributes
 	Peers   []Peer
 	Addr    netip.Addr
 	Reason  string
+	Count   int // of flap
 }
 
 type helperResponse struct {
 	Err    string
 	Peers  []PeerStatus
 	Routes []Route
+	// AdminDown: GoBGP's own admin state of the peer (op adminDown).
+	AdminDown bool
 }
 
 func speakerHelperMain(in io.Reader, out io.Writer) int {
@@ -104,6 +107,25 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 			err = sp.PeerDown(req.Addr, req.Reason)
 		case req.Op == "peerUp":
 			err = sp.PeerUp(req.Addr)
+		case req.Op == "flap":
+			// Down and up back to back, in-process: as fast as BFD
+			// can do it.
+			for range req.Count {
+				if err = sp.PeerDown(req.Addr, req.Reason); err == nil {
+					err = sp.PeerUp(req.Addr)
+				}
+				if err != nil {
+					break
+				}
+			}
+		case req.Op == "adminDown":
+			sp.mu.Lock()
+			srv := sp.srv
+			sp.mu.Unlock()
+			var ok bool
+			if resp.AdminDown, ok = gobgpAdminDown(context.Background(), srv, req.Addr); !ok {
+				err = fmt.Errorf("helper: no admin state for %s", req.Addr)
+			}
 		case req.Op == "peers":
 			resp.Peers = sp.Peers()
 		case req.Op == "announced":
@@ -233,6 +255,13 @@ func (rs *remoteSpeaker) PeerDown(a netip.Addr, reason string) error {
 }
 func (rs *remoteSpeaker) PeerUp(a netip.Addr) error {
 	return rs.call(helperRequest{Op: "peerUp", Addr: a}).err()
+}
+func (rs *remoteSpeaker) flap(a netip.Addr, n int) error {
+	return rs.call(helperRequest{Op: "flap", Addr: a, Reason: "BFD: neighbor down", Count: n}).err()
+}
+func (rs *remoteSpeaker) gobgpAdminDown(a netip.Addr) (bool, error) {
+	r := rs.call(helperRequest{Op: "adminDown", Addr: a})
+	return r.AdminDown, r.err()
 }
 func (rs *remoteSpeaker) Stop() error         { return rs.call(helperRequest{Op: "stop"}).err() }
 func (rs *remoteSpeaker) Peers() []PeerStatus { return rs.call(helperRequest{Op: "peers"}).Peers }

@@ -178,6 +178,21 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	if st := sp.peer(rtrIP); st.State != StateEstablished {
 		t.Errorf("after WithdrawAll: %+v, want established", st)
 	}
+
+	// PeerDown and PeerUp back to back, as when a peer restarts its BFD
+	// session at once: GoBGP drops the second admin request while the
+	// first is queued, and the session must still come back.
+	for i := range 3 {
+		if err := sp.PeerDown(rtrIP, "BFD: neighbor down"); err != nil {
+			t.Fatal(err)
+		}
+		if err := sp.PeerUp(rtrIP); err != nil {
+			t.Fatal(err)
+		}
+		start = time.Now()
+		waitEstablished(t, sp, rtrIP, 20*time.Second)
+		t.Logf("down and up back to back (%d): established again after %s", i+1, time.Since(start).Round(100*time.Millisecond))
+	}
 }
 
 func waitEstablished(t *testing.T, sp *remoteSpeaker, addr netip.Addr, timeout time.Duration) {

@@ -513,6 +513,7 @@ func (s *Speaker) PeerDown(addr netip.Addr, reason string) error {
 	if err := srv.DisablePeer(context.Background(), &api.DisablePeerRequest{Address: addr.String(), Communication: comm}); err != nil {
 		return fmt.Errorf("bgp: peer down %s: %w", addr, err)
 	}
+	s.checkAdminState(srv, addr)
 	return nil
 }
 
@@ -542,7 +543,93 @@ func (s *Speaker) PeerUp(addr netip.Addr) error {
 	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: addr.String()}); err != nil {
 		return fmt.Errorf("bgp: peer up %s: %w", addr, err)
 	}
+	s.checkAdminState(srv, addr)
 	return nil
+}
+
+// Admin-state checks: every adminCheckEvery, at most adminChecks times,
+// until GoBGP agreed adminAgreed times in a row.
+const (
+	adminCheckEvery = 50 * time.Millisecond
+	adminChecks     = 40
+	adminAgreed     = 3
+)
+
+// checkAdminState makes sure GoBGP ends up with the admin state that
+// PeerDown or PeerUp asked for. GoBGP queues one admin request per peer
+// and drops, with only a log line, one that arrives while the previous is
+// still queued; BFD that goes down and up again within a millisecond
+// (a peer that restarts its BFD session at once) sends exactly that
+// pair. When the peer is idle already GoBGP reports no event for the
+// dropped request, so the check in the state handler never runs: poll
+// GoBGP's view for a short while instead, and ask again where it
+// disagrees. One check per peer at a time; Stop waits for it.
+func (s *Speaker) checkAdminState(srv *server.BgpServer, addr netip.Addr) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r := s.peers[addr]
+	if s.srv != srv || r == nil || r.checking {
+		return
+	}
+	r.checking = true
+	ctx := s.probeCtx
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer func() {
+			s.mu.Lock()
+			r.checking = false
+			s.mu.Unlock()
+		}()
+		agreed := 0
+		for range adminChecks {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(adminCheckEvery):
+			}
+			s.mu.Lock()
+			want := r.forcedDown != ""
+			current := s.srv == srv && s.peers[addr] == r
+			s.mu.Unlock()
+			if !current {
+				return
+			}
+			down, ok := gobgpAdminDown(ctx, srv, addr)
+			if !ok || down == want {
+				if agreed++; agreed >= adminAgreed {
+					return
+				}
+				continue
+			}
+			agreed = 0
+			s.log.Debug("bgp peer admin state lost by GoBGP; asking again", "peer", addr, "wantDown", want)
+			// Stop holds opMu while it waits for this goroutine:
+			// give up when it cancels ctx rather than block.
+			for !s.opMu.TryLock() {
+				select {
+				case <-ctx.Done():
+					return
+				case <-time.After(time.Millisecond):
+				}
+			}
+			s.fixAdminStateLocked(srv, addr)
+			s.opMu.Unlock()
+		}
+	}()
+}
+
+// gobgpAdminDown reads whether GoBGP holds peer addr administratively
+// down; ok is false if it cannot tell.
+func gobgpAdminDown(ctx context.Context, srv *server.BgpServer, addr netip.Addr) (down, ok bool) {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	err := srv.ListPeer(ctx, &api.ListPeerRequest{Address: addr.String()}, func(p *api.Peer) {
+		if p.State != nil {
+			down, ok = p.State.AdminState == api.PeerState_ADMIN_STATE_DOWN, true
+		}
+	})
+	return down, ok && err == nil
 }
 
 // fixAdminState re-sends PeerDown's or PeerUp's request when GoBGP's
@@ -551,6 +638,11 @@ func (s *Speaker) PeerUp(addr netip.Addr) error {
 func (s *Speaker) fixAdminState(srv *server.BgpServer, addr netip.Addr) {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
+	s.fixAdminStateLocked(srv, addr)
+}
+
+// fixAdminStateLocked is fixAdminState with opMu held.
+func (s *Speaker) fixAdminStateLocked(srv *server.BgpServer, addr netip.Addr) {
 	s.mu.Lock()
 	r := s.peers[addr]
 	current := s.srv == srv && r != nil

@@ -58,6 +58,8 @@ type peerRecord struct {
 	lastErrorAt time.Time
 	flaps       int
 	forcedDown  string
+	// checking: an admin-state check (see checkAdminState) runs.
+	checking bool
 	// notifRecv is the NOTIFICATION the peer last sent, while GoBGP's
 	// state event that follows has not consumed it yet.
 	notifRecv string

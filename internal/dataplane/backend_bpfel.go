@@ -13,6 +13,40 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type backendNatFlowKey struct {
+	_          structs.HostLayout
+	Pod        uint32
+	Client     uint32
+	PodPort    uint16
+	ClientPort uint16
+	Proto      uint8
+	Pad        [3]uint8
+}
+
+type backendNatRevKey struct {
+	_       structs.HostLayout
+	Pod     uint32
+	PodPort uint16
+	Proto   uint8
+	Pad     uint8
+}
+
+type backendNatSvcKey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Pod   uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type backendNatVip struct {
+	_    structs.HostLayout
+	Vip  uint32
+	Port uint16
+	Pad  uint16
+}
+
 type backendXlbCounter struct {
 	_       structs.HostLayout
 	Packets uint64
@@ -23,10 +57,16 @@ type backendXlbCounter struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	backendMapDecapStats = "decap_stats"
-	backendMapDecapVips  = "decap_vips"
-	backendMapHostAddrs  = "host_addrs"
-	backendProgXlbDecap  = "xlb_decap"
+	backendMapDecapStats   = "decap_stats"
+	backendMapDecapVips    = "decap_vips"
+	backendMapHostAddrs    = "host_addrs"
+	backendMapNatFlows     = "nat_flows"
+	backendMapNatPods      = "nat_pods"
+	backendMapNatRevPorts  = "nat_rev_ports"
+	backendMapNatStats     = "nat_stats"
+	backendMapNatSvcs      = "nat_svcs"
+	backendProgXlbDecap    = "xlb_decap"
+	backendProgXlbNatReply = "xlb_nat_reply"
 )
 
 // loadBackend returns the embedded CollectionSpec for backend.
@@ -71,16 +111,22 @@ type backendSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type backendProgramSpecs struct {
-	XlbDecap *ebpf.ProgramSpec `ebpf:"xlb_decap"`
+	XlbDecap    *ebpf.ProgramSpec `ebpf:"xlb_decap"`
+	XlbNatReply *ebpf.ProgramSpec `ebpf:"xlb_nat_reply"`
 }
 
 // backendMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type backendMapSpecs struct {
-	DecapStats *ebpf.MapSpec `ebpf:"decap_stats"`
-	DecapVips  *ebpf.MapSpec `ebpf:"decap_vips"`
-	HostAddrs  *ebpf.MapSpec `ebpf:"host_addrs"`
+	DecapStats  *ebpf.MapSpec `ebpf:"decap_stats"`
+	DecapVips   *ebpf.MapSpec `ebpf:"decap_vips"`
+	HostAddrs   *ebpf.MapSpec `ebpf:"host_addrs"`
+	NatFlows    *ebpf.MapSpec `ebpf:"nat_flows"`
+	NatPods     *ebpf.MapSpec `ebpf:"nat_pods"`
+	NatRevPorts *ebpf.MapSpec `ebpf:"nat_rev_ports"`
+	NatStats    *ebpf.MapSpec `ebpf:"nat_stats"`
+	NatSvcs     *ebpf.MapSpec `ebpf:"nat_svcs"`
 }
 
 // backendVariableSpecs contains global variables before they are loaded into the kernel.
@@ -109,9 +155,14 @@ func (o *backendObjects) Close() error {
 //
 // It can be passed to loadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type backendMaps struct {
-	DecapStats *ebpf.Map `ebpf:"decap_stats"`
-	DecapVips  *ebpf.Map `ebpf:"decap_vips"`
-	HostAddrs  *ebpf.Map `ebpf:"host_addrs"`
+	DecapStats  *ebpf.Map `ebpf:"decap_stats"`
+	DecapVips   *ebpf.Map `ebpf:"decap_vips"`
+	HostAddrs   *ebpf.Map `ebpf:"host_addrs"`
+	NatFlows    *ebpf.Map `ebpf:"nat_flows"`
+	NatPods     *ebpf.Map `ebpf:"nat_pods"`
+	NatRevPorts *ebpf.Map `ebpf:"nat_rev_ports"`
+	NatStats    *ebpf.Map `ebpf:"nat_stats"`
+	NatSvcs     *ebpf.Map `ebpf:"nat_svcs"`
 }
 
 func (m *backendMaps) Close() error {
@@ -119,6 +170,11 @@ func (m *backendMaps) Close() error {
 		m.DecapStats,
 		m.DecapVips,
 		m.HostAddrs,
+		m.NatFlows,
+		m.NatPods,
+		m.NatRevPorts,
+		m.NatStats,
+		m.NatSvcs,
 	)
 }
 
@@ -132,12 +188,14 @@ type backendVariables struct {
 //
 // It can be passed to loadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type backendPrograms struct {
-	XlbDecap *ebpf.Program `ebpf:"xlb_decap"`
+	XlbDecap    *ebpf.Program `ebpf:"xlb_decap"`
+	XlbNatReply *ebpf.Program `ebpf:"xlb_nat_reply"`
 }
 
 func (p *backendPrograms) Close() error {
 	return _BackendClose(
 		p.XlbDecap,
+		p.XlbNatReply,
 	)
 }
 

@@ -347,7 +347,7 @@ func TestBGPDownAfterCrash(t *testing.T) {
 // The combinations NewPlan refuses never reach Up's cleanup.
 func TestUpRefusesBadRouter(t *testing.T) {
 	for _, s := range []Spec{
-		{Router: "bird"},
+		{Router: "quagga"},
 		{Router: RouterEmbedded, Reflector: true},
 		{Router: RouterStatic, BFD: true},
 	} {

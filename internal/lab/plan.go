@@ -85,8 +85,9 @@ type Spec struct {
 	SkipDecap bool `json:"skipDecap,omitempty"`
 	// Router is the kind of upstream router: RouterStatic (the default)
 	// routes the VIP prefix to every node with a static multipath
-	// route; RouterEmbedded (`xlb lab router`) and RouterFRR learn each
-	// VIP/32 from the nodes over BGP and install the ECMP route.
+	// route; RouterEmbedded (`xlb lab router`), RouterFRR and RouterBIRD
+	// learn each VIP/32 from the nodes over BGP and install the ECMP
+	// route.
 	Router string `json:"router,omitempty"`
 	// Reflector puts a gobgpd route reflector on the node segment
 	// (needs RouterFRR): the nodes peer with it over iBGP, and it hands
@@ -103,10 +104,11 @@ const (
 	RouterStatic   = "static"
 	RouterEmbedded = "embedded"
 	RouterFRR      = "frr"
+	RouterBIRD     = "bird"
 )
 
 // Routers lists the kinds of upstream router, the default first.
-var Routers = []string{RouterStatic, RouterEmbedded, RouterFRR}
+var Routers = []string{RouterStatic, RouterEmbedded, RouterFRR, RouterBIRD}
 
 // BGP numbers of the lab: the router's AS, and the one xlb nodes use
 // towards it (eBGP). With a route reflector the nodes are in the
@@ -315,7 +317,7 @@ func checkRouter(s *Spec) error {
 	}
 	switch {
 	case s.BFD && s.Router == RouterStatic:
-		return fmt.Errorf("lab %q: BFD needs a BGP router (--router %s or %s); the static router has no sessions to watch", s.Prefix, RouterEmbedded, RouterFRR)
+		return fmt.Errorf("lab %q: BFD needs a BGP router (--router %s, %s or %s); the static router has no sessions to watch", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
 	case s.Reflector && s.Router != RouterFRR:
 		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
 	case s.Reflector && s.BFD:

@@ -48,6 +48,8 @@ func startRouter(ctx context.Context, p Plan) error {
 			return err
 		}
 		return waitFRRPeer(ctx, p, p.Reflector.Addr, reflectorReady)
+	case RouterBIRD:
+		return startBIRD(ctx, p)
 	}
 	return nil
 }
@@ -173,6 +175,12 @@ func sessions(ctx context.Context, p Plan) ([]Session, error) {
 		}
 	case RouterFRR:
 		ss, err := frrSessions(ctx, p)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		all = append(all, ss...)
+	case RouterBIRD:
+		ss, err := birdSessions(ctx, p)
 		if err != nil {
 			errs = append(errs, err)
 		}

@@ -83,7 +83,7 @@ func TestNewPlanRouterErrors(t *testing.T) {
 		spec Spec
 		want string
 	}{
-		{Spec{Router: "bird"}, `router "bird": want one of static, embedded, frr`},
+		{Spec{Router: "quagga"}, `router "quagga": want one of static, embedded, frr, bird`},
 		{Spec{Router: "FRR"}, "want one of"},
 		{Spec{BFD: true}, "BFD needs a BGP router"},
 		{Spec{Router: RouterEmbedded, Reflector: true}, "route reflector needs --router frr"},

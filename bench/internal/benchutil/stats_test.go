@@ -1,4 +1,4 @@
-package main
+package benchutil
 
 import (
 	"math"
@@ -36,11 +36,11 @@ func TestPercentile(t *testing.T) {
 		{"p50 of 60 samples", sixty, 50, 300},
 	}
 	for _, tc := range tests {
-		if got := percentile(tc.sorted, tc.p); got != tc.want {
-			t.Errorf("%s: percentile(p=%g) = %g, want %g", tc.name, tc.p, got, tc.want)
+		if got := Percentile(tc.sorted, tc.p); got != tc.want {
+			t.Errorf("%s: Percentile(p=%g) = %g, want %g", tc.name, tc.p, got, tc.want)
 		}
 	}
-	if got := percentile(nil, 50); !math.IsNaN(got) {
+	if got := Percentile(nil, 50); !math.IsNaN(got) {
 		t.Errorf("percentile of nothing = %g, want NaN", got)
 	}
 }
@@ -48,22 +48,22 @@ func TestPercentile(t *testing.T) {
 func TestSummarize(t *testing.T) {
 	in := []float64{5, 1, 4, 2, 3}
 	orig := slices.Clone(in)
-	s := summarize(in)
+	s := Summarize(in)
 	want := Summary{N: 5, Min: 1, P50: 3, P90: 5, P99: 5, Max: 5, Mean: 3}
 	if s != want {
-		t.Errorf("summarize(%v) = %+v, want %+v", orig, s, want)
+		t.Errorf("Summarize(%v) = %+v, want %+v", orig, s, want)
 	}
 	if !slices.Equal(in, orig) {
-		t.Errorf("summarize reordered its input: %v", in)
+		t.Errorf("Summarize reordered its input: %v", in)
 	}
-	if s := summarize(nil); s != (Summary{}) {
-		t.Errorf("summarize(nil) = %+v, want zero", s)
+	if s := Summarize(nil); s != (Summary{}) {
+		t.Errorf("Summarize(nil) = %+v, want zero", s)
 	}
 }
 
 func TestShiftAndMs(t *testing.T) {
-	if got := shift([]float64{350.5, 400, 420.25}, 400); !slices.Equal(got, []float64{-49.5, 0, 20.25}) {
-		t.Errorf("shift = %v", got)
+	if got := Shift([]float64{350.5, 400, 420.25}, 400); !slices.Equal(got, []float64{-49.5, 0, 20.25}) {
+		t.Errorf("Shift = %v", got)
 	}
 	for _, tc := range []struct {
 		d    time.Duration
@@ -74,8 +74,23 @@ func TestShiftAndMs(t *testing.T) {
 		{1234567 * time.Nanosecond, 1.234}, // microsecond resolution
 		{0, 0},
 	} {
-		if got := ms(tc.d); got != tc.want {
-			t.Errorf("ms(%v) = %v, want %v", tc.d, got, tc.want)
+		if got := Ms(tc.d); got != tc.want {
+			t.Errorf("Ms(%v) = %v, want %v", tc.d, got, tc.want)
 		}
+	}
+}
+
+func TestFmtMsAndRow(t *testing.T) {
+	for _, tc := range []struct {
+		v    float64
+		want string
+	}{{3.14, "3.1"}, {-2.25, "-2.2"}, {9.96, "10.0"}, {10, "10"}, {1234.5, "1234"}, {-12.7, "-13"}} {
+		if got := FmtMs(tc.v); got != tc.want {
+			t.Errorf("FmtMs(%v) = %q, want %q", tc.v, got, tc.want)
+		}
+	}
+	s := Summarize([]float64{1.5, 20, 300})
+	if got, want := SummaryRow(s), "3 | 20 | 300 | 300 | 300"; got != want {
+		t.Errorf("SummaryRow = %q, want %q", got, want)
 	}
 }

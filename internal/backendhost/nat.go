@@ -1,0 +1,401 @@
+package backendhost
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+// NATEntry is one translation of the Kubernetes mode: a packet tunnelled
+// to PodIP for VIP:Port reaches the pod as PodIP:TargetPort, and the
+// pod's replies leave the node as VIP:Port.
+type NATEntry struct {
+	VIP        netip.Addr
+	Port       uint16
+	Proto      uint8 // dataplane.ProtoTCP or dataplane.ProtoUDP
+	PodIP      netip.Addr
+	TargetPort uint16
+}
+
+// String formats e the way ParseNATEntry reads it.
+func (e NATEntry) String() string {
+	return fmt.Sprintf("%v:%d/%s=%v:%d", e.VIP, e.Port, protoName(e.Proto), e.PodIP, e.TargetPort)
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case dataplane.ProtoTCP:
+		return "tcp"
+	case dataplane.ProtoUDP:
+		return "udp"
+	}
+	return strconv.Itoa(int(p))
+}
+
+// ParseNATEntry reads VIP:PORT/PROTO=PODIP:TARGETPORT, e.g.
+// 10.99.0.1:80/tcp=10.244.1.2:8080.
+func ParseNATEntry(s string) (NATEntry, error) {
+	const form = "want VIP:PORT/PROTO=PODIP:TARGETPORT, e.g. 10.99.0.1:80/tcp=10.244.1.2:8080"
+	svc, pod, ok := strings.Cut(strings.TrimSpace(s), "=")
+	if !ok {
+		return NATEntry{}, fmt.Errorf("%q: no '=' between the service and the pod (%s)", s, form)
+	}
+	vipPort, proto, ok := strings.Cut(svc, "/")
+	if !ok {
+		return NATEntry{}, fmt.Errorf("%q: no protocol after the service port: add /tcp or /udp (%s)", s, form)
+	}
+	var e NATEntry
+	switch strings.ToLower(proto) {
+	case "tcp":
+		e.Proto = dataplane.ProtoTCP
+	case "udp":
+		e.Proto = dataplane.ProtoUDP
+	default:
+		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
+	}
+	var err error
+	if e.VIP, e.Port, err = parseAddrPort(vipPort, "VIP"); err != nil {
+		return NATEntry{}, fmt.Errorf("%q: %w (%s)", s, err, form)
+	}
+	if e.PodIP, e.TargetPort, err = parseAddrPort(pod, "pod"); err != nil {
+		return NATEntry{}, fmt.Errorf("%q: %w (%s)", s, err, form)
+	}
+	return e, nil
+}
+
+func parseAddrPort(s, what string) (netip.Addr, uint16, error) {
+	host, port, ok := strings.Cut(s, ":")
+	if !ok {
+		return netip.Addr{}, 0, fmt.Errorf("%s %q has no port", what, s)
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil || !a.Is4() {
+		return netip.Addr{}, 0, fmt.Errorf("%s address %q is not an IPv4 address", what, host)
+	}
+	p, err := strconv.ParseUint(port, 10, 16)
+	if err != nil || p == 0 {
+		return netip.Addr{}, 0, fmt.Errorf("%s port %q: want 1..65535", what, port)
+	}
+	return a, uint16(p), nil
+}
+
+// validateNAT checks entries on their own: the addresses, ports and
+// protocols, and that no (VIP, port, protocol, pod) has two target ports.
+// Repeated identical entries are fine (an EndpointSlice may list a pod
+// twice).
+func validateNAT(entries []NATEntry) error {
+	seen := map[NATEntry]uint16{}
+	for _, e := range entries {
+		if err := e.valid(); err != nil {
+			return fmt.Errorf("translation %v: %w", e, err)
+		}
+		k := e
+		k.TargetPort = 0
+		if tp, ok := seen[k]; ok && tp != e.TargetPort {
+			return fmt.Errorf("translation %v: the same service and pod already map to target port %d", e, tp)
+		}
+		seen[k] = e.TargetPort
+	}
+	return nil
+}
+
+func (e NATEntry) valid() error {
+	switch {
+	case !e.VIP.Is4() || e.VIP.IsUnspecified():
+		return fmt.Errorf("VIP %v: want an IPv4 address", e.VIP)
+	case !e.PodIP.Is4() || e.PodIP.IsUnspecified():
+		return fmt.Errorf("pod IP %v: want an IPv4 address", e.PodIP)
+	case e.VIP == e.PodIP:
+		return errors.New("the VIP and the pod IP are the same")
+	case e.Port == 0 || e.TargetPort == 0:
+		return errors.New("port 0: want 1..65535")
+	case e.Proto != dataplane.ProtoTCP && e.Proto != dataplane.ProtoUDP:
+		return fmt.Errorf("protocol %d: want tcp (6) or udp (17)", e.Proto)
+	}
+	return nil
+}
+
+// NATOptions tune SetNAT.
+type NATOptions struct {
+	// ReplyFallback lets a reply whose flow record is gone (evicted from
+	// the LRU map) still leave as VIP:port when exactly one VIP:port maps
+	// to its pod port. It also rewrites every other packet from that pod
+	// port, such as replies to health checks or to clients that reach
+	// the pod directly: enable it only where the pod port is reached
+	// through the VIP alone.
+	ReplyFallback bool
+}
+
+// NATChange counts what SetNAT changed.
+type NATChange struct {
+	Added, Updated, Removed int
+}
+
+// SetNAT makes the translations of the backend set-up pinned at pinPath
+// exactly entries, changing only what differs: a packet of an unchanged
+// translation never finds it missing. New translations are written
+// before their pods are marked local; pods without translations are
+// unmarked before their translations go. Flow records stay, so that
+// replies of a connection still open to a pod that left a service are
+// translated until they age out.
+//
+// Setup with translations must have run first: it attaches the programs
+// that use them.
+func SetNAT(pinPath string, entries []NATEntry, opts NATOptions) (NATChange, error) {
+	if err := validateNAT(entries); err != nil {
+		return NATChange{}, err
+	}
+	if len(entries) > 0 {
+		// Translated flows whose replies nobody translates back would
+		// fail in a way that is hard to see from the client.
+		if _, err := os.Stat(filepath.Join(pinPath, replyLinkPin)); err != nil {
+			return NATChange{}, fmt.Errorf("no reply program under %s (%w): set up with translations first (Setup, or xlb backend --nat)", pinPath, err)
+		}
+	}
+	m, err := openNATMaps(pinPath)
+	if err != nil {
+		return NATChange{}, err
+	}
+	defer m.close()
+	return m.apply(entries, opts)
+}
+
+// NAT map names, as in bpf/xlb_nat.h.
+const (
+	natPodsMap  = "nat_pods"
+	natSvcsMap  = "nat_svcs"
+	natRevMap   = "nat_rev_ports"
+	natStatsMap = "nat_stats"
+)
+
+// Key and value layouts of the NAT maps (bpf/xlb_nat.h). Addresses and
+// ports are in network byte order, as the program compares them with
+// packet bytes; TestNATLayoutsMatchC holds them to the C structs.
+type (
+	natSvcKey struct {
+		VIP   [4]byte
+		Pod   [4]byte
+		Port  [2]byte
+		Proto uint8
+		_     uint8
+	}
+	natVIP struct {
+		VIP  [4]byte
+		Port [2]byte
+		_    uint16
+	}
+	natRevKey struct {
+		Pod     [4]byte
+		PodPort [2]byte
+		Proto   uint8
+		_       uint8
+	}
+	natFlowKey struct {
+		Pod        [4]byte
+		Client     [4]byte
+		PodPort    [2]byte
+		ClientPort [2]byte
+		Proto      uint8
+		_          [3]byte
+	}
+)
+
+func be16(v uint16) (b [2]byte) {
+	binary.BigEndian.PutUint16(b[:], v)
+	return b
+}
+
+type natMaps struct {
+	pods, svcs, rev *ebpf.Map
+}
+
+func openNATMaps(pinPath string) (*natMaps, error) {
+	var m natMaps
+	for _, x := range []struct {
+		name string
+		dst  **ebpf.Map
+	}{{natPodsMap, &m.pods}, {natSvcsMap, &m.svcs}, {natRevMap, &m.rev}} {
+		mp, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, x.name), nil)
+		if err != nil {
+			m.close()
+			return nil, fmt.Errorf("open %s under %s: %w (run `xlb backend --interface IF --nat ...` first)", x.name, pinPath, err)
+		}
+		*x.dst = mp
+	}
+	return &m, nil
+}
+
+func (m *natMaps) close() {
+	for _, mp := range []*ebpf.Map{m.pods, m.svcs, m.rev} {
+		if mp != nil {
+			mp.Close()
+		}
+	}
+}
+
+// apply writes the difference between the maps and entries (validated).
+func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) {
+	svcs := map[natSvcKey][2]byte{}
+	pods := map[[4]byte]bool{}
+	rev := map[natRevKey]natVIP{}
+	ambiguous := map[natRevKey]bool{}
+	for _, e := range entries {
+		k := natSvcKey{VIP: e.VIP.As4(), Pod: e.PodIP.As4(), Port: be16(e.Port), Proto: e.Proto}
+		svcs[k] = be16(e.TargetPort)
+		pods[k.Pod] = true
+		rk := natRevKey{Pod: k.Pod, PodPort: be16(e.TargetPort), Proto: e.Proto}
+		v := natVIP{VIP: k.VIP, Port: k.Port}
+		if old, ok := rev[rk]; ok && old != v {
+			ambiguous[rk] = true
+		}
+		rev[rk] = v
+	}
+	for rk := range ambiguous {
+		delete(rev, rk)
+	}
+	if !opts.ReplyFallback {
+		clear(rev)
+	}
+	if n := int(m.svcs.MaxEntries()); len(svcs) > n {
+		return NATChange{}, fmt.Errorf("%d translations: the data plane holds at most %d", len(svcs), n)
+	}
+	if n := int(m.pods.MaxEntries()); len(pods) > n {
+		return NATChange{}, fmt.Errorf("translations to %d pods: the data plane holds at most %d", len(pods), n)
+	}
+
+	curSvcs, err := readMap[natSvcKey, [2]byte](m.svcs)
+	if err != nil {
+		return NATChange{}, fmt.Errorf("read %s: %w", natSvcsMap, err)
+	}
+	curPods, err := readMap[[4]byte, uint8](m.pods)
+	if err != nil {
+		return NATChange{}, fmt.Errorf("read %s: %w", natPodsMap, err)
+	}
+	curRev, err := readMap[natRevKey, natVIP](m.rev)
+	if err != nil {
+		return NATChange{}, fmt.Errorf("read %s: %w", natRevMap, err)
+	}
+
+	var ch NATChange
+	for k, v := range svcs {
+		old, ok := curSvcs[k]
+		if ok && old == v {
+			continue
+		}
+		if err := m.svcs.Put(k, v); err != nil {
+			return ch, fmt.Errorf("write translation: %w", err)
+		}
+		if ok {
+			ch.Updated++
+		} else {
+			ch.Added++
+		}
+	}
+	if err := syncMap(m.rev, curRev, rev); err != nil {
+		return ch, fmt.Errorf("write reply fallback: %w", err)
+	}
+	podSet := map[[4]byte]uint8{}
+	for p := range pods {
+		podSet[p] = 1
+	}
+	if err := syncMap(m.pods, curPods, podSet); err != nil {
+		return ch, fmt.Errorf("write local pods: %w", err)
+	}
+	for k := range curSvcs {
+		if _, ok := svcs[k]; ok {
+			continue
+		}
+		if err := m.svcs.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return ch, fmt.Errorf("delete translation: %w", err)
+		}
+		ch.Removed++
+	}
+	return ch, nil
+}
+
+// readMap returns the content of a (small) hash map.
+func readMap[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
+	out := map[K]V{}
+	var k K
+	var v V
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out[k] = v
+	}
+	return out, it.Err()
+}
+
+// syncMap makes m (whose content is cur) hold want: writes first, then
+// deletes.
+func syncMap[K, V comparable](m *ebpf.Map, cur, want map[K]V) error {
+	for k, v := range want {
+		if old, ok := cur[k]; ok && old == v {
+			continue
+		}
+		if err := m.Put(k, v); err != nil {
+			return err
+		}
+	}
+	for k := range cur {
+		if _, ok := want[k]; ok {
+			continue
+		}
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// NATStatNames name the translation counters, in the order of enum
+// nat_stat in bpf/xlb_nat.h.
+var NATStatNames = []string{
+	"nat_fwd", "nat_fwd_icmp",
+	"nat_rev_flow", "nat_rev_fallback", "nat_rev_icmp", "nat_rev_untracked", "nat_rev_fragment", "nat_rev_drop_write",
+	"nat_drop_no_entry", "nat_drop_fragment", "nat_drop_malformed", "nat_drop_proto",
+	"nat_note_flow_failed",
+}
+
+// NATStats reads the translation counters of the set-up pinned at
+// pinPath, summed over CPUs.
+func NATStats(pinPath string) (map[string]dataplane.Counters, error) {
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, natStatsMap), nil)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, fmt.Errorf("no translation counters under %s: run `xlb backend --interface IF ...` first", pinPath)
+		}
+		return nil, fmt.Errorf("open translation counters under %s: %w", pinPath, err)
+	}
+	defer m.Close()
+	return natStats(m)
+}
+
+type xlbCounter struct {
+	Packets, Bytes uint64
+}
+
+func natStats(m *ebpf.Map) (map[string]dataplane.Counters, error) {
+	out := map[string]dataplane.Counters{}
+	for i, name := range NATStatNames {
+		var per []xlbCounter
+		if err := m.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("read counter %s: %w", name, err)
+		}
+		var c dataplane.Counters
+		for _, p := range per {
+			c.Packets += p.Packets
+			c.Bytes += p.Bytes
+		}
+		out[name] = c
+	}
+	return out, nil
+}
