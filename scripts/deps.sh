@@ -37,14 +37,30 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	# RUNLEVEL=1: invoke-rc.d starts no service (frr, gobgpd, bird) on the host;
-	# the lab runs its own daemons inside namespaces.
-	RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-	# Under systemd, etcd-server's postinst enables and starts etcd.service
-	# all the same (deb-systemd-invoke ignores RUNLEVEL); the tests run
-	# their own etcd, so stop the host one it just installed.
-	if [[ " ${missing[*]} " == *" etcd-server "* ]] && [ -d /run/systemd/system ]; then
-		systemctl disable --now etcd.service >/dev/null 2>&1 || true
+	# The lab and the tests run their own daemons (frr, gobgpd, bird,
+	# etcd) inside namespaces or on loopback ports; none may start on the
+	# host. A policy-rc.d that refuses every start does that for
+	# invoke-rc.d and for deb-systemd-invoke alike (RUNLEVEL=1 only for
+	# the former); an existing one (Docker images have one) is left as
+	# it is.
+	policy=/usr/sbin/policy-rc.d
+	own_policy=
+	if [ ! -e "$policy" ]; then
+		printf '#!/bin/sh\n# written by xlb scripts/deps.sh for the duration of apt-get install\nexit 101\n' >"$policy"
+		chmod 755 "$policy"
+		own_policy=1
+	fi
+	status=0
+	RUNLEVEL=1 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null || status=$?
+	[ -z "$own_policy" ] || rm -f "$policy"
+	[ "$status" -eq 0 ] || exit "$status"
+	# Disabled as well, so that a reboot does not start them either.
+	if [ -d /run/systemd/system ]; then
+		for unit in frr gobgpd bird etcd; do
+			case " ${missing[*]} " in
+			*" ${unit}"*) systemctl disable --now "$unit.service" >/dev/null 2>&1 || true ;;
+			esac
+		done
 	fi
 fi
 

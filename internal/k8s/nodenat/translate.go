@@ -1,0 +1,268 @@
+package nodenat
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/xlbproject/xlb/internal/backendhost"
+	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+// input is what one translation reads: the informers' caches, or fixtures.
+type input struct {
+	node           string
+	serveClassless bool
+	// local are the node's own addresses: an endpoint with one of them
+	// is a hostNetwork pod, which the data plane cannot tell apart from
+	// a tunnel to the node itself.
+	local    []netip.Addr
+	services []*corev1.Service
+	// slices returns the EndpointSlices of a Service.
+	slices func(namespace, name string) []*discoveryv1.EndpointSlice
+}
+
+// served reports whether xlb serves svc: type LoadBalancer, of xlb's
+// class, or of none when classless ones are served too.
+func served(svc *corev1.Service, classless bool) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if c := svc.Spec.LoadBalancerClass; c != nil {
+		return *c == api.LoadBalancerClass
+	}
+	return classless
+}
+
+// ingressIPs returns the IPv4 addresses of the Service's
+// status.loadBalancer.ingress, in order, without repeats. Every one is
+// translated: an entry the LB never uses costs a map slot, a missing one
+// would drop traffic.
+func ingressIPs(svc *corev1.Service) []netip.Addr {
+	var out []netip.Addr
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(in.IP)
+		if err != nil || !a.Is4() || a.IsUnspecified() || slices.Contains(out, a) {
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// translate computes the node's translations: for every served Service
+// with an address, every TCP or UDP port, every endpoint on this node that
+// is ready or still serving while it terminates, one entry per VIP. The
+// result is sorted and valid for backendhost.SetNAT: no (VIP, port,
+// protocol, pod) maps to two target ports. problems says what was left
+// out and why, for the log.
+func translate(in input) ([]backendhost.NATEntry, []string) {
+	svcs := slices.Clone(in.services)
+	// The oldest Service wins a VIP:port both claim, as on the LB side
+	// (internal/k8s/source): the node translates what the LB forwards.
+	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
+		return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	type svcPort struct {
+		vip   netip.Addr
+		port  uint16
+		proto uint8
+	}
+	owner := map[svcPort]string{}
+	// A (VIP, port, protocol, pod) gets one target port, the first:
+	// SetNAT refuses a list with two.
+	type natKey struct {
+		svcPort
+		pod netip.Addr
+	}
+	seen := map[natKey]bool{}
+	var out []backendhost.NATEntry
+	var probs []string
+	for _, svc := range svcs {
+		if !served(svc, in.serveClassless) {
+			continue
+		}
+		vips := ingressIPs(svc)
+		if len(vips) == 0 {
+			continue // no address assigned yet: nothing reaches the node
+		}
+		name := svc.Namespace + "/" + svc.Name
+		var eps []*discoveryv1.EndpointSlice
+		if in.slices != nil {
+			eps = in.slices(svc.Namespace, svc.Name)
+		}
+		for _, port := range svc.Spec.Ports {
+			proto, ok := protocol(port.Protocol)
+			if !ok || port.Port < 1 || port.Port > 65535 {
+				continue // SCTP: the LB side reports it; the API rejects bad ports
+			}
+			pods := localEndpoints(eps, port, in.node)
+			for _, vip := range vips {
+				k := svcPort{vip, uint16(port.Port), proto}
+				if o, taken := owner[k]; taken && o != name {
+					probs = append(probs, fmt.Sprintf("Service %s: %v:%d/%s is already served by the older Service %s; not translated", name, vip, port.Port, protoName(proto), o))
+					continue
+				}
+				owner[k] = name
+				for _, p := range pods {
+					switch {
+					case slices.Contains(in.local, p.addr):
+						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.addr))
+						continue
+					case p.addr == vip:
+						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is the Service's own address; not translated", name, p.addr))
+						continue
+					}
+					nk := natKey{k, p.addr}
+					if seen[nk] {
+						continue
+					}
+					seen[nk] = true
+					out = append(out, backendhost.NATEntry{VIP: vip, Port: uint16(port.Port), Proto: proto, PodIP: p.addr, TargetPort: p.port})
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, compareEntries)
+	slices.Sort(probs)
+	return out, slices.Compact(probs)
+}
+
+func compareEntries(a, b backendhost.NATEntry) int {
+	return cmp.Or(a.VIP.Compare(b.VIP), cmp.Compare(a.Port, b.Port), cmp.Compare(a.Proto, b.Proto),
+		a.PodIP.Compare(b.PodIP), cmp.Compare(a.TargetPort, b.TargetPort))
+}
+
+func protocol(p corev1.Protocol) (uint8, bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return dataplane.ProtoTCP, true
+	case corev1.ProtocolUDP:
+		return dataplane.ProtoUDP, true
+	}
+	return 0, false
+}
+
+func protoName(p uint8) string {
+	if p == dataplane.ProtoUDP {
+		return "udp"
+	}
+	return "tcp"
+}
+
+// endpoint states, better ones higher.
+const (
+	draining = iota + 1 // serving and terminating: finishes its flows
+	ready
+)
+
+type pod struct {
+	addr netip.Addr
+	port uint16
+}
+
+// localEndpoints returns the endpoints of one Service port that run on
+// node and are ready or draining, with the target port the slices give
+// for the port. An address listed twice (slices overlap while the
+// EndpointSlice controller moves endpoints) counts once: in its best
+// state, then at its lowest port, the rule the LB side uses too.
+func localEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, node string) []pod {
+	type cand struct {
+		port  uint16
+		state int
+	}
+	best := map[netip.Addr]cand{}
+	for _, sl := range eps {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		target := slicePort(sl, port)
+		if target == 0 {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			if ep.NodeName == nil || *ep.NodeName != node {
+				continue
+			}
+			state := endpointState(ep.Conditions)
+			if state == 0 {
+				continue
+			}
+			for _, s := range ep.Addresses {
+				a, err := netip.ParseAddr(s)
+				if err != nil || !a.Is4() || a.IsUnspecified() {
+					continue
+				}
+				if old, ok := best[a]; ok && (old.state > state || old.state == state && old.port <= target) {
+					continue
+				}
+				best[a] = cand{port: target, state: state}
+			}
+		}
+	}
+	out := make([]pod, 0, len(best))
+	for a, c := range best {
+		out = append(out, pod{addr: a, port: c.port})
+	}
+	return out
+}
+
+// slicePort returns the port an EndpointSlice gives for a Service port,
+// matched by name and protocol as the EndpointSlice controller writes
+// them; 0 if it has none.
+func slicePort(sl *discoveryv1.EndpointSlice, port corev1.ServicePort) uint16 {
+	want := port.Protocol
+	if want == "" {
+		want = corev1.ProtocolTCP
+	}
+	for _, p := range sl.Ports {
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if name == port.Name && proto == want && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 {
+			return uint16(*p.Port)
+		}
+	}
+	return 0
+}
+
+// endpointState reads an endpoint's conditions as the EndpointSlice API
+// defines them: ready unset means ready; serving unset defers to ready;
+// terminating unset means not terminating.
+func endpointState(c discoveryv1.EndpointConditions) int {
+	isReady := c.Ready == nil || *c.Ready
+	serving := isReady
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case isReady && !terminating:
+		return ready
+	case serving && terminating:
+		return draining
+	}
+	return 0
+}
+
+// onNode reports whether an EndpointSlice lists an endpoint on node: only
+// then can a change to it change the node's translations.
+func onNode(sl *discoveryv1.EndpointSlice, node string) bool {
+	for _, ep := range sl.Endpoints {
+		if ep.NodeName != nil && *ep.NodeName == node {
+			return true
+		}
+	}
+	return false
+}
