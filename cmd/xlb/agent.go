@@ -2,32 +2,79 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
 	"syscall"
+	"time"
+
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/k8s/source"
 )
+
+// sourceFile is --source file; the other source is source.Name.
+const sourceFile = "file"
+
+// kubernetesSyncTimeout bounds the wait for the API server's state
+// before the first configuration: the data plane is programmed only from
+// a complete picture of the cluster.
+const kubernetesSyncTimeout = time.Minute
+
+const agentUsage = `usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]
+       xlb agent --source kubernetes [--config FILE | --interface IF] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
+
+With --config FILE the file holds the whole configuration. With --source
+kubernetes (or a kubernetes section in the file) the Services of type
+LoadBalancer and the BGPPeers of the cluster are added to it; without a
+file the agent runs as in the DaemonSet, with every default.`
+
+// speaker is what the agent announces through: announce.Announcer for a
+// file, source.Routes for Kubernetes, whose bgp section comes and goes.
+type speaker interface {
+	agent.Routes
+	Start(context.Context) error
+	Shutdown(context.Context) error
+}
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
-	cfgPath := fs.String("config", "", "agent configuration `file` (YAML)")
+	cfgPath := fs.String("config", "", "agent configuration `file` (YAML); with --source kubernetes, the base the cluster's services and peers are added to")
+	from := fs.String("source", "", "where services and peers come from: `file` or kubernetes (default: kubernetes if the file has a kubernetes section, else file)")
+	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: the file's kubernetes.kubeconfig, else the pod's service account)")
+	iface := fs.String("interface", "", "with --source kubernetes and no --config: the `interface` XDP attaches to (default: the one holding the Node's InternalIP)")
+	classless := fs.Bool("serve-classless", false, "with --source kubernetes: also serve Services of type LoadBalancer without a loadBalancerClass (default: the file's kubernetes.serveClassless, else false)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
+	fs.Usage = func() {
+		fmt.Fprintln(os.Stderr, agentUsage)
+		fs.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if *cfgPath == "" || fs.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]")
+	if fs.NArg() > 0 {
+		fs.Usage()
 		return errUsage
 	}
+	kf := kubeFlags{kubeconfig: *kubeconfig, iface: *iface}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "serve-classless" {
+			kf.classless = classless
+		}
+	})
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -37,10 +84,239 @@ func runAgent(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	cfg, err := config.Load(*cfgPath)
-	if err != nil {
-		return err
+	var cfg *config.Config
+	if *cfgPath != "" {
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
+		}
 	}
+	kube, err := useKubernetes(*from, *cfgPath, cfg, kf)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xlb agent:", err)
+		fmt.Fprintln(os.Stderr, agentUsage)
+		return errUsage
+	}
+
+	var src *source.Source
+	if kube {
+		// client-go logs (watch errors and retries) through klog: into
+		// the agent's log.
+		klog.SetSlogLogger(log)
+		if src, cfg, err = startKubernetes(ctx, log, *cfgPath, cfg, kf); err != nil {
+			return err
+		}
+	}
+	return serveAgent(ctx, log, *cfgPath, cfg, src)
+}
+
+// kubeFlags are the flags of the Kubernetes source.
+type kubeFlags struct {
+	kubeconfig, iface string
+	classless         *bool // nil unless given: the file's setting holds
+}
+
+// useKubernetes decides the source from the flags and the file (nil
+// without one), and rejects flags that the source does not use.
+func useKubernetes(from, path string, cfg *config.Config, kf kubeFlags) (bool, error) {
+	kube := false
+	switch from {
+	case "":
+		kube = cfg == nil || cfg.Kubernetes != nil
+	case sourceFile:
+		if cfg != nil && cfg.Kubernetes != nil {
+			return false, fmt.Errorf("%s has a kubernetes section, which takes --source kubernetes (or no --source)", path)
+		}
+	case source.Name:
+		kube = true
+	default:
+		return false, fmt.Errorf("--source %q: want file or kubernetes", from)
+	}
+	switch {
+	case !kube && cfg == nil:
+		return false, errors.New("--source file needs --config FILE")
+	case !kube && (kf.kubeconfig != "" || kf.iface != "" || kf.classless != nil):
+		return false, errors.New("--kubeconfig, --interface and --serve-classless apply to --source kubernetes only")
+	case kube && cfg == nil && from == "":
+		return false, errors.New("give --config FILE, or --source kubernetes to run with the cluster's configuration alone")
+	case kube && cfg != nil && kf.iface != "":
+		return false, fmt.Errorf("--interface replaces the node section of a missing file; with --config, set node.interface in %s", path)
+	}
+	return kube, nil
+}
+
+// startKubernetes connects to the API server and waits for the cluster's
+// state; it returns the source and the first configuration, built on the
+// file's (base, nil without a file) or on the DaemonSet defaults.
+func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *config.Config, kf kubeFlags) (*source.Source, *config.Config, error) {
+	kubeconfig := kf.kubeconfig
+	if base != nil {
+		var err error
+		if base, err = withKubernetes(base, kf); err != nil {
+			return nil, nil, err
+		}
+		if kubeconfig == "" {
+			kubeconfig = base.Kubernetes.Kubeconfig
+		}
+	}
+	rc, err := agentKubeConfig(kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	if base == nil {
+		k, err := (config.Kubernetes{ServeClassless: kf.classless != nil && *kf.classless}).WithDefaults(os.Getenv, os.Hostname)
+		if err != nil {
+			return nil, nil, err
+		}
+		if base, err = source.DaemonSetBase(ctx, client, k, kf.iface); err != nil {
+			return nil, nil, err
+		}
+	}
+	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log})
+	if err != nil {
+		return nil, nil, err
+	}
+	log.Info("reading the cluster's Services, EndpointSlices and BGPPeers", "server", rc.Host, "node", base.Kubernetes.NodeName, "base", baseName(path))
+	cfg, err := src.Start(ctx, kubernetesSyncTimeout)
+	if err != nil {
+		return nil, nil, err
+	}
+	if path != "" {
+		go followBase(ctx, path, kf, src, log)
+	} else {
+		go ignoreHangups(ctx, log)
+	}
+	return src, cfg, nil
+}
+
+func baseName(path string) string {
+	if path == "" {
+		return "DaemonSet defaults"
+	}
+	return path
+}
+
+// withKubernetes returns cfg with its kubernetes section (an empty one
+// if it has none) completed from the flags and the environment.
+func withKubernetes(cfg *config.Config, kf kubeFlags) (*config.Config, error) {
+	k := config.Kubernetes{}
+	if cfg.Kubernetes != nil {
+		k = *cfg.Kubernetes
+	}
+	if kf.classless != nil {
+		k.ServeClassless = *kf.classless
+	}
+	k, err := k.WithDefaults(os.Getenv, os.Hostname)
+	if err != nil {
+		return nil, err
+	}
+	c := *cfg
+	c.Kubernetes = &k
+	return &c, nil
+}
+
+// agentKubeConfig loads the client configuration: the kubeconfig file
+// given, else the pod's service account.
+func agentKubeConfig(path string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
+	if path == "" {
+		if rc, err = rest.InClusterConfig(); err != nil {
+			return nil, fmt.Errorf("kubernetes: %w; outside a pod, name a kubeconfig file with --kubeconfig or kubernetes.kubeconfig", err)
+		}
+	} else if rc, err = clientcmd.BuildConfigFromFlags("", path); err != nil {
+		return nil, fmt.Errorf("kubernetes: kubeconfig %s: %w", path, err)
+	}
+	// Informers list once and then watch; the start-up lists are the
+	// only burst.
+	rc.QPS, rc.Burst = 20, 40
+	return rest.AddUserAgent(rc, "xlb-agent/"+version), nil
+}
+
+// followBase hands the source the file whenever it changes (its stat:
+// mtime, size, inode) or on SIGHUP, as the file source reloads it: the
+// agent does not read the file itself while the source builds on it.
+func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Source, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	last := statOf(path)
+	for {
+		trigger := "file changed"
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			trigger = "SIGHUP"
+		case <-tick.C:
+			if statOf(path) == last {
+				continue
+			}
+		}
+		last = statOf(path)
+		cfg, err := config.Load(path)
+		if err == nil {
+			cfg, err = withKubernetes(cfg, kf)
+		}
+		if err != nil {
+			log.Error("configuration reload failed; the previous configuration keeps running", "path", path, "trigger", trigger, "error", err,
+				"fix", "correct the file; it is read again when it changes or on SIGHUP")
+		} else {
+			log.Info("configuration file read; the cluster's services and peers are added to it", "path", path, "trigger", trigger)
+		}
+		src.SetBase(cfg, err)
+	}
+}
+
+// ignoreHangups keeps SIGHUP from ending an agent that has no file to
+// reload.
+func ignoreHangups(ctx context.Context, log *slog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			log.Info("SIGHUP: no configuration file to reload; the cluster's changes apply as they happen")
+		}
+	}
+}
+
+// fileStat identifies a version of a file, as the agent's own reload
+// does: editors rename or rewrite, Kubernetes swaps a symlink.
+type fileStat struct {
+	err      string
+	mtime    int64
+	size     int64
+	ino, dev uint64
+}
+
+func statOf(path string) fileStat {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fileStat{err: err.Error()}
+	}
+	s := fileStat{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino, s.dev = st.Ino, st.Dev
+	}
+	return s
+}
+
+// serveAgent runs the agent on cfg, with src's later configurations when
+// src is not nil, until ctx ends.
+func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.Config, src *source.Source) error {
 	nodeAddr, err := agent.NodeAddress(cfg.Node)
 	if err != nil {
 		return err
@@ -78,24 +354,35 @@ func runAgent(args []string) error {
 
 	// The configuration is programmed before the program is attached or
 	// replaced: a new program (or fresh maps) takes over complete tables.
-	var ann *announce.Announcer
-	var routes agent.Routes
-	if cfg.BGP != nil {
-		if ann, err = announce.New(cfg.BGP, nodeAddr, log); err != nil {
+	var sp speaker
+	var updates <-chan agent.Update
+	switch {
+	case src != nil:
+		// Peers are BGPPeer objects: they may come, go or change the
+		// AS at any time, so the speaker follows the bgp section.
+		if sp, err = source.NewRoutes(cfg.BGP, nodeAddr, log); err != nil {
 			return err
 		}
-		routes = ann
+		updates = src.Updates()
+	case cfg.BGP != nil:
+		if sp, err = announce.New(cfg.BGP, nodeAddr, log); err != nil {
+			return err
+		}
 	}
-	a, err := agent.New(agent.Options{
-		ConfigPath: *cfgPath,
+	opts := agent.Options{
+		ConfigPath: path,
 		Config:     cfg,
 		Dataplane:  dp,
 		NodeAddr:   nodeAddr,
 		PinPath:    pinPath,
 		Version:    version,
 		Logger:     log,
-		Routes:     routes,
-	})
+		Updates:    updates,
+	}
+	if sp != nil {
+		opts.Routes = sp
+	}
+	a, err := agent.New(opts)
 	if err != nil {
 		return err
 	}
@@ -115,16 +402,16 @@ func runAgent(args []string) error {
 	defer srv.Close()
 	log.Info("agent running", "socket", cfg.API.Socket, "metrics", cfg.API.Metrics)
 
-	if ann != nil {
+	if sp != nil {
 		// Sessions start now; routes follow when Run has the data
 		// plane's state. On the way out every route is withdrawn and the
 		// routers get bgp.drainTime to move the traffic elsewhere, while
 		// the pinned data plane keeps forwarding what still arrives.
-		if err := ann.Start(ctx); err != nil {
+		if err := sp.Start(ctx); err != nil {
 			return err
 		}
 		defer func() {
-			if err := ann.Shutdown(context.Background()); err != nil {
+			if err := sp.Shutdown(context.Background()); err != nil {
 				log.Warn("BGP shutdown", "error", err)
 			}
 		}()
@@ -132,8 +419,11 @@ func runAgent(args []string) error {
 	if err := a.Run(ctx); err != nil {
 		return err
 	}
-	log.Info("agent stopping; the pinned data plane keeps forwarding", "pinPath", pinPath,
-		"hint", "remove it with `xlb cleanup --config "+*cfgPath+"`")
+	hint := "remove it with `xlb cleanup --pin-path " + pinPath + "`"
+	if path != "" {
+		hint = "remove it with `xlb cleanup --config " + path + "`"
+	}
+	log.Info("agent stopping; the pinned data plane keeps forwarding", "pinPath", pinPath, "hint", hint)
 	return nil
 }
 

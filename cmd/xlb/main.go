@@ -24,6 +24,7 @@ func commands() []command {
 	return []command{
 		{"agent", "run the load balancer agent: xlb agent --config FILE", runAgent},
 		{"status", "show the local agent's state: xlb status [--json]", runStatus},
+		{"controller", "allocate VIPs to Services of type LoadBalancer (Kubernetes): xlb controller [--kubeconfig FILE]", runController},
 		{"backend", "set up a backend host: xlb backend --interface IF --vip VIP... [--cleanup]", runBackend},
 		{"cleanup", "remove an agent's pinned BPF state and detach it: xlb cleanup --config FILE | --pin-path DIR", runCleanup},
 		{"lab", "network-namespace lab: xlb lab up|down|status", runLab},

@@ -39,7 +39,10 @@ type Options struct {
 	Routes Routes
 	// Updates delivers whole new configurations from a source other
 	// than the file (Kubernetes); Run applies each as a reload does,
-	// keeping the running one if it fails. Nil: the file only.
+	// keeping the running one if it fails. Nil: the file only. With
+	// Updates the source owns the file (it builds on it): the agent
+	// neither watches nor reloads it, and ConfigPath only names it in
+	// status.
 	Updates <-chan Update
 }
 
@@ -180,11 +183,16 @@ func (a *Agent) apply(old, cfg *config.Config) error {
 
 // Run probes the backends and follows their health, reloads the
 // configuration on SIGHUP and whenever the file's stat (mtime, size,
-// inode) changes, and retries a failed apply, until ctx ends.
+// inode) changes (or applies Options.Updates instead), and retries a
+// failed apply, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
+	// With a source, the file is the source's to follow (Options.Updates).
+	followFile := a.updates == nil
 	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	if followFile {
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+	}
 	tick := time.NewTicker(a.pollEvery)
 	defer tick.Stop()
 
@@ -205,7 +213,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.applyMu.Unlock()
 	var written <-chan struct{}
 	var err error
-	if a.path != "" {
+	if a.path != "" && followFile {
 		written, err = watchDir(ctx, a.path)
 	}
 	if err != nil {
@@ -228,7 +236,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			if a.fileChanged() {
+			if followFile && a.fileChanged() {
 				a.Reload("file changed")
 			} else {
 				a.retry()
@@ -312,8 +320,10 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
 			a.log.Warn("the bgp section changed but could not be applied", "error", rerr)
 			err = errors.Join(err, fmt.Errorf("bgp: %w", rerr))
-		} else {
+		} else if cfg.BGP != nil {
 			a.log.Info("BGP peers reconfigured", "peers", len(cfg.BGP.Peers))
+		} else {
+			a.log.Info("the bgp section is gone: nothing is announced")
 		}
 	}
 

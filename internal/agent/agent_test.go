@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -232,6 +233,74 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 	}
 	if calls := f.mutations(mark); len(calls) > 0 {
 		t.Errorf("a source error changed the data plane: %v", calls)
+	}
+}
+
+// fakeRoutes records the bgp sections it is given.
+type fakeRoutes struct {
+	mu       sync.Mutex
+	sections []*config.BGP
+}
+
+func (r *fakeRoutes) Sync([]announce.Route) error { return nil }
+func (r *fakeRoutes) Status() *api.BGP            { return nil }
+func (r *fakeRoutes) Reconfigure(_ context.Context, b *config.BGP) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sections = append(r.sections, b)
+	return nil
+}
+
+func (r *fakeRoutes) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.sections)
+}
+
+// TestAgentRunLeavesFileToSource: with Options.Updates the file is the
+// source's (it builds on it): the agent does not reload it when it
+// changes. A bgp section that a source adds and removes again reaches
+// Routes both times.
+func TestAgentRunLeavesFileToSource(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xlb.yaml")
+	writeConfig(t, path, "10.0.3.2")
+	cfg, err := config.Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _, _ := testAgentAt(t, path, cfg, nil)
+	a.pollEvery = 10 * time.Millisecond
+	updates := make(chan Update)
+	a.updates = updates
+	routes := &fakeRoutes{}
+	a.routes = routes
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+
+	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+	// Ten polls and the inotify event: a reload would have happened.
+	time.Sleep(100 * time.Millisecond)
+	if st := status(t, a); st.Config.Generation != 1 || len(st.Services[0].Backends) != 1 {
+		t.Errorf("the agent reloaded the source's file: generation %d, %+v", st.Config.Generation, st.Services[0])
+	}
+
+	withBGP := mustLoad(t, path)
+	withBGP.BGP = &config.BGP{ASN: 65001, HoldTime: config.DefaultHoldTime, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: 179}}}
+	updates <- Update{Config: withBGP, Source: "test source"}
+	updates <- Update{Config: mustLoad(t, path), Source: "test source"}
+	waitFor(t, "generation 3", func() bool { return status(t, a).Config.Generation == 3 })
+	if st := status(t, a); st.Config.Result != api.ResultOK || routes.count() != 2 {
+		t.Errorf("after a bgp section came and went: %+v, %d reconfigurations, want 2", st.Config, routes.count())
+	}
+	routes.mu.Lock()
+	defer routes.mu.Unlock()
+	if routes.sections[0] != withBGP.BGP || routes.sections[1] != nil {
+		t.Errorf("Routes got %v, want the section, then nil", routes.sections)
 	}
 }
 

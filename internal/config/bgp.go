@@ -26,8 +26,10 @@ var (
 const asTrans = 23456
 
 // bgp parses the bgp section. node is the parsed node section: its
-// address is the router ID's default and no peer's address.
-func (d *decoder) bgp(f field, path string, node Node) *BGP {
+// address is the router ID's default and no peer's address. With
+// clusterPeers (a kubernetes section) the peer list may be empty or left
+// out: the BGPPeer objects add to it.
+func (d *decoder) bgp(f field, path string, node Node, clusterPeers bool) *BGP {
 	b := &BGP{RouterID: node.Address, DrainTime: DefaultDrainTime}
 	if v := d.resolve(f.value); v == nil || v.Kind != yaml.MappingNode && !isNull(v) {
 		if v != nil {
@@ -72,12 +74,12 @@ func (d *decoder) bgp(f field, path string, node Node) *BGP {
 	}
 
 	g, ok := fs["peers"]
-	if !ok {
+	if !ok && !clusterPeers {
 		d.missing(f.key, at("peers"), "required: list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
 	}
 	var passive *peerAt
 	if ok {
-		b.Peers, passive = d.peers(g, at("peers"), b.ASN, asnOK, node, top)
+		b.Peers, passive = d.peers(g, at("peers"), b.ASN, asnOK, node, top, clusterPeers)
 	}
 
 	if g, ok := fs["listenPort"]; ok {
@@ -100,14 +102,16 @@ type peerAt struct {
 }
 
 // peers parses the peer list. It also returns the first passive peer, nil
-// without one.
-func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, node Node, top *timerSpec) ([]Peer, *peerAt) {
+// without one. The list may be empty only when mayBeEmpty.
+func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, node Node, top *timerSpec, mayBeEmpty bool) ([]Peer, *peerAt) {
 	items, ok := d.sequence(f.value, path)
 	if !ok {
 		return nil, nil
 	}
 	if len(items) == 0 {
-		d.errorf(f.key, path, "the list is empty; list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
+		if !mayBeEmpty {
+			d.errorf(f.key, path, "the list is empty; list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
+		}
 		return nil, nil
 	}
 	addrs := map[netip.Addr]peerAt{}

@@ -37,6 +37,8 @@ func FuzzParse(f *testing.F) {
 		"node: {interface: eth0, address: 10.0.1.2}\nbgp:\n  asn: 4294967295\n  routerID: 1.2.3.4\n  holdTime: 30s\n  keepalive: 10s\n  drainTime: 0\n  peers:\n    - &p {address: 10.0.1.1, asn: 65000, port: 1179, password: \"k\", holdTime: 0, multihop: 3, passive: true}\n    - {<<: *p, address: 10.0.1.3, multihop: 0, bfd: {minRx: 10ms, minTx: 1m, multiplier: 255}}\n" +
 			"services:\n  - {name: a, vip: 10.99.0.1, port: 80, bgp: &r {communities: [no-export, \"65000:100\"], largeCommunities: [\"1:2:3\"], localPreference: 100, med: 0}, backends: [{address: 10.0.3.2}]}\n" +
 			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, bgp: *r, backends: [{address: 10.0.3.2}]}\n  - {name: c, vip: 10.99.0.1, port: 81, backends: [{address: 10.0.3.2}]}\n",
+		"node: {interface: eth0}\nbgp: {asn: 65001, holdTime: 30s, peers: []}\nkubernetes: {kubeconfig: /k, nodeName: n.a, secretNamespace: lb, serveClassless: true}\nservices:\n" +
+			"  - {name: default/web:80/tcp, vip: 10.99.0.1, port: 80, translatePorts: true, backends: [{address: 10.244.1.2, port: 8080}, {address: 10.244.1.3, port: 8080, weight: 0}]}\n",
 		"node: {interface: eth0}\nservices:\n  - name: a\n    vip: 10.99.0.1\n    port: 80\n    healthCheck: {type: http, path: /h, expectStatus: \"200-204\", interval: 200ms, timeout: 150ms, rise: 1, fall: 3}\n    backends: [{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}, {address: 10.0.3.3, healthCheck: {interval: 1s}}]\n",
 	}
 	for _, s := range seeds {
@@ -58,10 +60,30 @@ func FuzzParse(f *testing.F) {
 		if err := invariants(cfg); err != nil {
 			t.Fatalf("%v\ninput:\n%s", err, data)
 		}
+		if err := roundTrip(cfg); err != nil {
+			t.Fatalf("%v\ninput:\n%s", err, data)
+		}
 	})
 }
 
-var serviceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+var (
+	serviceName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	// kubernetesName is NAMESPACE/NAME:PORT/PROTOCOL; the port's range is
+	// checked apart.
+	kubernetesName = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?/[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?:([1-9][0-9]{0,4})/(tcp|udp)$`)
+)
+
+func validName(s string) bool {
+	if len(s) <= 63 && serviceName.MatchString(s) {
+		return true
+	}
+	m := kubernetesName.FindStringSubmatch(s)
+	if m == nil {
+		return false
+	}
+	port, err := strconv.Atoi(m[3])
+	return err == nil && port <= 65535
+}
 
 // invariants re-checks a parsed configuration independently of the parser's
 // own code: what Parse accepts, the data plane must be able to take.
@@ -108,7 +130,7 @@ func invariants(c *Config) error {
 	keys := map[Key]bool{}
 	total := 0
 	for i, s := range c.Services {
-		if len(s.Name) > 63 || !serviceName.MatchString(s.Name) || names[s.Name] {
+		if !validName(s.Name) || names[s.Name] {
 			bad("services[%d]: invalid or duplicate name %q", i, s.Name)
 		}
 		names[s.Name] = true
@@ -126,7 +148,7 @@ func invariants(c *Config) error {
 		addrs := map[netip.Addr]bool{}
 		active := false
 		for j, b := range s.Backends {
-			if !unicast4(b.Address) || addrs[b.Address] || b.Port != s.Port || b.Weight > 65535 {
+			if !unicast4(b.Address) || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts || b.Weight > 65535 {
 				bad("services[%d].backends[%d]: invalid or duplicate %+v", i, j, b)
 			}
 			addrs[b.Address] = true
@@ -220,7 +242,9 @@ func bgpInvariants(c *Config) error {
 	if !validTimers(b.HoldTime, b.Keepalive) || b.DrainTime < 0 || b.DrainTime > 10*time.Minute {
 		bad("bgp: invalid timers %+v", b)
 	}
-	if b.ListenPort < 0 || b.ListenPort > 65535 || len(b.Peers) == 0 {
+	// Only a kubernetes section, whose BGPPeers add to the list, lets it
+	// be empty.
+	if b.ListenPort < 0 || b.ListenPort > 65535 || len(b.Peers) == 0 && c.Kubernetes == nil {
 		bad("bgp: invalid listen port or no peers %+v", b)
 	}
 	addrs := map[netip.Addr]bool{}

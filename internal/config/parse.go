@@ -15,11 +15,11 @@ const maxFileSize = 16 << 20
 
 // Fields each mapping may hold, in the order the documentation lists them.
 var (
-	topFields       = []string{"node", "api", "dataplane", "bgp", "services"}
+	topFields       = []string{"node", "api", "dataplane", "bgp", "services", "kubernetes"}
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
 	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends"}
-	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "healthCheck", "bgp", "backends"}
+	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "translatePorts", "healthCheck", "bgp", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
 )
 
@@ -57,12 +57,17 @@ func Parse(filename string, data []byte) (*Config, error) {
 }
 
 func (d *decoder) config(data []byte) *Config {
-	top := d.resolve(d.document(data))
+	return d.configFrom(d.document(data))
+}
+
+// configFrom decodes the document's top node.
+func (d *decoder) configFrom(top *yaml.Node) *Config {
+	top = d.resolve(top)
 	if top == nil {
 		return nil
 	}
 	if top.Kind != yaml.MappingNode {
-		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, bgp, services), got %s", describe(top))
+		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, bgp, services, kubernetes), got %s", describe(top))
 		return nil
 	}
 	fs := d.mapping(top, "", topFields)
@@ -75,9 +80,13 @@ func (d *decoder) config(data []byte) *Config {
 	cfg.API = d.api(fs["api"], "api")
 	dp, tableSizeSet := d.dataplane(fs["dataplane"], "dataplane")
 	cfg.Dataplane = dp
+	k, hasKubernetes := fs["kubernetes"]
+	if hasKubernetes {
+		cfg.Kubernetes = d.kubernetes(k, "kubernetes")
+	}
 	f, hasBGP := fs["bgp"]
 	if hasBGP {
-		cfg.BGP = d.bgp(f, "bgp", cfg.Node)
+		cfg.BGP = d.bgp(f, "bgp", cfg.Node, hasKubernetes)
 	}
 	cfg.Services = d.services(fs["services"], "services", dp, tableSizeSet, hasBGP)
 	return cfg
@@ -268,7 +277,7 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 
 	if g, ok := fs["name"]; ok {
 		if v, ok := d.str(g, join(path, "name")); ok {
-			if why := checkServiceName(v); why != "" {
+			if why := checkName(v); why != "" {
 				d.errorf(g.value, join(path, "name"), "%s", why)
 			} else if first, dup := c.names[v]; dup {
 				d.errorf(g.value, join(path, "name"), "%q is already the name of services[%d] (line %d); service names must be unique", v, first.index, first.line)
@@ -326,6 +335,14 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		}
 	}
 
+	// An invalid translatePorts is reported once, not again at every
+	// backend port that it would have allowed.
+	translate := false
+	if g, ok := fs["translatePorts"]; ok {
+		v, ok := d.boolean(g, join(path, "translatePorts"))
+		s.TranslatePorts, translate = v, v || !ok
+	}
+
 	var check *checkSpec
 	if g, ok := fs["healthCheck"]; ok {
 		check = d.healthCheck(g, join(path, "healthCheck"))
@@ -379,13 +396,14 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		// walking more backends would only cost time.
 		return s, len(items)
 	}
-	s.Backends = d.backends(g, items, join(path, "backends"), s.Port, check)
+	s.Backends = d.backends(g, items, join(path, "backends"), s.Port, translate, check)
 	return s, len(items)
 }
 
 // backends parses a service's backends; check is the service's
 // healthCheck (nil without one), which each backend's own merges over.
-func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort uint16, check *checkSpec) []Backend {
+// translate lets a backend's port differ from the service's.
+func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort uint16, translate bool, check *checkSpec) []Backend {
 	type seen struct {
 		index, line int
 	}
@@ -423,7 +441,7 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 		}
 		if g, ok := fs["port"]; ok {
 			if v, ok := d.integer(g, join(p, "port"), 1, 65535); ok {
-				if servicePort != 0 && uint16(v) != servicePort {
+				if servicePort != 0 && uint16(v) != servicePort && !translate {
 					d.errorf(g.value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d", v, servicePort, servicePort)
 				}
 				b.Port = uint16(v)

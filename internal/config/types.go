@@ -69,8 +69,11 @@ type Config struct {
 	API       API
 	Dataplane Dataplane
 	// BGP is nil when the file has no bgp section: nothing is announced.
-	BGP      *BGP
-	Services []Service
+	BGP *BGP
+	// Kubernetes is nil when the file has no kubernetes section: the
+	// file is then the only source of services and peers.
+	Kubernetes *Kubernetes
+	Services   []Service
 }
 
 // Node is the host the agent runs on.
@@ -112,7 +115,12 @@ type Service struct {
 	Port       uint16
 	Protocol   Protocol
 	Forwarding Forwarding
-	Backends   []Backend
+	// TranslatePorts: the backends' hosts translate VIP:port to the
+	// backend's address and port (xlb backend's Kubernetes mode), so a
+	// backend's port may differ from Port. The data plane delivers
+	// VIP:port unchanged either way.
+	TranslatePorts bool
+	Backends       []Backend
 	// BGP holds the path attributes of the route announced for the VIP.
 	// Services that share a VIP share one route, so each of them holds
 	// the same attributes, whichever of them wrote them. The zero value
@@ -123,7 +131,7 @@ type Service struct {
 // Backend is one real server of a service.
 type Backend struct {
 	Address netip.Addr
-	Port    uint16 // equals the service port: DSR cannot translate ports
+	Port    uint16 // the service port, unless the service translates ports
 	Weight  uint32 // default DefaultWeight; 0 drains (no new flows)
 	// HealthCheck is how this backend is probed: the service's
 	// healthCheck with the backend's own merged over it, field by field.

@@ -51,7 +51,23 @@ var (
 type AddressPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              AddressPoolSpec `json:"spec"`
+	Spec              AddressPoolSpec   `json:"spec"`
+	Status            AddressPoolStatus `json:"status,omitempty"`
+}
+
+// AddressPoolStatus is what the controller reports about a pool, through
+// the status subresource.
+type AddressPoolStatus struct {
+	// Size is the number of addresses the pool hands out (without the
+	// .0 and .255 ones when avoidBuggyIPs is set).
+	Size int64 `json:"size"`
+	// Assigned is the number of its addresses Services hold.
+	Assigned int64 `json:"assigned"`
+	// Available is Size minus Assigned.
+	Available int64 `json:"available"`
+	// Error says why the controller does not use the pool (an invalid
+	// entry, an overlap with an older pool); empty when it does.
+	Error string `json:"error,omitempty"`
 }
 
 // AddressPoolSpec: which addresses, and who may have them.

@@ -1,0 +1,311 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/xlbproject/xlb/internal/api"
+	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
+)
+
+// TestAgentKubernetes runs `xlb agent` with a file that has a kubernetes
+// section, in a network namespace of its own, against a real API server:
+// the Service's pods become backends in the data plane (seen through the
+// agent's API), a BGPPeer becomes a BGP peer, an edit of the file adds its
+// service to the cluster's, and SIGTERM ends the agent cleanly.
+func TestAgentKubernetes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane and an agent; skipped with -short")
+	}
+	testenv.RequireRoot(t, "the agent's Kubernetes test")
+	cp := k8stest.StartT(t, k8stest.Options{})
+	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	must := func(_ any, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	patch := func(do func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (*corev1.Pod, error), name, p string) {
+		t.Helper()
+		must(do(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}, "status"))
+	}
+
+	// The BGPPeer CRD, as deploy/crds has it.
+	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd map[string]any
+	if err := yaml.Unmarshal(data, &crd); err != nil {
+		t.Fatal(err)
+	}
+	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	must(crds.Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}))
+	waitUntil(t, "BGPPeers served", func() string {
+		if _, err := dyn.Resource(k8sapi.BGPPeerResource).List(ctx, metav1.ListOptions{}); err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+
+	for _, n := range []string{"lb-1", "node-a"} {
+		must(cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"xlb.io/lb-node": "true"}}}, metav1.CreateOptions{}))
+	}
+	class := k8sapi.LoadBalancerClass
+	must(cs.CoreV1().Services("default").Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: map[string]string{"app": "web"},
+			Ports: []corev1.ServicePort{{Port: 80, TargetPort: intstr.FromInt32(8080)}}},
+	}, metav1.CreateOptions{}))
+	must(cs.CoreV1().Services("default").Patch(ctx, "web", types.MergePatchType, []byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"10.99.0.1"}]}}}`), metav1.PatchOptions{}, "status"))
+	for i := range 3 {
+		name, ip := fmt.Sprintf("web-%d", i), fmt.Sprintf("10.244.0.%d", 10+i)
+		must(cs.CoreV1().Pods("default").Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web"}},
+			Spec:       corev1.PodSpec{NodeName: "node-a", Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web"}}},
+		}, metav1.CreateOptions{}))
+		patch(cs.CoreV1().Pods("default").Patch, name, fmt.Sprintf(`{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q}],"conditions":[{"type":"Ready","status":"True"}]}}`, ip, ip))
+	}
+
+	// The agent's namespace: one veth pair, XDP on one end.
+	ns := fmt.Sprintf("xlbsrc%d", os.Getpid())
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "-n", ns, "link", "add", "v0", "type", "veth", "peer", "name", "v1")
+	run(t, "ip", "-n", ns, "addr", "add", "10.0.0.10/24", "dev", "v0")
+	for _, l := range []string{"lo", "v0", "v1"} {
+		run(t, "ip", "-n", ns, "link", "set", l, "up")
+	}
+
+	kubeconfig := proxyAPIServer(t, cp, ns, t.TempDir())
+
+	bin, remove, err := testenv.BuildXLB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	dir := t.TempDir()
+	socket, pinPath, cfgPath := filepath.Join(dir, "xlb.sock"), "/sys/fs/bpf/"+ns, filepath.Join(dir, "agent.yaml")
+	t.Cleanup(func() { _ = exec.Command(bin, "cleanup", "--pin-path", pinPath).Run() })
+	file := fmt.Sprintf("node: {interface: v0, address: 10.0.0.10}\napi: {socket: %s}\ndataplane: {pinPath: %s, attachMode: generic}\n"+
+		"bgp: {asn: 65001, drainTime: 0}\nkubernetes: {kubeconfig: %s, nodeName: lb-1}\n", socket, pinPath, kubeconfig)
+	if err := os.WriteFile(cfgPath, []byte(file), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Through xlb's own netns-exec, which keeps the host's bpffs.
+	agent := exec.Command(bin, netns.ExecCommand, ns, "--", bin, "agent", "--config", cfgPath)
+	agent.Stdout, agent.Stderr = t.Output(), t.Output()
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = agent.Process.Kill()
+			<-exited
+		}
+	})
+
+	status := func() (*api.Status, string) {
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("the agent exited: %v", err)
+		default:
+		}
+		st, err := api.GetStatus(socket)
+		if err != nil {
+			return nil, err.Error()
+		}
+		return st, ""
+	}
+	backends := func(want ...string) func() string {
+		return func() string {
+			st, why := status()
+			if st == nil {
+				return why
+			}
+			for _, s := range st.Services {
+				if s.Name != "default/web:80/tcp" {
+					continue
+				}
+				var got []string
+				for _, b := range s.Backends {
+					got = append(got, fmt.Sprintf("%s:%d/%d", b.Address, b.Port, b.Weight))
+				}
+				if !s.Installed || !slices.Equal(got, want) {
+					return fmt.Sprintf("installed %v, backends %v", s.Installed, got)
+				}
+				return ""
+			}
+			out, _ := json.Marshal(st.Services)
+			return "not served: " + string(out)
+		}
+	}
+	waitUntil(t, "the Service's pods in the data plane", backends("10.244.0.10:8080/1", "10.244.0.11:8080/1", "10.244.0.12:8080/1"))
+	patch(cs.CoreV1().Pods("default").Patch, "web-1", `{"status":{"conditions":[{"type":"Ready","status":"False"}]}}`)
+	waitUntil(t, "an unready pod out", backends("10.244.0.10:8080/1", "10.244.0.12:8080/1"))
+
+	peer := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": k8sapi.Group + "/" + k8sapi.Version, "kind": "BGPPeer", "metadata": map[string]any{"name": "router"},
+		"spec": map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1"},
+	}}
+	must(dyn.Resource(k8sapi.BGPPeerResource).Create(ctx, peer, metav1.CreateOptions{}))
+	waitUntil(t, "the BGPPeer as a peer", func() string {
+		st, why := status()
+		if st == nil {
+			return why
+		}
+		if st.BGP == nil || len(st.BGP.Peers) != 1 || st.BGP.Peers[0].Address.String() != "10.0.0.1" {
+			return fmt.Sprintf("bgp %+v", st.BGP)
+		}
+		return ""
+	})
+
+	// The file is the base: an added service joins the cluster's.
+	edited := file + "services:\n  - {name: static, vip: 10.99.0.9, port: 80, backends: [{address: 10.0.0.20}]}\n"
+	if err := os.WriteFile(cfgPath+".new", []byte(edited), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(cfgPath+".new", cfgPath); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the file's new service next to the cluster's", func() string {
+		st, why := status()
+		if st == nil {
+			return why
+		}
+		var names []string
+		for _, s := range st.Services {
+			names = append(names, s.Name)
+		}
+		if !slices.Equal(names, []string{"static", "default/web:80/tcp"}) {
+			return fmt.Sprint(names)
+		}
+		return ""
+	})
+
+	if err := agent.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-exited:
+		stopped = true
+		if err != nil {
+			t.Errorf("the agent's exit: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("the agent did not exit within 30s of SIGTERM")
+	}
+}
+
+// proxyAPIServer makes the API server, which listens on the host's
+// loopback, reachable on the loopback of namespace ns, and returns a
+// kubeconfig (in dir) that points there. The API server's certificate is
+// for 127.0.0.1, so it still verifies.
+func proxyAPIServer(t *testing.T, cp *k8stest.ControlPlane, ns, dir string) string {
+	t.Helper()
+	var ln net.Listener
+	err := netns.Do(ns, func() error {
+		var err error
+		ln, err = net.Listen("tcp", "127.0.0.1:0")
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	target := strings.TrimPrefix(cp.Server, "https://")
+	go func() {
+		for {
+			in, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer in.Close()
+				out, err := net.DialTimeout("tcp", target, 5*time.Second)
+				if err != nil {
+					return
+				}
+				defer out.Close()
+				done := make(chan struct{}, 2)
+				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
+				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	data, err := os.ReadFile(cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(data), cp.Server, "https://"+ln.Addr().String())), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func run(t *testing.T, argv ...string) {
+	t.Helper()
+	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", strings.Join(argv, " "), err, out)
+	}
+}
+
+// waitUntil polls cond, which says what is still missing, for 30 s.
+func waitUntil(t *testing.T, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within 30s: %s", what, why)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,684 @@
+package deploy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	authorizationv1 "k8s.io/api/authorization/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/xlbproject/xlb/internal/k8stest"
+)
+
+// fieldManager names the test's server-side applies.
+const fieldManager = "xlb-deploy-test"
+
+// Bounds of the waits for the control plane's controllers, generous for
+// a loaded 2-core machine.
+const (
+	establishTimeout = 30 * time.Second
+	podsTimeout      = 90 * time.Second
+	pollInterval     = 200 * time.Millisecond
+)
+
+// kube is an admin connection to the control plane.
+type kube struct {
+	cfg    *rest.Config
+	cs     kubernetes.Interface
+	dyn    dynamic.Interface
+	mapper *restmapper.DeferredDiscoveryRESTMapper
+}
+
+func connect(t *testing.T, cp *k8stest.ControlPlane) *kube {
+	t.Helper()
+	cfg := &rest.Config{
+		Host:            cp.Server,
+		BearerToken:     cp.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAFile: cp.CAFile},
+		QPS:             100,
+		Burst:           200,
+		// PodSecurity warnings for the negative checks are expected.
+		WarningHandler: rest.NoWarnings{},
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kube{cfg: cfg, cs: cs, dyn: dyn,
+		mapper: restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))}
+}
+
+// as returns a client that impersonates a ServiceAccount.
+func (k *kube) as(t *testing.T, namespace, name string) kubernetes.Interface {
+	t.Helper()
+	cfg := rest.CopyConfig(k.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(namespace, name), Groups: saGroups(namespace)}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+func saUser(namespace, name string) string { return "system:serviceaccount:" + namespace + ":" + name }
+
+func saGroups(namespace string) []string {
+	return []string{"system:serviceaccounts", "system:serviceaccounts:" + namespace, "system:authenticated"}
+}
+
+// resource maps an object to its resource client, as kubectl does; a kind
+// the discovery cache does not know yet (a CRD just established) makes it
+// look again once.
+func (k *kube) resource(o object) (dynamic.ResourceInterface, error) {
+	gvk := o.GroupVersionKind()
+	m, err := k.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if meta.IsNoMatchError(err) {
+		k.mapper.Reset()
+		m, err = k.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Scope.Name() != meta.RESTScopeNameNamespace {
+		if o.GetNamespace() != "" {
+			return nil, fmt.Errorf("%s is cluster-scoped but names namespace %q", gvk.Kind, o.GetNamespace())
+		}
+		return k.dyn.Resource(m.Resource), nil
+	}
+	if o.GetNamespace() == "" {
+		return nil, fmt.Errorf("%s is namespaced but names no namespace: it would land in the user's current namespace", gvk.Kind)
+	}
+	return k.dyn.Resource(m.Resource).Namespace(o.GetNamespace()), nil
+}
+
+// apply server-side applies every object in order, as
+// `kubectl apply --server-side` would, and returns every failure.
+func (k *kube) apply(ctx context.Context, objs []object) error {
+	var errs []error
+	for _, o := range objs {
+		r, err := k.resource(o)
+		if err == nil {
+			_, err = r.Apply(ctx, o.GetName(), o.Unstructured, metav1.ApplyOptions{FieldManager: fieldManager, Force: true})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %s: %w", o.from, o.key(), err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+var crdResource = schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+
+// waitEstablished waits until every CRD among objs is Established.
+func (k *kube) waitEstablished(ctx context.Context, objs []object) error {
+	for _, o := range objs {
+		if o.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		var last string
+		err := wait.PollUntilContextTimeout(ctx, pollInterval, establishTimeout, true, func(ctx context.Context) (bool, error) {
+			u, err := k.dyn.Resource(crdResource).Get(ctx, o.GetName(), metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+			last = fmt.Sprint(conds)
+			for _, c := range conds {
+				if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			return fmt.Errorf("CRD %s not Established within %s (conditions %s): %w", o.GetName(), establishTimeout, last, err)
+		}
+	}
+	k.mapper.Reset()
+	return nil
+}
+
+// TestInstallOnAPIServer applies the install (`kubectl apply -f crds/
+// -f .`) to a real kube-apiserver, with kube-controller-manager turning the
+// workloads into Pods, and checks what an operator relies on: everything
+// is accepted, the Pods are admitted, each ServiceAccount can do its job
+// and no more, the examples are valid, invalid pools and peers are
+// refused with a useful message, and the Helm chart's rendering is
+// accepted too.
+func TestInstallOnAPIServer(t *testing.T) {
+	files, err := installFiles()
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := readObjects(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := k8stest.StartT(t, k8stest.Options{})
+	k := connect(t, cp)
+	ctx := t.Context()
+	if err := k.apply(ctx, objs); err != nil {
+		t.Fatalf("the API server refused the install:\n%v", err)
+	}
+	if err := k.waitEstablished(ctx, objs); err != nil {
+		t.Fatal(err)
+	}
+	// A second apply changes nothing and must pass too: upgrades re-apply.
+	if err := k.apply(ctx, objs); err != nil {
+		t.Fatalf("re-applying the install: %v", err)
+	}
+
+	t.Run("PodsAdmitted", func(t *testing.T) { testPodsAdmitted(t, k, objs) })
+	t.Run("ControllerRestricted", func(t *testing.T) { testControllerRestricted(t, k, objs) })
+	t.Run("RBAC", func(t *testing.T) { testRBAC(t, k, "xlb-system", "xlb", "xlb-controller") })
+	t.Run("StatusWrite", func(t *testing.T) { testStatusWrite(t, k) })
+	t.Run("Examples", func(t *testing.T) { testExamples(t, k) })
+	t.Run("InvalidResources", func(t *testing.T) { testInvalidResources(t, k) })
+	t.Run("HelmRelease", func(t *testing.T) { testHelmRelease(t, k) })
+}
+
+// The controllers turn the workloads into Pods, which pass admission
+// (ServiceAccounts, priority classes, Pod Security): the agent on the
+// labelled node only, the backend on every node, two controllers.
+func testPodsAdmitted(t *testing.T, k *kube, objs []object) {
+	ctx := t.Context()
+	nodes := []struct {
+		name   string
+		labels map[string]string
+	}{
+		{"lb-1", map[string]string{"xlb.io/lb-node": "true"}},
+		{"worker-1", nil},
+	}
+	for _, n := range nodes {
+		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: n.labels}}
+		if _, err := k.cs.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		// Admission taints a new Node not-ready until its kubelet
+		// reports Ready and the node lifecycle controller lifts the
+		// taint; with neither here, the test lifts it. Controllers
+		// update the Node meanwhile, hence the retry on conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			node, err := k.cs.CoreV1().Nodes().Get(ctx, n.name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			node.Spec.Taints = slices.DeleteFunc(node.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeNotReady })
+			_, err = k.cs.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{})
+			return err
+		})
+		if err != nil {
+			t.Fatalf("node %s: lift the not-ready taint: %v", n.name, err)
+		}
+	}
+	want := map[string][]string{ // component → nodes ("" for unscheduled)
+		"agent":      {"lb-1"},
+		"backend":    {"lb-1", "worker-1"},
+		"controller": {"", ""},
+	}
+	got := map[string][]string{}
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, podsTimeout, true, func(ctx context.Context) (bool, error) {
+		pods, err := k.cs.CoreV1().Pods("xlb-system").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		got = map[string][]string{}
+		for _, p := range pods.Items {
+			c := p.Labels["app.kubernetes.io/component"]
+			got[c] = append(got[c], podNode(p))
+		}
+		for c := range got {
+			slices.Sort(got[c])
+		}
+		return fmt.Sprint(got) == fmt.Sprint(want), nil
+	})
+	if err != nil {
+		t.Errorf("pods in xlb-system by component and node: %v, want %v (%v)", got, want, err)
+		logEvents(t, k, "xlb-system")
+		logDaemonSets(t, k, "xlb-system")
+	}
+	// Each pod runs as its component's ServiceAccount.
+	pods, err := k.cs.CoreV1().Pods("xlb-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if want := "xlb-" + p.Labels["app.kubernetes.io/component"]; p.Spec.ServiceAccountName != want {
+			t.Errorf("pod %s runs as %q, want %q", p.Name, p.Spec.ServiceAccountName, want)
+		}
+	}
+}
+
+// podNode is the node a DaemonSet pod is bound to: the controller pins it
+// through node affinity, as no scheduler runs here.
+func podNode(p corev1.Pod) string {
+	if p.Spec.NodeName != "" {
+		return p.Spec.NodeName
+	}
+	a := p.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, term := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, f := range term.MatchFields {
+			if f.Key == "metadata.name" && len(f.Values) == 1 {
+				return f.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+func logEvents(t *testing.T, k *kube, namespace string) {
+	t.Helper()
+	evs, err := k.cs.CoreV1().Events(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("events of %s: %v", namespace, err)
+		return
+	}
+	for _, e := range evs.Items {
+		t.Logf("event %s %s/%s: %s: %s", e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message)
+	}
+}
+
+// The controller's pod passes the "restricted" Pod Security Standard; the
+// agent's does not (the negative control: the check can fail).
+func testControllerRestricted(t *testing.T, k *kube, objs []object) {
+	ctx := t.Context()
+	const ns = "restricted-check"
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: map[string]string{
+		"pod-security.kubernetes.io/enforce": "restricted",
+	}}}
+	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Pods run as the namespace's default ServiceAccount, once it exists.
+	err := wait.PollUntilContextTimeout(ctx, pollInterval, establishTimeout, true, func(ctx context.Context) (bool, error) {
+		_, err := k.cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	})
+	if err != nil {
+		t.Fatalf("no default ServiceAccount in %s: %v", ns, err)
+	}
+	pods := k.dyn.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(ns)
+	for _, tc := range []struct {
+		workload string
+		allowed  bool
+	}{
+		{"Deployment xlb-system/xlb-controller", true},
+		{"DaemonSet xlb-system/xlb-agent", false},
+	} {
+		i := slices.IndexFunc(objs, func(o object) bool { return o.key() == tc.workload })
+		if i < 0 {
+			t.Fatalf("no %s in the install", tc.workload)
+		}
+		spec, ok, err := unstructured.NestedMap(objs[i].Object, "spec", "template", "spec")
+		if !ok || err != nil {
+			t.Fatalf("%s has no pod template: %v", tc.workload, err)
+		}
+		delete(spec, "serviceAccountName")
+		pod := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "v1", "kind": "Pod",
+			"metadata": map[string]any{"name": "check", "namespace": ns},
+			"spec":     spec,
+		}}
+		_, err = pods.Create(ctx, pod, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+		switch {
+		case tc.allowed && err != nil:
+			t.Errorf("%s's pod is refused under the restricted Pod Security Standard: %v", tc.workload, err)
+		case !tc.allowed && (err == nil || !strings.Contains(err.Error(), "violates PodSecurity")):
+			t.Errorf("%s's pod under the restricted Pod Security Standard: got %v, want a PodSecurity violation", tc.workload, err)
+		}
+	}
+}
+
+// access is one request a ServiceAccount may or may not make.
+type access struct {
+	sa                         string // component: controller, agent, backend
+	verb, group, resource, sub string
+	namespace, name            string
+	allowed                    bool
+}
+
+// testRBAC checks the grants of the release's ServiceAccounts (prefix
+// "xlb" for deploy/) in namespace ns, with the leader Lease lease, by
+// SubjectAccessReviews.
+func testRBAC(t *testing.T, k *kube, ns, prefix, lease string) {
+	for _, a := range rbacTable(ns, lease) {
+		user := saUser(ns, prefix+"-"+a.sa)
+		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
+			User:   user,
+			Groups: saGroups(ns),
+			ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: a.namespace, Verb: a.verb, Group: a.group,
+				Resource: a.resource, Subresource: a.sub, Name: a.name,
+			},
+		}}
+		res, err := k.cs.AuthorizationV1().SubjectAccessReviews().Create(t.Context(), sar, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status.Allowed != a.allowed {
+			what := a.resource
+			if a.sub != "" {
+				what += "/" + a.sub
+			}
+			if a.group != "" {
+				what += "." + a.group
+			}
+			where := "cluster-wide"
+			if a.namespace != "" {
+				where = "in " + a.namespace
+			}
+			t.Errorf("%s: %s %s %s %s: allowed=%v, want %v (%s)", user, a.verb, what, a.name, where, res.Status.Allowed, a.allowed, res.Status.Reason)
+		}
+	}
+}
+
+func rbacTable(ns, lease string) []access {
+	const xlb, disc, coord = "xlb.io", "discovery.k8s.io", "coordination.k8s.io"
+	return []access{
+		// The controller: Services, their status and annotations,
+		// Namespaces, pools and their status, Events, its Lease.
+		{"controller", "list", "", "services", "", "", "", true},
+		{"controller", "watch", "", "services", "", "", "", true},
+		{"controller", "patch", "", "services", "status", "shop", "web", true},
+		{"controller", "patch", "", "services", "", "shop", "web", true},
+		{"controller", "update", "", "services", "", "shop", "web", false},
+		{"controller", "watch", "", "namespaces", "", "", "", true},
+		{"controller", "watch", xlb, "addresspools", "", "", "", true},
+		{"controller", "patch", xlb, "addresspools", "status", "", "p", true},
+		{"controller", "create", "", "events", "", "shop", "", true},
+		{"controller", "create", coord, "leases", "", ns, "", true},
+		{"controller", "get", coord, "leases", "", ns, lease, true},
+		{"controller", "update", coord, "leases", "", ns, lease, true},
+		{"controller", "update", coord, "leases", "", ns, "someone-else", false},
+		{"controller", "create", coord, "leases", "", "shop", "", false},
+		{"controller", "get", "", "secrets", "", ns, "bgp", false},
+		{"controller", "list", "", "secrets", "", "", "", false},
+		{"controller", "create", "", "services", "", "shop", "", false},
+		{"controller", "delete", "", "services", "", "shop", "web", false},
+		{"controller", "update", xlb, "addresspools", "", "", "p", false},
+		{"controller", "list", xlb, "bgppeers", "", "", "", false},
+		{"controller", "list", "", "pods", "", "", "", false},
+		{"controller", "update", "", "nodes", "", "", "n", false},
+		// The agent: reads Services, slices, Nodes, peers, and the
+		// Secrets of its own namespace; writes nothing.
+		{"agent", "watch", "", "services", "", "", "", true},
+		{"agent", "watch", disc, "endpointslices", "", "", "", true},
+		{"agent", "watch", "", "nodes", "", "", "", true},
+		{"agent", "watch", xlb, "bgppeers", "", "", "", true},
+		{"agent", "get", "", "secrets", "", ns, "bgp", true},
+		{"agent", "watch", "", "secrets", "", ns, "", true},
+		{"agent", "get", "", "secrets", "", "shop", "bgp", false},
+		{"agent", "list", "", "secrets", "", "", "", false},
+		{"agent", "update", "", "services", "status", "shop", "web", false},
+		{"agent", "update", "", "services", "", "shop", "web", false},
+		{"agent", "patch", "", "nodes", "", "", "n", false},
+		{"agent", "update", xlb, "bgppeers", "", "", "p", false},
+		{"agent", "list", xlb, "addresspools", "", "", "", false},
+		{"agent", "create", "", "events", "", "shop", "", false},
+		// The backend: reads Services and slices, nothing else.
+		{"backend", "watch", "", "services", "", "", "", true},
+		{"backend", "watch", disc, "endpointslices", "", "", "", true},
+		{"backend", "get", "", "secrets", "", ns, "bgp", false},
+		{"backend", "list", "", "nodes", "", "", "", false},
+		{"backend", "list", xlb, "bgppeers", "", "", "", false},
+		{"backend", "update", "", "services", "status", "shop", "web", false},
+		{"backend", "create", "", "events", "", "shop", "", false},
+	}
+}
+
+// Real requests under each identity, merge patches as the controller
+// sends them: the controller writes an address into a Service's status
+// and its allocated-from annotation; the agent and the backend may not;
+// the agent reads its namespace's Secrets and no others.
+func testStatusWrite(t *testing.T, k *kube) {
+	ctx := t.Context()
+	class := "xlb.io/lb"
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: "default"},
+		Spec: corev1.ServiceSpec{
+			Type:              corev1.ServiceTypeLoadBalancer,
+			LoadBalancerClass: &class,
+			Ports:             []corev1.ServicePort{{Port: 80, Protocol: corev1.ProtocolTCP}},
+		},
+	}
+	if _, err := k.cs.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	status := []byte(`{"status":{"loadBalancer":{"ingress":[{"ip":"10.99.0.1"}]}}}`)
+	annotation := []byte(`{"metadata":{"annotations":{"xlb.io/allocated-from":"default"}}}`)
+	for _, sa := range []string{"agent", "backend"} {
+		c := k.as(t, "xlb-system", "xlb-"+sa).CoreV1().Services("default")
+		if _, err := c.Patch(ctx, "web", types.MergePatchType, status, metav1.PatchOptions{}, "status"); !apierrors.IsForbidden(err) {
+			t.Errorf("xlb-%s writing a Service's status: got %v, want Forbidden", sa, err)
+		}
+		if _, err := c.Patch(ctx, "web", types.MergePatchType, annotation, metav1.PatchOptions{}); !apierrors.IsForbidden(err) {
+			t.Errorf("xlb-%s annotating a Service: got %v, want Forbidden", sa, err)
+		}
+	}
+	c := k.as(t, "xlb-system", "xlb-controller").CoreV1().Services("default")
+	got, err := c.Patch(ctx, "web", types.MergePatchType, status, metav1.PatchOptions{}, "status")
+	if err != nil {
+		t.Fatalf("xlb-controller writing a Service's status: %v", err)
+	}
+	if ing := got.Status.LoadBalancer.Ingress; len(ing) != 1 || ing[0].IP != "10.99.0.1" {
+		t.Errorf("status after the controller's write: %+v", got.Status.LoadBalancer)
+	}
+	if _, err := c.Patch(ctx, "web", types.MergePatchType, annotation, metav1.PatchOptions{}); err != nil {
+		t.Errorf("xlb-controller annotating a Service: %v", err)
+	}
+
+	agent := k.as(t, "xlb-system", "xlb-agent")
+	if _, err := agent.CoreV1().Secrets("xlb-system").List(ctx, metav1.ListOptions{}); err != nil {
+		t.Errorf("xlb-agent listing the Secrets of xlb-system: %v", err)
+	}
+	if _, err := agent.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("xlb-agent listing the Secrets of default: got %v, want Forbidden", err)
+	}
+	if _, err := k.as(t, "xlb-system", "xlb-controller").CoreV1().Secrets("xlb-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("xlb-controller listing Secrets: got %v, want Forbidden", err)
+	}
+}
+
+// The examples of 50-example.yaml, commented in, are valid objects.
+func testExamples(t *testing.T, k *kube) {
+	data, err := os.ReadFile("50-example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := decodeObjects("50-example.yaml (uncommented)", uncommentExamples(data))
+	if err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[string]bool{}
+	for _, o := range objs {
+		kinds[o.GetKind()] = true
+	}
+	if !kinds["AddressPool"] || !kinds["BGPPeer"] {
+		t.Fatalf("50-example.yaml: want an AddressPool and a BGPPeer, got %v", kinds)
+	}
+	if err := k.apply(t.Context(), objs); err != nil {
+		t.Errorf("the examples are refused:\n%v", err)
+	}
+}
+
+// The chart, rendered with other values as release "edge" in namespace
+// "xlb-edge" next to the install of deploy/, is accepted: its names do not
+// collide, and its RBAC follows the release's namespace.
+func testHelmRelease(t *testing.T, k *kube) {
+	ctx := t.Context()
+	c, err := loadChart(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const ns = "xlb-edge"
+	objs, err := c.render(release{Name: "edge", Namespace: ns}, map[string]any{
+		"serveClassless":   true,
+		"controller":       map[string]any{"replicas": 1, "leaseName": "edge-controller", "priorityClassName": "system-cluster-critical"},
+		"agent":            map[string]any{"interface": "bond0"},
+		"backend":          map[string]any{"nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
+		"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+		"addressPools": []any{map[string]any{"name": "edge-pool", "spec": map[string]any{
+			"addresses": []any{"10.98.0.0/28"},
+		}}},
+		"bgpPeers": []any{map[string]any{"name": "edge-tor", "spec": map[string]any{
+			"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
+		}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// helm install --create-namespace.
+	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Helm installs the chart's crds/ first; they are deploy/crds (see
+	// TestChartCRDs), installed already.
+	if err := k.apply(ctx, objs); err != nil {
+		t.Fatalf("the API server refused the chart's rendering:\n%v", err)
+	}
+	for _, key := range []string{"AddressPool /edge-pool", "BGPPeer /edge-tor"} {
+		if !slices.ContainsFunc(objs, func(o object) bool { return o.key() == key }) {
+			t.Errorf("the rendering has no %s", key)
+		}
+	}
+	testRBAC(t, k, ns, "edge-xlb", "edge-controller")
+	// The release's agent reads the Secrets of its own namespace only.
+	sar := func(namespace string) bool {
+		res, err := k.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+			Spec: authorizationv1.SubjectAccessReviewSpec{
+				User: saUser(ns, "edge-xlb-agent"), Groups: saGroups(ns),
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: "secrets"},
+			}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.Status.Allowed
+	}
+	if sar("xlb-system") {
+		t.Error("the edge release's agent may read the Secrets of xlb-system")
+	}
+}
+
+// Invalid pools and peers are refused by the API server with the field
+// and a message that says what to write instead.
+func testInvalidResources(t *testing.T, k *kube) {
+	for _, tc := range []struct {
+		name, manifest string
+		want           []string
+	}{
+		{"pool host bits", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: bad-host-bits}
+spec: {addresses: [10.99.0.5/28]}`,
+			[]string{"spec.addresses[0]", "has host bits set", "10.99.0.0/28"}},
+		{"pool reversed range", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: bad-range}
+spec: {addresses: [10.99.0.20-10.99.0.10]}`,
+			[]string{"spec.addresses[0]", "starts after it ends"}},
+		{"pool not an address", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: bad-address}
+spec: {addresses: [10.99.0.300/24]}`,
+			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}},
+		{"pool without addresses", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: no-addresses}
+spec: {autoAssign: false}`,
+			[]string{"spec.addresses", "Required value"}},
+		{"peer address", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: bad-address}
+spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1}`,
+			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}},
+		{"peer ASN 0", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: bad-asn}
+spec: {myASN: 65001, peerASN: 0, peerAddress: 10.0.1.1}`,
+			[]string{"spec.peerASN", "greater than or equal to 1"}},
+		{"peer hold time", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: bad-hold}
+spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1.1, holdTime: 1s}`,
+			[]string{"spec.holdTime", "at least 3s"}},
+		{"peer without my ASN", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: no-asn}
+spec: {peerASN: 65000, peerAddress: 10.0.1.1}`,
+			[]string{"spec.myASN", "Required value"}},
+	} {
+		objs, err := decodeObjects(tc.name, []byte(tc.manifest))
+		if err != nil || len(objs) != 1 {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		r, err := k.resource(objs[0])
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		_, err = r.Create(t.Context(), objs[0].Unstructured, metav1.CreateOptions{})
+		if !apierrors.IsInvalid(err) {
+			t.Errorf("%s: got %v, want the object refused as Invalid", tc.name, err)
+			continue
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the error %q does not say %q", tc.name, err, w)
+			}
+		}
+	}
+}
+
+func logDaemonSets(t *testing.T, k *kube, namespace string) {
+	t.Helper()
+	dss, err := k.cs.AppsV1().DaemonSets(namespace).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("daemonsets of %s: %v", namespace, err)
+		return
+	}
+	for _, d := range dss.Items {
+		t.Logf("daemonset %s: status %+v", d.Name, d.Status)
+	}
+	nodes, err := k.cs.CoreV1().Nodes().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Logf("nodes: %v", err)
+		return
+	}
+	for _, n := range nodes.Items {
+		t.Logf("node %s: labels %v, taints %v", n.Name, n.Labels, n.Spec.Taints)
+	}
+}

@@ -1,0 +1,408 @@
+package allocator
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+)
+
+// Reason classifies why an allocation failed; the values are stable (they
+// label metrics and start Event messages).
+type Reason string
+
+// Reasons of allocation failures.
+const (
+	// ReasonPoolExhausted: every address of the pools the Service may
+	// use is taken.
+	ReasonPoolExhausted Reason = "PoolExhausted"
+	// ReasonAddressTaken: the requested address belongs to another
+	// Service.
+	ReasonAddressTaken Reason = "AddressTaken"
+	// ReasonOutsidePools: the requested address is in no pool.
+	ReasonOutsidePools Reason = "AddressOutsidePools"
+	// ReasonNoEligiblePool: no auto-assign pool serves the Service.
+	ReasonNoEligiblePool Reason = "NoEligiblePool"
+	// ReasonNotEligible: the requested address or pool does not serve
+	// the Service (namespace, selectors, avoidBuggyIPs).
+	ReasonNotEligible Reason = "NotEligible"
+	// ReasonUnknownPool: the requested pool does not exist or is
+	// invalid.
+	ReasonUnknownPool Reason = "UnknownPool"
+	// ReasonInvalidRequest: the request itself is unusable (IPv6, an
+	// address outside the requested pool).
+	ReasonInvalidRequest Reason = "InvalidRequest"
+)
+
+// Error is an allocation failure: a Reason and a message for the user.
+type Error struct {
+	Reason Reason
+	Msg    string
+}
+
+func (e *Error) Error() string { return e.Msg }
+
+func failf(r Reason, format string, args ...any) error {
+	return &Error{Reason: r, Msg: fmt.Sprintf(format, args...)}
+}
+
+// ReasonOf returns the Reason of an allocation error, or "" for nil and
+// for errors that are not allocation failures.
+func ReasonOf(err error) Reason {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Reason
+	}
+	return ""
+}
+
+// Request describes a Service that wants an address.
+type Request struct {
+	// Key identifies the Service ("namespace/name"); the allocator
+	// records addresses under it.
+	Key string
+	// Namespace, Labels and NamespaceLabels decide which pools serve it.
+	Namespace       string
+	Labels          map[string]string
+	NamespaceLabels map[string]string
+	// Address is a requested address; the zero Addr requests none.
+	Address netip.Addr
+	// Pool is a requested pool; "" requests none.
+	Pool string
+}
+
+// Allocator remembers which Service holds which address. It is not safe
+// for concurrent use: the controller serializes all allocation decisions
+// in one goroutine, which is what makes them race-free.
+type Allocator struct {
+	pools    []*Pool          // accepted, in allocation order
+	byName   map[string]*Pool // accepted
+	rejected map[string]error // pool name → why it is not used
+	holder   map[uint32]string
+	held     map[string]uint32
+	used     map[string]uint64 // pool name → addresses of it held
+}
+
+// New returns an allocator with no pools and no addresses held.
+func New() *Allocator {
+	return &Allocator{
+		byName:   map[string]*Pool{},
+		rejected: map[string]error{},
+		holder:   map[uint32]string{},
+		held:     map[string]uint32{},
+		used:     map[string]uint64{},
+	}
+}
+
+// SetPools replaces the pools in use. A pool that shares an address with
+// an earlier one in pools is rejected: callers pass the oldest first, so
+// that a new pool cannot take addresses away from an existing one.
+// invalid holds the pools that failed to parse (name → error), only so
+// that a request naming one gets a precise message. SetPools returns every
+// pool not in use with the reason, invalid ones included. Addresses held
+// stay held, even those that no pool contains any more.
+func (a *Allocator) SetPools(pools []*Pool, invalid map[string]error) map[string]error {
+	rejected := map[string]error{}
+	for name, err := range invalid {
+		rejected[name] = err
+	}
+	var accepted []*Pool
+	for _, p := range pools {
+		if _, dup := rejected[p.Name]; dup {
+			continue
+		}
+		if other, ok := overlap(p, accepted); ok {
+			rejected[p.Name] = fmt.Errorf("address pool %q: %s; pools must not share addresses: change or remove one of them", p.Name, other)
+			continue
+		}
+		accepted = append(accepted, p)
+	}
+	slices.SortFunc(accepted, compare)
+	a.pools = accepted
+	a.byName = make(map[string]*Pool, len(accepted))
+	for _, p := range accepted {
+		a.byName[p.Name] = p
+	}
+	a.rejected = rejected
+	a.used = map[string]uint64{}
+	for x := range a.holder {
+		if p := a.poolOf(x); p != nil {
+			a.used[p.Name]++
+		}
+	}
+	return rejected
+}
+
+// overlap finds a pool of others sharing an address with p and describes
+// the overlap.
+func overlap(p *Pool, others []*Pool) (string, bool) {
+	for _, o := range others {
+		for _, s := range p.spans {
+			for _, t := range o.spans {
+				if s.lo <= t.hi && t.lo <= s.hi {
+					return fmt.Sprintf("%s overlaps %s of address pool %q", s.text, t.text, o.Name), true
+				}
+			}
+		}
+	}
+	return "", false
+}
+
+// Pools returns the pools in use, in allocation order.
+func (a *Allocator) Pools() []*Pool { return slices.Clone(a.pools) }
+
+// Usage returns how many addresses of the named pool are held and how many
+// it has; ok is false for a pool not in use.
+func (a *Allocator) Usage(pool string) (used, size uint64, ok bool) {
+	p := a.byName[pool]
+	if p == nil {
+		return 0, 0, false
+	}
+	return a.used[pool], p.size, true
+}
+
+// PoolOf returns the name of the pool in use that contains addr, or "".
+func (a *Allocator) PoolOf(addr netip.Addr) string {
+	if !addr.Is4() {
+		return ""
+	}
+	if p := a.poolOf(toU32(addr)); p != nil {
+		return p.Name
+	}
+	return ""
+}
+
+func (a *Allocator) poolOf(x uint32) *Pool {
+	for _, p := range a.pools {
+		if p.contains(x) {
+			return p
+		}
+	}
+	return nil
+}
+
+// Lookup returns the address the Service key holds.
+func (a *Allocator) Lookup(key string) (netip.Addr, bool) {
+	x, ok := a.held[key]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	return fromU32(x), true
+}
+
+// Holder returns the Service holding addr.
+func (a *Allocator) Holder(addr netip.Addr) (string, bool) {
+	if !addr.Is4() {
+		return "", false
+	}
+	key, ok := a.holder[toU32(addr)]
+	return key, ok
+}
+
+// Plan decides the address a Service should have, without recording it:
+// the caller writes it to the Service and then calls Assign, so that a
+// failed write leaves nothing to undo. An address the Service holds is
+// kept as long as it still fits the request (the requested address, or
+// an address of the requested pool; anything without a request), even if
+// no pool contains it any more: addresses do not move under running
+// Services. Otherwise the requested address, or the lowest free address
+// of the requested pool, or of the first eligible auto-assign pool in
+// allocation order. Errors are *Error.
+func (a *Allocator) Plan(req Request) (netip.Addr, error) {
+	if x, ok := a.held[req.Key]; ok && a.fits(req, x) {
+		return fromU32(x), nil
+	}
+	if req.Address.IsValid() {
+		return a.planAddress(req)
+	}
+	if req.Pool != "" {
+		p, err := a.requestedPool(req)
+		if err != nil {
+			return netip.Addr{}, err
+		}
+		x, ok := a.lowestFree(p)
+		if !ok {
+			return netip.Addr{}, failf(ReasonPoolExhausted, "address pool %q is exhausted: all its %d addresses are in use", p.Name, p.size)
+		}
+		return fromU32(x), nil
+	}
+	var full []string
+	var why []string
+	for _, p := range a.pools {
+		if !p.AutoAssign {
+			continue
+		}
+		if ok, reason := p.Eligible(req.Namespace, req.NamespaceLabels, req.Labels); !ok {
+			why = append(why, fmt.Sprintf("%q %s", p.Name, reason))
+			continue
+		}
+		if x, ok := a.lowestFree(p); ok {
+			return fromU32(x), nil
+		}
+		full = append(full, fmt.Sprintf("%q (%d addresses)", p.Name, p.size))
+	}
+	switch {
+	case len(full) > 0:
+		return netip.Addr{}, failf(ReasonPoolExhausted, "every address pool this Service may use is exhausted: %s; add addresses or delete Services", list(full, ", "))
+	case len(why) > 0:
+		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool serves this Service: %s", list(why, "; "))
+	default:
+		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool exists; create an AddressPool, or request one with autoAssign: false by name")
+	}
+}
+
+// maxListed bounds the pools a message lists, so that an Event stays
+// readable in a cluster with many pools.
+const maxListed = 5
+
+func list(items []string, sep string) string {
+	if len(items) <= maxListed {
+		return strings.Join(items, sep)
+	}
+	return fmt.Sprintf("%s%sand %d more", strings.Join(items[:maxListed], sep), sep, len(items)-maxListed)
+}
+
+// fits reports whether the held address x still satisfies req.
+func (a *Allocator) fits(req Request, x uint32) bool {
+	switch {
+	case req.Address.IsValid():
+		return req.Address.Is4() && toU32(req.Address) == x
+	case req.Pool != "":
+		p := a.poolOf(x)
+		return p != nil && p.Name == req.Pool
+	}
+	return true
+}
+
+func (a *Allocator) planAddress(req Request) (netip.Addr, error) {
+	addr := req.Address
+	if err := checkV4(addr); err != nil {
+		return netip.Addr{}, failf(ReasonInvalidRequest, "requested address %s %v", addr, err)
+	}
+	x := toU32(addr)
+	var p *Pool
+	for _, q := range a.pools {
+		if q.inRange(x) {
+			p = q
+			break
+		}
+	}
+	if p == nil {
+		return netip.Addr{}, failf(ReasonOutsidePools, "requested address %s is outside every address pool; request an address of a pool, or add it to one", addr)
+	}
+	if req.Pool != "" && p.Name != req.Pool {
+		return netip.Addr{}, failf(ReasonInvalidRequest, "requested address %s belongs to address pool %q, not to the requested pool %q; drop one of the two requests", addr, p.Name, req.Pool)
+	}
+	if ok, why := p.Eligible(req.Namespace, req.NamespaceLabels, req.Labels); !ok {
+		return netip.Addr{}, failf(ReasonNotEligible, "requested address %s belongs to address pool %q, which %s", addr, p.Name, why)
+	}
+	if !p.contains(x) {
+		return netip.Addr{}, failf(ReasonNotEligible, "requested address %s ends in .0 or .255, which address pool %q leaves out (avoidBuggyIPs)", addr, p.Name)
+	}
+	if key, taken := a.holder[x]; taken && key != req.Key {
+		return netip.Addr{}, failf(ReasonAddressTaken, "requested address %s is taken by Service %s; xlb does not share an address between Services in this version", addr, key)
+	}
+	return addr, nil
+}
+
+func (a *Allocator) requestedPool(req Request) (*Pool, error) {
+	p := a.byName[req.Pool]
+	if p == nil {
+		if err, ok := a.rejected[req.Pool]; ok {
+			return nil, failf(ReasonUnknownPool, "requested address pool %q is not in use: %v", req.Pool, err)
+		}
+		return nil, failf(ReasonUnknownPool, "requested address pool %q does not exist", req.Pool)
+	}
+	if ok, why := p.Eligible(req.Namespace, req.NamespaceLabels, req.Labels); !ok {
+		return nil, failf(ReasonNotEligible, "requested address pool %q %s", p.Name, why)
+	}
+	return p, nil
+}
+
+// lowestFree returns the lowest address of p nobody holds.
+func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
+	if a.used[p.Name] >= p.size {
+		return 0, false
+	}
+	// At most used+1 usable addresses are visited (plus the .0/.255
+	// ones skipped): the search is as cheap as the pool is full.
+	for _, s := range p.spans {
+		for x := uint64(s.lo); x <= uint64(s.hi); x++ {
+			if p.avoidBuggy && buggy(uint32(x)) {
+				continue
+			}
+			if _, taken := a.holder[uint32(x)]; !taken {
+				return uint32(x), true
+			}
+		}
+	}
+	return 0, false
+}
+
+// Assign records that key holds addr, releasing the address key held
+// before. It fails (with ReasonAddressTaken) if another Service holds
+// addr. The address need not be in a pool: on a restart the controller
+// assigns what the Services' status says, whatever the pools are now.
+func (a *Allocator) Assign(key string, addr netip.Addr) error {
+	if err := checkV4(addr); err != nil {
+		return failf(ReasonInvalidRequest, "address %s %v", addr, err)
+	}
+	x := toU32(addr)
+	if other, taken := a.holder[x]; taken {
+		if other == key {
+			return nil
+		}
+		return failf(ReasonAddressTaken, "address %s is taken by Service %s; xlb does not share an address between Services in this version", addr, other)
+	}
+	a.Release(key)
+	a.holder[x] = key
+	a.held[key] = x
+	if p := a.poolOf(x); p != nil {
+		a.used[p.Name]++
+	}
+	return nil
+}
+
+// Allocate is Plan followed by Assign.
+func (a *Allocator) Allocate(req Request) (netip.Addr, error) {
+	addr, err := a.Plan(req)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	if err := a.Assign(req.Key, addr); err != nil {
+		return netip.Addr{}, err
+	}
+	return addr, nil
+}
+
+// Release frees the address key holds and returns it.
+func (a *Allocator) Release(key string) (netip.Addr, bool) {
+	x, ok := a.held[key]
+	if !ok {
+		return netip.Addr{}, false
+	}
+	delete(a.held, key)
+	delete(a.holder, x)
+	if p := a.poolOf(x); p != nil {
+		a.used[p.Name]--
+	}
+	return fromU32(x), true
+}
+
+// Holdings returns every held address by Service key, sorted by key.
+func (a *Allocator) Holdings() []Holding {
+	out := make([]Holding, 0, len(a.held))
+	for key, x := range a.held {
+		out = append(out, Holding{Key: key, Addr: fromU32(x)})
+	}
+	slices.SortFunc(out, func(p, q Holding) int { return cmp.Compare(p.Key, q.Key) })
+	return out
+}
+
+// Holding is an address and the Service holding it.
+type Holding struct {
+	Key  string
+	Addr netip.Addr
+}

@@ -1,0 +1,220 @@
+package controller
+
+import (
+	"cmp"
+	"fmt"
+	"log/slog"
+	"maps"
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/xlbproject/xlb/internal/k8s/allocator"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+// reconciler is the state of one Run: everything here is touched by the
+// worker goroutine only, except the queue.
+type reconciler struct {
+	opts     Options
+	log      *slog.Logger
+	metrics  *Metrics
+	recorder record.EventRecorder
+	queue    workqueue.TypedRateLimitingInterface[item]
+
+	services   corelisters.ServiceLister
+	namespaces corelisters.NamespaceLister
+	pools      cache.GenericLister
+
+	alloc *allocator.Allocator
+	// poolErrors: pools not in use, with the reason.
+	poolErrors map[string]error
+	// pending: served Services without an address, looked at again when
+	// an address is freed or the pools change.
+	pending map[string]bool
+	// warned: the last Warning Event per Service (and per pool, keyed
+	// "pool:NAME"), so that a Service looked at again does not get the
+	// same Event again.
+	warned map[string]warning
+}
+
+func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.ServiceLister, nss corelisters.NamespaceLister, pools cache.GenericLister) *reconciler {
+	return &reconciler{
+		opts:       c.opts,
+		log:        c.log,
+		metrics:    c.opts.Metrics,
+		recorder:   rec,
+		queue:      newQueue(),
+		services:   svcs,
+		namespaces: nss,
+		pools:      pools,
+		alloc:      allocator.New(),
+		poolErrors: map[string]error{},
+		pending:    map[string]bool{},
+		warned:     map[string]warning{},
+	}
+}
+
+// watch turns informer events into work items.
+func (r *reconciler) watch(services, namespaces, pools cache.SharedIndexInformer) error {
+	svc := func(obj any) {
+		if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+			r.queue.Add(item{kind: serviceItem, key: key})
+		}
+	}
+	if _, err := services.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    svc,
+		UpdateFunc: func(_, obj any) { svc(obj) },
+		DeleteFunc: svc,
+	}); err != nil {
+		return fmt.Errorf("watch Services: %w", err)
+	}
+	poolsChanged := func(any) { r.queue.Add(item{kind: poolsItem}) }
+	if _, err := pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poolsChanged,
+		UpdateFunc: func(old, obj any) {
+			// Status writes (ours) do not change what the pools hold.
+			if o, ok := old.(*unstructured.Unstructured); ok {
+				if n, ok := obj.(*unstructured.Unstructured); ok && o.GetGeneration() == n.GetGeneration() {
+					return
+				}
+			}
+			poolsChanged(obj)
+		},
+		DeleteFunc: poolsChanged,
+	}); err != nil {
+		return fmt.Errorf("watch AddressPools: %w", err)
+	}
+	// A namespace's labels decide pools with namespaceSelectors.
+	if _, err := namespaces.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*corev1.Namespace)
+			n, ok2 := obj.(*corev1.Namespace)
+			if ok1 && ok2 && !maps.Equal(o.Labels, n.Labels) {
+				r.queue.Add(item{kind: poolsItem})
+			}
+		},
+	}); err != nil {
+		return fmt.Errorf("watch Namespaces: %w", err)
+	}
+	return nil
+}
+
+// rebuild fills the allocator from the caches before any work is done:
+// the pools, and every served Service's address from its status. If two
+// Services claim one address, the older keeps it; the other gets a new
+// one when its turn comes.
+func (r *reconciler) rebuild() error {
+	svcs, err := r.services.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list Services: %w", err)
+	}
+	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
+		if c := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	n := 0
+	for _, svc := range svcs {
+		addr := ingressAddr(svc)
+		if !r.served(svc) || !addr.IsValid() {
+			continue
+		}
+		key := svc.Namespace + "/" + svc.Name
+		if err := r.alloc.Assign(key, addr); err != nil {
+			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err)
+			continue
+		}
+		n++
+	}
+	if err := r.syncPools(); err != nil {
+		return err
+	}
+	r.log.Info("allocator rebuilt from the Services' status", "addresses", n, "pools", len(r.alloc.Pools()))
+	return nil
+}
+
+// syncPools reads every AddressPool, hands the valid ones to the
+// allocator (oldest first, so that a new pool overlapping an old one is
+// the one rejected) and looks at every Service and pool again.
+func (r *reconciler) syncPools() error {
+	objs, err := r.pools.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list AddressPools: %w", err)
+	}
+	type parsed struct {
+		created metav1.Time
+		pool    *allocator.Pool
+	}
+	var valid []parsed
+	invalid := map[string]error{}
+	for _, obj := range objs {
+		u, ok := obj.(*unstructured.Unstructured)
+		if !ok {
+			continue
+		}
+		var ap api.AddressPool
+		if err := api.FromUnstructured(u, &ap); err != nil {
+			invalid[u.GetName()] = err
+			continue
+		}
+		p, err := allocator.ParsePool(ap.Name, ap.Spec)
+		if err != nil {
+			invalid[ap.Name] = err
+			continue
+		}
+		valid = append(valid, parsed{ap.CreationTimestamp, p})
+	}
+	slices.SortFunc(valid, func(a, b parsed) int {
+		if c := a.created.Compare(b.created.Time); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.pool.Name, b.pool.Name)
+	})
+	pools := make([]*allocator.Pool, len(valid))
+	for i, v := range valid {
+		pools[i] = v.pool
+	}
+	r.poolErrors = r.alloc.SetPools(pools, invalid)
+	r.metrics.setPools(r.alloc)
+	for name, err := range r.poolErrors {
+		r.log.Warn("address pool not used", "pool", name, "error", err)
+	}
+	for _, obj := range objs {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			r.queue.Add(item{kind: poolStatusItem, key: u.GetName()})
+		}
+	}
+	svcs, err := r.services.List(labels.Everything())
+	if err != nil {
+		return fmt.Errorf("list Services: %w", err)
+	}
+	for _, svc := range svcs {
+		r.queue.Add(item{kind: serviceItem, key: svc.Namespace + "/" + svc.Name})
+	}
+	return nil
+}
+
+// poolChanged queues the status of the pool containing addr, if any.
+func (r *reconciler) poolChanged(addr netip.Addr) {
+	if p := r.alloc.PoolOf(addr); p != "" {
+		r.queue.Add(item{kind: poolStatusItem, key: p})
+	}
+	r.metrics.setPools(r.alloc)
+}
+
+// freed queues every Service waiting for an address.
+func (r *reconciler) freed() {
+	for key := range r.pending {
+		r.queue.Add(item{kind: serviceItem, key: key})
+	}
+}

@@ -1,0 +1,328 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/xlbproject/xlb/internal/k8s/allocator"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+// Event reasons on Services.
+const (
+	// EventAllocated (Normal): the Service got an address.
+	EventAllocated = "IPAllocated"
+	// EventReleased (Normal): the Service's address went back to its pool.
+	EventReleased = "IPReleased"
+	// EventAllocationFailed (Warning): the Service has no address, or
+	// not the one it asks for; the message says why.
+	EventAllocationFailed = "AllocationFailed"
+	// EventOutsidePools (Warning): the Service keeps an address that no
+	// pool contains any more.
+	EventOutsidePools = "AddressOutsidePools"
+	// EventConflict (Warning): the Service's status shows an address
+	// another Service holds; it gets another.
+	EventConflict = "AddressConflict"
+	// EventInvalidPool (Warning, on an AddressPool): the pool is not
+	// used.
+	EventInvalidPool = "InvalidPool"
+)
+
+// served reports whether xlb gives svc an address.
+func (r *reconciler) served(svc *corev1.Service) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if c := svc.Spec.LoadBalancerClass; c != nil {
+		return *c == api.LoadBalancerClass
+	}
+	return r.opts.ServeClassless
+}
+
+// ingressAddr is the address in svc's status: the first ingress IP.
+func ingressAddr(svc *corev1.Service) netip.Addr {
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if a, err := netip.ParseAddr(in.IP); err == nil {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// hasIngress reports whether svc's status is exactly [{ip: addr}].
+func hasIngress(svc *corev1.Service, addr netip.Addr) bool {
+	in := svc.Status.LoadBalancer.Ingress
+	return len(in) == 1 && in[0].IP == addr.String() && in[0].Hostname == "" && len(in[0].Ports) == 0
+}
+
+// request describes svc to the allocator. The requested address comes
+// from the annotation, else from the deprecated spec.loadBalancerIP.
+func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request, error) {
+	req := allocator.Request{
+		Key:       key,
+		Namespace: svc.Namespace,
+		Labels:    svc.Labels,
+		Pool:      strings.TrimSpace(svc.Annotations[api.AnnotationPool]),
+	}
+	if ns, err := r.namespaces.Get(svc.Namespace); err == nil {
+		req.NamespaceLabels = ns.Labels
+	}
+	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, corev1.IPv4Protocol) {
+		return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
+			Msg: "the Service is IPv6-only (spec.ipFamilies), and xlb allocates IPv4 addresses only in this version"}
+	}
+	if v := strings.TrimSpace(svc.Annotations[api.AnnotationAddresses]); v != "" {
+		first, _, _ := strings.Cut(v, ",")
+		first = strings.TrimSpace(first)
+		a, err := netip.ParseAddr(first)
+		if err != nil {
+			return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
+				Msg: fmt.Sprintf("annotation %s: %q is not an IP address; write e.g. 10.99.0.5", api.AnnotationAddresses, first)}
+		}
+		req.Address = a
+		return req, nil
+	}
+	// The field is deprecated, and still honoured: Services written for
+	// other load balancers use it.
+	if v := strings.TrimSpace(svc.Spec.LoadBalancerIP); v != "" {
+		a, err := netip.ParseAddr(v)
+		if err != nil {
+			return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
+				Msg: fmt.Sprintf("spec.loadBalancerIP %q is not an IP address", v)}
+		}
+		req.Address = a
+	}
+	return req, nil
+}
+
+// syncService brings one Service's address and status in line.
+func (r *reconciler) syncService(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil // not a key we made; nothing to retry
+	}
+	svc, err := r.services.Services(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		if addr, ok := r.alloc.Release(key); ok {
+			r.log.Info("address released", "service", key, "address", addr, "why", "the Service is gone")
+			r.metrics.released()
+			r.poolChanged(addr)
+			r.freed()
+		}
+		delete(r.pending, key)
+		delete(r.warned, key)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !r.served(svc) {
+		delete(r.pending, key)
+		delete(r.warned, key)
+		return r.unserve(ctx, key, svc)
+	}
+	return r.serve(ctx, key, svc)
+}
+
+// serve makes sure svc has an address, written to its status.
+func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service) error {
+	held, has := r.alloc.Lookup(key)
+	if in := ingressAddr(svc); !has && in.IsValid() {
+		// The status names an address the allocator does not know
+		// for this Service (written by someone else): adopt it if
+		// it is free, else the Service needs another one.
+		if err := r.alloc.Assign(key, in); err != nil {
+			r.warn(svc, key, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err))
+		} else {
+			held, has = in, true
+			r.poolChanged(in)
+		}
+	}
+
+	req, err := r.request(key, svc)
+	var addr netip.Addr
+	if err == nil {
+		addr, err = r.alloc.Plan(req)
+	}
+	switch {
+	case err != nil && !has:
+		r.pending[key] = true
+		r.fail(svc, key, err)
+		// A status naming another Service's address must not stay.
+		if len(svc.Status.LoadBalancer.Ingress) > 0 {
+			_, err := r.writeIngress(ctx, svc, netip.Addr{})
+			return err
+		}
+		return nil
+	case err != nil:
+		// The Service asks for something it cannot have: it keeps
+		// what it has, and is told why.
+		r.fail(svc, key, fmt.Errorf("keeping %s: %w", held, err))
+		addr = held
+	default:
+		r.unwarn(key, EventAllocationFailed)
+	}
+	delete(r.pending, key)
+
+	if !hasIngress(svc, addr) {
+		// The status first: it is the record a restart rebuilds from.
+		// Only then the allocator, so that a failed write leaves
+		// nothing to undo.
+		updated, err := r.writeIngress(ctx, svc, addr)
+		if err != nil {
+			return err
+		}
+		svc = updated
+	}
+	if !has || held != addr {
+		if err := r.alloc.Assign(key, addr); err != nil {
+			return fmt.Errorf("service %s: record %s: %w", key, addr, err) // cannot happen: Plan checked it
+		}
+		pool := r.alloc.PoolOf(addr)
+		r.log.Info("address allocated", "service", key, "address", addr, "pool", pool, "previous", held)
+		r.metrics.allocated()
+		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventAllocated, "allocated %s from address pool %q", addr, pool)
+		if has {
+			r.poolChanged(held)
+			r.freed()
+		}
+		r.poolChanged(addr)
+	}
+	pool := r.alloc.PoolOf(addr)
+	if pool == "" {
+		r.warn(svc, key, EventOutsidePools, fmt.Sprintf("keeps %s, which no address pool contains any more; it stays the Service's address until the Service is deleted or stops being served; add it back to a pool, or request another address", addr))
+		return nil
+	}
+	r.unwarn(key, EventOutsidePools)
+	// The annotation last: after a crash between the two writes the
+	// status has the address, and the next run writes the annotation.
+	if svc.Annotations[api.AnnotationAllocatedFrom] != pool {
+		return r.patchAnnotation(ctx, svc, &pool)
+	}
+	return nil
+}
+
+// unserve takes back the address of a Service xlb no longer serves
+// (deleted, type or class changed) and removes what xlb wrote to it.
+func (r *reconciler) unserve(ctx context.Context, key string, svc *corev1.Service) error {
+	held, has := r.alloc.Lookup(key)
+	// The status is cleared only where no other implementation can have
+	// written it: no class or xlb's, and the address xlb's. (The API
+	// server clears it itself when the type changes.)
+	class := svc.Spec.LoadBalancerClass
+	classFree := class == nil || *class == api.LoadBalancerClass
+	_, ours := svc.Annotations[api.AnnotationAllocatedFrom]
+	in := ingressAddr(svc)
+	if classFree && len(svc.Status.LoadBalancer.Ingress) == 1 && in.IsValid() &&
+		((has && in == held) || (!has && ours && r.alloc.PoolOf(in) != "")) {
+		updated, err := r.writeIngress(ctx, svc, netip.Addr{})
+		if err != nil {
+			return err
+		}
+		svc = updated
+	}
+	if ours {
+		if err := r.patchAnnotation(ctx, svc, nil); err != nil {
+			return err
+		}
+	}
+	if has {
+		r.alloc.Release(key)
+		r.log.Info("address released", "service", key, "address", held, "why", "the Service is no longer served")
+		r.metrics.released()
+		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventReleased,
+			"released %s: the Service is no longer of type LoadBalancer with loadBalancerClass %s", held, api.LoadBalancerClass)
+		r.poolChanged(held)
+		r.freed()
+	}
+	return nil
+}
+
+// warning is the last Warning Event given to a Service.
+type warning struct{ reason, msg string }
+
+// fail reports an allocation failure, once per distinct message.
+func (r *reconciler) fail(svc *corev1.Service, key string, err error) {
+	msg := err.Error()
+	if r.warned[key] == (warning{EventAllocationFailed, msg}) {
+		return
+	}
+	r.warned[key] = warning{EventAllocationFailed, msg}
+	reason := allocator.ReasonOf(err)
+	r.metrics.failed(reason)
+	r.log.Info("allocation failed", "service", key, "reason", reason, "error", msg)
+	r.recorder.Event(svc, corev1.EventTypeWarning, EventAllocationFailed, msg)
+}
+
+// warn records a Warning Event, once per distinct message.
+func (r *reconciler) warn(svc *corev1.Service, key, reason, msg string) {
+	if r.warned[key] == (warning{reason, msg}) {
+		return
+	}
+	r.warned[key] = warning{reason, msg}
+	r.log.Warn(msg, "service", key, "reason", reason)
+	r.recorder.Event(svc, corev1.EventTypeWarning, reason, msg)
+}
+
+// unwarn forgets a Warning whose cause is gone, so that it is reported
+// again if it comes back.
+func (r *reconciler) unwarn(key, reason string) {
+	if r.warned[key].reason == reason {
+		delete(r.warned, key)
+	}
+}
+
+// writeIngress sets status.loadBalancer.ingress to [{ip: addr}], or
+// clears it for the zero addr, through the status subresource. The patch
+// carries the resourceVersion the decision was made on: if the Service
+// changed since, the API server refuses it with a conflict and the
+// Service is looked at again.
+func (r *reconciler) writeIngress(ctx context.Context, svc *corev1.Service, addr netip.Addr) (*corev1.Service, error) {
+	var ingress []map[string]string
+	if addr.IsValid() {
+		ingress = []map[string]string{{"ip": addr.String()}}
+	}
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
+		"status":   map[string]any{"loadBalancer": map[string]any{"ingress": ingress}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	updated, err := r.opts.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: r.opts.FieldManager}, "status")
+	if err != nil {
+		return nil, fmt.Errorf("service %s/%s: write status.loadBalancer.ingress: %w", svc.Namespace, svc.Name, err)
+	}
+	return updated, nil
+}
+
+// patchAnnotation sets the allocated-from annotation to *pool, or removes
+// it for nil, if the Service is still at svc's resourceVersion.
+func (r *reconciler) patchAnnotation(ctx context.Context, svc *corev1.Service, pool *string) error {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": svc.ResourceVersion,
+			"annotations":     map[string]*string{api.AnnotationAllocatedFrom: pool},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	_, err = r.opts.Client.CoreV1().Services(svc.Namespace).Patch(ctx, svc.Name, types.MergePatchType, patch,
+		metav1.PatchOptions{FieldManager: r.opts.FieldManager})
+	if err != nil {
+		return fmt.Errorf("service %s/%s: write annotation %s: %w", svc.Namespace, svc.Name, api.AnnotationAllocatedFrom, err)
+	}
+	return nil
+}

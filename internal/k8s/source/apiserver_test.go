@@ -1,0 +1,404 @@
+package source
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8stest"
+)
+
+// apiTimeout bounds each wait on the real control plane, whose
+// EndpointSlice controller sits between a Pod change and the source:
+// generous for a loaded 2-core machine.
+const apiTimeout = 30 * time.Second
+
+// latencyChanges is how many changes of each kind the latency
+// measurement makes.
+const latencyChanges = 50
+
+const (
+	testNS   = "shop"
+	finalize = "xlb.io/test-keep"
+)
+
+// realCluster drives a real API server the way kubectl, the xlb
+// controller and kubelets would.
+type realCluster struct {
+	t   *testing.T
+	cs  kubernetes.Interface
+	dyn dynamic.Interface
+}
+
+// TestAPIServer runs the source against a real kube-apiserver and
+// kube-controller-manager (internal/k8stest), whose EndpointSlice
+// controller derives the slices from Pods whose status the test sets as
+// kubelets would; the test writes the Service's address as the xlb
+// controller would. It follows a Service through its pods' life, a
+// BGPPeer through its node's labels, and measures the time from an API
+// change to the update.
+func TestAPIServer(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane; skipped with -short")
+	}
+	cp := k8stest.StartT(t, k8stest.Options{})
+	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 100, 200
+	c := &realCluster{t: t}
+	if c.cs, err = kubernetes.NewForConfig(rc); err != nil {
+		t.Fatal(err)
+	}
+	if c.dyn, err = dynamic.NewForConfig(rc); err != nil {
+		t.Fatal(err)
+	}
+	c.installBGPPeerCRD()
+	c.namespace(testNS)
+	c.namespace("xlb-system")
+	c.node("lb-1", map[string]string{"xlb.io/lb-node": "true"}, "10.0.0.10")
+	c.node("node-a", nil, "10.0.1.1")
+	c.node("node-b", nil, "10.0.1.2")
+	c.create(c.cs.CoreV1().Secrets("xlb-system").Create(t.Context(), secret("xlb-system", "router-password", map[string]string{"password": "s3cret"}), metav1.CreateOptions{}))
+	peer := bgpPeer("router", map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1",
+		"passwordSecret": map[string]any{"name": "router-password"},
+		"nodeSelectors":  []any{map[string]any{"matchLabels": map[string]any{"xlb.io/lb-node": "true"}}}})
+	c.create(c.dyn.Resource(api.BGPPeerResource).Create(t.Context(), peer, metav1.CreateOptions{}))
+
+	// The DaemonSet's base: every default, the node's InternalIP.
+	base, err := DaemonSetBase(t.Context(), c.cs, config.Kubernetes{NodeName: "lb-1", SecretNamespace: "xlb-system"}, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := New(Options{Base: base, Client: c.cs, Dynamic: c.dyn, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	first, err := src.Start(t.Context(), apiTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("first configuration after %v", time.Since(start).Round(time.Millisecond))
+	if first.Node.Address.String() != "10.0.0.10" || first.BGP == nil || len(first.BGP.Peers) != 1 || first.BGP.ASN != 65001 || first.BGP.Peers[0].Password != "s3cret" {
+		t.Fatalf("first configuration: node %+v, bgp %+v; want node address 10.0.0.10 and the BGPPeer with its password", first.Node, first.BGP)
+	}
+	w := &updates{t: t, src: src, cfg: first}
+
+	const web = testNS + "/web:80/tcp"
+	c.service("web")
+	for i, n := range []string{"node-a", "node-b", "node-a"} {
+		c.pod(fmt.Sprintf("web-%d", i), n, fmt.Sprintf("10.244.%d.%d", i%2, 10+i), nil)
+	}
+	// No address yet (the controller has not written one): not served.
+	c.poll("the EndpointSlice lists 3 pods", func() error {
+		list, err := c.cs.DiscoveryV1().EndpointSlices(testNS).List(t.Context(), metav1.ListOptions{LabelSelector: "kubernetes.io/service-name=web"})
+		if err == nil && (len(list.Items) != 1 || len(list.Items[0].Endpoints) != 3) {
+			err = fmt.Errorf("%d slices", len(list.Items))
+		}
+		return err
+	})
+	w.drain(200 * time.Millisecond)
+	if len(w.cfg.Services) != 0 {
+		t.Errorf("a Service without an address is served: %v", summary(w.cfg))
+	}
+	c.setIngress("web", "10.99.0.1")
+	w.until("Service with 3 ready pods", backends(web, "10.244.0.10:8080/1", "10.244.0.12:8080/1", "10.244.1.11:8080/1"))
+
+	c.setReady("web-1", false)
+	w.until("one pod unready", backends(web, "10.244.0.10:8080/1", "10.244.0.12:8080/1"))
+
+	c.deletePod("web-2", 0)
+	w.until("one pod deleted", backends(web, "10.244.0.10:8080/1"))
+
+	c.setReady("web-1", true)
+	c.pod("web-3", "node-b", "10.244.1.13", []string{finalize})
+	w.until("two more ready", backends(web, "10.244.0.10:8080/1", "10.244.1.11:8080/1", "10.244.1.13:8080/1"))
+	// A graceful delete: with no kubelet to finish it, the Pod stays
+	// terminating (the finalizer makes sure).
+	c.deletePod("web-3", 30)
+	w.until("one pod terminating: drained", backends(web, "10.244.0.10:8080/1", "10.244.1.11:8080/1", "10.244.1.13:8080/0"))
+
+	t.Run("Latency", func(t *testing.T) { measureLatency(t, c, w) })
+
+	c.label("lb-1", map[string]string{"xlb.io/lb-node": "false"})
+	w.until("the node no longer selected by the BGPPeer", func(cfg *config.Config) string {
+		if cfg.BGP != nil {
+			return fmt.Sprintf("bgp %+v", cfg.BGP)
+		}
+		return ""
+	})
+	if err := c.cs.CoreV1().Services(testNS).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.until("Service deleted", func(cfg *config.Config) string {
+		if len(cfg.Services) > 0 {
+			return fmt.Sprint(summary(cfg))
+		}
+		return ""
+	})
+}
+
+// measureLatency times changes from the API write to the update that
+// shows them: Pods turning ready and unready (through the EndpointSlice
+// controller), and the Service's address (read directly).
+func measureLatency(t *testing.T, c *realCluster, w *updates) {
+	const web = testNS + "/web:80/tcp"
+	var podLat, svcLat []time.Duration
+	for i := range latencyChanges {
+		ready := i%2 == 1
+		want := backends(web, "10.244.0.10:8080/1", "10.244.1.13:8080/0")
+		if ready {
+			want = backends(web, "10.244.0.10:8080/1", "10.244.1.11:8080/1", "10.244.1.13:8080/0")
+		}
+		begin := time.Now()
+		c.setReady("web-1", ready)
+		w.until(fmt.Sprintf("web-1 ready=%v (change %d)", ready, i), want)
+		podLat = append(podLat, time.Since(begin))
+	}
+	for i := range latencyChanges {
+		vip := fmt.Sprintf("10.99.0.%d", 2+i%2)
+		begin := time.Now()
+		c.setIngress("web", vip)
+		w.until(fmt.Sprintf("address %s (change %d)", vip, i), func(cfg *config.Config) string {
+			for _, s := range cfg.Services {
+				if s.Name == web && s.VIP.String() == vip {
+					return ""
+				}
+			}
+			return fmt.Sprint(summary(cfg))
+		})
+		svcLat = append(svcLat, time.Since(begin))
+	}
+	logLatency(t, "Pod Ready condition -> EndpointSlice controller -> update", podLat)
+	logLatency(t, "Service status.loadBalancer.ingress -> update", svcLat)
+}
+
+// logLatency logs the median and the 99th percentile of d.
+func logLatency(t *testing.T, what string, d []time.Duration) {
+	t.Helper()
+	s := slices.Clone(d)
+	slices.Sort(s)
+	pct := func(p float64) time.Duration {
+		i := int(p*float64(len(s))+0.999999) - 1
+		return s[max(0, min(i, len(s)-1))].Round(100 * time.Microsecond)
+	}
+	t.Logf("latency %s over %d changes: p50 %v, p99 %v, max %v", what, len(s), pct(0.50), pct(0.99), s[len(s)-1].Round(100*time.Microsecond))
+}
+
+// updates follows the source's updates.
+type updates struct {
+	t   *testing.T
+	src *Source
+	cfg *config.Config // the latest
+}
+
+// until waits for a configuration that check accepts (""), the latest
+// one included; check says what is wrong otherwise. An update with an
+// error fails the test.
+func (w *updates) until(what string, check func(*config.Config) string) {
+	w.t.Helper()
+	deadline := time.After(apiTimeout)
+	why := check(w.cfg)
+	for why != "" {
+		select {
+		case u := <-w.src.Updates():
+			if u.Err != nil {
+				w.t.Fatalf("%s: the source failed: %v", what, u.Err)
+			}
+			w.cfg = u.Config
+			why = check(w.cfg)
+		case <-deadline:
+			w.t.Fatalf("%s: not within %v; the last configuration: %s", what, apiTimeout, why)
+		}
+	}
+}
+
+// drain takes the updates that come within d.
+func (w *updates) drain(d time.Duration) {
+	w.t.Helper()
+	end := time.After(d)
+	for {
+		select {
+		case u := <-w.src.Updates():
+			if u.Err != nil {
+				w.t.Fatalf("the source failed: %v", u.Err)
+			}
+			w.cfg = u.Config
+		case <-end:
+			return
+		}
+	}
+}
+
+// backends accepts a configuration whose service name has exactly these
+// backends, as "address:port/weight".
+func backends(name string, want ...string) func(*config.Config) string {
+	return func(cfg *config.Config) string {
+		for _, s := range cfg.Services {
+			if s.Name != name {
+				continue
+			}
+			var got []string
+			for _, b := range s.Backends {
+				got = append(got, fmt.Sprintf("%s:%d/%d", b.Address, b.Port, b.Weight))
+			}
+			if slices.Equal(got, want) {
+				return ""
+			}
+			return name + ": " + strings.Join(got, ",")
+		}
+		return name + " is not served: " + fmt.Sprint(summary(cfg))
+	}
+}
+
+func (c *realCluster) create(_ any, err error) {
+	c.t.Helper()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// installBGPPeerCRD creates deploy/crds' BGPPeer definition as kubectl
+// apply would, and waits until BGPPeers are served.
+func (c *realCluster) installBGPPeerCRD() {
+	t := c.t
+	data, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var obj map[string]any
+	if err := yaml.Unmarshal(data, &obj); err != nil {
+		t.Fatal(err)
+	}
+	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	c.create(crds.Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}))
+	c.poll("BGPPeers served", func() error {
+		_, err := c.dyn.Resource(api.BGPPeerResource).List(t.Context(), metav1.ListOptions{})
+		return err
+	})
+}
+
+// namespace creates a namespace and waits for its default ServiceAccount,
+// without which no Pod is admitted.
+func (c *realCluster) namespace(name string) {
+	c.create(c.cs.CoreV1().Namespaces().Create(c.t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}))
+	c.poll("ServiceAccount "+name+"/default", func() error {
+		_, err := c.cs.CoreV1().ServiceAccounts(name).Get(c.t.Context(), "default", metav1.GetOptions{})
+		return err
+	})
+}
+
+func (c *realCluster) poll(what string, try func() error) {
+	c.t.Helper()
+	deadline := time.Now().Add(apiTimeout)
+	for {
+		err := try()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s: not within %v: %v", what, apiTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// node creates a Node with an InternalIP, as a kubelet registers it.
+func (c *realCluster) node(name string, labels map[string]string, ip string) {
+	c.create(c.cs.CoreV1().Nodes().Create(c.t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}))
+	// Patched, not updated: the controllers touch a new Node at once.
+	patch(c, c.cs.CoreV1().Nodes().Patch, name, map[string]any{"status": map[string]any{"addresses": []any{
+		map[string]any{"type": "InternalIP", "address": ip}, map[string]any{"type": "Hostname", "address": name}}}}, "status")
+}
+
+func (c *realCluster) label(name string, labels map[string]string) {
+	patch(c, c.cs.CoreV1().Nodes().Patch, name, map[string]any{"metadata": map[string]any{"labels": labels}})
+}
+
+// patch applies a JSON merge patch to the object name (of the resource
+// and subresource that do takes).
+func patch[T any](c *realCluster, do func(context.Context, string, types.PatchType, []byte, metav1.PatchOptions, ...string) (T, error), name string, p map[string]any, sub ...string) {
+	c.t.Helper()
+	data, err := json.Marshal(p)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if _, err := do(c.t.Context(), name, types.MergePatchType, data, metav1.PatchOptions{}, sub...); err != nil {
+		c.t.Fatalf("patch %s with %s: %v", name, data, err)
+	}
+}
+
+// service creates a Service of xlb's class for the pods app=NAME: port
+// 80 to their port 8080.
+func (c *realCluster) service(name string) {
+	class := api.LoadBalancerClass
+	svc := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class, Selector: map[string]string{"app": name},
+			Ports: []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}},
+	}
+	c.create(c.cs.CoreV1().Services(testNS).Create(c.t.Context(), svc, metav1.CreateOptions{}))
+}
+
+// setIngress writes the Service's address, as the xlb controller does.
+func (c *realCluster) setIngress(name, ip string) {
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, name, map[string]any{"status": map[string]any{"loadBalancer": map[string]any{
+		"ingress": []any{map[string]any{"ip": ip}}}}}, "status")
+}
+
+// pod creates a Pod of app=web on node and reports it running and ready
+// at ip, as a kubelet would. Finalizers keep it from going away (the
+// control plane goes with the test).
+func (c *realCluster) pod(name, node, ip string, finalizers []string) {
+	c.t.Helper()
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, Labels: map[string]string{"app": "web"}, Finalizers: finalizers},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{
+			Name: "web", Image: "registry.invalid/web", Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080}},
+		}}},
+	}
+	c.create(c.cs.CoreV1().Pods(testNS).Create(c.t.Context(), p, metav1.CreateOptions{}))
+	patch(c, c.cs.CoreV1().Pods(testNS).Patch, name, map[string]any{"status": map[string]any{
+		"phase": "Running", "podIP": ip, "podIPs": []any{map[string]any{"ip": ip}}}}, "status")
+	c.setReady(name, true)
+}
+
+func (c *realCluster) setReady(name string, ready bool) {
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	patch(c, c.cs.CoreV1().Pods(testNS).Patch, name, map[string]any{"status": map[string]any{"conditions": []any{
+		map[string]any{"type": "Ready", "status": string(status), "lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339)}}}}, "status")
+}
+
+// deletePod deletes a Pod: at once with grace 0, else it turns
+// terminating and, without a kubelet, stays so.
+func (c *realCluster) deletePod(name string, grace int64) {
+	c.t.Helper()
+	if err := c.cs.CoreV1().Pods(testNS).Delete(c.t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: &grace}); err != nil {
+		c.t.Fatal(err)
+	}
+}

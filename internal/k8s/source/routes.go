@@ -1,0 +1,186 @@
+package source
+
+import (
+	"context"
+	"log/slog"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/announce"
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+)
+
+// reopenEvery bounds how often Routes tries again to start a speaker that
+// failed to start (a listener port in use, say).
+const reopenEvery = 5 * time.Second
+
+// Routes announces the VIPs as an announce.Announcer does, for a bgp
+// section that may come and go: with Kubernetes the peers are BGPPeer
+// objects, so a node may start with none, get its first later, lose them
+// all, or see its AS change. Routes runs an announcer while there is a
+// section and replaces it when what an announcer cannot change in place
+// (AS, router ID, listener port) changes. It implements agent.Routes.
+type Routes struct {
+	log *slog.Logger
+	// open creates an announcer; replaced by tests.
+	open func(*config.BGP) (announcer, error)
+
+	mu       sync.Mutex
+	ctx      context.Context // from Start
+	started  bool            // since Start
+	stopped  bool            // since Shutdown: no announcer opens any more
+	want     *config.BGP     // the section to run; nil: none
+	cur      announcer       // nil without a section, or while it fails to start
+	cfg      *config.BGP     // cur's section
+	routes   []announce.Route
+	lastOpen time.Time // of the last failed attempt
+}
+
+// announcer is what Routes needs of an announce.Announcer.
+type announcer interface {
+	Start(context.Context) error
+	Sync([]announce.Route) error
+	Reconfigure(context.Context, *config.BGP) error
+	Shutdown(context.Context) error
+	Status() *api.BGP
+}
+
+// NewRoutes prepares the announcements of a node whose address is node,
+// with the bgp section of the first configuration (nil: none yet). An
+// announcer for that section is created at once, so that what keeps it
+// from being created stops the agent's start.
+func NewRoutes(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Routes, error) {
+	r := &Routes{log: log, want: cfg}
+	r.open = func(c *config.BGP) (announcer, error) { return announce.New(c, node, log) }
+	if cfg != nil {
+		a, err := r.open(cfg)
+		if err != nil {
+			return nil, err
+		}
+		r.cur, r.cfg = a, cfg
+	}
+	return r, nil
+}
+
+// Start starts the announcer, if there is one, and any created later;
+// ctx bounds their background work.
+func (r *Routes) Start(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ctx, r.started = ctx, true
+	if r.cur != nil {
+		if err := r.cur.Start(ctx); err != nil {
+			r.cur, r.cfg, r.lastOpen = nil, nil, time.Now()
+			return err
+		}
+		return nil
+	}
+	return r.ensure()
+}
+
+// Sync announces routes. Without a running announcer it remembers them
+// for the next one, and tries again to start one that failed to.
+func (r *Routes) Sync(routes []announce.Route) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.routes = slices.Clone(routes)
+	if !r.started || r.stopped {
+		return nil
+	}
+	if r.cur == nil {
+		if time.Since(r.lastOpen) < reopenEvery {
+			return nil
+		}
+		// A speaker that opens announces the routes itself.
+		return r.ensure()
+	}
+	return r.cur.Sync(routes)
+}
+
+// Reconfigure follows a changed bgp section; nil stops announcing.
+func (r *Routes) Reconfigure(ctx context.Context, cfg *config.BGP) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.want = cfg
+	if r.cur != nil && cfg != nil && sameSpeaker(r.cfg, cfg) {
+		if err := r.cur.Reconfigure(ctx, cfg); err != nil {
+			return err
+		}
+		r.cfg = cfg
+		return nil
+	}
+	if r.cur != nil {
+		r.close()
+	}
+	return r.ensure()
+}
+
+// ensure opens (and, once started, starts) an announcer for want when
+// none runs. The caller holds mu.
+func (r *Routes) ensure() error {
+	if r.want == nil || r.cur != nil || r.stopped {
+		return nil
+	}
+	a, err := r.open(r.want)
+	if err != nil {
+		r.lastOpen = time.Now()
+		return err
+	}
+	if r.started {
+		if err := a.Start(r.ctx); err != nil {
+			r.lastOpen = time.Now()
+			return err
+		}
+		if err := a.Sync(r.routes); err != nil {
+			r.log.Warn("BGP announcements failed", "error", err)
+		}
+	}
+	r.cur, r.cfg = a, r.want
+	r.log.Info("BGP speaker started for the bgp section", "asn", r.want.ASN, "peers", len(r.want.Peers))
+	return nil
+}
+
+// sameSpeaker reports whether b can be applied to a's speaker in place.
+func sameSpeaker(a, b *config.BGP) bool {
+	return a.ASN == b.ASN && a.RouterID == b.RouterID && a.ListenPort == b.ListenPort
+}
+
+// close withdraws every route of the current announcer and stops it,
+// without waiting the drain time: its peers are gone or change AS, so
+// there is no one to drain towards. The caller holds mu.
+func (r *Routes) close() {
+	done, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.cur.Shutdown(done); err != nil {
+		r.log.Warn("BGP speaker stopped with an error", "error", err)
+	}
+	r.log.Info("BGP speaker stopped", "asn", r.cfg.ASN)
+	r.cur, r.cfg = nil, nil
+}
+
+// Shutdown withdraws every route, waits the drain time and stops, as
+// announce.Announcer.Shutdown does. No announcer starts afterwards.
+func (r *Routes) Shutdown(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.cur == nil {
+		return nil
+	}
+	err := r.cur.Shutdown(ctx)
+	r.cur, r.cfg = nil, nil
+	return err
+}
+
+// Status reports the running speaker; nil without one.
+func (r *Routes) Status() *api.BGP {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil {
+		return nil
+	}
+	return r.cur.Status()
+}

@@ -1,0 +1,491 @@
+// Package source is the agent's Kubernetes source: it watches the Services
+// of type LoadBalancer that xlb serves, their EndpointSlices, this node's
+// Node object, the BGPPeers and the Secrets of their passwords, and turns
+// them into whole agent configurations: the base configuration (the file,
+// or defaults) with one service per Service port and the peers that select
+// this node. Every configuration passes the file's own checks; a burst of
+// changes becomes one configuration.
+package source
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"reflect"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/xlbproject/xlb/internal/agent"
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+// Name is the source's name in agent.Update and in logs.
+const Name = "kubernetes"
+
+// Options configure New.
+type Options struct {
+	// Base is the configuration the cluster's services and peers are
+	// added to: the file's, or DaemonSetBase's. Base.Kubernetes must be
+	// set, with NodeName and SecretNamespace filled in
+	// (config.Kubernetes.WithDefaults).
+	Base    *config.Config
+	Client  kubernetes.Interface
+	Dynamic dynamic.Interface
+	Logger  *slog.Logger
+	// Quiet and MaxDelay shape the debouncing (see DefaultQuiet and
+	// DefaultMaxDelay, taken when zero).
+	Quiet, MaxDelay time.Duration
+}
+
+// Source watches the cluster and delivers configurations.
+type Source struct {
+	client   kubernetes.Interface
+	log      *slog.Logger
+	deb      *debouncer
+	updates  chan agent.Update
+	nodeName string
+
+	factories []factory
+	svcs      cache.SharedIndexInformer
+	slices    cache.SharedIndexInformer
+	nodes     cache.SharedIndexInformer
+	peers     cache.SharedIndexInformer
+	secrets   *secretWatch
+	// refs are the Secrets ("namespace/name") the BGPPeers name: a
+	// change of any other Secret is none of the source's business.
+	refs atomic.Pointer[map[string]bool]
+
+	mu      sync.Mutex // guards st and baseErr
+	st      settings
+	baseErr error // the base file no longer loads (SetBase)
+
+	// Owned by the goroutine that builds (Start, then run).
+	last     *config.Config // last sent; nil after an error
+	lastErr  string
+	problems map[string]problem
+}
+
+// factory is an informer factory: typed, or dynamic.
+type factory interface {
+	Start(stop <-chan struct{})
+	Shutdown()
+}
+
+// byService indexes EndpointSlices by their Service, "namespace/name".
+const byService = "service"
+
+// New prepares a source; Start starts it.
+func New(o Options) (*Source, error) {
+	if o.Base == nil || o.Base.Kubernetes == nil || o.Base.Kubernetes.NodeName == "" || o.Base.Kubernetes.SecretNamespace == "" {
+		return nil, errors.New("kubernetes source: the base configuration needs a kubernetes section with nodeName and secretNamespace resolved")
+	}
+	if o.Client == nil || o.Dynamic == nil {
+		return nil, errors.New("kubernetes source: a client and a dynamic client are required")
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	quiet, maxDelay := o.Quiet, o.MaxDelay
+	if quiet <= 0 {
+		quiet = DefaultQuiet
+	}
+	if maxDelay <= 0 {
+		maxDelay = DefaultMaxDelay
+	}
+	k := o.Base.Kubernetes
+	s := &Source{
+		st:       settings{base: o.Base, serveClassless: k.ServeClassless, secretNamespace: k.SecretNamespace},
+		client:   o.Client,
+		log:      log.With("source", Name),
+		deb:      newDebouncer(quiet, maxDelay),
+		updates:  make(chan agent.Update),
+		nodeName: k.NodeName,
+		problems: map[string]problem{},
+	}
+	empty := map[string]bool{}
+	s.refs.Store(&empty)
+
+	strip := informers.WithTransform(stripManagedFields)
+	svcF := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, strip)
+	// Only the slices the EndpointSlice controller made for a Service.
+	sliceF := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, strip,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) { lo.LabelSelector = discoveryv1.LabelServiceName }))
+	// Only this node's Node object.
+	nodeF := informers.NewSharedInformerFactoryWithOptions(o.Client, 0, strip,
+		informers.WithTweakListOptions(func(lo *metav1.ListOptions) {
+			lo.FieldSelector = fields.OneTermEqualSelector("metadata.name", k.NodeName).String()
+		}))
+	dynF := dynamicinformer.NewDynamicSharedInformerFactory(o.Dynamic, 0)
+	s.factories = []factory{svcF, sliceF, nodeF, dynF}
+
+	s.svcs = svcF.Core().V1().Services().Informer()
+	s.slices = sliceF.Discovery().V1().EndpointSlices().Informer()
+	s.nodes = nodeF.Core().V1().Nodes().Informer()
+	s.peers = dynF.ForResource(api.BGPPeerResource).Informer()
+	if err := s.slices.AddIndexers(cache.Indexers{byService: sliceService}); err != nil {
+		return nil, fmt.Errorf("kubernetes source: %w", err)
+	}
+	s.secrets = newSecretWatch(o.Client, func(ns, name string) {
+		if name == "" || (*s.refs.Load())[ns+"/"+name] {
+			s.deb.changed(time.Now())
+		}
+	})
+	for _, h := range []struct {
+		inf      cache.SharedIndexInformer
+		relevant func(any) bool
+	}{
+		{s.svcs, isLoadBalancer},
+		{s.slices, s.sliceOfLoadBalancer},
+		{s.nodes, always},
+		{s.peers, always},
+	} {
+		if _, err := h.inf.AddEventHandler(s.handler(h.relevant)); err != nil {
+			return nil, fmt.Errorf("kubernetes source: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// handler notes a change when an object that matters before or after it
+// changes.
+func (s *Source) handler(relevant func(any) bool) cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if relevant(obj) {
+				s.deb.changed(time.Now())
+			}
+		},
+		UpdateFunc: func(old, obj any) {
+			if (relevant(old) || relevant(obj)) && !sameNode(old, obj) {
+				s.deb.changed(time.Now())
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if relevant(unwrap(obj)) {
+				s.deb.changed(time.Now())
+			}
+		},
+	}
+}
+
+func always(any) bool { return true }
+
+func isLoadBalancer(obj any) bool {
+	svc, ok := obj.(*corev1.Service)
+	return ok && svc.Spec.Type == corev1.ServiceTypeLoadBalancer
+}
+
+// sliceOfLoadBalancer reports whether an EndpointSlice belongs to a
+// Service of type LoadBalancer (one that is gone counts: its slices go
+// with it).
+func (s *Source) sliceOfLoadBalancer(obj any) bool {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return false
+	}
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return false
+	}
+	svc, exists, err := s.svcs.GetStore().GetByKey(sl.Namespace + "/" + name)
+	return err != nil || !exists || isLoadBalancer(svc)
+}
+
+// sameNode reports an update of a Node that left its labels alone, as
+// kubelets' status updates do every few seconds: the source reads
+// nothing else of it.
+func sameNode(old, obj any) bool {
+	a, ok1 := old.(*corev1.Node)
+	b, ok2 := obj.(*corev1.Node)
+	return ok1 && ok2 && maps.Equal(a.Labels, b.Labels)
+}
+
+func sliceService(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + name}, nil
+}
+
+// unwrap returns the object of a deletion whose final state the informer
+// missed.
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+// stripManagedFields keeps the caches small: the source never reads who
+// wrote which field.
+func stripManagedFields(obj any) (any, error) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// Start starts the watches and waits, at most timeout, until every cache
+// holds the cluster's state; it returns the first configuration, built
+// from that state. Later ones arrive on Updates until ctx ends.
+func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Config, error) {
+	if err := s.checkAPI(ctx); err != nil {
+		return nil, err
+	}
+	for _, f := range s.factories {
+		f.Start(ctx.Done())
+	}
+	context.AfterFunc(ctx, func() {
+		s.secrets.stop()
+		for _, f := range s.factories {
+			f.Shutdown()
+		}
+	})
+	syncCtx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	named := []struct {
+		what string
+		inf  cache.SharedIndexInformer
+	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}}
+	var missing []string
+	for _, n := range named {
+		if !waitUntil(syncCtx, n.inf.HasSynced) {
+			missing = append(missing, n.what)
+		}
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("kubernetes: %s not read from the API server within %s; check that it is reachable and that the agent's service account may list and watch them (see docs/kubernetes.md)",
+			strings.Join(missing, ", "), timeout)
+	}
+	// The BGPPeers name the Secrets to watch: wait for those too, so that
+	// no peer starts without its password. A namespace the agent may
+	// not read only keeps its peers out, not the whole node.
+	d, _ := translate(s.settings(), s.cluster())
+	s.refs.Store(&d.secrets)
+	s.secrets.watch(d.namespaces)
+	if missing := s.secrets.waitSynced(syncCtx); len(missing) > 0 {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		s.log.Warn("Secrets not read in time; the BGPPeers whose passwords they hold are left out until they are",
+			"namespaces", missing, "timeout", timeout, "fix", "let the agent's service account list and watch Secrets in these namespaces")
+	}
+	start := time.Now()
+	cfg, err := s.build()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes: the first configuration: %w", err)
+	}
+	s.last = cfg
+	s.log.Info("first configuration from the cluster", "services", len(cfg.Services), "peers", peerCount(cfg), "build", time.Since(start).Round(time.Microsecond))
+	go s.run(ctx)
+	return cfg, nil
+}
+
+// checkAPI fails early, and clearly, when the API server does not serve
+// BGPPeers: the informer would otherwise retry until the timeout.
+func (s *Source) checkAPI(ctx context.Context) error {
+	gv := api.BGPPeerResource.GroupVersion().String()
+	var list *metav1.APIResourceList
+	var err error
+	// A fresh API server may not serve a just-installed CRD yet, and a
+	// discovery request can fail transiently: retry a few times.
+	for attempt := range 5 {
+		if list, err = s.client.Discovery().ServerResourcesForGroupVersion(gv); err == nil || !transient(err) || attempt == 4 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		}
+	}
+	if err == nil {
+		for _, r := range list.APIResources {
+			if r.Name == api.BGPPeerResource.Resource {
+				return nil
+			}
+		}
+	}
+	why := "it is not served"
+	if err != nil {
+		why = err.Error()
+	}
+	return fmt.Errorf("kubernetes: the API server does not serve %s (%s): %s; install xlb's CustomResourceDefinitions (deploy/crds)", api.BGPPeerResource.Resource, gv, why)
+}
+
+// transient reports an error worth a retry: anything but the API server
+// saying the group does not exist or the agent may not ask.
+func transient(err error) bool {
+	return !apierrors.IsNotFound(err) && !apierrors.IsForbidden(err) && !apierrors.IsUnauthorized(err)
+}
+
+// Updates delivers each configuration after the first, or the error that
+// keeps the source from building one (the agent keeps the running
+// configuration then). Unchanged configurations are not sent.
+func (s *Source) Updates() <-chan agent.Update { return s.updates }
+
+// SetBase replaces the base configuration, after its file changed; a
+// non-nil err (the file no longer loads) is sent on Updates instead,
+// until a base comes again. base.Kubernetes must be resolved as for New.
+// The kubernetes section cannot change while the source runs: a changed
+// one is logged and the running one kept.
+func (s *Source) SetBase(base *config.Config, err error) {
+	s.mu.Lock()
+	if err != nil {
+		s.baseErr = err
+	} else {
+		b := *base
+		if k := s.st.base.Kubernetes; b.Kubernetes == nil || *b.Kubernetes != *k {
+			s.log.Warn("the kubernetes section changed; it takes effect when the agent restarts", "running", *k,
+				"fix", "restart the agent (forwarding continues across restarts)")
+			b.Kubernetes = k
+		}
+		s.st.base, s.baseErr = &b, nil
+	}
+	s.mu.Unlock()
+	s.deb.changed(time.Now())
+}
+
+func (s *Source) settings() settings {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.st
+}
+
+func (s *Source) run(ctx context.Context) {
+	for {
+		b, ok := s.deb.wait(ctx)
+		if !ok {
+			return
+		}
+		start := time.Now()
+		cfg, err := s.build()
+		u := agent.Update{Config: cfg, Err: err, Source: Name}
+		switch {
+		case err != nil && err.Error() == s.lastErr:
+			continue
+		case err != nil:
+			s.last, s.lastErr = nil, err.Error()
+		case reflect.DeepEqual(cfg, s.last):
+			continue
+		default:
+			s.last, s.lastErr = cfg, ""
+		}
+		built := time.Since(start)
+		select {
+		case s.updates <- u:
+		case <-ctx.Done():
+			return
+		}
+		// From the first change the informers delivered to the agent
+		// taking the configuration: the source's share of the way from
+		// an API change to the data plane.
+		latency := time.Since(b.first)
+		if err != nil {
+			s.log.Error("no valid configuration; the agent keeps the running one", "error", err, "events", b.count, "latency", latency)
+			continue
+		}
+		s.log.Info("configuration from the cluster", "services", len(cfg.Services), "peers", peerCount(cfg),
+			"events", b.count, "latency", latency.Round(time.Microsecond), "build", built.Round(time.Microsecond))
+	}
+}
+
+// build translates the caches' contents into a validated configuration
+// and reports the problems that changed.
+func (s *Source) build() (*config.Config, error) {
+	s.mu.Lock()
+	st, baseErr := s.st, s.baseErr
+	s.mu.Unlock()
+	if baseErr != nil {
+		return nil, baseErr
+	}
+	d, probs := translate(st, s.cluster())
+	s.refs.Store(&d.secrets)
+	s.secrets.watch(d.namespaces)
+	cfg, more, err := validate(d, st.base)
+	s.report(append(probs, more...))
+	return cfg, err
+}
+
+// cluster reads the caches.
+func (s *Source) cluster() cluster {
+	var c cluster
+	for _, obj := range s.svcs.GetStore().List() {
+		if svc, ok := obj.(*corev1.Service); ok {
+			c.services = append(c.services, svc)
+		}
+	}
+	c.slices = func(ns, name string) []*discoveryv1.EndpointSlice {
+		objs, _ := s.slices.GetIndexer().ByIndex(byService, ns+"/"+name)
+		out := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+		for _, obj := range objs {
+			if sl, ok := obj.(*discoveryv1.EndpointSlice); ok {
+				out = append(out, sl)
+			}
+		}
+		return out
+	}
+	if obj, ok, _ := s.nodes.GetStore().GetByKey(s.nodeName); ok {
+		c.node, _ = obj.(*corev1.Node)
+	}
+	for _, obj := range s.peers.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.peers = append(c.peers, u)
+		}
+	}
+	c.secret = s.secrets.get
+	return c
+}
+
+// report logs the problems that appeared and those that went away.
+func (s *Source) report(probs []problem) {
+	now := make(map[string]problem, len(probs))
+	for _, p := range probs {
+		now[p.String()] = p
+	}
+	for k, p := range now {
+		if _, ok := s.problems[k]; !ok {
+			s.log.Warn("left out of the configuration", "object", p.object, "reason", p.msg)
+		}
+	}
+	for k, p := range s.problems {
+		if _, ok := now[k]; !ok {
+			s.log.Info("resolved", "object", p.object, "was", p.msg)
+		}
+	}
+	s.problems = now
+}
+
+func peerCount(cfg *config.Config) int {
+	if cfg.BGP == nil {
+		return 0
+	}
+	return len(cfg.BGP.Peers)
+}

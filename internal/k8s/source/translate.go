@@ -1,0 +1,278 @@
+package source
+
+import (
+	"cmp"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+// cluster is what one translation reads: the informers' caches, or fakes.
+type cluster struct {
+	services []*corev1.Service
+	// slices returns the EndpointSlices of a Service.
+	slices func(namespace, name string) []*discoveryv1.EndpointSlice
+	node   *corev1.Node // nil when this node's Node object does not exist
+	peers  []*unstructured.Unstructured
+	// secret returns a Secret; known is false while the cache of its
+	// namespace has not synced, so that a missing Secret is not reported
+	// before it could have been seen.
+	secret func(namespace, name string) (s *corev1.Secret, known bool)
+}
+
+// settings are the fixed inputs of every translation.
+type settings struct {
+	base            *config.Config
+	serveClassless  bool
+	secretNamespace string
+}
+
+// problem is something in the cluster that xlb leaves out of the
+// configuration, with the object it concerns ("Service default/web").
+type problem struct {
+	object, msg string
+}
+
+func (p problem) String() string { return p.object + ": " + p.msg }
+
+// desired is the configuration the cluster asks for, before validation.
+type desired struct {
+	cfg *config.Config
+	// serviceFrom and peerFrom name the object behind each service and
+	// peer that came from the cluster, in order after the base's.
+	serviceFrom, peerFrom []string
+	// secrets are the Secrets the BGPPeers name ("namespace/name"), and
+	// namespaces their namespaces: the Secrets watched.
+	secrets    map[string]bool
+	namespaces map[string]bool
+}
+
+// peerHoldTime is a BGPPeer's hold time when neither it nor the
+// base's bgp section sets one, as the BGPPeer API documents.
+const peerHoldTime = 90 * time.Second
+
+// passwordKey is the key of a Secret that holds a BGP password.
+const passwordKey = "password"
+
+// translate builds the configuration the cluster asks for: the base with
+// the served Services' ports and the BGPPeers that select this node added.
+// The result is not validated yet (validate does that).
+func translate(st settings, c cluster) (desired, []problem) {
+	cfg := *st.base
+	cfg.Services = slices.Clone(st.base.Services)
+	d := desired{cfg: &cfg, secrets: map[string]bool{}, namespaces: map[string]bool{}}
+	var probs []problem
+
+	svcs, from, p := services(st, c)
+	probs = append(probs, p...)
+	cfg.Services = append(cfg.Services, svcs...)
+	d.serviceFrom = from
+
+	peerProbs := peers(st, c, &d)
+	probs = append(probs, peerProbs...)
+	return d, probs
+}
+
+// served reports whether xlb serves svc: type LoadBalancer, of xlb's
+// class, or of none when classless ones are served too.
+func served(svc *corev1.Service, classless bool) bool {
+	if svc.Spec.Type != corev1.ServiceTypeLoadBalancer {
+		return false
+	}
+	if c := svc.Spec.LoadBalancerClass; c != nil {
+		return *c == api.LoadBalancerClass
+	}
+	return classless
+}
+
+// ingressIP returns the first IPv4 address of the Service's
+// status.loadBalancer.ingress, which the controller writes.
+func ingressIP(svc *corev1.Service) (netip.Addr, bool) {
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
+			return a, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// services translates every port of every served Service that has an
+// address and ready or draining endpoints. The oldest Service comes first:
+// if two claim the same VIP, port and protocol, validation keeps the older.
+func services(st settings, c cluster) ([]config.Service, []string, []problem) {
+	svcs := slices.Clone(c.services)
+	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
+		return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time),
+			cmp.Compare(a.Namespace, b.Namespace), cmp.Compare(a.Name, b.Name))
+	})
+	var out []config.Service
+	var from []string
+	var probs []problem
+	for _, svc := range svcs {
+		if !served(svc, st.serveClassless) {
+			continue
+		}
+		vip, ok := ingressIP(svc)
+		if !ok {
+			// The controller has not assigned an address yet.
+			continue
+		}
+		obj := "Service " + svc.Namespace + "/" + svc.Name
+		fwd := config.DSRIPIP
+		if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
+			switch f := config.Forwarding(strings.TrimSpace(v)); f {
+			case config.DSRIPIP, config.DSRGUE:
+				fwd = f
+			default:
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v)})
+				continue
+			}
+		}
+		eps := c.slices(svc.Namespace, svc.Name)
+		for _, port := range svc.Spec.Ports {
+			var proto config.Protocol
+			switch port.Protocol {
+			case corev1.ProtocolTCP, "":
+				proto = config.TCP
+			case corev1.ProtocolUDP:
+				proto = config.UDP
+			default:
+				probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol)})
+				continue
+			}
+			if port.Port < 1 || port.Port > 65535 {
+				continue // the API server never accepts such a port
+			}
+			backends := endpoints(eps, port)
+			if len(backends) == 0 {
+				// Nothing to send to: left out, so its route is
+				// withdrawn, as for a file service whose backends are
+				// all down.
+				continue
+			}
+			out = append(out, config.Service{
+				Name:           config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
+				VIP:            vip,
+				Port:           uint16(port.Port),
+				Protocol:       proto,
+				Forwarding:     fwd,
+				TranslatePorts: true,
+				Backends:       backends,
+			})
+			from = append(from, obj)
+		}
+	}
+	return out, from, probs
+}
+
+// endpoint states, better ones higher.
+const (
+	draining = iota + 1 // serving and terminating: finishes its flows
+	ready
+)
+
+// endpoints returns the backends of one Service port: the IPv4 addresses
+// of the endpoints that are ready (weight 1) or serving while terminating
+// (weight 0: no new flows), at the port the EndpointSlices give for it
+// (the targetPort). If no endpoint is ready, the terminating ones that
+// still serve take new flows, as kube-proxy does: better than none.
+// An address listed twice (slices overlap while the controller moves
+// endpoints) counts once, in its best state.
+func endpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
+	type cand struct {
+		port  uint16
+		state int
+	}
+	best := map[netip.Addr]cand{}
+	for _, sl := range eps {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		target := slicePort(sl, port)
+		if target == 0 {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			state := endpointState(ep.Conditions)
+			if state == 0 {
+				continue
+			}
+			for _, s := range ep.Addresses {
+				a, err := netip.ParseAddr(s)
+				if err != nil || !a.Is4() {
+					continue
+				}
+				if old, ok := best[a]; ok && (old.state > state || old.state == state && old.port <= target) {
+					continue
+				}
+				best[a] = cand{port: target, state: state}
+			}
+		}
+	}
+	anyReady := false
+	for _, c := range best {
+		anyReady = anyReady || c.state == ready
+	}
+	out := make([]config.Backend, 0, len(best))
+	for a, c := range best {
+		w := uint32(1)
+		if c.state == draining && anyReady {
+			w = 0
+		}
+		out = append(out, config.Backend{Address: a, Port: c.port, Weight: w, HealthCheck: config.HealthCheck{Type: config.CheckNone}})
+	}
+	slices.SortFunc(out, func(a, b config.Backend) int { return a.Address.Compare(b.Address) })
+	return out
+}
+
+// slicePort returns the port an EndpointSlice gives for a Service port,
+// matched by name and protocol as the EndpointSlice controller writes
+// them; 0 if it has none.
+func slicePort(sl *discoveryv1.EndpointSlice, port corev1.ServicePort) uint16 {
+	want := port.Protocol
+	if want == "" {
+		want = corev1.ProtocolTCP
+	}
+	for _, p := range sl.Ports {
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if name == port.Name && proto == want && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 {
+			return uint16(*p.Port)
+		}
+	}
+	return 0
+}
+
+// endpointState reads an endpoint's conditions as the EndpointSlice API
+// defines them: ready unset means ready; serving unset defers to ready;
+// terminating unset means not terminating.
+func endpointState(c discoveryv1.EndpointConditions) int {
+	isReady := c.Ready == nil || *c.Ready
+	serving := isReady
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case isReady && !terminating:
+		return ready
+	case serving && terminating:
+		return draining
+	}
+	return 0
+}

@@ -1,0 +1,669 @@
+package source
+
+import (
+	"fmt"
+	"net/netip"
+	"reflect"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+)
+
+const baseYAML = "node: {interface: eth0, address: 10.0.0.10}\nkubernetes: {nodeName: node-1, secretNamespace: xlb-system}\n"
+
+func parseBase(t testing.TB, extra string) *config.Config {
+	t.Helper()
+	cfg, err := config.Parse("base.yaml", []byte(baseYAML+extra))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+var t0 = time.Date(2026, 11, 22, 10, 0, 0, 0, time.UTC)
+
+// svcOpt changes a test Service.
+type svcOpt func(*corev1.Service)
+
+func withClass(c string) svcOpt {
+	return func(s *corev1.Service) { s.Spec.LoadBalancerClass = &c }
+}
+func noClass(s *corev1.Service) { s.Spec.LoadBalancerClass = nil }
+func withType(t corev1.ServiceType) svcOpt {
+	return func(s *corev1.Service) { s.Spec.Type = t }
+}
+func withIngress(ips ...string) svcOpt {
+	return func(s *corev1.Service) {
+		s.Status.LoadBalancer.Ingress = nil
+		for _, ip := range ips {
+			s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, corev1.LoadBalancerIngress{IP: ip})
+		}
+	}
+}
+func withPorts(ports ...corev1.ServicePort) svcOpt {
+	return func(s *corev1.Service) { s.Spec.Ports = ports }
+}
+func withAnnotation(k, v string) svcOpt {
+	return func(s *corev1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+func createdAt(t time.Time) svcOpt {
+	return func(s *corev1.Service) { s.CreationTimestamp = metav1.NewTime(t) }
+}
+
+func port(name string, p int32, proto corev1.Protocol) corev1.ServicePort {
+	return corev1.ServicePort{Name: name, Port: p, Protocol: proto}
+}
+
+// service is a Service of xlb's class with an address and one TCP port 80
+// unless opts say otherwise.
+func service(ns, name string, opts ...svcOpt) *corev1.Service {
+	class := api.LoadBalancerClass
+	s := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, CreationTimestamp: metav1.NewTime(t0)},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Ports: []corev1.ServicePort{port("", 80, corev1.ProtocolTCP)}},
+		Status: corev1.ServiceStatus{LoadBalancer: corev1.LoadBalancerStatus{Ingress: []corev1.LoadBalancerIngress{{IP: "10.99.0.1"}}}},
+	}
+	for _, o := range opts {
+		o(s)
+	}
+	return s
+}
+
+func ptr[T any](v T) *T { return &v }
+
+func slicePortOf(name string, p int32, proto corev1.Protocol) discoveryv1.EndpointPort {
+	return discoveryv1.EndpointPort{Name: ptr(name), Port: ptr(p), Protocol: ptr(proto)}
+}
+
+// endpointSlice is an IPv4 slice of Service ns/svc.
+func endpointSlice(ns, svc, name string, ports []discoveryv1.EndpointPort, eps ...discoveryv1.Endpoint) *discoveryv1.EndpointSlice {
+	return &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discoveryv1.LabelServiceName: svc}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       ports,
+		Endpoints:   eps,
+	}
+}
+
+// Endpoint conditions.
+var (
+	condReady    = discoveryv1.EndpointConditions{Ready: ptr(true), Serving: ptr(true), Terminating: ptr(false)}
+	condNotReady = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(false)}
+	condDraining = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(true), Terminating: ptr(true)}
+	condGone     = discoveryv1.EndpointConditions{Ready: ptr(false), Serving: ptr(false), Terminating: ptr(true)}
+	condUnset    = discoveryv1.EndpointConditions{}
+)
+
+func endpoint(c discoveryv1.EndpointConditions, addrs ...string) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: addrs, Conditions: c}
+}
+
+// bgpPeer is a BGPPeer object as the dynamic client returns it.
+func bgpPeer(name string, spec map[string]any) *unstructured.Unstructured {
+	return &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": api.Group + "/" + api.Version, "kind": "BGPPeer",
+		"metadata": map[string]any{"name": name},
+		"spec":     spec,
+	}}
+}
+
+func node(name string, lbls map[string]string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: lbls},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.10"}}}}
+}
+
+func secret(ns, name string, data map[string]string) *corev1.Secret {
+	s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Data: map[string][]byte{}}
+	for k, v := range data {
+		s.Data[k] = []byte(v)
+	}
+	return s
+}
+
+// fixture is a cluster's state for translate.
+type fixture struct {
+	services []*corev1.Service
+	slices   []*discoveryv1.EndpointSlice
+	node     *corev1.Node
+	peers    []*unstructured.Unstructured
+	secrets  []*corev1.Secret
+	// unknownNS are namespaces whose Secrets have not been read yet.
+	unknownNS []string
+}
+
+func (f fixture) cluster() cluster {
+	return cluster{
+		services: f.services,
+		slices: func(ns, name string) []*discoveryv1.EndpointSlice {
+			var out []*discoveryv1.EndpointSlice
+			for _, s := range f.slices {
+				if s.Namespace == ns && s.Labels[discoveryv1.LabelServiceName] == name {
+					out = append(out, s)
+				}
+			}
+			return out
+		},
+		node:  f.node,
+		peers: f.peers,
+		secret: func(ns, name string) (*corev1.Secret, bool) {
+			if slices.Contains(f.unknownNS, ns) {
+				return nil, false
+			}
+			for _, s := range f.secrets {
+				if s.Namespace == ns && s.Name == name {
+					return s, true
+				}
+			}
+			return nil, true
+		},
+	}
+}
+
+// run translates and validates f over base.
+func run(t *testing.T, base *config.Config, f fixture) (*config.Config, []string, error) {
+	t.Helper()
+	st := settings{base: base, serveClassless: base.Kubernetes.ServeClassless, secretNamespace: base.Kubernetes.SecretNamespace}
+	d, probs := translate(st, f.cluster())
+	cfg, more, err := validate(d, base)
+	var out []string
+	for _, p := range append(probs, more...) {
+		out = append(out, p.String())
+	}
+	return cfg, out, err
+}
+
+// summary lists services as "name vip backends".
+func summary(cfg *config.Config) []string {
+	var out []string
+	for _, s := range cfg.Services {
+		var bs []string
+		for _, b := range s.Backends {
+			bs = append(bs, fmt.Sprintf("%s:%d/%d", b.Address, b.Port, b.Weight))
+		}
+		out = append(out, fmt.Sprintf("%s %s %s %s", s.Name, s.VIP, s.Forwarding, strings.Join(bs, ",")))
+	}
+	return out
+}
+
+func TestServices(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	readyWeb := endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2"))
+	tests := []struct {
+		name      string
+		classless bool
+		f         fixture
+		want      []string
+		problems  []string
+	}{
+		{
+			name: "ready, draining and other endpoints; target port",
+			f: fixture{services: []*corev1.Service{service("default", "web")}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web,
+					endpoint(condReady, "10.244.1.2"), endpoint(condDraining, "10.244.1.3"), endpoint(condNotReady, "10.244.1.4"),
+					endpoint(condGone, "10.244.1.5"), endpoint(condUnset, "10.244.1.6")),
+			}},
+			want: []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1,10.244.1.3:8080/0,10.244.1.6:8080/1"},
+		},
+		{
+			name: "only draining endpoints take new flows rather than none",
+			f: fixture{services: []*corev1.Service{service("default", "web")}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web, endpoint(condDraining, "10.244.1.3", "10.244.1.7"), endpoint(condNotReady, "10.244.1.4")),
+			}},
+			want: []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.3:8080/1,10.244.1.7:8080/1"},
+		},
+		{
+			name: "no usable endpoint: the service is left out",
+			f: fixture{services: []*corev1.Service{service("default", "web")}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web, endpoint(condNotReady, "10.244.1.4"), endpoint(condGone, "10.244.1.5")),
+			}},
+		},
+		{
+			name: "two slices for one service; an address in both counts once, in its best state",
+			f: fixture{services: []*corev1.Service{service("default", "web")}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2"), endpoint(condDraining, "10.244.1.9")),
+				endpointSlice("default", "web", "web-2", web, endpoint(condReady, "10.244.2.2", "10.244.1.9")),
+				endpointSlice("default", "other", "other-1", web, endpoint(condReady, "10.244.3.3")),
+			}},
+			want: []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1,10.244.1.9:8080/1,10.244.2.2:8080/1"},
+		},
+		{
+			name: "every port, matched by name and protocol; SCTP is not served",
+			f: fixture{
+				services: []*corev1.Service{service("apps", "dns", withIngress("10.99.0.2"), withPorts(
+					port("dns-udp", 53, corev1.ProtocolUDP), port("dns-tcp", 53, corev1.ProtocolTCP), port("metrics", 9153, corev1.ProtocolTCP),
+					port("sctp", 36412, corev1.ProtocolSCTP)))},
+				slices: []*discoveryv1.EndpointSlice{endpointSlice("apps", "dns", "dns-1", []discoveryv1.EndpointPort{
+					slicePortOf("dns-udp", 5353, corev1.ProtocolUDP), slicePortOf("dns-tcp", 5354, corev1.ProtocolTCP),
+					slicePortOf("metrics", 9153, corev1.ProtocolTCP), slicePortOf("sctp", 36412, corev1.ProtocolSCTP)},
+					endpoint(condReady, "10.244.1.2"))},
+			},
+			want: []string{
+				"apps/dns:53/udp 10.99.0.2 dsr-ipip 10.244.1.2:5353/1",
+				"apps/dns:53/tcp 10.99.0.2 dsr-ipip 10.244.1.2:5354/1",
+				"apps/dns:9153/tcp 10.99.0.2 dsr-ipip 10.244.1.2:9153/1",
+			},
+			problems: []string{"Service apps/dns: port 36412/SCTP: xlb balances TCP and UDP only; this port is not served"},
+		},
+		{
+			name: "a port the slices do not list has no backends",
+			f: fixture{services: []*corev1.Service{service("default", "web", withPorts(port("http", 80, corev1.ProtocolTCP), port("https", 443, corev1.ProtocolTCP)))},
+				slices: []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-1",
+					[]discoveryv1.EndpointPort{slicePortOf("http", 8080, corev1.ProtocolTCP)}, endpoint(condReady, "10.244.1.2"))}},
+			want: []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
+		},
+		{
+			name: "IPv6 slices and addresses are skipped",
+			f: fixture{services: []*corev1.Service{service("default", "web", withIngress("fd00::1", "10.99.0.7"))}, slices: []*discoveryv1.EndpointSlice{
+				readyWeb,
+				func() *discoveryv1.EndpointSlice {
+					s := endpointSlice("default", "web", "web-v6", web, endpoint(condReady, "fd00::2"))
+					s.AddressType = discoveryv1.AddressTypeIPv6
+					return s
+				}(),
+			}},
+			want: []string{"default/web:80/tcp 10.99.0.7 dsr-ipip 10.244.1.2:8080/1"},
+		},
+		{
+			name: "a Service without an address yet is ignored",
+			f: fixture{services: []*corev1.Service{service("default", "web", withIngress())},
+				slices: []*discoveryv1.EndpointSlice{readyWeb}},
+		},
+		{
+			name: "classes: another class, no class, not a load balancer",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", withClass("metallb.io/metallb")),
+				service("default", "web2", noClass),
+				service("default", "web3", withType(corev1.ServiceTypeClusterIP)),
+			}, slices: []*discoveryv1.EndpointSlice{
+				readyWeb,
+				endpointSlice("default", "web2", "web2-1", web, endpoint(condReady, "10.244.1.2")),
+				endpointSlice("default", "web3", "web3-1", web, endpoint(condReady, "10.244.1.2")),
+			}},
+		},
+		{
+			name:      "classless served when asked",
+			classless: true,
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", withClass("metallb.io/metallb")),
+				service("default", "web2", noClass),
+			}, slices: []*discoveryv1.EndpointSlice{
+				readyWeb,
+				endpointSlice("default", "web2", "web2-1", web, endpoint(condReady, "10.244.1.2")),
+			}},
+			want: []string{"default/web2:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
+		},
+		{
+			name: "forwarding annotation",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", withAnnotation(api.AnnotationForwarding, "dsr-gue")),
+				service("default", "bad", withIngress("10.99.0.3"), withAnnotation(api.AnnotationForwarding, "nat")),
+			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "bad", "bad-1", web, endpoint(condReady, "10.244.1.2"))}},
+			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-gue 10.244.1.2:8080/1"},
+			problems: []string{`Service default/bad: annotation xlb.io/forwarding: "nat" is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected`},
+		},
+		{
+			name: "two Services claim one VIP and port: the older keeps it",
+			f: fixture{services: []*corev1.Service{
+				service("default", "new", createdAt(t0.Add(time.Minute))),
+				service("default", "web"),
+			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "new", "new-1", web, endpoint(condReady, "10.244.9.9"))}},
+			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
+			problems: []string{`Service default/new: port 10.99.0.1:80/tcp (default/new:80/tcp) is not served: 10.99.0.1:80/tcp is already served by service "default/web:80/tcp"`},
+		},
+		{
+			name: "an address the file's rules reject leaves that Service out, not the others",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web"),
+				service("default", "lo", withIngress("127.0.0.1")),
+			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "lo", "lo-1", web, endpoint(condReady, "10.244.1.2"))}},
+			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
+			problems: []string{"Service default/lo: port 127.0.0.1:80/tcp (default/lo:80/tcp) is not served: vip: 127.0.0.1 is a loopback address"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			base := parseBase(t, "")
+			base.Kubernetes.ServeClassless = tc.classless
+			cfg, probs, err := run(t, base, tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := summary(cfg); !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("services:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+			checkProblems(t, probs, tc.problems)
+			for _, s := range cfg.Services {
+				if !s.TranslatePorts || s.Backends[0].HealthCheck.Type != config.CheckNone {
+					t.Errorf("service %s: want translatePorts and no health check, got %+v", s.Name, s)
+				}
+			}
+		})
+	}
+}
+
+// checkProblems checks that each of want starts one of got, and that
+// there are as many.
+func checkProblems(t *testing.T, got, want []string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Errorf("problems:\n%s\nwant %d:\n%s", strings.Join(got, "\n"), len(want), strings.Join(want, "\n"))
+		return
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(got, func(g string) bool { return strings.HasPrefix(g, w) }) {
+			t.Errorf("no problem starts with %q; got:\n%s", w, strings.Join(got, "\n"))
+		}
+	}
+}
+
+// The file's services stay; a cluster Service that collides with one
+// of them yields.
+func TestMergeWithFile(t *testing.T) {
+	base := parseBase(t, "services:\n  - {name: static, vip: 10.99.0.1, port: 80, backends: [{address: 10.0.3.2}]}\n"+
+		"  - {name: default/named:80/tcp, vip: 10.99.0.5, port: 80, backends: [{address: 10.0.3.2}]}\n")
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	f := fixture{services: []*corev1.Service{
+		service("default", "web"), // the file's VIP and port
+		service("default", "web443", withPorts(port("", 443, corev1.ProtocolTCP))), // same VIP, other port: fine
+		service("default", "named", withIngress("10.99.0.6")),                      // the file's name
+	}, slices: []*discoveryv1.EndpointSlice{
+		endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2")),
+		endpointSlice("default", "web443", "web443-1", web, endpoint(condReady, "10.244.1.2")),
+		endpointSlice("default", "named", "named-1", web, endpoint(condReady, "10.244.1.2")),
+	}}
+	cfg, probs, err := run(t, base, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"static 10.99.0.1 dsr-ipip 10.0.3.2:80/1",
+		"default/named:80/tcp 10.99.0.5 dsr-ipip 10.0.3.2:80/1",
+		"default/web443:443/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1",
+	}
+	if got := summary(cfg); !reflect.DeepEqual(got, want) {
+		t.Errorf("services:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	checkProblems(t, probs, []string{
+		"Service default/web: port 10.99.0.1:80/tcp (default/web:80/tcp) is not served: 10.99.0.1:80/tcp is already served by service \"static\"",
+		"Service default/named: port 10.99.0.6:80/tcp (default/named:80/tcp) is not served: name: \"default/named:80/tcp\" is already the name of services[1]",
+	})
+}
+
+func TestPeers(t *testing.T) {
+	spec := func(kv ...any) map[string]any {
+		m := map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1"}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	}
+	sel := func(lbls map[string]any) []any {
+		return []any{map[string]any{"matchLabels": lbls}}
+	}
+	ip := netip.MustParseAddr
+	rack1 := node("node-1", map[string]string{"rack": "r1", "role": "lb"})
+	tests := []struct {
+		name     string
+		base     string
+		f        fixture
+		want     *config.BGP
+		problems []string
+	}{
+		{
+			name: "no BGPPeer: no bgp section",
+			f:    fixture{node: rack1},
+		},
+		{
+			name: "every field; the first peer's myASN is the node's AS",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("a-router", spec("peerPort", int64(1179), "holdTime", "30s", "keepaliveTime", "5s", "passive", true,
+					"bfd", map[string]any{"minRx": "100ms", "multiplier": int64(5)}, "passwordSecret", map[string]any{"name": "bgp"})),
+				bgpPeer("b-rr", spec("peerAddress", "10.0.5.1", "peerASN", int64(65001), "nodeSelectors", sel(map[string]any{"rack": "r1"}))),
+				bgpPeer("c-ebgp", spec("peerAddress", "10.0.6.1", "ebgpMultiHop", int64(3), "passwordSecret", map[string]any{"name": "other", "namespace": "net"})),
+			}, secrets: []*corev1.Secret{secret("xlb-system", "bgp", map[string]string{"password": "s3cret"}), secret("net", "other", map[string]string{"password": "x y"})}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime, ListenPort: 179,
+				Peers: []config.Peer{
+					{Address: ip("10.0.0.1"), ASN: 65000, Port: 1179, Password: "s3cret", HoldTime: 30 * time.Second, Keepalive: 5 * time.Second, Passive: true,
+						BFD: &config.BFD{MinRx: 100 * time.Millisecond, MinTx: config.DefaultBFDInterval, Multiplier: 5}},
+					{Address: ip("10.0.5.1"), ASN: 65001, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("10.0.6.1"), ASN: 65000, Port: 179, Password: "x y", HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, Multihop: 3},
+				}},
+		},
+		{
+			name: "node selectors: any one matching is enough; none matching leaves the peer out quietly",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("r2", spec("nodeSelectors", sel(map[string]any{"rack": "r2"}))),
+				bgpPeer("r1-or-r2", spec("peerAddress", "10.0.0.2", "nodeSelectors", append(sel(map[string]any{"rack": "r2"}), sel(map[string]any{"role": "lb"})...))),
+				bgpPeer("expr", spec("peerAddress", "10.0.0.3", "nodeSelectors", []any{map[string]any{"matchExpressions": []any{
+					map[string]any{"key": "rack", "operator": "In", "values": []any{"r1", "r3"}}}}})),
+				bgpPeer("bad-selector", spec("peerAddress", "10.0.0.4", "nodeSelectors", []any{map[string]any{"matchExpressions": []any{
+					map[string]any{"key": "rack", "operator": "Near"}}}})),
+			}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
+				Peers: []config.Peer{
+					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+				}},
+			problems: []string{"BGPPeer bad-selector: spec.nodeSelectors[0]: "},
+		},
+		{
+			name: "without this node's Node object, selectors cannot match",
+			f: fixture{peers: []*unstructured.Unstructured{
+				bgpPeer("all", spec()),
+				bgpPeer("some", spec("peerAddress", "10.0.0.2", "nodeSelectors", sel(map[string]any{"rack": "r1"}))),
+			}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
+				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+			problems: []string{`BGPPeer some: has nodeSelectors, but this node's Node object "node-1" does not exist`},
+		},
+		{
+			name: "Secrets: missing, without the key, not read yet",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("a", spec("passwordSecret", map[string]any{"name": "gone"})),
+				bgpPeer("b", spec("peerAddress", "10.0.0.2", "passwordSecret", map[string]any{"name": "nokey"})),
+				bgpPeer("c", spec("peerAddress", "10.0.0.3", "passwordSecret", map[string]any{"name": "x", "namespace": "slow"})),
+				bgpPeer("d", spec("peerAddress", "10.0.0.4")),
+			}, secrets: []*corev1.Secret{secret("xlb-system", "nokey", map[string]string{"pass": "x"})}, unknownNS: []string{"slow"}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
+				Peers: []config.Peer{{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+			problems: []string{
+				"BGPPeer a: spec.passwordSecret: Secret xlb-system/gone does not exist",
+				`BGPPeer b: spec.passwordSecret: Secret xlb-system/nokey has no key "password"`,
+				"BGPPeer c: waiting for the Secrets of namespace slow to be read",
+			},
+		},
+		{
+			name: "the file's bgp section: its AS, timers and peers come first",
+			base: "bgp: {asn: 65001, holdTime: 9s, keepalive: 2s, drainTime: 1s, peers: [{address: 10.0.0.1, asn: 65000}]}\n",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("dup", spec()),
+				bgpPeer("other-as", spec("peerAddress", "10.0.0.2", "myASN", int64(65002))),
+				bgpPeer("timers", spec("peerAddress", "10.0.0.3")),
+				bgpPeer("own-hold", spec("peerAddress", "10.0.0.4", "holdTime", "60s")),
+			}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 9 * time.Second, Keepalive: 2 * time.Second, DrainTime: time.Second,
+				Peers: []config.Peer{
+					{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
+					{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, HoldTime: 60 * time.Second, Keepalive: 20 * time.Second},
+					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
+				}},
+			problems: []string{
+				"BGPPeer dup: peer 10.0.0.1 is left out: spec.peerAddress: 10.0.0.1 is already listed as bgp.peers[0]",
+				"BGPPeer other-as: spec.myASN 65002 differs from this node's AS 65001 (the file's bgp.asn)",
+			},
+		},
+		{
+			name: "the file's bgp section without peers stays without BGPPeers",
+			base: "bgp: {asn: 65001, holdTime: 30s}\n",
+			f:    fixture{node: rack1, peers: []*unstructured.Unstructured{bgpPeer("elsewhere", spec("nodeSelectors", sel(map[string]any{"rack": "r9"})))}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 30 * time.Second, Keepalive: 10 * time.Second, DrainTime: config.DefaultDrainTime},
+		},
+		{
+			name: "a myASN no node can have is left out, and the next sets the AS",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("a-trans", spec("myASN", int64(23456))),
+				bgpPeer("b", spec("myASN", int64(65002), "peerAddress", "10.0.0.2")),
+			}},
+			want: &config.BGP{ASN: 65002, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
+				Peers: []config.Peer{{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+			problems: []string{"BGPPeer a-trans: spec.myASN 23456 is not an AS number a node can have"},
+		},
+		{
+			name: "values the file's rules reject leave that peer out",
+			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
+				bgpPeer("a-ok", spec()),
+				bgpPeer("hold", spec("peerAddress", "10.0.0.2", "holdTime", "2s")),
+				bgpPeer("self", spec("peerAddress", "10.0.0.10")),
+				bgpPeer("v6", spec("peerAddress", "fd00::1")),
+				bgpPeer("garbage", spec("peerAddress", "router")),
+				bgpPeer("pw", spec("peerAddress", "10.0.0.5", "passwordSecret", map[string]any{"name": "long"})),
+			}, secrets: []*corev1.Secret{secret("xlb-system", "long", map[string]string{"password": strings.Repeat("x", 81)})}},
+			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
+				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+			problems: []string{
+				"BGPPeer hold: peer 10.0.0.2 is left out: spec.holdTime: 2s is out of range; the hold time is 0 (no keepalives) or 3s..65535s",
+				"BGPPeer self: peer 10.0.0.10 is left out: spec.peerAddress: 10.0.0.10 is this node's own address",
+				"BGPPeer v6: peer fd00::1 is left out: spec.peerAddress: \"fd00::1\" is an IPv6 address",
+				`BGPPeer garbage: spec.peerAddress "router" is not an IP address`,
+				"BGPPeer pw: peer 10.0.0.5 is left out: spec.passwordSecret: is 81 bytes long; a TCP MD5 key has at most 80",
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg, probs, err := run(t, parseBase(t, tc.base), tc.f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cfg.BGP, tc.want) {
+				t.Errorf("bgp:\n%+v\nwant\n%+v", cfg.BGP, tc.want)
+			}
+			checkProblems(t, probs, tc.problems)
+		})
+	}
+}
+
+// The agent's limits drop the newest ports, not the whole configuration;
+// so do more rejected Services than one round of checks lists.
+func TestLimits(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	two := func(ns, name string) *discoveryv1.EndpointSlice {
+		return endpointSlice(ns, name, name+"-1", web, endpoint(condReady, "10.244.1.2", "10.244.1.3"))
+	}
+	t.Run("backend entries", func(t *testing.T) {
+		base := parseBase(t, "dataplane: {maxBackends: 4}\nservices:\n  - {name: static, vip: 10.99.0.9, port: 80, backends: [{address: 10.0.3.2}]}\n")
+		cfg, probs, err := run(t, base, fixture{
+			services: []*corev1.Service{
+				service("default", "old", withIngress("10.99.0.1")),
+				service("default", "new", withIngress("10.99.0.2"), createdAt(t0.Add(time.Minute))),
+			},
+			slices: []*discoveryv1.EndpointSlice{two("default", "old"), two("default", "new")},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := summary(cfg); len(got) != 2 || !strings.HasPrefix(got[1], "default/old:80/tcp") {
+			t.Errorf("services %q, want static and default/old", got)
+		}
+		checkProblems(t, probs, []string{"Service default/new: port 10.99.0.2:80/tcp (default/new:80/tcp) is not served: its 2 backends would take the data plane over its 4 backend entries"})
+	})
+	t.Run("services", func(t *testing.T) {
+		var ports []corev1.ServicePort
+		var slicePorts []discoveryv1.EndpointPort
+		for p := 1; p <= config.MaxServices+1; p++ {
+			name := fmt.Sprintf("p%d", p)
+			ports = append(ports, port(name, int32(p), corev1.ProtocolTCP))
+			slicePorts = append(slicePorts, slicePortOf(name, int32(p), corev1.ProtocolTCP))
+		}
+		cfg, probs, err := run(t, parseBase(t, ""), fixture{
+			services: []*corev1.Service{service("default", "many", withPorts(ports...))},
+			slices:   []*discoveryv1.EndpointSlice{endpointSlice("default", "many", "many-1", slicePorts, endpoint(condReady, "10.244.1.2"))},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(cfg.Services) != config.MaxServices {
+			t.Errorf("%d services, want %d", len(cfg.Services), config.MaxServices)
+		}
+		checkProblems(t, probs, []string{fmt.Sprintf("Service default/many: port 10.99.0.1:%d/tcp (default/many:%d/tcp) is not served: the agent serves at most %d service ports",
+			config.MaxServices+1, config.MaxServices+1, config.MaxServices)})
+	})
+	t.Run("more rejected Services than one round lists", func(t *testing.T) {
+		f := fixture{services: []*corev1.Service{service("default", "good")}, slices: []*discoveryv1.EndpointSlice{two("default", "good")}}
+		var want []string
+		for i := range 120 {
+			name := fmt.Sprintf("lo-%d", i)
+			f.services = append(f.services, service("default", name, withIngress(fmt.Sprintf("127.0.0.%d", i+1))))
+			f.slices = append(f.slices, two("default", name))
+			want = append(want, "Service default/"+name+": ")
+		}
+		cfg, probs, err := run(t, parseBase(t, ""), f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := summary(cfg); len(got) != 1 || !strings.HasPrefix(got[0], "default/good:80/tcp") {
+			t.Errorf("services %q, want default/good only", got)
+		}
+		checkProblems(t, probs, want)
+	})
+}
+
+// What cannot be pinned on a cluster object fails the configuration:
+// the agent keeps the running one.
+func TestInvalidBase(t *testing.T) {
+	base := parseBase(t, "")
+	base.Dataplane.TableSize = 100 // not prime: no file could say so
+	_, _, err := run(t, base, fixture{})
+	if err == nil || !strings.Contains(err.Error(), "dataplane.tableSize") {
+		t.Errorf("error %v, want one about dataplane.tableSize", err)
+	}
+}
+
+// BenchmarkTranslate builds the configuration of 1000 Services with 10
+// endpoints each: the cost of every update at that scale.
+func BenchmarkTranslate(b *testing.B) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	var f fixture
+	for i := range 1000 {
+		name := fmt.Sprintf("svc-%d", i)
+		vip := netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(i%250 + 1)}).String()
+		f.services = append(f.services, service("default", name, withIngress(vip)))
+		var addrs []string
+		for j := range 10 {
+			addrs = append(addrs, netip.AddrFrom4([4]byte{10, 244, byte(i / 25), byte(i%25*10 + j + 1)}).String())
+		}
+		f.slices = append(f.slices, endpointSlice("default", name, name+"-1", web, endpoint(condReady, addrs...)))
+	}
+	base := parseBase(b, "")
+	st := settings{base: base, secretNamespace: base.Kubernetes.SecretNamespace}
+	c := f.cluster()
+	// Indexed, as the informer's indexer is.
+	byService := map[string][]*discoveryv1.EndpointSlice{}
+	for _, sl := range f.slices {
+		k := sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName]
+		byService[k] = append(byService[k], sl)
+	}
+	c.slices = func(ns, name string) []*discoveryv1.EndpointSlice { return byService[ns+"/"+name] }
+	for b.Loop() {
+		d, _ := translate(st, c)
+		cfg, probs, err := validate(d, base)
+		if err != nil || len(probs) > 0 || len(cfg.Services) != 1000 {
+			b.Fatalf("%v %v %d", err, probs, len(cfg.Services))
+		}
+	}
+}
