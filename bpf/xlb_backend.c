@@ -33,8 +33,12 @@ struct {
 enum decap_stat {
 	DECAP_IPIP = 0,   /* IPIP decapsulated */
 	DECAP_GUE,        /* GUE decapsulated */
-	DECAP_PASS,       /* not encapsulated to this host or a local pod: passed untouched */
-	DECAP_DROP_INNER, /* encapsulated to us, inner packet malformed or not for a local VIP */
+	DECAP_PASS,       /* not a tunnel to this host or a local pod, or an outer frame the
+			   * stack judges (not IPv4, header truncated, IHL < 5, options,
+			   * fragment): passed untouched */
+	DECAP_DROP_INNER, /* tunnel to this host whose payload is malformed (outer length
+			   * beyond the frame, inner header truncated or not IPv4, inner
+			   * length beyond the outer datagram) or not for a local VIP */
 	DECAP_DROP_GUE,   /* GUE we cannot parse (version, control, inner protocol) */
 	DECAP_STAT_MAX,
 };
@@ -57,6 +61,17 @@ static __always_inline int verdict(__u32 stat, __u64 bytes, int v)
 	return v;
 }
 
+/* A tunnel to this host or a local pod that is not what an xlb node
+ * sends: dropped, and counted where its mode counts malformed packets. */
+static __always_inline int drop_malformed(int to_pod)
+{
+	if (to_pod) {
+		nat_count(NAT_DROP_MALFORMED, 0);
+		return XDP_DROP;
+	}
+	return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
+}
+
 /* Move the Ethernet header forward over the outer headers, then advance
  * the packet start to it. Returns 0 or -1. */
 static __always_inline int strip_outer(struct xdp_md *ctx, struct ethhdr *eth, __u32 strip,
@@ -70,6 +85,11 @@ static __always_inline int strip_outer(struct xdp_md *ctx, struct ethhdr *eth, _
 	return bpf_xdp_adjust_head(ctx, (int)strip) ? -1 : 0;
 }
 
+/* Frames that are not a tunnel to this host or a local pod reach the
+ * stack exactly as they would without xlb, malformed ones included: the
+ * stack checks IPv4 headers itself (and counts what it rejects). A tunnel
+ * to us is ours to check: the outer length must fit the frame and the
+ * inner packet the outer datagram, or it is dropped. */
 SEC("xdp")
 int xlb_decap(struct xdp_md *ctx)
 {
@@ -78,12 +98,13 @@ int xlb_decap(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *ip, *inner;
 	struct guehdr *gue = 0;
-	__u32 strip, stat;
+	__u32 strip, stat, outer_len, inner_len;
 	int to_pod = 0;
 
 	if ((void *)(eth + 1) > data_end || eth->h_proto != bpf_htons(ETH_P_IP))
-		return XDP_PASS;
+		return verdict(DECAP_PASS, 0, XDP_PASS);
 	ip = (void *)(eth + 1);
+	/* xlb's outer header is 20 bytes, version 4, no options. */
 	if ((void *)(ip + 1) > data_end || ip->ihl != 5 || ip->version != 4)
 		return verdict(DECAP_PASS, 0, XDP_PASS);
 	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
@@ -110,6 +131,11 @@ int xlb_decap(struct xdp_md *ctx)
 			return verdict(DECAP_PASS, 0, XDP_PASS);
 		to_pod = 1;
 	}
+	/* Ethernet padding may follow the datagram; a datagram longer than
+	 * the frame lost its end. */
+	outer_len = bpf_ntohs(ip->tot_len);
+	if ((void *)ip + outer_len > data_end)
+		return drop_malformed(to_pod);
 
 	if (gue) {
 		switch (gue->hlen_c_ver >> 6) {
@@ -131,7 +157,15 @@ int xlb_decap(struct xdp_md *ctx)
 
 	if (strip > 20 + 8 + 4 + 31 * 4)
 		return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
+	/* The inner packet must lie within the outer datagram, which lies
+	 * within the frame: nothing after it travels on. */
 	inner = (void *)ip + strip;
+	if ((void *)(inner + 1) > data_end || inner->version != 4 || inner->ihl < 5)
+		return drop_malformed(to_pod);
+	inner_len = bpf_ntohs(inner->tot_len);
+	if (inner_len < inner->ihl * 4 || strip + inner_len > outer_len)
+		return drop_malformed(to_pod);
+
 	if (to_pod) {
 		int r = nat_forward(data_end, inner, ip->daddr);
 
@@ -139,21 +173,14 @@ int xlb_decap(struct xdp_md *ctx)
 			nat_count(r, 0);
 			return XDP_DROP;
 		}
-		/* nat_forward checked the inner header and its length. */
-		if ((void *)(inner + 1) > data_end)
-			return XDP_DROP;
-		__u64 inner_len = bpf_ntohs(inner->tot_len);
 		if (strip_outer(ctx, eth, strip, data_end))
 			return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 		nat_count(r, inner_len);
 		return verdict(stat, inner_len, XDP_PASS);
 	}
 
-	if ((void *)(inner + 1) > data_end || inner->version != 4 || inner->ihl < 5)
-		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 	if (!bpf_map_lookup_elem(&decap_vips, &inner->daddr))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
-	__u64 inner_len = bpf_ntohs(inner->tot_len);
 	if (strip_outer(ctx, eth, strip, data_end))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 	return verdict(stat, inner_len, XDP_PASS);

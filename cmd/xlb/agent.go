@@ -349,7 +349,8 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	defer dp.Close()
 	if why := dp.Migrated(); why != "" {
 		log.Warn("the pinned maps do not fit this version: programming fresh ones before the program switches over; their counters restart at zero",
-			"reason", why, "pinPath", pinPath)
+			"reason", why, "pinPath", pinPath,
+			"fix", "nothing to do: forwarding continues; only the data plane's counters start again from zero")
 	}
 
 	// The configuration is programmed before the program is attached or
@@ -412,7 +413,8 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		}
 		defer func() {
 			if err := sp.Shutdown(context.Background()); err != nil {
-				log.Warn("BGP shutdown", "error", err)
+				log.Warn("BGP shutdown", "error", err,
+					"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
 			}
 		}()
 	}

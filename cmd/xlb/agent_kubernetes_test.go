@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -115,7 +113,7 @@ func TestAgentKubernetes(t *testing.T) {
 		run(t, "ip", "-n", ns, "link", "set", l, "up")
 	}
 
-	kubeconfig := proxyAPIServer(t, cp, ns, t.TempDir())
+	kubeconfig := cp.RelayT(t, ns)
 
 	bin, remove, err := testenv.BuildXLB()
 	if err != nil {
@@ -237,54 +235,6 @@ func TestAgentKubernetes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Error("the agent did not exit within 30s of SIGTERM")
 	}
-}
-
-// proxyAPIServer makes the API server, which listens on the host's
-// loopback, reachable on the loopback of namespace ns, and returns a
-// kubeconfig (in dir) that points there. The API server's certificate is
-// for 127.0.0.1, so it still verifies.
-func proxyAPIServer(t *testing.T, cp *k8stest.ControlPlane, ns, dir string) string {
-	t.Helper()
-	var ln net.Listener
-	err := netns.Do(ns, func() error {
-		var err error
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	target := strings.TrimPrefix(cp.Server, "https://")
-	go func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer in.Close()
-				out, err := net.DialTimeout("tcp", target, 5*time.Second)
-				if err != nil {
-					return
-				}
-				defer out.Close()
-				done := make(chan struct{}, 2)
-				go func() { _, _ = io.Copy(out, in); done <- struct{}{} }()
-				go func() { _, _ = io.Copy(in, out); done <- struct{}{} }()
-				<-done
-			}()
-		}
-	}()
-	data, err := os.ReadFile(cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, []byte(strings.ReplaceAll(string(data), cp.Server, "https://"+ln.Addr().String())), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func run(t *testing.T, argv ...string) {

@@ -219,7 +219,8 @@ func runNodeBackend(o nodeBackendOptions) error {
 		srv = &http.Server{Handler: backendMux(w, o.setup.PinPath), ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err)
+				log.Error("metrics server stopped", "addr", o.metricsAddr, "err", err,
+					"fix", "restart xlb backend to serve /healthz and /metrics again (a liveness probe on /healthz does it); the node's translations stay in place meanwhile")
 			}
 		}()
 		log.Info("serving /healthz and /metrics", "addr", ln.Addr().String())

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -20,7 +21,7 @@ func runCleanup(args []string) error {
 	if (*cfgPath == "") == (*pinPath == "") || fs.NArg() > 0 {
 		fmt.Fprintln(os.Stderr, "usage: xlb cleanup --config FILE | --pin-path DIR\n\n"+
 			"Detaches the agent's XDP program and removes its pinned maps: forwarding stops.\n"+
-			"Without dataplane.pinPath in the file, run it in the agent's network namespace.")
+			"Stop the agent first. Without dataplane.pinPath in the file, run it in the agent's network namespace.")
 		return errUsage
 	}
 	path := *pinPath
@@ -33,8 +34,19 @@ func runCleanup(args []string) error {
 			return err
 		}
 	}
+	unlock, err := dataplane.LockForCleanup(path)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, statErr := os.Stat(path)
 	if err := dataplane.Cleanup(path); err != nil {
-		return fmt.Errorf("clean up %s: %w", path, err)
+		// Nobody else holds the lock file now: leave none behind.
+		return errors.Join(fmt.Errorf("clean up %s: %w", path, err), dataplane.RemoveLock(path))
+	}
+	if errors.Is(statErr, os.ErrNotExist) {
+		fmt.Printf("nothing is pinned at %s\n", path)
+		return nil
 	}
 	fmt.Printf("removed the data plane pinned at %s\n", path)
 	return nil

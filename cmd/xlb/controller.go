@@ -114,7 +114,8 @@ from the AddressPools and writes it to their status. Run two or more: one leads
 		srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				log.Error("metrics server stopped", "addr", *metricsAddr, "error", err)
+				log.Error("metrics server stopped", "addr", *metricsAddr, "error", err,
+					"fix", "restart the controller to serve /healthz and /metrics again (a liveness probe on /healthz does it)")
 			}
 		}()
 		defer func() {

@@ -75,8 +75,12 @@ func labUp(args []string) error {
 	routerKind := fs.String("router", lab.RouterStatic, "upstream `router`: static (a fixed multipath route over all nodes), embedded (xlb's BGP router), frr (FRR's zebra and bgpd) or bird (BIRD 2); the BGP routers route each VIP over the nodes that announce it")
 	reflector := fs.Bool("reflector", false, "put a gobgpd route reflector between the nodes and the router (needs --router frr)")
 	bfd := fs.Bool("bfd", false, "run BFD between the router and the nodes, 100ms x 3 (needs --router embedded, frr or bird)")
+	pods := fs.Int("pods", 0, "make the backends Kubernetes nodes with this many pod namespaces each (servers in the pods on ports 8080 and 5353; run `xlb backend --source kubernetes` or --nat on the nodes)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *pods < 0 || *pods > lab.MaxPods {
+		return fmt.Errorf("--pods %d: want 0 to %d", *pods, lab.MaxPods)
 	}
 	// lab.Spec reads 0 as "the default"; on the command line it is a mistake.
 	for flagName, n := range map[string]int{"clients": *clients, "nodes": *nodes, "backends": *backends} {
@@ -88,7 +92,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods})
 	if err != nil {
 		return err
 	}
@@ -102,6 +106,9 @@ func printPlan(p lab.Plan) {
 	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tGATEWAY")
 	for _, h := range p.Hosts() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, h.Namespace, h.Addr, h.Gateway)
+	}
+	for _, pod := range p.Pods {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (via %s)\n", pod.Name, pod.Namespace, pod.Addr, pod.Gateway, p.Backends[pod.Node].Name)
 	}
 	tw.Flush()
 	var vips []string

@@ -96,6 +96,9 @@ type Agent struct {
 	applyErr   bool      // lastErr came from applying cfg: retry it
 	lastApply  time.Time // of the last apply attempt
 	reloads    map[string]uint64
+	// bgpFailed: Routes did not take cfg.BGP; a retry hands it over
+	// again, and only then is the apply done.
+	bgpFailed bool
 	// down are the target keys of the backends that the last apply took
 	// out of the tables as unhealthy; svcDown the services left without a
 	// healthy backend by it.
@@ -287,7 +290,8 @@ func (a *Agent) Replace(u Update) error {
 		}
 		a.loadFailed(fmt.Errorf("%s: %w", u.Source, err))
 		a.log.Error("the configuration source failed; the previous configuration keeps running",
-			"source", u.Source, "error", err)
+			"source", u.Source, "error", err,
+			"fix", "correct what the error names (it is also shown by `xlb status`); the source's next valid configuration applies")
 		return err
 	}
 	return a.replace(u.Config, u.Source)
@@ -316,11 +320,16 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 		a.log.Warn("a bgp section was added: nothing is announced until the agent restarts",
 			"fix", "restart the agent (forwarding continues across restarts)")
 	}
-	if a.routes != nil && !reflect.DeepEqual(old.BGP, cfg.BGP) {
+	a.mu.Lock()
+	bgpFailed := a.bgpFailed
+	a.mu.Unlock()
+	bgpFailed = a.routes != nil && (bgpFailed || !reflect.DeepEqual(old.BGP, cfg.BGP))
+	if bgpFailed {
 		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
-			a.log.Warn("the bgp section changed but could not be applied", "error", rerr)
+			a.log.Warn("the bgp section changed but could not be applied", "error", rerr,
+				"fix", "correct the bgp section as the error says; the agent retries every "+a.retryEvery.String()+", or restart it to apply the section in full (forwarding continues across restarts)")
 			err = errors.Join(err, fmt.Errorf("bgp: %w", rerr))
-		} else if cfg.BGP != nil {
+		} else if bgpFailed = false; cfg.BGP != nil {
 			a.log.Info("BGP peers reconfigured", "peers", len(cfg.BGP.Peers))
 		} else {
 			a.log.Info("the bgp section is gone: nothing is announced")
@@ -329,6 +338,7 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 
 	a.mu.Lock()
 	a.cfg = cfg
+	a.bgpFailed = bgpFailed
 	a.generation++
 	gen := a.generation
 	if err != nil {
@@ -354,7 +364,7 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 func (a *Agent) retry() {
 	a.mu.Lock()
 	due := a.applyErr && time.Since(a.lastApply) >= a.retryEvery
-	cfg := a.cfg
+	cfg, bgpFailed := a.cfg, a.bgpFailed
 	a.mu.Unlock()
 	if !due {
 		return
@@ -362,13 +372,26 @@ func (a *Agent) retry() {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	err := a.program(triggerRetry, cfg, a.prober.Snapshot())
+	if bgpFailed {
+		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
+			err = errors.Join(err, fmt.Errorf("bgp: %w", rerr))
+		} else {
+			bgpFailed = false
+		}
+	}
 	a.mu.Lock()
-	if err == nil && a.cfg == cfg {
-		a.lastErr, a.applyErr = nil, false
+	if a.cfg == cfg {
+		a.bgpFailed = bgpFailed
+		if err == nil {
+			a.lastErr, a.applyErr = nil, false
+		} else {
+			a.lastErr = fmt.Errorf("apply: %w", err)
+		}
 	}
 	a.mu.Unlock()
 	if err != nil {
-		a.log.Warn("applying the configuration failed again", "error", err)
+		a.log.Warn("applying the configuration failed again", "error", err,
+			"fix", "see the error; the agent retries every "+a.retryEvery.String())
 		return
 	}
 	a.log.Info("configuration applied after retry", "path", a.path)

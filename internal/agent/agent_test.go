@@ -240,6 +240,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 type fakeRoutes struct {
 	mu       sync.Mutex
 	sections []*config.BGP
+	fail     error // Reconfigure's answer while set
 }
 
 func (r *fakeRoutes) Sync([]announce.Route) error { return nil }
@@ -248,7 +249,13 @@ func (r *fakeRoutes) Reconfigure(_ context.Context, b *config.BGP) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.sections = append(r.sections, b)
-	return nil
+	return r.fail
+}
+
+func (r *fakeRoutes) failWith(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.fail = err
 }
 
 func (r *fakeRoutes) count() int {
@@ -550,5 +557,41 @@ func TestPinPath(t *testing.T) {
 				t.Errorf("got %q, %v; want %q (error %v)", got, err, tc.want, tc.wantErr)
 			}
 		})
+	}
+}
+
+// TestAgentRetriesFailedBGP: a bgp section that Routes refused is handed
+// over again by the retry, also when the data plane took its part at
+// once, and the error stays until Routes takes it.
+func TestAgentRetriesFailedBGP(t *testing.T) {
+	next := baseConfig()
+	next.BGP = &config.BGP{ASN: 65001, HoldTime: config.DefaultHoldTime, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: 179}}}
+	a, _, _ := testAgent(t, baseConfig(), func(string) (*config.Config, error) { return next, nil })
+	routes := &fakeRoutes{}
+	a.routes = routes
+	routes.failWith(errInjected)
+	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+		t.Fatalf("err = %v, want the injected error", err)
+	}
+	a.retryEvery = 0
+	a.retry() // Routes still refuses
+	if st := status(t, a); st.Config.Result != api.ResultError || !strings.Contains(st.Config.Error, "bgp") || routes.count() != 2 {
+		t.Errorf("after a retry that Routes refused: %+v, %d reconfigurations, want 2", st.Config, routes.count())
+	}
+	routes.failWith(nil)
+	a.retry()
+	if st := status(t, a); st.Config.Result != api.ResultOK || routes.count() != 3 {
+		t.Errorf("after a retry that Routes took: %+v, %d reconfigurations, want 3", st.Config, routes.count())
+	}
+	a.retry() // nothing left to do
+	if routes.count() != 3 {
+		t.Errorf("a retry with nothing failed reconfigured again: %d", routes.count())
+	}
+	// The same section again by reload: nothing to hand over.
+	if err := a.Reload("test"); err != nil {
+		t.Fatal(err)
+	}
+	if routes.count() != 3 {
+		t.Errorf("a reload of the same section reconfigured: %d", routes.count())
 	}
 }

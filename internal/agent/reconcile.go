@@ -132,7 +132,8 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		if !r.serviceIDs.take(s.ID) {
 			// Still tracked (and so deleted or rewritten) but its ID is
 			// never handed out again.
-			log.Warn("adopted service has an ID beyond the limit", "id", s.ID, "limit", maxServices)
+			log.Warn("adopted service has an ID beyond the limit", "id", s.ID, "limit", maxServices,
+				"fix", "nothing to do: the service is rewritten or deleted as usual and its ID is not reused; the pinned state comes from an xlb with a larger limit")
 		}
 		st := &service{id: s.ID, key: s.Key, installed: true, backends: make(map[netip.AddrPort]uint32)}
 		if tr, ok := dp.(tableReader); ok {
@@ -142,7 +143,8 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 	}
 	for id, addr := range bes {
 		if !r.backendIDs.take(id) {
-			log.Warn("adopted backend has an ID beyond the limit", "id", id, "limit", maxBackends)
+			log.Warn("adopted backend has an ID beyond the limit", "id", id, "limit", maxBackends,
+				"fix", "nothing to do: the backend is deleted once no table names it; if this repeats, set dataplane.maxBackends above the ID and restart the agent")
 		}
 		r.orphans[id] = addr
 	}
@@ -245,8 +247,9 @@ func (r *Reconciler) applyService(s config.Service, key dataplane.ServiceKey, m 
 			_, ok := st.backends[netip.AddrPortFrom(b.Address, b.Port)]
 			return !ok
 		}))
-		r.log.Warn("the data plane is full (dataplane.maxBackends): replacing backends in two steps; raise dataplane.maxBackends to replace them at once",
-			"service", s.Name, "limit", r.backendIDs.limit)
+		r.log.Warn("the data plane is full (dataplane.maxBackends): replacing backends in two steps",
+			"service", s.Name, "limit", r.backendIDs.limit,
+			"fix", "raise dataplane.maxBackends and restart the agent (forwarding continues across restarts) to replace backends at once")
 		if err := r.install(st, key, encap, members, ids, m); err != nil {
 			return err
 		}

@@ -104,7 +104,8 @@ func (s *Server) start(ln net.Listener, h http.Handler) {
 	s.servers = append(s.servers, srv)
 	go func() {
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.log.Error("API server stopped", "address", ln.Addr().String(), "error", err)
+			s.log.Error("API server stopped", "address", ln.Addr().String(), "error", err,
+				"fix", "restart the agent to serve `xlb status` and metrics again (forwarding continues across restarts)")
 		}
 	}()
 }

@@ -202,6 +202,26 @@ func TestNATForward(t *testing.T) {
 	truncated := ipip(tcpVIP(fxVIP1, 40000).bytes(), fxLB, fxPod1)[:20+20+10]
 	longer := ipip(tcpVIP(fxVIP1, 40000).bytes(), fxLB, fxPod1)
 	binary.BigEndian.PutUint16(longer[22:], 2000) // inner total length beyond the frame
+	// The outer header rewritten by fn, its checksum fixed.
+	reOuter := func(d []byte, fn func(ip []byte)) []byte {
+		d = append([]byte{}, d...)
+		fn(d)
+		binary.BigEndian.PutUint16(d[10:], 0)
+		binary.BigEndian.PutUint16(d[10:], csum(d[:int(d[0]&0xf)*4]))
+		return d
+	}
+	toPod := ipip(tcpVIP(fxVIP1, 40000).bytes(), fxLB, fxPod1)
+	outerLen := func(n int) func([]byte) {
+		return func(ip []byte) { binary.BigEndian.PutUint16(ip[2:], uint16(n)) }
+	}
+	outerLonger := reOuter(toPod, outerLen(len(toPod)+1))
+	innerPastOuter := reOuter(toPod, outerLen(len(toPod)-8)) // the last 8 bytes are padding
+	innerCut := reOuter(toPod[:20+10], outerLen(20+10))
+	options := append(append(append([]byte{}, toPod[:20]...), 1, 1, 1, 0), toPod[20:]...)
+	options = reOuter(options, func(ip []byte) {
+		ip[0] = 0x46
+		binary.BigEndian.PutUint16(ip[2:], uint16(len(options)))
+	})
 
 	gue0 := []byte{0, 4, 0, 0}
 	cases := []struct {
@@ -228,6 +248,10 @@ func TestNATForward(t *testing.T) {
 		{"inner fragment", ipip(frag.bytes(), fxLB, fxPod1), xdpDrop, nil, []string{"nat_drop_fragment"}},
 		{"inner truncated", truncated, xdpDrop, nil, []string{"nat_drop_malformed"}},
 		{"inner length beyond the frame", longer, xdpDrop, nil, []string{"nat_drop_malformed"}},
+		{"outer length beyond the frame", outerLonger, xdpDrop, nil, []string{"nat_drop_malformed"}},
+		{"inner length beyond the outer datagram", innerPastOuter, xdpDrop, nil, []string{"nat_drop_malformed"}},
+		{"inner header truncated, outer length consistent", innerCut, xdpDrop, nil, []string{"nat_drop_malformed"}},
+		{"outer IP options", options, xdpPass, nil, []string{"pass_not_ours"}},
 		{"inner ping to the VIP", ipip(echo, fxLB, fxPod1), xdpDrop, nil, []string{"nat_drop_proto"}},
 		{"inner GRE", ipip(gre, fxLB, fxPod1), xdpDrop, nil, []string{"nat_drop_proto"}},
 		{"bad GUE to a pod", gue(udpVIP.bytes(), fxLB, fxPod1, []byte{0x20, 0, 0, 0}), xdpDrop, nil, []string{"drop_bad_gue"}},

@@ -48,7 +48,8 @@ func (q *eventQueue) push(ev Event) {
 		q.pending = q.pending[1:]
 		q.lost++
 		if q.lost == 1 || q.lost%maxQueuedEvents == 0 {
-			q.log.Error("BFD events dropped: nobody reads Manager.Events", "dropped", q.lost)
+			q.log.Error("BFD events dropped: nobody reads Manager.Events", "dropped", q.lost,
+				"fix", "a bug in the program that runs BFD: report it; sessions keep running, only their state changes go unreported")
 		}
 	}
 	q.seq++

@@ -284,7 +284,8 @@ func (m *Manager) readLoop() {
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
-			m.log.Warn("BFD receive failed", "err", err)
+			m.log.Warn("BFD receive failed", "err", err,
+				"fix", "nothing if it does not repeat (the read is retried); if it does, sessions go down: check the host's memory and the interface")
 			// Read errors on an unconnected UDP socket are transient
 			// (e.g. ENOMEM); do not spin on them.
 			time.Sleep(10 * time.Millisecond)

@@ -30,6 +30,9 @@ func (d *Dataplane) invalidateNextHops() error {
 	return nil
 }
 
+// fixNoWatch is what to do when a netlink subscription fails.
+const fixNoWatch = "restart the agent to watch again (forwarding continues across restarts); if this repeats, check its limit of open files"
+
 // WatchNextHops keeps the program's next-hop cache coherent with the
 // kernel: it invalidates the cache on every neighbour, route or link
 // change in this network namespace, and every NextHopRefresh regardless.
@@ -41,13 +44,13 @@ func (d *Dataplane) WatchNextHops(ctx context.Context, log *slog.Logger) {
 	route := make(chan netlink.RouteUpdate, 64)
 	link := make(chan netlink.LinkUpdate, 64)
 	if err := netlink.NeighSubscribe(neigh, done); err != nil {
-		log.Warn("cannot watch neighbour changes; next hops refresh once a second only", "err", err)
+		log.Warn("cannot watch neighbour changes; next hops refresh once a second only", "err", err, "fix", fixNoWatch)
 	}
 	if err := netlink.RouteSubscribe(route, done); err != nil {
-		log.Warn("cannot watch route changes; next hops refresh once a second only", "err", err)
+		log.Warn("cannot watch route changes; next hops refresh once a second only", "err", err, "fix", fixNoWatch)
 	}
 	if err := netlink.LinkSubscribe(link, done); err != nil {
-		log.Warn("cannot watch link changes; next hops refresh once a second only", "err", err)
+		log.Warn("cannot watch link changes; next hops refresh once a second only", "err", err, "fix", fixNoWatch)
 	}
 	tick := time.NewTicker(NextHopRefresh)
 	defer tick.Stop()
@@ -73,7 +76,8 @@ func (d *Dataplane) WatchNextHops(ctx context.Context, log *slog.Logger) {
 		err := d.invalidateNextHops()
 		d.mu.Unlock()
 		if err != nil {
-			log.Error("next-hop cache invalidation failed; packets may use a stale next hop", "err", err)
+			log.Error("next-hop cache invalidation failed; packets may use a stale next hop", "err", err,
+				"fix", "restart the agent if this repeats (forwarding continues across restarts); cached next hops still expire by themselves within about a second")
 		}
 	}
 }

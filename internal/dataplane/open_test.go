@@ -19,7 +19,7 @@ func testPinPath(t *testing.T) string {
 	p := filepath.Join(BPFFSRoot, fmt.Sprintf("xlbtest-%d-%d", os.Getpid(), nsCounter.Add(1)))
 	t.Cleanup(func() {
 		os.RemoveAll(p)
-		os.Remove(lockFile(p))
+		os.Remove(LockFile(p))
 	})
 	return p
 }

@@ -165,7 +165,8 @@ func (p *Prober) Set(targets []Target) {
 	p.poke()
 	for _, e := range invalid {
 		p.log.Warn("health check cannot run; the target will be down until its check is fixed",
-			"key", e.key, "addr", e.addr, "error", e.spec.err)
+			"key", e.key, "addr", e.addr, "error", e.spec.err,
+			"fix", "correct the backend's healthCheck as the error says")
 	}
 }
 
@@ -207,7 +208,8 @@ func (p *Prober) Run(ctx context.Context) {
 	p.mu.Lock()
 	if p.running {
 		p.mu.Unlock()
-		p.log.Error("health: Run called while another Run is active; ignoring it")
+		p.log.Error("health: Run called while another Run is active; ignoring it",
+			"fix", "a bug in the caller: report it; the running Run keeps probing")
 		return
 	}
 	p.running = true

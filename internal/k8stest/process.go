@@ -54,7 +54,8 @@ func (c *ControlPlane) launch(ctx context.Context, log *slog.Logger, name, bin s
 		}
 		logTail := tail(p.logFile, 30)
 		if exited(p) && strings.Contains(logTail, "address already in use") && attempt < portAttempts {
-			log.Warn("port taken, restarting", "process", name, "ports", ports)
+			log.Warn("port taken, restarting", "process", name, "ports", ports,
+				"fix", "nothing to do: new ports are picked; if it repeats, look for processes left over by earlier tests")
 			c.procs = c.procs[:len(c.procs)-1]
 			continue
 		}

@@ -38,6 +38,23 @@ const (
 	UDPPort  = 9000
 )
 
+// Ports the pods' embedded servers listen on (Spec.Pods): the target
+// ports of a Kubernetes Service, unlike the VIP's, so that a working path
+// proves the node translated VIP:port to pod:targetPort.
+const (
+	PodHTTPPort = 8080
+	PodUDPPort  = 5353
+)
+
+// MaxPods is the largest number of pods per backend host: pod j of
+// backend k gets 10.244.k.(1+j).
+const MaxPods = 253
+
+// PodGateway is every pod's default gateway, as Calico-style CNIs with
+// host routing do it: a link-local address that the node's end of the
+// pod's veth answers by proxy ARP. No interface holds it.
+var PodGateway = netip.MustParseAddr("169.254.1.1")
+
 // HostInterface is the name of every host's own end of its veth pair.
 const HostInterface = "eth0"
 
@@ -97,6 +114,16 @@ type Spec struct {
 	// dead node loses its routes in a third of a second instead of a
 	// hold time. Not with RouterStatic or Reflector.
 	BFD bool `json:"bfd,omitempty"`
+	// Pods, if not zero, makes the backends Kubernetes nodes with that
+	// many pods each: pod j of backend k is the namespace
+	// <Prefix>-be<k>-pod<j> with address 10.244.k.(1+j)/32, behind a veth
+	// from its node; the node routes each pod's /32 to its veth and the
+	// router routes the node's pod CIDR 10.244.k.0/24 to it, as a CNI
+	// with host routing does. The servers run in the pods, on
+	// PodHTTPPort and PodUDPPort, and the backends get no `xlb backend
+	// --vip`: whoever uses the lab runs the node's translation (`xlb
+	// backend --source kubernetes` or --nat).
+	Pods int `json:"pods,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -203,6 +230,24 @@ type Plan struct {
 	// Reflector is the route reflector's host on the node segment, nil
 	// without one. It is not among Hosts: no traffic goes through it.
 	Reflector *Host `json:"reflector,omitempty"`
+	// Pods are the pods of every backend (Spec.Pods per backend, by
+	// backend then pod number); none unless Spec.Pods is set. They are
+	// not among Hosts: they sit behind their node, not on a segment.
+	Pods []Pod `json:"pods,omitempty"`
+}
+
+// Pod is one pod of the Kubernetes lab (Spec.Pods). Its Host has the
+// pod's address, PodGateway as gateway, and as Peer the node's end of
+// the pod's veth (hp<j>, in the node's namespace).
+type Pod struct {
+	Host
+	// Node is the index of the pod's node in Plan.Backends.
+	Node int `json:"node"`
+}
+
+// PodCIDR is the pod range of backend k (0-based): 10.244.(k+1).0/24.
+func PodCIDR(k int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(k + 1), 0}), 24)
 }
 
 // Hosts returns every host of the plan: clients, nodes, backends.
@@ -222,6 +267,9 @@ func (p Plan) Namespaces() []string {
 	}
 	for _, h := range p.Hosts() {
 		names = append(names, h.Namespace)
+	}
+	for _, pod := range p.Pods {
+		names = append(names, pod.Namespace)
 	}
 	return names
 }
@@ -278,6 +326,9 @@ func NewPlan(s Spec) (Plan, error) {
 	if err := checkRouter(&s); err != nil {
 		return Plan{}, err
 	}
+	if s.Pods < 0 || s.Pods > MaxPods {
+		return Plan{}, fmt.Errorf("lab %q: %d pods per backend: want 0 to %d", s.Prefix, s.Pods, MaxPods)
+	}
 
 	p := Plan{
 		Spec:           s,
@@ -303,6 +354,7 @@ func NewPlan(s Spec) (Plan, error) {
 		p.Reflector = reflectorHost(p)
 	}
 	p.BGP = bgpPlan(p)
+	p.Pods = pods(p)
 	return p, nil
 }
 
@@ -364,6 +416,30 @@ func hosts(p Plan, seg Segment, role string, n int) []Host {
 		}
 	}
 	return hs
+}
+
+// pods lays out Spec.Pods pods behind every backend.
+func pods(p Plan) []Pod {
+	var ps []Pod
+	for k, node := range p.Backends {
+		addr := PodCIDR(k).Addr().Next()
+		for j := 1; j <= p.Spec.Pods; j++ {
+			addr = addr.Next()
+			name := fmt.Sprintf("%s-pod%d", node.Name, j)
+			ns := p.Spec.Prefix + "-" + name
+			ps = append(ps, Pod{Node: k, Host: Host{
+				Name:      name,
+				Namespace: ns,
+				Interface: HostInterface,
+				Addr:      addr,
+				Gateway:   PodGateway,
+				Peer:      fmt.Sprintf("hp%d", j),
+				MTU:       clientSegment.MTU,
+				PinDir:    filepath.Join(p.PinDir, ns),
+			}})
+		}
+	}
+	return ps
 }
 
 // specFile records the Spec of a lab that is up, for Load.

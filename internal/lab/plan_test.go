@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -49,6 +50,44 @@ func TestNewPlanAddresses(t *testing.T) {
 	}
 	if len(p.VIPs) != len(DefaultVIPs) {
 		t.Errorf("VIPs = %v, want %v", p.VIPs, DefaultVIPs)
+	}
+}
+
+func TestNewPlanPods(t *testing.T) {
+	p, err := NewPlan(Spec{Prefix: "t1", Nodes: 1, Backends: 2, Pods: 3, Binary: "/usr/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, pod := range p.Pods {
+		got = append(got, fmt.Sprintf("%s %s %s %s via %s, %s", pod.Name, pod.Namespace, pod.Addr, pod.Peer, p.Backends[pod.Node].Name, pod.Gateway))
+		if !PodCIDR(pod.Node).Contains(pod.Addr) || p.VIPPrefix.Contains(pod.Addr) {
+			t.Errorf("%s: %s outside its node's %s, or among the VIPs", pod.Name, pod.Addr, PodCIDR(pod.Node))
+		}
+	}
+	want := []string{
+		"be1-pod1 t1-be1-pod1 10.244.1.2 hp1 via be1, 169.254.1.1",
+		"be1-pod2 t1-be1-pod2 10.244.1.3 hp2 via be1, 169.254.1.1",
+		"be1-pod3 t1-be1-pod3 10.244.1.4 hp3 via be1, 169.254.1.1",
+		"be2-pod1 t1-be2-pod1 10.244.2.2 hp1 via be2, 169.254.1.1",
+		"be2-pod2 t1-be2-pod2 10.244.2.3 hp2 via be2, 169.254.1.1",
+		"be2-pod3 t1-be2-pod3 10.244.2.4 hp3 via be2, 169.254.1.1",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("pods:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	ns := p.Namespaces()
+	re := namespacePattern("t1")
+	for _, pod := range p.Pods {
+		if !slices.Contains(ns, pod.Namespace) || !re.MatchString(pod.Namespace) {
+			t.Errorf("%s: not among the lab's namespaces, or not matched by its pattern", pod.Namespace)
+		}
+	}
+	if _, err := NewPlan(Spec{Prefix: "t1", Pods: MaxPods + 1, Binary: "/usr/bin/true"}); err == nil {
+		t.Errorf("%d pods per backend: no error", MaxPods+1)
+	}
+	if p, err := NewPlan(Spec{Prefix: "t1", Binary: "/usr/bin/true"}); err != nil || len(p.Pods) != 0 {
+		t.Errorf("no pods asked: %v pods, %v", len(p.Pods), err)
 	}
 }
 
@@ -131,6 +170,13 @@ func TestNamespacePattern(t *testing.T) {
 		{"xlb-rr", true},
 		{"xlb-rr1", false},
 		{"xlb-2-rr", false},
+		{"xlb-be1-pod2", true},
+		{"xlb-be12-pod253", true},
+		{"xlb-be1-pod0", false},
+		{"xlb-node1-pod1", false},
+		{"xlb-client1-pod1", false},
+		{"xlb-be1-pod", false},
+		{"xlb-2-be1-pod1", false},
 	} {
 		if got := re.MatchString(tt.name); got != tt.ours {
 			t.Errorf("%q matched %v, want %v", tt.name, got, tt.ours)

@@ -77,7 +77,7 @@ func noRPFilter(ns string) error {
 // prefix creates, and no other lab's: the prefix "xlb" does not match
 // "xlb-2-router".
 func namespacePattern(prefix string) *regexp.Regexp {
-	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(router|rr|(client|node|be)[1-9][0-9]*)$`)
+	return regexp.MustCompile(`^` + regexp.QuoteMeta(prefix) + `-(router|rr|(client|node|be)[1-9][0-9]*|be[1-9][0-9]*-pod[1-9][0-9]*)$`)
 }
 
 // labNamespaces lists the existing namespaces that belong to the lab,
@@ -98,11 +98,14 @@ func labNamespaces(prefix string) ([]string, error) {
 		}
 	}
 	// Plan order: router, reflector, clients, nodes, backends, each by
-	// number.
+	// number, then pods by name.
 	key := func(name string) (int, int) {
-		m := re.FindStringSubmatch(name) // m[1] "router", "rr" or "node12", m[2] "", "" or "node"
+		m := re.FindStringSubmatch(name) // m[1] "router", "rr", "node12" or "be1-pod2", m[2] "", "", "node" or ""
 		if m[2] == "" {
-			return slices.Index([]string{"router", "rr"}, m[1]), 0
+			if i := slices.Index([]string{"router", "rr"}, m[1]); i >= 0 {
+				return i, 0
+			}
+			return 5, 0
 		}
 		k, _ := strconv.Atoi(strings.TrimPrefix(m[1], m[2]))
 		return 2 + slices.Index([]string{"client", "node", "be"}, m[2]), k
@@ -110,7 +113,7 @@ func labNamespaces(prefix string) ([]string, error) {
 	slices.SortFunc(names, func(a, b string) int {
 		ra, ka := key(a)
 		rb, kb := key(b)
-		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(ka, kb))
+		return cmp.Or(cmp.Compare(ra, rb), cmp.Compare(ka, kb), strings.Compare(a, b))
 	})
 	return names, nil
 }

@@ -92,6 +92,7 @@ func build(ctx context.Context, p Plan) error {
 		{"namespaces", addNamespaces},
 		{"router", setUpRouter},
 		{"hosts", setUpHosts},
+		{"pods", setUpPods},
 		{"sysctls", setSysctlsAll},
 		{"client checksums", fullChecksums},
 		{"VIP route", setStaticRoute},
@@ -283,8 +284,10 @@ func attachPass(_ context.Context, p Plan) error {
 
 // setUpDecap runs `xlb backend` in every backend namespace: VIPs local,
 // decapsulation program attached and pinned under the host's pin dir.
+// Backends that are Kubernetes nodes (Spec.Pods) are left to the user of
+// the lab, who runs their translation.
 func setUpDecap(ctx context.Context, p Plan) error {
-	if p.Spec.SkipDecap {
+	if p.Spec.SkipDecap || p.Spec.Pods > 0 {
 		return nil
 	}
 	for _, h := range p.Backends {
@@ -304,26 +307,35 @@ func setUpDecap(ctx context.Context, p Plan) error {
 // ServerName is the StartProcess name of backend h's embedded server.
 func ServerName(h Host) string { return "serve-" + h.Name }
 
+// startServers starts the servers of the backends, or of the pods in a
+// Kubernetes lab (Spec.Pods) on the pods' own ports.
 func startServers(ctx context.Context, p Plan) error {
 	prefix := p.Spec.Prefix
-	for _, h := range p.Backends {
+	servers, httpPort, udpPort := p.Backends, HTTPPort, UDPPort
+	if len(p.Pods) > 0 {
+		servers, httpPort, udpPort = nil, PodHTTPPort, PodUDPPort
+		for _, pod := range p.Pods {
+			servers = append(servers, pod.Host)
+		}
+	}
+	for _, h := range servers {
 		_, err := StartProcess(prefix, h.Namespace, ServerName(h), p.Spec.Binary, "lab", "serve",
 			"--name", h.Name,
-			"--http", net.JoinHostPort("0.0.0.0", strconv.Itoa(HTTPPort)),
-			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(UDPPort)),
+			"--http", net.JoinHostPort("0.0.0.0", strconv.Itoa(httpPort)),
+			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(udpPort)),
 			"--control", ControlSocket(prefix, h))
 		if err != nil {
 			return err
 		}
 	}
 	deadline := time.Now().Add(readyTimeout)
-	for _, h := range p.Backends {
+	for _, h := range servers {
 		name := ServerName(h)
 		running := func() bool {
 			rec, err := readRecord(prefix, name)
 			return err == nil && ours(rec)
 		}
-		if err := waitListening(ctx, h.Namespace, HTTPPort, deadline, running); err != nil {
+		if err := waitListening(ctx, h.Namespace, httpPort, deadline, running); err != nil {
 			return fmt.Errorf("%s: %w; its log %s ends with: %s", h.Name, err, LogFile(prefix, name), logTail(LogFile(prefix, name)))
 		}
 	}

@@ -43,7 +43,8 @@ func startBFD(local netip.Addr, cfg bfd.Config, log *slog.Logger) (*bfdFollower,
 func (b *bfdFollower) established(peer netip.Addr) {
 	if err := b.m.Add(peer, b.cfg); err != nil {
 		b.log.Error("BFD: cannot start a session; this peer's failures are found by the hold time only",
-			"peer", peer, "err", err)
+			"peer", peer, "err", err,
+			"fix", "see the error; the session is tried again when the peer's BGP session is established again")
 	}
 }
 
@@ -64,9 +65,11 @@ func (b *bfdFollower) follow(r *Router) {
 			continue
 		}
 		b.log.Warn("BFD session down: the peer is gone", "peer", ev.Peer, "diag", ev.Diag.String(),
-			"remoteDiag", ev.RemoteDiag.String())
+			"remoteDiag", ev.RemoteDiag.String(),
+			"fix", "check the peer and the link to it; its routes return when its BGP session is established again")
 		if err := r.PeerFailed(ev.Peer); err != nil {
-			b.log.Warn("BFD: peer failure not fully handled", "peer", ev.Peer, "err", err)
+			b.log.Warn("BFD: peer failure not fully handled", "peer", ev.Peer, "err", err,
+				"fix", "see the error; the peer's routes leave the FIB at the latest when its BGP hold time expires")
 			continue
 		}
 		b.log.Info("BFD: peer out of the FIB", "peer", ev.Peer, "sinceDown", time.Since(ev.Time).Round(time.Microsecond))

@@ -218,7 +218,8 @@ func (r *Router) Run(ctx context.Context) (err error) {
 		defer func() {
 			r.bfd.Store(nil)
 			if cerr := b.close(); cerr != nil {
-				r.log.Warn("BFD did not stop cleanly", "err", cerr)
+				r.log.Warn("BFD did not stop cleanly", "err", cerr,
+					"fix", "nothing to do: the router has stopped; the peers see its BFD sessions time out")
 			}
 			<-followDone
 		}()
@@ -349,7 +350,8 @@ func (r *Router) PeerFailed(peer netip.Addr) error {
 	r.mu.Lock()
 	r.failed[peer] = true
 	r.mu.Unlock()
-	r.log.Warn("peer failed: taking its paths out of the FIB and resetting its session", "peer", peer)
+	r.log.Warn("peer failed: taking its paths out of the FIB and resetting its session", "peer", peer,
+		"fix", "check the peer and the link to it; its paths return when its BGP session is established again")
 	r.sync(time.Now())
 	err := s.ResetPeer(context.Background(), &api.ResetPeerRequest{
 		Address:       peer.String(),
@@ -463,7 +465,8 @@ func (r *Router) sync(since time.Time) {
 
 	desired, err := ribRoutes(r.bgp, failed)
 	if err != nil {
-		r.log.Error("fib: cannot read the BGP table; routes unchanged", "err", err)
+		r.log.Error("fib: cannot read the BGP table; routes unchanged", "err", err,
+			"fix", "see the error; the next BGP event tries again, restart the router if none comes")
 		return
 	}
 	for _, c := range plan(installed, desired) {
@@ -485,7 +488,8 @@ func (r *Router) sync(since time.Time) {
 			attrs = append(attrs, "sinceEvent", time.Since(since).Round(time.Microsecond))
 		}
 		if err != nil {
-			r.log.Error("fib: change failed", append(attrs, "err", err)...)
+			r.log.Error("fib: change failed", append(attrs, "err", err,
+				"fix", "see the error (also in the router's status); the next BGP event tries the change again")...)
 			continue
 		}
 		r.log.Info("fib", attrs...)

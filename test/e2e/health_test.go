@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -110,10 +111,18 @@ func (e *env) logHealthEvents(t *testing.T) {
 // the returned stop is called, which returns the attempts.
 func (e *env) streamOf(t *testing.T, ctx context.Context) (stop func() []labrun.Attempt) {
 	t.Helper()
+	return streamTo(t, ctx, e.client.Namespace, e.web().Target(), streamEvery, streamTimeout)
+}
+
+// streamTo runs labrun.Stream from namespace ns to target in the
+// background until the returned stop is called, which returns the
+// attempts.
+func streamTo(t *testing.T, ctx context.Context, ns string, target netip.AddrPort, every, timeout time.Duration) (stop func() []labrun.Attempt) {
+	t.Helper()
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan []labrun.Attempt, 1)
 	go func() {
-		a, err := labrun.Stream(sctx, e.client.Namespace, e.web().Target(), streamEvery, streamTimeout)
+		a, err := labrun.Stream(sctx, ns, target, every, timeout)
 		if err != nil {
 			t.Error(err)
 		}

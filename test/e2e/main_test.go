@@ -32,7 +32,7 @@ var labPrefix = fmt.Sprintf("xlbe2e%d", os.Getpid())
 
 // staleRE matches the namespaces of the labs that runs of these tests
 // make, and captures the run's PID and the lab's prefix.
-var staleRE = regexp.MustCompile(`^(xlbe2e([0-9]+)(?:-demo)?)-(?:router|client[0-9]+|node[0-9]+|be[0-9]+)$`)
+var staleRE = regexp.MustCompile(`^(xlbe2e([0-9]+)(?:-demo)?)-(?:router|client[0-9]+|node[0-9]+|be[0-9]+(?:-pod[0-9]+)?)$`)
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {

@@ -10,7 +10,6 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +78,7 @@ func TestBackendDaemon(t *testing.T) {
 	pin := filepath.Join(dataplane.BPFFSRoot, ns)
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
-	kubeconfig := relayAPIServer(t, ns, cp)
+	kubeconfig := cp.RelayT(t, ns)
 
 	c.node(nodeA)
 	c.node(nodeB)
@@ -192,80 +191,6 @@ func run(t *testing.T, argv ...string) {
 	if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v: %s", strings.Join(argv, " "), err, out)
 	}
-}
-
-// relayAPIServer listens on the loopback of namespace ns, relays every
-// connection to the API server, and returns a kubeconfig for the relay.
-func relayAPIServer(t *testing.T, ns string, cp *k8stest.ControlPlane) string {
-	t.Helper()
-	u, err := url.Parse(cp.Server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var ln net.Listener
-	if err := netns.Do(ns, func() (err error) {
-		ln, err = net.Listen("tcp", "127.0.0.1:0")
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	var (
-		mu    sync.Mutex
-		conns []net.Conn
-		wg    sync.WaitGroup
-	)
-	track := func(c net.Conn) {
-		mu.Lock()
-		conns = append(conns, c)
-		mu.Unlock()
-	}
-	wg.Go(func() {
-		for {
-			in, err := ln.Accept()
-			if err != nil {
-				return // closed
-			}
-			out, err := net.DialTimeout("tcp", u.Host, 5*time.Second)
-			if err != nil {
-				in.Close()
-				continue
-			}
-			track(in)
-			track(out)
-			wg.Go(func() { io.Copy(out, in); out.Close() })
-			wg.Go(func() { io.Copy(in, out); in.Close() })
-		}
-	})
-	t.Cleanup(func() {
-		ln.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	kc := fmt.Sprintf(`apiVersion: v1
-kind: Config
-clusters:
-- name: relay
-  cluster:
-    server: https://%s
-    certificate-authority: %s
-users:
-- name: admin
-  user:
-    token: %s
-contexts:
-- name: relay
-  context: {cluster: relay, user: admin}
-current-context: relay
-`, ln.Addr(), cp.CAFile, cp.Token)
-	path := filepath.Join(t.TempDir(), "kubeconfig")
-	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 // daemon is one run of `xlb backend --source kubernetes`.

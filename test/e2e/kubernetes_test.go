@@ -1,0 +1,685 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/yaml"
+
+	"github.com/xlbproject/xlb/internal/api"
+	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/internal/labrun"
+)
+
+// The Kubernetes objects of TestKubernetes.
+const (
+	k8sNamespace = "default"
+	k8sService   = "web"
+	k8sPool      = "lab"
+	// The pool: 16 addresses of the lab's VIP prefix, which the router
+	// learns per /32 from the agents.
+	k8sPoolRange = "10.99.0.16/28"
+)
+
+// TestKubernetes runs xlb as a Kubernetes load balancer end to end,
+// against a real API server and controller manager (internal/k8stest):
+// `xlb controller` allocates the Service's address from an AddressPool;
+// `xlb agent` on two lab nodes takes the Service, its EndpointSlices and a
+// BGPPeer from the cluster, programs the data plane and announces the VIP
+// to the lab's router; `xlb backend --source kubernetes` on two Kubernetes
+// nodes translates VIP:port to the pods' addresses and target ports. The
+// pods are plain network namespaces that serve on their own address only
+// (lab.Spec.Pods): nothing in them knows the VIP. The test plays the
+// kubelet, setting each Pod's IP and readiness.
+func TestKubernetes(t *testing.T) {
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
+	}
+	cp := k8stest.StartT(t, k8stest.Options{})
+	prefix := labPrefix + "k"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 6*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 2, Binary: xlbBinary,
+		Router: lab.RouterEmbedded, BFD: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logAgentsOnFailure(t, p)
+	k := newKubeEnv(t, ctx, cp, p)
+	k.applyCRDs()
+
+	// The cluster: the lab's xlb nodes and Kubernetes nodes as Nodes,
+	// an AddressPool, the router as a BGPPeer with BFD.
+	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
+		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
+	}
+	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
+	b := p.BGP
+	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{
+		"myASN": int64(b.NodeASN), "peerASN": int64(b.PeerASN), "peerAddress": b.PeerAddr.String(),
+		"holdTime": b.HoldTime.String(),
+		"bfd":      map[string]any{"minRx": b.BFD.MinRx.String(), "minTx": b.BFD.MinTx.String(), "multiplier": int64(b.BFD.Multiplier)},
+	})
+
+	k.startController()
+	for _, n := range p.Nodes {
+		k.startAgent(n)
+	}
+	for _, be := range p.Backends {
+		k.startBackend(be)
+	}
+
+	// Pods, then the Service: an address from the pool, the agents'
+	// routes on the router, traffic to every pod.
+	for _, pod := range p.Pods {
+		k.createPod(pod, true)
+	}
+	k.createService()
+	vip := k.waitIngress("")
+	t.Logf("the Service got %s from pool %s", vip, k8sPool)
+	if !netip.MustParsePrefix(k8sPoolRange).Contains(vip) {
+		t.Fatalf("address %s is outside the pool %s", vip, k8sPoolRange)
+	}
+	nodes := []netip.Addr{p.Nodes[0].Addr, p.Nodes[1].Addr}
+	if err := lab.WaitNextHops(ctx, p, vip, nodes, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	allPods := podNames(p.Pods)
+	k.waitBackends(allPods...)
+	web := netip.AddrPortFrom(vip, 80)
+	tally, err := labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 400, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("400 new connections to %s: %v", web, tally)
+	if got := tally.Backends(); !slices.Equal(got, allPods) {
+		t.Fatalf("answered by %v, want every pod %v", got, allPods)
+	}
+	dns := netip.AddrPortFrom(vip, 53)
+	udp, err := labrun.UDPLoad(ctx, p.Clients[0].Namespace, dns, 200, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("200 datagrams to %s: %v", dns, udp)
+	if got := udp.Backends(); !slices.Equal(got, allPods) {
+		t.Fatalf("UDP answered by %v, want every pod %v", got, allPods)
+	}
+	reply, err := labrun.UDPEcho(ctx, p.Clients[0].Namespace, dns, "ping")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reply.From != dns {
+		t.Errorf("UDP reply from %s, want the VIP %s: the node did not translate the pod's reply", reply.From, dns)
+	}
+
+	// Pods change while new connections stream in: each change reaches
+	// both agents' data planes, and traffic follows without a failure.
+	stop := k.stream(web)
+	unready, deleted := p.Pods[1], p.Pods[2]
+	k.change("a pod turns unready", func() { k.setReady(unready, false) }, without(allPods, unready.Name)...)
+	k.change("a pod is deleted (scale down)", func() { k.deletePod(deleted) }, without(allPods, unready.Name, deleted.Name)...)
+	k.change("the pod is back (scale up)", func() { k.createPod(deleted, true) }, without(allPods, unready.Name)...)
+	k.change("the unready pod is ready again", func() { k.setReady(unready, true) }, allPods...)
+	attempts := stop()
+	checkStream(t, attempts, allPods)
+	k.checkPhases(attempts)
+	tally, err = labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 200, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tally.Backends(); !slices.Equal(got, allPods) {
+		t.Errorf("after the changes answered by %v, want every pod %v", got, allPods)
+	}
+
+	// Restarts: the controller, then each agent in turn, while new
+	// connections stream in. No address changes hands, nothing fails.
+	stop = k.stream(web)
+	k.restartController()
+	for _, be := range p.Backends {
+		k.restartBackend(be)
+	}
+	for _, n := range p.Nodes {
+		k.restartAgent(n)
+		if err := lab.WaitNextHops(ctx, p, vip, nodes, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	attempts = stop()
+	checkStream(t, attempts, allPods)
+	if got := k.waitIngress(vip.String()); got != vip {
+		t.Errorf("after the restarts the Service has %s, want %s", got, vip)
+	}
+	k.waitPoolAssigned(1)
+
+	// Deleting the Service withdraws the route and frees the address:
+	// the next Service gets it.
+	k.must(nil, k.cs.CoreV1().Services(k8sNamespace).Delete(ctx, k8sService, metav1.DeleteOptions{}))
+	if err := lab.WaitNextHops(ctx, p, vip, nil, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	k.waitPoolAssigned(0)
+	k.createService()
+	if got := k.waitIngress(""); got != vip {
+		t.Errorf("a new Service got %s, want the freed %s", got, vip)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, nodes, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// kubeEnv is TestKubernetes' cluster and lab.
+type kubeEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	cp    *k8stest.ControlPlane
+	p     lab.Plan
+	cs    kubernetes.Interface
+	dyn   dynamic.Interface
+	relay map[string]string // namespace → kubeconfig through a relay into it
+	ctl   *exec.Cmd
+	ctlN  int
+	// phases are the pod sets that change() brought into the data
+	// planes, with when.
+	phases []phase
+}
+
+// phase is a time in which the data planes had a set of pods.
+type phase struct {
+	what     string
+	from, to time.Time
+	pods     []string
+}
+
+func newKubeEnv(t *testing.T, ctx context.Context, cp *k8stest.ControlPlane, p lab.Plan) *kubeEnv {
+	t.Helper()
+	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc.QPS, rc.Burst = 100, 200
+	cs, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &kubeEnv{t: t, ctx: ctx, cp: cp, p: p, cs: cs, dyn: dyn, relay: map[string]string{}}
+}
+
+func (k *kubeEnv) must(_ any, err error) {
+	k.t.Helper()
+	if err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// kubeconfig returns a kubeconfig that reaches the API server from inside
+// namespace ns.
+func (k *kubeEnv) kubeconfig(ns string) string {
+	if kc, ok := k.relay[ns]; ok {
+		return kc
+	}
+	kc := k.cp.RelayT(k.t, ns)
+	k.relay[ns] = kc
+	return kc
+}
+
+// applyCRDs creates xlb's CustomResourceDefinitions from deploy/crds and
+// waits until they are served.
+func (k *kubeEnv) applyCRDs() {
+	k.t.Helper()
+	files, err := filepath.Glob(filepath.Join("..", "..", "deploy", "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		k.t.Fatalf("deploy/crds: %v (%d files)", err, len(files))
+	}
+	crds := k.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		var obj map[string]any
+		if err := yaml.Unmarshal(data, &obj); err != nil {
+			k.t.Fatalf("%s: %v", f, err)
+		}
+		k.must(crds.Create(k.ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}))
+	}
+	k.waitFor("the CRDs served", 30*time.Second, func() string {
+		for _, r := range []schema.GroupVersionResource{k8sapi.AddressPoolResource, k8sapi.BGPPeerResource} {
+			if _, err := k.dyn.Resource(r).List(k.ctx, metav1.ListOptions{}); err != nil {
+				return err.Error()
+			}
+		}
+		return ""
+	})
+}
+
+func (k *kubeEnv) createCustom(r schema.GroupVersionResource, kind, name string, spec map[string]any) {
+	k.t.Helper()
+	obj := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": k8sapi.Group + "/" + k8sapi.Version, "kind": kind,
+		"metadata": map[string]any{"name": name}, "spec": spec,
+	}}
+	k.must(k.dyn.Resource(r).Create(k.ctx, obj, metav1.CreateOptions{}))
+}
+
+// startController runs `xlb controller` on the host, where the API server
+// listens, with short leader-election timers.
+func (k *kubeEnv) startController() {
+	k.t.Helper()
+	k.ctlN++
+	logPath := filepath.Join(k.p.StateDir, fmt.Sprintf("controller-%d.log", k.ctlN))
+	logf, err := os.Create(logPath)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	defer logf.Close()
+	cmd := exec.Command(xlbBinary, "controller", "--kubeconfig", k.cp.Kubeconfig, "--namespace", k8sNamespace,
+		"--identity", fmt.Sprintf("e2e-%d", k.ctlN), "--metrics-addr", "",
+		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms")
+	cmd.Stdout, cmd.Stderr = logf, logf
+	// The controller dies with the test binary, whatever ends it. The
+	// death signal follows the thread that forked it, and Go ends
+	// threads (netns helpers lock and leave them): hold that thread
+	// until the controller has exited.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started, done := make(chan error), make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		err := cmd.Start()
+		started <- err
+		if err == nil {
+			_ = cmd.Wait()
+			close(done)
+		}
+	}()
+	if err := <-started; err != nil {
+		k.t.Fatal(err)
+	}
+	k.ctl = cmd
+	k.t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if k.t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			k.t.Logf("controller log %s:\n%s", logPath, tailLines(string(b), 30))
+		}
+	})
+}
+
+// restartController stops the controller with SIGTERM and starts
+// another.
+func (k *kubeEnv) restartController() {
+	k.t.Helper()
+	old := k.ctl
+	if err := old.Process.Signal(syscall.SIGTERM); err != nil {
+		k.t.Fatal(err)
+	}
+	if err := labrun.WaitExit(k.ctx, old.Process.Pid, 15*time.Second); err != nil {
+		k.t.Fatal(err)
+	}
+	k.startController()
+}
+
+// agentConfig is the base configuration of node's agent: the node, the
+// API and the data plane from the file, services and peers from the
+// cluster.
+func (k *kubeEnv) agentConfig(n lab.Host) string {
+	b := k.p.BGP
+	return fmt.Sprintf(`# Written by TestKubernetes for %s.
+node: {interface: %s, address: %s}
+api: {socket: %s}
+dataplane: {pinPath: %s}
+bgp: {asn: %d, holdTime: %s, drainTime: %s}
+kubernetes: {kubeconfig: %s, nodeName: %s}
+`, n.Name, n.Interface, n.Addr, labrun.Socket(k.p, n), n.PinDir, b.NodeASN, b.HoldTime, labrun.DrainTime, k.kubeconfig(n.Namespace), n.Name)
+}
+
+func (k *kubeEnv) startAgent(n lab.Host) {
+	k.t.Helper()
+	path := labrun.ConfigPath(k.p, n)
+	if err := os.WriteFile(path, []byte(k.agentConfig(n)), 0o644); err != nil {
+		k.t.Fatal(err)
+	}
+	if _, err := lab.StartProcess(k.p.Spec.Prefix, n.Namespace, labrun.AgentName(n), xlbBinary, "agent", "--config", path); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+// restartAgent stops node n's agent with SIGTERM (it withdraws its
+// routes and drains), starts it again and waits until it serves the
+// Service.
+func (k *kubeEnv) restartAgent(n lab.Host) {
+	k.t.Helper()
+	if err := lab.StopProcess(k.p.Spec.Prefix, labrun.AgentName(n)); err != nil {
+		k.t.Fatal(err)
+	}
+	k.startAgent(n)
+	k.waitFor(n.Name+"'s agent serving the Service again", 30*time.Second, func() string {
+		st, err := api.GetStatus(labrun.Socket(k.p, n))
+		if err != nil {
+			return err.Error()
+		}
+		if _, ok := servedBackends(st); !ok {
+			return "not serving " + serviceName(80, "tcp")
+		}
+		return ""
+	})
+}
+
+// startBackend runs the backend DaemonSet's command on Kubernetes node h.
+func (k *kubeEnv) startBackend(h lab.Host) {
+	k.t.Helper()
+	_, err := lab.StartProcess(k.p.Spec.Prefix, h.Namespace, "backend-"+h.Name, xlbBinary, "backend", "--source", "kubernetes",
+		"--interface", h.Interface, "--kubeconfig", k.kubeconfig(h.Namespace), "--node-name", h.Name, "--pin-path", h.PinDir)
+	if err != nil {
+		k.t.Fatal(err)
+	}
+	k.t.Cleanup(func() {
+		if k.t.Failed() {
+			path := lab.LogFile(k.p.Spec.Prefix, "backend-"+h.Name)
+			b, _ := os.ReadFile(path)
+			k.t.Logf("%s:\n%s", path, tailLines(string(b), 20))
+		}
+	})
+}
+
+// restartBackend stops node h's backend daemon with SIGTERM (its
+// translations stay pinned and keep working) and starts it again.
+func (k *kubeEnv) restartBackend(h lab.Host) {
+	k.t.Helper()
+	if err := lab.StopProcess(k.p.Spec.Prefix, "backend-"+h.Name); err != nil {
+		k.t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	k.startBackend(h)
+}
+
+// createPod creates the Pod of lab pod pod on its node and, as the
+// kubelet would, gives it its IP and readiness.
+func (k *kubeEnv) createPod(pod lab.Pod, ready bool) {
+	k.t.Helper()
+	k.must(k.cs.CoreV1().Pods(k8sNamespace).Create(k.ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: map[string]string{"app": k8sService}},
+		Spec: corev1.PodSpec{NodeName: k.p.Backends[pod.Node].Name,
+			Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web",
+				Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: lab.PodHTTPPort}, {Name: "dns", ContainerPort: lab.PodUDPPort, Protocol: corev1.ProtocolUDP}}}}},
+	}, metav1.CreateOptions{}))
+	ip := pod.Addr.String()
+	k.patchPodStatus(pod, fmt.Sprintf(`{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q}],"conditions":[{"type":"Ready","status":%q}]}}`,
+		ip, ip, conditionStatus(ready)))
+}
+
+func (k *kubeEnv) setReady(pod lab.Pod, ready bool) {
+	k.t.Helper()
+	k.patchPodStatus(pod, fmt.Sprintf(`{"status":{"conditions":[{"type":"Ready","status":%q}]}}`, conditionStatus(ready)))
+}
+
+func (k *kubeEnv) patchPodStatus(pod lab.Pod, patch string) {
+	k.t.Helper()
+	k.must(k.cs.CoreV1().Pods(k8sNamespace).Patch(k.ctx, pod.Name, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"))
+}
+
+// deletePod deletes a Pod at once, as a finished scale-down does.
+func (k *kubeEnv) deletePod(pod lab.Pod) {
+	k.t.Helper()
+	zero := int64(0)
+	k.must(nil, k.cs.CoreV1().Pods(k8sNamespace).Delete(k.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}))
+}
+
+func conditionStatus(ready bool) string {
+	if ready {
+		return "True"
+	}
+	return "False"
+}
+
+// createService creates the Service: HTTP on 80 and UDP on 53, to the
+// pods' target ports, of xlb's load-balancer class.
+func (k *kubeEnv) createService() {
+	k.t.Helper()
+	class := k8sapi.LoadBalancerClass
+	k.must(k.cs.CoreV1().Services(k8sNamespace).Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: k8sService},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Selector: map[string]string{"app": k8sService},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
+				{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(lab.PodUDPPort), Protocol: corev1.ProtocolUDP},
+			}},
+	}, metav1.CreateOptions{}))
+}
+
+// waitIngress waits until the Service's status has an address (want,
+// if not empty) and returns it.
+func (k *kubeEnv) waitIngress(want string) netip.Addr {
+	k.t.Helper()
+	var got netip.Addr
+	k.waitFor("the Service's address", 30*time.Second, func() string {
+		s, err := k.cs.CoreV1().Services(k8sNamespace).Get(k.ctx, k8sService, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		ing := s.Status.LoadBalancer.Ingress
+		if len(ing) != 1 || (want != "" && ing[0].IP != want) {
+			return fmt.Sprintf("ingress %+v", ing)
+		}
+		got, err = netip.ParseAddr(ing[0].IP)
+		if err != nil {
+			return err.Error()
+		}
+		return ""
+	})
+	return got
+}
+
+// waitPoolAssigned waits until the pool's status counts n addresses held.
+func (k *kubeEnv) waitPoolAssigned(n int64) {
+	k.t.Helper()
+	k.waitFor(fmt.Sprintf("pool %s with %d assigned", k8sPool, n), 30*time.Second, func() string {
+		u, err := k.dyn.Resource(k8sapi.AddressPoolResource).Get(k.ctx, k8sPool, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		var pool k8sapi.AddressPool
+		if err := k8sapi.FromUnstructured(u, &pool); err != nil {
+			return err.Error()
+		}
+		if pool.Status.Assigned != n {
+			return fmt.Sprintf("status %+v", pool.Status)
+		}
+		return ""
+	})
+}
+
+func serviceName(port int, proto string) string {
+	return fmt.Sprintf("%s/%s:%d/%s", k8sNamespace, k8sService, port, proto)
+}
+
+// servedBackends returns the pod addresses an agent's data plane has for
+// the Service's HTTP port (backends with weight 0 drain and count as
+// gone), and whether it serves that port at all.
+func servedBackends(st *api.Status) ([]string, bool) {
+	for _, s := range st.Services {
+		if s.Name != serviceName(80, "tcp") {
+			continue
+		}
+		var addrs []string
+		for _, b := range s.Backends {
+			if b.Weight > 0 {
+				addrs = append(addrs, b.Address.String())
+			}
+		}
+		slices.Sort(addrs)
+		return addrs, s.Installed
+	}
+	return nil, false
+}
+
+// waitBackends waits until both agents' data planes have exactly the
+// named pods as the Service's backends, and returns how long it took.
+func (k *kubeEnv) waitBackends(pods ...string) time.Duration {
+	k.t.Helper()
+	var want []string
+	for _, pod := range k.p.Pods {
+		if slices.Contains(pods, pod.Name) {
+			want = append(want, pod.Addr.String())
+		}
+	}
+	slices.Sort(want)
+	start := time.Now()
+	k.waitFor(fmt.Sprintf("backends %v in every agent", pods), 30*time.Second, func() string {
+		for _, n := range k.p.Nodes {
+			st, err := api.GetStatus(labrun.Socket(k.p, n))
+			if err != nil {
+				return err.Error()
+			}
+			got, ok := servedBackends(st)
+			if !ok || !slices.Equal(got, want) {
+				return fmt.Sprintf("%s: installed %v, backends %v", n.Name, ok, got)
+			}
+		}
+		return ""
+	})
+	return time.Since(start)
+}
+
+// change makes a change to the cluster and waits until every agent's
+// data plane has the pods want; it logs the time from the API call's
+// return to then.
+func (k *kubeEnv) change(what string, do func(), want ...string) {
+	k.t.Helper()
+	start := time.Now()
+	if n := len(k.phases); n > 0 {
+		k.phases[n-1].to = start
+	}
+	do()
+	d := k.waitBackends(want...)
+	k.t.Logf("%s: in both data planes %s after the API call", what, d.Round(time.Millisecond))
+	k.phases = append(k.phases, phase{what: what, from: start.Add(d), to: time.Now().Add(time.Hour), pods: want})
+	// Let the stream run a while on the new set.
+	time.Sleep(time.Second)
+}
+
+// checkPhases wants every request that started while the data planes
+// had a phase's pods to be answered by one of them: traffic follows the
+// cluster.
+func (k *kubeEnv) checkPhases(attempts []labrun.Attempt) {
+	k.t.Helper()
+	for _, ph := range k.phases {
+		n := 0
+		for _, a := range window(attempts, ph.from, ph.to) {
+			n++
+			if a.Err == nil && !slices.Contains(ph.pods, a.Backend) {
+				k.t.Errorf("%s: a request at %s reached %s, not one of %v", ph.what, a.Start.Format("15:04:05.000"), a.Backend, ph.pods)
+			}
+		}
+		if n < 20 {
+			k.t.Errorf("%s: only %d requests to check", ph.what, n)
+		}
+	}
+}
+
+// stream sends a request on a new connection to target every 20 ms
+// until the returned stop.
+func (k *kubeEnv) stream(target netip.AddrPort) (stop func() []labrun.Attempt) {
+	return streamTo(k.t, k.ctx, k.p.Clients[0].Namespace, target, 20*time.Millisecond, 5*time.Second)
+}
+
+// checkStream wants every attempt answered, by the pods only.
+func checkStream(t *testing.T, attempts []labrun.Attempt, pods []string) {
+	t.Helper()
+	by := map[string]int{}
+	failed := 0
+	for _, a := range attempts {
+		if a.Err != nil {
+			if failed < 5 {
+				t.Errorf("request at %s failed: %v", a.Start.Format("15:04:05.000"), a.Err)
+			}
+			failed++
+			continue
+		}
+		by[a.Backend]++
+	}
+	t.Logf("%d requests, %d failed; answered by %v", len(attempts), failed, by)
+	if failed > 0 {
+		t.Errorf("%d of %d requests failed", failed, len(attempts))
+	}
+	if len(attempts) < 100 {
+		t.Errorf("only %d requests were made", len(attempts))
+	}
+	for name := range maps.Keys(by) {
+		if !slices.Contains(pods, name) {
+			t.Errorf("answered by %q, not a pod", name)
+		}
+	}
+}
+
+func (k *kubeEnv) waitFor(what string, timeout time.Duration, cond func() string) {
+	k.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		why := cond()
+		if why == "" {
+			return
+		}
+		if time.Now().After(deadline) || k.ctx.Err() != nil {
+			k.t.Fatalf("%s: not within %s: %s", what, timeout, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func podNames(pods []lab.Pod) []string {
+	var names []string
+	for _, p := range pods {
+		names = append(names, p.Name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func without(names []string, drop ...string) []string {
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return slices.Contains(drop, n) })
+}
+
+func tailLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
