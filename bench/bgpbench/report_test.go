@@ -95,6 +95,16 @@ func TestMarkdownVerdicts(t *testing.T) {
 	if !strings.Contains(md, "**Starting** misses the target") {
 		t.Errorf("a start p99 above the target and no word of it")
 	}
+	if !strings.Contains(md, "Sessions slower than 1000 ms waited for a second connection attempt") {
+		t.Errorf("sessions over a second (1690–2690 ms) and no word of them")
+	}
+	fast := sampleReport()
+	fast.Routers[0].Scale = fast.Routers[1].Scale
+	if md := markdown(fast, "x.json", "", ""); !strings.Contains(md, "**Starting** meets the target too. The agent connects to its peers itself") ||
+		!strings.Contains(md, "exec → GoBGP running, p50 300 ms, at most 300) and the session (TCP, OPEN, KEEPALIVE: p50 390 ms, at most 490)") ||
+		strings.Contains(md, "Sessions slower") {
+		t.Errorf("every start within the target:\n%s", md)
+	}
 	r := sampleReport()
 	f := &r.Routers[1].Failures[1]
 	f.Events[1].Ms = 3100

@@ -25,7 +25,7 @@ const (
 )
 
 // How long one scale event may take before the run gives up: a start
-// waits for GoBGP's first connection (up to 2 s) and the agent's start-up.
+// waits for the agent's start-up and its first BGP session.
 const (
 	startTimeout = 15 * time.Second
 	stopTimeout  = 10 * time.Second
@@ -102,7 +102,7 @@ type ScaleEvent struct {
 	// Where the time went, from the agent's log (millisecond stamps):
 	// AgentMs is T0 → "bgp speaker started" for a start, T0 → "bgp
 	// routes withdrawn" for a stop; SessionMs is "bgp speaker started"
-	// → "bgp peer up" (GoBGP connects, OPEN, KEEPALIVE); RouterMs is
+	// → "bgp peer up" (the speaker connects, OPEN, KEEPALIVE); RouterMs is
 	// the rest up to T1 (the UPDATE, the router, its FIB write).
 	AgentMs   *float64 `json:"agent_ms,omitempty"`
 	SessionMs *float64 `json:"session_ms,omitempty"`

@@ -204,10 +204,10 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		}
 		state := p.State
 		if p.HeldDown != "" {
-			state += " (held down: " + p.HeldDown + ")"
+			state += " (held down: " + oneLine(p.HeldDown) + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Address, p.ASN, state, since,
-			p.PrefixesSent, p.PrefixesReceived, p.Flaps, bfd, orDash(p.LastError))
+			p.PrefixesSent, p.PrefixesReceived, p.Flaps, bfd, orDash(oneLine(p.LastError)))
 	}
 	tw.Flush()
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
@@ -217,7 +217,7 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		if r.Announced {
 			fmt.Fprintf(w, "  route %s: announced\n", r.Prefix)
 		} else {
-			fmt.Fprintf(w, "  route %s: withdrawn (%s)\n", r.Prefix, r.Reason)
+			fmt.Fprintf(w, "  route %s: withdrawn (%s)\n", r.Prefix, oneLine(r.Reason))
 		}
 	}
 	fmt.Fprintln(w)

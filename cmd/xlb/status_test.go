@@ -76,3 +76,74 @@ func TestPrintStatusHealth(t *testing.T) {
 		}
 	}
 }
+
+func TestPrintStatusBGP(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
+	st := &api.Status{
+		Version: "v1", Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0"},
+		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
+		BGP: &api.BGP{
+			ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
+			Peers: []api.Peer{
+				{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Since: now.Add(-90 * time.Second),
+					PrefixesSent: 2, PrefixesReceived: 0, Flaps: 1, LastError: "hold timer expired: nothing heard from the peer within the hold time",
+					BFD: &api.BFDSession{State: "up", RemoteState: "up", Diag: "none", DetectionMs: 300}},
+				{Address: netip.MustParseAddr("10.0.1.254"), ASN: 65000, State: "idle", Since: now.Add(-1500 * time.Millisecond),
+					Flaps: 3, HeldDown: "BFD session down\n(control detection time expired)", LastError: "forced down: BFD session down\n(control detection time expired)",
+					BFD: &api.BFDSession{State: "down", RemoteState: "up", Diag: "control detection time expired"}},
+				{Address: netip.MustParseAddr("10.0.9.9"), ASN: 65099, State: "idle"},
+			},
+			Routes: []api.Route{
+				{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
+				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reason: "no healthy backend"},
+			},
+		},
+	}
+	var b strings.Builder
+	if err := printStatus(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	lines := strings.Split(out, "\n")
+	line := func(prefix string) string {
+		t.Helper()
+		for _, l := range lines {
+			if strings.HasPrefix(strings.TrimSpace(l), prefix) {
+				return l
+			}
+		}
+		t.Fatalf("no line starting with %q in:\n%s", prefix, out)
+		return ""
+	}
+	fields := func(prefix string) string { return strings.Join(strings.Fields(line(prefix)), " ") }
+	for _, tc := range []struct{ prefix, want string }{
+		{"BGP:", "BGP: AS 65001, router ID 10.0.1.2, next hop 10.0.1.2"},
+		{"PEER", "PEER AS STATE SINCE SENT RECEIVED FLAPS BFD LAST ERROR"},
+		{"10.0.1.1 ", "10.0.1.1 65000 established 1m30s ago 2 0 1 up (detect 300ms) hold timer expired: nothing heard from the peer within the hold time"},
+		{"10.0.1.254", "10.0.1.254 65000 idle (held down: BFD session down (control detection time expired)) 2s ago 0 0 3 down forced down: BFD session down (control detection time expired)"},
+		{"10.0.9.9", "10.0.9.9 65099 idle - 0 0 0 - -"},
+		{"route 10.99.0.1/32", "route 10.99.0.1/32: announced"},
+		{"route 10.99.0.2/32", "route 10.99.0.2/32: withdrawn (no healthy backend)"},
+	} {
+		if got := fields(tc.prefix); got != tc.want {
+			t.Errorf("line %q:\n got %q\nwant %q", tc.prefix, got, tc.want)
+		}
+	}
+	// The table's columns line up, so a reader can tell SENT from
+	// RECEIVED; multi-line errors do not break it.
+	header := line("PEER")
+	for _, col := range []string{"STATE", "SINCE", "FLAPS", "BFD", "LAST ERROR"} {
+		at := strings.Index(header, col)
+		for _, l := range []string{line("10.0.1.1 "), line("10.0.1.254"), line("10.0.9.9")} {
+			if len(l) <= at || l[at-1] != ' ' || l[at] == ' ' {
+				t.Errorf("%s column (at %d) not aligned in %q", col, at, l)
+			}
+		}
+	}
+	for _, l := range lines {
+		if strings.TrimRight(l, " ") != l {
+			t.Errorf("trailing blanks in %q", l)
+		}
+	}
+}

@@ -28,13 +28,27 @@ import (
 // its peer down, before it may re-form.
 const bfdResetHold = time.Second
 
+// speaker is what the announcer needs of *bgp.Speaker (the tests stand
+// in for it).
+type speaker interface {
+	Start(context.Context) error
+	Stop(context.Context) error
+	Announce(netip.Prefix, bgp.Attributes) error
+	Withdraw(netip.Prefix) error
+	WithdrawAll() error
+	SetPeers([]bgp.Peer) error
+	PeerDown(peer netip.Addr, reason string) error
+	PeerUp(peer netip.Addr) error
+	Peers() []bgp.PeerStatus
+}
+
 // Announcer owns the node's BGP speaker and BFD sessions.
 type Announcer struct {
 	log      *slog.Logger
 	node     netip.Addr
 	asn      uint32
 	routerID netip.Addr
-	sp       *bgp.Speaker
+	sp       speaker
 
 	mu    sync.Mutex
 	bfd   *bfd.Manager              // nil until a peer asks for BFD
@@ -63,9 +77,13 @@ func New(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Announcer, error)
 	if err != nil {
 		return nil, fmt.Errorf("bgp: %w", err)
 	}
-	return &Announcer{log: log, node: node, asn: cfg.ASN, routerID: rid, sp: sp,
+	return newAnnouncer(cfg, node, rid, sp, log), nil
+}
+
+func newAnnouncer(cfg *config.BGP, node, routerID netip.Addr, sp speaker, log *slog.Logger) *Announcer {
+	return &Announcer{log: log, node: node, asn: cfg.ASN, routerID: routerID, sp: sp,
 		bfdOf: bfdPeers(cfg), want: map[netip.Prefix]bgp.Attributes{}, why: map[netip.Prefix]string{},
-		drain: cfg.DrainTime}, nil
+		drain: cfg.DrainTime}
 }
 
 func peers(cfg *config.BGP) []bgp.Peer {
@@ -109,7 +127,7 @@ func (a *Announcer) syncBFD(ctx context.Context) error {
 			return fmt.Errorf("start BFD on %s: %w", a.node, err)
 		}
 		a.bfd = m
-		go a.followBFD(ctx, m)
+		go a.followBFD(ctx, m.Events())
 	}
 	var errs []error
 	for _, s := range a.bfd.Sessions() {
@@ -129,14 +147,18 @@ func (a *Announcer) syncBFD(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// peerGone begins the fix of a failed PeerDown or PeerUp: the speaker
+// refuses a peer that a reload removed while BFD still reported on it.
+const peerGone = "if the error says the peer is not configured, a reload removed it meanwhile: nothing to do; "
+
 // followBFD takes a peer's BGP session down when its BFD session leaves
 // Up, and lets it come back when BFD is Up again.
-func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
+func (a *Announcer) followBFD(ctx context.Context, events <-chan bfd.Event) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
-		case ev, ok := <-m.Events():
+		case ev, ok := <-events:
 			if !ok {
 				return
 			}
@@ -144,7 +166,9 @@ func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
 			case ev.State == bfd.StateUp:
 				a.log.Info("BFD session up: BGP may run", "peer", ev.Peer)
 				if err := a.sp.PeerUp(ev.Peer); err != nil {
-					a.log.Warn("BFD up, but the BGP session cannot be released", "peer", ev.Peer, "error", err)
+					a.log.Warn("BFD up, but the BGP session cannot be released", "peer", ev.Peer, "error", err,
+						"fix", peerGone+
+							"else GoBGP may keep the session down, and nothing retries the release: if `xlb status` still shows the peer idle 10 s from now, restart the agent")
 				}
 			case ev.Previous == bfd.StateUp && ev.Diag == bfd.DiagNeighborDown && ev.RemoteDiag == bfd.DiagAdminDown:
 				// The peer turned BFD off on purpose (RFC 5882 §3.2): not a
@@ -155,7 +179,9 @@ func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
 				a.log.Warn("BFD declared the peer down: taking its BGP session down", "peer", ev.Peer, "diag", ev.Diag.String(),
 					"fix", "check the link to the peer and that the peer runs BFD for this node")
 				if err := a.sp.PeerDown(ev.Peer, reason); err != nil {
-					a.log.Warn("cannot take the BGP session down", "peer", ev.Peer, "error", err)
+					a.log.Warn("cannot take the BGP session down", "peer", ev.Peer, "error", err,
+						"fix", peerGone+
+							"else the session ends only when its hold time expires (holdTime), and the peer may send traffic here until then: check the link to the peer")
 				}
 				// A reset, not a lock-out: the peer may well have dropped
 				// its BFD session with the BGP one (FRR does for dynamic
@@ -164,7 +190,9 @@ func (a *Announcer) followBFD(ctx context.Context, m *bfd.Manager) {
 				peer := ev.Peer
 				time.AfterFunc(bfdResetHold, func() {
 					if err := a.sp.PeerUp(peer); err != nil {
-						a.log.Warn("cannot let the BGP session re-form", "peer", peer, "error", err)
+						a.log.Warn("cannot let the BGP session re-form", "peer", peer, "error", err,
+							"fix", peerGone+
+								"else nothing retries the release: if `xlb status` still shows the peer idle 10 s from now, restart the agent")
 					}
 				})
 			}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -120,10 +121,10 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 			}
 		case req.Op == "adminDown":
 			sp.mu.Lock()
-			srv := sp.srv
+			srv, gaddr := sp.srv, sp.gobgpAddrOf(req.Addr)
 			sp.mu.Unlock()
 			var ok bool
-			if resp.AdminDown, ok = gobgpAdminDown(context.Background(), srv, req.Addr); !ok {
+			if resp.AdminDown, ok = gobgpAdminDown(context.Background(), srv, gaddr); !ok {
 				err = fmt.Errorf("helper: no admin state for %s", req.Addr)
 			}
 		case req.Op == "peers":
@@ -179,13 +180,14 @@ func startSpeaker(t *testing.T, ns string, opts helperOptions) *remoteSpeaker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
+	release, err := startPinned(cmd)
+	if err != nil {
 		t.Fatalf("start speaker helper: %v", err)
 	}
 	t.Cleanup(func() {
 		stdin.Close() // the helper stops its speaker and exits
 		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); release(); close(done) }()
 		select {
 		case <-done:
 			// Non-zero also when the race detector found something.
@@ -209,6 +211,29 @@ func startSpeaker(t *testing.T, ns string, opts helperOptions) *remoteSpeaker {
 		t.Fatalf("start speaker: %v", err)
 	}
 	return rs
+}
+
+// startPinned starts cmd from a thread of its own, kept until release is
+// called (after the process has exited). Pdeathsig follows the thread
+// that forked the child, not the process: a thread that a namespace
+// runner (netns.NewRunner) later locks and ends would otherwise take the
+// child with it, killing it in the middle of a test.
+func startPinned(cmd *exec.Cmd) (release func(), err error) {
+	started := make(chan error, 1)
+	done := make(chan struct{})
+	go func() {
+		// Never unlocked: the thread ends with the goroutine.
+		runtime.LockOSThread()
+		started <- cmd.Start()
+		<-done
+	}()
+	var once sync.Once
+	release = func() { once.Do(func() { close(done) }) }
+	if err := <-started; err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
 }
 
 func tail(s string, lines int) string {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 )
 
@@ -18,6 +19,9 @@ type logHook struct {
 	inner slog.Handler
 	peer  string // GoBGP's per-peer loggers carry the address as "Key"
 	note  func(peer netip.Addr, ev gobgpLogEvent)
+	// realPeer, if set, names the peer behind a stand-in address
+	// (connect.go), for GoBGP's records about a relayed peer.
+	realPeer func(standIn netip.Addr) (netip.Addr, bool)
 }
 
 // gobgpLogEvent is a log record the speaker cares about.
@@ -91,8 +95,14 @@ func (h *logHook) inspect(r slog.Record) {
 func (h *logHook) WithAttrs(attrs []slog.Attr) slog.Handler {
 	c := *h
 	for _, a := range attrs {
-		if a.Key == "Key" {
-			c.peer = a.Value.String()
+		if a.Key != "Key" {
+			continue
+		}
+		c.peer = a.Value.String()
+		if addr, err := netip.ParseAddr(c.peer); err == nil && h.realPeer != nil {
+			if real, ok := h.realPeer(addr); ok {
+				attrs = append(slices.Clip(attrs), slog.String("peer", real.String()))
+			}
 		}
 	}
 	c.inner = h.inner.WithAttrs(attrs)
@@ -110,7 +120,7 @@ func (h *logHook) WithGroup(name string) slog.Handler {
 func (s *Speaker) noteGoBGPLog(addr netip.Addr, ev gobgpLogEvent) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.peers[addr]
+	r := s.peerByGoBGP(addr)
 	if r == nil {
 		return
 	}
@@ -159,7 +169,9 @@ func connectErrorText(err string, p Peer, nextHop netip.Addr) string {
 		}
 		return fmt.Sprintf("connect to %s: no answer (peer unreachable or filtered, or it expects a TCP MD5 password)", target)
 	case strings.Contains(err, "no route to host"):
-		return fmt.Sprintf("connect to %s: no route to host (peer down or address wrong)", target)
+		// Also what an ICMP time exceeded gives: an eBGP peer further
+		// away than the TTL reaches.
+		return fmt.Sprintf("connect to %s: no route to host (peer down or address wrong; or, on eBGP, more hops away than multihop allows)", target)
 	case strings.Contains(err, "network is unreachable"):
 		return fmt.Sprintf("connect to %s: network unreachable (no route to the peer)", target)
 	case strings.Contains(err, "cannot assign requested address"):

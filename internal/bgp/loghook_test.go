@@ -101,6 +101,16 @@ func TestNoteGoBGPLog(t *testing.T) {
 	a := mustAddr("10.0.1.1")
 	s := newTestSpeaker(t, Peer{Address: a, ASN: 65000})
 	status := func() PeerStatus { return s.Peers()[0] }
+	// GoBGP's records name the peer as GoBGP knows it: here by its own
+	// address, as when GoBGP dials it itself. Until GoBGP has the peer,
+	// records naming it are not about it.
+	s.noteGoBGPLog(a, gobgpLogEvent{kind: logConnectFailed, err: "connect: connection refused"})
+	if got := status().LastError; got != "" {
+		t.Errorf("record for a peer GoBGP does not have: %q", got)
+	}
+	s.mu.Lock()
+	s.peers[a].gobgpAddr = a
+	s.mu.Unlock()
 
 	s.noteGoBGPLog(a, gobgpLogEvent{kind: logConnectFailed, err: "connect: connection refused"})
 	if got := status().LastError; !strings.Contains(got, "connection refused") {
@@ -130,6 +140,22 @@ func TestNoteGoBGPLog(t *testing.T) {
 	}
 	// Unknown peers are ignored.
 	s.noteGoBGPLog(mustAddr("10.9.9.9"), gobgpLogEvent{kind: logConnectFailed, err: "x"})
+
+	// A relayed peer is known to GoBGP by its stand-in address.
+	if err := s.PeerUp(a); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	standIn := s.peers[a].standIn
+	s.peers[a].gobgpAddr = standIn
+	s.mu.Unlock()
+	if real, ok := s.relayedPeer(standIn); !ok || real != a {
+		t.Errorf("relayedPeer(%s) = %s, %v; want %s", standIn, real, ok, a)
+	}
+	s.noteGoBGPLog(standIn, gobgpLogEvent{kind: logSentNotification, code: 2, subcode: 2})
+	if got := status().LastError; !strings.Contains(got, "bad peer AS") {
+		t.Errorf("record naming the stand-in %s: LastError %q", standIn, got)
+	}
 }
 
 func TestTruncateUTF8(t *testing.T) {

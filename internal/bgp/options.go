@@ -16,7 +16,8 @@ const (
 	DefaultHoldTime = 9 * time.Second
 	// connectRetry is how often a peer that cannot be reached is tried
 	// again. GoBGP's default is two minutes; an xlb node that comes back
-	// should be announcing again within seconds.
+	// should be announcing again within seconds. The first attempt is
+	// made at once (connect.go).
 	connectRetry = 5 * time.Second
 	// maxMD5KeyLen is the kernel's TCP_MD5SIG_MAXKEYLEN.
 	maxMD5KeyLen = 80
@@ -36,7 +37,9 @@ type Options struct {
 	NextHop netip.Addr
 	// ListenPort is the TCP port for incoming sessions, bound on NextHop
 	// only. 0 picks the default: 179 when a peer is Passive, else -1.
-	// -1 does not listen at all (peers must then not be Passive).
+	// -1 opens no listening socket on the network (peers must then not
+	// be Passive); the speaker then listens on 127.0.0.1 only, on a port
+	// the kernel picks, for the sessions it opens itself (connect.go).
 	ListenPort int
 	// Peers are the BGP neighbours.
 	Peers []Peer
@@ -94,6 +97,9 @@ func (p Peer) validate(localASN uint32, nextHop netip.Addr) error {
 		return fmt.Errorf("address %s: only IPv4 peers are supported", p.Address)
 	case p.Address.IsUnspecified() || p.Address.IsMulticast():
 		return fmt.Errorf("address %s is not a unicast address", p.Address)
+	case p.Address.IsLoopback():
+		// Also: the speaker uses 127.0.0.0/8 itself (connect.go).
+		return fmt.Errorf("address %s is a loopback address; a BGP peer must be another host", p.Address)
 	case p.Address == nextHop:
 		return fmt.Errorf("address %s is the node's own address (nextHop)", p.Address)
 	}

@@ -75,6 +75,7 @@ func TestOptionValidation(t *testing.T) {
 		{"peer without address", withPeer(func(p *Peer) { p.Address = netip.Addr{} }), "peers[0] (invalid IP): address is missing"},
 		{"ipv6 peer", withPeer(func(p *Peer) { p.Address = mustAddr("2001:db8::2") }), "only IPv4 peers"},
 		{"peer is us", withPeer(func(p *Peer) { p.Address = nh }), "node's own address"},
+		{"loopback peer", withPeer(func(p *Peer) { p.Address = mustAddr("127.100.0.1") }), "loopback address"},
 		{"peer without asn", withPeer(func(p *Peer) { p.ASN = 0 }), "peers[0] (10.0.1.1): asn is missing"},
 		{"hold time too short", withPeer(func(p *Peer) { p.HoldTime = 2 * time.Second }), "holdTime 2s"},
 		{"hold time fraction", withPeer(func(p *Peer) { p.HoldTime = 4500 * time.Millisecond }), "holdTime 4.5s: want whole seconds"},

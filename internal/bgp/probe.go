@@ -18,7 +18,10 @@ import (
 
 // When a peer rejects the OPEN of a session GoBGP initiated, GoBGP v4
 // reads the peer's NOTIFICATION and throws it away: its event only says
-// "invalid message". The probe finds out what the peer objects to. It
+// "invalid message". For the sessions the speaker relays, the relay sees
+// the NOTIFICATION go by (connect.go); where GoBGP connects itself (no
+// relay: the loopback interface is down), the probe finds out what the
+// peer objects to. It
 // opens one extra connection, sends the OPEN GoBGP sends, and reads the
 // answer. The speaker runs it only after such a failure, right after its
 // session went back to Active (the moment the peer accepts connections

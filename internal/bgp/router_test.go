@@ -33,11 +33,18 @@ type routerPeer struct {
 	Address  netip.Addr
 	ASN      uint32
 	Password string
+	Multihop uint8 // TTL of an eBGP session to a peer that is not directly connected
 }
 
 // startRouter starts a GoBGP router with ASN asn listening on addr:179
 // in namespace ns, with passive sessions to peers.
 func startRouter(t *testing.T, ns string, asn uint32, addr netip.Addr, peers ...routerPeer) *testRouter {
+	t.Helper()
+	return startRouterOn(t, ns, asn, addr, 179, peers...)
+}
+
+// startRouterOn is startRouter listening on port instead of 179.
+func startRouterOn(t *testing.T, ns string, asn uint32, addr netip.Addr, port int32, peers ...routerPeer) *testRouter {
 	t.Helper()
 	runner := inNamespace(t, ns)
 	srv := server.NewBgpServer()
@@ -49,7 +56,7 @@ func startRouter(t *testing.T, ns string, asn uint32, addr netip.Addr, peers ...
 	}()
 	ctx := context.Background()
 	err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
-		Asn: asn, RouterId: addr.String(), ListenPort: 179, ListenAddresses: []string{addr.String()},
+		Asn: asn, RouterId: addr.String(), ListenPort: port, ListenAddresses: []string{addr.String()},
 	}})
 	if err != nil {
 		srv.Stop()
@@ -84,9 +91,10 @@ func startRouter(t *testing.T, ns string, asn uint32, addr netip.Addr, peers ...
 	}
 	for _, p := range peers {
 		err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
-			Conf:      &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
-			Transport: &api.Transport{PassiveMode: true},
-			Timers:    &api.Timers{Config: &api.TimersConfig{HoldTime: 9, KeepaliveInterval: 3}},
+			Conf:         &api.PeerConf{NeighborAddress: p.Address.String(), PeerAsn: p.ASN, AuthPassword: p.Password},
+			Transport:    &api.Transport{PassiveMode: true},
+			Timers:       &api.Timers{Config: &api.TimersConfig{HoldTime: 9, KeepaliveInterval: 3}},
+			EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
 		}})
 		if err != nil {
 			t.Fatalf("router %s: add peer %s: %v", addr, p.Address, err)

@@ -147,7 +147,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	if want := "forced down: BFD: neighbor down"; down.LastError != want {
 		t.Errorf("LastError = %q, want %q", down.LastError, want)
 	}
-	time.Sleep(7 * time.Second) // longer than GoBGP's idle hold and connect retry
+	time.Sleep(7 * time.Second) // longer than GoBGP's idle hold
 	if st := sp.peer(rtrIP); st.State == StateEstablished {
 		t.Fatalf("session came back while forced down: %+v", st)
 	}
@@ -158,7 +158,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 		t.Fatal(err)
 	}
 	waitEstablished(t, sp, rtrIP, 15*time.Second)
-	t.Logf("PeerUp to established: %s (GoBGP's idle hold, 5s, then its connect delay)", time.Since(start).Round(100*time.Millisecond))
+	t.Logf("PeerUp to established: %s (GoBGP's idle hold, 5s; the speaker connects as soon as it ends)", time.Since(start).Round(100*time.Millisecond))
 	waitFor(t, 5*time.Second, "route back after PeerUp", func() (bool, string) {
 		rr, ok := router.rib(t)[vip2]
 		return ok && rr.NextHop == nodeIP, rr.String()

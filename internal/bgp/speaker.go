@@ -25,6 +25,10 @@ import (
 	"github.com/osrg/gobgp/v4/pkg/server"
 )
 
+// ErrUnknownPeer is PeerDown's and PeerUp's error for an address that is
+// not a configured peer (a reload may have removed it).
+var ErrUnknownPeer = errors.New("not a configured peer")
+
 // Route is one announced prefix as Announced reports it.
 type Route struct {
 	Prefix     netip.Prefix
@@ -51,7 +55,14 @@ type Speaker struct {
 	stopProbe context.CancelFunc
 	routes    map[netip.Prefix]parsedAttrs
 	peers     map[netip.Addr]*peerRecord
-	wg        sync.WaitGroup // OPEN probes
+	wg        sync.WaitGroup // OPEN probes, admin-state checks, connectors
+
+	// relay is how connectors reach GoBGP (see connect.go); nil while
+	// stopped, or when GoBGP could not listen for them and dials itself.
+	relay     *relayConfig
+	relayCtx  context.Context // canceled by Stop, after GoBGP stopped
+	stopRelay context.CancelFunc
+	standIns  uint32 // stand-in addresses handed out so far
 }
 
 // New validates the options and returns a stopped Speaker.
@@ -67,7 +78,7 @@ func New(opts Options) (*Speaker, error) {
 		peers:  make(map[netip.Addr]*peerRecord),
 	}
 	for _, p := range opts.Peers {
-		s.peers[p.Address] = newPeerRecord(p)
+		s.peers[p.Address] = newPeerRecord(p, s.allocStandIn())
 	}
 	return s, nil
 }
@@ -89,22 +100,12 @@ func (s *Speaker) Start(ctx context.Context) error {
 		return errors.New("bgp speaker already started")
 	}
 
-	srv := server.NewBgpServer(server.LoggerOption(slog.New(newLogHook(opts.Logger.Handler(), s.noteGoBGPLog)), nil))
-	go srv.Serve()
-	global := &api.Global{
-		Asn:        opts.ASN,
-		RouterId:   opts.RouterID.String(),
-		ListenPort: int32(opts.ListenPort),
-	}
-	if opts.ListenPort > 0 {
-		global.ListenAddresses = []string{opts.NextHop.String()}
-	}
-	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
-		srv.Stop()
-		return fmt.Errorf("start bgp (AS %d, router ID %s, listen port %d): %w", opts.ASN, opts.RouterID, opts.ListenPort, err)
+	srv, relay, err := s.startServer(ctx, opts)
+	if err != nil {
+		return err
 	}
 	watchCtx, stopWatch := context.WithCancel(context.Background())
-	err := srv.WatchEvent(watchCtx, server.WatchEventMessageCallbacks{
+	err = srv.WatchEvent(watchCtx, server.WatchEventMessageCallbacks{
 		OnPeerUpdate: func(ev *apiutil.WatchEventMessage_PeerEvent, _ time.Time) { s.onPeerEvent(srv, ev) },
 	}, server.WatchPeer())
 	if err != nil {
@@ -117,6 +118,8 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.srv = srv
 	s.stopWatch = stopWatch
 	s.probeCtx, s.stopProbe = context.WithCancel(context.Background())
+	s.relay = relay
+	s.relayCtx, s.stopRelay = context.WithCancel(context.Background())
 	routes := make(map[netip.Prefix]parsedAttrs, len(s.routes))
 	for p, a := range s.routes {
 		routes[p] = a
@@ -130,7 +133,9 @@ func (s *Speaker) Start(ctx context.Context) error {
 
 	for _, p := range opts.Peers {
 		if err := s.addPeer(ctx, srv, p, forced[p.Address]); err != nil {
-			s.log.Error("bgp peer not configured", "peer", p.Address, "err", err)
+			s.log.Error("bgp peer not configured", "peer", p.Address, "err", err,
+				"fix", "the peer gets no session, and nothing retries it: correct its settings as the error says (bgp.peers, or its BGPPeer), "+
+					"as a changed peer is added again at once, or restart the agent; `xlb status` shows the error on the peer")
 		}
 	}
 	var errs []error
@@ -144,6 +149,54 @@ func (s *Speaker) Start(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
+// startServer starts an embedded GoBGP server for opts and, unless it
+// cannot, the listener its connectors hand sessions to: GoBGP's own
+// listener on NextHop where it has one (ListenPort > 0), else one on
+// relayHost, on a free port. relay is nil when GoBGP must dial itself.
+func (s *Speaker) startServer(ctx context.Context, opts Options) (*server.BgpServer, *relayConfig, error) {
+	key, err := newRelayKey()
+	if err != nil {
+		return nil, nil, err
+	}
+	hook := newLogHook(opts.Logger.Handler(), s.noteGoBGPLog)
+	hook.realPeer = s.relayedPeer
+	logger := slog.New(hook)
+	start := func(port int, addrs []string) (*server.BgpServer, error) {
+		srv := server.NewBgpServer(server.LoggerOption(logger, nil))
+		go srv.Serve()
+		global := &api.Global{Asn: opts.ASN, RouterId: opts.RouterID.String(), ListenPort: int32(port), ListenAddresses: addrs}
+		if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: global}); err != nil {
+			srv.Stop()
+			return nil, fmt.Errorf("start bgp (AS %d, router ID %s, listen port %d): %w", opts.ASN, opts.RouterID, port, err)
+		}
+		return srv, nil
+	}
+	if opts.ListenPort > 0 {
+		srv, err := start(opts.ListenPort, []string{opts.NextHop.String()})
+		if err != nil {
+			return nil, nil, err
+		}
+		return srv, &relayConfig{target: netip.AddrPortFrom(opts.NextHop, uint16(opts.ListenPort)), key: key}, nil
+	}
+	var lastErr error
+	for range 3 {
+		port, err := freeLoopbackPort()
+		if err != nil {
+			lastErr = err
+			break
+		}
+		srv, err := start(port, []string{relayHost})
+		if err == nil {
+			return srv, &relayConfig{target: netip.AddrPortFrom(netip.MustParseAddr(relayHost), uint16(port)), key: key}, nil
+		}
+		lastErr = err
+	}
+	s.log.Warn("bgp: cannot listen on the loopback interface; GoBGP connects to the peers itself, 1.5-2 s later",
+		"err", lastErr, "fix", "bring the loopback interface up (ip link set lo up)")
+	srv, err := start(-1, nil)
+	return srv, nil, err
+}
+
 // Stop withdraws every route, closes every session (with a Cease
 // NOTIFICATION) and stops the server. Announced routes are forgotten.
 // If ctx ends first, Stop returns its error and the server finishes
@@ -152,9 +205,12 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()
-	srv, stopWatch, stopProbe := s.srv, s.stopWatch, s.stopProbe
-	s.srv, s.stopWatch, s.stopProbe = nil, nil, nil
+	srv, stopWatch, stopProbe, stopRelay := s.srv, s.stopWatch, s.stopProbe, s.stopRelay
+	s.srv, s.stopWatch, s.stopProbe, s.stopRelay, s.relay = nil, nil, nil, nil, nil
 	clear(s.routes)
+	for _, r := range s.peers {
+		r.conn = nil // stopRelay ends them all
+	}
 	s.mu.Unlock()
 	if srv == nil {
 		return nil
@@ -163,12 +219,15 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	// session outlives them, not only the implicit withdrawal of a
 	// closed session.
 	if err := srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
-		s.log.Warn("bgp withdraw all on stop", "err", err)
+		s.log.Warn("bgp withdraw all on stop", "err", err,
+			"fix", "nothing to do: the sessions close next, and the peers drop the routes with them; if a router still has them, check that its session to this node closed")
 	}
 	done := make(chan struct{})
 	go func() {
 		stopProbe()
 		srv.Stop()
+		// After GoBGP, so that the relays still carry its Cease.
+		stopRelay()
 		stopWatch()
 		s.wg.Wait()
 		close(done)
@@ -181,6 +240,7 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	s.mu.Lock()
 	for _, r := range s.peers {
 		r.resetSession()
+		r.gobgpAddr = netip.Addr{}
 	}
 	s.mu.Unlock()
 	s.log.Info("bgp speaker stopped")
@@ -346,9 +406,12 @@ func (s *Speaker) addPath(srv *server.BgpServer, prefix netip.Prefix, a parsedAt
 	return nil
 }
 
-// apiPeer is GoBGP's form of a peer.
-func (s *Speaker) apiPeer(p Peer, adminDown bool) *api.Peer {
-	return &api.Peer{
+// apiPeer is GoBGP's form of a peer. With relay, the peer is relayed
+// (see connect.go): GoBGP knows it as standIn, passive, reached through
+// its relay listener with the relay's key; the connector applies p's
+// address, port, key and TTL to the real connection.
+func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn netip.Addr) *api.Peer {
+	ap := &api.Peer{
 		Conf: &api.PeerConf{
 			NeighborAddress: p.Address.String(),
 			PeerAsn:         p.ASN,
@@ -368,24 +431,99 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool) *api.Peer {
 		},
 		EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
 	}
+	if relay != nil {
+		ap.Conf.NeighborAddress = standIn.String()
+		ap.Conf.AuthPassword = relay.key
+		ap.Transport.LocalAddress = relay.target.Addr().String()
+		ap.Transport.RemotePort = 0
+		ap.Transport.PassiveMode = true
+	}
+	return ap
 }
 
+// addPeer configures p in GoBGP: relayed, with a connector of its own,
+// unless p is passive or the speaker has no relay.
 func (s *Speaker) addPeer(ctx context.Context, srv *server.BgpServer, p Peer, adminDown bool) error {
-	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, adminDown)})
+	s.mu.Lock()
+	r := s.peers[p.Address]
+	if r == nil || s.srv != srv {
+		s.mu.Unlock()
+		return fmt.Errorf("add peer %s: speaker stopped or peer removed", p.Address)
+	}
+	var relay *relayConfig
+	r.gobgpAddr = p.Address
+	if s.relay != nil && !p.Passive {
+		relay = s.relay
+		r.gobgpAddr = r.standIn
+		s.newConnector(r, p)
+	}
+	s.mu.Unlock()
+	err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(p, adminDown, relay, r.standIn)})
 	if err != nil {
 		err = fmt.Errorf("add peer %s: %w", p.Address, err)
 		s.mu.Lock()
-		if r := s.peers[p.Address]; r != nil {
-			r.setError(err.Error())
-		}
+		r.setError(err.Error())
+		r.gobgpAddr = netip.Addr{}
+		s.stopConnector(r)
 		s.mu.Unlock()
 	}
 	return err
 }
 
-func (s *Speaker) deletePeer(ctx context.Context, srv *server.BgpServer, addr netip.Addr) error {
-	if err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()}); err != nil {
-		return fmt.Errorf("delete peer %s: %w", addr, err)
+// deletePeer removes the peer of record r from GoBGP (which closes its
+// session with a Cease) and ends its connector.
+func (s *Speaker) deletePeer(ctx context.Context, srv *server.BgpServer, r *peerRecord) error {
+	s.mu.Lock()
+	addr, real := r.gobgpAddr, r.cfg.Address
+	s.mu.Unlock()
+	if !addr.IsValid() {
+		return nil // GoBGP refused it when it was added
+	}
+	err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: addr.String()})
+	s.mu.Lock()
+	s.stopConnector(r)
+	r.gobgpAddr = netip.Addr{}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("delete peer %s: %w", real, err)
+	}
+	return nil
+}
+
+// gobgpAddrOf is the address GoBGP knows peer addr by (its stand-in if
+// it is relayed); invalid if GoBGP does not know it. Called with mu held.
+func (s *Speaker) gobgpAddrOf(addr netip.Addr) netip.Addr {
+	if r := s.peers[addr]; r != nil {
+		return r.gobgpAddr
+	}
+	return netip.Addr{}
+}
+
+// relayedPeer names the peer GoBGP knows by the stand-in address addr.
+func (s *Speaker) relayedPeer(addr netip.Addr) (netip.Addr, bool) {
+	if !standInPrefix.Contains(addr) {
+		return netip.Addr{}, false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, r := range s.peers {
+		if r.standIn == addr {
+			return r.cfg.Address, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// peerByGoBGP finds the record of the peer GoBGP knows as addr. Called
+// with mu held.
+func (s *Speaker) peerByGoBGP(addr netip.Addr) *peerRecord {
+	if r := s.peers[addr]; r != nil && r.gobgpAddr == addr {
+		return r
+	}
+	for _, r := range s.peers {
+		if r.gobgpAddr == addr {
+			return r
+		}
 	}
 	return nil
 }
@@ -433,11 +571,13 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	s.mu.Lock()
 	s.opts.Peers = next
 	forced := make(map[netip.Addr]bool)
+	gone := make([]*peerRecord, 0, len(removed))
 	for _, addr := range removed {
+		gone = append(gone, s.peers[addr])
 		delete(s.peers, addr)
 	}
 	for _, p := range added {
-		s.peers[p.Address] = newPeerRecord(p)
+		s.peers[p.Address] = newPeerRecord(p, s.allocStandIn())
 	}
 	for _, p := range changed {
 		r := s.peers[p.Address]
@@ -452,17 +592,20 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	}
 	ctx := context.Background()
 	var errs []error
-	for _, addr := range removed {
-		if err := s.deletePeer(ctx, srv, addr); err != nil {
+	for _, r := range gone {
+		if err := s.deletePeer(ctx, srv, r); err != nil {
 			errs = append(errs, err)
 		}
-		s.log.Info("bgp peer removed", "peer", addr)
+		s.log.Info("bgp peer removed", "peer", r.cfg.Address)
 	}
 	for _, p := range changed {
 		// GoBGP resets a session on any change that matters here
 		// (ASN, password, timers, transport); re-creating the peer is
 		// the same reset with fewer corner cases.
-		if err := s.deletePeer(ctx, srv, p.Address); err != nil {
+		s.mu.Lock()
+		r := s.peers[p.Address]
+		s.mu.Unlock()
+		if err := s.deletePeer(ctx, srv, r); err != nil {
 			errs = append(errs, err)
 		}
 		if err := s.addPeer(ctx, srv, p, forced[p.Address]); err != nil {
@@ -497,52 +640,67 @@ func (s *Speaker) PeerDown(addr netip.Addr, reason string) error {
 	s.mu.Lock()
 	r := s.peers[addr]
 	srv := s.srv
+	var gaddr netip.Addr
 	if r != nil {
 		r.forcedDown = reason
 		r.setError("forced down: " + reason)
+		gaddr = r.gobgpAddr
 	}
 	s.mu.Unlock()
 	if r == nil {
-		return fmt.Errorf("bgp: peer down: %s is not a configured peer", addr)
+		return fmt.Errorf("bgp: peer down: %s is %w", addr, ErrUnknownPeer)
 	}
 	s.log.Info("bgp peer forced down", "peer", addr, "reason", reason)
-	if srv == nil {
+	if srv == nil || !gaddr.IsValid() {
 		return nil
 	}
 	comm := truncateUTF8(reason, adminCommunicationMax)
-	if err := srv.DisablePeer(context.Background(), &api.DisablePeerRequest{Address: addr.String(), Communication: comm}); err != nil {
+	if err := srv.DisablePeer(context.Background(), &api.DisablePeerRequest{Address: gaddr.String(), Communication: comm}); err != nil {
 		return fmt.Errorf("bgp: peer down %s: %w", addr, err)
 	}
 	s.checkAdminState(srv, addr)
 	return nil
 }
 
-// PeerUp lets a session that PeerDown closed connect again.
+// PeerUp lets a session that PeerDown closed connect again. If GoBGP
+// refuses, the peer stays held down (and says why in its status), so
+// that calling PeerUp again asks GoBGP again.
 func (s *Speaker) PeerUp(addr netip.Addr) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()
 	r := s.peers[addr]
 	srv := s.srv
-	wasDown := false
+	var held string
+	var gaddr netip.Addr
 	if r != nil {
-		wasDown = r.forcedDown != ""
+		held = r.forcedDown
 		r.forcedDown = ""
+		gaddr = r.gobgpAddr
 	}
 	s.mu.Unlock()
 	if r == nil {
-		return fmt.Errorf("bgp: peer up: %s is not a configured peer", addr)
+		return fmt.Errorf("bgp: peer up: %s is %w", addr, ErrUnknownPeer)
 	}
-	if !wasDown {
+	if held == "" {
 		return nil
 	}
-	s.log.Info("bgp peer released", "peer", addr)
-	if srv == nil {
+	if srv == nil || !gaddr.IsValid() {
+		s.log.Info("bgp peer released", "peer", addr)
 		return nil
 	}
-	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: addr.String()}); err != nil {
+	// forcedDown is cleared before asking, as the event handler and the
+	// admin-state check must see the new wish while GoBGP acts on it.
+	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: gaddr.String()}); err != nil {
+		// opMu is held: no PeerDown, PeerUp or SetPeers ran meanwhile,
+		// so r is still the peer's record and its mark still ours.
+		s.mu.Lock()
+		r.forcedDown = held
+		r.setError(fmt.Sprintf("forced down: %s (GoBGP refused to release it: %v)", held, err))
+		s.mu.Unlock()
 		return fmt.Errorf("bgp: peer up %s: %w", addr, err)
 	}
+	s.log.Info("bgp peer released", "peer", addr)
 	s.checkAdminState(srv, addr)
 	return nil
 }
@@ -590,12 +748,13 @@ func (s *Speaker) checkAdminState(srv *server.BgpServer, addr netip.Addr) {
 			}
 			s.mu.Lock()
 			want := r.forcedDown != ""
-			current := s.srv == srv && s.peers[addr] == r
+			gaddr := r.gobgpAddr
+			current := s.srv == srv && s.peers[addr] == r && gaddr.IsValid()
 			s.mu.Unlock()
 			if !current {
 				return
 			}
-			down, ok := gobgpAdminDown(ctx, srv, addr)
+			down, ok := gobgpAdminDown(ctx, srv, gaddr)
 			if !ok || down == want {
 				if agreed++; agreed >= adminAgreed {
 					return
@@ -619,8 +778,8 @@ func (s *Speaker) checkAdminState(srv *server.BgpServer, addr netip.Addr) {
 	}()
 }
 
-// gobgpAdminDown reads whether GoBGP holds peer addr administratively
-// down; ok is false if it cannot tell.
+// gobgpAdminDown reads whether GoBGP holds the peer it knows as addr
+// administratively down; ok is false if it cannot tell.
 func gobgpAdminDown(ctx context.Context, srv *server.BgpServer, addr netip.Addr) (down, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -645,10 +804,11 @@ func (s *Speaker) fixAdminState(srv *server.BgpServer, addr netip.Addr) {
 func (s *Speaker) fixAdminStateLocked(srv *server.BgpServer, addr netip.Addr) {
 	s.mu.Lock()
 	r := s.peers[addr]
-	current := s.srv == srv && r != nil
+	current := s.srv == srv && r != nil && r.gobgpAddr.IsValid()
 	var down string
+	var gaddr netip.Addr
 	if current {
-		down = r.forcedDown
+		down, gaddr = r.forcedDown, r.gobgpAddr
 	}
 	s.mu.Unlock()
 	if !current {
@@ -657,12 +817,13 @@ func (s *Speaker) fixAdminStateLocked(srv *server.BgpServer, addr netip.Addr) {
 	ctx := context.Background()
 	var err error
 	if down != "" {
-		err = srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: addr.String(), Communication: truncateUTF8(down, adminCommunicationMax)})
+		err = srv.DisablePeer(ctx, &api.DisablePeerRequest{Address: gaddr.String(), Communication: truncateUTF8(down, adminCommunicationMax)})
 	} else {
-		err = srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: addr.String()})
+		err = srv.EnablePeer(ctx, &api.EnablePeerRequest{Address: gaddr.String()})
 	}
 	if err != nil {
-		s.log.Warn("bgp peer admin state", "peer", addr, "err", err)
+		s.log.Warn("bgp peer admin state", "peer", addr, "err", err,
+			"fix", "the speaker asks GoBGP again at the peer's next state change; if `xlb status` shows the session held down though BFD is up, or up though BFD is down, restart the agent")
 	}
 }
 

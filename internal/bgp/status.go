@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,9 +28,9 @@ const (
 type PeerStatus struct {
 	Address netip.Addr
 	ASN     uint32
-	// State is one of the State* constants. GoBGP connects from a
-	// helper while the session itself stays "active", so "connect" and
-	// "opensent" rarely show for sessions xlb initiates.
+	// State is one of the State* constants. A session xlb initiates
+	// stays "active" while the speaker connects (connect.go), so
+	// "connect" does not show for it.
 	State string
 	// Since is when the session entered State (zero before Start).
 	Since time.Time
@@ -67,15 +68,23 @@ type peerRecord struct {
 	// does not report (see probeOpen); nextProbe rate-limits probes.
 	probeWanted bool
 	nextProbe   time.Time
-	// rejection is what the last probe found: the peer's NOTIFICATION,
-	// in words. GoBGP's later events for the same failure say less, so
-	// it stands in for them until the session comes up or a probe finds
-	// something else.
+	// rejection is the NOTIFICATION the peer last answered our OPEN
+	// with, in words, as the relay or a probe saw it. GoBGP's later
+	// events for the same failure say less, so it stands in for them
+	// until the session comes up or something else is found.
 	rejection string
+	// standIn is the loopback address GoBGP knows the peer by when the
+	// speaker relays its sessions (see connect.go); gobgpAddr is the
+	// address GoBGP has it configured under (standIn or cfg.Address),
+	// invalid while GoBGP does not have it.
+	standIn   netip.Addr
+	gobgpAddr netip.Addr
+	// conn dials the peer for GoBGP when it is relayed; nil otherwise.
+	conn *connector
 }
 
-func newPeerRecord(p Peer) *peerRecord {
-	return &peerRecord{cfg: p, state: StateIdle}
+func newPeerRecord(p Peer, standIn netip.Addr) *peerRecord {
+	return &peerRecord{cfg: p, state: StateIdle, standIn: standIn}
 }
 
 func (r *peerRecord) resetSession() {
@@ -95,7 +104,8 @@ func (r *peerRecord) setError(msg string) {
 // Called with mu held.
 func (s *Speaker) peerError(r *peerRecord, msg string) {
 	if msg != r.lastError && r.forcedDown == "" {
-		s.log.Warn("bgp peer not established", "peer", r.cfg.Address, "reason", msg)
+		s.log.Warn("bgp peer not established", "peer", r.cfg.Address, "reason", msg,
+			"fix", peerFix(msg, r.cfg.Passive)+"; the next failure is logged only if its reason differs")
 	}
 	r.setError(msg)
 }
@@ -125,16 +135,16 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 		return
 	}
 	st := ev.Peer.State
-	addr := st.NeighborAddress
 	next := stateName(st.SessionState)
 	now := time.Now()
 
 	s.mu.Lock()
-	r := s.peers[addr]
+	r := s.peerByGoBGP(st.NeighborAddress)
 	if r == nil || s.srv != srv {
 		s.mu.Unlock()
 		return // a removed peer's or an old server's last words
 	}
+	addr := r.cfg.Address
 	prev := r.state
 	r.state, r.since = next, now
 	wentDown := prev == StateEstablished && next != StateEstablished
@@ -158,10 +168,16 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 	r.notifRecv = ""
 	forced := r.forcedDown != ""
 	asn := r.cfg.ASN
+	passive := r.cfg.Passive
 	if next == StateIdle && prev == StateOpenConfirm && st.DisconnectReason == api.PeerState_DISCONNECT_REASON_INVALID_MSG {
 		r.probeWanted = true
 	}
-	if next == StateActive && r.probeWanted && !forced && !r.cfg.Passive && !now.Before(r.nextProbe) {
+	if next == StateActive && r.conn != nil {
+		r.conn.kick()
+	}
+	// A relayed session shows the peer's NOTIFICATION itself; only
+	// sessions GoBGP opens need a probe.
+	if next == StateActive && r.probeWanted && !forced && !r.cfg.Passive && r.conn == nil && !now.Before(r.nextProbe) {
 		r.probeWanted = false
 		r.nextProbe = now.Add(probeInterval)
 		s.startProbe(srv, r.cfg)
@@ -172,7 +188,8 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 	case next == StateEstablished:
 		s.log.Info("bgp peer up", "peer", addr, "asn", asn)
 	case wentDown:
-		s.log.Warn("bgp peer down", "peer", addr, "asn", asn, "reason", why, "upFor", upFor.Round(time.Millisecond))
+		s.log.Warn("bgp peer down", "peer", addr, "asn", asn, "reason", why, "upFor", upFor.Round(time.Millisecond),
+			"fix", peerFix(why, passive))
 	}
 
 	// GoBGP reports its admin state with every event; where it is not
@@ -221,6 +238,49 @@ func (s *Speaker) startProbe(srv *server.BgpServer, p Peer) {
 			}
 		}
 	}()
+}
+
+// peerFix says what to check about a session that failed for reason (as
+// peerError and disconnectText word it), and how it comes back. The
+// cases follow the reasons' wording in loghook.go and disconnectText;
+// a reason none matches gets the general advice.
+func peerFix(reason string, passive bool) string {
+	retry := "; the speaker dials again by itself, about every 5 s"
+	if passive {
+		retry = "; the session re-forms when the peer connects again (the peer is passive here)"
+	}
+	has := func(parts ...string) bool {
+		return slices.ContainsFunc(parts, func(p string) bool { return strings.Contains(reason, p) })
+	}
+	switch {
+	case has("peer configuration changed or removed"):
+		return "nothing to do: this node's configuration of the peer changed, and a peer still configured connects again by itself"
+	case strings.HasPrefix(reason, "forced down"):
+		return "BFD found the link to the peer dead: check the link and the peer's BFD; the session re-forms once released (the agent does 1 s later) and the peer answers"
+	case has("connection refused"):
+		return "check that the peer runs BGP on that address and port and accepts this node's address (its neighbour or listen-range statement)" + retry
+	case has("no answer"):
+		return "check the TCP MD5 password on both sides (a segment with a wrong or missing key is dropped silently), and that nothing filters TCP between this node and the peer" + retry
+	case has("no route to host", "network unreachable"):
+		return "check the peer's address, the link and this node's route to the peer; an eBGP peer more than one hop away needs multihop" + retry
+	case has("cannot use local address"):
+		return "the node address, every session's source, must be configured on an interface of this node: check node.address" + retry
+	case has("bad peer AS") && strings.HasPrefix(reason, "peer sent"):
+		return "the router expects another AS for this node: correct its neighbour statement, or this node's AS (bgp.asn, or the BGPPeer's spec.myASN)" + retry
+	case has("bad peer AS"):
+		return "correct the peer's AS in xlb's configuration (bgp.peers[].asn, or the BGPPeer's spec.peerASN), or the AS the router sends" + retry
+	case has("bad BGP identifier"):
+		return "give this node a router ID of its own, distinct from the router's (bgp.routerID; by default node.address)" + retry
+	case has("unacceptable hold time"):
+		return "the router refuses this node's hold time: set holdTime (bgp.holdTime, or the peer's) to a value the router accepts" + retry
+	case has("rejected our OPEN", "session set-up failed"):
+		return "check the ASNs on both sides: the router's neighbour statement for this node, bgp.asn and the peer's asn" + retry
+	case has("hold timer expired"):
+		return "one side heard nothing from the other within the hold time: check the link, and the load of the router and of this node" + retry
+	case has("administrative shutdown", "administrative reset"):
+		return "the session was shut down or reset on the router: enable it there if that was not meant" + retry
+	}
+	return "look at the router's log for its side, and at docs/bgp.md for what the reason means" + retry
 }
 
 // disconnectText turns GoBGP's reason for a session going to idle into
@@ -296,7 +356,7 @@ func (s *Speaker) Peers() []PeerStatus {
 					c.received += int(af.State.Received)
 				}
 			}
-			byAddr[addr] = c
+			byAddr[addr] = c // GoBGP's address for the peer
 		})
 		cancel()
 	}
@@ -322,7 +382,7 @@ func (s *Speaker) Peers() []PeerStatus {
 		}
 		if r.state == StateEstablished {
 			ps.Uptime = now.Sub(r.established)
-			c := byAddr[p.Address]
+			c := byAddr[r.gobgpAddr]
 			ps.PrefixesSent, ps.PrefixesReceived = c.sent, c.received
 		}
 		out = append(out, ps)

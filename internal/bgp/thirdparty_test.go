@@ -275,13 +275,14 @@ func startGoBGPd(t *testing.T, ns, conf string) *gobgpd {
 		"--pprof-disable", "-p")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	release, err := startPinned(cmd)
+	if err != nil {
 		t.Fatalf("start gobgpd: %v", err)
 	}
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
 		done := make(chan struct{})
-		go func() { _ = cmd.Wait(); close(done) }()
+		go func() { _ = cmd.Wait(); release(); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(3 * time.Second):

@@ -43,13 +43,25 @@ func TestBGPWithFRR(t *testing.T) {
 
 	// 1 → 4 nodes: each agent's announcement adds its next hop.
 	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)
-	st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.BGP == nil || len(st.BGP.Peers) != 1 || st.BGP.Peers[0].State != "established" ||
-		st.BGP.Peers[0].BFD == nil || st.BGP.Peers[0].BFD.State != "up" || len(st.BGP.Routes) == 0 || !st.BGP.Routes[0].Announced {
-		t.Fatalf("status of %s: BGP %+v", p.Nodes[0].Name, st.BGP)
+	// The session is up within a few hundred milliseconds of the start;
+	// FRR's bfdd starts BFD towards a dynamic neighbour only once the
+	// BGP session is established, and its first packets go out at its
+	// slow start rate (1 s), so BFD follows within seconds.
+	var st *api.Status
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var err error
+		if st, err = api.GetStatus(labrun.Socket(p, p.Nodes[0])); err != nil {
+			t.Fatal(err)
+		}
+		if st.BGP != nil && len(st.BGP.Peers) == 1 && st.BGP.Peers[0].State == "established" &&
+			st.BGP.Peers[0].BFD != nil && st.BGP.Peers[0].BFD.State == "up" && len(st.BGP.Routes) > 0 && st.BGP.Routes[0].Announced {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("status of %s after 10s: BGP %+v, BFD %+v", p.Nodes[0].Name, st.BGP, bfdOf(st))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 
 	// A peer that cannot be reached, added to node1 by a reload: its
@@ -68,7 +80,7 @@ func TestBGPWithFRR(t *testing.T) {
 		t.Fatal(err)
 	}
 	var good, unreachable api.Peer
-	deadline := time.Now().Add(15 * time.Second)
+	deadline = time.Now().Add(15 * time.Second)
 	for ; time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		st, err := api.GetStatus(labrun.Socket(p, p.Nodes[0]))
 		if err != nil || st.BGP == nil || len(st.BGP.Peers) != 2 {
@@ -455,4 +467,12 @@ func logAgentsOnFailure(t *testing.T, p lab.Plan) {
 			}
 		}
 	})
+}
+
+// bfdOf is the BFD state of a status's first peer, for messages.
+func bfdOf(st *api.Status) any {
+	if st == nil || st.BGP == nil || len(st.BGP.Peers) == 0 {
+		return nil
+	}
+	return st.BGP.Peers[0].BFD
 }

@@ -201,7 +201,9 @@ func (r *reconciler) processNext(ctx context.Context) bool {
 		r.metrics.conflict()
 		r.log.Debug("write conflict; retrying", "item", it.key, "error", err)
 	} else {
-		r.log.Warn("sync failed; retrying", "item", it.key, "error", err)
+		r.log.Warn("sync failed; retrying", "item", it.key, "error", err,
+			"fix", "check that the API server is reachable and, if it refused a write, that the controller's ClusterRole still allows patching services, "+
+				"services/status and addresspools/status (deploy/10-rbac.yaml); the item is retried by itself, after 5 ms doubling up to every 30 s")
 	}
 	r.queue.AddRateLimited(it)
 	return true

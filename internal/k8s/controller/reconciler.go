@@ -131,7 +131,9 @@ func (r *reconciler) rebuild() error {
 		}
 		key := svc.Namespace + "/" + svc.Name
 		if err := r.alloc.Assign(key, addr); err != nil {
-			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err)
+			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err,
+				"fix", "nothing to do if this Service may change address: it gets another from its pools when its turn comes; "+
+					"to avoid it, find out who wrote the address into this Service's status (a Service copied with its status, another load-balancer controller)")
 			continue
 		}
 		n++
@@ -187,7 +189,8 @@ func (r *reconciler) syncPools() error {
 	r.poolErrors = r.alloc.SetPools(pools, invalid)
 	r.metrics.setPools(r.alloc)
 	for name, err := range r.poolErrors {
-		r.log.Warn("address pool not used", "pool", name, "error", err)
+		r.log.Warn("address pool not used", "pool", name, "error", err,
+			"fix", "correct the AddressPool as the error says (kubectl edit addresspool "+name+"), or remove the pool it overlaps; the controller takes it into use as soon as it changes")
 	}
 	for _, obj := range objs {
 		if u, ok := obj.(*unstructured.Unstructured); ok {

@@ -142,7 +142,8 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		// for this Service (written by someone else): adopt it if
 		// it is free, else the Service needs another one.
 		if err := r.alloc.Assign(key, in); err != nil {
-			r.warn(svc, key, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err))
+			r.warn(svc, key, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err),
+				fmt.Sprintf("nothing to do if another address suits the Service; to give it %s, free it from the Service that holds it, then request it with the annotation %s", in, api.AnnotationAddresses))
 		} else {
 			held, has = in, true
 			r.poolChanged(in)
@@ -200,7 +201,8 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 	}
 	pool := r.alloc.PoolOf(addr)
 	if pool == "" {
-		r.warn(svc, key, EventOutsidePools, fmt.Sprintf("keeps %s, which no address pool contains any more; it stays the Service's address until the Service is deleted or stops being served; add it back to a pool, or request another address", addr))
+		r.warn(svc, key, EventOutsidePools, fmt.Sprintf("keeps %s, which no address pool contains any more; it stays the Service's address until the Service is deleted or stops being served; add it back to a pool, or request another address", addr),
+			fmt.Sprintf("add %s back to an AddressPool, or move the Service to another address with the annotation %s or %s", addr, api.AnnotationPool, api.AnnotationAddresses))
 		return nil
 	}
 	r.unwarn(key, EventOutsidePools)
@@ -264,13 +266,14 @@ func (r *reconciler) fail(svc *corev1.Service, key string, err error) {
 	r.recorder.Event(svc, corev1.EventTypeWarning, EventAllocationFailed, msg)
 }
 
-// warn records a Warning Event, once per distinct message.
-func (r *reconciler) warn(svc *corev1.Service, key, reason, msg string) {
+// warn records a Warning Event, once per distinct message; fix, for
+// the log, says what to do about it.
+func (r *reconciler) warn(svc *corev1.Service, key, reason, msg, fix string) {
 	if r.warned[key] == (warning{reason, msg}) {
 		return
 	}
 	r.warned[key] = warning{reason, msg}
-	r.log.Warn(msg, "service", key, "reason", reason)
+	r.log.Warn(msg, "service", key, "reason", reason, "fix", fix)
 	r.recorder.Event(svc, corev1.EventTypeWarning, reason, msg)
 }
 

@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -280,7 +281,10 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		stopRetry()
 		if err != nil {
 			w.log.Error("could not apply the node's translations; the previous ones stay in place until a retry succeeds",
-				"entries", len(entries), "err", err, "retry_in", backoff)
+				"entries", len(entries), "err", err, "retry_in", backoff,
+				"fix", fmt.Sprintf("if the error says the data plane holds at most so many, this node has more translations than the backend's maps hold: spread the pods over more nodes; "+
+					"if the pinned state is missing, restart this backend pod; else check the backend's --interface and that its pod may load eBPF programs. "+
+					"It is retried by itself, after %s doubling up to every %s, and at once when the translations change", w.retryMin, w.retryMax))
 			failed, hasFailed = entries, true
 			retry = time.NewTimer(backoff)
 			retryC = retry.C
@@ -335,6 +339,20 @@ func (w *Watcher) settle(ctx context.Context) bool {
 	}
 }
 
+// problemFix says what to do about one of translate's problems, by the
+// wording translate gives it.
+func problemFix(p string) string {
+	switch {
+	case strings.Contains(p, "is already served by the older Service"):
+		return "give one of the two Services another address or port; the load balancer forwards this VIP:port to the older one only"
+	case strings.Contains(p, "is an address of this node"):
+		return "run the Service's pods without hostNetwork: a tunnel to them cannot be told from a tunnel to the node itself"
+	case strings.Contains(p, "is the Service's own address"):
+		return "take the Service's address out of the pod network (change the AddressPool), or correct the EndpointSlice that lists it"
+	}
+	return "correct the Service or its EndpointSlices as the message says; the node's translations follow at once"
+}
+
 // logProblems logs each problem once, when it appears, and forgets the
 // ones that went away so that they are logged again if they return.
 func (w *Watcher) logProblems(logged map[string]bool, probs []string) {
@@ -342,7 +360,7 @@ func (w *Watcher) logProblems(logged map[string]bool, probs []string) {
 	for _, p := range probs {
 		cur[p] = true
 		if !logged[p] {
-			w.log.Warn(p)
+			w.log.Warn(p, "fix", problemFix(p))
 		}
 	}
 	for p := range logged {

@@ -158,7 +158,7 @@ func protoName(p uint8) string {
 
 // endpoint states, better ones higher.
 const (
-	draining = iota + 1 // serving and terminating: finishes its flows
+	draining = iota + 1 // serving and terminating: still translated, for what still reaches it
 	ready
 )
 

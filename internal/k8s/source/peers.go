@@ -40,16 +40,19 @@ func peers(st settings, c cluster, d *desired) []problem {
 		obj := "BGPPeer " + u.GetName()
 		var bp api.BGPPeer
 		if err := api.FromUnstructured(u, &bp); err != nil {
-			probs = append(probs, problem{obj, fmt.Sprintf("cannot be read: %v", err)})
+			probs = append(probs, problem{obj, fmt.Sprintf("cannot be read: %v", err),
+				"correct the BGPPeer as the error says (kubectl edit bgppeer " + u.GetName() + "); if it matches the schema, install the CustomResourceDefinitions of this xlb version (deploy/crds)"})
 			continue
 		}
 		if len(bp.Spec.NodeSelectors) > 0 && c.node == nil {
-			probs = append(probs, problem{obj, fmt.Sprintf("has nodeSelectors, but this node's Node object %q does not exist, so they cannot match; check kubernetes.nodeName (NODE_NAME)", nodeName(st))})
+			probs = append(probs, problem{obj, fmt.Sprintf("has nodeSelectors, but this node's Node object %q does not exist, so they cannot match; check kubernetes.nodeName (NODE_NAME)", nodeName(st)),
+				"set kubernetes.nodeName, or NODE_NAME (the DaemonSet sets it from spec.nodeName), to the name of this node's Node object; the peer is taken in once the Node is seen"})
 			continue
 		}
 		ok, err := selects(bp.Spec.NodeSelectors, nodeLabels)
 		if err != nil {
-			probs = append(probs, problem{obj, fmt.Sprintf("spec.nodeSelectors%v; the peer is left out", err)})
+			probs = append(probs, problem{obj, fmt.Sprintf("spec.nodeSelectors%v; the peer is left out", err),
+				"correct spec.nodeSelectors (label selectors, as in a Deployment's) with kubectl edit bgppeer " + u.GetName()})
 			continue
 		}
 		if !ok {
@@ -64,7 +67,8 @@ func peers(st settings, c cluster, d *desired) []problem {
 			d.secrets[ns+"/"+ref.Name] = true
 		}
 		if bp.Spec.MyASN == 0 || bp.Spec.MyASN == asTrans {
-			probs = append(probs, problem{obj, fmt.Sprintf("spec.myASN %d is not an AS number a node can have; the peer is left out", bp.Spec.MyASN)})
+			probs = append(probs, problem{obj, fmt.Sprintf("spec.myASN %d is not an AS number a node can have; the peer is left out", bp.Spec.MyASN),
+				"set spec.myASN to this node's AS number (kubectl edit bgppeer " + u.GetName() + ")"})
 			continue
 		}
 		if section == nil {
@@ -74,12 +78,14 @@ func peers(st settings, c cluster, d *desired) []problem {
 				DrainTime: config.DefaultDrainTime}
 		}
 		if bp.Spec.MyASN != section.ASN {
-			probs = append(probs, problem{obj, fmt.Sprintf("spec.myASN %d differs from this node's AS %d (%s); a node has one AS: the peer is left out", bp.Spec.MyASN, section.ASN, asnFrom(base))})
+			probs = append(probs, problem{obj, fmt.Sprintf("spec.myASN %d differs from this node's AS %d (%s); a node has one AS: the peer is left out", bp.Spec.MyASN, section.ASN, asnFrom(base)),
+				fmt.Sprintf("set spec.myASN to %d, or narrow spec.nodeSelectors so that the BGPPeer no longer selects this node", section.ASN)})
 			continue
 		}
 		p, why := peer(bp.Spec, section, base != nil, st.secretNamespace, c.secret)
 		if why != "" {
-			probs = append(probs, problem{obj, why + "; the peer is left out until this is corrected"})
+			probs = append(probs, problem{obj, why + "; the peer is left out until this is corrected",
+				"correct what the reason names: the BGPPeer (kubectl edit bgppeer " + u.GetName() + "), its password Secret, or the agent's permission to read it; the peer is taken in as soon as that changes"})
 			continue
 		}
 		if p.Passive && section.ListenPort == 0 {

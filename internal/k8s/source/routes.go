@@ -135,7 +135,9 @@ func (r *Routes) ensure() error {
 			return err
 		}
 		if err := a.Sync(r.routes); err != nil {
-			r.log.Warn("BGP announcements failed", "error", err)
+			r.log.Warn("BGP announcements failed", "error", err,
+				"fix", "`xlb status` lists the routes announced; a route that failed is tried again only when it changes or the speaker restarts: "+
+					"restart the agent, one node at a time")
 		}
 	}
 	r.cur, r.cfg = a, r.want
@@ -155,7 +157,9 @@ func (r *Routes) close() {
 	done, cancel := context.WithCancel(context.Background())
 	cancel()
 	if err := r.cur.Shutdown(done); err != nil {
-		r.log.Warn("BGP speaker stopped with an error", "error", err)
+		r.log.Warn("BGP speaker stopped with an error", "error", err,
+			"fix", "nothing to do if `xlb status` shows the new speaker's peers coming up; if the new speaker cannot start (its port still taken), "+
+				"it is tried again at the next route change, at most every "+reopenEvery.String()+"; if that keeps failing, restart the agent")
 	}
 	r.log.Info("BGP speaker stopped", "asn", r.cfg.ASN)
 	r.cur, r.cfg = nil, nil

@@ -409,7 +409,9 @@ func (s *Source) run(ctx context.Context) {
 		// an API change to the data plane.
 		latency := time.Since(b.first)
 		if err != nil {
-			s.log.Error("no valid configuration; the agent keeps the running one", "error", err, "events", b.count, "latency", latency)
+			s.log.Error("no valid configuration; the agent keeps the running one", "error", err, "events", b.count, "latency", latency,
+				"fix", "if the error is about the configuration file, correct it (it is read again when it changes or on SIGHUP); "+
+					"else correct what it names in the cluster's Services or BGPPeers; the configuration is built again at every change")
 			continue
 		}
 		s.log.Info("configuration from the cluster", "services", len(cfg.Services), "peers", peerCount(cfg),
@@ -472,7 +474,7 @@ func (s *Source) report(probs []problem) {
 	}
 	for k, p := range now {
 		if _, ok := s.problems[k]; !ok {
-			s.log.Warn("left out of the configuration", "object", p.object, "reason", p.msg)
+			s.log.Warn("left out of the configuration", "object", p.object, "reason", p.msg, "fix", p.fix)
 		}
 	}
 	for k, p := range s.problems {

@@ -40,6 +40,7 @@ type settings struct {
 // configuration, with the object it concerns ("Service default/web").
 type problem struct {
 	object, msg string
+	fix         string // what to do about it, for the log
 }
 
 func (p problem) String() string { return p.object + ": " + p.msg }
@@ -133,7 +134,8 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 			case config.DSRIPIP, config.DSRGUE:
 				fwd = f
 			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v)})
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v),
+					fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue, or remove it for dsr-ipip", api.AnnotationForwarding)})
 				continue
 			}
 		}
@@ -146,7 +148,8 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 			case corev1.ProtocolUDP:
 				proto = config.UDP
 			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol)})
+				probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
+					"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
 				continue
 			}
 			if port.Port < 1 || port.Port > 65535 {
@@ -176,7 +179,7 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 
 // endpoint states, better ones higher.
 const (
-	draining = iota + 1 // serving and terminating: finishes its flows
+	draining = iota + 1 // serving and terminating: weight 0, no new table slots
 	ready
 )
 

@@ -54,15 +54,17 @@ func fit(d *desired, base *config.Config) []problem {
 	kept := d.cfg.Services[:nBase:nBase]
 	var from []string
 	for i, s := range d.cfg.Services[nBase:] {
-		var why string
+		var why, fix string
 		switch {
 		case services+1 > config.MaxServices:
 			why = fmt.Sprintf("the agent serves at most %d service ports (config.MaxServices), and older ones take them all", config.MaxServices)
+			fix = "delete Service ports that xlb need not serve; the limit is fixed, and the newest Services are the ones left out"
 		case entries+len(s.Backends) > maxEntries:
 			why = fmt.Sprintf("its %d backends would take the data plane over its %d backend entries (dataplane.maxBackends), which older services fill; raise dataplane.maxBackends", len(s.Backends), maxEntries)
+			fix = "raise dataplane.maxBackends in the agent's configuration and restart the agents one at a time (the maps are migrated without loss), or serve fewer endpoints"
 		}
 		if why != "" {
-			probs = append(probs, problem{d.serviceFrom[i], fmt.Sprintf("port %s (%s) is not served: %s", s.Key(), s.Name, why)})
+			probs = append(probs, problem{d.serviceFrom[i], fmt.Sprintf("port %s (%s) is not served: %s", s.Key(), s.Name, why), fix})
 			continue
 		}
 		services++
@@ -131,7 +133,8 @@ func drop(cfg *config.Config, err error, base *config.Config, d *desired) (*conf
 		var from []string
 		for i, s := range cfg.Services {
 			if why, bad := badSvc[i]; bad {
-				probs = append(probs, problem{d.serviceFrom[i-baseServices], fmt.Sprintf("port %s (%s) is not served: %s", s.Key(), s.Name, strings.Join(why, "; "))})
+				probs = append(probs, problem{d.serviceFrom[i-baseServices], fmt.Sprintf("port %s (%s) is not served: %s", s.Key(), s.Name, strings.Join(why, "; ")),
+					"correct what the reason names: the Service's port, its address (from its AddressPool) or annotations, or the service it collides with; the port is served once the checks pass"})
 				continue
 			}
 			next.Services = append(next.Services, s)
@@ -147,7 +150,8 @@ func drop(cfg *config.Config, err error, base *config.Config, d *desired) (*conf
 		var from []string
 		for i, p := range cfg.BGP.Peers {
 			if why, bad := badPeer[i]; bad {
-				probs = append(probs, problem{d.peerFrom[i-basePeers], fmt.Sprintf("peer %s is left out: %s", p.Address, strings.Join(why, "; "))})
+				probs = append(probs, problem{d.peerFrom[i-basePeers], fmt.Sprintf("peer %s is left out: %s", p.Address, strings.Join(why, "; ")),
+					"correct the field the reason names in the BGPPeer's spec (kubectl edit bgppeer NAME) or its password Secret; the peer is taken in as soon as that changes"})
 				continue
 			}
 			b.Peers = append(b.Peers, p)

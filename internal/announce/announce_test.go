@@ -1,0 +1,394 @@
+package announce
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/bfd"
+	"github.com/xlbproject/xlb/internal/bgp"
+	"github.com/xlbproject/xlb/internal/config"
+)
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// call is one call the announcer made on its speaker.
+type call struct {
+	op     string
+	peer   netip.Addr
+	prefix netip.Prefix
+	reason string
+	at     time.Time
+}
+
+func (c call) String() string {
+	switch {
+	case c.peer.IsValid():
+		return fmt.Sprintf("%s(%s %q)", c.op, c.peer, c.reason)
+	case c.prefix.IsValid():
+		return fmt.Sprintf("%s(%s)", c.op, c.prefix)
+	}
+	return c.op + "()"
+}
+
+// fakeSpeaker records the calls; it stands in for *bgp.Speaker.
+type fakeSpeaker struct {
+	calls chan call
+}
+
+func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{calls: make(chan call, 100)} }
+
+func (f *fakeSpeaker) record(c call) error {
+	c.at = time.Now()
+	f.calls <- c
+	return nil
+}
+
+func (f *fakeSpeaker) Start(context.Context) error { return f.record(call{op: "Start"}) }
+func (f *fakeSpeaker) Stop(context.Context) error  { return f.record(call{op: "Stop"}) }
+func (f *fakeSpeaker) Announce(p netip.Prefix, _ bgp.Attributes) error {
+	return f.record(call{op: "Announce", prefix: p})
+}
+func (f *fakeSpeaker) Withdraw(p netip.Prefix) error {
+	return f.record(call{op: "Withdraw", prefix: p})
+}
+func (f *fakeSpeaker) WithdrawAll() error        { return f.record(call{op: "WithdrawAll"}) }
+func (f *fakeSpeaker) SetPeers([]bgp.Peer) error { return f.record(call{op: "SetPeers"}) }
+func (f *fakeSpeaker) PeerDown(peer netip.Addr, reason string) error {
+	return f.record(call{op: "PeerDown", peer: peer, reason: reason})
+}
+func (f *fakeSpeaker) PeerUp(peer netip.Addr) error { return f.record(call{op: "PeerUp", peer: peer}) }
+func (f *fakeSpeaker) Peers() []bgp.PeerStatus      { return nil }
+
+// next returns the next call, failing the test if none comes in time.
+func (f *fakeSpeaker) next(t *testing.T, within time.Duration) call {
+	t.Helper()
+	select {
+	case c := <-f.calls:
+		return c
+	case <-time.After(within):
+		t.Fatalf("no call on the speaker within %s", within)
+		return call{}
+	}
+}
+
+// drained returns the calls made so far.
+func (f *fakeSpeaker) drained() []call {
+	var out []call
+	for {
+		select {
+		case c := <-f.calls:
+			out = append(out, c)
+		default:
+			return out
+		}
+	}
+}
+
+var (
+	node = netip.MustParseAddr("10.0.1.2")
+	vip  = netip.MustParsePrefix("10.99.0.1/32")
+)
+
+func testAnnouncer(t *testing.T, drain time.Duration) (*Announcer, *fakeSpeaker) {
+	t.Helper()
+	cfg := &config.BGP{ASN: 65001, DrainTime: drain, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000}}}
+	fs := newFakeSpeaker()
+	return newAnnouncer(cfg, node, node, fs, quietLogger()), fs
+}
+
+// TestShutdownDrains: on shutdown the routes are withdrawn at once, the
+// sessions stay up for the drain time (so the routers move the traffic
+// away while this node still forwards), and only then are they closed.
+func TestShutdownDrains(t *testing.T) {
+	const drain = 300 * time.Millisecond
+	ops := func(cs []call) []string {
+		var out []string
+		for _, c := range cs {
+			out = append(out, c.op)
+		}
+		return out
+	}
+
+	t.Run("waits drainTime", func(t *testing.T) {
+		a, fs := testAnnouncer(t, drain)
+		if err := a.Sync([]Route{{Prefix: vip, Serve: true}}); err != nil {
+			t.Fatal(err)
+		}
+		fs.drained()
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cs := fs.drained()
+		if got := ops(cs); !reflect.DeepEqual(got, []string{"WithdrawAll", "Stop"}) {
+			t.Fatalf("calls %v, want WithdrawAll then Stop", got)
+		}
+		if gap := cs[1].at.Sub(cs[0].at); gap < drain {
+			t.Errorf("sessions closed %s after the withdrawal, before the drain time %s", gap, drain)
+		}
+	})
+
+	t.Run("reload changes it", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		longer := 2 * drain
+		cfg := &config.BGP{ASN: 65001, DrainTime: longer, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000}}}
+		if err := a.Reconfigure(context.Background(), cfg); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.Sync([]Route{{Prefix: vip, Serve: true}}); err != nil {
+			t.Fatal(err)
+		}
+		fs.drained()
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cs := fs.drained()
+		if len(cs) != 2 || cs[1].at.Sub(cs[0].at) < longer {
+			t.Errorf("after a reload with drainTime %s: calls %v, %v apart", longer, cs, cs[len(cs)-1].at.Sub(cs[0].at))
+		}
+	})
+
+	t.Run("nothing announced", func(t *testing.T) {
+		// Nothing to move away: no reason to wait.
+		a, fs := testAnnouncer(t, time.Hour)
+		if err := a.Sync([]Route{{Prefix: vip, Serve: false, Why: "no healthy backend"}}); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error)
+		go func() { done <- a.Shutdown(context.Background()) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Shutdown with nothing announced waits for the drain time")
+		}
+		if got := ops(fs.drained()); !reflect.DeepEqual(got, []string{"WithdrawAll", "Stop"}) {
+			t.Errorf("calls %v", got)
+		}
+	})
+
+	t.Run("canceled", func(t *testing.T) {
+		// A second signal (ctx) cuts the drain short; the sessions are
+		// still closed properly.
+		a, fs := testAnnouncer(t, time.Hour)
+		if err := a.Sync([]Route{{Prefix: vip, Serve: true}}); err != nil {
+			t.Fatal(err)
+		}
+		fs.drained()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error)
+		go func() { done <- a.Shutdown(ctx) }()
+		time.Sleep(50 * time.Millisecond)
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Shutdown ignores its context")
+		}
+		if got := ops(fs.drained()); !reflect.DeepEqual(got, []string{"WithdrawAll", "Stop"}) {
+			t.Errorf("calls %v, want WithdrawAll then Stop", got)
+		}
+	})
+}
+
+// TestFollowBFD drives the announcer's BFD follower with events as the
+// BFD manager sends them and checks what it does to the BGP sessions.
+func TestFollowBFD(t *testing.T) {
+	a, fs := testAnnouncer(t, 0)
+	events := make(chan bfd.Event)
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		a.followBFD(ctx, events)
+		close(stopped)
+	}()
+	defer func() {
+		cancel()
+		<-stopped
+	}()
+	peer, other := netip.MustParseAddr("10.0.1.1"), netip.MustParseAddr("10.0.1.9")
+	send := func(ev bfd.Event) {
+		t.Helper()
+		select {
+		case events <- ev:
+		case <-time.After(5 * time.Second):
+			t.Fatal("followBFD does not read its events")
+		}
+	}
+	// sentinel proves that the events before it caused no call: they
+	// are handled in order, so its PeerUp must be the next call.
+	sentinel := func(what string) {
+		t.Helper()
+		send(bfd.Event{Peer: other, State: bfd.StateUp, Previous: bfd.StateInit})
+		if c := fs.next(t, 5*time.Second); c.op != "PeerUp" || c.peer != other {
+			t.Fatalf("%s: speaker got %v", what, c)
+		}
+	}
+
+	// Up: the BGP session may run.
+	send(bfd.Event{Peer: peer, State: bfd.StateUp, Previous: bfd.StateDown})
+	if c := fs.next(t, 5*time.Second); c.op != "PeerUp" || c.peer != peer {
+		t.Fatalf("BFD up: speaker got %v, want PeerUp(%s)", c, peer)
+	}
+
+	// A failure while Up: the session goes down at once, with the
+	// reason, and is released bfdResetHold later (a reset, not a
+	// lock-out).
+	for _, diag := range []bfd.Diag{bfd.DiagDetectionTimeExpired, bfd.DiagNeighborDown} {
+		send(bfd.Event{Peer: peer, State: bfd.StateDown, Previous: bfd.StateUp, Diag: diag, RemoteDiag: bfd.DiagNone})
+		down := fs.next(t, 5*time.Second)
+		if down.op != "PeerDown" || down.peer != peer || down.reason != fmt.Sprintf("BFD session down (%s)", diag) {
+			t.Fatalf("BFD down (%s): speaker got %v", diag, down)
+		}
+		up := fs.next(t, bfdResetHold+5*time.Second)
+		if up.op != "PeerUp" || up.peer != peer {
+			t.Fatalf("after BFD down (%s): speaker got %v, want PeerUp(%s)", diag, up, peer)
+		}
+		if gap := up.at.Sub(down.at); gap < bfdResetHold {
+			t.Errorf("BFD down (%s): session released after %s, before bfdResetHold (%s)", diag, gap, bfdResetHold)
+		}
+	}
+
+	// The peer turned BFD off on purpose (RFC 5882 §3.2): BGP is left
+	// alone.
+	send(bfd.Event{Peer: peer, State: bfd.StateDown, Previous: bfd.StateUp, Diag: bfd.DiagNeighborDown, RemoteDiag: bfd.DiagAdminDown})
+	sentinel("peer's BFD administratively down")
+
+	// Down without having been Up (a session that never came up, or
+	// went from Init to Down): no BGP session to take down.
+	send(bfd.Event{Peer: peer, State: bfd.StateDown, Previous: bfd.StateInit, Diag: bfd.DiagDetectionTimeExpired})
+	sentinel("BFD down from Init")
+
+	if got := fs.drained(); len(got) != 0 {
+		t.Errorf("unexpected calls: %v", got)
+	}
+	close(events)
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Error("followBFD still runs after its events closed")
+	}
+}
+
+// TestRouteAttributesFromConfig: a service's bgp section in the
+// configuration file reaches the speaker's route as it was written
+// (canonical form), a reload with other attributes re-announces, and a
+// service that cannot be served is withdrawn.
+func TestRouteAttributesFromConfig(t *testing.T) {
+	const file = `
+node: {interface: eth0, address: 10.0.1.2}
+bgp:
+  asn: 65001
+  peers: [{address: 10.0.1.1, asn: 65000}]
+services:
+  - name: web
+    vip: 10.99.0.1
+    port: 80
+    bgp:
+      communities: [NO-EXPORT, "65000:100"]
+      largeCommunities: ["65000:1:2", "4200000000:7:8"]
+      localPreference: 200
+      med: 10
+    backends: [{address: 10.0.3.2}]
+  - name: web-tls
+    vip: 10.99.0.1
+    port: 443
+    bgp:
+      communities: [no-export, "65000:100"]
+      largeCommunities: ["4200000000:7:8", "65000:1:2"]
+      localPreference: 200
+      med: 10
+    backends: [{address: 10.0.3.2}]
+  - name: plain
+    vip: 10.99.0.2
+    port: 80
+    backends: [{address: 10.0.3.3}]
+`
+	cfg, err := config.Parse("xlb.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := New(cfg.BGP, cfg.Node.Address, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sp := a.sp.(*bgp.Speaker)
+	routes := func(c *config.Config, serve bool) []Route {
+		var out []Route
+		for _, s := range c.Services {
+			out = append(out, Route{Prefix: netip.PrefixFrom(s.VIP, 32), Attrs: s.BGP, Serve: serve, Why: "no healthy backend"})
+		}
+		return out
+	}
+	// The speaker records what is announced before it starts: no
+	// sockets needed to see what it would send.
+	if err := a.Sync(routes(cfg, true)); err != nil {
+		t.Fatal(err)
+	}
+	want := []bgp.Route{
+		{Prefix: vip, NextHop: node, Attributes: bgp.Attributes{
+			Communities:      []string{"65000:100", "no-export"},
+			LargeCommunities: []string{"65000:1:2", "4200000000:7:8"},
+			LocalPref:        u32(200), MED: u32(10)}},
+		{Prefix: netip.MustParsePrefix("10.99.0.2/32"), NextHop: node, Attributes: bgp.Attributes{}},
+	}
+	if got := sp.Announced(); !routesEqual(got, want) {
+		t.Errorf("announced:\n%s\nwant:\n%s", fmtRoutes(got), fmtRoutes(want))
+	}
+
+	// A reload with other attributes re-announces the route.
+	changed := strings.Replace(strings.Replace(file, "med: 10", "med: 20", 2), `[NO-EXPORT, "65000:100"]`, `["65000:101"]`, 1)
+	changed = strings.Replace(changed, `[no-export, "65000:100"]`, `["65000:101"]`, 1)
+	cfg2, err := config.Parse("xlb.yaml", []byte(changed))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Sync(routes(cfg2, true)); err != nil {
+		t.Fatal(err)
+	}
+	want[0].Attributes.Communities, want[0].Attributes.MED = []string{"65000:101"}, u32(20)
+	if got := sp.Announced(); !routesEqual(got, want) {
+		t.Errorf("after reload:\n%s\nwant:\n%s", fmtRoutes(got), fmtRoutes(want))
+	}
+
+	// Nothing to serve: withdrawn, and the status says why.
+	if err := a.Sync(routes(cfg2, false)); err != nil {
+		t.Fatal(err)
+	}
+	if got := sp.Announced(); len(got) != 0 {
+		t.Errorf("after withdrawal: %s", fmtRoutes(got))
+	}
+	st := a.Status()
+	if len(st.Routes) != 2 || st.Routes[0].Announced || st.Routes[0].Reason != "no healthy backend" {
+		t.Errorf("status routes: %+v", st.Routes)
+	}
+}
+
+func u32(v uint32) *uint32 { return &v }
+
+func routesEqual(a, b []bgp.Route) bool {
+	return fmtRoutes(a) == fmtRoutes(b)
+}
+
+func fmtRoutes(rs []bgp.Route) string {
+	var b strings.Builder
+	for _, r := range rs {
+		at := r.Attributes
+		deref := func(p *uint32) string {
+			if p == nil {
+				return "-"
+			}
+			return fmt.Sprint(*p)
+		}
+		fmt.Fprintf(&b, "  %s via %s comm %v large %v lp %s med %s\n", r.Prefix, r.NextHop, at.Communities, at.LargeCommunities, deref(at.LocalPref), deref(at.MED))
+	}
+	return b.String()
+}
