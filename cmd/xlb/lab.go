@@ -72,7 +72,7 @@ func labUp(args []string) error {
 	clients := fs.Int("clients", lab.DefaultClients, "number of client namespaces")
 	nodes := fs.Int("nodes", lab.DefaultNodes, "number of xlb node namespaces")
 	backends := fs.Int("backends", lab.DefaultBackends, "number of backend namespaces")
-	routerKind := fs.String("router", lab.RouterStatic, "upstream `router`: static (a fixed multipath route over all nodes), embedded (xlb's BGP router), frr (FRR's zebra and bgpd) or bird (BIRD 2); the BGP routers route each VIP over the nodes that announce it")
+	routerKind := fs.String("router", lab.RouterEmbedded, "upstream `router`: embedded (xlb's BGP router), frr (FRR's zebra and bgpd), bird (BIRD 2) or static (a fixed multipath route over all nodes, no BGP); the BGP routers route each VIP over the nodes that announce it")
 	reflector := fs.Bool("reflector", false, "put a gobgpd route reflector between the nodes and the router (needs --router frr)")
 	bfd := fs.Bool("bfd", false, "run BFD between the router and the nodes, 100ms x 3 (needs --router embedded, frr or bird)")
 	pods := fs.Int("pods", 0, "make the backends Kubernetes nodes with this many pod namespaces each (servers in the pods on ports 8080 and 5353; run `xlb backend --source kubernetes` or --nat on the nodes)")

@@ -100,11 +100,12 @@ type Spec struct {
 	// XDP_TX frames are dropped and backends do not accept VIP traffic.
 	SkipPass  bool `json:"skipPass,omitempty"`
 	SkipDecap bool `json:"skipDecap,omitempty"`
-	// Router is the kind of upstream router: RouterStatic (the default)
+	// Router is the kind of upstream router: RouterStatic (the zero
+	// value's, for tests that move the route by hand with SetNodes)
 	// routes the VIP prefix to every node with a static multipath
-	// route; RouterEmbedded (`xlb lab router`), RouterFRR and RouterBIRD
-	// learn each VIP/32 from the nodes over BGP and install the ECMP
-	// route.
+	// route; RouterEmbedded (`xlb lab router`, the default of `xlb lab
+	// up`), RouterFRR and RouterBIRD learn each VIP/32 from the nodes
+	// over BGP and install the ECMP route.
 	Router string `json:"router,omitempty"`
 	// Reflector puts a gobgpd route reflector on the node segment
 	// (needs RouterFRR): the nodes peer with it over iBGP, and it hands
