@@ -12,6 +12,7 @@ import (
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
 
 // input is what one translation reads: the informers' caches, or fixtures.
@@ -102,7 +103,7 @@ func translate(in input) ([]backendhost.NATEntry, []string) {
 			if !ok || port.Port < 1 || port.Port > 65535 {
 				continue // SCTP: the LB side reports it; the API rejects bad ports
 			}
-			pods := localEndpoints(eps, port, in.node)
+			pods := endpoints.Select(eps, port, endpoints.OnNode(in.node))
 			for _, vip := range vips {
 				k := svcPort{vip, uint16(port.Port), proto}
 				if o, taken := owner[k]; taken && o != name {
@@ -112,19 +113,19 @@ func translate(in input) ([]backendhost.NATEntry, []string) {
 				owner[k] = name
 				for _, p := range pods {
 					switch {
-					case slices.Contains(in.local, p.addr):
-						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.addr))
+					case slices.Contains(in.local, p.Addr):
+						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.Addr))
 						continue
-					case p.addr == vip:
-						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is the Service's own address; not translated", name, p.addr))
+					case p.Addr == vip:
+						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is the Service's own address; not translated", name, p.Addr))
 						continue
 					}
-					nk := natKey{k, p.addr}
+					nk := natKey{k, p.Addr}
 					if seen[nk] {
 						continue
 					}
 					seen[nk] = true
-					out = append(out, backendhost.NATEntry{VIP: vip, Port: uint16(port.Port), Proto: proto, PodIP: p.addr, TargetPort: p.port})
+					out = append(out, backendhost.NATEntry{VIP: vip, Port: uint16(port.Port), Proto: proto, PodIP: p.Addr, TargetPort: p.Port})
 				}
 			}
 		}
@@ -154,106 +155,6 @@ func protoName(p uint8) string {
 		return "udp"
 	}
 	return "tcp"
-}
-
-// endpoint states, better ones higher.
-const (
-	draining = iota + 1 // serving and terminating: still translated, for what still reaches it
-	ready
-)
-
-type pod struct {
-	addr netip.Addr
-	port uint16
-}
-
-// localEndpoints returns the endpoints of one Service port that run on
-// node and are ready or draining, with the target port the slices give
-// for the port. An address listed twice (slices overlap while the
-// EndpointSlice controller moves endpoints) counts once: in its best
-// state, then at its lowest port, the rule the LB side uses too.
-func localEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, node string) []pod {
-	type cand struct {
-		port  uint16
-		state int
-	}
-	best := map[netip.Addr]cand{}
-	for _, sl := range eps {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
-		target := slicePort(sl, port)
-		if target == 0 {
-			continue
-		}
-		for _, ep := range sl.Endpoints {
-			if ep.NodeName == nil || *ep.NodeName != node {
-				continue
-			}
-			state := endpointState(ep.Conditions)
-			if state == 0 {
-				continue
-			}
-			for _, s := range ep.Addresses {
-				a, err := netip.ParseAddr(s)
-				if err != nil || !a.Is4() || a.IsUnspecified() {
-					continue
-				}
-				if old, ok := best[a]; ok && (old.state > state || old.state == state && old.port <= target) {
-					continue
-				}
-				best[a] = cand{port: target, state: state}
-			}
-		}
-	}
-	out := make([]pod, 0, len(best))
-	for a, c := range best {
-		out = append(out, pod{addr: a, port: c.port})
-	}
-	return out
-}
-
-// slicePort returns the port an EndpointSlice gives for a Service port,
-// matched by name and protocol as the EndpointSlice controller writes
-// them; 0 if it has none.
-func slicePort(sl *discoveryv1.EndpointSlice, port corev1.ServicePort) uint16 {
-	want := port.Protocol
-	if want == "" {
-		want = corev1.ProtocolTCP
-	}
-	for _, p := range sl.Ports {
-		proto := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		if name == port.Name && proto == want && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 {
-			return uint16(*p.Port)
-		}
-	}
-	return 0
-}
-
-// endpointState reads an endpoint's conditions as the EndpointSlice API
-// defines them: ready unset means ready; serving unset defers to ready;
-// terminating unset means not terminating.
-func endpointState(c discoveryv1.EndpointConditions) int {
-	isReady := c.Ready == nil || *c.Ready
-	serving := isReady
-	if c.Serving != nil {
-		serving = *c.Serving
-	}
-	terminating := c.Terminating != nil && *c.Terminating
-	switch {
-	case isReady && !terminating:
-		return ready
-	case serving && terminating:
-		return draining
-	}
-	return 0
 }
 
 // onNode reports whether an EndpointSlice lists an endpoint on node: only

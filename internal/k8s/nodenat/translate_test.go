@@ -357,23 +357,3 @@ func TestTranslateOrderIndependent(t *testing.T) {
 	}
 }
 
-func TestEndpointState(t *testing.T) {
-	for _, tc := range []struct {
-		c    discoveryv1.EndpointConditions
-		want int
-	}{
-		{condReady, ready},
-		{condUnset, ready},
-		{condNotReady, 0},
-		{condDraining, draining},
-		{condTerminated, 0},
-		// Terminating but still marked ready (an old controller): drains.
-		{discoveryv1.EndpointConditions{Ready: ptr(true), Terminating: ptr(true)}, draining},
-		// Serving unset defers to ready.
-		{discoveryv1.EndpointConditions{Ready: ptr(false), Terminating: ptr(true)}, 0},
-	} {
-		if got := endpointState(tc.c); got != tc.want {
-			t.Errorf("endpointState(%+v) = %d, want %d", tc.c, got, tc.want)
-		}
-	}
-}

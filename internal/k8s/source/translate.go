@@ -14,6 +14,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
 
 // cluster is what one translation reads: the informers' caches, or fakes.
@@ -155,7 +156,7 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 			if port.Port < 1 || port.Port > 65535 {
 				continue // the API server never accepts such a port
 			}
-			backends := endpoints(eps, port)
+			backends := portBackends(eps, port)
 			if len(backends) == 0 {
 				// Nothing to send to: left out, so its route is
 				// withdrawn, as for a file service whose backends are
@@ -177,105 +178,23 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 	return out, from, probs
 }
 
-// endpoint states, better ones higher.
-const (
-	draining = iota + 1 // serving and terminating: weight 0, no new table slots
-	ready
-)
-
-// endpoints returns the backends of one Service port: the IPv4 addresses
+// portBackends returns the backends of one Service port: the IPv4 addresses
 // of the endpoints that are ready (weight 1) or serving while terminating
 // (weight 0: no new flows), at the port the EndpointSlices give for it
 // (the targetPort). If no endpoint is ready, the terminating ones that
 // still serve take new flows, as kube-proxy does: better than none.
 // An address listed twice (slices overlap while the controller moves
 // endpoints) counts once, in its best state.
-func endpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
-	type cand struct {
-		port  uint16
-		state int
-	}
-	best := map[netip.Addr]cand{}
-	for _, sl := range eps {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
-			continue
-		}
-		target := slicePort(sl, port)
-		if target == 0 {
-			continue
-		}
-		for _, ep := range sl.Endpoints {
-			state := endpointState(ep.Conditions)
-			if state == 0 {
-				continue
-			}
-			for _, s := range ep.Addresses {
-				a, err := netip.ParseAddr(s)
-				if err != nil || !a.Is4() {
-					continue
-				}
-				if old, ok := best[a]; ok && (old.state > state || old.state == state && old.port <= target) {
-					continue
-				}
-				best[a] = cand{port: target, state: state}
-			}
-		}
-	}
-	anyReady := false
-	for _, c := range best {
-		anyReady = anyReady || c.state == ready
-	}
-	out := make([]config.Backend, 0, len(best))
-	for a, c := range best {
+func portBackends(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
+	sel := endpoints.Select(eps, port, nil)
+	anyReady := slices.ContainsFunc(sel, func(e endpoints.Endpoint) bool { return e.State == endpoints.Ready })
+	out := make([]config.Backend, 0, len(sel))
+	for _, e := range sel {
 		w := uint32(1)
-		if c.state == draining && anyReady {
+		if e.State == endpoints.Draining && anyReady {
 			w = 0
 		}
-		out = append(out, config.Backend{Address: a, Port: c.port, Weight: w, HealthCheck: config.HealthCheck{Type: config.CheckNone}})
+		out = append(out, config.Backend{Address: e.Addr, Port: e.Port, Weight: w, HealthCheck: config.HealthCheck{Type: config.CheckNone}})
 	}
-	slices.SortFunc(out, func(a, b config.Backend) int { return a.Address.Compare(b.Address) })
 	return out
-}
-
-// slicePort returns the port an EndpointSlice gives for a Service port,
-// matched by name and protocol as the EndpointSlice controller writes
-// them; 0 if it has none.
-func slicePort(sl *discoveryv1.EndpointSlice, port corev1.ServicePort) uint16 {
-	want := port.Protocol
-	if want == "" {
-		want = corev1.ProtocolTCP
-	}
-	for _, p := range sl.Ports {
-		proto := corev1.ProtocolTCP
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		if name == port.Name && proto == want && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 {
-			return uint16(*p.Port)
-		}
-	}
-	return 0
-}
-
-// endpointState reads an endpoint's conditions as the EndpointSlice API
-// defines them: ready unset means ready; serving unset defers to ready;
-// terminating unset means not terminating.
-func endpointState(c discoveryv1.EndpointConditions) int {
-	isReady := c.Ready == nil || *c.Ready
-	serving := isReady
-	if c.Serving != nil {
-		serving = *c.Serving
-	}
-	terminating := c.Terminating != nil && *c.Terminating
-	switch {
-	case isReady && !terminating:
-		return ready
-	case serving && terminating:
-		return draining
-	}
-	return 0
 }

@@ -1,0 +1,125 @@
+// Package endpoints reads EndpointSlices the one way both sides of xlb
+// need it: the LB nodes (internal/k8s/source) make backends of the
+// endpoints, and the Kubernetes nodes (internal/k8s/nodenat) translate
+// VIP:port to them. Reading them with the same code keeps the two
+// agreeing on which address serves a Service port, and at which port.
+package endpoints
+
+import (
+	"net/netip"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+// State is what an endpoint's conditions allow; better states are
+// higher.
+type State int
+
+const (
+	// Gone: neither ready nor serving while terminating. Not a backend.
+	Gone State = iota
+	// Draining: serving and terminating, a Pod being deleted that still
+	// passes its readiness probe. The LB gives it no table slots while
+	// another endpoint is ready; its node still translates for it.
+	Draining
+	// Ready and not terminating.
+	Ready
+)
+
+// StateOf reads an endpoint's conditions as the EndpointSlice API
+// defines them: ready unset means ready; serving unset defers to ready;
+// terminating unset means not terminating.
+func StateOf(c discoveryv1.EndpointConditions) State {
+	isReady := c.Ready == nil || *c.Ready
+	serving := isReady
+	if c.Serving != nil {
+		serving = *c.Serving
+	}
+	terminating := c.Terminating != nil && *c.Terminating
+	switch {
+	case isReady && !terminating:
+		return Ready
+	case serving && terminating:
+		return Draining
+	}
+	return Gone
+}
+
+// SlicePort returns the port an EndpointSlice gives for a Service port,
+// matched by name and protocol as the EndpointSlice controller writes
+// them; 0 if it has none.
+func SlicePort(sl *discoveryv1.EndpointSlice, port corev1.ServicePort) uint16 {
+	want := port.Protocol
+	if want == "" {
+		want = corev1.ProtocolTCP
+	}
+	for _, p := range sl.Ports {
+		proto := corev1.ProtocolTCP
+		if p.Protocol != nil {
+			proto = *p.Protocol
+		}
+		name := ""
+		if p.Name != nil {
+			name = *p.Name
+		}
+		if name == port.Name && proto == want && p.Port != nil && *p.Port >= 1 && *p.Port <= 65535 {
+			return uint16(*p.Port)
+		}
+	}
+	return 0
+}
+
+// Endpoint is one address that serves a Service port.
+type Endpoint struct {
+	Addr  netip.Addr
+	Port  uint16 // the target port the slices give for the Service port
+	State State  // Ready or Draining
+}
+
+// Select returns the endpoints of one Service port, sorted by address:
+// the IPv4 addresses (not 0.0.0.0) of the endpoints that are Ready or
+// Draining and that keep accepts (nil keeps every one), at the port the
+// EndpointSlices give for the Service port. An address listed more than
+// once (slices overlap while the EndpointSlice controller moves
+// endpoints) counts once: in its best state, then at its lowest port.
+func Select(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool) []Endpoint {
+	best := map[netip.Addr]Endpoint{}
+	for _, sl := range eps {
+		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+			continue
+		}
+		target := SlicePort(sl, port)
+		if target == 0 {
+			continue
+		}
+		for _, ep := range sl.Endpoints {
+			state := StateOf(ep.Conditions)
+			if state == Gone || keep != nil && !keep(ep) {
+				continue
+			}
+			for _, s := range ep.Addresses {
+				a, err := netip.ParseAddr(s)
+				if err != nil || !a.Is4() || a.IsUnspecified() {
+					continue
+				}
+				if old, ok := best[a]; ok && (old.State > state || old.State == state && old.Port <= target) {
+					continue
+				}
+				best[a] = Endpoint{Addr: a, Port: target, State: state}
+			}
+		}
+	}
+	out := make([]Endpoint, 0, len(best))
+	for _, e := range best {
+		out = append(out, e)
+	}
+	slices.SortFunc(out, func(a, b Endpoint) int { return a.Addr.Compare(b.Addr) })
+	return out
+}
+
+// OnNode keeps the endpoints whose nodeName is node, for Select.
+func OnNode(node string) func(discoveryv1.Endpoint) bool {
+	return func(ep discoveryv1.Endpoint) bool { return ep.NodeName != nil && *ep.NodeName == node }
+}
