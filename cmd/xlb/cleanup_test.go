@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -216,17 +215,7 @@ func TestCleanupCommand(t *testing.T) {
 // none).
 func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	var id uint32
-	err := netns.Do(ns, func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
+	id, err := dataplane.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -283,20 +283,11 @@ func pinnedSvcs(pin string) (map[natSvcKey][2]byte, error) {
 	return readMap[natSvcKey, [2]byte](m.svcs)
 }
 
-// xdpAttached reports the XDP program on ifname in ns (0: none).
+// xdpAttached is the XDP program attached to ifname in namespace ns (0:
+// none).
 func xdpAttached(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	var id uint32
-	err := netns.Do(ns, func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
+	id, err := dataplane.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

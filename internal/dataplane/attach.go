@@ -9,6 +9,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
+
+	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // Attach modes as reported to the operator.
@@ -104,4 +106,21 @@ func attachedMode(ifindex int) string {
 		return "offload"
 	}
 	return "unknown"
+}
+
+// AttachedProgram returns the ID of the XDP program attached to ifname in
+// network namespace ns, 0 if none.
+func AttachedProgram(ns, ifname string) (uint32, error) {
+	var id uint32
+	err := netns.Do(ns, func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		if x := l.Attrs().Xdp; x != nil && x.Attached {
+			id = x.ProgId
+		}
+		return nil
+	})
+	return id, err
 }

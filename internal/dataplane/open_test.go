@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/netns"
 )
@@ -24,20 +23,11 @@ func testPinPath(t *testing.T) string {
 	return p
 }
 
-// xdpProgID reports the XDP program attached to ifname in ns (0: none).
+// xdpProgID is the XDP program attached to ifname in namespace ns (0:
+// none).
 func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	var id uint32
-	err := netns.Do(ns, func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
+	id, err := AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

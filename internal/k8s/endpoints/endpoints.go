@@ -123,3 +123,18 @@ func Select(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func
 func OnNode(node string) func(discoveryv1.Endpoint) bool {
 	return func(ep discoveryv1.Endpoint) bool { return ep.NodeName != nil && *ep.NodeName == node }
 }
+
+// ServiceIndex is a cache index function for EndpointSlices: the
+// "namespace/name" of the Service a slice belongs to (its
+// kubernetes.io/service-name label), none for a slice without one.
+func ServiceIndex(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok {
+		return nil, nil
+	}
+	name := sl.Labels[discoveryv1.LabelServiceName]
+	if name == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + name}, nil
+}

@@ -82,3 +82,18 @@ func TestSelect(t *testing.T) {
 		t.Errorf("Select, slices reversed = %v, want %v", got, want)
 	}
 }
+
+func TestServiceIndex(t *testing.T) {
+	sl := &discoveryv1.EndpointSlice{}
+	sl.Namespace, sl.Labels = "shop", map[string]string{discoveryv1.LabelServiceName: "web"}
+	if got, err := ServiceIndex(sl); err != nil || !slices.Equal(got, []string{"shop/web"}) {
+		t.Errorf("ServiceIndex = %v, %v", got, err)
+	}
+	sl.Labels = nil
+	if got, err := ServiceIndex(sl); err != nil || got != nil {
+		t.Errorf("ServiceIndex without the label = %v, %v", got, err)
+	}
+	if got, err := ServiceIndex("not a slice"); err != nil || got != nil {
+		t.Errorf("ServiceIndex of another object = %v, %v", got, err)
+	}
+}

@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/xlbproject/xlb/internal/backendhost"
+	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
 
 // Options configure a Watcher.
@@ -128,7 +129,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	// would only repeat what the caches hold.
 	svcInf := coreinformers.NewServiceInformer(w.opts.Client, metav1.NamespaceAll, 0, cache.Indexers{})
 	sliceInf := discoveryinformers.NewFilteredEndpointSliceInformer(w.opts.Client, metav1.NamespaceAll, 0,
-		cache.Indexers{serviceIndex: sliceService},
+		cache.Indexers{serviceIndex: endpoints.ServiceIndex},
 		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
 
 	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -181,19 +182,6 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	w.loop(ctx, read)
 	return nil
-}
-
-// sliceService is the index function: namespace/service-name.
-func sliceService(obj any) ([]string, error) {
-	sl, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	name := sl.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil, nil
-	}
-	return []string{sl.Namespace + "/" + name}, nil
 }
 
 // serviceChanged and sliceChanged wake the loop when a change can alter

@@ -356,4 +356,3 @@ func TestTranslateOrderIndependent(t *testing.T) {
 		}
 	}
 }
-

@@ -35,6 +35,7 @@ import (
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
 
 // Name is the source's name in agent.Update and in logs.
@@ -141,7 +142,7 @@ func New(o Options) (*Source, error) {
 	s.slices = sliceF.Discovery().V1().EndpointSlices().Informer()
 	s.nodes = nodeF.Core().V1().Nodes().Informer()
 	s.peers = dynF.ForResource(api.BGPPeerResource).Informer()
-	if err := s.slices.AddIndexers(cache.Indexers{byService: sliceService}); err != nil {
+	if err := s.slices.AddIndexers(cache.Indexers{byService: endpoints.ServiceIndex}); err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
 	s.secrets = newSecretWatch(o.Client, func(ns, name string) {
@@ -217,18 +218,6 @@ func sameNode(old, obj any) bool {
 	a, ok1 := old.(*corev1.Node)
 	b, ok2 := obj.(*corev1.Node)
 	return ok1 && ok2 && maps.Equal(a.Labels, b.Labels)
-}
-
-func sliceService(obj any) ([]string, error) {
-	sl, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok {
-		return nil, nil
-	}
-	name := sl.Labels[discoveryv1.LabelServiceName]
-	if name == "" {
-		return nil, nil
-	}
-	return []string{sl.Namespace + "/" + name}, nil
 }
 
 // unwrap returns the object of a deletion whose final state the informer
