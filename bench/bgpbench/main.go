@@ -20,13 +20,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -79,8 +77,9 @@ func run() error {
 	render := flag.String("render", "", "measure nothing: write the plot and the document section from this JSON result")
 	flag.Parse()
 
+	results := benchutil.Results[Report]{Name: "bgp", Views: func(r *Report) benchutil.Views { return views(r, *svg, *doc) }}
 	if *render != "" {
-		return rerender(*render, *svg, *doc)
+		return results.Render(*render)
 	}
 	o := options{events: map[string]int{lab.RouterEmbedded: *events, lab.RouterFRR: *frrEvents},
 		failures: *failures, throughput: *throughput, rounds: *rounds, seed: *seed}
@@ -156,7 +155,7 @@ func run() error {
 	}
 	r.Seconds = benchutil.Round3(time.Since(start).Seconds())
 	r.Machine.LoadEnd = benchutil.LoadAvg()
-	return write(r, start, *out, *svg, *doc, progress)
+	return results.Save(*out, start, r, progress)
 }
 
 // measureRouter builds a lab with the router of the given kind, runs the
@@ -211,80 +210,21 @@ func measureRouter(ctx context.Context, kind, xlb string, o options, withThrough
 	return res, tp, nil
 }
 
-// rerender writes the plot and the document section of a saved result.
-func rerender(path, svg, doc string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
+// views are the plots and the document section of r. The throughput
+// plot goes next to svg, as <svg>-throughput.svg.
+func views(r *Report, svg, doc string) benchutil.Views {
+	tp := ""
+	if svg != "" && r.Throughput != nil {
+		tp = strings.TrimSuffix(svg, ".svg") + "-throughput.svg"
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
+	return benchutil.Views{
+		Plots: []benchutil.Plot{
+			{Path: svg, Draw: func() string { return plot(r) }},
+			{Path: tp, Draw: func() string { return plotThroughput(r) }},
+		},
+		Doc: doc, Begin: docBegin, End: docEnd,
+		Section: func(jsonName string, img []string) string { return markdown(r, jsonName, img[0], img[1]) },
 	}
-	name := path
-	// The document names the dated file, not bgp-latest.json.
-	if stamp, err := time.Parse(time.RFC3339, r.Date); err == nil {
-		dated := filepath.Join(filepath.Dir(path), resultName+"-"+stamp.UTC().Format(benchutil.StampLayout)+".json")
-		if _, err := os.Stat(dated); err == nil {
-			name = dated
-		}
-	}
-	return writeViews(&r, name, svg, doc, func(msg string) { fmt.Println(msg) })
-}
-
-// resultName starts the names of the result files: bgp-<stamp>.json.
-const resultName = "bgp"
-
-// write saves the report as JSON, the plot and the document section.
-func write(r *Report, start time.Time, out, svg, doc string, progress func(string)) error {
-	name, err := benchutil.WriteJSON(out, resultName, start.UTC().Format(benchutil.StampLayout), r)
-	if err != nil {
-		return err
-	}
-	progress("wrote " + name)
-	return writeViews(r, name, svg, doc, progress)
-}
-
-// writeViews writes the plots and the document section of r, whose JSON
-// is at jsonName. The throughput plot goes next to svg, as
-// <svg>-throughput.svg.
-func writeViews(r *Report, jsonName, svg, doc string, progress func(string)) error {
-	var img, tpImg string
-	if svg != "" {
-		if err := os.MkdirAll(filepath.Dir(svg), 0o755); err != nil {
-			return err
-		}
-		views := []struct {
-			path, text string
-		}{{svg, plot(r)}}
-		if r.Throughput != nil {
-			tpImg = strings.TrimSuffix(svg, ".svg") + "-throughput.svg"
-			views = append(views, struct{ path, text string }{tpImg, plotThroughput(r)})
-		}
-		for _, v := range views {
-			if err := os.WriteFile(v.path, []byte(v.text), 0o644); err != nil {
-				return err
-			}
-			progress("wrote " + v.path)
-		}
-		img = svg
-	}
-	if doc != "" {
-		rel := func(path string) string {
-			if path == "" {
-				return ""
-			}
-			if r, err := filepath.Rel(filepath.Dir(doc), path); err == nil {
-				return filepath.ToSlash(r)
-			}
-			return path
-		}
-		if err := benchutil.RewriteDoc(doc, docBegin, docEnd, markdown(r, filepath.ToSlash(jsonName), rel(img), rel(tpImg))); err != nil {
-			return err
-		}
-		progress("updated " + doc)
-	}
-	return nil
 }
 
 // stalePrefix starts the name of every lab a run creates, followed by

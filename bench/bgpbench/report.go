@@ -455,7 +455,7 @@ func plot(r *Report) string {
 	if hasFailures(r) {
 		panels++
 	}
-	d := newSVG("xlb BGP: event → the router's kernel route changes", fmt.Sprintf("4 xlb nodes in a lab, %s, kernel %s; log time axis", r.Machine.CPU, r.Machine.Kernel), max(panels, 1))
+	d := benchutil.NewSVG(layout, max(panels, 1), "xlb BGP: event → the router's kernel route changes", fmt.Sprintf("4 xlb nodes in a lab, %s, kernel %s; log time axis", r.Machine.CPU, r.Machine.Kernel))
 	k := 0
 	for _, rr := range r.Routers {
 		if s := rr.Scale; s != nil {
@@ -477,9 +477,9 @@ const (
 	colNote   = "#888"
 )
 
-func scalePanel(d *svgDoc, k int, router string, s *ScaleResult, lo, hi, target float64) {
-	fr := d.panel(k, fmt.Sprintf("%s router: %d random scale events", routerName(router), len(s.Events)))
-	a := logAxis{lo: lo, hi: hi, left: fr.left, width: fr.width}
+func scalePanel(d *benchutil.SVG, k int, router string, s *ScaleResult, lo, hi, target float64) {
+	fr := d.Panel(k, fmt.Sprintf("%s router: %d random scale events", routerName(router), len(s.Events)))
+	a := logAxis{lo: lo, hi: hi, left: fr.Left, width: fr.Width}
 	var start, stop []float64
 	for _, ev := range s.Events {
 		if ev.Op == opStart {
@@ -494,13 +494,13 @@ func scalePanel(d *svgDoc, k int, router string, s *ScaleResult, lo, hi, target 
 		peak = max(peak, hs[i]+hp[i])
 	}
 	top, steps := niceTop(float64(peak))
-	d.yGrid(fr, top, steps, "events per bin")
-	d.logTicks(fr, a, fmt.Sprintf("ms (log scale, %d bins per decade)", binsPerDecade))
-	y := func(c int) float64 { return fr.height * float64(c) / top }
+	yGrid(fr, top, steps, "events per bin")
+	logTicks(fr, a, fmt.Sprintf("ms (log scale, %d bins per decade)", binsPerDecade))
+	y := func(c int) float64 { return fr.Height * float64(c) / top }
 	for i := range hs {
 		x0 := a.x(lo * math.Pow(10, float64(i)/binsPerDecade))
 		x1 := a.x(lo * math.Pow(10, float64(i+1)/binsPerDecade))
-		base := fr.top + fr.height
+		base := fr.Top + fr.Height
 		for _, bar := range []struct {
 			n     int
 			color string
@@ -509,21 +509,21 @@ func scalePanel(d *svgDoc, k int, router string, s *ScaleResult, lo, hi, target 
 				continue
 			}
 			h := y(bar.n)
-			d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x0+0.5, base-h, math.Max(x1-x0-1, 1), h, bar.color)
+			fr.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x0+0.5, base-h, math.Max(x1-x0-1, 1), h, bar.color)
 			base -= h
 		}
 	}
-	d.marker(fr, a.x(target), colTarget)
-	d.legend(fr, []legendItem{
-		{label: fmt.Sprintf("start → in (n=%d)", len(start)), color: colStart},
-		{label: fmt.Sprintf("SIGTERM → out (n=%d)", len(stop)), color: colStop},
-		{label: fmt.Sprintf("target p99 %s", msLabel(target)), color: colTarget, dashed: true},
+	fr.Marker(a.x(target), colTarget)
+	fr.Legend(2, []benchutil.LegendItem{
+		{Label: fmt.Sprintf("start → in (n=%d)", len(start)), Color: colStart, Swatch: benchutil.SwatchBox},
+		{Label: fmt.Sprintf("SIGTERM → out (n=%d)", len(stop)), Color: colStop, Swatch: benchutil.SwatchBox},
+		{Label: fmt.Sprintf("target p99 %s", msLabel(target)), Color: colTarget, Swatch: benchutil.SwatchDashed},
 	})
 }
 
-func failurePanel(d *svgDoc, k int, r *Report, lo, hi float64) {
-	fr := d.panel(k, "failure → next hop out of the route")
-	a := logAxis{lo: lo, hi: hi, left: fr.left, width: fr.width}
+func failurePanel(d *benchutil.SVG, k int, r *Report, lo, hi float64) {
+	fr := d.Panel(k, "failure → next hop out of the route")
+	a := logAxis{lo: lo, hi: hi, left: fr.Left, width: fr.Width}
 	type row struct {
 		label   string
 		samples []float64
@@ -543,7 +543,7 @@ func failurePanel(d *svgDoc, k int, r *Report, lo, hi float64) {
 			rows = append(rows, row{fmt.Sprintf("%s · %s · %s", routerName(rr.Router), f.Kind, bfd), s, color})
 		}
 	}
-	d.logTicks(fr, a, "ms (log scale)")
+	logTicks(fr, a, "ms (log scale)")
 	holds := map[float64]bool{}
 	for _, rr := range r.Routers {
 		for _, f := range rr.Failures {
@@ -553,22 +553,22 @@ func failurePanel(d *svgDoc, k int, r *Report, lo, hi float64) {
 		}
 	}
 	for h := range holds {
-		d.marker(fr, a.x(h), colNote)
+		fr.Marker(a.x(h), colNote)
 	}
-	d.marker(fr, a.x(r.TargetBFDMs), colTarget)
-	step := fr.height / float64(len(rows)+1)
+	fr.Marker(a.x(r.TargetBFDMs), colTarget)
+	step := fr.Height / float64(len(rows)+1)
 	for i, rw := range rows {
-		y := fr.top + step*float64(i+1)
-		d.f(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", fr.left+2, y-6, esc(rw.label))
+		y := fr.Top + step*float64(i+1)
+		fr.Printf(`<text x="%.1f" y="%.1f" font-size="10" fill="#333">%s</text>`+"\n", fr.Left+2, y-6, benchutil.EscapeXML(rw.label))
 		for _, v := range rw.samples {
-			d.f(`<circle cx="%.1f" cy="%.1f" r="3" fill="%s" fill-opacity="0.6"/>`+"\n", a.x(v), y, rw.color)
+			fr.Printf(`<circle cx="%.1f" cy="%.1f" r="3" fill="%s" fill-opacity="0.6"/>`+"\n", a.x(v), y, rw.color)
 		}
 	}
-	d.legend(fr, []legendItem{
-		{label: "with BFD 100 ms × 3", color: colStart},
-		{label: "without BFD", color: colStop},
-		{label: fmt.Sprintf("BFD target %s", msLabel(r.TargetBFDMs)), color: colTarget, dashed: true},
-		{label: "hold time", color: colNote, dashed: true},
+	fr.Legend(2, []benchutil.LegendItem{
+		{Label: "with BFD 100 ms × 3", Color: colStart, Swatch: benchutil.SwatchBox},
+		{Label: "without BFD", Color: colStop, Swatch: benchutil.SwatchBox},
+		{Label: fmt.Sprintf("BFD target %s", msLabel(r.TargetBFDMs)), Color: colTarget, Swatch: benchutil.SwatchDashed},
+		{Label: "hold time", Color: colNote, Swatch: benchutil.SwatchDashed},
 	})
 }
 
@@ -576,8 +576,8 @@ func failurePanel(d *svgDoc, k int, r *Report, lo, hi float64) {
 // went in the best run of each path.
 func plotThroughput(r *Report) string {
 	t := r.Throughput
-	d := newSVG("xlb: aggregate throughput with 1 → 4 nodes (wrk, keep-alive HTTP)",
-		fmt.Sprintf("client, router, nodes and backends on one machine: %s, %d CPUs", r.Machine.CPU, r.Machine.CPUs), 2)
+	d := benchutil.NewSVG(layout, 2, "xlb: aggregate throughput with 1 → 4 nodes (wrk, keep-alive HTTP)",
+		fmt.Sprintf("client, router, nodes and backends on one machine: %s, %d CPUs", r.Machine.CPU, r.Machine.CPUs))
 	runs := append(slices.Clone(t.Direct), t.Runs...)
 	paths := []int{0}
 	for n := 1; n <= labNodes; n++ {
@@ -591,38 +591,38 @@ func plotThroughput(r *Report) string {
 	}
 
 	// Requests per second, one bar per round.
-	fr := d.panel(0, "requests per second")
+	fr := d.Panel(0, "requests per second")
 	peak := 0.0
 	for _, run := range runs {
 		peak = max(peak, run.RPS)
 	}
 	top, steps := niceTop(peak)
-	d.yGrid(fr, top, steps, "requests/s")
+	yGrid(fr, top, steps, "requests/s")
 	roundColors := []string{"#3a7bd5", "#e08a1e", "#2e9e5b", "#8e44ad"}
-	slot := fr.width / float64(len(paths))
+	slot := fr.Width / float64(len(paths))
 	bw := slot * 0.8 / float64(max(t.Rounds, 1))
 	for pi, n := range paths {
-		x := fr.left + slot*float64(pi) + slot*0.1
+		x := fr.Left + slot*float64(pi) + slot*0.1
 		for _, run := range runs {
 			if run.Nodes != n || run.Round < 1 {
 				continue
 			}
-			h := fr.height * run.RPS / top
-			d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x+bw*float64(run.Round-1), fr.top+fr.height-h, bw-1, h, roundColors[(run.Round-1)%len(roundColors)])
+			h := fr.Height * run.RPS / top
+			fr.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x+bw*float64(run.Round-1), fr.Top+fr.Height-h, bw-1, h, roundColors[(run.Round-1)%len(roundColors)])
 		}
-		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text>`+"\n", fr.left+slot*(float64(pi)+0.5), fr.top+fr.height+15, label(n))
+		fr.XTick(fr.Left+slot*(float64(pi)+0.5), label(n))
 	}
-	d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">xlb nodes (direct: no node in the path)</text>`+"\n", fr.left+fr.width/2, fr.top+fr.height+30)
-	var items []legendItem
+	fr.XLabel("xlb nodes (direct: no node in the path)")
+	var items []benchutil.LegendItem
 	for i := range t.Rounds {
-		items = append(items, legendItem{label: fmt.Sprintf("round %d", i+1), color: roundColors[i%len(roundColors)]})
+		items = append(items, benchutil.LegendItem{Label: fmt.Sprintf("round %d", i+1), Color: roundColors[i%len(roundColors)], Swatch: benchutil.SwatchBox})
 	}
-	d.legend(fr, items)
+	fr.Legend(2, items)
 
 	// CPU of the best run of each path, stacked by role.
-	fr = d.panel(1, "CPU in the best run of each (cores)")
+	fr = d.Panel(1, "CPU in the best run of each (cores)")
 	cpus := float64(max(r.Machine.CPUs, 1))
-	d.yGrid(fr, cpus, int(cpus)*2, "cores")
+	yGrid(fr, cpus, int(cpus)*2, "cores")
 	stack := []struct {
 		role, label, color string
 	}{
@@ -639,8 +639,8 @@ func plotThroughput(r *Report) string {
 		if bestRun == nil {
 			continue
 		}
-		x := fr.left + slot*float64(pi) + slot*0.2
-		base := fr.top + fr.height
+		x := fr.Left + slot*float64(pi) + slot*0.2
+		base := fr.Top + fr.Height
 		for _, st := range stack {
 			v := bestRun.CPU.IdlePct / 100 * cpus
 			if st.role != "idle" {
@@ -651,20 +651,20 @@ func plotThroughput(r *Report) string {
 					}
 				}
 			}
-			h := math.Min(fr.height*v/cpus, base-fr.top)
+			h := math.Min(fr.Height*v/cpus, base-fr.Top)
 			if h <= 0 {
 				continue
 			}
-			d.f(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, base-h, slot*0.6, h, st.color)
+			fr.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`+"\n", x, base-h, slot*0.6, h, st.color)
 			base -= h
 		}
-		d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text>`+"\n", fr.left+slot*(float64(pi)+0.5), fr.top+fr.height+15, label(n))
+		fr.XTick(fr.Left+slot*(float64(pi)+0.5), label(n))
 	}
-	d.f(`<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">xlb nodes</text>`+"\n", fr.left+fr.width/2, fr.top+fr.height+30)
+	fr.XLabel("xlb nodes")
 	items = nil
 	for _, st := range stack {
-		items = append(items, legendItem{label: st.label, color: st.color})
+		items = append(items, benchutil.LegendItem{Label: st.label, Color: st.color, Swatch: benchutil.SwatchBox})
 	}
-	d.legend(fr, items)
+	fr.Legend(2, items)
 	return d.String()
 }

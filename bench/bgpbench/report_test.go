@@ -1,12 +1,7 @@
 package main
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
 	"math"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +60,9 @@ func sampleReport() *Report {
 // TestMarkdownVerdicts: each verdict follows its numbers.
 func TestMarkdownVerdicts(t *testing.T) {
 	md := markdown(sampleReport(), "bench/results/bgp-x.json", "img/bench-bgp.svg", "img/bench-bgp-throughput.svg")
+	if err := benchutil.CheckSection(md, docBegin, docEnd); err != nil {
+		t.Error(err)
+	}
 	for _, want := range []string{
 		"| embedded | start → next hop in | 3 | 2000 | 3000 | 3000 | 3000 | **misses** |",
 		"| embedded | SIGTERM → next hop out | 3 | 5.0 | 9.0 | 9.0 | 9.0 | meets |",
@@ -133,25 +131,8 @@ func TestMarkdownParts(t *testing.T) {
 	if !strings.Contains(md, "### Route convergence") {
 		t.Errorf("no convergence section:\n%s", md)
 	}
-}
-
-// TestRewriteKeepsOtherSections: the section goes after the others and
-// a second rewrite replaces it in place.
-func TestRewriteKeepsOtherSections(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "benchmarks.md")
-	head := "# Benchmarks\n\n<!-- ctlbench:begin -->\nctl\n<!-- ctlbench:end -->\n"
-	if err := os.WriteFile(path, []byte(head), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for range 2 {
-		if err := benchutil.RewriteDoc(path, docBegin, docEnd, markdown(sampleReport(), "x.json", "", "")); err != nil {
-			t.Fatal(err)
-		}
-	}
-	b, _ := os.ReadFile(path)
-	s := string(b)
-	if !strings.HasPrefix(s, head+"\n"+docBegin) || strings.Count(s, docBegin) != 1 {
-		t.Errorf("document:\n%s", s)
+	if err := benchutil.CheckSection(md, docBegin, docEnd); err != nil {
+		t.Error(err)
 	}
 }
 
@@ -160,20 +141,11 @@ func TestRewriteKeepsOtherSections(t *testing.T) {
 func TestPlots(t *testing.T) {
 	r := sampleReport()
 	elems := func(svg string) map[string]int {
-		d := xml.NewDecoder(strings.NewReader(svg))
-		n := map[string]int{}
-		for {
-			tok, err := d.Token()
-			if err != nil {
-				if !errors.Is(err, io.EOF) {
-					t.Fatalf("not well-formed: %v\n%s", err, svg)
-				}
-				return n
-			}
-			if se, ok := tok.(xml.StartElement); ok {
-				n[se.Name.Local]++
-			}
+		n, err := benchutil.SVGElements(svg)
+		if err != nil {
+			t.Fatalf("%v\n%s", err, svg)
 		}
+		return n
 	}
 	got := elems(plot(r))
 	if got["circle"] != 16 {

@@ -1,37 +1,11 @@
 package main
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 )
-
-// TestRewriteDocIdempotent: rewriting twice gives the same document, and
-// the text around the section survives.
-func TestRewriteDocIdempotent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "benchmarks.md")
-	head := "# Benchmarks\n\n<!-- lbbench:begin -->\nLB table\n<!-- lbbench:end -->\n"
-	if err := os.WriteFile(path, []byte(head), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	r := sampleReport()
-	for i := range 2 {
-		if err := benchutil.RewriteDoc(path, docBegin, docEnd, markdown(r, "bench/results/ctl-x.json", "img/bench-ctl.svg")); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(path)
-		s := string(b)
-		if !strings.HasPrefix(s, head) || strings.Count(s, docBegin) != 1 || strings.Count(s, docEnd) != 1 {
-			t.Fatalf("rewrite %d:\n%s", i+1, s)
-		}
-	}
-}
 
 func sampleReport() *Report {
 	return &Report{
@@ -55,6 +29,9 @@ func TestMarkdownVerdict(t *testing.T) {
 	if md := markdown(r, "x.json", ""); !strings.Contains(md, "**misses** it: p99 is 130 ms beyond") {
 		t.Errorf("p99 excess 130 ms against a 100 ms target:\n%s", md)
 	}
+	if err := benchutil.CheckSection(markdown(r, "x.json", "img/bench-ctl.svg"), docBegin, docEnd); err != nil {
+		t.Error(err)
+	}
 	r.Failover.RemovalExcess = benchutil.Summarize([]float64{-150, -20, 40})
 	md := markdown(r, "x.json", "")
 	if !strings.Contains(md, "**meets** it: p99 is 40 ms beyond") {
@@ -77,23 +54,8 @@ func TestMarkdownVerdict(t *testing.T) {
 
 // TestPlotIsSVG: the plot is well-formed XML with one path per series.
 func TestPlotIsSVG(t *testing.T) {
-	out := plot(sampleReport())
-	d := xml.NewDecoder(strings.NewReader(out))
-	paths := 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				t.Fatalf("not well-formed: %v\n%s", err, out)
-			}
-			break
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "path" {
-			paths++
-		}
-	}
-	if paths != 4 {
-		t.Errorf("%d paths, want 4 (two series per panel)", paths)
+	if n, err := benchutil.SVGElements(plot(sampleReport())); err != nil || n["path"] != 4 {
+		t.Errorf("%d paths (%v), want 4: two series per panel", n["path"], err)
 	}
 }
 
@@ -113,19 +75,6 @@ time=2026-11-22T04:11:00Z level=INFO msg="configuration reloaded" path=/x.yaml g
 	for k, v := range want {
 		if got[k] != v {
 			t.Errorf("countTriggers[%q] = %d, want %d (all: %v)", k, got[k], v, got)
-		}
-	}
-}
-
-func TestCDFPoints(t *testing.T) {
-	got := cdfPoints([]float64{3, 1, 3, 2})
-	want := [][2]float64{{1, 0.25}, {2, 0.5}, {3, 1}}
-	if len(got) != len(want) {
-		t.Fatalf("cdfPoints = %v, want %v", got, want)
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("cdfPoints[%d] = %v, want %v", i, got[i], want[i])
 		}
 	}
 }

@@ -3,8 +3,8 @@ package main
 import (
 	"fmt"
 	"math"
-	"slices"
-	"strings"
+
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 )
 
 // series is one distribution drawn as an empirical CDF.
@@ -29,95 +29,55 @@ type panel struct {
 	markers []marker
 }
 
-// Layout of the plot, in pixels.
-const (
-	svgPanelW = 380 // one panel, margins included
-	svgPanelH = 340
-	svgTop    = 58 // above the panels: title and subtitle
-	svgLeft   = 48 // inside a panel: room for the y axis labels
-	svgRight  = 16
-	svgPlotT  = 28  // inside a panel: room for its title
-	svgPlotB  = 118 // below the plot: x labels and legend
-)
+// layout sizes the plot's panels.
+var layout = benchutil.Layout{PanelW: 380, PanelH: 340, Left: 48, Below: 118}
 
-// plotSVG draws the panels side by side under a title and subtitle, in
-// the plain style of lbbench's chart (white ground, sans-serif, grey
-// notes).
+// plotSVG draws the panels side by side under a title and subtitle.
 func plotSVG(title, subtitle string, panels []panel) string {
-	w, h := svgPanelW*len(panels)+10, svgTop+svgPanelH
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15">%s</text>`+"\n", esc(title))
-	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s</text>`+"\n", esc(subtitle))
+	s := benchutil.NewSVG(layout, len(panels), title, subtitle)
 	for i, p := range panels {
-		p.draw(&b, 10+i*svgPanelW, svgTop)
+		p.draw(s.Panel(i, p.title))
 	}
-	b.WriteString("</svg>\n")
-	return b.String()
+	return s.String()
 }
 
-// draw writes the panel with its top left corner at (x0, y0).
-func (p panel) draw(b *strings.Builder, x0, y0 int) {
-	pw := float64(svgPanelW - svgLeft - svgRight - 10)
-	ph := float64(svgPanelH - svgPlotT - svgPlotB)
-	left, top := float64(x0+svgLeft), float64(y0+svgPlotT)
-	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="13">%s</text>`+"\n", x0, y0+14, esc(p.title))
-
+// draw draws the panel into its plot area.
+func (p panel) draw(a *benchutil.Panel) {
 	lo, hi, ticks := p.axis()
 	x := func(v float64) float64 {
 		if p.log {
 			v = math.Log10(max(v, lo))
-			return left + (v-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*pw
+			return a.Left + (v-math.Log10(lo))/(math.Log10(hi)-math.Log10(lo))*a.Width
 		}
-		return left + (min(v, hi)-lo)/(hi-lo)*pw
+		return a.Left + (min(v, hi)-lo)/(hi-lo)*a.Width
 	}
-	y := func(f float64) float64 { return top + (1-f)*ph }
+	y := func(f float64) float64 { return a.Top + (1-f)*a.Height }
 
-	// Grid and axes.
 	for _, f := range []float64{0, 0.25, 0.5, 0.75, 1} {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y(f), left+pw, y(f))
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">%g</text>`+"\n", left-4, y(f)+4, f)
+		a.HGrid(y(f), fmt.Sprintf("%g", f))
 	}
 	for _, t := range ticks {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x(t), top, x(t), top+ph)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%g</text>`+"\n", x(t), top+ph+15, t)
+		a.VGrid(x(t), fmt.Sprintf("%g", t))
 	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">ms%s</text>`+"\n", left+pw/2, top+ph+30, map[bool]string{true: " (log scale)"}[p.log])
-	fmt.Fprintf(b, `<text x="%d" y="%.1f" fill="#555" transform="rotate(-90 %d %.1f)" text-anchor="middle">fraction of events</text>`+"\n", x0+10, top+ph/2, x0+10, top+ph/2)
+	a.XLabel("ms" + map[bool]string{true: " (log scale)"}[p.log])
+	a.YLabel("fraction of events")
 
 	for _, m := range p.markers {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/>`+"\n", x(m.at), top, x(m.at), top+ph, m.color)
+		a.Marker(x(m.at), m.color)
 	}
 	for _, s := range p.series {
-		pts := cdfPoints(s.samples)
-		if len(pts) == 0 {
-			continue
-		}
-		var path strings.Builder
-		fmt.Fprintf(&path, "M%.1f %.1f", x(pts[0][0]), y(0))
-		for _, pt := range pts {
-			// A step: across at the previous level, then up.
-			fmt.Fprintf(&path, " H%.1f V%.1f", x(pt[0]), y(pt[1]))
-		}
-		fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", path.String(), s.color)
+		a.Curve(benchutil.CDF(s.samples), x, y, true, s.color)
 	}
 
 	// Legend below the axis label: series, then markers.
-	ly := top + ph + 48
-	items := len(p.series) + len(p.markers)
-	for i := range items {
-		color, label, dash := "", "", ""
-		if i < len(p.series) {
-			color, label = p.series[i].color, fmt.Sprintf("%s (n=%d)", p.series[i].label, len(p.series[i].samples))
-		} else {
-			m := p.markers[i-len(p.series)]
-			color, label, dash = m.color, m.label, ` stroke-dasharray="4 3"`
-		}
-		lx, yy := left, ly+float64(i)*16
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="2"%s/>`+"\n", lx, yy-4, lx+18, yy-4, color, dash)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", lx+22, yy, esc(label))
+	var items []benchutil.LegendItem
+	for _, s := range p.series {
+		items = append(items, benchutil.LegendItem{Label: fmt.Sprintf("%s (n=%d)", s.label, len(s.samples)), Color: s.color})
 	}
+	for _, m := range p.markers {
+		items = append(items, benchutil.LegendItem{Label: m.label, Color: m.color, Swatch: benchutil.SwatchDashed})
+	}
+	a.Legend(1, items)
 }
 
 // axis picks the panel's x range and ticks: for a linear axis 0 to the
@@ -153,26 +113,4 @@ func (p panel) axis() (lo, hi float64, ticks []float64) {
 		ticks = append(ticks, t)
 	}
 	return 0, hi, ticks
-}
-
-// cdfPoints returns the empirical CDF of samples as (value, fraction at
-// or below it) points, one per distinct value, ascending.
-func cdfPoints(samples []float64) [][2]float64 {
-	s := slices.Clone(samples)
-	slices.Sort(s)
-	var pts [][2]float64
-	for i, v := range s {
-		f := float64(i+1) / float64(len(s))
-		if n := len(pts); n > 0 && pts[n-1][0] == v {
-			pts[n-1][1] = f
-			continue
-		}
-		pts = append(pts, [2]float64{v, f})
-	}
-	return pts
-}
-
-// esc escapes text for SVG.
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
 }

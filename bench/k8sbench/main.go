@@ -25,13 +25,11 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -87,8 +85,9 @@ func run() error {
 	render := flag.String("render", "", "measure nothing: write the plot and the document section from this JSON result")
 	flag.Parse()
 
+	results := benchutil.Results[Report]{Name: "k8s", Views: func(r *Report) benchutil.Views { return views(r, *svg, *doc) }}
 	if *render != "" {
-		return rerender(*render, *svg, *doc)
+		return results.Render(*render)
 	}
 	switch {
 	case o.services < 1 || o.services > config.MaxServices:
@@ -137,67 +136,14 @@ func run() error {
 	}
 	r.Seconds = benchutil.Round3(time.Since(start).Seconds())
 	r.Machine.LoadEnd = benchutil.LoadAvg()
-	return write(r, start, *out, *svg, *doc, progress)
+	return results.Save(*out, start, r, progress)
 }
 
-// rerender writes the plot and the document section of a saved result.
-func rerender(path, svg, doc string) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
+// views are the plot and the document section of r.
+func views(r *Report, svg, doc string) benchutil.Views {
+	return benchutil.Views{
+		Plots: []benchutil.Plot{{Path: svg, Draw: func() string { return plot(r) }}},
+		Doc:   doc, Begin: docBegin, End: docEnd,
+		Section: func(jsonName string, img []string) string { return markdown(r, jsonName, img[0]) },
 	}
-	var r Report
-	if err := json.Unmarshal(b, &r); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	name := path
-	// The document names the dated file, not k8s-latest.json.
-	if stamp, err := time.Parse(time.RFC3339, r.Date); err == nil {
-		dated := filepath.Join(filepath.Dir(path), resultName+"-"+stamp.UTC().Format(benchutil.StampLayout)+".json")
-		if _, err := os.Stat(dated); err == nil {
-			name = dated
-		}
-	}
-	return writeViews(&r, name, svg, doc, func(msg string) { fmt.Println(msg) })
-}
-
-// resultName names the result files: k8s-<stamp>.json, k8s-latest.json.
-const resultName = "k8s"
-
-// write saves the report as JSON, the plot and the document section.
-func write(r *Report, start time.Time, out, svg, doc string, progress func(string)) error {
-	name, err := benchutil.WriteJSON(out, resultName, start.UTC().Format(benchutil.StampLayout), r)
-	if err != nil {
-		return err
-	}
-	progress("wrote " + name)
-	return writeViews(r, name, svg, doc, progress)
-}
-
-// writeViews writes the plot and the document section of r, whose JSON
-// is at jsonName.
-func writeViews(r *Report, jsonName, svg, doc string, progress func(string)) error {
-	img := ""
-	if svg != "" {
-		if err := os.MkdirAll(filepath.Dir(svg), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(svg, []byte(plot(r)), 0o644); err != nil {
-			return err
-		}
-		progress("wrote " + svg)
-		img = svg
-	}
-	if doc != "" {
-		if img != "" {
-			if rel, err := filepath.Rel(filepath.Dir(doc), img); err == nil {
-				img = filepath.ToSlash(rel)
-			}
-		}
-		if err := benchutil.RewriteDoc(doc, docBegin, docEnd, markdown(r, filepath.ToSlash(jsonName), img)); err != nil {
-			return err
-		}
-		progress("updated " + doc)
-	}
-	return nil
 }

@@ -1,9 +1,6 @@
 package main
 
 import (
-	"encoding/xml"
-	"errors"
-	"io"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -191,8 +188,11 @@ func TestMarkdownVerdict(t *testing.T) {
 	if !strings.Contains(md, "This run **meets** it: p99 is 168 ms over 120 changes") {
 		t.Errorf("p99 168 ms against a 200 ms target:\n%s", md)
 	}
-	if !strings.HasPrefix(md, docBegin) || !strings.HasSuffix(md, docEnd) || strings.Contains(md, "![") {
-		t.Errorf("markers or an image link without a plot:\n%s", md)
+	if err := benchutil.CheckSection(md, docBegin, docEnd); err != nil {
+		t.Error(err)
+	}
+	if strings.Contains(md, "![") {
+		t.Errorf("an image link without a plot:\n%s", md)
 	}
 	if !strings.Contains(md, "the agent (apply up to the table swap), 60 ms") {
 		t.Errorf("the largest part is the agent's:\n%s", md)
@@ -207,45 +207,10 @@ func TestMarkdownVerdict(t *testing.T) {
 	}
 }
 
-// TestRewriteDocIdempotent: rewriting twice gives the same document, and
-// the text around the section survives.
-func TestRewriteDocIdempotent(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "benchmarks.md")
-	head := "# Benchmarks\n\n<!-- bgpbench:begin -->\nBGP\n<!-- bgpbench:end -->\n"
-	if err := os.WriteFile(path, []byte(head), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		if err := benchutil.RewriteDoc(path, docBegin, docEnd, markdown(sampleReport(), "bench/results/k8s-x.json", "img/bench-k8s.svg")); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(path)
-		s := string(b)
-		if !strings.HasPrefix(s, head) || strings.Count(s, docBegin) != 1 || strings.Count(s, docEnd) != 1 {
-			t.Fatalf("rewrite %d:\n%s", i+1, s)
-		}
-	}
-}
-
 // TestPlotIsSVG: the plot is well-formed XML with one path per line.
 func TestPlotIsSVG(t *testing.T) {
-	out := plot(sampleReport())
-	d := xml.NewDecoder(strings.NewReader(out))
-	paths := 0
-	for {
-		tok, err := d.Token()
-		if err != nil {
-			if !errors.Is(err, io.EOF) {
-				t.Fatalf("not well-formed: %v\n%s", err, out)
-			}
-			break
-		}
-		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "path" {
-			paths++
-		}
-	}
-	if paths != 4 { // two CDFs, RSS, CPU
-		t.Errorf("%d paths, want 4", paths)
+	if n, err := benchutil.SVGElements(plot(sampleReport())); err != nil || n["path"] != 4 {
+		t.Errorf("%d paths (%v), want 4: two CDFs, RSS, CPU", n["path"], err)
 	}
 }
 

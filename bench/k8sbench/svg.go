@@ -3,23 +3,12 @@ package main
 import (
 	"fmt"
 	"math"
-	"slices"
-	"strings"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 )
 
-// The plot is plain SVG in the style of the other benchmark plots: white
-// ground, sans-serif, grey notes, panels side by side.
-const (
-	panelW    = 400 // one panel, margins included
-	panelH    = 340
-	plotTop   = 58 // above the panels: title and subtitle
-	plotLeft  = 52 // inside a panel: room for the y axis labels
-	plotRight = 16
-	plotTitle = 28  // inside a panel: room for its title
-	plotBelow = 100 // below the plot area: x labels and legend
-)
+// layout sizes the plot's panels.
+var layout = benchutil.Layout{PanelW: 400, PanelH: 340, Left: 52, Below: 100}
 
 // line is one series of (x, y) points; step draws it as a CDF does.
 type line struct {
@@ -46,74 +35,48 @@ type chart struct {
 	marks                 []vmark
 }
 
-func (c chart) draw(b *strings.Builder, x0, y0 int) {
-	pw := float64(panelW - plotLeft - plotRight - 10)
-	ph := float64(panelH - plotTitle - plotBelow)
-	left, top := float64(x0+plotLeft), float64(y0+plotTitle)
-	fmt.Fprintf(b, `<text x="%d" y="%d" font-size="13">%s</text>`+"\n", x0, y0+14, esc(c.title))
+// draw draws the chart into its plot area.
+func (c chart) draw(a *benchutil.Panel) {
 	xmax, xstep := niceAxis(c.xmax)
 	ymax, ystep := niceAxis(c.ymax)
-	x := func(v float64) float64 { return left + math.Min(math.Max(v, 0), xmax)/xmax*pw }
-	y := func(v float64) float64 { return top + (1-math.Min(math.Max(v, 0), ymax)/ymax)*ph }
+	x := func(v float64) float64 { return a.Left + math.Min(math.Max(v, 0), xmax)/xmax*a.Width }
+	y := func(v float64) float64 { return a.Top + (1-math.Min(math.Max(v, 0), ymax)/ymax)*a.Height }
 
 	for _, m := range c.marks {
 		if m.band > 0 {
-			fmt.Fprintf(b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.12"/>`+"\n", x(m.at), top, x(m.at+m.band)-x(m.at), ph, m.color)
+			a.Printf(`<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s" fill-opacity="0.12"/>`+"\n", x(m.at), a.Top, x(m.at+m.band)-x(m.at), a.Height, m.color)
 		}
 	}
 	for v := 0.0; v <= ymax*1.0001; v += ystep {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", left, y(v), left+pw, y(v))
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="end" fill="#555">%s</text>`+"\n", left-4, y(v)+4, tick(v))
+		a.HGrid(y(v), tick(v))
 	}
 	for v := 0.0; v <= xmax*1.0001; v += xstep {
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="#ddd"/>`+"\n", x(v), top, x(v), top+ph)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text>`+"\n", x(v), top+ph+15, tick(v))
+		a.VGrid(x(v), tick(v))
 	}
-	fmt.Fprintf(b, `<text x="%.1f" y="%.1f" text-anchor="middle" fill="#555">%s</text>`+"\n", left+pw/2, top+ph+30, esc(c.xlabel))
-	fmt.Fprintf(b, `<text x="%d" y="%.1f" fill="#555" transform="rotate(-90 %d %.1f)" text-anchor="middle">%s</text>`+"\n", x0+10, top+ph/2, x0+10, top+ph/2, esc(c.ylabel))
+	a.XLabel(c.xlabel)
+	a.YLabel(c.ylabel)
 	for _, m := range c.marks {
 		if m.band == 0 {
-			fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-dasharray="4 3"/>`+"\n", x(m.at), top, x(m.at), top+ph, m.color)
+			a.Marker(x(m.at), m.color)
 		}
 	}
 	for _, l := range c.lines {
-		if len(l.pts) == 0 {
-			continue
-		}
-		var path strings.Builder
-		if l.step {
-			fmt.Fprintf(&path, "M%.1f %.1f", x(l.pts[0][0]), y(0))
-			for _, pt := range l.pts {
-				fmt.Fprintf(&path, " H%.1f V%.1f", x(pt[0]), y(pt[1]))
-			}
-		} else {
-			for i, pt := range l.pts {
-				fmt.Fprintf(&path, "%s%.1f %.1f", map[bool]string{true: "M", false: " L"}[i == 0], x(pt[0]), y(pt[1]))
-			}
-		}
-		fmt.Fprintf(b, `<path d="%s" fill="none" stroke="%s" stroke-width="2"/>`+"\n", path.String(), l.color)
+		a.Curve(l.pts, x, y, l.step, l.color)
 	}
 
 	// Legend below the axis label: lines, then marks.
-	ly := top + ph + 48
-	for i := range len(c.lines) + len(c.marks) {
-		var color, label, attrs string
-		if i < len(c.lines) {
-			color, label = c.lines[i].color, c.lines[i].label
-		} else {
-			m := c.marks[i-len(c.lines)]
-			color, label, attrs = m.color, m.label, ` stroke-dasharray="4 3"`
-			if m.band > 0 {
-				attrs = ` stroke-width="8" stroke-opacity="0.25"`
-			}
-		}
-		lx, yy := left+float64(i%2)*pw/2, ly+float64(i/2)*16
-		if attrs == "" || strings.Contains(attrs, "dash") {
-			attrs = ` stroke-width="2"` + attrs
-		}
-		fmt.Fprintf(b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s"%s/>`+"\n", lx, yy-4, lx+18, yy-4, color, attrs)
-		fmt.Fprintf(b, `<text x="%.1f" y="%.1f">%s</text>`+"\n", lx+22, yy, esc(label))
+	var items []benchutil.LegendItem
+	for _, l := range c.lines {
+		items = append(items, benchutil.LegendItem{Label: l.label, Color: l.color})
 	}
+	for _, m := range c.marks {
+		it := benchutil.LegendItem{Label: m.label, Color: m.color, Swatch: benchutil.SwatchDashed}
+		if m.band > 0 {
+			it.Swatch = benchutil.SwatchBand
+		}
+		items = append(items, it)
+	}
+	a.Legend(2, items)
 }
 
 // niceAxis rounds top up to 1, 2 or 5 × a power of ten steps, at most
@@ -137,23 +100,6 @@ func tick(v float64) string {
 		return fmt.Sprintf("%.0f", v)
 	}
 	return fmt.Sprintf("%g", benchutil.Round3(v))
-}
-
-// cdfPoints returns the empirical CDF of samples as (value, fraction at
-// or below it) points, one per distinct value, ascending.
-func cdfPoints(samples []float64) [][2]float64 {
-	s := slices.Clone(samples)
-	slices.Sort(s)
-	var pts [][2]float64
-	for i, v := range s {
-		f := float64(i+1) / float64(len(s))
-		if n := len(pts); n > 0 && pts[n-1][0] == v {
-			pts[n-1][1] = f
-			continue
-		}
-		pts = append(pts, [2]float64{v, f})
-	}
-	return pts
 }
 
 // cpuRate turns cumulative CPU seconds into cores over windows of at
@@ -188,10 +134,10 @@ func plot(r *Report) string {
 		xmax = max(xmax, v)
 	}
 	cdf := chart{title: "EndpointSlice patch → data plane (CDF)", xlabel: "ms", ylabel: "fraction of changes", xmax: xmax, ymax: 1,
-		lines: []line{{label: fmt.Sprintf("→ table swapped (n=%d)", len(upd)), color: "#3a7bd5", pts: cdfPoints(upd), step: true}},
+		lines: []line{{label: fmt.Sprintf("→ table swapped (n=%d)", len(upd)), color: "#3a7bd5", pts: benchutil.CDF(upd), step: true}},
 		marks: []vmark{{label: fmt.Sprintf("target p99 %s ms", benchutil.FmtMs(c.TargetP99Ms)), color: "#c0392b", at: c.TargetP99Ms}}}
 	if len(src) > 0 {
-		cdf.lines = append(cdf.lines, line{label: "→ agent took the config", color: "#2e9e5b", pts: cdfPoints(src), step: true})
+		cdf.lines = append(cdf.lines, line{label: "→ agent took the config", color: "#2e9e5b", pts: benchutil.CDF(src), step: true})
 	}
 
 	var tmax, rmax float64
@@ -216,23 +162,12 @@ func plot(r *Report) string {
 		lines: []line{{label: "CPU", color: "#2e9e5b", pts: rate}}, marks: marks}
 
 	panels := []chart{cdf, mem, cpu}
-	w, h := panelW*len(panels)+10, plotTop+panelH
-	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", w, h)
-	fmt.Fprintf(&b, `<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	fmt.Fprintf(&b, `<text x="10" y="20" font-size="15">%s</text>`+"\n",
-		esc(fmt.Sprintf("xlb agent, Kubernetes source: %d Services × %d endpoints on a real API server", r.Setup.Services, r.Setup.Endpoints)))
-	fmt.Fprintf(&b, `<text x="10" y="40" fill="#555">%s</text>`+"\n",
-		esc(fmt.Sprintf("%s, kernel %s; p50 %s ms, p99 %s ms; the table swap seen through the pinned maps every %s ms",
-			r.Machine.CPU, r.Machine.Kernel, benchutil.FmtMs(c.Update.P50), benchutil.FmtMs(c.Update.P99), benchutil.FmtMs(c.PollMs))))
+	s := benchutil.NewSVG(layout, len(panels),
+		fmt.Sprintf("xlb agent, Kubernetes source: %d Services × %d endpoints on a real API server", r.Setup.Services, r.Setup.Endpoints),
+		fmt.Sprintf("%s, kernel %s; p50 %s ms, p99 %s ms; the table swap seen through the pinned maps every %s ms",
+			r.Machine.CPU, r.Machine.Kernel, benchutil.FmtMs(c.Update.P50), benchutil.FmtMs(c.Update.P99), benchutil.FmtMs(c.PollMs)))
 	for i, p := range panels {
-		p.draw(&b, 10+i*panelW, plotTop)
+		p.draw(s.Panel(i, p.title))
 	}
-	b.WriteString("</svg>\n")
-	return b.String()
-}
-
-// esc escapes text for SVG.
-func esc(s string) string {
-	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;", `"`, "&quot;").Replace(s)
+	return s.String()
 }

@@ -38,12 +38,26 @@ func WriteJSON(dir, name, stamp string, v any) (string, error) {
 	return path, nil
 }
 
+// CheckSection says whether section is one that ReplaceSection can put
+// into a document and find again: it starts with begin, ends with end,
+// and has neither marker anywhere else.
+func CheckSection(section, begin, end string) error {
+	if !strings.HasPrefix(section, begin) || !strings.HasSuffix(section, end) ||
+		strings.Count(section, begin) != 1 || strings.Count(section, end) != 1 {
+		return fmt.Errorf("the generated section does not start with %q and end with %q, each once (a bug in the program that wrote it)", begin, end)
+	}
+	return nil
+}
+
 // ReplaceSection returns doc with the text from begin to end (both
-// included) replaced by section, which must carry both markers itself.
-// A document without either marker gets section appended. A document
-// with only one, or with them out of order or repeated, is an error:
-// rewriting it could destroy text someone wrote.
+// included) replaced by section, which must carry both markers itself
+// (CheckSection). A document without either marker gets section
+// appended. A document with only one, or with them out of order or
+// repeated, is an error: rewriting it could destroy text someone wrote.
 func ReplaceSection(doc, begin, end, section string) (string, error) {
+	if err := CheckSection(section, begin, end); err != nil {
+		return "", err
+	}
 	nb, ne := strings.Count(doc, begin), strings.Count(doc, end)
 	if nb == 0 && ne == 0 {
 		sep := "\n"

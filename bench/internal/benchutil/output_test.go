@@ -46,6 +46,29 @@ func TestReplaceSection(t *testing.T) {
 			t.Errorf("%s:\ngot  %q\nwant %q", tc.name, got, tc.want)
 		}
 	}
+	if _, err := ReplaceSection("# T\n", b, e, "new\n"+e); err == nil || !strings.Contains(err.Error(), "does not start with") {
+		t.Errorf("a section without its begin marker: err %v", err)
+	}
+}
+
+func TestCheckSection(t *testing.T) {
+	const b, e = "<!-- s:begin -->", "<!-- s:end -->"
+	for _, tc := range []struct {
+		section string
+		ok      bool
+	}{
+		{b + "\n## S\n\ntext\n" + e, true},
+		{b + e, true},
+		{"\n" + b + "\ntext\n" + e, false}, // text before the begin marker would stay behind
+		{b + "\ntext\n" + e + "\n", false},
+		{b + "\ntext\n", false},
+		{b + "\n" + e + "\n" + b + "\n" + e, false},
+		{b + "\nsee " + b + "\n" + e, false},
+	} {
+		if err := CheckSection(tc.section, b, e); (err == nil) != tc.ok {
+			t.Errorf("CheckSection(%q) = %v, want ok %v", tc.section, err, tc.ok)
+		}
+	}
 }
 
 // TestRewriteDoc: rewriting twice gives the same document, the text

@@ -1,7 +1,8 @@
 // Package benchutil holds what xlb's benchmark programs (bench/ctlbench,
-// bench/bgpbench) share: latency statistics, the machine a run happened
-// on, and writing results (JSON files, a generated section of
-// docs/benchmarks.md).
+// bench/bgpbench, bench/k8sbench) share: latency statistics, the machine
+// a run happened on, keeping results (JSON files, rendered again with
+// -render, a generated section of docs/benchmarks.md) and the parts of
+// their SVG plots that are drawn alike.
 package benchutil
 
 import (
