@@ -214,7 +214,11 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		fmt.Fprintln(w, "  "+strings.TrimRight(line, " "))
 	}
 	for _, r := range b.Routes {
-		if r.Announced {
+		if r.Announced && r.Reason != "" {
+			// Announced, but something is pending: a withdrawal the
+			// speaker refused, retried until it holds.
+			fmt.Fprintf(w, "  route %s: announced (%s)\n", r.Prefix, oneLine(r.Reason))
+		} else if r.Announced {
 			fmt.Fprintf(w, "  route %s: announced\n", r.Prefix)
 		} else {
 			fmt.Fprintf(w, "  route %s: withdrawn (%s)\n", r.Prefix, oneLine(r.Reason))

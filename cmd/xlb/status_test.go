@@ -96,6 +96,7 @@ func TestPrintStatusBGP(t *testing.T) {
 			Routes: []api.Route{
 				{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
 				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reason: "no healthy backend"},
+				{Prefix: netip.MustParsePrefix("10.99.0.3/32"), Announced: true, Reason: "withdrawal failed: speaker stopped; retrying in 2s"},
 			},
 		},
 	}
@@ -125,6 +126,7 @@ func TestPrintStatusBGP(t *testing.T) {
 		{"10.0.9.9", "10.0.9.9 65099 idle - 0 0 0 - -"},
 		{"route 10.99.0.1/32", "route 10.99.0.1/32: announced"},
 		{"route 10.99.0.2/32", "route 10.99.0.2/32: withdrawn (no healthy backend)"},
+		{"route 10.99.0.3/32", "route 10.99.0.3/32: announced (withdrawal failed: speaker stopped; retrying in 2s)"},
 	} {
 		if got := fields(tc.prefix); got != tc.want {
 			t.Errorf("line %q:\n got %q\nwant %q", tc.prefix, got, tc.want)

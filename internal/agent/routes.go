@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"slices"
 
@@ -51,6 +52,11 @@ func routesFor(cfg *config.Config, svcDown map[string]bool, installed func(confi
 	return out
 }
 
+// syncFix is the fix of a failed Routes.Sync.
+var syncFix = fmt.Sprintf("nothing to do if it clears: a route the speaker refused is tried again by itself, %s later, then at most every %s, "+
+	"and at every change; `xlb status` shows the error on the route and the state of the peers meanwhile; "+
+	"a speaker that failed to start is tried again at the next change; if it keeps failing, restart the agent", announce.RetryFirst, announce.RetryMax)
+
 // syncRoutes announces what cfg with svcDown lets this node serve. The caller
 // holds applyMu. Routes stay unannounced until Run starts: the data plane
 // is attached only then.
@@ -67,6 +73,6 @@ func (a *Agent) syncRoutes(cfg *config.Config, svcDown map[string]bool) {
 		return ok
 	})
 	if err := a.routes.Sync(routes); err != nil {
-		a.log.Warn("BGP announcements failed", "error", err, "fix", "see the peers in `xlb status`; they are retried on the next change")
+		a.log.Warn("BGP announcements failed", "error", err, "fix", syncFix)
 	}
 }

@@ -28,6 +28,16 @@ import (
 // its peer down, before it may re-form.
 const bfdResetHold = time.Second
 
+// What the speaker refuses (announcing or withdrawing a route, letting a
+// held-down session re-form) is asked again RetryFirst later, then twice
+// as late each time, at most RetryMax apart, until the speaker agrees:
+// a transient GoBGP error must not leave a VIP unannounced, or a session
+// down, until the next change or restart.
+const (
+	RetryFirst = time.Second
+	RetryMax   = 30 * time.Second
+)
+
 // speaker is what the announcer needs of *bgp.Speaker (the tests stand
 // in for it).
 type speaker interface {
@@ -50,13 +60,32 @@ type Announcer struct {
 	routerID netip.Addr
 	sp       speaker
 
+	// retryFirst and retryMax are RetryFirst and RetryMax; tests shorten them.
+	retryFirst, retryMax time.Duration
+
 	mu    sync.Mutex
 	bfd   *bfd.Manager              // nil until a peer asks for BFD
 	bfdOf map[netip.Addr]bfd.Config // peers with BFD, by address
 	want  map[netip.Prefix]bgp.Attributes
 	why   map[netip.Prefix]string // why a configured VIP is not announced
 	drain time.Duration
+	// out is what the speaker accepted: want once every call succeeded.
+	// failed holds, for each route where out and want differ, why the
+	// speaker refused to make them agree.
+	out    map[netip.Prefix]bgp.Attributes
+	failed map[netip.Prefix]error
+	// A failed route is retried after backoff, by the timer of
+	// generation retryGen (a newer generation cancels an older timer).
+	retry    *time.Timer
+	retryGen uint64
+	backoff  time.Duration
+	// releases are the pending PeerUps of held-down peers.
+	releases map[netip.Addr]*release
+	closed   bool // since Shutdown: nothing is retried any more
 }
+
+// release is a pending PeerUp; a new one for the same peer replaces it.
+type release struct{ timer *time.Timer }
 
 // New prepares an announcer for cfg on a node whose address is node (the
 // next hop of every route, and the source of every session).
@@ -82,8 +111,10 @@ func New(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Announcer, error)
 
 func newAnnouncer(cfg *config.BGP, node, routerID netip.Addr, sp speaker, log *slog.Logger) *Announcer {
 	return &Announcer{log: log, node: node, asn: cfg.ASN, routerID: routerID, sp: sp,
+		retryFirst: RetryFirst, retryMax: RetryMax,
 		bfdOf: bfdPeers(cfg), want: map[netip.Prefix]bgp.Attributes{}, why: map[netip.Prefix]string{},
-		drain: cfg.DrainTime}
+		drain: cfg.DrainTime, out: map[netip.Prefix]bgp.Attributes{}, failed: map[netip.Prefix]error{},
+		releases: map[netip.Addr]*release{}}
 }
 
 func peers(cfg *config.BGP) []bgp.Peer {
@@ -136,7 +167,7 @@ func (a *Announcer) syncBFD(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 			// BFD no longer guards the peer: it must not stay held down.
-			_ = a.sp.PeerUp(s.Peer)
+			a.release(s.Peer, a.retryFirst)
 		}
 	}
 	for peer, c := range a.bfdOf {
@@ -146,10 +177,6 @@ func (a *Announcer) syncBFD(ctx context.Context) error {
 	}
 	return errors.Join(errs...)
 }
-
-// peerGone begins the fix of a failed PeerDown or PeerUp: the speaker
-// refuses a peer that a reload removed while BFD still reported on it.
-const peerGone = "if the error says the peer is not configured, a reload removed it meanwhile: nothing to do; "
 
 // followBFD takes a peer's BGP session down when its BFD session leaves
 // Up, and lets it come back when BFD is Up again.
@@ -165,11 +192,9 @@ func (a *Announcer) followBFD(ctx context.Context, events <-chan bfd.Event) {
 			switch {
 			case ev.State == bfd.StateUp:
 				a.log.Info("BFD session up: BGP may run", "peer", ev.Peer)
-				if err := a.sp.PeerUp(ev.Peer); err != nil {
-					a.log.Warn("BFD up, but the BGP session cannot be released", "peer", ev.Peer, "error", err,
-						"fix", peerGone+
-							"else GoBGP may keep the session down, and nothing retries the release: if `xlb status` still shows the peer idle 10 s from now, restart the agent")
-				}
+				a.mu.Lock()
+				a.release(ev.Peer, a.retryFirst)
+				a.mu.Unlock()
 			case ev.Previous == bfd.StateUp && ev.Diag == bfd.DiagNeighborDown && ev.RemoteDiag == bfd.DiagAdminDown:
 				// The peer turned BFD off on purpose (RFC 5882 §3.2): not a
 				// failure. If it is going away, BGP says so itself.
@@ -178,25 +203,78 @@ func (a *Announcer) followBFD(ctx context.Context, events <-chan bfd.Event) {
 				reason := fmt.Sprintf("BFD session down (%s)", ev.Diag)
 				a.log.Warn("BFD declared the peer down: taking its BGP session down", "peer", ev.Peer, "diag", ev.Diag.String(),
 					"fix", "check the link to the peer and that the peer runs BFD for this node")
+				a.mu.Lock()
+				// A release still pending (retried, or the hold of an
+				// earlier reset) must not cut this hold short.
+				a.cancelRelease(ev.Peer)
 				if err := a.sp.PeerDown(ev.Peer, reason); err != nil {
 					a.log.Warn("cannot take the BGP session down", "peer", ev.Peer, "error", err,
-						"fix", peerGone+
+						"fix", "if the error says the peer is not configured, a reload removed it meanwhile: nothing to do; "+
 							"else the session ends only when its hold time expires (holdTime), and the peer may send traffic here until then: check the link to the peer")
 				}
 				// A reset, not a lock-out: the peer may well have dropped
 				// its BFD session with the BGP one (FRR does for dynamic
 				// neighbours), so waiting for BFD to come back first could
 				// wait forever. The session re-forms when the peer answers.
-				peer := ev.Peer
-				time.AfterFunc(bfdResetHold, func() {
-					if err := a.sp.PeerUp(peer); err != nil {
-						a.log.Warn("cannot let the BGP session re-form", "peer", peer, "error", err,
-							"fix", peerGone+
-								"else nothing retries the release: if `xlb status` still shows the peer idle 10 s from now, restart the agent")
-					}
-				})
+				a.releaseLater(ev.Peer, bfdResetHold, a.retryFirst)
+				a.mu.Unlock()
 			}
 		}
+	}
+}
+
+// release lets peer's BGP session re-form now. If the speaker refuses,
+// it asks again backoff later, then twice as late each time, at most
+// retryMax apart, until the speaker agrees or the peer goes down again.
+// The speaker keeps the peer held down meanwhile (its status says so and
+// why). The caller holds mu.
+func (a *Announcer) release(peer netip.Addr, backoff time.Duration) {
+	a.cancelRelease(peer)
+	err := a.sp.PeerUp(peer)
+	switch {
+	case err == nil:
+		if backoff > a.retryFirst {
+			a.log.Info("BGP session released after all: it may re-form", "peer", peer)
+		}
+		return
+	case errors.Is(err, bgp.ErrUnknownPeer):
+		// A reload removed the peer meanwhile: nothing holds it any more.
+		a.log.Debug("no BGP session to release: the peer is no longer configured", "peer", peer)
+		return
+	}
+	a.log.Warn("the BGP session cannot be released: it stays down", "peer", peer, "error", err, "retryIn", backoff,
+		"fix", fmt.Sprintf("nothing to do if it clears: the release is tried again in %s, then at most every %s, until GoBGP accepts "+
+			"(`xlb status` shows the peer held down meanwhile); if this keeps failing, restart the agent", backoff, a.retryMax))
+	a.releaseLater(peer, backoff, min(2*backoff, a.retryMax))
+}
+
+// releaseLater releases peer after d, with backoff for release's
+// retries. It replaces a release already pending. The caller holds mu.
+func (a *Announcer) releaseLater(peer netip.Addr, d, backoff time.Duration) {
+	a.cancelRelease(peer)
+	if a.closed {
+		return
+	}
+	r := &release{}
+	// The timer's function waits for mu, which the caller holds until
+	// r is recorded.
+	r.timer = time.AfterFunc(d, func() {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if a.releases[peer] != r {
+			return // canceled, or replaced by a newer one
+		}
+		delete(a.releases, peer)
+		a.release(peer, backoff)
+	})
+	a.releases[peer] = r
+}
+
+// cancelRelease drops peer's pending release. The caller holds mu.
+func (a *Announcer) cancelRelease(peer netip.Addr) {
+	if r := a.releases[peer]; r != nil {
+		r.timer.Stop()
+		delete(a.releases, peer)
 	}
 }
 
@@ -235,6 +313,10 @@ type Route struct {
 }
 
 // Sync announces the routes that can be served and withdraws every other.
+// It returns what the speaker refused; that is retried by itself (see
+// RetryFirst) and at every Sync, until the speaker agrees or the route
+// is no longer in question, and Status shows the error on the route
+// meanwhile.
 func (a *Announcer) Sync(routes []Route) error {
 	want := map[netip.Prefix]bgp.Attributes{}
 	why := map[netip.Prefix]string{}
@@ -247,31 +329,83 @@ func (a *Announcer) Sync(routes []Route) error {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	var errs []error
-	for p := range a.want {
-		if _, ok := want[p]; !ok {
-			if err := a.sp.Withdraw(p); err != nil {
-				errs = append(errs, fmt.Errorf("withdraw %s: %w", p, err))
-				continue
-			}
-			a.log.Info("route withdrawn", "prefix", p, "reason", why[p])
+	a.want, a.why = want, why
+	return a.reconcile()
+}
+
+// reconcile makes the speaker's routes (out) match want, and arms the
+// retry timer if the speaker refuses some of it. The caller holds mu.
+func (a *Announcer) reconcile() error {
+	failed := map[netip.Prefix]error{}
+	for p := range a.out {
+		if _, ok := a.want[p]; ok {
+			continue
 		}
+		if err := a.sp.Withdraw(p); err != nil {
+			failed[p] = fmt.Errorf("withdraw %s: %w", p, err)
+			continue
+		}
+		delete(a.out, p)
+		a.log.Info("route withdrawn", "prefix", p, "reason", a.why[p])
 	}
-	for p, attrs := range want {
-		old, had := a.want[p]
+	for p, attrs := range a.want {
+		old, had := a.out[p]
 		if had && attrsEqual(old, attrs) {
 			continue
 		}
 		if err := a.sp.Announce(p, attrs); err != nil {
-			errs = append(errs, fmt.Errorf("announce %s: %w", p, err))
+			failed[p] = fmt.Errorf("announce %s: %w", p, err)
 			continue
 		}
+		a.out[p] = attrs
 		if !had {
 			a.log.Info("route announced", "prefix", p, "nextHop", a.node)
 		}
 	}
-	a.want, a.why = want, why
+	a.failed = failed
+	a.retryGen++ // cancels a pending retry: this pass did its work
+	if a.retry != nil {
+		a.retry.Stop()
+		a.retry = nil
+	}
+	if len(failed) == 0 {
+		a.backoff = 0
+		return nil
+	}
+	if !a.closed {
+		a.backoff = min(max(2*a.backoff, a.retryFirst), a.retryMax)
+		gen := a.retryGen
+		a.retry = time.AfterFunc(a.backoff, func() { a.retryRoutes(gen) })
+	}
+	errs := make([]error, 0, len(failed))
+	for _, p := range slices.SortedFunc(maps.Keys(failed), comparePrefix) {
+		errs = append(errs, failed[p])
+	}
 	return errors.Join(errs...)
+}
+
+// retryRoutes is the retry timer of generation gen: it runs reconcile
+// again, unless a Sync or Shutdown came first.
+func (a *Announcer) retryRoutes(gen uint64) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.closed || gen != a.retryGen {
+		return
+	}
+	if err := a.reconcile(); err != nil {
+		a.log.Warn("BGP announcements still failing", "error", err, "retryIn", a.backoff,
+			"fix", fmt.Sprintf("nothing to do if it clears: the failed routes are tried again in %s, then at most every %s, and at every change "+
+				"(`xlb status` shows the error on each route meanwhile); if this keeps failing, check the peers there, or restart the agent", a.backoff, a.retryMax))
+		return
+	}
+	a.log.Info("BGP announcements retried: every route is as wanted")
+}
+
+func comparePrefix(x, y netip.Prefix) int {
+	if c := x.Addr().Compare(y.Addr()); c != 0 {
+		return c
+	}
+	return x.Bits() - y.Bits()
 }
 
 func attributes(r config.RouteAttributes) bgp.Attributes {
@@ -290,8 +424,19 @@ func attrsEqual(a, b bgp.Attributes) bool {
 // still arrives), then closes the sessions and BFD.
 func (a *Announcer) Shutdown(ctx context.Context) error {
 	a.mu.Lock()
-	drain, n := a.drain, len(a.want)
+	drain, n := a.drain, len(a.out)
+	a.closed = true
+	a.retryGen++
+	if a.retry != nil {
+		a.retry.Stop()
+		a.retry = nil
+	}
+	for peer := range a.releases {
+		a.cancelRelease(peer)
+	}
 	a.want = map[netip.Prefix]bgp.Attributes{}
+	a.out = map[netip.Prefix]bgp.Attributes{} // WithdrawAll forgets them, even when it fails
+	a.failed = map[netip.Prefix]error{}
 	a.mu.Unlock()
 	err := a.sp.WithdrawAll()
 	if n > 0 && drain > 0 {
@@ -325,8 +470,9 @@ func (a *Announcer) Status() *api.BGP {
 			sessions[s.Peer] = s
 		}
 	}
-	want := maps.Clone(a.want)
-	why := maps.Clone(a.why)
+	want, out := maps.Clone(a.want), maps.Clone(a.out)
+	why, failed := maps.Clone(a.why), maps.Clone(a.failed)
+	retryMax := a.retryMax
 	a.mu.Unlock()
 	for _, p := range a.sp.Peers() {
 		ps := api.Peer{Address: p.Address, ASN: p.ASN, State: p.State, Since: p.Since,
@@ -338,12 +484,32 @@ func (a *Announcer) Status() *api.BGP {
 		}
 		st.Peers = append(st.Peers, ps)
 	}
-	for p := range want {
-		st.Routes = append(st.Routes, api.Route{Prefix: p, Announced: true})
+	// Announced is what the speaker has; Reason says why not, or why it
+	// differs from what is wanted.
+	prefixes := map[netip.Prefix]bool{}
+	for _, m := range []map[netip.Prefix]bgp.Attributes{want, out} {
+		for p := range m {
+			prefixes[p] = true
+		}
 	}
-	for p, w := range why {
-		st.Routes = append(st.Routes, api.Route{Prefix: p, Reason: w})
+	for p := range why {
+		prefixes[p] = true
 	}
-	slices.SortFunc(st.Routes, func(x, y api.Route) int { return x.Prefix.Addr().Compare(y.Prefix.Addr()) })
+	for p := range prefixes {
+		_, has := out[p]
+		r := api.Route{Prefix: p, Announced: has}
+		if _, wanted := want[p]; !wanted {
+			r.Reason = why[p]
+		}
+		if err := failed[p]; err != nil {
+			note := fmt.Sprintf("%v (tried again at most every %s)", err, retryMax)
+			if r.Reason != "" {
+				note = r.Reason + "; " + note
+			}
+			r.Reason = note
+		}
+		st.Routes = append(st.Routes, r)
+	}
+	slices.SortFunc(st.Routes, func(x, y api.Route) int { return comparePrefix(x.Prefix, y.Prefix) })
 	return st
 }

@@ -2,12 +2,14 @@ package announce
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -25,6 +27,7 @@ type call struct {
 	prefix netip.Prefix
 	reason string
 	at     time.Time
+	err    error // what the speaker answered
 }
 
 func (c call) String() string {
@@ -37,17 +40,45 @@ func (c call) String() string {
 	return c.op + "()"
 }
 
-// fakeSpeaker records the calls; it stands in for *bgp.Speaker.
+// errRefused is the fake speaker's answer to a call it fails.
+var errRefused = errors.New("refused by the fake speaker")
+
+// fakeSpeaker records the calls; it stands in for *bgp.Speaker. It
+// fails the calls fail asks it to.
 type fakeSpeaker struct {
 	calls chan call
+
+	mu      sync.Mutex
+	fails   map[string]int // op → how many of its next calls fail; -1: all
+	failErr error          // what a failed call returns; errRefused if nil
 }
 
-func newFakeSpeaker() *fakeSpeaker { return &fakeSpeaker{calls: make(chan call, 100)} }
+func newFakeSpeaker() *fakeSpeaker {
+	return &fakeSpeaker{calls: make(chan call, 100), fails: map[string]int{}}
+}
+
+// fail makes the next n calls of op fail (n = -1: all, 0: none).
+func (f *fakeSpeaker) fail(op string, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fails[op] = n
+}
 
 func (f *fakeSpeaker) record(c call) error {
 	c.at = time.Now()
+	f.mu.Lock()
+	if n := f.fails[c.op]; n != 0 {
+		c.err = f.failErr
+		if c.err == nil {
+			c.err = errRefused
+		}
+		if n > 0 {
+			f.fails[c.op] = n - 1
+		}
+	}
+	f.mu.Unlock()
 	f.calls <- c
-	return nil
+	return c.err
 }
 
 func (f *fakeSpeaker) Start(context.Context) error { return f.record(call{op: "Start"}) }
@@ -391,4 +422,282 @@ func fmtRoutes(rs []bgp.Route) string {
 		fmt.Fprintf(&b, "  %s via %s comm %v large %v lp %s med %s\n", r.Prefix, r.NextHop, at.Communities, at.LargeCommunities, deref(at.LocalPref), deref(at.MED))
 	}
 	return b.String()
+}
+
+// quickRetries shortens a's retry timing for a test.
+func quickRetries(a *Announcer, first, max time.Duration) {
+	a.retryFirst, a.retryMax = first, max
+}
+
+// quiet fails the test if the speaker gets a call within d.
+func (f *fakeSpeaker) quiet(t *testing.T, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	if got := f.drained(); len(got) != 0 {
+		t.Errorf("unexpected calls: %v", got)
+	}
+}
+
+// expect returns the next call, failing the test unless it is op on
+// prefix or peer and answered with err (nil: success).
+func (f *fakeSpeaker) expect(t *testing.T, op string, err error, within time.Duration) call {
+	t.Helper()
+	c := f.next(t, within)
+	if c.op != op || !errors.Is(c.err, err) || (err == nil && c.err != nil) {
+		t.Fatalf("speaker got %v (error %v), want %s (error %v)", c, c.err, op, err)
+	}
+	return c
+}
+
+func routeStatus(t *testing.T, a *Announcer, p netip.Prefix) (announced bool, reason string) {
+	t.Helper()
+	for _, r := range a.Status().Routes {
+		if r.Prefix == p {
+			return r.Announced, r.Reason
+		}
+	}
+	t.Fatalf("%s missing from the status", p)
+	return false, ""
+}
+
+// TestFailedRoutesRetried: a route the speaker refuses to announce or
+// withdraw is not taken as done: it is tried again at the next Sync, and
+// by itself with a growing delay when no Sync comes, and the status
+// shows the error until it clears.
+func TestFailedRoutesRetried(t *testing.T) {
+	const first, most = 50 * time.Millisecond, 200 * time.Millisecond
+	serve := []Route{{Prefix: vip, Serve: true}}
+	idle := []Route{{Prefix: vip, Why: "every backend is down"}}
+
+	t.Run("announce, without a Sync", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, first, most)
+		fs.fail("Announce", 2)
+		if err := a.Sync(serve); !errors.Is(err, errRefused) {
+			t.Fatalf("Sync = %v, want the speaker's error", err)
+		}
+		c0 := fs.expect(t, "Announce", errRefused, time.Second)
+		if on, why := routeStatus(t, a, vip); on || !strings.Contains(why, errRefused.Error()) {
+			t.Errorf("status after the failure: announced %v, reason %q", on, why)
+		}
+		c1 := fs.expect(t, "Announce", errRefused, 5*time.Second)
+		c2 := fs.expect(t, "Announce", nil, 5*time.Second)
+		if g := c1.at.Sub(c0.at); g < first {
+			t.Errorf("first retry after %s, want %s", g, first)
+		}
+		if g := c2.at.Sub(c1.at); g < 2*first {
+			t.Errorf("second retry after %s, want %s", g, 2*first)
+		}
+		if on, why := routeStatus(t, a, vip); !on || why != "" {
+			t.Errorf("status after the retry: announced %v, reason %q", on, why)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("announce, at the next Sync", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, time.Hour, time.Hour)
+		fs.fail("Announce", 1)
+		if err := a.Sync(serve); err == nil {
+			t.Fatal("Sync hid the speaker's error")
+		}
+		if err := a.Sync(serve); err != nil {
+			t.Fatal(err)
+		}
+		fs.expect(t, "Announce", errRefused, time.Second)
+		fs.expect(t, "Announce", nil, time.Second)
+		if on, _ := routeStatus(t, a, vip); !on {
+			t.Error("status: not announced")
+		}
+	})
+
+	t.Run("withdraw", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, first, most)
+		if err := a.Sync(serve); err != nil {
+			t.Fatal(err)
+		}
+		fs.expect(t, "Announce", nil, time.Second)
+		fs.fail("Withdraw", 1)
+		if err := a.Sync(idle); !errors.Is(err, errRefused) {
+			t.Fatalf("Sync = %v, want the speaker's error", err)
+		}
+		fs.expect(t, "Withdraw", errRefused, time.Second)
+		if on, why := routeStatus(t, a, vip); !on || !strings.Contains(why, "every backend is down") || !strings.Contains(why, errRefused.Error()) {
+			t.Errorf("status after the failure: announced %v, reason %q", on, why)
+		}
+		fs.expect(t, "Withdraw", nil, 5*time.Second)
+		if on, why := routeStatus(t, a, vip); on || why != "every backend is down" {
+			t.Errorf("status after the retry: announced %v, reason %q", on, why)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("backs off, stops at Shutdown", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, first/2, most/2)
+		fs.fail("Announce", -1)
+		if err := a.Sync(serve); err == nil {
+			t.Fatal("Sync hid the speaker's error")
+		}
+		prev := fs.expect(t, "Announce", errRefused, time.Second)
+		wait := first / 2
+		for i := range 6 {
+			c := fs.expect(t, "Announce", errRefused, 5*time.Second)
+			if g := c.at.Sub(prev.at); g < wait {
+				t.Errorf("retry %d after %s, want %s", i+1, g, wait)
+			}
+			prev, wait = c, min(2*wait, most/2)
+		}
+		// Unbounded doubling would wait 1.6 s by now.
+		c := fs.expect(t, "Announce", errRefused, 4*most)
+		if g := c.at.Sub(prev.at); g < most/2 {
+			t.Errorf("retry after %s, want %s", g, most/2)
+		}
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var ops []string
+		for _, c := range fs.drained() {
+			ops = append(ops, c.op)
+		}
+		// An Announce may have raced the Shutdown; none may follow it.
+		if n := len(ops); n < 2 || ops[n-2] != "WithdrawAll" || ops[n-1] != "Stop" {
+			t.Fatalf("calls at Shutdown: %v", ops)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("no longer wanted", func(t *testing.T) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, first, most)
+		fs.fail("Announce", -1)
+		if err := a.Sync(serve); err == nil {
+			t.Fatal("Sync hid the speaker's error")
+		}
+		fs.expect(t, "Announce", errRefused, time.Second)
+		// Never announced: nothing to withdraw, nothing to retry.
+		if err := a.Sync(idle); err != nil {
+			t.Fatal(err)
+		}
+		fs.quiet(t, 3*first)
+		if on, why := routeStatus(t, a, vip); on || why != "every backend is down" {
+			t.Errorf("status: announced %v, reason %q", on, why)
+		}
+	})
+}
+
+// TestReleaseRetried: a held-down BGP session that the speaker refuses
+// to release, after BFD came up or after the reset hold, is released
+// again with a growing delay until the speaker agrees; BFD going down
+// again cancels that; Shutdown ends it.
+func TestReleaseRetried(t *testing.T) {
+	const first, most = 50 * time.Millisecond, 200 * time.Millisecond
+	peer := netip.MustParseAddr("10.0.1.1")
+	up := bfd.Event{Peer: peer, State: bfd.StateUp, Previous: bfd.StateDown}
+	down := bfd.Event{Peer: peer, State: bfd.StateDown, Previous: bfd.StateUp, Diag: bfd.DiagDetectionTimeExpired}
+
+	start := func(t *testing.T) (*Announcer, *fakeSpeaker, func(bfd.Event)) {
+		a, fs := testAnnouncer(t, 0)
+		quickRetries(a, first, most)
+		events := make(chan bfd.Event)
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan struct{})
+		go func() {
+			a.followBFD(ctx, events)
+			close(stopped)
+		}()
+		t.Cleanup(func() {
+			cancel()
+			<-stopped
+		})
+		send := func(ev bfd.Event) {
+			t.Helper()
+			select {
+			case events <- ev:
+			case <-time.After(5 * time.Second):
+				t.Fatal("followBFD does not read its events")
+			}
+		}
+		return a, fs, send
+	}
+
+	t.Run("after BFD up", func(t *testing.T) {
+		_, fs, send := start(t)
+		fs.fail("PeerUp", 2)
+		send(up)
+		c0 := fs.expect(t, "PeerUp", errRefused, 5*time.Second)
+		c1 := fs.expect(t, "PeerUp", errRefused, 5*time.Second)
+		c2 := fs.expect(t, "PeerUp", nil, 5*time.Second)
+		if g := c1.at.Sub(c0.at); g < first {
+			t.Errorf("first retry after %s, want %s", g, first)
+		}
+		if g := c2.at.Sub(c1.at); g < 2*first {
+			t.Errorf("second retry after %s, want %s", g, 2*first)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("after the reset hold", func(t *testing.T) {
+		_, fs, send := start(t)
+		fs.fail("PeerUp", 1)
+		send(down)
+		d := fs.expect(t, "PeerDown", nil, 5*time.Second)
+		c0 := fs.expect(t, "PeerUp", errRefused, bfdResetHold+5*time.Second)
+		c1 := fs.expect(t, "PeerUp", nil, 5*time.Second)
+		if g := c0.at.Sub(d.at); g < bfdResetHold {
+			t.Errorf("released %s after PeerDown, before bfdResetHold", g)
+		}
+		if g := c1.at.Sub(c0.at); g < first {
+			t.Errorf("retry after %s, want %s", g, first)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("BFD down again", func(t *testing.T) {
+		// The pending retry must not cut the new hold short.
+		_, fs, send := start(t)
+		fs.fail("PeerUp", -1)
+		send(up)
+		fs.expect(t, "PeerUp", errRefused, 5*time.Second)
+		send(down)
+		d := fs.expect(t, "PeerDown", nil, 5*time.Second)
+		fs.fail("PeerUp", 0)
+		c := fs.expect(t, "PeerUp", nil, bfdResetHold+5*time.Second)
+		if g := c.at.Sub(d.at); g < bfdResetHold {
+			t.Errorf("released %s after PeerDown, before bfdResetHold", g)
+		}
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("peer removed", func(t *testing.T) {
+		// A reload removed the peer: nothing is held, nothing to retry.
+		_, fs, send := start(t)
+		fs.mu.Lock()
+		fs.failErr = fmt.Errorf("bgp: peer up: %s is %w", peer, bgp.ErrUnknownPeer)
+		fs.mu.Unlock()
+		fs.fail("PeerUp", -1)
+		send(up)
+		fs.expect(t, "PeerUp", bgp.ErrUnknownPeer, 5*time.Second)
+		fs.quiet(t, 3*most)
+	})
+
+	t.Run("Shutdown", func(t *testing.T) {
+		a, fs, send := start(t)
+		fs.fail("PeerUp", -1)
+		send(up)
+		fs.expect(t, "PeerUp", errRefused, 5*time.Second)
+		if err := a.Shutdown(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		var ops []string
+		for _, c := range fs.drained() {
+			ops = append(ops, c.op)
+		}
+		// A retry may have raced the Shutdown; none may follow it.
+		if n := len(ops); n < 2 || ops[n-2] != "WithdrawAll" || ops[n-1] != "Stop" {
+			t.Fatalf("calls at Shutdown: %v", ops)
+		}
+		fs.quiet(t, 3*most)
+	})
 }

@@ -227,3 +227,62 @@ func speakerRIB(t *testing.T, s *Speaker) map[netip.Prefix]string {
 	}
 	return out
 }
+
+// TestPeerUpRefusedStaysHeld: when GoBGP refuses to release a held-down
+// peer, the peer stays held down, so that a second PeerUp asks GoBGP
+// again instead of finding nothing to do.
+func TestPeerUpRefusedStaysHeld(t *testing.T) {
+	peer := Peer{Address: mustAddr("10.0.1.1"), ASN: 65000}
+	// Held down from the start: the session never dials out.
+	s := newTestSpeaker(t, peer)
+	if err := s.PeerDown(peer.Address, "bfd down"); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := s.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Stop(ctx) })
+	s.mu.Lock()
+	srv, gaddr := s.srv, s.peers[peer.Address].gobgpAddr
+	s.mu.Unlock()
+
+	// GoBGP loses the peer behind the speaker's back: it refuses the release.
+	if err := srv.DeletePeer(ctx, &api.DeletePeerRequest{Address: gaddr.String()}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PeerUp(peer.Address); err == nil {
+		t.Fatal("PeerUp succeeded though GoBGP does not know the peer")
+	}
+	st := s.Peers()
+	if st[0].ForcedDown != "bfd down" || !strings.Contains(st[0].LastError, "GoBGP refused to release it") {
+		t.Errorf("status after a refused PeerUp: %+v", st[0])
+	}
+
+	// GoBGP has the peer again, still administratively down: the next
+	// PeerUp must release it.
+	s.mu.Lock()
+	relay, standIn := s.relay, s.peers[peer.Address].standIn
+	s.mu.Unlock()
+	if err := srv.AddPeer(ctx, &api.AddPeerRequest{Peer: s.apiPeer(peer, true, relay, standIn)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PeerUp(peer.Address); err != nil {
+		t.Fatal(err)
+	}
+	if st := s.Peers(); st[0].ForcedDown != "" {
+		t.Errorf("status after PeerUp: %+v", st[0])
+	}
+	// GoBGP applies the release from its own goroutine.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		down, ok := gobgpAdminDown(ctx, srv, gaddr)
+		if ok && !down {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GoBGP holds the peer down after PeerUp (known: %v)", ok)
+		}
+		time.Sleep(adminCheckEvery)
+	}
+}

@@ -2,6 +2,7 @@ package source
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -136,8 +137,9 @@ func (r *Routes) ensure() error {
 		}
 		if err := a.Sync(r.routes); err != nil {
 			r.log.Warn("BGP announcements failed", "error", err,
-				"fix", "`xlb status` lists the routes announced; a route that failed is tried again only when it changes or the speaker restarts: "+
-					"restart the agent, one node at a time")
+				"fix", fmt.Sprintf("nothing to do if it clears: a route the speaker refused is tried again by itself, %s later, then at most every %s, "+
+					"and at every change; `xlb status` shows the error on the route meanwhile; if it keeps failing, restart the agent, one node at a time",
+					announce.RetryFirst, announce.RetryMax))
 		}
 	}
 	r.cur, r.cfg = a, r.want
