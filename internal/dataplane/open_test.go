@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/xlbproject/xlb/internal/netns"
 )
 
