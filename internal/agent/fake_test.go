@@ -16,8 +16,11 @@ import (
 
 // fakeDP is an in-memory data plane. It records every call and checks the
 // ordering rules a real data plane relies on: a table names only written
-// backends, a backend is deleted only when no table names it, IDs stay in
-// range and one ID holds one service.
+// backends, a backend is deleted only when no table names it (installed
+// or being swapped in), IDs stay in range, one ID holds one service, and
+// one service's table is not written by two calls at once. Like the real
+// one, UpsertService runs concurrently for different services: between
+// its checks and the swap it leaves the lock (and calls swapHook).
 type fakeDP struct {
 	mu          sync.Mutex
 	size        uint32
@@ -29,10 +32,20 @@ type fakeDP struct {
 	beCounters  map[uint32]dataplane.Counters
 	reasons     map[string]uint64
 
+	owners map[uint32]uint32 // backend ID → service ID whose table named it last
+
 	calls      []string         // "UpsertService 0", in order
 	fail       map[string]error // method → error returned by every call until removed
 	failKey    map[uint32]error // UpsertService of this service ID fails
 	violations []string
+
+	// inflight are the tables of the UpsertService calls under way, by
+	// service ID; maxInflight is the most there were at once.
+	inflight    map[uint32][]uint32
+	maxInflight int
+	// swapHook, if set, runs in UpsertService between its checks and the
+	// swap, without the lock.
+	swapHook func(id uint32)
 }
 
 func newFake(size, maxServices, maxBackends uint32) *fakeDP {
@@ -43,8 +56,10 @@ func newFake(size, maxServices, maxBackends uint32) *fakeDP {
 		svcCounters: make(map[uint32]dataplane.Counters),
 		beCounters:  make(map[uint32]dataplane.Counters),
 		reasons:     map[string]uint64{"pass_not_vip": 7},
+		owners:      make(map[uint32]uint32),
 		fail:        make(map[string]error),
 		failKey:     make(map[uint32]error),
+		inflight:    make(map[uint32][]uint32),
 	}
 }
 
@@ -89,17 +104,36 @@ func (f *fakeDP) DeleteBackend(id uint32) error {
 			f.violate("DeleteBackend %d: still in the table of service %d", id, s.ID)
 		}
 	}
+	for sid, table := range f.inflight {
+		if slices.Contains(table, id) {
+			f.violate("DeleteBackend %d: named by the table of service %d being swapped in", id, sid)
+		}
+	}
 	delete(f.backends, id)
 	delete(f.beCounters, id)
+	delete(f.owners, id)
 	return nil
 }
 
 func (f *fakeDP) UpsertService(s dataplane.Service) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if err := f.record("UpsertService", s.ID); err != nil {
+		f.mu.Unlock()
 		return err
 	}
+	if _, busy := f.inflight[s.ID]; busy {
+		f.violate("UpsertService %d: another call for the same service is under way", s.ID)
+	}
+	f.inflight[s.ID] = slices.Clone(s.Table)
+	f.maxInflight = max(f.maxInflight, len(f.inflight))
+	hook := f.swapHook
+	f.mu.Unlock()
+	if hook != nil {
+		hook(s.ID)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.inflight, s.ID)
 	if err := f.failKey[s.ID]; err != nil {
 		return err
 	}
@@ -125,6 +159,11 @@ func (f *fakeDP) UpsertService(s dataplane.Service) error {
 	}
 	s.Table = slices.Clone(s.Table)
 	f.services[s.ID] = s
+	for _, b := range s.Table {
+		if _, ok := f.backends[b]; ok {
+			f.owners[b] = s.ID
+		}
+	}
 	return nil
 }
 
@@ -139,6 +178,7 @@ func (f *fakeDP) DeleteService(id uint32, key dataplane.ServiceKey) error {
 	}
 	delete(f.services, id)
 	delete(f.svcCounters, id)
+	maps.DeleteFunc(f.owners, func(_, o uint32) bool { return o == id })
 	return nil
 }
 
@@ -212,18 +252,14 @@ func (f *fakeDP) serviceByKey(k dataplane.ServiceKey) (dataplane.Service, bool) 
 	return dataplane.Service{}, false
 }
 
-// tableFake is a fakeDP that can read tables back, as the real data plane
-// can (see tableReader).
-type tableFake struct{ *fakeDP }
+// ownerFake is a fakeDP that says which service each backend counts for,
+// as the real data plane does (see ownerReader).
+type ownerFake struct{ *fakeDP }
 
-func (f tableFake) Table(id uint32) ([]uint32, error) {
+func (f ownerFake) BackendOwners() (map[uint32]uint32, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	s, ok := f.services[id]
-	if !ok {
-		return nil, fmt.Errorf("no service %d", id)
-	}
-	return slices.Clone(s.Table), nil
+	return maps.Clone(f.owners), f.fail["BackendOwners"]
 }
 
 // fakeProber stands in for the health checker: tests set results by

@@ -13,6 +13,7 @@ import (
 	"maps"
 	"math"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,18 +40,18 @@ type Dataplane interface {
 	TableSize() uint32
 }
 
-// tableReader is implemented by data planes that can read a table back,
-// as *dataplane.Dataplane does. Adoption then knows which backend IDs each
-// service's table names, so services that share a backend address keep
-// their own IDs and counters across a restart.
-type tableReader interface {
-	Table(id uint32) ([]uint32, error)
+// ownerReader is implemented by data planes that record which service
+// each backend counts for, as *dataplane.Dataplane does. Adoption then
+// knows which backend IDs belong to which service, so services that share
+// a backend address keep their own IDs and counters across a restart.
+type ownerReader interface {
+	BackendOwners() (map[uint32]uint32, error)
 }
 
 // The real data plane provides everything the agent uses.
 var (
 	_ Dataplane    = (*dataplane.Dataplane)(nil)
-	_ tableReader  = (*dataplane.Dataplane)(nil)
+	_ ownerReader  = (*dataplane.Dataplane)(nil)
 	_ backendLimit = (*dataplane.Dataplane)(nil)
 )
 
@@ -65,6 +66,8 @@ const noBackend = math.MaxUint32
 type Reconciler struct {
 	dp  Dataplane
 	log *slog.Logger
+	// workers is how many tables one Apply writes at a time.
+	workers int
 
 	mu         sync.Mutex
 	services   map[dataplane.ServiceKey]*service
@@ -74,7 +77,10 @@ type Reconciler struct {
 	// at start and not yet claimed, or released while a table that might
 	// still name them was not yet rewritten. They are deleted once that is
 	// known to be safe.
-	orphans map[uint32]netip.Addr
+	orphans *orphanSet
+	// namedBy is the adopted service each adopted backend counted for
+	// (see service.named).
+	namedBy map[uint32]*service
 }
 
 // service is one service as installed in the data plane.
@@ -84,13 +90,15 @@ type service struct {
 	// installed: the data plane has a table for this service.
 	installed bool
 	// applied is the signature (see signature) of the installed table; ""
-	// for an adopted service, whose table is unknown until rewritten.
+	// for an adopted service, whose table is unknown until written again
+	// (which keeps it if it holds exactly the new table: UpsertService).
 	applied string
 	// backends are written to the data plane and belong to this service:
 	// one ID per (service, backend) pair, so counters are per pair.
 	backends map[netip.AddrPort]uint32
-	// named are the backend IDs an adopted table names, if it could be
-	// read: the first candidates when the service claims adopted backends.
+	// named are the backend IDs that counted for an adopted service, if
+	// the data plane knows: the first candidates when the service claims
+	// adopted backends.
 	named map[uint32]bool
 }
 
@@ -115,10 +123,12 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 	r := &Reconciler{
 		dp:         dp,
 		log:        log,
+		workers:    defaultWorkers(),
 		services:   make(map[dataplane.ServiceKey]*service),
 		serviceIDs: newIDSet(maxServices),
 		backendIDs: newIDSet(maxBackends),
-		orphans:    make(map[uint32]netip.Addr),
+		orphans:    newOrphanSet(),
+		namedBy:    make(map[uint32]*service),
 	}
 	svcs, err := dp.Services()
 	if err != nil {
@@ -135,18 +145,17 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 			log.Warn("adopted service has an ID beyond the limit", "id", s.ID, "limit", maxServices,
 				"fix", "nothing to do: the service is rewritten or deleted as usual and its ID is not reused; the pinned state comes from an xlb with a larger limit")
 		}
-		st := &service{id: s.ID, key: s.Key, installed: true, backends: make(map[netip.AddrPort]uint32)}
-		if tr, ok := dp.(tableReader); ok {
-			st.named = namedIDs(tr, s.ID, log)
-		}
-		r.services[s.Key] = st
+		r.services[s.Key] = &service{id: s.ID, key: s.Key, installed: true, backends: make(map[netip.AddrPort]uint32)}
+	}
+	if or, ok := dp.(ownerReader); ok {
+		r.nameOwners(or)
 	}
 	for id, addr := range bes {
 		if !r.backendIDs.take(id) {
 			log.Warn("adopted backend has an ID beyond the limit", "id", id, "limit", maxBackends,
 				"fix", "nothing to do: the backend is deleted once no table names it; if this repeats, set dataplane.maxBackends above the ID and restart the agent")
 		}
-		r.orphans[id] = addr
+		r.orphans.add(id, addr)
 	}
 	if len(svcs) > 0 || len(bes) > 0 {
 		log.Info("adopted the pinned data plane state", "services", len(svcs), "backends", len(bes))
@@ -157,8 +166,9 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 // Apply makes the data plane match cfg, changing only what differs. It
 // writes new backends before the tables that name them and deletes old
 // backends only after no table names them any more; each table is replaced
-// by one atomic UpsertService. A failing service does not stop the others;
-// the errors are joined, and a later Apply retries what failed.
+// by one atomic UpsertService, several services' at a time (r.workers).
+// A failing service does not stop the others; the errors are joined, and
+// a later Apply retries what failed.
 func (r *Reconciler) Apply(cfg *config.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -187,86 +197,195 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 
 	// Removed services first: it frees their IDs for the services added
 	// in the same round.
+	var gone []*service
 	for _, st := range r.sortedServices() {
-		if want[st.key] {
+		if !want[st.key] {
+			gone = append(gone, st)
+		}
+	}
+	errs = append(errs, r.removeServices(gone)...)
+
+	// Changed services are planned in configuration order (IDs, new
+	// backends written) and their tables written in waves, several at a
+	// time. A service that finds no free backend ID ends the wave: the
+	// services before it free the IDs of their leaving backends once
+	// their new tables are in place, as they would one by one.
+	var wave []*change
+	for _, d := range todo {
+		c, err := r.plan(d.svc, d.key)
+		if errors.Is(err, errNoBackendID) && len(wave) > 0 {
+			errs = append(errs, r.install(wave, m)...)
+			wave = nil
+			c, err = r.plan(d.svc, d.key)
+		}
+		if errors.Is(err, errNoBackendID) && leaving(c.st, c.keep) {
+			err = r.replaceInTwoSteps(c, m)
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("service %q (%s): %w", d.svc.Name, d.svc.Key(), err))
 			continue
 		}
-		if err := r.removeService(st); err != nil {
-			errs = append(errs, fmt.Errorf("remove service %s: %w", formatKey(st.key), err))
+		if c != nil {
+			wave = append(wave, c)
 		}
 	}
-	for _, d := range todo {
-		if err := r.applyService(d.svc, d.key, m); err != nil {
-			errs = append(errs, fmt.Errorf("service %q (%s): %w", d.svc.Name, d.svc.Key(), err))
-		}
-	}
+	errs = append(errs, r.install(wave, m)...)
 	if err := r.deleteOrphans(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }
 
-// applyService installs or updates one service. It does nothing when the
-// installed table was built from the same forwarding mode and backends.
-func (r *Reconciler) applyService(s config.Service, key dataplane.ServiceKey, m uint32) error {
+// change is a service's new table, planned: its backends have IDs and
+// are written to the data plane.
+type change struct {
+	st       *service
+	name     string // the service's, for the log
+	what     string // the service, for errors
+	encap    dataplane.Encap
+	backends []config.Backend
+	keep     map[netip.AddrPort]bool // the backends' keys
+	sig      string
+	members  []maglev.Backend
+	ids      []uint32
+	err      error // of writing the table
+}
+
+// plan prepares the change of one service: nil when the installed table
+// was built from the same forwarding mode and backends. With an error
+// from members, the change is returned too.
+func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, error) {
 	encap, err := encapOf(s.Forwarding)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	keep := make(map[netip.AddrPort]bool, len(s.Backends))
 	for _, b := range s.Backends {
 		ap := netip.AddrPortFrom(b.Address, b.Port)
 		if keep[ap] {
-			return fmt.Errorf("backend %s is listed twice", ap)
+			return nil, fmt.Errorf("backend %s is listed twice", ap)
 		}
 		keep[ap] = true
 	}
 	sig := signature(encap, s.Backends)
 	st := r.services[key]
 	if st != nil && st.installed && st.applied == sig {
-		return nil
+		return nil, nil
 	}
 	if st == nil {
 		id, ok := r.serviceIDs.alloc()
 		if !ok {
-			return fmt.Errorf("no free service ID: all %d are in use; remove a service", r.serviceIDs.limit)
+			return nil, fmt.Errorf("no free service ID: all %d are in use; remove a service", r.serviceIDs.limit)
 		}
 		st = &service{id: id, key: key, backends: make(map[netip.AddrPort]uint32)}
 		r.services[key] = st
 	}
-
+	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap, backends: s.Backends, keep: keep, sig: sig}
 	// Backends first: the new table may name only backends that exist.
-	members, ids, err := r.members(st, s.Backends)
-	if errors.Is(err, errNoBackendID) && leaving(st, keep) {
-		// At dataplane.maxBackends the new backends need the IDs of
-		// the leaving ones, which the installed table still names.
-		// Install a table of the backends that have IDs first, free
-		// the leaving ones, and try again. The staying backends' flows
-		// see two table changes instead of one.
-		members, ids, _ = r.members(st, slices.DeleteFunc(slices.Clone(s.Backends), func(b config.Backend) bool {
-			_, ok := st.backends[netip.AddrPortFrom(b.Address, b.Port)]
-			return !ok
-		}))
-		r.log.Warn("the data plane is full (dataplane.maxBackends): replacing backends in two steps",
-			"service", s.Name, "limit", r.backendIDs.limit,
-			"fix", "raise dataplane.maxBackends and restart the agent (forwarding continues across restarts) to replace backends at once")
-		if err := r.install(st, key, encap, members, ids, m); err != nil {
-			return err
-		}
-		if err := r.releaseLeaving(st, keep); err != nil {
-			return err
-		}
-		members, ids, err = r.members(st, s.Backends)
+	c.members, c.ids, err = r.members(st, s.Backends)
+	return c, err
+}
+
+// replaceInTwoSteps handles a service whose new backends need the IDs of
+// its leaving ones (dataplane.maxBackends reached), which the installed
+// table still names: it installs a table of the backends that have IDs,
+// frees the leaving ones and plans the full change again. The staying
+// backends' flows see two table changes instead of one.
+func (r *Reconciler) replaceInTwoSteps(c *change, m uint32) error {
+	st := c.st
+	r.log.Warn("the data plane is full (dataplane.maxBackends): replacing backends in two steps",
+		"service", c.name, "limit", r.backendIDs.limit,
+		"fix", "raise dataplane.maxBackends and restart the agent (forwarding continues across restarts) to replace backends at once")
+	first := *c
+	first.members, first.ids, _ = r.members(st, slices.DeleteFunc(slices.Clone(c.backends), func(b config.Backend) bool {
+		_, ok := st.backends[netip.AddrPortFrom(b.Address, b.Port)]
+		return !ok
+	}))
+	if err := r.write(&first, m); err != nil {
+		return err
 	}
+	// Whatever st adopted is overwritten; st.applied says from what.
+	st.installed, st.applied, st.named = true, "partial", nil
+	if err := r.releaseLeaving(st, c.keep); err != nil {
+		return err
+	}
+	var err error
+	c.members, c.ids, err = r.members(st, c.backends)
+	return err
+}
+
+// install writes the tables of changes, up to r.workers at a time, then
+// releases the backends that each service whose table went in has left.
+// Changes touch distinct services, and every backend a new table names
+// is written already, so the order in which the tables go in does not
+// matter to packets.
+func (r *Reconciler) install(changes []*change, m uint32) []error {
+	r.parallel(len(changes), func(i int) {
+		changes[i].err = r.write(changes[i], m)
+	})
+	var errs []error
+	for _, c := range changes {
+		if c.err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.what, c.err))
+			continue
+		}
+		c.st.installed, c.st.applied, c.st.named = true, c.sig, nil
+		// Only now that the new table is in place may the old backends go.
+		if err := r.releaseLeaving(c.st, c.keep); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
+		}
+	}
+	return errs
+}
+
+// write builds the table of change c and installs it with the service's
+// entry. It touches nothing of the Reconciler's own state, so several
+// run at once.
+func (r *Reconciler) write(c *change, m uint32) error {
+	table, err := buildTable(c.members, c.ids, m)
 	if err != nil {
 		return err
 	}
-	if err := r.install(st, key, encap, members, ids, m); err != nil {
-		return err
+	if err := r.dp.UpsertService(dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Table: table}); err != nil {
+		return fmt.Errorf("install table (service ID %d): %w", c.st.id, err)
 	}
-	st.applied = sig
-	// Only now that the new table is in place may the old backends go.
-	return r.releaseLeaving(st, keep)
+	return nil
+}
+
+// parallel calls fn(0) … fn(n-1) on up to r.workers goroutines and
+// returns when all have returned.
+func (r *Reconciler) parallel(n int, fn func(i int)) {
+	workers := min(r.workers, n)
+	if workers <= 1 {
+		for i := range n {
+			fn(i)
+		}
+		return
+	}
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := range next {
+				fn(i)
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+}
+
+// defaultWorkers is how many tables an Apply writes at a time. Filling a
+// table is CPU work in the kernel, and about a third of a swap is waiting
+// for an RCU grace period, which other swaps can use: two per CPU keep
+// the CPUs busy. On 2 CPUs, 1000 tables of 65537 slots took 29 s one at
+// a time, 17 s two at a time and 13 s four at a time. At most eight: more
+// would take most CPUs of a large node for a reload, for little gain.
+func defaultWorkers() int {
+	return min(2*runtime.GOMAXPROCS(0), 8)
 }
 
 // members returns the Maglev members of service st for backends and their
@@ -286,20 +405,6 @@ func (r *Reconciler) members(st *service, backends []config.Backend) ([]maglev.B
 		ids = append(ids, id)
 	}
 	return members, ids, nil
-}
-
-// install writes service st's entry and a table built from members.
-func (r *Reconciler) install(st *service, key dataplane.ServiceKey, encap dataplane.Encap, members []maglev.Backend, ids []uint32, m uint32) error {
-	table, err := buildTable(members, ids, m)
-	if err != nil {
-		return err
-	}
-	if err := r.dp.UpsertService(dataplane.Service{ID: st.id, Key: key, Encap: encap, Table: table}); err != nil {
-		return fmt.Errorf("install table (service ID %d): %w", st.id, err)
-	}
-	// Whatever st adopted is overwritten; st.applied says from what.
-	st.installed, st.applied, st.named = true, "partial", nil
-	return nil
 }
 
 // leaving reports whether service st has backends that keep lacks.
@@ -329,42 +434,60 @@ func (r *Reconciler) releaseLeaving(st *service, keep map[netip.AddrPort]bool) e
 	return errors.Join(errs...)
 }
 
-// removeService deletes a service from the data plane, then its backends.
-func (r *Reconciler) removeService(st *service) error {
-	if st.installed {
-		if err := r.dp.DeleteService(st.id, st.key); err != nil {
-			return fmt.Errorf("delete service ID %d: %w", st.id, err)
+// removeServices deletes services from the data plane, several at a time,
+// then the backends of each one that is gone.
+func (r *Reconciler) removeServices(gone []*service) []error {
+	failed := make([]error, len(gone))
+	r.parallel(len(gone), func(i int) {
+		if st := gone[i]; st.installed {
+			if err := r.dp.DeleteService(st.id, st.key); err != nil {
+				failed[i] = fmt.Errorf("delete service ID %d: %w", st.id, err)
+			}
 		}
-		st.installed = false
-	}
+	})
 	var errs []error
-	for _, ap := range sortedAddrPorts(st.backends) {
-		id := st.backends[ap]
-		delete(st.backends, ap)
-		if err := r.release(id, ap.Addr()); err != nil {
-			errs = append(errs, fmt.Errorf("backend %s: %w", ap, err))
+	for i, st := range gone {
+		if failed[i] != nil {
+			errs = append(errs, fmt.Errorf("remove service %s: %w", formatKey(st.key), failed[i]))
+			continue
 		}
+		st.installed, st.named = false, nil
+		for _, ap := range sortedAddrPorts(st.backends) {
+			id := st.backends[ap]
+			delete(st.backends, ap)
+			if err := r.release(id, ap.Addr()); err != nil {
+				errs = append(errs, fmt.Errorf("remove service %s: backend %s: %w", formatKey(st.key), ap, err))
+			}
+		}
+		r.serviceIDs.free(st.id)
+		delete(r.services, st.key)
 	}
-	r.serviceIDs.free(st.id)
-	delete(r.services, st.key)
-	return errors.Join(errs...)
+	return errs
 }
 
-// namedIDs reads the backend IDs that service id's table names; nil if the
-// table cannot be read (adoption then goes by address alone).
-func namedIDs(tr tableReader, id uint32, log *slog.Logger) map[uint32]bool {
-	table, err := tr.Table(id)
+// nameOwners marks, for each adopted service, the backends that counted
+// for it. Without that knowledge adoption goes by address alone.
+func (r *Reconciler) nameOwners(or ownerReader) {
+	owners, err := or.BackendOwners()
 	if err != nil {
-		log.Debug("cannot read an adopted table; matching its backends by address", "service", id, "error", err)
-		return nil
+		r.log.Debug("cannot read which service each adopted backend counts for; matching backends by address", "error", err)
+		return
 	}
-	named := make(map[uint32]bool)
-	for _, b := range table {
-		if b != noBackend {
-			named[b] = true
+	byID := make(map[uint32]*service, len(r.services))
+	for _, st := range r.services {
+		byID[st.id] = st
+	}
+	for b, o := range owners {
+		st := byID[o]
+		if st == nil {
+			continue
 		}
+		if st.named == nil {
+			st.named = make(map[uint32]bool)
+		}
+		st.named[b] = true
+		r.namedBy[b] = st
 	}
-	return named
 }
 
 // errNoBackendID: every backend ID of the data plane is in use.
@@ -394,34 +517,32 @@ func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
 }
 
 // claimOrphan takes an orphan with address addr for service st: first one
-// that st's adopted table names, then one that no other adopted table
-// names, then any; the lowest ID within each rank. The data plane stores
-// no owner per backend, so without readable tables an ID shared by
-// address may move to another service of that address (its counters with
-// it); forwarding is unaffected because the address is equal.
+// that counted for st, then one that counted for no other adopted
+// service, then any; the lowest ID within each rank. A data plane that
+// does not say which service a backend counts for (ownerReader) lets an
+// ID shared by address move to another service of that address (its
+// counters with it); forwarding is unaffected because the address is
+// equal.
 func (r *Reconciler) claimOrphan(st *service, addr netip.Addr) (uint32, bool) {
 	rank := func(id uint32) int {
 		if st.named[id] {
 			return 0
 		}
-		for _, o := range r.services {
-			if o != st && o.named[id] {
-				return 2
-			}
+		// A service's named is cleared once its table is written or it
+		// is removed: then it no longer competes.
+		if o := r.namedBy[id]; o != nil && o != st && o.named[id] {
+			return 2
 		}
 		return 1
 	}
 	best, bestRank, found := uint32(0), 0, false
-	for id, a := range r.orphans {
-		if a != addr {
-			continue
-		}
-		if rk := rank(id); !found || rk < bestRank || (rk == bestRank && id < best) {
+	for _, id := range r.orphans.withAddr(addr) {
+		if rk := rank(id); !found || rk < bestRank {
 			best, bestRank, found = id, rk, true
 		}
 	}
 	if found {
-		delete(r.orphans, best)
+		r.orphans.remove(best)
 	}
 	return best, found
 }
@@ -430,11 +551,11 @@ func (r *Reconciler) claimOrphan(st *service, addr netip.Addr) (uint32, bool) {
 // while an adopted table, whose content is unknown, might still name it.
 func (r *Reconciler) release(id uint32, addr netip.Addr) error {
 	if r.adoptedPending() {
-		r.orphans[id] = addr
+		r.orphans.add(id, addr)
 		return nil
 	}
 	if err := r.dp.DeleteBackend(id); err != nil {
-		r.orphans[id] = addr // retried by the next Apply
+		r.orphans.add(id, addr) // retried by the next Apply
 		return fmt.Errorf("delete backend ID %d: %w", id, err)
 	}
 	r.backendIDs.free(id)
@@ -444,16 +565,16 @@ func (r *Reconciler) release(id uint32, addr netip.Addr) error {
 // deleteOrphans deletes unowned backends once every adopted table has been
 // rewritten or deleted, i.e. once no table can name them.
 func (r *Reconciler) deleteOrphans() error {
-	if len(r.orphans) == 0 || r.adoptedPending() {
+	if r.orphans.len() == 0 || r.adoptedPending() {
 		return nil
 	}
 	var errs []error
-	for _, id := range slices.Sorted(maps.Keys(r.orphans)) {
+	for _, id := range r.orphans.ids() {
 		if err := r.dp.DeleteBackend(id); err != nil {
-			errs = append(errs, fmt.Errorf("delete unused backend ID %d (%s): %w", id, r.orphans[id], err))
+			errs = append(errs, fmt.Errorf("delete unused backend ID %d (%s): %w", id, r.orphans.addr[id], err))
 			continue
 		}
-		delete(r.orphans, id)
+		r.orphans.remove(id)
 		r.backendIDs.free(id)
 	}
 	return errors.Join(errs...)

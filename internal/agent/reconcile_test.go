@@ -10,7 +10,9 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -417,7 +419,10 @@ func TestAdoption(t *testing.T) {
 			if got := count(calls, "UpsertBackend"); got != 0 {
 				t.Errorf("adoption rewrote %d backends: %v", got, calls)
 			}
-			// Tables are unknown after a restart: each is rewritten once.
+			// The reconciler cannot know whether an adopted table is
+			// current: it hands each to the data plane once, which keeps
+			// those that are (dataplane.TestUpsertServiceKeepsRecordedTable,
+			// TestRestartKeepsTables).
 			if got := count(calls, "UpsertService"); got != len(want.Services) {
 				t.Errorf("%d UpsertService calls, want %d: %v", got, len(want.Services), calls)
 			}
@@ -463,13 +468,14 @@ func TestAdoption(t *testing.T) {
 }
 
 // Services that share a backend address keep their own backend IDs across
-// a restart when the tables can be read back, even if the configuration
-// order changed; without that, forwarding must still be right.
+// a restart when the data plane says which service each backend counts
+// for, even if the configuration order changed; without that, forwarding
+// must still be right.
 func TestAdoptionSharedAddress(t *testing.T) {
 	for _, tc := range []struct {
-		name      string
-		readTable bool
-	}{{"tables readable", true}, {"tables unreadable", false}} {
+		name   string
+		owners bool
+	}{{"owners known", true}, {"owners unknown", false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			f, r := setup(t)
 			first := cfgOf(dns(be("10.0.3.2", 1)), web(be("10.0.3.2", 1), be("10.0.3.3", 1)))
@@ -480,8 +486,8 @@ func TestAdoptionSharedAddress(t *testing.T) {
 			}
 
 			var dp Dataplane = f
-			if tc.readTable {
-				dp = tableFake{f}
+			if tc.owners {
+				dp = ownerFake{f}
 			}
 			r2, err := newReconciler(dp, quiet, f.maxServices, f.maxBackends)
 			if err != nil {
@@ -490,7 +496,7 @@ func TestAdoptionSharedAddress(t *testing.T) {
 			second := cfgOf(first.Services[1], first.Services[0]) // web first now
 			mustApply(t, r2, second)
 			verify(t, f, r2, second)
-			if !tc.readTable {
+			if !tc.owners {
 				return
 			}
 			for _, s := range second.Services {
@@ -510,7 +516,7 @@ func TestAdoptionPendingTableKeepsBackends(t *testing.T) {
 	mustApply(t, r, first)
 	dnsID, _, _ := r.ids(keyOf(t, first.Services[0]))
 
-	r2, err := newReconciler(f, quiet, f.maxServices, f.maxBackends) // tables unreadable
+	r2, err := newReconciler(f, quiet, f.maxServices, f.maxBackends) // owners unknown
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -709,7 +715,7 @@ func TestApplyRandomWalk(t *testing.T) {
 			var err error
 			var dp Dataplane = f
 			if step%100 == 49 {
-				dp = tableFake{f}
+				dp = ownerFake{f}
 			}
 			if r, err = newReconciler(dp, quiet, f.maxServices, f.maxBackends); err != nil {
 				t.Fatal(err)
@@ -721,6 +727,114 @@ func TestApplyRandomWalk(t *testing.T) {
 		verify(t, f, r, cfg)
 		if t.Failed() {
 			t.Fatalf("step %d failed", step)
+		}
+	}
+}
+
+// manyServices is a configuration of n services on one VIP with the
+// given backends each (the last octets; every service its own /24).
+func manyServices(n int, hosts ...int) *config.Config {
+	var svcs []config.Service
+	for i := range n {
+		var bes []config.Backend
+		for _, h := range hosts {
+			bes = append(bes, be(fmt.Sprintf("10.0.%d.%d", 10+i, h), 1))
+		}
+		svcs = append(svcs, svc(fmt.Sprint("s", i), "10.99.0.1", uint16(8000+i), config.TCP, config.DSRIPIP, bes...))
+	}
+	return cfgOf(svcs...)
+}
+
+// TestApplyWritesTablesInParallel: an Apply that changes many services
+// writes up to r.workers tables at once, never two of one service, and
+// deletes a service's leaving backends only once its new table is in
+// place (the fake flags a delete during a swap that names the backend).
+func TestApplyWritesTablesInParallel(t *testing.T) {
+	const workers = 3
+	f, r := setup(t)
+	r.workers = workers
+	// The first `workers` swaps wait for each other: with fewer at once
+	// they time out and maxInflight tells.
+	var mu sync.Mutex
+	arrived, together := 0, make(chan struct{})
+	f.swapHook = func(uint32) {
+		mu.Lock()
+		arrived++
+		if arrived == workers {
+			close(together)
+		}
+		first := arrived <= workers
+		mu.Unlock()
+		if first {
+			select {
+			case <-together:
+			case <-time.After(5 * time.Second):
+			}
+		}
+	}
+	cfg := manyServices(10, 1, 2, 3)
+	mustApply(t, r, cfg)
+	verify(t, f, r, cfg)
+	if f.maxInflight != workers {
+		t.Errorf("at most %d tables written at once, want %d", f.maxInflight, workers)
+	}
+
+	// Every service replaces a backend and drains another.
+	f.swapHook = func(uint32) { time.Sleep(time.Millisecond) }
+	next := manyServices(10, 1, 2, 4)
+	for i := range next.Services {
+		next.Services[i].Backends[1].Weight = 0
+	}
+	mark := f.mark()
+	mustApply(t, r, next)
+	verify(t, f, r, next)
+	calls := f.mutations(mark)
+	if got := count(calls, "UpsertService"); got != 10 {
+		t.Errorf("%d UpsertService calls, want 10: %v", got, calls)
+	}
+	if got := count(calls, "DeleteBackend"); got != 10 {
+		t.Errorf("%d DeleteBackend calls, want 10: %v", got, calls)
+	}
+	if f.maxInflight > workers {
+		t.Errorf("%d tables written at once, want at most %d", f.maxInflight, workers)
+	}
+}
+
+// TestApplyWavesAtBackendLimit: when the backend IDs run out in the
+// middle of an Apply, the services planned so far are installed and
+// release their leaving backends first, as one by one they would: an
+// Apply that replaces every backend of every service needs no more IDs
+// than the largest service's new backends, and no two-step replacement.
+func TestApplyWavesAtBackendLimit(t *testing.T) {
+	const maxBackends = 3*2 + 2
+	f := newFake(testSize, 16, maxBackends)
+	r, err := newReconciler(f, quiet, 16, maxBackends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.workers = 4
+	mustApply(t, r, manyServices(3, 1, 2))
+	next := manyServices(3, 3, 4)
+	mark := f.mark()
+	mustApply(t, r, next)
+	verify(t, f, r, next)
+	if got := count(f.mutations(mark), "UpsertService"); got != 3 {
+		t.Errorf("%d UpsertService calls, want 3 (one per service): %v", got, f.mutations(mark))
+	}
+}
+
+// TestApplyRemovesServicesInParallel: removing many services (and adding
+// others on their freed IDs in the same Apply) leaves nothing behind.
+func TestApplyRemovesServicesInParallel(t *testing.T) {
+	f, r := setup(t)
+	r.workers = 4
+	mustApply(t, r, manyServices(12, 1, 2))
+	cfg := cfgOf(web(be("10.0.3.2", 1)), dns(be("10.0.3.5", 1)))
+	mustApply(t, r, cfg)
+	verify(t, f, r, cfg)
+	for _, s := range cfg.Services {
+		if id, _, _ := r.ids(keyOf(t, s)); id > 1 {
+			t.Errorf("service %s got ID %d, want a freed one of 0 and 1", s.Name, id)
 		}
 	}
 }

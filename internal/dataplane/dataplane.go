@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -27,8 +28,15 @@ const (
 const linkPin = "link"
 
 // Dataplane is an attached, programmable LB data plane. Its methods are
-// safe for concurrent use.
+// safe for concurrent use, and UpsertService and DeleteService of
+// different services run in parallel: most of a table swap is the kernel
+// filling the new table and waiting for an RCU grace period, which calls
+// on other services can overlap. Calls on one service are serialised.
 type Dataplane struct {
+	// svcMu serialises the calls on one service ID; taken before mu.
+	svcMu [MaxServices]sync.Mutex
+	// mu guards the mirrors below and every map write outside a table
+	// fill and swap.
 	mu        sync.Mutex
 	objs      lbObjects
 	link      link.Link
@@ -44,6 +52,7 @@ type Dataplane struct {
 	index     svcIndex          // mirror of the svc_index map
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 	owner     ownership         // mirror of the backends map: which service each backend counts for
+	sums      *ebpf.Map         // table records (tablesum.go); nil: none kept
 }
 
 // Open loads the data plane (Load) and attaches it (Attach) at once.
@@ -178,6 +187,21 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.objs.Close()
 		return nil, err
 	}
+	// The VIP set is derived from the index. An agent that stopped
+	// between writing the one and the other left them apart, and tables
+	// that need no rewrite no longer bring them together.
+	if err := d.syncVIPs(); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
+	sumsPath := ""
+	if pin {
+		sumsPath = opts.PinPath
+	}
+	if d.sums, err = openSums(sumsPath); err != nil {
+		d.objs.Close()
+		return nil, err
+	}
 	d.addrs, d.owner = map[uint32]uint32{}, newOwnership()
 	var id uint32
 	var be lbBackend
@@ -189,13 +213,13 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.owner.set(id, be.Owner)
 	}
 	if err := it.Err(); err != nil {
-		d.objs.Close()
+		d.closeMaps()
 		return nil, fmt.Errorf("read backends: %w", err)
 	}
 	// Next hops cached per backend in pinned state by an earlier program
 	// must not count as fresh: start the generation somewhere new.
 	if err := d.objs.NhGen.Set(rand.Uint32() | 1); err != nil {
-		d.objs.Close()
+		d.closeMaps()
 		return nil, fmt.Errorf("initialise next-hop generation: %w", err)
 	}
 	return d, nil
@@ -283,12 +307,22 @@ func (d *Dataplane) Close() error {
 		errs = append(errs, d.link.Close())
 		d.link = nil
 	}
-	errs = append(errs, d.objs.Close())
+	errs = append(errs, d.closeMaps())
 	if d.lock != nil {
 		errs = append(errs, d.lock.Close())
 		d.lock = nil
 	}
 	return errors.Join(errs...)
+}
+
+// closeMaps releases the handles of the program and its maps.
+func (d *Dataplane) closeMaps() error {
+	err := d.objs.Close()
+	if d.sums != nil {
+		err = errors.Join(err, d.sums.Close())
+		d.sums = nil
+	}
+	return err
 }
 
 // AttachMode reports how XDP is attached: "native" or "generic".
@@ -352,7 +386,11 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 // into a fresh inner map and swapped in with one update of the outer
 // map, so a packet sees either the old or the new table, never a mix. A
 // new service becomes visible in the service index only once its table
-// is in place.
+// is in place. When the installed table already holds exactly these
+// entries (backend IDs and the addresses they carry), as a table recorded
+// by an earlier agent on the same pinned maps may (see tablesum.go), it
+// is kept: no new table, no swap. The table's backends must exist
+// (UpsertBackend) before the call and stay until it returns.
 func (d *Dataplane) UpsertService(s Service) error {
 	if s.ID >= MaxServices {
 		return fmt.Errorf("service %d: id out of range", s.ID)
@@ -367,17 +405,75 @@ func (d *Dataplane) UpsertService(s Service) error {
 	if err != nil {
 		return fmt.Errorf("service %d: %w", s.ID, err)
 	}
-	d.mu.Lock()
-	defer d.mu.Unlock()
+	d.svcMu[s.ID].Lock()
+	defer d.svcMu[s.ID].Unlock()
 
-	if err := d.claim(s.ID, s.Table); err != nil {
+	named := d.named(s.Table)
+	// The address of each backend the table names, by id.
+	var addrs []uint32
+	if len(named) > 0 {
+		addrs = make([]uint32, slices.Max(named)+1)
+	}
+	d.mu.Lock()
+	err = d.claim(s.ID, named)
+	for _, b := range named {
+		addrs[b] = d.addrs[b]
+	}
+	d.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("service %d: %w", s.ID, err)
 	}
+	// Without d.mu from here to the swap: filling and swapping take
+	// milliseconds each, which other services' calls can use.
 	entries := make([]uint64, len(s.Table))
 	for i, id := range s.Table {
 		// An unknown id gets address 0: the program drops its packets.
-		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+		var addr uint32
+		if int(id) < len(addrs) {
+			addr = addrs[id]
+		}
+		entries[i] = uint64(id) | uint64(addr)<<32
 	}
+	sum := digest(entries)
+	if !d.installedAs(s.ID, sum) {
+		if err := d.swapTable(s.ID, entries, sum); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
+
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	key.Id, key.Encap = s.ID, uint8(s.Encap)
+	if d.index.holds(key) {
+		return nil // nor has the VIP set changed
+	}
+	if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	return d.syncVIPs()
+}
+
+// named lists the backend ids that table names, each once, leaving out
+// those beyond the backend maps (no backend can have them).
+func (d *Dataplane) named(table []uint32) []uint32 {
+	seen := make([]uint64, (d.maxBack+63)/64)
+	var out []uint32
+	for _, id := range table {
+		if id >= d.maxBack {
+			continue
+		}
+		if w, bit := id/64, uint64(1)<<(id%64); seen[w]&bit == 0 {
+			seen[w] |= bit
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// swapTable fills a new inner map with entries and makes it service id's
+// table, then records what it holds. Called with service id's lock held,
+// without d.mu.
+func (d *Dataplane) swapTable(id uint32, entries []uint64, sum [32]byte) error {
 	inner, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       "xlb_maglev",
 		Type:       ebpf.Array,
@@ -386,24 +482,22 @@ func (d *Dataplane) UpsertService(s Service) error {
 		MaxEntries: d.tableSize,
 	})
 	if err != nil {
-		return fmt.Errorf("service %d: create table: %w", s.ID, err)
+		return fmt.Errorf("create table: %w", err)
 	}
 	defer inner.Close()
-	keys := make([]uint32, len(s.Table))
+	keys := make([]uint32, len(entries))
 	for i := range keys {
 		keys[i] = uint32(i)
 	}
 	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
-		return fmt.Errorf("service %d: fill table: %w", s.ID, err)
+		return fmt.Errorf("fill table: %w", err)
 	}
-	if err := d.objs.MaglevTables.Put(s.ID, inner); err != nil {
-		return fmt.Errorf("service %d: swap table: %w", s.ID, err)
+	// Returns once no program can still be reading the old table.
+	if err := d.objs.MaglevTables.Put(id, inner); err != nil {
+		return fmt.Errorf("swap table: %w", err)
 	}
-	key.Id, key.Encap = s.ID, uint8(s.Encap)
-	if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
-		return fmt.Errorf("service %d: %w", s.ID, err)
-	}
-	return d.syncVIPs()
+	d.record(id, inner, sum)
+	return nil
 }
 
 // DeleteService removes a service: first from the index, so no packet
@@ -413,14 +507,23 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	if err != nil {
 		return err
 	}
+	if id < MaxServices {
+		d.svcMu[id].Lock()
+		defer d.svcMu[id].Unlock()
+	}
 	d.mu.Lock()
-	defer d.mu.Unlock()
-	if err := d.index.remove(d.objs.SvcIndex, k); err != nil {
+	err = d.index.remove(d.objs.SvcIndex, k)
+	d.mu.Unlock()
+	if err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
 	}
+	// Without d.mu: like a swap, the delete waits for an RCU grace period.
 	if err := d.objs.MaglevTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("delete table of service %d: %w", id, err)
 	}
+	d.forget(id)
+	d.mu.Lock()
+	defer d.mu.Unlock()
 	// Its backends no longer count towards it (nor towards a later
 	// service that gets its id).
 	for _, b := range d.owner.backends(id + 1) {
@@ -536,6 +639,20 @@ func (d *Dataplane) Backends() (map[uint32]netip.Addr, error) {
 	return out, nil
 }
 
+// BackendOwners maps each backend that counts for a service to that
+// service's ID: the service whose table named it last. Adoption uses it
+// to give every service back its own backend IDs without reading the
+// tables, which would cost as much as writing them.
+func (d *Dataplane) BackendOwners() (map[uint32]uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make(map[uint32]uint32, len(d.owner.of))
+	for b, o := range d.owner.of {
+		out[b] = o - 1
+	}
+	return out, nil
+}
+
 // ServiceCounters is what service id has forwarded: the sum of its
 // backends' counters and of those its departed backends had counted.
 func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
@@ -557,16 +674,12 @@ func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
 	return total, nil
 }
 
-// claim records service id as the owner of every backend its table names.
-// A backend that moves from another service takes its history along into
-// that service's retired counters first. Called with d.mu held.
-func (d *Dataplane) claim(id uint32, table []uint32) error {
-	seen := map[uint32]bool{}
-	for _, b := range table {
-		if seen[b] {
-			continue
-		}
-		seen[b] = true
+// claim records service id as the owner of the backends named, those its
+// table names. A backend that moves from another service takes its
+// history along into that service's retired counters first. Called with
+// d.mu held.
+func (d *Dataplane) claim(id uint32, named []uint32) error {
+	for _, b := range named {
 		if _, ok := d.addrs[b]; !ok || d.owner.get(b) == id+1 {
 			continue
 		}

@@ -1,0 +1,161 @@
+package agent
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
+)
+
+// realDataplane gives a test a namespace with an interface to attach to
+// and a pin path, and opens data planes on them (each closed at the end).
+type realDataplane struct {
+	t   *testing.T
+	ns  string
+	pin string
+}
+
+func newRealDataplane(t *testing.T) *realDataplane {
+	testenv.RequireRoot(t, "a reconciler on a real data plane (BPF, network namespaces)")
+	name := fmt.Sprintf("xlbtest-agent-%d", os.Getpid())
+	ip := func(args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	_ = exec.Command("ip", "netns", "del", name).Run()
+	ip("netns", "add", name)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
+	ip("-n", name, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1")
+	ip("-n", name, "addr", "add", "10.0.1.2/24", "dev", "veth0")
+	ip("-n", name, "link", "set", "veth0", "up")
+	ip("-n", name, "link", "set", "veth1", "up")
+	pin := filepath.Join(dataplane.BPFFSRoot, name)
+	t.Cleanup(func() { _ = dataplane.Cleanup(pin) })
+	return &realDataplane{t: t, ns: name, pin: pin}
+}
+
+func (r *realDataplane) open() *dataplane.Dataplane {
+	r.t.Helper()
+	var d *dataplane.Dataplane
+	err := netns.Do(r.ns, func() error {
+		var err error
+		d, err = dataplane.Open(dataplane.Options{
+			Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: r.pin,
+			AttachMode: config.AttachAuto, TableSize: testSize, MaxBackends: 64,
+		})
+		return err
+	})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.t.Cleanup(func() { d.Close() })
+	return d
+}
+
+// tableIDs reads which inner map holds each service's table: a new one
+// means the table was written.
+func tableIDs(t *testing.T, pin string) map[uint32]ebpf.MapID {
+	t.Helper()
+	w, err := dataplane.WatchTables(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	ids, err := w.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[uint32]ebpf.MapID{}
+	for _, id := range ids {
+		if out[id], err = w.TableID(id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestRestartKeepsTables: an agent restarted on the pinned state of one
+// with the same configuration writes no table and keeps every service's
+// and backend's ID (and so its counters); one restarted with a changed
+// configuration writes only the changed service's table.
+func TestRestartKeepsTables(t *testing.T) {
+	env := newRealDataplane(t)
+	cfg := cfgOf(
+		web(be("10.0.3.2", 1), be("10.0.3.3", 1), be("10.0.3.4", 2)),
+		// 10.0.3.2 serves three services: each keeps its own ID.
+		dns(be("10.0.3.2", 1), be("10.0.3.5", 1)),
+		svc("api", "10.99.0.1", 443, config.TCP, config.DSRGUE, be("10.0.3.2", 1), be("10.0.3.6", 0)),
+	)
+	start := func() (*dataplane.Dataplane, *Reconciler) {
+		t.Helper()
+		d := env.open()
+		r, err := NewReconciler(d, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d, r
+	}
+	backendIDs := func(r *Reconciler, cfg *config.Config) map[string]map[netip.AddrPort]uint32 {
+		out := map[string]map[netip.AddrPort]uint32{}
+		for _, s := range cfg.Services {
+			var id uint32
+			var ok bool
+			id, out[s.Name], ok = r.ids(keyOf(t, s))
+			if !ok {
+				t.Fatalf("service %s not installed", s.Name)
+			}
+			out[s.Name][netip.AddrPortFrom(netip.IPv4Unspecified(), 0)] = id // the service's own
+		}
+		return out
+	}
+
+	d, r := start()
+	mustApply(t, r, cfg)
+	tables, ids := tableIDs(t, env.pin), backendIDs(r, cfg)
+	if len(tables) != len(cfg.Services) {
+		t.Fatalf("%d tables, want %d", len(tables), len(cfg.Services))
+	}
+	d.Close()
+
+	d, r = start()
+	mustApply(t, r, cfg)
+	if got := tableIDs(t, env.pin); !maps.Equal(got, tables) {
+		t.Errorf("restart with the same configuration: tables %v, were %v: want none written", got, tables)
+	}
+	if got := backendIDs(r, cfg); !maps.EqualFunc(got, ids, maps.Equal) {
+		t.Errorf("restart: IDs %v, were %v", got, ids)
+	}
+	bes, _ := d.Backends()
+	if len(bes) != 7 {
+		t.Errorf("%d backends after the restart, want 7 (one per service and backend)", len(bes))
+	}
+	d.Close()
+
+	// Changed while no agent ran: web loses a backend.
+	changed := cfgOf(web(be("10.0.3.2", 1), be("10.0.3.4", 2)), cfg.Services[1], cfg.Services[2])
+	d, r = start()
+	mustApply(t, r, changed)
+	webID, _, _ := r.ids(keyOf(t, changed.Services[0]))
+	got := tableIDs(t, env.pin)
+	for id, table := range tables {
+		if (got[id] != table) != (id == webID) {
+			t.Errorf("service ID %d: table %d, was %d; want only web's (ID %d) written", id, got[id], table, webID)
+		}
+	}
+	if bes, _ := d.Backends(); len(bes) != 6 {
+		t.Errorf("%d backends after web lost one, want 6", len(bes))
+	}
+}

@@ -1,0 +1,300 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// TestUpsertServiceKeepsRecordedTable: UpsertService of the table a
+// service already has keeps it (no new inner map), also after a restart
+// on the pinned maps, and only when a record vouches for the installed
+// table: one swapped in without a record, or under a record of other
+// entries, is written again.
+func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	w, err := WatchTables(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+
+	other := netip.MustParseAddr("10.0.3.3")
+	for i, a := range []netip.Addr{fxBackend, other} {
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := ServiceKey{fxVIP, 80, ProtoTCP}
+	tableA := make([]uint32, fxTableSize)
+	for i := range tableA {
+		tableA[i] = uint32(i % 2)
+	}
+	tableB := slices.Clone(tableA)
+	tableB[0] = 1
+	upsert := func(d *Dataplane, table []uint32, encap Encap) ebpf.MapID {
+		t.Helper()
+		if err := d.UpsertService(Service{ID: 5, Key: key, Encap: encap, Table: table}); err != nil {
+			t.Fatal(err)
+		}
+		id, err := w.TableID(5)
+		if err != nil || id == 0 {
+			t.Fatalf("table of service 5: %d, %v", id, err)
+		}
+		got, err := d.Table(5)
+		if err != nil || !slices.Equal(got, table) {
+			t.Fatalf("service 5 serves another table than the one just upserted (%v)", err)
+		}
+		return id
+	}
+	countOf := func(table []uint32, b uint32) int {
+		n := 0
+		for _, x := range table {
+			if x == b {
+				n++
+			}
+		}
+		return n
+	}
+
+	a := upsert(d, tableA, EncapIPIP)
+	if again := upsert(d, tableA, EncapIPIP); again != a {
+		t.Errorf("the same table again: inner map %d replaced by %d, want it kept", a, again)
+	}
+	b := upsert(d, tableB, EncapIPIP)
+	if b == a {
+		t.Fatal("a changed table kept the old inner map")
+	}
+	if _, slots, err := w.Slots(5); err != nil || slots[fxBackend] != countOf(tableB, 0) || slots[other] != countOf(tableB, 1) {
+		t.Fatalf("slots %v (%v): the table does not carry its backends' addresses", slots, err)
+	}
+
+	// Restart: the new data plane keeps the table it finds, and a new
+	// encapsulation changes the service's entry, not its table.
+	d.Close()
+	if d, err = openIn(t, f.name, opts); err != nil {
+		t.Fatal(err)
+	}
+	if got := upsert(d, tableB, EncapIPIP); got != b {
+		t.Errorf("after a restart: inner map %d replaced by %d, want it kept", b, got)
+	}
+	if got := upsert(d, tableB, EncapGUE); got != b {
+		t.Errorf("encapsulation change: inner map %d replaced by %d, want it kept", b, got)
+	}
+	if svcs, _ := d.Services(); len(svcs) != 1 || svcs[0].Encap != EncapGUE {
+		t.Errorf("services %+v, want service 5 with GUE", svcs)
+	}
+	if v, _ := f.run(t, d.objs.XlbLbProg, tcpTo(fxVIP, 80).frame(f.mac)); v != xdpTX {
+		t.Errorf("a packet to the kept table: verdict %s, want TX", verdictNames[v])
+	}
+
+	// A table with the same entries, swapped in by something that writes
+	// no record (an xlb from before records): written again.
+	entries := make([]uint64, fxTableSize)
+	for i, id := range tableB {
+		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+	}
+	foreign := putForeignTable(t, d, 5, entries)
+	if got := upsert(d, tableB, EncapGUE); got == foreign {
+		t.Error("a table without a record was kept")
+	}
+	// A record whose entries differ from the installed table's: written
+	// again.
+	cur, _ := w.TableID(5)
+	if err := d.sums.Put(uint32(5), tableSum{Inner: uint32(cur), Sum: digest(make([]uint64, fxTableSize))}); err != nil {
+		t.Fatal(err)
+	}
+	if got := upsert(d, tableB, EncapGUE); got == cur {
+		t.Error("a table under a record of other entries was kept")
+	}
+
+	// The service goes and comes back with the same table: a new one.
+	cur, _ = w.TableID(5)
+	if err := d.DeleteService(5, key); err != nil {
+		t.Fatal(err)
+	}
+	if got := upsert(d, tableB, EncapGUE); got == cur {
+		t.Error("a deleted table came back")
+	}
+
+	// Records of another shape (a future xlb's, say) are replaced: every
+	// table is written once more, then kept again.
+	d.Close()
+	odd, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Hash, KeySize: 4, ValueSize: 8, MaxEntries: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := replacePin(odd, filepath.Join(pin, sumsPin)); err != nil {
+		t.Fatal(err)
+	}
+	odd.Close()
+	if d, err = openIn(t, f.name, opts); err != nil {
+		t.Fatal(err)
+	}
+	cur, _ = w.TableID(5)
+	first := upsert(d, tableB, EncapGUE)
+	if first == cur {
+		t.Error("kept a table under records of another shape")
+	}
+	if got := upsert(d, tableB, EncapGUE); got != first {
+		t.Errorf("inner map %d replaced by %d, want it kept once recorded again", first, got)
+	}
+	if _, err := os.Stat(filepath.Join(pin, sumsPin)); err != nil {
+		t.Errorf("records not pinned: %v", err)
+	}
+}
+
+// putForeignTable makes a table of entries service id's, as an agent that
+// keeps no records would, and returns its ID.
+func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []uint64) ebpf.MapID {
+	t.Helper()
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(entries))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.objs.MaglevTables.Put(id, inner); err != nil {
+		t.Fatal(err)
+	}
+	var mid ebpf.MapID
+	if err := d.objs.MaglevTables.Lookup(id, &mid); err != nil {
+		t.Fatal(err)
+	}
+	return mid
+}
+
+// TestDigest: the digest covers every entry, the backend addresses in
+// them and the table's size.
+func TestDigest(t *testing.T) {
+	base := make([]uint64, 5003)
+	for i := range base {
+		base[i] = uint64(i%7) | uint64(0x0a000302)<<32
+	}
+	sum := digest(base)
+	if digest(slices.Clone(base)) != sum {
+		t.Fatal("equal entries, different digests")
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]uint64) []uint64
+	}{
+		{"last slot's backend", func(e []uint64) []uint64 { e[len(e)-1] ^= 1; return e }},
+		{"a backend's address", func(e []uint64) []uint64 { e[4097] ^= 1 << 40; return e }},
+		{"one slot more", func(e []uint64) []uint64 { return append(e, 0) }},
+		{"two slots swapped", func(e []uint64) []uint64 { e[1], e[2] = e[2], e[1]; return e }},
+	} {
+		if digest(tc.edit(slices.Clone(base))) == sum {
+			t.Errorf("%s: same digest", tc.name)
+		}
+	}
+}
+
+// TestUpsertServiceConcurrent: UpsertService and DeleteService from many
+// goroutines, on distinct services and on the same ones, leave every
+// service with one caller's table and the same caller's entry, the VIP
+// set and the owners matching.
+func TestUpsertServiceConcurrent(t *testing.T) {
+	requirePrivileges(t)
+	d, err := load(Options{NodeAddr: fxNode, TableSize: fxTableSize}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	const services = 12
+	// Service i: variant 0 sends every slot to backend 2i over IPIP,
+	// variant 1 to backend 2i+1 over GUE.
+	for b := range uint32(2 * services) {
+		if err := d.UpsertBackend(b, netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + b)})); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keyOf := func(i int) ServiceKey {
+		return ServiceKey{netip.AddrFrom4([4]byte{10, 99, 0, byte(1 + i/3)}), uint16(80 + i%3), ProtoTCP}
+	}
+	svcOf := func(i, variant int) Service {
+		table := make([]uint32, fxTableSize)
+		for s := range table {
+			table[s] = uint32(2*i + variant)
+		}
+		return Service{ID: uint32(i), Key: keyOf(i), Encap: Encap(1 + variant), Table: table}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 4*services)
+	for i := range services {
+		for variant := range 2 {
+			wg.Go(func() {
+				for round := range 6 {
+					var err error
+					if i%4 == 3 && variant == 1 && round%3 == 1 {
+						err = d.DeleteService(uint32(i), keyOf(i))
+					} else {
+						err = d.UpsertService(svcOf(i, variant))
+					}
+					if err != nil {
+						errs <- fmt.Errorf("service %d variant %d: %w", i, variant, err)
+						return
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// Every goroutine's last round upserts: every service is installed.
+	svcs, err := d.Services()
+	if err != nil || len(svcs) != services {
+		t.Fatalf("%d services (%v), want %d", len(svcs), err, services)
+	}
+	owners, _ := d.BackendOwners()
+	for _, s := range svcs {
+		table, err := d.Table(s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := svcOf(int(s.ID), int(s.Encap)-1)
+		if s.Key != want.Key || !slices.Equal(table, want.Table) {
+			t.Errorf("service %d: key %v, encap %d, table of backend %d; want key %v and backend %d", s.ID, s.Key, s.Encap, table[0], want.Key, want.Table[0])
+		}
+		if o, ok := owners[want.Table[0]]; !ok || o != s.ID {
+			t.Errorf("backend %d counts for service %d (%v), want %d", want.Table[0], o, ok, s.ID)
+		}
+	}
+	vips := map[uint32]uint32{}
+	var vip, n uint32
+	it := d.objs.Vips.Iterate()
+	for it.Next(&vip, &n) {
+		vips[vip] = n
+	}
+	if len(vips) != services/3 {
+		t.Errorf("VIP set %v, want %d VIPs with 3 services each", vips, services/3)
+	}
+	for v, n := range vips {
+		if n != 3 {
+			t.Errorf("VIP %v: %d services, want 3", addrFromWire(v), n)
+		}
+	}
+}
