@@ -26,29 +26,6 @@ func tempLockDir(t *testing.T) {
 	t.Cleanup(func() { dataplane.LockDir = old })
 }
 
-// captureStdout points os.Stdout, where xlb cleanup reports, at a file for
-// the rest of the test and returns a function that reads what was written.
-func captureStdout(t *testing.T) func() string {
-	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "stdout"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old := os.Stdout
-	os.Stdout = f
-	t.Cleanup(func() {
-		os.Stdout = old
-		f.Close()
-	})
-	return func() string {
-		b, err := os.ReadFile(f.Name())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(b)
-	}
-}
-
 // TestCleanupRefusesWhileLocked: while someone holds a pin path's lock,
 // as a running agent does, xlb cleanup names the holder, says what to do
 // and removes nothing. Once the lock is free it goes on (and here stops
@@ -179,7 +156,7 @@ func TestCleanupCommand(t *testing.T) {
 	if id := xdpProgID(t, ns, "veth0"); id != attached {
 		t.Fatalf("XDP program %d once the agent is gone, want %d kept by the pinned link", id, attached)
 	}
-	read := captureStdout(t)
+	read := capture(t, &os.Stdout)
 	if err := runCleanup([]string{"--config", cfg}); err != nil {
 		t.Fatalf("xlb cleanup once the agent is gone: %v", err)
 	}

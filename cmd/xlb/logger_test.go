@@ -9,18 +9,18 @@ import (
 	"testing"
 )
 
-// captureStderr points os.Stderr, where newLogger writes, at a file for
-// the rest of the test and returns a function that reads what was written.
-func captureStderr(t *testing.T) func() string {
+// capture points *stream (os.Stdout or os.Stderr) at a file for the
+// rest of the test and returns a function that reads what was written.
+func capture(t *testing.T, stream **os.File) func() string {
 	t.Helper()
-	f, err := os.Create(filepath.Join(t.TempDir(), "stderr"))
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	old := os.Stderr
-	os.Stderr = f
+	old := *stream
+	*stream = f
 	t.Cleanup(func() {
-		os.Stderr = old
+		*stream = old
 		f.Close()
 	})
 	return func() string {
@@ -33,7 +33,7 @@ func captureStderr(t *testing.T) func() string {
 }
 
 func TestNewLoggerJSON(t *testing.T) {
-	read := captureStderr(t)
+	read := capture(t, &os.Stderr)
 	log, err := newLogger("json", "warn")
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func TestNewLoggerJSON(t *testing.T) {
 }
 
 func TestNewLoggerText(t *testing.T) {
-	read := captureStderr(t)
+	read := capture(t, &os.Stderr)
 	log, err := newLogger("text", "debug")
 	if err != nil {
 		t.Fatal(err)
@@ -98,7 +98,7 @@ func TestNewLoggerLevels(t *testing.T) {
 		{"error", false, false, false, true},
 	} {
 		t.Run(tc.level, func(t *testing.T) {
-			read := captureStderr(t)
+			read := capture(t, &os.Stderr)
 			log, err := newLogger("json", tc.level)
 			if err != nil {
 				t.Fatal(err)
@@ -138,7 +138,7 @@ func TestNewLoggerErrors(t *testing.T) {
 // stops on a bad value before it touches anything else (the configuration
 // file here does not exist).
 func TestAgentLogFlags(t *testing.T) {
-	captureStderr(t)
+	capture(t, &os.Stderr)
 	missing := filepath.Join(t.TempDir(), "agent.yaml")
 	for _, tc := range []struct {
 		args []string
