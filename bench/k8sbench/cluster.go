@@ -14,14 +14,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8stest"
@@ -149,29 +146,7 @@ func (c *cluster) installCRD(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	var crd map[string]any
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}); err != nil {
-		return fmt.Errorf("create the BGPPeer CRD: %w", err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		_, err := c.dyn.Resource(k8sapi.BGPPeerResource).List(ctx, metav1.ListOptions{})
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("BGPPeers not served within 30s of creating the CRD: %w", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	return k8stest.InstallCRDs(ctx, c.dyn, 30*time.Second, path)
 }
 
 // findUp finds rel from the working directory upwards: the repository's

@@ -16,13 +16,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/xlbproject/xlb/internal/api"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
@@ -42,15 +37,7 @@ func TestAgentKubernetes(t *testing.T) {
 	}
 	testenv.RequireRoot(t, "the agent's Kubernetes test")
 	cp := k8stest.StartT(t, k8stest.Options{})
-	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
+	cs, dyn, err := cp.Clients(5, 10)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,22 +54,9 @@ func TestAgentKubernetes(t *testing.T) {
 	}
 
 	// The BGPPeer CRD, as deploy/crds has it.
-	data, err := os.ReadFile(filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"))
-	if err != nil {
+	if err := k8stest.InstallCRDs(ctx, dyn, 30*time.Second, filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml")); err != nil {
 		t.Fatal(err)
 	}
-	var crd map[string]any
-	if err := yaml.Unmarshal(data, &crd); err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	must(crds.Create(ctx, &unstructured.Unstructured{Object: crd}, metav1.CreateOptions{}))
-	waitUntil(t, "BGPPeers served", func() string {
-		if _, err := dyn.Resource(k8sapi.BGPPeerResource).List(ctx, metav1.ListOptions{}); err != nil {
-			return err.Error()
-		}
-		return ""
-	})
 
 	for _, n := range []string{"lb-1", "node-a"} {
 		must(cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n, Labels: map[string]string{"xlb.io/lb-node": "true"}}}, metav1.CreateOptions{}))

@@ -23,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/xlbproject/xlb/internal/api"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
@@ -217,16 +215,7 @@ type phase struct {
 
 func newKubeEnv(t *testing.T, ctx context.Context, cp *k8stest.ControlPlane, p lab.Plan) *kubeEnv {
 	t.Helper()
-	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 100, 200
-	cs, err := kubernetes.NewForConfig(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(rc)
+	cs, dyn, err := cp.Clients(100, 200)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -259,26 +248,9 @@ func (k *kubeEnv) applyCRDs() {
 	if err != nil || len(files) == 0 {
 		k.t.Fatalf("deploy/crds: %v (%d files)", err, len(files))
 	}
-	crds := k.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	for _, f := range files {
-		data, err := os.ReadFile(f)
-		if err != nil {
-			k.t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(data, &obj); err != nil {
-			k.t.Fatalf("%s: %v", f, err)
-		}
-		k.must(crds.Create(k.ctx, &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}))
+	if err := k8stest.InstallCRDs(k.ctx, k.dyn, 30*time.Second, files...); err != nil {
+		k.t.Fatal(err)
 	}
-	k.waitFor("the CRDs served", 30*time.Second, func() string {
-		for _, r := range []schema.GroupVersionResource{k8sapi.AddressPoolResource, k8sapi.BGPPeerResource} {
-			if _, err := k.dyn.Resource(r).List(k.ctx, metav1.ListOptions{}); err != nil {
-				return err.Error()
-			}
-		}
-		return ""
-	})
 }
 
 func (k *kubeEnv) createCustom(r schema.GroupVersionResource, kind, name string, spec map[string]any) {

@@ -9,8 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
-	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,11 +25,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8stest"
@@ -67,16 +64,9 @@ func TestAPIServer(t *testing.T) {
 	}
 	cp := k8stest.StartT(t, k8stest.Options{})
 	begin := time.Now()
-	cfg, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.QPS, cfg.Burst = 100, 200
 	e := &apiEnv{t: t}
-	if e.client, err = kubernetes.NewForConfig(cfg); err != nil {
-		t.Fatal(err)
-	}
-	if e.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+	var err error
+	if e.client, e.dyn, err = cp.Clients(100, 200); err != nil {
 		t.Fatal(err)
 	}
 	e.applyCRDs()
@@ -106,41 +96,10 @@ func TestAPIServer(t *testing.T) {
 // applyCRDs creates deploy/crds as kubectl apply would and waits until
 // they are served.
 func (e *apiEnv) applyCRDs() {
-	t := e.t
-	crds := e.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	for _, file := range []string{"xlb.io_addresspools.yaml", "xlb.io_bgppeers.yaml"} {
-		data, err := os.ReadFile(crdDir + "/" + file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var obj map[string]any
-		if err := yaml.Unmarshal(data, &obj); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := crds.Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
-			t.Fatalf("the API server refuses %s: %v", file, err)
-		}
-		name := obj["metadata"].(map[string]any)["name"].(string)
-		waitFor(t, 30*time.Second, "CRD "+name+" established", func() (bool, string) {
-			u, err := crds.Get(t.Context(), name, metav1.GetOptions{})
-			if err != nil {
-				return false, err.Error()
-			}
-			conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-			for _, c := range conds {
-				m := c.(map[string]any)
-				if m["type"] == "Established" && m["status"] == "True" {
-					return true, ""
-				}
-			}
-			return false, fmt.Sprint(conds)
-		})
+	files := []string{filepath.Join(crdDir, "xlb.io_addresspools.yaml"), filepath.Join(crdDir, "xlb.io_bgppeers.yaml")}
+	if err := k8stest.InstallCRDs(e.t.Context(), e.dyn, 30*time.Second, files...); err != nil {
+		e.t.Fatal(err)
 	}
-	// Established can come a moment before the resource is served.
-	waitFor(t, 30*time.Second, "AddressPools served", func() (bool, string) {
-		_, err := e.dyn.Resource(api.AddressPoolResource).List(t.Context(), metav1.ListOptions{})
-		return err == nil, fmt.Sprint(err)
-	})
 }
 
 func (e *apiEnv) createNamespace(name string) {

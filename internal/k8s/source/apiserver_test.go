@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -14,14 +13,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"sigs.k8s.io/yaml"
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
@@ -62,16 +57,9 @@ func TestAPIServer(t *testing.T) {
 		t.Skip("starts a Kubernetes control plane; skipped with -short")
 	}
 	cp := k8stest.StartT(t, k8stest.Options{})
-	rc, err := clientcmd.BuildConfigFromFlags("", cp.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	rc.QPS, rc.Burst = 100, 200
 	c := &realCluster{t: t}
-	if c.cs, err = kubernetes.NewForConfig(rc); err != nil {
-		t.Fatal(err)
-	}
-	if c.dyn, err = dynamic.NewForConfig(rc); err != nil {
+	var err error
+	if c.cs, c.dyn, err = cp.Clients(100, 200); err != nil {
 		t.Fatal(err)
 	}
 	c.installBGPPeerCRD()
@@ -283,21 +271,10 @@ func (c *realCluster) create(_ any, err error) {
 // installBGPPeerCRD creates deploy/crds' BGPPeer definition as kubectl
 // apply would, and waits until BGPPeers are served.
 func (c *realCluster) installBGPPeerCRD() {
-	t := c.t
-	data, err := os.ReadFile(filepath.Join("..", "..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	file := filepath.Join("..", "..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml")
+	if err := k8stest.InstallCRDs(c.t.Context(), c.dyn, 30*time.Second, file); err != nil {
+		c.t.Fatal(err)
 	}
-	var obj map[string]any
-	if err := yaml.Unmarshal(data, &obj); err != nil {
-		t.Fatal(err)
-	}
-	crds := c.dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	c.create(crds.Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}))
-	c.poll("BGPPeers served", func() error {
-		_, err := c.dyn.Resource(api.BGPPeerResource).List(t.Context(), metav1.ListOptions{})
-		return err
-	})
 }
 
 // namespace creates a namespace and waits for its default ServiceAccount,
