@@ -13,7 +13,6 @@ import (
 	"log/slog"
 	"net/netip"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -327,28 +326,14 @@ func (w *Watcher) settle(ctx context.Context) bool {
 	}
 }
 
-// problemFix says what to do about one of translate's problems, by the
-// wording translate gives it.
-func problemFix(p string) string {
-	switch {
-	case strings.Contains(p, "is already served by the older Service"):
-		return "give one of the two Services another address or port; the load balancer forwards this VIP:port to the older one only"
-	case strings.Contains(p, "is an address of this node"):
-		return "run the Service's pods without hostNetwork: a tunnel to them cannot be told from a tunnel to the node itself"
-	case strings.Contains(p, "is the Service's own address"):
-		return "take the Service's address out of the pod network (change the AddressPool), or correct the EndpointSlice that lists it"
-	}
-	return "correct the Service or its EndpointSlices as the message says; the node's translations follow at once"
-}
-
 // logProblems logs each problem once, when it appears, and forgets the
 // ones that went away so that they are logged again if they return.
-func (w *Watcher) logProblems(logged map[string]bool, probs []string) {
+func (w *Watcher) logProblems(logged map[string]bool, probs []problem) {
 	cur := map[string]bool{}
 	for _, p := range probs {
-		cur[p] = true
-		if !logged[p] {
-			w.log.Warn(p, "fix", problemFix(p))
+		cur[p.msg] = true
+		if !logged[p.msg] {
+			w.log.Warn(p.msg, "fix", p.fix)
 		}
 	}
 	for p := range logged {

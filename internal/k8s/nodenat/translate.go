@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -56,13 +57,18 @@ func ingressIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
+// problem is something translate left out, and what to do about it.
+type problem struct {
+	msg, fix string
+}
+
 // translate computes the node's translations: for every served Service
 // with an address, every TCP or UDP port, every endpoint on this node that
 // is ready or still serving while it terminates, one entry per VIP. The
 // result is sorted and valid for backendhost.SetNAT: no (VIP, port,
 // protocol, pod) maps to two target ports. problems says what was left
 // out and why, for the log.
-func translate(in input) ([]backendhost.NATEntry, []string) {
+func translate(in input) ([]backendhost.NATEntry, []problem) {
 	svcs := slices.Clone(in.services)
 	// The oldest Service wins a VIP:port both claim, as on the LB side
 	// (internal/k8s/source): the node translates what the LB forwards.
@@ -84,7 +90,7 @@ func translate(in input) ([]backendhost.NATEntry, []string) {
 	}
 	seen := map[natKey]bool{}
 	var out []backendhost.NATEntry
-	var probs []string
+	var probs []problem
 	for _, svc := range svcs {
 		if !served(svc, in.serveClassless) {
 			continue
@@ -107,17 +113,20 @@ func translate(in input) ([]backendhost.NATEntry, []string) {
 			for _, vip := range vips {
 				k := svcPort{vip, uint16(port.Port), proto}
 				if o, taken := owner[k]; taken && o != name {
-					probs = append(probs, fmt.Sprintf("Service %s: %v:%d/%s is already served by the older Service %s; not translated", name, vip, port.Port, protoName(proto), o))
+					probs = append(probs, problem{fmt.Sprintf("Service %s: %v:%d/%s is already served by the older Service %s; not translated", name, vip, port.Port, protoName(proto), o),
+						"give one of the two Services another address or port; the load balancer forwards this VIP:port to the older one only"})
 					continue
 				}
 				owner[k] = name
 				for _, p := range pods {
 					switch {
 					case slices.Contains(in.local, p.Addr):
-						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.Addr))
+						probs = append(probs, problem{fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.Addr),
+							"run the Service's pods without hostNetwork: a tunnel to them cannot be told from a tunnel to the node itself"})
 						continue
 					case p.Addr == vip:
-						probs = append(probs, fmt.Sprintf("Service %s: endpoint %v is the Service's own address; not translated", name, p.Addr))
+						probs = append(probs, problem{fmt.Sprintf("Service %s: endpoint %v is the Service's own address; not translated", name, p.Addr),
+							"take the Service's address out of the pod network (change the AddressPool), or correct the EndpointSlice that lists it"})
 						continue
 					}
 					nk := natKey{k, p.Addr}
@@ -131,7 +140,7 @@ func translate(in input) ([]backendhost.NATEntry, []string) {
 		}
 	}
 	slices.SortFunc(out, compareEntries)
-	slices.Sort(probs)
+	slices.SortFunc(probs, func(a, b problem) int { return strings.Compare(a.msg, b.msg) })
 	return out, slices.Compact(probs)
 }
 

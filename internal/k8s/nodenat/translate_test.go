@@ -303,8 +303,8 @@ func TestTranslate(t *testing.T) {
 				t.Fatalf("problems %q, want %d like %q", probs, len(tc.problems), tc.problems)
 			}
 			for i, p := range tc.problems {
-				if !strings.Contains(probs[i], p) {
-					t.Errorf("problem %q does not say %q", probs[i], p)
+				if !strings.Contains(probs[i].msg, p) || probs[i].fix == "" {
+					t.Errorf("problem %q does not say %q, or has no fix (%q)", probs[i].msg, p, probs[i].fix)
 				}
 			}
 			assertValid(t, got)
