@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -143,7 +144,7 @@ func TestKubernetes(t *testing.T) {
 	k.change("the pod is back (scale up)", func() { k.createPod(deleted, true) }, without(allPods, unready.Name)...)
 	k.change("the unready pod is ready again", func() { k.setReady(unready, true) }, allPods...)
 	attempts := stop()
-	checkStream(t, attempts, allPods)
+	checkStream(t, k.brokenByChange(attempts), allPods)
 	k.checkPhases(attempts)
 	tally, err = labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 200, 8, nil)
 	if err != nil {
@@ -209,6 +210,7 @@ type kubeEnv struct {
 // phase is a time in which the data planes had a set of pods.
 type phase struct {
 	what     string
+	changed  time.Time // the API call
 	from, to time.Time
 	pods     []string
 }
@@ -561,7 +563,7 @@ func (k *kubeEnv) change(what string, do func(), want ...string) {
 	do()
 	d := k.waitBackends(want...)
 	k.t.Logf("%s: in both data planes %s after the API call", what, d.Round(time.Millisecond))
-	k.phases = append(k.phases, phase{what: what, from: start.Add(d), to: time.Now().Add(time.Hour), pods: want})
+	k.phases = append(k.phases, phase{what: what, changed: start, from: start.Add(d), to: time.Now().Add(time.Hour), pods: want})
 	// Let the stream run a while on the new set.
 	time.Sleep(time.Second)
 }
@@ -583,6 +585,37 @@ func (k *kubeEnv) checkPhases(attempts []labrun.Attempt) {
 			k.t.Errorf("%s: only %d requests to check", ph.what, n)
 		}
 	}
+}
+
+// brokenByChange returns attempts without the requests whose connection
+// was reset while the data planes switched tables: a Maglev table moves a
+// few slots besides those of the pods that come or go, and a stateless
+// load balancer without daisy chaining sends the rest of a connection open
+// on a moved slot to a pod that never saw its SYN. That is the known cost
+// of plain Maglev (docs/maglev.md); such a request is logged, every other
+// failure stays in the result.
+func (k *kubeEnv) brokenByChange(attempts []labrun.Attempt) []labrun.Attempt {
+	k.t.Helper()
+	var out []labrun.Attempt
+	for _, a := range attempts {
+		if a.Err != nil && errors.Is(a.Err, syscall.ECONNRESET) && k.duringChange(a) {
+			k.t.Logf("request at %s reset by a table change: %v", a.Start.Format("15:04:05.000"), a.Err)
+			continue
+		}
+		out = append(out, a)
+	}
+	return out
+}
+
+// duringChange says whether attempt a was open while a change reached the
+// data planes: between the API call and both agents having the new pods.
+func (k *kubeEnv) duringChange(a labrun.Attempt) bool {
+	for _, ph := range k.phases {
+		if a.Start.Before(ph.from) && a.End.After(ph.changed) {
+			return true
+		}
+	}
+	return false
 }
 
 // stream sends a request on a new connection to target every 20 ms
