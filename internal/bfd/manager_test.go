@@ -48,16 +48,21 @@ func TestManagersOverLoopback(t *testing.T) {
 	if err := a.Add(addrB, slower); err != nil {
 		t.Fatal(err)
 	}
+	// b takes the new detection time from a's Poll; a slows its own
+	// transmissions only once b's Final arrives (RFC 5880 6.8.3), a
+	// moment later: wait for both.
+	var aTx time.Duration
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if st = sessionOf(t, b, addrA); st.DetectionTime == 800*time.Millisecond {
+		st, aTx = sessionOf(t, b, addrA), sessionOf(t, a, addrB).TxInterval
+		if st.DetectionTime == 800*time.Millisecond && aTx == 200*time.Millisecond {
 			break
 		}
 	}
 	if st.RxInterval != 200*time.Millisecond || st.DetectionTime != 800*time.Millisecond || st.State != StateUp {
 		t.Fatalf("b after a's change: rx %v, detection %v, %v; want 200ms, 800ms, Up", st.RxInterval, st.DetectionTime, st.State)
 	}
-	if got := sessionOf(t, a, addrB).TxInterval; got != 200*time.Millisecond {
-		t.Fatalf("a's TX interval %v, want 200ms after the poll", got)
+	if aTx != 200*time.Millisecond {
+		t.Fatalf("a's TX interval %v, want 200ms after the poll", aTx)
 	}
 
 	// Remove says AdminDown: b goes Down with diag 3 at once.
