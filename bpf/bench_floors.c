@@ -92,7 +92,7 @@ static __always_inline int floor_encap(struct xdp_md *ctx)
 	__u32 hash = xlb_flow_hash(ip->saddr, ip->daddr, p.sport, p.dport, ip->protocol);
 	ipv4_decrease_ttl(ip);
 	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, bpf_htonl(0x0a000302), hash, p.ip_len,
-		       ip->tos, ip->frag_off & bpf_htons(IP_DF)))
+		       ip->tos, ip->frag_off & bpf_htons(IP_DF), 0))
 		return XDP_DROP;
 	struct ethhdr *eth = (void *)(long)ctx->data;
 	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)

@@ -6,6 +6,8 @@
  * configured on this host (on lo), and the stack takes it as it is.
  * Tunnelled to a local pod (Kubernetes mode, xlb_nat.h), the inner
  * destination VIP:port becomes the pod's address and target port first.
+ * A TCP packet to a VIP whose GUE header carries a daisy-chain hint and
+ * that no local socket takes may go on to the previous owner instead.
  * TC egress (xlb_nat_reply) turns the pods' replies back into VIP:port.
  * Everything else passes untouched. */
 #include "xlb_helpers.h"
@@ -85,6 +87,308 @@ static __always_inline int strip_outer(struct xdp_md *ctx, struct ethhdr *eth, _
 	return bpf_xdp_adjust_head(ctx, (int)strip) ? -1 : 0;
 }
 
+/* Daisy chaining (Beamer, NSDI'18): when a table slot moves to this host,
+ * connections its previous owner still holds keep arriving here until
+ * every LB instance has the new table and the flows end. An xlb node
+ * adds a hint to GUE (variant 0, hlen 4): the slot's previous owner and
+ * the one before it, when the slot changed hands and the generation of
+ * the service's table. A TCP packet this host holds no connection for
+ * goes on to the previous owner for a while after the change, and from
+ * there, if that one has none either, to the owner before; one from an LB instance with an older
+ * table than some other instance already sent is dropped, so that the
+ * client retransmits after the stale instance caught up instead of
+ * getting a reset. docs/operations.md (Backend hosts) has the details.
+ * Like any tunnel to this host, the hint is trusted as it comes: whoever
+ * can send GUE here can have one packet relayed, once, to an address of
+ * its choice (the fabric should keep outside GUE away from backends). */
+
+/* GUE header length, in 4-byte words, of a packet carrying the hint. */
+#define GUE_HINT_HLEN 4
+
+/* Services (VIP, port) whose newest table generation is remembered. */
+#ifndef XLB_CHAIN_MAX_SERVICES
+#define XLB_CHAIN_MAX_SERVICES 8192
+#endif
+
+/* The GUE private data of the hint, big-endian. */
+struct gue_hint {
+	__be32 prev;       /* the slot's previous owner; 0: none */
+	__be32 prev2;      /* the owner before prev; 0: none */
+	__be32 changed;    /* unix seconds when the slot's owner last changed */
+	__be32 generation; /* unix seconds of the service's newest backend-set change; 0: unknown */
+};
+
+/* BPF has no wall clock: `xlb backend` writes the offset of
+ * CLOCK_REALTIME from CLOCK_BOOTTIME. A zero offset or window turns
+ * chaining off (no hint is ever fresh). */
+struct chain_cfg {
+	__u64 wall_offset_ns;
+	__u32 window_s; /* how long after a slot's change its hint is followed */
+	__u32 pad;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct chain_cfg);
+} chain_cfg SEC(".maps");
+
+struct chain_svc_key {
+	__be32 vip;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* The newest table generation seen per service. A full map only loses
+ * the stale-instance drop for the services that did not fit: their
+ * packets are delivered as without a hint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XLB_CHAIN_MAX_SERVICES);
+	__type(key, struct chain_svc_key);
+	__type(value, __u32);
+} chain_gens SEC(".maps");
+
+/* What the hint decided for a TCP packet. The names in internal/dataplane
+ * (ChainStatNames) follow this order. Delivered packets also count under
+ * decap_gue; chained and dropped ones only here. */
+enum chain_stat {
+	CHAIN_SYN = 0,      /* delivered: a SYN opens a connection here */
+	CHAIN_SOCKET,       /* delivered: a local socket holds the connection */
+	CHAIN_SYNCOOKIE,    /* delivered: an ACK with a valid SYN cookie */
+	CHAIN_CHAINED,      /* forwarded to the slot's previous owner */
+	CHAIN_STALE_DROP,   /* dropped: sent by an LB instance with an older table */
+	CHAIN_NO_SOCKET,    /* delivered without a socket: the stack answers (a reset) */
+	CHAIN_NO_ROUTE,     /* dropped: no route to the previous owner */
+	CHAIN_NO_NEIGHBOUR, /* chained through the stack: the next hop was not resolved yet */
+	CHAIN_STAT_MAX,
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, CHAIN_STAT_MAX);
+	__type(key, __u32);
+	__type(value, struct xlb_counter);
+} chain_stats SEC(".maps");
+
+/* The TCP header as far as the decision reads it. */
+struct chain_tcphdr {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff_res;
+	__u8 flags;
+	__be16 window;
+	__sum16 check;
+	__be16 urg_ptr;
+};
+
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+
+#define AF_INET 2
+#define NSEC_PER_SEC 1000000000ULL
+
+/* The hint's decision when the packet is for the stack. */
+#define CHAIN_DELIVER -1
+
+static __always_inline void chain_count(__u32 stat, __u64 bytes)
+{
+	struct xlb_counter *c = bpf_map_lookup_elem(&chain_stats, &stat);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+/* Remember gen if it is the newest of its service, and return the newest.
+ * Two CPUs may race and keep the lower of two new generations: that only
+ * delays the stale-instance drop until the next packet of the newer one. */
+static __always_inline __u32 chain_newest_gen(__be32 vip, __be16 port, __u32 gen)
+{
+	struct chain_svc_key k = {.vip = vip, .port = port, .proto = IPPROTO_TCP};
+	__u32 *seen = bpf_map_lookup_elem(&chain_gens, &k);
+
+	if (!seen) {
+		bpf_map_update_elem(&chain_gens, &k, &gen, BPF_NOEXIST);
+		return gen;
+	}
+	if (gen > *seen) {
+		*seen = gen;
+		return gen;
+	}
+	return *seen;
+}
+
+/* Whether a slot that changed owner at `changed` (unix seconds) is still
+ * within the chaining window. */
+static __always_inline int chain_fresh(__u32 changed)
+{
+	__u32 zero = 0;
+	struct chain_cfg *cfg = bpf_map_lookup_elem(&chain_cfg, &zero);
+
+	if (!cfg || !cfg->wall_offset_ns || !cfg->window_s)
+		return 0;
+	__u64 now = (bpf_ktime_get_boot_ns() + cfg->wall_offset_ns) / NSEC_PER_SEC;
+	return now < (__u64)changed + cfg->window_s;
+}
+
+/* Whether a local socket takes the packet: a connection in any state
+ * (established, being opened, in time-wait), or a listener when the
+ * packet is the ACK of a SYN cookie the listener sent. Returns the
+ * chain_stat that delivers it, or CHAIN_STAT_MAX. inner and th lie
+ * within the packet (checked by the caller). */
+static __always_inline __u32 chain_local_socket(struct xdp_md *ctx, struct iphdr *inner,
+						 struct chain_tcphdr *th)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+	__u32 stat = CHAIN_STAT_MAX;
+
+	t.ipv4.saddr = inner->saddr;
+	t.ipv4.daddr = inner->daddr;
+	t.ipv4.sport = th->source;
+	t.ipv4.dport = th->dest;
+	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return stat;
+	if (sk->state != BPF_TCP_LISTEN) {
+		stat = CHAIN_SOCKET;
+	} else if ((th->flags & (TCP_FLAG_ACK | TCP_FLAG_SYN | TCP_FLAG_RST)) == TCP_FLAG_ACK &&
+		   /* The cookie check reads the fixed TCP header only. */
+		   bpf_tcp_check_syncookie(sk, inner, sizeof(*inner), (void *)th, sizeof(*th)) == 0) {
+		stat = CHAIN_SYNCOOKIE;
+	}
+	bpf_sk_release(sk);
+	return stat;
+}
+
+/* Send the still encapsulated packet on to prev, from the host address it
+ * was sent to, with next (the owner before prev, or 0) as the hint's only
+ * previous owner: every hop uses up one, so a packet is chained at most
+ * twice and never in a loop. The outer UDP checksum becomes 0 (none, as xlb sends it):
+ * the new addresses would break any other. The inner packet is untouched.
+ *
+ * A next hop the kernel has not resolved yet (backends rarely talk to
+ * each other, so the first chained packet to each usually finds none)
+ * goes to the stack instead, re-addressed to prev but still from the xlb
+ * node that sent it: the stack forwards it (`xlb backend` turns on
+ * forwarding on the interface) and resolves the neighbour, and the next
+ * packets take the fast path. With this host as its source the stack
+ * would drop it as a martian. */
+static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					 struct udphdr *udp, struct gue_hint *hint, __be32 prev,
+					 __be32 next)
+{
+	struct bpf_fib_lookup fib = {};
+	__u16 len = bpf_ntohs(ip->tot_len);
+	long rc;
+
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.tot_len = len;
+	fib.ipv4_src = ip->daddr;
+	fib.ipv4_dst = prev;
+	fib.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		hint->prev = next;
+		hint->prev2 = 0;
+		udp->check = 0;
+		ip->daddr = prev;
+		ip->ttl = XLB_OUTER_TTL;
+		ip->check = 0;
+		ip->check = ipv4_csum(ip);
+		chain_count(CHAIN_CHAINED, len);
+		chain_count(CHAIN_NO_NEIGHBOUR, len);
+		return XDP_PASS;
+	}
+	/* Unreachable, forwarding disabled on the interface, or an MTU
+	 * towards prev smaller than the path the packet came by. */
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		chain_count(CHAIN_NO_ROUTE, 0);
+		return XDP_DROP;
+	}
+
+	hint->prev = next;
+	hint->prev2 = 0;
+	udp->check = 0;
+	ip->saddr = ip->daddr;
+	ip->daddr = prev;
+	ip->ttl = XLB_OUTER_TTL;
+	ip->check = 0;
+	ip->check = ipv4_csum(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	chain_count(CHAIN_CHAINED, len);
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/* The hint's decision for an inner TCP packet to a local VIP: deliver it
+ * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. An
+ * inner packet whose TCP header the frame does not hold is delivered, as
+ * without a hint: the stack judges it. Generation 0 means unknown (an LB
+ * instance sends a zero hint for a service without a chain, or when its
+ * lookup fails): it is never stale, and a zero hint is no hint at all. */
+static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					struct gue_hint *hint, struct iphdr *inner, __u32 inner_len,
+					void *data_end)
+{
+	struct udphdr *udp = (void *)(ip + 1);
+	struct chain_tcphdr *th;
+	__u32 ihl = inner->ihl * 4, newest, gen, stat;
+	__be32 prev, next;
+
+	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
+		return CHAIN_DELIVER;
+	if (!hint->prev && !hint->prev2 && !hint->generation)
+		return CHAIN_DELIVER;
+	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return CHAIN_DELIVER;
+	th = (void *)inner + ihl;
+	if ((void *)(th + 1) > data_end || ihl + sizeof(*th) > inner_len)
+		return CHAIN_DELIVER;
+
+	gen = bpf_ntohl(hint->generation);
+	newest = gen ? chain_newest_gen(inner->daddr, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	stat = chain_local_socket(ctx, inner, th);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	/* The first previous owner that is not this host; the one after it
+	 * travels on in the hint, for the next hop to try in turn. */
+	prev = hint->prev;
+	next = hint->prev2;
+	if (!prev || bpf_map_lookup_elem(&host_addrs, &prev)) {
+		prev = next;
+		next = 0;
+		if (prev && bpf_map_lookup_elem(&host_addrs, &prev))
+			prev = 0;
+	}
+	if (prev && chain_fresh(bpf_ntohl(hint->changed)))
+		return chain_forward(ctx, eth, ip, udp, hint, prev, next);
+	if (gen && gen < newest) {
+		chain_count(CHAIN_STALE_DROP, 0);
+		return XDP_DROP;
+	}
+	chain_count(CHAIN_NO_SOCKET, inner_len);
+	return CHAIN_DELIVER;
+}
+
 /* Frames that are not a tunnel to this host or a local pod reach the
  * stack exactly as they would without xlb, malformed ones included: the
  * stack checks IPv4 headers itself (and counts what it rejects). A tunnel
@@ -98,6 +402,7 @@ int xlb_decap(struct xdp_md *ctx)
 	struct ethhdr *eth = data;
 	struct iphdr *ip, *inner;
 	struct guehdr *gue = 0;
+	struct gue_hint *hint = 0;
 	__u32 strip, stat, outer_len, inner_len;
 	int to_pod = 0;
 
@@ -144,6 +449,9 @@ int xlb_decap(struct xdp_md *ctx)
 				return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 			strip = sizeof(*ip) + sizeof(struct udphdr) + sizeof(*gue) +
 				(gue->hlen_c_ver & 0x1f) * 4;
+			/* Other private data carries no hint and is skipped. */
+			if ((gue->hlen_c_ver & 0x1f) == GUE_HINT_HLEN)
+				hint = (void *)(gue + 1);
 			break;
 		case 1: /* variant 1: the IPv4 header follows the UDP header */
 			if ((gue->hlen_c_ver >> 4) != 4)
@@ -181,6 +489,12 @@ int xlb_decap(struct xdp_md *ctx)
 
 	if (!bpf_map_lookup_elem(&decap_vips, &inner->daddr))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
+	if (hint && inner->protocol == IPPROTO_TCP) {
+		int v = chain_decide(ctx, eth, ip, hint, inner, inner_len, data_end);
+
+		if (v != CHAIN_DELIVER)
+			return v;
+	}
 	if (strip_outer(ctx, eth, strip, data_end))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 	return verdict(stat, inner_len, XDP_PASS);

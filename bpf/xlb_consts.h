@@ -89,7 +89,25 @@ enum xlb_reason {
 	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
 	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol */
 	XLB_NOTE_ICMP_TO_BACKEND,/* ICMP error about a reply, forwarded to the flow's backend (not a drop) */
+	XLB_NOTE_CT_NEW,         /* stateful service: a flow entry created (not a drop) */
+	XLB_NOTE_CT_MIDFLOW_MISS,/* stateful: non-SYN TCP without an entry, evicted or begun elsewhere (not a drop) */
 	XLB_REASON_MAX,
 };
+
+/* GUE with the daisy-chain hint (Beamer): 16 bytes of GUE private data
+ * after the base header, struct xlb_gue_hint in xlb_encap.h. */
+#define XLB_ENCAP_GUE_HINT 3
+#define XLB_GUE_HINT_WORDS 4
+#define XLB_GUE_HINT_OVERHEAD (XLB_GUE_OVERHEAD + 4 * XLB_GUE_HINT_WORDS)
+
+/* struct svc_slot flags. STATEFUL: the service's flows keep the backend
+ * their first packet got (conntrack), whatever the table says later. */
+#define XLB_SVC_STATEFUL 1
+
+/* Flows the conntrack LRU holds; the real size is a load-time option
+ * (internal/dataplane Options.ConntrackSize). */
+#ifndef XLB_CONNTRACK_SIZE
+#define XLB_CONNTRACK_SIZE 262144
+#endif
 
 #endif

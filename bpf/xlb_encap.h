@@ -4,13 +4,42 @@
 
 #include "xlb_helpers.h"
 
+/* The daisy-chain hint, GUE private data after the base header
+ * (XLB_ENCAP_GUE_HINT, hlen 4), every word big-endian: the slot's
+ * previous owner and the one before it (0: none), when the slot last
+ * changed hands and the service's table generation (unix seconds, 0:
+ * never). docs/connection-survival.md has the format. */
+struct xlb_gue_hint {
+	__be32 prev;
+	__be32 prev2;
+	__be32 changed;
+	__be32 generation;
+};
+
+/* Bytes the outer headers of mode add. With mode a constant, a constant. */
+static __always_inline int encap_overhead(__u8 mode)
+{
+	if (mode == XLB_ENCAP_GUE_HINT)
+		return XLB_GUE_HINT_OVERHEAD;
+	if (mode == XLB_ENCAP_GUE)
+		return XLB_GUE_OVERHEAD;
+	return XLB_IPIP_OVERHEAD;
+}
+
+static __always_inline int encap_is_gue(__u8 mode)
+{
+	return mode == XLB_ENCAP_GUE || mode == XLB_ENCAP_GUE_HINT;
+}
+
 /* Prepend the outer headers in front of the IPv4 packet. The Ethernet
  * header moves to the new front unchanged (the caller rewrites MACs once
- * the next hop is known). Returns 0 or -1 when there is no headroom. */
+ * the next hop is known). hint is read in mode XLB_ENCAP_GUE_HINT only.
+ * Returns 0 or -1 when there is no headroom. */
 static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 saddr, __be32 daddr,
-				      __u32 hash, __u16 inner_len, __u8 tos, __be16 df)
+				      __u32 hash, __u16 inner_len, __u8 tos, __be16 df,
+				      const struct xlb_gue_hint *hint)
 {
-	int overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
+	int overhead = encap_overhead(mode);
 	void *data, *data_end;
 	struct ethhdr *eth, *old_eth;
 	struct iphdr *ip;
@@ -39,7 +68,7 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 	ip->daddr = daddr;
 	ip->check = 0;
 
-	if (mode == XLB_ENCAP_GUE) {
+	if (encap_is_gue(mode)) {
 		struct udphdr *udp = (void *)(ip + 1);
 		struct guehdr *gue = (void *)(udp + 1);
 
@@ -51,11 +80,20 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 		 * UDP over IPv4, the inner packet has its own. */
 		udp->source = bpf_htons(0xc000 | (hash & 0x3fff));
 		udp->dest = bpf_htons(XLB_GUE_PORT);
-		udp->len = bpf_htons(inner_len + 8 + 4);
+		udp->len = bpf_htons(inner_len + overhead - sizeof(*ip));
 		udp->check = 0;
 		gue->hlen_c_ver = 0;
 		gue->proto = IPPROTO_IPIP;
 		gue->flags = 0;
+		if (mode == XLB_ENCAP_GUE_HINT) {
+			struct xlb_gue_hint *h = (void *)(gue + 1);
+
+			if ((void *)(h + 1) > data_end)
+				return -1;
+			/* ver 0, C 0: hlen is the whole byte. */
+			gue->hlen_c_ver = XLB_GUE_HINT_WORDS;
+			*h = *hint;
+		}
 	} else {
 		ip->protocol = IPPROTO_IPIP;
 	}

@@ -9,6 +9,9 @@
 
 #define AF_INET 2
 
+#define XLB_TCP_SYN 0x02
+#define XLB_TCP_ACK 0x10
+
 /* Load-time parameters (set by internal/dataplane before loading). */
 volatile const __be32 node_addr = 0;
 volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
@@ -27,23 +30,29 @@ static __always_inline int drop(__u32 reason)
 
 /* Everything after the backend is known: next hop, encapsulation, counters,
  * verdict. Called once per encapsulation with mode a constant, so that
- * each copy is compiled without the branches on it. */
+ * each copy is compiled without the branches on it. hint is read in mode
+ * XLB_ENCAP_GUE_HINT only. An orphan is a stateful flow whose backend has
+ * left the configuration (its id may already be another backend's): it
+ * goes to be_addr through the FIB, past the id's next-hop cache and
+ * counters. The stateless path passes the constant 0. */
 static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *data_end,
-				       __u32 bid, __be32 be_addr, __u32 hash, const __u8 mode)
+				       __u32 bid, __be32 be_addr, __u32 hash, const __u8 mode,
+				       const struct xlb_gue_hint *hint, int orphan)
 {
 	struct iphdr *ip = p->ip;
 	void *data;
 
 	__u16 inner_len = p->ip_len;
-	__u16 overhead = mode == XLB_ENCAP_GUE ? XLB_GUE_OVERHEAD : XLB_IPIP_OVERHEAD;
+	__u16 overhead = encap_overhead(mode);
 	__u16 outer_len = inner_len + overhead;
 	__u32 gen = nh_gen;
-	struct backend_state *bst = bpf_map_lookup_elem(&backend_stats, &bid);
+	struct backend_state *bst = orphan ? 0 : bpf_map_lookup_elem(&backend_stats, &bid);
+	struct nh_entry uncached = {}; /* generation 0 never matches: a FIB lookup */
 	int no_neigh = 0;
 
-	if (!bst)
+	if (!bst && !orphan)
 		return drop(XLB_DROP_NO_ROUTE);
-	struct nh_entry *nh = &bst->nh;
+	struct nh_entry *nh = bst ? &bst->nh : &uncached;
 	__u64 now = bpf_jiffies64();
 
 	if (nh->gen != gen || outer_len > nh->max_len ||
@@ -52,7 +61,7 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 
 		fib.family = AF_INET;
 		fib.tos = ip->tos;
-		fib.l4_protocol = mode == XLB_ENCAP_GUE ? IPPROTO_UDP : IPPROTO_IPIP;
+		fib.l4_protocol = encap_is_gue(mode) ? IPPROTO_UDP : IPPROTO_IPIP;
 		fib.tot_len = outer_len;
 		fib.ipv4_src = node_addr;
 		fib.ipv4_dst = be_addr;
@@ -99,11 +108,13 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 	int pad = (int)(data_end - ((void *)ip + inner_len));
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
-	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df))
+	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df, hint))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
-	bst->stats.packets++;
-	bst->stats.bytes += inner_len;
+	if (bst) {
+		bst->stats.packets++;
+		bst->stats.bytes += inner_len;
+	}
 
 	if (no_neigh)
 		/* The kernel forwards this packet and resolves the neighbour;
@@ -121,6 +132,180 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 	if (nh->ifindex == ctx->ingress_ifindex)
 		return XDP_TX;
 	return bpf_redirect(nh->ifindex, 0);
+}
+
+/* The backend that service svc_id's table names for slot. Returns 0, or
+ * -1 when the service has no table or the slot no backend. */
+static __always_inline int table_pick(__u32 svc_id, __u32 slot, __u32 *bid, __be32 *addr)
+{
+	void *table = bpf_map_lookup_elem(&maglev_tables, &svc_id);
+	if (!table)
+		return -1;
+	__u64 *entry = bpf_map_lookup_elem(table, &slot);
+	if (!entry)
+		return -1;
+	*bid = (__u32)*entry;
+	*addr = (__be32)(*entry >> 32);
+	return *addr ? 0 : -1;
+}
+
+/* A TCP segment that opens a connection: SYN without ACK. A header too
+ * short to hold the flags is not one. */
+static __always_inline int tcp_syn(struct pkt *p, void *data_end)
+{
+	__u8 *tcp = (void *)p->ip + p->ip->ihl * 4;
+
+	if ((void *)(tcp + 14) > data_end)
+		return 0;
+	return (tcp[13] & (XLB_TCP_SYN | XLB_TCP_ACK)) == XLB_TCP_SYN;
+}
+
+/* Whether a flow entry's backend id still stands for the address the
+ * entry carries and counts for the service. When it does not (the backend
+ * left the configuration, and its id may be another's by now), the flow
+ * still goes to the address it has been going to, as a stateful load
+ * balancer drains a removed backend, but as an orphan (xlb_forward). */
+static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
+{
+	struct backend *be = bpf_map_lookup_elem(&backends, &ct->bid);
+
+	return be && be->addr == ct->addr && be->owner == svc_id + 1;
+}
+
+/* The backend of a stateful service's flow: the one its entry names, or
+ * for a new flow (a SYN, or a flow without an entry) the table's,
+ * recorded for the flow's next packets. An ICMP error about a flow
+ * follows the entry but never makes one. *orphan says the entry's backend
+ * left the configuration. Returns 0, or -1 when the flow has neither an
+ * entry nor a backend in the table. */
+static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __u32 svc_id,
+				   __u32 slot, __u32 *bid, __be32 *addr, int *orphan)
+{
+	struct ct_key key = {
+		.saddr = p->flow_src,
+		.daddr = vip,
+		.sport = p->sport,
+		.dport = p->dport,
+		.proto = p->proto,
+	};
+	int own = p->ip->protocol == p->proto; /* not an ICMP error */
+	int tcp = own && p->proto == IPPROTO_TCP;
+
+	if (!(tcp && tcp_syn(p, data_end))) {
+		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &key);
+
+		if (ct && ct->addr) {
+			*bid = ct->bid;
+			*addr = ct->addr;
+			*orphan = !ct_valid(ct, svc_id);
+			return 0;
+		}
+		if (tcp)
+			count_reason(XLB_NOTE_CT_MIDFLOW_MISS);
+	}
+	if (table_pick(svc_id, slot, bid, addr))
+		return -1;
+	if (own) {
+		struct ct_entry val = { .bid = *bid, .addr = *addr };
+
+		if (!bpf_map_update_elem(&conntrack, &key, &val, BPF_ANY))
+			count_reason(XLB_NOTE_CT_NEW);
+	}
+	return 0;
+}
+
+/* The daisy-chain hint of service svc_id's slot, in wire order; zero
+ * where the service has no chain or a lookup fails: a hint is advice, and
+ * its absence never costs the packet. */
+static __always_inline void chain_hint(__u32 svc_id, __u32 slot, struct xlb_gue_hint *hint)
+{
+	__u32 last = table_size;
+	struct chain_entry *e;
+
+	hint->prev = 0;
+	hint->prev2 = 0;
+	hint->changed = 0;
+	hint->generation = 0;
+	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
+	if (!chain)
+		return;
+	e = bpf_map_lookup_elem(chain, &slot);
+	if (e) {
+		hint->prev = e->prev;
+		hint->prev2 = e->prev2;
+		hint->changed = bpf_htonl(e->changed);
+	}
+	e = bpf_map_lookup_elem(chain, &last);
+	if (e)
+		hint->generation = bpf_htonl(e->changed);
+}
+
+/* hash * size / 2^32 spreads the hash over the table like a modulo,
+ * without a division (Lemire's fast range reduction). */
+static __always_inline __u32 flow_slot(__u32 hash)
+{
+	return ((__u64)hash * table_size) >> 32;
+}
+
+/* Forward to the chosen backend in the service's encapsulation: one
+ * inlined copy of xlb_forward per mode. */
+static __always_inline int xlb_encap_forward(struct xdp_md *ctx, struct pkt *p, void *data_end,
+					     __u32 bid, __be32 be_addr, __u32 hash, __u32 svc_id,
+					     __u32 slot, __u8 mode, int orphan)
+{
+	if (mode == XLB_ENCAP_GUE)
+		return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE, 0, orphan);
+	if (mode == XLB_ENCAP_GUE_HINT) {
+		struct xlb_gue_hint hint;
+
+		chain_hint(svc_id, slot, &hint);
+		return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE_HINT, &hint, orphan);
+	}
+	return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_IPIP, 0, orphan);
+}
+
+/* The rest of the path for a daisy-chained service: backend and hint come
+ * from one entry of its chain table (chain_tables says why), the
+ * generation from the entry after the last slot. */
+static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, void *data_end,
+					  __u32 hash, __u32 svc_id, __u32 slot)
+{
+	struct xlb_gue_hint hint = {};
+	__u32 last = table_size;
+	struct chain_entry *e;
+
+	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
+	if (!chain)
+		return drop(XLB_DROP_NO_BACKEND);
+	e = bpf_map_lookup_elem(chain, &slot);
+	if (!e || !e->addr)
+		return drop(XLB_DROP_NO_BACKEND);
+	__u32 bid = e->bid;
+	__be32 be_addr = e->addr;
+
+	hint.prev = e->prev;
+	hint.prev2 = e->prev2;
+	hint.changed = bpf_htonl(e->changed);
+	e = bpf_map_lookup_elem(chain, &last);
+	if (e)
+		hint.generation = bpf_htonl(e->changed);
+	return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE_HINT, &hint, 0);
+}
+
+/* The rest of the path for a stateful service: a path of its own, so that
+ * the flow key it needs after hashing costs the stateless path nothing. */
+static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, void *data_end,
+					   __be32 vip, __u32 svc_id, __u8 mode)
+{
+	__u32 hash = xlb_flow_hash(p->flow_src, vip, p->sport, p->dport, p->proto);
+	__u32 slot = flow_slot(hash);
+	__u32 bid;
+	__be32 be_addr;
+	int orphan = 0;
+
+	if (ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan))
+		return drop(XLB_DROP_NO_BACKEND);
+	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, hash, svc_id, slot, mode, orphan);
 }
 
 static __always_inline int xlb_lb(struct xdp_md *ctx)
@@ -176,25 +361,20 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
+
+	if (svc->flags & XLB_SVC_STATEFUL)
+		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode);
+
 	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);
-	/* hash * size / 2^32 spreads the hash over the table like a modulo,
-	 * without a division (Lemire's fast range reduction). */
-	__u32 slot = ((__u64)hash * table_size) >> 32;
+	__u32 slot = flow_slot(hash);
+	__u32 bid;
+	__be32 be_addr;
 
-	void *table = bpf_map_lookup_elem(&maglev_tables, &svc_id);
-	if (!table)
+	if (mode == XLB_ENCAP_GUE_HINT)
+		return xlb_lb_chained(ctx, &p, data_end, hash, svc_id, slot);
+	if (table_pick(svc_id, slot, &bid, &be_addr))
 		return drop(XLB_DROP_NO_BACKEND);
-	__u64 *entry = bpf_map_lookup_elem(table, &slot);
-	if (!entry)
-		return drop(XLB_DROP_NO_BACKEND);
-	__u32 bid = (__u32)*entry;
-	__be32 be_addr = (__be32)(*entry >> 32);
-	if (!be_addr)
-		return drop(XLB_DROP_NO_BACKEND);
-
-	if (mode == XLB_ENCAP_GUE)
-		return xlb_forward(ctx, &p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE);
-	return xlb_forward(ctx, &p, data_end, bid, be_addr, hash, XLB_ENCAP_IPIP);
+	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, hash, svc_id, slot, mode, 0);
 }
 
 #endif

@@ -15,13 +15,15 @@ struct svc_slot {
 	__be16 port;
 	__u8 proto;
 	__u8 encap;  /* XLB_ENCAP_* */
-	__u32 id;    /* index into maglev_tables and svc_retired */
-	__u32 pad;
+	__u32 id;    /* index into maglev_tables, chain_tables and svc_retired */
+	__u8 flags;  /* XLB_SVC_* */
+	__u8 pad[3];
 };
 
 /* The backend registry (id -> address): written and read by the control
- * plane, which copies addresses into the tables; the fast path does not
- * read it. */
+ * plane, which copies addresses into the tables. Of the fast path only
+ * stateful services read it, to check that the backend a flow entry names
+ * still exists and still counts for the service. */
 struct backend {
 	__be32 addr;
 	__u32 owner; /* id + 1 of the service whose table names it; 0: none yet */
@@ -74,6 +76,73 @@ struct {
 	__type(key, __u32);
 	__array(values, struct maglev_inner);
 } maglev_tables SEC(".maps");
+
+/* The tables of daisy-chained services (Beamer, XLB_ENCAP_GUE_HINT): one
+ * inner map per service, swapped whole. Entry [slot] holds the slot's
+ * backend, as the Maglev table does, with its previous owner, the owner
+ * before that, and when the slot last changed hands; entry [table_size]
+ * holds, in changed, the service's table generation. Backend and hints
+ * in one entry change in one swap: with two maps, a packet between the
+ * two swaps could carry a hint that names neither the backend it reaches
+ * nor the one that holds its connection. Such a service's packets read
+ * only this map (its maglev_tables entry is kept for the control plane). */
+struct chain_entry {
+	__u32 bid;     /* backend id, as in maglev_tables */
+	__be32 addr;   /* its address; 0: no backend (drop) */
+	__be32 prev;   /* previous owner; 0: none */
+	__be32 prev2;  /* the owner before prev; 0: none */
+	__u32 changed; /* unix seconds, host order; 0: never */
+};
+
+/* The inner map names its value by an anonymous twin of struct
+ * chain_entry: clang before 17 describes a named struct that only a
+ * nested map definition uses as a forward declaration, which loaders
+ * cannot size. */
+struct chain_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XLB_DEFAULT_TABLE_SIZE + 1);
+	__type(key, __u32);
+	__type(value, struct { __u32 bid; __be32 addr; __be32 prev; __be32 prev2; __u32 changed; });
+};
+
+#define XLB_CHAIN_VALUE typeof(*((struct chain_inner *)0)->value)
+_Static_assert(sizeof(XLB_CHAIN_VALUE) == sizeof(struct chain_entry) &&
+		       __builtin_offsetof(XLB_CHAIN_VALUE, changed) ==
+			       __builtin_offsetof(struct chain_entry, changed),
+	       "chain_inner's value and struct chain_entry differ");
+#undef XLB_CHAIN_VALUE
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XLB_MAX_SERVICES);
+	__type(key, __u32);
+	__array(values, struct chain_inner);
+} chain_tables SEC(".maps");
+
+/* Flow state of stateful services (XLB_SVC_STATEFUL): the backend each
+ * flow got, keyed by the flow as the hash sees it (so ICMP errors about a
+ * flow find it too). An LRU: a full table evicts the oldest flows, whose
+ * next packets take the table's backend again. */
+struct ct_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct ct_entry {
+	__u32 bid;
+	__be32 addr;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XLB_CONNTRACK_SIZE);
+	__type(key, struct ct_key);
+	__type(value, struct ct_entry);
+} conntrack SEC(".maps");
 
 /* A service's packets and bytes are the sum of its backends' (every
  * backend id belongs to one service, recorded in struct backend), so the

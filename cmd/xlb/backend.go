@@ -72,8 +72,9 @@ func runBackend(args []string) error {
 	fallback := fs.Bool("nat-reply-fallback", false, "translate a pod's reply without a flow record when one VIP:port maps to its port (also rewrites direct traffic to that pod port)")
 	pin := fs.String("pin-path", "", "bpffs directory for the pinned program (default /sys/fs/bpf/xlb/backend-<netns>-<interface>)")
 	mode := fs.String("attach-mode", "auto", "XDP attach mode: auto, native or generic")
+	chainWindow := fs.Duration("chain-window", 2*time.Minute, "daisy chaining: how long after a load balancer's table slot moved to this host a TCP packet to a VIP without a connection here goes on to the slot's previous owner (whole seconds; 0: off)")
 	cleanup := fs.Bool("cleanup", false, "remove the VIPs, the translations and the programs instead")
-	stats := fs.Bool("stats", false, "print the decapsulation and translation counters and exit")
+	stats := fs.Bool("stats", false, "print the decapsulation, daisy-chaining and translation counters and exit")
 	source := fs.String("source", "", "`kubernetes`: run until SIGTERM, translating VIP:port to the pods of this node as the cluster's Services and EndpointSlices say (instead of --nat)")
 	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: $KUBECONFIG, ~/.kube/config, else the in-cluster service account)")
 	nodeName := fs.String("node-name", os.Getenv("NODE_NAME"), "with --source kubernetes: this node's name (default $NODE_NAME)")
@@ -83,7 +84,7 @@ func runBackend(args []string) error {
 	logFormat := fs.String("log-format", "text", "with --source kubernetes: log format, text or json")
 	logLevel := fs.String("log-level", "info", "with --source kubernetes: log level, debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, `usage: xlb backend --interface IF [--vip VIP...] [--nat VIP:PORT/PROTO=PODIP:TARGETPORT...] [--pin-path DIR] [--cleanup | --stats]
+		fmt.Fprintln(os.Stderr, `usage: xlb backend --interface IF [--vip VIP...] [--nat VIP:PORT/PROTO=PODIP:TARGETPORT...] [--chain-window DURATION] [--pin-path DIR] [--cleanup | --stats]
        xlb backend --source kubernetes --interface IF [--kubeconfig FILE] [--node-name NAME] [--serve-classless] [--metrics-addr HOST:PORT] [--cleanup-on-exit]`)
 		fs.PrintDefaults()
 	}
@@ -93,6 +94,9 @@ func runBackend(args []string) error {
 	if *iface == "" || fs.NArg() > 0 {
 		fs.Usage()
 		return errUsage
+	}
+	if err := dataplane.CheckChainWindow(*chainWindow); err != nil {
+		return fmt.Errorf("--chain-window: %w", err)
 	}
 	if *pin == "" {
 		p, err := backendhost.DefaultPinPath(*iface)
@@ -117,6 +121,12 @@ func runBackend(args []string) error {
 		for _, name := range dataplane.DecapStatNames {
 			fmt.Printf("%-20s %12d packets %14d bytes\n", name, st[name].Packets, st[name].Bytes)
 		}
+		// Set-ups from before daisy chaining have no chain counters.
+		if cst, err := dataplane.ChainStats(*pin); err == nil {
+			for _, name := range dataplane.ChainStatNames {
+				fmt.Printf("%-20s %12d packets %14d bytes\n", name, cst[name].Packets, cst[name].Bytes)
+			}
+		}
 		// Set-ups from before the Kubernetes mode have no NAT counters.
 		if nst, err := backendhost.NATStats(*pin); err == nil {
 			for _, name := range backendhost.NATStatNames {
@@ -135,7 +145,7 @@ func runBackend(args []string) error {
 		return runNodeBackend(nodeBackendOptions{
 			setup: backendhost.Options{
 				Interface: *iface, VIPs: vips, NATOptions: backendhost.NATOptions{ReplyFallback: *fallback},
-				PinPath: *pin, AttachMode: *mode,
+				PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow,
 			},
 			kubeconfig: *kubeconfig, node: *nodeName, classless: *classless,
 			cleanupOnExit: *cleanupOnExit, metricsAddr: *metricsAddr, log: log,
@@ -145,7 +155,7 @@ func runBackend(args []string) error {
 	}
 	res, err := backendhost.Setup(backendhost.Options{
 		Interface: *iface, VIPs: vips, NAT: nat, NATOptions: backendhost.NATOptions{ReplyFallback: *fallback},
-		PinPath: *pin, AttachMode: *mode,
+		PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow,
 	})
 	if err != nil {
 		return err
@@ -154,12 +164,25 @@ func runBackend(args []string) error {
 		*iface, dataplane.GUEPort, res.HostAddrs, res.Mode, res.PinPath)
 	if len(vips) > 0 {
 		fmt.Printf("VIPs %v on lo\n", []netip.Addr(vips))
+		printChaining(*iface, *chainWindow, res.ForwardingOn)
 	}
 	if len(nat) > 0 {
 		fmt.Printf("%d translations VIP:port -> pod:targetPort (%d added, %d changed, %d removed); replies translated back on the egress of %s\n",
 			len(nat), res.NAT.Added, res.NAT.Updated, res.NAT.Removed, *iface)
 	}
 	return nil
+}
+
+// printChaining says what daisy chaining does on this host.
+func printChaining(iface string, window time.Duration, forwardingOn bool) {
+	if window == 0 {
+		fmt.Println("daisy chaining off (--chain-window 0): TCP packets without a connection here are not sent on to a previous owner")
+		return
+	}
+	fmt.Printf("daisy chaining: TCP packets without a connection here go on to the previous owner of their table slot for %v after it changed\n", window)
+	if forwardingOn {
+		fmt.Printf("turned on IPv4 forwarding on %s (net.ipv4.conf.%s.forwarding=1): chaining looks up the route to the previous owner as a router does\n", iface, iface)
+	}
 }
 
 // nodeBackendOptions configure the backend DaemonSet's loop.
@@ -274,8 +297,12 @@ func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
 			return fmt.Errorf("set up %s: %w", o.Interface, err)
 		}
 		b.setUp, b.replyAttached = true, len(entries) > 0
-		b.log.Info("data plane set up", "interface", o.Interface, "xdpMode", res.Mode, "pinPath", res.PinPath,
-			"translations", len(entries), "added", res.NAT.Added, "changed", res.NAT.Updated, "removed", res.NAT.Removed)
+		attrs := []any{"interface", o.Interface, "xdpMode", res.Mode, "pinPath", res.PinPath,
+			"translations", len(entries), "added", res.NAT.Added, "changed", res.NAT.Updated, "removed", res.NAT.Removed}
+		if len(o.VIPs) > 0 { // daisy chaining applies to the VIPs on lo only
+			attrs = append(attrs, "chainWindow", o.ChainWindow.String(), "forwardingTurnedOn", res.ForwardingOn)
+		}
+		b.log.Info("data plane set up", attrs...)
 		return nil
 	case !b.setUp && len(entries) == 0:
 		// Nothing to translate yet. A previous run may have left
@@ -381,6 +408,8 @@ var (
 	natBytes         = prometheus.NewDesc("xlb_backend_nat_bytes_total", "Bytes counted by the translation programs, by counter.", []string{"counter"}, nil)
 	decapPackets     = prometheus.NewDesc("xlb_backend_decap_packets_total", "Packets counted by the decapsulation program, by counter.", []string{"counter"}, nil)
 	decapBytes       = prometheus.NewDesc("xlb_backend_decap_bytes_total", "Bytes counted by the decapsulation program, by counter.", []string{"counter"}, nil)
+	chainPackets     = prometheus.NewDesc("xlb_backend_chain_packets_total", "TCP packets with a daisy-chain hint, by what the decapsulation program did with them (see docs/operations.md).", []string{"counter"}, nil)
+	chainBytes       = prometheus.NewDesc("xlb_backend_chain_bytes_total", "Bytes of TCP packets with a daisy-chain hint, by counter.", []string{"counter"}, nil)
 )
 
 // backendCollector reads the watcher's stats and the pinned counters at
@@ -392,7 +421,7 @@ type backendCollector struct {
 }
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{backendBuildInfo, natEntries, natSynced, natSyncs, natLastSync, natPackets, natBytes, decapPackets, decapBytes} {
+	for _, d := range []*prometheus.Desc{backendBuildInfo, natEntries, natSynced, natSyncs, natLastSync, natPackets, natBytes, decapPackets, decapBytes, chainPackets, chainBytes} {
 		ch <- d
 	}
 }
@@ -431,6 +460,12 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, name := range dataplane.DecapStatNames {
 			count(decapPackets, dst[name].Packets, name)
 			count(decapBytes, dst[name].Bytes, name)
+		}
+	}
+	if cst, err := dataplane.ChainStats(c.pinPath); err == nil {
+		for _, name := range dataplane.ChainStatNames {
+			count(chainPackets, cst[name].Packets, name)
+			count(chainBytes, cst[name].Bytes, name)
 		}
 	}
 }

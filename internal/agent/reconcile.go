@@ -18,7 +18,9 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
+	"github.com/xlbproject/xlb/internal/chain"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/maglev"
@@ -81,6 +83,9 @@ type Reconciler struct {
 	// namedBy is the adopted service each adopted backend counted for
 	// (see service.named).
 	namedBy map[uint32]*service
+	// now is the clock that dates the backend-set changes the agent
+	// records itself (service.history).
+	now func() time.Time
 }
 
 // service is one service as installed in the data plane.
@@ -100,6 +105,15 @@ type service struct {
 	// the data plane knows: the first candidates when the service claims
 	// adopted backends.
 	named map[uint32]bool
+	// members are the Maglev members of the installed table, and
+	// membersSig their signature: a daisy-chained service whose
+	// configuration brings no history records them in history when they
+	// change.
+	members    []maglev.Backend
+	membersSig string
+	// history are the earlier member sets of a daisy-chained service that
+	// this agent saw, oldest first, at most config.MaxHistory.
+	history []chain.Past
 }
 
 // NewReconciler adopts what the data plane already holds, so that an agent
@@ -129,6 +143,7 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		backendIDs: newIDSet(maxBackends),
 		orphans:    newOrphanSet(),
 		namedBy:    make(map[uint32]*service),
+		now:        time.Now,
 	}
 	svcs, err := dp.Services()
 	if err != nil {
@@ -243,6 +258,10 @@ type change struct {
 	name     string // the service's, for the log
 	what     string // the service, for errors
 	encap    dataplane.Encap
+	stateful bool
+	// past is the history of a daisy-chained service: its
+	// configuration's, or else what the agent saw (service.history).
+	past     []chain.Past
 	backends []config.Backend
 	keep     map[netip.AddrPort]bool // the backends' keys
 	sig      string
@@ -255,7 +274,7 @@ type change struct {
 // was built from the same forwarding mode and backends. With an error
 // from members, the change is returned too.
 func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, error) {
-	encap, err := encapOf(s.Forwarding)
+	encap, err := encapOf(s.Forwarding, s.Flows)
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +286,7 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 		}
 		keep[ap] = true
 	}
-	sig := signature(encap, s.Backends)
+	sig := signature(encap, s.Flows, s.Backends, s.History)
 	st := r.services[key]
 	if st != nil && st.installed && st.applied == sig {
 		return nil, nil
@@ -280,10 +299,43 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 		st = &service{id: id, key: key, backends: make(map[netip.AddrPort]uint32)}
 		r.services[key] = st
 	}
-	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap, backends: s.Backends, keep: keep, sig: sig}
+	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap,
+		stateful: s.Flows == config.FlowsStateful, backends: s.Backends, keep: keep, sig: sig}
 	// Backends first: the new table may name only backends that exist.
 	c.members, c.ids, err = r.members(st, s.Backends)
+	if err == nil && encap == dataplane.EncapGUEHint {
+		c.past = r.history(st, s, c.members)
+	}
 	return c, err
+}
+
+// history returns the earlier backend sets of daisy-chained service s,
+// whose new members are members: those its configuration lists, or else
+// those this agent saw, to which it adds the installed members when they
+// change now. Only a configuration's history is the same on every xlb
+// instance, a late starter's included (docs/connection-survival.md).
+func (r *Reconciler) history(st *service, s config.Service, members []maglev.Backend) []chain.Past {
+	if len(s.History) > 0 {
+		past := make([]chain.Past, 0, len(s.History))
+		for _, g := range s.History {
+			p := chain.Past{Until: g.Until}
+			for _, b := range g.Backends {
+				p.Backends = append(p.Backends, maglev.Backend{Key: netip.AddrPortFrom(b.Address, b.Port).String(), Weight: b.Weight})
+			}
+			past = append(past, p)
+		}
+		return past
+	}
+	// A plan that is made again (a wave cut short) or retried after a
+	// failed write records the same change once.
+	recorded := len(st.history) > 0 && membersSignature(st.history[len(st.history)-1].Backends) == st.membersSig
+	if sig := membersSignature(members); st.members != nil && sig != st.membersSig && !recorded {
+		st.history = append(st.history, chain.Past{Until: r.now(), Backends: st.members})
+		if n := len(st.history) - config.MaxHistory; n > 0 {
+			st.history = slices.Delete(st.history, 0, n)
+		}
+	}
+	return slices.Clone(st.history)
 }
 
 // replaceInTwoSteps handles a service whose new backends need the IDs of
@@ -330,6 +382,7 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 			continue
 		}
 		c.st.installed, c.st.applied, c.st.named = true, c.sig, nil
+		c.st.members, c.st.membersSig = c.members, membersSignature(c.members)
 		// Only now that the new table is in place may the old backends go.
 		if err := r.releaseLeaving(c.st, c.keep); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
@@ -342,11 +395,17 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 // entry. It touches nothing of the Reconciler's own state, so several
 // run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
-	table, err := buildTable(c.members, c.ids, m)
+	table, slots, err := buildTable(c.members, c.ids, m)
 	if err != nil {
 		return err
 	}
-	if err := r.dp.UpsertService(dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Table: table}); err != nil {
+	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Table: table, Stateful: c.stateful}
+	if c.encap == dataplane.EncapGUEHint {
+		if svc.Chain, svc.Generation, err = chainSlots(c.members, slots, c.past, m); err != nil {
+			return err
+		}
+	}
+	if err := r.dp.UpsertService(svc); err != nil {
 		return fmt.Errorf("install table (service ID %d): %w", c.st.id, err)
 	}
 	return nil
@@ -609,36 +668,107 @@ func (r *Reconciler) sortedServices() []*service {
 	return out
 }
 
-// buildTable maps the Maglev table over members to backend IDs.
-func buildTable(members []maglev.Backend, ids []uint32, m uint32) ([]uint32, error) {
-	table := make([]uint32, m)
+// buildTable maps the Maglev table over members to backend IDs. slots is
+// the table as indexes into members, nil when no member is active.
+func buildTable(members []maglev.Backend, ids []uint32, m uint32) (table []uint32, slots []int, err error) {
+	table = make([]uint32, m)
 	active := slices.ContainsFunc(members, func(b maglev.Backend) bool { return b.Weight > 0 })
 	if !active {
 		for i := range table {
 			table[i] = noBackend
 		}
-		return table, nil
+		return table, nil, nil
 	}
-	slots, err := maglev.Build(members, m)
+	slots, err = maglev.Build(members, m)
 	if err != nil {
-		return nil, fmt.Errorf("build Maglev table: %w", err)
+		return nil, nil, fmt.Errorf("build Maglev table: %w", err)
 	}
 	for i, idx := range slots {
 		table[i] = ids[idx]
 	}
-	return table, nil
+	return table, slots, nil
+}
+
+// chainSlots computes the daisy-chaining hints of a table whose slots
+// index members, and its generation, from the service's past.
+func chainSlots(members []maglev.Backend, slots []int, past []chain.Past, m uint32) ([]dataplane.ChainSlot, uint32, error) {
+	current := make([]string, m)
+	for i, idx := range slots {
+		current[i] = members[idx].Key
+	}
+	hints, gen, err := chain.Hints(current, past, m)
+	if err != nil {
+		return nil, 0, fmt.Errorf("daisy-chaining hints: %w", err)
+	}
+	out := make([]dataplane.ChainSlot, m)
+	for i, h := range hints {
+		if h.Prev[0] == "" {
+			continue
+		}
+		prev, err := keyAddr(h.Prev[0])
+		if err != nil {
+			return nil, 0, err
+		}
+		prev2, err := keyAddr(h.Prev[1])
+		if err != nil {
+			return nil, 0, err
+		}
+		out[i] = dataplane.ChainSlot{Prev: prev, Prev2: prev2, Changed: unixSeconds(h.Changed)}
+	}
+	return out, unixSeconds(gen), nil
+}
+
+// keyAddr is the address of a backend's Maglev key (address:port); the
+// invalid address for "".
+func keyAddr(key string) (netip.Addr, error) {
+	if key == "" {
+		return netip.Addr{}, nil
+	}
+	ap, err := netip.ParseAddrPort(key)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("daisy-chaining hints: backend key %q: %w", key, err)
+	}
+	return ap.Addr(), nil
+}
+
+// unixSeconds is t as the data plane's 32-bit seconds; 0 for the zero
+// time (config.Parse keeps history times within range).
+func unixSeconds(t time.Time) uint32 {
+	if t.IsZero() || t.Unix() <= 0 || t.Unix() > math.MaxUint32 {
+		return 0
+	}
+	return uint32(t.Unix())
+}
+
+// membersSignature identifies a member set, in any order.
+func membersSignature(members []maglev.Backend) string {
+	parts := make([]string, 0, len(members))
+	for _, b := range members {
+		parts = append(parts, b.Key+"/"+strconv.FormatUint(uint64(b.Weight), 10))
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
 }
 
 // signature identifies everything a service's table and entry are built
 // from, so equal signatures mean an identical installed service. It is
 // never "".
-func signature(encap dataplane.Encap, backends []config.Backend) string {
+func signature(encap dataplane.Encap, flows config.Flows, backends []config.Backend, history []config.Generation) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "encap=%d flows=%s %s", encap, flows, backendsSignature(backends))
+	for _, g := range history {
+		fmt.Fprintf(&b, " until=%d %s", g.Until.Unix(), backendsSignature(g.Backends))
+	}
+	return b.String()
+}
+
+func backendsSignature(backends []config.Backend) string {
 	parts := make([]string, 0, len(backends))
 	for _, b := range backends {
 		parts = append(parts, netip.AddrPortFrom(b.Address, b.Port).String()+"/"+strconv.FormatUint(uint64(b.Weight), 10))
 	}
 	slices.Sort(parts)
-	return "encap=" + strconv.Itoa(int(encap)) + " " + strings.Join(parts, ",")
+	return strings.Join(parts, ",")
 }
 
 func serviceKey(s config.Service) (dataplane.ServiceKey, error) {
@@ -654,11 +784,15 @@ func serviceKey(s config.Service) (dataplane.ServiceKey, error) {
 	return dataplane.ServiceKey{VIP: s.VIP, Port: s.Port, Proto: proto}, nil
 }
 
-func encapOf(f config.Forwarding) (dataplane.Encap, error) {
-	switch f {
-	case config.DSRIPIP:
+func encapOf(f config.Forwarding, flows config.Flows) (dataplane.Encap, error) {
+	switch {
+	case flows == config.FlowsDaisyChain && f == config.DSRGUE:
+		return dataplane.EncapGUEHint, nil
+	case flows == config.FlowsDaisyChain:
+		return 0, fmt.Errorf("daisy chaining needs forwarding %s, not %q", config.DSRGUE, f)
+	case f == config.DSRIPIP:
 		return dataplane.EncapIPIP, nil
-	case config.DSRGUE:
+	case f == config.DSRGUE:
 		return dataplane.EncapGUE, nil
 	}
 	return 0, fmt.Errorf("unknown forwarding %q (want %s or %s)", f, config.DSRIPIP, config.DSRGUE)

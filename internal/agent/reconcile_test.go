@@ -102,7 +102,7 @@ func verify(t *testing.T, f *fakeDP, r *Reconciler, cfg *config.Config) {
 			t.Errorf("service %s not installed", s.Name)
 			continue
 		}
-		wantEncap, _ := encapOf(s.Forwarding)
+		wantEncap, _ := encapOf(s.Forwarding, s.Flows)
 		if ds.Encap != wantEncap {
 			t.Errorf("service %s: encap %d, want %d", s.Name, ds.Encap, wantEncap)
 		}

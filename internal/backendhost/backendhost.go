@@ -16,6 +16,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
@@ -32,6 +33,10 @@ type Options struct {
 	NATOptions NATOptions
 	PinPath    string // "" derives one from the namespace and interface
 	AttachMode string
+	// ChainWindow is how long after a load balancer's table slot moved
+	// to this host a TCP packet for a VIP that holds no connection here
+	// goes on to the slot's previous owner (daisy chaining); 0: off.
+	ChainWindow time.Duration
 }
 
 // DefaultPinPath is the bpffs directory for a backend set-up on iface:
@@ -47,6 +52,9 @@ type Result struct {
 	Mode      string
 	HostAddrs []netip.Addr
 	NAT       NATChange
+	// ForwardingOn: Setup turned on IPv4 forwarding on the interface,
+	// which daisy chaining needs.
+	ForwardingOn bool
 }
 
 // sysctls keep the host from answering ARP for the VIPs on lo and from
@@ -70,6 +78,9 @@ func Setup(opts Options) (Result, error) {
 		}
 	}
 	if err := validateNAT(opts.NAT); err != nil {
+		return Result{}, err
+	}
+	if err := dataplane.CheckChainWindow(opts.ChainWindow); err != nil {
 		return Result{}, err
 	}
 	iface, err := net.InterfaceByName(opts.Interface)
@@ -106,6 +117,13 @@ func Setup(opts Options) (Result, error) {
 			return Result{}, err
 		}
 	}
+	// Only the VIPs on lo are chained; translations to pods are not.
+	forwardingOn := false
+	if len(opts.VIPs) > 0 && opts.ChainWindow > 0 {
+		if forwardingOn, err = enableForwarding(opts.Interface); err != nil {
+			return Result{}, err
+		}
+	}
 	// The previous VIP set (if any) tells which lo addresses to retire.
 	old, _ := pinnedVIPs(pin)
 	lo, err := netlink.LinkByName("lo")
@@ -126,11 +144,12 @@ func Setup(opts Options) (Result, error) {
 	}
 	mode, err := dataplane.SetupDecap(dataplane.DecapOptions{
 		Interface: opts.Interface, HostAddrs: hostAddrs, VIPs: opts.VIPs, PinPath: pin, AttachMode: opts.AttachMode,
+		ChainWindow: opts.ChainWindow,
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs}
+	res := Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs, ForwardingOn: forwardingOn}
 	// The reply program is attached before the first translation and
 	// detached after the last: a translated flow always has it.
 	if len(opts.NAT) > 0 {
@@ -178,6 +197,26 @@ func Cleanup(pinPath string) ([]netip.Addr, error) {
 		return vips, nil
 	}
 	return vips, dataplane.Cleanup(pinPath)
+}
+
+// enableForwarding turns on IPv4 forwarding on the interface the tunnels
+// arrive on, and reports whether it was off: the program chains a packet
+// with bpf_fib_lookup, which answers "forwarding disabled" on an ingress
+// interface that does not forward. Only that interface changes; it then
+// also routes what arrives on it for other hosts, as a router would.
+func enableForwarding(ifname string) (bool, error) {
+	p := filepath.Join("/proc/sys/net/ipv4/conf", ifname, "forwarding")
+	cur, err := os.ReadFile(p)
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", p, err)
+	}
+	if strings.TrimSpace(string(cur)) == "1" {
+		return false, nil
+	}
+	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
+		return false, fmt.Errorf("set net.ipv4.conf.%s.forwarding=1 for daisy chaining: %w (or pass --chain-window 0 to turn chaining off)", ifname, err)
+	}
+	return true, nil
 }
 
 func setSysctls() error {

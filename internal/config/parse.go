@@ -3,8 +3,11 @@ package config
 import (
 	"fmt"
 	"io"
+	"math"
 	"net/netip"
 	"os"
+	"slices"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -19,7 +22,8 @@ var (
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
 	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends"}
-	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "translatePorts", "healthCheck", "bgp", "backends"}
+	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "translatePorts", "flows", "history", "healthCheck", "bgp", "backends"}
+	historyFields   = []string{"until", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
 )
 
@@ -371,6 +375,30 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		}
 	}
 
+	if g, ok := fs["flows"]; ok {
+		if v, ok := d.str(g, join(path, "flows")); ok {
+			switch Flows(v) {
+			case FlowsStateless: // the zero value
+			case FlowsStateful:
+				s.Flows = Flows(v)
+			case FlowsDaisyChain:
+				s.Flows = Flows(v)
+				if s.Forwarding != DSRGUE {
+					d.errorf(g.value, join(path, "flows"), "daisy chaining needs the hint that only dsr-gue carries; set forwarding: dsr-gue")
+				}
+			default:
+				d.errorf(g.value, join(path, "flows"), "%q is not a flows mode; use stateless, daisy-chain or stateful", v)
+			}
+		}
+	}
+	if g, ok := fs["history"]; ok {
+		if s.Flows != FlowsDaisyChain {
+			d.errorf(g.key, join(path, "history"), "only daisy-chained services use a history; set flows: daisy-chain or remove it")
+		} else {
+			s.History = d.history(g, join(path, "history"), s.Port, translate)
+		}
+	}
+
 	g, ok := fs["backends"]
 	if !ok {
 		d.missing(n, join(path, "backends"), "required: list at least one backend, e.g. backends: [{address: 10.0.3.2}]")
@@ -467,5 +495,61 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 	if !active && !weightErr && len(out) == len(items) {
 		d.errorf(f.key, path, "every backend has weight 0 (drained), so no backend can take new flows; give at least one a weight above 0")
 	}
+	return out
+}
+
+// history parses a daisy-chained service's earlier backend sets and
+// returns them oldest first.
+func (d *decoder) history(f field, path string, servicePort uint16, translate bool) []Generation {
+	items, ok := d.sequence(f.value, path)
+	if !ok {
+		return nil
+	}
+	if len(items) > MaxHistory {
+		d.errorf(f.key, path, "%d earlier backend sets; at most %d are kept, drop the oldest", len(items), MaxHistory)
+		return nil
+	}
+	out := make([]Generation, 0, len(items))
+	seen := map[time.Time]int{}
+	for i, item := range items {
+		p := index(path, i)
+		item = d.resolve(item)
+		if item == nil {
+			return nil
+		}
+		fs := d.mapping(item, p, historyFields)
+		var gen Generation
+		if g, ok := fs["until"]; ok {
+			if v, ok := d.text(g, join(p, "until")); ok {
+				t, err := time.Parse(time.RFC3339, v)
+				switch {
+				case err != nil:
+					d.errorf(g.value, join(p, "until"), "%q is not a time; write it as RFC 3339, e.g. until: 2026-11-25T10:00:00Z", v)
+				case t.Unix() <= 0 || t.Unix() > math.MaxUint32:
+					d.errorf(g.value, join(p, "until"), "%s is outside 1970-2106, which the data plane's 32-bit seconds hold", v)
+				default:
+					if first, dup := seen[t]; dup {
+						d.errorf(g.value, join(p, "until"), "history[%d] ends at the same time; each set ends at its own time", first)
+					}
+					seen[t] = i
+					gen.Until = t
+				}
+			}
+		} else {
+			d.missing(item, join(p, "until"), "required: when this backend set stopped being the service's, e.g. until: 2026-11-25T10:00:00Z")
+		}
+		g, ok := fs["backends"]
+		if !ok {
+			d.missing(item, join(p, "backends"), "required: the backends of that set, e.g. backends: [{address: 10.0.3.2}]")
+			continue
+		}
+		bs, ok := d.sequence(g.value, join(p, "backends"))
+		if !ok {
+			continue
+		}
+		gen.Backends = d.backends(g, bs, join(p, "backends"), servicePort, translate, nil)
+		out = append(out, gen)
+	}
+	slices.SortFunc(out, func(a, b Generation) int { return a.Until.Compare(b.Until) })
 	return out
 }

@@ -83,8 +83,14 @@ type (
 		Protocol       Protocol      `yaml:"protocol"`
 		Forwarding     Forwarding    `yaml:"forwarding"`
 		TranslatePorts bool          `yaml:"translatePorts,omitempty"`
+		Flows          Flows         `yaml:"flows,omitempty"`
+		History        []fileGen     `yaml:"history,omitempty"`
 		BGP            *fileRoute    `yaml:"bgp,omitempty"`
 		Backends       []fileBackend `yaml:"backends"`
+	}
+	fileGen struct {
+		Until    string        `yaml:"until"`
+		Backends []fileBackend `yaml:"backends"`
 	}
 	fileRoute struct {
 		Communities      []string `yaml:"communities,omitempty,flow"`
@@ -150,6 +156,14 @@ func render(c *Config) *fileDoc {
 		}
 		for _, b := range s.Backends {
 			fs.Backends = append(fs.Backends, fileBackend{Address: b.Address.String(), Port: b.Port, Weight: b.Weight, HealthCheck: renderCheck(b.HealthCheck)})
+		}
+		fs.Flows = s.Flows
+		for _, g := range s.History {
+			fg := fileGen{Until: g.Until.UTC().Format(time.RFC3339), Backends: make([]fileBackend, 0, len(g.Backends))}
+			for _, b := range g.Backends {
+				fg.Backends = append(fg.Backends, fileBackend{Address: b.Address.String(), Port: b.Port, Weight: b.Weight})
+			}
+			fs.History = append(fs.History, fg)
 		}
 		doc.Services = append(doc.Services, fs)
 	}

@@ -25,6 +25,29 @@ const (
 	DSRGUE  Forwarding = "dsr-gue"
 )
 
+// Flows is what keeps a service's established connections on their
+// backend when the backend set changes (docs/connection-survival.md).
+type Flows string
+
+const (
+	// FlowsStateless: the Maglev table alone. A connection whose table
+	// slot moves to another backend breaks. Service.Flows holds it as "".
+	FlowsStateless Flows = "stateless"
+	// FlowsDaisyChain: stateless, and every packet carries its slot's
+	// previous owner; a backend without the connection hands the packet
+	// on to it (Beamer). Needs dsr-gue and xlb backend on the backends.
+	FlowsDaisyChain Flows = "daisy-chain"
+	// FlowsStateful: a per-flow table on each xlb node keeps a flow on
+	// the backend its first packet went to, for backends without xlb's
+	// backend program. A flow that reaches another node, or whose entry
+	// is evicted, is hashed again.
+	FlowsStateful Flows = "stateful"
+)
+
+// MaxHistory is how many earlier backend sets a daisy-chained service
+// may list; the agent keeps as many of those it saw itself.
+const MaxHistory = 8
+
 // Defaults.
 const (
 	DefaultSocket     = "/run/xlb/xlb.sock"
@@ -121,11 +144,26 @@ type Service struct {
 	// VIP:port unchanged either way.
 	TranslatePorts bool
 	Backends       []Backend
+	// Flows is FlowsDaisyChain or FlowsStateful, or "" for
+	// FlowsStateless (the default).
+	Flows Flows
+	// History lists earlier backend sets of a daisy-chained service,
+	// oldest first, each with the time it stopped being current. Written
+	// by whoever changes the backends, it lets every xlb instance, one
+	// started after the change included, compute the same previous
+	// owners. Empty: the agent records the changes it sees itself.
+	History []Generation
 	// BGP holds the path attributes of the route announced for the VIP.
 	// Services that share a VIP share one route, so each of them holds
 	// the same attributes, whichever of them wrote them. The zero value
 	// announces a plain route. Non-zero only when Config.BGP is set.
 	BGP RouteAttributes
+}
+
+// Generation is a backend set that was the service's until Until.
+type Generation struct {
+	Until    time.Time
+	Backends []Backend
 }
 
 // Backend is one real server of a service.

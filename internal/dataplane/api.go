@@ -13,6 +13,9 @@ type Encap uint8
 const (
 	EncapIPIP Encap = 1
 	EncapGUE  Encap = 2
+	// EncapGUEHint is GUE whose packets carry the daisy-chain hint of
+	// their table slot (Service.Chain) as 12 bytes of GUE private data.
+	EncapGUEHint Encap = 3
 )
 
 // Protocol numbers used in service keys.
@@ -36,6 +39,28 @@ type Service struct {
 	Key   ServiceKey
 	Encap Encap
 	Table []uint32
+	// Chain is the daisy-chain hint of each table slot: nil (no slot
+	// has a previous owner) or exactly the table size entries. Only
+	// EncapGUEHint services send hints; others ignore Chain and
+	// Generation.
+	Chain []ChainSlot
+	// Generation is when the service's backend set last changed, in unix
+	// seconds (0: never). Every hint carries it.
+	Generation uint32
+	// Stateful pins each flow to the backend its first packet got (a
+	// TCP SYN re-picks from the table), for backends that cannot daisy
+	// chain. Flows the conntrack table cannot hold, or that began on
+	// another instance, follow the table.
+	Stateful bool
+}
+
+// ChainSlot is a table slot's daisy-chain hint: the slot's previous
+// owner (the zero Addr or 0.0.0.0: none) and when it last changed hands,
+// in unix seconds (0: never).
+type ChainSlot struct {
+	Prev    netip.Addr // the owner before the current one; invalid: none
+	Prev2   netip.Addr // the owner before Prev; invalid: none
+	Changed uint32
 }
 
 // Counters is a packets/bytes pair summed over all CPUs.
@@ -54,7 +79,15 @@ type Options struct {
 	// MaxBackends sizes the backend maps (0: DefaultMaxBackends).
 	// Changing it for pinned state migrates the maps (see Load).
 	MaxBackends uint32
+	// ConntrackSize is how many flows of stateful services the LB
+	// remembers (0: DefaultConntrackSize); beyond it the oldest are
+	// forgotten. Changing it for pinned state migrates the maps.
+	ConntrackSize uint32
 }
+
+// DefaultConntrackSize is the default Options.ConntrackSize
+// (XLB_CONNTRACK_SIZE in bpf/xlb_consts.h).
+const DefaultConntrackSize = 262144
 
 // GUEPort is the UDP destination port of GUE tunnels (XLB_GUE_PORT).
 const GUEPort = 6080

@@ -13,6 +13,21 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type backendChainCfg struct {
+	_            structs.HostLayout
+	WallOffsetNs uint64
+	WindowS      uint32
+	Pad          uint32
+}
+
+type backendChainSvcKey struct {
+	_     structs.HostLayout
+	Vip   uint32
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
 type backendNatFlowKey struct {
 	_          structs.HostLayout
 	Pod        uint32
@@ -57,6 +72,9 @@ type backendXlbCounter struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	backendMapChainCfg     = "chain_cfg"
+	backendMapChainGens    = "chain_gens"
+	backendMapChainStats   = "chain_stats"
 	backendMapDecapStats   = "decap_stats"
 	backendMapDecapVips    = "decap_vips"
 	backendMapHostAddrs    = "host_addrs"
@@ -119,6 +137,9 @@ type backendProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type backendMapSpecs struct {
+	ChainCfg    *ebpf.MapSpec `ebpf:"chain_cfg"`
+	ChainGens   *ebpf.MapSpec `ebpf:"chain_gens"`
+	ChainStats  *ebpf.MapSpec `ebpf:"chain_stats"`
 	DecapStats  *ebpf.MapSpec `ebpf:"decap_stats"`
 	DecapVips   *ebpf.MapSpec `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.MapSpec `ebpf:"host_addrs"`
@@ -155,6 +176,9 @@ func (o *backendObjects) Close() error {
 //
 // It can be passed to loadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type backendMaps struct {
+	ChainCfg    *ebpf.Map `ebpf:"chain_cfg"`
+	ChainGens   *ebpf.Map `ebpf:"chain_gens"`
+	ChainStats  *ebpf.Map `ebpf:"chain_stats"`
 	DecapStats  *ebpf.Map `ebpf:"decap_stats"`
 	DecapVips   *ebpf.Map `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.Map `ebpf:"host_addrs"`
@@ -167,6 +191,9 @@ type backendMaps struct {
 
 func (m *backendMaps) Close() error {
 	return _BackendClose(
+		m.ChainCfg,
+		m.ChainGens,
+		m.ChainStats,
 		m.DecapStats,
 		m.DecapVips,
 		m.HostAddrs,

@@ -71,6 +71,7 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		return nil, err
 	}
 	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
 	var objs benchObjects
 	if err := spec.LoadAndAssign(&objs, nil); err != nil {
 		return nil, fmt.Errorf("load benchmark programs: %w", err)
@@ -81,6 +82,7 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
 		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
+		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
 	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it
 		return nil, err

@@ -34,6 +34,22 @@ type benchBackendState struct {
 	}
 }
 
+type benchCtEntry struct {
+	_    structs.HostLayout
+	Bid  uint32
+	Addr uint32
+}
+
+type benchCtKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
 type benchSvcSlot struct {
 	_     structs.HostLayout
 	Vip   uint32
@@ -41,7 +57,8 @@ type benchSvcSlot struct {
 	Proto uint8
 	Encap uint8
 	Id    uint32
-	Pad   uint32
+	Flags uint8
+	Pad   [3]uint8
 }
 
 type benchXlbCounter struct {
@@ -56,6 +73,8 @@ type benchXlbCounter struct {
 const (
 	benchMapBackendStats     = "backend_stats"
 	benchMapBackends         = "backends"
+	benchMapChainTables      = "chain_tables"
+	benchMapConntrack        = "conntrack"
 	benchMapMaglevTables     = "maglev_tables"
 	benchMapReasons          = "reasons"
 	benchMapSvcIndex         = "svc_index"
@@ -124,6 +143,8 @@ type benchProgramSpecs struct {
 type benchMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
+	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
@@ -162,6 +183,8 @@ func (o *benchObjects) Close() error {
 type benchMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
+	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
@@ -173,6 +196,8 @@ func (m *benchMaps) Close() error {
 	return _BenchClose(
 		m.BackendStats,
 		m.Backends,
+		m.ChainTables,
+		m.Conntrack,
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,

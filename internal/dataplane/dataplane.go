@@ -43,6 +43,7 @@ type Dataplane struct {
 	mode      string
 	tableSize uint32
 	maxBack   uint32
+	ctSize    uint32
 	pinPath   string
 	iface     *net.Interface
 	attachAs  string            // requested attach mode
@@ -53,6 +54,9 @@ type Dataplane struct {
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 	owner     ownership         // mirror of the backends map: which service each backend counts for
 	sums      *ebpf.Map         // table records (tablesum.go); nil: none kept
+	// chains records each service's chain entry (chain.go); guarded by
+	// the service's lock in svcMu.
+	chains [MaxServices]chainRecord
 }
 
 // Open loads the data plane (Load) and attaches it (Attach) at once.
@@ -153,11 +157,14 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	if opts.MaxBackends == 0 {
 		opts.MaxBackends = DefaultMaxBackends
 	}
-	spec, err := lbSpec(opts.NodeAddr, opts.TableSize, opts.MaxBackends)
+	if opts.ConntrackSize == 0 {
+		opts.ConntrackSize = DefaultConntrackSize
+	}
+	spec, err := lbSpec(opts.NodeAddr, opts.TableSize, opts.MaxBackends, opts.ConntrackSize)
 	if err != nil {
 		return nil, err
 	}
-	d := &Dataplane{tableSize: opts.TableSize, maxBack: opts.MaxBackends, pinPath: opts.PinPath, layout: specLayout(spec)}
+	d := &Dataplane{tableSize: opts.TableSize, maxBack: opts.MaxBackends, ctSize: opts.ConntrackSize, pinPath: opts.PinPath, layout: specLayout(spec)}
 	var copts ebpf.CollectionOptions
 	if pin {
 		if err := checkPinnedTableSize(opts.PinPath, opts.TableSize); err != nil {
@@ -226,14 +233,17 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 }
 
 // lbSpec returns the LB collection spec with its load-time parameters set.
-func lbSpec(node netip.Addr, tableSize, maxBackends uint32) (*ebpf.CollectionSpec, error) {
+func lbSpec(node netip.Addr, tableSize, maxBackends, conntrackSize uint32) (*ebpf.CollectionSpec, error) {
 	spec, err := loadLb()
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded LB object: %w", err)
 	}
 	spec.Maps["maglev_tables"].InnerMap.MaxEntries = tableSize
+	// One entry per slot, and the generation after them.
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = tableSize + 1
 	spec.Maps["backends"].MaxEntries = maxBackends
 	spec.Maps["backend_stats"].MaxEntries = maxBackends
+	spec.Maps["conntrack"].MaxEntries = conntrackSize
 	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
 		return nil, err
 	}
@@ -331,6 +341,9 @@ func (d *Dataplane) AttachMode() string { return d.mode }
 // MaxBackends is the number of backend IDs the maps hold.
 func (d *Dataplane) MaxBackends() uint32 { return d.maxBack }
 
+// ConntrackSize is the number of flows the conntrack table holds.
+func (d *Dataplane) ConntrackSize() uint32 { return d.ctSize }
+
 // TableSize is the Maglev table size the program was loaded with.
 func (d *Dataplane) TableSize() uint32 { return d.tableSize }
 
@@ -391,6 +404,11 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 // by an earlier agent on the same pinned maps may (see tablesum.go), it
 // is kept: no new table, no swap. The table's backends must exist
 // (UpsertBackend) before the call and stay until it returns.
+//
+// An EncapGUEHint service's packets take their backend and hint
+// (Chain, Generation) from its chain table, swapped in the same way and
+// kept when unchanged (chain.go); a service of another encapsulation has
+// none. A stateful service cannot have hints.
 func (d *Dataplane) UpsertService(s Service) error {
 	if s.ID >= MaxServices {
 		return fmt.Errorf("service %d: id out of range", s.ID)
@@ -398,8 +416,17 @@ func (d *Dataplane) UpsertService(s Service) error {
 	if uint32(len(s.Table)) != d.tableSize {
 		return fmt.Errorf("service %d: table has %d slots, want %d", s.ID, len(s.Table), d.tableSize)
 	}
-	if s.Encap != EncapIPIP && s.Encap != EncapGUE {
+	if s.Encap != EncapIPIP && s.Encap != EncapGUE && s.Encap != EncapGUEHint {
 		return fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
+	}
+	hints := s.Encap == EncapGUEHint
+	if hints && s.Stateful {
+		return fmt.Errorf("service %d: a stateful service has no daisy-chaining hints; use EncapGUE", s.ID)
+	}
+	if hints {
+		if err := d.checkChain(s.Chain); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
 	}
 	key, err := slotKey(s.Key)
 	if err != nil {
@@ -434,6 +461,13 @@ func (d *Dataplane) UpsertService(s Service) error {
 		}
 		entries[i] = uint64(id) | uint64(addr)<<32
 	}
+	if hints {
+		// What the program reads for this service: backends and hints
+		// in one swap (chain.go).
+		if err := d.installChain(s.ID, entries, s.Chain, s.Generation); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
 	sum := digest(entries)
 	if !d.installedAs(s.ID, sum) {
 		if err := d.swapTable(s.ID, entries, sum); err != nil {
@@ -441,14 +475,34 @@ func (d *Dataplane) UpsertService(s Service) error {
 		}
 	}
 
-	d.mu.Lock()
-	defer d.mu.Unlock()
 	key.Id, key.Encap = s.ID, uint8(s.Encap)
+	if s.Stateful {
+		key.Flags |= svcStateful
+	}
+	d.mu.Lock()
+	err = d.indexService(key)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	if !hints {
+		// Once the index says so, no packet of the service reads its
+		// hints any more.
+		if err := d.dropChain(s.ID); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// indexService installs key in the service index, or updates it there,
+// and the VIP set with it. Called with d.mu held.
+func (d *Dataplane) indexService(key lbSvcSlot) error {
 	if d.index.holds(key) {
 		return nil // nor has the VIP set changed
 	}
 	if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
-		return fmt.Errorf("service %d: %w", s.ID, err)
+		return err
 	}
 	return d.syncVIPs()
 }
@@ -522,6 +576,11 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 		return fmt.Errorf("delete table of service %d: %w", id, err)
 	}
 	d.forget(id)
+	if id < MaxServices {
+		if err := d.dropChain(id); err != nil {
+			return fmt.Errorf("delete service %d: %w", id, err)
+		}
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	// Its backends no longer count towards it (nor towards a later
@@ -578,16 +637,18 @@ func slotKey(k ServiceKey) (lbSvcSlot, error) {
 	return lbSvcSlot{Vip: wire32(k.VIP), Port: port16(k.Port), Proto: k.Proto}, nil
 }
 
-// Services lists installed services (without tables), for adoption.
+// Services lists installed services (without tables or hints), for
+// adoption.
 func (d *Dataplane) Services() ([]Service, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	var out []Service
 	for _, s := range d.index.services() {
 		out = append(out, Service{
-			ID:    s.Id,
-			Key:   ServiceKey{VIP: addrFromWire(s.Vip), Port: portFromWire(s.Port), Proto: s.Proto},
-			Encap: Encap(s.Encap),
+			ID:       s.Id,
+			Key:      ServiceKey{VIP: addrFromWire(s.Vip), Port: portFromWire(s.Port), Proto: s.Proto},
+			Encap:    Encap(s.Encap),
+			Stateful: s.Flags&svcStateful != 0,
 		})
 	}
 	return out, nil

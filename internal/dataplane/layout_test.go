@@ -30,17 +30,13 @@ func TestDescribeTypeSeesMemberOrder(t *testing.T) {
 // The fingerprints follow the load-time sizes and nothing else.
 func TestSpecLayout(t *testing.T) {
 	spec := func(table, backends uint32) layout {
-		s, err := lbSpec(fxNode, table, backends)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return specLayout(s)
+		return specLayoutOf(t, table, backends, DefaultConntrackSize)
 	}
 	base := spec(fxTableSize, DefaultMaxBackends)
 	if _, ok := base[".rodata"]; ok {
 		t.Error("global-variable maps are fingerprinted; they belong to one program version")
 	}
-	for _, name := range []string{"svc_index", "vips", "backends", "maglev_tables", "svc_retired", "backend_stats", "reasons"} {
+	for _, name := range []string{"svc_index", "vips", "backends", "maglev_tables", "svc_retired", "backend_stats", "reasons", "chain_tables", "conntrack"} {
 		if _, ok := base[name]; !ok {
 			t.Errorf("no fingerprint for %s", name)
 		}
@@ -58,9 +54,28 @@ func TestSpecLayout(t *testing.T) {
 	if !slices.Equal(changed, []string{"backend_stats", "backends"}) {
 		t.Errorf("doubling maxBackends changes %v, want backend_stats and backends", changed)
 	}
-	if spec(65537, DefaultMaxBackends)["maglev_tables"] == base["maglev_tables"] {
-		t.Error("the inner table size is not part of maglev_tables' fingerprint")
+	changed = nil
+	for name, fp := range specLayoutOf(t, fxTableSize, DefaultMaxBackends, 1024) {
+		if base[name] != fp {
+			changed = append(changed, name)
+		}
 	}
+	if !slices.Equal(changed, []string{"conntrack"}) {
+		t.Errorf("another conntrack size changes %v, want conntrack", changed)
+	}
+	big := spec(65537, DefaultMaxBackends)
+	if big["maglev_tables"] == base["maglev_tables"] || big["chain_tables"] == base["chain_tables"] {
+		t.Error("the inner table size is not part of maglev_tables' and chain_tables' fingerprints")
+	}
+}
+
+func specLayoutOf(t *testing.T, table, backends, conntrack uint32) layout {
+	t.Helper()
+	s, err := lbSpec(fxNode, table, backends, conntrack)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return specLayout(s)
 }
 
 func mapsEqual(a, b layout) bool {

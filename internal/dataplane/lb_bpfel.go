@@ -34,6 +34,22 @@ type lbBackendState struct {
 	}
 }
 
+type lbCtEntry struct {
+	_    structs.HostLayout
+	Bid  uint32
+	Addr uint32
+}
+
+type lbCtKey struct {
+	_     structs.HostLayout
+	Saddr uint32
+	Daddr uint32
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
 type lbSvcSlot struct {
 	_     structs.HostLayout
 	Vip   uint32
@@ -41,7 +57,8 @@ type lbSvcSlot struct {
 	Proto uint8
 	Encap uint8
 	Id    uint32
-	Pad   uint32
+	Flags uint8
+	Pad   [3]uint8
 }
 
 type lbXlbCounter struct {
@@ -56,6 +73,8 @@ type lbXlbCounter struct {
 const (
 	lbMapBackendStats = "backend_stats"
 	lbMapBackends     = "backends"
+	lbMapChainTables  = "chain_tables"
+	lbMapConntrack    = "conntrack"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
@@ -118,6 +137,8 @@ type lbProgramSpecs struct {
 type lbMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
+	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
@@ -156,6 +177,8 @@ func (o *lbObjects) Close() error {
 type lbMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
+	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
@@ -167,6 +190,8 @@ func (m *lbMaps) Close() error {
 	return _LbClose(
 		m.BackendStats,
 		m.Backends,
+		m.ChainTables,
+		m.Conntrack,
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,

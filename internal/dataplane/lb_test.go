@@ -83,6 +83,16 @@ func tcpTo(dst netip.Addr, dport uint16) pkt {
 // returns the bytes after it.
 func checkOuter(t *testing.T, out []byte, proto uint8, dst netip.Addr, innerLen int, df bool) []byte {
 	t.Helper()
+	overhead := 20
+	if proto == 17 {
+		overhead = 32
+	}
+	return checkOuterOf(t, out, proto, dst, innerLen, overhead, df)
+}
+
+// checkOuterOf is checkOuter for outer headers of overhead bytes.
+func checkOuterOf(t *testing.T, out []byte, proto uint8, dst netip.Addr, innerLen, overhead int, df bool) []byte {
+	t.Helper()
 	if len(out) < 34 {
 		t.Fatalf("output too short: %d bytes", len(out))
 	}
@@ -101,10 +111,6 @@ func checkOuter(t *testing.T, out []byte, proto uint8, dst netip.Addr, innerLen 
 	}
 	if ip[9] != proto {
 		t.Errorf("outer protocol %d, want %d", ip[9], proto)
-	}
-	overhead := 20
-	if proto == 17 {
-		overhead = 32
 	}
 	if got := int(binary.BigEndian.Uint16(ip[2:])); got != innerLen+overhead {
 		t.Errorf("outer total length %d, want %d", got, innerLen+overhead)

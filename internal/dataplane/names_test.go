@@ -63,4 +63,10 @@ func TestLimitsMatchC(t *testing.T) {
 	if n := spec.Maps["backends"].MaxEntries; n != DefaultMaxBackends {
 		t.Errorf("backends map %d entries, DefaultMaxBackends %d", n, DefaultMaxBackends)
 	}
+	if n := spec.Maps["conntrack"].MaxEntries; n != DefaultConntrackSize {
+		t.Errorf("conntrack map %d entries, DefaultConntrackSize %d", n, DefaultConntrackSize)
+	}
+	if n := spec.Maps["chain_tables"].MaxEntries; n != MaxServices {
+		t.Errorf("chain_tables map %d entries, MaxServices %d", n, MaxServices)
+	}
 }

@@ -20,4 +20,6 @@ var ReasonNames = []string{
 	"note_ip_options",
 	"drop_vip_no_service",
 	"note_icmp_to_backend",
+	"note_ct_new",
+	"note_ct_midflow_miss",
 }

@@ -31,6 +31,17 @@ type Service struct {
 	Backends   []netip.Addr
 	// Check is the service's health check; nil: none.
 	Check *Check
+	// Flows is the service's flows mode ("": stateless).
+	Flows config.Flows
+	// History is a daisy-chained service's earlier backend sets, as a
+	// tool that changes the backends would record them.
+	History []Generation
+}
+
+// Generation is a backend set that was a service's until Until.
+type Generation struct {
+	Until    time.Time
+	Backends []netip.Addr
 }
 
 // Check is a service's health check as the lab writes it; zero fields
@@ -140,8 +151,14 @@ type (
 		Port        uint16        `yaml:"port"`
 		Protocol    string        `yaml:"protocol"`
 		Forwarding  string        `yaml:"forwarding"`
+		Flows       string        `yaml:"flows,omitempty"`
+		History     []fileGen     `yaml:"history,omitempty"`
 		HealthCheck *fileCheck    `yaml:"healthCheck,omitempty"`
 		Backends    []fileBackend `yaml:"backends"`
+	}
+	fileGen struct {
+		Until    string        `yaml:"until"`
+		Backends []fileBackend `yaml:"backends"`
 	}
 	fileCheck struct {
 		Type     string `yaml:"type"`
@@ -177,7 +194,14 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error)
 	for _, s := range services {
 		fs := fileService{
 			Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
-			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding),
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Flows: string(s.Flows),
+		}
+		for _, g := range s.History {
+			fg := fileGen{Until: g.Until.UTC().Format(time.RFC3339), Backends: []fileBackend{}}
+			for _, b := range g.Backends {
+				fg.Backends = append(fg.Backends, fileBackend{Address: b.String()})
+			}
+			fs.History = append(fs.History, fg)
 		}
 		if c := s.Check; c != nil {
 			fs.HealthCheck = &fileCheck{Type: string(c.Type), Port: c.Port, Path: c.Path,

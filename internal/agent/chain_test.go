@@ -1,0 +1,137 @@
+package agent
+
+import (
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+func chainedConfig(history []config.Generation, addrs ...string) *config.Config {
+	var bs []config.Backend
+	for _, a := range addrs {
+		bs = append(bs, config.Backend{Address: netip.MustParseAddr(a), Port: 80, Weight: 1})
+	}
+	return &config.Config{Services: []config.Service{{
+		Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: config.TCP,
+		Forwarding: config.DSRGUE, Flows: config.FlowsDaisyChain, History: history, Backends: bs,
+	}}}
+}
+
+// installed returns the only service of f.
+func installed(t *testing.T, f *fakeDP) dataplane.Service {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.services) != 1 {
+		t.Fatalf("%d services installed, want 1", len(f.services))
+	}
+	for _, s := range f.services {
+		return s
+	}
+	panic("unreachable")
+}
+
+func newChainReconciler(t *testing.T, now time.Time) (*Reconciler, *fakeDP) {
+	t.Helper()
+	f := newFake(testSize, 16, 64)
+	r, err := newReconciler(f, quiet, f.maxServices, f.maxBackends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.now = func() time.Time { return now }
+	return r, f
+}
+
+// Every instance writes the same hints for the same slots: one that saw
+// the change itself, one given the history in its configuration from the
+// start, and one started after the change with only the configuration.
+func TestChainHintsAgree(t *testing.T) {
+	changed := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	before := []string{"10.0.3.2", "10.0.3.3", "10.0.3.4"}
+	after := []string{"10.0.3.3", "10.0.3.4"}
+	history := []config.Generation{{Until: changed, Backends: chainedConfig(nil, before...).Services[0].Backends}}
+
+	// Saw the change: no history in the file, the agent records it.
+	saw, sawDP := newChainReconciler(t, changed)
+	mustApply(t, saw, chainedConfig(nil, before...))
+	first := installed(t, sawDP)
+	if first.Encap != dataplane.EncapGUEHint || first.Generation != 0 || slices.ContainsFunc(first.Chain, func(c dataplane.ChainSlot) bool { return c.Prev.IsValid() }) {
+		t.Fatalf("first table: encap %d, generation %d; want %d, 0 and no previous owners", first.Encap, first.Generation, dataplane.EncapGUEHint)
+	}
+	owners := tableAddrs(sawDP, first)
+	mustApply(t, saw, chainedConfig(nil, after...))
+	want := installed(t, sawDP)
+	now := tableAddrs(sawDP, want)
+
+	// Given the history by the file, before and after.
+	told, toldDP := newChainReconciler(t, changed.Add(time.Hour))
+	mustApply(t, told, chainedConfig(nil, before...))
+	mustApply(t, told, chainedConfig(history, after...))
+	// Started after the change.
+	late, lateDP := newChainReconciler(t, changed.Add(time.Hour))
+	mustApply(t, late, chainedConfig(history, after...))
+
+	if want.Generation != uint32(changed.Unix()) {
+		t.Errorf("generation %d, want the change's time %d", want.Generation, changed.Unix())
+	}
+	moved := 0
+	for i, c := range want.Chain {
+		if owners[i] == now[i] {
+			if c != (dataplane.ChainSlot{}) {
+				t.Fatalf("slot %d kept its owner %s but hints %+v", i, now[i], c)
+			}
+			continue
+		}
+		moved++
+		if c.Prev != owners[i] || c.Changed != uint32(changed.Unix()) {
+			t.Fatalf("slot %d moved from %s at %d, hint %+v", i, owners[i], changed.Unix(), c)
+		}
+	}
+	if moved < testSize/4 {
+		t.Errorf("%d of %d slots name a previous owner, want at least the removed backend's third", moved, testSize)
+	}
+	for name, dp := range map[string]*fakeDP{"given the history": toldDP, "started late": lateDP} {
+		got := installed(t, dp)
+		if got.Generation != want.Generation || !slices.Equal(got.Chain, want.Chain) {
+			t.Errorf("an instance %s writes other hints than one that saw the change", name)
+		}
+	}
+
+	// The same backends again: nothing is recorded twice, nothing written.
+	calls := len(sawDP.calls)
+	mustApply(t, saw, chainedConfig(nil, after...))
+	if len(sawDP.calls) != calls {
+		t.Errorf("an unchanged configuration wrote to the data plane: %v", sawDP.calls[calls:])
+	}
+}
+
+// tableAddrs is the address of the backend each slot of s names.
+func tableAddrs(f *fakeDP, s dataplane.Service) []netip.Addr {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]netip.Addr, len(s.Table))
+	for i, id := range s.Table {
+		out[i] = f.backends[id]
+	}
+	return out
+}
+
+// A stateful service says so to the data plane; daisy chaining over IPIP
+// is refused.
+func TestFlowsModes(t *testing.T) {
+	r, f := newChainReconciler(t, time.Now())
+	cfg := chainedConfig(nil, "10.0.3.2")
+	cfg.Services[0].Flows = config.FlowsStateful
+	mustApply(t, r, cfg)
+	if s := installed(t, f); !s.Stateful || s.Encap != dataplane.EncapGUE || s.Chain != nil {
+		t.Errorf("stateful service installed as %+v", s)
+	}
+	cfg.Services[0].Flows, cfg.Services[0].Forwarding = config.FlowsDaisyChain, config.DSRIPIP
+	if err := r.Apply(cfg); err == nil {
+		t.Error("daisy chaining over dsr-ipip was accepted")
+	}
+}

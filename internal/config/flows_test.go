@@ -1,0 +1,89 @@
+package config
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+)
+
+const daisy = `node:
+  interface: eth0
+services:
+  - name: web
+    vip: 10.99.0.1
+    port: 80
+    forwarding: dsr-gue
+    flows: daisy-chain
+    history:
+      - until: 2026-11-25T10:05:00Z
+        backends: [{address: 10.0.3.2}, {address: 10.0.3.3, weight: 2}]
+      - until: 2026-11-25T10:00:00+01:00
+        backends: [{address: 10.0.3.2}]
+    backends:
+      - address: 10.0.3.2
+`
+
+// A daisy-chained service's history comes out oldest first, in UTC-equal
+// instants, and renders back to itself.
+func TestFlowsAndHistory(t *testing.T) {
+	cfg, err := Parse(file, []byte(daisy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := cfg.Services[0]
+	if s.Flows != FlowsDaisyChain || len(s.History) != 2 {
+		t.Fatalf("flows %q, %d history entries; want daisy-chain, 2", s.Flows, len(s.History))
+	}
+	first, second := s.History[0], s.History[1]
+	if !first.Until.Equal(time.Date(2026, 11, 25, 9, 0, 0, 0, time.UTC)) || len(first.Backends) != 1 {
+		t.Errorf("oldest entry %+v, want the one ending 09:00 UTC with one backend", first)
+	}
+	if !second.Until.Equal(time.Date(2026, 11, 25, 10, 5, 0, 0, time.UTC)) || len(second.Backends) != 2 ||
+		second.Backends[1].Address != netip.MustParseAddr("10.0.3.3") || second.Backends[1].Weight != 2 ||
+		second.Backends[0].Port != 80 {
+		t.Errorf("newest entry %+v, want 10:05 UTC with 10.0.3.2:80 and 10.0.3.3:80 weight 2", second)
+	}
+	// The rendering is in UTC; compare what it parses to with itself.
+	for i := range s.History {
+		cfg.Services[0].History[i].Until = s.History[i].Until.UTC()
+	}
+	if err := roundTrip(cfg); err != nil {
+		t.Error(err)
+	}
+
+	for flows, want := range map[string]Flows{"stateless": "", "stateful": FlowsStateful} {
+		c, err := Parse(file, []byte(minimalWith("port: 80", "port: 80\n    flows: "+flows)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Services[0].Flows; got != want {
+			t.Errorf("flows: %s parsed to %q, want %q", flows, got, want)
+		}
+	}
+}
+
+func TestFlowsErrors(t *testing.T) {
+	tooMany := "    history:\n"
+	for i := range MaxHistory + 1 {
+		tooMany += "      - {until: 2026-11-25T10:0" + string(rune('0'+i)) + ":00Z, backends: [{address: 10.0.3.2}]}\n"
+	}
+	tests := []struct {
+		name, yaml string
+		line       int
+		path, want string
+	}{
+		{"unknown mode", minimalWith("port: 80", "port: 80\n    flows: sticky"), 7, "services[0].flows", `"sticky" is not a flows mode; use stateless, daisy-chain or stateful`},
+		{"daisy chain over IPIP", minimalWith("port: 80", "port: 80\n    flows: daisy-chain"), 7, "services[0].flows", "set forwarding: dsr-gue"},
+		{"history without daisy chain", minimalWith("port: 80", "port: 80\n    history: []"), 7, "services[0].history", "set flows: daisy-chain"},
+		{"bad time", strings.Replace(daisy, "2026-11-25T10:05:00Z", "yesterday", 1), 10, "services[0].history[0].until", `"yesterday" is not a time; write it as RFC 3339`},
+		{"time before 1970", strings.Replace(daisy, "2026-11-25T10:05:00Z", "1969-01-01T00:00:00Z", 1), 10, "services[0].history[0].until", "outside 1970-2106"},
+		{"same end twice", strings.Replace(daisy, "2026-11-25T10:00:00+01:00", "2026-11-25T10:05:00Z", 1), 12, "services[0].history[1].until", "history[0] ends at the same time"},
+		{"missing until", strings.Replace(daisy, "until: 2026-11-25T10:05:00Z", "backends: []\n        ", 1), 10, "services[0].history[0].until", "required"},
+		{"bad backend", strings.Replace(daisy, "{address: 10.0.3.3, weight: 2}", "{address: 10.0.3.300}", 1), 11, "services[0].history[0].backends[1].address", ""},
+		{"too many", strings.Replace(daisy, daisy[strings.Index(daisy, "    history:"):strings.Index(daisy, "    backends:\n      - address: 10.0.3.2\n")], tooMany, 1), 9, "services[0].history", "at most 8 are kept"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) { wantError(t, tc.yaml, tc.line, tc.path, tc.want) })
+	}
+}

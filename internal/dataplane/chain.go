@@ -1,0 +1,206 @@
+package dataplane
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+
+	"github.com/cilium/ebpf"
+)
+
+// The tables of daisy-chained services (EncapGUEHint) live in
+// chain_tables: per service, an inner array of table size + 1 entries,
+// swapped whole. Entry [slot] holds the slot's backend with its hint,
+// entry [table size] the service's generation. The program reads such a
+// service's backends from here only, so backend and hint change in one
+// step; the service's Maglev table is written as for any service, for
+// the control plane's own bookkeeping (adoption, Table).
+
+// chainEntry is struct chain_entry in bpf/xlb_maps.h: prev as the program
+// loads a __be32 (wire32), changed in host order.
+type chainEntry struct {
+	Bid     uint32
+	Addr    uint32
+	Prev    uint32
+	Prev2   uint32
+	Changed uint32
+}
+
+// chainRecord is what this process last made of a service's chain
+// entry. Unknown until then (after a restart on pinned maps, say): the
+// chain is written again, or deleted, once.
+type chainRecord struct {
+	known bool
+	inner ebpf.MapID // 0: no chain installed
+	sum   [sha256.Size]byte
+}
+
+// chainEntries lays out a service's chain table as the program reads it:
+// its Maglev table's entries (backend id | address << 32, as swapTable
+// takes them) with the hints.
+func (d *Dataplane) chainEntries(table []uint64, chain []ChainSlot, generation uint32) []chainEntry {
+	entries := make([]chainEntry, d.tableSize+1)
+	for i, e := range table {
+		entries[i].Bid, entries[i].Addr = uint32(e), uint32(e>>32)
+	}
+	for i, c := range chain {
+		if c.Prev.Is4() {
+			entries[i].Prev = wire32(c.Prev)
+		}
+		if c.Prev2.Is4() {
+			entries[i].Prev2 = wire32(c.Prev2)
+		}
+		entries[i].Changed = c.Changed
+	}
+	entries[d.tableSize].Changed = generation
+	return entries
+}
+
+// checkChain validates a service's chain against the table size.
+func (d *Dataplane) checkChain(chain []ChainSlot) error {
+	if chain != nil && uint32(len(chain)) != d.tableSize {
+		return fmt.Errorf("chain has %d slots, want %d (the table size) or none", len(chain), d.tableSize)
+	}
+	for i, c := range chain {
+		for _, p := range []netip.Addr{c.Prev, c.Prev2} {
+			if p.IsValid() && !p.Is4() {
+				return fmt.Errorf("chain slot %d: previous owner %v is not an IPv4 address", i, p)
+			}
+		}
+	}
+	return nil
+}
+
+// chainDigest identifies a chain's entries, in slot order.
+func chainDigest(entries []chainEntry) [sha256.Size]byte {
+	h := sha256.New()
+	h.Write([]byte("xlb chain v3\x00"))
+	buf := make([]byte, 0, 20*len(entries))
+	for _, e := range entries {
+		buf = binary.LittleEndian.AppendUint32(buf, e.Bid)
+		buf = binary.LittleEndian.AppendUint32(buf, e.Addr)
+		buf = binary.LittleEndian.AppendUint32(buf, e.Prev)
+		buf = binary.LittleEndian.AppendUint32(buf, e.Prev2)
+		buf = binary.LittleEndian.AppendUint32(buf, e.Changed)
+	}
+	h.Write(buf)
+	var out [sha256.Size]byte
+	h.Sum(out[:0])
+	return out
+}
+
+// installChain makes table, chain and generation service id's chain
+// table, keeping the installed inner map when it already holds them.
+// Called with service id's lock held, without d.mu.
+func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32) error {
+	entries := d.chainEntries(table, chain, generation)
+	sum := chainDigest(entries)
+	rec := &d.chains[id]
+	if rec.known && rec.inner != 0 && rec.sum == sum {
+		var cur ebpf.MapID
+		if err := d.objs.ChainTables.Lookup(id, &cur); err == nil && cur == rec.inner {
+			return nil
+		}
+	}
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{
+		Name:       "xlb_chain",
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  uint32(binary.Size(chainEntry{})),
+		MaxEntries: d.tableSize + 1,
+	})
+	if err != nil {
+		return fmt.Errorf("create chain: %w", err)
+	}
+	defer inner.Close()
+	keys := make([]uint32, len(entries))
+	for i := range keys {
+		keys[i] = uint32(i)
+	}
+	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
+		return fmt.Errorf("fill chain: %w", err)
+	}
+	*rec = chainRecord{} // unknown while the swap is under way
+	if err := d.objs.ChainTables.Put(id, inner); err != nil {
+		return fmt.Errorf("swap chain: %w", err)
+	}
+	if info, err := inner.Info(); err == nil {
+		if mid, ok := info.ID(); ok {
+			*rec = chainRecord{known: true, inner: mid, sum: sum}
+		}
+	}
+	return nil
+}
+
+// dropChain removes service id's hints: its packets carry zero hints.
+// Called with service id's lock held, without d.mu (a delete from a
+// map-in-map waits for the programs reading the old inner map).
+func (d *Dataplane) dropChain(id uint32) error {
+	rec := &d.chains[id]
+	if rec.known && rec.inner == 0 {
+		return nil
+	}
+	if err := d.objs.ChainTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		*rec = chainRecord{}
+		return fmt.Errorf("delete chain: %w", err)
+	}
+	*rec = chainRecord{known: true}
+	return nil
+}
+
+// Chain reads service id's installed daisy-chain hints: one per table
+// slot, and the generation. A service without hints (not EncapGUEHint, or
+// all of them zero) has none: nil, 0.
+func (d *Dataplane) Chain(id uint32) ([]ChainSlot, uint32, error) {
+	if id >= MaxServices {
+		return nil, 0, fmt.Errorf("chain of service %d: id out of range", id)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var innerID ebpf.MapID
+	if err := d.objs.ChainTables.Lookup(id, &innerID); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil, 0, nil
+		}
+		return nil, 0, fmt.Errorf("chain of service %d: %w", id, err)
+	}
+	inner, err := ebpf.NewMapFromID(innerID)
+	if err != nil {
+		return nil, 0, fmt.Errorf("chain of service %d: %w", id, err)
+	}
+	defer inner.Close()
+	n := inner.MaxEntries()
+	keys := make([]uint32, n)
+	vals := make([]chainEntry, n)
+	var cursor ebpf.MapBatchCursor
+	got, err := inner.BatchLookup(&cursor, keys, vals, nil)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return nil, 0, fmt.Errorf("read chain of service %d: %w", id, err)
+	}
+	if n != d.tableSize+1 || got != int(n) {
+		return nil, 0, fmt.Errorf("chain of service %d: read %d of %d entries, want %d", id, got, n, d.tableSize+1)
+	}
+	chain := make([]ChainSlot, d.tableSize)
+	var generation uint32
+	for i := range got {
+		e := vals[i]
+		if keys[i] == d.tableSize {
+			generation = e.Changed
+			continue
+		}
+		if e.Prev != 0 {
+			chain[keys[i]].Prev = addrFromWire(e.Prev)
+		}
+		if e.Prev2 != 0 {
+			chain[keys[i]].Prev2 = addrFromWire(e.Prev2)
+		}
+		chain[keys[i]].Changed = e.Changed
+	}
+	if generation == 0 && !slices.ContainsFunc(chain, func(c ChainSlot) bool { return c != ChainSlot{} }) {
+		return nil, 0, nil // no hints: only backends
+	}
+	return chain, generation, nil
+}

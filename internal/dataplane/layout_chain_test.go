@@ -1,0 +1,136 @@
+package dataplane
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
+)
+
+// preChainSpec is the LB spec as it was before daisy-chain hints and
+// stateful services: no chain_tables nor conntrack, svc_index slots
+// ending in a 32-bit pad, two reasons fewer. Only its maps are used.
+func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
+	t.Helper()
+	spec, err := lbSpec(fxNode, fxTableSize, DefaultMaxBackends, DefaultConntrackSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := spec.Copy()
+	old.Programs = nil
+	delete(old.Maps, "chain_tables")
+	delete(old.Maps, "conntrack")
+	old.Maps["reasons"].MaxEntries = uint32(len(ReasonNames) - 2)
+
+	slot, ok := btf.Copy(old.Maps["svc_index"].Value).(*btf.Struct)
+	if !ok || len(slot.Members) != 7 || slot.Members[5].Name != "flags" {
+		t.Fatalf("svc_index value is not the expected struct svc_slot: %v", old.Maps["svc_index"].Value)
+	}
+	id := slot.Members[4]
+	slot.Members = append(slot.Members[:5], btf.Member{Name: "pad", Type: id.Type, Offset: id.Offset + 32})
+	old.Maps["svc_index"].Value = slot
+	return old
+}
+
+// TestLayoutMigratesPreChainState: an agent of this version on state
+// pinned by one from before chains and conntrack migrates. Until the
+// switch the old maps stay pinned and untouched; afterwards the new maps
+// are pinned, and the next agent adopts them with hints, flags and all.
+func TestLayoutMigratesPreChainState(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	old := preChainSpec(t)
+	oldMaps := map[string]*ebpf.Map{}
+	for name, ms := range old.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		ms.Pinning = ebpf.PinByName
+		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: pin})
+		if err != nil {
+			t.Fatalf("pin old %s: %v", name, err)
+		}
+		t.Cleanup(func() { m.Close() })
+		oldMaps[name] = m
+	}
+	if err := writeLayout(pin, specLayout(old)); err != nil {
+		t.Fatal(err)
+	}
+	oldSlot := lbSvcSlot{Vip: wire32(fxVIP), Port: port16(80), Proto: ProtoTCP, Encap: uint8(EncapIPIP), Id: 1}
+	home := svcHash(oldSlot.Vip, oldSlot.Port, oldSlot.Proto) & (SvcSlots - 1)
+	if err := oldMaps["svc_index"].Put(home, oldSlot); err != nil {
+		t.Fatal(err)
+	}
+	oldIndex := pinnedMapID(t, filepath.Join(pin, "svc_index"))
+
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := loadIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if why := d.Migrated(); why != "map layouts changed: chain_tables, conntrack, reasons, svc_index" {
+		t.Errorf("migration reason %q, want the two new maps, reasons and svc_index", why)
+	}
+	if svcs, err := d.Services(); err != nil || len(svcs) != 0 {
+		t.Errorf("migrated maps hold services %v (%v), want fresh ones", svcs, err)
+	}
+	if err := d.UpsertBackend(0, fxBackend); err != nil {
+		t.Fatal(err)
+	}
+	chain := make([]ChainSlot, fxTableSize)
+	chain[3] = ChainSlot{Prev: fxRedirBE, Prev2: fxNoRouteBE, Changed: 99}
+	svc := Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapGUEHint, Table: make([]uint32, fxTableSize),
+		Chain: chain, Generation: 100}
+	if err := d.UpsertService(svc); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"chain_tables", "conntrack"} {
+		if _, err := os.Stat(filepath.Join(pin, name)); !os.IsNotExist(err) {
+			t.Errorf("%s pinned before the switch (%v)", name, err)
+		}
+	}
+	if got := pinnedMapID(t, filepath.Join(pin, "svc_index")); got != oldIndex {
+		t.Errorf("svc_index pin moved before the switch")
+	}
+	var got lbSvcSlot
+	if err := oldMaps["svc_index"].Lookup(home, &got); err != nil || got != oldSlot {
+		t.Errorf("old svc_index slot %d: %+v (%v), want it untouched: %+v", home, got, err, oldSlot)
+	}
+
+	if err := d.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	if pinnedMapID(t, filepath.Join(pin, "svc_index")) == oldIndex {
+		t.Error("svc_index pin did not move to the new map")
+	}
+	for _, name := range []string{"chain_tables", "conntrack"} {
+		if _, err := os.Stat(filepath.Join(pin, name)); err != nil {
+			t.Errorf("%s not pinned after the switch: %v", name, err)
+		}
+	}
+	d.Close()
+
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if why := d.Migrated(); why != "" {
+		t.Errorf("migrated twice: %s", why)
+	}
+	svcs, err := d.Services()
+	if err != nil || len(svcs) != 1 || svcs[0].Encap != EncapGUEHint {
+		t.Errorf("adopted services %+v (%v), want service 1, stateful, with hints", svcs, err)
+	}
+	gotChain, gen, err := d.Chain(1)
+	if err != nil || gen != 100 || len(gotChain) != fxTableSize || gotChain[3] != chain[3] {
+		t.Errorf("adopted chain: generation %d, %d slots (%v)", gen, len(gotChain), err)
+	}
+}

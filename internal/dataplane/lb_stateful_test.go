@@ -1,0 +1,223 @@
+package dataplane
+
+import (
+	"net/netip"
+	"testing"
+)
+
+const (
+	tcpSYN = 0x02
+	tcpACK = 0x10
+)
+
+// statefulFixture is a fixture LB with a stateful service whose table can
+// be pointed at one backend or another.
+type statefulFixture struct {
+	d     *Dataplane
+	f     *fixtureNS
+	svc   Service
+	addrs map[uint32]netip.Addr
+}
+
+func newStatefulFixture(t *testing.T, key ServiceKey) *statefulFixture {
+	t.Helper()
+	d, f := newFixtureLB(t)
+	s := &statefulFixture{d: d, f: f, addrs: map[uint32]netip.Addr{
+		20: netip.MustParseAddr("10.0.3.20"), 21: netip.MustParseAddr("10.0.3.21"),
+	}}
+	for id, a := range s.addrs {
+		if err := d.UpsertBackend(id, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.svc = Service{ID: 12, Key: key, Encap: EncapIPIP, Stateful: true}
+	s.point(t, 20)
+	return s
+}
+
+// point makes every slot of the service's table name backend id.
+func (s *statefulFixture) point(t *testing.T, id uint32) {
+	t.Helper()
+	s.svc.Table = make([]uint32, fxTableSize)
+	for i := range s.svc.Table {
+		s.svc.Table[i] = id
+	}
+	if err := s.d.UpsertService(s.svc); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// send runs one frame and returns the backend it was forwarded to and
+// the reasons it counted.
+func (s *statefulFixture) send(t *testing.T, frame []byte) (netip.Addr, map[string]uint64) {
+	t.Helper()
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, s.d, func() { v, out = s.f.run(t, s.d.objs.XlbLbProg, frame) })
+	if v != xdpTX {
+		t.Fatalf("verdict %s reasons %v, want TX", verdictNames[v], delta)
+	}
+	return netip.AddrFrom4([4]byte(out[30:34])), delta
+}
+
+func (s *statefulFixture) entries(t *testing.T) int {
+	t.Helper()
+	n, err := s.d.ConntrackEntries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func sameReasons(got map[string]uint64, want ...string) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for _, w := range want {
+		if got[w] != 1 {
+			return false
+		}
+	}
+	return true
+}
+
+// TestLBStatefulTCP: a stateful service's TCP flows keep the backend
+// their SYN got, whatever the table says later; a new SYN of the same
+// 5-tuple re-picks, and a segment of a flow the LB never saw follows the
+// table and is counted.
+func TestLBStatefulTCP(t *testing.T) {
+	s := newStatefulFixture(t, ServiceKey{fxVIP, 8080, ProtoTCP})
+	flow := func(sport uint16, flags uint8) []byte {
+		p := tcpTo(fxVIP, 8080)
+		p.sport, p.tcpFlags = sport, flags
+		return p.frame(s.f.mac)
+	}
+	if n := s.entries(t); n != 0 {
+		t.Fatalf("%d conntrack entries before any packet", n)
+	}
+	if got, r := s.send(t, flow(1000, tcpSYN)); got != s.addrs[20] || !sameReasons(r, "note_ct_new") {
+		t.Fatalf("SYN: to %v reasons %v, want %v and note_ct_new", got, r, s.addrs[20])
+	}
+	if got, r := s.send(t, flow(1000, tcpACK)); got != s.addrs[20] || len(r) != 0 {
+		t.Fatalf("ACK: to %v reasons %v, want %v and none", got, r, s.addrs[20])
+	}
+	if n := s.entries(t); n != 1 {
+		t.Errorf("%d conntrack entries after one flow, want 1", n)
+	}
+
+	s.point(t, 21)
+	if got, r := s.send(t, flow(1000, tcpACK)); got != s.addrs[20] || len(r) != 0 {
+		t.Errorf("after the table moved: to %v reasons %v, want the flow's backend %v and none", got, r, s.addrs[20])
+	}
+	// SYN+ACK does not open a connection: the entry holds.
+	if got, _ := s.send(t, flow(1000, tcpSYN|tcpACK)); got != s.addrs[20] {
+		t.Errorf("SYN+ACK: to %v, want the flow's backend %v", got, s.addrs[20])
+	}
+	if got, r := s.send(t, flow(1000, tcpSYN)); got != s.addrs[21] || !sameReasons(r, "note_ct_new") {
+		t.Errorf("a new SYN of the same 5-tuple: to %v reasons %v, want the table's %v and note_ct_new", got, r, s.addrs[21])
+	}
+	if got, _ := s.send(t, flow(1000, tcpACK)); got != s.addrs[21] {
+		t.Errorf("after the new SYN: to %v, want %v", got, s.addrs[21])
+	}
+
+	if got, r := s.send(t, flow(2000, tcpACK)); got != s.addrs[21] || !sameReasons(r, "note_ct_midflow_miss", "note_ct_new") {
+		t.Errorf("mid-flow segment of an unknown flow: to %v reasons %v, want the table's %v, note_ct_midflow_miss and note_ct_new", got, r, s.addrs[21])
+	}
+	if n := s.entries(t); n != 2 {
+		t.Errorf("%d conntrack entries after two flows, want 2", n)
+	}
+
+	// A flow whose backend left the configuration keeps going to it,
+	// as a stateful load balancer drains a removed backend, also once
+	// its id is another backend's; the id's counters do not count it.
+	s.point(t, 20)
+	if err := s.d.DeleteBackend(21); err != nil {
+		t.Fatal(err)
+	}
+	if got, r := s.send(t, flow(2000, tcpACK)); got != s.addrs[21] || len(r) != 0 {
+		t.Errorf("flow of a deleted backend: to %v reasons %v, want still %v and none", got, r, s.addrs[21])
+	}
+	if err := s.d.UpsertBackend(21, s.addrs[20]); err != nil {
+		t.Fatal(err)
+	}
+	before, err := s.d.BackendCounters(21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, r := s.send(t, flow(2000, tcpACK)); got != s.addrs[21] || len(r) != 0 {
+		t.Errorf("flow of a deleted backend whose id was reused: to %v reasons %v, want still %v and none", got, r, s.addrs[21])
+	}
+	if after, err := s.d.BackendCounters(21); err != nil || after != before {
+		t.Errorf("the reused id counted the orphaned flow: %+v → %+v (%v)", before, after, err)
+	}
+	if got, _ := s.send(t, flow(2000, tcpSYN)); got != s.addrs[20] {
+		t.Errorf("a new SYN of the orphaned 5-tuple: to %v, want the table's %v", got, s.addrs[20])
+	}
+
+	svcs, err := s.d.Services()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, x := range svcs {
+		if x.Stateful != (x.ID == s.svc.ID) {
+			t.Errorf("service %d reported stateful %v", x.ID, x.Stateful)
+		}
+	}
+}
+
+// TestLBStatefulUDPAndICMP: UDP flows are recorded by their first
+// packet; an ICMP error about a flow follows its entry and never makes
+// one.
+func TestLBStatefulUDPAndICMP(t *testing.T) {
+	s := newStatefulFixture(t, ServiceKey{fxVIP, 5300, ProtoUDP})
+	udp := pkt{src: fxClient, dst: fxVIP, sport: 5353, dport: 5300, proto: 17, payload: []byte("q")}
+	if got, r := s.send(t, udp.frame(s.f.mac)); got != s.addrs[20] || !sameReasons(r, "note_ct_new") {
+		t.Fatalf("first datagram: to %v reasons %v, want %v and note_ct_new", got, r, s.addrs[20])
+	}
+	s.point(t, 21)
+	if got, r := s.send(t, udp.frame(s.f.mac)); got != s.addrs[20] || len(r) != 0 {
+		t.Errorf("after the table moved: to %v reasons %v, want %v and none", got, r, s.addrs[20])
+	}
+
+	// A router's ICMP error about a reply the backend sent from
+	// VIP:5300 to the client's 5353.
+	icmp := icmpAboutUDP(s.f.mac, fxVIP, fxClient, 5300, 5353)
+	if got, r := s.send(t, icmp); got != s.addrs[20] || !sameReasons(r, "note_icmp_to_backend") {
+		t.Errorf("ICMP error about the flow: to %v reasons %v, want its backend %v and note_icmp_to_backend", got, r, s.addrs[20])
+	}
+	unknown := icmpAboutUDP(s.f.mac, fxVIP, fxClient, 5300, 6000)
+	if got, r := s.send(t, unknown); got != s.addrs[21] || !sameReasons(r, "note_icmp_to_backend") {
+		t.Errorf("ICMP error about an unknown flow: to %v reasons %v, want the table's %v and note_icmp_to_backend", got, r, s.addrs[21])
+	}
+	if n := s.entries(t); n != 1 {
+		t.Errorf("%d conntrack entries, want 1: ICMP errors make none", n)
+	}
+}
+
+// TestLBStatelessMakesNoEntries: services that are not stateful leave
+// the conntrack table alone, and a service stops being stateful on
+// request.
+func TestLBStatelessMakesNoEntries(t *testing.T) {
+	s := newStatefulFixture(t, ServiceKey{fxVIP, 8080, ProtoTCP})
+	s.svc.Stateful = false
+	s.point(t, 20)
+	p := tcpTo(fxVIP, 8080)
+	p.tcpFlags = tcpSYN
+	if got, r := s.send(t, p.frame(s.f.mac)); got != s.addrs[20] || len(r) != 0 {
+		t.Errorf("SYN to a stateless service: to %v reasons %v, want %v and none", got, r, s.addrs[20])
+	}
+	if _, r := s.send(t, tcpTo(fxVIP, 80).frame(s.f.mac)); len(r) != 0 {
+		t.Errorf("fixture service: reasons %v, want none", r)
+	}
+	if n := s.entries(t); n != 0 {
+		t.Errorf("%d conntrack entries from stateless services, want 0", n)
+	}
+}
+
+// icmpAboutUDP is icmpAbout for a UDP reply.
+func icmpAboutUDP(mac []byte, vip, client netip.Addr, vport, cport uint16) []byte {
+	f := icmpAbout(mac, 3, 4, vip, client, vport, cport)
+	// The quoted header's protocol: UDP. Its checksum is not checked.
+	f[14+20+8+9] = 17
+	return f
+}
