@@ -56,8 +56,8 @@ struct udphdr {
 };
 
 /* GUE (draft-ietf-intarea-gue) variant 0 base header:
- * ver(2) C(1) hlen(5) | proto/ctype(8) | flags(16). xlb sends hlen 0,
- * proto 4 (IPv4 inside), no flags. */
+ * ver(2) C(1) hlen(5) | proto/ctype(8) | flags(16). xlb sends hlen 0
+ * (4: the daisy-chain hint), proto 4 (IPv4 inside), no flags. */
 struct guehdr {
 	__u8 hlen_c_ver;
 	__u8 proto;

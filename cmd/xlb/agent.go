@@ -340,6 +340,8 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		AttachMode:  cfg.Dataplane.AttachMode,
 		TableSize:   cfg.Dataplane.TableSize,
 		MaxBackends: cfg.Dataplane.MaxBackends,
+		// 0: the data plane's default.
+		ConntrackSize: cfg.Dataplane.ConntrackSize,
 	})
 	if err != nil {
 		return fmt.Errorf("open the data plane on %s: %w", cfg.Node.Interface, err)

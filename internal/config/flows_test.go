@@ -87,3 +87,22 @@ func TestFlowsErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { wantError(t, tc.yaml, tc.line, tc.path, tc.want) })
 	}
 }
+
+// dataplane.conntrackSize sizes the stateful services' flow table; left
+// out, the data plane's default applies.
+func TestConntrackSize(t *testing.T) {
+	cfg, err := Parse(file, []byte(minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  conntrackSize: 4096")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Dataplane.ConntrackSize != 4096 {
+		t.Errorf("conntrackSize %d, want 4096", cfg.Dataplane.ConntrackSize)
+	}
+	if err := roundTrip(cfg); err != nil {
+		t.Error(err)
+	}
+	if cfg, err := Parse(file, []byte(minimal)); err != nil || cfg.Dataplane.ConntrackSize != 0 {
+		t.Errorf("without conntrackSize: %d (%v), want 0 (the default)", cfg.Dataplane.ConntrackSize, err)
+	}
+	wantError(t, minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  conntrackSize: 1000"), 4, "dataplane.conntrackSize", "")
+}

@@ -21,7 +21,7 @@ var (
 	topFields       = []string{"node", "api", "dataplane", "bgp", "services", "kubernetes"}
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
-	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends"}
+	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends", "conntrackSize"}
 	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "translatePorts", "flows", "history", "healthCheck", "bgp", "backends"}
 	historyFields   = []string{"until", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
@@ -190,6 +190,11 @@ func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
 	if g, ok := fs["maxBackends"]; ok {
 		if n, ok := d.integer(g, join(path, "maxBackends"), 1, MaxBackends); ok {
 			dp.MaxBackends = uint32(n)
+		}
+	}
+	if g, ok := fs["conntrackSize"]; ok {
+		if n, ok := d.integer(g, join(path, "conntrackSize"), MinConntrackSize, MaxConntrackSize); ok {
+			dp.ConntrackSize = uint32(n)
 		}
 	}
 	return dp, set

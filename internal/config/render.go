@@ -40,10 +40,11 @@ type (
 		Metrics string `yaml:"metrics,omitempty"`
 	}
 	fileDataplane struct {
-		PinPath     string `yaml:"pinPath,omitempty"`
-		AttachMode  string `yaml:"attachMode"`
-		TableSize   uint32 `yaml:"tableSize"`
-		MaxBackends uint32 `yaml:"maxBackends"`
+		PinPath       string `yaml:"pinPath,omitempty"`
+		AttachMode    string `yaml:"attachMode"`
+		TableSize     uint32 `yaml:"tableSize"`
+		MaxBackends   uint32 `yaml:"maxBackends"`
+		ConntrackSize uint32 `yaml:"conntrackSize,omitempty"`
 	}
 	fileBGP struct {
 		ASN        uint32     `yaml:"asn"`
@@ -120,9 +121,10 @@ type (
 
 func render(c *Config) *fileDoc {
 	doc := &fileDoc{
-		Node:      fileNode{Interface: c.Node.Interface, Address: addr(c.Node.Address)},
-		API:       fileAPI{Socket: c.API.Socket, Metrics: c.API.Metrics},
-		Dataplane: fileDataplane{PinPath: c.Dataplane.PinPath, AttachMode: c.Dataplane.AttachMode, TableSize: c.Dataplane.TableSize, MaxBackends: c.Dataplane.MaxBackends},
+		Node: fileNode{Interface: c.Node.Interface, Address: addr(c.Node.Address)},
+		API:  fileAPI{Socket: c.API.Socket, Metrics: c.API.Metrics},
+		Dataplane: fileDataplane{PinPath: c.Dataplane.PinPath, AttachMode: c.Dataplane.AttachMode, TableSize: c.Dataplane.TableSize, MaxBackends: c.Dataplane.MaxBackends,
+			ConntrackSize: c.Dataplane.ConntrackSize},
 	}
 	if b := c.BGP; b != nil {
 		fb := &fileBGP{ASN: b.ASN, RouterID: addr(b.RouterID), HoldTime: dur(b.HoldTime), DrainTime: dur(b.DrainTime), ListenPort: b.ListenPort}

@@ -83,6 +83,11 @@ const (
 	MaxTableSize = 1048573
 	// MaxWeight is the largest backend weight.
 	MaxWeight = 65535
+	// MinConntrackSize and MaxConntrackSize bound
+	// Dataplane.ConntrackSize. The table is allocated whole when the
+	// data plane loads: about 80 bytes per flow.
+	MinConntrackSize = 1024
+	MaxConntrackSize = 1 << 24
 )
 
 // Config is a validated agent configuration. Every field holds its final
@@ -129,6 +134,9 @@ type Dataplane struct {
 	// MaxBackends is how many backend entries (over all services) the
 	// data plane's maps hold, fixed when they are created.
 	MaxBackends uint32
+	// ConntrackSize is how many flows the stateful services' flow table
+	// holds on this node; 0: the data plane's default (262144).
+	ConntrackSize uint32
 }
 
 // Service is one load-balanced (VIP, port, protocol).

@@ -143,7 +143,8 @@ type (
 		Socket string `yaml:"socket"`
 	}
 	fileDataplane struct {
-		PinPath string `yaml:"pinPath"`
+		PinPath       string `yaml:"pinPath"`
+		ConntrackSize uint32 `yaml:"conntrackSize,omitempty"`
 	}
 	fileService struct {
 		Name        string        `yaml:"name"`
@@ -175,11 +176,11 @@ type (
 )
 
 // renderConfig returns the configuration file of node's agent.
-func renderConfig(p lab.Plan, node lab.Host, services []Service) ([]byte, error) {
+func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOptions) ([]byte, error) {
 	fc := fileConfig{
 		Node:      fileNode{Interface: node.Interface, Address: node.Addr.String()},
 		API:       fileAPI{Socket: Socket(p, node)},
-		Dataplane: fileDataplane{PinPath: node.PinDir},
+		Dataplane: fileDataplane{PinPath: node.PinDir, ConntrackSize: opts.ConntrackSize},
 		Services:  []fileService{},
 	}
 	if b := p.BGP; b != nil {
@@ -240,7 +241,18 @@ func durationText(d time.Duration) string {
 // file by renaming a complete new one over it, so a running agent, which
 // polls the file, never reads half of it.
 func WriteConfig(p lab.Plan, node lab.Host, services []Service) error {
-	b, err := renderConfig(p, node, services)
+	return WriteConfigWith(p, node, services, NodeOptions{})
+}
+
+// NodeOptions are settings of a node's agent beyond its services.
+type NodeOptions struct {
+	// ConntrackSize is dataplane.conntrackSize; 0: the default.
+	ConntrackSize uint32
+}
+
+// WriteConfigWith is WriteConfig with node options.
+func WriteConfigWith(p lab.Plan, node lab.Host, services []Service, opts NodeOptions) error {
+	b, err := renderConfig(p, node, services, opts)
 	if err != nil {
 		return err
 	}

@@ -45,7 +45,7 @@ func TestRenderConfigParses(t *testing.T) {
 	} {
 		for _, node := range p.Nodes {
 			t.Run(c.name+"/"+node.Name, func(t *testing.T) {
-				b, err := renderConfig(p, node, c.services)
+				b, err := renderConfig(p, node, c.services, NodeOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

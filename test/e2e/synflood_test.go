@@ -1,0 +1,149 @@
+package e2e
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/internal/labrun"
+)
+
+// synFloodSYNs is how many SYNs each flood sends (at most synFloodTime),
+// against a flow table of synFloodTable entries.
+const (
+	synFloodSYNs  = 200_000
+	synFloodTime  = 20 * time.Second
+	synFloodTable = 4096
+)
+
+// A bounded SYN flood from spoofed sources while established connections
+// stay busy. The stateless modes keep no per-flow state, so the flood has
+// nothing to fill and every established connection keeps working. The
+// stateful mode's flow table fills up with the flood's flows and evicts
+// the established ones: their packets then miss it (note_ct_midflow_miss)
+// and are hashed again, which only keeps them on their backend because
+// the table did not change meanwhile.
+func TestSYNFlood(t *testing.T) {
+	needRoot(t)
+	prefix := labPrefix + "f"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 2, Binary: xlbBinary, Router: lab.RouterEmbedded})
+	if err != nil {
+		t.Fatal(err)
+	}
+	logAgentsOnFailure(t, p)
+	node := p.Nodes[0]
+	var backends []netip.Addr
+	for _, b := range p.Backends {
+		backends = append(backends, b.Addr)
+	}
+	// Spoofed sources on the clients' segment, where no host answers
+	// the SYN-ACKs.
+	spoof := netip.MustParsePrefix("10.0.2.128/25")
+
+	for _, flows := range []config.Flows{config.FlowsDaisyChain, config.FlowsStateful} {
+		svc := labrun.Service{Name: "web", VIP: p.VIPs[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRGUE,
+			Flows: flows, Backends: backends}
+		if err := labrun.WriteConfigWith(p, node, []labrun.Service{svc}, labrun.NodeOptions{ConntrackSize: synFloodTable}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := labrun.StartAgent(ctx, p, node, []labrun.Service{svc}); err != nil {
+			t.Fatal(err)
+		}
+		if err := lab.WaitNextHops(ctx, p, svc.VIP, []netip.Addr{node.Addr}, 30*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		load := newBusyLoad(t, ctx, p, svc.Target())
+		load.open(100)
+		time.Sleep(time.Second)
+		before := reasonsOf(t, p, node)
+		start := time.Now()
+		sent, err := labrun.SYNFlood(ctx, p.Clients[0].Namespace, svc.Target(), spoof, synFloodSYNs, synFloodTime)
+		took := time.Since(start)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The connections go on for a while after the flood.
+		time.Sleep(2 * time.Second)
+		after := reasonsOf(t, p, node)
+		entries := conntrackEntries(t, node)
+		r := load.stop()
+		misses := after["note_ct_midflow_miss"] - before["note_ct_midflow_miss"]
+		t.Logf("%-11s %d SYNs in %s (%.0f/s); %d of %d established connections broken, %d requests; flow table %d of %d entries; %d new flow entries, %d mid-flow misses",
+			flows, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), r.broken, r.conns, r.requests,
+			entries, synFloodTable, after["note_ct_new"]-before["note_ct_new"], misses)
+		for _, e := range r.firstErrs {
+			t.Logf("%-11s   %s", flows, e)
+		}
+		if sent < synFloodSYNs/10 {
+			t.Errorf("only %d SYNs sent: the flood shows nothing", sent)
+		}
+		if r.broken != 0 {
+			t.Errorf("%s: the flood broke %d of %d established connections", flows, r.broken, r.conns)
+		}
+		switch flows {
+		case config.FlowsStateful:
+			if entries < synFloodTable*9/10 {
+				t.Errorf("the flood left the flow table at %d of %d entries, want it full", entries, synFloodTable)
+			}
+			if misses == 0 {
+				t.Error("no established flow lost its entry: the flood did not reach the table")
+			}
+		default:
+			if entries != 0 || misses != 0 {
+				t.Errorf("a stateless service made %d flow entries and %d misses", entries, misses)
+			}
+		}
+
+		pid, err := labrun.AgentPID(p, node)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		if err := labrun.WaitExit(ctx, pid, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func reasonsOf(t *testing.T, p lab.Plan, node lab.Host) map[string]uint64 {
+	t.Helper()
+	st, err := api.GetStatus(labrun.Socket(p, node))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Reasons
+}
+
+// conntrackEntries counts the entries of node's pinned flow table.
+func conntrackEntries(t *testing.T, node lab.Host) int {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(node.PinDir, "conntrack"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	n := 0
+	var k, v []byte
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		n++
+	}
+	if err := it.Err(); err != nil && !errors.Is(err, ebpf.ErrIterationAborted) {
+		t.Fatal(err)
+	}
+	return n
+}
