@@ -15,6 +15,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/internal/survival"
 )
 
 // synFloodSYNs is how many SYNs each flood sends (at most synFloodTime),
@@ -64,8 +65,11 @@ func TestSYNFlood(t *testing.T) {
 		if err := lab.WaitNextHops(ctx, p, svc.VIP, []netip.Addr{node.Addr}, 30*time.Second); err != nil {
 			t.Fatal(err)
 		}
-		load := newBusyLoad(t, ctx, p, svc.Target())
-		load.open(100)
+		load := survival.NewLoad(ctx, p, svc.Target(), survival.DefaultEvery)
+		t.Cleanup(func() { load.Stop() })
+		if err := load.Open(100); err != nil {
+			t.Fatal(err)
+		}
 		time.Sleep(time.Second)
 		before := reasonsOf(t, p, node)
 		start := time.Now()
@@ -78,19 +82,19 @@ func TestSYNFlood(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		after := reasonsOf(t, p, node)
 		entries := conntrackEntries(t, node)
-		r := load.stop()
+		r := load.Stop()
 		misses := after["note_ct_midflow_miss"] - before["note_ct_midflow_miss"]
 		t.Logf("%-11s %d SYNs in %s (%.0f/s); %d of %d established connections broken, %d requests; flow table %d of %d entries; %d new flow entries, %d mid-flow misses",
-			flows, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), r.broken, r.conns, r.requests,
+			flows, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), r.Broken, r.Conns, r.Requests,
 			entries, synFloodTable, after["note_ct_new"]-before["note_ct_new"], misses)
-		for _, e := range r.firstErrs {
+		for _, e := range r.Errors {
 			t.Logf("%-11s   %s", flows, e)
 		}
 		if sent < synFloodSYNs/10 {
 			t.Errorf("only %d SYNs sent: the flood shows nothing", sent)
 		}
-		if r.broken != 0 {
-			t.Errorf("%s: the flood broke %d of %d established connections", flows, r.broken, r.conns)
+		if r.Broken != 0 {
+			t.Errorf("%s: the flood broke %d of %d established connections", flows, r.Broken, r.Conns)
 		}
 		switch flows {
 		case config.FlowsStateful:
