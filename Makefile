@@ -69,6 +69,7 @@ root-bench: deps
 	$(GO) run ./bench/ctlbench -out bench/results -svg docs/img/bench-ctl.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/bgpbench -out bench/results -svg docs/img/bench-bgp.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/k8sbench -out bench/results -svg docs/img/bench-k8s.svg -doc docs/benchmarks.md
+	$(GO) run ./bench/survivalbench -out bench/results -doc docs/connection-survival.md
 
 clean:
 	rm -rf bin
