@@ -95,6 +95,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	fmt.Fprintln(tw, "SERVICE\tADDRESS\tFORWARDING\tWEIGHT\tHEALTH\tLAST CHECK\tPACKETS\tBYTES\tLAST ERROR")
 	for _, s := range st.Services {
 		fwd := s.Forwarding
+		if s.Flows != "" && s.Flows != "stateless" {
+			fwd += ", " + s.Flows
+		}
 		if !s.Installed {
 			fwd += " (not installed)"
 		}

@@ -15,7 +15,7 @@ func TestPrintStatusHealth(t *testing.T) {
 		Version: "v1", Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0"},
 		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
 		Services: []api.Service{{
-			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
+			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-gue", Flows: "daisy-chain",
 			Installed: true, State: api.StateDown, Counters: api.Counters{Packets: 7, Bytes: 700},
 			Backends: []api.Backend{
 				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: api.Counters{Packets: 5, Bytes: 500},
@@ -50,7 +50,7 @@ func TestPrintStatusHealth(t *testing.T) {
 		want   []string
 	}{
 		{"SERVICE", []string{"SERVICE", "ADDRESS", "FORWARDING", "WEIGHT", "HEALTH", "LAST", "CHECK", "PACKETS", "BYTES", "LAST", "ERROR"}},
-		{"web", []string{"web", "10.99.0.1:80/tcp", "dsr-ipip", "down", "7", "700"}},
+		{"web", []string{"web", "10.99.0.1:80/tcp", "dsr-gue,", "daisy-chain", "down", "7", "700"}},
 		{"backend  10.0.3.2:80", []string{"backend", "10.0.3.2:80", "1", "down", "(http)", "300ms", "ago,", "took", "1.2ms", "5", "500", "GET", "http://10.0.3.2:80/:", "status", "503"}},
 		{"backend  10.0.3.3:80", []string{"backend", "10.0.3.3:80", "0", "unknown", "(tcp)", "-", "0", "0"}},
 		{"backend  10.0.3.4:80", []string{"backend", "10.0.3.4:80", "2", "-", "(no", "check)", "-", "0", "0"}},

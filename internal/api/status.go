@@ -120,6 +120,9 @@ type Service struct {
 	Port       uint16     `json:"port"`
 	Protocol   string     `json:"protocol"`
 	Forwarding string     `json:"forwarding"`
+	// Flows is the service's flows mode: stateless, daisy-chain or
+	// stateful (docs/connection-survival.md).
+	Flows string `json:"flows"`
 	// Installed is false while the data plane does not serve the service
 	// yet (its last apply failed; see Config.Error).
 	Installed bool `json:"installed"`
