@@ -220,6 +220,11 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 		d.errorf(f.key, path, "%d services exceed the limit of %d (MaxServices) that one agent can serve; remove some", len(items), MaxServices)
 		items = items[:MaxServices]
 	}
+	if len(items) == 0 {
+		// `services: []` and `services:` (null) are no services, as
+		// when the section is left out: the same configuration.
+		return nil
+	}
 	names := map[string]serviceAt{}
 	keys := map[Key]serviceAt{}
 	routes := map[netip.Addr]routeAt{}
