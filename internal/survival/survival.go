@@ -157,11 +157,13 @@ func (r *run) sequence(opts Options) (Result, error) {
 		{r.p.Nodes[2].Name + " starts after the changes", func() error { return r.start(r.p.Nodes[2]) }, 0},
 	}
 	for _, s := range steps0 {
-		if err := s.do(); err != nil {
-			return Result{}, fmt.Errorf("%s: %w", s.what, err)
-		}
+		// A step's packets are those from just before its change to
+		// just before the next one's.
 		if err := mark(s.what); err != nil {
 			return Result{}, err
+		}
+		if err := s.do(); err != nil {
+			return Result{}, fmt.Errorf("%s: %w", s.what, err)
 		}
 		if err := load.Open(s.open); err != nil {
 			return Result{}, err

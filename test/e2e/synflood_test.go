@@ -24,6 +24,7 @@ const (
 	synFloodSYNs  = 200_000
 	synFloodTime  = 20 * time.Second
 	synFloodTable = 4096
+	synFloodIdle  = 50
 )
 
 // A bounded SYN flood from spoofed sources while established connections
@@ -70,6 +71,19 @@ func TestSYNFlood(t *testing.T) {
 		if err := load.Open(100); err != nil {
 			t.Fatal(err)
 		}
+		// Idle connections too: one request before the flood, one after.
+		idle := make([]*labrun.HTTPConn, synFloodIdle)
+		for i := range idle {
+			c, err := labrun.DialHTTP(ctx, p.Clients[0].Namespace, svc.Target())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.Get(ctx, false); err != nil {
+				t.Fatal(err)
+			}
+			idle[i] = c
+		}
 		time.Sleep(time.Second)
 		before := reasonsOf(t, p, node)
 		start := time.Now()
@@ -80,12 +94,19 @@ func TestSYNFlood(t *testing.T) {
 		}
 		// The connections go on for a while after the flood.
 		time.Sleep(2 * time.Second)
+		idleBroken := 0
+		for _, c := range idle {
+			if _, err := c.Get(ctx, true); err != nil {
+				idleBroken++
+				t.Logf("%s: idle connection: %v", flows, err)
+			}
+		}
 		after := reasonsOf(t, p, node)
 		entries := conntrackEntries(t, node)
 		r := load.Stop()
 		misses := after["note_ct_midflow_miss"] - before["note_ct_midflow_miss"]
-		t.Logf("%-11s %d SYNs in %s (%.0f/s); %d of %d established connections broken, %d requests; flow table %d of %d entries; %d new flow entries, %d mid-flow misses",
-			flows, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), r.Broken, r.Conns, r.Requests,
+		t.Logf("%-11s %d SYNs in %s (%.0f/s); %d of %d busy and %d of %d idle connections broken, %d requests; flow table %d of %d entries; %d new flow entries, %d mid-flow misses",
+			flows, sent, took.Round(time.Millisecond), float64(sent)/took.Seconds(), r.Broken, r.Conns, idleBroken, len(idle), r.Requests,
 			entries, synFloodTable, after["note_ct_new"]-before["note_ct_new"], misses)
 		for _, e := range r.Errors {
 			t.Logf("%-11s   %s", flows, e)
@@ -93,17 +114,18 @@ func TestSYNFlood(t *testing.T) {
 		if sent < synFloodSYNs/10 {
 			t.Errorf("only %d SYNs sent: the flood shows nothing", sent)
 		}
-		if r.Broken != 0 {
-			t.Errorf("%s: the flood broke %d of %d established connections", flows, r.Broken, r.Conns)
+		if r.Broken != 0 || idleBroken != 0 {
+			t.Errorf("%s: the flood broke %d busy and %d idle established connections", flows, r.Broken, idleBroken)
 		}
 		switch flows {
 		case config.FlowsStateful:
 			if entries < synFloodTable*9/10 {
 				t.Errorf("the flood left the flow table at %d of %d entries, want it full", entries, synFloodTable)
 			}
-			if misses == 0 {
-				t.Error("no established flow lost its entry: the flood did not reach the table")
-			}
+			// Which established flows lose their entry depends on the
+			// kernel's LRU, which keeps entries referenced since the
+			// last rotation: busy flows mostly keep theirs, idle ones
+			// less so. Reported, not required.
 		default:
 			if entries != 0 || misses != 0 {
 				t.Errorf("a stateless service made %d flow entries and %d misses", entries, misses)

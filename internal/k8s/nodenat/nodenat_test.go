@@ -183,7 +183,8 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 	for _, s := range steps {
 		s.change()
 		rec.waitFor(t, s.want, waitTimeout)
-		if st := w.Stats(); !st.Synced || st.Entries != len(s.want) || st.LastError != "" {
+		st := settledStats(w, func(st Stats) bool { return st.Synced && st.Entries == len(s.want) && st.LastError == "" })
+		if !st.Synced || st.Entries != len(s.want) || st.LastError != "" {
 			t.Errorf("%s: stats %+v, want synced with %d entries", s.name, st, len(s.want))
 		}
 	}
@@ -325,7 +326,7 @@ func TestWatcherRetries(t *testing.T) {
 			t.Errorf("retry %d came after %v, want at least %v", i+1, gap, min)
 		}
 	}
-	if st := w.Stats(); !st.Synced || st.ApplyErrors != failures || st.Applies != 1 || st.LastError != "" || st.Entries != 1 {
+	if st := settledStats(w, func(st Stats) bool { return st.Applies == 1 }); !st.Synced || st.ApplyErrors != failures || st.Applies != 1 || st.LastError != "" || st.Entries != 1 {
 		t.Errorf("after recovering: stats %+v", st)
 	}
 }
@@ -375,4 +376,15 @@ func TestNew(t *testing.T) {
 	if _, err := New(ok); err != nil {
 		t.Errorf("valid options: %v", err)
 	}
+}
+
+// settledStats returns w's stats once done says they include the apply
+// the recorder saw, or after waitTimeout: the recorder sees an apply from
+// inside it, and the watcher counts it only once it returns.
+func settledStats(w *Watcher, done func(Stats) bool) Stats {
+	st := w.Stats()
+	for deadline := time.Now().Add(waitTimeout); !done(st) && time.Now().Before(deadline); st = w.Stats() {
+		time.Sleep(5 * time.Millisecond)
+	}
+	return st
 }
