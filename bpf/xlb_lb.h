@@ -362,14 +362,19 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
 
-	if (svc->flags & XLB_SVC_STATEFUL)
-		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode);
+	/* The flags come in the same load as the key's last word, and the
+	 * stateful path only after the stateless one's hash: tested early,
+	 * the branch kept more values alive over the hash and cost the
+	 * stateless path 2-3 ns in spills (docs/benchmarks.md). */
+	__u8 stateful = svc->flags & XLB_SVC_STATEFUL;
 
 	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);
 	__u32 slot = flow_slot(hash);
 	__u32 bid;
 	__be32 be_addr;
 
+	if (stateful)
+		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode);
 	if (mode == XLB_ENCAP_GUE_HINT)
 		return xlb_lb_chained(ctx, &p, data_end, hash, svc_id, slot);
 	if (table_pick(svc_id, slot, &bid, &be_addr))

@@ -403,9 +403,17 @@ func TestRouterMultipath(t *testing.T) {
 		t.Logf("node%d announces: route has %d next hop(s) after %v", k+1, k+1, d)
 	}
 
-	st, err := ReadStatus(context.Background(), rp.socket)
-	if err != nil {
-		t.Fatal(err)
+	// The router records a route in its status right after it installs
+	// it in the FIB, which the wait above watched: poll a moment.
+	var st Status
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if st, err = ReadStatus(context.Background(), rp.socket); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Routes) == 1 && slices.Equal(st.Routes[0].Nexthops, nodes(1, 2, 3)) || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(st.Peers) != 3 {
 		t.Errorf("status: %d peers, want 3: %+v", len(st.Peers), st.Peers)
