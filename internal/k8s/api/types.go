@@ -35,6 +35,12 @@ const (
 	// AnnotationForwarding is the forwarding mode of the Service's
 	// ports: dsr-ipip (default) or dsr-gue.
 	AnnotationForwarding = "xlb.io/forwarding"
+	// AnnotationFlows is what keeps the Service's established
+	// connections on their pod when the endpoints change: stateless
+	// (default) or stateful (a flow table on each xlb node; see
+	// docs/connection-survival.md). Daisy chaining needs the node
+	// program to look into the pods' sockets, which it does not yet.
+	AnnotationFlows = "xlb.io/flows"
 	// AnnotationAllocatedFrom records, on a Service with an address,
 	// the pool it came from; the controller writes it.
 	AnnotationAllocatedFrom = "xlb.io/allocated-from"

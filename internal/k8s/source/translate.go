@@ -140,6 +140,22 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 				continue
 			}
 		}
+		var flows config.Flows
+		if v, ok := svc.Annotations[api.AnnotationFlows]; ok {
+			switch f := config.Flows(strings.TrimSpace(v)); f {
+			case config.FlowsStateless:
+			case config.FlowsStateful:
+				flows = f
+			case config.FlowsDaisyChain:
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: daisy chaining is not available for pods yet (the node program does not look into their sockets); the Service is not served until it is corrected", api.AnnotationFlows),
+					fmt.Sprintf("set the annotation %s to stateful to keep connections on their pod through endpoint changes, or remove it", api.AnnotationFlows)})
+				continue
+			default:
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
+					fmt.Sprintf("set the annotation %s to stateless or stateful, or remove it for stateless", api.AnnotationFlows)})
+				continue
+			}
+		}
 		eps := c.slices(svc.Namespace, svc.Name)
 		for _, port := range svc.Spec.Ports {
 			var proto config.Protocol
@@ -169,6 +185,7 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 				Port:           uint16(port.Port),
 				Protocol:       proto,
 				Forwarding:     fwd,
+				Flows:          flows,
 				TranslatePorts: true,
 				Backends:       backends,
 			})

@@ -195,7 +195,11 @@ func summary(cfg *config.Config) []string {
 		for _, b := range s.Backends {
 			bs = append(bs, fmt.Sprintf("%s:%d/%d", b.Address, b.Port, b.Weight))
 		}
-		out = append(out, fmt.Sprintf("%s %s %s %s", s.Name, s.VIP, s.Forwarding, strings.Join(bs, ",")))
+		fwd := string(s.Forwarding)
+		if s.Flows != "" {
+			fwd += "," + string(s.Flows)
+		}
+		out = append(out, fmt.Sprintf("%s %s %s %s", s.Name, s.VIP, fwd, strings.Join(bs, ",")))
 	}
 	return out
 }
@@ -315,6 +319,23 @@ func TestServices(t *testing.T) {
 			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "bad", "bad-1", web, endpoint(condReady, "10.244.1.2"))}},
 			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-gue 10.244.1.2:8080/1"},
 			problems: []string{`Service default/bad: annotation xlb.io/forwarding: "nat" is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected`},
+		},
+		{
+			name: "flows annotation",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", withAnnotation(api.AnnotationFlows, "stateful")),
+				service("default", "plain", withIngress("10.99.0.4"), withAnnotation(api.AnnotationFlows, "stateless")),
+				service("default", "chain", withIngress("10.99.0.3"), withAnnotation(api.AnnotationFlows, "daisy-chain")),
+				service("default", "bad", withIngress("10.99.0.5"), withAnnotation(api.AnnotationFlows, "sticky")),
+			}, slices: []*discoveryv1.EndpointSlice{readyWeb,
+				endpointSlice("default", "plain", "plain-1", web, endpoint(condReady, "10.244.1.2")),
+				endpointSlice("default", "chain", "chain-1", web, endpoint(condReady, "10.244.1.2")),
+				endpointSlice("default", "bad", "bad-1", web, endpoint(condReady, "10.244.1.2"))}},
+			want: []string{"default/plain:80/tcp 10.99.0.4 dsr-ipip 10.244.1.2:8080/1", "default/web:80/tcp 10.99.0.1 dsr-ipip,stateful 10.244.1.2:8080/1"},
+			problems: []string{
+				`Service default/bad: annotation xlb.io/flows: "sticky" is not a flows mode (stateless or stateful); the Service is not served until it is corrected`,
+				`Service default/chain: annotation xlb.io/flows: daisy chaining is not available for pods yet (the node program does not look into their sockets); the Service is not served until it is corrected`,
+			},
 		},
 		{
 			name: "two Services claim one VIP and port: the older keeps it",
