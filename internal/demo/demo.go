@@ -20,8 +20,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/internal/survival"
 )
 
 // Defaults and limits of Options.
@@ -82,7 +84,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo needs root: it creates network namespaces and attaches XDP programs (run it with sudo, or `make demo`)")
 	}
-	d := &run{o: o, out: &printer{w: o.Out, total: 8}}
+	d := &run{o: o, out: &printer{w: o.Out, total: 9}}
 	start := time.Now()
 	d.out.printf("xlb demo in lab %q: 1 client, a router, 3 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
 	d.out.printf("Each xlb node announces the VIPs over BGP to the router (embedded, with BFD), which spreads\n")
@@ -112,6 +114,7 @@ func Run(ctx context.Context, o Options) (err error) {
 		if err == nil {
 			d.out.printf("\nPASS in %s: every request was answered; all %d backends served; replies bypassed the\n", since(start), len(p.Backends))
 			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share;\n", p.Backends[len(p.Backends)-1].Name)
+			d.out.printf("connections open while a backend left and came back survived with daisy chaining;\n")
 			d.out.printf("a node that left gracefully and came back, and a hung node, failed no request; the hung node\n")
 			d.out.printf("left the router's route within the BFD detection time.\n")
 		}
@@ -120,7 +123,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	d.out.line("%s %s -> router %s -> %s (ECMP) -> %s", p.Clients[0].Name, p.Clients[0].Addr, p.Router,
 		hostList(p.Nodes, true), hostList(p.Backends, false)+fmt.Sprintf(" (%s)", addrRange(p.Backends)))
 
-	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.removeBackend, d.nodeLeaves, d.nodeHangs} {
+	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.survive, d.removeBackend, d.nodeLeaves, d.nodeHangs} {
 		if err := s(ctx); err != nil {
 			return d.out.fail(err)
 		}
@@ -476,6 +479,89 @@ func (d *run) udp(ctx context.Context) error {
 	d.out.line("answers per backend: %s", strings.Join(parts, ", "))
 	d.out.line("GUE wraps each datagram in UDP to the backend; the backend's echo answers from the VIP,")
 	d.out.line("which a client expects of the address it sent to.")
+	return nil
+}
+
+// surviveConns is how many persistent connections each service of the
+// survival step keeps busy.
+const surviveConns = 60
+
+// survive shows daisy chaining: persistent connections to a daisy-chained
+// service and to the plain web service stay busy while a backend leaves
+// both and comes back. Every connection of the daisy-chained one must
+// survive; the plain one loses those on the backend that left.
+func (d *run) survive(ctx context.Context) error {
+	leaving := d.p.Backends[1]
+	web := d.services[0]
+	chained := labrun.Service{Name: "web-chained", VIP: d.p.VIPs[1], Port: web.Port, Protocol: web.Protocol,
+		Forwarding: config.DSRGUE, Flows: config.FlowsDaisyChain, Backends: slices.Clone(web.Backends)}
+	d.out.step(fmt.Sprintf("Connections survive %s leaving and coming back: %d persistent connections each to web (%s) and web-chained (%s, daisy chaining)",
+		leaving.Name, surviveConns, web.Target(), chained.Target()))
+	services := append(slices.Clone(d.services), chained)
+	if _, err := labrun.Reconfigure(ctx, d.p, services); err != nil {
+		return fmt.Errorf("add web-chained: %w", err)
+	}
+	plain := survival.NewLoad(ctx, d.p, web.Target(), survival.DefaultEvery)
+	defer plain.Stop()
+	chain := survival.NewLoad(ctx, d.p, chained.Target(), survival.DefaultEvery)
+	defer chain.Stop()
+	if err := plain.Open(surviveConns); err != nil {
+		return err
+	}
+	if err := chain.Open(surviveConns); err != nil {
+		return err
+	}
+	time.Sleep(time.Second)
+	before, err := survival.ChainedPackets(d.p)
+	if err != nil {
+		return err
+	}
+	// As a deployment tool would, the new configuration records the set
+	// it replaces, so every node names the same previous owners.
+	change := func(what string, backends []netip.Addr) error {
+		services = slices.Clone(services)
+		services[len(services)-1].History = append(slices.Clone(services[len(services)-1].History),
+			labrun.Generation{Until: time.Now(), Backends: services[len(services)-1].Backends})
+		for i := range services {
+			services[i].Backends = backends
+		}
+		if _, err := labrun.Reconfigure(ctx, d.p, services); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		d.out.line("%s", what)
+		time.Sleep(2 * time.Second)
+		return nil
+	}
+	without := slices.DeleteFunc(slices.Clone(web.Backends), func(a netip.Addr) bool { return a == leaving.Addr })
+	if err := change(fmt.Sprintf("%s left both services (it keeps running, as a drained server does)", leaving.Name), without); err != nil {
+		return err
+	}
+	// Back in the same second would make two history entries end at
+	// the same time.
+	time.Sleep(time.Second)
+	if err := change(leaving.Name+" is back", web.Backends); err != nil {
+		return err
+	}
+	after, err := survival.ChainedPackets(d.p)
+	if err != nil {
+		return err
+	}
+	p, c := plain.Stop(), chain.Stop()
+	d.out.blank()
+	t := d.out.table()
+	t.row("SERVICE", "FLOWS", "CONNECTIONS", "BROKEN", "REQUESTS")
+	t.row("web", "stateless", fmt.Sprint(p.Conns), fmt.Sprint(p.Broken), fmt.Sprint(p.Requests))
+	t.row("web-chained", "daisy-chain", fmt.Sprint(c.Conns), fmt.Sprint(c.Broken), fmt.Sprint(c.Requests))
+	t.flush()
+	d.out.line("the backends handed %d packets of connections they did not hold on to the slot's previous owner.", after-before)
+	if c.Broken > 0 {
+		return fmt.Errorf("daisy chaining broke %d of %d connections: %s", c.Broken, c.Conns, strings.Join(c.Errors, "; "))
+	}
+	if _, err := labrun.Reconfigure(ctx, d.p, d.services); err != nil {
+		return fmt.Errorf("remove web-chained: %w", err)
+	}
+	d.out.line("plain Maglev moved the connections on %s's slots to backends that never saw them (reset);", leaving.Name)
+	d.out.line("with daisy chaining the new owner hands them back (docs/connection-survival.md).")
 	return nil
 }
 

@@ -66,9 +66,11 @@ func TestDemo(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"[6/8] Remove be4",
-		"[7/8] node2 leaves gracefully",
-		"[8/8] node3 hangs",
+		"[6/9] Connections survive be2 leaving and coming back",
+		"web-chained  daisy-chain  60           0",
+		"[7/9] Remove be4",
+		"[8/9] node2 leaves gracefully",
+		"[9/9] node3 hangs",
 		"direct server return",
 		"Tearing down lab \"" + demoPrefix + "\" ... ok",
 		"PASS in ",
@@ -104,7 +106,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var seen bytes.Buffer
 	sc := bufio.NewScanner(io.TeeReader(stdout, &seen))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[3/8]") {
+		if strings.Contains(sc.Text(), "[3/9]") {
 			break
 		}
 	}
