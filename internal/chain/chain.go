@@ -43,7 +43,8 @@ type Hint struct {
 // Hints returns a hint for each slot of current, a table of m slots given
 // as the key of each slot's owner ("" for a slot without one), and the
 // table's generation: the end of the newest past set (zero without a
-// history). past may be in any order; it is not modified.
+// history). past may be in any order, but for sets that ended in the
+// same second, which count in the order given; it is not modified.
 //
 // A slot's previous owner is its owner in the newest past table where it
 // differs from the current one, and the slot changed when that table
@@ -59,9 +60,13 @@ func Hints(current []string, past []Past, m uint32) ([]Hint, time.Time, error) {
 	if len(past) == 0 {
 		return hints, time.Time{}, nil
 	}
+	// Newest first. Sets that ended in the same second (an agent's own
+	// record of two quick changes) count in the order given: the later
+	// one is the newer.
 	byAge := slices.Clone(past)
-	slices.SortFunc(byAge, func(a, b Past) int { return b.Until.Compare(a.Until) }) // newest first
-	open := int(m)                                                                  // slots with fewer than Depth previous owners
+	slices.Reverse(byAge)
+	slices.SortStableFunc(byAge, func(a, b Past) int { return b.Until.Compare(a.Until) })
+	open := int(m) // slots with fewer than Depth previous owners
 	for _, p := range byAge {
 		if open == 0 {
 			break

@@ -193,3 +193,16 @@ func TestEveryEarlierOwnerNamed(t *testing.T) {
 		t.Errorf("no slot has %d earlier owners: the test shows nothing about the depth", Depth)
 	}
 }
+
+// Two sets that ended in the same second (an agent's own record of two
+// quick changes) count in the order given: the later one is the newer.
+func TestSameSecond(t *testing.T) {
+	first, second := set("a", "b", "c"), set("a", "b")
+	h, _ := hints(t, set("a"), Past{Until: t0, Backends: first}, Past{Until: t0, Backends: second})
+	want, _ := hints(t, set("a"), Past{Until: t0.Add(-time.Second), Backends: first}, Past{Until: t0, Backends: second})
+	for i := range h {
+		if h[i].Prev != want[i].Prev {
+			t.Fatalf("slot %d: %v, want %v: sets that ended in the same second are not taken in the order given", i, h[i].Prev, want[i].Prev)
+		}
+	}
+}
