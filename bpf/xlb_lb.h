@@ -362,10 +362,10 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
 
-	/* The flags come in the same load as the key's last word, and the
-	 * stateful path only after the stateless one's hash: tested early,
-	 * the branch kept more values alive over the hash and cost the
-	 * stateless path 2-3 ns in spills (docs/benchmarks.md). */
+	/* The stateful path is taken only after the stateless one's hash:
+	 * tested before it, the branch kept more values alive over the hash
+	 * and cost the stateless path about 1 ns more in spills (measured
+	 * with bench/lbbench; the flag's own load costs nothing measurable). */
 	__u8 stateful = svc->flags & XLB_SVC_STATEFUL;
 
 	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);
