@@ -446,7 +446,7 @@ func (a *Agent) Status() (*api.Status, error) {
 	for _, s := range cfg.Services {
 		out := api.Service{
 			Name: s.Name, VIP: s.VIP, Port: s.Port,
-			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Flows: flowsName(s.Flows),
+			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Flows: s.Flows.Name(),
 			State:    api.StateUp,
 			Backends: make([]api.Backend, 0, len(s.Backends)),
 		}
@@ -534,12 +534,4 @@ func stampOf(path string) stamp {
 		s.ino, s.dev = st.Ino, st.Dev
 	}
 	return s
-}
-
-// flowsName is a flows mode as status shows it: stateless by name.
-func flowsName(f config.Flows) string {
-	if f == "" {
-		return string(config.FlowsStateless)
-	}
-	return string(f)
 }

@@ -44,6 +44,15 @@ const (
 	FlowsStateful Flows = "stateful"
 )
 
+// Name is the mode as the documentation and status name it: stateless
+// for the zero value.
+func (f Flows) Name() string {
+	if f == "" {
+		return string(FlowsStateless)
+	}
+	return string(f)
+}
+
 // MaxHistory is how many earlier backend sets a daisy-chained service
 // may list; the agent keeps as many of those it saw itself.
 const MaxHistory = 8

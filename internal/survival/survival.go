@@ -94,10 +94,7 @@ func Run(ctx context.Context, p lab.Plan, flows config.Flows, opts Options) (Res
 		Flows: flows, Backends: r.all}
 	defer r.stopAll()
 	res, err := r.sequence(opts)
-	res.Flows = string(flows)
-	if res.Flows == "" {
-		res.Flows = string(config.FlowsStateless)
-	}
+	res.Flows = flows.Name()
 	return res, err
 }
 
@@ -127,7 +124,7 @@ func (r *run) sequence(opts Options) (Result, error) {
 		}
 		chained = now
 		steps = append(steps, Step{What: what})
-		r.logf("%s: %s", r.flowsName(), what)
+		r.logf("%s: %s", r.flows.Name(), what)
 		return nil
 	}
 	if err := r.start(r.p.Nodes[0]); err != nil {
@@ -183,13 +180,6 @@ func (r *run) sequence(opts Options) (Result, error) {
 		res.Chained += s.Chained
 	}
 	return res, nil
-}
-
-func (r *run) flowsName() string {
-	if r.flows == "" {
-		return string(config.FlowsStateless)
-	}
-	return string(r.flows)
 }
 
 // reconfigure makes backends the service's, as a deployment tool would:
