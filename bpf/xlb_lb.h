@@ -214,32 +214,6 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	return 0;
 }
 
-/* The daisy-chain hint of service svc_id's slot, in wire order; zero
- * where the service has no chain or a lookup fails: a hint is advice, and
- * its absence never costs the packet. */
-static __always_inline void chain_hint(__u32 svc_id, __u32 slot, struct xlb_gue_hint *hint)
-{
-	__u32 last = table_size;
-	struct chain_entry *e;
-
-	hint->prev = 0;
-	hint->prev2 = 0;
-	hint->changed = 0;
-	hint->generation = 0;
-	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
-	if (!chain)
-		return;
-	e = bpf_map_lookup_elem(chain, &slot);
-	if (e) {
-		hint->prev = e->prev;
-		hint->prev2 = e->prev2;
-		hint->changed = bpf_htonl(e->changed);
-	}
-	e = bpf_map_lookup_elem(chain, &last);
-	if (e)
-		hint->generation = bpf_htonl(e->changed);
-}
-
 /* hash * size / 2^32 spreads the hash over the table like a modulo,
  * without a division (Lemire's fast range reduction). */
 static __always_inline __u32 flow_slot(__u32 hash)
@@ -248,19 +222,15 @@ static __always_inline __u32 flow_slot(__u32 hash)
 }
 
 /* Forward to the chosen backend in the service's encapsulation: one
- * inlined copy of xlb_forward per mode. */
+ * inlined copy of xlb_forward per mode. Daisy-chained services take
+ * xlb_lb_chained instead, and are never stateful (the control plane
+ * refuses it); a slot that said both anyway would go out as plain GUE,
+ * which backends take as a packet without a hint. */
 static __always_inline int xlb_encap_forward(struct xdp_md *ctx, struct pkt *p, void *data_end,
-					     __u32 bid, __be32 be_addr, __u32 hash, __u32 svc_id,
-					     __u32 slot, __u8 mode, int orphan)
+					     __u32 bid, __be32 be_addr, __u32 hash, __u8 mode, int orphan)
 {
-	if (mode == XLB_ENCAP_GUE)
+	if (encap_is_gue(mode))
 		return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE, 0, orphan);
-	if (mode == XLB_ENCAP_GUE_HINT) {
-		struct xlb_gue_hint hint;
-
-		chain_hint(svc_id, slot, &hint);
-		return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE_HINT, &hint, orphan);
-	}
 	return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_IPIP, 0, orphan);
 }
 
@@ -305,7 +275,7 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 
 	if (ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan))
 		return drop(XLB_DROP_NO_BACKEND);
-	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, hash, svc_id, slot, mode, orphan);
+	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, hash, mode, orphan);
 }
 
 static __always_inline int xlb_lb(struct xdp_md *ctx)
@@ -379,7 +349,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		return xlb_lb_chained(ctx, &p, data_end, hash, svc_id, slot);
 	if (table_pick(svc_id, slot, &bid, &be_addr))
 		return drop(XLB_DROP_NO_BACKEND);
-	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, hash, svc_id, slot, mode, 0);
+	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, hash, mode, 0);
 }
 
 #endif
