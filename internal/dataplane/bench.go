@@ -115,18 +115,10 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	frame := benchFrame(vip)
 	results := make(map[string]*BenchResult)
 	err = netns.Do(ns, func() error {
-		// One CPU for the whole run: no migration between rounds, and
-		// the per-CPU next-hop cache stays warm as on a NIC queue.
-		var cpus unix.CPUSet
-		cpus.Set(runtime.NumCPU() - 1)
-		if err := unix.SchedSetaffinity(0, &cpus); err != nil {
-			return fmt.Errorf("pin the benchmark to a CPU: %w", err)
-		}
-		iface, err := net.InterfaceByName("veth0")
+		idx, err := benchThread()
 		if err != nil {
 			return err
 		}
-		idx := uint32(iface.Index)
 		for _, name := range benchOrder {
 			v, _, out, err := testRunXDP(progs[name].FD(), frame, idx, 1)
 			if err != nil {
@@ -237,4 +229,21 @@ func benchFrame(vip netip.Addr) []byte {
 	tcp[12] = 5 << 4
 	tcp[13] = 0x18
 	return f
+}
+
+// benchThread pins the calling thread, inside a benchmark's namespace, to
+// one CPU for the whole run (no migration between rounds, and the per-CPU
+// next-hop cache stays warm as on a NIC queue), and returns the index of
+// the namespace's veth0, the test runs' ingress interface.
+func benchThread() (uint32, error) {
+	var cpus unix.CPUSet
+	cpus.Set(runtime.NumCPU() - 1)
+	if err := unix.SchedSetaffinity(0, &cpus); err != nil {
+		return 0, fmt.Errorf("pin the benchmark to a CPU: %w", err)
+	}
+	iface, err := net.InterfaceByName("veth0")
+	if err != nil {
+		return 0, err
+	}
+	return uint32(iface.Index), nil
 }

@@ -10,14 +10,12 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
-	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/netns"
 )
@@ -165,17 +163,10 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 
 	results := make([]DecapBenchResult, len(cases))
 	err = netns.Do(ns, func() error {
-		// One CPU for the whole run, as in RunBenchmark.
-		var cpus unix.CPUSet
-		cpus.Set(runtime.NumCPU() - 1)
-		if err := unix.SchedSetaffinity(0, &cpus); err != nil {
-			return fmt.Errorf("pin the benchmark to a CPU: %w", err)
-		}
-		iface, err := net.InterfaceByName("veth0")
+		idx, err := benchThread()
 		if err != nil {
 			return err
 		}
-		idx := uint32(iface.Index)
 		for i, c := range cases {
 			// The program itself, unwrapped, once: the wrapper must not
 			// change its verdict.
