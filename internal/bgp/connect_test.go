@@ -42,10 +42,13 @@ func TestFirstConnectIsImmediate(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("Start to established: %s", time.Since(started).Round(time.Millisecond))
-	// The router sees the node itself, not the relay.
-	if st := router.peerState(t, nodeIP); st != api.PeerState_SESSION_STATE_ESTABLISHED {
-		t.Errorf("router's session with %s: %v", nodeIP, st)
-	}
+	// The router sees the node itself, not the relay. It is established
+	// once the node's KEEPALIVE answers its OPEN, a moment after the node
+	// is.
+	waitFor(t, time.Second, "the router's session with the node", func() (bool, string) {
+		st := router.peerState(t, nodeIP)
+		return st == api.PeerState_SESSION_STATE_ESTABLISHED, st.String()
+	})
 	vip := mustPrefix("10.99.3.1/32")
 	if err := sp.Announce(vip, Attributes{}); err != nil {
 		t.Fatal(err)
