@@ -238,34 +238,60 @@ static __always_inline int chain_fresh(__u32 changed)
 	return now < (__u64)changed + cfg->window_s;
 }
 
-/* Whether a local socket takes the packet: a connection in any state
- * (established, being opened, in time-wait), or a listener when the
- * packet is the ACK of a SYN cookie the listener sent. Returns the
- * chain_stat that delivers it, or CHAIN_STAT_MAX. inner and th lie
- * within the packet (checked by the caller). */
-static __always_inline __u32 chain_local_socket(struct xdp_md *ctx, struct iphdr *inner,
-						 struct chain_tcphdr *th)
+/* Whether a local socket takes the packet iph/th (a connection in any
+ * state: established, being opened, in time-wait), or a listener when the
+ * packet is the ACK of a SYN cookie the listener sent. netns is the
+ * network namespace to look in: BPF_F_CURRENT_NETNS for this host's own,
+ * or the ID of a pod's. iph and th may lie in the packet (checked by the
+ * caller) or on the stack. Returns the chain_stat that delivers the
+ * packet, or CHAIN_STAT_MAX. */
+static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
+					  struct chain_tcphdr *th, __u64 netns)
 {
 	struct bpf_sock_tuple t = {};
 	struct bpf_sock *sk;
 	__u32 stat = CHAIN_STAT_MAX;
 
-	t.ipv4.saddr = inner->saddr;
-	t.ipv4.daddr = inner->daddr;
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
 	t.ipv4.sport = th->source;
 	t.ipv4.dport = th->dest;
-	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), BPF_F_CURRENT_NETNS, 0);
+	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), netns, 0);
 	if (!sk)
 		return stat;
 	if (sk->state != BPF_TCP_LISTEN) {
 		stat = CHAIN_SOCKET;
 	} else if ((th->flags & (TCP_FLAG_ACK | TCP_FLAG_SYN | TCP_FLAG_RST)) == TCP_FLAG_ACK &&
 		   /* The cookie check reads the fixed TCP header only. */
-		   bpf_tcp_check_syncookie(sk, inner, sizeof(*inner), (void *)th, sizeof(*th)) == 0) {
+		   bpf_tcp_check_syncookie(sk, iph, sizeof(*iph), (void *)th, sizeof(*th)) == 0) {
 		stat = CHAIN_SYNCOOKIE;
 	}
 	bpf_sk_release(sk);
 	return stat;
+}
+
+/* Whether local pod `pod` holds the connection of the packet inner/th
+ * (to VIP:port), looked up as the pod sees it once translated:
+ * client -> pod:targetPort, in the pod's network namespace. CHAIN_STAT_MAX
+ * when it does not, and when that cannot be known: no translation of the
+ * VIP:port to the pod, or no network namespace ID for it. */
+static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *inner,
+					      struct chain_tcphdr *th, __be32 pod)
+{
+	struct nat_svc_key k = {.vip = inner->daddr, .pod = pod, .port = th->dest, .proto = IPPROTO_TCP};
+	__be16 *target = bpf_map_lookup_elem(&nat_svcs, &k);
+	__u32 *netns = bpf_map_lookup_elem(&nat_pod_netns, &pod);
+	struct chain_tcphdr pth;
+	struct iphdr piph;
+
+	if (!target || !netns)
+		return CHAIN_STAT_MAX;
+	/* The SYN cookie, too, was computed over the translated addresses. */
+	__builtin_memcpy(&piph, inner, sizeof(piph));
+	__builtin_memcpy(&pth, th, sizeof(pth));
+	piph.daddr = pod;
+	pth.dest = *target;
+	return chain_socket(ctx, &piph, &pth, *netns);
 }
 
 /* Send the still encapsulated packet on to prev, from the host address it
@@ -332,31 +358,56 @@ static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth,
 	return bpf_redirect(fib.ifindex, 0);
 }
 
+/* The TCP header of an inner packet whose hint the decision reads, or 0:
+ * no hint at all (an LB instance sends a zero hint for a service without
+ * a chain, or when its lookup fails), a fragment, or a header that the
+ * frame or the inner datagram does not hold (the stack judges it). */
+static __always_inline struct chain_tcphdr *chain_tcp(struct iphdr *ip, struct gue_hint *hint,
+						      struct iphdr *inner, __u32 inner_len,
+						      void *data_end)
+{
+	struct udphdr *udp = (void *)(ip + 1);
+	__u32 ihl = inner->ihl * 4;
+	struct chain_tcphdr *th;
+
+	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
+		return 0;
+	if (!hint->prev && !hint->prev2 && !hint->generation)
+		return 0;
+	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return 0;
+	th = (void *)inner + ihl;
+	if ((void *)(th + 1) > data_end || ihl + sizeof(*th) > inner_len)
+		return 0;
+	return th;
+}
+
+/* A hinted packet no socket takes, and no previous owner either: dropped
+ * when an LB instance with a newer table of the service has been heard
+ * from (generation 0 means unknown, never stale), else delivered for the
+ * stack to answer. */
+static __always_inline int chain_no_owner(__u32 gen, __u32 newest, __u32 inner_len)
+{
+	if (gen && gen < newest) {
+		chain_count(CHAIN_STALE_DROP, 0);
+		return XDP_DROP;
+	}
+	chain_count(CHAIN_NO_SOCKET, inner_len);
+	return CHAIN_DELIVER;
+}
+
 /* The hint's decision for an inner TCP packet to a local VIP: deliver it
- * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. An
- * inner packet whose TCP header the frame does not hold is delivered, as
- * without a hint: the stack judges it. Generation 0 means unknown (an LB
- * instance sends a zero hint for a service without a chain, or when its
- * lookup fails): it is never stale, and a zero hint is no hint at all. */
+ * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. */
 static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
 					struct gue_hint *hint, struct iphdr *inner, __u32 inner_len,
 					void *data_end)
 {
-	struct udphdr *udp = (void *)(ip + 1);
-	struct chain_tcphdr *th;
-	__u32 ihl = inner->ihl * 4, newest, gen, stat;
+	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	__u32 newest, gen, stat;
 	__be32 prev, next;
 
-	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
+	if (!th)
 		return CHAIN_DELIVER;
-	if (!hint->prev && !hint->prev2 && !hint->generation)
-		return CHAIN_DELIVER;
-	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-		return CHAIN_DELIVER;
-	th = (void *)inner + ihl;
-	if ((void *)(th + 1) > data_end || ihl + sizeof(*th) > inner_len)
-		return CHAIN_DELIVER;
-
 	gen = bpf_ntohl(hint->generation);
 	newest = gen ? chain_newest_gen(inner->daddr, th->dest, gen) : 0;
 
@@ -364,7 +415,7 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 		chain_count(CHAIN_SYN, inner_len);
 		return CHAIN_DELIVER;
 	}
-	stat = chain_local_socket(ctx, inner, th);
+	stat = chain_socket(ctx, inner, th, BPF_F_CURRENT_NETNS);
 	if (stat != CHAIN_STAT_MAX) {
 		chain_count(stat, inner_len);
 		return CHAIN_DELIVER;
@@ -380,13 +431,68 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 			prev = 0;
 	}
 	if (prev && chain_fresh(bpf_ntohl(hint->changed)))
-		return chain_forward(ctx, eth, ip, udp, hint, prev, next);
-	if (gen && gen < newest) {
-		chain_count(CHAIN_STALE_DROP, 0);
-		return XDP_DROP;
+		return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, next);
+	return chain_no_owner(gen, newest, inner_len);
+}
+
+/* The same decision for an inner TCP packet tunnelled to local pod *pod
+ * (Kubernetes mode), where the sockets are the pods', each in its own
+ * network namespace, and a previous owner may be another pod of this
+ * node. A previous owner here that holds the connection gets it at once:
+ * *pod becomes that pod, and the caller translates for it (counted as
+ * chained). One elsewhere gets the packet through the fabric, as in the
+ * host mode. A pod whose network namespace is unknown is never chained:
+ * its packet is delivered without a count, as without a hint. */
+static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *eth,
+					    struct iphdr *ip, struct gue_hint *hint,
+					    struct iphdr *inner, __u32 inner_len, void *data_end,
+					    __be32 *pod)
+{
+	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	__u32 newest, gen, stat;
+	__be32 prev, prev2;
+
+	if (!th)
+		return CHAIN_DELIVER;
+	gen = bpf_ntohl(hint->generation);
+	newest = gen ? chain_newest_gen(inner->daddr, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
 	}
-	chain_count(CHAIN_NO_SOCKET, inner_len);
-	return CHAIN_DELIVER;
+	if (!bpf_map_lookup_elem(&nat_pod_netns, pod))
+		return CHAIN_DELIVER;
+	stat = chain_pod_socket(ctx, inner, th, *pod);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	prev = hint->prev;
+	prev2 = hint->prev2;
+	if (!chain_fresh(bpf_ntohl(hint->changed)))
+		return chain_no_owner(gen, newest, inner_len);
+	/* The hint never names the current owner; this host is skipped all
+	 * the same, as in the host mode. */
+	if (prev && prev != *pod && !bpf_map_lookup_elem(&host_addrs, &prev)) {
+		if (!bpf_map_lookup_elem(&nat_pods, &prev))
+			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, prev2);
+		if (chain_pod_socket(ctx, inner, th, prev) != CHAIN_STAT_MAX) {
+			chain_count(CHAIN_CHAINED, inner_len);
+			*pod = prev;
+			return CHAIN_DELIVER;
+		}
+	}
+	if (prev2 && prev2 != *pod && !bpf_map_lookup_elem(&host_addrs, &prev2)) {
+		if (!bpf_map_lookup_elem(&nat_pods, &prev2))
+			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev2, 0);
+		if (chain_pod_socket(ctx, inner, th, prev2) != CHAIN_STAT_MAX) {
+			chain_count(CHAIN_CHAINED, inner_len);
+			*pod = prev2;
+			return CHAIN_DELIVER;
+		}
+	}
+	return chain_no_owner(gen, newest, inner_len);
 }
 
 /* Frames that are not a tunnel to this host or a local pod reach the
@@ -475,7 +581,16 @@ int xlb_decap(struct xdp_md *ctx)
 		return drop_malformed(to_pod);
 
 	if (to_pod) {
-		int r = nat_forward(data_end, inner, ip->daddr);
+		__be32 pod = ip->daddr;
+		int r;
+
+		if (hint && inner->protocol == IPPROTO_TCP) {
+			int v = chain_decide_pod(ctx, eth, ip, hint, inner, inner_len, data_end, &pod);
+
+			if (v != CHAIN_DELIVER)
+				return v;
+		}
+		r = nat_forward(data_end, inner, pod);
 
 		if (r != NAT_FWD && r != NAT_FWD_ICMP) {
 			nat_count(r, 0);

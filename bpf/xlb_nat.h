@@ -73,6 +73,17 @@ struct {
 	__type(value, __u8);
 } nat_pods SEC(".maps");
 
+/* Local pods -> the ID of their network namespace as the node's namespace
+ * knows it (the link-netnsid of the pod's veth), where daisy chaining
+ * looks for a pod's sockets. A pod without an entry is never chained:
+ * its packets are translated and delivered as without a hint. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XLB_NAT_MAX_PODS);
+	__type(key, __be32);
+	__type(value, __u32);
+} nat_pod_netns SEC(".maps");
+
 /* (VIP, port, protocol, pod) -> target port (network order). */
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);

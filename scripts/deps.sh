@@ -24,6 +24,15 @@ declare -A need=(
 	# etcd for the Kubernetes control plane the tests start (internal/k8stest
 	# runs its own etcd on loopback ports; no host etcd service is wanted).
 	[etcd-server]=/usr/bin/etcd
+	# What `make bench` (bench/httpbench, bench/pktbench) compares xlb
+	# with, each started by the bench inside a namespace: nginx as the
+	# backends and as an L4 (stream) proxy, HAProxy in TCP mode, and
+	# nftables and iptables DNAT.
+	[nginx-light]=/usr/sbin/nginx
+	[libnginx-mod-stream]=/usr/lib/nginx/modules/ngx_stream_module.so
+	[haproxy]=/usr/sbin/haproxy
+	[nftables]=/usr/sbin/nft
+	[iptables]=/usr/sbin/iptables
 )
 missing=()
 for pkg in "${!need[@]}"; do
@@ -37,7 +46,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	echo "deps: installing ${missing[*]}"
 	export DEBIAN_FRONTEND=noninteractive
 	apt-get update -qq
-	# The lab and the tests run their own daemons (frr, gobgpd, bird,
+	# The lab, the tests and the benches run their own daemons (frr, gobgpd, bird, nginx, haproxy,
 	# etcd) inside namespaces or on loopback ports; none may start on the
 	# host. A policy-rc.d that refuses every start does that for
 	# invoke-rc.d and for deb-systemd-invoke alike (RUNLEVEL=1 only for
@@ -56,7 +65,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 	[ "$status" -eq 0 ] || exit "$status"
 	# Disabled as well, so that a reboot does not start them either.
 	if [ -d /run/systemd/system ]; then
-		for unit in frr gobgpd bird etcd; do
+		for unit in frr gobgpd bird etcd nginx haproxy; do
 			case " ${missing[*]} " in
 			*" ${unit}"*) systemctl disable --now "$unit.service" >/dev/null 2>&1 || true ;;
 			esac

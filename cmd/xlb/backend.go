@@ -228,6 +228,9 @@ func runNodeBackend(o nodeBackendOptions) error {
 	nb := &nodeBackend{opts: o.setup, log: log}
 	w, err := nodenat.New(nodenat.Options{
 		Client: client, Node: o.node, ServeClassless: o.classless, LocalAddrs: local, Apply: nb.apply, Log: log,
+		// Pods that leave a Service keep their translations for the
+		// chain window: daisy chaining sends their connections on to them.
+		Linger: o.setup.ChainWindow,
 	})
 	if err != nil {
 		return err
@@ -298,11 +301,13 @@ func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
 		}
 		b.setUp, b.replyAttached = true, len(entries) > 0
 		attrs := []any{"interface", o.Interface, "xdpMode", res.Mode, "pinPath", res.PinPath,
-			"translations", len(entries), "added", res.NAT.Added, "changed", res.NAT.Updated, "removed", res.NAT.Removed}
-		if len(o.VIPs) > 0 { // daisy chaining applies to the VIPs on lo only
-			attrs = append(attrs, "chainWindow", o.ChainWindow.String(), "forwardingTurnedOn", res.ForwardingOn)
+			"translations", len(entries), "added", res.NAT.Added, "changed", res.NAT.Updated, "removed", res.NAT.Removed,
+			"chainWindow", o.ChainWindow.String()}
+		if len(o.VIPs) > 0 {
+			attrs = append(attrs, "forwardingTurnedOn", res.ForwardingOn)
 		}
 		b.log.Info("data plane set up", attrs...)
+		b.warnNoNetns(res.NAT)
 		return nil
 	case !b.setUp && len(entries) == 0:
 		// Nothing to translate yet. A previous run may have left
@@ -324,7 +329,17 @@ func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
 		return fmt.Errorf("update the translations under %s: %w (if the pinned state was removed, restart this pod to set it up again)", b.opts.PinPath, err)
 	}
 	b.log.Info("translations updated", "translations", len(entries), "added", ch.Added, "changed", ch.Updated, "removed", ch.Removed)
+	b.warnNoNetns(ch)
 	return nil
+}
+
+// warnNoNetns says when daisy chaining cannot see some pods' sockets.
+func (b *nodeBackend) warnNoNetns(ch backendhost.NATChange) {
+	if ch.NoNetns > 0 && b.opts.ChainWindow > 0 {
+		b.log.Warn("daisy chaining cannot look into the sockets of some local pods: their packets are delivered without it",
+			"pods", ch.NoNetns,
+			"fix", "the node finds a pod's network namespace through the veth its /32 host route leads to (the veth's link-netnsid); use a CNI with host routing over veth pairs, or ignore this for Services without xlb.io/flows: daisy-chain")
+	}
 }
 
 // interfaceAddrs returns the IPv4 addresses of the tunnels' interface:

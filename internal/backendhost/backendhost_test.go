@@ -207,7 +207,7 @@ func TestSetupNAT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.NAT != (NATChange{Added: 2}) || xdpAttached(t, ns, "eth0") == 0 {
+	if res.NAT != (NATChange{Added: 2, NoNetns: 1}) || xdpAttached(t, ns, "eth0") == 0 {
 		t.Errorf("first set-up: %+v, XDP program %d", res, xdpAttached(t, ns, "eth0"))
 	}
 	progs := egressPrograms(t, ns, "eth0")
@@ -222,7 +222,7 @@ func TestSetupNAT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res.NAT != (NATChange{Updated: 1, Removed: 1}) {
+	if res.NAT != (NATChange{Updated: 1, Removed: 1, NoNetns: 1}) {
 		t.Errorf("second set-up changed %+v", res.NAT)
 	}
 	if again := egressPrograms(t, ns, "eth0"); len(again) != 1 {

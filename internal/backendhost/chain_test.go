@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
+
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/netns"
 	"github.com/xlbproject/xlb/internal/testenv"
@@ -79,5 +82,86 @@ func TestSetupRejectsChainWindow(t *testing.T) {
 	_, err := Setup(Options{Interface: "lo", VIPs: []netip.Addr{netip.MustParseAddr("10.99.0.1")}, ChainWindow: -time.Second})
 	if err == nil || !strings.Contains(err.Error(), "negative") {
 		t.Fatalf("Setup with a negative chain window: %v, want an error saying so", err)
+	}
+}
+
+// TestSetNATPodNetns: SetNAT records, for every local pod behind a veth
+// of the node, the ID of the pod's network namespace (the veth's
+// link-netnsid), where daisy chaining looks for the pod's sockets; a pod
+// it cannot find so is counted, and a pod that leaves loses its entry.
+func TestSetNATPodNetns(t *testing.T) {
+	testenv.RequireRoot(t, "backend set-up tests (BPF, network namespaces)")
+	ns := fmt.Sprintf("xlbtest-bhn-%d", os.Getpid())
+	podNS := ns + "-pod"
+	for _, n := range []string{ns, podNS} {
+		ipcmd(t, "netns", "add", n)
+		t.Cleanup(func() { exec.Command("ip", "netns", "del", n).Run() })
+		ipcmd(t, "-n", n, "link", "set", "lo", "up")
+	}
+	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
+	ipcmd(t, "-n", ns, "addr", "add", "10.0.3.2/24", "dev", "eth0")
+	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
+	ipcmd(t, "-n", ns, "link", "add", "vpod", "type", "veth", "peer", "name", "eth0", "netns", podNS)
+	ipcmd(t, "-n", ns, "link", "set", "vpod", "up")
+	pod := netip.MustParseAddr("10.244.1.2")
+	ipcmd(t, "-n", ns, "route", "add", pod.String()+"/32", "dev", "vpod")
+	// A pod the node routes through a gateway is not behind a veth here.
+	away := netip.MustParseAddr("10.244.2.2")
+	ipcmd(t, "-n", ns, "route", "add", away.String()+"/32", "via", "10.0.3.1")
+	pin := filepath.Join(dataplane.BPFFSRoot, ns)
+	t.Cleanup(func() { os.RemoveAll(pin) })
+	vip := netip.MustParseAddr("10.99.0.1")
+
+	var res Result
+	var want int
+	var after NATChange
+	err := netns.Do(ns, func() error {
+		if err := os.WriteFile("/proc/sys/net/ipv4/ip_forward", []byte("1"), 0o644); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName("vpod")
+		if err != nil {
+			return err
+		}
+		want = l.Attrs().NetNsID
+		opts := Options{Interface: "eth0", PinPath: pin, ChainWindow: time.Minute,
+			NAT: []NATEntry{{vip, 80, 6, pod, 8080}, {vip, 80, 6, away, 8080}}}
+		if res, err = Setup(opts); err != nil {
+			return err
+		}
+		after, err = SetNAT(pin, []NATEntry{{vip, 80, 6, away, 8080}}, NATOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want < 0 {
+		t.Fatal("the pod's veth has no link-netnsid")
+	}
+	if res.NAT.NoNetns != 1 || after.NoNetns != 1 {
+		t.Errorf("pods without a network namespace ID: %d, then %d; want 1 (%v) both times", res.NAT.NoNetns, after.NoNetns, away)
+	}
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, natNetnsMap), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	got, err := readMap[[4]byte, uint32](m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 0 {
+		t.Errorf("after the pod left, %s holds %v", natNetnsMap, got)
+	}
+	// Back, and the entry is there again, with the veth's ID.
+	err = netns.Do(ns, func() error {
+		_, err := SetNAT(pin, []NATEntry{{vip, 80, 6, pod, 8080}}, NATOptions{})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _ = readMap[[4]byte, uint32](m); len(got) != 1 || got[pod.As4()] != uint32(want) {
+		t.Errorf("%s holds %v, want %v -> %d", natNetnsMap, got, pod, want)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"github.com/cilium/ebpf"
+	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
 )
@@ -138,6 +139,30 @@ type NATOptions struct {
 // NATChange counts what SetNAT changed.
 type NATChange struct {
 	Added, Updated, Removed int
+	// NoNetns counts the local pods whose network namespace the node
+	// does not know by an ID (see PodNetnsID): daisy chaining cannot
+	// look into their sockets, so their packets are delivered as
+	// without a hint.
+	NoNetns int
+}
+
+// PodNetnsID returns the ID under which the current network namespace
+// knows the namespace of local pod `pod`: the link-netnsid of the veth
+// its host route leads to, as a CNI with host routing sets it up. The
+// daisy chaining of the Kubernetes mode looks for the pod's sockets
+// there. ok is false for a pod that is not behind a veth of this node
+// (no such route, a route via a gateway) or whose peer namespace has no
+// ID. A variable, so that tests can stand in for it.
+var PodNetnsID = func(pod netip.Addr) (id uint32, ok bool) {
+	routes, err := netlink.RouteGet(pod.AsSlice())
+	if err != nil || len(routes) == 0 || routes[0].Gw != nil {
+		return 0, false
+	}
+	l, err := netlink.LinkByIndex(routes[0].LinkIndex)
+	if err != nil || l.Type() != "veth" || l.Attrs().NetNsID < 0 {
+		return 0, false
+	}
+	return uint32(l.Attrs().NetNsID), true
 }
 
 // SetNAT makes the translations of the backend set-up pinned at pinPath
@@ -172,6 +197,7 @@ func SetNAT(pinPath string, entries []NATEntry, opts NATOptions) (NATChange, err
 // NAT map names, as in bpf/xlb_nat.h.
 const (
 	natPodsMap  = "nat_pods"
+	natNetnsMap = "nat_pod_netns"
 	natSvcsMap  = "nat_svcs"
 	natRevMap   = "nat_rev_ports"
 	natStatsMap = "nat_stats"
@@ -216,6 +242,8 @@ func be16(v uint16) (b [2]byte) {
 
 type natMaps struct {
 	pods, svcs, rev *ebpf.Map
+	// netns is nil in a set-up pinned before daisy chaining for pods.
+	netns *ebpf.Map
 }
 
 func openNATMaps(pinPath string) (*natMaps, error) {
@@ -231,11 +259,14 @@ func openNATMaps(pinPath string) (*natMaps, error) {
 		}
 		*x.dst = mp
 	}
+	if mp, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, natNetnsMap), nil); err == nil {
+		m.netns = mp
+	}
 	return &m, nil
 }
 
 func (m *natMaps) close() {
-	for _, mp := range []*ebpf.Map{m.pods, m.svcs, m.rev} {
+	for _, mp := range []*ebpf.Map{m.pods, m.svcs, m.rev, m.netns} {
 		if mp != nil {
 			mp.Close()
 		}
@@ -306,6 +337,24 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 	podSet := map[[4]byte]uint8{}
 	for p := range pods {
 		podSet[p] = 1
+	}
+	// A pod's network namespace ID is there before the pod is local.
+	if m.netns != nil {
+		netns := map[[4]byte]uint32{}
+		for p := range pods {
+			if id, ok := PodNetnsID(netip.AddrFrom4(p)); ok {
+				netns[p] = id
+			} else {
+				ch.NoNetns++
+			}
+		}
+		curNetns, err := readMap[[4]byte, uint32](m.netns)
+		if err != nil {
+			return ch, fmt.Errorf("read %s: %w", natNetnsMap, err)
+		}
+		if err := syncMap(m.netns, curNetns, netns); err != nil {
+			return ch, fmt.Errorf("write pods' network namespaces: %w", err)
+		}
 	}
 	if err := syncMap(m.pods, curPods, podSet); err != nil {
 		return ch, fmt.Errorf("write local pods: %w", err)

@@ -79,6 +79,7 @@ const (
 	backendMapDecapVips    = "decap_vips"
 	backendMapHostAddrs    = "host_addrs"
 	backendMapNatFlows     = "nat_flows"
+	backendMapNatPodNetns  = "nat_pod_netns"
 	backendMapNatPods      = "nat_pods"
 	backendMapNatRevPorts  = "nat_rev_ports"
 	backendMapNatStats     = "nat_stats"
@@ -144,6 +145,7 @@ type backendMapSpecs struct {
 	DecapVips   *ebpf.MapSpec `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.MapSpec `ebpf:"host_addrs"`
 	NatFlows    *ebpf.MapSpec `ebpf:"nat_flows"`
+	NatPodNetns *ebpf.MapSpec `ebpf:"nat_pod_netns"`
 	NatPods     *ebpf.MapSpec `ebpf:"nat_pods"`
 	NatRevPorts *ebpf.MapSpec `ebpf:"nat_rev_ports"`
 	NatStats    *ebpf.MapSpec `ebpf:"nat_stats"`
@@ -183,6 +185,7 @@ type backendMaps struct {
 	DecapVips   *ebpf.Map `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.Map `ebpf:"host_addrs"`
 	NatFlows    *ebpf.Map `ebpf:"nat_flows"`
+	NatPodNetns *ebpf.Map `ebpf:"nat_pod_netns"`
 	NatPods     *ebpf.Map `ebpf:"nat_pods"`
 	NatRevPorts *ebpf.Map `ebpf:"nat_rev_ports"`
 	NatStats    *ebpf.Map `ebpf:"nat_stats"`
@@ -198,6 +201,7 @@ func (m *backendMaps) Close() error {
 		m.DecapVips,
 		m.HostAddrs,
 		m.NatFlows,
+		m.NatPodNetns,
 		m.NatPods,
 		m.NatRevPorts,
 		m.NatStats,

@@ -165,6 +165,9 @@ type chainCase struct {
 	// next: the previous owner the chained packet's hint names for
 	// the next hop to try (invalid: none).
 	next netip.Addr
+	// from: the chained packet's outer source when it is not fxBackend
+	// (a pod the tunnel was addressed to).
+	from netip.Addr
 }
 
 func runChainCase(t *testing.T, f *fixtureNS, objs *backendObjects, c chainCase) {
@@ -206,6 +209,9 @@ func checkChained(t *testing.T, out []byte, c chainCase) {
 		t.Fatalf("length %d, want %d", len(out), len(in))
 	}
 	wantDst, wantSrc, wantFrom := c.dstMAC, c.srcMAC, fxBackend
+	if c.from.IsValid() {
+		wantFrom = c.from
+	}
 	if c.viaStack {
 		wantDst, wantSrc, wantFrom = in[0:6], in[6:12], netip.AddrFrom4([4]byte(in[26:30]))
 	}

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -26,10 +25,12 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8stest"
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/internal/survival"
 )
 
 // The Kubernetes objects of TestKubernetes.
@@ -135,8 +136,19 @@ func TestKubernetes(t *testing.T) {
 		t.Errorf("UDP reply from %s, want the VIP %s: the node did not translate the pod's reply", reply.From, dns)
 	}
 
-	// Pods change while new connections stream in: each change reaches
-	// both agents' data planes, and traffic follows without a failure.
+	// Pods change while new connections stream in and persistent ones
+	// stay busy: each change reaches both agents' data planes, traffic
+	// follows without a failure, and daisy chaining keeps every open
+	// connection on its pod (through pods on other nodes and on the
+	// same node, to pods that turned unready or were deleted).
+	chainedBefore, err := survival.ChainedPackets(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	load := survival.NewLoad(ctx, p, web, 100*time.Millisecond)
+	if err := load.Open(40); err != nil {
+		t.Fatal(err)
+	}
 	stop := k.stream(web)
 	unready, deleted := p.Pods[1], p.Pods[2]
 	k.change("a pod turns unready", func() { k.setReady(unready, false) }, without(allPods, unready.Name)...)
@@ -144,7 +156,19 @@ func TestKubernetes(t *testing.T) {
 	k.change("the pod is back (scale up)", func() { k.createPod(deleted, true) }, without(allPods, unready.Name)...)
 	k.change("the unready pod is ready again", func() { k.setReady(unready, true) }, allPods...)
 	attempts := stop()
-	checkStream(t, k.brokenByChange(attempts), allPods)
+	held := load.Stop()
+	chained, err := survival.ChainedPackets(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d persistent connections, %d requests: %d broken; %d packets chained", held.Conns, held.Requests, held.Broken, chained-chainedBefore)
+	if held.Broken > 0 || len(held.Impossible) > 0 {
+		t.Errorf("daisy chaining lost %d of %d persistent connections: %v %v", held.Broken, held.Conns, held.Errors, held.Impossible)
+	}
+	if chained == chainedBefore {
+		t.Errorf("no packet was chained: the connections on the pods that left would have broken without luck")
+	}
+	checkStream(t, attempts, allPods)
 	k.checkPhases(attempts)
 	tally, err = labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 200, 8, nil)
 	if err != nil {
@@ -447,7 +471,9 @@ func (k *kubeEnv) createService() {
 	k.t.Helper()
 	class := k8sapi.LoadBalancerClass
 	k.must(k.cs.CoreV1().Services(k8sNamespace).Create(k.ctx, &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: k8sService},
+		// Daisy chaining keeps every connection on its pod while
+		// the pods change below.
+		ObjectMeta: metav1.ObjectMeta{Name: k8sService, Annotations: map[string]string{k8sapi.AnnotationFlows: string(config.FlowsDaisyChain)}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
 			Selector: map[string]string{"app": k8sService},
 			Ports: []corev1.ServicePort{
@@ -585,37 +611,6 @@ func (k *kubeEnv) checkPhases(attempts []labrun.Attempt) {
 			k.t.Errorf("%s: only %d requests to check", ph.what, n)
 		}
 	}
-}
-
-// brokenByChange returns attempts without the requests whose connection
-// was reset while the data planes switched tables: a Maglev table moves a
-// few slots besides those of the pods that come or go, and a stateless
-// load balancer without daisy chaining sends the rest of a connection open
-// on a moved slot to a pod that never saw its SYN. That is the known cost
-// of plain Maglev (docs/maglev.md); such a request is logged, every other
-// failure stays in the result.
-func (k *kubeEnv) brokenByChange(attempts []labrun.Attempt) []labrun.Attempt {
-	k.t.Helper()
-	var out []labrun.Attempt
-	for _, a := range attempts {
-		if a.Err != nil && errors.Is(a.Err, syscall.ECONNRESET) && k.duringChange(a) {
-			k.t.Logf("request at %s reset by a table change: %v", a.Start.Format("15:04:05.000"), a.Err)
-			continue
-		}
-		out = append(out, a)
-	}
-	return out
-}
-
-// duringChange says whether attempt a was open while a change reached the
-// data planes: between the API call and both agents having the new pods.
-func (k *kubeEnv) duringChange(a labrun.Attempt) bool {
-	for _, ph := range k.phases {
-		if a.Start.Before(ph.from) && a.End.After(ph.changed) {
-			return true
-		}
-	}
-	return false
 }
 
 // stream sends a request on a new connection to target every 20 ms

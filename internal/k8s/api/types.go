@@ -37,9 +37,9 @@ const (
 	AnnotationForwarding = "xlb.io/forwarding"
 	// AnnotationFlows is what keeps the Service's established
 	// connections on their pod when the endpoints change: stateless
-	// (default) or stateful (a flow table on each xlb node; see
-	// docs/connection-survival.md). Daisy chaining needs the node
-	// program to look into the pods' sockets, which it does not yet.
+	// (default), daisy-chain (a pod without the connection hands its
+	// packets on to the previous owner; implies dsr-gue) or stateful
+	// (a flow table on each xlb node); see docs/connection-survival.md.
 	AnnotationFlows = "xlb.io/flows"
 	// AnnotationAllocatedFrom records, on a Service with an address,
 	// the pool it came from; the controller writes it.

@@ -100,8 +100,11 @@ func TestBackendDaemon(t *testing.T) {
 
 	const metricsAddr = "127.0.0.1:9401" // the namespace's own loopback
 	start := func(extra ...string) *daemon {
+		// --chain-window 0: a translation goes as soon as its pod
+		// leaves (with daisy chaining it lingers for the window;
+		// TestLinger and the e2e TestKubernetes cover that).
 		args := append([]string{"backend", "--source", "kubernetes", "--interface", "eth0", "--kubeconfig", kubeconfig,
-			"--node-name", nodeA, "--pin-path", pin, "--attach-mode", "generic"}, extra...)
+			"--node-name", nodeA, "--pin-path", pin, "--attach-mode", "generic", "--chain-window", "0"}, extra...)
 		return startDaemon(t, bin, ns, args...)
 	}
 	metrics := httpInNamespace(ns)

@@ -48,6 +48,14 @@ type Options struct {
 	// cluster no longer asks for), then after every change that alters
 	// the list. An error is retried with backoff.
 	Apply func(entries []backendhost.NATEntry) error
+	// Linger keeps a translation that the cluster no longer asks for
+	// (its endpoint turned unready, terminates or was deleted) that
+	// long: the pod may still hold connections, which daisy chaining
+	// and the stateful mode keep sending to it after the load balancers
+	// stopped choosing it for new ones, and its replies need the
+	// translation back to VIP:port. The backend passes its
+	// --chain-window. 0: translations go at once.
+	Linger time.Duration
 	// Log receives what happened; nil: slog.Default().
 	Log *slog.Logger
 }
@@ -87,6 +95,7 @@ type Watcher struct {
 
 	quiet, maxDelay, retryMin, retryMax time.Duration
 
+	now   func() time.Time
 	mu    sync.Mutex
 	stats Stats
 }
@@ -100,6 +109,8 @@ func New(opts Options) (*Watcher, error) {
 		return nil, errors.New("nodenat: no node name: pass --node-name or set NODE_NAME (the DaemonSet sets it from spec.nodeName)")
 	case opts.Apply == nil:
 		return nil, errors.New("nodenat: no apply function")
+	case opts.Linger < 0:
+		return nil, fmt.Errorf("nodenat: negative linger %s", opts.Linger)
 	}
 	log := opts.Log
 	if log == nil {
@@ -108,6 +119,7 @@ func New(opts Options) (*Watcher, error) {
 	return &Watcher{
 		opts: opts, log: log.With("node", opts.Node), kick: make(chan struct{}, 1),
 		quiet: defaultQuiet, maxDelay: defaultMaxDelay, retryMin: defaultRetryMin, retryMax: defaultRetryMax,
+		now: time.Now,
 	}, nil
 }
 
@@ -232,6 +244,9 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		retry      *time.Timer
 		retryC     <-chan time.Time
 		logged     = map[string]bool{}
+		linger     = newLingering(w.opts.Linger)
+		expiry     *time.Timer
+		expiryC    <-chan time.Time
 	)
 	stopRetry := func() {
 		if retry != nil {
@@ -240,9 +255,24 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		}
 	}
 	defer stopRetry()
+	defer func() {
+		if expiry != nil {
+			expiry.Stop()
+		}
+	}()
 	apply := func(force bool) {
-		entries, probs := translate(read())
+		current, probs := translate(read())
 		w.logProblems(logged, probs)
+		now := w.now()
+		entries := linger.merge(current, now)
+		if expiry != nil {
+			expiry.Stop()
+			expiry, expiryC = nil, nil
+		}
+		if next, ok := linger.next(); ok {
+			expiry = time.NewTimer(max(next.Sub(now), 0))
+			expiryC = expiry.C
+		}
 		if hasApplied && !hasFailed && slices.Equal(entries, applied) {
 			return // a change elsewhere in a watched object
 		}
@@ -300,6 +330,9 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		case <-retryC:
 			retry, retryC = nil, nil
 			apply(true)
+		case <-expiryC:
+			expiry, expiryC = nil, nil
+			apply(false)
 		}
 	}
 }

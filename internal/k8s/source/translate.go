@@ -130,10 +130,11 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 		}
 		obj := "Service " + svc.Namespace + "/" + svc.Name
 		fwd := config.DSRIPIP
+		fwdSet := false
 		if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
 			switch f := config.Forwarding(strings.TrimSpace(v)); f {
 			case config.DSRIPIP, config.DSRGUE:
-				fwd = f
+				fwd, fwdSet = f, true
 			default:
 				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v),
 					fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue, or remove it for dsr-ipip", api.AnnotationForwarding)})
@@ -147,12 +148,17 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 			case config.FlowsStateful:
 				flows = f
 			case config.FlowsDaisyChain:
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: daisy chaining is not available for pods yet (the node program does not look into their sockets); the Service is not served until it is corrected", api.AnnotationFlows),
-					fmt.Sprintf("set the annotation %s to stateful to keep connections on their pod through endpoint changes, or remove it", api.AnnotationFlows)})
-				continue
+				// The hint travels in the GUE header: daisy chaining
+				// brings dsr-gue with it, and refuses dsr-ipip.
+				if fwdSet && fwd != config.DSRGUE {
+					probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: daisy-chain needs forwarding dsr-gue (the hint travels in the GUE header), but %s says %s; the Service is not served until it is corrected", api.AnnotationFlows, api.AnnotationForwarding, fwd),
+						fmt.Sprintf("remove the annotation %s (daisy-chain implies dsr-gue) or set it to dsr-gue", api.AnnotationForwarding)})
+					continue
+				}
+				flows, fwd = f, config.DSRGUE
 			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
-					fmt.Sprintf("set the annotation %s to stateless or stateful, or remove it for stateless", api.AnnotationFlows)})
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless, daisy-chain or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
+					fmt.Sprintf("set the annotation %s to stateless, daisy-chain or stateful, or remove it for stateless", api.AnnotationFlows)})
 				continue
 			}
 		}
