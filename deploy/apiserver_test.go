@@ -409,6 +409,8 @@ func rbacTable(ns, lease string) []access {
 		{"controller", "patch", "", "services", "", "shop", "web", true},
 		{"controller", "update", "", "services", "", "shop", "web", false},
 		{"controller", "watch", "", "namespaces", "", "", "", true},
+		{"controller", "watch", disc, "endpointslices", "", "", "", true},
+		{"controller", "update", disc, "endpointslices", "", "shop", "web", false},
 		{"controller", "watch", xlb, "addresspools", "", "", "", true},
 		{"controller", "patch", xlb, "addresspools", "status", "", "p", true},
 		{"controller", "create", "", "events", "", "shop", "", true},

@@ -226,11 +226,13 @@ func runNodeBackend(o nodeBackendOptions) error {
 		return fmt.Errorf("kubernetes client: %w", err)
 	}
 	nb := &nodeBackend{opts: o.setup, log: log}
+	// What an earlier run left pinned lingers like a departed pod's.
+	initial, _ := backendhost.PinnedNAT(o.setup.PinPath)
 	w, err := nodenat.New(nodenat.Options{
 		Client: client, Node: o.node, ServeClassless: o.classless, LocalAddrs: local, Apply: nb.apply, Log: log,
 		// Pods that leave a Service keep their translations for the
 		// chain window: daisy chaining sends their connections on to them.
-		Linger: o.setup.ChainWindow,
+		Linger: o.setup.ChainWindow, Initial: initial,
 	})
 	if err != nil {
 		return err

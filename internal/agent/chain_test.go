@@ -135,3 +135,51 @@ func TestFlowsModes(t *testing.T) {
 		t.Error("daisy chaining over dsr-ipip was accepted")
 	}
 }
+
+// A source may write the history after the backends (the Kubernetes
+// controller annotates a Service after its endpoints changed): until it
+// does, an agent that saw the change hints with its own record; once it
+// has, the agent writes exactly what a late starter given that history
+// writes, though it saw the change at another time; and a later change
+// the source does not show yet is hinted from the agent's record again.
+func TestChainHistoryLags(t *testing.T) {
+	seen := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	written := seen.Add(-400 * time.Millisecond).Truncate(time.Second) // the controller's second
+	before := []string{"10.0.3.2", "10.0.3.3", "10.0.3.4"}
+	after := []string{"10.0.3.3", "10.0.3.4"}
+	later := []string{"10.0.3.3", "10.0.3.4", "10.0.3.5"}
+	history := []config.Generation{{Until: written, Backends: chainedConfig(nil, before...).Services[0].Backends}}
+
+	saw, sawDP := newChainReconciler(t, seen)
+	mustApply(t, saw, chainedConfig(nil, before...))
+	owners := tableAddrs(sawDP, installed(t, sawDP))
+	mustApply(t, saw, chainedConfig(nil, after...)) // the annotation lags
+	own := installed(t, sawDP)
+	if own.Generation != uint32(seen.Unix()) {
+		t.Errorf("before the source's history: generation %d, want the agent's own record %d", own.Generation, seen.Unix())
+	}
+	now := tableAddrs(sawDP, own)
+	for i, c := range own.Chain {
+		if owners[i] != now[i] && c.Prev != owners[i] {
+			t.Fatalf("before the source's history, slot %d moved from %s but hints %+v", i, owners[i], c)
+		}
+	}
+	mustApply(t, saw, chainedConfig(history, after...)) // the annotation arrives
+	caught := installed(t, sawDP)
+
+	late, lateDP := newChainReconciler(t, seen.Add(time.Hour))
+	mustApply(t, late, chainedConfig(history, after...))
+	want := installed(t, lateDP)
+	if caught.Generation != want.Generation || !slices.Equal(caught.Chain, want.Chain) || want.Generation != uint32(written.Unix()) {
+		t.Errorf("once the history arrived: generation %d, a late starter's %d (want %d); same hints: %v",
+			caught.Generation, want.Generation, written.Unix(), slices.Equal(caught.Chain, want.Chain))
+	}
+
+	// The next change, before the source shows it: the agent's record
+	// (a later time) counts beside the source's history.
+	saw.now = func() time.Time { return seen.Add(time.Minute) }
+	mustApply(t, saw, chainedConfig(history, later...))
+	if g := installed(t, sawDP).Generation; g != uint32(seen.Add(time.Minute).Unix()) {
+		t.Errorf("a change the source does not show yet: generation %d, want the agent's record %d", g, seen.Add(time.Minute).Unix())
+	}
+}

@@ -310,22 +310,13 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 }
 
 // history returns the earlier backend sets of daisy-chained service s,
-// whose new members are members: those its configuration lists, or else
-// those this agent saw, to which it adds the installed members when they
-// change now. Only a configuration's history is the same on every xlb
-// instance, a late starter's included (docs/connection-survival.md).
+// whose new members are members: those its configuration lists, with the
+// changes this agent saw itself that the configuration does not show yet
+// (mergeHistory), or else those this agent saw alone. The agent records
+// every change of the installed members. Only a configuration's history
+// is the same on every xlb instance, a late starter's included
+// (docs/connection-survival.md).
 func (r *Reconciler) history(st *service, s config.Service, members []maglev.Backend) []chain.Past {
-	if len(s.History) > 0 {
-		past := make([]chain.Past, 0, len(s.History))
-		for _, g := range s.History {
-			p := chain.Past{Until: g.Until}
-			for _, b := range g.Backends {
-				p.Backends = append(p.Backends, maglev.Backend{Key: netip.AddrPortFrom(b.Address, b.Port).String(), Weight: b.Weight})
-			}
-			past = append(past, p)
-		}
-		return past
-	}
 	// A plan that is made again (a wave cut short) or retried after a
 	// failed write records the same change once.
 	recorded := len(st.history) > 0 && membersSignature(st.history[len(st.history)-1].Backends) == st.membersSig
@@ -335,7 +326,58 @@ func (r *Reconciler) history(st *service, s config.Service, members []maglev.Bac
 			st.history = slices.Delete(st.history, 0, n)
 		}
 	}
-	return slices.Clone(st.history)
+	if len(s.History) == 0 {
+		return slices.Clone(st.history)
+	}
+	past := make([]chain.Past, 0, len(s.History))
+	for _, g := range s.History {
+		p := chain.Past{Until: g.Until}
+		for _, b := range g.Backends {
+			p.Backends = append(p.Backends, maglev.Backend{Key: netip.AddrPortFrom(b.Address, b.Port).String(), Weight: b.Weight})
+		}
+		past = append(past, p)
+	}
+	return mergeHistory(past, st.history, members)
+}
+
+// mergeHistory returns a source's history past (oldest first) of a
+// service whose members are now current, with the changes recorded by
+// this agent (oldest first) that the source does not show yet: a source
+// may write its history after the new backends (the Kubernetes leader
+// controller annotates a Service after its endpoints changed), and the
+// connections on the slots that moved must not wait for it. A recorded
+// change is shown when the source has the same transition (a set
+// followed by the same next set), whatever its time; an unshown one
+// counts only if it ended after the source's newest set. So once the
+// source has caught up, every agent uses its times alone, and they all
+// agree.
+func mergeHistory(past, recorded []chain.Past, current []maglev.Backend) []chain.Past {
+	if len(recorded) == 0 {
+		return past
+	}
+	transitions := func(h []chain.Past) []string {
+		out := make([]string, len(h))
+		for i := range h {
+			next := current
+			if i+1 < len(h) {
+				next = h[i+1].Backends
+			}
+			out[i] = membersSignature(h[i].Backends) + " -> " + membersSignature(next)
+		}
+		return out
+	}
+	shown := transitions(past)
+	newest := past[len(past)-1].Until
+	out := slices.Clone(past)
+	for i, t := range transitions(recorded) {
+		if recorded[i].Until.After(newest) && !slices.Contains(shown, t) {
+			out = append(out, recorded[i])
+		}
+	}
+	if n := len(out) - config.MaxHistory; n > 0 {
+		out = slices.Delete(out, 0, n)
+	}
+	return out
 }
 
 // replaceInTwoSteps handles a service whose new backends need the IDs of

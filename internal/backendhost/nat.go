@@ -371,6 +371,26 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 	return ch, nil
 }
 
+// PinnedNAT returns the translations of the set-up pinned at pinPath, in
+// no particular order: what an earlier run left in place.
+func PinnedNAT(pinPath string) ([]NATEntry, error) {
+	m, err := openNATMaps(pinPath)
+	if err != nil {
+		return nil, err
+	}
+	defer m.close()
+	svcs, err := readMap[natSvcKey, [2]byte](m.svcs)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", natSvcsMap, err)
+	}
+	out := make([]NATEntry, 0, len(svcs))
+	for k, tp := range svcs {
+		out = append(out, NATEntry{VIP: netip.AddrFrom4(k.VIP), Port: binary.BigEndian.Uint16(k.Port[:]), Proto: k.Proto,
+			PodIP: netip.AddrFrom4(k.Pod), TargetPort: binary.BigEndian.Uint16(tp[:])})
+	}
+	return out, nil
+}
+
 // readMap returns the content of a (small) hash map.
 func readMap[K comparable, V any](m *ebpf.Map) (map[K]V, error) {
 	out := map[K]V{}

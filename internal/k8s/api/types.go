@@ -41,6 +41,12 @@ const (
 	// packets on to the previous owner; implies dsr-gue) or stateful
 	// (a flow table on each xlb node); see docs/connection-survival.md.
 	AnnotationFlows = "xlb.io/flows"
+	// AnnotationEndpointHistory holds, on a Service with
+	// xlb.io/flows: daisy-chain, its ports' backend sets and the earlier
+	// ones with the times they ended (internal/k8s/history). The leader
+	// controller writes it; every agent reads it, so that all of them,
+	// one started after a change included, compute the same hints.
+	AnnotationEndpointHistory = "xlb.io/endpoint-history"
 	// AnnotationAllocatedFrom records, on a Service with an address,
 	// the pool it came from; the controller writes it.
 	AnnotationAllocatedFrom = "xlb.io/allocated-from"

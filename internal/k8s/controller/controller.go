@@ -115,12 +115,16 @@ func (c *Controller) Run(ctx context.Context) error {
 	factory := informers.NewSharedInformerFactory(c.opts.Client, 0)
 	services := factory.Core().V1().Services()
 	namespaces := factory.Core().V1().Namespaces()
+	slices := factory.Discovery().V1().EndpointSlices()
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(c.opts.Dynamic, 0)
 	pools := dynFactory.ForResource(api.AddressPoolResource)
 
 	r := newReconciler(c, recorder, services.Lister(), namespaces.Lister(), pools.Lister())
 	defer r.queue.ShutDown()
 	if err := r.watch(services.Informer(), namespaces.Informer(), pools.Informer()); err != nil {
+		return err
+	}
+	if err := r.watchSlices(slices.Informer()); err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
@@ -130,13 +134,13 @@ func (c *Controller) Run(ctx context.Context) error {
 
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), services.Informer().HasSynced,
-		namespaces.Informer().HasSynced, pools.Informer().HasSynced)
+		namespaces.Informer().HasSynced, pools.Informer().HasSynced, slices.Informer().HasSynced)
 	cancel()
 	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("the caches of Services, Namespaces and AddressPools did not fill within %s", syncTimeout)
+		return fmt.Errorf("the caches of Services, Namespaces, AddressPools and EndpointSlices did not fill within %s", syncTimeout)
 	}
 	if err := r.rebuild(); err != nil {
 		return err

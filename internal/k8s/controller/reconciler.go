@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -33,6 +34,10 @@ type reconciler struct {
 	services   corelisters.ServiceLister
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
+	// slices are the EndpointSlices by Service (sliceIndex), for the
+	// endpoint history; nil until watchSlices.
+	slices cache.Indexer
+	now    func() time.Time
 
 	alloc *allocator.Allocator
 	// poolErrors: pools not in use, with the reason.
@@ -60,6 +65,7 @@ func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.Ser
 		poolErrors: map[string]error{},
 		pending:    map[string]bool{},
 		warned:     map[string]warning{},
+		now:        time.Now,
 	}
 }
 

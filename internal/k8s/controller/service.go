@@ -131,7 +131,10 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, key)
 		return r.unserve(ctx, key, svc)
 	}
-	return r.serve(ctx, key, svc)
+	if err := r.serve(ctx, key, svc); err != nil {
+		return err
+	}
+	return r.recordHistory(ctx, svc)
 }
 
 // serve makes sure svc has an address, written to its status.

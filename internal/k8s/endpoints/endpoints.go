@@ -11,6 +11,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // State is what an endpoint's conditions allow; better states are
@@ -137,4 +139,27 @@ func ServiceIndex(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{sl.Namespace + "/" + name}, nil
+}
+
+// Backends returns the xlb backends of one Service port: the IPv4
+// addresses of the endpoints that are ready (weight 1) or serving while
+// terminating (weight 0: no new flows), at the port the EndpointSlices
+// give for it (the targetPort). If no endpoint is ready, the terminating
+// ones that still serve take new flows, as kube-proxy does: better than
+// none. An address listed twice (slices overlap while the controller
+// moves endpoints) counts once, in its best state. The agents' services
+// and the controller's endpoint history (internal/k8s/history) both come
+// from here, so they name the same sets.
+func Backends(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
+	sel := Select(eps, port, nil)
+	anyReady := slices.ContainsFunc(sel, func(e Endpoint) bool { return e.State == Ready })
+	out := make([]config.Backend, 0, len(sel))
+	for _, e := range sel {
+		w := uint32(1)
+		if e.State == Draining && anyReady {
+			w = 0
+		}
+		out = append(out, config.Backend{Address: e.Addr, Port: e.Port, Weight: w, HealthCheck: config.HealthCheck{Type: config.CheckNone}})
+	}
+	return out
 }

@@ -19,8 +19,10 @@ type lingering struct {
 	until map[backendhost.NATEntry]time.Time
 }
 
-func newLingering(keep time.Duration) *lingering {
-	return &lingering{keep: keep, until: map[backendhost.NATEntry]time.Time{}}
+// newLingering starts with initial as the last list: those of its
+// translations that the first merge does not have begin to linger then.
+func newLingering(keep time.Duration, initial []backendhost.NATEntry) *lingering {
+	return &lingering{keep: keep, last: initial, until: map[backendhost.NATEntry]time.Time{}}
 }
 
 // natKey is what SetNAT allows one target port for.

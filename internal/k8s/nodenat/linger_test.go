@@ -19,7 +19,7 @@ func TestLinger(t *testing.T) {
 	}
 	a, b, c := e("10.244.1.2", 8080), e("10.244.1.3", 8080), e("10.244.1.4", 8080)
 	t0 := time.Unix(1_800_000_000, 0)
-	l := newLingering(2 * time.Minute)
+	l := newLingering(2*time.Minute, nil)
 	steps := []struct {
 		at      time.Duration
 		current []backendhost.NATEntry
@@ -44,7 +44,15 @@ func TestLinger(t *testing.T) {
 			t.Errorf("step %d: next expiry %v (%v), want %v", i, next, ok, t0.Add(s.next))
 		}
 	}
-	if got := newLingering(0).merge([]backendhost.NATEntry{a}, t0); !slices.Equal(got, []backendhost.NATEntry{a}) {
+	if got := newLingering(0, []backendhost.NATEntry{b}).merge([]backendhost.NATEntry{a}, t0); !slices.Equal(got, []backendhost.NATEntry{a}) {
 		t.Errorf("without linger: %v", got)
+	}
+	// After a restart: what an earlier run left lingers from the start.
+	r := newLingering(time.Minute, []backendhost.NATEntry{c, a, b})
+	if got := r.merge([]backendhost.NATEntry{a}, t0); !slices.Equal(got, []backendhost.NATEntry{a, b, c}) {
+		t.Errorf("after a restart: %v, want the earlier run's translations to linger", got)
+	}
+	if got := r.merge([]backendhost.NATEntry{a}, t0.Add(time.Minute)); !slices.Equal(got, []backendhost.NATEntry{a}) {
+		t.Errorf("a minute after a restart: %v", got)
 	}
 }

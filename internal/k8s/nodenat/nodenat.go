@@ -56,6 +56,11 @@ type Options struct {
 	// translation back to VIP:port. The backend passes its
 	// --chain-window. 0: translations go at once.
 	Linger time.Duration
+	// Initial are the translations in place when the watcher starts
+	// (pinned by an earlier run): those the cluster no longer asks for
+	// linger as if they had left at the start, so that a restart of the
+	// backend does not cut the connections of pods that left just before.
+	Initial []backendhost.NATEntry
 	// Log receives what happened; nil: slog.Default().
 	Log *slog.Logger
 }
@@ -244,7 +249,7 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		retry      *time.Timer
 		retryC     <-chan time.Time
 		logged     = map[string]bool{}
-		linger     = newLingering(w.opts.Linger)
+		linger     = newLingering(w.opts.Linger, w.opts.Initial)
 		expiry     *time.Timer
 		expiryC    <-chan time.Time
 	)

@@ -15,6 +15,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/endpoints"
+	"github.com/xlbproject/xlb/internal/k8s/history"
 )
 
 // cluster is what one translation reads: the informers' caches, or fakes.
@@ -162,6 +163,18 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 				continue
 			}
 		}
+		// The endpoint history the leader controller writes: without it
+		// (not written yet, or unreadable), each agent records its own.
+		var hist history.History
+		if v, ok := svc.Annotations[api.AnnotationEndpointHistory]; ok && flows == config.FlowsDaisyChain {
+			h, err := history.Parse(v)
+			if err != nil {
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %v; the Service is served with the history each agent records itself, which one started later lacks", api.AnnotationEndpointHistory, err),
+					fmt.Sprintf("the leader controller writes %s: remove it, and the controller writes it anew at the next change of the endpoints", api.AnnotationEndpointHistory)})
+			} else {
+				hist = h
+			}
+		}
 		eps := c.slices(svc.Namespace, svc.Name)
 		for _, port := range svc.Spec.Ports {
 			var proto config.Protocol
@@ -178,7 +191,7 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 			if port.Port < 1 || port.Port > 65535 {
 				continue // the API server never accepts such a port
 			}
-			backends := portBackends(eps, port)
+			backends := endpoints.Backends(eps, port)
 			if len(backends) == 0 {
 				// Nothing to send to: left out, so its route is
 				// withdrawn, as for a file service whose backends are
@@ -194,30 +207,10 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 				Flows:          flows,
 				TranslatePorts: true,
 				Backends:       backends,
+				History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),
 			})
 			from = append(from, obj)
 		}
 	}
 	return out, from, probs
-}
-
-// portBackends returns the backends of one Service port: the IPv4 addresses
-// of the endpoints that are ready (weight 1) or serving while terminating
-// (weight 0: no new flows), at the port the EndpointSlices give for it
-// (the targetPort). If no endpoint is ready, the terminating ones that
-// still serve take new flows, as kube-proxy does: better than none.
-// An address listed twice (slices overlap while the controller moves
-// endpoints) counts once, in its best state.
-func portBackends(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
-	sel := endpoints.Select(eps, port, nil)
-	anyReady := slices.ContainsFunc(sel, func(e endpoints.Endpoint) bool { return e.State == endpoints.Ready })
-	out := make([]config.Backend, 0, len(sel))
-	for _, e := range sel {
-		w := uint32(1)
-		if e.State == endpoints.Draining && anyReady {
-			w = 0
-		}
-		out = append(out, config.Backend{Address: e.Addr, Port: e.Port, Weight: w, HealthCheck: config.HealthCheck{Type: config.CheckNone}})
-	}
-	return out
 }

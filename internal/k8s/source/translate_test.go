@@ -697,3 +697,59 @@ func BenchmarkTranslate(b *testing.B) {
 		}
 	}
 }
+
+// The endpoint history the controller writes becomes the history of a
+// daisy-chained Service's ports, each port its own sets; an unreadable
+// one is reported and the Service served without it; a Service without
+// daisy chaining ignores it.
+func TestEndpointHistory(t *testing.T) {
+	base := parseBase(t, "")
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	hist := `{"sets":{"80/TCP":["10.244.1.3:8080"]},"history":[` +
+		`{"until":"2026-11-25T10:00:00Z","sets":{"80/TCP":["10.244.1.2:8080","10.244.1.3:8080"]}},` +
+		`{"until":"2026-11-25T10:01:00Z","sets":{"80/TCP":["10.244.1.2:8080/0","10.244.1.3:8080"],"53/UDP":["10.244.1.3:5353"]}}]}`
+	f := fixture{services: []*corev1.Service{
+		service("default", "web", withAnnotation(api.AnnotationFlows, "daisy-chain"), withAnnotation(api.AnnotationEndpointHistory, hist)),
+		service("default", "plain", withIngress("10.99.0.2"), withAnnotation(api.AnnotationEndpointHistory, hist)),
+		service("default", "bad", withIngress("10.99.0.3"), withAnnotation(api.AnnotationFlows, "daisy-chain"), withAnnotation(api.AnnotationEndpointHistory, "{")),
+	}, slices: []*discoveryv1.EndpointSlice{
+		endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.3")),
+		endpointSlice("default", "plain", "plain-1", web, endpoint(condReady, "10.244.1.3")),
+		endpointSlice("default", "bad", "bad-1", web, endpoint(condReady, "10.244.1.3")),
+	}}
+	cfg, probs, err := run(t, base, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblems(t, probs, []string{`Service default/bad: annotation xlb.io/endpoint-history: not the JSON the controller writes: unexpected EOF; the Service is served with the history each agent records itself, which one started later lacks`})
+	got := map[string][]config.Generation{}
+	for _, s := range cfg.Services {
+		got[s.Name] = s.History
+	}
+	want := []config.Generation{
+		{Until: time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC), Backends: []config.Backend{
+			{Address: netip.MustParseAddr("10.244.1.2"), Port: 8080, Weight: 1}, {Address: netip.MustParseAddr("10.244.1.3"), Port: 8080, Weight: 1}}},
+		{Until: time.Date(2026, 11, 25, 10, 1, 0, 0, time.UTC), Backends: []config.Backend{
+			{Address: netip.MustParseAddr("10.244.1.2"), Port: 8080, Weight: 0}, {Address: netip.MustParseAddr("10.244.1.3"), Port: 8080, Weight: 1}}},
+	}
+	web80 := config.KubernetesServiceName("default", "web", 80, config.TCP)
+	if len(got[web80]) != len(want) {
+		t.Fatalf("history of %s: %+v", web80, got[web80])
+	}
+	for i, g := range got[web80] {
+		if !g.Until.Equal(want[i].Until) || len(g.Backends) != len(want[i].Backends) {
+			t.Fatalf("history[%d] of %s: %+v, want %+v", i, web80, g, want[i])
+		}
+		for j, b := range g.Backends {
+			w := want[i].Backends[j]
+			if b.Address != w.Address || b.Port != w.Port || b.Weight != w.Weight {
+				t.Errorf("history[%d] of %s, backend %d: %+v, want %+v", i, web80, j, b, w)
+			}
+		}
+	}
+	for _, name := range []string{config.KubernetesServiceName("default", "plain", 80, config.TCP), config.KubernetesServiceName("default", "bad", 80, config.TCP)} {
+		if _, ok := got[name]; !ok || len(got[name]) != 0 {
+			t.Errorf("%s: served %v with history %+v, want served without", name, ok, got[name])
+		}
+	}
+}
