@@ -41,6 +41,11 @@ type report struct {
 	// Backend is the backend program (xlb_decap), measured after the LB
 	// program with the same repetitions and rounds.
 	Backend backendReport `json:"backend"`
+	// Matrix is the LB program over protocols, backend and service
+	// counts, and the miss path, each case against its floor.
+	Matrix       []dataplane.MatrixResult `json:"matrix,omitempty"`
+	MatrixRepeat uint32                   `json:"matrix_repeat,omitempty"`
+	MatrixRounds int                      `json:"matrix_rounds,omitempty"`
 }
 
 type backendReport struct {
@@ -74,6 +79,10 @@ func main() {
 	repeat := flag.Uint("repeat", 300_000, "repetitions per round")
 	rounds := flag.Int("rounds", 61, "rounds, interleaved over the programs")
 	doc := flag.String("doc", "", "markdown file whose generated results section to rewrite (\"\" for none)")
+	matrix := flag.Bool("matrix", true, "also run the matrix: TCP and UDP, 1/16/1024 backends, 1/100/1000 services, the miss path")
+	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
+	matrixRounds := flag.Int("matrix-rounds", 21, "rounds per matrix case")
+	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
 	flag.Parse()
 
 	res, err := dataplane.RunBenchmark(dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
@@ -111,6 +120,15 @@ func main() {
 		}
 	}
 
+	if *matrix {
+		fmt.Println("LB program matrix: TCP and UDP, 1/16/1024 backends, 1/100/1000 services, the miss path ...")
+		r.MatrixRepeat, r.MatrixRounds = uint32(*matrixRepeat), *matrixRounds
+		if r.Matrix, err = dataplane.RunMatrix(dataplane.MatrixConfig{Cases: dataplane.DefaultMatrix(), Repeat: r.MatrixRepeat, Rounds: r.MatrixRounds}); err != nil {
+			fmt.Fprintln(os.Stderr, "lbbench: matrix:", err)
+			os.Exit(1)
+		}
+	}
+
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
 	fmt.Printf("%-18s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
 	for _, x := range res {
@@ -125,6 +143,13 @@ func main() {
 	for _, name := range []string{caseSocket, caseChain} {
 		q := r.Backend.OverGUE[name]
 		fmt.Printf("%s / %s: %.2fx (best rounds), %.2fx (medians), %.2fx net of the harness\n", name, caseGUE, q.Raw, q.Median, q.Net)
+	}
+
+	if len(r.Matrix) > 0 {
+		fmt.Printf("\nLB program matrix (%d rounds x %d runs per case)\n%-44s %8s %8s %7s %8s %7s\n", r.MatrixRounds, r.MatrixRepeat, "case", "LB ns", "floor ns", "ratio", "Mpps", "probes")
+		for _, m := range r.Matrix {
+			fmt.Printf("%-44s %8.1f %8.1f %6.2fx %8.1f %7d\n", m.MatrixCase.String(), m.LB.MinNs, m.Floor.MinNs, m.Ratio, m.Mpps, m.Probes)
+		}
 	}
 
 	if err := os.MkdirAll(*out, 0o755); err != nil {
@@ -145,7 +170,18 @@ func main() {
 		if err := benchutil.RewriteDoc(*doc, backendBegin, backendEnd, backendSection(r, filepath.Base(name))); err != nil {
 			fail(err)
 		}
+		if len(r.Matrix) > 0 {
+			if err := benchutil.RewriteDoc(*doc, matrixBegin, matrixEnd, matrixSection(r, filepath.Base(name), *png, *doc)); err != nil {
+				fail(err)
+			}
+		}
 		fmt.Println("updated", *doc)
+	}
+	if *png != "" && len(r.Matrix) > 0 {
+		if err := matrixPlot(*png, r); err != nil {
+			fail(err)
+		}
+		fmt.Println("wrote", *png)
 	}
 	if *svg != "" {
 		if err := os.MkdirAll(filepath.Dir(*svg), 0o755); err != nil {

@@ -1,0 +1,292 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"slices"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/maglev"
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// MatrixCase is one configuration of the hit-path matrix: the benchmarked
+// service's protocol and backend count, and how many services the node
+// holds in all. Miss sends a packet to an address that is no VIP instead.
+type MatrixCase struct {
+	Proto    string `json:"proto"` // "tcp" or "udp"
+	Backends int    `json:"backends"`
+	Services int    `json:"services"`
+	Miss     bool   `json:"miss,omitempty"`
+}
+
+func (c MatrixCase) String() string {
+	if c.Miss {
+		return fmt.Sprintf("miss (%s to a non-VIP address), %d services", c.Proto, c.Services)
+	}
+	return fmt.Sprintf("%s, %d backends, %d services", c.Proto, c.Backends, c.Services)
+}
+
+// MatrixResult is one case measured against its floor in the same rounds.
+type MatrixResult struct {
+	MatrixCase
+	// LB is the LB program (bench_lb), Floor the floor it is compared
+	// with (floor_parse_encap for a hit, floor_parse_tx for a miss),
+	// Harness the wrapper alone.
+	LB, Floor, Harness BenchResult
+	// Ratio is LB / Floor on best rounds.
+	Ratio float64 `json:"ratio"`
+	// Mpps is the packet rate one core would reach running only this
+	// program on the best round's cost, harness included (so a lower
+	// bound for the program alone; no driver, no stack).
+	Mpps float64 `json:"mpps"`
+	// Probes is how many index slots past its home the benchmarked
+	// service sits (0: at home).
+	Probes int `json:"probes"`
+}
+
+// MatrixConfig sets a matrix run.
+type MatrixConfig struct {
+	Cases  []MatrixCase
+	Repeat uint32
+	Rounds int
+}
+
+// DefaultMatrix is the hit path for TCP and UDP with 1, 16 and 1024
+// backends and 1, 100 and 1000 services, and the miss path. (A node holds
+// at most MaxServices services: 10 000 do not fit its service index.)
+func DefaultMatrix() []MatrixCase {
+	var out []MatrixCase
+	for _, proto := range []string{"tcp", "udp"} {
+		for _, b := range []int{1, 16, 1024} {
+			for _, s := range []int{1, 100, 1000} {
+				out = append(out, MatrixCase{Proto: proto, Backends: b, Services: s})
+			}
+		}
+	}
+	return append(out, MatrixCase{Proto: "tcp", Services: 1000, Miss: true})
+}
+
+// RunMatrix measures each case: a fresh load of the benchmark programs,
+// the benchmarked service programmed through the agent's code with its
+// backends and Maglev table, the other services added to the service
+// index (the part of them a packet to this service can meet: their
+// tables are never read for it), then the LB program, its floor and the
+// harness interleaved round after round on one pinned CPU.
+func RunMatrix(cfg MatrixConfig) ([]MatrixResult, error) {
+	ns := fmt.Sprintf("xlb-bench-%d", os.Getpid())
+	if err := benchNS(ns); err != nil {
+		return nil, err
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	// Up to 1024 backends: 10.0.3.0-10.0.6.255, all behind the router.
+	if b, err := exec.Command("ip", "-n", ns, "route", "add", "10.0.4.0/22", "via", "10.0.1.1").CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("route to the backends: %v: %s", err, b)
+	}
+	var out []MatrixResult
+	for _, c := range cfg.Cases {
+		r, err := runMatrixCase(ns, c, cfg)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", c, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, error) {
+	res := MatrixResult{MatrixCase: c}
+	proto := uint8(ProtoTCP)
+	if c.Proto == "udp" {
+		proto = ProtoUDP
+	}
+	if c.Services < 1 || c.Services > MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 {
+		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, MaxServices, c.Backends)
+	}
+	node := netip.MustParseAddr("10.0.1.2")
+	spec, err := loadBench()
+	if err != nil {
+		return res, err
+	}
+	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
+		return res, err
+	}
+	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
+		return res, err
+	}
+	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
+	var objs benchObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return res, fmt.Errorf("load benchmark programs: %w", err)
+	}
+	defer objs.Close()
+	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
+		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
+		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
+	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
+	if err := objs.NhGen.Set(uint32(1)); err != nil {
+		return res, err
+	}
+
+	// The other services first, so that the benchmarked one meets them
+	// on its probe path as a service added last would: VIPs of
+	// 10.98.0.0/16, one port each, no table.
+	for i := 1; i < c.Services; i++ {
+		v := netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)})
+		key := lbSvcSlot{Vip: wire32(v), Port: port16(80), Proto: proto, Encap: uint8(EncapIPIP), Id: uint32(i)}
+		if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
+			return res, fmt.Errorf("service %d of %d: %w", i+1, c.Services, err)
+		}
+	}
+	vip := netip.MustParseAddr("10.99.0.1")
+	backends := max(c.Backends, 1)
+	bs := make([]maglev.Backend, backends)
+	for i := range bs {
+		a := netip.AddrFrom4([4]byte{10, 0, 3 + byte(i>>8), byte(i)})
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			return res, err
+		}
+	}
+	slots, err := maglev.Build(bs, maglev.DefaultSize)
+	if err != nil {
+		return res, err
+	}
+	table := make([]uint32, len(slots))
+	for i, s := range slots {
+		table[i] = uint32(s)
+	}
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, proto}, Encap: EncapIPIP, Table: table}); err != nil {
+		return res, err
+	}
+	key, _ := slotKey(ServiceKey{vip, 80, proto})
+	at, _ := d.index.find(key)
+	res.Probes = (at - int(svcHash(key.Vip, key.Port, key.Proto)%SvcSlots) + SvcSlots) % SvcSlots
+
+	dst := vip
+	if c.Miss {
+		dst = netip.MustParseAddr("10.97.0.1")
+	}
+	frame := benchFrame(dst)
+	if proto == ProtoUDP {
+		frame = benchUDPFrame(frame)
+	}
+	floor, floorName := objs.FloorParseEncap, "floor_parse_encap"
+	want := uint32(3) // XDP_TX
+	if c.Miss {
+		floor, floorName, want = objs.FloorParseTx, "floor_parse_tx", 2 // the LB passes it
+	}
+	progs := []struct {
+		name string
+		prog *ebpf.Program
+		want uint32
+		into *BenchResult
+	}{
+		{"wrap_only", objs.WrapOnly, 3, &res.Harness},
+		{floorName, floor, 3, &res.Floor},
+		{"bench_lb", objs.BenchLb, want, &res.LB},
+	}
+	err = netns.Do(ns, func() error {
+		idx, err := benchThread()
+		if err != nil {
+			return err
+		}
+		for _, p := range progs {
+			v, _, out, err := testRunXDP(p.prog.FD(), frame, idx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			if v != p.want {
+				return fmt.Errorf("%s: verdict %d, want %d", p.name, v, p.want)
+			}
+			if string(out) != string(frame) {
+				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
+			}
+			*p.into = BenchResult{Name: p.name, Description: benchDescriptions[p.name], Verdict: verdictName(v)}
+		}
+		for range cfg.Rounds {
+			for _, p := range progs {
+				_, ns, _, err := testRunXDP(p.prog.FD(), frame, idx, cfg.Repeat)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				p.into.RoundsNs = append(p.into.RoundsNs, float64(ns))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, p := range progs {
+		p.into.MedianNs = median(p.into.RoundsNs)
+		p.into.MinNs = slices.Min(p.into.RoundsNs)
+		p.into.NetNs = p.into.MinNs - res.Harness.MinNs
+	}
+	res.Harness.NetNs = 0
+	res.Ratio = res.LB.MinNs / res.Floor.MinNs
+	res.Mpps = 1e3 / res.LB.MinNs
+
+	// What the LB program did on every repetition: forwarded (a hit) or
+	// passed as not ours (a miss).
+	c0, err := d.ServiceCounters(0)
+	if err != nil {
+		return res, err
+	}
+	hits := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1
+	if c.Miss {
+		if c0.Packets != 0 {
+			return res, fmt.Errorf("the miss reached the service (%d packets)", c0.Packets)
+		}
+		var per []uint64
+		if err := objs.Reasons.Lookup(uint32(slices.Index(ReasonNames, "pass_no_service")), &per); err != nil {
+			return res, fmt.Errorf("read reasons: %w", err)
+		}
+		var n uint64
+		for _, x := range per {
+			n += x
+		}
+		if n != hits {
+			return res, fmt.Errorf("%d packets passed as not for a service, want %d: the benchmark did not measure misses", n, hits)
+		}
+	} else if c0.Packets != hits {
+		return res, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", c0.Packets, hits)
+	}
+	return res, nil
+}
+
+// benchUDPFrame turns benchFrame's TCP segment into a UDP datagram of the
+// same length between the same ports (checksum 0: none).
+func benchUDPFrame(tcp []byte) []byte {
+	f := slices.Clone(tcp)
+	ip := f[14:]
+	ip[9] = ProtoUDP
+	ip[10], ip[11] = 0, 0
+	var s uint32
+	for i := 0; i < 20; i += 2 {
+		s += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	s = (s & 0xffff) + s>>16
+	s = (s & 0xffff) + s>>16
+	ip[10], ip[11] = byte(^s>>8), byte(^s)
+	udp := ip[20:]
+	l := len(udp)
+	udp[4], udp[5] = byte(l>>8), byte(l)
+	udp[6], udp[7] = 0, 0
+	return f
+}
+
+func verdictName(v uint32) string {
+	switch v {
+	case 2:
+		return "XDP_PASS"
+	case 3:
+		return "XDP_TX"
+	}
+	return fmt.Sprintf("verdict %d", v)
+}
