@@ -1,0 +1,739 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// The lab: one client, the static router, one LB node per path that
+// needs one, eight backends with nginx. Every path has its own VIP, routed
+// by the router to its own node, so the paths never share a namespace:
+// no path runs with another's conntrack, netfilter hooks or XDP program.
+//
+//	client1 ── router ──┬── node1  xlb agent (XDP): VIP .1 dsr-ipip, VIP .2 dsr-gue
+//	                    ├── node2  nftables DNAT:   VIP .3
+//	                    ├── node3  iptables DNAT:   VIP .4
+//	                    ├── node4  nginx stream:    VIP .5 (on lo)
+//	                    ├── node5  HAProxy tcp:     VIP .6 (on lo)
+//	                    └── be1 … be8  nginx on :80 (VIPs .1 and .2 on lo, decapsulation attached)
+
+// stalePrefix starts the lab's name, followed by the run's PID.
+const stalePrefix = "xhb"
+
+// labBackends is the number of backends of the lab: the largest count
+// measured.
+const labBackends = 8
+
+// Path keys.
+const (
+	keyIPIP     = "xlb-ipip"
+	keyGUE      = "xlb-gue"
+	keyNft      = "nft"
+	keyIptables = "iptables"
+	keyNginx    = "nginx"
+	keyHAProxy  = "haproxy"
+	keyDirect   = "direct"
+)
+
+// Path is one way from the client to the backends.
+type Path struct {
+	Key  string `json:"key"`
+	Name string `json:"name"`
+	// Node is the LB node's namespace, "" for direct.
+	Node string `json:"node,omitempty"`
+	// VIP is the address the client sends to; invalid for direct.
+	VIP netip.Addr `json:"vip,omitzero"`
+	How string     `json:"how"`
+	// node is the index of the LB node in the plan, -1 for direct.
+	node int
+}
+
+// paths returns the paths, in the order the report lists them.
+func paths() []Path {
+	v := func(last byte) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, last}) }
+	return []Path{
+		{Key: keyIPIP, Name: "xlb dsr-ipip", VIP: v(1), node: 0,
+			How: "xlb agent on the node: XDP picks the backend (Maglev), IPIP to it; the backend's XDP program decapsulates, the VIP is on its lo, the reply goes straight to the client"},
+		{Key: keyGUE, Name: "xlb dsr-gue", VIP: v(2), node: 0,
+			How: "the same agent and node, GUE (UDP) encapsulation"},
+		{Key: keyNft, Name: "nftables DNAT", VIP: v(3), node: 1,
+			How: "nftables DNAT on the node (numgen random over the backends, as kube-proxy's nftables mode) and masquerade, so replies return through the node"},
+		{Key: keyIptables, Name: "iptables DNAT", VIP: v(4), node: 2,
+			How: "iptables-legacy DNAT on the node (statistic random chains, as kube-proxy's iptables mode) and masquerade"},
+		{Key: keyNginx, Name: "nginx stream", VIP: v(5), node: 3,
+			How: "nginx as an L4 (stream) proxy on the node, 2 workers with reuseport, round robin; the VIP is on the node's lo"},
+		{Key: keyHAProxy, Name: "HAProxy tcp", VIP: v(6), node: 4,
+			How: "HAProxy in TCP mode on the node, 2 threads, round robin; the VIP is on the node's lo"},
+		{Key: keyDirect, Name: "direct", node: -1,
+			How: "no LB: the client sends to the backends' own addresses, wrk thread i to backend i mod n"},
+	}
+}
+
+// benchLab is the lab and what runs in it.
+type benchLab struct {
+	p     lab.Plan
+	xlb   string // the xlb binary: netns-exec, agent
+	dir   string // configs written by the benchmark
+	paths []Path
+	// roles maps namespace inodes to CPU roles.
+	roles map[uint64]string
+	// procs are the lab processes this program started, by name.
+	procs map[string]proc
+	// setup is every command the set-up ran, for the report.
+	setup []string
+	// n is the number of backends the paths use now.
+	n int
+	// agentSvcs are the agent's services now.
+	agentSvcs []labrun.Service
+	progress  func(string, ...any)
+}
+
+// upLab builds the lab and starts everything but the paths' own
+// programs (those follow the backend count: configure).
+func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any)) (*benchLab, error) {
+	nodes := 0
+	for _, p := range paths() {
+		nodes = max(nodes, p.node+1)
+	}
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic})
+	if err != nil {
+		return nil, err
+	}
+	l := &benchLab{p: p, xlb: xlb, dir: filepath.Join(p.StateDir, "httpbench"), paths: paths(), roles: map[uint64]string{}, procs: map[string]proc{}, progress: progress}
+	if err := os.MkdirAll(l.dir, 0o755); err != nil {
+		return nil, err
+	}
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # internal/lab: namespaces, router, XDP_PASS on the router's ports, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
+		prefix, nodes, labBackends, p.VIPs[0], p.VIPs[1]))
+	for i := range l.paths {
+		if n := l.paths[i].node; n >= 0 {
+			l.paths[i].Node = p.Nodes[n].Namespace
+		}
+	}
+	for _, h := range p.Backends {
+		l.roles[nsInode(netns.Dir, h.Namespace)] = roleBackends
+	}
+	for _, h := range p.Nodes {
+		l.roles[nsInode(netns.Dir, h.Namespace)] = roleNode
+	}
+	if err := l.network(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.startBackends(ctx); err != nil {
+		return nil, err
+	}
+	return l, nil
+}
+
+// run runs argv (in namespace ns unless "") and records it.
+func (l *benchLab) run(ctx context.Context, ns string, argv ...string) (string, error) {
+	shown := strings.Join(argv, " ")
+	cmdArgs := argv
+	if ns != "" {
+		shown = "ip netns exec " + ns + " " + shown
+		cmdArgs = append([]string{l.xlb, netns.ExecCommand, ns, "--"}, argv...)
+	}
+	l.setup = append(l.setup, shown)
+	cmd := exec.CommandContext(ctx, cmdArgs[0], cmdArgs[1:]...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("%s: %w: %s", shown, err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+// sysctls writes sysctls (paths under /proc/sys/net) inside namespace ns.
+func (l *benchLab) sysctls(ns string, kv ...string) error {
+	for i := 0; i+1 < len(kv); i += 2 {
+		l.setup = append(l.setup, fmt.Sprintf("ip netns exec %s sysctl -w net.%s=%q", ns, strings.ReplaceAll(kv[i], "/", "."), kv[i+1]))
+	}
+	return netns.Do(ns, func() error {
+		for i := 0; i+1 < len(kv); i += 2 {
+			if err := os.WriteFile(filepath.Join("/proc/sys/net", kv[i]), []byte(kv[i+1]), 0o644); err != nil {
+				return fmt.Errorf("namespace %s: net/%s=%s: %w", ns, kv[i], kv[i+1], err)
+			}
+		}
+		return nil
+	})
+}
+
+// network adds what the paths need to the lab's network: a route per
+// VIP to its node, the proxies' VIPs on their nodes' loopback, and
+// ephemeral ports for the many connections of the new-connection runs.
+func (l *benchLab) network(ctx context.Context) error {
+	for _, p := range l.paths {
+		if p.node < 0 {
+			continue
+		}
+		node := l.p.Nodes[p.node]
+		if _, err := l.run(ctx, "", "ip", "-n", l.p.Router, "route", "replace", p.VIP.String()+"/32", "via", node.Addr.String()); err != nil {
+			return err
+		}
+		if p.Key == keyNginx || p.Key == keyHAProxy {
+			if _, err := l.run(ctx, "", "ip", "-n", node.Namespace, "addr", "add", p.VIP.String()+"/32", "dev", "lo"); err != nil {
+				return err
+			}
+		}
+	}
+	// The client opens thousands of connections a second in the
+	// new-connection runs, as do the proxies towards the backends: the
+	// whole port range, and TIME_WAIT ports reused (timestamps keep it
+	// safe).
+	ports := []string{"ipv4/ip_local_port_range", "1024 65535", "ipv4/tcp_tw_reuse", "1"}
+	if err := l.sysctls(l.p.Clients[0].Namespace, ports...); err != nil {
+		return err
+	}
+	for _, n := range l.p.Nodes {
+		if err := l.sysctls(n.Namespace, ports...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// nginxName is the lab process name of backend h's nginx.
+func nginxName(h lab.Host) string { return "nginx-" + h.Name }
+
+// startBackends replaces every backend's embedded server by nginx.
+func (l *benchLab) startBackends(ctx context.Context) error {
+	for _, h := range l.p.Backends {
+		if err := lab.StopProcess(l.p.Spec.Prefix, lab.ServerName(h)); err != nil {
+			return fmt.Errorf("%s: stop the lab's server: %w", h.Name, err)
+		}
+		l.setup = append(l.setup, "# stop `xlb lab serve` on "+h.Name+" (lab.StopProcess)")
+		dir := filepath.Join(l.dir, nginxName(h))
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		conf := filepath.Join(dir, "nginx.conf")
+		if err := os.WriteFile(conf, []byte(backendNginx(h.Name, h.Addr, dir)), 0o644); err != nil {
+			return err
+		}
+		if err := l.start(h.Namespace, nginxName(h), "nginx", "-p", dir, "-e", "stderr", "-c", conf); err != nil {
+			return err
+		}
+	}
+	for _, h := range l.p.Backends {
+		if err := l.waitListening(ctx, h.Namespace, nginxName(h), netip.MustParseAddrPort("127.0.0.1:80")); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// backendConf is the nginx.conf of backend i (0-based).
+func (l *benchLab) backendConf(i int) string {
+	return filepath.Join(l.dir, nginxName(l.p.Backends[i]), "nginx.conf")
+}
+
+// start starts a lab process, remembers it and records its command.
+func (l *benchLab) start(ns, name string, argv ...string) error {
+	l.setup = append(l.setup, "ip netns exec "+ns+" "+strings.Join(argv, " "))
+	pid, err := lab.StartProcess(l.p.Spec.Prefix, ns, name, argv...)
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
+	st, ok := startTime(pid)
+	if !ok {
+		return fmt.Errorf("%s (PID %d) exited at once; its log %s ends with: %s", name, pid,
+			lab.LogFile(l.p.Spec.Prefix, name), logTail(lab.LogFile(l.p.Spec.Prefix, name)))
+	}
+	l.procs[name] = proc{pid, st}
+	return nil
+}
+
+// proc is one process this program started: its PID and start time,
+// which tells it apart from a later process with the same PID.
+type proc struct {
+	pid   int
+	start uint64
+}
+
+// alive says whether p still runs (and is not a zombie).
+func (p proc) alive() bool {
+	st, ok := startTime(p.pid)
+	return ok && st == p.start
+}
+
+// stop stops the lab process name that start started, and its children:
+// SIGTERM, SIGKILL after 5 s. It signals them by PID itself: nginx
+// rewrites its command line ("nginx: master process ..."), so
+// lab.StopProcess, which signals a PID only while its command line is
+// the one started, would leave it running, and a new nginx would share
+// the VIP's port with the old one (reuseport).
+func (l *benchLab) stop(name string) error {
+	p, ok := l.procs[name]
+	if !ok {
+		return nil
+	}
+	delete(l.procs, name)
+	group := append([]proc{p}, children(p.pid)...)
+	signal := func(sig syscall.Signal) {
+		for _, q := range group {
+			if q.alive() {
+				_ = syscall.Kill(q.pid, sig)
+			}
+		}
+	}
+	gone := func(d time.Duration) bool {
+		for deadline := time.Now().Add(d); ; time.Sleep(20 * time.Millisecond) {
+			if !slices.ContainsFunc(group, proc.alive) {
+				return true
+			}
+			if time.Now().After(deadline) {
+				return false
+			}
+		}
+	}
+	signal(syscall.SIGTERM)
+	if !gone(5 * time.Second) {
+		signal(syscall.SIGKILL)
+		if !gone(2 * time.Second) {
+			return fmt.Errorf("%s (PID %d) and its children survive SIGKILL", name, p.pid)
+		}
+	}
+	// Only the records are left to remove: the process is gone.
+	return lab.StopProcess(l.p.Spec.Prefix, name)
+}
+
+// startTime is a process's start time from /proc/PID/stat (field 22);
+// false if it is gone or a zombie.
+func startTime(pid int) (uint64, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 || f[0] == "Z" || f[0] == "X" {
+		return 0, false
+	}
+	st, err := strconv.ParseUint(f[19], 10, 64)
+	return st, err == nil
+}
+
+// children lists the processes whose parent is pid.
+func children(pid int) []proc {
+	var out []proc
+	entries, _ := os.ReadDir("/proc")
+	for _, e := range entries {
+		c, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c))
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) < 2 || f[1] != strconv.Itoa(pid) {
+			continue
+		}
+		if st, ok := startTime(c); ok {
+			out = append(out, proc{c, st})
+		}
+	}
+	return out
+}
+
+// waitListening waits until addr accepts connections inside ns, for at
+// most 10 s, or until process name has exited.
+func (l *benchLab) waitListening(ctx context.Context, ns, name string, addr netip.AddrPort) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		err := netns.Do(ns, func() error {
+			c, err := net.DialTimeout("tcp", addr.String(), 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err == nil {
+			return nil
+		}
+		if p, ok := l.procs[name]; !ok || !p.alive() {
+			return fmt.Errorf("%s exited; its log %s ends with: %s", name, lab.LogFile(l.p.Spec.Prefix, name), logTail(lab.LogFile(l.p.Spec.Prefix, name)))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: nothing listens on %s after 10 s: %w", name, addr, err)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// logTail is the last lines of a log, for an error message.
+func logTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
+}
+
+// waitClosed waits until nothing accepts connections on addr inside ns
+// any more, for at most 5 s.
+func (l *benchLab) waitClosed(ctx context.Context, ns string, addr netip.AddrPort) error {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		err := netns.Do(ns, func() error {
+			c, err := net.DialTimeout("tcp", addr.String(), 200*time.Millisecond)
+			if err == nil {
+				c.Close()
+			}
+			return err
+		})
+		if err != nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s still accepts connections 5 s after its proxy was stopped: something else listens there (see `ip netns exec %s ss -tlnp`)", addr, ns)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// backendAddrs is the addresses of the first n backends.
+func (l *benchLab) backendAddrs(n int) []netip.Addr {
+	var out []netip.Addr
+	for _, h := range l.p.Backends[:n] {
+		out = append(out, h.Addr)
+	}
+	return out
+}
+
+// path returns the path with key k.
+func (l *benchLab) path(k string) Path {
+	i := slices.IndexFunc(l.paths, func(p Path) bool { return p.Key == k })
+	return l.paths[i]
+}
+
+// ConfigSet is every path's configuration for one backend count.
+type ConfigSet struct {
+	Backends     int    `json:"backends"`
+	Agent        string `json:"xlb_agent_yaml"`
+	Nft          string `json:"nft"`
+	Iptables     string `json:"iptables_restore"`
+	NginxStream  string `json:"nginx_stream_conf"`
+	HAProxy      string `json:"haproxy_cfg"`
+	DirectScript string `json:"wrk_direct_lua"`
+}
+
+// configure makes every path use the first n backends and checks that
+// each answers; it returns the configurations.
+func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
+	cs := ConfigSet{Backends: n}
+	addrs := l.backendAddrs(n)
+	var err error
+	// xlb: both services on the agent of the first node.
+	node := l.p.Nodes[l.path(keyIPIP).node]
+	svcs := []labrun.Service{
+		{Name: "web-ipip", VIP: l.path(keyIPIP).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: addrs},
+		{Name: "web-gue", VIP: l.path(keyGUE).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DSRGUE, Backends: slices.Clone(addrs)},
+	}
+	sub := l.p
+	sub.Nodes = []lab.Host{node}
+	if l.agentSvcs == nil {
+		if err := labrun.WriteConfig(l.p, node, svcs); err != nil {
+			return cs, err
+		}
+		l.setup = append(l.setup, "ip netns exec "+node.Namespace+" "+l.xlb+" agent --config "+labrun.ConfigPath(l.p, node))
+		if _, err := labrun.StartAgent(ctx, l.p, node, svcs); err != nil {
+			return cs, err
+		}
+	} else if _, err := labrun.Reconfigure(ctx, sub, svcs); err != nil {
+		return cs, err
+	}
+	l.agentSvcs = svcs
+	b, err := os.ReadFile(labrun.ConfigPath(l.p, node))
+	if err != nil {
+		return cs, err
+	}
+	cs.Agent = string(b)
+
+	// nftables and iptables: load the rules for n backends, replacing the
+	// previous ones.
+	cs.Nft = nftRules(l.path(keyNft).VIP, addrs)
+	if err := l.applyFile(ctx, keyNft, "nft.rules", cs.Nft, "nft", "-f"); err != nil {
+		return cs, err
+	}
+	cs.Iptables = iptablesRules(l.path(keyIptables).VIP, addrs)
+	if err := l.applyFile(ctx, keyIptables, "iptables.rules", cs.Iptables, "iptables-legacy-restore"); err != nil {
+		return cs, err
+	}
+
+	// The proxies: restart on the new configuration.
+	cs.NginxStream, err = l.restartProxy(ctx, keyNginx, "nginx-stream.conf", func(dir string) string {
+		return streamNginx(l.path(keyNginx).VIP, addrs, dir)
+	}, func(dir, conf string) []string { return []string{"nginx", "-p", dir, "-e", "stderr", "-c", conf} })
+	if err != nil {
+		return cs, err
+	}
+	cs.HAProxy, err = l.restartProxy(ctx, keyHAProxy, "haproxy.cfg", func(dir string) string {
+		return haproxyConfig(l.path(keyHAProxy).VIP, addrs, dir)
+	}, func(dir, conf string) []string { return []string{"haproxy", "-db", "-f", conf} })
+	if err != nil {
+		return cs, err
+	}
+
+	cs.DirectScript = directScript(addrs)
+	if err := os.WriteFile(l.scriptPath(), []byte(cs.DirectScript), 0o644); err != nil {
+		return cs, err
+	}
+	l.n = n
+	return cs, l.check(ctx)
+}
+
+// scriptPath is where wrk's script for the direct path is.
+func (l *benchLab) scriptPath() string { return filepath.Join(l.dir, "direct.lua") }
+
+// applyFile writes text to file name and runs argv with the file's path
+// appended inside the node of path key.
+func (l *benchLab) applyFile(ctx context.Context, key, name, text string, argv ...string) error {
+	path := filepath.Join(l.dir, name)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return err
+	}
+	_, err := l.run(ctx, l.path(key).Node, append(argv, path)...)
+	return err
+}
+
+// restartProxy stops the proxy of path key, writes its configuration
+// and starts it again, and waits until it listens on the VIP; it returns
+// the configuration.
+func (l *benchLab) restartProxy(ctx context.Context, key, file string, conf func(dir string) string, argv func(dir, conf string) []string) (string, error) {
+	p := l.path(key)
+	name := key + "-proxy"
+	if err := l.stop(name); err != nil {
+		return "", err
+	}
+	if err := l.waitClosed(ctx, p.Node, netip.AddrPortFrom(p.VIP, 80)); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(l.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	text := conf(dir)
+	path := filepath.Join(dir, file)
+	if err := os.WriteFile(path, []byte(text), 0o644); err != nil {
+		return "", err
+	}
+	if err := l.start(p.Node, name, argv(dir, path)...); err != nil {
+		return "", err
+	}
+	return text, l.waitListening(ctx, p.Node, name, netip.AddrPortFrom(p.VIP, 80))
+}
+
+// targets is where the client sends path p's requests: the VIP, or the
+// first n backends.
+func (l *benchLab) targets(p Path, n int) []netip.AddrPort {
+	if p.Key != keyDirect {
+		return []netip.AddrPort{netip.AddrPortFrom(p.VIP, 80)}
+	}
+	var out []netip.AddrPort
+	for _, a := range l.backendAddrs(n) {
+		out = append(out, netip.AddrPortFrom(a, 80))
+	}
+	return out
+}
+
+// check sends requests on every path from the client and fails unless
+// each gets a 200 answer from a backend in use, and, over 4n requests on
+// new connections, from every backend in use.
+func (l *benchLab) check(ctx context.Context) error {
+	in := map[string]bool{}
+	for _, h := range l.p.Backends[:l.n] {
+		in[h.Name] = true
+	}
+	return netns.Do(l.p.Clients[0].Namespace, func() error {
+		for _, p := range l.paths {
+			seen := map[string]bool{}
+			ts := l.targets(p, l.n)
+			// Random spreading may miss a backend in 4n tries: allow
+			// more before calling it broken.
+			for i := 0; i < 64*l.n && len(seen) < l.n; i++ {
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				out := dialHTTP(ctx, ts[i%len(ts)].String(), 2*time.Second)
+				if out.err != "" {
+					return fmt.Errorf("%s with %d backends: a request to %s failed (%s): the path does not work (see the logs in %s)",
+						p.Name, l.n, ts[i%len(ts)], out.err, l.p.StateDir)
+				}
+				if !in[out.backend] {
+					return fmt.Errorf("%s with %d backends: answered by %q, which is not in use", p.Name, l.n, out.backend)
+				}
+				seen[out.backend] = true
+			}
+			if len(seen) < l.n {
+				return fmt.Errorf("%s with %d backends: only %d of them answered %d requests", p.Name, l.n, len(seen), 64*l.n)
+			}
+		}
+		return nil
+	})
+}
+
+// ResponseBytes are the sizes of one request and its answer on a
+// keep-alive connection, for the bandwidth model.
+type ResponseBytes struct {
+	Request int `json:"request"`
+	Head    int `json:"response_head"`
+	Body    int `json:"response_body"`
+}
+
+// measureSizes sends wrk's request to the first backend on a keep-alive
+// connection and measures the answer.
+func (l *benchLab) measureSizes() (ResponseBytes, error) {
+	be := l.p.Backends[0]
+	// What wrk sends: request line and Host only.
+	req := "GET / HTTP/1.1\r\nHost: " + l.path(keyGUE).VIP.String() + "\r\n\r\n"
+	var r ResponseBytes
+	r.Request = len(req)
+	err := netns.Do(l.p.Clients[0].Namespace, func() error {
+		c, err := net.DialTimeout("tcp", netip.AddrPortFrom(be.Addr, 80).String(), 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(c, req); err != nil {
+			return err
+		}
+		br := bufio.NewReader(c)
+		for {
+			line, err := br.ReadString('\n')
+			if err != nil {
+				return err
+			}
+			r.Head += len(line)
+			if k, v, ok := strings.Cut(line, ":"); ok && strings.EqualFold(k, "content-length") {
+				r.Body, _ = strconv.Atoi(strings.TrimSpace(v))
+			}
+			if line == "\r\n" {
+				break
+			}
+		}
+		body := make([]byte, r.Body)
+		if _, err := io.ReadFull(br, body); err != nil {
+			return err
+		}
+		if !bytes.HasPrefix(body, []byte(be.Name+" ")) {
+			return fmt.Errorf("%s answered %q", be.Name, body)
+		}
+		return nil
+	})
+	if err != nil {
+		return r, fmt.Errorf("measure the answer's size: %w", err)
+	}
+	return r, nil
+}
+
+// served reads how many requests each backend has seen (nginx's
+// stub_status): every read counts itself, so between two reads a backend
+// answered the difference less one.
+func (l *benchLab) served() ([]int, error) {
+	out := make([]int, len(l.p.Backends))
+	for i, h := range l.p.Backends {
+		err := netns.Do(h.Namespace, func() error {
+			c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(statusPort), time.Second)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(time.Second))
+			if _, err := io.WriteString(c, "GET / HTTP/1.0\r\n\r\n"); err != nil {
+				return err
+			}
+			b, err := io.ReadAll(c)
+			if err != nil {
+				return err
+			}
+			n, err := parseStubStatus(string(b))
+			out[i] = n
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("%s: stub_status: %w", h.Name, err)
+		}
+	}
+	return out, nil
+}
+
+// parseStubStatus returns the requests count of nginx's stub_status
+// page ("server accepts handled requests" followed by the three
+// numbers), which includes the request that read it.
+func parseStubStatus(page string) (int, error) {
+	_, rest, ok := strings.Cut(page, "server accepts handled requests")
+	if !ok {
+		return 0, errors.New("no \"server accepts handled requests\" line")
+	}
+	f := strings.Fields(rest)
+	if len(f) < 3 {
+		return 0, errors.New("no numbers after \"server accepts handled requests\"")
+	}
+	n, err := strconv.Atoi(f[2])
+	if err != nil {
+		return 0, fmt.Errorf("requests %q: %w", f[2], err)
+	}
+	return n, nil
+}
+
+// xdpPackets is the packets the agent's data plane counted for path p's
+// service, 0 for other paths.
+func (l *benchLab) xdpPackets(p Path) (uint64, error) {
+	if p.Key != keyIPIP && p.Key != keyGUE {
+		return 0, nil
+	}
+	node := l.p.Nodes[p.node]
+	st, err := api.GetStatus(labrun.Socket(l.p, node))
+	if err != nil {
+		return 0, err
+	}
+	for _, s := range st.Services {
+		if s.VIP == p.VIP {
+			return s.Counters.Packets, nil
+		}
+	}
+	return 0, fmt.Errorf("the agent of %s has no service on %s", node.Name, p.VIP)
+}
