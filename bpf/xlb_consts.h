@@ -4,7 +4,7 @@
 #define XLB_CONSTS_H
 
 #ifndef XLB_MAX_SERVICES
-#define XLB_MAX_SERVICES 1024
+#define XLB_MAX_SERVICES 16384
 #endif
 
 /* One backend entry per (service, backend) pair. */
@@ -25,18 +25,30 @@
  * 1 configuration in 18 has a service that needs more than 8 probes
  * (simulated), 1 in 19000 more than 16, and replacing services one by one
  * (deleted slots linger as tombstones) failed once in 3 million. With 16
- * slots per service and 16 probes a union bound puts a configuration's
- * risk below 2e-11, and 3 million replacements displaced no service by
- * more than 8 slots. The slots cost 256 KiB; a lookup, hit or miss, almost
- * always reads one slot, so the bound only sizes the unrolled loop.
+ * slots per service and 16 probes a union bound puts the risk of a
+ * configuration of 1024 services below 2e-11 (of XLB_MAX_SERVICES, 16
+ * times as many, below 4e-10), and 3 million replacements displaced no
+ * service by more than 8 slots. The slots cost 4 MiB; a lookup, hit or
+ * miss, almost always reads one slot, so the bound only sizes the
+ * unrolled loop.
  * A change of the slot count changes the pinned maps' layout, so the agent
  * migrates to fresh maps (internal/dataplane/layout.go); a change of
  * svc_hash alone does not, and internal/dataplane then refuses a pinned
  * index whose services are not where the hash puts them. */
 #ifndef XLB_SVC_SLOTS
-#define XLB_SVC_SLOTS 16384
+#define XLB_SVC_SLOTS 262144
 #endif
 #define XLB_SVC_PROBES 16
+
+/* VIP filter: a bitmap of 2^XLB_VIP_FILTER_BITS bits (64 per word) with
+ * a bit set for every VIP's hash (vip_filter_bit). A packet that is no
+ * service's and whose destination's bit is clear is no VIP's either, and
+ * passes without a lookup in the vips hash map, which costs the miss path
+ * more than everything else on it together. With XLB_MAX_SERVICES VIPs
+ * 1.6% of other addresses still meet a set bit and take the lookup; with
+ * 100 VIPs, 0.01%. */
+#define XLB_VIP_FILTER_BITS 20
+#define XLB_VIP_FILTER_WORDS (1 << (XLB_VIP_FILTER_BITS - 6))
 
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS

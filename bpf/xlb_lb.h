@@ -290,7 +290,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_IPV4:
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
-		if (!bpf_map_lookup_elem(&vips, &p.ip->daddr))
+		if (!is_vip(p.ip->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
 		/* ICMP errors about replies go to the backend that sent the
 		 * reply (path MTU discovery needs it); anything else for a VIP
@@ -315,14 +315,14 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		/* Non-first fragments carry no ports, so no instance could hash
 		 * them to the backend of their first fragment; first fragments
 		 * go too, as the datagram could never be completed. */
-		if (bpf_map_lookup_elem(&vips, &vip))
+		if (is_vip(vip))
 			return drop(XLB_DROP_FRAGMENT);
 		return pass(XLB_PASS_NO_SERVICE);
 	}
 
 	struct svc_slot *svc = svc_lookup(vip, p.dport, p.proto);
 	if (!svc) {
-		if (bpf_map_lookup_elem(&vips, &vip))
+		if (is_vip(vip))
 			return drop(XLB_DROP_VIP_NO_SERVICE);
 		return pass(XLB_PASS_NO_SERVICE);
 	}

@@ -49,6 +49,17 @@ struct {
 	__type(value, __u32);
 } vips SEC(".maps");
 
+/* The VIP filter (XLB_VIP_FILTER_BITS): bit vip_filter_bit(vip) is set
+ * for every address in vips. The control plane sets a VIP's bit before it
+ * adds the VIP to vips and clears it only once no VIP in vips has it, so a
+ * clear bit always means "not a VIP". */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XLB_VIP_FILTER_WORDS);
+	__type(key, __u32);
+	__type(value, __u64);
+} vip_filter SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_MAX_BACKENDS);
@@ -242,6 +253,32 @@ static __always_inline struct svc_slot *svc_lookup(__be32 vip, __be16 port, __u8
 			return 0; /* empty: the probe ends */
 	}
 	return 0;
+}
+
+/* The VIP filter's bit for an address (internal/dataplane has it in Go):
+ * the top XLB_VIP_FILTER_BITS bits of a multiplicative hash of the
+ * address as the program loads it, its halves folded together first. The
+ * product's top bits depend on every bit of the factor only through
+ * carries from below, so without the fold the addresses of one /16 would
+ * share a few of the bits' 2^20 values. */
+static __always_inline __u32 vip_filter_bit(__be32 addr)
+{
+	__u32 h = (__u32)addr ^ ((__u32)addr >> 16);
+
+	return (h * 0x9e3779b1u) >> (32 - XLB_VIP_FILTER_BITS);
+}
+
+/* Whether addr is a VIP, that is in vips: the filter answers "no" for
+ * almost every other address without the hash map. */
+static __always_inline int is_vip(__be32 addr)
+{
+	__u32 bit = vip_filter_bit(addr);
+	__u32 word = bit >> 6;
+	__u64 *w = bpf_map_lookup_elem(&vip_filter, &word);
+
+	if (!w || !(*w & (1ULL << (bit & 63))))
+		return 0;
+	return bpf_map_lookup_elem(&vips, &addr) != 0;
 }
 
 static __always_inline void count_reason(__u32 reason)

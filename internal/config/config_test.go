@@ -646,7 +646,7 @@ func TestLimits(t *testing.T) {
 	}{
 		{"services at the limit", MaxServices, 1, 0, "", MaxServices},
 		{"backends at the default limit", MaxServices, DefaultMaxBackends / MaxServices, 0, "", MaxServices},
-		{"one service too many", MaxServices + 1, 1, 0, "1025 services exceed the limit of 1024 (MaxServices)", 0},
+		{"one service too many", MaxServices + 1, 1, 0, "16385 services exceed the limit of 16384 (MaxServices)", 0},
 		{"one backend too many", 2, DefaultMaxBackends/2 + 1, 0, "16386 backend entries over all services exceed the limit of 16384 (dataplane.maxBackends)", 0},
 		{"1000 services of 100 backends", 1000, 100, 100000, "", 1000},
 		{"one backend over a raised limit", 1000, 100, 99999, "100000 backend entries over all services exceed the limit of 99999 (dataplane.maxBackends)", 0},

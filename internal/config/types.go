@@ -76,7 +76,7 @@ const (
 // a configuration that passes Parse must fit into them.
 const (
 	// MaxServices is the number of services one agent can serve.
-	MaxServices = 1024
+	MaxServices = 16384
 	// DefaultMaxBackends is the default of Dataplane.MaxBackends: the
 	// number of backend entries over all services, one entry per
 	// (service, backend) pair, drained backends included.

@@ -81,7 +81,7 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	// Program the service through the same code the agent uses.
 	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
 		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
 	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it

@@ -79,6 +79,7 @@ const (
 	benchMapReasons          = "reasons"
 	benchMapSvcIndex         = "svc_index"
 	benchMapSvcRetired       = "svc_retired"
+	benchMapVipFilter        = "vip_filter"
 	benchMapVips             = "vips"
 	benchProgBenchLb         = "bench_lb"
 	benchProgFloorParseEncap = "floor_parse_encap"
@@ -149,6 +150,7 @@ type benchMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
+	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -189,6 +191,7 @@ type benchMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
+	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
@@ -202,6 +205,7 @@ func (m *benchMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRetired,
+		m.VipFilter,
 		m.Vips,
 	)
 }

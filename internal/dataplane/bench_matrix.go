@@ -15,15 +15,22 @@ import (
 
 // MatrixCase is one configuration of the hit-path matrix: the benchmarked
 // service's protocol and backend count, and how many services the node
-// holds in all. Miss sends a packet to an address that is no VIP instead.
+// holds in all. Miss sends a packet to an address that is no VIP instead:
+// one whose bit in the VIP filter is clear, as almost every address's is,
+// or, with FilterHit, one whose bit a VIP has set, so that the program
+// also looks it up in the VIP set.
 type MatrixCase struct {
-	Proto    string `json:"proto"` // "tcp" or "udp"
-	Backends int    `json:"backends"`
-	Services int    `json:"services"`
-	Miss     bool   `json:"miss,omitempty"`
+	Proto     string `json:"proto"` // "tcp" or "udp"
+	Backends  int    `json:"backends"`
+	Services  int    `json:"services"`
+	Miss      bool   `json:"miss,omitempty"`
+	FilterHit bool   `json:"filter_hit,omitempty"`
 }
 
 func (c MatrixCase) String() string {
+	if c.Miss && c.FilterHit {
+		return fmt.Sprintf("miss (%s to a non-VIP address that shares a VIP's filter bit), %d services", c.Proto, c.Services)
+	}
 	if c.Miss {
 		return fmt.Sprintf("miss (%s to a non-VIP address), %d services", c.Proto, c.Services)
 	}
@@ -56,18 +63,20 @@ type MatrixConfig struct {
 }
 
 // DefaultMatrix is the hit path for TCP and UDP with 1, 16 and 1024
-// backends and 1, 100 and 1000 services, and the miss path. (A node holds
-// at most MaxServices services: 10 000 do not fit its service index.)
+// backends and 1, 100 and 10 000 services, and the miss path with 10 000
+// services, past the VIP filter and through it.
 func DefaultMatrix() []MatrixCase {
 	var out []MatrixCase
 	for _, proto := range []string{"tcp", "udp"} {
 		for _, b := range []int{1, 16, 1024} {
-			for _, s := range []int{1, 100, 1000} {
+			for _, s := range []int{1, 100, 10000} {
 				out = append(out, MatrixCase{Proto: proto, Backends: b, Services: s})
 			}
 		}
 	}
-	return append(out, MatrixCase{Proto: "tcp", Services: 1000, Miss: true})
+	return append(out,
+		MatrixCase{Proto: "tcp", Services: 10000, Miss: true},
+		MatrixCase{Proto: "tcp", Services: 10000, Miss: true, FilterHit: true})
 }
 
 // RunMatrix measures each case: a fresh load of the benchmark programs,
@@ -103,7 +112,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	if c.Proto == "udp" {
 		proto = ProtoUDP
 	}
-	if c.Services < 1 || c.Services > MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 {
+	if c.Services < 1 || c.Services > MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
 		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, MaxServices, c.Backends)
 	}
 	node := netip.MustParseAddr("10.0.1.2")
@@ -126,7 +135,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	defer objs.Close()
 	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
 		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips,
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
 		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
 	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	if err := objs.NhGen.Set(uint32(1)); err != nil {
@@ -135,11 +144,12 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 
 	// The other services first, so that the benchmarked one meets them
 	// on its probe path as a service added last would: VIPs of
-	// 10.98.0.0/16, one port each, no table.
+	// 10.98.0.0/16 and on, one port each, in the index and the VIP set,
+	// no table.
 	for i := 1; i < c.Services; i++ {
-		v := netip.AddrFrom4([4]byte{10, 98, byte(i >> 8), byte(i)})
+		v := netip.AddrFrom4([4]byte{10, 98 + byte(i>>16), byte(i >> 8), byte(i)})
 		key := lbSvcSlot{Vip: wire32(v), Port: port16(80), Proto: proto, Encap: uint8(EncapIPIP), Id: uint32(i)}
-		if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
+		if err := d.indexService(key); err != nil {
 			return res, fmt.Errorf("service %d of %d: %w", i+1, c.Services, err)
 		}
 	}
@@ -170,7 +180,10 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 
 	dst := vip
 	if c.Miss {
-		dst = netip.MustParseAddr("10.97.0.1")
+		dst, err = missAddr(d, c.FilterHit)
+		if err != nil {
+			return res, err
+		}
 	}
 	frame := benchFrame(dst)
 	if proto == ProtoUDP {
@@ -258,6 +271,19 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		return res, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", c0.Packets, hits)
 	}
 	return res, nil
+}
+
+// missAddr is an address of 10.97.0.0/16, no VIP, whose bit in the VIP
+// filter is clear, or with filterHit set by a VIP.
+func missAddr(d *Dataplane, filterHit bool) (netip.Addr, error) {
+	for i := 1; i < 1<<16; i++ {
+		a := netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
+		b := vipFilterBit(wire32(a))
+		if (d.vips.words[b/64]&(1<<(b%64)) != 0) == filterHit && d.vips.count[wire32(a)] == 0 {
+			return a, nil
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("no address of 10.97.0.0/16 has its VIP filter bit %s", map[bool]string{true: "set", false: "clear"}[filterHit])
 }
 
 // benchUDPFrame turns benchFrame's TCP segment into a UDP datagram of the

@@ -9,8 +9,9 @@ func TestRunMatrix(t *testing.T) {
 	requirePrivileges(t)
 	cases := []MatrixCase{
 		{Proto: "tcp", Backends: 16, Services: 1},
-		{Proto: "udp", Backends: 1024, Services: 1000},
+		{Proto: "udp", Backends: 1024, Services: 10000},
 		{Proto: "tcp", Services: 100, Miss: true},
+		{Proto: "tcp", Services: 10000, Miss: true, FilterHit: true},
 	}
 	res, err := RunMatrix(MatrixConfig{Cases: cases, Repeat: 1000, Rounds: 3})
 	if err != nil {

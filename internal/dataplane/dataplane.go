@@ -20,7 +20,7 @@ import (
 // Limits of the LB program's maps (bpf/xlb_consts.h). The backend maps'
 // size is a load-time parameter (Options.MaxBackends).
 const (
-	MaxServices        = 1024
+	MaxServices        = 16384
 	DefaultMaxBackends = 16384
 )
 
@@ -51,6 +51,7 @@ type Dataplane struct {
 	layout    layout            // of the loaded maps, recorded once attached
 	lock      *os.File          // held while this process owns the pin path
 	index     svcIndex          // mirror of the svc_index map
+	vips      vipSet            // mirror of the vips and vip_filter maps
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 	owner     ownership         // mirror of the backends map: which service each backend counts for
 	sums      *ebpf.Map         // table records (tablesum.go); nil: none kept
@@ -197,7 +198,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	// The VIP set is derived from the index. An agent that stopped
 	// between writing the one and the other left them apart, and tables
 	// that need no rewrite no longer bring them together.
-	if err := d.syncVIPs(); err != nil {
+	if err := d.resyncVIPs(); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
@@ -501,10 +502,27 @@ func (d *Dataplane) indexService(key lbSvcSlot) error {
 	if d.index.holds(key) {
 		return nil // nor has the VIP set changed
 	}
+	at, _ := d.index.find(key)
+	if d.vips.dirty {
+		// An earlier write failed: the maps may lack VIPs the index
+		// has. A VIP in the set before its service is in the index
+		// costs nothing; the reverse would pass the VIP's fragments.
+		if err := d.resyncVIPs(); err != nil {
+			return err
+		}
+	}
+	if at < 0 {
+		if err := d.vips.add(d.vipMaps(), key.Vip); err != nil {
+			return err
+		}
+	}
 	if err := d.index.upsert(d.objs.SvcIndex, key); err != nil {
+		if at < 0 {
+			_ = d.vips.remove(d.vipMaps(), key.Vip)
+		}
 		return err
 	}
-	return d.syncVIPs()
+	return nil
 }
 
 // named lists the backend ids that table names, each once, leaving out
@@ -566,7 +584,13 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 		defer d.svcMu[id].Unlock()
 	}
 	d.mu.Lock()
+	at, _ := d.index.find(k)
 	err = d.index.remove(d.objs.SvcIndex, k)
+	if err == nil && at >= 0 {
+		// Out of the index first: no packet finds the service while
+		// its VIP is already unknown.
+		err = d.vips.remove(d.vipMaps(), k.Vip)
+	}
 	d.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
@@ -596,33 +620,8 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	if err := d.objs.SvcRetired.Put(id, lbXlbCounter{}); err != nil {
 		return fmt.Errorf("reset counters of service %d: %w", id, err)
 	}
-	return d.syncVIPs()
-}
-
-// syncVIPs makes the VIP set (used to drop fragments to VIPs) match the
-// service index. Called with d.mu held.
-func (d *Dataplane) syncVIPs() error {
-	want := map[uint32]uint32{}
-	for _, s := range d.index.services() {
-		want[s.Vip]++
-	}
-	var stale []uint32
-	var vip, n uint32
-	it := d.objs.Vips.Iterate()
-	for it.Next(&vip, &n) {
-		if _, ok := want[vip]; !ok {
-			stale = append(stale, vip)
-		}
-	}
-	for vip, n := range want {
-		if err := d.objs.Vips.Put(vip, n); err != nil {
-			return fmt.Errorf("write VIP set: %w", err)
-		}
-	}
-	for _, vip := range stale {
-		if err := d.objs.Vips.Delete(vip); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("write VIP set: %w", err)
-		}
+	if d.vips.dirty {
+		return d.resyncVIPs()
 	}
 	return nil
 }

@@ -79,6 +79,7 @@ const (
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
 	lbMapSvcRetired   = "svc_retired"
+	lbMapVipFilter    = "vip_filter"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
 	lbVarNhGen        = "nh_gen"
@@ -143,6 +144,7 @@ type lbMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
+	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
 
@@ -183,6 +185,7 @@ type lbMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
+	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
 
@@ -196,6 +199,7 @@ func (m *lbMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRetired,
+		m.VipFilter,
 		m.Vips,
 	)
 }

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // enumNames reads the members of a C enum from a source file.
@@ -68,5 +70,16 @@ func TestLimitsMatchC(t *testing.T) {
 	}
 	if n := spec.Maps["chain_tables"].MaxEntries; n != MaxServices {
 		t.Errorf("chain_tables map %d entries, MaxServices %d", n, MaxServices)
+	}
+	for _, name := range []string{"maglev_tables", "svc_retired", "vips"} {
+		if n := spec.Maps[name].MaxEntries; n != MaxServices {
+			t.Errorf("%s map %d entries, MaxServices %d", name, n, MaxServices)
+		}
+	}
+	if n := spec.Maps["vip_filter"].MaxEntries; n != vipFilterWords {
+		t.Errorf("vip_filter map %d entries, vipFilterWords %d", n, vipFilterWords)
+	}
+	if config.MaxServices != MaxServices {
+		t.Errorf("config.MaxServices %d, dataplane.MaxServices %d", config.MaxServices, MaxServices)
 	}
 }

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -9,7 +10,7 @@ import (
 // Service index geometry (XLB_SVC_SLOTS, XLB_SVC_PROBES in
 // bpf/xlb_consts.h, which explains the numbers).
 const (
-	SvcSlots  = 16384
+	SvcSlots  = 262144
 	svcProbes = 16
 )
 
@@ -51,16 +52,29 @@ func svcHash(vip uint32, port uint16, proto uint8) uint32 {
 // the slot count makes the agent migrate to fresh maps before this runs;
 // a change of the hash alone is caught here.
 func (x *svcIndex) load(m *ebpf.Map) error {
-	var k uint32
-	var v lbSvcSlot
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if k < SvcSlots {
-			x.slots[k] = v
-		}
+	if m.MaxEntries() != SvcSlots {
+		return fmt.Errorf("read service index: it has %d slots, want %d", m.MaxEntries(), SvcSlots)
 	}
-	if err := it.Err(); err != nil {
-		return fmt.Errorf("read service index: %w", err)
+	// In batches: the index has a quarter of a million slots, one
+	// system call each would take the better part of a second.
+	const batch = 16384
+	keys := make([]uint32, batch)
+	vals := make([]lbSvcSlot, batch)
+	var cursor ebpf.MapBatchCursor
+	for at := 0; ; {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			if keys[i] < SvcSlots {
+				x.slots[keys[i]] = vals[i]
+			}
+		}
+		at += n
+		if errors.Is(err, ebpf.ErrKeyNotExist) || (err == nil && at >= SvcSlots) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("read service index: %w", err)
+		}
 	}
 	for i, s := range x.slots {
 		if s.Vip == 0 {
