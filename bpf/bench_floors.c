@@ -101,9 +101,45 @@ static __always_inline int floor_encap(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
+/* Floor 2 with the route looked up for every packet: parse, encapsulate
+ * to a fixed backend, bpf_fib_lookup towards it, its MACs, XDP_TX. The LB
+ * program caches what this looks up (xlb_forward's next-hop cache). */
+static __always_inline int floor_encap_fib(struct xdp_md *ctx)
+{
+	struct pkt p = {};
+	__be32 be = bpf_htonl(0x0a000302);
+
+	if (parse_ipv4((void *)(long)ctx->data, (void *)(long)ctx->data_end, &p) != PARSE_OK)
+		return XDP_DROP;
+	struct iphdr *ip = p.ip;
+	__u32 hash = xlb_flow_hash(ip->saddr, ip->daddr, p.sport, p.dport, ip->protocol);
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = IPPROTO_IPIP;
+	fib.tot_len = p.ip_len + XLB_IPIP_OVERHEAD;
+	fib.ipv4_src = node_addr;
+	fib.ipv4_dst = be;
+	fib.ifindex = ctx->ingress_ifindex;
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return XDP_DROP;
+	ipv4_decrease_ttl(ip);
+	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, be, hash, p.ip_len, ip->tos,
+		       ip->frag_off & bpf_htons(IP_DF), 0))
+		return XDP_DROP;
+	struct ethhdr *eth = (void *)(long)ctx->data;
+	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
+		return XDP_DROP;
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	return XDP_TX;
+}
+
 WRAP(wrap_only, XDP_TX)
 WRAP(floor_parse_tx, floor_parse(ctx))
 WRAP(floor_parse_encap, floor_encap(ctx))
+WRAP(floor_parse_encap_fib, floor_encap_fib(ctx))
 WRAP(bench_lb, xlb_lb(ctx))
 
 char LICENSE[] SEC("license") = "GPL";

@@ -304,10 +304,19 @@ func (m *measurer) kernelVariants(ctx context.Context, section string, round int
 	return nil
 }
 
-// xlbVariants starts the agent, runs dsr-gue and dsr-ipip, and stops and
+// xlbVariants runs dsr-gue and dsr-ipip with the program attached
+// natively, then dsr-gue attached in generic mode.
+func (m *measurer) xlbVariants(ctx context.Context, section string, round int, cpus []int) error {
+	if err := m.xlbNative(ctx, section, round, cpus); err != nil {
+		return err
+	}
+	return m.xlbGeneric(ctx, section, round, cpus)
+}
+
+// xlbNative starts the agent, runs dsr-gue and dsr-ipip, and stops and
 // cleans up the agent.
-func (m *measurer) xlbVariants(ctx context.Context, section string, round int, cpus []int) (err error) {
-	socket, err := m.pa.startAgent(ctx, config.DSRGUE)
+func (m *measurer) xlbNative(ctx context.Context, section string, round int, cpus []int) (err error) {
+	socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachNative)
 	defer func() {
 		if serr := m.pa.stopAgent(context.Background()); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))
@@ -323,6 +332,21 @@ func (m *measurer) xlbVariants(ctx context.Context, section string, round int, c
 		return err
 	}
 	return m.one(ctx, m.opts(section, vXLBIPIP, round, cpus, socket))
+}
+
+// xlbGeneric starts the agent with the program in generic mode, runs
+// dsr-gue, and stops and cleans up the agent.
+func (m *measurer) xlbGeneric(ctx context.Context, section string, round int, cpus []int) (err error) {
+	socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachGeneric)
+	defer func() {
+		if serr := m.pa.stopAgent(context.Background()); serr != nil {
+			err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))
+		}
+	}()
+	if err != nil {
+		return err
+	}
+	return m.one(ctx, m.opts(section, vXLBGen, round, cpus, socket))
 }
 
 // cores measures one and two generator cores: direct (the path without
@@ -349,7 +373,7 @@ func (m *measurer) cores(ctx context.Context) error {
 			}
 			m.queues = q
 			err := func() (err error) {
-				socket, err := m.pa.startAgent(ctx, config.DSRGUE)
+				socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachNative)
 				defer func() {
 					if serr := m.pa.stopAgent(context.Background()); serr != nil {
 						err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))

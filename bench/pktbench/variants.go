@@ -20,11 +20,12 @@ const (
 	vRouted   = "routed"
 	vXLBGUE   = "xlb-gue"
 	vXLBIPIP  = "xlb-ipip"
+	vXLBGen   = "xlb-gue-generic"
 	vNFT      = "nftables"
 	vIPTables = "iptables"
 )
 
-var variantOrder = []string{vDirect, vRouted, vXLBGUE, vXLBIPIP, vNFT, vIPTables}
+var variantOrder = []string{vDirect, vRouted, vXLBGUE, vXLBIPIP, vXLBGen, vNFT, vIPTables}
 
 // variantWhat says in one line what each variant's path is.
 var variantWhat = map[string]string{
@@ -32,6 +33,7 @@ var variantWhat = map[string]string{
 	vRouted:   "the node in the path as a plain router: client → router → node → router → backend 1, frames to the VIP; the node forwards by its default route, the router sends VIP traffic from the node segment to backend 1 (policy route)",
 	vXLBGUE:   "xlb agent on the node, service VIP:7777/udp, dsr-gue over both backends; XDP (native, on the veth) encapsulates and sends back out with XDP_TX, the backends decapsulate in XDP",
 	vXLBIPIP:  "the same with dsr-ipip",
+	vXLBGen:   "xlb-gue with the program attached in generic mode (`attachMode: generic`): it runs on the skb the router sent, and XDP_TX hands the skb to the veth's transmit path instead of an XDP frame to the router's port",
 	vNFT:      "no xlb; nftables DNAT on the node, shaped like kube-proxy's nftables mode (a verdict map on address . protocol . port, numgen random over both backends)",
 	vIPTables: "no xlb; iptables DNAT on the node, shaped like kube-proxy's iptables mode (KUBE-SERVICES → KUBE-SVC → statistic random → KUBE-SEP → DNAT), loaded with iptables-nft-restore (the nf_tables backend, Debian 12's default)",
 }
@@ -149,9 +151,9 @@ func (pa *path) xlbServices(fwd config.Forwarding) []labrun.Service {
 
 // startAgent writes the node's configuration and starts its agent, and
 // returns its API socket.
-func (pa *path) startAgent(ctx context.Context, fwd config.Forwarding) (string, error) {
+func (pa *path) startAgent(ctx context.Context, fwd config.Forwarding, attach string) (string, error) {
 	svcs := pa.xlbServices(fwd)
-	if err := labrun.WriteConfig(pa.plan, pa.node, svcs); err != nil {
+	if err := labrun.WriteConfigWith(pa.plan, pa.node, svcs, labrun.NodeOptions{AttachMode: attach}); err != nil {
 		return "", err
 	}
 	pa.log.add("%s %s %s -- %s agent --config %s", pa.xlb, netns.ExecCommand, pa.node.Namespace, pa.xlb, labrun.ConfigPath(pa.plan, pa.node))

@@ -40,13 +40,14 @@ type BenchConfig struct {
 }
 
 var benchDescriptions = map[string]string{
-	"wrap_only":         "save and restore of the packet front only: the harness cost, subtracted from the others",
-	"floor_parse_tx":    "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
-	"floor_parse_encap": "floor 2: parse, hash, TTL, IPIP encapsulation to a fixed backend, XDP_TX; no lookup",
-	"bench_lb":          "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
+	"wrap_only":             "save and restore of the packet front only: the harness cost, subtracted from the others",
+	"floor_parse_tx":        "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
+	"floor_parse_encap":     "floor 2: parse, hash, TTL, IPIP encapsulation to a fixed backend, XDP_TX; no lookup",
+	"floor_parse_encap_fib": "floor 3: floor 2 with the route to the backend looked up for every packet (bpf_fib_lookup) and its MACs written",
+	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
 }
 
-var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "bench_lb"}
+var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "floor_parse_encap_fib", "bench_lb"}
 
 // RunBenchmark measures the LB program on a VIP hit against its floors
 // with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
@@ -110,7 +111,8 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 
 	progs := map[string]*ebpf.Program{
 		"wrap_only": objs.WrapOnly, "floor_parse_tx": objs.FloorParseTx,
-		"floor_parse_encap": objs.FloorParseEncap, "bench_lb": objs.BenchLb,
+		"floor_parse_encap": objs.FloorParseEncap, "floor_parse_encap_fib": objs.FloorParseEncapFib,
+		"bench_lb": objs.BenchLb,
 	}
 	frame := benchFrame(vip)
 	results := make(map[string]*BenchResult)

@@ -71,23 +71,24 @@ type benchXlbCounter struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	benchMapBackendStats     = "backend_stats"
-	benchMapBackends         = "backends"
-	benchMapChainTables      = "chain_tables"
-	benchMapConntrack        = "conntrack"
-	benchMapMaglevTables     = "maglev_tables"
-	benchMapReasons          = "reasons"
-	benchMapSvcIndex         = "svc_index"
-	benchMapSvcRetired       = "svc_retired"
-	benchMapVipFilter        = "vip_filter"
-	benchMapVips             = "vips"
-	benchProgBenchLb         = "bench_lb"
-	benchProgFloorParseEncap = "floor_parse_encap"
-	benchProgFloorParseTx    = "floor_parse_tx"
-	benchProgWrapOnly        = "wrap_only"
-	benchVarNhGen            = "nh_gen"
-	benchVarNodeAddr         = "node_addr"
-	benchVarTableSize        = "table_size"
+	benchMapBackendStats        = "backend_stats"
+	benchMapBackends            = "backends"
+	benchMapChainTables         = "chain_tables"
+	benchMapConntrack           = "conntrack"
+	benchMapMaglevTables        = "maglev_tables"
+	benchMapReasons             = "reasons"
+	benchMapSvcIndex            = "svc_index"
+	benchMapSvcRetired          = "svc_retired"
+	benchMapVipFilter           = "vip_filter"
+	benchMapVips                = "vips"
+	benchProgBenchLb            = "bench_lb"
+	benchProgFloorParseEncap    = "floor_parse_encap"
+	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
+	benchProgFloorParseTx       = "floor_parse_tx"
+	benchProgWrapOnly           = "wrap_only"
+	benchVarNhGen               = "nh_gen"
+	benchVarNodeAddr            = "node_addr"
+	benchVarTableSize           = "table_size"
 )
 
 // loadBench returns the embedded CollectionSpec for bench.
@@ -132,10 +133,11 @@ type benchSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
-	BenchLb         *ebpf.ProgramSpec `ebpf:"bench_lb"`
-	FloorParseEncap *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
-	FloorParseTx    *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
-	WrapOnly        *ebpf.ProgramSpec `ebpf:"wrap_only"`
+	BenchLb            *ebpf.ProgramSpec `ebpf:"bench_lb"`
+	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
+	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
+	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
+	WrapOnly           *ebpf.ProgramSpec `ebpf:"wrap_only"`
 }
 
 // benchMapSpecs contains maps before they are loaded into the kernel.
@@ -223,16 +225,18 @@ type benchVariables struct {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
-	BenchLb         *ebpf.Program `ebpf:"bench_lb"`
-	FloorParseEncap *ebpf.Program `ebpf:"floor_parse_encap"`
-	FloorParseTx    *ebpf.Program `ebpf:"floor_parse_tx"`
-	WrapOnly        *ebpf.Program `ebpf:"wrap_only"`
+	BenchLb            *ebpf.Program `ebpf:"bench_lb"`
+	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
+	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
+	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
+	WrapOnly           *ebpf.Program `ebpf:"wrap_only"`
 }
 
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.BenchLb,
 		p.FloorParseEncap,
+		p.FloorParseEncapFib,
 		p.FloorParseTx,
 		p.WrapOnly,
 	)

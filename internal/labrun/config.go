@@ -144,6 +144,7 @@ type (
 	}
 	fileDataplane struct {
 		PinPath       string `yaml:"pinPath"`
+		AttachMode    string `yaml:"attachMode,omitempty"`
 		ConntrackSize uint32 `yaml:"conntrackSize,omitempty"`
 	}
 	fileService struct {
@@ -180,7 +181,7 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 	fc := fileConfig{
 		Node:      fileNode{Interface: node.Interface, Address: node.Addr.String()},
 		API:       fileAPI{Socket: Socket(p, node)},
-		Dataplane: fileDataplane{PinPath: node.PinDir, ConntrackSize: opts.ConntrackSize},
+		Dataplane: fileDataplane{PinPath: node.PinDir, AttachMode: opts.AttachMode, ConntrackSize: opts.ConntrackSize},
 		Services:  []fileService{},
 	}
 	if b := p.BGP; b != nil {
@@ -248,6 +249,8 @@ func WriteConfig(p lab.Plan, node lab.Host, services []Service) error {
 type NodeOptions struct {
 	// ConntrackSize is dataplane.conntrackSize; 0: the default.
 	ConntrackSize uint32
+	// AttachMode is dataplane.attachMode; "": the default (auto).
+	AttachMode string
 }
 
 // WriteConfigWith is WriteConfig with node options.
