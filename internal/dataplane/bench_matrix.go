@@ -264,11 +264,13 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		for _, x := range per {
 			n += x
 		}
-		if n != hits {
-			return res, fmt.Errorf("%d packets passed as not for a service, want %d: the benchmark did not measure misses", n, hits)
+		// At least: a run the kernel cut short for a signal is started
+		// again, after the repetitions it did.
+		if n < hits {
+			return res, fmt.Errorf("%d packets passed as not for a service, want at least %d: the benchmark did not measure misses", n, hits)
 		}
-	} else if c0.Packets != hits {
-		return res, fmt.Errorf("service counted %d packets, want %d: the benchmark did not measure VIP hits", c0.Packets, hits)
+	} else if err := checkHits(d, c0.Packets, hits); err != nil {
+		return res, err
 	}
 	return res, nil
 }
