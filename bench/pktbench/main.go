@@ -307,16 +307,28 @@ func (m *measurer) kernelVariants(ctx context.Context, section string, round int
 // xlbVariants runs dsr-gue and dsr-ipip with the program attached
 // natively, then dsr-gue attached in generic mode.
 func (m *measurer) xlbVariants(ctx context.Context, section string, round int, cpus []int) error {
-	if err := m.xlbNative(ctx, section, round, cpus); err != nil {
+	err := m.withAgent(ctx, config.AttachNative, func(socket string) error {
+		if err := m.one(ctx, m.opts(section, vXLBGUE, round, cpus, socket)); err != nil {
+			return err
+		}
+		if err := m.pa.reconfigure(ctx, config.DSRIPIP); err != nil {
+			return err
+		}
+		return m.one(ctx, m.opts(section, vXLBIPIP, round, cpus, socket))
+	})
+	if err != nil {
 		return err
 	}
-	return m.xlbGeneric(ctx, section, round, cpus)
+	return m.withAgent(ctx, config.AttachGeneric, func(socket string) error {
+		return m.one(ctx, m.opts(section, vXLBGen, round, cpus, socket))
+	})
 }
 
-// xlbNative starts the agent, runs dsr-gue and dsr-ipip, and stops and
-// cleans up the agent.
-func (m *measurer) xlbNative(ctx context.Context, section string, round int, cpus []int) (err error) {
-	socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachNative)
+// withAgent starts the node's agent (dsr-gue, the program attached in
+// mode attach), runs fn with its API socket, and stops and cleans up the
+// agent whatever happened.
+func (m *measurer) withAgent(ctx context.Context, attach string, fn func(socket string) error) (err error) {
+	socket, err := m.pa.startAgent(ctx, config.DSRGUE, attach)
 	defer func() {
 		if serr := m.pa.stopAgent(context.Background()); serr != nil {
 			err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))
@@ -325,28 +337,7 @@ func (m *measurer) xlbNative(ctx context.Context, section string, round int, cpu
 	if err != nil {
 		return err
 	}
-	if err := m.one(ctx, m.opts(section, vXLBGUE, round, cpus, socket)); err != nil {
-		return err
-	}
-	if err := m.pa.reconfigure(ctx, config.DSRIPIP); err != nil {
-		return err
-	}
-	return m.one(ctx, m.opts(section, vXLBIPIP, round, cpus, socket))
-}
-
-// xlbGeneric starts the agent with the program in generic mode, runs
-// dsr-gue, and stops and cleans up the agent.
-func (m *measurer) xlbGeneric(ctx context.Context, section string, round int, cpus []int) (err error) {
-	socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachGeneric)
-	defer func() {
-		if serr := m.pa.stopAgent(context.Background()); serr != nil {
-			err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))
-		}
-	}()
-	if err != nil {
-		return err
-	}
-	return m.one(ctx, m.opts(section, vXLBGen, round, cpus, socket))
+	return fn(socket)
 }
 
 // cores measures one and two generator cores: direct (the path without
@@ -372,23 +363,14 @@ func (m *measurer) cores(ctx context.Context) error {
 				return err
 			}
 			m.queues = q
-			err := func() (err error) {
-				socket, err := m.pa.startAgent(ctx, config.DSRGUE, config.AttachNative)
-				defer func() {
-					if serr := m.pa.stopAgent(context.Background()); serr != nil {
-						err = errors.Join(err, fmt.Errorf("stop the agent: %w", serr))
-					}
-				}()
-				if err != nil {
-					return err
-				}
+			err := m.withAgent(ctx, config.AttachNative, func(socket string) error {
 				for _, cpus := range [][]int{one, two} {
 					if err := m.one(ctx, m.opts(sectionCores, vXLBGUE, round, cpus, socket)); err != nil {
 						return err
 					}
 				}
 				return nil
-			}()
+			})
 			if err != nil {
 				return err
 			}

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strconv"
 	"strings"
+
+	"github.com/xlbproject/xlb/internal/labrun"
 )
 
 // userHZ is the unit of /proc/stat's CPU times (USER_HZ, 100 on every
@@ -96,55 +98,16 @@ type snmp struct {
 	UDP udpCounters
 }
 
-// parseSNMP reads the Ip and Udp sections of /proc/net/snmp: per
-// protocol a line of names, then a line of values, both starting with
-// "Proto:".
+// parseSNMP reads the Ip and Udp counters of /proc/net/snmp.
 func parseSNMP(r io.Reader) (snmp, error) {
 	var s snmp
-	want := map[string]*uint64{
+	err := labrun.ParseSNMP(r, map[string]*uint64{
 		"Ip.InReceives": &s.IP.InReceives, "Ip.ForwDatagrams": &s.IP.ForwDatagrams,
 		"Ip.InDiscards": &s.IP.InDiscards, "Ip.OutDiscards": &s.IP.OutDiscards, "Ip.OutNoRoutes": &s.IP.OutNoRoutes,
 		"Udp.InDatagrams": &s.UDP.InDatagrams, "Udp.NoPorts": &s.UDP.NoPorts,
 		"Udp.InErrors": &s.UDP.InErrors, "Udp.RcvbufErrors": &s.UDP.RcvbufErrors,
-	}
-	names := map[string][]string{}
-	found := 0
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		proto, rest, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		fields := strings.Fields(rest)
-		header, seen := names[proto]
-		if !seen {
-			names[proto] = fields
-			continue
-		}
-		delete(names, proto)
-		if len(header) != len(fields) {
-			return s, fmt.Errorf("snmp: %s: %d names, %d values", proto, len(header), len(fields))
-		}
-		for i, name := range header {
-			p, ok := want[proto+"."+name]
-			if !ok {
-				continue
-			}
-			v, err := strconv.ParseUint(fields[i], 10, 64)
-			if err != nil {
-				return s, fmt.Errorf("snmp: %s.%s: %w", proto, name, err)
-			}
-			*p = v
-			found++
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return s, fmt.Errorf("snmp: %w", err)
-	}
-	if found != len(want) {
-		return s, fmt.Errorf("snmp: found %d of the %d Ip and Udp counters wanted", found, len(want))
-	}
-	return s, nil
+	})
+	return s, err
 }
 
 // parseSchedstat reads /proc/PID/schedstat: the first field is the time

@@ -61,33 +61,13 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	defer exec.Command("ip", "netns", "del", ns).Run()
 
 	node := netip.MustParseAddr("10.0.1.2")
-	spec, err := loadBench()
+	objs, d, err := loadBenchDataplane(node)
 	if err != nil {
 		return nil, err
-	}
-	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
-		return nil, err
-	}
-	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
-		return nil, err
-	}
-	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
-	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
-	var objs benchObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return nil, fmt.Errorf("load benchmark programs: %w", err)
 	}
 	defer objs.Close()
 
 	// Program the service through the same code the agent uses.
-	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
-		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
-		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
-	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
-	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it
-		return nil, err
-	}
 	vip := netip.MustParseAddr("10.99.0.1")
 	bs := make([]maglev.Backend, cfg.Backends)
 	for i := range bs {
@@ -167,6 +147,38 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// loadBenchDataplane loads the benchmark programs, with node as the
+// outer source and the default table size, and a Dataplane on their maps
+// so that services are programmed through the agent's own code.
+func loadBenchDataplane(node netip.Addr) (*benchObjects, *Dataplane, error) {
+	spec, err := loadBench()
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
+		return nil, nil, err
+	}
+	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
+		return nil, nil, err
+	}
+	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
+	var objs benchObjects
+	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+		return nil, nil, fmt.Errorf("load benchmark programs: %w", err)
+	}
+	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
+		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
+		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
+		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
+	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
+	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it
+		objs.Close()
+		return nil, nil, err
+	}
+	return &objs, d, nil
 }
 
 // checkHits says whether every run of the LB program was a VIP hit

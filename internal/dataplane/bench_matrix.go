@@ -115,32 +115,11 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	if c.Services < 1 || c.Services > MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
 		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, MaxServices, c.Backends)
 	}
-	node := netip.MustParseAddr("10.0.1.2")
-	spec, err := loadBench()
+	objs, d, err := loadBenchDataplane(netip.MustParseAddr("10.0.1.2"))
 	if err != nil {
 		return res, err
 	}
-	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
-		return res, err
-	}
-	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
-		return res, err
-	}
-	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
-	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
-	var objs benchObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return res, fmt.Errorf("load benchmark programs: %w", err)
-	}
 	defer objs.Close()
-	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
-		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
-		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
-	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
-	if err := objs.NhGen.Set(uint32(1)); err != nil {
-		return res, err
-	}
 
 	// The other services first, so that the benchmarked one meets them
 	// on its probe path as a service added last would: VIPs of

@@ -77,18 +77,22 @@ func ReadIPStats(ns string) (IPStats, error) {
 	return st, nil
 }
 
-// parseSNMP reads the Tcp and Udp sections of /proc/net/snmp: for each
-// protocol a line of names follows a line of values, both prefixed with
-// "Proto:".
+// parseSNMP reads the Tcp and Udp counters of /proc/net/snmp.
 func parseSNMP(r io.Reader) (IPStats, error) {
-	want := map[string]*uint64{}
 	var st IPStats
-	want["Tcp.OutSegs"] = &st.TCPOutSegs
-	want["Tcp.RetransSegs"] = &st.TCPRetransSegs
-	want["Tcp.InSegs"] = &st.TCPInSegs
-	want["Udp.OutDatagrams"] = &st.UDPOutDatagrams
-	want["Udp.InDatagrams"] = &st.UDPInDatagrams
+	err := ParseSNMP(r, map[string]*uint64{
+		"Tcp.OutSegs": &st.TCPOutSegs, "Tcp.RetransSegs": &st.TCPRetransSegs, "Tcp.InSegs": &st.TCPInSegs,
+		"Udp.OutDatagrams": &st.UDPOutDatagrams, "Udp.InDatagrams": &st.UDPInDatagrams,
+	})
+	return st, err
+}
 
+// ParseSNMP reads counters of /proc/net/snmp into want, keyed
+// "Proto.Name" (Udp.InDatagrams): per protocol a line of names follows a
+// line of values, both prefixed with "Proto:". Only unsigned counters can
+// be wanted (MaxConn, printed signed, cannot), and every one wanted must
+// be there.
+func ParseSNMP(r io.Reader, want map[string]*uint64) error {
 	names := map[string][]string{}
 	found := 0
 	sc := bufio.NewScanner(r)
@@ -103,31 +107,30 @@ func parseSNMP(r io.Reader) (IPStats, error) {
 			names[proto] = fields
 			continue
 		}
+		delete(names, proto) // a later pair of lines starts anew
 		if len(header) != len(fields) {
-			return st, fmt.Errorf("snmp: %s: %d names but %d values", proto, len(header), len(fields))
+			return fmt.Errorf("snmp: %s: %d names but %d values", proto, len(header), len(fields))
 		}
 		for i, name := range header {
 			p, ok := want[proto+"."+name]
 			if !ok {
 				continue
 			}
-			// Only counters are wanted; MaxConn, printed signed, is not.
 			v, err := strconv.ParseUint(fields[i], 10, 64)
 			if err != nil {
-				return st, fmt.Errorf("snmp: %s.%s: %w", proto, name, err)
+				return fmt.Errorf("snmp: %s.%s: %w", proto, name, err)
 			}
 			*p = v
 			found++
 		}
-		delete(names, proto) // a later pair of lines starts anew
 	}
 	if err := sc.Err(); err != nil {
-		return st, fmt.Errorf("snmp: %w", err)
+		return fmt.Errorf("snmp: %w", err)
 	}
 	if found != len(want) {
-		return st, fmt.Errorf("snmp: found %d of the %d Tcp and Udp counters", found, len(want))
+		return fmt.Errorf("snmp: found %d of the %d counters wanted", found, len(want))
 	}
-	return st, nil
+	return nil
 }
 
 // NodeSample is what one xlb node has counted.
