@@ -13,7 +13,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"slices"
 	"strings"
 	"time"
 
@@ -89,7 +88,7 @@ func main() {
 	doc := flag.String("doc", "", "markdown file whose generated results section to rewrite (\"\" for none)")
 	matrix := flag.Bool("matrix", true, "also run the matrix: TCP and UDP, 1/16/1024 backends, 1/100/10000 services, the miss path")
 	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
-	matrixRounds := flag.Int("matrix-rounds", 21, "rounds per matrix case")
+	matrixRounds := flag.Int("matrix-rounds", 41, "rounds per matrix case")
 	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
 	flag.Parse()
 
@@ -109,7 +108,7 @@ func main() {
 	r.RatioNet = by["bench_lb"].NetNs / by["floor_parse_encap"].NetNs
 	r.RatioRaw = by["bench_lb"].MinNs / by["floor_parse_encap"].MinNs
 	r.RatioMedian = by["bench_lb"].MedianNs / by["floor_parse_encap"].MedianNs
-	r.RatioPaired = pairedRatio(by["bench_lb"].RoundsNs, by["floor_parse_encap"].RoundsNs)
+	r.RatioPaired = dataplane.PairedRatio(by["bench_lb"].RoundsNs, by["floor_parse_encap"].RoundsNs)
 	if fib, ok := by["floor_parse_encap_fib"]; ok {
 		r.RatioFib = by["bench_lb"].MinNs / fib.MinNs
 	}
@@ -158,9 +157,9 @@ func main() {
 	}
 
 	if len(r.Matrix) > 0 {
-		fmt.Printf("\nLB program matrix (%d rounds x %d runs per case)\n%-44s %8s %8s %7s %8s %7s\n", r.MatrixRounds, r.MatrixRepeat, "case", "LB ns", "floor ns", "ratio", "Mpps", "probes")
+		fmt.Printf("\nLB program matrix (%d rounds x %d runs per case)\n%-44s %8s %8s %7s %7s %8s %7s\n", r.MatrixRounds, r.MatrixRepeat, "case", "LB ns", "floor ns", "ratio", "paired", "Mpps", "probes")
 		for _, m := range r.Matrix {
-			fmt.Printf("%-44s %8.1f %8.1f %6.2fx %8.1f %7d\n", m.MatrixCase.String(), m.LB.MinNs, m.Floor.MinNs, m.Ratio, m.Mpps, m.Probes)
+			fmt.Printf("%-44s %8.1f %8.1f %6.2fx %6.2fx %8.1f %7d\n", m.MatrixCase.String(), m.LB.MinNs, m.Floor.MinNs, m.Ratio, m.Paired, m.Mpps, m.Probes)
 		}
 	}
 
@@ -316,22 +315,4 @@ func backendSection(r report, jsonName string) string {
 	fmt.Fprintf(&t, "\nCost of the socket lookup, over plain GUE: delivered to a local connection (`%s`) **%.2fx** on the best rounds (%.2fx on medians; %.2fx counting only what each adds to the harness); missed and chained to the previous owner (`%s`, with its FIB lookup) **%.2fx** (%.2fx; %.2fx).\n\n%s",
 		caseSocket, s.Raw, s.Median, s.Net, caseChain, c.Raw, c.Median, c.Net, backendEnd)
 	return t.String()
-}
-
-// pairedRatio is the median of a[i]/b[i] over the rounds both have.
-func pairedRatio(a, b []float64) float64 {
-	var q []float64
-	for i := range min(len(a), len(b)) {
-		if b[i] > 0 {
-			q = append(q, a[i]/b[i])
-		}
-	}
-	if len(q) == 0 {
-		return 0
-	}
-	slices.Sort(q)
-	if len(q)%2 == 1 {
-		return q[len(q)/2]
-	}
-	return (q[len(q)/2-1] + q[len(q)/2]) / 2
 }

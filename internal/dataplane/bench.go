@@ -201,6 +201,18 @@ func checkHits(d *Dataplane, counted, want uint64) error {
 	return nil
 }
 
+// PairedRatio is the median of a[i]/b[i] over the rounds both have: with
+// the programs interleaved, round i of each met the same disturbances.
+func PairedRatio(a, b []float64) float64 {
+	var q []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			q = append(q, a[i]/b[i])
+		}
+	}
+	return median(q)
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0

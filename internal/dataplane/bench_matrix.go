@@ -46,6 +46,8 @@ type MatrixResult struct {
 	LB, Floor, Harness BenchResult
 	// Ratio is LB / Floor on best rounds.
 	Ratio float64 `json:"ratio"`
+	// Paired is the median over rounds of LB / Floor in the same round.
+	Paired float64 `json:"ratio_paired"`
 	// Mpps is the packet rate one core would reach running only this
 	// program on the best round's cost, harness included (so a lower
 	// bound for the program alone; no driver, no stack).
@@ -222,6 +224,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	}
 	res.Harness.NetNs = 0
 	res.Ratio = res.LB.MinNs / res.Floor.MinNs
+	res.Paired = PairedRatio(res.LB.RoundsNs, res.Floor.RoundsNs)
 	res.Mpps = 1e3 / res.LB.MinNs
 
 	// What the LB program did on every repetition: forwarded (a hit) or
