@@ -30,7 +30,6 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
 	"github.com/xlbproject/xlb/internal/testenv"
 )
 
@@ -126,21 +125,9 @@ func run() error {
 		return fmt.Errorf("nginx's stream module: %w (install libnginx-mod-stream: `make deps`)", err)
 	}
 
-	ctx, stop := benchutil.Interruptible("httpbench")
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *budget)
-	defer cancel()
-
-	start := time.Now()
-	progress := func(format string, args ...any) {
-		fmt.Printf("[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	for _, pid := range benchutil.StaleRuns(stalePrefix, lab.StateDir(""), lab.PinDir(""), netns.Dir) {
-		progress("removing what run %d left behind", pid)
-		if err := lab.Down(stalePrefix + strconv.Itoa(pid)); err != nil {
-			progress("  %v", err)
-		}
-	}
+	run := benchutil.Begin("httpbench", stalePrefix, *budget)
+	defer run.End()
+	ctx, start, progress := run.Ctx, run.Start, run.Progress
 	r := &Report{
 		Date: start.UTC().Format(time.RFC3339), Machine: benchutil.ThisMachine(), Quick: *quick,
 		Command:           strings.Join(append([]string{"go run ./bench/httpbench"}, os.Args[1:]...), " "),

@@ -34,7 +34,6 @@ import (
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
 	"github.com/xlbproject/xlb/internal/testenv"
 )
 
@@ -86,21 +85,9 @@ func run() error {
 			*budget = 3 * time.Minute
 		}
 	}
-	ctx, stop := benchutil.Interruptible("pktbench")
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *budget)
-	defer cancel()
-
-	start := time.Now()
-	progress := func(format string, args ...any) {
-		fmt.Printf("[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	for _, pid := range benchutil.StaleRuns(stalePrefix, lab.StateDir(""), lab.PinDir(""), netns.Dir) {
-		progress("removing what run %d left behind", pid)
-		if err := lab.Down(stalePrefix + strconv.Itoa(pid)); err != nil {
-			progress("  %v", err)
-		}
-	}
+	run := benchutil.Begin("pktbench", stalePrefix, *budget)
+	defer run.End()
+	ctx, start, progress := run.Ctx, run.Start, run.Progress
 	set := sizes(*quick)
 	set.FrameBytes, set.Flows, set.PathQueues = minFrame, 1<<sportBits, pathQueueCount()
 	r := &Report{

@@ -20,7 +20,6 @@ import (
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
 	"github.com/xlbproject/xlb/internal/survival"
 	"github.com/xlbproject/xlb/internal/testenv"
 )
@@ -68,21 +67,9 @@ func run() error {
 	if !testenv.Privileged() {
 		return errors.New("needs root: it builds network namespaces and loads BPF programs (run `make bench`, or sudo)")
 	}
-	ctx, stop := benchutil.Interruptible("survivalbench")
-	defer stop()
-	ctx, cancel := context.WithTimeout(ctx, *budget)
-	defer cancel()
-
-	start := time.Now()
-	progress := func(format string, args ...any) {
-		fmt.Printf("[%5.1fs] %s\n", time.Since(start).Seconds(), fmt.Sprintf(format, args...))
-	}
-	for _, pid := range benchutil.StaleRuns(stalePrefix, lab.StateDir(""), lab.PinDir(""), netns.Dir) {
-		progress("removing what run %d left behind", pid)
-		if err := lab.Down(stalePrefix + strconv.Itoa(pid)); err != nil {
-			progress("  %v", err)
-		}
-	}
+	run := benchutil.Begin("survivalbench", stalePrefix, *budget)
+	defer run.End()
+	ctx, start, progress := run.Ctx, run.Start, run.Progress
 	r := &Report{
 		Date: start.UTC().Format(time.RFC3339), Machine: benchutil.ThisMachine(),
 		Command: strings.Join(append([]string{"go run ./bench/survivalbench"}, os.Args[1:]...), " "),
