@@ -23,7 +23,9 @@ import (
 )
 
 type report struct {
-	Date     string                  `json:"date"`
+	Date string `json:"date"`
+	// Command is the command line that made the report.
+	Command  string                  `json:"command"`
 	Kernel   string                  `json:"kernel"`
 	CPU      string                  `json:"cpu"`
 	CPUs     int                     `json:"cpus"`
@@ -98,7 +100,9 @@ func main() {
 		os.Exit(1)
 	}
 	r := report{
-		Date: time.Now().UTC().Format(time.RFC3339), Kernel: kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: strings.Join(append([]string{"go run ./bench/lbbench"}, os.Args[1:]...), " "),
+		Kernel:  kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
 		Go: runtime.Version(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
 	}
 	by := map[string]dataplane.BenchResult{}
@@ -276,8 +280,8 @@ func rewriteDoc(path string, r report, jsonName string) error {
 		return fmt.Errorf("%s: no %q ... %q section to rewrite", path, docBegin, docEnd)
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\n\nRun of %s on %s (%d CPUs), kernel %s, %s; %d backends, %d rounds of %d runs, interleaved. Raw data: `bench/results/%s`.\n\n",
-		docBegin, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Backends, r.Rounds, r.Repeat, jsonName)
+	fmt.Fprintf(&t, "%s\n\n`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s; %d backends, %d rounds of %d runs, interleaved. Raw data: `bench/results/%s`.\n\n",
+		docBegin, r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Backends, r.Rounds, r.Repeat, jsonName)
 	t.WriteString("| program | best round (ns/packet) | median (ns/packet) | net of harness (ns) | what it does |\n|---|---:|---:|---:|---|\n")
 	for _, x := range r.Results {
 		fmt.Fprintf(&t, "| `%s` | %.0f | %.0f | %.0f | %s |\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
@@ -301,8 +305,8 @@ const (
 // the backend program.
 func backendSection(r report, jsonName string) string {
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\n\nRun of %s on %s (%d CPUs), kernel %s, %s; %d rounds of %d runs, interleaved. Raw data: `bench/results/%s` (`backend`).\n\n",
-		backendBegin, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Rounds, r.Repeat, jsonName)
+	fmt.Fprintf(&t, "%s\n\n`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s; %d rounds of %d runs, interleaved. Raw data: `bench/results/%s` (`backend`).\n\n",
+		backendBegin, r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Rounds, r.Repeat, jsonName)
 	t.WriteString("| case | best round (ns/packet) | median (ns/packet) | net of harness (ns) | / `gue`, best rounds | verdict | what it does |\n|---|---:|---:|---:|---:|---|---|\n")
 	for _, x := range r.Backend.Results {
 		over := ""
