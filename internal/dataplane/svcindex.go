@@ -75,6 +75,9 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 		if err != nil {
 			return fmt.Errorf("read service index: %w", err)
 		}
+		if n == 0 {
+			return fmt.Errorf("read service index: the kernel returned no slots after %d of %d", at, SvcSlots)
+		}
 	}
 	for i, s := range x.slots {
 		if s.Vip == 0 {
