@@ -395,17 +395,7 @@ func (l *benchLab) waitListening(ctx context.Context, ns, name string, addr neti
 }
 
 // logTail is the last lines of a log, for an error message.
-func logTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
-	}
-	return strings.Join(lines, " | ")
-}
+func logTail(path string) string { return lab.LogTail(path, 5) }
 
 // waitClosed waits until nothing accepts connections on addr inside ns
 // any more, for at most 5 s.

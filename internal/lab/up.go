@@ -371,15 +371,18 @@ func waitListening(ctx context.Context, ns string, port int, deadline time.Time,
 	}
 }
 
-// logTail returns the last lines of a log file for an error message.
-func logTail(path string) string {
+// LogTail returns the last n lines of a log file on one line, for an
+// error message: the lab's logs go when the lab is taken down.
+func LogTail(path string, n int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 5 {
-		lines = lines[len(lines)-5:]
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
 }
+
+func logTail(path string) string { return LogTail(path, 5) }

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
-	"strings"
 	"syscall"
 	"time"
 
@@ -201,15 +199,7 @@ func serving(st *api.Status, minGen uint64, services []Service) error {
 // logTail returns the last lines of a lab process's log, for an error
 // message: the demo and tests take the lab down, and the log with it.
 func logTail(p lab.Plan, name string) string {
-	b, err := os.ReadFile(lab.LogFile(p.Spec.Prefix, name))
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
-	if len(lines) > 8 {
-		lines = lines[len(lines)-8:]
-	}
-	return strings.Join(lines, " | ")
+	return lab.LogTail(lab.LogFile(p.Spec.Prefix, name), 8)
 }
 
 // AgentLogs returns the end of every node's agent log, for a report after
