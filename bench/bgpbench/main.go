@@ -129,16 +129,13 @@ func run() error {
 		FailuresPerKind: o.failures,
 		Seed:            o.seed,
 	}
-	xlb := *xlbBin
-	if xlb == "" {
-		progress("building xlb")
-		bin, remove, err := testenv.BuildXLB()
-		if err != nil {
-			return err
-		}
-		defer remove()
-		xlb = bin
-		r.Commands = append(r.Commands, "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb")
+	xlb, built, remove, err := benchutil.XLB(*xlbBin, func(f string, a ...any) { progress(fmt.Sprintf(f, a...)) })
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if built {
+		r.Commands = append(r.Commands, benchutil.BuildCommand)
 	}
 	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
 	for k, kind := range o.routers {

@@ -136,16 +136,13 @@ func run() error {
 		LatencyRates: o.rates, LatencyBackends: o.latencyBackends, LatencyDuration: o.latencyDuration, LatencyWarmup: o.latencyWarmup,
 		Paths: paths(),
 	}
-	xlb := *xlbBin
-	if xlb == "" {
-		progress("building xlb")
-		bin, remove, err := testenv.BuildXLB()
-		if err != nil {
-			return err
-		}
-		defer remove()
-		xlb = bin
-		r.Setup = append(r.Setup, "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb")
+	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if built {
+		r.Setup = append(r.Setup, benchutil.BuildCommand)
 	}
 	if err := measure(ctx, xlb, r, o, progress); err != nil {
 		if ctx.Err() != nil {

@@ -94,19 +94,16 @@ func run() error {
 		Date: start.UTC().Format(time.RFC3339), Machine: benchutil.ThisMachine(), Quick: *quick, Settings: set,
 		Command: strings.Join(append([]string{"go run ./bench/pktbench"}, os.Args[1:]...), " "),
 	}
-	xlb := *xlbBin
-	if xlb == "" {
-		progress("building xlb")
-		bin, remove, err := testenv.BuildXLB()
-		if err != nil {
-			return err
-		}
-		defer remove()
-		xlb = bin
-		r.Commands = append(r.Commands, "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb")
+	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if built {
+		r.Commands = append(r.Commands, benchutil.BuildCommand)
 	}
 	log := &cmdLog{}
-	err := measureAll(ctx, xlb, r, log, progress)
+	err = measureAll(ctx, xlb, r, log, progress)
 	r.Commands = append(r.Commands, log.lines...)
 	if err != nil {
 		return err

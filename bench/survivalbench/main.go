@@ -80,16 +80,13 @@ func run() error {
 			"beamer":   {"no connection broken"},
 		},
 	}
-	xlb := *xlbBin
-	if xlb == "" {
-		progress("building xlb")
-		bin, remove, err := testenv.BuildXLB()
-		if err != nil {
-			return err
-		}
-		defer remove()
-		xlb = bin
-		r.Commands = append(r.Commands, "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb")
+	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	if err != nil {
+		return err
+	}
+	defer remove()
+	if built {
+		r.Commands = append(r.Commands, benchutil.BuildCommand)
 	}
 	if err := measure(ctx, xlb, r, survival.Options{Conns: *conns, Every: *every, Pause: *pause}, progress); err != nil {
 		return err

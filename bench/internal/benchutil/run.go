@@ -8,6 +8,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/lab"
 	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/internal/testenv"
 )
 
 // Run is the frame of a lab bench's run: a context that ends on a signal
@@ -45,4 +46,22 @@ func (r *Run) End() {
 	for _, f := range r.stop {
 		f()
 	}
+}
+
+// BuildCommand is how XLB builds the binary, for a report's commands.
+const BuildCommand = "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb"
+
+// XLB returns the xlb binary a bench runs: given when it is set (the
+// -xlb flag), otherwise one built now, which remove deletes. built says
+// whether it was built, so the report can list BuildCommand.
+func XLB(given string, progress func(string, ...any)) (bin string, built bool, remove func(), err error) {
+	if given != "" {
+		return given, false, func() {}, nil
+	}
+	progress("building xlb")
+	bin, remove, err = testenv.BuildXLB()
+	if err != nil {
+		return "", false, nil, err
+	}
+	return bin, true, remove, nil
 }
