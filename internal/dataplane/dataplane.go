@@ -499,10 +499,10 @@ func (d *Dataplane) UpsertService(s Service) error {
 // indexService installs key in the service index, or updates it there,
 // and the VIP set with it. Called with d.mu held.
 func (d *Dataplane) indexService(key lbSvcSlot) error {
-	if d.index.holds(key) {
-		return nil // nor has the VIP set changed
-	}
 	at, _ := d.index.find(key)
+	if at >= 0 && d.index.slots[at] == key {
+		return nil // installed exactly (same ID and encap): nor has the VIP set changed
+	}
 	if d.vips.dirty {
 		// An earlier write failed: the maps may lack VIPs the index
 		// has. A VIP in the set before its service is in the index

@@ -139,12 +139,6 @@ func (x *svcIndex) place(key lbSvcSlot) (int, error) {
 	return free, nil
 }
 
-// holds reports whether key is installed exactly: same ID and encap.
-func (x *svcIndex) holds(key lbSvcSlot) bool {
-	at, _ := x.find(key)
-	return at >= 0 && x.slots[at] == key
-}
-
 // upsert installs key (with its Id and Encap) or updates it in place.
 func (x *svcIndex) upsert(m slotWriter, key lbSvcSlot) error {
 	idx, err := x.place(key)
