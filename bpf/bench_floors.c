@@ -80,8 +80,10 @@ static __always_inline int floor_parse(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
-/* Parse and encapsulate to a fixed backend: the LB path without any
- * lookup (no service, table, backend or FIB lookup, no counters). */
+/* Parse and encapsulate to a fixed backend with fixed MACs: the LB path
+ * without any lookup (no service, table, backend or FIB lookup, no
+ * counters). No flow hash either: IPIP has no use for one, and the LB
+ * program computes it only to pick the table slot. */
 static __always_inline int floor_encap(struct xdp_md *ctx)
 {
 	struct pkt p = {};
@@ -89,15 +91,12 @@ static __always_inline int floor_encap(struct xdp_md *ctx)
 	if (parse_ipv4((void *)(long)ctx->data, (void *)(long)ctx->data_end, &p) != PARSE_OK)
 		return XDP_DROP;
 	struct iphdr *ip = p.ip;
-	__u32 hash = xlb_flow_hash(ip->saddr, ip->daddr, p.sport, p.dport, ip->protocol);
+	__u32 macs[3] = { 0x02020202, 0x02020202, 0x02020202 };
+
 	ipv4_decrease_ttl(ip);
-	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, bpf_htonl(0x0a000302), hash, p.ip_len,
-		       ip->tos, ip->frag_off & bpf_htons(IP_DF), 0))
+	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, bpf_htonl(0x0a000302), 0, p.ip_len,
+		       ip->tos, ip->frag_off & bpf_htons(IP_DF), 0, macs))
 		return XDP_DROP;
-	struct ethhdr *eth = (void *)(long)ctx->data;
-	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
-		return XDP_DROP;
-	__builtin_memset(eth->h_dest, 0x02, ETH_ALEN);
 	return XDP_TX;
 }
 
@@ -112,7 +111,6 @@ static __always_inline int floor_encap_fib(struct xdp_md *ctx)
 	if (parse_ipv4((void *)(long)ctx->data, (void *)(long)ctx->data_end, &p) != PARSE_OK)
 		return XDP_DROP;
 	struct iphdr *ip = p.ip;
-	__u32 hash = xlb_flow_hash(ip->saddr, ip->daddr, p.sport, p.dport, ip->protocol);
 	struct bpf_fib_lookup fib = {};
 
 	fib.family = AF_INET;
@@ -124,15 +122,14 @@ static __always_inline int floor_encap_fib(struct xdp_md *ctx)
 	fib.ifindex = ctx->ingress_ifindex;
 	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
 		return XDP_DROP;
+	__u32 macs[3];
+
+	__builtin_memcpy(macs, fib.dmac, ETH_ALEN);
+	__builtin_memcpy((__u8 *)macs + ETH_ALEN, fib.smac, ETH_ALEN);
 	ipv4_decrease_ttl(ip);
-	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, be, hash, p.ip_len, ip->tos,
-		       ip->frag_off & bpf_htons(IP_DF), 0))
+	if (encap_ipv4(ctx, XLB_ENCAP_IPIP, node_addr, be, 0, p.ip_len, ip->tos,
+		       ip->frag_off & bpf_htons(IP_DF), 0, macs))
 		return XDP_DROP;
-	struct ethhdr *eth = (void *)(long)ctx->data;
-	if ((void *)(eth + 1) > (void *)(long)ctx->data_end)
-		return XDP_DROP;
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
 	return XDP_TX;
 }
 

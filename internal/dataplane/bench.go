@@ -42,7 +42,7 @@ type BenchConfig struct {
 var benchDescriptions = map[string]string{
 	"wrap_only":             "save and restore of the packet front only: the harness cost, subtracted from the others",
 	"floor_parse_tx":        "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
-	"floor_parse_encap":     "floor 2: parse, hash, TTL, IPIP encapsulation to a fixed backend, XDP_TX; no lookup",
+	"floor_parse_encap":     "floor 2: parse, TTL, IPIP encapsulation to a fixed backend with fixed MACs, XDP_TX; no lookup, no flow hash",
 	"floor_parse_encap_fib": "floor 3: floor 2 with the route to the backend looked up for every packet (bpf_fib_lookup) and its MACs written",
 	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
 }
