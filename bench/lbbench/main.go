@@ -92,7 +92,13 @@ func main() {
 	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
 	matrixRounds := flag.Int("matrix-rounds", 41, "rounds per matrix case")
 	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
+	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")
 	flag.Parse()
+
+	if *against != "" {
+		runAB(*against, *out, *backends, uint32(*repeat), *rounds)
+		return
+	}
 
 	res, err := dataplane.RunBenchmark(dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
 	if err != nil {

@@ -67,25 +67,8 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	}
 	defer objs.Close()
 
-	// Program the service through the same code the agent uses.
 	vip := netip.MustParseAddr("10.99.0.1")
-	bs := make([]maglev.Backend, cfg.Backends)
-	for i := range bs {
-		a := netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + i)})
-		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
-			return nil, err
-		}
-	}
-	slots, err := maglev.Build(bs, maglev.DefaultSize)
-	if err != nil {
-		return nil, err
-	}
-	table := make([]uint32, len(slots))
-	for i, s := range slots {
-		table[i] = uint32(s)
-	}
-	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
+	if err := benchService(d, vip, cfg.Backends); err != nil {
 		return nil, err
 	}
 
@@ -147,6 +130,29 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// benchService programs the benchmarked service, ID 0, vip:80/TCP over
+// IPIP to backends 10.0.3.10 and up, through the same code the agent
+// uses.
+func benchService(d *Dataplane, vip netip.Addr, backends int) error {
+	bs := make([]maglev.Backend, backends)
+	for i := range bs {
+		a := netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + i)})
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			return err
+		}
+	}
+	slots, err := maglev.Build(bs, maglev.DefaultSize)
+	if err != nil {
+		return err
+	}
+	table := make([]uint32, len(slots))
+	for i, s := range slots {
+		table[i] = uint32(s)
+	}
+	return d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: table})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the

@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+)
+
+// abReport is an A/B run (-against): the built-in LB path and floor 2
+// beside the same programs of another build of bpf/bench_floors.c.
+type abReport struct {
+	Date     string                  `json:"date"`
+	Command  string                  `json:"command"`
+	Kernel   string                  `json:"kernel"`
+	CPU      string                  `json:"cpu"`
+	CPUs     int                     `json:"cpus"`
+	Object   string                  `json:"object"`
+	Backends int                     `json:"backends"`
+	Repeat   uint32                  `json:"repeat"`
+	Rounds   int                     `json:"rounds"`
+	Results  []dataplane.BenchResult `json:"results"`
+	// Paired ratios (the median over rounds of one program's round over
+	// the other's in the same round).
+	OtherLBOverLB       float64 `json:"paired_other_lb_over_lb"`
+	OtherFloorOverFloor float64 `json:"paired_other_floor_over_floor"`
+	LBOverFloor         float64 `json:"paired_lb_over_floor"`
+	OtherLBOverFloor    float64 `json:"paired_other_lb_over_other_floor"`
+}
+
+// runAB is lbbench -against OBJECT: measure, print, write the JSON.
+func runAB(object, out string, backends int, repeat uint32, rounds int) {
+	res, err := dataplane.RunAB(dataplane.BenchConfig{Backends: backends, Repeat: repeat, Rounds: rounds}, object)
+	if err != nil {
+		fail(err)
+	}
+	by := map[string][]float64{}
+	for _, x := range res {
+		by[x.Name] = x.RoundsNs
+	}
+	r := abReport{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: strings.Join(append([]string{"go run ./bench/lbbench"}, os.Args[1:]...), " "),
+		Kernel:  kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
+		Object: object, Backends: backends, Repeat: repeat, Rounds: rounds, Results: res,
+		OtherLBOverLB:       dataplane.PairedRatio(by[dataplane.ABOtherLB], by[dataplane.ABLB]),
+		OtherFloorOverFloor: dataplane.PairedRatio(by[dataplane.ABOtherFloor], by[dataplane.ABFloor]),
+		LBOverFloor:         dataplane.PairedRatio(by[dataplane.ABLB], by[dataplane.ABFloor]),
+		OtherLBOverFloor:    dataplane.PairedRatio(by[dataplane.ABOtherLB], by[dataplane.ABOtherFloor]),
+	}
+	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs, against %s\n", r.Kernel, r.CPU, backends, rounds, repeat, object)
+	fmt.Printf("%-24s %8s %10s\n", "program", "min ns", "median ns")
+	for _, x := range res {
+		fmt.Printf("%-24s %8.1f %10.1f\n", x.Name, x.MinNs, x.MedianNs)
+	}
+	fmt.Printf("paired rounds: other LB / LB %.3f, other floor / floor %.3f; LB / floor %.2fx, other LB / other floor %.2fx\n",
+		r.OtherLBOverLB, r.OtherFloorOverFloor, r.LBOverFloor, r.OtherLBOverFloor)
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		fail(err)
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	name := filepath.Join(out, "ab-"+time.Now().UTC().Format("20060102-150405")+".json")
+	if err := os.WriteFile(name, append(data, '\n'), 0o644); err != nil {
+		fail(err)
+	}
+	fmt.Println("wrote", name)
+}

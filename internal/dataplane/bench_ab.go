@@ -1,0 +1,181 @@
+package dataplane
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/maglev"
+	"github.com/xlbproject/xlb/internal/netns"
+)
+
+// The programs an A/B run measures, in the order of each round: the
+// built-in floor 2 and LB path, then the other object's LB path and
+// floor 2.
+const (
+	ABFloor      = "floor_parse_encap"
+	ABLB         = "bench_lb"
+	ABOtherLB    = "other:bench_lb"
+	ABOtherFloor = "other:floor_parse_encap"
+)
+
+// RunAB measures the built-in LB path and floor 2 beside the same two
+// programs from another build of bpf/bench_floors.c (the object at path:
+// a variant of the code, compiled by hand), interleaved round by round on
+// one CPU. The other object runs on the built-in object's maps, so both
+// forward the same service through the same tables, next-hop cache and
+// counters; a variant that changes a map's layout is refused. This is how
+// docs/benchmarks.md profiles by elimination and weighs a change before
+// it is made.
+func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
+	spec, err := ebpf.LoadCollectionSpec(path)
+	if err != nil {
+		return nil, fmt.Errorf("the object to compare: %w", err)
+	}
+	for _, name := range []string{"bench_lb", "floor_parse_encap"} {
+		if spec.Programs[name] == nil {
+			return nil, fmt.Errorf("the object to compare, %s, has no program %s: build it from bpf/bench_floors.c", path, name)
+		}
+	}
+
+	ns := fmt.Sprintf("xlb-bench-ab-%d", os.Getpid())
+	if err := benchNS(ns); err != nil {
+		return nil, err
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+
+	node := netip.MustParseAddr("10.0.1.2")
+	objs, d, err := loadBenchDataplane(node)
+	if err != nil {
+		return nil, err
+	}
+	defer objs.Close()
+	vip := netip.MustParseAddr("10.99.0.1")
+	if err := benchService(d, vip, cfg.Backends); err != nil {
+		return nil, err
+	}
+
+	other, err := loadOther(spec, objs, node)
+	if err != nil {
+		return nil, err
+	}
+	defer other.Close()
+
+	progs := []struct {
+		name string
+		p    *ebpf.Program
+	}{
+		{ABFloor, objs.FloorParseEncap}, {ABLB, objs.BenchLb},
+		{ABOtherLB, other.Programs["bench_lb"]}, {ABOtherFloor, other.Programs["floor_parse_encap"]},
+	}
+	frame := benchFrame(vip)
+	out := make([]BenchResult, len(progs))
+	err = netns.Do(ns, func() error {
+		idx, err := benchThread()
+		if err != nil {
+			return err
+		}
+		for i, p := range progs {
+			out[i] = BenchResult{Name: p.name, Verdict: "XDP_TX"}
+			v, _, res, err := testRunXDP(p.p.FD(), frame, idx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			if v != 3 {
+				return fmt.Errorf("%s: verdict %d, want XDP_TX", p.name, v)
+			}
+			if string(res) != string(frame) {
+				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
+			}
+		}
+		for r := 0; r < cfg.Rounds; r++ {
+			for i, p := range progs {
+				v, ns, _, err := testRunXDP(p.p.FD(), frame, idx, cfg.Repeat)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				if v != 3 {
+					return fmt.Errorf("%s: verdict %d in round %d, want XDP_TX", p.name, v, r)
+				}
+				out[i].RoundsNs = append(out[i].RoundsNs, float64(ns))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].MedianNs = median(out[i].RoundsNs)
+		out[i].MinNs = slices.Min(out[i].RoundsNs)
+	}
+	// The built-in LB program must have counted every run as a forward;
+	// the other may count less (a variant without counters), but no
+	// packet of either may have taken a pass or drop reason.
+	c, err := d.ServiceCounters(0)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkHits(d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// mapsByName lists the maps of a bpf2go maps struct by their names in the
+// object (the fields' ebpf tags).
+func mapsByName(maps any) map[string]*ebpf.Map {
+	out := map[string]*ebpf.Map{}
+	v := reflect.ValueOf(maps).Elem()
+	for i := range v.NumField() {
+		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok {
+			out[v.Type().Field(i).Tag.Get("ebpf")] = m
+		}
+	}
+	return out
+}
+
+// loadOther loads the object to compare on the maps of the built-in one,
+// with the same load-time parameters.
+func loadOther(spec *ebpf.CollectionSpec, objs *benchObjects, node netip.Addr) (*ebpf.Collection, error) {
+	for name, v := range map[string]any{"node_addr": wire32(node), "table_size": uint32(maglev.DefaultSize)} {
+		if sv, ok := spec.Variables[name]; ok {
+			if err := sv.Set(v); err != nil {
+				return nil, fmt.Errorf("the object to compare: %s: %w", name, err)
+			}
+		}
+	}
+	for name, size := range map[string]uint32{"maglev_tables": maglev.DefaultSize, "chain_tables": maglev.DefaultSize + 1} {
+		if m, ok := spec.Maps[name]; ok && m.InnerMap != nil {
+			m.InnerMap.MaxEntries = size
+		}
+	}
+	own := mapsByName(&objs.benchMaps)
+	repl := map[string]*ebpf.Map{}
+	for name := range spec.Maps {
+		if m, ok := own[name]; ok {
+			repl[name] = m
+		} else if !strings.HasPrefix(name, ".") {
+			return nil, fmt.Errorf("the object to compare has a map %s that the built-in one lacks: an A/B run needs both on the same maps", name)
+		}
+	}
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
+	if err != nil {
+		return nil, fmt.Errorf("load the object to compare on the built-in one's maps: %w", err)
+	}
+	// Odd, as Open and loadBenchDataplane make it: generation 0 never
+	// matches, so the next-hop cache works as on a node.
+	if v, ok := coll.Variables["nh_gen"]; ok {
+		if err := v.Set(uint32(1)); err != nil {
+			coll.Close()
+			return nil, err
+		}
+	}
+	return coll, nil
+}
