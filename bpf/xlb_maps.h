@@ -234,21 +234,22 @@ static __always_inline __u32 svc_hash(__be32 vip, __be16 port, __u8 proto)
 	return (__u32)k;
 }
 
-/* What a probe finds in one slot of the service index. */
-enum svc_probe_step {
-	SVC_FOUND,
-	SVC_END,  /* an empty slot (or none): the service is not there */
-	SVC_NEXT, /* another service's, or a deleted one: probe on */
-};
-
-static __always_inline int svc_probe_step(const struct svc_slot *s, __u64 want)
+/* Step i of the probe for the service key want from home slot h: the
+ * service's slot, or 0; *end says the probe ends here (found, an empty
+ * slot, or none), else it goes on past another service's slot or a
+ * deleted one. */
+static __always_inline struct svc_slot *svc_probe_at(__u64 want, __u32 h, int i, int *end)
 {
-	if (!s)
-		return SVC_END;
+	__u32 idx = (h + i) & (XLB_SVC_SLOTS - 1);
+	struct svc_slot *s = bpf_map_lookup_elem(&svc_index, &idx);
+
+	if (!s) {
+		*end = 1;
+		return 0;
+	}
 	__u64 got = *(const __u64 *)s & 0x00ffffffffffffffULL;
-	if (got == want)
-		return SVC_FOUND;
-	return got ? SVC_NEXT : SVC_END;
+	*end = got == want || !got;
+	return got == want ? s : 0;
 }
 
 /* The probe past a service's home slot (svc_lookup), out of line: few
@@ -256,17 +257,14 @@ static __always_inline int svc_probe_step(const struct svc_slot *s, __u64 want)
  * lookup registers and about 2 ns (bench/lbbench). */
 static __noinline struct svc_slot *svc_probe(__u64 want, __u32 h)
 {
+	int end;
+
 #pragma unroll
 	for (int i = 1; i < XLB_SVC_PROBES; i++) {
-		__u32 idx = (h + i) & (XLB_SVC_SLOTS - 1);
-		struct svc_slot *s = bpf_map_lookup_elem(&svc_index, &idx);
+		struct svc_slot *s = svc_probe_at(want, h, i, &end);
 
-		switch (svc_probe_step(s, want)) {
-		case SVC_FOUND:
+		if (end)
 			return s;
-		case SVC_END:
-			return 0;
-		}
 	}
 	return 0;
 }
@@ -275,16 +273,10 @@ static __always_inline struct svc_slot *svc_lookup(__be32 vip, __be16 port, __u8
 {
 	__u64 want = (__u64)vip | ((__u64)port << 32) | ((__u64)proto << 48);
 	__u32 h = svc_hash(vip, port, proto);
-	__u32 idx = h & (XLB_SVC_SLOTS - 1);
-	struct svc_slot *s = bpf_map_lookup_elem(&svc_index, &idx);
+	int end;
+	struct svc_slot *s = svc_probe_at(want, h, 0, &end);
 
-	switch (svc_probe_step(s, want)) {
-	case SVC_FOUND:
-		return s;
-	case SVC_END:
-		return 0;
-	}
-	return svc_probe(want, h);
+	return end ? s : svc_probe(want, h);
 }
 
 /* The VIP filter's bit for an address (internal/dataplane has it in Go):

@@ -54,23 +54,12 @@ var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "f
 // afterwards) where the backends are reachable through a resolved
 // neighbour, so the full path ends in XDP_TX as on a real node.
 func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
-	ns := fmt.Sprintf("xlb-bench-%d", os.Getpid())
-	if err := benchNS(ns); err != nil {
-		return nil, err
-	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
-
-	node := netip.MustParseAddr("10.0.1.2")
-	objs, d, err := loadBenchDataplane(node)
+	env, err := openBenchEnv("xlb-bench", cfg.Backends)
 	if err != nil {
 		return nil, err
 	}
-	defer objs.Close()
-
-	vip := netip.MustParseAddr("10.99.0.1")
-	if err := benchService(d, vip, cfg.Backends); err != nil {
-		return nil, err
-	}
+	defer env.close()
+	ns, objs, vip := env.ns, env.objs, env.vip
 
 	progs := map[string]*ebpf.Program{
 		"wrap_only": objs.WrapOnly, "floor_parse_tx": objs.FloorParseTx,
@@ -122,14 +111,60 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		out[i].NetNs = out[i].MinNs - out[0].MinNs
 	}
 	// A VIP hit must have been counted as a forward on every round.
-	c, err := d.ServiceCounters(0)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkHits(d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1); err != nil {
+	if err := env.checkForwarded(cfg); err != nil {
 		return nil, err
 	}
 	return out, nil
+}
+
+// benchEnv is where the LB benchmarks run: a namespace of their own
+// (benchNS), the benchmark objects with the node address 10.0.1.2, and
+// the benchmarked service (benchService) on vip.
+type benchEnv struct {
+	ns   string
+	node netip.Addr
+	vip  netip.Addr
+	objs *benchObjects
+	d    *Dataplane
+}
+
+// openBenchEnv makes a benchEnv whose namespace is named prefix and the
+// process ID, with backends backends. close removes it all.
+func openBenchEnv(prefix string, backends int) (*benchEnv, error) {
+	e := &benchEnv{
+		ns:   fmt.Sprintf("%s-%d", prefix, os.Getpid()),
+		node: netip.MustParseAddr("10.0.1.2"),
+		vip:  netip.MustParseAddr("10.99.0.1"),
+	}
+	if err := benchNS(e.ns); err != nil {
+		return nil, err
+	}
+	var err error
+	if e.objs, e.d, err = loadBenchDataplane(e.node); err == nil {
+		if err = benchService(e.d, e.vip, backends); err != nil {
+			e.objs.Close()
+		}
+	}
+	if err != nil {
+		exec.Command("ip", "netns", "del", e.ns).Run()
+		return nil, err
+	}
+	return e, nil
+}
+
+// checkForwarded says whether the benchmarked service counted every
+// repetition of a run of cfg's size as a forward (checkHits).
+func (e *benchEnv) checkForwarded(cfg BenchConfig) error {
+	c, err := e.d.ServiceCounters(0)
+	if err != nil {
+		return err
+	}
+	return checkHits(e.d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1)
+}
+
+func (e *benchEnv) close() {
+	e.objs.Close()
+	exec.Command("ip", "netns", "del", e.ns).Run()
 }
 
 // benchService programs the benchmarked service, ID 0, vip:80/TCP over

@@ -3,8 +3,6 @@ package dataplane
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -44,24 +42,14 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 		}
 	}
 
-	ns := fmt.Sprintf("xlb-bench-ab-%d", os.Getpid())
-	if err := benchNS(ns); err != nil {
-		return nil, err
-	}
-	defer exec.Command("ip", "netns", "del", ns).Run()
-
-	node := netip.MustParseAddr("10.0.1.2")
-	objs, d, err := loadBenchDataplane(node)
+	env, err := openBenchEnv("xlb-bench-ab", cfg.Backends)
 	if err != nil {
 		return nil, err
 	}
-	defer objs.Close()
-	vip := netip.MustParseAddr("10.99.0.1")
-	if err := benchService(d, vip, cfg.Backends); err != nil {
-		return nil, err
-	}
+	defer env.close()
+	ns, objs := env.ns, env.objs
 
-	other, err := loadOther(spec, objs, node)
+	other, err := loadOther(spec, objs, env.node)
 	if err != nil {
 		return nil, err
 	}
@@ -74,7 +62,7 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 		{ABFloor, objs.FloorParseEncap}, {ABLB, objs.BenchLb},
 		{ABOtherLB, other.Programs["bench_lb"]}, {ABOtherFloor, other.Programs["floor_parse_encap"]},
 	}
-	frame := benchFrame(vip)
+	frame := benchFrame(env.vip)
 	out := make([]BenchResult, len(progs))
 	err = netns.Do(ns, func() error {
 		idx, err := benchThread()
@@ -118,11 +106,7 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 	// The built-in LB program must have counted every run as a forward;
 	// the other may count less (a variant without counters), but no
 	// packet of either may have taken a pass or drop reason.
-	c, err := d.ServiceCounters(0)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkHits(d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1); err != nil {
+	if err := env.checkForwarded(cfg); err != nil {
 		return nil, err
 	}
 	return out, nil
