@@ -129,14 +129,12 @@ func run() error {
 		FailuresPerKind: o.failures,
 		Seed:            o.seed,
 	}
-	xlb, built, remove, err := benchutil.XLB(*xlbBin, func(f string, a ...any) { progress(fmt.Sprintf(f, a...)) })
+	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, func(f string, a ...any) { progress(fmt.Sprintf(f, a...)) })
 	if err != nil {
 		return err
 	}
 	defer remove()
-	if built {
-		r.Commands = append(r.Commands, benchutil.BuildCommand)
-	}
+	r.Commands = append(r.Commands, cmds...)
 	rng := rand.New(rand.NewPCG(o.seed, o.seed>>1|1))
 	for k, kind := range o.routers {
 		withThroughput := k == 0 && o.throughput > 0

@@ -136,14 +136,12 @@ func run() error {
 		LatencyRates: o.rates, LatencyBackends: o.latencyBackends, LatencyDuration: o.latencyDuration, LatencyWarmup: o.latencyWarmup,
 		Paths: paths(),
 	}
-	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {
 		return err
 	}
 	defer remove()
-	if built {
-		r.Setup = append(r.Setup, benchutil.BuildCommand)
-	}
+	r.Setup = append(r.Setup, cmds...)
 	if err := measure(ctx, xlb, r, o, progress); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("stopped (%v) before the end; the lab is removed, nothing written", context.Cause(ctx))

@@ -94,14 +94,12 @@ func run() error {
 		Date: start.UTC().Format(time.RFC3339), Machine: benchutil.ThisMachine(), Quick: *quick, Settings: set,
 		Command: strings.Join(append([]string{"go run ./bench/pktbench"}, os.Args[1:]...), " "),
 	}
-	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {
 		return err
 	}
 	defer remove()
-	if built {
-		r.Commands = append(r.Commands, benchutil.BuildCommand)
-	}
+	r.Commands = append(r.Commands, cmds...)
 	log := &cmdLog{}
 	err = measureAll(ctx, xlb, r, log, progress)
 	r.Commands = append(r.Commands, log.lines...)

@@ -80,14 +80,12 @@ func run() error {
 			"beamer":   {"no connection broken"},
 		},
 	}
-	xlb, built, remove, err := benchutil.XLB(*xlbBin, progress)
+	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {
 		return err
 	}
 	defer remove()
-	if built {
-		r.Commands = append(r.Commands, benchutil.BuildCommand)
-	}
+	r.Commands = append(r.Commands, cmds...)
 	if err := measure(ctx, xlb, r, survival.Options{Conns: *conns, Every: *every, Pause: *pause}, progress); err != nil {
 		return err
 	}

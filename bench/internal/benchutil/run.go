@@ -52,16 +52,16 @@ func (r *Run) End() {
 const BuildCommand = "go build -o TMPDIR/xlb github.com/xlbproject/xlb/cmd/xlb"
 
 // XLB returns the xlb binary a bench runs: given when it is set (the
-// -xlb flag), otherwise one built now, which remove deletes. built says
-// whether it was built, so the report can list BuildCommand.
-func XLB(given string, progress func(string, ...any)) (bin string, built bool, remove func(), err error) {
+// -xlb flag), otherwise one built now, which remove deletes. cmds is what
+// made it, for the report's commands: BuildCommand, or nothing.
+func XLB(given string, progress func(string, ...any)) (bin string, cmds []string, remove func(), err error) {
 	if given != "" {
-		return given, false, func() {}, nil
+		return given, nil, func() {}, nil
 	}
 	progress("building xlb")
 	bin, remove, err = testenv.BuildXLB()
 	if err != nil {
-		return "", false, nil, err
+		return "", nil, nil, err
 	}
-	return bin, true, remove, nil
+	return bin, []string{BuildCommand}, remove, nil
 }
