@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -15,11 +13,7 @@ import (
 // abReport is an A/B run (-against): the built-in LB path and floor 2
 // beside the same programs of another build of bpf/bench_floors.c.
 type abReport struct {
-	Date     string                  `json:"date"`
-	Command  string                  `json:"command"`
-	Kernel   string                  `json:"kernel"`
-	CPU      string                  `json:"cpu"`
-	CPUs     int                     `json:"cpus"`
+	runInfo
 	Object   string                  `json:"object"`
 	Backends int                     `json:"backends"`
 	Repeat   uint32                  `json:"repeat"`
@@ -44,10 +38,7 @@ func runAB(object, out string, backends int, repeat uint32, rounds int) {
 		by[x.Name] = x.RoundsNs
 	}
 	r := abReport{
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: strings.Join(append([]string{"go run ./bench/lbbench"}, os.Args[1:]...), " "),
-		Kernel:  kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
-		Object: object, Backends: backends, Repeat: repeat, Rounds: rounds, Results: res,
+		runInfo: thisRun(), Object: object, Backends: backends, Repeat: repeat, Rounds: rounds, Results: res,
 		OtherLBOverLB:       dataplane.PairedRatio(by[dataplane.ABOtherLB], by[dataplane.ABLB]),
 		OtherFloorOverFloor: dataplane.PairedRatio(by[dataplane.ABOtherFloor], by[dataplane.ABFloor]),
 		LBOverFloor:         dataplane.PairedRatio(by[dataplane.ABLB], by[dataplane.ABFloor]),

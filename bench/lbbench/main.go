@@ -22,14 +22,27 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane"
 )
 
-type report struct {
+// runInfo says when, where and by what command a report was made.
+type runInfo struct {
 	Date string `json:"date"`
 	// Command is the command line that made the report.
-	Command  string                  `json:"command"`
-	Kernel   string                  `json:"kernel"`
-	CPU      string                  `json:"cpu"`
-	CPUs     int                     `json:"cpus"`
-	Go       string                  `json:"go"`
+	Command string `json:"command"`
+	Kernel  string `json:"kernel"`
+	CPU     string `json:"cpu"`
+	CPUs    int    `json:"cpus"`
+	Go      string `json:"go"`
+}
+
+func thisRun() runInfo {
+	return runInfo{
+		Date:    time.Now().UTC().Format(time.RFC3339),
+		Command: strings.Join(append([]string{"go run ./bench/lbbench"}, os.Args[1:]...), " "),
+		Kernel:  kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(), Go: runtime.Version(),
+	}
+}
+
+type report struct {
+	runInfo
 	Backends int                     `json:"backends"`
 	Repeat   uint32                  `json:"repeat"`
 	Rounds   int                     `json:"rounds"`
@@ -106,10 +119,7 @@ func main() {
 		os.Exit(1)
 	}
 	r := report{
-		Date:    time.Now().UTC().Format(time.RFC3339),
-		Command: strings.Join(append([]string{"go run ./bench/lbbench"}, os.Args[1:]...), " "),
-		Kernel:  kernel(), CPU: cpuModel(), CPUs: runtime.NumCPU(),
-		Go: runtime.Version(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
+		runInfo: thisRun(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
 	}
 	by := map[string]dataplane.BenchResult{}
 	for _, x := range res {

@@ -1,6 +1,7 @@
 package dataplane
 
 import (
+	"encoding/binary"
 	"fmt"
 	"net"
 	"net/netip"
@@ -139,17 +140,25 @@ func openBenchEnv(prefix string, backends int) (*benchEnv, error) {
 	if err := benchNS(e.ns); err != nil {
 		return nil, err
 	}
-	var err error
-	if e.objs, e.d, err = loadBenchDataplane(e.node); err == nil {
-		if err = benchService(e.d, e.vip, backends); err != nil {
-			e.objs.Close()
-		}
-	}
+	err := e.load(backends)
 	if err != nil {
 		exec.Command("ip", "netns", "del", e.ns).Run()
 		return nil, err
 	}
 	return e, nil
+}
+
+// load loads the objects and programs the service.
+func (e *benchEnv) load(backends int) error {
+	var err error
+	if e.objs, e.d, err = loadBenchDataplane(e.node); err != nil {
+		return err
+	}
+	if err := benchService(e.d, ServiceKey{e.vip, 80, ProtoTCP}, backends); err != nil {
+		e.objs.Close()
+		return err
+	}
+	return nil
 }
 
 // checkForwarded says whether the benchmarked service counted every
@@ -167,13 +176,16 @@ func (e *benchEnv) close() {
 	exec.Command("ip", "netns", "del", e.ns).Run()
 }
 
-// benchService programs the benchmarked service, ID 0, vip:80/TCP over
-// IPIP to backends 10.0.3.10 and up, through the same code the agent
-// uses.
-func benchService(d *Dataplane, vip netip.Addr, backends int) error {
+// benchService programs the benchmarked service, ID 0 on key, over IPIP
+// to backends backends from 10.0.3.10 up (10.0.7.9 for 1024: the route
+// to 10.0.3.0/24 is benchNS's, the one beyond RunMatrix's), through the
+// same code the agent uses.
+func benchService(d *Dataplane, key ServiceKey, backends int) error {
 	bs := make([]maglev.Backend, backends)
 	for i := range bs {
-		a := netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + i)})
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], 0x0a00030a+uint32(i))
+		a := netip.AddrFrom4(b)
 		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
 		if err := d.UpsertBackend(uint32(i), a); err != nil {
 			return err
@@ -187,7 +199,7 @@ func benchService(d *Dataplane, vip netip.Addr, backends int) error {
 	for i, s := range slots {
 		table[i] = uint32(s)
 	}
-	return d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: table})
+	return d.UpsertService(Service{ID: 0, Key: key, Encap: EncapIPIP, Table: table})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the

@@ -9,7 +9,6 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/internal/netns"
 )
 
@@ -93,7 +92,8 @@ func RunMatrix(cfg MatrixConfig) ([]MatrixResult, error) {
 		return nil, err
 	}
 	defer exec.Command("ip", "netns", "del", ns).Run()
-	// Up to 1024 backends: 10.0.3.0-10.0.6.255, all behind the router.
+	// Up to 1024 backends (benchService): 10.0.3.10-10.0.7.9, all behind
+	// the router.
 	if b, err := exec.Command("ip", "-n", ns, "route", "add", "10.0.4.0/22", "via", "10.0.1.1").CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("route to the backends: %v: %s", err, b)
 	}
@@ -135,24 +135,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		}
 	}
 	vip := netip.MustParseAddr("10.99.0.1")
-	backends := max(c.Backends, 1)
-	bs := make([]maglev.Backend, backends)
-	for i := range bs {
-		a := netip.AddrFrom4([4]byte{10, 0, 3 + byte(i>>8), byte(i)})
-		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
-			return res, err
-		}
-	}
-	slots, err := maglev.Build(bs, maglev.DefaultSize)
-	if err != nil {
-		return res, err
-	}
-	table := make([]uint32, len(slots))
-	for i, s := range slots {
-		table[i] = uint32(s)
-	}
-	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, proto}, Encap: EncapIPIP, Table: table}); err != nil {
+	if err := benchService(d, ServiceKey{vip, 80, proto}, max(c.Backends, 1)); err != nil {
 		return res, err
 	}
 	key, _ := slotKey(ServiceKey{vip, 80, proto})
