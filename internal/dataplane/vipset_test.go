@@ -43,35 +43,31 @@ func (f *fakeVIPMaps) check() {
 	}
 }
 
-type fakeVips struct{ f *fakeVIPMaps }
-
-func (v fakeVips) Put(key, value any) error {
-	if err := v.f.write(); err != nil {
+// apply makes one write: it may fail (write), and after it the filter
+// must still cover every VIP (check).
+func (f *fakeVIPMaps) apply(change func()) error {
+	if err := f.write(); err != nil {
 		return err
 	}
-	v.f.vips[key.(uint32)] = value.(uint32)
-	v.f.check()
+	change()
+	f.check()
 	return nil
 }
 
+type fakeVips struct{ f *fakeVIPMaps }
+
+func (v fakeVips) Put(key, value any) error {
+	return v.f.apply(func() { v.f.vips[key.(uint32)] = value.(uint32) })
+}
+
 func (v fakeVips) Delete(key any) error {
-	if err := v.f.write(); err != nil {
-		return err
-	}
-	delete(v.f.vips, key.(uint32))
-	v.f.check()
-	return nil
+	return v.f.apply(func() { delete(v.f.vips, key.(uint32)) })
 }
 
 type fakeFilter struct{ f *fakeVIPMaps }
 
 func (w fakeFilter) Put(key, value any) error {
-	if err := w.f.write(); err != nil {
-		return err
-	}
-	w.f.words[key.(uint32)] = value.(uint64)
-	w.f.check()
-	return nil
+	return w.f.apply(func() { w.f.words[key.(uint32)] = value.(uint64) })
 }
 
 // exactly checks that the maps hold want and only the bits of want's
