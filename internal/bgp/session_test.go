@@ -140,8 +140,16 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 		_, has := router.rib(t)[vip2]
 		return !has, "still has " + vip2.String()
 	})
-	down := sp.peer(rtrIP)
-	if down.State == StateEstablished || down.ForcedDown != "BFD: neighbor down" || down.Flaps != 1 || down.Uptime != 0 {
+	// The speaker learns of the session's end from GoBGP's peer events,
+	// which may come a few milliseconds after the router's view (a loaded
+	// CI machine once read it still established): wait for it, then check
+	// all of it.
+	var down PeerStatus
+	waitFor(t, 2*time.Second, "the speaker sees the session down after PeerDown", func() (bool, string) {
+		down = sp.peer(rtrIP)
+		return down.State != StateEstablished, fmt.Sprintf("%+v", down)
+	})
+	if down.ForcedDown != "BFD: neighbor down" || down.Flaps != 1 || down.Uptime != 0 {
 		t.Errorf("after PeerDown: %+v", down)
 	}
 	if want := "forced down: BFD: neighbor down"; down.LastError != want {
