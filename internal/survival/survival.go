@@ -306,6 +306,7 @@ func (l *Load) run(i int, c *labrun.HTTPConn) {
 		l.mu.Unlock()
 	}()
 	for l.ctx.Err() == nil {
+		start := time.Now()
 		name, err := c.Get(l.ctx, false)
 		if l.ctx.Err() != nil {
 			return
@@ -315,7 +316,7 @@ func (l *Load) run(i int, c *labrun.HTTPConn) {
 			defer l.mu.Unlock()
 			l.res.Broken++
 			if len(l.res.Errors) < 5 {
-				l.res.Errors = append(l.res.Errors, fmt.Sprintf("connection %d to %s, after %d requests: %v", i, first, n, err))
+				l.res.Errors = append(l.res.Errors, fmt.Sprintf("connection %d to %s, after %d requests, at %s: %v", i, first, n, start.Format("15:04:05.000"), err))
 			}
 			return
 		}

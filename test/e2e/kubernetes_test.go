@@ -26,6 +26,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/history"
 	"github.com/xlbproject/xlb/internal/k8stest"
@@ -146,6 +147,7 @@ func TestKubernetes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	countersBefore := k.counters()
 	load := survival.NewLoad(ctx, p, web, 100*time.Millisecond)
 	if err := load.Open(40); err != nil {
 		t.Fatal(err)
@@ -203,6 +205,13 @@ func TestKubernetes(t *testing.T) {
 	t.Logf("%d persistent connections, %d requests: %d broken; %d packets chained", held.Conns, held.Requests, held.Broken, chained-chainedBefore)
 	if held.Broken > 0 || len(held.Impossible) > 0 {
 		t.Errorf("daisy chaining lost %d of %d persistent connections: %v %v", held.Broken, held.Conns, held.Errors, held.Impossible)
+		// What the next look at such a loss needs: when each change
+		// reached the data planes, and what the LB programs and the
+		// backends' chaining decisions counted meanwhile.
+		for _, ph := range k.phases {
+			t.Logf("%s: API call at %s, in both data planes at %s", ph.what, ph.changed.Format("15:04:05.000"), ph.from.Format("15:04:05.000"))
+		}
+		t.Logf("counters before the persistent load:\n%s\nafter it:\n%s", countersBefore, k.counters())
 	}
 	if chained == chainedBefore {
 		t.Errorf("no packet was chained: the connections on the pods that left would have broken without luck")
@@ -461,6 +470,42 @@ func (k *kubeEnv) restartBackend(h lab.Host) {
 	}
 	time.Sleep(500 * time.Millisecond)
 	k.startBackend(h)
+}
+
+// counters lists, one host a line, the non-zero pass and drop reasons
+// of every xlb node's LB program and the chaining decisions of every
+// backend's program; a host it cannot read says why.
+func (k *kubeEnv) counters() string {
+	var b strings.Builder
+	for _, n := range k.p.Nodes {
+		fmt.Fprintf(&b, "  %s:", n.Name)
+		st, err := api.GetStatus(labrun.Socket(k.p, n))
+		if err != nil {
+			fmt.Fprintf(&b, " %v\n", err)
+			continue
+		}
+		for _, r := range slices.Sorted(maps.Keys(st.Reasons)) {
+			if st.Reasons[r] != 0 {
+				fmt.Fprintf(&b, " %s=%d", r, st.Reasons[r])
+			}
+		}
+		b.WriteString("\n")
+	}
+	for _, be := range k.p.Backends {
+		fmt.Fprintf(&b, "  %s:", be.Name)
+		st, err := dataplane.ChainStats(be.PinDir)
+		if err != nil {
+			fmt.Fprintf(&b, " %v\n", err)
+			continue
+		}
+		for _, name := range slices.Sorted(maps.Keys(st)) {
+			if st[name].Packets != 0 {
+				fmt.Fprintf(&b, " %s=%d", name, st[name].Packets)
+			}
+		}
+		b.WriteString("\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
 }
 
 // createPod creates the Pod of lab pod pod on its node and, as the
