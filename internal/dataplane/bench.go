@@ -48,8 +48,6 @@ var benchDescriptions = map[string]string{
 	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
 }
 
-var benchOrder = []string{"wrap_only", "floor_parse_tx", "floor_parse_encap", "floor_parse_encap_fib", "bench_lb"}
-
 // RunBenchmark measures the LB program on a VIP hit against its floors
 // with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
 // afterwards) where the backends are reachable through a resolved
@@ -62,51 +60,16 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	defer env.close()
 	ns, objs, vip := env.ns, env.objs, env.vip
 
-	progs := map[string]*ebpf.Program{
-		"wrap_only": objs.WrapOnly, "floor_parse_tx": objs.FloorParseTx,
-		"floor_parse_encap": objs.FloorParseEncap, "floor_parse_encap_fib": objs.FloorParseEncapFib,
-		"bench_lb": objs.BenchLb,
+	run := []benchProg{
+		{"wrap_only", objs.WrapOnly, xdpVerdictTX},
+		{"floor_parse_tx", objs.FloorParseTx, xdpVerdictTX},
+		{"floor_parse_encap", objs.FloorParseEncap, xdpVerdictTX},
+		{"floor_parse_encap_fib", objs.FloorParseEncapFib, xdpVerdictTX},
+		{"bench_lb", objs.BenchLb, xdpVerdictTX},
 	}
-	frame := benchFrame(vip)
-	results := make(map[string]*BenchResult)
-	err = netns.Do(ns, func() error {
-		idx, err := benchThread()
-		if err != nil {
-			return err
-		}
-		for _, name := range benchOrder {
-			v, _, out, err := testRunXDP(progs[name].FD(), frame, idx, 1)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			if v != 3 {
-				return fmt.Errorf("%s: verdict %d, want XDP_TX", name, v)
-			}
-			if string(out) != string(frame) {
-				return fmt.Errorf("%s: the harness did not restore the packet", name)
-			}
-			results[name] = &BenchResult{Name: name, Description: benchDescriptions[name], Verdict: "XDP_TX"}
-		}
-		for r := 0; r < cfg.Rounds; r++ {
-			for _, name := range benchOrder {
-				_, ns, _, err := testRunXDP(progs[name].FD(), frame, idx, cfg.Repeat)
-				if err != nil {
-					return fmt.Errorf("%s: %w", name, err)
-				}
-				results[name].RoundsNs = append(results[name].RoundsNs, float64(ns))
-			}
-		}
-		return nil
-	})
+	out, err := runInterleaved(ns, benchFrame(vip), run, cfg.Rounds, cfg.Repeat)
 	if err != nil {
 		return nil, err
-	}
-	out := make([]BenchResult, 0, len(benchOrder))
-	for _, name := range benchOrder {
-		r := results[name]
-		r.MedianNs = median(r.RoundsNs)
-		r.MinNs = slices.Min(r.RoundsNs)
-		out = append(out, *r)
 	}
 	for i := range out {
 		out[i].NetNs = out[i].MinNs - out[0].MinNs
@@ -114,6 +77,63 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	// A VIP hit must have been counted as a forward on every round.
 	if err := env.checkForwarded(cfg); err != nil {
 		return nil, err
+	}
+	return out, nil
+}
+
+// benchProg is a program an interleaved run measures, and the verdict
+// it must return.
+type benchProg struct {
+	name string
+	prog *ebpf.Program
+	want uint32
+}
+
+// runInterleaved measures progs on frame in namespace ns, on one CPU:
+// each once first, which must return its verdict and leave the packet as
+// it was (the harness restores it), then rounds rounds of repeat runs
+// of each in turn, every run with its verdict. Result i
+// is progs[i]'s rounds, median and best round.
+func runInterleaved(ns string, frame []byte, progs []benchProg, rounds int, repeat uint32) ([]BenchResult, error) {
+	out := make([]BenchResult, len(progs))
+	err := netns.Do(ns, func() error {
+		idx, err := benchThread()
+		if err != nil {
+			return err
+		}
+		for i, p := range progs {
+			v, _, res, err := testRunXDP(p.prog.FD(), frame, idx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			if v != p.want {
+				return fmt.Errorf("%s: verdict %s, want %s", p.name, xdpVerdictName(v), xdpVerdictName(p.want))
+			}
+			if string(res) != string(frame) {
+				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
+			}
+			out[i] = BenchResult{Name: p.name, Description: benchDescriptions[p.name], Verdict: xdpVerdictName(v)}
+		}
+		for r := range rounds {
+			for i, p := range progs {
+				v, ns, _, err := testRunXDP(p.prog.FD(), frame, idx, repeat)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				if v != p.want {
+					return fmt.Errorf("%s: verdict %s in round %d, want %s", p.name, xdpVerdictName(v), r, xdpVerdictName(p.want))
+				}
+				out[i].RoundsNs = append(out[i].RoundsNs, float64(ns))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].MedianNs = median(out[i].RoundsNs)
+		out[i].MinNs = slices.Min(out[i].RoundsNs)
 	}
 	return out, nil
 }

@@ -4,13 +4,11 @@ import (
 	"fmt"
 	"net/netip"
 	"reflect"
-	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/internal/maglev"
-	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // The programs an A/B run measures, in the order of each round: the
@@ -47,7 +45,7 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 		return nil, err
 	}
 	defer env.close()
-	ns, objs := env.ns, env.objs
+	objs := env.objs
 
 	other, err := loadOther(spec, objs, env.node)
 	if err != nil {
@@ -55,53 +53,13 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 	}
 	defer other.Close()
 
-	progs := []struct {
-		name string
-		p    *ebpf.Program
-	}{
-		{ABFloor, objs.FloorParseEncap}, {ABLB, objs.BenchLb},
-		{ABOtherLB, other.Programs["bench_lb"]}, {ABOtherFloor, other.Programs["floor_parse_encap"]},
+	progs := []benchProg{
+		{ABFloor, objs.FloorParseEncap, xdpVerdictTX}, {ABLB, objs.BenchLb, xdpVerdictTX},
+		{ABOtherLB, other.Programs["bench_lb"], xdpVerdictTX}, {ABOtherFloor, other.Programs["floor_parse_encap"], xdpVerdictTX},
 	}
-	frame := benchFrame(env.vip)
-	out := make([]BenchResult, len(progs))
-	err = netns.Do(ns, func() error {
-		idx, err := benchThread()
-		if err != nil {
-			return err
-		}
-		for i, p := range progs {
-			out[i] = BenchResult{Name: p.name, Verdict: "XDP_TX"}
-			v, _, res, err := testRunXDP(p.p.FD(), frame, idx, 1)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
-			}
-			if v != 3 {
-				return fmt.Errorf("%s: verdict %d, want XDP_TX", p.name, v)
-			}
-			if string(res) != string(frame) {
-				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
-			}
-		}
-		for r := 0; r < cfg.Rounds; r++ {
-			for i, p := range progs {
-				v, ns, _, err := testRunXDP(p.p.FD(), frame, idx, cfg.Repeat)
-				if err != nil {
-					return fmt.Errorf("%s: %w", p.name, err)
-				}
-				if v != 3 {
-					return fmt.Errorf("%s: verdict %d in round %d, want XDP_TX", p.name, v, r)
-				}
-				out[i].RoundsNs = append(out[i].RoundsNs, float64(ns))
-			}
-		}
-		return nil
-	})
+	out, err := runInterleaved(env.ns, benchFrame(env.vip), progs, cfg.Rounds, cfg.Repeat)
 	if err != nil {
 		return nil, err
-	}
-	for i := range out {
-		out[i].MedianNs = median(out[i].RoundsNs)
-		out[i].MinNs = slices.Min(out[i].RoundsNs)
 	}
 	// The built-in LB program must have counted every run as a forward;
 	// the other may count less (a variant without counters), but no

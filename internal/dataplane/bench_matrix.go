@@ -6,10 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"slices"
-
-	"github.com/cilium/ebpf"
-
-	"github.com/xlbproject/xlb/internal/netns"
 )
 
 // MatrixCase is one configuration of the hit-path matrix: the benchmarked
@@ -154,58 +150,20 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		frame = benchUDPFrame(frame)
 	}
 	floor, floorName := objs.FloorParseEncap, "floor_parse_encap"
-	want := uint32(3) // XDP_TX
+	want := uint32(xdpVerdictTX)
 	if c.Miss {
-		floor, floorName, want = objs.FloorParseTx, "floor_parse_tx", 2 // the LB passes it
+		floor, floorName, want = objs.FloorParseTx, "floor_parse_tx", xdpVerdictPass // the LB passes it
 	}
-	progs := []struct {
-		name string
-		prog *ebpf.Program
-		want uint32
-		into *BenchResult
-	}{
-		{"wrap_only", objs.WrapOnly, 3, &res.Harness},
-		{floorName, floor, 3, &res.Floor},
-		{"bench_lb", objs.BenchLb, want, &res.LB},
-	}
-	err = netns.Do(ns, func() error {
-		idx, err := benchThread()
-		if err != nil {
-			return err
-		}
-		for _, p := range progs {
-			v, _, out, err := testRunXDP(p.prog.FD(), frame, idx, 1)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p.name, err)
-			}
-			if v != p.want {
-				return fmt.Errorf("%s: verdict %d, want %d", p.name, v, p.want)
-			}
-			if string(out) != string(frame) {
-				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
-			}
-			*p.into = BenchResult{Name: p.name, Description: benchDescriptions[p.name], Verdict: verdictName(v)}
-		}
-		for range cfg.Rounds {
-			for _, p := range progs {
-				_, ns, _, err := testRunXDP(p.prog.FD(), frame, idx, cfg.Repeat)
-				if err != nil {
-					return fmt.Errorf("%s: %w", p.name, err)
-				}
-				p.into.RoundsNs = append(p.into.RoundsNs, float64(ns))
-			}
-		}
-		return nil
-	})
+	out, err := runInterleaved(ns, frame, []benchProg{
+		{"wrap_only", objs.WrapOnly, xdpVerdictTX}, {floorName, floor, xdpVerdictTX}, {"bench_lb", objs.BenchLb, want},
+	}, cfg.Rounds, cfg.Repeat)
 	if err != nil {
 		return res, err
 	}
-	for _, p := range progs {
-		p.into.MedianNs = median(p.into.RoundsNs)
-		p.into.MinNs = slices.Min(p.into.RoundsNs)
-		p.into.NetNs = p.into.MinNs - res.Harness.MinNs
+	res.Harness, res.Floor, res.LB = out[0], out[1], out[2]
+	for _, r := range []*BenchResult{&res.Floor, &res.LB} {
+		r.NetNs = r.MinNs - res.Harness.MinNs
 	}
-	res.Harness.NetNs = 0
 	res.Ratio = res.LB.MinNs / res.Floor.MinNs
 	res.Paired = PairedRatio(res.LB.RoundsNs, res.Floor.RoundsNs)
 	res.Mpps = 1e3 / res.LB.MinNs
@@ -272,14 +230,4 @@ func benchUDPFrame(tcp []byte) []byte {
 	udp[4], udp[5] = byte(l>>8), byte(l)
 	udp[6], udp[7] = 0, 0
 	return f
-}
-
-func verdictName(v uint32) string {
-	switch v {
-	case 2:
-		return "XDP_PASS"
-	case 3:
-		return "XDP_TX"
-	}
-	return fmt.Sprintf("verdict %d", v)
 }
