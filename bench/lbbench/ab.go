@@ -1,12 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"time"
 
+	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/dataplane"
 )
 
@@ -51,12 +49,8 @@ func runAB(object, out string, backends int, repeat uint32, rounds int) {
 	}
 	fmt.Printf("paired rounds: other LB / LB %.3f, other floor / floor %.3f; LB / floor %.2fx, other LB / other floor %.2fx\n",
 		r.OtherLBOverLB, r.OtherFloorOverFloor, r.LBOverFloor, r.OtherLBOverFloor)
-	if err := os.MkdirAll(out, 0o755); err != nil {
-		fail(err)
-	}
-	data, _ := json.MarshalIndent(r, "", "  ")
-	name := filepath.Join(out, "ab-"+time.Now().UTC().Format("20060102-150405")+".json")
-	if err := os.WriteFile(name, append(data, '\n'), 0o644); err != nil {
+	name, err := benchutil.WriteJSON(out, "ab", time.Now().UTC().Format(benchutil.StampLayout), r)
+	if err != nil {
 		fail(err)
 	}
 	fmt.Println("wrote", name)

@@ -7,7 +7,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -183,15 +182,9 @@ func main() {
 		}
 	}
 
-	if err := os.MkdirAll(*out, 0o755); err != nil {
+	name, err := benchutil.WriteJSON(*out, "lb", time.Now().UTC().Format(benchutil.StampLayout), r)
+	if err != nil {
 		fail(err)
-	}
-	data, _ := json.MarshalIndent(r, "", "  ")
-	name := filepath.Join(*out, "lb-"+time.Now().UTC().Format("20060102-150405")+".json")
-	for _, p := range []string{name, filepath.Join(*out, "lb-latest.json")} {
-		if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
-			fail(err)
-		}
 	}
 	fmt.Println("wrote", name)
 	if *doc != "" {
