@@ -156,7 +156,7 @@ func TestBGPRouters(t *testing.T) {
 					t.Fatalf("speaker %d: %v\nits log: %s", k, err, logTail(LogFile(prefix, speakerName(h))))
 				}
 				done := time.Now()
-				est, ok := lastEstablished(t, prefix, speakerName(h))
+				est, ok := waitEstablished(t, prefix, speakerName(h), 5*time.Second)
 				if !ok {
 					t.Fatalf("speaker %d: route came without a session", k)
 				}

@@ -157,6 +157,22 @@ func speak(log *slog.Logger, localS string, asn uint32, peerS string, peerASN ui
 	return s.StopBgp(sctx, &api.StopBgpRequest{})
 }
 
+// waitEstablished waits up to timeout for the speaker's log to show an
+// established session and returns its time (lastEstablished). The
+// speaker logs the session from GoBGP's event watcher, which may run
+// after the UPDATE that follows it has reached the router: a route can
+// be in the router's FIB a moment before the line is in the log.
+func waitEstablished(t *testing.T, prefix, name string, timeout time.Duration) (time.Time, bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		if est, ok := lastEstablished(t, prefix, name); ok || time.Now().After(deadline) {
+			return est, ok
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // lastEstablished reads the time of the speaker's latest session
 // establishment from its log.
 func lastEstablished(t *testing.T, prefix, name string) (time.Time, bool) {
