@@ -460,21 +460,33 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 			t.Error("Run did not return after cancel")
 		}
 	}()
-	// Run sets up its watch as it starts; nothing tells when it is done.
-	time.Sleep(200 * time.Millisecond)
 	gen := func() uint64 { return status(t, a).Config.Generation }
 
-	start := time.Now()
-	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
-	waitFor(t, "the written file to be applied", func() bool { return gen() == 2 })
-	t.Logf("applied %s after the write", time.Since(start).Round(time.Millisecond))
+	// Run sets up its watch as it starts, and nothing tells when it is
+	// done: a write before it goes unnoticed (polling is off), so write
+	// again until one is applied.
+	deadline := time.Now().Add(5 * time.Second)
+	for gen() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the written file to be applied")
+		}
+		start := time.Now()
+		writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+		for time.Since(start) < 500*time.Millisecond && gen() < 2 {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if gen() >= 2 {
+			t.Logf("applied %s after the write", time.Since(start).Round(time.Millisecond))
+		}
+	}
+	base := gen()
 
 	tmp := path + ".new"
 	writeConfig(t, tmp, "10.0.3.4")
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the renamed file to be applied", func() bool { return gen() == 3 })
+	waitFor(t, "the renamed file to be applied", func() bool { return gen() > base })
 	if st := status(t, a); len(st.Services[0].Backends) != 1 || st.Services[0].Backends[0].Address.String() != "10.0.3.4" {
 		t.Errorf("after the rename: %+v", st.Services[0])
 	}

@@ -37,14 +37,18 @@ func watchDir(ctx context.Context, path string) (<-chan struct{}, error) {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
 	ch := make(chan struct{}, 1)
+	// Each descriptor is closed by the goroutine that uses it, and only
+	// once it is done with it: had the poller closed wake[1] (it may
+	// return first, on an event after ctx ended), this write could land
+	// in whatever file took that descriptor number meanwhile.
 	go func() {
 		<-ctx.Done()
 		unix.Write(wake[1], []byte{0})
+		unix.Close(wake[1])
 	}()
 	go func() {
 		defer unix.Close(fd)
 		defer unix.Close(wake[0])
-		defer unix.Close(wake[1])
 		buf := make([]byte, 64*1024)
 		for {
 			fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}, {Fd: int32(wake[0]), Events: unix.POLLIN}}

@@ -77,7 +77,13 @@ func (r *runner) receive(rp received) {
 	}
 }
 
+// tick runs the session's timers. Packets already queued for the session
+// go first: the goroutine may wake late (a busy machine, a stalled
+// process), when the timer and packets that arrived before its deadline
+// are both waiting, and select takes either. Without this, a session
+// could expire although its peer's packets had come in time.
 func (r *runner) tick() {
+	r.drain()
 	now := time.Now()
 	r.mu.Lock()
 	before := r.s.state
@@ -89,6 +95,18 @@ func (r *runner) tick() {
 	}
 	if changed {
 		r.report(ev)
+	}
+}
+
+// drain applies every packet waiting in rxc, without blocking.
+func (r *runner) drain() {
+	for {
+		select {
+		case rp := <-r.rxc:
+			r.receive(rp)
+		default:
+			return
+		}
 	}
 }
 

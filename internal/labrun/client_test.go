@@ -89,10 +89,13 @@ func TestLoad(t *testing.T) {
 
 func TestLoadCancelled(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
-	var calls atomic.Int64
+	var calls, atCancel atomic.Int64
 	one := func(ctx context.Context) (string, error) {
 		if calls.Add(1) == 20 {
 			cancel()
+			// The other worker runs on meanwhile: what it may not do is
+			// start a request once cancel has returned.
+			atCancel.Store(calls.Load())
 		}
 		return "be1", ctx.Err()
 	}
@@ -100,8 +103,10 @@ func TestLoadCancelled(t *testing.T) {
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("error %v, want context.Canceled", err)
 	}
-	if calls.Load() > 22 || tally.Total() > 20 {
-		t.Errorf("%d requests, %d answers after cancelling at the 20th", calls.Load(), tally.Total())
+	// At most one more: the other worker may have taken its next request
+	// before the cancel and called it after. The 20th and that one fail.
+	if n := atCancel.Load(); calls.Load() > n+1 || int64(tally.Total()) >= n {
+		t.Errorf("%d requests, %d answers; %d requests had started when the cancel at the 20th returned", calls.Load(), tally.Total(), n)
 	}
 }
 

@@ -102,9 +102,11 @@ func TestRouterBFD(t *testing.T) {
 	}
 	fv.waitNexthops(t, vip, nodes(1, 2, 3), time.Now(), 5*time.Second)
 	start := time.Now()
+	// Up on both ends: while the node still says Init, it sends at the
+	// slow rate (RFC 5880 §6.8.3) and the detection time is 3 s.
 	st := waitStatus(t, rp, 10*time.Second, "every peer's BFD session up", func(st Status) bool {
 		for k := 1; k <= 3; k++ {
-			if b := peerBFD(st, nodeIP(k)); b == nil || b.State != "Up" {
+			if b := peerBFD(st, nodeIP(k)); b == nil || b.State != "Up" || b.RemoteState != "Up" {
 				return false
 			}
 		}

@@ -470,9 +470,14 @@ func TestRouterMultipath(t *testing.T) {
 	sp[2].kill()
 	t.Logf("node3 killed: route gone after %v", fv.waitNexthops(t, vip, nil, start, 3*holdSecs*time.Second))
 
-	st, err = ReadStatus(context.Background(), rp.socket)
-	if err != nil {
-		t.Fatal(err)
+	// As on the way up, the status follows the FIB by a moment.
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if st, err = ReadStatus(context.Background(), rp.socket); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Routes) == 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	if len(st.Routes) != 0 {
 		t.Errorf("status routes = %+v, want none", st.Routes)

@@ -1,0 +1,47 @@
+package bfd
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+// TestRunnerLateWakeup: a runner that wakes late (its process was not
+// scheduled) finds its detection timer expired and a packet that came
+// in before the deadline waiting in its queue. The packet counts: the
+// session stays Up, as it would have had the goroutine run on time.
+func TestRunnerLateWakeup(t *testing.T) {
+	now := time.Now()
+	cfg := Config{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
+	s := newSession(addrB, cfg, 1, now.Add(-2*time.Second), half)
+	peer := packet{state: StateInit, myDiscr: 9, yourDiscr: 1, detectMult: 3,
+		desiredMinTx: 100_000, requiredMinRx: 100_000}
+	// Up 400 ms ago: the detection time (3 x 100 ms) ran out 100 ms ago.
+	s.receive(peer, now.Add(-400*time.Millisecond))
+	if s.state != StateUp {
+		t.Fatalf("session %v after the peer's Init, want Up", s.state)
+	}
+	if dd, ok := s.detectDeadline(); !ok || !dd.Before(now) {
+		t.Fatalf("detection deadline %v, %v: want one in the past", dd, ok)
+	}
+
+	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	q := newEventQueue(testLogger(t, "a"))
+	defer q.close()
+	r := &runner{m: &Manager{events: q}, log: testLogger(t, "a"), conn: conn, rxc: make(chan received, rxQueue), s: s}
+	// The peer's next packet arrived 250 ms ago, before the deadline.
+	peer.state = StateUp
+	r.rxc <- received{p: peer, at: now.Add(-250 * time.Millisecond)}
+
+	r.tick()
+	if st := r.status(); st.State != StateUp || st.Downs != 0 || st.RxPackets != 2 {
+		t.Errorf("after a late wakeup: state %v, downs %d, %d packets received; want Up, no down, 2 packets", st.State, st.Downs, st.RxPackets)
+	}
+	if len(r.rxc) != 0 {
+		t.Errorf("%d packets still queued", len(r.rxc))
+	}
+}
