@@ -175,7 +175,15 @@ func TestSet(t *testing.T) {
 		t.Errorf("unchanged target lost its state: %+v, was %+v", a, b)
 	}
 	for _, key := range []string{"change", "dead", "stale"} {
-		if r := after[key]; r.State != Unknown || !r.LastCheck.IsZero() || r.Successes != 0 || r.Failures != 0 || r.Since.Before(set) {
+		r := after[key]
+		if !r.LastCheck.IsZero() && !r.LastCheck.Before(set) {
+			// A changed target's first probe comes within 100 ms, by a
+			// hash of its key (for "stale", after about a millisecond),
+			// and may have run already: the state is then its.
+			t.Logf("changed target %s was probed already: %+v", key, r)
+			continue
+		}
+		if r.State != Unknown || !r.LastCheck.IsZero() || r.Successes != 0 || r.Failures != 0 || r.Since.Before(set) {
 			t.Errorf("changed target %s: %+v; want a fresh unknown state", key, r)
 		}
 	}

@@ -221,9 +221,13 @@ func checkBFD(t *testing.T, p Plan, vip netip.Addr) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if p.Spec.Router == RouterFRR && !bfdUp(t, p, node3.Addr) {
-		out, _ := frrShow(context.Background(), p, "show bfd peers")
-		t.Fatalf("FRR has no BFD session up with %s: %s", node3.Addr, out)
+	// FRR may reach Up a moment after the speaker: a speaker in Init
+	// goes Up on FRR's Init, and FRR on the speaker's next packet.
+	for deadline := time.Now().Add(5 * time.Second); p.Spec.Router == RouterFRR && !bfdUp(t, p, node3.Addr); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			out, _ := frrShow(context.Background(), p, "show bfd peers")
+			t.Fatalf("FRR has no BFD session up with %s: %s", node3.Addr, out)
+		}
 	}
 	rec, err := readRecord(p.Spec.Prefix, speakerName(node3))
 	if err != nil {

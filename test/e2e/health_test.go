@@ -391,6 +391,10 @@ func (e *env) testAllBackendsDown(t *testing.T) {
 		}
 	}
 	t.Logf("every backend down on both nodes %s after they stopped", time.Since(t0).Round(time.Millisecond))
+	// A backend's health in the status is the prober's at once; the
+	// service's state follows when the agent has applied it to the data
+	// plane, a moment later.
+	e.waitServiceState(t, e.web().Name, api.StateDown, 5*time.Second)
 	drops := func() uint64 {
 		t.Helper()
 		var n uint64
@@ -429,15 +433,7 @@ func (e *env) testAllBackendsDown(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, node := range e.p.Nodes {
-		st, err := api.GetStatus(labrun.Socket(e.p, node))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if s := serviceNamed(st, e.web().Name); s.State != api.StateUp {
-			t.Errorf("%s: web is %q with its backends back, want up", node.Name, s.State)
-		}
-	}
+	e.waitServiceState(t, e.web().Name, api.StateUp, 5*time.Second)
 	if _, err := labrun.HTTPLoad(ctx, e.client.Namespace, e.web().Target(), 40, parallel, nil); err != nil {
 		t.Errorf("web with its backends back: %v", err)
 	}
@@ -450,4 +446,31 @@ func serviceNamed(st *api.Status, name string) api.Service {
 		}
 	}
 	return api.Service{}
+}
+
+// waitServiceState waits up to timeout for service name to be in state
+// want on every node, and fails the test with each node's state if it
+// is not.
+func (e *env) waitServiceState(t *testing.T, name, want string, timeout time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		var got []string
+		for _, node := range e.p.Nodes {
+			st, err := api.GetStatus(labrun.Socket(e.p, node))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := serviceNamed(st, name); s.State != want {
+				got = append(got, fmt.Sprintf("%s: %q", node.Name, s.State))
+			}
+		}
+		if len(got) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("service %s is not %q on every node after %s: %s", name, want, timeout, strings.Join(got, ", "))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
