@@ -87,6 +87,20 @@ type Endpoint struct {
 // once (slices overlap while the EndpointSlice controller moves
 // endpoints) counts once: in its best state, then at its lowest port.
 func Select(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool) []Endpoint {
+	return selectEndpoints(eps, port, keep, false)
+}
+
+// Listed is Select with the Gone endpoints too (State Gone): every
+// address the slices list for the Service port. A node translates for
+// its pods as soon as they are listed, before they are ready, so that
+// the translation is in place when the LB nodes start sending (the two
+// follow the slices independently). An address Select returns, Listed
+// returns at the same port: a better state wins over a lower port.
+func Listed(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool) []Endpoint {
+	return selectEndpoints(eps, port, keep, true)
+}
+
+func selectEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool, gone bool) []Endpoint {
 	best := map[netip.Addr]Endpoint{}
 	for _, sl := range eps {
 		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
@@ -98,7 +112,7 @@ func Select(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func
 		}
 		for _, ep := range sl.Endpoints {
 			state := StateOf(ep.Conditions)
-			if state == Gone || keep != nil && !keep(ep) {
+			if state == Gone && !gone || keep != nil && !keep(ep) {
 				continue
 			}
 			for _, s := range ep.Addresses {

@@ -83,6 +83,29 @@ func TestSelect(t *testing.T) {
 	}
 }
 
+// TestListed: Select's endpoints, at the same ports, and the Gone ones
+// (not ready, or terminated); a Gone address listed at a lower port
+// than where it is ready keeps the ready port, so the node translates
+// to where the LB nodes send.
+func TestListed(t *testing.T) {
+	port := corev1.ServicePort{Name: "http", Port: 80}
+	eps := []*discoveryv1.EndpointSlice{
+		slice(discoveryv1.AddressTypeIPv4, 8081, ep("a", condNotReady, "10.244.1.2", "10.244.1.5"), ep("a", condTerminated, "10.244.1.6"), ep("b", condNotReady, "10.244.2.9")),
+		slice(discoveryv1.AddressTypeIPv4, 8082, ep("a", condReady, "10.244.1.2"), ep("a", condNotReady, "10.244.1.5")),
+	}
+	var got []string
+	for _, e := range Listed(eps, port, OnNode("a")) {
+		got = append(got, fmt.Sprintf("%s:%d/%d", e.Addr, e.Port, e.State))
+	}
+	want := []string{"10.244.1.2:8082/2", "10.244.1.5:8081/0", "10.244.1.6:8081/0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("Listed on node a = %v, want %v", got, want)
+	}
+	if sel := Select(eps, port, OnNode("a")); len(sel) != 1 || sel[0].Port != 8082 {
+		t.Errorf("Select on node a = %v, want 10.244.1.2 at 8082 only", sel)
+	}
+}
+
 func TestServiceIndex(t *testing.T) {
 	sl := &discoveryv1.EndpointSlice{}
 	sl.Namespace, sl.Labels = "shop", map[string]string{discoveryv1.LabelServiceName: "web"}

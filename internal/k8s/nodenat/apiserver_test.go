@@ -78,6 +78,16 @@ func (c cluster) setReady(name string, ready bool) {
 	}
 }
 
+// deletePod deletes a Pod at once (grace period 0), as a kubelet
+// confirms a pod's end.
+func (c cluster) deletePod(name string) {
+	c.t.Helper()
+	zero := int64(0)
+	if err := c.cs.CoreV1().Pods("default").Delete(c.t.Context(), name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
+		c.t.Fatalf("delete Pod %s: %v", name, err)
+	}
+}
+
 func (c cluster) updateService(name string, edit func(*corev1.Service), status bool) {
 	c.t.Helper()
 	svcs := c.cs.CoreV1().Services("default")
@@ -222,9 +232,12 @@ func TestRealAPIServer(t *testing.T) {
 	}{
 		{"address assigned", func() { c.updateService("web", setIngress("10.99.0.1"), true) },
 			[]string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}},
-		{"pod unready", func() { c.setReady("a1", false) },
-			[]string{"10.99.0.1:80/tcp=10.244.1.3:8080"}},
-		{"pod ready again", func() { c.setReady("a1", true) },
+		// Translated as soon as the slice lists it, before it is ready:
+		// the LB nodes, which follow the slices on their own, may start
+		// sending the moment it is.
+		{"a new pod, not ready yet", func() { c.pod("a3", nodeA, "10.244.1.4", false) },
+			[]string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080", "10.99.0.1:80/tcp=10.244.1.4:8080"}},
+		{"the new pod deleted", func() { c.deletePod("a3") },
 			[]string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}},
 	}
 	for _, s := range steps {
@@ -233,6 +246,18 @@ func TestRealAPIServer(t *testing.T) {
 		call := rec.waitFor(t, s.want, apiTimeout)
 		t.Logf("%s: applied %d entries %v after the change", s.name, len(s.want), call.at.Sub(begin).Round(time.Millisecond))
 	}
+
+	// A pod that turns unready keeps its translation: the LB nodes stop
+	// giving it new connections, and the ones it has (daisy chaining
+	// sends them on) still need it.
+	c.setReady("a1", false)
+	c.waitEndpoint("10.244.1.2", func(cd discoveryv1.EndpointConditions) bool { return !endpointReady(cd) })
+	time.Sleep(300 * time.Millisecond) // far beyond the debounce: an apply would have come
+	if calls := rec.snapshot(); !slices.Contains(strs(calls[len(calls)-1].entries), "10.99.0.1:80/tcp=10.244.1.2:8080") {
+		t.Errorf("unready pod a1 lost its translation: last applied %v", strs(calls[len(calls)-1].entries))
+	}
+	c.setReady("a1", true)
+	c.waitEndpoint("10.244.1.2", endpointReady)
 
 	// Terminating: without a kubelet the Pod stays terminating, ready,
 	// and its endpoint serving: the translation stays for its flows.
@@ -259,23 +284,26 @@ func TestRealAPIServer(t *testing.T) {
 	}, apiTimeout)
 	t.Logf("second port: applied after %v", call.at.Sub(begin).Round(time.Millisecond))
 
-	// Latency, over pod readiness flips (through the EndpointSlice
+	// Latency, over pods that come and go (through the EndpointSlice
 	// controller, the path of a rollout) and address changes (the
 	// watcher alone).
 	ready2 := []string{"10.99.0.1:53/udp=10.244.1.2:5353", "10.99.0.1:53/udp=10.244.1.3:5353", "10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}
-	unready2 := []string{"10.99.0.1:53/udp=10.244.1.2:5353", "10.99.0.1:80/tcp=10.244.1.2:8080"}
+	with9 := []string{"10.99.0.1:53/udp=10.244.1.2:5353", "10.99.0.1:53/udp=10.244.1.3:5353", "10.99.0.1:53/udp=10.244.1.9:5353",
+		"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080", "10.99.0.1:80/tcp=10.244.1.9:8080"}
 	var podLat []time.Duration
 	for i := range latencyChanges {
-		isReady := i%2 == 1
-		want := unready2
-		if isReady {
-			want = ready2
-		}
+		name := fmt.Sprintf("l%d", i/2)
 		begin := time.Now()
-		c.setReady("a2", isReady)
+		want := ready2
+		if i%2 == 0 {
+			c.pod(name, nodeA, "10.244.1.9", false)
+			want = with9
+		} else {
+			c.deletePod(name)
+		}
 		podLat = append(podLat, rec.waitFor(t, want, apiTimeout).at.Sub(begin))
 	}
-	logLatency(t, "Pod Ready condition -> EndpointSlice controller -> apply", podLat)
+	logLatency(t, "Pod created (running, not ready) or deleted -> EndpointSlice controller -> apply", podLat)
 
 	var svcLat []time.Duration
 	for i := range latencyChanges {

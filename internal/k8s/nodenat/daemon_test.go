@@ -22,6 +22,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -128,7 +129,12 @@ func TestBackendDaemon(t *testing.T) {
 		}
 	}
 
+	// Unready, a1 keeps its translation; deleted, it loses it.
 	c.setReady("a1", false)
+	c.waitEndpoint("10.244.1.2", func(cd discoveryv1.EndpointConditions) bool { return !endpointReady(cd) })
+	time.Sleep(300 * time.Millisecond) // far beyond the debounce
+	assertMap(t, pin, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"})
+	c.deletePod("a1")
 	waitMap(t, pin, []string{"10.99.0.1:80/tcp=10.244.1.3:8080"})
 
 	// SIGTERM: the translations and the programs stay.
@@ -141,11 +147,8 @@ func TestBackendDaemon(t *testing.T) {
 	}
 
 	// Changes while no DaemonSet pod runs are caught up at the start.
-	c.setReady("a1", true)
-	zero := int64(0)
-	if err := cs.CoreV1().Pods("default").Delete(t.Context(), "a2", metav1.DeleteOptions{GracePeriodSeconds: &zero}); err != nil {
-		t.Fatal(err)
-	}
+	c.pod("a1", nodeA, "10.244.1.2", true)
+	c.deletePod("a2")
 	c.waitEndpoint("10.244.1.2", endpointReady)
 	d = start()
 	waitMap(t, pin, []string{"10.99.0.1:80/tcp=10.244.1.2:8080"})

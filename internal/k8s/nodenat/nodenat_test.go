@@ -154,9 +154,13 @@ func TestWatcherFollowsTheCluster(t *testing.T) {
 				t.Fatal(err)
 			}
 		}, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}},
-		{"unready", func() {
+		{"a new pod, not ready yet: translated already", func() {
+			updateSlice(slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}, ep{nodeA, []string{"10.244.1.4"}, condNotReady},
+				ep{nodeB, []string{"10.244.2.2"}, condReady}))
+		}, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080", "10.99.0.1:80/tcp=10.244.1.4:8080"}},
+		{"a pod leaves the slice", func() {
 			updateSlice(slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condNotReady}, ep{nodeB, []string{"10.244.2.2"}, condReady}))
-		}, []string{"10.99.0.1:80/tcp=10.244.1.3:8080"}},
+		}, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}},
 		{"terminating and serving", func() {
 			updateSlice(slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condDraining}, ep{nodeB, []string{"10.244.2.2"}, condReady}))
 		}, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"}},

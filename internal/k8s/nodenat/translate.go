@@ -63,8 +63,11 @@ type problem struct {
 }
 
 // translate computes the node's translations: for every served Service
-// with an address, every TCP or UDP port, every endpoint on this node that
-// is ready or still serving while it terminates, one entry per VIP. The
+// with an address, every TCP or UDP port, every endpoint the slices list
+// on this node, one entry per VIP. Not only ready ones: a pod that is not
+// ready yet has its translation by the time it is, before the LB nodes
+// (which follow the slices on their own) start sending to it, and one
+// that turned unready keeps it for the connections it still has. The
 // result is sorted and valid for backendhost.SetNAT: no (VIP, port,
 // protocol, pod) maps to two target ports. problems says what was left
 // out and why, for the log.
@@ -109,7 +112,7 @@ func translate(in input) ([]backendhost.NATEntry, []problem) {
 			if !ok || port.Port < 1 || port.Port > 65535 {
 				continue // SCTP: the LB side reports it; the API rejects bad ports
 			}
-			pods := endpoints.Select(eps, port, endpoints.OnNode(in.node))
+			pods := endpoints.Listed(eps, port, endpoints.OnNode(in.node))
 			for _, vip := range vips {
 				k := svcPort{vip, uint16(port.Port), proto}
 				if o, taken := owner[k]; taken && o != name {

@@ -219,7 +219,7 @@ func TestTranslate(t *testing.T) {
 			want: []string{"10.99.0.3:80/tcp=10.244.1.3:8080"},
 		},
 		{
-			name:     "ready, draining and unset conditions kept; not ready and terminated left out",
+			name:     "every listed endpoint, whatever its conditions: a pod is translated before it is ready",
 			services: []*corev1.Service{service("web")},
 			slices: []*discoveryv1.EndpointSlice{slice("web", "web-1", httpPort,
 				ep{nodeA, []string{"10.244.1.1"}, condReady},
@@ -228,7 +228,8 @@ func TestTranslate(t *testing.T) {
 				ep{nodeA, []string{"10.244.1.4"}, condTerminated},
 				ep{nodeA, []string{"10.244.1.5"}, condUnset},
 			)},
-			want: []string{"10.99.0.1:80/tcp=10.244.1.1:8080", "10.99.0.1:80/tcp=10.244.1.3:8080", "10.99.0.1:80/tcp=10.244.1.5:8080"},
+			want: []string{"10.99.0.1:80/tcp=10.244.1.1:8080", "10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080",
+				"10.99.0.1:80/tcp=10.244.1.4:8080", "10.99.0.1:80/tcp=10.244.1.5:8080"},
 		},
 		{
 			name:     "an address in two slices counts once: best state, then lowest port",
