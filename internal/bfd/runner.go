@@ -84,6 +84,11 @@ func (r *runner) receive(rp received) {
 // could expire although its peer's packets had come in time.
 func (r *runner) tick() {
 	r.drain()
+	r.timers()
+}
+
+// timers runs the session's due timers: detection, then transmission.
+func (r *runner) timers() {
 	now := time.Now()
 	r.mu.Lock()
 	before := r.s.state
@@ -201,7 +206,9 @@ func (r *runner) adminDown(timer *time.Timer) {
 				return
 			}
 		case <-timer.C:
-			r.tick()
+			// Not tick: its drain would take the peer's answer past
+			// the check above.
+			r.timers()
 		case <-deadline.C:
 			return
 		}

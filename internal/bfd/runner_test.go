@@ -45,3 +45,35 @@ func TestRunnerLateWakeup(t *testing.T) {
 		t.Errorf("%d packets still queued", len(r.rxc))
 	}
 }
+
+// TestRunnerAdminDownAnswered: a session told to go AdminDown returns as
+// soon as the peer's Down is there, also when its TX timer is due at
+// the same time (select may take either first).
+func TestRunnerAdminDownAnswered(t *testing.T) {
+	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	q := newEventQueue(testLogger(t, "a"))
+	defer q.close()
+	cfg := Config{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
+	for i := range 20 {
+		now := time.Now()
+		s := newSession(addrB, cfg, 1, now.Add(-time.Second), half)
+		peer := packet{state: StateInit, myDiscr: 9, yourDiscr: 1, detectMult: 3, desiredMinTx: 100_000, requiredMinRx: 100_000}
+		// Up, and silent for longer than the detection time: the
+		// timer is due at once.
+		s.receive(peer, now.Add(-time.Second))
+		r := &runner{m: &Manager{events: q}, log: testLogger(t, "a"), conn: conn, rxc: make(chan received, rxQueue), s: s}
+		peer.state = StateDown
+		r.rxc <- received{p: peer, at: now}
+		timer := time.NewTimer(time.Hour)
+		start := time.Now()
+		r.adminDown(timer)
+		timer.Stop()
+		if d := time.Since(start); d > adminDownWait/2 {
+			t.Fatalf("round %d: AdminDown returned after %v with the peer's Down queued, want at once", i, d)
+		}
+	}
+}
