@@ -25,14 +25,7 @@ func TestRunnerLateWakeup(t *testing.T) {
 		t.Fatalf("detection deadline %v, %v: want one in the past", dd, ok)
 	}
 
-	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	q := newEventQueue(testLogger(t, "a"))
-	defer q.close()
-	r := &runner{m: &Manager{events: q}, log: testLogger(t, "a"), conn: conn, rxc: make(chan received, rxQueue), s: s}
+	r := testRunner(t, s)
 	// The peer's next packet arrived 250 ms ago, before the deadline.
 	peer.state = StateUp
 	r.rxc <- received{p: peer, at: now.Add(-250 * time.Millisecond)}
@@ -47,16 +40,9 @@ func TestRunnerLateWakeup(t *testing.T) {
 }
 
 // TestRunnerAdminDownAnswered: a session told to go AdminDown returns as
-// soon as the peer's Down is there, also when its TX timer is due at
-// the same time (select may take either first).
+// soon as the peer's Down is there, also when its timer is due at the
+// same time (select may take either first).
 func TestRunnerAdminDownAnswered(t *testing.T) {
-	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	q := newEventQueue(testLogger(t, "a"))
-	defer q.close()
 	cfg := Config{MinTx: 100 * time.Millisecond, MinRx: 100 * time.Millisecond, Multiplier: 3}
 	for i := range 20 {
 		now := time.Now()
@@ -65,7 +51,7 @@ func TestRunnerAdminDownAnswered(t *testing.T) {
 		// Up, and silent for longer than the detection time: the
 		// timer is due at once.
 		s.receive(peer, now.Add(-time.Second))
-		r := &runner{m: &Manager{events: q}, log: testLogger(t, "a"), conn: conn, rxc: make(chan received, rxQueue), s: s}
+		r := testRunner(t, s)
 		peer.state = StateDown
 		r.rxc <- received{p: peer, at: now}
 		timer := time.NewTimer(time.Hour)
@@ -76,4 +62,19 @@ func TestRunnerAdminDownAnswered(t *testing.T) {
 			t.Fatalf("round %d: AdminDown returned after %v with the peer's Down queued, want at once", i, d)
 		}
 	}
+}
+
+// testRunner returns a runner for s without its goroutine, sending to
+// the discard port on loopback and reporting to an event queue nobody
+// reads; the test ends both.
+func testRunner(t *testing.T, s *session) *runner {
+	t.Helper()
+	conn, err := net.DialUDP("udp", nil, &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	q := newEventQueue(testLogger(t, "a"))
+	t.Cleanup(q.close)
+	return &runner{m: &Manager{events: q}, log: testLogger(t, "a"), conn: conn, rxc: make(chan received, rxQueue), s: s}
 }

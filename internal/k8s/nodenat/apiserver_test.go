@@ -251,7 +251,7 @@ func TestRealAPIServer(t *testing.T) {
 	// giving it new connections, and the ones it has (daisy chaining
 	// sends them on) still need it.
 	c.setReady("a1", false)
-	c.waitEndpoint("10.244.1.2", func(cd discoveryv1.EndpointConditions) bool { return !endpointReady(cd) })
+	c.waitEndpoint("10.244.1.2", endpointNotReady)
 	time.Sleep(300 * time.Millisecond) // far beyond the debounce: an apply would have come
 	if calls := rec.snapshot(); !slices.Contains(strs(calls[len(calls)-1].entries), "10.99.0.1:80/tcp=10.244.1.2:8080") {
 		t.Errorf("unready pod a1 lost its translation: last applied %v", strs(calls[len(calls)-1].entries))
@@ -338,6 +338,8 @@ func TestRealAPIServer(t *testing.T) {
 }
 
 func endpointReady(cd discoveryv1.EndpointConditions) bool { return cd.Ready != nil && *cd.Ready }
+
+func endpointNotReady(cd discoveryv1.EndpointConditions) bool { return !endpointReady(cd) }
 
 // logLatency logs the median and the 99th percentile of d.
 func logLatency(t *testing.T, what string, d []time.Duration) {

@@ -22,7 +22,6 @@ import (
 
 	"github.com/cilium/ebpf"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -131,7 +130,7 @@ func TestBackendDaemon(t *testing.T) {
 
 	// Unready, a1 keeps its translation; deleted, it loses it.
 	c.setReady("a1", false)
-	c.waitEndpoint("10.244.1.2", func(cd discoveryv1.EndpointConditions) bool { return !endpointReady(cd) })
+	c.waitEndpoint("10.244.1.2", endpointNotReady)
 	time.Sleep(300 * time.Millisecond) // far beyond the debounce
 	assertMap(t, pin, []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.1:80/tcp=10.244.1.3:8080"})
 	c.deletePod("a1")
