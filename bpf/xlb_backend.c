@@ -238,9 +238,16 @@ static __always_inline int chain_fresh(__u32 changed)
 	return now < (__u64)changed + cfg->window_s;
 }
 
-/* Whether a local socket takes the packet iph/th (a connection in any
- * state: established, being opened, in time-wait), or a listener when the
- * packet is the ACK of a SYN cookie the listener sent. netns is the
+/* Whether a local socket takes the packet iph/th (a connection being
+ * opened, established or closing), or a listener when the packet is the
+ * ACK of a SYN cookie the listener sent. A socket in TIME-WAIT does not:
+ * its connection is over, and a packet with its addresses and ports
+ * belongs to a newer connection from the same client port, which went to
+ * another backend (the client reused the port while this host still
+ * held the old connection's TIME-WAIT, as a server that closes first
+ * does). Taken here, that packet would only draw a bare ACK, again on
+ * every retransmission, and the connection would hang; chained, it
+ * reaches the previous owner that holds it. netns is the
  * network namespace to look in: BPF_F_CURRENT_NETNS for this host's own,
  * or the ID of a pod's. iph and th may lie in the packet (checked by the
  * caller) or on the stack. Returns the chain_stat that delivers the
@@ -259,7 +266,9 @@ static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
 	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), netns, 0);
 	if (!sk)
 		return stat;
-	if (sk->state != BPF_TCP_LISTEN) {
+	if (sk->state == BPF_TCP_TIME_WAIT) {
+		/* not a connection: see above */
+	} else if (sk->state != BPF_TCP_LISTEN) {
 		stat = CHAIN_SOCKET;
 	} else if ((th->flags & (TCP_FLAG_ACK | TCP_FLAG_SYN | TCP_FLAG_RST)) == TCP_FLAG_ACK &&
 		   /* The cookie check reads the fixed TCP header only. */

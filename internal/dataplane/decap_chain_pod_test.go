@@ -29,10 +29,11 @@ const podPort = 8080
 // podNS is one pod of the fixture: its namespace, its network namespace ID
 // as the node knows it, and its open connections' client ports.
 type podNS struct {
-	name  string
-	addr  netip.Addr
-	nsid  uint32
-	conns []uint16
+	name   string
+	addr   netip.Addr
+	nsid   uint32
+	conns  []uint16
+	runner *netns.Runner
 }
 
 // newFixturePod creates a pod namespace behind veth `link` of the fixture
@@ -70,6 +71,7 @@ func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *po
 		t.Fatal(err)
 	}
 	t.Cleanup(runner.Close)
+	p.runner = runner
 	var ln net.Listener
 	err = runner.Do(func() error {
 		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, podPort).String())
@@ -232,6 +234,29 @@ func TestDecapChainPods(t *testing.T) {
 		})
 	}
 
+	// A client port whose earlier connection to pod1 left a TIME-WAIT
+	// socket there, and whose newer connection is pod2's: pod1 passes
+	// the packet to pod2, the previous owner, which holds it. (On port
+	// 8081, translated for VIP:81, so that the connections need no
+	// listener of newFixturePod's.)
+	const twPort = podPort + 1
+	for _, p := range pods {
+		if err := objs.NatSvcs.Put(natSvcKeyOf(fxVIP, p.addr, 81), be16bytes(twPort)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reused := timeWaitConn(t, pod1.runner.Do, pod1.name, netip.AddrPortFrom(fxPod1, twPort))
+	dialFrom(t, pod2.runner, netip.AddrPortFrom(fxPod2, twPort), reused)
+	t.Run("TIME-WAIT in the pod, the connection in the local previous owner", func(t *testing.T) {
+		seg := tcpSeg(f.mac, reused, 81, 5000, 1, 0x18)
+		c := podCase{chainCase{name: "", frame: toPod1(seg, hintGUE(fxPod2, none, now, now)), verdict: xdpPass, decap: "decap_gue", chain: "chained"}, fxPod2}
+		runChainCase(t, f, objs, c.chainCase)
+		_, out := f.run(t, objs.XlbDecap, c.frame)
+		if dst := netip.AddrFrom4([4]byte(out[14+16 : 14+20])); dst != fxPod2 {
+			t.Errorf("delivered to %v, want pod %v", dst, fxPod2)
+		}
+	})
+
 	// Without its network namespace ID, the pod's sockets cannot be
 	// looked at: its packets are delivered, never chained or counted.
 	translateFor(t, objs, pods, pod2)
@@ -240,5 +265,38 @@ func TestDecapChainPods(t *testing.T) {
 		runChainCase(t, f, objs, c.chainCase)
 		_, out := f.run(t, objs.XlbDecap, c.frame)
 		checkTranslated(t, out, fxPod1)
+	})
+}
+
+// dialFrom opens a connection from the client's port `port` to server, a
+// listener it starts in the namespace of runner; both stay open until the
+// test ends.
+func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port uint16) {
+	t.Helper()
+	var ln net.Listener
+	var c, s net.Conn
+	err := runner.Do(func() error {
+		var err error
+		if ln, err = net.Listen("tcp", server.String()); err != nil {
+			return err
+		}
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(fxClient, port)), Timeout: 5 * time.Second}
+		if c, err = d.Dial("tcp", server.String()); err != nil {
+			ln.Close()
+			return err
+		}
+		if s, err = ln.Accept(); err != nil {
+			c.Close()
+			ln.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+		ln.Close()
 	})
 }

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -427,6 +429,82 @@ func TestDecapChainSynCookie(t *testing.T) {
 			chain: "chained", chainedTo: chainPrevTX, dstMAC: fxRouterMAC, srcMAC: f.mac},
 	} {
 		t.Run(c.name, func(t *testing.T) { runChainCase(t, f, objs, c) })
+	}
+}
+
+// TestDecapChainTimeWait: a socket in TIME-WAIT holds no connection. A
+// client reuses its port soon after a connection to this host closed
+// (the server closed first, so this side keeps the TIME-WAIT socket),
+// and the new connection went to another backend; when the slot moves
+// here, that connection's packets must go on to the previous owner that
+// holds it, not to the TIME-WAIT socket, which would answer each with a
+// bare ACK until the client gave up. Without a previous owner to try,
+// the packet is delivered, and the TIME-WAIT socket answers it as ever.
+func TestDecapChainTimeWait(t *testing.T) {
+	f, objs := newChainFixture(t)
+	port := timeWaitConn(t, f.runner.Do, f.name, netip.AddrPortFrom(fxVIP, 81))
+	now := uint32(time.Now().Unix())
+	var none netip.Addr
+	seg := tcpSeg(f.mac, port, 81, 5000, 1, 0x18) // PSH, ACK: a request
+	for _, c := range []chainCase{
+		{name: "fresh hint: to the previous owner", frame: encapsulate(seg, fxBackend, GUEPort, hintGUE(chainPrevTX, none, now, now)),
+			verdict: xdpTX, chain: "chained", chainedTo: chainPrevTX, dstMAC: fxRouterMAC, srcMAC: f.mac},
+		{name: "no previous owner: delivered", frame: encapsulate(seg, fxBackend, GUEPort, hintGUE(none, none, now, now)),
+			verdict: xdpPass, want: seg, decap: "decap_gue", chain: "no_socket"},
+	} {
+		t.Run(c.name, func(t *testing.T) { runChainCase(t, f, objs, c) })
+	}
+}
+
+// timeWaitConn opens a connection from the client (any port) to server
+// in namespace ns, whose runner is run, closes it from the server's side
+// first, so that the server's socket stays in TIME-WAIT, and returns the
+// client port.
+func timeWaitConn(t *testing.T, run func(func() error) error, ns string, server netip.AddrPort) uint16 {
+	t.Helper()
+	var client uint16
+	err := run(func() error {
+		ln, err := net.Listen("tcp", server.String())
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(fxClient, 0)), Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", server.String())
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		s, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		s.Close() // FIN from the server: it ends in TIME-WAIT
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			return errors.New("the client read data, want the server's FIN")
+		}
+		client = uint16(c.LocalAddr().(*net.TCPAddr).Port)
+		return c.Close()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server's socket is in TIME-WAIT once the client's FIN is
+	// acknowledged: ss lists it.
+	want := fmt.Sprintf("%s:%d", fxClient, client)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Htn", "state", "time-wait", "sport", fmt.Sprintf("= :%d", server.Port())).CombinedOutput()
+		if err != nil {
+			t.Fatalf("ss: %v: %s", err, out)
+		}
+		if strings.Contains(string(out), want) {
+			return client
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no TIME-WAIT socket from %s to %s: %s", want, server, out)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 

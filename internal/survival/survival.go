@@ -267,6 +267,10 @@ type Load struct {
 	wg     sync.WaitGroup
 	mu     sync.Mutex
 	res    Result
+	// OnBroken, when set before Open, is called with the client end of
+	// a connection as it breaks, before the connection is closed: a
+	// test can look at its sockets while they still say why.
+	OnBroken func(from netip.AddrPort)
 }
 
 // NewLoad returns a load without connections; Open adds them.
@@ -312,6 +316,9 @@ func (l *Load) run(i int, c *labrun.HTTPConn) {
 			return
 		}
 		if err != nil {
+			if l.OnBroken != nil {
+				l.OnBroken(c.LocalAddr())
+			}
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.res.Broken++

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
@@ -65,13 +66,19 @@ func TestKubernetes(t *testing.T) {
 	useLab(t, prefix)
 	ctx, cancel := context.WithTimeout(interrupted, 6*time.Minute)
 	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 2, Binary: xlbBinary,
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 3, Binary: xlbBinary,
 		Router: lab.RouterEmbedded, BFD: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	logAgentsOnFailure(t, p)
 	k := newKubeEnv(t, ctx, cp, p)
+	// The agents' logs over the whole test: a failure late in it needs
+	// what they did during the changes.
+	t.Cleanup(func() {
+		if t.Failed() {
+			k.logAgents(100)
+		}
+	})
 	k.applyCRDs()
 
 	// The cluster: the lab's xlb nodes and Kubernetes nodes as Nodes,
@@ -96,8 +103,10 @@ func TestKubernetes(t *testing.T) {
 	}
 
 	// Pods, then the Service: an address from the pool, the agents'
-	// routes on the router, traffic to every pod.
-	for _, pod := range p.Pods {
+	// routes on the router, traffic to every pod. One pod is left out
+	// until the cluster scales up.
+	fresh := p.Pods[len(p.Pods)-1]
+	for _, pod := range p.Pods[:len(p.Pods)-1] {
 		k.createPod(pod, true)
 	}
 	k.createService()
@@ -111,15 +120,16 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	allPods := podNames(p.Pods)
-	k.waitBackends(allPods...)
+	firstPods := without(allPods, fresh.Name)
+	k.waitBackends(firstPods...)
 	web := netip.AddrPortFrom(vip, 80)
 	tally, err := labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 400, 8, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("400 new connections to %s: %v", web, tally)
-	if got := tally.Backends(); !slices.Equal(got, allPods) {
-		t.Fatalf("answered by %v, want every pod %v", got, allPods)
+	if got := tally.Backends(); !slices.Equal(got, firstPods) {
+		t.Fatalf("answered by %v, want every pod %v", got, firstPods)
 	}
 	dns := netip.AddrPortFrom(vip, 53)
 	udp, err := labrun.UDPLoad(ctx, p.Clients[0].Namespace, dns, 200, 8, nil)
@@ -127,8 +137,8 @@ func TestKubernetes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("200 datagrams to %s: %v", dns, udp)
-	if got := udp.Backends(); !slices.Equal(got, allPods) {
-		t.Fatalf("UDP answered by %v, want every pod %v", got, allPods)
+	if got := udp.Backends(); !slices.Equal(got, firstPods) {
+		t.Fatalf("UDP answered by %v, want every pod %v", got, firstPods)
 	}
 	reply, err := labrun.UDPEcho(ctx, p.Clients[0].Namespace, dns, "ping")
 	if err != nil {
@@ -137,6 +147,27 @@ func TestKubernetes(t *testing.T) {
 	if reply.From != dns {
 		t.Errorf("UDP reply from %s, want the VIP %s: the node did not translate the pod's reply", reply.From, dns)
 	}
+
+	// Scale up, as a kubelet brings a pod up: an address first, ready
+	// later. Its node translates for it as soon as the cluster lists it,
+	// before it is ready, so the first SYNs the agents send it find
+	// their translation: none is dropped for want of one, and no
+	// request fails. (A pod that was listed before would still have a
+	// lingering translation: this one never was.)
+	stop := k.stream(web)
+	k.change("a new pod, not ready yet (scale up)", func() {
+		k.createPod(fresh, false)
+		k.waitTranslated(fresh)
+	}, firstPods...)
+	noEntry := k.natNoEntry()
+	k.change("the new pod turns ready", func() { k.setReady(fresh, true) }, allPods...)
+	if n := k.natNoEntry() - noEntry; n != 0 {
+		t.Errorf("the new pod's node dropped %d packets for want of a translation while the pod turned ready", n)
+	}
+	attempts := stop()
+	checkStream(t, attempts, allPods)
+	k.checkPhases(attempts)
+	k.phases = nil
 
 	// Pods change while new connections stream in and persistent ones
 	// stay busy: each change reaches both agents' data planes, traffic
@@ -149,11 +180,12 @@ func TestKubernetes(t *testing.T) {
 	}
 	countersBefore := k.counters()
 	load := survival.NewLoad(ctx, p, web, 100*time.Millisecond)
+	load.OnBroken = func(from netip.AddrPort) { k.logSockets([]netip.AddrPort{from}) }
 	if err := load.Open(40); err != nil {
 		t.Fatal(err)
 	}
-	stop := k.stream(web)
-	unready, deleted := p.Pods[1], p.Pods[2]
+	stop = k.stream(web)
+	unready, deleted := p.Pods[1], p.Pods[3]
 	k.change("a pod turns unready", func() { k.setReady(unready, false) }, without(allPods, unready.Name)...)
 	k.change("a pod is deleted (scale down)", func() { k.deletePod(deleted) }, without(allPods, unready.Name, deleted.Name)...)
 	// Connections opened now sit on slots that move back when the pods
@@ -163,7 +195,7 @@ func TestKubernetes(t *testing.T) {
 	}
 	k.change("the pod is back (scale up)", func() { k.createPod(deleted, true) }, without(allPods, unready.Name)...)
 	k.change("the unready pod is ready again", func() { k.setReady(unready, true) }, allPods...)
-	attempts := stop()
+	attempts = stop()
 	checkStream(t, attempts, allPods)
 	k.checkPhases(attempts)
 	tally, err = labrun.HTTPLoad(ctx, p.Clients[0].Namespace, web, 200, 8, nil)
@@ -175,7 +207,7 @@ func TestKubernetes(t *testing.T) {
 	}
 
 	// The leader recorded each change in the Service's endpoint history.
-	k.waitHistory(4)
+	k.waitHistory(5)
 
 	// Restarts: the controller, then each agent in turn, while new
 	// connections stream in and the persistent ones stay busy. No
@@ -472,9 +504,50 @@ func (k *kubeEnv) restartBackend(h lab.Host) {
 	k.startBackend(h)
 }
 
+// logSockets logs, for each client end of a broken connection, the TCP
+// sockets of that client port in the client and in every pod, with
+// their counters: which pod holds the connection, what it received and
+// what of it the client saw.
+func (k *kubeEnv) logSockets(clients []netip.AddrPort) {
+	for _, c := range clients {
+		var b strings.Builder
+		hosts := []lab.Host{k.p.Clients[0]}
+		for _, pod := range k.p.Pods {
+			hosts = append(hosts, pod.Host)
+		}
+		for _, h := range hosts {
+			out, err := exec.Command("ip", "netns", "exec", h.Namespace, "ss", "-Htanoi").CombinedOutput()
+			if err != nil {
+				fmt.Fprintf(&b, "  %s: %v: %s\n", h.Name, err, out)
+				continue
+			}
+			for _, line := range strings.Split(string(out), "\n") {
+				if strings.Contains(line, c.String()) {
+					fmt.Fprintf(&b, "  %s: %s\n", h.Name, strings.Join(strings.Fields(line), " "))
+				}
+			}
+		}
+		k.t.Logf("%s: sockets of %s:\n%s", time.Now().Format("15:04:05.000"), c, b.String())
+	}
+}
+
+// logAgents logs the last n lines of every agent's log.
+func (k *kubeEnv) logAgents(n int) {
+	for _, node := range k.p.Nodes {
+		path := lab.LogFile(k.p.Spec.Prefix, labrun.AgentName(node))
+		b, err := os.ReadFile(path)
+		if err != nil {
+			k.t.Logf("%s: %v", node.Name, err)
+			continue
+		}
+		k.t.Logf("%s:\n%s", path, tailLines(string(b), n))
+	}
+}
+
 // counters lists, one host a line, the non-zero pass and drop reasons
-// of every xlb node's LB program and the chaining decisions of every
-// backend's program; a host it cannot read says why.
+// of every xlb node's LB program and the chaining decisions and
+// translation counters of every backend's program; a host it cannot read
+// says why.
 func (k *kubeEnv) counters() string {
 	var b strings.Builder
 	for _, n := range k.p.Nodes {
@@ -498,6 +571,11 @@ func (k *kubeEnv) counters() string {
 			fmt.Fprintf(&b, " %v\n", err)
 			continue
 		}
+		nat, err := backendhost.NATStats(be.PinDir)
+		if err != nil {
+			fmt.Fprintf(&b, " %v", err)
+		}
+		maps.Copy(st, nat)
 		for _, name := range slices.Sorted(maps.Keys(st)) {
 			if st[name].Packets != 0 {
 				fmt.Fprintf(&b, " %s=%d", name, st[name].Packets)
@@ -506,6 +584,46 @@ func (k *kubeEnv) counters() string {
 		b.WriteString("\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// waitTranslated waits until the backend daemon on pod's node translates
+// the Service's two ports to the pod's address.
+func (k *kubeEnv) waitTranslated(pod lab.Pod) {
+	k.t.Helper()
+	h := k.p.Backends[pod.Node]
+	start := time.Now()
+	k.waitFor(fmt.Sprintf("translations to %s on %s", pod.Name, h.Name), 10*time.Second, func() string {
+		nat, err := backendhost.PinnedNAT(h.PinDir)
+		if err != nil {
+			return err.Error()
+		}
+		n := 0
+		for _, e := range nat {
+			if e.PodIP == pod.Addr {
+				n++
+			}
+		}
+		if n != 2 { // HTTP and DNS
+			return fmt.Sprintf("%d of 2 translations: %v", n, nat)
+		}
+		return ""
+	})
+	k.t.Logf("%s translated on %s %s after the API call", pod.Name, h.Name, time.Since(start).Round(time.Millisecond))
+}
+
+// natNoEntry sums the packets that the Kubernetes nodes' programs
+// dropped for want of a translation (nat_drop_no_entry).
+func (k *kubeEnv) natNoEntry() uint64 {
+	k.t.Helper()
+	var n uint64
+	for _, h := range k.p.Backends {
+		st, err := backendhost.NATStats(h.PinDir)
+		if err != nil {
+			k.t.Fatal(err)
+		}
+		n += st["nat_drop_no_entry"].Packets
+	}
+	return n
 }
 
 // createPod creates the Pod of lab pod pod on its node and, as the
@@ -632,8 +750,8 @@ func servedBackends(st *api.Status) ([]string, bool) {
 }
 
 // waitBackends waits until both agents' data planes have exactly the
-// named pods as the Service's backends, and returns how long it took.
-func (k *kubeEnv) waitBackends(pods ...string) time.Duration {
+// named pods as the Service's backends.
+func (k *kubeEnv) waitBackends(pods ...string) {
 	k.t.Helper()
 	var want []string
 	for _, pod := range k.p.Pods {
@@ -642,7 +760,6 @@ func (k *kubeEnv) waitBackends(pods ...string) time.Duration {
 		}
 	}
 	slices.Sort(want)
-	start := time.Now()
 	k.waitFor(fmt.Sprintf("backends %v in every agent", pods), 30*time.Second, func() string {
 		for _, n := range k.p.Nodes {
 			st, err := api.GetStatus(labrun.Socket(k.p, n))
@@ -656,7 +773,6 @@ func (k *kubeEnv) waitBackends(pods ...string) time.Duration {
 		}
 		return ""
 	})
-	return time.Since(start)
 }
 
 // change makes a change to the cluster and waits until every agent's
@@ -669,9 +785,14 @@ func (k *kubeEnv) change(what string, do func(), want ...string) {
 		k.phases[n-1].to = start
 	}
 	do()
-	d := k.waitBackends(want...)
-	k.t.Logf("%s: in both data planes %s after the API call", what, d.Round(time.Millisecond))
-	k.phases = append(k.phases, phase{what: what, changed: start, from: start.Add(d), to: time.Now().Add(time.Hour), pods: want})
+	called := time.Now()
+	k.waitBackends(want...)
+	// From here on, and not from the API call's return plus the wait:
+	// under load the call itself can take long enough for the requests
+	// started meanwhile to meet the old set.
+	applied := time.Now()
+	k.t.Logf("%s: in both data planes %s after the API call", what, applied.Sub(called).Round(time.Millisecond))
+	k.phases = append(k.phases, phase{what: what, changed: start, from: applied, to: time.Now().Add(time.Hour), pods: want})
 	// Let the stream run a while on the new set.
 	time.Sleep(time.Second)
 }
