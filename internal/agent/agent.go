@@ -309,9 +309,10 @@ func (a *Agent) loadFailed(err error) {
 // replace applies cfg, which replaces the running configuration. The
 // caller holds applyMu.
 func (a *Agent) replace(cfg *config.Config, reason string) error {
+	start := time.Now()
 	a.mu.Lock()
 	old := a.cfg
-	a.lastReload = time.Now()
+	a.lastReload = start
 	a.mu.Unlock()
 
 	a.warnRestartOnly(old, cfg)
@@ -355,7 +356,8 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 			"error", err, "fix", "see the error; the agent retries every "+a.retryEvery.String())
 		return err
 	}
-	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services))
+	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services),
+		"took", time.Since(start).Round(time.Microsecond))
 	return nil
 }
 
