@@ -1,8 +1,11 @@
 package dataplane
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 )
 
 // The benchmark `make bench` runs must keep working: a short run of it.
@@ -49,4 +52,63 @@ func TestRunABSmoke(t *testing.T) {
 	if _, err := RunAB(BenchConfig{Backends: 16, Repeat: 10, Rounds: 1}, "no-such.o"); err == nil {
 		t.Error("a missing object was not refused")
 	}
+}
+
+// The other object of an A/B run shares the built-in one's maps by name,
+// gets the maps only it has created empty, and is refused when a map of
+// a shared name has another layout.
+func TestLoadOtherMaps(t *testing.T) {
+	requirePrivileges(t)
+	node := netip.MustParseAddr("10.0.1.2")
+	objs, _, err := loadBenchDataplane(node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer objs.Close()
+
+	spec, err := loadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	extra := spec.Maps["svc_retired"].Copy()
+	extra.Name = "variant_only"
+	spec.Maps["variant_only"] = extra
+	other, err := loadOther(spec, objs, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if !sameMap(t, other.Maps["svc_index"], objs.SvcIndex) {
+		t.Error("the other object's svc_index is not the built-in one's")
+	}
+	m := other.Maps["variant_only"]
+	if m == nil || sameMap(t, m, objs.SvcRetired) {
+		t.Fatalf("the map only the other object has: %v, want a new one", m)
+	}
+
+	spec, err = loadBench()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec.Maps["svc_retired"].MaxEntries++
+	if o, err := loadOther(spec, objs, node); err == nil {
+		o.Close()
+		t.Error("a variant whose svc_retired has another size was not refused")
+	}
+}
+
+// sameMap says whether a and b are the same kernel map.
+func sameMap(t *testing.T, a, b *ebpf.Map) bool {
+	t.Helper()
+	ia, err := a.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ib, err := b.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	idA, _ := ia.ID()
+	idB, _ := ib.ID()
+	return idA == idB
 }
