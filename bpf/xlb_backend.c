@@ -247,7 +247,9 @@ static __always_inline int chain_fresh(__u32 changed)
  * held the old connection's TIME-WAIT, as a server that closes first
  * does). Taken here, that packet would only draw a bare ACK, again on
  * every retransmission, and the connection would hang; chained, it
- * reaches the previous owner that holds it. netns is the
+ * reaches the previous owner that holds it. (A late segment of the
+ * closed connection goes on too, and is answered there with a reset: its
+ * client is closing anyway.) netns is the
  * network namespace to look in: BPF_F_CURRENT_NETNS for this host's own,
  * or the ID of a pod's. iph and th may lie in the packet (checked by the
  * caller) or on the stack. Returns the chain_stat that delivers the
