@@ -72,40 +72,7 @@ func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *po
 	}
 	t.Cleanup(runner.Close)
 	p.runner = runner
-	var ln net.Listener
-	err = runner.Do(func() error {
-		ln, err = net.Listen("tcp", netip.AddrPortFrom(addr, podPort).String())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		c, err := ln.Accept()
-		if err == nil {
-			accepted <- c
-		}
-		close(accepted)
-	}()
-	var c net.Conn
-	err = runner.Do(func() error {
-		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(fxClient, 0)), Timeout: 5 * time.Second}
-		c, err = d.Dial("tcp", netip.AddrPortFrom(addr, podPort).String())
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := <-accepted
-	t.Cleanup(func() {
-		c.Close()
-		if server != nil {
-			server.Close()
-		}
-		ln.Close()
-	})
-	p.conns = append(p.conns, uint16(c.LocalAddr().(*net.TCPAddr).Port))
+	p.conns = append(p.conns, dialFrom(t, runner, netip.AddrPortFrom(addr, podPort), 0))
 	return p
 }
 
@@ -245,7 +212,7 @@ func TestDecapChainPods(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	reused := timeWaitConn(t, pod1.runner.Do, pod1.name, netip.AddrPortFrom(fxPod1, twPort))
+	reused := timeWaitConn(t, pod1.runner, pod1.name, netip.AddrPortFrom(fxPod1, twPort))
 	dialFrom(t, pod2.runner, netip.AddrPortFrom(fxPod2, twPort), reused)
 	t.Run("TIME-WAIT in the pod, the connection in the local previous owner", func(t *testing.T) {
 		seg := tcpSeg(f.mac, reused, 81, 5000, 1, 0x18)
@@ -268,10 +235,11 @@ func TestDecapChainPods(t *testing.T) {
 	})
 }
 
-// dialFrom opens a connection from the client's port `port` to server, a
-// listener it starts in the namespace of runner; both stay open until the
-// test ends.
-func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port uint16) {
+// dialFrom opens a connection from the client's port `port` (0: any) to
+// server, a listener it starts in the namespace of runner, and returns
+// the client port; listener and connection stay open until the test
+// ends.
+func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port uint16) uint16 {
 	t.Helper()
 	var ln net.Listener
 	var c, s net.Conn
@@ -299,4 +267,5 @@ func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port ui
 		s.Close()
 		ln.Close()
 	})
+	return uint16(c.LocalAddr().(*net.TCPAddr).Port)
 }

@@ -442,7 +442,7 @@ func TestDecapChainSynCookie(t *testing.T) {
 // the packet is delivered, and the TIME-WAIT socket answers it as ever.
 func TestDecapChainTimeWait(t *testing.T) {
 	f, objs := newChainFixture(t)
-	port := timeWaitConn(t, f.runner.Do, f.name, netip.AddrPortFrom(fxVIP, 81))
+	port := timeWaitConn(t, f.runner, f.name, netip.AddrPortFrom(fxVIP, 81))
 	now := uint32(time.Now().Unix())
 	var none netip.Addr
 	seg := tcpSeg(f.mac, port, 81, 5000, 1, 0x18) // PSH, ACK: a request
@@ -457,13 +457,13 @@ func TestDecapChainTimeWait(t *testing.T) {
 }
 
 // timeWaitConn opens a connection from the client (any port) to server
-// in namespace ns, whose runner is run, closes it from the server's side
+// in namespace ns, whose thread is runner, closes it from the server's side
 // first, so that the server's socket stays in TIME-WAIT, and returns the
 // client port.
-func timeWaitConn(t *testing.T, run func(func() error) error, ns string, server netip.AddrPort) uint16 {
+func timeWaitConn(t *testing.T, runner *netns.Runner, ns string, server netip.AddrPort) uint16 {
 	t.Helper()
 	var client uint16
-	err := run(func() error {
+	err := runner.Do(func() error {
 		ln, err := net.Listen("tcp", server.String())
 		if err != nil {
 			return err

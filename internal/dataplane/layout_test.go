@@ -102,6 +102,12 @@ func pinnedMapID(t *testing.T, path string) ebpf.MapID {
 		t.Fatal(err)
 	}
 	defer m.Close()
+	return mapID(t, m)
+}
+
+// mapID is the kernel's ID of map m.
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
 	info, err := m.Info()
 	if err != nil {
 		t.Fatal(err)

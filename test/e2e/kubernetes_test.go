@@ -511,12 +511,12 @@ func (k *kubeEnv) restartBackend(h lab.Host) {
 // their counters: which pod holds the connection, what it received and
 // what of it the client saw.
 func (k *kubeEnv) logSockets(clients []netip.AddrPort) {
+	hosts := []lab.Host{k.p.Clients[0]}
+	for _, pod := range k.p.Pods {
+		hosts = append(hosts, pod.Host)
+	}
 	for _, c := range clients {
 		var b strings.Builder
-		hosts := []lab.Host{k.p.Clients[0]}
-		for _, pod := range k.p.Pods {
-			hosts = append(hosts, pod.Host)
-		}
 		for _, h := range hosts {
 			out, err := exec.Command("ip", "netns", "exec", h.Namespace, "ss", "-Htanoi").CombinedOutput()
 			if err != nil {
