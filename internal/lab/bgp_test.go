@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -193,13 +192,20 @@ func TestBGPRouters(t *testing.T) {
 			}
 
 			procs := allProcesses(t, prefix)
+			// The FRR daemons' directories are named while the daemons
+			// run: once they are gone, their PIDs may already belong to
+			// a daemon of a lab running beside this one.
+			frrDirs := frrTempDirs(procs)
+			if n := countFRR(tt.processes); len(frrDirs) != n {
+				t.Errorf("FRR temporary directories %v, want one for each of the %d FRR daemons", frrDirs, n)
+			}
 			if err := Down(prefix); err != nil {
 				t.Fatal(err)
 			}
 			assertGone(t, prefix, procs)
-			for _, pr := range procs {
-				if dirs := frrTempDirsOf(pr.pid); len(dirs) > 0 {
-					t.Errorf("FRR temporary directories of PID %d left: %v", pr.pid, dirs)
+			for _, dir := range frrDirs {
+				if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("FRR temporary directory %s left: %v", dir, err)
 				}
 			}
 		})
@@ -315,9 +321,15 @@ func seq(n int) []int {
 	return s
 }
 
-func frrTempDirsOf(pid int) []string {
-	dirs, _ := filepath.Glob(filepath.Join(frrTempDir, fmt.Sprintf("*.%d", pid)))
-	return dirs
+// countFRR counts the FRR daemons among a lab's process names.
+func countFRR(names []string) int {
+	n := 0
+	for _, name := range names {
+		if strings.HasPrefix(name, "frr-") {
+			n++
+		}
+	}
+	return n
 }
 
 // After a crash that lost the lab's state, Down still stops FRR and the

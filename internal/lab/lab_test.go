@@ -382,12 +382,14 @@ func TestLab(t *testing.T) {
 		}
 		// It runs inside the namespace, and still sees the host's bpffs.
 		deadline := time.Now().Add(5 * time.Second)
+		var sleeper procRef
 		for {
 			in, err := processesIn(ns)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if slices.ContainsFunc(in, func(r procRef) bool { return r.pid == pid }) {
+			if i := slices.IndexFunc(in, func(r procRef) bool { return r.pid == pid }); i >= 0 {
+				sleeper = in[i]
 				break
 			}
 			if time.Now().After(deadline) {
@@ -398,10 +400,8 @@ func TestLab(t *testing.T) {
 		if err := StopProcess(prefix, "sleeper"); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := os.Stat(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil {
-			if start, state, err := procStat(pid); err == nil && state != 'Z' {
-				t.Errorf("PID %d (start %d) still runs after StopProcess", pid, start)
-			}
+		if alive(sleeper.pid, sleeper.start) {
+			t.Errorf("PID %d (start %d) still runs after StopProcess", sleeper.pid, sleeper.start)
 		}
 		if err := StopProcess(prefix, "sleeper"); err == nil {
 			t.Error("stopping a stopped process twice: want an error naming it")
