@@ -76,6 +76,10 @@ struct {
 
 struct maglev_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	/* Mappable, so that the control plane writes a new table with one
+	 * copy instead of one kernel update per slot (internal/dataplane,
+	 * fill.go). Lookups stay inlined. */
+	__uint(map_flags, BPF_F_MMAPABLE);
 	__uint(max_entries, XLB_DEFAULT_TABLE_SIZE);
 	__type(key, __u32);
 	__type(value, __u64);
@@ -111,6 +115,7 @@ struct chain_entry {
  * cannot size. */
 struct chain_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* as maglev_inner */
 	__uint(max_entries, XLB_DEFAULT_TABLE_SIZE + 1);
 	__type(key, __u32);
 	__type(value, struct { __u32 bid; __be32 addr; __be32 prev; __be32 prev2; __u32 changed; });

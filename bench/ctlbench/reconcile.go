@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/agent"
@@ -52,7 +53,8 @@ type ReconcileResult struct {
 // SwapCost breaks one table swap into its system calls.
 type SwapCost struct {
 	Runs int `json:"runs"`
-	// Fill: one BatchUpdate of every slot into a new inner map. Put: the
+	// Fill: a new inner map, written through a shared mapping of its
+	// memory (dataplane.NewFilledTable). Put: the
 	// update of the outer map's entry, which waits for an RCU grace period
 	// (the kernel lets no program hold the old table once it returns).
 	Fill benchutil.Summary `json:"fill"`
@@ -240,28 +242,25 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 // of its own: filling a new inner map of size slots, and putting it into
 // the outer map.
 func measureSwap(size uint32, runs int) (SwapCost, error) {
-	inner := &ebpf.MapSpec{Name: "ctlbench_tbl", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: size}
+	inner := &ebpf.MapSpec{Name: "ctlbench_tbl", Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: size, Flags: unix.BPF_F_MMAPABLE}
 	outer, err := ebpf.NewMap(&ebpf.MapSpec{Name: "ctlbench_out", Type: ebpf.ArrayOfMaps, KeySize: 4, ValueSize: 4, MaxEntries: 4, InnerMap: inner})
 	if err != nil {
 		return SwapCost{}, fmt.Errorf("scratch outer map: %w", err)
 	}
 	defer outer.Close()
-	keys, vals := make([]uint32, size), make([]uint64, size)
-	for i := range keys {
-		keys[i], vals[i] = uint32(i), uint64(i%100)|uint64(i)<<32
+	vals := make([]uint64, size)
+	for i := range vals {
+		vals[i] = uint64(i%100) | uint64(i)<<32
 	}
 	var fill, put []float64
 	for i := range runs {
-		m, err := ebpf.NewMap(inner)
+		t0 := time.Now()
+		m, err := dataplane.NewFilledTable(vals)
 		if err != nil {
 			return SwapCost{}, fmt.Errorf("scratch table: %w", err)
 		}
-		t0 := time.Now()
-		_, err = m.BatchUpdate(keys, vals, nil)
 		t1 := time.Now()
-		if err == nil {
-			err = outer.Put(uint32(i%2), m)
-		}
+		err = outer.Put(uint32(i%2), m)
 		t2 := time.Now()
 		m.Close()
 		if err != nil {

@@ -1,13 +1,16 @@
 package agent
 
 import (
+	"fmt"
 	"net/netip"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/chain"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/maglev"
 )
 
 func chainedConfig(history []config.Generation, addrs ...string) *config.Config {
@@ -182,4 +185,46 @@ func TestChainHistoryLags(t *testing.T) {
 	if g := installed(t, sawDP).Generation; g != uint32(seen.Add(time.Minute).Unix()) {
 		t.Errorf("a change the source does not show yet: generation %d, want the agent's record %d", g, seen.Add(time.Minute).Unix())
 	}
+}
+
+// BenchmarkChainSlots is the agent's work for one daisy-chained port
+// beside its Maglev table: hints over a history of five sets, for six
+// backends in a table of the default size. "history kept": the tables of
+// the history's sets and the current one's are kept from before, as after
+// a change (buildTable has just built the current one); "none kept":
+// every table is built, as at an agent's start.
+func BenchmarkChainSlots(b *testing.B) {
+	const m = 65537
+	var members []maglev.Backend
+	for i := range 7 {
+		members = append(members, maglev.Backend{Key: fmt.Sprintf("10.0.3.%d:80", i+2), Weight: 1})
+	}
+	var past []chain.Past
+	until := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	for i := range 5 {
+		set := slices.Clone(members)
+		set = slices.Delete(set, i, i+1)
+		past = append(past, chain.Past{Until: until.Add(time.Duration(i) * time.Minute), Backends: set})
+	}
+	current := members[1:]
+	b.Run("history kept", func(b *testing.B) {
+		tables := chain.NewTables(chainTablesBytes / (4 * m))
+		if _, _, err := chainSlots(tables, current, past, m); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := chainSlots(tables, current, past, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("none kept", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, _, err := chainSlots(nil, current, past, m); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

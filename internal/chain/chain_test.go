@@ -1,6 +1,7 @@
 package chain
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -34,7 +35,7 @@ func owners(t *testing.T, bs []maglev.Backend) []string {
 
 func hints(t *testing.T, current []maglev.Backend, past ...Past) ([]Hint, time.Time) {
 	t.Helper()
-	h, gen, err := Hints(owners(t, current), past, m)
+	h, gen, err := Hints(current, past, m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,13 +149,15 @@ func TestEmptySets(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	if _, _, err := Hints(make([]string, 3), nil, m); err == nil {
-		t.Error("a table of the wrong size was accepted")
-	}
 	dup := []maglev.Backend{{Key: "a", Weight: 1}, {Key: "a", Weight: 1}}
-	_, _, err := Hints(owners(t, set("a")), []Past{{Until: t0, Backends: dup}}, m)
-	if err == nil {
+	if _, _, err := Hints(set("a"), []Past{{Until: t0, Backends: dup}}, m); err == nil {
 		t.Error("a history set with a duplicate key was accepted")
+	}
+	if _, _, err := Hints(dup, []Past{{Until: t0, Backends: set("a")}}, m); err == nil {
+		t.Error("a current set with a duplicate key was accepted")
+	}
+	if _, _, err := Hints(set("a"), []Past{{Until: t0, Backends: set("b")}}, 1000); err == nil {
+		t.Error("a table size that is no prime was accepted")
 	}
 }
 
@@ -204,5 +207,132 @@ func TestSameSecond(t *testing.T) {
 		if h[i].Prev != want[i].Prev {
 			t.Fatalf("slot %d: %v, want %v: sets that ended in the same second are not taken in the order given", i, h[i].Prev, want[i].Prev)
 		}
+	}
+}
+
+// referenceHints is the definition of the hints written out plainly, as
+// keys per slot: Hints must give the same.
+func referenceHints(t *testing.T, current []maglev.Backend, past []Past) []Hint {
+	t.Helper()
+	now := make([]string, m)
+	if active(current) {
+		now = owners(t, current)
+	}
+	out := make([]Hint, m)
+	byAge := slices.Clone(past)
+	slices.Reverse(byAge)
+	slices.SortStableFunc(byAge, func(a, b Past) int { return b.Until.Compare(a.Until) })
+	for _, p := range byAge {
+		if !active(p.Backends) {
+			continue
+		}
+		for s, o := range owners(t, p.Backends) {
+			h := &out[s]
+			if o == now[s] || slices.Contains(h.Prev[:], o) {
+				continue
+			}
+			if i := slices.Index(h.Prev[:], ""); i >= 0 {
+				h.Prev[i] = o
+				if i == 0 {
+					h.Changed = p.Until
+				}
+			}
+		}
+	}
+	return out
+}
+
+// Random histories, with weights, drained sets, sets that ended in the
+// same second and backends that come back: Hints gives the reference's
+// hints, with no tables kept and with a few kept across calls (so some
+// come from the cache and some were evicted).
+func TestHintsAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	pool := []string{"10.0.0.1:80", "10.0.0.2:80", "10.0.0.3:80", "10.0.0.4:80", "10.0.0.5:80", "10.0.0.6:80", "10.0.0.7:80"}
+	randomSet := func() []maglev.Backend {
+		var bs []maglev.Backend
+		for _, k := range pool {
+			if rng.IntN(3) > 0 {
+				bs = append(bs, maglev.Backend{Key: k, Weight: uint32(rng.IntN(3))})
+			}
+		}
+		rng.Shuffle(len(bs), func(i, j int) { bs[i], bs[j] = bs[j], bs[i] })
+		return bs
+	}
+	kept := NewTables(3)
+	for round := range 60 {
+		current := randomSet()
+		var past []Past
+		for range rng.IntN(6) {
+			past = append(past, Past{Until: t0.Add(time.Duration(rng.IntN(4)) * time.Second), Backends: randomSet()})
+		}
+		want := referenceHints(t, current, past)
+		for _, c := range []*Tables{nil, kept} {
+			got, err := c.Slots(current, past, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for s := range want {
+				if h := got.Hint(s); h != want[s] {
+					t.Fatalf("round %d (tables kept: %v), slot %d: %+v, want %+v", round, c != nil, s, h, want[s])
+				}
+			}
+			gen := got.Generation
+			if len(past) > 0 {
+				if newest := slices.MaxFunc(past, func(a, b Past) int { return a.Until.Compare(b.Until) }).Until; !gen.Equal(newest) {
+					t.Fatalf("round %d: generation %v, want %v", round, gen, newest)
+				}
+			}
+		}
+	}
+	if n := kept.lru.Len(); n != 3 {
+		t.Errorf("%d tables kept, want the limit of 3", n)
+	}
+}
+
+// Build gives maglev.Build's table for any order of the set, whether it
+// built it or kept it.
+func TestTablesBuild(t *testing.T) {
+	c := NewTables(2)
+	bs := []maglev.Backend{{Key: "c", Weight: 1}, {Key: "a", Weight: 2}, {Key: "b", Weight: 0}, {Key: "d", Weight: 1}}
+	for i := range 4 {
+		in := slices.Clone(bs)
+		slices.Reverse(in[:i])
+		want, err := maglev.Build(in, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := c.Build(in, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("order %d: the table differs from maglev.Build's", i)
+		}
+	}
+	// A backend without weight owns no slot: the set without it has the
+	// same table, kept once.
+	without := slices.DeleteFunc(slices.Clone(bs), func(b maglev.Backend) bool { return b.Weight == 0 })
+	got, err := c.Build(without, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want, _ := maglev.Build(without, m); !slices.Equal(got, want) {
+		t.Fatal("the set without its drained backend: the table differs from maglev.Build's")
+	}
+	if n := c.lru.Len(); n != 1 {
+		t.Errorf("%d tables kept for one set, want 1", n)
+	}
+	// A drained backend's key still counts as taken.
+	if _, err := c.Build(append(slices.Clone(bs), maglev.Backend{Key: "b", Weight: 1}), m); err == nil {
+		t.Error("a key given twice, once drained, was accepted")
+	}
+	// Another weight is another set.
+	bs[0].Weight = 3
+	if _, err := c.Build(bs, m); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.lru.Len(); n != 2 {
+		t.Errorf("%d tables kept for two sets, want 2", n)
 	}
 }

@@ -105,22 +105,19 @@ func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, g
 			return nil
 		}
 	}
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "xlb_chain",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  uint32(binary.Size(chainEntry{})),
-		MaxEntries: d.tableSize + 1,
-	})
+	inner, err := newTable("xlb_chain", uint32(binary.Size(chainEntry{})), d.tableSize+1)
 	if err != nil {
 		return fmt.Errorf("create chain: %w", err)
 	}
 	defer inner.Close()
-	keys := make([]uint32, len(entries))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
+	if err := fillTable(inner, func(dst []byte, i int) {
+		e := &entries[i]
+		binary.NativeEndian.PutUint32(dst[0:], e.Bid)
+		binary.NativeEndian.PutUint32(dst[4:], e.Addr)
+		binary.NativeEndian.PutUint32(dst[8:], e.Prev)
+		binary.NativeEndian.PutUint32(dst[12:], e.Prev2)
+		binary.NativeEndian.PutUint32(dst[16:], e.Changed)
+	}); err != nil {
 		return fmt.Errorf("fill chain: %w", err)
 	}
 	*rec = chainRecord{} // unknown while the swap is under way

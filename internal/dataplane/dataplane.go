@@ -462,18 +462,26 @@ func (d *Dataplane) UpsertService(s Service) error {
 		}
 		entries[i] = uint64(id) | uint64(addr)<<32
 	}
+	sum := digest(entries)
+	var tableErr error
+	var table sync.WaitGroup
+	if !d.installedAs(s.ID, sum) {
+		table.Go(func() { tableErr = d.swapTable(s.ID, entries, sum) })
+	}
 	if hints {
 		// What the program reads for this service: backends and hints
-		// in one swap (chain.go).
+		// in one swap (chain.go). While the index says the service has
+		// hints, its packets read no Maglev table, and the index changes
+		// below, after both swaps: so the two may run side by side. Each
+		// waits out an RCU grace period; together they wait about one.
 		if err := d.installChain(s.ID, entries, s.Chain, s.Generation); err != nil {
+			table.Wait()
 			return fmt.Errorf("service %d: %w", s.ID, err)
 		}
 	}
-	sum := digest(entries)
-	if !d.installedAs(s.ID, sum) {
-		if err := d.swapTable(s.ID, entries, sum); err != nil {
-			return fmt.Errorf("service %d: %w", s.ID, err)
-		}
+	table.Wait()
+	if tableErr != nil {
+		return fmt.Errorf("service %d: %w", s.ID, tableErr)
 	}
 
 	key.Id, key.Encap = s.ID, uint8(s.Encap)
@@ -546,24 +554,11 @@ func (d *Dataplane) named(table []uint32) []uint32 {
 // table, then records what it holds. Called with service id's lock held,
 // without d.mu.
 func (d *Dataplane) swapTable(id uint32, entries []uint64, sum [32]byte) error {
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{
-		Name:       "xlb_maglev",
-		Type:       ebpf.Array,
-		KeySize:    4,
-		ValueSize:  8,
-		MaxEntries: d.tableSize,
-	})
+	inner, err := NewFilledTable(entries)
 	if err != nil {
-		return fmt.Errorf("create table: %w", err)
+		return err
 	}
 	defer inner.Close()
-	keys := make([]uint32, len(entries))
-	for i := range keys {
-		keys[i] = uint32(i)
-	}
-	if _, err := inner.BatchUpdate(keys, entries, nil); err != nil {
-		return fmt.Errorf("fill table: %w", err)
-	}
 	// Returns once no program can still be reading the old table.
 	if err := d.objs.MaglevTables.Put(id, inner); err != nil {
 		return fmt.Errorf("swap table: %w", err)

@@ -134,3 +134,83 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 		t.Errorf("adopted chain: generation %d, %d slots (%v)", gen, len(gotChain), err)
 	}
 }
+
+// TestLayoutMigratesUnmappableTables: state pinned by an xlb whose table
+// templates were not BPF_F_MMAPABLE (before 2026-11-27) cannot take this
+// version's tables, so the agent migrates, and the new maps take a
+// daisy-chained service's two tables and forward with them.
+func TestLayoutMigratesUnmappableTables(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	if err := os.MkdirAll(pin, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := lbSpec(fxNode, fxTableSize, DefaultMaxBackends, DefaultConntrackSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := spec.Copy()
+	old.Programs = nil
+	for _, name := range []string{"maglev_tables", "chain_tables"} {
+		if old.Maps[name].InnerMap.Flags == 0 {
+			t.Fatalf("%s's inner map is not mappable: the test has nothing to migrate from", name)
+		}
+		old.Maps[name].InnerMap.Flags = 0
+	}
+	for name, ms := range old.Maps {
+		if strings.HasPrefix(name, ".") {
+			continue
+		}
+		ms.Pinning = ebpf.PinByName
+		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: pin})
+		if err != nil {
+			t.Fatalf("pin old %s: %v", name, err)
+		}
+		t.Cleanup(func() { m.Close() })
+	}
+	if err := writeLayout(pin, specLayout(old)); err != nil {
+		t.Fatal(err)
+	}
+
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := loadIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if why := d.Migrated(); why != "map layouts changed: chain_tables, maglev_tables" {
+		t.Errorf("migration reason %q, want the two outer maps of tables", why)
+	}
+	if err := d.UpsertBackend(0, fxBackend); err != nil {
+		t.Fatal(err)
+	}
+	chain := make([]ChainSlot, fxTableSize)
+	chain[3] = ChainSlot{Prev: fxRedirBE, Changed: 99}
+	svc := Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapGUEHint, Table: make([]uint32, fxTableSize),
+		Chain: chain, Generation: 100}
+	if err := d.UpsertService(svc); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.run(t, d.objs.XlbLbProg, tcpTo(fxVIP, 80).frame(f.mac)); v != xdpTX {
+		t.Errorf("a packet to the migrated service: verdict %s, want TX", verdictNames[v])
+	}
+	d.Close()
+
+	if d, err = openIn(t, f.name, opts); err != nil {
+		t.Fatal(err)
+	}
+	if why := d.Migrated(); why != "" {
+		t.Errorf("migrated twice: %s", why)
+	}
+	got, gen, err := d.Chain(1)
+	if err != nil || gen != 100 || len(got) != fxTableSize {
+		t.Fatalf("adopted chain: generation %d, %d slots (%v)", gen, len(got), err)
+	}
+	if got[3] != chain[3] {
+		t.Errorf("adopted chain: slot 3 %+v, want %+v", got[3], chain[3])
+	}
+}

@@ -162,7 +162,7 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 // keeps no records would, and returns its ID.
 func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []uint64) ebpf.MapID {
 	t.Helper()
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: uint32(len(entries))})
+	inner, err := newTable("foreign", 8, uint32(len(entries)))
 	if err != nil {
 		t.Fatal(err)
 	}

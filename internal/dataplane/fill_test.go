@@ -1,0 +1,69 @@
+package dataplane
+
+import (
+	"encoding/binary"
+	"testing"
+
+	"github.com/cilium/ebpf"
+)
+
+// fillTable puts every element where the kernel reads it: each of the
+// two table shapes, read back through the map, for every slot; and it
+// refuses a map it cannot map.
+func TestFillTable(t *testing.T) {
+	requirePrivileges(t)
+	const n = 65537
+	t.Run("maglev", func(t *testing.T) {
+		m, err := newTable("t_maglev", 8, n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		want := func(i int) uint64 { return uint64(i)*0x9e3779b97f4a7c15 | 1 }
+		if err := fillTable(m, func(dst []byte, i int) { binary.NativeEndian.PutUint64(dst, want(i)) }); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			var v uint64
+			if err := m.Lookup(uint32(i), &v); err != nil || v != want(i) {
+				t.Fatalf("slot %d: %#x, %v; want %#x", i, v, err, want(i))
+			}
+		}
+	})
+	t.Run("chain", func(t *testing.T) {
+		// 20-byte values: the kernel keeps them 24 bytes apart.
+		m, err := newTable("t_chain", uint32(binary.Size(chainEntry{})), n+1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		want := func(i int) chainEntry {
+			u := uint32(i)
+			return chainEntry{Bid: u, Addr: u ^ 0x0a000000, Prev: u + 1, Prev2: u + 2, Changed: ^u}
+		}
+		if err := fillTable(m, func(dst []byte, i int) {
+			e := want(i)
+			for k, f := range []uint32{e.Bid, e.Addr, e.Prev, e.Prev2, e.Changed} {
+				binary.NativeEndian.PutUint32(dst[4*k:], f)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		for i := range n + 1 {
+			var v chainEntry
+			if err := m.Lookup(uint32(i), &v); err != nil || v != want(i) {
+				t.Fatalf("entry %d: %+v, %v; want %+v", i, v, err, want(i))
+			}
+		}
+	})
+	t.Run("not mappable", func(t *testing.T) {
+		m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		if err := fillTable(m, func([]byte, int) { t.Error("put called") }); err == nil {
+			t.Error("filled a map created without BPF_F_MMAPABLE")
+		}
+	})
+}
