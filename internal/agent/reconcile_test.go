@@ -838,3 +838,35 @@ func TestApplyRemovesServicesInParallel(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkApplyOneChange is the reconciler's work when one backend of
+// one of 1000 services (10 backends each) changes, as a cluster's
+// EndpointSlice change comes: the pass over every service, and one table.
+func BenchmarkApplyOneChange(b *testing.B) {
+	const services, backends = 1000, 10
+	f := newFake(testSize, config.MaxServices, config.MaxBackends)
+	r, err := newReconciler(f, quiet, f.maxServices, f.maxBackends)
+	if err != nil {
+		b.Fatal(err)
+	}
+	cfg := &config.Config{}
+	for i := range services {
+		s := config.Service{Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(1 + i%250)}), Port: 80,
+			Protocol: config.TCP, Forwarding: config.DSRIPIP}
+		for j := range backends {
+			s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(2 + j), byte(i / 250), byte(1 + i%250)}), Port: 80, Weight: 1})
+		}
+		cfg.Services = append(cfg.Services, s)
+	}
+	if err := r.Apply(cfg); err != nil {
+		b.Fatal(err)
+	}
+	for i := 0; b.Loop(); i++ {
+		// Service i%services's first backend toggles its weight.
+		s := &cfg.Services[i%services]
+		s.Backends[0].Weight = 3 - s.Backends[0].Weight
+		if err := r.Apply(cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"sync"
 
 	"gopkg.in/yaml.v3"
 )
@@ -43,45 +44,90 @@ func lineless(msg string) string {
 // yaml tags (omitempty honoured), pointers, slices, strings, integers and
 // booleans. It also returns how many nodes it made.
 func toNode(v reflect.Value) (*yaml.Node, int) {
+	var b nodeBuilder
+	n := b.node(v)
+	return n, b.count
+}
+
+// nodeBuilder makes the nodes of one tree. A configuration from a
+// cluster has tens of thousands of them: they are allocated in blocks,
+// and each struct type's fields are read from its tags once.
+type nodeBuilder struct {
+	block []yaml.Node
+	count int
+}
+
+func (b *nodeBuilder) new(kind yaml.Kind, tag, value string) *yaml.Node {
+	if len(b.block) == 0 {
+		b.block = make([]yaml.Node, 256)
+	}
+	n := &b.block[0]
+	b.block = b.block[1:]
+	n.Kind, n.Tag, n.Value = kind, tag, value
+	b.count++
+	return n
+}
+
+func (b *nodeBuilder) node(v reflect.Value) *yaml.Node {
 	switch v.Kind() {
 	case reflect.Pointer:
 		if v.IsNil() {
-			return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!null", Value: "null"}, 1
+			return b.new(yaml.ScalarNode, "!!null", "null")
 		}
-		return toNode(v.Elem())
+		return b.node(v.Elem())
 	case reflect.Struct:
-		n := &yaml.Node{Kind: yaml.MappingNode, Tag: "!!map"}
-		count := 1
-		t := v.Type()
-		for i := range t.NumField() {
-			name, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-			f := v.Field(i)
-			if strings.Contains(opts, "omitempty") && (f.IsZero() || f.Kind() == reflect.Slice && f.Len() == 0) {
+		n := b.new(yaml.MappingNode, "!!map", "")
+		fields := structFields(v.Type())
+		n.Content = make([]*yaml.Node, 0, 2*len(fields))
+		for _, sf := range fields {
+			f := v.Field(sf.index)
+			if sf.omitEmpty && (f.IsZero() || f.Kind() == reflect.Slice && f.Len() == 0) {
 				continue
 			}
-			val, c := toNode(f)
-			n.Content = append(n.Content, &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: name}, val)
-			count += c + 1
+			key := b.new(yaml.ScalarNode, "!!str", sf.name)
+			n.Content = append(n.Content, key, b.node(f))
 		}
-		return n, count
+		return n
 	case reflect.Slice:
-		n := &yaml.Node{Kind: yaml.SequenceNode, Tag: "!!seq"}
-		count := 1
+		n := b.new(yaml.SequenceNode, "!!seq", "")
+		n.Content = make([]*yaml.Node, 0, v.Len())
 		for i := range v.Len() {
-			item, c := toNode(v.Index(i))
-			n.Content = append(n.Content, item)
-			count += c
+			n.Content = append(n.Content, b.node(v.Index(i)))
 		}
-		return n, count
+		return n
 	case reflect.String:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!str", Value: v.String()}, 1
+		return b.new(yaml.ScalarNode, "!!str", v.String())
 	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatInt(v.Int(), 10)}, 1
+		return b.new(yaml.ScalarNode, "!!int", strconv.FormatInt(v.Int(), 10))
 	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!int", Value: strconv.FormatUint(v.Uint(), 10)}, 1
+		return b.new(yaml.ScalarNode, "!!int", strconv.FormatUint(v.Uint(), 10))
 	case reflect.Bool:
-		return &yaml.Node{Kind: yaml.ScalarNode, Tag: "!!bool", Value: strconv.FormatBool(v.Bool())}, 1
+		return b.new(yaml.ScalarNode, "!!bool", strconv.FormatBool(v.Bool()))
 	}
 	// render's document holds none of the other kinds.
 	panic(fmt.Sprintf("config: toNode: unexpected %s", v.Type()))
+}
+
+// structField is a field of a struct of render's document, as its yaml
+// tag names it.
+type structField struct {
+	index     int
+	name      string
+	omitEmpty bool
+}
+
+// fieldsOf caches structFields per type.
+var fieldsOf sync.Map // reflect.Type -> []structField
+
+func structFields(t reflect.Type) []structField {
+	if fs, ok := fieldsOf.Load(t); ok {
+		return fs.([]structField)
+	}
+	fs := make([]structField, t.NumField())
+	for i := range fs {
+		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
+		fs[i] = structField{index: i, name: name, omitEmpty: strings.Contains(opts, "omitempty")}
+	}
+	fieldsOf.Store(t, fs)
+	return fs
 }
