@@ -255,17 +255,21 @@ func (c *Tables) table(backends []maglev.Backend, m uint32) (*setTable, []int, e
 	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(backends[a].Key, backends[b].Key) })
 	sorted := make([]maglev.Backend, len(order))
-	var b strings.Builder
-	b.WriteString(strconv.FormatUint(uint64(m), 10))
 	for i, o := range order {
 		sorted[i] = backends[o]
-		b.WriteByte(' ')
-		b.WriteString(strconv.Quote(sorted[i].Key))
-		b.WriteByte('/')
-		b.WriteString(strconv.FormatUint(uint64(sorted[i].Weight), 10))
 	}
-	set := b.String()
-	if c != nil {
+	keep := c != nil && c.max > 0
+	var set string
+	if keep {
+		var b strings.Builder
+		b.WriteString(strconv.FormatUint(uint64(m), 10))
+		for _, be := range sorted {
+			b.WriteByte(' ')
+			b.WriteString(strconv.Quote(be.Key))
+			b.WriteByte('/')
+			b.WriteString(strconv.FormatUint(uint64(be.Weight), 10))
+		}
+		set = b.String()
 		c.mu.Lock()
 		if e, ok := c.bySet[set]; ok {
 			c.lru.MoveToFront(e)
@@ -285,7 +289,7 @@ func (c *Tables) table(backends []maglev.Backend, m uint32) (*setTable, []int, e
 	for slot, o := range idx {
 		t.slots[slot] = int32(o)
 	}
-	if c != nil && c.max > 0 {
+	if keep {
 		c.mu.Lock()
 		defer c.mu.Unlock()
 		if e, ok := c.bySet[set]; ok { // built meanwhile by another caller
