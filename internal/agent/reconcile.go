@@ -87,7 +87,7 @@ type Reconciler struct {
 	// records itself (service.history).
 	now func() time.Time
 	// tables keeps the Maglev tables of daisy-chained services' recent
-	// backend sets, which their hints need again (see chainTables).
+	// backend sets, which their hints need again (see chainTablesBytes).
 	tables *chain.Tables
 }
 
@@ -729,8 +729,8 @@ func (r *Reconciler) sortedServices() []*service {
 	return out
 }
 
-// buildTable maps the Maglev table over members to backend IDs. slots is
-// the table as indexes into members, nil when no member is active.
+// buildTable maps the Maglev table over members to backend IDs, taking
+// the table from tables when it keeps it (nil: none kept).
 func buildTable(tables *chain.Tables, members []maglev.Backend, ids []uint32, m uint32) ([]uint32, error) {
 	table := make([]uint32, m)
 	active := slices.ContainsFunc(members, func(b maglev.Backend) bool { return b.Weight > 0 })

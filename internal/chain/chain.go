@@ -253,6 +253,10 @@ func (c *Tables) table(backends []maglev.Backend, m uint32) (*setTable, []int, e
 			order = append(order, i)
 		}
 	}
+	if len(order) == 0 {
+		_, err := maglev.Build(backends, m) // no backend with a weight
+		return nil, nil, err
+	}
 	slices.SortFunc(order, func(a, b int) int { return strings.Compare(backends[a].Key, backends[b].Key) })
 	sorted := make([]maglev.Backend, len(order))
 	for i, o := range order {

@@ -327,6 +327,12 @@ func TestTablesBuild(t *testing.T) {
 	if _, err := c.Build(append(slices.Clone(bs), maglev.Backend{Key: "b", Weight: 1}), m); err == nil {
 		t.Error("a key given twice, once drained, was accepted")
 	}
+	// Errors are maglev.Build's own.
+	drained := []maglev.Backend{{Key: "a"}, {Key: "b"}}
+	_, want := maglev.Build(drained, m)
+	if _, err := c.Build(drained, m); err == nil || want == nil || err.Error() != want.Error() {
+		t.Errorf("a set without weight: %v, want %v", err, want)
+	}
 	// Another weight is another set.
 	bs[0].Weight = 3
 	if _, err := c.Build(bs, m); err != nil {

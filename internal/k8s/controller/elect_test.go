@@ -29,8 +29,12 @@ func TestRunElectedHandsOver(t *testing.T) {
 	start := func(id string) candidate {
 		ctx, cancel := context.WithCancel(context.Background())
 		c := candidate{cancel, make(chan error, 1)}
+		// A Lease of 3 s: a leader that renews every 100 ms keeps it
+		// through a stall of the whole test binary under a loaded CI
+		// machine (with 1 s, once, b took over a live a). The handover
+		// does not wait for it: a gives the Lease up when it stops.
 		e := Election{Client: client, Namespace: "xlb-system", Name: "xlb-controller", Identity: id,
-			LeaseDuration: time.Second, RenewDeadline: 800 * time.Millisecond, RetryPeriod: 100 * time.Millisecond,
+			LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 100 * time.Millisecond,
 			Log: slog.New(slog.NewTextHandler(t.Output(), nil))}
 		go func() {
 			c.done <- RunElected(ctx, e, func(ctx context.Context) error {
