@@ -106,7 +106,7 @@ func markdown(r *Report, jsonName, img string) string {
 		if sw := rc.Swap; sw.Runs > 0 {
 			p("\nOne table swap, timed alone %d times on a scratch outer map of the same shape: creating a new %d-slot inner map and writing it through a shared mapping of its memory (`dataplane.NewFilledTable`) takes %s ms (median; p90 %s), and putting it into the outer map %s ms (p90 %s), most of which is the kernel waiting for an RCU grace period: a map-in-map update returns only once no program can still hold the old table. ",
 				sw.Runs, rc.TableSize, benchutil.FmtMs(sw.Fill.P50), benchutil.FmtMs(sw.Fill.P90), benchutil.FmtMs(sw.Put.P50), benchutil.FmtMs(sw.Put.P90))
-			p("An Apply writes its tables with a few workers at once (`min(2 × GOMAXPROCS, 8)`), so the RCU waits overlap and both cores fill; what is left of a table's cost is mostly building it (Maglev) and that wait.\n")
+			p("An Apply writes its tables with a few workers at once (`min(4 × GOMAXPROCS, 8)`), so the RCU waits overlap; the rest of a table's cost is the CPU work of building it and making its map.\n")
 		}
 		p("\nMemory: the %d tables take %.0f MiB of kernel memory (%d × %d slots × 8 bytes); MemAvailable, a machine-wide figure that other work moves too, fell by %.0f MiB over the cold Apply (of %.0f MiB available before). The reconciler's Go heap afterwards: %.0f MiB.\n",
 			rc.Services, rc.TablesMiB, rc.Services, rc.TableSize, rc.KernelMiB, rc.AvailableMiB, rc.GoHeapMiB)

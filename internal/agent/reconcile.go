@@ -498,14 +498,16 @@ func (r *Reconciler) parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// defaultWorkers is how many tables an Apply writes at a time. Filling a
-// table is CPU work in the kernel, and about a third of a swap is waiting
-// for an RCU grace period, which other swaps can use: two per CPU keep
-// the CPUs busy. On 2 CPUs, 1000 tables of 65537 slots took 29 s one at
-// a time, 17 s two at a time and 13 s four at a time. At most eight: more
-// would take most CPUs of a large node for a reload, for little gain.
+// defaultWorkers is how many tables an Apply writes at a time. Building
+// a table is CPU work, and most of a swap is waiting for an RCU grace
+// period, which other swaps can use: four per CPU keep the CPUs busy. On
+// 2 CPUs, 1000 tables of 65537 slots (100 backends each) took 6.1-6.2 s
+// four at a time and 5.3-5.5 s eight at a time (bench/ctlbench, its
+// reconcile part; when a table was filled by a batch update, 29 s one at
+// a time, 17 s two and 13 s four). At most eight: more would take most
+// CPUs of a large node for a reload, for little gain.
 func defaultWorkers() int {
-	return min(2*runtime.GOMAXPROCS(0), 8)
+	return min(4*runtime.GOMAXPROCS(0), 8)
 }
 
 // members returns the Maglev members of service st for backends and their
