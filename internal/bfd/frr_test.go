@@ -9,13 +9,16 @@ import (
 	"os/user"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
 	"time"
 )
 
 const (
-	frrBFDD  = "/usr/lib/frr/bfdd"
-	frrVtysh = "vtysh"
+	frrBFDD = "/usr/lib/frr/bfdd"
+	// frrTempDir is where FRR daemons keep a directory each, by PID.
+	frrTempDir = "/var/tmp/frr"
+	frrVtysh   = "vtysh"
 )
 
 // frrBFD is an FRR bfdd running in a namespace of the test, with its own
@@ -78,8 +81,18 @@ func startFRR(t *testing.T, ns string) *frrBFD {
 	exited := make(chan struct{})
 	go func() { f.cmd.Wait(); close(exited) }()
 	t.Cleanup(func() {
-		f.cmd.Process.Kill() // by PID; an error means it already ended
-		<-exited
+		// By PID; an error means it already ended. bfdd leaves a
+		// directory of its own, /var/tmp/frr/bfdd.<pid>, however it
+		// ends: it goes once the process has.
+		crashDir := filepath.Join(frrTempDir, fmt.Sprintf("bfdd.%d", f.cmd.Process.Pid))
+		f.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(5 * time.Second):
+			f.cmd.Process.Kill()
+			<-exited
+		}
+		os.RemoveAll(crashDir)
 		if t.Failed() {
 			for _, name := range []string{"bfdd.out", "bfdd.log"} {
 				if b, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
