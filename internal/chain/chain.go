@@ -221,6 +221,9 @@ type setTable struct {
 // each slot's owner as an index into backends. A table c keeps is not
 // built again.
 func (c *Tables) Build(backends []maglev.Backend, m uint32) ([]int, error) {
+	if c == nil || c.max <= 0 {
+		return maglev.Build(backends, m) // nothing to keep it in
+	}
 	t, order, err := c.table(backends, m)
 	if err != nil {
 		return nil, err

@@ -35,19 +35,14 @@ func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
 	return old
 }
 
-// TestLayoutMigratesPreChainState: an agent of this version on state
-// pinned by one from before chains and conntrack migrates. Until the
-// switch the old maps stay pinned and untouched; afterwards the new maps
-// are pinned, and the next agent adopts them with hints, flags and all.
-func TestLayoutMigratesPreChainState(t *testing.T) {
-	requirePrivileges(t)
-	f := newFixtureNS(t)
-	pin := testPinPath(t)
+// pinOldState pins the maps of old under pin, with their layout record,
+// as an agent of that version would have left them, and returns them.
+func pinOldState(t *testing.T, pin string, old *ebpf.CollectionSpec) map[string]*ebpf.Map {
+	t.Helper()
 	if err := os.MkdirAll(pin, 0o700); err != nil {
 		t.Fatal(err)
 	}
-	old := preChainSpec(t)
-	oldMaps := map[string]*ebpf.Map{}
+	maps := map[string]*ebpf.Map{}
 	for name, ms := range old.Maps {
 		if strings.HasPrefix(name, ".") {
 			continue
@@ -58,11 +53,23 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 			t.Fatalf("pin old %s: %v", name, err)
 		}
 		t.Cleanup(func() { m.Close() })
-		oldMaps[name] = m
+		maps[name] = m
 	}
 	if err := writeLayout(pin, specLayout(old)); err != nil {
 		t.Fatal(err)
 	}
+	return maps
+}
+
+// TestLayoutMigratesPreChainState: an agent of this version on state
+// pinned by one from before chains and conntrack migrates. Until the
+// switch the old maps stay pinned and untouched; afterwards the new maps
+// are pinned, and the next agent adopts them with hints, flags and all.
+func TestLayoutMigratesPreChainState(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	oldMaps := pinOldState(t, pin, preChainSpec(t))
 	oldSlot := lbSvcSlot{Vip: wire32(fxVIP), Port: port16(80), Proto: ProtoTCP, Encap: uint8(EncapIPIP), Id: 1}
 	home := svcHash(oldSlot.Vip, oldSlot.Port, oldSlot.Proto) & (SvcSlots - 1)
 	if err := oldMaps["svc_index"].Put(home, oldSlot); err != nil {
@@ -143,9 +150,6 @@ func TestLayoutMigratesUnmappableTables(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
 	pin := testPinPath(t)
-	if err := os.MkdirAll(pin, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	spec, err := lbSpec(fxNode, fxTableSize, DefaultMaxBackends, DefaultConntrackSize)
 	if err != nil {
 		t.Fatal(err)
@@ -158,20 +162,7 @@ func TestLayoutMigratesUnmappableTables(t *testing.T) {
 		}
 		old.Maps[name].InnerMap.Flags = 0
 	}
-	for name, ms := range old.Maps {
-		if strings.HasPrefix(name, ".") {
-			continue
-		}
-		ms.Pinning = ebpf.PinByName
-		m, err := ebpf.NewMapWithOptions(ms, ebpf.MapOptions{PinPath: pin})
-		if err != nil {
-			t.Fatalf("pin old %s: %v", name, err)
-		}
-		t.Cleanup(func() { m.Close() })
-	}
-	if err := writeLayout(pin, specLayout(old)); err != nil {
-		t.Fatal(err)
-	}
+	pinOldState(t, pin, old)
 
 	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
 	d, err := loadIn(t, f.name, opts)
