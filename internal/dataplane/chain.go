@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -35,7 +34,7 @@ type chainEntry struct {
 type chainRecord struct {
 	known bool
 	inner ebpf.MapID // 0: no chain installed
-	sum   [sha256.Size]byte
+	sum   [digestSize]byte
 }
 
 // chainEntries lays out a service's chain table as the program reads it:
@@ -74,22 +73,10 @@ func (d *Dataplane) checkChain(chain []ChainSlot) error {
 	return nil
 }
 
-// chainDigest identifies a chain's entries, in slot order.
-func chainDigest(entries []chainEntry) [sha256.Size]byte {
-	h := sha256.New()
-	h.Write([]byte("xlb chain v3\x00"))
-	buf := make([]byte, 0, 20*len(entries))
-	for _, e := range entries {
-		buf = binary.LittleEndian.AppendUint32(buf, e.Bid)
-		buf = binary.LittleEndian.AppendUint32(buf, e.Addr)
-		buf = binary.LittleEndian.AppendUint32(buf, e.Prev)
-		buf = binary.LittleEndian.AppendUint32(buf, e.Prev2)
-		buf = binary.LittleEndian.AppendUint32(buf, e.Changed)
-	}
-	h.Write(buf)
-	var out [sha256.Size]byte
-	h.Sum(out[:0])
-	return out
+// chainDigest identifies a chain's entries, in slot order (sum128; the
+// records live in this process only).
+func chainDigest(entries []chainEntry) [digestSize]byte {
+	return sum128("xlb chain v4", len(entries), words(entries))
 }
 
 // installChain makes table, chain and generation service id's chain

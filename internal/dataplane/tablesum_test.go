@@ -298,3 +298,48 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkDigest: the digest of a default-size table, computed for
+// every table UpsertService installs.
+func BenchmarkDigest(b *testing.B) {
+	entries := make([]uint64, 65537)
+	for i := range entries {
+		entries[i] = uint64(i%100) | uint64(0x0a000302+i%100)<<32
+	}
+	b.SetBytes(int64(8 * len(entries)))
+	for b.Loop() {
+		digest(entries)
+	}
+}
+
+// TestChainDigest: a chain's digest covers the hints and the generation
+// as well as the backends.
+func TestChainDigest(t *testing.T) {
+	base := make([]chainEntry, 1009)
+	for i := range base {
+		base[i] = chainEntry{Bid: uint32(i % 5), Addr: 0x0a000302, Prev: 0x0a000303, Changed: 100}
+	}
+	sum := chainDigest(base)
+	if chainDigest(slices.Clone(base)) != sum {
+		t.Fatal("equal entries, different digests")
+	}
+	for _, tc := range []struct {
+		name string
+		edit func([]chainEntry)
+	}{
+		{"a previous owner", func(e []chainEntry) { e[17].Prev ^= 1 }},
+		{"the owner before that", func(e []chainEntry) { e[500].Prev2 = 7 }},
+		{"when a slot changed", func(e []chainEntry) { e[3].Changed++ }},
+		{"the generation", func(e []chainEntry) { e[len(e)-1].Changed++ }},
+		{"a backend", func(e []chainEntry) { e[0].Bid++ }},
+	} {
+		e := slices.Clone(base)
+		tc.edit(e)
+		if chainDigest(e) == sum {
+			t.Errorf("%s: same digest", tc.name)
+		}
+	}
+	if chainDigest(base[:len(base)-1]) == sum {
+		t.Error("one entry fewer: same digest")
+	}
+}
