@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/signal"
 	"reflect"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -179,7 +180,7 @@ func (a *Agent) start() error {
 // probed. The caller holds applyMu.
 func (a *Agent) apply(old, cfg *config.Config) error {
 	a.prober.Set(targets(cfg))
-	err := a.program(triggerConfig, cfg, a.prober.Snapshot())
+	err := a.program(triggerConfig, cfg, a.prober.Unhealthy())
 	a.warm(newBackendAddrs(old, cfg), a.log)
 	return err
 }
@@ -373,7 +374,7 @@ func (a *Agent) retry() {
 	}
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	err := a.program(triggerRetry, cfg, a.prober.Snapshot())
+	err := a.program(triggerRetry, cfg, a.prober.Unhealthy())
 	if bgpFailed {
 		if rerr := a.routes.Reconfigure(a.runCtx, cfg.BGP); rerr != nil {
 			err = errors.Join(err, fmt.Errorf("bgp: %w", rerr))
@@ -488,18 +489,24 @@ func (a *Agent) Status() (*api.Status, error) {
 }
 
 // newBackendAddrs lists the backend addresses of cfg that old lacks, each
-// once.
+// once, in cfg's order. Only services whose backends' addresses differ
+// from those of old's service of the same name can bring one (the others'
+// were all in old), so a change of one service among thousands costs a
+// pass over old's addresses, not a set of them.
 func newBackendAddrs(old, cfg *config.Config) []netip.Addr {
-	seen := make(map[netip.Addr]bool)
+	var before map[string]*config.Service
 	if old != nil {
-		for _, s := range old.Services {
-			for _, b := range s.Backends {
-				seen[b.Address] = true
-			}
+		before = make(map[string]*config.Service, len(old.Services))
+		for i := range old.Services {
+			before[old.Services[i].Name] = &old.Services[i]
 		}
 	}
 	var out []netip.Addr
+	seen := make(map[netip.Addr]bool)
 	for _, s := range cfg.Services {
+		if o := before[s.Name]; o != nil && sameAddrs(o.Backends, s.Backends) {
+			continue
+		}
 		for _, b := range s.Backends {
 			if !seen[b.Address] {
 				seen[b.Address] = true
@@ -507,7 +514,24 @@ func newBackendAddrs(old, cfg *config.Config) []netip.Addr {
 			}
 		}
 	}
-	return out
+	if old == nil || len(out) == 0 {
+		return out
+	}
+	had := make(map[netip.Addr]bool)
+	for _, s := range old.Services {
+		for _, b := range s.Backends {
+			if seen[b.Address] {
+				had[b.Address] = true
+			}
+		}
+	}
+	return slices.DeleteFunc(out, func(a netip.Addr) bool { return had[a] })
+}
+
+// sameAddrs reports whether a and b list the same addresses in the same
+// order.
+func sameAddrs(a, b []config.Backend) bool {
+	return slices.EqualFunc(a, b, func(x, y config.Backend) bool { return x.Address == y.Address })
 }
 
 // stamp identifies a version of the configuration file. Editors replace

@@ -3,7 +3,9 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -20,6 +22,7 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/health"
 )
 
 // warmLog records the addresses the agent warms instead of sending
@@ -512,12 +515,65 @@ func TestNewBackendAddrs(t *testing.T) {
 		{"at start", nil, addrs("10.0.3.2", "10.0.3.3", "10.0.3.4")},
 		{"on reload", old, addrs("10.0.3.3", "10.0.3.4")},
 		{"unchanged", cfg, nil},
+		// dns is new, and lists an address that web had: only 10.0.3.4
+		// is new to the node.
+		{"on reload, an address moved", cfgOf(web(be("10.0.3.3", 1), be("10.0.3.2", 1))), addrs("10.0.3.4")},
+		// An address that a changed service adds but an unchanged one
+		// had already.
+		{"from one service to another", cfgOf(web(be("10.0.3.2", 1), be("10.0.3.3", 0)), dns(be("10.0.3.3", 1))), addrs("10.0.3.4")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := newBackendAddrs(tc.old, cfg); !slices.Equal(got, tc.want) {
 				t.Errorf("got %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestNewBackendAddrsAgainstReference: random pairs of configurations
+// against the plain definition (every address of cfg that no backend of
+// old has, each once, in cfg's order).
+func TestNewBackendAddrsAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	random := func() *config.Config {
+		var svcs []config.Service
+		for i := range 4 {
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			var bes []config.Backend
+			for range rng.IntN(4) {
+				bes = append(bes, be(fmt.Sprint("10.0.3.", 1+rng.IntN(8)), 1))
+			}
+			svcs = append(svcs, svc(fmt.Sprint("s", i), fmt.Sprint("10.99.0.", i+1), 80, config.TCP, config.DSRIPIP, bes...))
+		}
+		return cfgOf(svcs...)
+	}
+	for range 2000 {
+		old, cfg := random(), random()
+		if rng.IntN(10) == 0 {
+			old = nil
+		}
+		had := map[netip.Addr]bool{}
+		if old != nil {
+			for _, s := range old.Services {
+				for _, b := range s.Backends {
+					had[b.Address] = true
+				}
+			}
+		}
+		var want []netip.Addr
+		for _, s := range cfg.Services {
+			for _, b := range s.Backends {
+				if !had[b.Address] {
+					had[b.Address] = true
+					want = append(want, b.Address)
+				}
+			}
+		}
+		if got := newBackendAddrs(old, cfg); !slices.Equal(got, want) {
+			t.Fatalf("old %+v\ncfg %+v\ngot %v, want %v", old, cfg, got, want)
+		}
 	}
 }
 
@@ -605,5 +661,54 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 	}
 	if routes.count() != 3 {
 		t.Errorf("a reload of the same section reconfigured: %d", routes.count())
+	}
+}
+
+// BenchmarkReplaceOneChange: the agent's whole apply of a configuration
+// that differs from the running one in one service or two, with 1000
+// services of 10 backends each on a fake data plane and the real prober
+// (targets, health, tables, warming): what every EndpointSlice change
+// costs an agent besides the table write itself.
+func BenchmarkReplaceOneChange(b *testing.B) {
+	const services, backends = 1000, 10
+	mk := func() *config.Config {
+		cfg := &config.Config{}
+		for i := range services {
+			s := config.Service{Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(1 + i%250)}), Port: 80,
+				Protocol: config.TCP, Forwarding: config.DSRIPIP}
+			for j := range backends {
+				s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(2 + j), byte(i / 250), byte(1 + i%250)}), Port: 80, Weight: 1})
+			}
+			cfg.Services = append(cfg.Services, s)
+		}
+		return cfg
+	}
+	f := newFake(testSize, config.MaxServices, config.MaxBackends)
+	a, err := newAgent(Options{ConfigPath: "/etc/xlb/bench.yaml", Config: mk(), Dataplane: f, NodeAddr: netip.MustParseAddr("10.0.1.2"),
+		PinPath: "/sys/fs/bpf/xlb/bench", Version: "v-bench", Logger: quiet, Prober: health.New(quiet)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	a.warm = (&warmLog{}).warm
+	if err := a.start(); err != nil {
+		b.Fatal(err)
+	}
+	// Configuration i has service i's first backend at weight 2: each
+	// differs from the one before in two services. A source builds a new
+	// configuration for every change, so each is a distinct value.
+	var cfgs []*config.Config
+	for i := range 20 {
+		cfg := mk()
+		cfg.Services[i].Backends[0].Weight = 2
+		cfgs = append(cfgs, cfg)
+	}
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		a.applyMu.Lock()
+		err := a.replace(cfgs[i%len(cfgs)], "bench")
+		a.applyMu.Unlock()
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }

@@ -310,6 +310,14 @@ func (p *fakeProber) Snapshot() map[string]health.Result {
 	return maps.Clone(p.results)
 }
 
+func (p *fakeProber) Unhealthy() map[string]health.Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := maps.Clone(p.results)
+	maps.DeleteFunc(out, func(_ string, r health.Result) bool { return r.Healthy() })
+	return out
+}
+
 // set gives target key a state, as a probe would, and signals a change
 // when its Healthy() value flips.
 func (p *fakeProber) set(key string, state health.State, lastErr string) {

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
@@ -20,6 +21,8 @@ type Prober interface {
 	Run(ctx context.Context)
 	Changes() <-chan struct{}
 	Snapshot() map[string]health.Result
+	// Unhealthy is Snapshot's results that are not healthy.
+	Unhealthy() map[string]health.Result
 }
 
 var _ Prober = (*health.Prober)(nil)
@@ -28,13 +31,25 @@ var _ Prober = (*health.Prober)(nil)
 // "web/10.0.3.2:80". Every (service, backend) pair is probed on its own:
 // two services of one host may check different ports or paths.
 func TargetKey(s config.Service, b config.Backend) string {
-	return s.Name + "/" + netip.AddrPortFrom(b.Address, b.Port).String()
+	// One allocation: an agent builds this key for every backend of
+	// every service on each apply.
+	var k strings.Builder
+	k.Grow(len(s.Name) + len("/255.255.255.255:65535"))
+	k.WriteString(s.Name)
+	k.WriteByte('/')
+	var ap [len("255.255.255.255:65535")]byte
+	k.Write(netip.AddrPortFrom(b.Address, b.Port).AppendTo(ap[:0]))
+	return k.String()
 }
 
 // targets lists one probe target per (service, backend) of cfg, drained
 // backends included: their health is shown even though they get no flows.
 func targets(cfg *config.Config) []health.Target {
-	var out []health.Target
+	n := 0
+	for _, s := range cfg.Services {
+		n += len(s.Backends)
+	}
+	out := make([]health.Target, 0, n)
 	for _, s := range cfg.Services {
 		for _, b := range s.Backends {
 			out = append(out, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
@@ -56,14 +71,37 @@ func checkOf(hc config.HealthCheck) health.Check {
 
 // downSet returns the keys of cfg's backends that snap reports
 // unhealthy. A backend missing from snap has not been probed yet and,
-// like Unknown, counts as healthy.
+// like Unknown, counts as healthy. It looks at snap's unhealthy results
+// only, so Prober.Unhealthy serves as well as Snapshot: a change then
+// costs no key for every backend when few are down.
 func downSet(cfg *config.Config, snap map[string]health.Result) map[string]bool {
 	down := make(map[string]bool)
-	for _, s := range cfg.Services {
+	var byName map[string]*config.Service
+	for k, r := range snap {
+		if r.Healthy() {
+			continue
+		}
+		if byName == nil {
+			byName = make(map[string]*config.Service, len(cfg.Services))
+			for i := range cfg.Services {
+				byName[cfg.Services[i].Name] = &cfg.Services[i]
+			}
+		}
+		// The key is the service's name (which may hold a '/'), '/'
+		// and the backend's address and port (TargetKey).
+		i := strings.LastIndexByte(k, '/')
+		if i < 0 {
+			continue
+		}
+		s := byName[k[:i]]
+		ap, err := netip.ParseAddrPort(k[i+1:])
+		if s == nil || err != nil {
+			continue
+		}
 		for _, b := range s.Backends {
-			k := TargetKey(s, b)
-			if r, ok := snap[k]; ok && !r.Healthy() {
+			if b.Address == ap.Addr() && b.Port == ap.Port() {
 				down[k] = true
+				break
 			}
 		}
 	}
@@ -102,6 +140,9 @@ func withHealth(cfg *config.Config, down map[string]bool) *config.Config {
 // data plane drops their packets (drop_no_backend).
 func servicesDown(cfg *config.Config, down map[string]bool) map[string]bool {
 	out := make(map[string]bool)
+	if len(down) == 0 {
+		return out
+	}
 	for _, s := range cfg.Services {
 		active, up := false, false
 		for _, b := range s.Backends {

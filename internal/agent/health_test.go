@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -358,5 +359,41 @@ func TestRunFollowsHealth(t *testing.T) {
 	// Unknown to up is routine: not logged at info.
 	if strings.Contains(out, "backend=10.0.3.2:80 from=unknown to=up") {
 		t.Errorf("a first successful probe was logged at info:\n%s", out)
+	}
+}
+
+// TestTargetKeyAndDownSet: keys name the service and the backend's address
+// and port, service names with a '/' (a cluster's) included, and downSet
+// finds the down backends of the configuration from them alone,
+// ignoring healthy results and keys of backends the configuration lacks.
+func TestTargetKeyAndDownSet(t *testing.T) {
+	cfg := cfgOf(
+		svc("default/web:http", "10.99.0.1", 80, config.TCP, config.DSRIPIP, be("10.0.3.2", 1), be("10.0.3.3", 1)),
+		svc("dns", "10.99.0.2", 53, config.UDP, config.DSRGUE, be("10.0.3.2", 1)),
+	)
+	web, dns := cfg.Services[0], cfg.Services[1]
+	if k := TargetKey(web, web.Backends[1]); k != "default/web:http/10.0.3.3:80" {
+		t.Fatalf("TargetKey = %q", k)
+	}
+	if k := TargetKey(dns, dns.Backends[0]); k != "dns/10.0.3.2:53" {
+		t.Fatalf("TargetKey = %q", k)
+	}
+	down := health.Result{State: health.Down}
+	snap := map[string]health.Result{
+		"default/web:http/10.0.3.3:80": down,
+		"default/web:http/10.0.3.2:80": {State: health.Up},
+		"dns/10.0.3.2:53":              {State: health.Unknown},
+		"dns/10.0.3.9:53":              down, // not a backend of dns
+		"dns/10.0.3.2:54":              down, // another port
+		"gone/10.0.3.2:80":             down, // no such service
+		"default/10.0.3.3:80":          down, // a prefix of a name
+		"garbage":                      down,
+	}
+	got := downSet(cfg, snap)
+	if want := map[string]bool{"default/web:http/10.0.3.3:80": true}; !maps.Equal(got, want) {
+		t.Fatalf("downSet = %v, want %v", got, want)
+	}
+	if got := downSet(cfg, nil); len(got) != 0 {
+		t.Fatalf("downSet of nothing = %v", got)
 	}
 }

@@ -108,6 +108,12 @@ type service struct {
 	// for an adopted service, whose table is unknown until written again
 	// (which keeps it if it holds exactly the new table: UpsertService).
 	applied string
+	// input is what the installed table was built from, in the order the
+	// configuration listed it, for a service without a history (nil
+	// otherwise, and for an adopted service): a configuration that lists
+	// the same again needs no signature (plan). Whatever sets applied
+	// sets input with it: a non-nil input's signature is applied.
+	input *tableInput
 	// backends are written to the data plane and belong to this service:
 	// one ID per (service, backend) pair, so counters are per pair.
 	backends map[netip.AddrPort]uint32
@@ -278,6 +284,7 @@ type change struct {
 	backends []config.Backend
 	keep     map[netip.AddrPort]bool // the backends' keys
 	sig      string
+	input    *tableInput
 	members  []maglev.Backend
 	ids      []uint32
 	err      error // of writing the table
@@ -291,6 +298,12 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 	if err != nil {
 		return nil, err
 	}
+	st := r.services[key]
+	if st != nil && st.installed && st.input.same(encap, s) {
+		// What the installed table was built from, in the same order:
+		// the signature would be the same too.
+		return nil, nil
+	}
 	keep := make(map[netip.AddrPort]bool, len(s.Backends))
 	for _, b := range s.Backends {
 		ap := netip.AddrPortFrom(b.Address, b.Port)
@@ -300,7 +313,6 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 		keep[ap] = true
 	}
 	sig := signature(encap, s.Flows, s.Backends, s.History)
-	st := r.services[key]
 	if st != nil && st.installed && st.applied == sig {
 		return nil, nil
 	}
@@ -313,7 +325,7 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 		r.services[key] = st
 	}
 	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap,
-		stateful: s.Flows == config.FlowsStateful, backends: s.Backends, keep: keep, sig: sig}
+		stateful: s.Flows == config.FlowsStateful, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
 	// Backends first: the new table may name only backends that exist.
 	c.members, c.ids, err = r.members(st, s.Backends)
 	if err == nil && encap == dataplane.EncapGUEHint {
@@ -412,7 +424,7 @@ func (r *Reconciler) replaceInTwoSteps(c *change, m uint32) error {
 		return err
 	}
 	// Whatever st adopted is overwritten; st.applied says from what.
-	st.installed, st.applied, st.named = true, "partial", nil
+	st.installed, st.applied, st.input, st.named = true, "partial", nil, nil
 	if err := r.releaseLeaving(st, c.keep); err != nil {
 		return err
 	}
@@ -436,7 +448,7 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 			errs = append(errs, fmt.Errorf("%s: %w", c.what, c.err))
 			continue
 		}
-		c.st.installed, c.st.applied, c.st.named = true, c.sig, nil
+		c.st.installed, c.st.applied, c.st.input, c.st.named = true, c.sig, c.input, nil
 		c.st.members, c.st.membersSig = c.members, membersSignature(c.members)
 		// Only now that the new table is in place may the old backends go.
 		if err := r.releaseLeaving(c.st, c.keep); err != nil {
@@ -821,6 +833,46 @@ func signature(encap dataplane.Encap, flows config.Flows, backends []config.Back
 		fmt.Fprintf(&b, " until=%d %s", g.Until.Unix(), backendsSignature(g.Backends))
 	}
 	return b.String()
+}
+
+// tableInput is what a service's table is built from, as signature sees
+// it, in the configuration's order, for a service without a history.
+type tableInput struct {
+	encap    dataplane.Encap
+	flows    config.Flows
+	backends []weighted
+}
+
+type weighted struct {
+	addr   netip.AddrPort
+	weight uint32
+}
+
+// inputOf is s's tableInput, or nil when s has a history.
+func inputOf(encap dataplane.Encap, s config.Service) *tableInput {
+	if len(s.History) > 0 {
+		return nil
+	}
+	in := &tableInput{encap: encap, flows: s.Flows, backends: make([]weighted, len(s.Backends))}
+	for i, b := range s.Backends {
+		in.backends[i] = weighted{netip.AddrPortFrom(b.Address, b.Port), b.Weight}
+	}
+	return in
+}
+
+// same reports whether s, with encapsulation encap, lists exactly what
+// in was made of, in the same order. Then its signature is in's too;
+// otherwise it may still be (another order). A nil in is never the same.
+func (in *tableInput) same(encap dataplane.Encap, s config.Service) bool {
+	if in == nil || in.encap != encap || in.flows != s.Flows || len(s.History) > 0 || len(in.backends) != len(s.Backends) {
+		return false
+	}
+	for i, b := range s.Backends {
+		if in.backends[i] != (weighted{netip.AddrPortFrom(b.Address, b.Port), b.Weight}) {
+			return false
+		}
+	}
+	return true
 }
 
 func backendsSignature(backends []config.Backend) string {

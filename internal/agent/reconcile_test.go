@@ -660,6 +660,48 @@ func TestApplyReplaceAtLimit(t *testing.T) {
 	}
 }
 
+// TestApplyAfterFailedTwoStepReplace: a service whose replacement at the
+// backend limit failed after its first step holds a partial table, so
+// the configuration it had before must be written again, not taken for
+// the one installed.
+func TestApplyAfterFailedTwoStepReplace(t *testing.T) {
+	const maxBackends = 5 // baseConfig's backends
+	f := newFake(testSize, 16, maxBackends)
+	r, err := newReconciler(f, quiet, 16, maxBackends)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, r, baseConfig())
+	webID, _, ok := r.ids(keyOf(t, baseConfig().Services[0]))
+	if !ok {
+		t.Fatal("web has no ID")
+	}
+	swaps := 0
+	f.swapHook = func(id uint32) {
+		if id != webID {
+			return
+		}
+		if swaps++; swaps == 2 { // the second step
+			f.mu.Lock()
+			f.failKey[id] = errors.New("injected")
+			f.mu.Unlock()
+		}
+	}
+	replaced := cfgOf(web(be("10.0.3.6", 1), be("10.0.3.7", 1), be("10.0.3.8", 2)), dns(be("10.0.3.2", 1), be("10.0.3.5", 1)))
+	if err := r.Apply(replaced); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("Apply with the second step failing: err = %v", err)
+	}
+	if swaps != 2 {
+		t.Fatalf("%d swaps of web, want 2 (a replacement in two steps)", swaps)
+	}
+	f.swapHook = nil
+	f.mu.Lock()
+	delete(f.failKey, webID)
+	f.mu.Unlock()
+	mustApply(t, r, baseConfig())
+	verify(t, f, r, baseConfig())
+}
+
 func TestApplyRejectsBadServices(t *testing.T) {
 	for _, tc := range []struct {
 		name string

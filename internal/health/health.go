@@ -81,6 +81,9 @@ type Prober struct {
 
 	mu       sync.Mutex
 	targets  map[string]*entry
+	sets     uint64    // calls of Set so far
+	busy     float64   // Σ entry.busy over targets (inflightLimit)
+	down     int       // targets whose State is Down
 	queue    queue     // targets waiting for their next probe, by due time
 	inflight int       // probes handed to workers and not finished
 	limit    int       // most probes allowed in flight at once
@@ -124,31 +127,53 @@ func (p *Prober) Set(targets []Target) {
 	now := time.Now()
 	var invalid []*entry
 
+	// The map is updated in place, and what Set needs of all targets is
+	// kept up to date as they come and go: a configuration change lists
+	// every target again, and a new map of ten thousand entries, or a
+	// pass over all of them, cost more than the rest of Set together.
 	p.mu.Lock()
-	next := make(map[string]*entry, len(targets))
+	p.sets++
+	set := p.sets
 	var fresh []*entry
 	flipped := false
+	listed := 0 // distinct targets of this Set
 	for _, t := range targets {
 		old := p.targets[t.Key]
 		if old != nil && old.addr == t.Addr && old.raw == t.Check {
-			next[t.Key] = old
+			if old.set != set {
+				old.set = set
+				listed++
+			}
 			continue
 		}
 		e := p.newEntry(t, now)
-		if old != nil && old.res.Healthy() != e.res.Healthy() {
-			flipped = true
+		e.set = set
+		if old == nil || old.set != set {
+			listed++
 		}
-		next[t.Key] = e
+		if old != nil {
+			if old.res.Healthy() != e.res.Healthy() {
+				flipped = true
+			}
+			p.drop(old)
+		}
+		p.targets[t.Key] = e
+		p.busy += e.busy()
 		fresh = append(fresh, e)
 	}
-	for key, old := range p.targets {
-		if next[key] != old && old.index >= 0 {
-			p.queue.remove(old)
+	if listed < len(p.targets) {
+		for key, e := range p.targets {
+			if e.set != set {
+				p.drop(e)
+				delete(p.targets, key)
+			}
 		}
 	}
-	p.targets = next
+	if len(p.targets) == 0 {
+		p.busy = 0 // no rounding left over
+	}
 	for _, e := range fresh {
-		if next[e.key] != e || e.spec.check.Type == TypeNone {
+		if p.targets[e.key] != e || e.spec.check.Type == TypeNone {
 			continue // a later duplicate replaced it, or nothing to probe
 		}
 		if e.spec.err != nil {
@@ -156,7 +181,7 @@ func (p *Prober) Set(targets []Target) {
 		}
 		p.queue.push(e)
 	}
-	p.limit = inflightLimit(next)
+	p.limit = limitFor(p.busy)
 	if flipped {
 		p.signal()
 	}
@@ -167,6 +192,18 @@ func (p *Prober) Set(targets []Target) {
 		p.log.Warn("health check cannot run; the target will be down until its check is fixed",
 			"key", e.key, "addr", e.addr, "error", e.spec.err,
 			"fix", "correct the backend's healthCheck as the error says")
+	}
+}
+
+// drop takes e, which Set replaces or removes, out of the queue and of
+// what the Prober keeps over all targets. Callers hold mu.
+func (p *Prober) drop(e *entry) {
+	if e.index >= 0 {
+		p.queue.remove(e)
+	}
+	p.busy -= e.busy()
+	if !e.res.Healthy() {
+		p.down--
 	}
 }
 
@@ -181,6 +218,24 @@ func (p *Prober) Snapshot() map[string]Result {
 	m := make(map[string]Result, len(p.targets))
 	for k, e := range p.targets {
 		m[k] = e.res
+	}
+	return m
+}
+
+// Unhealthy returns the results of the targets that are not healthy:
+// what a caller that applies health needs, without a copy of every
+// result (Snapshot).
+func (p *Prober) Unhealthy() map[string]Result {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	m := make(map[string]Result)
+	if p.down == 0 {
+		return m
+	}
+	for k, e := range p.targets {
+		if !e.res.Healthy() {
+			m[k] = e.res
+		}
 	}
 	return m
 }

@@ -142,6 +142,11 @@ func (p *Prober) finish(ctx context.Context, w *worker, e *entry, start time.Tim
 	res := e.res
 	if (Result{State: prev}).Healthy() != res.Healthy() {
 		p.signal()
+		if res.Healthy() {
+			p.down--
+		} else {
+			p.down++
+		}
 	}
 	if p.observe != nil {
 		p.observe(e.key, res)

@@ -38,6 +38,7 @@ type entry struct {
 
 	due   time.Time // when the next probe should start
 	index int       // position in the heap; -1 when not in it (new, or a probe is in flight)
+	set   uint64    // the Set that last listed it (Prober.sets)
 }
 
 // spec is what a probe needs, worked out once per Set rather than per probe.
@@ -185,9 +186,21 @@ const (
 func inflightLimit(targets map[string]*entry) int {
 	var busy float64
 	for _, e := range targets {
-		if c := e.spec.check; c.Type != TypeNone {
-			busy += float64(c.Timeout) / float64(c.Interval)
-		}
+		busy += e.busy()
 	}
+	return limitFor(busy)
+}
+
+// busy is the share of its interval that e's probe may be in flight.
+func (e *entry) busy() float64 {
+	if c := e.spec.check; c.Type != TypeNone {
+		return float64(c.Timeout) / float64(c.Interval)
+	}
+	return 0
+}
+
+// limitFor is the probe pool for targets that are busy this much
+// together (inflightLimit).
+func limitFor(busy float64) int {
 	return int(min(max(math.Ceil(busy), minInflight), maxInflight))
 }

@@ -2,6 +2,10 @@ package health
 
 import (
 	"fmt"
+	"log/slog"
+	"maps"
+	"math"
+	"math/rand/v2"
 	"net/netip"
 	"strings"
 	"testing"
@@ -218,4 +222,82 @@ func TestInflightLimit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSetBookkeeping: what Set keeps over all targets as they come and
+// go (the number Down, the load behind the probe pool's size) matches a
+// count over the targets after every Set, duplicates and changed checks
+// included, and Unhealthy is Snapshot's unhealthy part.
+func TestSetBookkeeping(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	checks := []Check{
+		{Type: TypeNone},
+		{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
+		{Type: TypeTCP, Port: 80, Interval: 2 * time.Second, Timeout: time.Second},
+		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
+	}
+	addrs := []netip.Addr{netip.MustParseAddr("10.0.3.2"), netip.MustParseAddr("10.0.3.3")}
+	p := New(slog.New(slog.DiscardHandler))
+	// A key listed twice with different checks replaces its own entry
+	// of the same Set: that must not count as a second target, or b
+	// would stay.
+	p.Set([]Target{{Key: "a", Addr: addrs[0], Check: checks[1]}, {Key: "b", Addr: addrs[0], Check: checks[1]}})
+	p.Set([]Target{{Key: "a", Addr: addrs[0], Check: checks[2]}, {Key: "a", Addr: addrs[0], Check: checks[3]}})
+	if s := p.Snapshot(); len(s) != 1 || p.targets["a"].raw != checks[3] {
+		t.Fatalf("after a, a: targets %v, a's check %+v; want a alone, with the last check", s, p.targets["a"].raw)
+	}
+	for step := range 400 {
+		var ts []Target
+		for k := range 40 {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			t := Target{Key: fmt.Sprint("k", k), Addr: addrs[rng.IntN(len(addrs))], Check: checks[rng.IntN(len(checks))]}
+			ts = append(ts, t)
+			if rng.IntN(20) == 0 { // listed twice: the last one wins
+				t.Check = checks[rng.IntN(len(checks))]
+				ts = append(ts, t)
+			}
+		}
+		if step%50 == 49 {
+			ts = nil
+		}
+		p.Set(ts)
+		// Probes take some targets down, as finish does.
+		p.mu.Lock()
+		for _, e := range p.targets {
+			if e.spec.check.Type != TypeNone && e.res.State != Down && rng.IntN(4) == 0 {
+				e.res.State = Down
+				p.down++
+			}
+		}
+		down, busy := 0, 0.0
+		for _, e := range p.targets {
+			if e.res.State == Down {
+				down++
+			}
+			busy += e.busy()
+		}
+		if p.down != down || math.Abs(p.busy-busy) > 1e-6 || p.limit != inflightLimit(p.targets) {
+			t.Fatalf("step %d: down %d, busy %.6f, limit %d; counted over the targets: %d, %.6f, %d",
+				step, p.down, p.busy, p.limit, down, busy, inflightLimit(p.targets))
+		}
+		if len(p.targets) != len(uniqueKeys(ts)) {
+			t.Fatalf("step %d: %d targets kept, %d listed", step, len(p.targets), len(uniqueKeys(ts)))
+		}
+		p.mu.Unlock()
+		want := p.Snapshot()
+		maps.DeleteFunc(want, func(_ string, r Result) bool { return r.Healthy() })
+		if got := p.Unhealthy(); !maps.Equal(got, want) {
+			t.Fatalf("step %d: Unhealthy %v, want %v", step, got, want)
+		}
+	}
+}
+
+func uniqueKeys(ts []Target) map[string]bool {
+	m := map[string]bool{}
+	for _, t := range ts {
+		m[t.Key] = true
+	}
+	return m
 }
