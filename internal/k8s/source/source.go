@@ -82,6 +82,9 @@ type Source struct {
 	last     *config.Config // last sent; nil after an error
 	lastErr  string
 	problems map[string]problem
+	// checks validates each build, reusing the checks of the services
+	// that did not change.
+	checks config.Validator
 }
 
 // factory is an informer factory: typed, or dynamic.
@@ -420,7 +423,7 @@ func (s *Source) build() (*config.Config, error) {
 	d, probs := translate(st, s.cluster())
 	s.refs.Store(&d.secrets)
 	s.secrets.watch(d.namespaces)
-	cfg, more, err := validate(d, st.base)
+	cfg, more, err := validate(&s.checks, d, st.base)
 	s.report(append(probs, more...))
 	return cfg, err
 }

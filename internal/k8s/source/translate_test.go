@@ -179,7 +179,7 @@ func run(t *testing.T, base *config.Config, f fixture) (*config.Config, []string
 	t.Helper()
 	st := settings{base: base, serveClassless: base.Kubernetes.ServeClassless, secretNamespace: base.Kubernetes.SecretNamespace}
 	d, probs := translate(st, f.cluster())
-	cfg, more, err := validate(d, base)
+	cfg, more, err := validate(&config.Validator{}, d, base)
 	var out []string
 	for _, p := range append(probs, more...) {
 		out = append(out, p.String())
@@ -665,10 +665,14 @@ func TestInvalidBase(t *testing.T) {
 }
 
 // BenchmarkTranslate builds the configuration of 1000 Services with 10
-// endpoints each: the cost of every update at that scale.
+// endpoints each: the cost of every update at that scale. "first" is a
+// build with nothing to reuse (a Source's first, or one after the base
+// changed); "one change" a build after one Service lost or regained an
+// endpoint, as the Source makes it on every EndpointSlice change.
 func BenchmarkTranslate(b *testing.B) {
 	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
 	var f fixture
+	var fewer []*discoveryv1.EndpointSlice // each Service's slice without its last address
 	for i := range 1000 {
 		name := fmt.Sprintf("svc-%d", i)
 		vip := netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(i%250 + 1)}).String()
@@ -678,6 +682,7 @@ func BenchmarkTranslate(b *testing.B) {
 			addrs = append(addrs, netip.AddrFrom4([4]byte{10, 244, byte(i / 25), byte(i%25*10 + j + 1)}).String())
 		}
 		f.slices = append(f.slices, endpointSlice("default", name, name+"-1", web, endpoint(condReady, addrs...)))
+		fewer = append(fewer, endpointSlice("default", name, name+"-1", web, endpoint(condReady, addrs[:9]...)))
 	}
 	base := parseBase(b, "")
 	st := settings{base: base, secretNamespace: base.Kubernetes.SecretNamespace}
@@ -689,13 +694,33 @@ func BenchmarkTranslate(b *testing.B) {
 		byService[k] = append(byService[k], sl)
 	}
 	c.slices = func(ns, name string) []*discoveryv1.EndpointSlice { return byService[ns+"/"+name] }
-	for b.Loop() {
+	build := func(v *config.Validator) {
 		d, _ := translate(st, c)
-		cfg, probs, err := validate(d, base)
+		cfg, probs, err := validate(v, d, base)
 		if err != nil || len(probs) > 0 || len(cfg.Services) != 1000 {
 			b.Fatalf("%v %v %d", err, probs, len(cfg.Services))
 		}
 	}
+	b.Run("first", func(b *testing.B) {
+		for b.Loop() {
+			build(&config.Validator{})
+		}
+	})
+	b.Run("one change", func(b *testing.B) {
+		var v config.Validator
+		build(&v)
+		for i := 0; b.Loop(); i++ {
+			// Service i%1000 loses its last endpoint, or regains it.
+			j := i % 1000
+			k := "default/" + f.slices[j].Labels[discoveryv1.LabelServiceName]
+			if byService[k][0] == f.slices[j] {
+				byService[k] = []*discoveryv1.EndpointSlice{fewer[j]}
+			} else {
+				byService[k] = []*discoveryv1.EndpointSlice{f.slices[j]}
+			}
+			build(&v)
+		}
+	})
 }
 
 // The endpoint history the controller writes becomes the history of a
