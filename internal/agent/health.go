@@ -82,30 +82,54 @@ func downSet(cfg *config.Config, snap map[string]health.Result) map[string]bool 
 			continue
 		}
 		if byName == nil {
-			byName = make(map[string]*config.Service, len(cfg.Services))
-			for i := range cfg.Services {
-				byName[cfg.Services[i].Name] = &cfg.Services[i]
-			}
+			byName = servicesByName(cfg)
 		}
-		// The key is the service's name (which may hold a '/'), '/'
-		// and the backend's address and port (TargetKey).
-		i := strings.LastIndexByte(k, '/')
-		if i < 0 {
-			continue
-		}
-		s := byName[k[:i]]
-		ap, err := netip.ParseAddrPort(k[i+1:])
-		if s == nil || err != nil {
-			continue
-		}
-		for _, b := range s.Backends {
-			if b.Address == ap.Addr() && b.Port == ap.Port() {
-				down[k] = true
-				break
-			}
+		name, ap, ok := splitKey(k)
+		if s := byName[name]; ok && s != nil && slices.ContainsFunc(s.Backends, func(b config.Backend) bool {
+			return b.Address == ap.Addr() && b.Port == ap.Port()
+		}) {
+			down[k] = true
 		}
 	}
 	return down
+}
+
+func servicesByName(cfg *config.Config) map[string]*config.Service {
+	m := make(map[string]*config.Service, len(cfg.Services))
+	for i := range cfg.Services {
+		m[cfg.Services[i].Name] = &cfg.Services[i]
+	}
+	return m
+}
+
+// splitKey splits a TargetKey into the service's name (which may hold a
+// '/') and the backend's address and port.
+func splitKey(k string) (name string, ap netip.AddrPort, ok bool) {
+	i := strings.LastIndexByte(k, '/')
+	if i < 0 {
+		return "", netip.AddrPort{}, false
+	}
+	ap, err := netip.ParseAddrPort(k[i+1:])
+	return k[:i], ap, err == nil
+}
+
+// downByService is down (keys, TargetKey) as the addresses and ports of
+// the down backends of each service, by name: what withHealth and
+// servicesDown look up, so that they touch the services with a down
+// backend only.
+func downByService(down map[string]bool) map[string]map[netip.AddrPort]bool {
+	out := make(map[string]map[netip.AddrPort]bool)
+	for k := range down {
+		name, ap, ok := splitKey(k)
+		if !ok {
+			continue
+		}
+		if out[name] == nil {
+			out[name] = make(map[netip.AddrPort]bool)
+		}
+		out[name][ap] = true
+	}
+	return out
 }
 
 // withHealth returns cfg with every backend in down given weight 0: it
@@ -116,12 +140,18 @@ func withHealth(cfg *config.Config, down map[string]bool) *config.Config {
 	if len(down) == 0 {
 		return cfg
 	}
+	bySvc := downByService(down)
 	out := *cfg
-	out.Services = make([]config.Service, len(cfg.Services))
-	for i, s := range cfg.Services {
+	out.Services = slices.Clone(cfg.Services)
+	for i := range out.Services {
+		s := &out.Services[i]
+		set := bySvc[s.Name]
+		if set == nil {
+			continue
+		}
 		copied := false
 		for j, b := range s.Backends {
-			if b.Weight == 0 || !down[TargetKey(s, b)] {
+			if b.Weight == 0 || !set[netip.AddrPortFrom(b.Address, b.Port)] {
 				continue
 			}
 			if !copied {
@@ -130,7 +160,6 @@ func withHealth(cfg *config.Config, down map[string]bool) *config.Config {
 			}
 			s.Backends[j].Weight = 0
 		}
-		out.Services[i] = s
 	}
 	return &out
 }
@@ -143,14 +172,19 @@ func servicesDown(cfg *config.Config, down map[string]bool) map[string]bool {
 	if len(down) == 0 {
 		return out
 	}
+	bySvc := downByService(down)
 	for _, s := range cfg.Services {
+		set := bySvc[s.Name]
+		if set == nil {
+			continue
+		}
 		active, up := false, false
 		for _, b := range s.Backends {
 			if b.Weight == 0 {
 				continue
 			}
 			active = true
-			if !down[TargetKey(s, b)] {
+			if !set[netip.AddrPortFrom(b.Address, b.Port)] {
 				up = true
 				break
 			}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -395,5 +396,62 @@ func TestTargetKeyAndDownSet(t *testing.T) {
 	}
 	if got := downSet(cfg, nil); len(got) != 0 {
 		t.Fatalf("downSet of nothing = %v", got)
+	}
+}
+
+// TestHealthAgainstReference: over random configurations and random down
+// sets, withHealth and servicesDown answer as the plain definitions do
+// (every backend's key looked up in down), service names with a '/'
+// included.
+func TestHealthAgainstReference(t *testing.T) {
+	rng := rand.New(rand.NewPCG(7, 8))
+	for trial := range 500 {
+		var svcs []config.Service
+		for i := range 1 + rng.IntN(5) {
+			var bes []config.Backend
+			for j := range 1 + rng.IntN(4) {
+				bes = append(bes, be(fmt.Sprint("10.0.3.", 2+j), uint32(rng.IntN(3))))
+			}
+			svcs = append(svcs, svc(fmt.Sprintf("ns/s%d", i), fmt.Sprint("10.99.0.", i+1), uint16(80+rng.IntN(2)), config.TCP, config.DSRIPIP, bes...))
+		}
+		cfg := cfgOf(svcs...)
+		down := map[string]bool{}
+		for _, s := range cfg.Services {
+			for _, b := range s.Backends {
+				if rng.IntN(3) == 0 {
+					down[TargetKey(s, b)] = true
+				}
+			}
+		}
+		if rng.IntN(4) == 0 {
+			down["ns/s9/10.0.3.2:80"] = true // a service the configuration lacks
+		}
+		// The references.
+		want := *cfg
+		want.Services = nil
+		wantDown := map[string]bool{}
+		for _, s := range cfg.Services {
+			s.Backends = slices.Clone(s.Backends)
+			active, up := false, false
+			for j, b := range s.Backends {
+				if b.Weight > 0 && down[TargetKey(s, b)] {
+					s.Backends[j].Weight = 0
+				}
+				if b.Weight > 0 {
+					active = true
+					up = up || !down[TargetKey(s, b)]
+				}
+			}
+			if active && !up {
+				wantDown[s.Name] = true
+			}
+			want.Services = append(want.Services, s)
+		}
+		if got := withHealth(cfg, down); !reflect.DeepEqual(got, &want) && !(len(down) == 0 && got == cfg) {
+			t.Fatalf("trial %d: withHealth = %+v, want %+v", trial, got.Services, want.Services)
+		}
+		if got := servicesDown(cfg, down); !maps.Equal(got, wantDown) {
+			t.Fatalf("trial %d: servicesDown = %v, want %v", trial, got, wantDown)
+		}
 	}
 }
