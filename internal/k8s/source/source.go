@@ -82,9 +82,10 @@ type Source struct {
 	last     *config.Config // last sent; nil after an error
 	lastErr  string
 	problems map[string]problem
-	// checks validates each build, reusing the checks of the services
-	// that did not change.
-	checks config.Validator
+	// translated and checks keep what each build translated and checked
+	// for the next: a change of one Service redoes that Service's part.
+	translated translated
+	checks     config.Validator
 }
 
 // factory is an informer factory: typed, or dynamic.
@@ -420,7 +421,7 @@ func (s *Source) build() (*config.Config, error) {
 	if baseErr != nil {
 		return nil, baseErr
 	}
-	d, probs := translate(st, s.cluster())
+	d, probs := s.translated.translate(st, s.cluster())
 	s.refs.Store(&d.secrets)
 	s.secrets.watch(d.namespaces)
 	cfg, more, err := validate(&s.checks, d, st.base)

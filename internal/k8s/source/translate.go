@@ -70,12 +70,49 @@ const passwordKey = "password"
 // the served Services' ports and the BGPPeers that select this node added.
 // The result is not validated yet (validate does that).
 func translate(st settings, c cluster) (desired, []problem) {
+	var t translated
+	return t.translate(st, c)
+}
+
+// translated keeps each Service's translation from one build to the
+// next. Informer objects are never changed in place (an update brings a
+// new object), so a Service whose object and EndpointSlices are the very
+// ones of the last build translates as it did then: a change of one
+// Service among a thousand translates one (BenchmarkTranslate).
+type translated struct {
+	last map[string]translation // by namespace/name
+}
+
+// translation is one Service's part of a build, and what it came from.
+type translation struct {
+	svc    *corev1.Service
+	slices []*discoveryv1.EndpointSlice
+	out    []config.Service
+	probs  []problem
+}
+
+// same reports whether t came from exactly these objects.
+func (t translation) same(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) bool {
+	if t.svc != svc || len(t.slices) != len(eps) {
+		return false
+	}
+	for _, e := range eps { // the indexer lists them in no fixed order
+		if !slices.Contains(t.slices, e) {
+			return false
+		}
+	}
+	return true
+}
+
+// translate is translate, reusing the translations of the Services that
+// are as they were at t's last build.
+func (t *translated) translate(st settings, c cluster) (desired, []problem) {
 	cfg := *st.base
 	cfg.Services = slices.Clone(st.base.Services)
 	d := desired{cfg: &cfg, secrets: map[string]bool{}, namespaces: map[string]bool{}}
 	var probs []problem
 
-	svcs, from, p := services(st, c)
+	svcs, from, p := t.services(st, c)
 	probs = append(probs, p...)
 	cfg.Services = append(cfg.Services, svcs...)
 	d.serviceFrom = from
@@ -111,7 +148,7 @@ func ingressIP(svc *corev1.Service) (netip.Addr, bool) {
 // services translates every port of every served Service that has an
 // address and ready or draining endpoints. The oldest Service comes first:
 // if two claim the same VIP, port and protocol, validation keeps the older.
-func services(st settings, c cluster) ([]config.Service, []string, []problem) {
+func (t *translated) services(st settings, c cluster) ([]config.Service, []string, []problem) {
 	svcs := slices.Clone(c.services)
 	slices.SortFunc(svcs, func(a, b *corev1.Service) int {
 		return cmp.Or(a.CreationTimestamp.Time.Compare(b.CreationTimestamp.Time),
@@ -120,97 +157,118 @@ func services(st settings, c cluster) ([]config.Service, []string, []problem) {
 	var out []config.Service
 	var from []string
 	var probs []problem
+	next := make(map[string]translation, len(svcs))
 	for _, svc := range svcs {
 		if !served(svc, st.serveClassless) {
 			continue
 		}
-		vip, ok := ingressIP(svc)
-		if !ok {
-			// The controller has not assigned an address yet.
-			continue
-		}
-		obj := "Service " + svc.Namespace + "/" + svc.Name
-		fwd := config.DSRIPIP
-		fwdSet := false
-		if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
-			switch f := config.Forwarding(strings.TrimSpace(v)); f {
-			case config.DSRIPIP, config.DSRGUE:
-				fwd, fwdSet = f, true
-			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v),
-					fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue, or remove it for dsr-ipip", api.AnnotationForwarding)})
-				continue
-			}
-		}
-		var flows config.Flows
-		if v, ok := svc.Annotations[api.AnnotationFlows]; ok {
-			switch f := config.Flows(strings.TrimSpace(v)); f {
-			case config.FlowsStateless:
-			case config.FlowsStateful:
-				flows = f
-			case config.FlowsDaisyChain:
-				// The hint travels in the GUE header: daisy chaining
-				// brings dsr-gue with it, and refuses dsr-ipip.
-				if fwdSet && fwd != config.DSRGUE {
-					probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: daisy-chain needs forwarding dsr-gue (the hint travels in the GUE header), but %s says %s; the Service is not served until it is corrected", api.AnnotationFlows, api.AnnotationForwarding, fwd),
-						fmt.Sprintf("remove the annotation %s (daisy-chain implies dsr-gue) or set it to dsr-gue", api.AnnotationForwarding)})
-					continue
-				}
-				flows, fwd = f, config.DSRGUE
-			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless, daisy-chain or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
-					fmt.Sprintf("set the annotation %s to stateless, daisy-chain or stateful, or remove it for stateless", api.AnnotationFlows)})
-				continue
-			}
-		}
-		// The endpoint history the leader controller writes: without it
-		// (not written yet, or unreadable), each agent records its own.
-		var hist history.History
-		if v, ok := svc.Annotations[api.AnnotationEndpointHistory]; ok && flows == config.FlowsDaisyChain {
-			h, err := history.Parse(v)
-			if err != nil {
-				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %v; the Service is served with the history each agent records itself, which one started later lacks", api.AnnotationEndpointHistory, err),
-					fmt.Sprintf("the leader controller writes %s: remove it, and the controller writes it anew at the next change of the endpoints", api.AnnotationEndpointHistory)})
-			} else {
-				hist = h
-			}
-		}
 		eps := c.slices(svc.Namespace, svc.Name)
-		for _, port := range svc.Spec.Ports {
-			var proto config.Protocol
-			switch port.Protocol {
-			case corev1.ProtocolTCP, "":
-				proto = config.TCP
-			case corev1.ProtocolUDP:
-				proto = config.UDP
-			default:
-				probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
-					"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
-				continue
-			}
-			if port.Port < 1 || port.Port > 65535 {
-				continue // the API server never accepts such a port
-			}
-			backends := endpoints.Backends(eps, port)
-			if len(backends) == 0 {
-				// Nothing to send to: left out, so its route is
-				// withdrawn, as for a file service whose backends are
-				// all down.
-				continue
-			}
-			out = append(out, config.Service{
-				Name:           config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
-				VIP:            vip,
-				Port:           uint16(port.Port),
-				Protocol:       proto,
-				Forwarding:     fwd,
-				Flows:          flows,
-				TranslatePorts: true,
-				Backends:       backends,
-				History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),
-			})
-			from = append(from, obj)
+		key := svc.Namespace + "/" + svc.Name
+		tr, ok := t.last[key]
+		if !ok || !tr.same(svc, eps) {
+			tr = translation{svc: svc, slices: eps}
+			tr.out, tr.probs = translateService(svc, eps)
+		}
+		next[key] = tr
+		out = append(out, tr.out...)
+		for range tr.out {
+			from = append(from, "Service "+key)
+		}
+		probs = append(probs, tr.probs...)
+	}
+	t.last = next
+	return out, from, probs
+}
+
+// translateService translates the ports of one served Service with
+// endpoints eps: what it returns depends on these two alone.
+func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]config.Service, []problem) {
+	var probs []problem
+	vip, ok := ingressIP(svc)
+	if !ok {
+		// The controller has not assigned an address yet.
+		return nil, nil
+	}
+	obj := "Service " + svc.Namespace + "/" + svc.Name
+	fwd := config.DSRIPIP
+	fwdSet := false
+	if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
+		switch f := config.Forwarding(strings.TrimSpace(v)); f {
+		case config.DSRIPIP, config.DSRGUE:
+			fwd, fwdSet = f, true
+		default:
+			probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v),
+				fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue, or remove it for dsr-ipip", api.AnnotationForwarding)})
+			return nil, probs
 		}
 	}
-	return out, from, probs
+	var flows config.Flows
+	if v, ok := svc.Annotations[api.AnnotationFlows]; ok {
+		switch f := config.Flows(strings.TrimSpace(v)); f {
+		case config.FlowsStateless:
+		case config.FlowsStateful:
+			flows = f
+		case config.FlowsDaisyChain:
+			// The hint travels in the GUE header: daisy chaining
+			// brings dsr-gue with it, and refuses dsr-ipip.
+			if fwdSet && fwd != config.DSRGUE {
+				probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: daisy-chain needs forwarding dsr-gue (the hint travels in the GUE header), but %s says %s; the Service is not served until it is corrected", api.AnnotationFlows, api.AnnotationForwarding, fwd),
+					fmt.Sprintf("remove the annotation %s (daisy-chain implies dsr-gue) or set it to dsr-gue", api.AnnotationForwarding)})
+				return nil, probs
+			}
+			flows, fwd = f, config.DSRGUE
+		default:
+			probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless, daisy-chain or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
+				fmt.Sprintf("set the annotation %s to stateless, daisy-chain or stateful, or remove it for stateless", api.AnnotationFlows)})
+			return nil, probs
+		}
+	}
+	// The endpoint history the leader controller writes: without it
+	// (not written yet, or unreadable), each agent records its own.
+	var hist history.History
+	if v, ok := svc.Annotations[api.AnnotationEndpointHistory]; ok && flows == config.FlowsDaisyChain {
+		h, err := history.Parse(v)
+		if err != nil {
+			probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %v; the Service is served with the history each agent records itself, which one started later lacks", api.AnnotationEndpointHistory, err),
+				fmt.Sprintf("the leader controller writes %s: remove it, and the controller writes it anew at the next change of the endpoints", api.AnnotationEndpointHistory)})
+		} else {
+			hist = h
+		}
+	}
+	var out []config.Service
+	for _, port := range svc.Spec.Ports {
+		var proto config.Protocol
+		switch port.Protocol {
+		case corev1.ProtocolTCP, "":
+			proto = config.TCP
+		case corev1.ProtocolUDP:
+			proto = config.UDP
+		default:
+			probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
+				"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
+			continue
+		}
+		if port.Port < 1 || port.Port > 65535 {
+			continue // the API server never accepts such a port
+		}
+		backends := endpoints.Backends(eps, port)
+		if len(backends) == 0 {
+			// Nothing to send to: left out, so its route is
+			// withdrawn, as for a file service whose backends are
+			// all down.
+			continue
+		}
+		out = append(out, config.Service{
+			Name:           config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
+			VIP:            vip,
+			Port:           uint16(port.Port),
+			Protocol:       proto,
+			Forwarding:     fwd,
+			Flows:          flows,
+			TranslatePorts: true,
+			Backends:       backends,
+			History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),
+		})
+	}
+	return out, probs
 }

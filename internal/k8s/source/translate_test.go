@@ -2,6 +2,7 @@ package source
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -694,8 +695,8 @@ func BenchmarkTranslate(b *testing.B) {
 		byService[k] = append(byService[k], sl)
 	}
 	c.slices = func(ns, name string) []*discoveryv1.EndpointSlice { return byService[ns+"/"+name] }
-	build := func(v *config.Validator) {
-		d, _ := translate(st, c)
+	build := func(t *translated, v *config.Validator) {
+		d, _ := t.translate(st, c)
 		cfg, probs, err := validate(v, d, base)
 		if err != nil || len(probs) > 0 || len(cfg.Services) != 1000 {
 			b.Fatalf("%v %v %d", err, probs, len(cfg.Services))
@@ -703,12 +704,13 @@ func BenchmarkTranslate(b *testing.B) {
 	}
 	b.Run("first", func(b *testing.B) {
 		for b.Loop() {
-			build(&config.Validator{})
+			build(&translated{}, &config.Validator{})
 		}
 	})
 	b.Run("one change", func(b *testing.B) {
+		var t translated
 		var v config.Validator
-		build(&v)
+		build(&t, &v)
 		for i := 0; b.Loop(); i++ {
 			// Service i%1000 loses its last endpoint, or regains it.
 			j := i % 1000
@@ -718,7 +720,7 @@ func BenchmarkTranslate(b *testing.B) {
 			} else {
 				byService[k] = []*discoveryv1.EndpointSlice{f.slices[j]}
 			}
-			build(&v)
+			build(&t, &v)
 		}
 	})
 }
@@ -776,5 +778,81 @@ func TestEndpointHistory(t *testing.T) {
 		if _, ok := got[name]; !ok || len(got[name]) != 0 {
 			t.Errorf("%s: served %v with history %+v, want served without", name, ok, got[name])
 		}
+	}
+}
+
+// TestTranslatedAgreesWithTranslate: over a random walk of a cluster
+// (Services and EndpointSlices replaced by new objects, added and
+// deleted, listed in changing orders, classless Services served or not),
+// a translation that keeps the last build's Services gives exactly what
+// a translation from scratch gives.
+func TestTranslatedAgreesWithTranslate(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	web := []discoveryv1.EndpointPort{slicePortOf("", 80, corev1.ProtocolTCP), slicePortOf("", 53, corev1.ProtocolUDP)}
+	newService := func(i int) *corev1.Service {
+		opts := []svcOpt{withIngress(fmt.Sprint("10.99.0.", 1+rng.IntN(20))), createdAt(t0.Add(time.Duration(rng.IntN(5)) * time.Second))}
+		switch rng.IntN(8) {
+		case 0:
+			opts = append(opts, withAnnotation(api.AnnotationForwarding, []string{"dsr-gue", "nat"}[rng.IntN(2)]))
+		case 1:
+			opts = append(opts, withAnnotation(api.AnnotationFlows, []string{"daisy-chain", "stateful", "sticky"}[rng.IntN(3)]))
+		case 2:
+			opts = append(opts, withPorts(port("", 80, corev1.ProtocolTCP), port("dns", 53, corev1.ProtocolUDP), port("s", 99, corev1.ProtocolSCTP)))
+		case 3:
+			opts = append(opts, withIngress()) // no address yet
+		case 4:
+			opts = append(opts, noClass)
+		}
+		return service("default", fmt.Sprint("s", i), opts...)
+	}
+	newSlice := func(svc string, n int) *discoveryv1.EndpointSlice {
+		var eps []discoveryv1.Endpoint
+		for range 1 + rng.IntN(3) {
+			c := []discoveryv1.EndpointConditions{condReady, condReady, condNotReady, condDraining}[rng.IntN(4)]
+			eps = append(eps, endpoint(c, fmt.Sprint("10.244.0.", 1+rng.IntN(30))))
+		}
+		return endpointSlice("default", svc, fmt.Sprintf("%s-%d", svc, n), web, eps...)
+	}
+	var f fixture
+	for i := range 10 {
+		f.services = append(f.services, newService(i))
+		f.slices = append(f.slices, newSlice(fmt.Sprint("s", i), 0))
+	}
+	base := parseBase(t, "")
+	var memo translated
+	reused := 0
+	for step := range 1500 {
+		switch rng.IntN(7) {
+		case 0: // a Service updated: a new object
+			i := rng.IntN(len(f.services))
+			f.services[i] = newService(i % 12)
+			f.services[i].Name = fmt.Sprint("s", i)
+		case 1, 2: // an EndpointSlice updated
+			i := rng.IntN(len(f.slices))
+			f.slices[i] = newSlice(f.slices[i].Labels[discoveryv1.LabelServiceName], i)
+		case 3: // another slice for a Service, or one fewer
+			if rng.IntN(2) == 0 {
+				f.slices = append(f.slices, newSlice(fmt.Sprint("s", rng.IntN(len(f.services))), len(f.slices)))
+			} else if len(f.slices) > 1 {
+				i := rng.IntN(len(f.slices))
+				f.slices = slices.Delete(f.slices, i, i+1)
+			}
+		case 4: // the indexer lists in another order
+			rng.Shuffle(len(f.slices), func(i, j int) { f.slices[i], f.slices[j] = f.slices[j], f.slices[i] })
+		}
+		st := settings{base: base, serveClassless: step%300 >= 150, secretNamespace: base.Kubernetes.SecretNamespace}
+		before := len(memo.last)
+		got, gotProbs := memo.translate(st, f.cluster())
+		want, wantProbs := translate(st, f.cluster())
+		if !reflect.DeepEqual(got.cfg.Services, want.cfg.Services) || !slices.Equal(got.serviceFrom, want.serviceFrom) || !reflect.DeepEqual(gotProbs, wantProbs) {
+			t.Fatalf("step %d: kept translations give\n%+v\n%v\n%v\nfrom scratch\n%+v\n%v\n%v", step,
+				got.cfg.Services, got.serviceFrom, gotProbs, want.cfg.Services, want.serviceFrom, wantProbs)
+		}
+		if before > 0 {
+			reused++
+		}
+	}
+	if reused == 0 {
+		t.Fatal("no build had translations to keep")
 	}
 }
