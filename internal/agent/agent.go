@@ -80,6 +80,9 @@ type Agent struct {
 	stamp stamp
 	// states are the backends' health states as last logged, by target key.
 	states map[string]health.State
+	// probed is what the prober was last given, by service (targets).
+	// Guarded by applyMu.
+	probed map[string]probed
 
 	timings *timings      // reconcile durations
 	routes  Routes        // nil: nothing is announced
@@ -179,7 +182,9 @@ func (a *Agent) start() error {
 // the prober knows keep their health; new ones count as healthy until
 // probed. The caller holds applyMu.
 func (a *Agent) apply(old, cfg *config.Config) error {
-	a.prober.Set(targets(cfg))
+	var ts []health.Target
+	ts, a.probed = targets(cfg, a.probed)
+	a.prober.Set(ts)
 	err := a.program(triggerConfig, cfg, a.prober.Unhealthy())
 	a.warm(newBackendAddrs(old, cfg), a.log)
 	return err

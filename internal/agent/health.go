@@ -44,18 +44,35 @@ func TargetKey(s config.Service, b config.Backend) string {
 
 // targets lists one probe target per (service, backend) of cfg, drained
 // backends included: their health is shown even though they get no flows.
-func targets(cfg *config.Config) []health.Target {
+// It also returns each service's targets, by name: given as before, they
+// are reused for a service whose backends are as they were (the same
+// addresses, ports, weights and checks, in the same order), so that an
+// apply builds the keys of the services that changed only.
+func targets(cfg *config.Config, before map[string]probed) ([]health.Target, map[string]probed) {
 	n := 0
 	for _, s := range cfg.Services {
 		n += len(s.Backends)
 	}
 	out := make([]health.Target, 0, n)
+	now := make(map[string]probed, len(cfg.Services))
 	for _, s := range cfg.Services {
-		for _, b := range s.Backends {
-			out = append(out, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
+		p, ok := before[s.Name]
+		if !ok || !slices.Equal(p.backends, s.Backends) {
+			p = probed{backends: slices.Clone(s.Backends), targets: make([]health.Target, 0, len(s.Backends))}
+			for _, b := range s.Backends {
+				p.targets = append(p.targets, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
+			}
 		}
+		now[s.Name] = p
+		out = append(out, p.targets...)
 	}
-	return out
+	return out, now
+}
+
+// probed is one service's targets, and the backends they were made from.
+type probed struct {
+	backends []config.Backend
+	targets  []health.Target
 }
 
 func checkOf(hc config.HealthCheck) health.Check {

@@ -56,7 +56,7 @@ func drained(cfg *config.Config, name string, addrs ...string) *config.Config {
 func TestTargets(t *testing.T) {
 	cfg := checkedConfig()
 	cfg.Services[1].Backends[0].Weight = 0 // drained backends are probed too
-	got := targets(cfg)
+	got, _ := targets(cfg, nil)
 	want := []health.Target{
 		{Key: "web/10.0.3.2:80", Addr: netip.MustParseAddr("10.0.3.2"), Check: health.Check{Type: "http", Port: 80, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}},
 		{Key: "web/10.0.3.3:80", Addr: netip.MustParseAddr("10.0.3.3"), Check: health.Check{Type: "http", Port: 80, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}},
@@ -453,5 +453,47 @@ func TestHealthAgainstReference(t *testing.T) {
 		if got := servicesDown(cfg, down); !maps.Equal(got, wantDown) {
 			t.Fatalf("trial %d: servicesDown = %v, want %v", trial, got, wantDown)
 		}
+	}
+}
+
+// TestTargetsKept: targets given the last call's services answers as
+// targets from scratch, over random sequences of configurations
+// (services added, removed, renamed, their backends and checks changed),
+// and reuses the targets of the services that did not change.
+func TestTargetsKept(t *testing.T) {
+	rng := rand.New(rand.NewPCG(9, 10))
+	var before map[string]probed
+	reused := 0
+	for step := range 500 {
+		var svcs []config.Service
+		for i := range 6 {
+			if rng.IntN(4) == 0 {
+				continue
+			}
+			var bes []config.Backend
+			for j := range 1 + rng.IntN(3) {
+				b := be(fmt.Sprint("10.0.3.", 2+j+rng.IntN(2)), uint32(rng.IntN(2)))
+				if rng.IntN(8) == 0 {
+					b.HealthCheck = httpCheck
+				}
+				bes = append(bes, b)
+			}
+			svcs = append(svcs, svc(fmt.Sprint("s", i), fmt.Sprint("10.99.0.", i+1), uint16(80+rng.IntN(2)), config.TCP, config.DSRIPIP, bes...))
+		}
+		cfg := cfgOf(svcs...)
+		want, _ := targets(cfg, nil)
+		got, now := targets(cfg, before)
+		if !reflect.DeepEqual(got, want) {
+			t.Fatalf("step %d: kept targets\n%+v\nfrom scratch\n%+v", step, got, want)
+		}
+		for name, p := range now {
+			if q, ok := before[name]; ok && len(p.targets) > 0 && &p.targets[0] == &q.targets[0] {
+				reused++
+			}
+		}
+		before = now
+	}
+	if reused == 0 {
+		t.Error("no service's targets were reused")
 	}
 }
