@@ -82,7 +82,7 @@ type Prober struct {
 	mu       sync.Mutex
 	targets  map[string]*entry
 	sets     uint64    // calls of Set so far
-	busy     float64   // Σ entry.busy over targets (inflightLimit)
+	busy     float64   // Σ entry.busy over targets (limitFor)
 	down     int       // targets whose State is Down
 	queue    queue     // targets waiting for their next probe, by due time
 	inflight int       // probes handed to workers and not finished

@@ -179,18 +179,6 @@ const (
 	maxInflight = 512
 )
 
-// inflightLimit sizes the probe pool for the worst case, where every
-// target hangs until its timeout: then Σ Timeout/Interval probes are in
-// flight at once, and a smaller pool would stretch every interval. Fast
-// answers keep far fewer in flight, and the pool only grows to what is.
-func inflightLimit(targets map[string]*entry) int {
-	var busy float64
-	for _, e := range targets {
-		busy += e.busy()
-	}
-	return limitFor(busy)
-}
-
 // busy is the share of its interval that e's probe may be in flight.
 func (e *entry) busy() float64 {
 	if c := e.spec.check; c.Type != TypeNone {
@@ -199,8 +187,12 @@ func (e *entry) busy() float64 {
 	return 0
 }
 
-// limitFor is the probe pool for targets that are busy this much
-// together (inflightLimit).
+// limitFor sizes the probe pool for targets whose busy shares add up to
+// busy, for the worst case, where every target hangs until its timeout:
+// then Σ Timeout/Interval probes are in flight at once, and a smaller pool
+// would stretch every interval. Fast answers keep far fewer in flight, and
+// the pool only grows to what is. Set keeps the sum as targets come and
+// go (Prober.busy).
 func limitFor(busy float64) int {
 	return int(min(max(math.Ceil(busy), minInflight), maxInflight))
 }

@@ -301,3 +301,13 @@ func uniqueKeys(ts []Target) map[string]bool {
 	}
 	return m
 }
+
+// inflightLimit is the probe pool for targets, summed over them: what Set
+// keeps up to date without a pass over all targets.
+func inflightLimit(targets map[string]*entry) int {
+	var busy float64
+	for _, e := range targets {
+		busy += e.busy()
+	}
+	return limitFor(busy)
+}
