@@ -501,10 +501,7 @@ func (a *Agent) Status() (*api.Status, error) {
 func newBackendAddrs(old, cfg *config.Config) []netip.Addr {
 	var before map[string]*config.Service
 	if old != nil {
-		before = make(map[string]*config.Service, len(old.Services))
-		for i := range old.Services {
-			before[old.Services[i].Name] = &old.Services[i]
-		}
+		before = servicesByName(old)
 	}
 	var out []netip.Addr
 	seen := make(map[netip.Addr]bool)

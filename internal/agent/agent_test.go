@@ -671,18 +671,7 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 // costs an agent besides the table write itself.
 func BenchmarkReplaceOneChange(b *testing.B) {
 	const services, backends = 1000, 10
-	mk := func() *config.Config {
-		cfg := &config.Config{}
-		for i := range services {
-			s := config.Service{Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(1 + i%250)}), Port: 80,
-				Protocol: config.TCP, Forwarding: config.DSRIPIP}
-			for j := range backends {
-				s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(2 + j), byte(i / 250), byte(1 + i%250)}), Port: 80, Weight: 1})
-			}
-			cfg.Services = append(cfg.Services, s)
-		}
-		return cfg
-	}
+	mk := func() *config.Config { return benchConfig(services, backends) }
 	f := newFake(testSize, config.MaxServices, config.MaxBackends)
 	a, err := newAgent(Options{ConfigPath: "/etc/xlb/bench.yaml", Config: mk(), Dataplane: f, NodeAddr: netip.MustParseAddr("10.0.1.2"),
 		PinPath: "/sys/fs/bpf/xlb/bench", Version: "v-bench", Logger: quiet, Prober: health.New(quiet)})

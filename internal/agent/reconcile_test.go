@@ -881,6 +881,21 @@ func TestApplyRemovesServicesInParallel(t *testing.T) {
 	}
 }
 
+// benchConfig is services services on port 80 of VIPs 10.99.x.y, each
+// with backends backends of weight 1 on hosts of their own.
+func benchConfig(services, backends int) *config.Config {
+	cfg := &config.Config{}
+	for i := range services {
+		s := config.Service{Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(1 + i%250)}), Port: 80,
+			Protocol: config.TCP, Forwarding: config.DSRIPIP}
+		for j := range backends {
+			s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(2 + j), byte(i / 250), byte(1 + i%250)}), Port: 80, Weight: 1})
+		}
+		cfg.Services = append(cfg.Services, s)
+	}
+	return cfg
+}
+
 // BenchmarkApplyOneChange is the reconciler's work when one backend of
 // one of 1000 services (10 backends each) changes, as a cluster's
 // EndpointSlice change comes: the pass over every service, and one table.
@@ -891,15 +906,7 @@ func BenchmarkApplyOneChange(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cfg := &config.Config{}
-	for i := range services {
-		s := config.Service{Name: fmt.Sprintf("svc%d", i), VIP: netip.AddrFrom4([4]byte{10, 99, byte(i / 250), byte(1 + i%250)}), Port: 80,
-			Protocol: config.TCP, Forwarding: config.DSRIPIP}
-		for j := range backends {
-			s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, byte(2 + j), byte(i / 250), byte(1 + i%250)}), Port: 80, Weight: 1})
-		}
-		cfg.Services = append(cfg.Services, s)
-	}
+	cfg := benchConfig(services, backends)
 	if err := r.Apply(cfg); err != nil {
 		b.Fatal(err)
 	}
