@@ -63,6 +63,11 @@
 /* Fixed flow-hash seed: identical on every xlb instance so that any
  * instance ECMP hands a flow to picks the same table slot. */
 #define XLB_HASH_SEED 0x786c6231u /* "xlb1" */
+#define XLB_HASH_SEED64 0x786c6231deadbeefULL
+
+/* The flow hash a program computes (load-time parameter flow_hash). */
+#define XLB_FLOW_HASH_FMIX64 0
+#define XLB_FLOW_HASH_LOOKUP3 1
 
 #define XLB_OUTER_TTL 64
 

@@ -46,12 +46,37 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 	return (w << s) | (w >> (32 - s));
 }
 
-/* Flow hash: the final mix of Bob Jenkins' lookup3 over three words built
- * from the 5-tuple and a fixed seed. Addresses and ports enter as the
- * little-endian loads of their wire bytes; internal/dataplane has the same
- * function in Go (FlowHash) and a test holds the two together. */
-static __always_inline __u32 xlb_flow_hash(__be32 saddr, __be32 daddr, __be16 sport,
-					    __be16 dport, __u8 proto)
+/* The flow hashes (dataplane.flowHash; internal/dataplane has both in Go,
+ * FlowHash, and a test holds each to its twin here). Addresses and ports
+ * enter as the little-endian loads of their wire bytes.
+ *
+ * fmix64, the default: the 5-tuple packed into one 64-bit word, then
+ * MurmurHash3's 64-bit finalizer. Within one service (VIP, port and
+ * protocol fixed) the word is a one-to-one image of the client's address
+ * and port, and the finalizer is one-to-one too, so two flows of a
+ * service share a hash only when they share its 32 bits, by chance. Every
+ * input bit flips every output bit with probability 1/2 within sampling
+ * error (TestFlowHashAvalanche). */
+static __always_inline __u32 xlb_flow_hash_fmix64(__be32 saddr, __be32 daddr, __be16 sport,
+						   __be16 dport, __u8 proto)
+{
+	__u64 k = ((__u64)saddr << 32) | ((__u32)sport | ((__u32)dport << 16));
+
+	k ^= (__u64)daddr ^ ((__u64)proto << 56) ^ XLB_HASH_SEED64;
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return (__u32)k;
+}
+
+/* lookup3, xlb's flow hash before fmix64, for clusters that started with
+ * it: the final mix of Bob Jenkins' lookup3 over three words built from
+ * the 5-tuple and a fixed seed. Its rotations cost BPF three instructions
+ * each, which made it about 3 ns slower per packet (docs/benchmarks.md). */
+static __always_inline __u32 xlb_flow_hash_lookup3(__be32 saddr, __be32 daddr, __be16 sport,
+						    __be16 dport, __u8 proto)
 {
 	__u32 init = XLB_HASH_SEED + 0xdeadbeef + (3 << 2) + proto;
 	__u32 a = saddr + init;

@@ -15,6 +15,18 @@
 /* Load-time parameters (set by internal/dataplane before loading). */
 volatile const __be32 node_addr = 0;
 volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
+/* XLB_FLOW_HASH_*. The verifier knows a frozen constant's value and
+ * removes the branch it decides, so the choice costs a packet nothing. */
+volatile const __u32 flow_hash = XLB_FLOW_HASH_FMIX64;
+
+/* The flow hash every xlb instance of a cluster computes alike. */
+static __always_inline __u32 xlb_flow_hash(__be32 saddr, __be32 daddr, __be16 sport,
+					    __be16 dport, __u8 proto)
+{
+	if (flow_hash == XLB_FLOW_HASH_LOOKUP3)
+		return xlb_flow_hash_lookup3(saddr, daddr, sport, dport, proto);
+	return xlb_flow_hash_fmix64(saddr, daddr, sport, dport, proto);
+}
 
 static __always_inline int pass(__u32 reason)
 {

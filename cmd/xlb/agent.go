@@ -342,6 +342,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		MaxBackends: cfg.Dataplane.MaxBackends,
 		// 0: the data plane's default.
 		ConntrackSize: cfg.Dataplane.ConntrackSize,
+		FlowHash:      flowHashKind(cfg.Dataplane.FlowHash),
 	})
 	if err != nil {
 		return fmt.Errorf("open the data plane on %s: %w", cfg.Node.Interface, err)
@@ -444,4 +445,13 @@ func newLogger(format, level string) (*slog.Logger, error) {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// flowHashKind is the data plane's name for a configuration's flow hash
+// (config.Parse accepts no other; "" is the default).
+func flowHashKind(name string) dataplane.FlowHashKind {
+	if name == config.FlowHashLookup3 {
+		return dataplane.FlowHashLookup3
+	}
+	return dataplane.FlowHashFmix64
 }

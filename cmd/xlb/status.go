@@ -63,7 +63,12 @@ func runStatus(args []string) error {
 // printStatus writes st as text; now is the time the "ago"s count from.
 func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	n := st.Node
-	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s\n", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
+	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
+	if n.FlowHash != "" {
+		// What every node of the cluster must agree on.
+		fmt.Fprintf(w, "; flow hash %s, tables of %d", n.FlowHash, n.TableSize)
+	}
+	fmt.Fprintln(w)
 	c := st.Config
 	fmt.Fprintf(w, "Config:   %s, generation %d, last reload %s: ", c.Path, c.Generation, c.LastReload.Local().Format(time.DateTime))
 	if c.Result == api.ResultOK {

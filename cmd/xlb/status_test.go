@@ -12,7 +12,8 @@ import (
 func TestPrintStatusHealth(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
 	st := &api.Status{
-		Version: "v1", Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0"},
+		Version: "v1", Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0",
+			FlowHash: "fmix64", TableSize: 65537},
 		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
 		Services: []api.Service{{
 			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-gue", Flows: "daisy-chain",
@@ -49,6 +50,7 @@ func TestPrintStatusHealth(t *testing.T) {
 		prefix string
 		want   []string
 	}{
+		{"Node:", []string{"Node:", "eth0", "10.0.1.2,", "XDP", "native,", "pinned", "at", "/sys/fs/bpf/xlb/1-eth0;", "flow", "hash", "fmix64,", "tables", "of", "65537"}},
 		{"SERVICE", []string{"SERVICE", "ADDRESS", "FORWARDING", "WEIGHT", "HEALTH", "LAST", "CHECK", "PACKETS", "BYTES", "LAST", "ERROR"}},
 		{"web", []string{"web", "10.99.0.1:80/tcp", "dsr-gue,", "daisy-chain", "down", "7", "700"}},
 		{"backend  10.0.3.2:80", []string{"backend", "10.0.3.2:80", "1", "down", "(http)", "300ms", "ago,", "took", "1.2ms", "5", "500", "GET", "http://10.0.3.2:80/:", "status", "503"}},

@@ -146,6 +146,8 @@ func newAgent(o Options) (*Agent, error) {
 			Interface: o.Config.Node.Interface,
 			Address:   o.NodeAddr,
 			PinPath:   o.PinPath,
+			FlowHash:  o.Config.Dataplane.FlowHash,
+			TableSize: o.Dataplane.TableSize(),
 		},
 		stamp:      stampOf(o.ConfigPath),
 		version:    o.Version,

@@ -91,6 +91,10 @@ type Node struct {
 	Address    netip.Addr `json:"address"`
 	AttachMode string     `json:"attachMode"` // native | generic
 	PinPath    string     `json:"pinPath"`
+	// The data plane's flow hash and Maglev table size: every node of a
+	// cluster must run with the same (a restart applies a change).
+	FlowHash  string `json:"flowHash,omitempty"`
+	TableSize uint32 `json:"tableSize,omitempty"`
 }
 
 // Reload results.

@@ -40,7 +40,7 @@ func TestLoadFullExample(t *testing.T) {
 	want := &Config{
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
-		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends},
+		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends, FlowHash: FlowHashFmix64},
 		BGP: &BGP{
 			ASN: 65001, RouterID: ip("10.0.1.2"), HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
 			DrainTime: 5 * time.Second, ListenPort: 179,
@@ -135,7 +135,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.API != (API{Socket: DefaultSocket}) {
 		t.Errorf("api = %+v, want socket %s and no metrics", cfg.API, DefaultSocket)
 	}
-	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends}) {
+	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash}) {
 		t.Errorf("dataplane = %+v, want the defaults", cfg.Dataplane)
 	}
 	if len(cfg.Services) != 1 {
@@ -382,6 +382,8 @@ func TestParseErrors(t *testing.T) {
 		{"relative pin path", "node: {interface: eth0}\ndataplane:\n  pinPath: xlb\n", 3, "dataplane.pinPath", "not an absolute path"},
 		{"pin path with NUL", "node: {interface: eth0}\ndataplane:\n  pinPath: \"/sys/fs/bpf/a\\0b\"\n", 3, "dataplane.pinPath", "contains a NUL byte"},
 		{"attach mode", "node: {interface: eth0}\ndataplane:\n  attachMode: offload\n", 3, "dataplane.attachMode", "use auto (native, falling back to generic), native or generic"},
+		{"flow hash", "node: {interface: eth0}\ndataplane:\n  flowHash: jhash\n", 3, "dataplane.flowHash", `"jhash" is not a flow hash; use fmix64 (the default) or lookup3`},
+		{"flow hash as a number", "node: {interface: eth0}\ndataplane:\n  flowHash: 3\n", 3, "dataplane.flowHash", "expected a string"},
 		{"max backends zero", "node: {interface: eth0}\ndataplane:\n  maxBackends: 0\n", 3, "dataplane.maxBackends", "1"},
 		{"max backends too large", "node: {interface: eth0}\ndataplane:\n  maxBackends: 2000000\n", 3, "dataplane.maxBackends", "1048576"},
 		{"table size not prime", "node: {interface: eth0}\ndataplane:\n  tableSize: 65536\n", 3, "dataplane.tableSize", "not a prime, and Maglev needs a prime table size; the nearest primes are 65521 and 65537"},

@@ -179,7 +179,7 @@ func TestKubernetesConfigRoundTrip(t *testing.T) {
 	cfg := &Config{
 		Node:       Node{Interface: "eth0"},
 		API:        API{Socket: DefaultSocket},
-		Dataplane:  Dataplane{AttachMode: AttachAuto, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends},
+		Dataplane:  Dataplane{AttachMode: AttachAuto, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash},
 		Kubernetes: &Kubernetes{NodeName: "node-1", SecretNamespace: "xlb-system", ServeClassless: true},
 		BGP: &BGP{ASN: 65001, HoldTime: DefaultHoldTime, Keepalive: DefaultHoldTime / 3, DrainTime: DefaultDrainTime,
 			Peers: []Peer{{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, Password: "s3cret: #x", HoldTime: 90e9, Keepalive: 30e9}}},

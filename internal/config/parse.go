@@ -21,7 +21,7 @@ var (
 	topFields       = []string{"node", "api", "dataplane", "bgp", "services", "kubernetes"}
 	nodeFields      = []string{"interface", "address"}
 	apiFields       = []string{"socket", "metrics"}
-	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends", "conntrackSize"}
+	dataplaneFields = []string{"pinPath", "attachMode", "tableSize", "maxBackends", "conntrackSize", "flowHash"}
 	serviceFields   = []string{"name", "vip", "port", "protocol", "forwarding", "translatePorts", "flows", "history", "healthCheck", "bgp", "backends"}
 	historyFields   = []string{"until", "backends"}
 	backendFields   = []string{"address", "port", "weight", "healthCheck"}
@@ -152,7 +152,7 @@ func (d *decoder) api(f field, path string) API {
 // dataplane also reports whether tableSize was written in the file, so
 // that a later error can point at it.
 func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
-	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends}
+	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash}
 	if f.key == nil {
 		return dp, false
 	}
@@ -195,6 +195,16 @@ func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
 	if g, ok := fs["conntrackSize"]; ok {
 		if n, ok := d.integer(g, join(path, "conntrackSize"), MinConntrackSize, MaxConntrackSize); ok {
 			dp.ConntrackSize = uint32(n)
+		}
+	}
+	if g, ok := fs["flowHash"]; ok {
+		if s, ok := d.str(g, join(path, "flowHash")); ok {
+			switch s {
+			case FlowHashFmix64, FlowHashLookup3:
+				dp.FlowHash = s
+			default:
+				d.errorf(g.value, join(path, "flowHash"), "%q is not a flow hash; use fmix64 (the default) or lookup3 (what xlb hashed with before it had this setting), the same on every node", s)
+			}
 		}
 	}
 	return dp, set

@@ -45,6 +45,7 @@ type (
 		TableSize     uint32 `yaml:"tableSize"`
 		MaxBackends   uint32 `yaml:"maxBackends"`
 		ConntrackSize uint32 `yaml:"conntrackSize,omitempty"`
+		FlowHash      string `yaml:"flowHash,omitempty"`
 	}
 	fileBGP struct {
 		ASN        uint32     `yaml:"asn"`
@@ -124,7 +125,7 @@ func render(c *Config) *fileDoc {
 		Node: fileNode{Interface: c.Node.Interface, Address: addr(c.Node.Address)},
 		API:  fileAPI{Socket: c.API.Socket, Metrics: c.API.Metrics},
 		Dataplane: fileDataplane{PinPath: c.Dataplane.PinPath, AttachMode: c.Dataplane.AttachMode, TableSize: c.Dataplane.TableSize, MaxBackends: c.Dataplane.MaxBackends,
-			ConntrackSize: c.Dataplane.ConntrackSize},
+			ConntrackSize: c.Dataplane.ConntrackSize, FlowHash: c.Dataplane.FlowHash},
 	}
 	if b := c.BGP; b != nil {
 		fb := &fileBGP{ASN: b.ASN, RouterID: addr(b.RouterID), HoldTime: dur(b.HoldTime), DrainTime: dur(b.DrainTime), ListenPort: b.ListenPort}

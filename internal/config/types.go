@@ -62,6 +62,7 @@ const (
 	DefaultSocket     = "/run/xlb/xlb.sock"
 	DefaultTableSize  = 65537
 	DefaultAttachMode = "auto"
+	DefaultFlowHash   = FlowHashFmix64
 	DefaultWeight     = 1
 )
 
@@ -70,6 +71,13 @@ const (
 	AttachAuto    = "auto"
 	AttachNative  = "native"
 	AttachGeneric = "generic"
+)
+
+// Flow hashes of the data plane (Dataplane.FlowHash). Every node of a
+// cluster must compute the same one.
+const (
+	FlowHashFmix64  = "fmix64"
+	FlowHashLookup3 = "lookup3"
 )
 
 // Limits. They must match the sizes of the data plane's BPF maps (bpf/):
@@ -146,6 +154,10 @@ type Dataplane struct {
 	// ConntrackSize is how many flows the stateful services' flow table
 	// holds on this node; 0: the data plane's default (262144).
 	ConntrackSize uint32
+	// FlowHash is the flow hash, FlowHashFmix64 or FlowHashLookup3. It
+	// decides each flow's table slot, so every node of a cluster needs
+	// the same one.
+	FlowHash string
 }
 
 // Service is one load-balanced (VIP, port, protocol).

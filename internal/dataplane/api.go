@@ -83,6 +83,10 @@ type Options struct {
 	// remembers (0: DefaultConntrackSize); beyond it the oldest are
 	// forgotten. Changing it for pinned state migrates the maps.
 	ConntrackSize uint32
+	// FlowHash is the flow hash the program computes (the zero value is
+	// the default, fmix64). Pinned state of a program that hashed
+	// otherwise is refused (see planAdoption).
+	FlowHash FlowHashKind
 }
 
 // DefaultConntrackSize is the default Options.ConntrackSize

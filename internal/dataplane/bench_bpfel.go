@@ -86,6 +86,7 @@ const (
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
 	benchProgWrapOnly           = "wrap_only"
+	benchVarFlowHash            = "flow_hash"
 	benchVarNhGen               = "nh_gen"
 	benchVarNodeAddr            = "node_addr"
 	benchVarTableSize           = "table_size"
@@ -160,6 +161,7 @@ type benchMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
+	FlowHash  *ebpf.VariableSpec `ebpf:"flow_hash"`
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
@@ -216,6 +218,7 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
+	FlowHash  *ebpf.Variable `ebpf:"flow_hash"`
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`

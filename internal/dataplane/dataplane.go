@@ -44,6 +44,7 @@ type Dataplane struct {
 	tableSize uint32
 	maxBack   uint32
 	ctSize    uint32
+	flowHash  FlowHashKind
 	pinPath   string
 	iface     *net.Interface
 	attachAs  string            // requested attach mode
@@ -142,7 +143,7 @@ func (d *Dataplane) Attach() error {
 		}
 		d.migrate.migrate = false
 	}
-	if err := writeLayout(d.pinPath, d.layout); err != nil {
+	if err := writeLayout(d.pinPath, d.layout, d.flowHash); err != nil {
 		return err
 	}
 	return nil
@@ -161,17 +162,18 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	if opts.ConntrackSize == 0 {
 		opts.ConntrackSize = DefaultConntrackSize
 	}
-	spec, err := lbSpec(opts.NodeAddr, opts.TableSize, opts.MaxBackends, opts.ConntrackSize)
+	spec, err := lbSpec(opts)
 	if err != nil {
 		return nil, err
 	}
-	d := &Dataplane{tableSize: opts.TableSize, maxBack: opts.MaxBackends, ctSize: opts.ConntrackSize, pinPath: opts.PinPath, layout: specLayout(spec)}
+	d := &Dataplane{tableSize: opts.TableSize, maxBack: opts.MaxBackends, ctSize: opts.ConntrackSize, flowHash: opts.FlowHash,
+		pinPath: opts.PinPath, layout: specLayout(spec)}
 	var copts ebpf.CollectionOptions
 	if pin {
 		if err := checkPinnedTableSize(opts.PinPath, opts.TableSize); err != nil {
 			return nil, err
 		}
-		d.migrate, err = planAdoption(opts.PinPath, d.layout)
+		d.migrate, err = planAdoption(opts.PinPath, d.layout, opts.FlowHash)
 		if err != nil {
 			return nil, err
 		}
@@ -233,23 +235,26 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	return d, nil
 }
 
-// lbSpec returns the LB collection spec with its load-time parameters set.
-func lbSpec(node netip.Addr, tableSize, maxBackends, conntrackSize uint32) (*ebpf.CollectionSpec, error) {
+// lbSpec returns the LB collection spec with its load-time parameters set
+// from opts (its sizes given, not 0).
+func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec, err := loadLb()
 	if err != nil {
 		return nil, fmt.Errorf("parse embedded LB object: %w", err)
 	}
-	spec.Maps["maglev_tables"].InnerMap.MaxEntries = tableSize
-	// One entry per slot, and the generation after them.
-	spec.Maps["chain_tables"].InnerMap.MaxEntries = tableSize + 1
-	spec.Maps["backends"].MaxEntries = maxBackends
-	spec.Maps["backend_stats"].MaxEntries = maxBackends
-	spec.Maps["conntrack"].MaxEntries = conntrackSize
-	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
-		return nil, err
+	if opts.FlowHash != FlowHashFmix64 && opts.FlowHash != FlowHashLookup3 {
+		return nil, fmt.Errorf("unknown %v", opts.FlowHash)
 	}
-	if err := spec.Variables["table_size"].Set(tableSize); err != nil {
-		return nil, err
+	spec.Maps["maglev_tables"].InnerMap.MaxEntries = opts.TableSize
+	// One entry per slot, and the generation after them.
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = opts.TableSize + 1
+	spec.Maps["backends"].MaxEntries = opts.MaxBackends
+	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
+	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
+	for name, v := range map[string]uint32{"node_addr": wire32(opts.NodeAddr), "table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
+		if err := spec.Variables[name].Set(v); err != nil {
+			return nil, fmt.Errorf("set %s: %w", name, err)
+		}
 	}
 	return spec, nil
 }
@@ -347,6 +352,9 @@ func (d *Dataplane) ConntrackSize() uint32 { return d.ctSize }
 
 // TableSize is the Maglev table size the program was loaded with.
 func (d *Dataplane) TableSize() uint32 { return d.tableSize }
+
+// FlowHash is the flow hash the program was loaded with.
+func (d *Dataplane) FlowHash() FlowHashKind { return d.flowHash }
 
 // PinPath is the bpffs directory holding this data plane's state.
 func (d *Dataplane) PinPath() string { return d.pinPath }

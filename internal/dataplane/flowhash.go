@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"encoding/binary"
+	"fmt"
 	"math/bits"
 	"net/netip"
 )
@@ -9,19 +10,76 @@ import (
 // HashSeed is the fixed flow-hash seed (XLB_HASH_SEED in bpf/xlb_consts.h).
 const HashSeed = 0x786c6231
 
-// FlowHash is the LB program's flow hash (xlb_flow_hash in
-// bpf/xlb_helpers.h), for tools and tests that predict which table slot a
+// hashSeed64 is fmix64's seed (XLB_HASH_SEED64): HashSeed, then lookup3's
+// constant.
+const hashSeed64 = HashSeed<<32 | 0xdeadbeef
+
+// FlowHashKind names a flow hash (dataplane.flowHash; the load-time
+// parameter flow_hash of the LB program). Every xlb instance of a
+// cluster must compute the same one: ECMP hands a flow to any of them.
+type FlowHashKind uint32
+
+// The flow hashes (XLB_FLOW_HASH_* in bpf/xlb_consts.h).
+const (
+	// FlowHashFmix64 packs the 5-tuple into 64 bits and runs
+	// MurmurHash3's finalizer over them: the default.
+	FlowHashFmix64 FlowHashKind = 0
+	// FlowHashLookup3 is the final mix of Bob Jenkins' lookup3: xlb's
+	// flow hash before fmix64, kept for clusters that started with it.
+	FlowHashLookup3 FlowHashKind = 1
+)
+
+// String is the kind's name in the configuration.
+func (k FlowHashKind) String() string {
+	switch k {
+	case FlowHashFmix64:
+		return "fmix64"
+	case FlowHashLookup3:
+		return "lookup3"
+	}
+	return fmt.Sprintf("flow hash %d", uint32(k))
+}
+
+// FlowHash is the LB program's default flow hash (xlb_flow_hash in
+// bpf/xlb_lb.h), for tools and tests that predict which table slot a
 // flow takes. Every xlb instance computes the same value for a flow.
 func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
+	return FlowHashOf(FlowHashFmix64, src, dst, sport, dport, proto)
+}
+
+// FlowHashOf is the LB program's flow hash of the given kind.
+func FlowHashOf(kind FlowHashKind, src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
 	s, d := src.As4(), dst.As4()
 	var p [4]byte
 	binary.BigEndian.PutUint16(p[0:], sport)
 	binary.BigEndian.PutUint16(p[2:], dport)
+	sw, dw, pw := binary.LittleEndian.Uint32(s[:]), binary.LittleEndian.Uint32(d[:]), binary.LittleEndian.Uint32(p[:])
+	if kind == FlowHashLookup3 {
+		return lookup3(sw, dw, pw, proto)
+	}
+	return fmix64(sw, dw, pw, proto)
+}
+
+// fmix64 is xlb_flow_hash_fmix64 over the words as the program loads
+// them: ports is sport | dport << 16.
+func fmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
+	k := uint64(saddr)<<32 | uint64(ports)
+	k ^= uint64(daddr) ^ uint64(proto)<<56 ^ hashSeed64
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return uint32(k)
+}
+
+// lookup3 is xlb_flow_hash_lookup3.
+func lookup3(saddr, daddr, ports uint32, proto uint8) uint32 {
 	seed := uint32(HashSeed)
 	init := seed + 0xdeadbeef + (3 << 2) + uint32(proto)
-	a := binary.LittleEndian.Uint32(s[:]) + init
-	b := binary.LittleEndian.Uint32(d[:]) + init
-	c := binary.LittleEndian.Uint32(p[:]) + init
+	a := saddr + init
+	b := daddr + init
+	c := ports + init
 
 	c ^= b
 	c -= bits.RotateLeft32(b, 14)

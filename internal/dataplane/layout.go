@@ -2,6 +2,7 @@ package dataplane
 
 import (
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -35,10 +36,24 @@ import (
 const layoutPin = "xlb_layout"
 
 // layoutFormat is the record's own format. The key formatKey holds it.
-const layoutFormat = 1
+// Format 2 added the flow hash entry; a format 1 record was written by an
+// xlb that hashed flows with lookup3.
+const layoutFormat = 2
 
 // formatKey names the record's format entry; map names cannot be empty.
 var formatKey = layoutKey("")
+
+// flowHashKey names the record's flow hash entry (format 2 on): the
+// FlowHashKind of the program that wrote it, in its first four bytes. No
+// map name has a '/'.
+var flowHashKey = layoutKey("/flow_hash")
+
+// record is a layout record as read back.
+type record struct {
+	maps     layout
+	format   uint32
+	flowHash FlowHashKind
+}
 
 // layout maps each pinned map's name to its fingerprint.
 type layout map[string][sha256.Size]byte
@@ -122,9 +137,9 @@ type migration struct {
 }
 
 // planAdoption compares the pinned layout record under pinPath with want.
-// Nothing pinned: nothing to migrate. A record of an unknown format:
-// refused.
-func planAdoption(pinPath string, want layout) (migration, error) {
+// Nothing pinned: nothing to migrate. A record of an unknown format, or
+// of a program that hashed flows otherwise than flowHash: refused.
+func planAdoption(pinPath string, want layout, flowHash FlowHashKind) (migration, error) {
 	pinned := false
 	for name := range want {
 		if _, err := os.Stat(filepath.Join(pinPath, name)); err == nil {
@@ -135,16 +150,28 @@ func planAdoption(pinPath string, want layout) (migration, error) {
 	if !pinned {
 		return migration{}, nil
 	}
-	got, format, err := readLayout(pinPath)
+	rec, err := readLayout(pinPath)
 	if errors.Is(err, os.ErrNotExist) {
-		return migration{true, "the pinned maps carry no layout record (an xlb from before layout records made them)"}, nil
+		// Which flow hash the pinned program computes is unknown here:
+		// an xlb from before layout records (it hashed with lookup3), or
+		// a crash between the record's unpin and pin.
+		return migration{true, "the pinned maps carry no layout record (an xlb from before layout records made them, or one stopped while it wrote the record)"}, nil
 	}
 	if err != nil {
 		return migration{}, err
 	}
-	if format != layoutFormat {
-		return migration{}, fmt.Errorf("pinned state under %s has a layout record of format %d, and this xlb only reads format %d: it was written by a newer xlb. Run that version, or stop it and run `xlb cleanup` (drops established flows)", pinPath, format, layoutFormat)
+	if rec.format > layoutFormat {
+		return migration{}, fmt.Errorf("pinned state under %s has a layout record of format %d, and this xlb only reads formats up to %d: it was written by a newer xlb. Run that version, or stop it and run `xlb cleanup` (drops established flows)", pinPath, rec.format, layoutFormat)
 	}
+	if rec.flowHash != flowHash {
+		older := ""
+		if rec.format < 2 {
+			older = " (an xlb from before dataplane.flowHash, which always hashed with lookup3)"
+		}
+		return migration{}, fmt.Errorf("the program pinned under %s hashes flows with %s%s, and the configuration asks for %s: established connections through this node would move to other backends. Set dataplane.flowHash: %s, on every node (all must hash alike), or stop the agent and run `xlb cleanup` to start afresh (drops established flows)",
+			pinPath, rec.flowHash, older, flowHash, rec.flowHash)
+	}
+	got := rec.maps
 	var changed []string
 	for name, fp := range want {
 		if got[name] != fp {
@@ -163,51 +190,68 @@ func planAdoption(pinPath string, want layout) (migration, error) {
 	return migration{true, "map layouts changed: " + strings.Join(changed, ", ")}, nil
 }
 
-// readLayout reads the pinned layout record and its format.
-func readLayout(pinPath string) (layout, uint32, error) {
+// readLayout reads the pinned layout record. A record of a format before
+// 2 names no flow hash: its writer hashed with lookup3.
+func readLayout(pinPath string) (record, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, layoutPin), nil)
 	if err != nil {
-		return nil, 0, err
+		return record{}, err
 	}
 	defer m.Close()
 	if m.KeySize() != 16 || m.ValueSize() != sha256.Size {
-		return nil, 0, fmt.Errorf("pinned %s under %s is not an xlb layout record (key %d, value %d bytes): stop whatever made it and run `xlb cleanup`", layoutPin, pinPath, m.KeySize(), m.ValueSize())
+		return record{}, fmt.Errorf("pinned %s under %s is not an xlb layout record (key %d, value %d bytes): stop whatever made it and run `xlb cleanup`", layoutPin, pinPath, m.KeySize(), m.ValueSize())
 	}
-	l := layout{}
-	var format uint32
+	rec := record{maps: layout{}}
+	hasHash := false
 	var k [16]byte
 	var v [sha256.Size]byte
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if k == formatKey {
-			format = uint32(v[0]) | uint32(v[1])<<8 | uint32(v[2])<<16 | uint32(v[3])<<24
-			continue
+		switch k {
+		case formatKey:
+			rec.format = binary.LittleEndian.Uint32(v[:])
+		case flowHashKey:
+			rec.flowHash, hasHash = FlowHashKind(binary.LittleEndian.Uint32(v[:])), true
+		default:
+			rec.maps[strings.TrimRight(string(k[:]), "\x00")] = v
 		}
-		l[strings.TrimRight(string(k[:]), "\x00")] = v
 	}
 	if err := it.Err(); err != nil {
-		return nil, 0, fmt.Errorf("read %s: %w", layoutPin, err)
+		return record{}, fmt.Errorf("read %s: %w", layoutPin, err)
 	}
-	return l, format, nil
+	switch {
+	case rec.format == 0:
+		return record{}, fmt.Errorf("pinned %s under %s has no format entry: stop whatever wrote it and run `xlb cleanup` (drops established flows)", layoutPin, pinPath)
+	case rec.format < 2:
+		rec.flowHash = FlowHashLookup3
+	case rec.format <= layoutFormat && !hasHash:
+		return record{}, fmt.Errorf("pinned %s under %s names no flow hash although its format %d has one: stop whatever wrote it and run `xlb cleanup` (drops established flows)", layoutPin, pinPath, rec.format)
+	}
+	return rec, nil
 }
 
-// writeLayout replaces the pinned layout record with l: a new map, pinned
-// in place of the old one, so a reader never sees half of each.
-func writeLayout(pinPath string, l layout) error {
+// writeLayout replaces the pinned layout record with l and the program's
+// flow hash: a new map, pinned in place of the old one, so a reader never
+// sees half of each.
+func writeLayout(pinPath string, l layout, flowHash FlowHashKind) error {
 	m, err := ebpf.NewMap(&ebpf.MapSpec{
 		Name:       layoutPin,
 		Type:       ebpf.Hash,
 		KeySize:    16,
 		ValueSize:  sha256.Size,
-		MaxEntries: uint32(len(l) + 1),
+		MaxEntries: uint32(len(l) + 2),
 	})
 	if err != nil {
 		return fmt.Errorf("create layout record: %w", err)
 	}
 	defer m.Close()
-	var f [sha256.Size]byte
-	f[0], f[1], f[2], f[3] = byte(layoutFormat), byte(layoutFormat>>8), byte(layoutFormat>>16), byte(layoutFormat>>24)
+	var f, h [sha256.Size]byte
+	binary.LittleEndian.PutUint32(f[:], layoutFormat)
+	binary.LittleEndian.PutUint32(h[:], uint32(flowHash))
 	if err := m.Put(formatKey, f); err != nil {
+		return fmt.Errorf("write layout record: %w", err)
+	}
+	if err := m.Put(flowHashKey, h); err != nil {
 		return fmt.Errorf("write layout record: %w", err)
 	}
 	for name, fp := range l {

@@ -15,7 +15,7 @@ import (
 // ending in a 32-bit pad, two reasons fewer. Only its maps are used.
 func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
 	t.Helper()
-	spec, err := lbSpec(fxNode, fxTableSize, DefaultMaxBackends, DefaultConntrackSize)
+	spec, err := lbSpec(Options{NodeAddr: fxNode, TableSize: fxTableSize, MaxBackends: DefaultMaxBackends, ConntrackSize: DefaultConntrackSize})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func pinOldState(t *testing.T, pin string, old *ebpf.CollectionSpec) map[string]
 		t.Cleanup(func() { m.Close() })
 		maps[name] = m
 	}
-	if err := writeLayout(pin, specLayout(old)); err != nil {
+	if err := writeLayout(pin, specLayout(old), FlowHashFmix64); err != nil {
 		t.Fatal(err)
 	}
 	return maps
@@ -150,7 +150,7 @@ func TestLayoutMigratesUnmappableTables(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
 	pin := testPinPath(t)
-	spec, err := lbSpec(fxNode, fxTableSize, DefaultMaxBackends, DefaultConntrackSize)
+	spec, err := lbSpec(Options{NodeAddr: fxNode, TableSize: fxTableSize, MaxBackends: DefaultMaxBackends, ConntrackSize: DefaultConntrackSize})
 	if err != nil {
 		t.Fatal(err)
 	}

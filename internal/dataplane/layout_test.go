@@ -71,7 +71,7 @@ func TestSpecLayout(t *testing.T) {
 
 func specLayoutOf(t *testing.T, table, backends, conntrack uint32) layout {
 	t.Helper()
-	s, err := lbSpec(fxNode, table, backends, conntrack)
+	s, err := lbSpec(Options{NodeAddr: fxNode, TableSize: table, MaxBackends: backends, ConntrackSize: conntrack})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -299,5 +299,76 @@ func TestLayoutMissingOrChangedRecord(t *testing.T) {
 	defer d.Close()
 	if why := d.Migrated(); !strings.Contains(why, "no layout record") {
 		t.Errorf("reason %q, want the missing record", why)
+	}
+}
+
+// TestLayoutRefusesAnotherFlowHash: a node that changed its flow hash
+// would send its established connections to other backends, so pinned
+// state of a program that hashed otherwise is refused, touching nothing,
+// with the setting that keeps it. A record of format 1, written by an xlb
+// from before dataplane.flowHash, stands for lookup3: the upgrade from it
+// is refused under the default and adopts under lookup3.
+func TestLayoutRefusesAnotherFlowHash(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	before := pinnedMapID(t, filepath.Join(pin, "svc_index"))
+	prog := xdpProgID(t, f.name, "veth0")
+	untouched := func(when string) {
+		t.Helper()
+		if pinnedMapID(t, filepath.Join(pin, "svc_index")) != before || xdpProgID(t, f.name, "veth0") != prog {
+			t.Errorf("%s: a refused Open changed the pinned state", when)
+		}
+	}
+
+	opts.FlowHash = FlowHashLookup3
+	_, err = openIn(t, f.name, opts)
+	if err == nil || !strings.Contains(err.Error(), "hashes flows with fmix64") || !strings.Contains(err.Error(), "dataplane.flowHash: fmix64") {
+		t.Fatalf("Open with lookup3 over a fmix64 program: %v, want a refusal naming the setting that keeps it", err)
+	}
+	untouched("lookup3 over fmix64")
+
+	// The record as the xlb before flow hashes wrote it.
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v [sha256.Size]byte
+	v[0] = 1
+	if err := m.Put(formatKey, v); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Delete(flowHashKey); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	opts.FlowHash = FlowHashFmix64
+	_, err = openIn(t, f.name, opts)
+	if err == nil || !strings.Contains(err.Error(), "before dataplane.flowHash") || !strings.Contains(err.Error(), "dataplane.flowHash: lookup3") {
+		t.Fatalf("Open with fmix64 over a format 1 record: %v, want a refusal naming lookup3", err)
+	}
+	untouched("fmix64 over format 1")
+
+	opts.FlowHash = FlowHashLookup3
+	d, err = openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatalf("Open with lookup3 over a format 1 record: %v", err)
+	}
+	if why := d.Migrated(); why != "" {
+		t.Errorf("same maps, format 1 record: migrated (%s), want adopted", why)
+	}
+	d.Close()
+	rec, err := readLayout(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.format != layoutFormat || rec.flowHash != FlowHashLookup3 {
+		t.Errorf("record after adoption: format %d, flow hash %v; want format %d, lookup3", rec.format, rec.flowHash, layoutFormat)
 	}
 }

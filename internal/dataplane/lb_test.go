@@ -20,9 +20,16 @@ type fxService struct {
 // fixture services, each with a table that points at one backend.
 func newFixtureLB(t testing.TB) (*Dataplane, *fixtureNS) {
 	t.Helper()
+	return newFixtureLBHashing(t, FlowHashFmix64)
+}
+
+// newFixtureLBHashing is newFixtureLB with the program loaded with the
+// given flow hash.
+func newFixtureLBHashing(t testing.TB, kind FlowHashKind) (*Dataplane, *fixtureNS) {
+	t.Helper()
 	requirePrivileges(t)
 	f := newFixtureNS(t)
-	d, err := load(Options{NodeAddr: fxNode, TableSize: fxTableSize}, false)
+	d, err := load(Options{NodeAddr: fxNode, TableSize: fxTableSize, FlowHash: kind}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,23 +418,38 @@ func splitWebService(t *testing.T, d *Dataplane) ([]uint32, []netip.Addr) {
 	return table, []netip.Addr{fxBackend, fxRedirBE}
 }
 
-// TestLBFlowHashMatchesGo checks that the program's backend choice is the
-// table slot FlowHash predicts, for many flows: the Go mirror is what
-// tools and tests rely on.
+// TestLBFlowHashMatchesGo checks, for each flow hash and many flows, that
+// the program computes what FlowHashOf does: the Go mirror is what tools
+// and tests rely on. A GUE tunnel's source port carries 14 bits of the
+// hash itself; a table of two backends that alternate by slot shows its
+// range reduction.
 func TestLBFlowHashMatchesGo(t *testing.T) {
-	d, f := newFixtureLB(t)
-	const n = 64
-	table, backends := splitWebService(t, d)
-	for i := 0; i < n; i++ {
-		p := tcpTo(fxVIP, 80)
-		p.src = netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
-		p.sport = uint16(30000 + 7*i)
-		_, out := f.run(t, d.objs.XlbLbProg, p.frame(f.mac))
-		got := netip.AddrFrom4([4]byte(out[30:34]))
-		want := backends[table[Slot(FlowHash(p.src, fxVIP, p.sport, 80, 6), fxTableSize)]]
-		if got != want {
-			t.Fatalf("flow %v:%d went to %v, FlowHash predicts %v", p.src, p.sport, got, want)
-		}
+	for _, kind := range []FlowHashKind{FlowHashFmix64, FlowHashLookup3} {
+		t.Run(kind.String(), func(t *testing.T) {
+			d, f := newFixtureLBHashing(t, kind)
+			const n = 64
+			table, backends := splitWebService(t, d)
+			for i := 0; i < n; i++ {
+				src := netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
+				sport := uint16(30000 + 7*i)
+				p := tcpTo(fxVIP, 80)
+				p.src, p.sport = src, sport
+				_, out := f.run(t, d.objs.XlbLbProg, p.frame(f.mac))
+				got := netip.AddrFrom4([4]byte(out[30:34]))
+				want := backends[table[Slot(FlowHashOf(kind, src, fxVIP, sport, 80, 6), fxTableSize)]]
+				if got != want {
+					t.Fatalf("flow %v:%d went to %v, FlowHashOf predicts %v", src, sport, got, want)
+				}
+
+				u := pkt{src: src, dst: fxVIP, sport: sport, dport: 53, proto: 17, payload: []byte("query")}
+				_, out = f.run(t, d.objs.XlbLbProg, u.frame(f.mac))
+				gotPort := binary.BigEndian.Uint16(out[34:36])
+				wantPort := uint16(0xc000 | FlowHashOf(kind, src, fxVIP, sport, 53, 17)&0x3fff)
+				if gotPort != wantPort {
+					t.Fatalf("UDP flow %v:%d: GUE source port %#x, FlowHashOf predicts %#x", src, sport, gotPort, wantPort)
+				}
+			}
+		})
 	}
 }
 

@@ -82,6 +82,7 @@ const (
 	lbMapVipFilter    = "vip_filter"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
+	lbVarFlowHash     = "flow_hash"
 	lbVarNhGen        = "nh_gen"
 	lbVarNodeAddr     = "node_addr"
 	lbVarTableSize    = "table_size"
@@ -152,6 +153,7 @@ type lbMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbVariableSpecs struct {
+	FlowHash  *ebpf.VariableSpec `ebpf:"flow_hash"`
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
@@ -208,6 +210,7 @@ func (m *lbMaps) Close() error {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbVariables struct {
+	FlowHash  *ebpf.Variable `ebpf:"flow_hash"`
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`

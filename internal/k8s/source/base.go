@@ -36,7 +36,7 @@ func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Ku
 	return config.Validate("defaults", &config.Config{
 		Node:       config.Node{Interface: iface, Address: addr},
 		API:        config.API{Socket: config.DefaultSocket},
-		Dataplane:  config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends},
+		Dataplane:  config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash},
 		Kubernetes: &k,
 	})
 }
