@@ -80,7 +80,7 @@ type Agent struct {
 	stamp stamp
 	// states are the backends' health states as last logged, by target key.
 	states map[string]health.State
-	// probed is what the prober was last given, by service (targets).
+	// probed is what the prober was last given, by service (targetChanges).
 	// Guarded by applyMu.
 	probed map[string]probed
 
@@ -184,9 +184,9 @@ func (a *Agent) start() error {
 // the prober knows keep their health; new ones count as healthy until
 // probed. The caller holds applyMu.
 func (a *Agent) apply(old, cfg *config.Config) error {
-	var ts []health.Target
-	ts, a.probed = targets(cfg, a.probed)
-	a.prober.Set(ts)
+	add, remove, now := targetChanges(cfg, a.probed)
+	a.prober.Change(add, remove)
+	a.probed = now
 	err := a.program(triggerConfig, cfg, a.prober.Unhealthy())
 	a.warm(newBackendAddrs(old, cfg), a.log)
 	return err

@@ -263,12 +263,12 @@ func (f ownerFake) BackendOwners() (map[uint32]uint32, error) {
 }
 
 // fakeProber stands in for the health checker: tests set results by
-// hand. Like the real one, Set forgets the results of targets that are
-// gone and new targets have none (unknown) until a result is set.
+// hand. Like the real one, Change forgets the results of targets that it
+// removes or replaces, and new targets have none (unknown) until a
+// result is set.
 type fakeProber struct {
 	mu      sync.Mutex
-	targets []health.Target
-	sets    int
+	targets map[string]health.Target
 	results map[string]health.Result
 	changes chan struct{}
 	running chan struct{} // closed when Run starts
@@ -278,22 +278,26 @@ type fakeProber struct {
 func newFakeProber() *fakeProber {
 	return &fakeProber{
 		results: make(map[string]health.Result),
+		targets: make(map[string]health.Target),
 		changes: make(chan struct{}, 1),
 		running: make(chan struct{}),
 		stopped: make(chan struct{}),
 	}
 }
 
-func (p *fakeProber) Set(targets []health.Target) {
+func (p *fakeProber) Change(add []health.Target, remove []string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.targets = slices.Clone(targets)
-	p.sets++
-	keep := make(map[string]bool)
-	for _, t := range targets {
-		keep[t.Key] = true
+	for _, key := range remove {
+		delete(p.targets, key)
+		delete(p.results, key)
 	}
-	maps.DeleteFunc(p.results, func(k string, _ health.Result) bool { return !keep[k] })
+	for _, t := range add {
+		if old, ok := p.targets[t.Key]; !ok || old != t {
+			delete(p.results, t.Key)
+		}
+		p.targets[t.Key] = t
+	}
 }
 
 func (p *fakeProber) Run(ctx context.Context) {
@@ -338,12 +342,9 @@ func (p *fakeProber) set(key string, state health.State, lastErr string) {
 	}
 }
 
+// keys lists the targets' keys, sorted.
 func (p *fakeProber) keys() []string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []string
-	for _, t := range p.targets {
-		out = append(out, t.Key)
-	}
-	return out
+	return slices.Sorted(maps.Keys(p.targets))
 }

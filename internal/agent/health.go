@@ -17,7 +17,9 @@ import (
 // Prober is what the agent needs from the health checker; *health.Prober
 // implements it. Tests use a fake.
 type Prober interface {
-	Set(targets []health.Target)
+	// Change removes the targets keyed in remove, then adds or replaces
+	// add's; a target given again unchanged keeps its state.
+	Change(add []health.Target, remove []string)
 	Run(ctx context.Context)
 	Changes() <-chan struct{}
 	Snapshot() map[string]health.Result
@@ -42,31 +44,50 @@ func TargetKey(s config.Service, b config.Backend) string {
 	return k.String()
 }
 
-// targets lists one probe target per (service, backend) of cfg, drained
-// backends included: their health is shown even though they get no flows.
-// It also returns each service's targets, by name: given as before, they
-// are reused for a service whose backends are as they were (the same
-// addresses, ports, weights and checks, in the same order), so that an
-// apply builds the keys of the services that changed only.
-func targets(cfg *config.Config, before map[string]probed) ([]health.Target, map[string]probed) {
-	n := 0
-	for _, s := range cfg.Services {
-		n += len(s.Backends)
-	}
-	out := make([]health.Target, 0, n)
-	now := make(map[string]probed, len(cfg.Services))
+// targetChanges is what the prober must be told to go from the targets
+// of before (each service's, by name, as the last call returned them) to
+// those of cfg: one probe target per (service, backend), drained backends
+// included (their health is shown even though they get no flows). A
+// service whose backends are as they were (the same addresses, ports,
+// weights and checks, in the same order) keeps its targets and adds
+// nothing, so that an apply builds keys, and the prober looks targets
+// up, for the services that changed only. A changed service lists all
+// its targets again in add (the prober keeps the state of those given
+// unchanged); remove holds the keys that no longer exist.
+func targetChanges(cfg *config.Config, before map[string]probed) (add []health.Target, remove []string, now map[string]probed) {
+	now = make(map[string]probed, len(cfg.Services))
 	for _, s := range cfg.Services {
 		p, ok := before[s.Name]
-		if !ok || !slices.Equal(p.backends, s.Backends) {
-			p = probed{backends: slices.Clone(s.Backends), targets: make([]health.Target, 0, len(s.Backends))}
-			for _, b := range s.Backends {
-				p.targets = append(p.targets, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
+		if ok && slices.Equal(p.backends, s.Backends) {
+			now[s.Name] = p
+			continue
+		}
+		q := probed{backends: slices.Clone(s.Backends), targets: make([]health.Target, 0, len(s.Backends))}
+		for _, b := range s.Backends {
+			q.targets = append(q.targets, health.Target{Key: TargetKey(s, b), Addr: b.Address, Check: checkOf(b.HealthCheck)})
+		}
+		now[s.Name] = q
+		add = append(add, q.targets...)
+		if ok {
+			keep := make(map[string]bool, len(q.targets))
+			for _, t := range q.targets {
+				keep[t.Key] = true
+			}
+			for _, t := range p.targets {
+				if !keep[t.Key] {
+					remove = append(remove, t.Key)
+				}
 			}
 		}
-		now[s.Name] = p
-		out = append(out, p.targets...)
 	}
-	return out, now
+	for name, p := range before {
+		if _, ok := now[name]; !ok {
+			for _, t := range p.targets {
+				remove = append(remove, t.Key)
+			}
+		}
+	}
+	return add, remove, now
 }
 
 // probed is one service's targets, and the backends they were made from.

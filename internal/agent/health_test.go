@@ -56,7 +56,10 @@ func drained(cfg *config.Config, name string, addrs ...string) *config.Config {
 func TestTargets(t *testing.T) {
 	cfg := checkedConfig()
 	cfg.Services[1].Backends[0].Weight = 0 // drained backends are probed too
-	got, _ := targets(cfg, nil)
+	got, remove, _ := targetChanges(cfg, nil)
+	if remove != nil {
+		t.Errorf("from nothing, targetChanges removes %v", remove)
+	}
 	want := []health.Target{
 		{Key: "web/10.0.3.2:80", Addr: netip.MustParseAddr("10.0.3.2"), Check: health.Check{Type: "http", Port: 80, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}},
 		{Key: "web/10.0.3.3:80", Addr: netip.MustParseAddr("10.0.3.3"), Check: health.Check{Type: "http", Port: 80, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: 500 * time.Millisecond, Rise: 2, Fall: 2}},
@@ -149,7 +152,7 @@ func serviceState(t *testing.T, st *api.Status, name string) string {
 func TestHealthChangesTheTables(t *testing.T) {
 	cfg := checkedConfig()
 	a, f, _, p := testAgentWith(t, "/etc/xlb/test.yaml", cfg, nil, quiet)
-	if got, want := p.keys(), []string{"web/10.0.3.2:80", "web/10.0.3.3:80", "web/10.0.3.4:80", "dns/10.0.3.2:53", "dns/10.0.3.5:53"}; !slices.Equal(got, want) {
+	if got, want := p.keys(), []string{"dns/10.0.3.2:53", "dns/10.0.3.5:53", "web/10.0.3.2:80", "web/10.0.3.3:80", "web/10.0.3.4:80"}; !slices.Equal(got, want) {
 		t.Fatalf("prober targets %v, want %v", got, want)
 	}
 	verify(t, f, a.rec, cfg)
@@ -460,10 +463,17 @@ func TestHealthAgainstReference(t *testing.T) {
 // targets from scratch, over random sequences of configurations
 // (services added, removed, renamed, their backends and checks changed),
 // and reuses the targets of the services that did not change.
+// TestTargetsKept walks random configurations through targetChanges,
+// applying each result to a set of targets as the prober does, and
+// checks that set against every target of the configuration built from
+// scratch: a change of a backend's address, port, weight or check, a
+// service that comes or goes, and one that keeps its backends (whose
+// targets must be reused, not built again).
 func TestTargetsKept(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	var before map[string]probed
-	reused := 0
+	held := map[string]health.Target{} // what the prober holds
+	reused, removed := 0, 0
 	for step := range 500 {
 		var svcs []config.Service
 		for i := range 6 {
@@ -481,10 +491,21 @@ func TestTargetsKept(t *testing.T) {
 			svcs = append(svcs, svc(fmt.Sprint("s", i), fmt.Sprint("10.99.0.", i+1), uint16(80+rng.IntN(2)), config.TCP, config.DSRIPIP, bes...))
 		}
 		cfg := cfgOf(svcs...)
-		want, _ := targets(cfg, nil)
-		got, now := targets(cfg, before)
-		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("step %d: kept targets\n%+v\nfrom scratch\n%+v", step, got, want)
+		all, _, _ := targetChanges(cfg, nil)
+		want := map[string]health.Target{}
+		for _, tg := range all {
+			want[tg.Key] = tg
+		}
+		add, remove, now := targetChanges(cfg, before)
+		for _, key := range remove {
+			delete(held, key)
+		}
+		removed += len(remove)
+		for _, tg := range add {
+			held[tg.Key] = tg
+		}
+		if !maps.Equal(held, want) {
+			t.Fatalf("step %d: the changes lead to\n%+v\nfrom scratch\n%+v", step, held, want)
 		}
 		for name, p := range now {
 			if q, ok := before[name]; ok && len(p.targets) > 0 && &p.targets[0] == &q.targets[0] {
@@ -493,7 +514,7 @@ func TestTargetsKept(t *testing.T) {
 		}
 		before = now
 	}
-	if reused == 0 {
-		t.Error("no service's targets were reused")
+	if reused == 0 || removed == 0 {
+		t.Errorf("%d services' targets reused, %d targets removed: the walk missed a case", reused, removed)
 	}
 }

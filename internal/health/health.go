@@ -124,6 +124,21 @@ func New(log *slog.Logger) *Prober {
 // removed or changed target is dropped. Changes is signalled if a target
 // that was Down is reset by a change.
 func (p *Prober) Set(targets []Target) {
+	p.update(targets, nil, true)
+}
+
+// Change removes the targets keyed in remove, then adds or replaces the
+// targets of add as Set does; every other target stays as it is. A
+// caller whose targets changed in a few places hands over just those:
+// Set with every target listed costs a map lookup per target, and of an
+// agent's apply of a one-service change at 10 000 backends it was half.
+// A key in both is replaced: it is removed first.
+func (p *Prober) Change(add []Target, remove []string) {
+	p.update(add, remove, false)
+}
+
+// update is Set (all: targets are every target) and Change.
+func (p *Prober) update(targets []Target, remove []string, all bool) {
 	now := time.Now()
 	var invalid []*entry
 
@@ -134,6 +149,12 @@ func (p *Prober) Set(targets []Target) {
 	p.mu.Lock()
 	p.sets++
 	set := p.sets
+	for _, key := range remove {
+		if e := p.targets[key]; e != nil {
+			p.drop(e)
+			delete(p.targets, key)
+		}
+	}
 	var fresh []*entry
 	flipped := false
 	listed := 0 // distinct targets of this Set
@@ -161,7 +182,7 @@ func (p *Prober) Set(targets []Target) {
 		p.busy += e.busy()
 		fresh = append(fresh, e)
 	}
-	if listed < len(p.targets) {
+	if all && listed < len(p.targets) {
 		for key, e := range p.targets {
 			if e.set != set {
 				p.drop(e)

@@ -311,3 +311,107 @@ func inflightLimit(targets map[string]*entry) int {
 	}
 	return limitFor(busy)
 }
+
+// TestChangeAgreesWithSet walks two probers through the same random
+// target sets, one given every target by Set, the other only what
+// changed by Change (with some unchanged targets thrown in, and keys
+// listed twice). Probes take the same targets down in both. After every
+// step they must hold the same targets with the same addresses, checks
+// and results, and agree on the down count, the pool's load and the
+// queue: Change keeps the state of what it is not given.
+func TestChangeAgreesWithSet(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	checks := []Check{
+		{Type: TypeNone},
+		{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
+		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
+		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: time.Second, Timeout: 2 * time.Second}, // invalid: down at once
+	}
+	addrs := []netip.Addr{netip.MustParseAddr("10.0.3.2"), netip.MustParseAddr("10.0.3.3")}
+	whole := New(slog.New(slog.DiscardHandler))
+	delta := New(slog.New(slog.DiscardHandler))
+	last := map[string]Target{} // what delta was given, last one winning
+	changed := 0
+	for step := range 400 {
+		var ts []Target
+		for k := range 40 {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			tg := Target{Key: fmt.Sprint("k", k), Addr: addrs[rng.IntN(len(addrs))], Check: checks[rng.IntN(len(checks))]}
+			if old, ok := last[tg.Key]; ok && rng.IntN(2) == 0 {
+				tg = old // most targets stay as they were
+			}
+			ts = append(ts, tg)
+			if rng.IntN(30) == 0 {
+				tg.Check = checks[rng.IntN(len(checks))]
+				ts = append(ts, tg)
+			}
+		}
+		if step%50 == 49 {
+			ts = nil
+		}
+		now := map[string]Target{}
+		listed := map[string]int{}
+		for _, tg := range ts {
+			now[tg.Key] = tg
+			listed[tg.Key]++
+		}
+		// A key's listings go to Change whole: when the key is new or
+		// changed, listed twice (a replacement within the call resets
+		// it, as in Set), or at random.
+		var add []Target
+		var remove []string
+		give := map[string]bool{}
+		for key, tg := range now {
+			old, ok := last[key]
+			give[key] = !ok || old != tg || listed[key] > 1 || rng.IntN(10) == 0
+		}
+		for _, tg := range ts {
+			if give[tg.Key] {
+				add = append(add, tg)
+			}
+		}
+		for key := range last {
+			if _, ok := now[key]; !ok {
+				remove = append(remove, key)
+			}
+		}
+		changed += len(add)
+		whole.Set(ts)
+		delta.Change(add, remove)
+		last = now
+
+		// Probes take the same targets down in both.
+		whole.mu.Lock()
+		delta.mu.Lock()
+		for key, e := range whole.targets {
+			if e.spec.check.Type != TypeNone && e.res.State != Down && rng.IntN(4) == 0 {
+				e.res.State = Down
+				whole.down++
+				if d := delta.targets[key]; d != nil && d.res.State != Down {
+					d.res.State = Down
+					delta.down++
+				}
+			}
+		}
+		if len(whole.targets) != len(delta.targets) {
+			t.Fatalf("step %d: %d targets by Set, %d by Change", step, len(whole.targets), len(delta.targets))
+		}
+		for key, e := range whole.targets {
+			d := delta.targets[key]
+			if d == nil || d.addr != e.addr || d.raw != e.raw || d.res.State != e.res.State {
+				t.Fatalf("step %d: target %s by Set %v %+v %v, by Change %+v", step, key, e.addr, e.raw, e.res.State, d)
+			}
+		}
+		if whole.down != delta.down || math.Abs(whole.busy-delta.busy) > 1e-6 || whole.limit != delta.limit || len(whole.queue) != len(delta.queue) {
+			t.Fatalf("step %d: down %d/%d, busy %.6f/%.6f, limit %d/%d, queued %d/%d (Set/Change)",
+				step, whole.down, delta.down, whole.busy, delta.busy, whole.limit, delta.limit, len(whole.queue), len(delta.queue))
+		}
+		delta.mu.Unlock()
+		whole.mu.Unlock()
+	}
+	if changed == 0 {
+		t.Fatal("Change was never given a target")
+	}
+}
