@@ -77,13 +77,8 @@ func (r *reconciler) endpointSets(svc *corev1.Service) history.Sets {
 	}
 	sets := history.Sets{}
 	for _, port := range svc.Spec.Ports {
-		var proto config.Protocol
-		switch port.Protocol {
-		case corev1.ProtocolTCP, "":
-			proto = config.TCP
-		case corev1.ProtocolUDP:
-			proto = config.UDP
-		default:
+		proto, ok := endpoints.Protocol(port.Protocol)
+		if !ok {
 			continue
 		}
 		if port.Port < 1 || port.Port > 65535 {

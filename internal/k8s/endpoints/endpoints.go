@@ -177,3 +177,18 @@ func Backends(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []confi
 	}
 	return out
 }
+
+// Protocol is the protocol of a Service port as xlb serves it: TCP (also
+// when the port names none, the API's default) or UDP. ok is false for
+// any other (SCTP): xlb does not serve such a port. The LB nodes, the
+// controller's endpoint history and the Kubernetes nodes all read a port
+// through it, so they serve the same ports.
+func Protocol(p corev1.Protocol) (proto config.Protocol, ok bool) {
+	switch p {
+	case corev1.ProtocolTCP, "":
+		return config.TCP, true
+	case corev1.ProtocolUDP:
+		return config.UDP, true
+	}
+	return "", false
+}

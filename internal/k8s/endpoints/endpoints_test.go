@@ -7,6 +7,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -118,5 +120,14 @@ func TestServiceIndex(t *testing.T) {
 	}
 	if got, err := ServiceIndex("not a slice"); err != nil || got != nil {
 		t.Errorf("ServiceIndex of another object = %v, %v", got, err)
+	}
+}
+
+func TestProtocol(t *testing.T) {
+	for p, want := range map[corev1.Protocol]config.Protocol{"": config.TCP, corev1.ProtocolTCP: config.TCP, corev1.ProtocolUDP: config.UDP, corev1.ProtocolSCTP: ""} {
+		got, ok := Protocol(p)
+		if got != want || ok != (want != "") {
+			t.Errorf("Protocol(%q) = %q, %v; want %q", p, got, ok, want)
+		}
 	}
 }

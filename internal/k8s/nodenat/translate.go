@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 
 	"github.com/xlbproject/xlb/internal/backendhost"
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/endpoints"
@@ -153,13 +154,14 @@ func compareEntries(a, b backendhost.NATEntry) int {
 }
 
 func protocol(p corev1.Protocol) (uint8, bool) {
-	switch p {
-	case corev1.ProtocolTCP, "":
-		return dataplane.ProtoTCP, true
-	case corev1.ProtocolUDP:
+	proto, ok := endpoints.Protocol(p)
+	switch {
+	case !ok:
+		return 0, false
+	case proto == config.UDP:
 		return dataplane.ProtoUDP, true
 	}
-	return 0, false
+	return dataplane.ProtoTCP, true
 }
 
 func protoName(p uint8) string {

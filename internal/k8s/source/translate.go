@@ -237,13 +237,8 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 	}
 	var out []config.Service
 	for _, port := range svc.Spec.Ports {
-		var proto config.Protocol
-		switch port.Protocol {
-		case corev1.ProtocolTCP, "":
-			proto = config.TCP
-		case corev1.ProtocolUDP:
-			proto = config.UDP
-		default:
+		proto, ok := endpoints.Protocol(port.Protocol)
+		if !ok {
 			probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
 				"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
 			continue
