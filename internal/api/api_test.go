@@ -23,7 +23,8 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 func sampleStatus() *Status {
 	return &Status{
 		Version: "v1.2.3",
-		Node:    Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0"},
+		Node: Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0",
+			FlowHash: "fmix64", TableSize: 65537},
 		Config: Config{
 			Path: "/etc/xlb.yaml", Generation: 3, LastReload: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC),
 			Result: ResultError, Error: "xlb.yaml:7: services[0].port: must be 1-65535",
@@ -227,6 +228,7 @@ func TestMetrics(t *testing.T) {
 		"xlb_dataplane_reason_packets_total": "counter",
 		"xlb_config_reloads_total":           "counter",
 		"xlb_config_generation":              "gauge",
+		"xlb_dataplane_info":                 "gauge",
 		"xlb_service_up":                     "gauge",
 		"xlb_backend_up":                     "gauge",
 		"xlb_health_check_duration_seconds":  "gauge",
@@ -254,6 +256,7 @@ func TestMetrics(t *testing.T) {
 		`xlb_config_generation 3`,
 		`xlb_config_last_reload_successful 0`,
 		`xlb_build_info{version="v1.2.3"} 1`,
+		`xlb_dataplane_info{flow_hash="fmix64",table_size="65537"} 1`,
 		`xlb_service_up{service="we\"b"} 1`,
 		`xlb_service_up{service="dns"} 0`,
 		`xlb_backend_up{backend="10.0.3.2:80",service="we\"b"} 1`,

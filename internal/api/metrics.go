@@ -18,6 +18,7 @@ func desc(name, help string, labels ...string) *prometheus.Desc {
 
 var (
 	buildInfo        = desc("xlb_build_info", "Build information of the running agent; the value is always 1.", "version")
+	dataplaneInfo    = desc("xlb_dataplane_info", "The data plane's flow hash and Maglev table size, which every node of a cluster must share; the value is always 1.", "flow_hash", "table_size")
 	configGeneration = desc("xlb_config_generation", "Number of configurations loaded since the agent started; 1 is the one it started with.")
 	lastReloadOK     = desc("xlb_config_last_reload_successful", "Whether the last configuration (re)load succeeded (1) or failed and the previous configuration is still running (0).")
 	lastReloadTime   = desc("xlb_config_last_reload_timestamp_seconds", "Time of the last configuration (re)load attempt, in seconds since the Unix epoch.")
@@ -41,7 +42,7 @@ var (
 type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{buildInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
+	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
 		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps, bgpRoute, bfdUp} {
 		ch <- d
 	}
@@ -62,6 +63,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
 	gauge(buildInfo, 1, st.Version)
+	if st.Node.FlowHash != "" {
+		gauge(dataplaneInfo, 1, st.Node.FlowHash, fmt.Sprint(st.Node.TableSize))
+	}
 	gauge(configGeneration, float64(st.Config.Generation))
 	gauge(lastReloadOK, boolValue(st.Config.Result == ResultOK))
 	if !st.Config.LastReload.IsZero() {
