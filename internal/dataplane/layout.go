@@ -163,6 +163,9 @@ func planAdoption(pinPath string, want layout, flowHash FlowHashKind) (migration
 	if rec.format > layoutFormat {
 		return migration{}, fmt.Errorf("pinned state under %s has a layout record of format %d, and this xlb only reads formats up to %d: it was written by a newer xlb. Run that version, or stop it and run `xlb cleanup` (drops established flows)", pinPath, rec.format, layoutFormat)
 	}
+	if rec.flowHash != FlowHashFmix64 && rec.flowHash != FlowHashLookup3 {
+		return migration{}, fmt.Errorf("the program pinned under %s hashes flows with a hash this xlb does not know (%d): a newer xlb wrote it. Run that version, or stop it and run `xlb cleanup` (drops established flows)", pinPath, uint32(rec.flowHash))
+	}
 	if rec.flowHash != flowHash {
 		older := ""
 		if rec.format < 2 {

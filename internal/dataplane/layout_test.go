@@ -334,12 +334,29 @@ func TestLayoutRefusesAnotherFlowHash(t *testing.T) {
 	}
 	untouched("lookup3 over fmix64")
 
-	// The record as the xlb before flow hashes wrote it.
+	// A hash this version does not know: a newer xlb's.
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var v [sha256.Size]byte
+	v[0] = 7
+	if err := m.Put(flowHashKey, v); err != nil {
+		t.Fatal(err)
+	}
+	m.Close()
+	_, err = openIn(t, f.name, opts)
+	if err == nil || !strings.Contains(err.Error(), "does not know (7)") || !strings.Contains(err.Error(), "newer xlb") {
+		t.Fatalf("Open over an unknown flow hash: %v, want a refusal that names a newer xlb", err)
+	}
+	untouched("unknown flow hash")
+
+	// The record as the xlb before flow hashes wrote it.
+	m, err = ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v = [sha256.Size]byte{}
 	v[0] = 1
 	if err := m.Put(formatKey, v); err != nil {
 		t.Fatal(err)
