@@ -46,6 +46,19 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 	return (w << s) | (w >> (32 - s));
 }
 
+/* MurmurHash3's 64-bit finalizer: one-to-one, and every input bit flips
+ * every output bit with probability 1/2. The flow hash fmix64 and the
+ * service index's svc_hash both run it (fmix64 in internal/dataplane). */
+static __always_inline __u64 fmix64(__u64 k)
+{
+	k ^= k >> 33;
+	k *= 0xff51afd7ed558ccdULL;
+	k ^= k >> 33;
+	k *= 0xc4ceb9fe1a85ec53ULL;
+	k ^= k >> 33;
+	return k;
+}
+
 /* The flow hashes (dataplane.flowHash; internal/dataplane has both in Go,
  * FlowHash, and a test holds each to its twin here). Addresses and ports
  * enter as the little-endian loads of their wire bytes.
@@ -63,12 +76,7 @@ static __always_inline __u32 xlb_flow_hash_fmix64(__be32 saddr, __be32 daddr, __
 	__u64 k = ((__u64)saddr << 32) | ((__u32)sport | ((__u32)dport << 16));
 
 	k ^= (__u64)daddr ^ ((__u64)proto << 56) ^ XLB_HASH_SEED64;
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdULL;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ULL;
-	k ^= k >> 33;
-	return (__u32)k;
+	return (__u32)fmix64(k);
 }
 
 /* lookup3, xlb's flow hash before fmix64, for clusters that started with

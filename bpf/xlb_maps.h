@@ -229,14 +229,7 @@ struct {
  * it moves every service: see XLB_SVC_SLOTS. */
 static __always_inline __u32 svc_hash(__be32 vip, __be16 port, __u8 proto)
 {
-	__u64 k = (__u64)vip | ((__u64)port << 32) | ((__u64)proto << 48);
-
-	k ^= k >> 33;
-	k *= 0xff51afd7ed558ccdULL;
-	k ^= k >> 33;
-	k *= 0xc4ceb9fe1a85ec53ULL;
-	k ^= k >> 33;
-	return (__u32)k;
+	return (__u32)fmix64((__u64)vip | ((__u64)port << 32) | ((__u64)proto << 48));
 }
 
 /* Step i of the probe for the service key want from home slot h: the

@@ -57,20 +57,26 @@ func FlowHashOf(kind FlowHashKind, src, dst netip.Addr, sport, dport uint16, pro
 	if kind == FlowHashLookup3 {
 		return lookup3(sw, dw, pw, proto)
 	}
-	return fmix64(sw, dw, pw, proto)
+	return flowFmix64(sw, dw, pw, proto)
 }
 
-// fmix64 is xlb_flow_hash_fmix64 over the words as the program loads
+// flowFmix64 is xlb_flow_hash_fmix64 over the words as the program loads
 // them: ports is sport | dport << 16.
-func fmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
+func flowFmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
 	k := uint64(saddr)<<32 | uint64(ports)
 	k ^= uint64(daddr) ^ uint64(proto)<<56 ^ hashSeed64
+	return uint32(fmix64(k))
+}
+
+// fmix64 is MurmurHash3's 64-bit finalizer (fmix64 in bpf/xlb_helpers.h),
+// which the flow hash and the service index's hash both run.
+func fmix64(k uint64) uint64 {
 	k ^= k >> 33
 	k *= 0xff51afd7ed558ccd
 	k ^= k >> 33
 	k *= 0xc4ceb9fe1a85ec53
 	k ^= k >> 33
-	return uint32(k)
+	return k
 }
 
 // lookup3 is xlb_flow_hash_lookup3.

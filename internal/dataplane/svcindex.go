@@ -36,13 +36,7 @@ type slotWriter interface {
 // the program loads it (little-endian loads of the wire bytes), through
 // MurmurHash3's 64-bit finalizer.
 func svcHash(vip uint32, port uint16, proto uint8) uint32 {
-	k := uint64(vip) | uint64(port)<<32 | uint64(proto)<<48
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return uint32(k)
+	return uint32(fmix64(uint64(vip) | uint64(port)<<32 | uint64(proto)<<48))
 }
 
 // load reads the index from m. Pinned by an earlier agent, it must have
