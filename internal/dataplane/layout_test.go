@@ -95,6 +95,30 @@ func loadIn(t *testing.T, ns string, opts Options) (*Dataplane, error) {
 	return callIn(ns, Load, opts)
 }
 
+// editRecord changes the pinned layout record under pin in place: each
+// entry of put is written (its value the given bytes, the rest zero), and
+// each key of del deleted.
+func editRecord(t *testing.T, pin string, put map[[16]byte][]byte, del ...[16]byte) {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	for k, b := range put {
+		var v [sha256.Size]byte
+		copy(v[:], b)
+		if err := m.Put(k, v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range del {
+		if err := m.Delete(k); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func pinnedMapID(t *testing.T, path string) ebpf.MapID {
 	t.Helper()
 	m, err := ebpf.LoadPinnedMap(path, nil)
@@ -231,16 +255,7 @@ func TestLayoutRefusesNewerFormat(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v [sha256.Size]byte
-	v[0] = layoutFormat + 1
-	if err := m.Put(formatKey, v); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
+	editRecord(t, pin, map[[16]byte][]byte{formatKey: {layoutFormat + 1}})
 	before := pinnedMapID(t, filepath.Join(pin, "svc_index"))
 	prog := xdpProgID(t, f.name, "veth0")
 
@@ -271,15 +286,7 @@ func TestLayoutMissingOrChangedRecord(t *testing.T) {
 	}
 	d.Close()
 
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var junk [sha256.Size]byte
-	if err := m.Put(layoutKey("reasons"), junk); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
+	editRecord(t, pin, map[[16]byte][]byte{layoutKey("reasons"): nil})
 	d, err = openIn(t, f.name, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -335,16 +342,7 @@ func TestLayoutRefusesAnotherFlowHash(t *testing.T) {
 	untouched("lookup3 over fmix64")
 
 	// A hash this version does not know: a newer xlb's.
-	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var v [sha256.Size]byte
-	v[0] = 7
-	if err := m.Put(flowHashKey, v); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
+	editRecord(t, pin, map[[16]byte][]byte{flowHashKey: {7}})
 	_, err = openIn(t, f.name, opts)
 	if err == nil || !strings.Contains(err.Error(), "does not know (7)") || !strings.Contains(err.Error(), "newer xlb") {
 		t.Fatalf("Open over an unknown flow hash: %v, want a refusal that names a newer xlb", err)
@@ -352,19 +350,7 @@ func TestLayoutRefusesAnotherFlowHash(t *testing.T) {
 	untouched("unknown flow hash")
 
 	// The record as the xlb before flow hashes wrote it.
-	m, err = ebpf.LoadPinnedMap(filepath.Join(pin, layoutPin), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v = [sha256.Size]byte{}
-	v[0] = 1
-	if err := m.Put(formatKey, v); err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Delete(flowHashKey); err != nil {
-		t.Fatal(err)
-	}
-	m.Close()
+	editRecord(t, pin, map[[16]byte][]byte{formatKey: {1}}, flowHashKey)
 	opts.FlowHash = FlowHashFmix64
 	_, err = openIn(t, f.name, opts)
 	if err == nil || !strings.Contains(err.Error(), "before dataplane.flowHash") || !strings.Contains(err.Error(), "dataplane.flowHash: lookup3") {
