@@ -247,18 +247,7 @@ func TestSetBookkeeping(t *testing.T) {
 		t.Fatalf("after a, a: targets %v, a's check %+v; want a alone, with the last check", s, p.targets["a"].raw)
 	}
 	for step := range 400 {
-		var ts []Target
-		for k := range 40 {
-			if rng.IntN(3) == 0 {
-				continue
-			}
-			t := Target{Key: fmt.Sprint("k", k), Addr: addrs[rng.IntN(len(addrs))], Check: checks[rng.IntN(len(checks))]}
-			ts = append(ts, t)
-			if rng.IntN(20) == 0 { // listed twice: the last one wins
-				t.Check = checks[rng.IntN(len(checks))]
-				ts = append(ts, t)
-			}
-		}
+		ts := randomTargets(rng, addrs, checks, nil, 20)
 		if step%50 == 49 {
 			ts = nil
 		}
@@ -292,6 +281,29 @@ func TestSetBookkeeping(t *testing.T) {
 			t.Fatalf("step %d: Unhealthy %v, want %v", step, got, want)
 		}
 	}
+}
+
+// randomTargets lists about two thirds of the keys k0 … k39, each with a
+// random address and check; a key in last keeps its target there half the
+// time. Each listed key is listed a second time, with a random check,
+// with probability 1/twice: the last listing wins.
+func randomTargets(rng *rand.Rand, addrs []netip.Addr, checks []Check, last map[string]Target, twice int) []Target {
+	var ts []Target
+	for k := range 40 {
+		if rng.IntN(3) == 0 {
+			continue
+		}
+		tg := Target{Key: fmt.Sprint("k", k), Addr: addrs[rng.IntN(len(addrs))], Check: checks[rng.IntN(len(checks))]}
+		if old, ok := last[tg.Key]; ok && rng.IntN(2) == 0 {
+			tg = old // most targets stay as they were
+		}
+		ts = append(ts, tg)
+		if rng.IntN(twice) == 0 {
+			tg.Check = checks[rng.IntN(len(checks))]
+			ts = append(ts, tg)
+		}
+	}
+	return ts
 }
 
 func uniqueKeys(ts []Target) map[string]bool {
@@ -333,21 +345,7 @@ func TestChangeAgreesWithSet(t *testing.T) {
 	last := map[string]Target{} // what delta was given, last one winning
 	changed := 0
 	for step := range 400 {
-		var ts []Target
-		for k := range 40 {
-			if rng.IntN(3) == 0 {
-				continue
-			}
-			tg := Target{Key: fmt.Sprint("k", k), Addr: addrs[rng.IntN(len(addrs))], Check: checks[rng.IntN(len(checks))]}
-			if old, ok := last[tg.Key]; ok && rng.IntN(2) == 0 {
-				tg = old // most targets stay as they were
-			}
-			ts = append(ts, tg)
-			if rng.IntN(30) == 0 {
-				tg.Check = checks[rng.IntN(len(checks))]
-				ts = append(ts, tg)
-			}
-		}
+		ts := randomTargets(rng, addrs, checks, last, 30)
 		if step%50 == 49 {
 			ts = nil
 		}
