@@ -146,7 +146,7 @@ func newAgent(o Options) (*Agent, error) {
 			Interface: o.Config.Node.Interface,
 			Address:   o.NodeAddr,
 			PinPath:   o.PinPath,
-			FlowHash:  o.Config.Dataplane.FlowHash,
+			FlowHash:  o.Dataplane.FlowHash().String(),
 			TableSize: o.Dataplane.TableSize(),
 		},
 		stamp:      stampOf(o.ConfigPath),

@@ -227,6 +227,8 @@ func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
 func (f *fakeDP) AttachMode() string { return "generic" }
 func (f *fakeDP) TableSize() uint32  { return f.size }
 
+func (f *fakeDP) FlowHash() dataplane.FlowHashKind { return dataplane.FlowHashFmix64 }
+
 // mutations returns the calls since mark that change the data plane.
 func (f *fakeDP) mutations(mark int) []string {
 	f.mu.Lock()

@@ -40,6 +40,7 @@ type Dataplane interface {
 	ReasonCounters() (map[string]uint64, error)
 	AttachMode() string
 	TableSize() uint32
+	FlowHash() dataplane.FlowHashKind
 }
 
 // ownerReader is implemented by data planes that record which service
