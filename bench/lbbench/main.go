@@ -67,6 +67,9 @@ type report struct {
 	Matrix       []dataplane.MatrixResult `json:"matrix,omitempty"`
 	MatrixRepeat uint32                   `json:"matrix_repeat,omitempty"`
 	MatrixRounds int                      `json:"matrix_rounds,omitempty"`
+	// Ablations are the LB path with one part taken out at a time
+	// (ablate.go), measured after the backend program.
+	Ablations []ablation `json:"ablations,omitempty"`
 }
 
 type backendReport struct {
@@ -104,6 +107,8 @@ func main() {
 	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
 	matrixRounds := flag.Int("matrix-rounds", 41, "rounds per matrix case")
 	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
+	ablate := flag.String("ablate", "bench/lbbench/ablations", "directory of patches to bpf/ that each take a part out of the LB path, measured against the real one (\"\" for none; needs clang and git)")
+	bpfDir := flag.String("bpf", "bpf", "the eBPF sources the ablation patches apply to")
 	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")
 	flag.Parse()
 
@@ -150,6 +155,14 @@ func main() {
 		}
 	}
 
+	if *ablate != "" {
+		fmt.Println("LB path with one part taken out at a time (" + *ablate + ") ...")
+		if r.Ablations, err = runAblations(*ablate, *bpfDir, dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds}); err != nil {
+			fmt.Fprintln(os.Stderr, "lbbench: ablations:", err)
+			os.Exit(1)
+		}
+	}
+
 	if *matrix {
 		fmt.Println("LB program matrix: TCP and UDP, 1/16/1024 backends, 1/100/10000 services, the miss path ...")
 		r.MatrixRepeat, r.MatrixRounds = uint32(*matrixRepeat), *matrixRounds
@@ -193,6 +206,11 @@ func main() {
 		}
 		if err := benchutil.RewriteDoc(*doc, backendBegin, backendEnd, backendSection(r, filepath.Base(name))); err != nil {
 			fail(err)
+		}
+		if len(r.Ablations) > 0 {
+			if err := benchutil.RewriteDoc(*doc, ablateBegin, ablateEnd, ablateSection(r, filepath.Base(name))); err != nil {
+				fail(err)
+			}
 		}
 		if len(r.Matrix) > 0 {
 			if err := benchutil.RewriteDoc(*doc, matrixBegin, matrixEnd, matrixSection(r, filepath.Base(name), *png, *doc)); err != nil {

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -50,5 +54,97 @@ func TestMatrixSection(t *testing.T) {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}
+	}
+}
+
+// TestAblationPatchesBuild: every ablation patch still applies to bpf/
+// and builds, and says first what it takes out; a change to the LB path
+// that a patch no longer fits fails here, not in `make bench`. The built
+// object differs from the real one, so each patch takes something out.
+func TestAblationPatchesBuild(t *testing.T) {
+	for _, tool := range []string{"git", "clang"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed (scripts/deps.sh installs it)", tool)
+		}
+	}
+	patches, err := filepath.Glob("ablations/*.patch")
+	if err != nil || len(patches) < 5 {
+		t.Fatalf("ablation patches: %v, %v", patches, err)
+	}
+	// The real object, built the same way from an empty patch's copy.
+	var real []byte
+	for _, p := range patches {
+		dir := t.TempDir()
+		what, obj, err := buildAblation(p, "../../bpf", dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if what == "" {
+			t.Errorf("%s: no description", p)
+		}
+		b, err := os.ReadFile(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if real == nil {
+			real = buildReal(t)
+		}
+		if bytes.Equal(b, real) {
+			t.Errorf("%s: the object is the real one's: the patch takes nothing out", p)
+		}
+	}
+	bad := filepath.Join(t.TempDir(), "bad.patch")
+	if err := os.WriteFile(bad, []byte("diff --git a/bpf/x b/bpf/x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := buildAblation(bad, "../../bpf", t.TempDir()); err == nil || !strings.Contains(err.Error(), "first line") {
+		t.Errorf("a patch without a description: %v", err)
+	}
+}
+
+// buildReal builds bench_floors.c as the ablations are built, unpatched.
+func buildReal(t *testing.T) []byte {
+	t.Helper()
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.patch")
+	// git apply refuses an empty patch: one that adds a file the build
+	// never reads.
+	if err := os.WriteFile(empty, []byte("nothing taken out\n\ndiff --git a/bpf/unused.h b/bpf/unused.h\nnew file mode 100644\n--- /dev/null\n+++ b/bpf/unused.h\n@@ -0,0 +1 @@\n+/* unused */\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, obj, err := buildAblation(empty, "../../bpf", dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestAblateSection: the section carries its markers, a row per
+// ablation and the target's budget over the floor.
+func TestAblateSection(t *testing.T) {
+	r := report{Target: 1.3, Backends: 16, Rounds: 3, Repeat: 10,
+		Results:   []dataplane.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
+		Ablations: []ablation{{Patch: "1-svc", What: "The service lookup", WithoutNs: 29, LBNs: 32, SavedNs: 3.5, WithoutOverFloor: 1.76}}}
+	s := ablateSection(r, "lb-x.json")
+	if err := benchutil.CheckSection(s, ablateBegin, ablateEnd); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"| The service lookup | `1-svc` | 29 | 32 | 3.5 | 1.76x |", "leaves the LB path 4.8 ns over this run's floor 2 (16 ns) on best rounds; the real path takes 16 ns more"} {
+		if !strings.Contains(s, want) {
+			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+func TestPairedDiff(t *testing.T) {
+	if d := pairedDiff([]float64{10, 12, 30}, []float64{9, 10, 11}); d != 2 {
+		t.Errorf("pairedDiff = %v, want 2 (the median of 1, 2, 19)", d)
+	}
+	if d := pairedDiff(nil, []float64{1}); d != 0 {
+		t.Errorf("pairedDiff of nothing = %v", d)
 	}
 }
