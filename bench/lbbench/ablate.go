@@ -124,9 +124,12 @@ func buildAblation(patch, bpfDir, dir string) (string, string, error) {
 		return "", "", err
 	}
 	// Outside a repository, git apply patches the files under its
-	// working directory, as patch -p1 would.
+	// working directory, as patch -p1 would. The ceiling keeps it from
+	// finding one above dir (a TMPDIR inside a checkout), where it would
+	// patch paths from that repository's top instead.
 	apply := exec.Command("git", "apply", abs)
 	apply.Dir = dir
+	apply.Env = append(os.Environ(), "GIT_CEILING_DIRECTORIES="+filepath.Dir(dir))
 	if out, err := apply.CombinedOutput(); err != nil {
 		return "", "", fmt.Errorf("%s no longer applies to %s (update it with the sources): %v: %s", name, bpfDir, err, out)
 	}

@@ -2,11 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -59,8 +62,9 @@ func TestMatrixSection(t *testing.T) {
 
 // TestAblationPatchesBuild: every ablation patch still applies to bpf/
 // and builds, and says first what it takes out; a change to the LB path
-// that a patch no longer fits fails here, not in `make bench`. The built
-// object differs from the real one, so each patch takes something out.
+// that a patch no longer fits fails here, not in `make bench`. Each
+// patch changes the LB path's instructions (against the same build of
+// the unpatched sources), so each takes something out.
 func TestAblationPatchesBuild(t *testing.T) {
 	for _, tool := range []string{"git", "clang"} {
 		if _, err := exec.LookPath(tool); err != nil {
@@ -71,26 +75,18 @@ func TestAblationPatchesBuild(t *testing.T) {
 	if err != nil || len(patches) < 5 {
 		t.Fatalf("ablation patches: %v, %v", patches, err)
 	}
-	// The real object, built the same way from an empty patch's copy.
-	var real []byte
+	// A patch that changes no source: its LB path is the real one.
+	noop := filepath.Join(t.TempDir(), "noop.patch")
+	if err := os.WriteFile(noop, []byte("nothing taken out\n\ndiff --git a/bpf/unused.h b/bpf/unused.h\nnew file mode 100644\n--- /dev/null\n+++ b/bpf/unused.h\n@@ -0,0 +1 @@\n+/* unused */\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	real := lbInstructions(t, noop)
+	if again := lbInstructions(t, noop); !bytes.Equal(again, real) {
+		t.Fatal("two builds of the same sources differ: the comparison below would mean nothing")
+	}
 	for _, p := range patches {
-		dir := t.TempDir()
-		what, obj, err := buildAblation(p, "../../bpf", dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if what == "" {
-			t.Errorf("%s: no description", p)
-		}
-		b, err := os.ReadFile(obj)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if real == nil {
-			real = buildReal(t)
-		}
-		if bytes.Equal(b, real) {
-			t.Errorf("%s: the object is the real one's: the patch takes nothing out", p)
+		if bytes.Equal(lbInstructions(t, p), real) {
+			t.Errorf("%s: the LB path is the real one's: the patch takes nothing out", p)
 		}
 	}
 	bad := filepath.Join(t.TempDir(), "bad.patch")
@@ -102,25 +98,31 @@ func TestAblationPatchesBuild(t *testing.T) {
 	}
 }
 
-// buildReal builds bench_floors.c as the ablations are built, unpatched.
-func buildReal(t *testing.T) []byte {
+// lbInstructions builds patch over bpf/ and returns bench_lb's
+// instructions as bytes (the object itself differs from build to build:
+// its debug information names the temporary directory).
+func lbInstructions(t *testing.T, patch string) []byte {
 	t.Helper()
-	dir := t.TempDir()
-	empty := filepath.Join(dir, "empty.patch")
-	// git apply refuses an empty patch: one that adds a file the build
-	// never reads.
-	if err := os.WriteFile(empty, []byte("nothing taken out\n\ndiff --git a/bpf/unused.h b/bpf/unused.h\nnew file mode 100644\n--- /dev/null\n+++ b/bpf/unused.h\n@@ -0,0 +1 @@\n+/* unused */\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	_, obj, err := buildAblation(empty, "../../bpf", dir)
+	what, obj, err := buildAblation(patch, "../../bpf", t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(obj)
+	if what == "" {
+		t.Errorf("%s: no description", patch)
+	}
+	spec, err := ebpf.LoadCollectionSpec(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return b
+	prog, ok := spec.Programs["bench_lb"]
+	if !ok {
+		t.Fatalf("%s: no bench_lb", patch)
+	}
+	var b bytes.Buffer
+	if err := prog.Instructions.Marshal(&b, binary.LittleEndian); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 // TestAblateSection: the section carries its markers, a row per
