@@ -32,6 +32,12 @@ type runInfo struct {
 	Go      string `json:"go"`
 }
 
+// docLine says in a generated section what made its figures: command,
+// date, machine, kernel and Go.
+func (r runInfo) docLine() string {
+	return fmt.Sprintf("`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s", r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go)
+}
+
 func thisRun() runInfo {
 	return runInfo{
 		Date:    time.Now().UTC().Format(time.RFC3339),
@@ -307,8 +313,8 @@ func rewriteDoc(path string, r report, jsonName string) error {
 		return fmt.Errorf("%s: no %q ... %q section to rewrite", path, docBegin, docEnd)
 	}
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\n\n`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s; %d backends, %d rounds of %d runs, interleaved. Raw data: `bench/results/%s`.\n\n",
-		docBegin, r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Backends, r.Rounds, r.Repeat, jsonName)
+	fmt.Fprintf(&t, "%s\n\n%s; %d backends, %d rounds of %d runs, interleaved. Raw data: `bench/results/%s`.\n\n",
+		docBegin, r.docLine(), r.Backends, r.Rounds, r.Repeat, jsonName)
 	t.WriteString("| program | best round (ns/packet) | median (ns/packet) | net of harness (ns) | what it does |\n|---|---:|---:|---:|---|\n")
 	for _, x := range r.Results {
 		fmt.Fprintf(&t, "| `%s` | %.0f | %.0f | %.0f | %s |\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
@@ -332,8 +338,8 @@ const (
 // the backend program.
 func backendSection(r report, jsonName string) string {
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\n\n`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s; %d rounds of %d runs, interleaved. Raw data: `bench/results/%s` (`backend`).\n\n",
-		backendBegin, r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.Rounds, r.Repeat, jsonName)
+	fmt.Fprintf(&t, "%s\n\n%s; %d rounds of %d runs, interleaved. Raw data: `bench/results/%s` (`backend`).\n\n",
+		backendBegin, r.docLine(), r.Rounds, r.Repeat, jsonName)
 	t.WriteString("| case | best round (ns/packet) | median (ns/packet) | net of harness (ns) | / `gue`, best rounds | verdict | what it does |\n|---|---:|---:|---:|---:|---|---|\n")
 	for _, x := range r.Backend.Results {
 		over := ""

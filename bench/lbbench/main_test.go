@@ -141,12 +141,3 @@ func TestAblateSection(t *testing.T) {
 		}
 	}
 }
-
-func TestPairedDiff(t *testing.T) {
-	if d := pairedDiff([]float64{10, 12, 30}, []float64{9, 10, 11}); d != 2 {
-		t.Errorf("pairedDiff = %v, want 2 (the median of 1, 2, 19)", d)
-	}
-	if d := pairedDiff(nil, []float64{1}); d != 0 {
-		t.Errorf("pairedDiff of nothing = %v", d)
-	}
-}

@@ -22,8 +22,8 @@ const (
 // packet rate one core would reach; then the worst ratio of the hits.
 func matrixSection(r report, jsonName, png, doc string) string {
 	var t strings.Builder
-	fmt.Fprintf(&t, "%s\n\n`%s` (as root), run of %s on %s (%d CPUs), kernel %s, %s; %d rounds of %d runs per case, the LB program, its floor and the harness interleaved. Raw data: `bench/results/%s` (`matrix`).\n\n",
-		matrixBegin, r.Command, r.Date, r.CPU, r.CPUs, r.Kernel, r.Go, r.MatrixRounds, r.MatrixRepeat, jsonName)
+	fmt.Fprintf(&t, "%s\n\n%s; %d rounds of %d runs per case, the LB program, its floor and the harness interleaved. Raw data: `bench/results/%s` (`matrix`).\n\n",
+		matrixBegin, r.docLine(), r.MatrixRounds, r.MatrixRepeat, jsonName)
 	t.WriteString("| case | LB, best round (ns/packet) | median | floor (ns/packet) | LB / floor, best rounds | LB / floor, paired rounds | one core (Mpps) | service's index probes |\n|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	worst, worstCase := 0.0, ""
 	worstPaired, worstPairedCase := 0.0, ""

@@ -286,6 +286,17 @@ func PairedRatio(a, b []float64) float64 {
 	return median(q)
 }
 
+// PairedDiff is the median over rounds of a's round less b's: what one
+// program takes longer than another, each round against the round that
+// met the same disturbances.
+func PairedDiff(a, b []float64) float64 {
+	var d []float64
+	for i := range min(len(a), len(b)) {
+		d = append(d, a[i]-b[i])
+	}
+	return median(d)
+}
+
 func median(v []float64) float64 {
 	if len(v) == 0 {
 		return 0

@@ -94,3 +94,15 @@ func TestLoadOtherMaps(t *testing.T) {
 		t.Error("a variant whose svc_retired has another size was not refused")
 	}
 }
+
+func TestPairedDiff(t *testing.T) {
+	if d := PairedDiff([]float64{10, 12, 30}, []float64{9, 10, 11}); d != 2 {
+		t.Errorf("PairedDiff = %v, want 2 (the median of 1, 2, 19)", d)
+	}
+	if d := PairedDiff([]float64{10, 12}, []float64{9, 9, 9}); d != 2 {
+		t.Errorf("PairedDiff over the shorter one's rounds = %v, want 2 (the median of 1, 3)", d)
+	}
+	if d := PairedDiff(nil, []float64{1}); d != 0 {
+		t.Errorf("PairedDiff of nothing = %v", d)
+	}
+}
