@@ -7,7 +7,8 @@
 //   - reload: the time from a configuration write to the data plane
 //     updated, with the agent polling the file and with SIGHUP;
 //   - reconcile: Apply of 1000 services × 100 backends on a real data
-//     plane, cold, unchanged, one backend changed, every service changed;
+//     plane, cold, unchanged, one backend changed, every service changed,
+//     and an agent restarted on its pinned maps;
 //   - prober: the health prober's CPU use for 1000 backends at 1 s.
 //
 // It removes everything it creates (lab, namespaces, processes, pins),

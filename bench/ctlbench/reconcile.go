@@ -117,20 +117,25 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 		}
 	}()
 	var d *dataplane.Dataplane
+	opts := dataplane.Options{
+		Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: pin,
+		AttachMode: config.AttachAuto, TableSize: o.tableSize, MaxBackends: o.maxBackends,
+	}
 	err = netns.Do(ns, func() error {
 		var err error
-		d, err = dataplane.Open(dataplane.Options{
-			Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: pin,
-			AttachMode: config.AttachAuto, TableSize: o.tableSize, MaxBackends: o.maxBackends,
-		})
+		d, err = dataplane.Open(opts)
 		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open the data plane: %w", err)
 	}
 	defer func() {
-		// Handles first: Cleanup needs the pin path unused.
-		cerr := d.Close()
+		// Handles first: Cleanup needs the pin path unused. d is nil
+		// when a restart failed to open it again.
+		var cerr error
+		if d != nil {
+			cerr = d.Close()
+		}
 		if cerr == nil {
 			cerr = dataplane.Cleanup(pin)
 		}
@@ -226,11 +231,64 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 			return nil, err
 		}
 	}
+	// A restarted agent: the data plane closed (its program keeps
+	// forwarding on the pinned maps) and opened again, a new reconciler
+	// adopting what is pinned, and the configuration it last ran applied:
+	// nothing to swap. Timed from Open to Apply's return, which is how
+	// long a restarted agent takes before a change can reach the data
+	// plane.
+	restart := Case{Name: "restart", What: "a new agent on the pinned maps (Open, adopt, Apply of the same configuration): nothing to swap"}
+	for range o.runs {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := d.Close(); err != nil {
+			return nil, fmt.Errorf("restart: close: %w", err)
+		}
+		d = nil
+		runtime.GC()
+		cpu0, t0 := cpuTime(), time.Now()
+		err = netns.Do(ns, func() error {
+			var err error
+			d, err = dataplane.Open(opts)
+			return err
+		})
+		if err != nil {
+			return nil, fmt.Errorf("restart: open the data plane: %w", err)
+		}
+		before, err := tableIDs(watch)
+		if err != nil {
+			return nil, err
+		}
+		if rec, err = agent.NewReconciler(d, slog.New(slog.DiscardHandler)); err != nil {
+			return nil, fmt.Errorf("restart: %w", err)
+		}
+		if err := rec.Apply(gen.cur); err != nil {
+			return nil, fmt.Errorf("restart: %w", err)
+		}
+		wall, cpu := time.Since(t0), cpuTime()-cpu0
+		after, err := tableIDs(watch)
+		if err != nil {
+			return nil, err
+		}
+		changed := 0
+		for id, t := range after {
+			if before[id] != t {
+				changed++
+			}
+		}
+		if len(after) != o.services || changed != 0 {
+			return nil, fmt.Errorf("restart: %d services installed, %d tables swapped; want %d and 0", len(after), changed, o.services)
+		}
+		restart.WallMs, restart.CPUMs = append(restart.WallMs, benchutil.Ms(wall)), append(restart.CPUMs, benchutil.Ms(cpu))
+		restart.TablesChanged = append(restart.TablesChanged, changed)
+		progress(fmt.Sprintf("reconcile: restart: %.0f ms (CPU %.0f ms), %d tables swapped", benchutil.Ms(wall), benchutil.Ms(cpu), changed))
+	}
 	if res.Swap, err = measureSwap(o.tableSize, 20); err != nil {
 		return nil, err
 	}
 	progress(fmt.Sprintf("reconcile: one table swap: fill %.1f ms, outer map update %.1f ms (medians of %d)", res.Swap.Fill.P50, res.Swap.Put.P50, res.Swap.Runs))
-	for _, c := range []*Case{&cold, &same, &one, &all} {
+	for _, c := range []*Case{&cold, &same, &one, &all, &restart} {
 		c.Wall = benchutil.Summarize(c.WallMs)
 		res.Cases = append(res.Cases, *c)
 	}

@@ -93,7 +93,7 @@ func markdown(r *Report, jsonName, img string) string {
 		if rc.TableSizeNote != "" {
 			p("**Not the default table size:** %s. ", rc.TableSizeNote)
 		}
-		p("The configuration (%.1f MiB of YAML) parses in %s ms. Wall and CPU time (user + system of the process) of `Apply`; the tables swapped are counted from outside through the pinned maps.\n\n", rc.ConfigMiB, benchutil.FmtMs(rc.ParseMs))
+		p("The configuration (%.1f MiB of YAML) parses in %s ms. Wall and CPU time (user + system of the process) of `Apply` (for a restart, of `dataplane.Open`, `agent.NewReconciler` and `Apply` together); the tables swapped are counted from outside through the pinned maps.\n\n", rc.ConfigMiB, benchutil.FmtMs(rc.ParseMs))
 		p("| Apply | runs | wall ms (median) | wall ms (max) | CPU ms (median) | tables swapped | wall ms per table |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range rc.Cases {
 			cpu := benchutil.Summarize(c.CPUMs)

@@ -51,11 +51,21 @@ type ownerReader interface {
 	BackendOwners() (map[uint32]uint32, error)
 }
 
+// tableKeeper is implemented by data planes that record what each
+// installed table was built from, as *dataplane.Dataplane does. An agent
+// restarted on pinned maps then keeps each unchanged table without
+// building it again to compare it (dataplane.KeepService says what that
+// saves).
+type tableKeeper interface {
+	KeepService(s dataplane.Service, names []uint32) error
+}
+
 // The real data plane provides everything the agent uses.
 var (
 	_ Dataplane    = (*dataplane.Dataplane)(nil)
 	_ ownerReader  = (*dataplane.Dataplane)(nil)
 	_ backendLimit = (*dataplane.Dataplane)(nil)
+	_ tableKeeper  = (*dataplane.Dataplane)(nil)
 )
 
 // noBackend fills the table of a service that has no backend with a weight
@@ -460,8 +470,9 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 }
 
 // write builds the table of change c and installs it with the service's
-// entry. It touches nothing of the Reconciler's own state, so several
-// run at once.
+// entry, or installs the entry with the table the service has if that
+// was built from the same (tableKeeper). It touches nothing of the
+// Reconciler's own state, so several run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
 	// The tables of daisy-chained services are kept: the next change
 	// needs this one for its hints.
@@ -469,11 +480,27 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if c.encap == dataplane.EncapGUEHint {
 		tables = r.tables
 	}
-	table, err := buildTable(tables, c.members, c.ids, m)
-	if err != nil {
+	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
+		Origin: tableOrigin(c.members, c.ids, m)}
+	if tk, ok := r.dp.(tableKeeper); ok && tables == nil {
+		// The installed table, if it was built from the same: after a
+		// restart, most are. (A daisy-chained service's hints need its
+		// table built in tables anyway.) If the data plane cannot keep
+		// it, for whatever reason, the table is built and upserted.
+		var names []uint32
+		for i, b := range c.members {
+			if b.Weight > 0 {
+				names = append(names, c.ids[i])
+			}
+		}
+		if tk.KeepService(svc, names) == nil {
+			return nil
+		}
+	}
+	var err error
+	if svc.Table, err = buildTable(tables, c.members, c.ids, m); err != nil {
 		return err
 	}
-	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Table: table, Stateful: c.stateful}
 	if c.encap == dataplane.EncapGUEHint {
 		if svc.Chain, svc.Generation, err = chainSlots(tables, c.members, c.past, m); err != nil {
 			return err
@@ -763,6 +790,19 @@ func buildTable(tables *chain.Tables, members []maglev.Backend, ids []uint32, m 
 		table[i] = ids[idx]
 	}
 	return table, nil
+}
+
+// tableOrigin identifies everything buildTable builds a table of m slots
+// from when it keeps none (tables nil): the members, in order, with their
+// weights and backend IDs. The Maglev table of a member set never changes
+// (maglev.TestGolden), so equal origins mean equal tables; a change to
+// what buildTable does must change the label.
+func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) dataplane.Origin {
+	b := fmt.Appendf(nil, "maglev m=%d", m)
+	for i, mb := range members {
+		b = fmt.Appendf(b, "\x00%s w=%d id=%d", mb.Key, mb.Weight, ids[i])
+	}
+	return dataplane.OriginOf(b)
 }
 
 // chainSlots computes the daisy-chaining hints of the table of members,

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -87,10 +88,32 @@ func tableIDs(t *testing.T, pin string) map[uint32]ebpf.MapID {
 	return out
 }
 
+// keeping is the real data plane, counting the tables it keeps for an
+// agent that would otherwise build them (KeepService), and the tables the
+// agent built and upserted.
+type keeping struct {
+	*dataplane.Dataplane
+	n, upserts atomic.Int32
+}
+
+func (k *keeping) UpsertService(s dataplane.Service) error {
+	k.upserts.Add(1)
+	return k.Dataplane.UpsertService(s)
+}
+
+func (k *keeping) KeepService(s dataplane.Service, names []uint32) error {
+	err := k.Dataplane.KeepService(s, names)
+	if err == nil {
+		k.n.Add(1)
+	}
+	return err
+}
+
 // TestRestartKeepsTables: an agent restarted on the pinned state of one
 // with the same configuration writes no table and keeps every service's
-// and backend's ID (and so its counters); one restarted with a changed
-// configuration writes only the changed service's table.
+// and backend's ID (and so its counters), and builds no table either: it
+// keeps each as it is; one restarted with a changed configuration writes
+// only the changed service's table, and keeps the others unbuilt.
 func TestRestartKeepsTables(t *testing.T) {
 	env := newRealDataplane(t)
 	cfg := cfgOf(
@@ -99,14 +122,15 @@ func TestRestartKeepsTables(t *testing.T) {
 		dns(be("10.0.3.2", 1), be("10.0.3.5", 1)),
 		svc("api", "10.99.0.1", 443, config.TCP, config.DSRGUE, be("10.0.3.2", 1), be("10.0.3.6", 0)),
 	)
+	var dp *keeping
 	start := func() (*dataplane.Dataplane, *Reconciler) {
 		t.Helper()
-		d := env.open()
-		r, err := NewReconciler(d, quiet)
+		dp = &keeping{Dataplane: env.open()}
+		r, err := NewReconciler(dp, quiet)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return d, r
+		return dp.Dataplane, r
 	}
 	backendIDs := func(r *Reconciler, cfg *config.Config) map[string]map[netip.AddrPort]uint32 {
 		out := map[string]map[netip.AddrPort]uint32{}
@@ -128,12 +152,18 @@ func TestRestartKeepsTables(t *testing.T) {
 	if len(tables) != len(cfg.Services) {
 		t.Fatalf("%d tables, want %d", len(tables), len(cfg.Services))
 	}
+	if n := dp.n.Load(); n != 0 {
+		t.Errorf("the first agent kept %d tables unbuilt, want none: there were none", n)
+	}
 	d.Close()
 
 	d, r = start()
 	mustApply(t, r, cfg)
 	if got := tableIDs(t, env.pin); !maps.Equal(got, tables) {
 		t.Errorf("restart with the same configuration: tables %v, were %v: want none written", got, tables)
+	}
+	if n, u := dp.n.Load(), dp.upserts.Load(); n != int32(len(cfg.Services)) || u != 0 {
+		t.Errorf("restart with the same configuration: %d tables kept unbuilt and %d built, want all %d kept", n, u, len(cfg.Services))
 	}
 	if got := backendIDs(r, cfg); !maps.EqualFunc(got, ids, maps.Equal) {
 		t.Errorf("restart: IDs %v, were %v", got, ids)
@@ -149,6 +179,9 @@ func TestRestartKeepsTables(t *testing.T) {
 	d, r = start()
 	mustApply(t, r, changed)
 	webID, _, _ := r.ids(keyOf(t, changed.Services[0]))
+	if n, u := dp.n.Load(), dp.upserts.Load(); n != int32(len(changed.Services)-1) || u != 1 {
+		t.Errorf("restart with web changed: %d tables kept unbuilt and %d built, want %d kept (all but web's) and 1", n, u, len(changed.Services)-1)
+	}
 	got := tableIDs(t, env.pin)
 	for id, table := range tables {
 		if (got[id] != table) != (id == webID) {

@@ -52,6 +52,24 @@ type Service struct {
 	// chain. Flows the conntrack table cannot hold, or that began on
 	// another instance, follow the table.
 	Stateful bool
+	// Origin identifies what the caller built Table from (OriginOf;
+	// zero: unknown). UpsertService records it with the installed
+	// table, and KeepService keeps that table for it.
+	Origin Origin
+}
+
+// Origin identifies what a table was built from, in the caller's terms:
+// equal origins must mean equal tables.
+type Origin [16]byte
+
+// OriginOf is the origin of a table built from what b describes: a
+// 128-bit sum of b, never zero.
+func OriginOf(b []byte) Origin {
+	o := Origin(sum128("xlb table origin v1", len(b), b))
+	if o == (Origin{}) {
+		o[0] = 1
+	}
+	return o
 }
 
 // ChainSlot is a table slot's daisy-chain hint: the slot's previous

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"errors"
 	"fmt"
 
 	"github.com/cilium/ebpf"
@@ -49,29 +48,13 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 	if m.MaxEntries() != SvcSlots {
 		return fmt.Errorf("read service index: it has %d slots, want %d", m.MaxEntries(), SvcSlots)
 	}
-	// In batches: the index has a quarter of a million slots, one
-	// system call each would take the better part of a second.
-	const batch = 16384
-	keys := make([]uint32, batch)
-	vals := make([]lbSvcSlot, batch)
-	var cursor ebpf.MapBatchCursor
-	for at := 0; ; {
-		n, err := m.BatchLookup(&cursor, keys, vals, nil)
-		for i := range n {
-			if keys[i] < SvcSlots {
-				x.slots[keys[i]] = vals[i]
-			}
+	err := eachInArray(m, func(k uint32, v *lbSvcSlot) {
+		if k < SvcSlots {
+			x.slots[k] = *v
 		}
-		at += n
-		if errors.Is(err, ebpf.ErrKeyNotExist) || (err == nil && at >= SvcSlots) {
-			break
-		}
-		if err != nil {
-			return fmt.Errorf("read service index: %w", err)
-		}
-		if n == 0 {
-			return fmt.Errorf("read service index: the kernel returned no slots after %d of %d", at, SvcSlots)
-		}
+	})
+	if err != nil {
+		return fmt.Errorf("read service index: %w", err)
 	}
 	for i, s := range x.slots {
 		if s.Vip == 0 {

@@ -41,10 +41,16 @@ import (
 const sumsPin = "xlb_table_sums"
 
 // tableSum is one service's record, indexed by service ID. Inner 0: none.
+// Origin is what the caller built the table from (Service.Origin; zero:
+// unknown), so that a restarted agent can read a table back instead of
+// building it again (KeepService). It took the second half of what was
+// a 32-byte Sum whose second half was always zero: the map kept its
+// shape, and an older agent's records read as records without an origin.
 type tableSum struct {
-	Inner uint32
-	Pad   uint32
-	Sum   [digestSize]byte
+	Inner  uint32
+	Pad    uint32
+	Sum    [digestSize]byte
+	Origin Origin
 }
 
 // sumSpec is the record map's shape.
@@ -90,7 +96,7 @@ func openSums(pinPath string) (*ebpf.Map, error) {
 
 // digestSize is the size of a record's digest; the record map's value
 // size depends on it.
-const digestSize = 32
+const digestSize = 16
 
 // digest identifies a table's entries, in slot order, as the program
 // reads them (host byte order: records never leave their host). It is
@@ -105,7 +111,7 @@ func digest(entries []uint64) [digestSize]byte {
 }
 
 // sum128 is two 64-bit xxHash sums under different seeds of label, n and
-// body, in the first 16 bytes of a digest.
+// body.
 func sum128(label string, n int, body []byte) [digestSize]byte {
 	head := binary.LittleEndian.AppendUint32(append([]byte(label), 0), uint32(n))
 	var out [digestSize]byte
@@ -127,16 +133,58 @@ func words[T uint64 | chainEntry](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
 }
 
-// installedAs reports whether service id's current table is the inner
-// map its record names, filled with entries of digest sum. A record that
-// cannot be read counts as none: the table is then written again. Called
-// with service id's lock held.
-func (d *Dataplane) installedAs(id uint32, sum [digestSize]byte) bool {
+// keepTable reports whether service id's current table is the inner map
+// its record names, filled with entries of digest sum; if so, it records
+// origin as what the table was built from, unless the record says so
+// already. A record that cannot be read counts as none: the table is then
+// written again. Called with service id's lock held.
+func (d *Dataplane) keepTable(id uint32, sum [digestSize]byte, origin Origin) bool {
 	if d.sums == nil {
 		return false
 	}
 	var rec tableSum
 	if err := d.sums.Lookup(id, &rec); err != nil || rec.Inner == 0 || rec.Sum != sum {
+		return false
+	}
+	var cur ebpf.MapID
+	if err := d.objs.MaglevTables.Lookup(id, &cur); err != nil || uint32(cur) != rec.Inner {
+		return false
+	}
+	if rec.Origin != origin {
+		// Best effort, as record: without it, the next agent builds
+		// this table once more to compare.
+		rec.Origin = origin
+		_ = d.sums.Put(id, rec)
+	}
+	return true
+}
+
+// record notes that inner, now service id's table, holds entries with
+// digest sum, built from origin. Without it, the next agent rewrites the
+// table once: a failure costs time, not correctness, so it is not
+// reported. Called with service id's lock held.
+func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, origin Origin) {
+	if d.sums == nil {
+		return
+	}
+	info, err := inner.Info()
+	if err != nil {
+		return
+	}
+	if mid, ok := info.ID(); ok {
+		_ = d.sums.Put(id, tableSum{Inner: uint32(mid), Sum: sum, Origin: origin})
+	}
+}
+
+// builtFrom reports whether service id's current table is the inner map
+// its record names, built from origin. Called with service id's lock
+// held.
+func (d *Dataplane) builtFrom(id uint32, origin Origin) bool {
+	if d.sums == nil || origin == (Origin{}) {
+		return false
+	}
+	var rec tableSum
+	if err := d.sums.Lookup(id, &rec); err != nil || rec.Inner == 0 || rec.Origin != origin {
 		return false
 	}
 	var cur ebpf.MapID
@@ -146,21 +194,24 @@ func (d *Dataplane) installedAs(id uint32, sum [digestSize]byte) bool {
 	return uint32(cur) == rec.Inner
 }
 
-// record notes that inner, now service id's table, holds entries with
-// digest sum. Without it, the next agent rewrites the table once: a
-// failure costs time, not correctness, so it is not reported. Called with
-// service id's lock held.
-func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte) {
-	if d.sums == nil {
-		return
-	}
-	info, err := inner.Info()
+// readInner reads the backend IDs of the Maglev table in inner map id.
+func (d *Dataplane) readInner(id ebpf.MapID) ([]uint32, error) {
+	inner, err := ebpf.NewMapFromID(id)
 	if err != nil {
-		return
+		return nil, err
 	}
-	if mid, ok := info.ID(); ok {
-		_ = d.sums.Put(id, tableSum{Inner: uint32(mid), Sum: sum})
+	defer inner.Close()
+	if inner.MaxEntries() != d.tableSize || inner.ValueSize() != 8 {
+		return nil, fmt.Errorf("inner map %d: %d entries of %d bytes, want %d of 8", id, inner.MaxEntries(), inner.ValueSize(), d.tableSize)
 	}
+	table := make([]uint32, d.tableSize)
+	err = readTable(inner, func(src []byte, i int) {
+		table[i] = uint32(binary.NativeEndian.Uint64(src))
+	})
+	if err != nil {
+		return nil, err
+	}
+	return table, nil
 }
 
 // forget clears service id's record. A record left behind names a map

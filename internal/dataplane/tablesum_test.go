@@ -1,10 +1,12 @@
 package dataplane
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sync"
 	"testing"
@@ -156,6 +158,125 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(pin, sumsPin)); err != nil {
 		t.Errorf("records not pinned: %v", err)
 	}
+}
+
+// TestKeepService: KeepService keeps the table a service has when it was
+// upserted from the same origin, also after a restart on the pinned maps,
+// and changes the service's entry (its encapsulation) without touching
+// the table; it refuses, changing nothing, for another origin or the zero
+// one, a table swapped in since (with another origin, without one, or
+// without a record), a backend the table may name that does not count for
+// the service yet, a service it does not know, and a daisy-chained one. A
+// table kept by an upsert that names an origin its record lacked (an older
+// agent's record) is kept by origin from then on.
+func TestKeepService(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
+	d, err := openIn(t, f.name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	w, err := WatchTables(pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	for i, a := range []netip.Addr{fxBackend, netip.MustParseAddr("10.0.3.3"), netip.MustParseAddr("10.0.3.4")} {
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := ServiceKey{fxVIP, 80, ProtoTCP}
+	tableA := make([]uint32, fxTableSize)
+	for i := range tableA {
+		tableA[i] = uint32(i % 2)
+	}
+	tableB := slices.Clone(tableA)
+	tableB[1] = 0
+	originA, originB := OriginOf([]byte("a")), OriginOf([]byte("b"))
+	if originA == originB || originA == (Origin{}) {
+		t.Fatalf("origins %x and %x: want two different, non-zero ones", originA, originB)
+	}
+	names := []uint32{0, 1}
+	upsert := func(table []uint32, origin Origin) {
+		t.Helper()
+		if err := d.UpsertService(Service{ID: 5, Key: key, Encap: EncapIPIP, Table: table, Origin: origin}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// keep asks to keep service 5's table with encapsulation encap and
+	// checks the answer, the table and the entry.
+	keep := func(what string, origin Origin, encap Encap, names []uint32, want bool) {
+		t.Helper()
+		before, _ := w.TableID(5)
+		svcs, _ := d.Services()
+		err := d.KeepService(Service{ID: 5, Key: key, Encap: encap, Origin: origin}, names)
+		if want && err != nil || !want && !errors.Is(err, ErrNotKept) {
+			t.Errorf("%s: KeepService: %v, want kept: %v", what, err, want)
+		}
+		if after, _ := w.TableID(5); after != before {
+			t.Errorf("%s: inner map %d replaced by %d: KeepService never writes a table", what, before, after)
+		}
+		now, _ := d.Services()
+		switch {
+		case want && (len(now) != 1 || now[0].Encap != encap):
+			t.Errorf("%s: services %+v, want service 5 with encapsulation %d", what, now, encap)
+		case !want && !reflect.DeepEqual(now, svcs):
+			t.Errorf("%s: services %+v, were %+v: want nothing changed", what, now, svcs)
+		}
+	}
+
+	keep("nothing installed", originA, EncapIPIP, names, false)
+	upsert(tableA, originA)
+	keep("same origin", originA, EncapIPIP, names, true)
+	keep("another origin", originB, EncapIPIP, names, false)
+	keep("the zero origin", Origin{}, EncapIPIP, names, false)
+	keep("a backend that counts for no service", originA, EncapIPIP, []uint32{0, 1, 2}, false)
+	keep("a backend that does not exist", originA, EncapIPIP, []uint32{0, 9}, false)
+	keep("daisy-chained", originA, EncapGUEHint, names, false)
+	if err := d.KeepService(Service{ID: MaxServices, Key: key, Encap: EncapIPIP, Origin: originA}, names); err == nil || errors.Is(err, ErrNotKept) {
+		t.Errorf("service ID out of range: %v, want an error of its own", err)
+	}
+	d.Close()
+	if d, err = openIn(t, f.name, opts); err != nil {
+		t.Fatal(err)
+	}
+	keep("after a restart, with another encapsulation", originA, EncapGUE, names, true)
+	if v, _ := f.run(t, d.objs.XlbLbProg, tcpTo(fxVIP, 80).frame(f.mac)); v != xdpTX {
+		t.Errorf("a packet to the kept table: verdict %s, want TX", verdictNames[v])
+	}
+
+	// The same table under a new origin: kept, now for the new origin
+	// only.
+	upsert(tableA, originB)
+	keep("kept under a new origin: the old one", originA, EncapIPIP, names, false)
+	keep("kept under a new origin", originB, EncapIPIP, names, true)
+
+	// Another table: the old origin vouches for nothing any more.
+	upsert(tableB, originA)
+	keep("another table from the first origin", originA, EncapIPIP, names, true)
+	upsert(tableA, Origin{})
+	keep("a table without origin", originA, EncapIPIP, names, false)
+
+	// The record without an origin, as an older agent's: an upsert of
+	// the same table with an origin records it, without a swap.
+	before, _ := w.TableID(5)
+	upsert(tableA, originA)
+	if after, _ := w.TableID(5); after != before {
+		t.Errorf("inner map %d replaced by %d: want the table kept", before, after)
+	}
+	keep("origin recorded for a kept table", originA, EncapIPIP, names, true)
+
+	// A table swapped in by something that keeps no records.
+	entries := make([]uint64, fxTableSize)
+	for i, id := range tableA {
+		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+	}
+	putForeignTable(t, d, 5, entries)
+	keep("a foreign table", originA, EncapIPIP, names, false)
 }
 
 // putForeignTable makes a table of entries service id's, as an agent that
