@@ -17,7 +17,9 @@ import (
 // restarts on pinned maps needed half a minute for a thousand services
 // before its first change could reach the data plane. Table records let
 // UpsertService keep a table that already holds exactly what it is asked
-// to install, without reading it back (a read costs as much as a fill).
+// to install, without reading it back (a read costs as much as a fill);
+// with what the table was built from recorded too, KeepService keeps it
+// without the agent building it at all.
 //
 // A record says which entries an inner map was filled with: (the inner
 // map's ID, a digest of its entries). It is sound because an installed
@@ -42,8 +44,8 @@ const sumsPin = "xlb_table_sums"
 
 // tableSum is one service's record, indexed by service ID. Inner 0: none.
 // Origin is what the caller built the table from (Service.Origin; zero:
-// unknown), so that a restarted agent can read a table back instead of
-// building it again (KeepService). It took the second half of what was
+// unknown), so that a restarted agent can keep a table without building
+// it again (KeepService). It took the second half of what was
 // a 32-byte Sum whose second half was always zero: the map kept its
 // shape, and an older agent's records read as records without an origin.
 type tableSum struct {
@@ -133,21 +135,29 @@ func words[T uint64 | chainEntry](v []T) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&v[0])), len(v)*int(unsafe.Sizeof(v[0])))
 }
 
-// keepTable reports whether service id's current table is the inner map
-// its record names, filled with entries of digest sum; if so, it records
-// origin as what the table was built from, unless the record says so
-// already. A record that cannot be read counts as none: the table is then
-// written again. Called with service id's lock held.
-func (d *Dataplane) keepTable(id uint32, sum [digestSize]byte, origin Origin) bool {
-	if d.sums == nil {
-		return false
-	}
+// installed returns service id's record if it vouches for the table the
+// service has: if it names the inner map the outer map holds for it. A
+// record that cannot be read counts as none. Called with service id's
+// lock held.
+func (d *Dataplane) installed(id uint32) (tableSum, bool) {
 	var rec tableSum
-	if err := d.sums.Lookup(id, &rec); err != nil || rec.Inner == 0 || rec.Sum != sum {
-		return false
+	if d.sums == nil || d.sums.Lookup(id, &rec) != nil || rec.Inner == 0 {
+		return tableSum{}, false
 	}
 	var cur ebpf.MapID
 	if err := d.objs.MaglevTables.Lookup(id, &cur); err != nil || uint32(cur) != rec.Inner {
+		return tableSum{}, false
+	}
+	return rec, true
+}
+
+// keepTable reports whether service id's table holds entries of digest
+// sum, as its record says (installed); if so, it records origin as what
+// the table was built from, unless the record says so already. Otherwise
+// the table is written again. Called with service id's lock held.
+func (d *Dataplane) keepTable(id uint32, sum [digestSize]byte, origin Origin) bool {
+	rec, ok := d.installed(id)
+	if !ok || rec.Sum != sum {
 		return false
 	}
 	if rec.Origin != origin {
@@ -176,22 +186,11 @@ func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, ori
 	}
 }
 
-// builtFrom reports whether service id's current table is the inner map
-// its record names, built from origin. Called with service id's lock
-// held.
+// builtFrom reports whether service id's table was built from origin, as
+// its record says (installed). Called with service id's lock held.
 func (d *Dataplane) builtFrom(id uint32, origin Origin) bool {
-	if d.sums == nil || origin == (Origin{}) {
-		return false
-	}
-	var rec tableSum
-	if err := d.sums.Lookup(id, &rec); err != nil || rec.Inner == 0 || rec.Origin != origin {
-		return false
-	}
-	var cur ebpf.MapID
-	if err := d.objs.MaglevTables.Lookup(id, &cur); err != nil {
-		return false
-	}
-	return uint32(cur) == rec.Inner
+	rec, ok := d.installed(id)
+	return ok && origin != (Origin{}) && rec.Origin == origin
 }
 
 // readInner reads the backend IDs of the Maglev table in inner map id.
