@@ -56,6 +56,7 @@ func run() error {
 	tableSize := flag.Uint("table-size", 65537, "Maglev table size of the reconcile measurement (prime)")
 	runs := flag.Int("runs", 5, "runs of the reconcile cases that change little")
 	fullRuns := flag.Int("full-runs", 2, "runs of the reconcile case that changes every service")
+	daisyChain := flag.Bool("daisy-chain", false, "reconcile daisy-chained services (dsr-gue, flows: daisy-chain), which have a chain table each besides their Maglev table")
 	budget := flag.Duration("timeout", 10*time.Minute, "give up (and clean up) after this long")
 	render := flag.String("render", "", "measure nothing: write the plot and the document section from this JSON result")
 	flag.Parse()
@@ -112,7 +113,7 @@ func run() error {
 			prefix: prefix, services: *services, backends: *backends, tableSize: uint32(*tableSize),
 			// Above services × backends: replacing a backend takes a
 			// new ID before the old one is freed.
-			maxBackends: uint32(*services**backends) + 1024, runs: *runs, fullRuns: *fullRuns,
+			maxBackends: uint32(*services**backends) + 1024, runs: *runs, fullRuns: *fullRuns, daisyChain: *daisyChain,
 		}, progress)
 		if err != nil {
 			return fmt.Errorf("reconcile: %w", err)

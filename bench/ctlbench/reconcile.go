@@ -26,9 +26,12 @@ import (
 // ReconcileResult is the reconcile measurement: one Reconciler on a real,
 // attached data plane, applying configurations of Services × Backends.
 type ReconcileResult struct {
-	Services    int    `json:"services"`
-	Layout      string `json:"layout"`
-	Backends    int    `json:"backends_per_service"`
+	Services int    `json:"services"`
+	Layout   string `json:"layout"`
+	Backends int    `json:"backends_per_service"`
+	// Flows is the services' flows mode when not stateless: daisy-chain
+	// services (dsr-gue) have a chain table besides their Maglev table.
+	Flows       string `json:"flows,omitempty"`
 	TableSize   uint32 `json:"table_size"`
 	MaxBackends uint32 `json:"max_backends"`
 	// TableSizeNote says why the table size is not the default, if so.
@@ -83,6 +86,7 @@ type reconcileOpts struct {
 	maxBackends uint32
 	runs        int // of the unchanged and one-backend cases
 	fullRuns    int // of the every-service case
+	daisyChain  bool
 }
 
 // fallbackTableSize is the prime table size used when the default's
@@ -93,6 +97,9 @@ const fallbackTableSize = 16381
 // loaded and attached to a veth in a namespace of its own.
 func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (res *ReconcileResult, err error) {
 	res = &ReconcileResult{Services: o.services, Layout: serviceLayout, Backends: o.backends, TableSize: o.tableSize, MaxBackends: o.maxBackends}
+	if o.daisyChain {
+		res.Flows = string(config.FlowsDaisyChain)
+	}
 	avail, err := memAvailable()
 	if err != nil {
 		return nil, err
@@ -149,7 +156,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	}
 	defer watch.Close()
 
-	gen := newBigConfig(o.services, o.backends, o.tableSize, o.maxBackends)
+	gen := newBigConfig(o.services, o.backends, o.tableSize, o.maxBackends, o.daisyChain)
 	text := gen.yaml()
 	res.ConfigMiB = benchutil.MiB(uint64(len(text)))
 	t := time.Now()
@@ -352,11 +359,12 @@ func tableIDs(w *dataplane.TableWatch) (map[uint32]ebpf.MapID, error) {
 type bigConfig struct {
 	services, backends     int
 	tableSize, maxBackends uint32
+	daisyChain             bool // every service dsr-gue with flows: daisy-chain
 	cur                    *config.Config
 }
 
-func newBigConfig(services, backends int, tableSize, maxBackends uint32) *bigConfig {
-	return &bigConfig{services: services, backends: backends, tableSize: tableSize, maxBackends: maxBackends}
+func newBigConfig(services, backends int, tableSize, maxBackends uint32, daisyChain bool) *bigConfig {
+	return &bigConfig{services: services, backends: backends, tableSize: tableSize, maxBackends: maxBackends, daisyChain: daisyChain}
 }
 
 // serviceLayout describes the services' keys. A layout of one VIP per
@@ -379,7 +387,11 @@ func (g *bigConfig) yaml() []byte {
 	fmt.Fprintf(&b, "dataplane: {tableSize: %d, maxBackends: %d}\n", g.tableSize, g.maxBackends)
 	b.WriteString("services:\n")
 	for i := range g.services {
-		fmt.Fprintf(&b, "  - name: svc%04d\n    vip: %s\n    port: %d\n    backends:\n", i, g.vip(i), g.port(i))
+		fmt.Fprintf(&b, "  - name: svc%04d\n    vip: %s\n    port: %d\n", i, g.vip(i), g.port(i))
+		if g.daisyChain {
+			b.WriteString("    forwarding: dsr-gue\n    flows: daisy-chain\n")
+		}
+		b.WriteString("    backends:\n")
 		for j := range g.backends {
 			fmt.Fprintf(&b, "      - {address: %s}\n", g.backend(i, j))
 		}

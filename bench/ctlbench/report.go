@@ -90,6 +90,9 @@ func markdown(r *Report, jsonName, img string) string {
 	if rc := r.Reconcile; rc != nil {
 		p("\n### Reconcile: %d services × %d backends\n\n", rc.Services, rc.Backends)
 		p("In-process: `agent.NewReconciler` on a real data plane (`dataplane.Open`, attached to a veth in a namespace of its own) with `maxBackends: %d`, table size %d; services on %s. ", rc.MaxBackends, rc.TableSize, rc.Layout)
+		if rc.Flows != "" {
+			p("Every service has `forwarding: dsr-gue` and `flows: %s`: a chain table besides its Maglev table. ", rc.Flows)
+		}
 		if rc.TableSizeNote != "" {
 			p("**Not the default table size:** %s. ", rc.TableSizeNote)
 		}
@@ -102,6 +105,9 @@ func markdown(r *Report, jsonName, img string) string {
 				per = benchutil.FmtMs(c.Wall.P50 / float64(tables))
 			}
 			p("| %s: %s | %d | %s | %s | %s | %d | %s |\n", c.Name, c.What, c.Wall.N, benchutil.FmtMs(c.Wall.P50), benchutil.FmtMs(c.Wall.Max), benchutil.FmtMs(cpu.P50), tables, per)
+		}
+		if rc.Flows != "" {
+			p("\nThe tables swapped are Maglev tables; chain tables are not counted. The first restart comes after the all-weights changes, of which the configuration carries no history: the agent that made them had recorded them for the hints, a restarted one has not, so it rewrites every chain table (without those hints). The restarts after it keep every table.\n")
 		}
 		if sw := rc.Swap; sw.Runs > 0 {
 			p("\nOne table swap, timed alone %d times on a scratch outer map of the same shape: creating a new %d-slot inner map and writing it through a shared mapping of its memory (`dataplane.NewFilledTable`) takes %s ms (median; p90 %s), and putting it into the outer map %s ms (p90 %s), most of which is the kernel waiting for an RCU grace period: a map-in-map update returns only once no program can still hold the old table. ",

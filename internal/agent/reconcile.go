@@ -53,9 +53,9 @@ type ownerReader interface {
 
 // tableKeeper is implemented by data planes that record what each
 // installed table was built from, as *dataplane.Dataplane does. An agent
-// restarted on pinned maps then keeps each unchanged table without
-// building it again to compare it (dataplane.KeepService says what that
-// saves).
+// restarted on pinned maps then keeps each unchanged table, and a
+// daisy-chained service's chain table, without building them again to
+// compare (dataplane.KeepService says what that saves).
 type tableKeeper interface {
 	KeepService(s dataplane.Service, names []uint32) error
 }
@@ -469,24 +469,24 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 	return errs
 }
 
-// write builds the table of change c and installs it with the service's
-// entry, or installs the entry with the table the service has if that
-// was built from the same (tableKeeper). It touches nothing of the
+// write builds the tables of change c and installs them with the
+// service's entry, or installs the entry with the tables the service has
+// if those were built from the same (tableKeeper). It touches nothing of the
 // Reconciler's own state, so several run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
 	// The tables of daisy-chained services are kept: the next change
 	// needs this one for its hints.
+	hints := c.encap == dataplane.EncapGUEHint
 	var tables *chain.Tables
-	if c.encap == dataplane.EncapGUEHint {
+	if hints {
 		tables = r.tables
 	}
 	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
-		Origin: tableOrigin(c.members, c.ids, m)}
-	if tk, ok := r.dp.(tableKeeper); ok && tables == nil {
-		// The installed table, if it was built from the same: after a
-		// restart, most are. (A daisy-chained service's hints need its
-		// table built in tables anyway.) If the data plane cannot keep
-		// it, for whatever reason, the table is built and upserted.
+		Origin: serviceOrigin(c.members, c.ids, c.past, hints, m)}
+	if tk, ok := r.dp.(tableKeeper); ok {
+		// The installed tables, if they were built from the same:
+		// after a restart, most are. If the data plane cannot keep
+		// them, for whatever reason, they are built and upserted.
 		var names []uint32
 		for i, b := range c.members {
 			if b.Weight > 0 {
@@ -501,7 +501,7 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if svc.Table, err = buildTable(tables, c.members, c.ids, m); err != nil {
 		return err
 	}
-	if c.encap == dataplane.EncapGUEHint {
+	if hints {
 		if svc.Chain, svc.Generation, err = chainSlots(tables, c.members, c.past, m); err != nil {
 			return err
 		}
@@ -792,15 +792,27 @@ func buildTable(tables *chain.Tables, members []maglev.Backend, ids []uint32, m 
 	return table, nil
 }
 
-// tableOrigin identifies everything buildTable builds a table of m slots
-// from when it keeps none (tables nil): the members, in order, with their
-// weights and backend IDs. The Maglev table of a member set never changes
-// (maglev.TestGolden), so equal origins mean equal tables; a change to
-// what buildTable does must change the label.
-func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) dataplane.Origin {
+// serviceOrigin identifies everything write builds a service's tables of
+// m slots from: the members, in order, with their weights and backend
+// IDs, and for a daisy-chained service (hints) its history, whose sets
+// and times make its hints. The Maglev table of a member set never
+// changes (maglev.TestGolden), nor do the hints of a history (their
+// format is the backends' contract, docs/connection-survival.md), so
+// equal origins mean equal tables; a change to what write builds must
+// change the label.
+func serviceOrigin(members []maglev.Backend, ids []uint32, past []chain.Past, hints bool, m uint32) dataplane.Origin {
 	b := fmt.Appendf(nil, "maglev m=%d", m)
 	for i, mb := range members {
 		b = fmt.Appendf(b, "\x00%s w=%d id=%d", mb.Key, mb.Weight, ids[i])
+	}
+	if hints {
+		b = append(b, "\x00hints v1"...)
+		for _, p := range past {
+			b = fmt.Appendf(b, "\x00until=%d", p.Until.UnixNano())
+			for _, mb := range p.Backends {
+				b = fmt.Appendf(b, " %s w=%d", mb.Key, mb.Weight)
+			}
+		}
 	}
 	return dataplane.OriginOf(b)
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/cilium/ebpf"
 
@@ -121,6 +123,7 @@ func TestRestartKeepsTables(t *testing.T) {
 		// 10.0.3.2 serves three services: each keeps its own ID.
 		dns(be("10.0.3.2", 1), be("10.0.3.5", 1)),
 		svc("api", "10.99.0.1", 443, config.TCP, config.DSRGUE, be("10.0.3.2", 1), be("10.0.3.6", 0)),
+		chained("chained", "10.99.0.3", 80, be("10.0.3.3", 1), be("10.0.3.7", 1)),
 	)
 	var dp *keeping
 	start := func() (*dataplane.Dataplane, *Reconciler) {
@@ -149,6 +152,11 @@ func TestRestartKeepsTables(t *testing.T) {
 	d, r := start()
 	mustApply(t, r, cfg)
 	tables, ids := tableIDs(t, env.pin), backendIDs(r, cfg)
+	chainedID, _, _ := r.ids(keyOf(t, cfg.Services[3]))
+	chainTable := chainTableID(t, env.pin, chainedID)
+	if chainTable == 0 {
+		t.Fatal("the daisy-chained service has no chain table")
+	}
 	if len(tables) != len(cfg.Services) {
 		t.Fatalf("%d tables, want %d", len(tables), len(cfg.Services))
 	}
@@ -165,17 +173,20 @@ func TestRestartKeepsTables(t *testing.T) {
 	if n, u := dp.n.Load(), dp.upserts.Load(); n != int32(len(cfg.Services)) || u != 0 {
 		t.Errorf("restart with the same configuration: %d tables kept unbuilt and %d built, want all %d kept", n, u, len(cfg.Services))
 	}
+	if got := chainTableID(t, env.pin, chainedID); got != chainTable {
+		t.Errorf("restart with the same configuration: chain table %d, was %d: want it kept", got, chainTable)
+	}
 	if got := backendIDs(r, cfg); !maps.EqualFunc(got, ids, maps.Equal) {
 		t.Errorf("restart: IDs %v, were %v", got, ids)
 	}
 	bes, _ := d.Backends()
-	if len(bes) != 7 {
-		t.Errorf("%d backends after the restart, want 7 (one per service and backend)", len(bes))
+	if len(bes) != 9 {
+		t.Errorf("%d backends after the restart, want 9 (one per service and backend)", len(bes))
 	}
 	d.Close()
 
 	// Changed while no agent ran: web loses a backend.
-	changed := cfgOf(web(be("10.0.3.2", 1), be("10.0.3.4", 2)), cfg.Services[1], cfg.Services[2])
+	changed := cfgOf(web(be("10.0.3.2", 1), be("10.0.3.4", 2)), cfg.Services[1], cfg.Services[2], cfg.Services[3])
 	d, r = start()
 	mustApply(t, r, changed)
 	webID, _, _ := r.ids(keyOf(t, changed.Services[0]))
@@ -188,7 +199,52 @@ func TestRestartKeepsTables(t *testing.T) {
 			t.Errorf("service ID %d: table %d, was %d; want only web's (ID %d) written", id, got[id], table, webID)
 		}
 	}
-	if bes, _ := d.Backends(); len(bes) != 6 {
-		t.Errorf("%d backends after web lost one, want 6", len(bes))
+	if bes, _ := d.Backends(); len(bes) != 8 {
+		t.Errorf("%d backends after web lost one, want 8", len(bes))
 	}
+	if got := chainTableID(t, env.pin, chainedID); got != chainTable {
+		t.Errorf("restart with web changed: chain table %d, was %d: want it kept", got, chainTable)
+	}
+	d.Close()
+
+	// The daisy-chained service's history changed while no agent ran: its
+	// hints change, with the same backends and the same Maglev table.
+	hist := cfg.Services[3]
+	hist.History = []config.Generation{{Until: time.Unix(1_800_000_000, 0), Backends: []config.Backend{be("10.0.3.3", 1)}}}
+	hist.History[0].Backends[0].Port = hist.Port
+	withHistory := cfgOf(changed.Services[0], cfg.Services[1], cfg.Services[2], hist)
+	d, r = start()
+	mustApply(t, r, withHistory)
+	if n, u := dp.n.Load(), dp.upserts.Load(); n != 3 || u != 1 {
+		t.Errorf("restart with a history added: %d tables kept unbuilt and %d built, want 3 and 1 (the daisy-chained service's)", n, u)
+	}
+	if got := chainTableID(t, env.pin, chainedID); got == chainTable || got == 0 {
+		t.Errorf("restart with a history added: chain table %d, was %d: want a new one", got, chainTable)
+	}
+	if _, gen, err := d.Chain(chainedID); err != nil || gen != 1_800_000_000 {
+		t.Errorf("restart with a history added: chain generation %d (%v), want the history's", gen, err)
+	}
+}
+
+// chained is a daisy-chained service.
+func chained(name, vip string, port uint16, backends ...config.Backend) config.Service {
+	s := svc(name, vip, port, config.TCP, config.DSRGUE, backends...)
+	s.Flows = config.FlowsDaisyChain
+	return s
+}
+
+// chainTableID reads which inner map holds service id's chain table, from
+// the pinned maps (0: none): a new one means the chain was written.
+func chainTableID(t *testing.T, pin string, id uint32) ebpf.MapID {
+	t.Helper()
+	outer, err := ebpf.LoadPinnedMap(filepath.Join(pin, "chain_tables"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outer.Close()
+	var inner ebpf.MapID
+	if err := outer.Lookup(id, &inner); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		t.Fatal(err)
+	}
+	return inner
 }

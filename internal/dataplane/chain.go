@@ -29,12 +29,15 @@ type chainEntry struct {
 }
 
 // chainRecord is what this process last made of a service's chain
-// entry. Unknown until then (after a restart on pinned maps, say): the
-// chain is written again, or deleted, once.
+// entry, so that a service without hints costs no deletion each time it
+// is upserted. Unknown until then (after a restart on pinned maps, say):
+// the chain is deleted once. What a chain table holds is recorded in the
+// pinned chain records (xlb_chain_sums), as tables are in xlb_table_sums
+// (tablesum.go): an agent restarted on an unchanged configuration keeps
+// every chain table, and KeepService even builds none.
 type chainRecord struct {
 	known bool
 	inner ebpf.MapID // 0: no chain installed
-	sum   [digestSize]byte
 }
 
 // chainEntries lays out a service's chain table as the program reads it:
@@ -73,25 +76,40 @@ func (d *Dataplane) checkChain(chain []ChainSlot) error {
 	return nil
 }
 
-// chainDigest identifies a chain's entries, in slot order (sum128; the
-// records live in this process only).
+// chainDigest identifies a chain's entries, in slot order (sum128, in
+// host order: records never leave their host).
 func chainDigest(entries []chainEntry) [digestSize]byte {
 	return sum128("xlb chain v4", len(entries), words(entries))
 }
 
+// chainBuiltFrom reports whether service id's chain table was built from
+// origin, as its pinned record says, and notes what it has. Called with
+// service id's lock held.
+func (d *Dataplane) chainBuiltFrom(id uint32, origin Origin) bool {
+	rec, ok := installedIn(d.chainSums, d.objs.ChainTables, id)
+	if !ok || origin == (Origin{}) || rec.Origin != origin {
+		return false
+	}
+	d.chains[id] = chainRecord{known: true, inner: ebpf.MapID(rec.Inner)}
+	return true
+}
+
 // installChain makes table, chain and generation service id's chain
-// table, keeping the installed inner map when it already holds them.
-// Called with service id's lock held, without d.mu.
-func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32) error {
+// table, built from origin, keeping the installed inner map when its
+// record says it holds them. Called with service id's lock held, without
+// d.mu.
+func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32, origin Origin) error {
 	entries := d.chainEntries(table, chain, generation)
 	sum := chainDigest(entries)
-	rec := &d.chains[id]
-	if rec.known && rec.inner != 0 && rec.sum == sum {
-		var cur ebpf.MapID
-		if err := d.objs.ChainTables.Lookup(id, &cur); err == nil && cur == rec.inner {
-			return nil
+	if rec, ok := installedIn(d.chainSums, d.objs.ChainTables, id); ok && rec.Sum == sum {
+		if rec.Origin != origin {
+			rec.Origin = origin // best effort, as recordInner
+			_ = d.chainSums.Put(id, rec)
 		}
+		d.chains[id] = chainRecord{known: true, inner: ebpf.MapID(rec.Inner)}
+		return nil
 	}
+	rec := &d.chains[id]
 	inner, err := newTable("xlb_chain", uint32(binary.Size(chainEntry{})), d.tableSize+1)
 	if err != nil {
 		return fmt.Errorf("create chain: %w", err)
@@ -111,10 +129,8 @@ func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, g
 	if err := d.objs.ChainTables.Put(id, inner); err != nil {
 		return fmt.Errorf("swap chain: %w", err)
 	}
-	if info, err := inner.Info(); err == nil {
-		if mid, ok := info.ID(); ok {
-			*rec = chainRecord{known: true, inner: mid, sum: sum}
-		}
+	if mid := recordInner(d.chainSums, id, inner, sum, origin); mid != 0 {
+		*rec = chainRecord{known: true, inner: mid}
 	}
 	return nil
 }
@@ -130,6 +146,10 @@ func (d *Dataplane) dropChain(id uint32) error {
 	if err := d.objs.ChainTables.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		*rec = chainRecord{}
 		return fmt.Errorf("delete chain: %w", err)
+	}
+	if d.chainSums != nil {
+		// A record left behind names a map that is gone: harmless.
+		_ = d.chainSums.Put(id, tableSum{})
 	}
 	*rec = chainRecord{known: true}
 	return nil

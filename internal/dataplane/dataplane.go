@@ -56,8 +56,9 @@ type Dataplane struct {
 	addrs     map[uint32]uint32 // mirror of the backends map: id -> wire address
 	owner     ownership         // mirror of the backends map: which service each backend counts for
 	sums      *ebpf.Map         // table records (tablesum.go); nil: none kept
-	// chains records each service's chain entry (chain.go); guarded by
-	// the service's lock in svcMu.
+	chainSums *ebpf.Map         // chain table records (chain.go); nil: none kept
+	// chains says of each service whether it has no chain table for sure
+	// (chain.go); guarded by the service's lock in svcMu.
 	chains [MaxServices]chainRecord
 }
 
@@ -208,8 +209,12 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	if pin {
 		sumsPath = opts.PinPath
 	}
-	if d.sums, err = openSums(sumsPath); err != nil {
+	if d.sums, err = openSums(sumsPath, sumsPin); err != nil {
 		d.objs.Close()
+		return nil, err
+	}
+	if d.chainSums, err = openSums(sumsPath, chainSumsPin); err != nil {
+		d.closeMaps()
 		return nil, err
 	}
 	d.addrs, d.owner = map[uint32]uint32{}, newOwnership()
@@ -331,9 +336,11 @@ func (d *Dataplane) Close() error {
 // closeMaps releases the handles of the program and its maps.
 func (d *Dataplane) closeMaps() error {
 	err := d.objs.Close()
-	if d.sums != nil {
-		err = errors.Join(err, d.sums.Close())
-		d.sums = nil
+	for _, m := range []**ebpf.Map{&d.sums, &d.chainSums} {
+		if *m != nil {
+			err = errors.Join(err, (*m).Close())
+			*m = nil
+		}
 	}
 	return err
 }
@@ -470,7 +477,7 @@ func (d *Dataplane) UpsertService(s Service) error {
 		// hints, its packets read no Maglev table, and the index changes
 		// below, after both swaps: so the two may run side by side. Each
 		// waits out an RCU grace period; together they wait about one.
-		if err := d.installChain(s.ID, entries, s.Chain, s.Generation); err != nil {
+		if err := d.installChain(s.ID, entries, s.Chain, s.Generation, s.Origin); err != nil {
 			table.Wait()
 			return fmt.Errorf("service %d: %w", s.ID, err)
 		}
@@ -537,8 +544,9 @@ var ErrNotKept = errors.New("no installed table built from this origin")
 // recorded it, with the entries' digest) and if every backend in names,
 // the IDs the table may name, already counts for the service, so that
 // claiming them would change nothing. Otherwise it changes nothing and
-// returns ErrNotKept. A daisy-chained service's hints come with its table:
-// it is never kept this way.
+// returns ErrNotKept. A daisy-chained service keeps its chain table (its
+// hints) the same way, by the origin its record names: s.Origin must
+// cover the service's history too.
 //
 // It is sound as long as equal origins mean equal tables: the caller's
 // origin must cover everything the table is built from, the table size
@@ -553,12 +561,12 @@ func (d *Dataplane) KeepService(s Service, names []uint32) error {
 	if err != nil {
 		return err
 	}
-	if s.Encap == EncapGUEHint || s.Origin == (Origin{}) {
+	if s.Origin == (Origin{}) {
 		return ErrNotKept
 	}
 	d.svcMu[s.ID].Lock()
 	defer d.svcMu[s.ID].Unlock()
-	if !d.builtFrom(s.ID, s.Origin) {
+	if !d.builtFrom(s.ID, s.Origin) || s.Encap == EncapGUEHint && !d.chainBuiltFrom(s.ID, s.Origin) {
 		return ErrNotKept
 	}
 	d.mu.Lock()

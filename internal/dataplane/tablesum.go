@@ -39,8 +39,13 @@ import (
 // pinned map of another shape under its name is replaced, which costs one
 // rewrite of every table.
 
-// sumsPin is the file name of the pinned record map inside a pin directory.
-const sumsPin = "xlb_table_sums"
+// sumsPin is the file name of the pinned record map inside a pin
+// directory; chainSumsPin that of the records of daisy-chained services'
+// chain tables (chain.go), which are made the same way.
+const (
+	sumsPin      = "xlb_table_sums"
+	chainSumsPin = "xlb_chain_sums"
+)
 
 // tableSum is one service's record, indexed by service ID. Inner 0: none.
 // Origin is what the caller built the table from (Service.Origin; zero:
@@ -55,39 +60,40 @@ type tableSum struct {
 	Origin Origin
 }
 
-// sumSpec is the record map's shape.
+// sumSpec is a record map's shape.
 var sumSpec = ebpf.MapSpec{
-	Name:       sumsPin,
 	Type:       ebpf.Array,
 	KeySize:    4,
 	ValueSize:  uint32(binary.Size(tableSum{})),
 	MaxEntries: MaxServices,
 }
 
-// openSums returns the record map pinned under pinPath, creating and
+// openSums returns the record map name pinned under pinPath, creating and
 // pinning a new, empty one if there is none or the pinned one has another
 // shape. With pinPath "" the map is not pinned.
-func openSums(pinPath string) (*ebpf.Map, error) {
+func openSums(pinPath, name string) (*ebpf.Map, error) {
+	spec := sumSpec
+	spec.Name = name
 	if pinPath == "" {
-		m, err := ebpf.NewMap(&sumSpec)
+		m, err := ebpf.NewMap(&spec)
 		if err != nil {
-			return nil, fmt.Errorf("create table records: %w", err)
+			return nil, fmt.Errorf("create records %s: %w", name, err)
 		}
 		return m, nil
 	}
-	path := filepath.Join(pinPath, sumsPin)
+	path := filepath.Join(pinPath, name)
 	m, err := ebpf.LoadPinnedMap(path, nil)
 	switch {
-	case err == nil && m.Type() == sumSpec.Type && m.KeySize() == sumSpec.KeySize && m.ValueSize() == sumSpec.ValueSize && m.MaxEntries() >= sumSpec.MaxEntries:
+	case err == nil && m.Type() == spec.Type && m.KeySize() == spec.KeySize && m.ValueSize() == spec.ValueSize && m.MaxEntries() >= spec.MaxEntries:
 		return m, nil
 	case err == nil:
 		m.Close()
 	case !errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("open table records %s: %w", path, err)
+		return nil, fmt.Errorf("open records %s: %w", path, err)
 	}
-	m, err = ebpf.NewMap(&sumSpec)
+	m, err = ebpf.NewMap(&spec)
 	if err != nil {
-		return nil, fmt.Errorf("create table records: %w", err)
+		return nil, fmt.Errorf("create records %s: %w", name, err)
 	}
 	if err := replacePin(m, path); err != nil {
 		m.Close()
@@ -140,12 +146,18 @@ func words[T uint64 | chainEntry](v []T) []byte {
 // record that cannot be read counts as none. Called with service id's
 // lock held.
 func (d *Dataplane) installed(id uint32) (tableSum, bool) {
+	return installedIn(d.sums, d.objs.MaglevTables, id)
+}
+
+// installedIn returns id's record in records if it names the inner map
+// that outer holds at id.
+func installedIn(records, outer *ebpf.Map, id uint32) (tableSum, bool) {
 	var rec tableSum
-	if d.sums == nil || d.sums.Lookup(id, &rec) != nil || rec.Inner == 0 {
+	if records == nil || records.Lookup(id, &rec) != nil || rec.Inner == 0 {
 		return tableSum{}, false
 	}
 	var cur ebpf.MapID
-	if err := d.objs.MaglevTables.Lookup(id, &cur); err != nil || uint32(cur) != rec.Inner {
+	if err := outer.Lookup(id, &cur); err != nil || uint32(cur) != rec.Inner {
 		return tableSum{}, false
 	}
 	return rec, true
@@ -174,16 +186,7 @@ func (d *Dataplane) keepTable(id uint32, sum [digestSize]byte, origin Origin) bo
 // table once: a failure costs time, not correctness, so it is not
 // reported. Called with service id's lock held.
 func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, origin Origin) {
-	if d.sums == nil {
-		return
-	}
-	info, err := inner.Info()
-	if err != nil {
-		return
-	}
-	if mid, ok := info.ID(); ok {
-		_ = d.sums.Put(id, tableSum{Inner: uint32(mid), Sum: sum, Origin: origin})
-	}
+	recordInner(d.sums, id, inner, sum, origin)
 }
 
 // builtFrom reports whether service id's table was built from origin, as
@@ -191,6 +194,24 @@ func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, ori
 func (d *Dataplane) builtFrom(id uint32, origin Origin) bool {
 	rec, ok := d.installed(id)
 	return ok && origin != (Origin{}) && rec.Origin == origin
+}
+
+// recordInner notes in records that inner, now id's, holds entries with
+// digest sum, built from origin; best effort, as record.
+func recordInner(records *ebpf.Map, id uint32, inner *ebpf.Map, sum [digestSize]byte, origin Origin) ebpf.MapID {
+	if records == nil {
+		return 0
+	}
+	info, err := inner.Info()
+	if err != nil {
+		return 0
+	}
+	mid, ok := info.ID()
+	if !ok {
+		return 0
+	}
+	_ = records.Put(id, tableSum{Inner: uint32(mid), Sum: sum, Origin: origin})
+	return mid
 }
 
 // readInner reads the backend IDs of the Maglev table in inner map id.

@@ -166,9 +166,11 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 // the table; it refuses, changing nothing, for another origin or the zero
 // one, a table swapped in since (with another origin, without one, or
 // without a record), a backend the table may name that does not count for
-// the service yet, a service it does not know, and a daisy-chained one. A
-// table kept by an upsert that names an origin its record lacked (an older
-// agent's record) is kept by origin from then on.
+// the service yet, a service it does not know, and a daisy-chained one
+// whose chain table (its hints) was not built from the origin. A table
+// kept by an upsert that names an origin its record lacked (an older
+// agent's record) is kept by origin from then on. A daisy-chained
+// service's chain table is kept the same way.
 func TestKeepService(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
@@ -277,6 +279,67 @@ func TestKeepService(t *testing.T) {
 	}
 	putForeignTable(t, d, 5, entries)
 	keep("a foreign table", originA, EncapIPIP, names, false)
+
+	// Daisy-chained: the chain table is kept by origin too, also after
+	// a restart, and never touched by KeepService.
+	chainID := func() ebpf.MapID {
+		var id ebpf.MapID
+		_ = d.objs.ChainTables.Lookup(uint32(5), &id)
+		return id
+	}
+	chain := make([]ChainSlot, fxTableSize)
+	chain[3] = ChainSlot{Prev: netip.MustParseAddr("10.0.3.4"), Changed: 99}
+	hinted := Service{ID: 5, Key: key, Encap: EncapGUEHint, Table: tableA, Chain: chain, Generation: 100, Origin: originB}
+	if err := d.UpsertService(hinted); err != nil {
+		t.Fatal(err)
+	}
+	chained := chainID()
+	keepChain := func(what string, origin Origin, want bool) {
+		t.Helper()
+		keep(what, origin, EncapGUEHint, names, want)
+		if got := chainID(); got != chained {
+			t.Errorf("%s: chain table %d replaced by %d: KeepService never writes one", what, chained, got)
+		}
+	}
+	keepChain("daisy-chained, same origin", originB, true)
+	keepChain("daisy-chained, another origin", originA, false)
+	d.Close()
+	if d, err = openIn(t, f.name, opts); err != nil {
+		t.Fatal(err)
+	}
+	keepChain("daisy-chained, after a restart", originB, true)
+	if got, gen, err := d.Chain(5); err != nil || gen != 100 || len(got) != fxTableSize || got[3].Changed != 99 {
+		t.Errorf("kept chain: generation %d, slot 3 %+v (%v); want 100 and the hint upserted", gen, got, err)
+	}
+	// The Maglev table's record vouches, the chain table's does not (as
+	// after an agent that kept no chain records): not kept.
+	var rec tableSum
+	if err := d.chainSums.Lookup(uint32(5), &rec); err != nil || rec.Inner != uint32(chained) {
+		t.Fatalf("chain record %+v (%v): want one for chain table %d", rec, err, chained)
+	}
+	rec.Origin = originA
+	if err := d.chainSums.Put(uint32(5), rec); err != nil {
+		t.Fatal(err)
+	}
+	keepChain("daisy-chained, the chain table from another origin", originB, false)
+	// An upsert of the same keeps the chain table as well, and records
+	// a new origin for it.
+	hinted.Origin = originA
+	if err := d.UpsertService(hinted); err != nil {
+		t.Fatal(err)
+	}
+	if got := chainID(); got != chained {
+		t.Errorf("the same chain upserted again: chain table %d replaced by %d", chained, got)
+	}
+	keepChain("daisy-chained, origin recorded by an upsert", originA, true)
+	// Out of daisy chaining, the chain goes, and so does its record: back
+	// in, nothing vouches for a chain.
+	keep("out of daisy chaining", originA, EncapGUE, names, true)
+	if chainID() != 0 {
+		t.Fatal("a service kept out of daisy chaining still has a chain table")
+	}
+	chained = 0
+	keepChain("back to daisy chaining, without a chain table", originA, false)
 }
 
 // putForeignTable makes a table of entries service id's, as an agent that
