@@ -175,7 +175,10 @@ func (a *Agent) start() error {
 	if err := a.apply(nil, a.cfg); err != nil {
 		return fmt.Errorf("apply %s: %w", a.path, err)
 	}
-	a.log.Info("configuration applied", "path", a.path, "services", len(a.cfg.Services))
+	// After a restart on an unchanged configuration, no table is built.
+	built, kept := a.rec.TableCounts()
+	a.log.Info("configuration applied", "path", a.path, "services", len(a.cfg.Services),
+		"tables_built", built, "tables_kept", kept)
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/xlbproject/xlb/internal/chain"
@@ -100,6 +101,17 @@ type Reconciler struct {
 	// tables keeps the Maglev tables of daisy-chained services' recent
 	// backend sets, which their hints need again (see chainTablesBytes).
 	tables *chain.Tables
+	// built and kept count the services whose tables the Reconciler
+	// built and upserted, and those whose tables it kept without
+	// building them (tableKeeper), since it started.
+	built, kept atomic.Uint64
+}
+
+// TableCounts returns how many services' tables the Reconciler built and
+// upserted, and how many it kept as they were without building them, since
+// it started: after a restart on an unchanged configuration, none built.
+func (r *Reconciler) TableCounts() (built, kept uint64) {
+	return r.built.Load(), r.kept.Load()
 }
 
 // chainTablesBytes is how much memory the Maglev tables kept for
@@ -471,8 +483,8 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 
 // write builds the tables of change c and installs them with the
 // service's entry, or installs the entry with the tables the service has
-// if those were built from the same (tableKeeper). It touches nothing of the
-// Reconciler's own state, so several run at once.
+// if those were built from the same (tableKeeper). It touches nothing of
+// the Reconciler's own state but its counters, so several run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
 	// The tables of daisy-chained services are kept: the next change
 	// needs this one for its hints.
@@ -494,6 +506,7 @@ func (r *Reconciler) write(c *change, m uint32) error {
 			}
 		}
 		if tk.KeepService(svc, names) == nil {
+			r.kept.Add(1)
 			return nil
 		}
 	}
@@ -509,6 +522,7 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if err := r.dp.UpsertService(svc); err != nil {
 		return fmt.Errorf("install table (service ID %d): %w", c.st.id, err)
 	}
+	r.built.Add(1)
 	return nil
 }
 

@@ -173,6 +173,9 @@ func TestRestartKeepsTables(t *testing.T) {
 	if n, u := dp.n.Load(), dp.upserts.Load(); n != int32(len(cfg.Services)) || u != 0 {
 		t.Errorf("restart with the same configuration: %d tables kept unbuilt and %d built, want all %d kept", n, u, len(cfg.Services))
 	}
+	if built, kept := r.TableCounts(); built != 0 || kept != uint64(len(cfg.Services)) {
+		t.Errorf("restart with the same configuration: the reconciler counts %d tables built and %d kept, want 0 and %d", built, kept, len(cfg.Services))
+	}
 	if got := chainTableID(t, env.pin, chainedID); got != chainTable {
 		t.Errorf("restart with the same configuration: chain table %d, was %d: want it kept", got, chainTable)
 	}
