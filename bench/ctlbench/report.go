@@ -107,7 +107,7 @@ func markdown(r *Report, jsonName, img string) string {
 			p("| %s: %s | %d | %s | %s | %s | %d | %s |\n", c.Name, c.What, c.Wall.N, benchutil.FmtMs(c.Wall.P50), benchutil.FmtMs(c.Wall.Max), benchutil.FmtMs(cpu.P50), tables, per)
 		}
 		if rc.Flows != "" {
-			p("\nThe tables swapped are Maglev tables; chain tables are not counted. The first restart comes after the all-weights changes, of which the configuration carries no history: the agent that made them had recorded them for the hints, a restarted one has not, so it rewrites every chain table (without those hints). The restarts after it keep every table.\n")
+			p("\nThe tables swapped are Maglev tables; chain tables are not counted. The first restart comes after the all-weights changes, of which the configuration carries no history: the agent that made them had recorded them for the hints, a restarted one no longer knows them, and keeps the hints it finds (`dataplane.KeepService`).\n")
 		}
 		if sw := rc.Swap; sw.Runs > 0 {
 			p("\nOne table swap, timed alone %d times on a scratch outer map of the same shape: creating a new %d-slot inner map and writing it through a shared mapping of its memory (`dataplane.NewFilledTable`) takes %s ms (median; p90 %s), and putting it into the outer map %s ms (p90 %s), most of which is the kernel waiting for an RCU grace period: a map-in-map update returns only once no program can still hold the old table. ",

@@ -155,6 +155,12 @@ type service struct {
 	history []chain.Past
 }
 
+// adopted reports whether st is a service this Reconciler adopted from
+// the data plane and has not written yet.
+func (st *service) adopted() bool {
+	return st.installed && st.applied == ""
+}
+
 // NewReconciler adopts what the data plane already holds, so that an agent
 // restarted on pinned maps keeps the IDs, and thus the counters, of
 // services and backends that are still configured.
@@ -494,7 +500,10 @@ func (r *Reconciler) write(c *change, m uint32) error {
 		tables = r.tables
 	}
 	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
-		Origin: serviceOrigin(c.members, c.ids, c.past, hints, m)}
+		Origin: tableOrigin(c.members, c.ids, m)}
+	if hints {
+		svc.HintsOrigin = hintsOrigin(c.past)
+	}
 	if tk, ok := r.dp.(tableKeeper); ok {
 		// The installed tables, if they were built from the same:
 		// after a restart, most are. If the data plane cannot keep
@@ -505,7 +514,15 @@ func (r *Reconciler) write(c *change, m uint32) error {
 				names = append(names, c.ids[i])
 			}
 		}
-		if tk.KeepService(svc, names) == nil {
+		keep := svc
+		if hints && c.st.adopted() && len(c.past) == 0 {
+			// The agent that installed the hints may have built
+			// them from changes it saw itself, which this one no
+			// longer knows: keeping them, for the table they were
+			// built for, is better than writing none.
+			keep.HintsOrigin = dataplane.Origin{}
+		}
+		if tk.KeepService(keep, names) == nil {
 			r.kept.Add(1)
 			return nil
 		}
@@ -806,26 +823,30 @@ func buildTable(tables *chain.Tables, members []maglev.Backend, ids []uint32, m 
 	return table, nil
 }
 
-// serviceOrigin identifies everything write builds a service's tables of
-// m slots from: the members, in order, with their weights and backend
-// IDs, and for a daisy-chained service (hints) its history, whose sets
-// and times make its hints. The Maglev table of a member set never
-// changes (maglev.TestGolden), nor do the hints of a history (their
-// format is the backends' contract, docs/connection-survival.md), so
-// equal origins mean equal tables; a change to what write builds must
+// tableOrigin identifies everything buildTable builds a table of m slots
+// from: the members, in order, with their weights and backend IDs. The
+// Maglev table of a member set never changes (maglev.TestGolden), so
+// equal origins mean equal tables; a change to what buildTable does must
 // change the label.
-func serviceOrigin(members []maglev.Backend, ids []uint32, past []chain.Past, hints bool, m uint32) dataplane.Origin {
+func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) dataplane.Origin {
 	b := fmt.Appendf(nil, "maglev m=%d", m)
 	for i, mb := range members {
 		b = fmt.Appendf(b, "\x00%s w=%d id=%d", mb.Key, mb.Weight, ids[i])
 	}
-	if hints {
-		b = append(b, "\x00hints v1"...)
-		for _, p := range past {
-			b = fmt.Appendf(b, "\x00until=%d", p.Until.UnixNano())
-			for _, mb := range p.Backends {
-				b = fmt.Appendf(b, " %s w=%d", mb.Key, mb.Weight)
-			}
+	return dataplane.OriginOf(b)
+}
+
+// hintsOrigin identifies what chainSlots builds a daisy-chained service's
+// hints from besides its table: its history, each earlier set and when it
+// ended. The hints of a history never change (their format is the
+// backends' contract, docs/connection-survival.md); a change to what
+// chainSlots does must change the label.
+func hintsOrigin(past []chain.Past) dataplane.Origin {
+	b := []byte("hints v1")
+	for _, p := range past {
+		b = fmt.Appendf(b, "\x00until=%d", p.Until.UnixNano())
+		for _, mb := range p.Backends {
+			b = fmt.Appendf(b, " %s w=%d", mb.Key, mb.Weight)
 		}
 	}
 	return dataplane.OriginOf(b)

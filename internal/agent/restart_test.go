@@ -251,3 +251,70 @@ func chainTableID(t *testing.T, pin string, id uint32) ebpf.MapID {
 	}
 	return inner
 }
+
+// TestRestartKeepsRecordedHints: the hints of a daisy-chained service
+// whose configuration carries no history come from the changes the agent
+// saw itself. An agent restarted on an unchanged configuration no longer
+// knows them, and keeps the chain table the earlier one installed, hints
+// and all, instead of writing one without hints; the next change builds
+// hints again.
+func TestRestartKeepsRecordedHints(t *testing.T) {
+	env := newRealDataplane(t)
+	before := cfgOf(chained("chained", "10.99.0.3", 80, be("10.0.3.3", 1), be("10.0.3.7", 1)))
+	after := cfgOf(chained("chained", "10.99.0.3", 80, be("10.0.3.3", 1), be("10.0.3.7", 1), be("10.0.3.8", 1)))
+	start := func() (*keeping, *Reconciler) {
+		t.Helper()
+		dp := &keeping{Dataplane: env.open()}
+		r, err := NewReconciler(dp, quiet)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dp, r
+	}
+	// hinted counts the slots whose hint names a previous owner.
+	hinted := func(d *dataplane.Dataplane, id uint32) int {
+		t.Helper()
+		slots, _, err := d.Chain(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		for _, s := range slots {
+			if s.Prev.IsValid() && !s.Prev.IsUnspecified() {
+				n++
+			}
+		}
+		return n
+	}
+
+	dp, r := start()
+	mustApply(t, r, before)
+	mustApply(t, r, after) // 10.0.3.8 takes slots: their hints name who had them
+	id, _, _ := r.ids(keyOf(t, after.Services[0]))
+	chainTable, hints := chainTableID(t, env.pin, id), hinted(dp.Dataplane, id)
+	if chainTable == 0 || hints == 0 {
+		t.Fatalf("chain table %d with %d hinted slots: want one with hints after a backend joined", chainTable, hints)
+	}
+	dp.Close()
+
+	dp, r = start()
+	mustApply(t, r, after)
+	if n, u := dp.n.Load(), dp.upserts.Load(); n != 1 || u != 0 {
+		t.Errorf("restart: %d services kept and %d upserted, want 1 and 0", n, u)
+	}
+	if got := chainTableID(t, env.pin, id); got != chainTable {
+		t.Errorf("restart: chain table %d, was %d: want it kept", got, chainTable)
+	}
+	if got := hinted(dp.Dataplane, id); got != hints {
+		t.Errorf("restart: %d slots hinted, were %d: want the earlier agent's hints kept", got, hints)
+	}
+
+	// The next change: hints from what this agent saw.
+	mustApply(t, r, before)
+	if got := chainTableID(t, env.pin, id); got == chainTable || got == 0 {
+		t.Errorf("a change after the restart: chain table %d, was %d: want a new one", got, chainTable)
+	}
+	if got := hinted(dp.Dataplane, id); got == 0 {
+		t.Error("a change after the restart: no slot hinted, want those 10.0.3.8 gave up")
+	}
+}

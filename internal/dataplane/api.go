@@ -56,6 +56,10 @@ type Service struct {
 	// zero: unknown). UpsertService records it with the installed
 	// table, and KeepService keeps that table for it.
 	Origin Origin
+	// HintsOrigin identifies, for an EncapGUEHint service, what the
+	// caller built Chain and Generation from (its history), as Origin
+	// does Table. Zero in KeepService: any.
+	HintsOrigin Origin
 }
 
 // Origin identifies what a table was built from, in the caller's terms:

@@ -82,12 +82,35 @@ func chainDigest(entries []chainEntry) [digestSize]byte {
 	return sum128("xlb chain v4", len(entries), words(entries))
 }
 
-// chainBuiltFrom reports whether service id's chain table was built from
-// origin, as its pinned record says, and notes what it has. Called with
-// service id's lock held.
-func (d *Dataplane) chainBuiltFrom(id uint32, origin Origin) bool {
-	rec, ok := installedIn(d.chainSums, d.objs.ChainTables, id)
-	if !ok || origin == (Origin{}) || rec.Origin != origin {
+// chainSum is a service's chain record (xlb_chain_sums): what its chain
+// table holds, as tableSum says it of a Maglev table, with two origins:
+// the Maglev table's whose backends its entries carry (Service.Origin),
+// and the hints' (Service.HintsOrigin).
+type chainSum struct {
+	Inner  uint32
+	Pad    uint32
+	Sum    [digestSize]byte
+	Origin Origin
+	Hints  Origin
+}
+
+// chainInstalled returns service id's chain record if it names the chain
+// table the service has. Called with service id's lock held.
+func (d *Dataplane) chainInstalled(id uint32) (chainSum, bool) {
+	var rec chainSum
+	if d.chainSums == nil || d.chainSums.Lookup(id, &rec) != nil || rec.Inner == 0 || rec.Inner != currentInner(d.objs.ChainTables, id) {
+		return chainSum{}, false
+	}
+	return rec, true
+}
+
+// chainBuiltFrom reports whether service id's chain table was built for
+// the Maglev table of origin, with hints from hints (zero: any hints), as
+// its record says, and notes what it has. Called with service id's lock
+// held.
+func (d *Dataplane) chainBuiltFrom(id uint32, origin, hints Origin) bool {
+	rec, ok := d.chainInstalled(id)
+	if !ok || origin == (Origin{}) || rec.Origin != origin || hints != (Origin{}) && rec.Hints != hints {
 		return false
 	}
 	d.chains[id] = chainRecord{known: true, inner: ebpf.MapID(rec.Inner)}
@@ -95,15 +118,17 @@ func (d *Dataplane) chainBuiltFrom(id uint32, origin Origin) bool {
 }
 
 // installChain makes table, chain and generation service id's chain
-// table, built from origin, keeping the installed inner map when its
-// record says it holds them. Called with service id's lock held, without
-// d.mu.
-func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32, origin Origin) error {
+// table, built from origin and hints, keeping the installed inner map
+// when its record says it holds them. Called with service id's lock
+// held, without d.mu.
+func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32, origin, hints Origin) error {
 	entries := d.chainEntries(table, chain, generation)
 	sum := chainDigest(entries)
-	if rec, ok := installedIn(d.chainSums, d.objs.ChainTables, id); ok && rec.Sum == sum {
-		if rec.Origin != origin {
-			rec.Origin = origin // best effort, as recordInner
+	if rec, ok := d.chainInstalled(id); ok && rec.Sum == sum {
+		if rec.Origin != origin || rec.Hints != hints {
+			// Best effort, as record: without it, the next agent
+			// builds this chain once more to compare.
+			rec.Origin, rec.Hints = origin, hints
 			_ = d.chainSums.Put(id, rec)
 		}
 		d.chains[id] = chainRecord{known: true, inner: ebpf.MapID(rec.Inner)}
@@ -129,8 +154,11 @@ func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, g
 	if err := d.objs.ChainTables.Put(id, inner); err != nil {
 		return fmt.Errorf("swap chain: %w", err)
 	}
-	if mid := recordInner(d.chainSums, id, inner, sum, origin); mid != 0 {
-		*rec = chainRecord{known: true, inner: mid}
+	if mid := innerID(inner); mid != 0 {
+		if d.chainSums != nil {
+			_ = d.chainSums.Put(id, chainSum{Inner: mid, Sum: sum, Origin: origin, Hints: hints})
+		}
+		*rec = chainRecord{known: true, inner: ebpf.MapID(mid)}
 	}
 	return nil
 }
@@ -149,7 +177,7 @@ func (d *Dataplane) dropChain(id uint32) error {
 	}
 	if d.chainSums != nil {
 		// A record left behind names a map that is gone: harmless.
-		_ = d.chainSums.Put(id, tableSum{})
+		_ = d.chainSums.Put(id, chainSum{})
 	}
 	*rec = chainRecord{known: true}
 	return nil

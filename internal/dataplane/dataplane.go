@@ -209,11 +209,11 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	if pin {
 		sumsPath = opts.PinPath
 	}
-	if d.sums, err = openSums(sumsPath, sumsPin); err != nil {
+	if d.sums, err = openSums(sumsPath, sumSpec[tableSum](sumsPin)); err != nil {
 		d.objs.Close()
 		return nil, err
 	}
-	if d.chainSums, err = openSums(sumsPath, chainSumsPin); err != nil {
+	if d.chainSums, err = openSums(sumsPath, sumSpec[chainSum](chainSumsPin)); err != nil {
 		d.closeMaps()
 		return nil, err
 	}
@@ -477,7 +477,7 @@ func (d *Dataplane) UpsertService(s Service) error {
 		// hints, its packets read no Maglev table, and the index changes
 		// below, after both swaps: so the two may run side by side. Each
 		// waits out an RCU grace period; together they wait about one.
-		if err := d.installChain(s.ID, entries, s.Chain, s.Generation, s.Origin); err != nil {
+		if err := d.installChain(s.ID, entries, s.Chain, s.Generation, s.Origin, s.HintsOrigin); err != nil {
 			table.Wait()
 			return fmt.Errorf("service %d: %w", s.ID, err)
 		}
@@ -545,8 +545,11 @@ var ErrNotKept = errors.New("no installed table built from this origin")
 // the IDs the table may name, already counts for the service, so that
 // claiming them would change nothing. Otherwise it changes nothing and
 // returns ErrNotKept. A daisy-chained service keeps its chain table (its
-// hints) the same way, by the origin its record names: s.Origin must
-// cover the service's history too.
+// hints) the same way, if the chain's record says it was built for the
+// same Maglev table (s.Origin) with hints from s.HintsOrigin; with
+// s.HintsOrigin zero, whatever history its hints came from (a restarted
+// agent that no longer knows the history an earlier one recorded keeps
+// that one's hints instead of writing none).
 //
 // It is sound as long as equal origins mean equal tables: the caller's
 // origin must cover everything the table is built from, the table size
@@ -566,7 +569,7 @@ func (d *Dataplane) KeepService(s Service, names []uint32) error {
 	}
 	d.svcMu[s.ID].Lock()
 	defer d.svcMu[s.ID].Unlock()
-	if !d.builtFrom(s.ID, s.Origin) || s.Encap == EncapGUEHint && !d.chainBuiltFrom(s.ID, s.Origin) {
+	if !d.builtFrom(s.ID, s.Origin) || s.Encap == EncapGUEHint && !d.chainBuiltFrom(s.ID, s.Origin, s.HintsOrigin) {
 		return ErrNotKept
 	}
 	d.mu.Lock()

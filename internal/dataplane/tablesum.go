@@ -60,20 +60,23 @@ type tableSum struct {
 	Origin Origin
 }
 
-// sumSpec is a record map's shape.
-var sumSpec = ebpf.MapSpec{
-	Type:       ebpf.Array,
-	KeySize:    4,
-	ValueSize:  uint32(binary.Size(tableSum{})),
-	MaxEntries: MaxServices,
+// sumSpec is the shape of a record map whose records are of type R.
+func sumSpec[R tableSum | chainSum](name string) ebpf.MapSpec {
+	var r R
+	return ebpf.MapSpec{
+		Name:       name,
+		Type:       ebpf.Array,
+		KeySize:    4,
+		ValueSize:  uint32(binary.Size(r)),
+		MaxEntries: MaxServices,
+	}
 }
 
-// openSums returns the record map name pinned under pinPath, creating and
-// pinning a new, empty one if there is none or the pinned one has another
-// shape. With pinPath "" the map is not pinned.
-func openSums(pinPath, name string) (*ebpf.Map, error) {
-	spec := sumSpec
-	spec.Name = name
+// openSums returns the record map spec.Name pinned under pinPath, creating
+// and pinning a new, empty one if there is none or the pinned one has
+// another shape. With pinPath "" the map is not pinned.
+func openSums(pinPath string, spec ebpf.MapSpec) (*ebpf.Map, error) {
+	name := spec.Name
 	if pinPath == "" {
 		m, err := ebpf.NewMap(&spec)
 		if err != nil {
@@ -146,21 +149,31 @@ func words[T uint64 | chainEntry](v []T) []byte {
 // record that cannot be read counts as none. Called with service id's
 // lock held.
 func (d *Dataplane) installed(id uint32) (tableSum, bool) {
-	return installedIn(d.sums, d.objs.MaglevTables, id)
-}
-
-// installedIn returns id's record in records if it names the inner map
-// that outer holds at id.
-func installedIn(records, outer *ebpf.Map, id uint32) (tableSum, bool) {
 	var rec tableSum
-	if records == nil || records.Lookup(id, &rec) != nil || rec.Inner == 0 {
-		return tableSum{}, false
-	}
-	var cur ebpf.MapID
-	if err := outer.Lookup(id, &cur); err != nil || uint32(cur) != rec.Inner {
+	if d.sums == nil || d.sums.Lookup(id, &rec) != nil || rec.Inner == 0 || rec.Inner != currentInner(d.objs.MaglevTables, id) {
 		return tableSum{}, false
 	}
 	return rec, true
+}
+
+// currentInner is the ID of the inner map that outer holds at id; 0 for
+// none.
+func currentInner(outer *ebpf.Map, id uint32) uint32 {
+	var cur ebpf.MapID
+	if outer.Lookup(id, &cur) != nil {
+		return 0
+	}
+	return uint32(cur)
+}
+
+// innerID is a map's kernel ID; 0 if it cannot be had.
+func innerID(m *ebpf.Map) uint32 {
+	info, err := m.Info()
+	if err != nil {
+		return 0
+	}
+	id, _ := info.ID()
+	return uint32(id)
 }
 
 // keepTable reports whether service id's table holds entries of digest
@@ -186,7 +199,9 @@ func (d *Dataplane) keepTable(id uint32, sum [digestSize]byte, origin Origin) bo
 // table once: a failure costs time, not correctness, so it is not
 // reported. Called with service id's lock held.
 func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, origin Origin) {
-	recordInner(d.sums, id, inner, sum, origin)
+	if mid := innerID(inner); d.sums != nil && mid != 0 {
+		_ = d.sums.Put(id, tableSum{Inner: mid, Sum: sum, Origin: origin})
+	}
 }
 
 // builtFrom reports whether service id's table was built from origin, as
@@ -194,24 +209,6 @@ func (d *Dataplane) record(id uint32, inner *ebpf.Map, sum [digestSize]byte, ori
 func (d *Dataplane) builtFrom(id uint32, origin Origin) bool {
 	rec, ok := d.installed(id)
 	return ok && origin != (Origin{}) && rec.Origin == origin
-}
-
-// recordInner notes in records that inner, now id's, holds entries with
-// digest sum, built from origin; best effort, as record.
-func recordInner(records *ebpf.Map, id uint32, inner *ebpf.Map, sum [digestSize]byte, origin Origin) ebpf.MapID {
-	if records == nil {
-		return 0
-	}
-	info, err := inner.Info()
-	if err != nil {
-		return 0
-	}
-	mid, ok := info.ID()
-	if !ok {
-		return 0
-	}
-	_ = records.Put(id, tableSum{Inner: uint32(mid), Sum: sum, Origin: origin})
-	return mid
 }
 
 // readInner reads the backend IDs of the Maglev table in inner map id.

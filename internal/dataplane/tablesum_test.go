@@ -167,10 +167,11 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 // one, a table swapped in since (with another origin, without one, or
 // without a record), a backend the table may name that does not count for
 // the service yet, a service it does not know, and a daisy-chained one
-// whose chain table (its hints) was not built from the origin. A table
-// kept by an upsert that names an origin its record lacked (an older
-// agent's record) is kept by origin from then on. A daisy-chained
-// service's chain table is kept the same way.
+// without a chain table. A table kept by an upsert that names an origin
+// its record lacked (an older agent's record) is kept by origin from then
+// on. A daisy-chained service's chain table is kept the same way, if it
+// was built for the same Maglev table, with hints from the same history
+// or, when the caller does not know, from any.
 func TestKeepService(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
@@ -289,31 +290,44 @@ func TestKeepService(t *testing.T) {
 	}
 	chain := make([]ChainSlot, fxTableSize)
 	chain[3] = ChainSlot{Prev: netip.MustParseAddr("10.0.3.4"), Changed: 99}
-	hinted := Service{ID: 5, Key: key, Encap: EncapGUEHint, Table: tableA, Chain: chain, Generation: 100, Origin: originB}
+	hintsA, hintsB := OriginOf([]byte("hints a")), OriginOf([]byte("hints b"))
+	hinted := Service{ID: 5, Key: key, Encap: EncapGUEHint, Table: tableA, Chain: chain, Generation: 100, Origin: originB, HintsOrigin: hintsA}
 	if err := d.UpsertService(hinted); err != nil {
 		t.Fatal(err)
 	}
 	chained := chainID()
-	keepChain := func(what string, origin Origin, want bool) {
+	// keepChain asks to keep service 5 daisy-chained, its Maglev table
+	// from origin and its hints from hints.
+	keepChain := func(what string, origin, hints Origin, want bool) {
 		t.Helper()
-		keep(what, origin, EncapGUEHint, names, want)
+		table, _ := w.TableID(5)
+		err := d.KeepService(Service{ID: 5, Key: key, Encap: EncapGUEHint, Origin: origin, HintsOrigin: hints}, names)
+		if want && err != nil || !want && !errors.Is(err, ErrNotKept) {
+			t.Errorf("%s: KeepService: %v, want kept: %v", what, err, want)
+		}
 		if got := chainID(); got != chained {
 			t.Errorf("%s: chain table %d replaced by %d: KeepService never writes one", what, chained, got)
 		}
+		if got, _ := w.TableID(5); got != table {
+			t.Errorf("%s: inner map %d replaced by %d: KeepService never writes a table", what, table, got)
+		}
 	}
-	keepChain("daisy-chained, same origin", originB, true)
-	keepChain("daisy-chained, another origin", originA, false)
+	keepChain("daisy-chained, same origins", originB, hintsA, true)
+	keepChain("daisy-chained, hints from any history", originB, Origin{}, true)
+	keepChain("daisy-chained, hints from another history", originB, hintsB, false)
+	keepChain("daisy-chained, another table", originA, hintsA, false)
 	d.Close()
 	if d, err = openIn(t, f.name, opts); err != nil {
 		t.Fatal(err)
 	}
-	keepChain("daisy-chained, after a restart", originB, true)
+	keepChain("daisy-chained, after a restart", originB, hintsA, true)
 	if got, gen, err := d.Chain(5); err != nil || gen != 100 || len(got) != fxTableSize || got[3].Changed != 99 {
 		t.Errorf("kept chain: generation %d, slot 3 %+v (%v); want 100 and the hint upserted", gen, got, err)
 	}
-	// The Maglev table's record vouches, the chain table's does not (as
-	// after an agent that kept no chain records): not kept.
-	var rec tableSum
+	// The Maglev table's record vouches, the chain table's is for another
+	// Maglev table (as after a swap of the one without the other): not
+	// kept, even with hints from any history.
+	var rec chainSum
 	if err := d.chainSums.Lookup(uint32(5), &rec); err != nil || rec.Inner != uint32(chained) {
 		t.Fatalf("chain record %+v (%v): want one for chain table %d", rec, err, chained)
 	}
@@ -321,17 +335,18 @@ func TestKeepService(t *testing.T) {
 	if err := d.chainSums.Put(uint32(5), rec); err != nil {
 		t.Fatal(err)
 	}
-	keepChain("daisy-chained, the chain table from another origin", originB, false)
+	keepChain("daisy-chained, the chain table for another Maglev table", originB, Origin{}, false)
 	// An upsert of the same keeps the chain table as well, and records
-	// a new origin for it.
-	hinted.Origin = originA
+	// its new origins.
+	hinted.Origin, hinted.HintsOrigin = originA, hintsB
 	if err := d.UpsertService(hinted); err != nil {
 		t.Fatal(err)
 	}
 	if got := chainID(); got != chained {
 		t.Errorf("the same chain upserted again: chain table %d replaced by %d", chained, got)
 	}
-	keepChain("daisy-chained, origin recorded by an upsert", originA, true)
+	keepChain("daisy-chained, origins recorded by an upsert", originA, hintsB, true)
+	keepChain("daisy-chained, the hints' old origin", originA, hintsA, false)
 	// Out of daisy chaining, the chain goes, and so does its record: back
 	// in, nothing vouches for a chain.
 	keep("out of daisy chaining", originA, EncapGUE, names, true)
@@ -339,7 +354,7 @@ func TestKeepService(t *testing.T) {
 		t.Fatal("a service kept out of daisy chaining still has a chain table")
 	}
 	chained = 0
-	keepChain("back to daisy chaining, without a chain table", originA, false)
+	keepChain("back to daisy chaining, without a chain table", originA, Origin{}, false)
 }
 
 // putForeignTable makes a table of entries service id's, as an agent that
