@@ -14,33 +14,62 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+// recordFixture is a data plane on pinned maps in a namespace of its
+// own, with a watch on its tables: what the tests of table records
+// restart on.
+type recordFixture struct {
+	t    *testing.T
+	f    *fixtureNS
+	pin  string
+	opts Options
+	d    *Dataplane
+	w    *TableWatch
+}
+
+// newRecordFixture opens it, with backends 0, 1, … at addrs; it is closed
+// at the end of the test.
+func newRecordFixture(t *testing.T, addrs ...netip.Addr) *recordFixture {
+	t.Helper()
+	requirePrivileges(t)
+	x := &recordFixture{t: t, f: newFixtureNS(t), pin: testPinPath(t)}
+	x.opts = Options{Interface: "veth0", NodeAddr: fxNode, PinPath: x.pin, TableSize: fxTableSize}
+	x.reopen()
+	t.Cleanup(func() { x.d.Close() })
+	w, err := WatchTables(x.pin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x.w = w
+	t.Cleanup(func() { w.Close() })
+	for i, a := range addrs {
+		if err := x.d.UpsertBackend(uint32(i), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return x
+}
+
+// reopen opens the data plane (again, once closed) on the pinned maps,
+// as an agent that starts does, and returns it.
+func (x *recordFixture) reopen() *Dataplane {
+	x.t.Helper()
+	d, err := openIn(x.t, x.f.name, x.opts)
+	if err != nil {
+		x.t.Fatal(err)
+	}
+	x.d = d
+	return d
+}
+
 // TestUpsertServiceKeepsRecordedTable: UpsertService of the table a
 // service already has keeps it (no new inner map), also after a restart
 // on the pinned maps, and only when a record vouches for the installed
 // table: one swapped in without a record, or under a record of other
 // entries, is written again.
 func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
-	requirePrivileges(t)
-	f := newFixtureNS(t)
-	pin := testPinPath(t)
-	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
-	d, err := openIn(t, f.name, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { d.Close() }()
-	w, err := WatchTables(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-
 	other := netip.MustParseAddr("10.0.3.3")
-	for i, a := range []netip.Addr{fxBackend, other} {
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x := newRecordFixture(t, fxBackend, other)
+	f, pin, d, w := x.f, x.pin, x.d, x.w
 	key := ServiceKey{fxVIP, 80, ProtoTCP}
 	tableA := make([]uint32, fxTableSize)
 	for i := range tableA {
@@ -88,9 +117,7 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 	// Restart: the new data plane keeps the table it finds, and a new
 	// encapsulation changes the service's entry, not its table.
 	d.Close()
-	if d, err = openIn(t, f.name, opts); err != nil {
-		t.Fatal(err)
-	}
+	d = x.reopen()
 	if got := upsert(d, tableB, EncapIPIP); got != b {
 		t.Errorf("after a restart: inner map %d replaced by %d, want it kept", b, got)
 	}
@@ -144,9 +171,7 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	odd.Close()
-	if d, err = openIn(t, f.name, opts); err != nil {
-		t.Fatal(err)
-	}
+	d = x.reopen()
 	cur, _ = w.TableID(5)
 	first := upsert(d, tableB, EncapGUE)
 	if first == cur {
@@ -173,25 +198,8 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 // was built for the same Maglev table, with hints from the same history
 // or, when the caller does not know, from any.
 func TestKeepService(t *testing.T) {
-	requirePrivileges(t)
-	f := newFixtureNS(t)
-	pin := testPinPath(t)
-	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize}
-	d, err := openIn(t, f.name, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { d.Close() }()
-	w, err := WatchTables(pin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	for i, a := range []netip.Addr{fxBackend, netip.MustParseAddr("10.0.3.3"), netip.MustParseAddr("10.0.3.4")} {
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
-			t.Fatal(err)
-		}
-	}
+	x := newRecordFixture(t, fxBackend, netip.MustParseAddr("10.0.3.3"), netip.MustParseAddr("10.0.3.4"))
+	f, d, w := x.f, x.d, x.w
 	key := ServiceKey{fxVIP, 80, ProtoTCP}
 	tableA := make([]uint32, fxTableSize)
 	for i := range tableA {
@@ -244,9 +252,7 @@ func TestKeepService(t *testing.T) {
 		t.Errorf("service ID out of range: %v, want an error of its own", err)
 	}
 	d.Close()
-	if d, err = openIn(t, f.name, opts); err != nil {
-		t.Fatal(err)
-	}
+	d = x.reopen()
 	keep("after a restart, with another encapsulation", originA, EncapGUE, names, true)
 	if v, _ := f.run(t, d.objs.XlbLbProg, tcpTo(fxVIP, 80).frame(f.mac)); v != xdpTX {
 		t.Errorf("a packet to the kept table: verdict %s, want TX", verdictNames[v])
@@ -317,9 +323,7 @@ func TestKeepService(t *testing.T) {
 	keepChain("daisy-chained, hints from another history", originB, hintsB, false)
 	keepChain("daisy-chained, another table", originA, hintsA, false)
 	d.Close()
-	if d, err = openIn(t, f.name, opts); err != nil {
-		t.Fatal(err)
-	}
+	d = x.reopen()
 	keepChain("daisy-chained, after a restart", originB, hintsA, true)
 	if got, gen, err := d.Chain(5); err != nil || gen != 100 || len(got) != fxTableSize || got[3].Changed != 99 {
 		t.Errorf("kept chain: generation %d, slot 3 %+v (%v); want 100 and the hint upserted", gen, got, err)
