@@ -73,32 +73,44 @@ static __always_inline int parse_ipv4(void *data, void *data_end, struct pkt *p)
 #define ICMP_TIME_EXCEEDED 11
 #define ICMP_PARAMETERPROB 12
 
+/* Whether [.., end) lies past the datagram (dgram_end) or the frame
+ * (data_end). The frame test alone is what the verifier needs; the
+ * datagram test keeps bytes after the datagram (Ethernet padding, or
+ * whatever a sender put there) from being read as part of it. */
+static __always_inline int past_datagram(void *end, void *dgram_end, void *data_end)
+{
+	return end > data_end || end > dgram_end;
+}
+
 /* An ICMP error (destination unreachable, fragmentation needed among
  * them, time exceeded, parameter problem) addressed to a VIP quotes a
  * reply that a backend sent from the VIP. Fill in the flow of that
  * connection as the client sees it, so the error reaches the backend
- * that owns it. Returns 0, or -1 when the packet is not such an error. */
+ * that owns it. Its header and quote are read within the datagram
+ * (parse_ipv4 checked that it lies within the frame). Returns 0, or -1
+ * when the packet is not such an error. */
 static __always_inline int parse_icmp_error(struct pkt *p, void *data_end)
 {
 	struct iphdr *ip = p->ip;
+	void *dgram_end = (void *)ip + p->ip_len;
 	__u8 *icmp = (void *)ip + ip->ihl * 4;
 	struct iphdr *in;
 	struct ports *l4;
 
 	if (ip->protocol != IPPROTO_ICMP || p->fragment)
 		return -1;
-	if ((void *)(icmp + 8) > data_end)
+	if (past_datagram(icmp + 8, dgram_end, data_end))
 		return -1;
 	if (icmp[0] != ICMP_DEST_UNREACH && icmp[0] != ICMP_TIME_EXCEEDED &&
 	    icmp[0] != ICMP_PARAMETERPROB)
 		return -1;
 	in = (void *)(icmp + 8);
-	if ((void *)(in + 1) > data_end || in->ihl < 5 || in->saddr != ip->daddr)
+	if (past_datagram(in + 1, dgram_end, data_end) || in->ihl < 5 || in->saddr != ip->daddr)
 		return -1;
 	if (in->protocol != IPPROTO_TCP && in->protocol != IPPROTO_UDP)
 		return -1;
 	l4 = (void *)in + in->ihl * 4;
-	if ((void *)(l4 + 1) > data_end)
+	if (past_datagram(l4 + 1, dgram_end, data_end))
 		return -1;
 	p->flow_src = in->daddr;
 	p->sport = l4->dest;

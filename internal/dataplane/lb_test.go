@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 
 	"net/netip"
+	"slices"
 	"testing"
 )
 
@@ -522,6 +523,51 @@ func TestLBICMPErrorsReachTheFlowsBackend(t *testing.T) {
 			t.Errorf("%s: verdict %s reasons %v, want DROP drop_vip_no_service", name, verdictNames[v], delta)
 		}
 	}
+}
+
+// TestLBICMPErrorQuoteWithinDatagram: the quote of an ICMP error is read
+// within the datagram its IPv4 total length gives, never from the bytes
+// after it (Ethernet padding, whatever a sender put there). An error
+// whose ICMP header or quote lies past its datagram, even if the frame
+// holds the bytes, is no error about a reply: dropped as any other ICMP
+// to a VIP. The same error with its full quote in the datagram is
+// forwarded.
+func TestLBICMPErrorQuoteWithinDatagram(t *testing.T) {
+	d, f := newFixtureLB(t)
+	splitWebService(t, d)
+	full := icmpAbout(f.mac, 3, 4, fxVIP, fxClient, 80, 40000)
+	// The outer datagram is 20 + 8 + 28 bytes: IP, ICMP, quote.
+	cut := func(totLen int) []byte {
+		fr := slices.Clone(full)
+		binary.BigEndian.PutUint16(fr[16:], uint16(totLen))
+		fr[24], fr[25] = 0, 0
+		binary.BigEndian.PutUint16(fr[24:], csum(fr[14:34]))
+		return fr
+	}
+	for _, tc := range []struct {
+		name   string
+		totLen int
+	}{
+		{"ICMP header partly past the datagram", 20 + 4},
+		{"quoted IP header partly past the datagram", 20 + 8 + 12},
+		{"quoted ports past the datagram", 20 + 8 + 20},
+		{"quoted ports partly past the datagram", 20 + 8 + 20 + 2},
+	} {
+		in := cut(tc.totLen)
+		var v uint32
+		delta := reasonDelta(t, d, func() { v, _ = f.run(t, d.objs.XlbLbProg, in) })
+		if v != xdpDrop || delta["drop_vip_no_service"] != 1 || len(delta) != 1 {
+			t.Errorf("%s (total length %d, frame %d bytes): verdict %s reasons %v, want DROP drop_vip_no_service",
+				tc.name, tc.totLen, len(in), verdictNames[v], delta)
+		}
+	}
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, d, func() { v, out = f.run(t, d.objs.XlbLbProg, full) })
+	if (v != xdpTX && v != xdpRedirect) || delta["note_icmp_to_backend"] != 1 {
+		t.Fatalf("the whole error: verdict %s reasons %v, want a forward and note_icmp_to_backend", verdictNames[v], delta)
+	}
+	checkInner(t, checkOuter(t, out, 4, netip.AddrFrom4([4]byte(out[30:34])), len(full)-14, false), full)
 }
 
 // TestServiceCountersOutliveBackends: a service's counters are the sum of
