@@ -197,12 +197,15 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
 	return be && be->addr == ct->addr && be->owner == svc_id + 1;
 }
 
-/* The backend of a stateful service's flow: the one its entry names, or
- * for a new flow (a SYN, or a flow without an entry) the table's,
- * recorded for the flow's next packets. An ICMP error about a flow
- * follows the entry but never makes one. *orphan says the entry's backend
- * left the configuration. Returns 0, or -1 when the flow has neither an
- * entry nor a backend in the table. */
+/* The backend of a stateful service's flow: the one its entry names while
+ * that backend is in the service, SYN or not, so that a SYN forged with a
+ * live client's address and port (no sequence numbers needed) cannot move
+ * the connection. A flow without an entry, or a SYN of a flow whose
+ * backend left the configuration, gets the table's, recorded for the
+ * flow's next packets; any other packet of such a flow goes on to the
+ * backend that left, as an orphan (*orphan, see ct_valid). An ICMP error
+ * about a flow follows the entry but never makes one. Returns 0, or -1
+ * when the flow has neither an entry nor a backend in the table. */
 static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __u32 svc_id,
 				   __u32 slot, __u32 *bid, __be32 *addr, int *orphan)
 {
@@ -215,18 +218,20 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	};
 	int own = p->ip->protocol == p->proto; /* not an ICMP error */
 	int tcp = own && p->proto == IPPROTO_TCP;
+	int syn = tcp && tcp_syn(p, data_end);
+	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &key);
 
-	if (!(tcp && tcp_syn(p, data_end))) {
-		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &key);
+	if (ct && ct->addr) {
+		int gone = !ct_valid(ct, svc_id);
 
-		if (ct && ct->addr) {
+		if (!(gone && syn)) {
 			*bid = ct->bid;
 			*addr = ct->addr;
-			*orphan = !ct_valid(ct, svc_id);
+			*orphan = gone;
 			return 0;
 		}
-		if (tcp)
-			count_reason(XLB_NOTE_CT_MIDFLOW_MISS);
+	} else if (tcp && !syn) {
+		count_reason(XLB_NOTE_CT_MIDFLOW_MISS);
 	}
 	if (table_pick(svc_id, slot, bid, addr))
 		return -1;

