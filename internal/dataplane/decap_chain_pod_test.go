@@ -39,7 +39,7 @@ type podNS struct {
 // newFixturePod creates a pod namespace behind veth `link` of the fixture
 // node, with addr on its eth0, the client's address on its lo, a route
 // from the node, a listener on addr:podPort and one connection to it.
-func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *podNS {
+func newFixturePod(t testing.TB, f *fixtureNS, link string, addr netip.Addr) *podNS {
 	t.Helper()
 	name := fmt.Sprintf("xlbtest-pod-%d-%d", os.Getpid(), nsCounter.Add(1))
 	ipcmd(t, "netns", "add", name)
@@ -79,7 +79,7 @@ func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *po
 // translateFor sets the fixture's translations: VIP:80/tcp -> pod:podPort
 // for every pod, each pod local, with its network namespace ID unless it
 // is left out of withNetns.
-func translateFor(t *testing.T, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
+func translateFor(t testing.TB, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
 	t.Helper()
 	for _, p := range pods {
 		k := natSvcKeyOf(fxVIP, p.addr, 80)
@@ -301,7 +301,7 @@ func TestDecapChainPodsTrust(t *testing.T) {
 // server, a listener it starts in the namespace of runner, and returns
 // the client port; listener and connection stay open until the test
 // ends.
-func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port uint16) uint16 {
+func dialFrom(t testing.TB, runner *netns.Runner, server netip.AddrPort, port uint16) uint16 {
 	t.Helper()
 	var ln net.Listener
 	var c, s net.Conn

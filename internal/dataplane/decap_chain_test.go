@@ -54,7 +54,7 @@ func fromSource(frame []byte, src netip.Addr) []byte {
 	})
 }
 
-func setChainT(t *testing.T, objs *backendObjects, c Chain) {
+func setChainT(t testing.TB, objs *backendObjects, c Chain) {
 	t.Helper()
 	if err := setChain(&objs.backendMaps, c); err != nil {
 		t.Fatal(err)
@@ -99,7 +99,7 @@ func tcpChecksum(src, dst netip.Addr, l4 []byte) uint16 {
 // newChainFixture is the decapsulation fixture with daisy chaining on,
 // the VIP and the client local in the namespace (so that real sockets
 // can stand for the backend's connections), and a listener on VIP:80.
-func newChainFixture(t *testing.T) (*fixtureNS, *backendObjects) {
+func newChainFixture(t testing.TB) (*fixtureNS, *backendObjects) {
 	t.Helper()
 	requirePrivileges(t)
 	f := newFixtureNS(t)
@@ -144,7 +144,7 @@ func newChainFixture(t *testing.T) (*fixtureNS, *backendObjects) {
 
 // dialVIP opens a connection from the client to VIP:80 inside the
 // namespace and returns its client port.
-func dialVIP(t *testing.T, f *fixtureNS) uint16 {
+func dialVIP(t testing.TB, f *fixtureNS) uint16 {
 	t.Helper()
 	var c net.Conn
 	err := f.runner.Do(func() error {
