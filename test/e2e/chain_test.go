@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -59,6 +60,9 @@ func TestChainForgedHints(t *testing.T) {
 		t.Fatalf("xlb backend with its defaults on %s: %v: %s", be2.Name, err, out)
 	}
 	t.Logf("%s set up with the defaults: %s", be2.Name, out)
+	if !strings.Contains(string(out), "daisy chaining off") || !strings.Contains(string(out), "--chain-from") {
+		t.Errorf("the set-up with the defaults does not say that daisy chaining is off and how to turn it on: %s", out)
+	}
 
 	for _, c := range []struct {
 		name    string
