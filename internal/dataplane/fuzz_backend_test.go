@@ -21,17 +21,20 @@ import (
 // tests, so that every branch is reachable. Whatever arrives:
 //
 //   - each program returns a verdict it can give;
+//
 //   - a frame xlb_decap sends back out (XDP_TX, redirect, or through the
 //     stack re-addressed) is a GUE packet from a known xlb node or backend
 //     that goes to a known previous owner, with nothing changed but the
 //     outer addresses, TTL and checksums and the hint's previous owners;
+//
 //   - a frame it passes is untouched, or exactly the inner packet of the
 //     tunnel, for a local VIP, or translated for a local pod in the
 //     translation's bytes only, inside the inner datagram;
+//
 //   - the reply program changes a frame only in the bytes of a
 //     translation back to a VIP, and only for a local pod's packet.
 //
-//	go test -fuzz FuzzBackendProgram -fuzztime 30s ./internal/dataplane/
+//     go test -fuzz FuzzBackendProgram -fuzztime 30s ./internal/dataplane/
 func FuzzBackendProgram(f *testing.F) {
 	fx, objs := newChainFixture(f)
 	conn := dialVIP(f, fx)
@@ -189,7 +192,9 @@ func runTC(t testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byte) {
 }
 
 // The fuzz fixture's sets: what may be sent back out, from where.
-func fuzzTrusted(a netip.Addr) bool { return prefixesContain(chainSets.From, a) || prefixesContain(chainSets.To, a) }
+func fuzzTrusted(a netip.Addr) bool {
+	return prefixesContain(chainSets.From, a) || prefixesContain(chainSets.To, a)
+}
 
 func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 	return slices.ContainsFunc(ps, func(p netip.Prefix) bool { return p.Contains(a) })
