@@ -86,10 +86,10 @@ func TestKubernetes(t *testing.T) {
 	// Each reports its address as a kubelet would: the backends chain
 	// only packets from the Nodes' addresses.
 	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		n, err := k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{})
-		k.must(n, err)
-		n.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: h.Addr.String()}}
-		k.must(k.cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}))
+		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
+		// A patch: the controllers update a new Node too.
+		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.Addr)
+		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
 	}
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	b := p.BGP

@@ -2,6 +2,7 @@ package nodenat
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -135,12 +137,12 @@ func TestRealAPIServerChainSets(t *testing.T) {
 // nodeAddrs sets a Node's status.addresses, as a kubelet reports them.
 func (c cluster) nodeAddrs(name string, addrs ...corev1.NodeAddress) {
 	c.t.Helper()
-	n, err := c.cs.CoreV1().Nodes().Get(c.t.Context(), name, metav1.GetOptions{})
+	// A patch: the controllers update a new Node too.
+	patch, err := json.Marshal(map[string]any{"status": map[string]any{"addresses": addrs}})
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	n.Status.Addresses = addrs
-	if _, err := c.cs.CoreV1().Nodes().UpdateStatus(c.t.Context(), n, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.cs.CoreV1().Nodes().Patch(c.t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
 		c.t.Fatalf("Node %s addresses: %v", name, err)
 	}
 }
