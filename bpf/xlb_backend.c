@@ -7,7 +7,8 @@
  * Tunnelled to a local pod (Kubernetes mode, xlb_nat.h), the inner
  * destination VIP:port becomes the pod's address and target port first.
  * A TCP packet to a VIP whose GUE header carries a daisy-chain hint and
- * that no local socket takes may go on to the previous owner instead.
+ * that no local socket takes may go on to the previous owner instead,
+ * when it comes from a known xlb node and names a known previous owner.
  * TC egress (xlb_nat_reply) turns the pods' replies back into VIP:port.
  * Everything else passes untouched. */
 #include "xlb_helpers.h"
@@ -98,9 +99,11 @@ static __always_inline int strip_outer(struct xdp_md *ctx, struct ethhdr *eth, _
  * table than some other instance already sent is dropped, so that the
  * client retransmits after the stale instance caught up instead of
  * getting a reset. docs/operations.md (Backend hosts) has the details.
- * Like any tunnel to this host, the hint is trusted as it comes: whoever
- * can send GUE here can have one packet relayed, once, to an address of
- * its choice (the fabric should keep outside GUE away from backends). */
+ * A hint is not trusted as it comes: a packet is chained only when its
+ * outer source is a known xlb node or backend (chain_from, chain_to) and
+ * only to a previous owner in chain_to, so a forged hint cannot make this
+ * host send a packet to an address of the sender's choice. Anything else
+ * that would have been chained is dropped and counted. */
 
 /* GUE header length, in 4-byte words, of a packet carrying the hint. */
 #define GUE_HINT_HLEN 4
@@ -120,12 +123,19 @@ struct gue_hint {
 
 /* BPF has no wall clock: `xlb backend` writes the offset of
  * CLOCK_REALTIME from CLOCK_BOOTTIME. A zero offset or window turns
- * chaining off (no hint is ever fresh). */
+ * chaining off (no hint is ever fresh); `xlb backend` writes a zero
+ * window unless both sets below are configured. */
 struct chain_cfg {
 	__u64 wall_offset_ns;
 	__u32 window_s; /* how long after a slot's change its hint is followed */
-	__u32 pad;
+	__u32 flags;    /* CHAIN_CFG_* */
 };
+
+/* The sets are configured: only a hint from a known source may raise a
+ * service's newest generation (chain_newest_gen). Without them every
+ * hint may, as chaining is off and the stale-instance drop is all the
+ * hints still do. */
+#define CHAIN_CFG_SETS 1
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -133,6 +143,40 @@ struct {
 	__type(key, __u32);
 	__type(value, struct chain_cfg);
 } chain_cfg SEC(".maps");
+
+/* Who may have a packet chained, and to whom: IPv4 prefixes, written by
+ * `xlb backend` (--chain-from, --chain-to, or the cluster). chain_from
+ * holds the xlb nodes; chain_to the backends that may be a slot's
+ * previous owner, which are sources too, as a backend that chains a
+ * packet sends it on from its own address. Lookups cost the same
+ * whatever the sets hold. */
+struct chain_peer_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+
+#ifndef XLB_CHAIN_MAX_NODES
+#define XLB_CHAIN_MAX_NODES 16384
+#endif
+#ifndef XLB_CHAIN_MAX_OWNERS
+#define XLB_CHAIN_MAX_OWNERS 65536
+#endif
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, XLB_CHAIN_MAX_NODES);
+	__type(key, struct chain_peer_key);
+	__type(value, __u8);
+} chain_from SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, XLB_CHAIN_MAX_OWNERS);
+	__type(key, struct chain_peer_key);
+	__type(value, __u8);
+} chain_to SEC(".maps");
 
 struct chain_svc_key {
 	__be32 vip;
@@ -163,6 +207,10 @@ enum chain_stat {
 	CHAIN_NO_SOCKET,    /* delivered without a socket: the stack answers (a reset) */
 	CHAIN_NO_ROUTE,     /* dropped: no route to the previous owner */
 	CHAIN_NO_NEIGHBOUR, /* chained through the stack: the next hop was not resolved yet */
+	CHAIN_DROP_UNTRUSTED_SOURCE, /* dropped: would be chained, but its outer source is
+				      * neither in chain_from nor in chain_to */
+	CHAIN_DROP_UNKNOWN_OWNER,    /* dropped: would be chained to a previous owner not in
+				      * chain_to */
 	CHAIN_STAT_MAX,
 };
 
@@ -206,36 +254,83 @@ static __always_inline void chain_count(__u32 stat, __u64 bytes)
 	}
 }
 
+static __always_inline int chain_known(void *set, __be32 addr)
+{
+	struct chain_peer_key k = {.prefixlen = 32, .addr = addr};
+
+	return bpf_map_lookup_elem(set, &k) != 0;
+}
+
+/* Whether a packet from src may be chained: sent by a known xlb node, or
+ * by a known backend that chained it here. */
+static __always_inline int chain_trusted(__be32 src)
+{
+	return chain_known(&chain_from, src) || chain_known(&chain_to, src);
+}
+
+static __always_inline struct chain_cfg *chain_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&chain_cfg, &zero);
+}
+
 /* Remember gen if it is the newest of its service, and return the newest.
- * Two CPUs may race and keep the lower of two new generations: that only
- * delays the stale-instance drop until the next packet of the newer one. */
-static __always_inline __u32 chain_newest_gen(__be32 vip, __be16 port, __u32 gen)
+ * Only a hint from a known source may raise it (when the sets are
+ * configured): a forged generation from the future would turn every
+ * packet without a socket into a silent drop. The source is looked up
+ * only then, so hints of the current generation cost no lookup. Two CPUs
+ * may race and keep the lower of two new generations: that only delays
+ * the stale-instance drop until the next packet of the newer one. */
+static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src, __be32 vip,
+					      __be16 port, __u32 gen)
 {
 	struct chain_svc_key k = {.vip = vip, .port = port, .proto = IPPROTO_TCP};
 	__u32 *seen = bpf_map_lookup_elem(&chain_gens, &k);
 
+	if (seen && gen <= *seen)
+		return *seen;
+	if (cfg && (cfg->flags & CHAIN_CFG_SETS) && !chain_trusted(src))
+		return seen ? *seen : 0;
 	if (!seen) {
 		bpf_map_update_elem(&chain_gens, &k, &gen, BPF_NOEXIST);
 		return gen;
 	}
-	if (gen > *seen) {
-		*seen = gen;
-		return gen;
-	}
-	return *seen;
+	*seen = gen;
+	return gen;
 }
 
 /* Whether a slot that changed owner at `changed` (unix seconds) is still
  * within the chaining window. */
-static __always_inline int chain_fresh(__u32 changed)
+static __always_inline int chain_fresh(struct chain_cfg *cfg, __u32 changed)
 {
-	__u32 zero = 0;
-	struct chain_cfg *cfg = bpf_map_lookup_elem(&chain_cfg, &zero);
-
 	if (!cfg || !cfg->wall_offset_ns || !cfg->window_s)
 		return 0;
 	__u64 now = (bpf_ktime_get_boot_ns() + cfg->wall_offset_ns) / NSEC_PER_SEC;
 	return now < (__u64)changed + cfg->window_s;
+}
+
+/* Whether a packet that would be chained to prev, from outer source src,
+ * must be dropped instead: unless src is known and prev a known previous
+ * owner, it is, and counted. Checked only once a packet would be chained,
+ * so delivered packets cost no lookup. */
+static __always_inline int chain_untrusted(__be32 src)
+{
+	if (chain_trusted(src))
+		return 0;
+	chain_count(CHAIN_DROP_UNTRUSTED_SOURCE, 0);
+	return 1;
+}
+
+static __always_inline int chain_refused(__be32 src, __be32 prev)
+{
+	if (chain_untrusted(src))
+		return 1;
+	if (!chain_known(&chain_to, prev)) {
+		chain_count(CHAIN_DROP_UNKNOWN_OWNER, 0);
+		return 1;
+	}
+	return 0;
 }
 
 /* Whether a local socket takes the packet iph/th (a connection being
@@ -414,13 +509,15 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 					void *data_end)
 {
 	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
 	__be32 prev, next;
 
 	if (!th)
 		return CHAIN_DELIVER;
+	cfg = chain_config();
 	gen = bpf_ntohl(hint->generation);
-	newest = gen ? chain_newest_gen(inner->daddr, th->dest, gen) : 0;
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);
@@ -441,8 +538,11 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 		if (prev && bpf_map_lookup_elem(&host_addrs, &prev))
 			prev = 0;
 	}
-	if (prev && chain_fresh(bpf_ntohl(hint->changed)))
+	if (prev && chain_fresh(cfg, bpf_ntohl(hint->changed))) {
+		if (chain_refused(ip->saddr, prev))
+			return XDP_DROP;
 		return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, next);
+	}
 	return chain_no_owner(gen, newest, inner_len);
 }
 
@@ -460,13 +560,15 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 					    __be32 *pod)
 {
 	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
 	__be32 prev, prev2;
 
 	if (!th)
 		return CHAIN_DELIVER;
+	cfg = chain_config();
 	gen = bpf_ntohl(hint->generation);
-	newest = gen ? chain_newest_gen(inner->daddr, th->dest, gen) : 0;
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);
@@ -481,23 +583,35 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 	}
 	prev = hint->prev;
 	prev2 = hint->prev2;
-	if (!chain_fresh(bpf_ntohl(hint->changed)))
+	if (!chain_fresh(cfg, bpf_ntohl(hint->changed)))
 		return chain_no_owner(gen, newest, inner_len);
 	/* The hint never names the current owner; this host is skipped all
-	 * the same, as in the host mode. */
+	 * the same, as in the host mode. A local pod is a known previous
+	 * owner (it is translated for); a packet from an unknown source is
+	 * not handed to it either. */
 	if (prev && prev != *pod && !bpf_map_lookup_elem(&host_addrs, &prev)) {
-		if (!bpf_map_lookup_elem(&nat_pods, &prev))
+		if (!bpf_map_lookup_elem(&nat_pods, &prev)) {
+			if (chain_refused(ip->saddr, prev))
+				return XDP_DROP;
 			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, prev2);
+		}
 		if (chain_pod_socket(ctx, inner, th, prev) != CHAIN_STAT_MAX) {
+			if (chain_untrusted(ip->saddr))
+				return XDP_DROP;
 			chain_count(CHAIN_CHAINED, inner_len);
 			*pod = prev;
 			return CHAIN_DELIVER;
 		}
 	}
 	if (prev2 && prev2 != *pod && !bpf_map_lookup_elem(&host_addrs, &prev2)) {
-		if (!bpf_map_lookup_elem(&nat_pods, &prev2))
+		if (!bpf_map_lookup_elem(&nat_pods, &prev2)) {
+			if (chain_refused(ip->saddr, prev2))
+				return XDP_DROP;
 			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev2, 0);
+		}
 		if (chain_pod_socket(ctx, inner, th, prev2) != CHAIN_STAT_MAX) {
+			if (chain_untrusted(ip->saddr))
+				return XDP_DROP;
 			chain_count(CHAIN_CHAINED, inner_len);
 			*pod = prev2;
 			return CHAIN_DELIVER;

@@ -201,26 +201,31 @@ static __always_inline void nat_record(__be32 pod, __be16 target_port, __be32 cl
  * (fragmentation needed, above all), tunnelled here by the LB: the quoted
  * reply left the node as VIP:port -> client, so the pod must see it as
  * podIP:targetPort -> client, and the error as addressed to the pod.
- * The quoted transport checksum is left alone: no stack checks it. */
+ * The quoted transport checksum is left alone: no stack checks it. len is
+ * the ICMP message's length in the inner datagram: what lies past it in
+ * the frame (Ethernet padding) is not the quote's, and is neither read
+ * nor written. */
 static __always_inline int nat_forward_icmp(void *data_end, struct iphdr *inner, __u8 *icmp,
-					    __be32 pod)
+					    __u32 len, __be32 pod)
 {
 	struct iphdr *q;
 	struct ports *qp;
+	__u32 qihl;
 
-	if ((void *)(icmp + 8) > data_end)
+	if ((void *)(icmp + 8) > data_end || len < 8)
 		return NAT_DROP_MALFORMED;
 	if (icmp[0] != ICMP_DEST_UNREACH && icmp[0] != ICMP_TIME_EXCEEDED_TYPE &&
 	    icmp[0] != ICMP_PARAMETERPROB_TYPE)
 		return NAT_DROP_PROTO;
 	q = (void *)(icmp + 8);
-	if ((void *)(q + 1) > data_end || q->version != 4 || q->ihl < 5)
+	if ((void *)(q + 1) > data_end || len < 8 + sizeof(*q) || q->version != 4 || q->ihl < 5)
 		return NAT_DROP_MALFORMED;
 	if (q->saddr != inner->daddr ||
 	    (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP))
 		return NAT_DROP_PROTO;
-	qp = (void *)q + q->ihl * 4;
-	if ((void *)(qp + 1) > data_end)
+	qihl = q->ihl * 4;
+	qp = (void *)q + qihl;
+	if ((void *)(qp + 1) > data_end || len < 8 + qihl + sizeof(*qp))
 		return NAT_DROP_MALFORMED;
 
 	struct nat_svc_key k = {.vip = q->saddr, .pod = pod, .port = qp->source, .proto = q->protocol};
@@ -262,7 +267,7 @@ static __always_inline int nat_forward(void *data_end, struct iphdr *inner, __be
 		return NAT_DROP_FRAGMENT;
 	l4 = (void *)inner + ihl;
 	if (inner->protocol == IPPROTO_ICMP)
-		return nat_forward_icmp(data_end, inner, l4, pod);
+		return nat_forward_icmp(data_end, inner, l4, tot - ihl, pod);
 	off = l4_csum_off(inner->protocol);
 	if (!off)
 		return NAT_DROP_PROTO;

@@ -443,11 +443,13 @@ func rbacTable(ns, lease string) []access {
 		{"agent", "update", xlb, "bgppeers", "", "", "p", false},
 		{"agent", "list", xlb, "addresspools", "", "", "", false},
 		{"agent", "create", "", "events", "", "shop", "", false},
-		// The backend: reads Services and slices, nothing else.
+		// The backend: reads Services, slices and Nodes (daisy
+		// chaining), nothing else.
 		{"backend", "watch", "", "services", "", "", "", true},
 		{"backend", "watch", disc, "endpointslices", "", "", "", true},
 		{"backend", "get", "", "secrets", "", ns, "bgp", false},
-		{"backend", "list", "", "nodes", "", "", "", false},
+		{"backend", "watch", "", "nodes", "", "", "", true},
+		{"backend", "update", "", "nodes", "status", "", "worker-1", false},
 		{"backend", "list", xlb, "bgppeers", "", "", "", false},
 		{"backend", "update", "", "services", "status", "shop", "web", false},
 		{"backend", "create", "", "events", "", "shop", "", false},

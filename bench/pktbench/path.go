@@ -184,6 +184,7 @@ func setUp(ctx context.Context, p lab.Plan, xlb string, log *cmdLog) (*path, err
 		for _, v := range p.VIPs {
 			argv = append(argv, "--vip", v.String())
 		}
+		argv = append(argv, lab.ChainArgs(p)...)
 		argv = append(argv, "--pin-path", b.PinDir)
 		if _, err := log.run(ctx, "", argv...); err != nil {
 			return nil, fmt.Errorf("%s: %w", b.Name, err)

@@ -44,6 +44,37 @@ func (v *vipList) Set(s string) error {
 	return nil
 }
 
+// prefixList collects repeated or comma-separated IPv4 addresses and
+// prefixes (--chain-from, --chain-to); an address is its /32.
+type prefixList []netip.Prefix
+
+func (p *prefixList) String() string { return fmt.Sprint([]netip.Prefix(*p)) }
+
+func (p *prefixList) Set(s string) error {
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		var pf netip.Prefix
+		if strings.Contains(part, "/") {
+			x, err := netip.ParsePrefix(part)
+			if err != nil || !x.Addr().Is4() {
+				return fmt.Errorf("%q is not an IPv4 address or CIDR prefix", part)
+			}
+			if x.Masked() != x {
+				return fmt.Errorf("%q has host bits set: did you mean %v?", part, x.Masked())
+			}
+			pf = x
+		} else {
+			a, err := netip.ParseAddr(part)
+			if err != nil || !a.Is4() {
+				return fmt.Errorf("%q is not an IPv4 address or CIDR prefix", part)
+			}
+			pf = netip.PrefixFrom(a, 32)
+		}
+		*p = append(*p, pf)
+	}
+	return nil
+}
+
 // natList collects repeated --nat flags.
 type natList []backendhost.NATEntry
 
@@ -73,6 +104,9 @@ func runBackend(args []string) error {
 	pin := fs.String("pin-path", "", "bpffs directory for the pinned program (default /sys/fs/bpf/xlb/backend-<netns>-<interface>)")
 	mode := fs.String("attach-mode", "auto", "XDP attach mode: auto, native or generic")
 	chainWindow := fs.Duration("chain-window", 2*time.Minute, "daisy chaining: how long after a load balancer's table slot moved to this host a TCP packet to a VIP without a connection here goes on to the slot's previous owner (whole seconds; 0: off)")
+	var chainFrom, chainTo prefixList
+	fs.Var(&chainFrom, "chain-from", "daisy chaining: the xlb nodes, as IPv4 `addresses or CIDRs` (repeat, or comma-separated): only their packets are chained; with --chain-to, else chaining is off (with --source kubernetes: added to the cluster's Nodes)")
+	fs.Var(&chainTo, "chain-to", "daisy chaining: the backends that may be a slot's previous owner, as IPv4 `addresses or CIDRs` (repeat, or comma-separated): packets are chained only to them, and their chained packets are accepted; with --chain-from (with --source kubernetes: added to the cluster's endpoints and Nodes)")
 	cleanup := fs.Bool("cleanup", false, "remove the VIPs, the translations and the programs instead")
 	stats := fs.Bool("stats", false, "print the decapsulation, daisy-chaining and translation counters and exit")
 	source := fs.String("source", "", "`kubernetes`: run until SIGTERM, translating VIP:port to the pods of this node as the cluster's Services and EndpointSlices say (instead of --nat)")
@@ -84,8 +118,8 @@ func runBackend(args []string) error {
 	logFormat := fs.String("log-format", "text", "with --source kubernetes: log format, text or json")
 	logLevel := fs.String("log-level", "info", "with --source kubernetes: log level, debug, info, warn or error")
 	fs.Usage = func() {
-		fmt.Fprintln(os.Stderr, `usage: xlb backend --interface IF [--vip VIP...] [--nat VIP:PORT/PROTO=PODIP:TARGETPORT...] [--chain-window DURATION] [--pin-path DIR] [--cleanup | --stats]
-       xlb backend --source kubernetes --interface IF [--kubeconfig FILE] [--node-name NAME] [--serve-classless] [--metrics-addr HOST:PORT] [--cleanup-on-exit]`)
+		fmt.Fprintln(os.Stderr, `usage: xlb backend --interface IF [--vip VIP...] [--nat VIP:PORT/PROTO=PODIP:TARGETPORT...] [--chain-from CIDR... --chain-to CIDR...] [--chain-window DURATION] [--pin-path DIR] [--cleanup | --stats]
+       xlb backend --source kubernetes --interface IF [--kubeconfig FILE] [--node-name NAME] [--serve-classless] [--metrics-addr HOST:PORT] [--cleanup-on-exit] [--chain-from CIDR...] [--chain-to CIDR...]`)
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -97,6 +131,11 @@ func runBackend(args []string) error {
 	}
 	if err := dataplane.CheckChainWindow(*chainWindow); err != nil {
 		return fmt.Errorf("--chain-window: %w", err)
+	}
+	// In Kubernetes mode the cluster gives both sets, the flags only add
+	// to them; otherwise one without the other could never chain.
+	if *source != sourceKubernetes && (len(chainFrom) > 0) != (len(chainTo) > 0) {
+		return errors.New("--chain-from and --chain-to go together: give the xlb nodes with --chain-from and the backends that may be previous owners with --chain-to, or neither to leave daisy chaining off")
 	}
 	if *pin == "" {
 		p, err := backendhost.DefaultPinPath(*iface)
@@ -145,7 +184,7 @@ func runBackend(args []string) error {
 		return runNodeBackend(nodeBackendOptions{
 			setup: backendhost.Options{
 				Interface: *iface, VIPs: vips, NATOptions: backendhost.NATOptions{ReplyFallback: *fallback},
-				PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow,
+				PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow, ChainFrom: chainFrom, ChainTo: chainTo,
 			},
 			kubeconfig: *kubeconfig, node: *nodeName, classless: *classless,
 			cleanupOnExit: *cleanupOnExit, metricsAddr: *metricsAddr, log: log,
@@ -155,7 +194,7 @@ func runBackend(args []string) error {
 	}
 	res, err := backendhost.Setup(backendhost.Options{
 		Interface: *iface, VIPs: vips, NAT: nat, NATOptions: backendhost.NATOptions{ReplyFallback: *fallback},
-		PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow,
+		PinPath: *pin, AttachMode: *mode, ChainWindow: *chainWindow, ChainFrom: chainFrom, ChainTo: chainTo,
 	})
 	if err != nil {
 		return err
@@ -164,7 +203,9 @@ func runBackend(args []string) error {
 		*iface, dataplane.GUEPort, res.HostAddrs, res.Mode, res.PinPath)
 	if len(vips) > 0 {
 		fmt.Printf("VIPs %v on lo\n", []netip.Addr(vips))
-		printChaining(*iface, *chainWindow, res.ForwardingOn)
+	}
+	if len(vips) > 0 || len(nat) > 0 {
+		printChaining(*iface, dataplane.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}, res.ForwardingOn)
 	}
 	if len(nat) > 0 {
 		fmt.Printf("%d translations VIP:port -> pod:targetPort (%d added, %d changed, %d removed); replies translated back on the egress of %s\n",
@@ -174,12 +215,19 @@ func runBackend(args []string) error {
 }
 
 // printChaining says what daisy chaining does on this host.
-func printChaining(iface string, window time.Duration, forwardingOn bool) {
-	if window == 0 {
-		fmt.Println("daisy chaining off (--chain-window 0): TCP packets without a connection here are not sent on to a previous owner")
+func printChaining(iface string, c dataplane.Chain, forwardingOn bool) {
+	switch {
+	case c.Window == 0:
+		fmt.Println("daisy chaining off (--chain-window 0): TCP packets without a connection here are not sent on to a previous owner; the stack answers them (a reset)")
+		return
+	case !c.On():
+		fmt.Println("daisy chaining off: no --chain-from and --chain-to, so no packet is sent on to a previous owner (the stack answers it, a reset); " +
+			"to turn it on, pass --chain-from with the xlb nodes' addresses and --chain-to with the backends' (addresses or CIDRs)")
 		return
 	}
-	fmt.Printf("daisy chaining: TCP packets without a connection here go on to the previous owner of their table slot for %v after it changed\n", window)
+	fmt.Printf("daisy chaining: TCP packets without a connection here go on to the previous owner of their table slot for %v after it changed, "+
+		"only from the xlb nodes %v (or the backends) and only to the backends %v; others are dropped and counted (chain_drop_untrusted_source, chain_drop_unknown_owner in --stats)\n",
+		c.Window, c.From, c.To)
 	if forwardingOn {
 		fmt.Printf("turned on IPv4 forwarding on %s (net.ipv4.conf.%s.forwarding=1): chaining looks up the route to the previous owner as a router does\n", iface, iface)
 	}
@@ -233,6 +281,7 @@ func runNodeBackend(o nodeBackendOptions) error {
 		// Pods that leave a Service keep their translations for the
 		// chain window: daisy chaining sends their connections on to them.
 		Linger: o.setup.ChainWindow, Initial: initial,
+		ChainFrom: o.setup.ChainFrom, ChainTo: o.setup.ChainTo,
 	})
 	if err != nil {
 		return err
@@ -256,6 +305,13 @@ func runNodeBackend(o nodeBackendOptions) error {
 
 	log.Info("backend for Kubernetes starting", "interface", o.setup.Interface, "addresses", local,
 		"pinPath", o.setup.PinPath, "serveClassless", o.classless, "server", cfg.Host)
+	if o.setup.ChainWindow == 0 {
+		log.Info("daisy chaining off (--chain-window 0): TCP packets without a connection here are not sent on to a previous owner")
+	} else {
+		log.Info("daisy chaining from the cluster: packets are chained only from the Nodes' InternalIP/ExternalIP addresses (the xlb nodes) "+
+			"and only to the endpoints of the Services xlb serves, their endpoint history and the Nodes (the previous owners); others are dropped and counted",
+			"chainWindow", o.setup.ChainWindow.String(), "extraChainFrom", o.setup.ChainFrom, "extraChainTo", o.setup.ChainTo)
+	}
 	runErr := w.Run(ctx)
 	if srv != nil {
 		shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -292,11 +348,14 @@ type nodeBackend struct {
 	setUp, replyAttached bool
 }
 
-func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
+func (b *nodeBackend) apply(st nodenat.State) error {
+	entries := st.NAT
+	chain := dataplane.Chain{Window: b.opts.ChainWindow, From: st.ChainFrom, To: st.ChainTo}
 	switch {
 	case len(entries) > 0 && !b.replyAttached, !b.setUp && len(b.opts.VIPs) > 0:
 		o := b.opts
 		o.NAT = entries
+		o.ChainFrom, o.ChainTo = st.ChainFrom, st.ChainTo
 		res, err := backendhost.Setup(o)
 		if err != nil {
 			return fmt.Errorf("set up %s: %w", o.Interface, err)
@@ -304,7 +363,7 @@ func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
 		b.setUp, b.replyAttached = true, len(entries) > 0
 		attrs := []any{"interface", o.Interface, "xdpMode", res.Mode, "pinPath", res.PinPath,
 			"translations", len(entries), "added", res.NAT.Added, "changed", res.NAT.Updated, "removed", res.NAT.Removed,
-			"chainWindow", o.ChainWindow.String()}
+			"chainWindow", o.ChainWindow.String(), "chaining", res.Chaining, "chainFrom", len(st.ChainFrom), "chainTo", len(st.ChainTo)}
 		if len(o.VIPs) > 0 {
 			attrs = append(attrs, "forwardingTurnedOn", res.ForwardingOn)
 		}
@@ -324,13 +383,22 @@ func (b *nodeBackend) apply(entries []backendhost.NATEntry) error {
 		if ch.Removed > 0 {
 			b.log.Info("removed translations a previous run left", "removed", ch.Removed)
 		}
+		// The previous run's program still decapsulates: its chaining
+		// sets follow the cluster too.
+		if err := dataplane.SetChain(b.opts.PinPath, chain); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("update the daisy-chaining sets a previous run left under %s: %w", b.opts.PinPath, err)
+		}
 		return nil
 	}
 	ch, err := backendhost.SetNAT(b.opts.PinPath, entries, b.opts.NATOptions)
 	if err != nil {
 		return fmt.Errorf("update the translations under %s: %w (if the pinned state was removed, restart this pod to set it up again)", b.opts.PinPath, err)
 	}
-	b.log.Info("translations updated", "translations", len(entries), "added", ch.Added, "changed", ch.Updated, "removed", ch.Removed)
+	if err := dataplane.SetChain(b.opts.PinPath, chain); err != nil {
+		return fmt.Errorf("update the daisy-chaining sets under %s: %w (if the pinned state was removed, restart this pod to set it up again)", b.opts.PinPath, err)
+	}
+	b.log.Info("translations updated", "translations", len(entries), "added", ch.Added, "changed", ch.Updated, "removed", ch.Removed,
+		"chaining", chain.On(), "chainFrom", len(st.ChainFrom), "chainTo", len(st.ChainTo))
 	b.warnNoNetns(ch)
 	return nil
 }
@@ -427,6 +495,7 @@ var (
 	decapBytes       = prometheus.NewDesc("xlb_backend_decap_bytes_total", "Bytes counted by the decapsulation program, by counter.", []string{"counter"}, nil)
 	chainPackets     = prometheus.NewDesc("xlb_backend_chain_packets_total", "TCP packets with a daisy-chain hint, by what the decapsulation program did with them (see docs/operations.md).", []string{"counter"}, nil)
 	chainBytes       = prometheus.NewDesc("xlb_backend_chain_bytes_total", "Bytes of TCP packets with a daisy-chain hint, by counter.", []string{"counter"}, nil)
+	chainSetSize     = prometheus.NewDesc("xlb_backend_chain_set_entries", "Addresses in the daisy-chaining sets this node last applied, by set (from: the xlb nodes; to: the previous owners).", []string{"set"}, nil)
 )
 
 // backendCollector reads the watcher's stats and the pinned counters at
@@ -438,7 +507,7 @@ type backendCollector struct {
 }
 
 func (c *backendCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{backendBuildInfo, natEntries, natSynced, natSyncs, natLastSync, natPackets, natBytes, decapPackets, decapBytes, chainPackets, chainBytes} {
+	for _, d := range []*prometheus.Desc{backendBuildInfo, natEntries, natSynced, natSyncs, natLastSync, natPackets, natBytes, decapPackets, decapBytes, chainPackets, chainBytes, chainSetSize} {
 		ch <- d
 	}
 }
@@ -455,6 +524,8 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	st := c.w.Stats()
 	gauge(backendBuildInfo, 1, version)
 	gauge(natEntries, float64(st.Entries))
+	gauge(chainSetSize, float64(st.ChainFrom), "from")
+	gauge(chainSetSize, float64(st.ChainTo), "to")
 	synced := 0.0
 	if st.Synced {
 		synced = 1

@@ -37,6 +37,16 @@ type Options struct {
 	// to this host a TCP packet for a VIP that holds no connection here
 	// goes on to the slot's previous owner (daisy chaining); 0: off.
 	ChainWindow time.Duration
+	// ChainFrom are the xlb nodes, and ChainTo the backends that may be
+	// a slot's previous owner: a packet is chained only from one of
+	// either to one of ChainTo. Without both, nothing is chained
+	// (dataplane.Chain).
+	ChainFrom, ChainTo []netip.Prefix
+}
+
+// Chain is the daisy-chaining configuration o asks for.
+func (o Options) Chain() dataplane.Chain {
+	return dataplane.Chain{Window: o.ChainWindow, From: o.ChainFrom, To: o.ChainTo}
 }
 
 // DefaultPinPath is the bpffs directory for a backend set-up on iface:
@@ -55,6 +65,8 @@ type Result struct {
 	// ForwardingOn: Setup turned on IPv4 forwarding on the interface,
 	// which daisy chaining needs.
 	ForwardingOn bool
+	// Chaining: packets can be chained (a window and both sets).
+	Chaining bool
 }
 
 // sysctls keep the host from answering ARP for the VIPs on lo and from
@@ -80,7 +92,7 @@ func Setup(opts Options) (Result, error) {
 	if err := validateNAT(opts.NAT); err != nil {
 		return Result{}, err
 	}
-	if err := dataplane.CheckChainWindow(opts.ChainWindow); err != nil {
+	if err := dataplane.CheckChain(opts.Chain()); err != nil {
 		return Result{}, err
 	}
 	iface, err := net.InterfaceByName(opts.Interface)
@@ -117,9 +129,11 @@ func Setup(opts Options) (Result, error) {
 			return Result{}, err
 		}
 	}
-	// Only the VIPs on lo are chained; translations to pods are not.
+	// Chained packets are routed out of the interface they came in on,
+	// which needs forwarding there; only when chaining can happen. (The
+	// Kubernetes mode routes to its pods, so the node forwards anyway.)
 	forwardingOn := false
-	if len(opts.VIPs) > 0 && opts.ChainWindow > 0 {
+	if len(opts.VIPs) > 0 && opts.Chain().On() {
 		if forwardingOn, err = enableForwarding(opts.Interface); err != nil {
 			return Result{}, err
 		}
@@ -144,12 +158,12 @@ func Setup(opts Options) (Result, error) {
 	}
 	mode, err := dataplane.SetupDecap(dataplane.DecapOptions{
 		Interface: opts.Interface, HostAddrs: hostAddrs, VIPs: opts.VIPs, PinPath: pin, AttachMode: opts.AttachMode,
-		ChainWindow: opts.ChainWindow,
+		Chain: opts.Chain(),
 	})
 	if err != nil {
 		return Result{}, err
 	}
-	res := Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs, ForwardingOn: forwardingOn}
+	res := Result{PinPath: pin, Mode: mode, HostAddrs: hostAddrs, ForwardingOn: forwardingOn, Chaining: opts.Chain().On()}
 	// The reply program is attached before the first translation and
 	// detached after the last: a translated flow always has it.
 	if len(opts.NAT) > 0 {
@@ -214,7 +228,7 @@ func enableForwarding(ifname string) (bool, error) {
 		return false, nil
 	}
 	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
-		return false, fmt.Errorf("set net.ipv4.conf.%s.forwarding=1 for daisy chaining: %w (or pass --chain-window 0 to turn chaining off)", ifname, err)
+		return false, fmt.Errorf("set net.ipv4.conf.%s.forwarding=1 for daisy chaining: %w (or turn chaining off: --chain-window 0, or no --chain-from/--chain-to)", ifname, err)
 	}
 	return true, nil
 }

@@ -21,20 +21,26 @@ import (
 // TestSetupChainForwarding: daisy chaining needs IPv4 forwarding on the
 // tunnels' interface (bpf_fib_lookup refuses a lookup from an interface
 // that does not forward), so Setup turns it on, says so once, and leaves
-// it alone with chaining off.
+// it alone when nothing can be chained: chaining off, or no sets of xlb
+// nodes and previous owners (the default).
 func TestSetupChainForwarding(t *testing.T) {
 	testenv.RequireRoot(t, "backend set-up tests (BPF, network namespaces)")
 	vip := netip.MustParseAddr("10.99.0.1")
-	for _, c := range []struct {
-		name   string
-		window time.Duration
-		want   string // forwarding after set-up
+	from := []netip.Prefix{netip.MustParsePrefix("10.0.1.0/24")}
+	to := []netip.Prefix{netip.MustParsePrefix("10.0.3.0/24")}
+	for i, c := range []struct {
+		name     string
+		window   time.Duration
+		from, to []netip.Prefix
+		want     string // forwarding after set-up
 	}{
-		{"chaining on", 2 * time.Minute, "1"},
-		{"chaining off", 0, "0"},
+		{"chaining on", 2 * time.Minute, from, to, "1"},
+		{"chaining off", 0, from, to, "0"},
+		{"no sets (the default)", 2 * time.Minute, nil, nil, "0"},
+		{"no previous owners", 2 * time.Minute, from, nil, "0"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			ns := fmt.Sprintf("xlbtest-bhc-%d-%d", os.Getpid(), c.window/time.Second)
+			ns := fmt.Sprintf("xlbtest-bhc-%d-%d", os.Getpid(), i)
 			ipcmd(t, "netns", "add", ns)
 			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 			ipcmd(t, "-n", ns, "link", "set", "lo", "up")
@@ -51,7 +57,7 @@ func TestSetupChainForwarding(t *testing.T) {
 					return err
 				}
 				var err error
-				opts := Options{Interface: "eth0", VIPs: []netip.Addr{vip}, PinPath: pin, ChainWindow: c.window}
+				opts := Options{Interface: "eth0", VIPs: []netip.Addr{vip}, PinPath: pin, ChainWindow: c.window, ChainFrom: c.from, ChainTo: c.to}
 				if first, err = Setup(opts); err != nil {
 					return err
 				}
@@ -69,6 +75,9 @@ func TestSetupChainForwarding(t *testing.T) {
 			}
 			if first.ForwardingOn != (c.want == "1") || second.ForwardingOn {
 				t.Errorf("ForwardingOn: first set-up %v, second %v; want %v, false", first.ForwardingOn, second.ForwardingOn, c.want == "1")
+			}
+			if first.Chaining != (c.want == "1") {
+				t.Errorf("Chaining %v, want %v", first.Chaining, c.want == "1")
 			}
 			st, err := dataplane.ChainStats(pin)
 			if err != nil || len(st) != len(dataplane.ChainStatNames) {

@@ -190,6 +190,12 @@ func TestNATForward(t *testing.T) {
 	podReply := ipPkt{src: fxPod1, dst: fxClient, sport: 8080, dport: 40000, proto: 6, payload: make([]byte, 1400)}
 	tooBig := icmpError(fxRouter, fxVIP1, 3, 4, reply.bytes(), 8)
 	tooBigPod := icmpError(fxRouter, fxPod1, 3, 4, podReply.bytes(), 8)
+	// The same error whose datagram ends after the quoted IPv4 header:
+	// the quoted ports lie past it, in bytes that are not the error's.
+	quoteCut := append([]byte{}, tooBig...)
+	binary.BigEndian.PutUint16(quoteCut[2:], uint16(len(quoteCut)-8))
+	binary.BigEndian.PutUint16(quoteCut[10:], 0)
+	binary.BigEndian.PutUint16(quoteCut[10:], csum(quoteCut[:20]))
 
 	frag := tcpVIP(fxVIP1, 40000)
 	frag.fragOff = 0x2000 // MF
@@ -238,6 +244,7 @@ func TestNATForward(t *testing.T) {
 		{"GUE variant 1 UDP without checksum", gue(noCsumVIP.bytes(), fxLB, fxPod1, nil), xdpPass, noCsumPod.bytes(), []string{"decap_gue", "nat_fwd"}},
 		{"IPIP UDP whose new checksum is 0", ipip(zeroVIP.bytes(), fxLB, fxPod1), xdpPass, zeroPod.bytes(), []string{"decap_ipip", "nat_fwd"}},
 		{"ICMP fragmentation needed about a reply", ipip(tooBig, fxLB, fxPod1), xdpPass, tooBigPod, []string{"decap_ipip", "nat_fwd_icmp"}},
+		{"ICMP error whose quote ends before the ports", ipip(quoteCut, fxLB, fxPod1), xdpDrop, nil, []string{"nat_drop_malformed"}},
 		{"host mode still works beside it", ipip(tcpVIP(fxVIP1, 40000).bytes(), fxLB, fxNode), xdpPass, tcpVIP(fxVIP1, 40000).bytes(), []string{"decap_ipip"}},
 		{"pod on another node", ipip(tcpVIP(fxVIP1, 40000).bytes(), fxLB, fxFarPod), xdpPass, nil, []string{"pass_not_ours"}},
 		{"plain TCP to a local pod", tcpPod(fxPod1, 40000).bytes(), xdpPass, nil, []string{"pass_not_ours"}},

@@ -17,7 +17,13 @@ type backendChainCfg struct {
 	_            structs.HostLayout
 	WallOffsetNs uint64
 	WindowS      uint32
-	Pad          uint32
+	Flags        uint32
+}
+
+type backendChainPeerKey struct {
+	_         structs.HostLayout
+	Prefixlen uint32
+	Addr      uint32
 }
 
 type backendChainSvcKey struct {
@@ -73,8 +79,10 @@ type backendXlbCounter struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	backendMapChainCfg     = "chain_cfg"
+	backendMapChainFrom    = "chain_from"
 	backendMapChainGens    = "chain_gens"
 	backendMapChainStats   = "chain_stats"
+	backendMapChainTo      = "chain_to"
 	backendMapDecapStats   = "decap_stats"
 	backendMapDecapVips    = "decap_vips"
 	backendMapHostAddrs    = "host_addrs"
@@ -139,8 +147,10 @@ type backendProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type backendMapSpecs struct {
 	ChainCfg    *ebpf.MapSpec `ebpf:"chain_cfg"`
+	ChainFrom   *ebpf.MapSpec `ebpf:"chain_from"`
 	ChainGens   *ebpf.MapSpec `ebpf:"chain_gens"`
 	ChainStats  *ebpf.MapSpec `ebpf:"chain_stats"`
+	ChainTo     *ebpf.MapSpec `ebpf:"chain_to"`
 	DecapStats  *ebpf.MapSpec `ebpf:"decap_stats"`
 	DecapVips   *ebpf.MapSpec `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.MapSpec `ebpf:"host_addrs"`
@@ -179,8 +189,10 @@ func (o *backendObjects) Close() error {
 // It can be passed to loadBackendObjects or ebpf.CollectionSpec.LoadAndAssign.
 type backendMaps struct {
 	ChainCfg    *ebpf.Map `ebpf:"chain_cfg"`
+	ChainFrom   *ebpf.Map `ebpf:"chain_from"`
 	ChainGens   *ebpf.Map `ebpf:"chain_gens"`
 	ChainStats  *ebpf.Map `ebpf:"chain_stats"`
+	ChainTo     *ebpf.Map `ebpf:"chain_to"`
 	DecapStats  *ebpf.Map `ebpf:"decap_stats"`
 	DecapVips   *ebpf.Map `ebpf:"decap_vips"`
 	HostAddrs   *ebpf.Map `ebpf:"host_addrs"`
@@ -195,8 +207,10 @@ type backendMaps struct {
 func (m *backendMaps) Close() error {
 	return _BackendClose(
 		m.ChainCfg,
+		m.ChainFrom,
 		m.ChainGens,
 		m.ChainStats,
+		m.ChainTo,
 		m.DecapStats,
 		m.DecapVips,
 		m.HostAddrs,

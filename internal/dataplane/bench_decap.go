@@ -106,7 +106,10 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 	if err := setAddrs(objs.DecapVips, []netip.Addr{dbVIP}); err != nil {
 		return nil, fmt.Errorf("VIPs: %w", err)
 	}
-	if err := setChainConfig(objs.ChainCfg, dbChainWindow); err != nil {
+	// The node that sends the frames and the previous owner are known,
+	// as on a host set up for daisy chaining.
+	chain := Chain{Window: dbChainWindow, From: []netip.Prefix{netip.PrefixFrom(dbNode, 32)}, To: []netip.Prefix{netip.PrefixFrom(dbPrev, 32)}}
+	if err := setChain(&objs.backendMaps, chain); err != nil {
 		return nil, err
 	}
 

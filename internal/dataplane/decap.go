@@ -21,10 +21,60 @@ type DecapOptions struct {
 	VIPs       []netip.Addr // inner destinations accepted (configured locally)
 	PinPath    string
 	AttachMode string
-	// ChainWindow is how long after a table slot changed owner a TCP
-	// packet without a local connection goes on to the slot's previous
-	// owner (daisy chaining); 0 turns chaining off. Whole seconds.
-	ChainWindow time.Duration
+	// Chain configures daisy chaining.
+	Chain Chain
+}
+
+// Chain configures daisy chaining on a backend host: a TCP packet that
+// carries a load balancer's hint and that no local socket takes goes on
+// to the table slot's previous owner, but only when the packet comes
+// from From or To and the previous owner is in To. Anything else that
+// would have been chained is dropped and counted
+// (chain_drop_untrusted_source, chain_drop_unknown_owner).
+type Chain struct {
+	// Window is how long after a table slot changed owner its hint is
+	// followed; 0 turns chaining off. Whole seconds.
+	Window time.Duration
+	// From are the xlb nodes whose packets may be chained.
+	From []netip.Prefix
+	// To are the backends that may be a slot's previous owner. They
+	// are sources too: a backend that chains a packet sends it on from
+	// its own address, and the next hop may chain it once more.
+	To []netip.Prefix
+}
+
+// On reports whether a packet can be chained at all: a window, and both
+// sets. Without the sets a hint is followed nowhere; it still tells
+// which packets come from a load balancer with an outdated table.
+func (c Chain) On() bool { return c.Window > 0 && len(c.From) > 0 && len(c.To) > 0 }
+
+// Limits of the chaining sets (XLB_CHAIN_MAX_NODES, XLB_CHAIN_MAX_OWNERS
+// in bpf/xlb_backend.c).
+const (
+	MaxChainFrom = 16384
+	MaxChainTo   = 65536
+)
+
+// CheckChain says why c cannot be a daisy-chaining configuration, or nil.
+func CheckChain(c Chain) error {
+	if err := CheckChainWindow(c.Window); err != nil {
+		return err
+	}
+	for _, s := range []struct {
+		what string
+		set  []netip.Prefix
+		max  int
+	}{{"chain-from", c.From, MaxChainFrom}, {"chain-to", c.To, MaxChainTo}} {
+		for _, p := range s.set {
+			if !p.IsValid() || !p.Addr().Is4() {
+				return fmt.Errorf("%s: %v is not an IPv4 address or prefix (daisy chaining is IPv4 only)", s.what, p)
+			}
+		}
+		if len(s.set) > s.max {
+			return fmt.Errorf("%s: %d addresses or prefixes, at most %d fit: give prefixes that cover several", s.what, len(s.set), s.max)
+		}
+	}
+	return nil
 }
 
 // DecapStatNames name the decapsulation program's counters, in the order
@@ -33,7 +83,8 @@ var DecapStatNames = []string{"decap_ipip", "decap_gue", "pass_not_ours", "drop_
 
 // ChainStatNames name the daisy-chaining counters, in the order of enum
 // chain_stat in bpf/xlb_backend.c.
-var ChainStatNames = []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "chain_no_route", "chain_no_neighbour"}
+var ChainStatNames = []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "chain_no_route", "chain_no_neighbour",
+	"chain_drop_untrusted_source", "chain_drop_unknown_owner"}
 
 // MaxChainWindow is the longest daisy-chaining window the program takes.
 const MaxChainWindow = time.Duration(math.MaxUint32) * time.Second
@@ -61,18 +112,25 @@ func SetupDecap(opts DecapOptions) (string, error) {
 		return "", fmt.Errorf("parse embedded backend object: %w", err)
 	}
 	pinMaps(spec)
+	copies, err := planBackendAdoption(spec, opts.PinPath)
+	if err != nil {
+		return "", err
+	}
 	var objs backendObjects
 	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Maps: ebpf.MapOptions{PinPath: opts.PinPath}}); err != nil {
 		return "", fmt.Errorf("load backend program: %w", err)
 	}
 	defer objs.Close()
+	if err := restoreCounters(&objs, copies); err != nil {
+		return "", err
+	}
 	if err := setAddrs(objs.HostAddrs, opts.HostAddrs); err != nil {
 		return "", fmt.Errorf("host addresses: %w", err)
 	}
 	if err := setAddrs(objs.DecapVips, opts.VIPs); err != nil {
 		return "", fmt.Errorf("VIPs: %w", err)
 	}
-	if err := setChainConfig(objs.ChainCfg, opts.ChainWindow); err != nil {
+	if err := setChain(&objs.backendMaps, opts.Chain); err != nil {
 		return "", err
 	}
 	l, mode, err := attach(objs.XlbDecap, iface, opts.AttachMode, filepath.Join(opts.PinPath, linkPin))
@@ -126,27 +184,105 @@ func CheckChainWindow(w time.Duration) error {
 	return nil
 }
 
-// setChainConfig writes the chaining window and the offset of the wall
-// clock from the boot clock, which the program adds to the only clock it
-// has to compare the hints' unix times. The offset is taken now: a step
-// of the wall clock later (NTP correcting a wrong clock) shifts the
-// window until the next set-up.
-func setChainConfig(m *ebpf.Map, window time.Duration) error {
-	if err := CheckChainWindow(window); err != nil {
+// chainCfgSets is CHAIN_CFG_SETS of struct chain_cfg's flags.
+const chainCfgSets = 1
+
+// setChain makes the chaining sets exactly c's and writes the window and
+// the offset of the wall clock from the boot clock, which the program
+// adds to the only clock it has to compare the hints' unix times. The
+// offset is taken now: a step of the wall clock later (NTP correcting a
+// wrong clock) shifts the window until the next set-up. The window is
+// written as 0 unless c.On(). Turning chaining on, the sets are written
+// before the window; turning it off, after: a packet never sees a window
+// with sets that are not yet, or no longer, the configured ones.
+func setChain(maps *backendMaps, c Chain) error {
+	if err := CheckChain(c); err != nil {
 		return err
 	}
 	var cfg backendChainCfg
-	if window > 0 {
+	if c.On() {
 		off, err := wallOffset()
 		if err != nil {
 			return err
 		}
-		cfg.WallOffsetNs, cfg.WindowS = off, uint32(window/time.Second)
+		cfg.WallOffsetNs, cfg.WindowS = off, uint32(c.Window/time.Second)
 	}
-	if err := m.Put(uint32(0), cfg); err != nil {
-		return fmt.Errorf("write the daisy-chaining configuration: %w", err)
+	if len(c.From) > 0 || len(c.To) > 0 {
+		cfg.Flags = chainCfgSets
+	}
+	writeCfg := func() error {
+		if err := maps.ChainCfg.Put(uint32(0), cfg); err != nil {
+			return fmt.Errorf("write the daisy-chaining configuration: %w", err)
+		}
+		return nil
+	}
+	if !c.On() {
+		if err := writeCfg(); err != nil {
+			return err
+		}
+	}
+	if err := setPrefixes(maps.ChainFrom, c.From); err != nil {
+		return fmt.Errorf("daisy chaining, xlb nodes (chain-from): %w", err)
+	}
+	if err := setPrefixes(maps.ChainTo, c.To); err != nil {
+		return fmt.Errorf("daisy chaining, previous owners (chain-to): %w", err)
+	}
+	if c.On() {
+		return writeCfg()
 	}
 	return nil
+}
+
+// setPrefixes makes the LPM trie m hold exactly prefixes (IPv4).
+func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
+	want := map[backendChainPeerKey]bool{}
+	for _, p := range prefixes {
+		p = p.Masked()
+		want[backendChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire32(p.Addr())}] = true
+	}
+	var stale []backendChainPeerKey
+	var k backendChainPeerKey
+	var v uint8
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		if !want[k] {
+			stale = append(stale, k)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return err
+	}
+	for k := range want {
+		if err := m.Put(k, uint8(1)); err != nil {
+			return err
+		}
+	}
+	for _, k := range stale {
+		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+	}
+	return nil
+}
+
+// SetChain rewrites the daisy-chaining configuration of the backend
+// program pinned under pinPath (SetupDecap's), as the Kubernetes mode
+// does whenever the cluster's nodes or endpoints change.
+func SetChain(pinPath string, c Chain) error {
+	var maps backendMaps
+	for _, x := range []struct {
+		name string
+		m    **ebpf.Map
+	}{{"chain_cfg", &maps.ChainCfg}, {"chain_from", &maps.ChainFrom}, {"chain_to", &maps.ChainTo}} {
+		m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, x.name), nil)
+		if err != nil {
+			maps.Close()
+			return fmt.Errorf("open %s under %s: %w (set the backend up again with this xlb: `xlb backend` adds the maps daisy chaining needs)", x.name, pinPath, err)
+		}
+		*x.m = m
+	}
+	defer maps.Close()
+	return setChain(&maps, c)
 }
 
 // wallOffset returns CLOCK_REALTIME - CLOCK_BOOTTIME in nanoseconds: the
@@ -195,6 +331,12 @@ func ChainStats(pinPath string) (map[string]Counters, error) {
 	defer m.Close()
 	out := map[string]Counters{}
 	for i, name := range ChainStatNames {
+		// A program of an older xlb that still runs has fewer
+		// counters: the newer ones are 0 until the next set-up.
+		if uint32(i) >= m.MaxEntries() {
+			out[name] = Counters{}
+			continue
+		}
 		c, err := sumPerCPU(m, uint32(i))
 		if err != nil {
 			return nil, err

@@ -39,7 +39,7 @@ type podNS struct {
 // newFixturePod creates a pod namespace behind veth `link` of the fixture
 // node, with addr on its eth0, the client's address on its lo, a route
 // from the node, a listener on addr:podPort and one connection to it.
-func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *podNS {
+func newFixturePod(t testing.TB, f *fixtureNS, link string, addr netip.Addr) *podNS {
 	t.Helper()
 	name := fmt.Sprintf("xlbtest-pod-%d-%d", os.Getpid(), nsCounter.Add(1))
 	ipcmd(t, "netns", "add", name)
@@ -79,7 +79,7 @@ func newFixturePod(t *testing.T, f *fixtureNS, link string, addr netip.Addr) *po
 // translateFor sets the fixture's translations: VIP:80/tcp -> pod:podPort
 // for every pod, each pod local, with its network namespace ID unless it
 // is left out of withNetns.
-func translateFor(t *testing.T, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
+func translateFor(t testing.TB, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
 	t.Helper()
 	for _, p := range pods {
 		k := natSvcKeyOf(fxVIP, p.addr, 80)
@@ -145,9 +145,7 @@ func TestDecapChainPods(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
 	objs := newFixtureDecap(t, f)
-	if err := setChainConfig(objs.ChainCfg, chainWindow); err != nil {
-		t.Fatal(err)
-	}
+	setChainT(t, objs, chainSets)
 	pod1 := newFixturePod(t, f, "vpod1", fxPod1)
 	pod2 := newFixturePod(t, f, "vpod2", fxPod2)
 	pods := []*podNS{pod1, pod2}
@@ -235,11 +233,75 @@ func TestDecapChainPods(t *testing.T) {
 	})
 }
 
+// TestDecapChainPodsTrust: in the Kubernetes mode too, a hint is followed
+// only for a packet from a known source and only to a known previous
+// owner; a local pod that was the previous owner is known (the node
+// translates for it), but a stranger's packet is not handed to it either.
+func TestDecapChainPodsTrust(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	objs := newFixtureDecap(t, f)
+	setChainT(t, objs, chainSets)
+	pod1 := newFixturePod(t, f, "vpod1", fxPod1)
+	pod2 := newFixturePod(t, f, "vpod2", fxPod2)
+	pods := []*podNS{pod1, pod2}
+	translateFor(t, objs, pods, pods...)
+
+	now := uint32(time.Now().Unix())
+	var none netip.Addr
+	frame := func(src netip.Addr, inner, hint []byte) []byte {
+		return fromSource(encapsulate(inner, fxPod1, GUEPort, hint), src)
+	}
+	ack := func(sport uint16) []byte { return tcpSeg(f.mac, sport, 80, 1000, 1, 0x10) }
+	hint := func(prev, prev2 netip.Addr) []byte { return hintGUE(prev, prev2, now, now) }
+	dropped := func(name string, src netip.Addr, inner, hint []byte, stat string) chainCase {
+		return chainCase{name: name, frame: frame(src, inner, hint), verdict: xdpDrop, chain: stat}
+	}
+	cases := []struct {
+		chainCase
+		pod netip.Addr // delivered: translated for this pod
+	}{
+		{chainCase: dropped("unknown source, remote previous owner", chainStranger, ack(40001), hint(chainPrevTX, none), "chain_drop_untrusted_source")},
+		{chainCase: dropped("unknown source, the local previous owner holds it", chainStranger, ack(pod2.conns[0]), hint(fxPod2, none), "chain_drop_untrusted_source")},
+		{chainCase: dropped("unknown source, to prev2 on another node", chainStranger, ack(40001), hint(none, chainPrevTX), "chain_drop_untrusted_source")},
+		{chainCase{name: "unknown source, the pod holds the connection", frame: frame(chainStranger, ack(pod1.conns[0]), hint(chainPrevTX, none)),
+			verdict: xdpPass, decap: "decap_gue", chain: "socket"}, fxPod1},
+		{chainCase: dropped("known node, unknown remote previous owner", fxNode, ack(40001), hint(chainUnknown, none), "chain_drop_unknown_owner")},
+		{chainCase: dropped("known node, local prev without the connection, unknown prev2", fxNode, ack(40001), hint(fxPod2, chainUnknown), "chain_drop_unknown_owner")},
+		{chainCase{name: "known node, the local previous owner holds it", frame: frame(fxNode, ack(pod2.conns[0]), hint(fxPod2, none)),
+			verdict: xdpPass, decap: "decap_gue", chain: "chained"}, fxPod2},
+		{chainCase{name: "a known backend chained it here: on to a known owner", frame: frame(chainPrevTX, ack(40001), hint(chainPrevRedir, none)),
+			verdict: xdpRedirect, chain: "chained", chainedTo: chainPrevRedir, dstMAC: fxOtherMAC, from: fxPod1}, none},
+	}
+	var mac2 net.HardwareAddr
+	if err := f.runner.Do(func() error {
+		i, err := net.InterfaceByName("veth2")
+		if err == nil {
+			mac2 = i.HardwareAddr
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cases {
+		if c.chainedTo.IsValid() {
+			c.srcMAC = mac2
+		}
+		t.Run(c.name, func(t *testing.T) {
+			runChainCase(t, f, objs, c.chainCase)
+			if c.verdict == xdpPass && c.pod.IsValid() {
+				_, out := f.run(t, objs.XlbDecap, c.frame)
+				checkTranslated(t, out, c.pod)
+			}
+		})
+	}
+}
+
 // dialFrom opens a connection from the client's port `port` (0: any) to
 // server, a listener it starts in the namespace of runner, and returns
 // the client port; listener and connection stay open until the test
 // ends.
-func dialFrom(t *testing.T, runner *netns.Runner, server netip.AddrPort, port uint16) uint16 {
+func dialFrom(t testing.TB, runner *netns.Runner, server netip.AddrPort, port uint16) uint16 {
 	t.Helper()
 	var ln net.Listener
 	var c, s net.Conn

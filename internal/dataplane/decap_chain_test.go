@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,34 @@ var (
 )
 
 const chainWindow = 2 * time.Minute
+
+// chainSets is the fixture's daisy-chaining configuration: the node that
+// sends the frames (encapsulate's outer source) is a known xlb node, and
+// every previous owner above a known backend, one of them through a
+// prefix. chainUnknown is routed like chainPrevTX but in no set.
+var (
+	chainSets = Chain{Window: chainWindow, From: []netip.Prefix{netip.PrefixFrom(fxNode, 32)},
+		To: []netip.Prefix{netip.PrefixFrom(chainPrevTX, 32), netip.MustParsePrefix("10.0.4.0/24"),
+			netip.PrefixFrom(chainPrevNoNeigh, 32), netip.PrefixFrom(chainPrevNoRoute, 32)}}
+	chainUnknown   = netip.MustParseAddr("10.0.3.9")
+	chainStranger  = netip.MustParseAddr("10.0.9.9")
+	chainNoSetsCfg = Chain{Window: chainWindow}
+)
+
+// fromSource returns a copy of an encapsulated frame with outer source src.
+func fromSource(frame []byte, src netip.Addr) []byte {
+	return outer(frame, func(ip []byte) {
+		a := src.As4()
+		copy(ip[12:16], a[:])
+	})
+}
+
+func setChainT(t testing.TB, objs *backendObjects, c Chain) {
+	t.Helper()
+	if err := setChain(&objs.backendMaps, c); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // hintGUE is the GUE header (variant 0, hlen 4, IPv4 inside) with the
 // daisy-chain hint an xlb node sends: the slot's previous owner, the one
@@ -70,14 +99,12 @@ func tcpChecksum(src, dst netip.Addr, l4 []byte) uint16 {
 // newChainFixture is the decapsulation fixture with daisy chaining on,
 // the VIP and the client local in the namespace (so that real sockets
 // can stand for the backend's connections), and a listener on VIP:80.
-func newChainFixture(t *testing.T) (*fixtureNS, *backendObjects) {
+func newChainFixture(t testing.TB) (*fixtureNS, *backendObjects) {
 	t.Helper()
 	requirePrivileges(t)
 	f := newFixtureNS(t)
 	objs := newFixtureDecap(t, f)
-	if err := setChainConfig(objs.ChainCfg, chainWindow); err != nil {
-		t.Fatal(err)
-	}
+	setChainT(t, objs, chainSets)
 	for _, a := range []netip.Addr{fxVIP, fxClient} {
 		ipcmd(t, "-n", f.name, "addr", "add", a.String()+"/32", "dev", "lo")
 	}
@@ -117,7 +144,7 @@ func newChainFixture(t *testing.T) (*fixtureNS, *backendObjects) {
 
 // dialVIP opens a connection from the client to VIP:80 inside the
 // namespace and returns its client port.
-func dialVIP(t *testing.T, f *fixtureNS) uint16 {
+func dialVIP(t testing.TB, f *fixtureNS) uint16 {
 	t.Helper()
 	var c net.Conn
 	err := f.runner.Do(func() error {
@@ -369,14 +396,10 @@ func TestDecapChain(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { runChainCase(t, f, objs, c) })
 	}
 	t.Run("chaining off", func(t *testing.T) {
-		if err := setChainConfig(objs.ChainCfg, 0); err != nil {
-			t.Fatal(err)
-		}
-		defer func() {
-			if err := setChainConfig(objs.ChainCfg, chainWindow); err != nil {
-				t.Fatal(err)
-			}
-		}()
+		off := chainSets
+		off.Window = 0
+		setChainT(t, objs, off)
+		defer setChainT(t, objs, chainSets)
 		runChainCase(t, f, objs, delivered("fresh hint, window 0", ack(40001, 80), fresh, "no_socket"))
 	})
 	t.Run("forwarding disabled on the interface", func(t *testing.T) {
@@ -391,6 +414,85 @@ func TestDecapChain(t *testing.T) {
 			}
 		}()
 		runChainCase(t, f, objs, dropped("fresh hint", ack(40001, 80), fresh, "chain_no_route"))
+	})
+}
+
+// TestDecapChainTrust: a hint is followed only for a packet from a known
+// xlb node (or a known backend that chained it on) and only to a known
+// previous owner; what would otherwise be chained is dropped and counted
+// under its own reason, while what is delivered stays delivered. Only a
+// known source raises a service's newest generation. Without sets, no
+// packet is chained and the hints keep only the stale-instance drop.
+func TestDecapChainTrust(t *testing.T) {
+	f, objs := newChainFixture(t)
+	conn := dialVIP(t, f)
+	now := uint32(time.Now().Unix())
+	expired := now - uint32(chainWindow/time.Second) - 1
+	var none netip.Addr
+	ack := func(sport, dport uint16) []byte { return tcpSeg(f.mac, sport, dport, 1000, 1, 0x10) }
+	syn := tcpSeg(f.mac, 40000, 80, 1000, 0, 0x02)
+	frame := func(src netip.Addr, inner, hint []byte) []byte {
+		return fromSource(encapsulate(inner, fxBackend, GUEPort, hint), src)
+	}
+	delivered := func(name string, src netip.Addr, inner, hint []byte, stat string) chainCase {
+		return chainCase{name: name, frame: frame(src, inner, hint), verdict: xdpPass, want: inner, decap: "decap_gue", chain: stat}
+	}
+	dropped := func(name string, src netip.Addr, inner, hint []byte, stat string) chainCase {
+		return chainCase{name: name, frame: frame(src, inner, hint), verdict: xdpDrop, chain: stat}
+	}
+	var mac2 net.HardwareAddr
+	if err := f.runner.Do(func() error {
+		i, err := net.InterfaceByName("veth2")
+		if err == nil {
+			mac2 = i.HardwareAddr
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hint := func(prev, prev2 netip.Addr) []byte { return hintGUE(prev, prev2, now, now) }
+
+	for _, c := range []chainCase{
+		dropped("unknown source, known previous owner", chainStranger, ack(40001, 80), hint(chainPrevTX, none), "chain_drop_untrusted_source"),
+		dropped("unknown source, unknown previous owner", chainStranger, ack(40001, 80), hint(chainUnknown, none), "chain_drop_untrusted_source"),
+		dropped("unknown source, to prev2", chainStranger, ack(40001, 80), hint(fxBackend, chainPrevTX), "chain_drop_untrusted_source"),
+		delivered("unknown source, SYN", chainStranger, syn, hint(chainPrevTX, none), "syn"),
+		delivered("unknown source, established connection", chainStranger, ack(conn, 80), hint(chainPrevTX, none), "socket"),
+		delivered("unknown source, window expired", chainStranger, ack(40001, 80), hintGUE(chainPrevTX, none, expired, now), "no_socket"),
+		delivered("unknown source, no previous owner", chainStranger, ack(40001, 80), hint(none, none), "no_socket"),
+		dropped("known node, unknown previous owner", fxNode, ack(40001, 80), hint(chainUnknown, chainPrevTX), "chain_drop_unknown_owner"),
+		dropped("known node, prev this host, prev2 unknown", fxNode, ack(40001, 80), hint(fxBackend, chainUnknown), "chain_drop_unknown_owner"),
+		{name: "known node, previous owner known by its prefix", frame: frame(fxNode, ack(40001, 8080), hint(chainPrevRedir, none)),
+			verdict: xdpRedirect, chain: "chained", chainedTo: chainPrevRedir, dstMAC: fxOtherMAC, srcMAC: mac2},
+		{name: "a known backend chained it here: on to the next", frame: frame(chainPrevTX, ack(40001, 80), hint(chainPrevRedir, none)),
+			verdict: xdpRedirect, chain: "chained", chainedTo: chainPrevRedir, dstMAC: fxOtherMAC, srcMAC: mac2},
+		dropped("a known backend chained it here, to an unknown owner", chainPrevTX, ack(40001, 80), hint(chainUnknown, none), "chain_drop_unknown_owner"),
+	} {
+		t.Run(c.name, func(t *testing.T) { runChainCase(t, f, objs, c) })
+	}
+
+	// A generation from the future sent by a stranger is not remembered:
+	// packets of the known nodes' generation are not dropped as stale.
+	t.Run("unknown source cannot raise the newest generation", func(t *testing.T) {
+		runChainCase(t, f, objs, delivered("future generation", chainStranger, ack(40003, 8090), hintGUE(none, none, now, now+100), "no_socket"))
+		runChainCase(t, f, objs, delivered("current generation", fxNode, ack(40003, 8090), hintGUE(none, none, now, now), "no_socket"))
+		runChainCase(t, f, objs, dropped("older generation", fxNode, ack(40003, 8090), hintGUE(none, none, now, now-1), "stale_drop"))
+		runChainCase(t, f, objs, dropped("older generation, from a stranger", chainStranger, ack(40003, 8090), hintGUE(none, none, now, now-1), "stale_drop"))
+	})
+
+	// Without sets nothing is chained, from anyone to anyone; every
+	// hint still tells the newest generation.
+	t.Run("no sets", func(t *testing.T) {
+		setChainT(t, objs, chainNoSetsCfg)
+		defer setChainT(t, objs, chainSets)
+		for _, c := range []chainCase{
+			delivered("known node, fresh hint", fxNode, ack(40001, 80), hint(chainPrevTX, none), "no_socket"),
+			delivered("stranger, fresh hint", chainStranger, ack(40001, 80), hint(chainUnknown, none), "no_socket"),
+			delivered("stranger, newer generation", chainStranger, ack(40004, 8091), hintGUE(none, none, now, now+1), "no_socket"),
+			dropped("older generation", fxNode, ack(40004, 8091), hintGUE(chainPrevTX, none, now, now), "stale_drop"),
+		} {
+			runChainCase(t, f, objs, c)
+		}
 	})
 }
 
@@ -556,12 +658,17 @@ func TestSetupDecapChain(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)
 	pin := testPinPath(t)
-	setup := func(w time.Duration) error {
+	setupChain := func(c Chain) error {
 		return netns.Do(f.name, func() error {
 			_, err := SetupDecap(DecapOptions{Interface: "veth0", HostAddrs: []netip.Addr{fxNode}, VIPs: []netip.Addr{fxVIP},
-				PinPath: pin, ChainWindow: w})
+				PinPath: pin, Chain: c})
 			return err
 		})
+	}
+	setup := func(w time.Duration) error {
+		c := chainSets
+		c.Window = w
+		return setupChain(c)
 	}
 	read := func() backendChainCfg {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "chain_cfg"), nil)
@@ -583,14 +690,49 @@ func TestSetupDecapChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := read()
-	if d := int64(want) - int64(cfg.WallOffsetNs); cfg.WindowS != 90 || d < -int64(time.Second) || d > int64(time.Second) {
-		t.Errorf("window %d s, offset %d ns; want 90 s, about %d ns", cfg.WindowS, cfg.WallOffsetNs, want)
+	if d := int64(want) - int64(cfg.WallOffsetNs); cfg.WindowS != 90 || d < -int64(time.Second) || d > int64(time.Second) || cfg.Flags != chainCfgSets {
+		t.Errorf("window %d s, offset %d ns, flags %d; want 90 s, about %d ns, %d", cfg.WindowS, cfg.WallOffsetNs, cfg.Flags, want, chainCfgSets)
+	}
+	if got := pinnedPrefixes(t, pin, "chain_from"); !slices.Equal(got, chainSets.From) {
+		t.Errorf("chain_from holds %v, want %v", got, chainSets.From)
+	}
+	if got := pinnedPrefixes(t, pin, "chain_to"); !slices.Equal(got, sortedPrefixes(chainSets.To)) {
+		t.Errorf("chain_to holds %v, want %v", got, chainSets.To)
 	}
 	if err := setup(0); err != nil {
 		t.Fatal(err)
 	}
-	if cfg := read(); cfg.WindowS != 0 || cfg.WallOffsetNs != 0 {
-		t.Errorf("window 0: configuration %+v, want zero", cfg)
+	if cfg := read(); cfg.WindowS != 0 || cfg.WallOffsetNs != 0 || cfg.Flags != chainCfgSets {
+		t.Errorf("window 0: configuration %+v, want zero with the sets' flag", cfg)
+	}
+	// Without sets chaining is off whatever the window, and the sets
+	// of before are gone.
+	if err := setupChain(Chain{Window: 90 * time.Second}); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := read(); cfg != (backendChainCfg{}) {
+		t.Errorf("no sets: configuration %+v, want zero", cfg)
+	}
+	if got := pinnedPrefixes(t, pin, "chain_to"); len(got) != 0 {
+		t.Errorf("no sets: chain_to holds %v", got)
+	}
+	// SetChain changes the pinned set-up in place.
+	if err := SetChain(pin, chainSets); err != nil {
+		t.Fatal(err)
+	}
+	if cfg := read(); cfg.WindowS != 120 || cfg.Flags != chainCfgSets {
+		t.Errorf("after SetChain: configuration %+v, want a 120 s window with the sets' flag", cfg)
+	}
+	if got := pinnedPrefixes(t, pin, "chain_to"); !slices.Equal(got, sortedPrefixes(chainSets.To)) {
+		t.Errorf("after SetChain chain_to holds %v, want %v", got, chainSets.To)
+	}
+	for _, bad := range []Chain{
+		{Window: time.Minute, From: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, To: chainSets.To},
+		{Window: time.Minute, From: chainSets.From, To: manyPrefixes(MaxChainTo + 1)},
+	} {
+		if err := SetChain(pin, bad); err == nil {
+			t.Errorf("SetChain(%d from, %d to): no error", len(bad.From), len(bad.To))
+		}
 	}
 	if err := setup(1500 * time.Millisecond); err == nil || !strings.Contains(err.Error(), "whole number of seconds") {
 		t.Errorf("window 1.5s: error %v, want one about whole seconds", err)
@@ -599,6 +741,41 @@ func TestSetupDecapChain(t *testing.T) {
 	if err != nil || len(st) != len(ChainStatNames) {
 		t.Fatalf("ChainStats: %v, %v", st, err)
 	}
+}
+
+// pinnedPrefixes lists the prefixes of a pinned chaining set, sorted.
+func pinnedPrefixes(t *testing.T, pin, name string) []netip.Prefix {
+	t.Helper()
+	m, err := ebpf.LoadPinnedMap(filepath.Join(pin, name), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	var out []netip.Prefix
+	var k backendChainPeerKey
+	var v uint8
+	it := m.Iterate()
+	for it.Next(&k, &v) {
+		out = append(out, netip.PrefixFrom(addrFromWire(k.Addr), int(k.Prefixlen)))
+	}
+	if err := it.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return sortedPrefixes(out)
+}
+
+func manyPrefixes(n int) []netip.Prefix {
+	out := make([]netip.Prefix, n)
+	for i := range out {
+		out[i] = netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 200, byte(i >> 8), byte(i)}), 32)
+	}
+	return out
+}
+
+func sortedPrefixes(ps []netip.Prefix) []netip.Prefix {
+	out := slices.Clone(ps)
+	slices.SortFunc(out, func(a, b netip.Prefix) int { return a.Addr().Compare(b.Addr()) })
+	return out
 }
 
 func TestCheckChainWindow(t *testing.T) {
@@ -617,7 +794,8 @@ func TestCheckChainWindow(t *testing.T) {
 
 func TestChainNamesMatchC(t *testing.T) {
 	got := enumNames(t, "../../bpf/xlb_backend.c", "chain_stat", "CHAIN_", "STAT_MAX")
-	want := []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "no_route", "no_neighbour"}
+	want := []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "no_route", "no_neighbour",
+		"drop_untrusted_source", "drop_unknown_owner"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("enum chain_stat changed: %v; update ChainStatNames (%v) and this test", got, ChainStatNames)
 	}

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func newFixtureDecap(t *testing.T, f *fixtureNS) *backendObjects {
+func newFixtureDecap(t testing.TB, f *fixtureNS) *backendObjects {
 	t.Helper()
 	var objs backendObjects
 	if err := loadBackendObjects(&objs, nil); err != nil {

@@ -283,9 +283,10 @@ func attachPass(_ context.Context, p Plan) error {
 }
 
 // setUpDecap runs `xlb backend` in every backend namespace: VIPs local,
-// decapsulation program attached and pinned under the host's pin dir.
-// Backends that are Kubernetes nodes (Spec.Pods) are left to the user of
-// the lab, who runs their translation.
+// decapsulation program attached and pinned under the host's pin dir,
+// daisy chaining from the lab's xlb nodes to its backends. Backends that
+// are Kubernetes nodes (Spec.Pods) are left to the user of the lab, who
+// runs their translation.
 func setUpDecap(ctx context.Context, p Plan) error {
 	if p.Spec.SkipDecap || p.Spec.Pods > 0 {
 		return nil
@@ -295,6 +296,7 @@ func setUpDecap(ctx context.Context, p Plan) error {
 		for _, v := range p.VIPs {
 			args = append(args, "--vip", v.String())
 		}
+		args = append(args, ChainArgs(p)...)
 		args = append(args, "--pin-path", h.PinDir)
 		cmd := exec.CommandContext(ctx, p.Spec.Binary, append([]string{netns.ExecCommand, h.Namespace, "--"}, args...)...)
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -302,6 +304,22 @@ func setUpDecap(ctx context.Context, p Plan) error {
 		}
 	}
 	return nil
+}
+
+// ChainArgs are the `xlb backend` flags that let the lab's backends chain
+// packets: from the xlb nodes, to the other backends.
+func ChainArgs(p Plan) []string {
+	var from, to []string
+	for _, n := range p.Nodes {
+		from = append(from, n.Addr.String())
+	}
+	for _, b := range p.Backends {
+		to = append(to, b.Addr.String())
+	}
+	if len(from) == 0 || len(to) == 0 {
+		return nil
+	}
+	return []string{"--chain-from", strings.Join(from, ","), "--chain-to", strings.Join(to, ",")}
 }
 
 // ServerName is the StartProcess name of backend h's embedded server.

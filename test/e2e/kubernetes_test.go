@@ -83,8 +83,13 @@ func TestKubernetes(t *testing.T) {
 
 	// The cluster: the lab's xlb nodes and Kubernetes nodes as Nodes,
 	// an AddressPool, the router as a BGPPeer with BFD.
+	// Each reports its address as a kubelet would: the backends chain
+	// only packets from the Nodes' addresses.
 	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
 		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
+		// A patch: the controllers update a new Node too.
+		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.Addr)
+		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
 	}
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	b := p.BGP

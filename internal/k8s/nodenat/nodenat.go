@@ -1,9 +1,11 @@
 // Package nodenat keeps a Kubernetes node's VIP:port → pod:targetPort
-// translations in step with the cluster. It watches Services of type
-// LoadBalancer that xlb serves and their EndpointSlices, derives the
-// translations for the endpoints that run on this node, and hands the
-// whole list to an apply function (backendhost.SetNAT in the backend
-// DaemonSet) after every burst of changes.
+// translations and its daisy-chaining sets in step with the cluster. It
+// watches Services of type LoadBalancer that xlb serves, their
+// EndpointSlices and the Nodes, derives the translations for the
+// endpoints that run on this node and the sets of xlb nodes and previous
+// owners (peers.go), and hands them to an apply function
+// (backendhost.SetNAT and dataplane.SetChain in the backend DaemonSet)
+// after every burst of changes.
 package nodenat
 
 import (
@@ -42,19 +44,23 @@ type Options struct {
 	// are not translated: a tunnel to the node's address is for the
 	// node itself.
 	LocalAddrs []netip.Addr
-	// Apply makes the node's translations exactly entries (sorted). It
-	// is called from one goroutine, after the caches have synced (with
-	// the full list, possibly empty, so that a restart clears what the
-	// cluster no longer asks for), then after every change that alters
-	// the list. An error is retried with backoff.
-	Apply func(entries []backendhost.NATEntry) error
+	// Apply makes the node's translations and chaining sets exactly
+	// those of the State. It is called from one goroutine, after the
+	// caches have synced (with the full state, possibly empty, so that
+	// a restart clears what the cluster no longer asks for), then after
+	// every change that alters it. An error is retried with backoff.
+	Apply func(State) error
+	// ChainFrom and ChainTo are added to the daisy-chaining sets the
+	// cluster gives (xlb nodes outside the cluster, say).
+	ChainFrom, ChainTo []netip.Prefix
 	// Linger keeps a translation that the cluster no longer asks for
 	// (its endpoint turned unready, terminates or was deleted) that
 	// long: the pod may still hold connections, which daisy chaining
 	// and the stateful mode keep sending to it after the load balancers
 	// stopped choosing it for new ones, and its replies need the
-	// translation back to VIP:port. The backend passes its
-	// --chain-window. 0: translations go at once.
+	// translation back to VIP:port. An address that leaves the
+	// previous owners (State.ChainTo) stays as long. The backend passes
+	// its --chain-window. 0: translations go at once.
 	Linger time.Duration
 	// Initial are the translations in place when the watcher starts
 	// (pinned by an earlier run): those the cluster no longer asks for
@@ -65,12 +71,28 @@ type Options struct {
 	Log *slog.Logger
 }
 
+// State is what the node applies.
+type State struct {
+	// NAT are the node's translations, sorted.
+	NAT []backendhost.NATEntry
+	// ChainFrom are the xlb nodes and ChainTo the previous owners of
+	// daisy chaining, sorted (peers.go says what the cluster gives).
+	ChainFrom, ChainTo []netip.Prefix
+}
+
+func (s State) equal(o State) bool {
+	return slices.Equal(s.NAT, o.NAT) && slices.Equal(s.ChainFrom, o.ChainFrom) && slices.Equal(s.ChainTo, o.ChainTo)
+}
+
 // Stats describe the watcher's progress, for health checks and metrics.
 type Stats struct {
 	// Synced: the caches are synced and the last apply succeeded.
 	Synced bool
 	// Entries is the number of translations last applied.
 	Entries int
+	// ChainFrom and ChainTo are the sizes of the chaining sets last
+	// applied.
+	ChainFrom, ChainTo int
 	// Applies and ApplyErrors count calls of Apply by result.
 	Applies, ApplyErrors uint64
 	// LastError is the error of the last apply if it failed, else "".
@@ -99,6 +121,10 @@ type Watcher struct {
 	kick chan struct{}
 
 	quiet, maxDelay, retryMin, retryMax time.Duration
+
+	// servedSlice reports whether a slice belongs to a served Service
+	// (set by Run, from the Services' cache).
+	servedSlice func(*discoveryv1.EndpointSlice) bool
 
 	now   func() time.Time
 	mu    sync.Mutex
@@ -147,6 +173,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	sliceInf := discoveryinformers.NewFilteredEndpointSliceInformer(w.opts.Client, metav1.NamespaceAll, 0,
 		cache.Indexers{serviceIndex: endpoints.ServiceIndex},
 		func(o *metav1.ListOptions) { o.LabelSelector = discoveryv1.LabelServiceName })
+	nodeInf := coreinformers.NewNodeInformer(w.opts.Client, 0, cache.Indexers{})
+	w.servedSlice = func(sl *discoveryv1.EndpointSlice) bool {
+		o, ok, _ := svcInf.GetStore().GetByKey(sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName])
+		svc, isSvc := o.(*corev1.Service)
+		return ok && isSvc && served(svc, w.opts.ServeClassless)
+	}
 
 	if _, err := svcInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { w.serviceChanged(nil, obj) },
@@ -162,16 +194,23 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("watch EndpointSlices: %w", err)
 	}
+	if _, err := nodeInf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { w.wake() },
+		UpdateFunc: w.nodeChanged,
+		DeleteFunc: func(any) { w.wake() },
+	}); err != nil {
+		return fmt.Errorf("watch Nodes: %w", err)
+	}
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel() // runs before wg.Wait: the informers stop first
-	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf} {
+	for _, inf := range []cache.SharedIndexInformer{svcInf, sliceInf, nodeInf} {
 		wg.Go(func() { inf.RunWithContext(ctx) })
 	}
 	begin := time.Now()
-	w.log.Info("waiting for the Services and EndpointSlices caches")
-	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced) {
+	w.log.Info("waiting for the Services, EndpointSlices and Nodes caches")
+	if !cache.WaitForCacheSync(ctx.Done(), svcInf.HasSynced, sliceInf.HasSynced, nodeInf.HasSynced) {
 		return nil // ctx ended
 	}
 	w.log.Info("caches synced", "took", time.Since(begin).Round(time.Millisecond))
@@ -181,6 +220,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		for _, o := range svcInf.GetStore().List() {
 			if svc, ok := o.(*corev1.Service); ok {
 				in.services = append(in.services, svc)
+			}
+		}
+		for _, o := range nodeInf.GetStore().List() {
+			if n, ok := o.(*corev1.Node); ok {
+				in.nodes = append(in.nodes, n)
 			}
 		}
 		idx := sliceInf.GetIndexer()
@@ -200,10 +244,12 @@ func (w *Watcher) Run(ctx context.Context) error {
 	return nil
 }
 
-// serviceChanged and sliceChanged wake the loop when a change can alter
-// the node's translations: every other Service and every slice without
-// an endpoint on this node is left alone, so the churn of a large
-// cluster costs the node nothing.
+// serviceChanged, sliceChanged and nodeChanged wake the loop when a
+// change can alter the node's translations or chaining sets: every other
+// Service, every slice of a Service xlb does not serve and without an
+// endpoint on this node, and every Node update that keeps its addresses
+// are left alone, so the churn of a large cluster costs the node
+// nothing.
 func (w *Watcher) serviceChanged(old, cur any) {
 	for _, o := range []any{old, cur} {
 		if _, ok := o.(cache.DeletedFinalStateUnknown); ok {
@@ -223,10 +269,18 @@ func (w *Watcher) sliceChanged(old, cur any) {
 			w.wake()
 			return
 		}
-		if sl, ok := o.(*discoveryv1.EndpointSlice); ok && onNode(sl, w.opts.Node) {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok && (onNode(sl, w.opts.Node) || w.servedSlice != nil && w.servedSlice(sl)) {
 			w.wake()
 			return
 		}
+	}
+}
+
+func (w *Watcher) nodeChanged(old, cur any) {
+	o, ok1 := old.(*corev1.Node)
+	c, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 || !slices.Equal(nodeAddrs([]*corev1.Node{o}), nodeAddrs([]*corev1.Node{c})) {
+		w.wake()
 	}
 }
 
@@ -241,17 +295,18 @@ func (w *Watcher) wake() {
 // and retries a failed apply with backoff.
 func (w *Watcher) loop(ctx context.Context, read func() input) {
 	var (
-		applied    []backendhost.NATEntry
-		hasApplied bool
-		failed     []backendhost.NATEntry // the list whose apply failed last
-		hasFailed  bool
-		backoff    = w.retryMin
-		retry      *time.Timer
-		retryC     <-chan time.Time
-		logged     = map[string]bool{}
-		linger     = newLingering(w.opts.Linger, w.opts.Initial)
-		expiry     *time.Timer
-		expiryC    <-chan time.Time
+		applied     State
+		hasApplied  bool
+		failed      State // the state whose apply failed last
+		hasFailed   bool
+		backoff     = w.retryMin
+		retry       *time.Timer
+		retryC      <-chan time.Time
+		logged      = map[string]bool{}
+		linger      = newLingering(w.opts.Linger, w.opts.Initial)
+		ownerLinger = newPrefixLinger(w.opts.Linger)
+		expiry      *time.Timer
+		expiryC     <-chan time.Time
 	)
 	stopRetry := func() {
 		if retry != nil {
@@ -266,26 +321,33 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		}
 	}()
 	apply := func(force bool) {
-		current, probs := translate(read())
+		in := read()
+		current, probs := translate(in)
 		w.logProblems(logged, probs)
 		now := w.now()
-		entries := linger.merge(current, now)
+		from, to := chainSets(in, w.opts.ChainFrom, w.opts.ChainTo)
+		st := State{NAT: linger.merge(current, now), ChainFrom: from, ChainTo: ownerLinger.merge(to, now)}
+		entries := st.NAT
 		if expiry != nil {
 			expiry.Stop()
 			expiry, expiryC = nil, nil
 		}
-		if next, ok := linger.next(); ok {
+		next, ok := linger.next()
+		if n, ok2 := ownerLinger.next(); ok2 && (!ok || n.Before(next)) {
+			next, ok = n, true
+		}
+		if ok {
 			expiry = time.NewTimer(max(next.Sub(now), 0))
 			expiryC = expiry.C
 		}
-		if hasApplied && !hasFailed && slices.Equal(entries, applied) {
+		if hasApplied && !hasFailed && st.equal(applied) {
 			return // a change elsewhere in a watched object
 		}
-		if hasFailed && !force && slices.Equal(entries, failed) {
-			return // the same list fails until the backoff is over
+		if hasFailed && !force && st.equal(failed) {
+			return // the same state fails until the backoff is over
 		}
 		begin := time.Now()
-		err := w.opts.Apply(entries)
+		err := w.opts.Apply(st)
 		took := time.Since(begin)
 		w.mu.Lock()
 		if err != nil {
@@ -297,6 +359,7 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 			w.stats.LastError = ""
 			w.stats.Synced = true
 			w.stats.Entries = len(entries)
+			w.stats.ChainFrom, w.stats.ChainTo = len(st.ChainFrom), len(st.ChainTo)
 			w.stats.LastApply = time.Now()
 		}
 		w.mu.Unlock()
@@ -307,7 +370,7 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 				"fix", fmt.Sprintf("if the error says the data plane holds at most so many, this node has more translations than the backend's maps hold: spread the pods over more nodes; "+
 					"if the pinned state is missing, restart this backend pod; else check the backend's --interface and that its pod may load eBPF programs. "+
 					"It is retried by itself, after %s doubling up to every %s, and at once when the translations change", w.retryMin, w.retryMax))
-			failed, hasFailed = entries, true
+			failed, hasFailed = st, true
 			retry = time.NewTimer(backoff)
 			retryC = retry.C
 			backoff = min(2*backoff, w.retryMax)
@@ -316,9 +379,9 @@ func (w *Watcher) loop(ctx context.Context, read func() input) {
 		if hasFailed {
 			w.log.Info("translations applied after earlier failures")
 		}
-		w.log.Debug("translations applied", "entries", len(entries), "took", took)
-		applied, hasApplied = entries, true
-		failed, hasFailed = nil, false
+		w.log.Debug("translations applied", "entries", len(entries), "chainFrom", len(st.ChainFrom), "chainTo", len(st.ChainTo), "took", took)
+		applied, hasApplied = st, true
+		failed, hasFailed = State{}, false
 		backoff = w.retryMin
 	}
 

@@ -31,18 +31,19 @@ type recorder struct {
 type applyCall struct {
 	at      time.Time
 	entries []backendhost.NATEntry
+	state   State
 	err     error
 }
 
 func newRecorder() *recorder { return &recorder{wake: make(chan struct{}, 1)} }
 
-func (r *recorder) apply(entries []backendhost.NATEntry) error {
+func (r *recorder) apply(st State) error {
 	r.mu.Lock()
 	var err error
 	if r.fail != nil {
 		err = r.fail(len(r.calls))
 	}
-	r.calls = append(r.calls, applyCall{at: time.Now(), entries: slices.Clone(entries), err: err})
+	r.calls = append(r.calls, applyCall{at: time.Now(), entries: slices.Clone(st.NAT), state: st, err: err})
 	r.mu.Unlock()
 	select {
 	case r.wake <- struct{}{}:
@@ -225,11 +226,32 @@ func TestWatcherWakesOnRelevantChanges(t *testing.T) {
 	clusterIP := service("web", withType(corev1.ServiceTypeClusterIP))
 	otherClass := service("web", withClass(ptr("example.com/lb")))
 	tomb := cache.DeletedFinalStateUnknown{Key: "default/x", Obj: onB}
+	// A slice of a served Service lists previous owners for daisy
+	// chaining, on whatever node: it wakes the loop too.
+	served := func(fn func(w *Watcher)) func(w *Watcher) {
+		return func(w *Watcher) {
+			w.servedSlice = func(*discoveryv1.EndpointSlice) bool { return true }
+			fn(w)
+		}
+	}
+	node := func(addrs ...string) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: nodeB}}
+		for _, a := range addrs {
+			n.Status.Addresses = append(n.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: a})
+		}
+		return n
+	}
+	relabelled := node("10.0.1.11")
+	relabelled.Labels = map[string]string{"x": "y"}
 	tests := []struct {
 		name     string
 		fn       func(w *Watcher)
 		wantWake bool
 	}{
+		{"slice of a served Service on another node added", served(func(w *Watcher) { w.sliceChanged(nil, onB) }), true},
+		{"slice of a served Service on another node changed", served(func(w *Watcher) { w.sliceChanged(onB, onB2) }), true},
+		{"Node address changed", func(w *Watcher) { w.nodeChanged(node("10.0.1.11"), node("10.0.1.12")) }, true},
+		{"Node changed, not its addresses", func(w *Watcher) { w.nodeChanged(node("10.0.1.11"), relabelled) }, false},
 		{"slice on this node added", func(w *Watcher) { w.sliceChanged(nil, onA) }, true},
 		{"slice on another node added", func(w *Watcher) { w.sliceChanged(nil, onB) }, false},
 		{"slice on another node changed", func(w *Watcher) { w.sliceChanged(onB, onB2) }, false},
@@ -248,7 +270,7 @@ func TestWatcherWakesOnRelevantChanges(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			w, err := New(Options{Client: fake.NewClientset(), Node: nodeA, Apply: func([]backendhost.NATEntry) error { return nil }})
+			w, err := New(Options{Client: fake.NewClientset(), Node: nodeA, Apply: func(State) error { return nil }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -366,7 +388,7 @@ func TestWatcherNewChangeDuringBackoff(t *testing.T) {
 }
 
 func TestNew(t *testing.T) {
-	ok := Options{Client: fake.NewClientset(), Node: nodeA, Apply: func([]backendhost.NATEntry) error { return nil }}
+	ok := Options{Client: fake.NewClientset(), Node: nodeA, Apply: func(State) error { return nil }}
 	for _, tc := range []struct {
 		name string
 		edit func(*Options)

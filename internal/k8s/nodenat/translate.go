@@ -26,6 +26,7 @@ type input struct {
 	// a tunnel to the node itself.
 	local    []netip.Addr
 	services []*corev1.Service
+	nodes    []*corev1.Node
 	// slices returns the EndpointSlices of a Service.
 	slices func(namespace, name string) []*discoveryv1.EndpointSlice
 }

@@ -1,0 +1,49 @@
+package main
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// TestPrefixList: --chain-from and --chain-to take IPv4 addresses (as
+// /32) and CIDR prefixes, repeated or comma-separated, and refuse
+// anything else with the value in the message.
+func TestPrefixList(t *testing.T) {
+	var p prefixList
+	for _, s := range []string{"10.0.1.2", "10.0.3.0/24, 192.0.2.7"} {
+		if err := p.Set(s); err != nil {
+			t.Fatalf("Set(%q): %v", s, err)
+		}
+	}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.1.2/32"), netip.MustParsePrefix("10.0.3.0/24"), netip.MustParsePrefix("192.0.2.7/32")}
+	if !slices.Equal(p, want) {
+		t.Errorf("got %v, want %v", p, want)
+	}
+	for _, bad := range []string{"", "node1", "fd00::1", "fd00::/64", "10.0.3.1/24", "10.0.3.0/33"} {
+		var q prefixList
+		if err := q.Set(bad); err == nil {
+			t.Errorf("Set(%q): no error", bad)
+		}
+	}
+	var q prefixList
+	if err := q.Set("10.0.3.1/24"); err == nil || !strings.Contains(err.Error(), "10.0.3.0/24") {
+		t.Errorf("host bits: %v, want the masked prefix suggested", err)
+	}
+}
+
+// TestBackendChainFlagsTogether: one of --chain-from and --chain-to
+// without the other could never chain, and is refused before anything
+// is set up.
+func TestBackendChainFlagsTogether(t *testing.T) {
+	for _, args := range [][]string{
+		{"--interface", "lo", "--vip", "10.99.0.1", "--chain-from", "10.0.1.2"},
+		{"--interface", "lo", "--vip", "10.99.0.1", "--chain-to", "10.0.3.0/24"},
+	} {
+		err := runBackend(args)
+		if err == nil || !strings.Contains(err.Error(), "--chain-from and --chain-to go together") {
+			t.Errorf("runBackend(%q): %v, want the two flags' rule", args, err)
+		}
+	}
+}
