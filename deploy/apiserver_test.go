@@ -409,6 +409,8 @@ func rbacTable(ns, lease string) []access {
 		{"controller", "patch", "", "services", "", "shop", "web", true},
 		{"controller", "update", "", "services", "", "shop", "web", false},
 		{"controller", "watch", "", "namespaces", "", "", "", true},
+		{"controller", "watch", "", "nodes", "", "", "", true},
+		{"controller", "get", "", "nodes", "", "", "n", true},
 		{"controller", "watch", disc, "endpointslices", "", "", "", true},
 		{"controller", "update", disc, "endpointslices", "", "shop", "web", false},
 		{"controller", "watch", xlb, "addresspools", "", "", "", true},
@@ -594,55 +596,57 @@ func testInvalidResources(t *testing.T, k *kube) {
 	for _, tc := range []struct {
 		name, manifest string
 		want           []string
+		wrong          []string // what the message must not suggest
 	}{
 		{"pool host bits", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-host-bits}
-spec: {addresses: [10.99.0.5/28]}`,
-			[]string{"spec.addresses[0]", "has host bits set", "10.99.0.0/28"}},
+spec: {addresses: [10.99.9.5/28]}`,
+			[]string{"spec.addresses[0]", "10.99.9.5/28 has host bits set", "write its network address, 10.99.9.0/28"},
+			[]string{"10.99.0.0/28"}},
 		{"pool reversed range", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-range}
 spec: {addresses: [10.99.0.20-10.99.0.10]}`,
-			[]string{"spec.addresses[0]", "starts after it ends"}},
+			[]string{"spec.addresses[0]", "starts after it ends"}, nil},
 		{"pool not an address", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-address}
 spec: {addresses: [10.99.0.300/24]}`,
-			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}},
+			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}, nil},
 		{"pool without addresses", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: no-addresses}
 spec: {autoAssign: false}`,
-			[]string{"spec.addresses", "Required value"}},
+			[]string{"spec.addresses", "Required value"}, nil},
 		{"peer address", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-address}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1}`,
-			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}},
+			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}, nil},
 		{"peer ASN 0", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-asn}
 spec: {myASN: 65001, peerASN: 0, peerAddress: 10.0.1.1}`,
-			[]string{"spec.peerASN", "greater than or equal to 1"}},
+			[]string{"spec.peerASN", "greater than or equal to 1"}, nil},
 		{"peer hold time", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-hold}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1.1, holdTime: 1s}`,
-			[]string{"spec.holdTime", "at least 3s"}},
+			[]string{"spec.holdTime", "at least 3s"}, nil},
 		{"peer without my ASN", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: no-asn}
 spec: {peerASN: 65000, peerAddress: 10.0.1.1}`,
-			[]string{"spec.myASN", "Required value"}},
+			[]string{"spec.myASN", "Required value"}, nil},
 	} {
 		objs, err := decodeObjects(tc.name, []byte(tc.manifest))
 		if err != nil || len(objs) != 1 {
@@ -660,6 +664,11 @@ spec: {peerASN: 65000, peerAddress: 10.0.1.1}`,
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: the error %q does not say %q", tc.name, err, w)
+			}
+		}
+		for _, w := range tc.wrong {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the error %q suggests %q, which is wrong", tc.name, err, w)
 			}
 		}
 	}
