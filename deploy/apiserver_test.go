@@ -273,6 +273,10 @@ func testPodsAdmitted(t *testing.T, k *kube, objs []object) {
 		if want := "xlb-" + p.Labels["app.kubernetes.io/component"]; p.Spec.ServiceAccountName != want {
 			t.Errorf("pod %s runs as %q, want %q", p.Name, p.Spec.ServiceAccountName, want)
 		}
+		// What TestPodSecurity checks in the manifests reaches the Pods.
+		if sc := p.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("pod %s: securityContext %+v, want seccompProfile RuntimeDefault", p.Name, sc)
+		}
 	}
 }
 

@@ -143,7 +143,7 @@ func TestChartValues(t *testing.T) {
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0"}},
 		{"DaemonSet lb/edge-xlb-backend", []string{"spec", "template", "spec", "containers", "0", "args"},
-			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=:9402"}},
+			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=[$(POD_IP)]:9402"}},
 		// Helm merges maps: the default selector stays unless set to null.
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "nodeSelector"}, map[string]any{"role": "lb", "xlb.io/lb-node": "true"}},
 		// The agent reads the password Secrets by name: the listed ones
