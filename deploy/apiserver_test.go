@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -26,6 +27,9 @@ import (
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/k8s/source"
 	"github.com/xlbproject/xlb/internal/k8stest"
 )
 
@@ -193,7 +197,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 
 	t.Run("PodsAdmitted", func(t *testing.T) { testPodsAdmitted(t, k, objs) })
 	t.Run("ControllerRestricted", func(t *testing.T) { testControllerRestricted(t, k, objs) })
-	t.Run("RBAC", func(t *testing.T) { testRBAC(t, k, "xlb-system", "xlb", "xlb-controller") })
+	t.Run("RBAC", func(t *testing.T) { testRBAC(t, k, "xlb-system", "xlb", "xlb-controller", "") })
 	t.Run("StatusWrite", func(t *testing.T) { testStatusWrite(t, k) })
 	t.Run("Examples", func(t *testing.T) { testExamples(t, k) })
 	t.Run("InvalidResources", func(t *testing.T) { testInvalidResources(t, k) })
@@ -268,6 +272,10 @@ func testPodsAdmitted(t *testing.T, k *kube, objs []object) {
 	for _, p := range pods.Items {
 		if want := "xlb-" + p.Labels["app.kubernetes.io/component"]; p.Spec.ServiceAccountName != want {
 			t.Errorf("pod %s runs as %q, want %q", p.Name, p.Spec.ServiceAccountName, want)
+		}
+		// What TestPodSecurity checks in the manifests reaches the Pods.
+		if sc := p.Spec.SecurityContext; sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+			t.Errorf("pod %s: securityContext %+v, want seccompProfile RuntimeDefault", p.Name, sc)
 		}
 	}
 }
@@ -364,10 +372,11 @@ type access struct {
 }
 
 // testRBAC checks the grants of the release's ServiceAccounts (prefix
-// "xlb" for deploy/) in namespace ns, with the leader Lease lease, by
+// "xlb" for deploy/) in namespace ns, with the leader Lease lease and the
+// BGP password Secret secret the agent may read ("": none), by
 // SubjectAccessReviews.
-func testRBAC(t *testing.T, k *kube, ns, prefix, lease string) {
-	for _, a := range rbacTable(ns, lease) {
+func testRBAC(t *testing.T, k *kube, ns, prefix, lease, secret string) {
+	for _, a := range rbacTable(ns, lease, secret) {
 		user := saUser(ns, prefix+"-"+a.sa)
 		sar := &authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{
 			User:   user,
@@ -398,8 +407,14 @@ func testRBAC(t *testing.T, k *kube, ns, prefix, lease string) {
 	}
 }
 
-func rbacTable(ns, lease string) []access {
+func rbacTable(ns, lease, secret string) []access {
 	const xlb, disc, coord = "xlb.io", "discovery.k8s.io", "coordination.k8s.io"
+	// The agent reads its password Secrets by name only (a list or
+	// watch with the field selector metadata.name carries the name).
+	named := secret != ""
+	if !named {
+		secret = "bgp"
+	}
 	return []access{
 		// The controller: Services, their status and annotations,
 		// Namespaces, pools and their status, Events, its Lease.
@@ -409,6 +424,8 @@ func rbacTable(ns, lease string) []access {
 		{"controller", "patch", "", "services", "", "shop", "web", true},
 		{"controller", "update", "", "services", "", "shop", "web", false},
 		{"controller", "watch", "", "namespaces", "", "", "", true},
+		{"controller", "watch", "", "nodes", "", "", "", true},
+		{"controller", "get", "", "nodes", "", "", "n", true},
 		{"controller", "watch", disc, "endpointslices", "", "", "", true},
 		{"controller", "update", disc, "endpointslices", "", "shop", "web", false},
 		{"controller", "watch", xlb, "addresspools", "", "", "", true},
@@ -433,9 +450,14 @@ func rbacTable(ns, lease string) []access {
 		{"agent", "watch", disc, "endpointslices", "", "", "", true},
 		{"agent", "watch", "", "nodes", "", "", "", true},
 		{"agent", "watch", xlb, "bgppeers", "", "", "", true},
-		{"agent", "get", "", "secrets", "", ns, "bgp", true},
-		{"agent", "watch", "", "secrets", "", ns, "", true},
-		{"agent", "get", "", "secrets", "", "shop", "bgp", false},
+		{"agent", "get", "", "secrets", "", ns, secret, named},
+		{"agent", "list", "", "secrets", "", ns, secret, named},
+		{"agent", "watch", "", "secrets", "", ns, secret, named},
+		{"agent", "get", "", "secrets", "", ns, "another", false},
+		{"agent", "watch", "", "secrets", "", ns, "another", false},
+		{"agent", "list", "", "secrets", "", ns, "", false},
+		{"agent", "watch", "", "secrets", "", ns, "", false},
+		{"agent", "get", "", "secrets", "", "shop", secret, false},
 		{"agent", "list", "", "secrets", "", "", "", false},
 		{"agent", "update", "", "services", "status", "shop", "web", false},
 		{"agent", "update", "", "services", "", "shop", "web", false},
@@ -497,9 +519,13 @@ func testStatusWrite(t *testing.T, k *kube) {
 		t.Errorf("xlb-controller annotating a Service: %v", err)
 	}
 
+	// The install names no password Secret: the agent reads none.
 	agent := k.as(t, "xlb-system", "xlb-agent")
-	if _, err := agent.CoreV1().Secrets("xlb-system").List(ctx, metav1.ListOptions{}); err != nil {
-		t.Errorf("xlb-agent listing the Secrets of xlb-system: %v", err)
+	if _, err := agent.CoreV1().Secrets("xlb-system").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("xlb-agent listing the Secrets of xlb-system: got %v, want Forbidden", err)
+	}
+	if _, err := agent.CoreV1().Secrets("xlb-system").Get(ctx, "bgp-tor", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("xlb-agent reading Secret xlb-system/bgp-tor, which the install does not name: got %v, want Forbidden", err)
 	}
 	if _, err := agent.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
 		t.Errorf("xlb-agent listing the Secrets of default: got %v, want Forbidden", err)
@@ -552,6 +578,7 @@ func testHelmRelease(t *testing.T, k *kube) {
 		}}},
 		"bgpPeers": []any{map[string]any{"name": "edge-tor", "spec": map[string]any{
 			"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
+			"passwordSecret": map[string]any{"name": "edge-tor-password"},
 		}}},
 	})
 	if err != nil {
@@ -572,13 +599,13 @@ func testHelmRelease(t *testing.T, k *kube) {
 			t.Errorf("the rendering has no %s", key)
 		}
 	}
-	testRBAC(t, k, ns, "edge-xlb", "edge-controller")
+	testRBAC(t, k, ns, "edge-xlb", "edge-controller", "edge-tor-password")
 	// The release's agent reads the Secrets of its own namespace only.
 	sar := func(namespace string) bool {
 		res, err := k.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
 			Spec: authorizationv1.SubjectAccessReviewSpec{
 				User: saUser(ns, "edge-xlb-agent"), Groups: saGroups(ns),
-				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: "secrets"},
+				ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: namespace, Verb: "get", Resource: "secrets", Name: "edge-tor-password"},
 			}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -588,6 +615,116 @@ func testHelmRelease(t *testing.T, k *kube) {
 	if sar("xlb-system") {
 		t.Error("the edge release's agent may read the Secrets of xlb-system")
 	}
+	t.Run("AgentSecrets", func(t *testing.T) { testAgentSecrets(t, k, ns) })
+}
+
+// testAgentSecrets runs the agent's Kubernetes source as the edge
+// release's agent (impersonated), whose Role names one password Secret:
+// it reads that Secret, by name, and no other; the BGPPeer naming it
+// gets its password, at the start and when it changes; a BGPPeer naming
+// another Secret is left out.
+func testAgentSecrets(t *testing.T, k *kube, ns string) {
+	ctx := t.Context()
+	secret := func(name, password string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Type: corev1.SecretTypeBasicAuth,
+			StringData: map[string]string{"password": password}}
+	}
+	for _, s := range []*corev1.Secret{secret("edge-tor-password", "s3cret"), secret("not-granted", "other")} {
+		if _, err := k.cs.CoreV1().Secrets(ns).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ungranted := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "xlb.io/v1alpha1", "kind": "BGPPeer", "metadata": map[string]any{"name": "edge-ungranted"},
+		"spec": map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.9.3",
+			"passwordSecret": map[string]any{"name": "not-granted", "namespace": ns}},
+	}}
+	if _, err := k.dyn.Resource(api.BGPPeerResource).Create(ctx, ungranted, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The agent's node, as its kubelet registers it.
+	if _, err := k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "edge-lb"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	addrs := []byte(`{"status":{"addresses":[{"type":"InternalIP","address":"10.0.9.2"}]}}`)
+	if _, err := k.cs.CoreV1().Nodes().Patch(ctx, "edge-lb", types.MergePatchType, addrs, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+
+	cfg := rest.CopyConfig(k.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: saUser(ns, "edge-xlb-agent"), Groups: saGroups(ns)}
+	agent, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// By hand: the named Secret by name (get, list and watch with
+	// metadata.name), nothing else.
+	byName := metav1.ListOptions{FieldSelector: "metadata.name=edge-tor-password"}
+	if _, err := agent.CoreV1().Secrets(ns).Get(ctx, "edge-tor-password", metav1.GetOptions{}); err != nil {
+		t.Errorf("the agent reading its password Secret: %v", err)
+	}
+	if _, err := agent.CoreV1().Secrets(ns).List(ctx, byName); err != nil {
+		t.Errorf("the agent listing its password Secret by name: %v", err)
+	}
+	if w, err := agent.CoreV1().Secrets(ns).Watch(ctx, byName); err != nil {
+		t.Errorf("the agent watching its password Secret by name: %v", err)
+	} else {
+		w.Stop()
+	}
+	if _, err := agent.CoreV1().Secrets(ns).Get(ctx, "not-granted", metav1.GetOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the agent reading a Secret its Role does not name: got %v, want Forbidden", err)
+	}
+	if _, err := agent.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the agent listing every Secret of %s: got %v, want Forbidden", ns, err)
+	}
+
+	// The agent's own way: its Kubernetes source, as the DaemonSet runs it.
+	base, err := source.DaemonSetBase(ctx, agent, config.Kubernetes{NodeName: "edge-lb", SecretNamespace: ns}, "eth0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	src, err := source.New(source.Options{Base: base, Client: agent, Dynamic: agentDyn, Logger: slog.New(slog.NewTextHandler(t.Output(), nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srcCtx, stop := context.WithCancel(ctx)
+	defer stop()
+	first, err := src.Start(srcCtx, 30*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	passwords := func(c *config.Config) map[string]string {
+		out := map[string]string{}
+		if c != nil && c.BGP != nil {
+			for _, p := range c.BGP.Peers {
+				out[p.Address.String()] = p.Password
+			}
+		}
+		return out
+	}
+	if got := passwords(first); len(got) != 1 || got["10.0.9.1"] != "s3cret" {
+		t.Fatalf("peers of the first configuration (address: password) %v, want 10.0.9.1 with its password only", got)
+	}
+	// A changed password reaches the agent through its watch.
+	changed := secret("edge-tor-password", "changed")
+	if _, err := k.cs.CoreV1().Secrets(ns).Update(ctx, changed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case u := <-src.Updates():
+			if got := passwords(u.Config); got["10.0.9.1"] == "changed" {
+				return
+			}
+		case <-deadline:
+			t.Fatal("no configuration with the changed password within 30 s")
+		}
+	}
 }
 
 // Invalid pools and peers are refused by the API server with the field
@@ -596,55 +733,57 @@ func testInvalidResources(t *testing.T, k *kube) {
 	for _, tc := range []struct {
 		name, manifest string
 		want           []string
+		wrong          []string // what the message must not suggest
 	}{
 		{"pool host bits", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-host-bits}
-spec: {addresses: [10.99.0.5/28]}`,
-			[]string{"spec.addresses[0]", "has host bits set", "10.99.0.0/28"}},
+spec: {addresses: [10.99.9.5/28]}`,
+			[]string{"spec.addresses[0]", "10.99.9.5/28 has host bits set", "write its network address, 10.99.9.0/28"},
+			[]string{"10.99.0.0/28"}},
 		{"pool reversed range", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-range}
 spec: {addresses: [10.99.0.20-10.99.0.10]}`,
-			[]string{"spec.addresses[0]", "starts after it ends"}},
+			[]string{"spec.addresses[0]", "starts after it ends"}, nil},
 		{"pool not an address", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-address}
 spec: {addresses: [10.99.0.300/24]}`,
-			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}},
+			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}, nil},
 		{"pool without addresses", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: no-addresses}
 spec: {autoAssign: false}`,
-			[]string{"spec.addresses", "Required value"}},
+			[]string{"spec.addresses", "Required value"}, nil},
 		{"peer address", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-address}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1}`,
-			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}},
+			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}, nil},
 		{"peer ASN 0", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-asn}
 spec: {myASN: 65001, peerASN: 0, peerAddress: 10.0.1.1}`,
-			[]string{"spec.peerASN", "greater than or equal to 1"}},
+			[]string{"spec.peerASN", "greater than or equal to 1"}, nil},
 		{"peer hold time", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-hold}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1.1, holdTime: 1s}`,
-			[]string{"spec.holdTime", "at least 3s"}},
+			[]string{"spec.holdTime", "at least 3s"}, nil},
 		{"peer without my ASN", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: no-asn}
 spec: {peerASN: 65000, peerAddress: 10.0.1.1}`,
-			[]string{"spec.myASN", "Required value"}},
+			[]string{"spec.myASN", "Required value"}, nil},
 	} {
 		objs, err := decodeObjects(tc.name, []byte(tc.manifest))
 		if err != nil || len(objs) != 1 {
@@ -662,6 +801,11 @@ spec: {peerASN: 65000, peerAddress: 10.0.1.1}`,
 		for _, w := range tc.want {
 			if !strings.Contains(err.Error(), w) {
 				t.Errorf("%s: the error %q does not say %q", tc.name, err, w)
+			}
+		}
+		for _, w := range tc.wrong {
+			if strings.Contains(err.Error(), w) {
+				t.Errorf("%s: the error %q suggests %q, which is wrong", tc.name, err, w)
 			}
 		}
 	}

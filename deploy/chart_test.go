@@ -85,9 +85,19 @@ func TestChartValues(t *testing.T) {
 		"image":          map[string]any{"repository": "registry.example/xlb", "tag": "v9"},
 		"serveClassless": true,
 		"controller":     map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999},
-		"agent":          map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"}},
-		"addressPools":   []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
-		"bgpPeers":       []any{map[string]any{"name": "tor", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.1"}}},
+		"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"},
+			"bgpPasswordSecrets": []any{"tor-password", "other-peer"}},
+		"addressPools": []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
+		"bgpPeers": []any{
+			map[string]any{"name": "tor", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.1"}},
+			map[string]any{"name": "tor2", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.2",
+				"passwordSecret": map[string]any{"name": "tor2-password"}}},
+			map[string]any{"name": "tor3", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.3",
+				"passwordSecret": map[string]any{"name": "tor-password", "namespace": "lb"}}},
+			// Another namespace's Secret needs a Role there.
+			map[string]any{"name": "tor4", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.4",
+				"passwordSecret": map[string]any{"name": "elsewhere", "namespace": "other"}}},
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -133,9 +143,15 @@ func TestChartValues(t *testing.T) {
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0"}},
 		{"DaemonSet lb/edge-xlb-backend", []string{"spec", "template", "spec", "containers", "0", "args"},
-			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=:9402"}},
+			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=[$(POD_IP)]:9402"}},
 		// Helm merges maps: the default selector stays unless set to null.
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "nodeSelector"}, map[string]any{"role": "lb", "xlb.io/lb-node": "true"}},
+		// The agent reads the password Secrets by name: the listed ones
+		// and the bgpPeers', in the release's namespace, each once.
+		{"Role lb/edge-xlb-agent", []string{"rules"}, []any{
+			map[string]any{"apiGroups": []any{""}, "resources": []any{"secrets"},
+				"resourceNames": []any{"other-peer", "tor-password", "tor2-password"}, "verbs": []any{"get", "list", "watch"}},
+		}},
 		{"RoleBinding lb/edge-xlb-agent", []string{"subjects"}, []any{
 			map[string]any{"kind": "ServiceAccount", "name": "edge-xlb-agent", "namespace": "lb"},
 		}},
@@ -269,6 +285,7 @@ func TestHelmFuncs(t *testing.T) {
 		{`{{ "ab-" | trimSuffix "-" }}`, nil, "ab"},
 		{`{{ contains "xlb" "my-xlb" }}`, nil, "true"},
 		{`{{ (dict "a" 1).a }}`, nil, "1"},
+		{`{{ $d := dict }}{{ $_ := set $d "b" 1 }}{{ $_ := set $d "a" 2 }}{{ keys $d | sortAlpha }}`, nil, "[a b]"},
 		{`{{ required "set x" .x }}`, map[string]any{"x": "v"}, "v"},
 		{`{{ define "p" }}[{{ . }}]{{ end }}{{ include "p" "v" | quote }}`, nil, `"[v]"`},
 	} {

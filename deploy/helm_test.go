@@ -212,6 +212,33 @@ func helmFuncs(t *template.Template) template.FuncMap {
 		},
 		"trimSuffix": func(suffix, s string) string { return strings.TrimSuffix(s, suffix) },
 		"contains":   func(substr, s string) bool { return strings.Contains(s, substr) },
+		// Sprig: sets key in the dict and returns the dict.
+		"set": func(d map[string]any, key string, v any) map[string]any {
+			d[key] = v
+			return d
+		},
+		"keys": func(dicts ...map[string]any) []string {
+			var out []string
+			for _, d := range dicts {
+				for k := range d {
+					out = append(out, k)
+				}
+			}
+			return out
+		},
+		"sortAlpha": func(list any) []string {
+			var out []string
+			switch l := list.(type) {
+			case []string:
+				out = slices.Clone(l)
+			case []any:
+				for _, e := range l {
+					out = append(out, fmt.Sprint(e))
+				}
+			}
+			slices.Sort(out)
+			return out
+		},
 		"dict": func(kv ...any) (map[string]any, error) {
 			if len(kv)%2 != 0 {
 				return nil, fmt.Errorf("dict: odd number of arguments %d", len(kv))

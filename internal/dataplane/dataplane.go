@@ -147,7 +147,7 @@ func (d *Dataplane) Attach() error {
 	if err := writeLayout(d.pinPath, d.layout, d.flowHash); err != nil {
 		return err
 	}
-	return nil
+	return writeTableSize(d.pinPath, d.tableSize)
 }
 
 // Migrated says why Load created fresh maps instead of adopting the
@@ -264,6 +264,18 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 // checkPinnedTableSize refuses to adopt tables of another size: the
 // program's range reduction and the inner maps must agree.
 func checkPinnedTableSize(pinPath string, want uint32) error {
+	size, ok, err := pinnedTableSize(pinPath)
+	if err != nil {
+		return err
+	}
+	if ok {
+		if size != want {
+			return fmt.Errorf("pinned state under %s has Maglev tables of size %d but the config asks for %d: keep tableSize %d, or stop the agent and run `xlb cleanup` (drops established flows)", pinPath, size, want, size)
+		}
+		return nil
+	}
+	// No record (pinned by an older xlb): look at a table itself, which
+	// needs CAP_SYS_ADMIN; without it, nothing can be checked.
 	outer, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, "maglev_tables"), nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil

@@ -92,7 +92,7 @@ func TestOpenPinAdoptCleanup(t *testing.T) {
 	if xdpProgID(t, f.name, "veth0") != first {
 		t.Fatal("XDP program went away when the agent closed its handles")
 	}
-	for _, name := range []string{"link", "svc_index", "backends", "maglev_tables", "svc_retired"} {
+	for _, name := range []string{"link", "svc_index", "backends", "maglev_tables", "svc_retired", tableSizePin} {
 		if _, err := os.Stat(filepath.Join(pin, name)); err != nil {
 			t.Errorf("pinned %s: %v", name, err)
 		}

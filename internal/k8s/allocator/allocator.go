@@ -34,6 +34,9 @@ const (
 	// ReasonInvalidRequest: the request itself is unusable (IPv6, an
 	// address outside the requested pool).
 	ReasonInvalidRequest Reason = "InvalidRequest"
+	// ReasonNodeAddress: the requested address is a node's own
+	// address (see SetReserved).
+	ReasonNodeAddress Reason = "NodeAddress"
 )
 
 // Error is an allocation failure: a Reason and a message for the user.
@@ -82,7 +85,11 @@ type Allocator struct {
 	rejected map[string]error // pool name → why it is not used
 	holder   map[uint32]string
 	held     map[string]uint32
-	used     map[string]uint64 // pool name → addresses of it held
+	used     map[string]uint64 // pool name → addresses of it held, reserved ones left out
+	// reserved: addresses nobody gets (the nodes' own), with whose
+	// they are; excluded counts those each pool would hand out.
+	reserved map[uint32]string
+	excluded map[string]uint64
 }
 
 // New returns an allocator with no pools and no addresses held.
@@ -93,6 +100,8 @@ func New() *Allocator {
 		holder:   map[uint32]string{},
 		held:     map[string]uint32{},
 		used:     map[string]uint64{},
+		reserved: map[uint32]string{},
+		excluded: map[string]uint64{},
 	}
 }
 
@@ -126,14 +135,78 @@ func (a *Allocator) SetPools(pools []*Pool, invalid map[string]error) map[string
 		a.byName[p.Name] = p
 	}
 	a.rejected = rejected
+	a.recount()
+	return rejected
+}
+
+// SetReserved replaces the addresses no Service may get: the cluster's
+// node addresses, as a VIP equal to a node's address takes that node off
+// the network. why says whose each one is, for messages ("the InternalIP
+// of Node lb-1"). Pools keep their other addresses. A Service holding a
+// reserved address keeps holding it (Lookup, Holder) until it is given
+// another or released, but Plan no longer plans it, and it counts as
+// used in no pool.
+func (a *Allocator) SetReserved(why map[netip.Addr]string) {
+	a.reserved = make(map[uint32]string, len(why))
+	for addr, w := range why {
+		if addr.Is4() {
+			a.reserved[toU32(addr)] = w
+		}
+	}
+	a.recount()
+}
+
+// Reserved reports whether addr is reserved, and whose it is.
+func (a *Allocator) Reserved(addr netip.Addr) (why string, ok bool) {
+	if !addr.Is4() {
+		return "", false
+	}
+	why, ok = a.reserved[toU32(addr)]
+	return why, ok
+}
+
+// ReservedIn returns, in order, the reserved addresses the named pool in
+// use would otherwise hand out.
+func (a *Allocator) ReservedIn(pool string) []netip.Addr {
+	p := a.byName[pool]
+	if p == nil {
+		return nil
+	}
+	var out []netip.Addr
+	for x := range a.reserved {
+		if p.contains(x) {
+			out = append(out, fromU32(x))
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// recount derives used and excluded from the pools, the holdings and the
+// reserved addresses.
+func (a *Allocator) recount() {
 	a.used = map[string]uint64{}
 	for x := range a.holder {
-		if p := a.poolOf(x); p != nil {
+		if p := a.poolOf(x); p != nil && !a.isReserved(x) {
 			a.used[p.Name]++
 		}
 	}
-	return rejected
+	a.excluded = map[string]uint64{}
+	for x := range a.reserved {
+		if p := a.poolOf(x); p != nil {
+			a.excluded[p.Name]++
+		}
+	}
 }
+
+func (a *Allocator) isReserved(x uint32) bool {
+	_, ok := a.reserved[x]
+	return ok
+}
+
+// size is the number of addresses p hands out: its own, less the
+// reserved ones.
+func (a *Allocator) size(p *Pool) uint64 { return p.size - a.excluded[p.Name] }
 
 // overlap finds a pool of others sharing an address with p and describes
 // the overlap.
@@ -154,13 +227,14 @@ func overlap(p *Pool, others []*Pool) (string, bool) {
 func (a *Allocator) Pools() []*Pool { return slices.Clone(a.pools) }
 
 // Usage returns how many addresses of the named pool are held and how many
-// it has; ok is false for a pool not in use.
+// it hands out (reserved addresses left out of both); ok is false for a
+// pool not in use.
 func (a *Allocator) Usage(pool string) (used, size uint64, ok bool) {
 	p := a.byName[pool]
 	if p == nil {
 		return 0, 0, false
 	}
-	return a.used[pool], p.size, true
+	return a.used[pool], a.size(p), true
 }
 
 // PoolOf returns the name of the pool in use that contains addr, or "".
@@ -209,9 +283,10 @@ func (a *Allocator) Holder(addr netip.Addr) (string, bool) {
 // no pool contains it any more: addresses do not move under running
 // Services. Otherwise the requested address, or the lowest free address
 // of the requested pool, or of the first eligible auto-assign pool in
-// allocation order. Errors are *Error.
+// allocation order. A reserved address is never planned, not even the
+// one the Service holds. Errors are *Error.
 func (a *Allocator) Plan(req Request) (netip.Addr, error) {
-	if x, ok := a.held[req.Key]; ok && a.fits(req, x) {
+	if x, ok := a.held[req.Key]; ok && a.fits(req, x) && !a.isReserved(x) {
 		return fromU32(x), nil
 	}
 	if req.Address.IsValid() {
@@ -224,7 +299,7 @@ func (a *Allocator) Plan(req Request) (netip.Addr, error) {
 		}
 		x, ok := a.lowestFree(p)
 		if !ok {
-			return netip.Addr{}, failf(ReasonPoolExhausted, "address pool %q is exhausted: all its %d addresses are in use", p.Name, p.size)
+			return netip.Addr{}, failf(ReasonPoolExhausted, "address pool %q is exhausted: all its %d addresses are in use%s", p.Name, a.size(p), a.excludedNote(p))
 		}
 		return fromU32(x), nil
 	}
@@ -241,7 +316,7 @@ func (a *Allocator) Plan(req Request) (netip.Addr, error) {
 		if x, ok := a.lowestFree(p); ok {
 			return fromU32(x), nil
 		}
-		full = append(full, fmt.Sprintf("%q (%d addresses)", p.Name, p.size))
+		full = append(full, fmt.Sprintf("%q (%d addresses%s)", p.Name, a.size(p), a.excludedNote(p)))
 	}
 	switch {
 	case len(full) > 0:
@@ -251,6 +326,15 @@ func (a *Allocator) Plan(req Request) (netip.Addr, error) {
 	default:
 		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool exists; create an AddressPool, or request one with autoAssign: false by name")
 	}
+}
+
+// excludedNote says, for an exhausted pool, how many of its addresses
+// are nodes' own; "" when none are.
+func (a *Allocator) excludedNote(p *Pool) string {
+	if n := a.excluded[p.Name]; n > 0 {
+		return fmt.Sprintf(", not counting %d that are nodes' own addresses", n)
+	}
+	return ""
 }
 
 // maxListed bounds the pools a message lists, so that an Event stays
@@ -282,6 +366,9 @@ func (a *Allocator) planAddress(req Request) (netip.Addr, error) {
 		return netip.Addr{}, failf(ReasonInvalidRequest, "requested address %s %v", addr, err)
 	}
 	x := toU32(addr)
+	if why, ok := a.reserved[x]; ok {
+		return netip.Addr{}, failf(ReasonNodeAddress, "requested address %s is %s, and a VIP equal to a node's address takes that node off the network; request another address", addr, why)
+	}
 	var p *Pool
 	for _, q := range a.pools {
 		if q.inRange(x) {
@@ -323,14 +410,15 @@ func (a *Allocator) requestedPool(req Request) (*Pool, error) {
 
 // lowestFree returns the lowest address of p nobody holds.
 func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
-	if a.used[p.Name] >= p.size {
+	if a.used[p.Name] >= a.size(p) {
 		return 0, false
 	}
 	// At most used+1 usable addresses are visited (plus the .0/.255
-	// ones skipped): the search is as cheap as the pool is full.
+	// and reserved ones skipped): the search is as cheap as the pool is
+	// full.
 	for _, s := range p.spans {
 		for x := uint64(s.lo); x <= uint64(s.hi); x++ {
-			if p.avoidBuggy && buggy(uint32(x)) {
+			if (p.avoidBuggy && buggy(uint32(x))) || a.isReserved(uint32(x)) {
 				continue
 			}
 			if _, taken := a.holder[uint32(x)]; !taken {
@@ -359,7 +447,7 @@ func (a *Allocator) Assign(key string, addr netip.Addr) error {
 	a.Release(key)
 	a.holder[x] = key
 	a.held[key] = x
-	if p := a.poolOf(x); p != nil {
+	if p := a.poolOf(x); p != nil && !a.isReserved(x) {
 		a.used[p.Name]++
 	}
 	return nil
@@ -385,7 +473,7 @@ func (a *Allocator) Release(key string) (netip.Addr, bool) {
 	}
 	delete(a.held, key)
 	delete(a.holder, x)
-	if p := a.poolOf(x); p != nil {
+	if p := a.poolOf(x); p != nil && !a.isReserved(x) {
 		a.used[p.Name]--
 	}
 	return fromU32(x), true

@@ -66,6 +66,7 @@ func TestPlan(t *testing.T) {
 		name    string
 		pools   []*Pool // nil: pools(t)
 		held    map[string]string
+		nodes   []string // node addresses (SetReserved)
 		req     Request
 		want    string // address; "" with reason
 		reason  Reason
@@ -113,6 +114,20 @@ func TestPlan(t *testing.T) {
 		}(), want: "10.0.5.0"},
 		{name: "held address of another pool moves to the requested pool", held: map[string]string{"a/s": "10.0.1.1"}, req: withPool(req("a/s"), "manual"), want: "10.0.3.0"},
 
+		{name: "node addresses are skipped", nodes: []string{"10.0.1.1"}, req: req("a/s"), want: "10.0.1.2"},
+		{name: "a pool of node addresses only is passed over", nodes: []string{"10.0.1.1", "10.0.1.2"}, req: req("a/s"), want: "10.0.2.0"},
+		{name: "a held node address is not kept", nodes: []string{"10.0.9.3"}, held: map[string]string{"a/s": "10.0.9.3"}, req: req("a/s"), want: "10.0.1.1"},
+		{name: "a held node address outside every pool is not kept", nodes: []string{"192.0.2.1"}, held: map[string]string{"a/s": "192.0.2.1"}, req: req("a/s"), want: "10.0.1.1"},
+		{name: "requested node address", nodes: []string{"10.0.3.1"}, req: withAddr(req("a/s"), "10.0.3.1"),
+			reason: ReasonNodeAddress, message: []string{"requested address 10.0.3.1 is the InternalIP of Node n", "takes that node off the network"}},
+		{name: "requested node address already held", nodes: []string{"10.0.3.1"}, held: map[string]string{"a/s": "10.0.3.1"}, req: withAddr(req("a/s"), "10.0.3.1"),
+			reason: ReasonNodeAddress, message: []string{"10.0.3.1 is the InternalIP of Node n"}},
+		{name: "requested node address outside every pool", nodes: []string{"192.0.2.1"}, req: withAddr(req("a/s"), "192.0.2.1"),
+			reason: ReasonNodeAddress, message: []string{"192.0.2.1 is the InternalIP of Node n"}},
+		{name: "requested pool skips node addresses", nodes: []string{"10.0.3.0", "10.0.3.1"}, req: withPool(req("a/s"), "manual"), want: "10.0.3.2"},
+		{name: "requested pool exhausted with node addresses", nodes: []string{"10.0.3.0"}, held: fill("10.0.3.1", 3), req: withPool(req("a/s"), "manual"),
+			reason: ReasonPoolExhausted, message: []string{`all its 3 addresses are in use, not counting 1 that are nodes' own addresses`}},
+
 		{name: "long lists are cut", pools: func() []*Pool {
 			var ps []*Pool
 			for i := range 7 {
@@ -133,6 +148,11 @@ func TestPlan(t *testing.T) {
 				ps = pools(t)
 			}
 			a := newAlloc(t, ps, tt.held)
+			nodes := map[netip.Addr]string{}
+			for _, n := range tt.nodes {
+				nodes[ip(n)] = "the InternalIP of Node n"
+			}
+			a.SetReserved(nodes)
 			before := a.Holdings()
 			got, err := a.Plan(tt.req)
 			if after := a.Holdings(); fmt.Sprint(before) != fmt.Sprint(after) {
@@ -322,5 +342,58 @@ func TestRebuild(t *testing.T) {
 		if x != y || fmt.Sprint(errA) != fmt.Sprint(errB) {
 			t.Errorf("next allocation: original %v %v, rebuilt %v %v", x, errA, y, errB)
 		}
+	}
+}
+
+// Node addresses leave a pool's size and usage, are listed per pool, and
+// come back when the nodes go; holdings stay as they are.
+func TestSetReserved(t *testing.T) {
+	ip := netip.MustParseAddr
+	a := newAlloc(t, []*Pool{
+		mustPool(t, "p", api.AddressPoolSpec{Addresses: []string{"10.0.0.0/29"}}),
+		mustPool(t, "q", api.AddressPoolSpec{Addresses: []string{"10.0.1.0/30"}, AvoidBuggyIPs: true}),
+	}, map[string]string{"a/held": "10.0.0.1", "a/other": "10.0.0.2"})
+	usage := func(pool string) string {
+		used, size, _ := a.Usage(pool)
+		return fmt.Sprintf("%d/%d", used, size)
+	}
+	if u := usage("p"); u != "2/8" {
+		t.Fatalf("usage of p %s, want 2/8", u)
+	}
+	// .1 is held and a node's; .5 a node's; 10.0.1.0 is no address q
+	// hands out (avoidBuggyIPs), 192.0.2.1 in no pool.
+	a.SetReserved(map[netip.Addr]string{ip("10.0.0.1"): "n1", ip("10.0.0.5"): "n2", ip("10.0.1.0"): "n3", ip("192.0.2.1"): "n4", ip("fd00::1"): "n5"})
+	if u := usage("p"); u != "1/6" {
+		t.Errorf("usage of p with two node addresses %s, want 1/6", u)
+	}
+	if u := usage("q"); u != "0/3" {
+		t.Errorf("usage of q %s, want 0/3: its .0 is not handed out anyway", u)
+	}
+	if got := fmt.Sprint(a.ReservedIn("p")); got != "[10.0.0.1 10.0.0.5]" {
+		t.Errorf("ReservedIn(p) = %s", got)
+	}
+	if got := a.ReservedIn("q"); len(got) != 0 {
+		t.Errorf("ReservedIn(q) = %v, want none", got)
+	}
+	if why, ok := a.Reserved(ip("10.0.0.5")); !ok || why != "n2" {
+		t.Errorf("Reserved(10.0.0.5) = %q, %v", why, ok)
+	}
+	if h, ok := a.Holder(ip("10.0.0.1")); !ok || h != "a/held" {
+		t.Errorf("the node address's holder %q, %v: SetReserved must not drop it", h, ok)
+	}
+	// Release and Assign keep the counts right around reserved addresses.
+	a.Release("a/held")
+	if u := usage("p"); u != "1/6" {
+		t.Errorf("usage after releasing the node address %s, want 1/6", u)
+	}
+	if err := a.Assign("a/held", ip("10.0.0.1")); err != nil {
+		t.Fatal(err)
+	}
+	if u := usage("p"); u != "1/6" {
+		t.Errorf("usage after assigning the node address again %s, want 1/6", u)
+	}
+	a.SetReserved(nil)
+	if u := usage("p"); u != "2/8" {
+		t.Errorf("usage once the nodes are gone %s, want 2/8", u)
 	}
 }

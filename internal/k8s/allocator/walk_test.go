@@ -35,7 +35,7 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 	for step := range steps {
 		before := a.Holdings()
 		var op string
-		switch next(6) {
+		switch next(7) {
 		case 0: // new pools, in a random order and subset
 			var ps []*Pool
 			for _, i := range rand.New(rand.NewPCG(uint64(next(1<<30)), 0)).Perm(len(candidatePools)) {
@@ -51,6 +51,16 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 			}
 			a.SetPools(ps, nil)
 			op = fmt.Sprintf("SetPools(%d pools)", len(ps))
+			if fmt.Sprint(before) != fmt.Sprint(a.Holdings()) {
+				t.Fatalf("step %d: %s changed the holdings", step, op)
+			}
+		case 6: // new node addresses
+			nodes := map[netip.Addr]string{}
+			for range next(4) {
+				nodes[addr()] = "a node's"
+			}
+			a.SetReserved(nodes)
+			op = fmt.Sprintf("SetReserved(%v)", nodes)
 			if fmt.Sprint(before) != fmt.Sprint(a.Holdings()) {
 				t.Fatalf("step %d: %s changed the holdings", step, op)
 			}
@@ -118,6 +128,9 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 	if h, ok := holderIn(before, got); ok && h != req.Key {
 		t.Fatalf("step %d: Allocate(%+v) = %s, which %s held", step, req, got, h)
 	}
+	if _, ok := a.Reserved(got); ok {
+		t.Fatalf("step %d: Allocate(%+v) = %s, a node's address", step, req, got)
+	}
 	var prev netip.Addr
 	for _, h := range before {
 		if h.Key == req.Key {
@@ -164,6 +177,9 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 			if x == got {
 				return
 			}
+			if _, reserved := a.Reserved(x); reserved {
+				continue
+			}
 			if _, held := holderIn(before, x); !held {
 				t.Fatalf("step %d: Allocate(%+v) = %s, but %s of pool %s was free", step, req, got, x, q.Name)
 			}
@@ -183,6 +199,9 @@ func checkNoFree(t *testing.T, a *Allocator, req Request, err error, step int) {
 			continue
 		}
 		for x := range q.all() {
+			if _, reserved := a.Reserved(x); reserved {
+				continue
+			}
 			if _, held := a.Holder(x); !held {
 				t.Fatalf("step %d: Allocate(%+v) failed (%v) with %s of pool %s free", step, req, err, x, q.Name)
 			}
@@ -219,14 +238,19 @@ func checkInvariants(t *testing.T, a *Allocator, step int, op string) {
 		}
 	}
 	for _, p := range a.pools {
-		var n uint64
+		var n, size uint64
 		for x := range a.holder {
-			if p.contains(x) {
+			if _, reserved := a.reserved[x]; p.contains(x) && !reserved {
 				n++
 			}
 		}
-		if a.used[p.Name] != n {
-			t.Fatalf("step %d (%s): pool %s used %d, counted %d", step, op, p.Name, a.used[p.Name], n)
+		for x := range p.all() {
+			if _, reserved := a.Reserved(x); !reserved {
+				size++
+			}
+		}
+		if used, sz, _ := a.Usage(p.Name); used != n || sz != size {
+			t.Fatalf("step %d (%s): pool %s usage %d/%d, counted %d/%d", step, op, p.Name, used, sz, n, size)
 		}
 	}
 	for i := 1; i < len(a.pools); i++ {

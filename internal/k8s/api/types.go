@@ -80,6 +80,20 @@ type AddressPoolStatus struct {
 	// Error says why the controller does not use the pool (an invalid
 	// entry, an overlap with an older pool); empty when it does.
 	Error string `json:"error,omitempty"`
+	// NodeAddresses are the pool's addresses that are also a Node's
+	// InternalIP or ExternalIP: the pool does not hand them out (Size
+	// leaves them out), as a VIP equal to a node's address takes that
+	// node off the network.
+	NodeAddresses []NodeAddress `json:"nodeAddresses,omitempty"`
+}
+
+// NodeAddress is an address of a Node, as in the Node's
+// status.addresses.
+type NodeAddress struct {
+	Address string `json:"address"`
+	Node    string `json:"node"`
+	// Type is InternalIP or ExternalIP.
+	Type string `json:"type"`
 }
 
 // AddressPoolSpec: which addresses, and who may have them.

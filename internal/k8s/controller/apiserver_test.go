@@ -25,6 +25,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -70,7 +71,7 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.applyCRDs()
-	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop"} {
+	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes"} {
 		e.createNamespace(ns)
 	}
 	t.Run("Validation", e.testValidation)
@@ -83,6 +84,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Requests", e.testRequests)
 	t.Run("Release", e.testRelease)
 	t.Run("PoolGone", e.testPoolGone)
+	t.Run("NodeAddresses", e.testNodeAddresses)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
 		return
@@ -275,7 +277,7 @@ func (e *apiEnv) waitPoolStatus(t *testing.T, name string, want api.AddressPoolS
 		if err := api.FromUnstructured(u, &p); err != nil {
 			return false, err.Error()
 		}
-		return p.Status == want, fmt.Sprintf("%+v", p.Status)
+		return reflect.DeepEqual(p.Status, want), fmt.Sprintf("%+v", p.Status)
 	})
 }
 
@@ -294,7 +296,9 @@ func (e *apiEnv) testValidation(t *testing.T) {
 		{"single-address", map[string]any{"addresses": []any{"10.0.0.1"}}, []string{`spec.addresses[0]: Invalid value: "10.0.0.1": 10.0.0.1 is neither`}},
 		{"ipv6", map[string]any{"addresses": []any{"fd00::/120"}}, []string{`spec.addresses[0]: Invalid value: "fd00::/120": fd00::/120 is neither`}},
 		{"too-long", map[string]any{"addresses": []any{"10.0.0.1-10.0.0.2-10.0.0.3-10.0.0.4"}}, []string{"spec.addresses[0]: Too long"}},
-		{"host-bits", map[string]any{"addresses": []any{"10.0.0.5/28"}}, []string{"the CIDR 10.0.0.5/28 has host bits set: write its network address"}},
+		{"host-bits", map[string]any{"addresses": []any{"10.0.0.5/28"}}, []string{"the CIDR 10.0.0.5/28 has host bits set: write its network address, 10.0.0.0/28"}},
+		// The network named is this entry's, not a fixed example's.
+		{"host-bits-elsewhere", map[string]any{"addresses": []any{"10.99.9.5/28"}}, []string{"the CIDR 10.99.9.5/28 has host bits set: write its network address, 10.99.9.0/28"}},
 		{"reversed-range", map[string]any{"addresses": []any{"10.0.0.20-10.0.0.10"}}, []string{"the range 10.0.0.20-10.0.0.10 starts after it ends"}},
 		{"duplicate", map[string]any{"addresses": []any{"10.0.0.0/30", "10.0.0.0/30"}}, []string{"spec.addresses[1]: Duplicate value"}},
 		{"negative-priority", map[string]any{"addresses": []any{"10.0.0.0/30"}, "serviceAllocation": map[string]any{"priority": -1}},
@@ -323,6 +327,17 @@ func (e *apiEnv) testValidation(t *testing.T) {
 			}
 		}
 		t.Logf("pool %s: %v", tt.name, err)
+	}
+
+	// The host-bits message names the entry's own network, which the
+	// CRD computes in CEL: the same network as Go's, at every length.
+	for bits := range 32 {
+		entry := fmt.Sprintf("10.250.201.77/%d", bits)
+		want := netip.MustParsePrefix(entry).Masked().String()
+		_, err := pools.Create(t.Context(), poolObject(fmt.Sprintf("bad-host-bits-%d", bits), map[string]any{"addresses": []any{entry}}), metav1.CreateOptions{})
+		if w := "has host bits set: write its network address, " + want; err == nil || !strings.HasSuffix(err.Error(), w) {
+			t.Errorf("pool with %s: error %v, want it to end in %q", entry, err, w)
+		}
 	}
 
 	// A valid pool keeps every field, with autoAssign defaulted.
@@ -554,8 +569,16 @@ func (e *apiEnv) testRelease(t *testing.T) {
 	e.createService(t, lbService("rel", "waiting"))
 	e.waitEvent(t, "rel", "waiting", EventAllocationFailed, "exhausted")
 
+	s0 := e.get(t, "rel", "s0")
 	e.delete(t, "rel", "s0")
 	e.waitIngress(t, "rel", "waiting", "10.100.4.0")
+	// The deleted Service's Event stays in its namespace, naming it by
+	// UID too (a Service of the same name later is another object).
+	e.waitEvent(t, "rel", "s0", EventReleased, "released 10.100.4.0: the Service was deleted")
+	evs, err := e.client.CoreV1().Events("rel").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.uid=" + string(s0.UID) + ",reason=" + EventReleased})
+	if err != nil || len(evs.Items) != 1 || evs.Items[0].InvolvedObject.Kind != "Service" {
+		t.Errorf("IPReleased Events of the deleted Service by its UID: %v, %v", evs, err)
+	}
 
 	// Type: the API server clears the status and the class; the
 	// controller removes its annotation and frees the address.
@@ -602,6 +625,79 @@ func (e *apiEnv) testPoolGone(t *testing.T) {
 	e.createPool(t, "alloc-again", map[string]any{"addresses": []any{"10.100.1.0/29"}, "serviceAllocation": map[string]any{"namespaces": []any{"alloc"}}})
 	e.createService(t, lbService("alloc", "web3"))
 	e.waitIngress(t, "alloc", "web3", "10.100.1.2")
+}
+
+// A pool overlapping Nodes' addresses: they are left out, in the status
+// and with an Event; a Service holding one when its Node registers moves,
+// one that requested it gives it up; both come back when the Node goes.
+func (e *apiEnv) testNodeAddresses(t *testing.T) {
+	nodes := e.client.CoreV1().Nodes()
+	setAddresses := func(name string, addrs ...corev1.NodeAddress) {
+		t.Helper()
+		patch, err := json.Marshal(map[string]any{"status": map[string]any{"addresses": addrs}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := nodes.Patch(t.Context(), name, types.MergePatchType, patch, metav1.PatchOptions{}, "status"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A kubelet registers its Node, then reports its addresses.
+	register := func(name string, addrs ...corev1.NodeAddress) {
+		t.Helper()
+		if _, err := nodes.Create(t.Context(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		setAddresses(name, addrs...)
+	}
+	register("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.100.6.1"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-a"})
+	e.createPool(t, "nodes", map[string]any{"addresses": []any{"10.100.6.0/29"}, "serviceAllocation": map[string]any{"namespaces": []any{"nodes"}}})
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 7, Available: 7, NodeAddresses: []api.NodeAddress{
+		{Address: "10.100.6.1", Node: "node-a", Type: "InternalIP"}}})
+	msg := e.waitEvent(t, "", "nodes", EventNodeAddress, "Services do not get 10.100.6.1 (the InternalIP of Node node-a)")
+	t.Logf("pool: %s", msg)
+
+	e.createService(t, lbService("nodes", "s0"))
+	e.waitIngress(t, "nodes", "s0", "10.100.6.0")
+	e.createService(t, lbService("nodes", "s1"))
+	e.waitIngress(t, "nodes", "s1", "10.100.6.2")
+	e.createService(t, lbService("nodes", "asks", annotate(api.AnnotationAddresses, "10.100.6.1")))
+	msg = e.waitEvent(t, "nodes", "asks", EventAllocationFailed, "requested address 10.100.6.1 is the InternalIP of Node node-a")
+	t.Logf("asks: %s", msg)
+	e.createService(t, lbService("nodes", "pinned", func(s *corev1.Service) { s.Spec.LoadBalancerIP = "10.100.6.5" }))
+	e.waitIngress(t, "nodes", "pinned", "10.100.6.5")
+
+	// Nodes register with s1's and pinned's addresses.
+	register("node-b", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.100.6.2"})
+	register("node-c", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.168.0.3"},
+		corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "10.100.6.5"})
+	e.waitIngress(t, "nodes", "s1", "10.100.6.3")
+	msg = e.waitEvent(t, "nodes", "s1", EventNodeAddress, "moved from 10.100.6.2, the InternalIP of Node node-b, to 10.100.6.3")
+	t.Logf("s1: %s", msg)
+	e.waitIngress(t, "nodes", "pinned", "")
+	msg = e.waitEvent(t, "nodes", "pinned", EventNodeAddress, "gave up 10.100.6.5, the ExternalIP of Node node-c")
+	t.Logf("pinned: %s", msg)
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 5, Assigned: 2, Available: 3, NodeAddresses: []api.NodeAddress{
+		{Address: "10.100.6.1", Node: "node-a", Type: "InternalIP"}, {Address: "10.100.6.2", Node: "node-b", Type: "InternalIP"},
+		{Address: "10.100.6.5", Node: "node-c", Type: "ExternalIP"}}})
+
+	// node-c goes, node-a changes its address: the waiting Services get
+	// what they asked for, and the pool is whole but for node-b's.
+	if err := nodes.Delete(t.Context(), "node-c", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.waitIngress(t, "nodes", "pinned", "10.100.6.5")
+	setAddresses("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.168.0.1"})
+	e.waitIngress(t, "nodes", "asks", "10.100.6.1")
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 7, Assigned: 4, Available: 3, NodeAddresses: []api.NodeAddress{
+		{Address: "10.100.6.2", Node: "node-b", Type: "InternalIP"}}})
+	for _, n := range []string{"node-a", "node-b"} {
+		if err := nodes.Delete(t.Context(), n, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 8, Assigned: 4, Available: 4})
 }
 
 // addresses returns every Service's ingress by "namespace/name".

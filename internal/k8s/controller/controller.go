@@ -88,7 +88,7 @@ func New(opts Options) (*Controller, error) {
 // syncTimeout bounds the wait for the informers' first lists.
 const syncTimeout = 2 * time.Minute
 
-// Run watches Services, Namespaces and AddressPools and allocates until
+// Run watches Services, Namespaces, Nodes and AddressPools and allocates until
 // ctx ends. Every Run starts from scratch: it lists everything, rebuilds
 // the allocator from the Services' status and only then handles work, so
 // that a new leader continues where the last one stopped. It returns nil
@@ -118,8 +118,12 @@ func (c *Controller) Run(ctx context.Context) error {
 	slices := factory.Discovery().V1().EndpointSlices()
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(c.opts.Dynamic, 0)
 	pools := dynFactory.ForResource(api.AddressPoolResource)
+	// Of a Node, the controller needs its addresses only.
+	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0, informers.WithTransform(nodeAddressesOnly))
+	nodes := nodeFactory.Core().V1().Nodes()
 
 	r := newReconciler(c, recorder, services.Lister(), namespaces.Lister(), pools.Lister())
+	r.nodes = nodes.Lister()
 	defer r.queue.ShutDown()
 	if err := r.watch(services.Informer(), namespaces.Informer(), pools.Informer()); err != nil {
 		return err
@@ -127,20 +131,27 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := r.watchSlices(slices.Informer()); err != nil {
 		return err
 	}
+	if err := r.watchNodes(nodes.Informer()); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
+	nodeFactory.Start(ctx.Done())
+	defer nodeFactory.Shutdown()
 	defer dynFactory.Shutdown()
 	defer factory.Shutdown()
 
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), services.Informer().HasSynced,
-		namespaces.Informer().HasSynced, pools.Informer().HasSynced, slices.Informer().HasSynced)
+		namespaces.Informer().HasSynced, pools.Informer().HasSynced, slices.Informer().HasSynced,
+		nodes.Informer().HasSynced)
 	cancel()
 	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("the caches of Services, Namespaces, AddressPools and EndpointSlices did not fill within %s", syncTimeout)
+		return fmt.Errorf("the caches of Services, Namespaces, AddressPools, EndpointSlices and Nodes did not fill within %s; "+
+			"check that the controller's ClusterRole lets it list and watch them (deploy/10-rbac.yaml)", syncTimeout)
 	}
 	if err := r.rebuild(); err != nil {
 		return err
@@ -151,8 +162,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	return nil
 }
 
-// item is a unit of work: one Service, the pool set, or one pool's
-// status.
+// item is a unit of work: one Service, the pool set, one pool's status,
+// or the nodes' addresses.
 type item struct {
 	kind itemKind
 	key  string // a Service's "namespace/name", or a pool's name
@@ -164,6 +175,7 @@ const (
 	serviceItem itemKind = iota
 	poolsItem
 	poolStatusItem
+	nodesItem
 )
 
 // The rate limiter retries a failed item after 5 ms, doubling up to 30 s.
@@ -193,6 +205,8 @@ func (r *reconciler) processNext(ctx context.Context) bool {
 		err = r.syncPools()
 	case poolStatusItem:
 		err = r.syncPoolStatus(ctx, it.key)
+	case nodesItem:
+		err = r.syncNodes()
 	}
 	if err == nil {
 		r.queue.Forget(it)

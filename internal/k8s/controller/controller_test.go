@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -206,6 +207,7 @@ func TestRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitIngress("a", "waiting", "10.99.0.0")
+	e.waitEvent("a/s0", EventReleased, "released 10.99.0.0: the Service was deleted")
 
 	// The fake API server does not clear the status on a type change
 	// (the real one does): the controller does.
@@ -323,7 +325,7 @@ func (e *fakeEnv) waitPoolStatus(name string, want api.AddressPoolStatus) {
 		if err := api.FromUnstructured(u, &p); err != nil {
 			return false, err.Error()
 		}
-		return p.Status == want, fmt.Sprintf("%+v", p.Status)
+		return reflect.DeepEqual(p.Status, want), fmt.Sprintf("%+v", p.Status)
 	})
 }
 

@@ -41,7 +41,9 @@ type recorder struct {
 
 func (r *recorder) Event(obj runtime.Object, typ, reason, msg string) {
 	name := "?"
-	if m, err := meta.Accessor(obj); err == nil {
+	if ref, ok := obj.(*corev1.ObjectReference); ok {
+		name = ref.Namespace + "/" + ref.Name
+	} else if m, err := meta.Accessor(obj); err == nil {
 		name = m.GetName()
 		if m.GetNamespace() != "" {
 			name = m.GetNamespace() + "/" + name

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,11 +16,13 @@ import (
 )
 
 // syncPoolStatus writes one AddressPool's status: its size and usage, or
-// why it is not used (with a Warning Event on the pool).
+// why it is not used (with a Warning Event on the pool), and the Node
+// addresses it leaves out (with a Warning Event too).
 func (r *reconciler) syncPoolStatus(ctx context.Context, name string) error {
 	obj, err := r.pools.Get(name)
 	if apierrors.IsNotFound(err) {
 		delete(r.warned, "pool:"+name)
+		delete(r.warned, "pool-nodes:"+name)
 		return nil
 	}
 	if err != nil {
@@ -39,17 +42,31 @@ func (r *reconciler) syncPoolStatus(ctx context.Context, name string) error {
 	} else if used, size, ok := r.alloc.Usage(name); ok {
 		want.Size, want.Assigned, want.Available = int64(size), int64(used), int64(size-used)
 		delete(r.warned, "pool:"+name)
+		want.NodeAddresses = r.poolNodeAddresses(name)
+	}
+	if len(want.NodeAddresses) == 0 {
+		delete(r.warned, "pool-nodes:"+name)
+	} else if w := (warning{EventNodeAddress, fmt.Sprint(want.NodeAddresses)}); r.warned["pool-nodes:"+name] != w {
+		r.warned["pool-nodes:"+name] = w
+		msg := fmt.Sprintf("Services do not get %s: a VIP equal to a node's address takes that node off the network; the pool hands out its other addresses. Remove these addresses from the pool",
+			describeNodeAddresses(want.NodeAddresses))
+		r.log.Warn("address pool holds node addresses; they are not handed out", "pool", name, "addresses", want.NodeAddresses,
+			"fix", "remove the Nodes' InternalIPs and ExternalIPs from the pool's spec.addresses (kubectl edit addresspool "+name+")")
+		r.recorder.Event(u, corev1.EventTypeWarning, EventNodeAddress, msg)
 	}
 	var have api.AddressPool
-	if err := api.FromUnstructured(u, &have); err == nil && have.Status == want {
+	if err := api.FromUnstructured(u, &have); err == nil && reflect.DeepEqual(have.Status, want) {
 		return nil
 	}
 	// A merge patch of the whole status: "error": null removes an old
 	// error. The controller is the status's only writer, so no
 	// resourceVersion is needed.
-	status := map[string]any{"size": want.Size, "assigned": want.Assigned, "available": want.Available, "error": nil}
+	status := map[string]any{"size": want.Size, "assigned": want.Assigned, "available": want.Available, "error": nil, "nodeAddresses": nil}
 	if want.Error != "" {
 		status["error"] = want.Error
+	}
+	if len(want.NodeAddresses) > 0 {
+		status["nodeAddresses"] = want.NodeAddresses
 	}
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {

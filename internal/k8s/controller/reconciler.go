@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
@@ -34,6 +35,10 @@ type reconciler struct {
 	services   corelisters.ServiceLister
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
+	nodes      corelisters.NodeLister
+	// nodeAddrs: the Nodes' addresses, which no Service gets; nil
+	// until the first syncNodes.
+	nodeAddrs map[netip.Addr][]api.NodeAddress
 	// slices are the EndpointSlices by Service (sliceIndex), for the
 	// endpoint history; nil until watchSlices.
 	slices cache.Indexer
@@ -49,6 +54,9 @@ type reconciler struct {
 	// "pool:NAME"), so that a Service looked at again does not get the
 	// same Event again.
 	warned map[string]warning
+	// uids: the UID of each served Service, for the IPReleased Event
+	// once it is deleted and only its key is left.
+	uids map[string]types.UID
 }
 
 func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.ServiceLister, nss corelisters.NamespaceLister, pools cache.GenericLister) *reconciler {
@@ -65,6 +73,7 @@ func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.Ser
 		poolErrors: map[string]error{},
 		pending:    map[string]bool{},
 		warned:     map[string]warning{},
+		uids:       map[string]types.UID{},
 		now:        time.Now,
 	}
 }
@@ -136,6 +145,7 @@ func (r *reconciler) rebuild() error {
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name
+		r.uids[key] = svc.UID
 		if err := r.alloc.Assign(key, addr); err != nil {
 			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err,
 				"fix", "nothing to do if this Service may change address: it gets another from its pools when its turn comes; "+
@@ -143,6 +153,9 @@ func (r *reconciler) rebuild() error {
 			continue
 		}
 		n++
+	}
+	if err := r.syncNodes(); err != nil {
+		return err
 	}
 	if err := r.syncPools(); err != nil {
 		return err
@@ -198,19 +211,7 @@ func (r *reconciler) syncPools() error {
 		r.log.Warn("address pool not used", "pool", name, "error", err,
 			"fix", "correct the AddressPool as the error says (kubectl edit addresspool "+name+"), or remove the pool it overlaps; the controller takes it into use as soon as it changes")
 	}
-	for _, obj := range objs {
-		if u, ok := obj.(*unstructured.Unstructured); ok {
-			r.queue.Add(item{kind: poolStatusItem, key: u.GetName()})
-		}
-	}
-	svcs, err := r.services.List(labels.Everything())
-	if err != nil {
-		return fmt.Errorf("list Services: %w", err)
-	}
-	for _, svc := range svcs {
-		r.queue.Add(item{kind: serviceItem, key: svc.Namespace + "/" + svc.Name})
-	}
-	return nil
+	return r.lookAgain()
 }
 
 // poolChanged queues the status of the pool containing addr, if any.

@@ -116,11 +116,17 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		if addr, ok := r.alloc.Release(key); ok {
 			r.log.Info("address released", "service", key, "address", addr, "why", "the Service is gone")
 			r.metrics.released()
+			// The Event names the deleted Service (its namespace,
+			// name and UID): `kubectl get events -n NS` lists it
+			// after the Service is gone.
+			ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name, UID: r.uids[key]}
+			r.recorder.Eventf(ref, corev1.EventTypeNormal, EventReleased, "released %s: the Service was deleted", addr)
 			r.poolChanged(addr)
 			r.freed()
 		}
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.uids, key)
 		return nil
 	}
 	if err != nil {
@@ -129,8 +135,10 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if !r.served(svc) {
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.uids, key)
 		return r.unserve(ctx, key, svc)
 	}
+	r.uids[key] = svc.UID
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
@@ -153,12 +161,33 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		}
 	}
 
+	// An address that is a Node's own is never kept: announced as a
+	// VIP it would take that node off the network. Plan does not plan
+	// it; the Service moves to another address or, if it can have
+	// none, gives it up.
+	nodeWhy, onNode := "", false
+	if has {
+		nodeWhy, onNode = r.alloc.Reserved(held)
+	}
+	if !onNode {
+		r.unwarn(key, EventNodeAddress)
+	}
 	req, err := r.request(key, svc)
 	var addr netip.Addr
 	if err == nil {
 		addr, err = r.alloc.Plan(req)
 	}
 	switch {
+	case err != nil && onNode:
+		r.alloc.Release(key)
+		r.poolChanged(held)
+		tail := fmt.Sprintf("no other address is free for it: %v", err)
+		if allocator.ReasonOf(err) == allocator.ReasonNodeAddress {
+			tail = fmt.Sprintf("the Service requests this address (annotation %s or spec.loadBalancerIP), so it has none until it requests another or the Node no longer has it", api.AnnotationAddresses)
+		}
+		r.warn(svc, key, EventNodeAddress, fmt.Sprintf("gave up %s, %s: a VIP equal to a node's address takes that node off the network; %s", held, nodeWhy, tail),
+			fmt.Sprintf("give the Service another address (the annotation %s, or a pool with a free address), or remove %s from the Node if it is not the node's address", api.AnnotationAddresses, held))
+		fallthrough
 	case err != nil && !has:
 		r.pending[key] = true
 		r.fail(svc, key, err)
@@ -196,6 +225,10 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		r.log.Info("address allocated", "service", key, "address", addr, "pool", pool, "previous", held)
 		r.metrics.allocated()
 		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventAllocated, "allocated %s from address pool %q", addr, pool)
+		if onNode {
+			r.warn(svc, key, EventNodeAddress, fmt.Sprintf("moved from %s, %s, to %s: a VIP equal to a node's address takes that node off the network", held, nodeWhy, addr),
+				fmt.Sprintf("nothing to do for the Service; remove %s from the address pools so that no Service is given it", held))
+		}
 		if has {
 			r.poolChanged(held)
 			r.freed()

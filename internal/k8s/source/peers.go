@@ -63,7 +63,6 @@ func peers(st settings, c cluster, d *desired) []problem {
 			if ns == "" {
 				ns = st.secretNamespace
 			}
-			d.namespaces[ns] = true
 			d.secrets[ns+"/"+ref.Name] = true
 		}
 		if bp.Spec.MyASN == 0 || bp.Spec.MyASN == asTrans {
@@ -191,7 +190,7 @@ func peer(s api.BGPPeerSpec, section *config.BGP, inherit bool, secretNS string,
 		sec, known := secret(ns, ref.Name)
 		switch {
 		case !known:
-			return p, fmt.Sprintf("waiting for the Secrets of namespace %s to be read (spec.passwordSecret %s/%s); if this lasts, let the agent's service account list and watch Secrets there", ns, ns, ref.Name)
+			return p, fmt.Sprintf("spec.passwordSecret: Secret %s/%s not read yet; if this lasts, the agent may not read it: name it in the resourceNames of the agent's Role in namespace %s (Helm: agent.bgpPasswordSecrets)", ns, ref.Name, ns)
 		case sec == nil:
 			// Without its password the session would be refused by a
 			// peer that expects one, or, worse, run unauthenticated.

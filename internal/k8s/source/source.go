@@ -1,6 +1,7 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
-// Node object, the BGPPeers and the Secrets of their passwords, and turns
+// Node object, the BGPPeers and the Secrets of their passwords (each by
+// name), and turns
 // them into whole agent configurations: the base configuration (the file,
 // or defaults) with one service per Service port and the peers that select
 // this node. Every configuration passes the file's own checks; a burst of
@@ -149,8 +150,8 @@ func New(o Options) (*Source, error) {
 	if err := s.slices.AddIndexers(cache.Indexers{byService: endpoints.ServiceIndex}); err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
-	s.secrets = newSecretWatch(o.Client, func(ns, name string) {
-		if name == "" || (*s.refs.Load())[ns+"/"+name] {
+	s.secrets = newSecretWatch(o.Client, s.log, func(ns, name string) {
+		if (*s.refs.Load())[ns+"/"+name] {
 			s.deb.changed(time.Now())
 		}
 	})
@@ -278,17 +279,18 @@ func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Conf
 			strings.Join(missing, ", "), timeout)
 	}
 	// The BGPPeers name the Secrets to watch: wait for those too, so that
-	// no peer starts without its password. A namespace the agent may
-	// not read only keeps its peers out, not the whole node.
+	// no peer starts without its password. A Secret the agent may not
+	// read only keeps its peers out, not the whole node.
 	d, _ := translate(s.settings(), s.cluster())
 	s.refs.Store(&d.secrets)
-	s.secrets.watch(d.namespaces)
+	s.secrets.watch(d.secrets)
 	if missing := s.secrets.waitSynced(syncCtx); len(missing) > 0 {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		s.log.Warn("Secrets not read in time; the BGPPeers whose passwords they hold are left out until they are",
-			"namespaces", missing, "timeout", timeout, "fix", "let the agent's service account list and watch Secrets in these namespaces")
+		s.log.Warn("BGP password Secrets not read (refused, or not within the timeout); the BGPPeers whose passwords they hold are left out until they are",
+			"secrets", missing, "timeout", timeout,
+			"fix", "let the agent's service account get, list and watch each of them: name it in the resourceNames of the agent's Role in its namespace (deploy/10-rbac.yaml; Helm: agent.bgpPasswordSecrets)")
 	}
 	start := time.Now()
 	cfg, err := s.build()
@@ -423,7 +425,7 @@ func (s *Source) build() (*config.Config, error) {
 	}
 	d, probs := s.translated.translate(st, s.cluster())
 	s.refs.Store(&d.secrets)
-	s.secrets.watch(d.namespaces)
+	s.secrets.watch(d.secrets)
 	cfg, more, err := validate(&s.checks, d, st.base)
 	s.report(append(probs, more...))
 	return cfg, err

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"maps"
 	"net/netip"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -293,5 +296,54 @@ func TestSourceStartsWithoutUnreadableSecrets(t *testing.T) {
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("Start took %v", took)
+	}
+}
+
+// The agent reads each password Secret by name: every list and watch of
+// Secrets names one Secret a BGPPeer names (field selector
+// metadata.name), which RBAC can limit to those names; none lists a
+// namespace's Secrets.
+func TestSecretsReadByName(t *testing.T) {
+	c := newFakeCluster(t, true, []runtime.Object{node("node-1", nil),
+		secret("xlb-system", "bgp-a", map[string]string{"password": "one"}),
+		secret("other", "bgp-b", map[string]string{"password": "two"}),
+		secret("xlb-system", "unrelated", map[string]string{"password": "three"})},
+		bgpPeer("a", map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1",
+			"passwordSecret": map[string]any{"name": "bgp-a"}}),
+		bgpPeer("b", map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.2",
+			"passwordSecret": map[string]any{"name": "bgp-b", "namespace": "other"}}))
+	var mu sync.Mutex
+	seen := map[string]bool{}
+	record := func(a k8stesting.Action) (bool, runtime.Object, error) {
+		var sel string
+		switch a := a.(type) {
+		case k8stesting.ListAction:
+			sel = a.GetListRestrictions().Fields.String()
+		case k8stesting.WatchAction:
+			sel = a.GetWatchRestrictions().Fields.String()
+		}
+		mu.Lock()
+		seen[a.GetVerb()+" "+a.GetNamespace()+" "+sel] = true
+		mu.Unlock()
+		return false, nil, nil
+	}
+	c.cs.PrependReactor("list", "secrets", record)
+	c.cs.PrependWatchReactor("secrets", func(a k8stesting.Action) (bool, watch.Interface, error) {
+		_, _, err := record(a)
+		return false, nil, err
+	})
+	_, cfg := startSource(t, c, parseBase(t, ""))
+	if cfg.BGP == nil || len(cfg.BGP.Peers) != 2 || cfg.BGP.Peers[0].Password != "one" || cfg.BGP.Peers[1].Password != "two" {
+		t.Fatalf("bgp %+v, want both peers with their passwords", cfg.BGP)
+	}
+	c.waitWatching(t, "secrets")
+	want := map[string]bool{
+		"list xlb-system metadata.name=bgp-a": true, "watch xlb-system metadata.name=bgp-a": true,
+		"list other metadata.name=bgp-b": true, "watch other metadata.name=bgp-b": true,
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !reflect.DeepEqual(seen, want) {
+		t.Errorf("requests for Secrets (verb, namespace, field selector):\n%v\nwant\n%v", slices.Sorted(maps.Keys(seen)), slices.Sorted(maps.Keys(want)))
 	}
 }

@@ -53,10 +53,9 @@ type desired struct {
 	// serviceFrom and peerFrom name the object behind each service and
 	// peer that came from the cluster, in order after the base's.
 	serviceFrom, peerFrom []string
-	// secrets are the Secrets the BGPPeers name ("namespace/name"), and
-	// namespaces their namespaces: the Secrets watched.
-	secrets    map[string]bool
-	namespaces map[string]bool
+	// secrets are the Secrets the BGPPeers name ("namespace/name"):
+	// the Secrets watched.
+	secrets map[string]bool
 }
 
 // peerHoldTime is a BGPPeer's hold time when neither it nor the
@@ -109,7 +108,7 @@ func (t translation) same(svc *corev1.Service, eps []*discoveryv1.EndpointSlice)
 func (t *translated) translate(st settings, c cluster) (desired, []problem) {
 	cfg := *st.base
 	cfg.Services = slices.Clone(st.base.Services)
-	d := desired{cfg: &cfg, secrets: map[string]bool{}, namespaces: map[string]bool{}}
+	d := desired{cfg: &cfg, secrets: map[string]bool{}}
 	var probs []problem
 
 	svcs, from, p := t.services(st, c)

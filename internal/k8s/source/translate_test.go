@@ -515,7 +515,7 @@ func TestPeers(t *testing.T) {
 			problems: []string{
 				"BGPPeer a: spec.passwordSecret: Secret xlb-system/gone does not exist",
 				`BGPPeer b: spec.passwordSecret: Secret xlb-system/nokey has no key "password"`,
-				"BGPPeer c: waiting for the Secrets of namespace slow to be read",
+				"BGPPeer c: spec.passwordSecret: Secret slow/x not read yet; if this lasts, the agent may not read it: name it in the resourceNames of the agent's Role in namespace slow",
 			},
 		},
 		{

@@ -36,3 +36,25 @@ Labels of every object: the selector labels and Helm's own. Takes
 app.kubernetes.io/managed-by: {{ .root.Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .root.Chart.Name .root.Chart.Version }}
 {{- end -}}
+
+{{/*
+The BGP password Secrets the agent may read, quoted and comma-separated,
+sorted, each once: agent.bgpPasswordSecrets and the passwordSecret of
+every bgpPeers entry in the release's namespace. "" for none.
+*/}}
+{{- define "xlb.bgpPasswordSecrets" -}}
+{{- $names := dict -}}
+{{- range .Values.agent.bgpPasswordSecrets -}}
+{{- $_ := set $names . true -}}
+{{- end -}}
+{{- range .Values.bgpPeers -}}
+{{- with index .spec "passwordSecret" -}}
+{{- if or (not (index . "namespace")) (eq (index . "namespace") $.Release.Namespace) -}}
+{{- $_ := set $names .name true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $i, $n := keys $names | sortAlpha -}}
+{{- if $i }}, {{ end }}{{ $n | quote }}
+{{- end -}}
+{{- end -}}
