@@ -86,7 +86,7 @@ func runAgent(args []string) error {
 
 	var cfg *config.Config
 	if *cfgPath != "" {
-		if cfg, err = config.Load(*cfgPath); err != nil {
+		if cfg, err = agent.LoadFile(*cfgPath); err != nil {
 			return err
 		}
 	}
@@ -179,7 +179,7 @@ func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *c
 			return nil, nil, err
 		}
 	}
-	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log})
+	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log, Host: agent.LocalHost})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -263,7 +263,7 @@ func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Sour
 			}
 		}
 		last = statOf(path)
-		cfg, err := config.Load(path)
+		cfg, err := agent.LoadFile(path)
 		if err == nil {
 			cfg, err = withKubernetes(cfg, kf)
 		}

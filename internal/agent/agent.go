@@ -155,7 +155,7 @@ func newAgent(o Options) (*Agent, error) {
 		rec:        rec,
 		prober:     prober,
 		log:        log,
-		load:       config.Load,
+		load:       LoadFile,
 		warm:       warmNeighbours,
 		pollEvery:  500 * time.Millisecond,
 		retryEvery: 5 * time.Second,
