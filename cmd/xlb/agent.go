@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/agent"
-	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -40,14 +39,6 @@ With --config FILE the file holds the whole configuration. With --source
 kubernetes (or a kubernetes section in the file) the Services of type
 LoadBalancer and the BGPPeers of the cluster are added to it; without a
 file the agent runs as in the DaemonSet, with every default.`
-
-// speaker is what the agent announces through: announce.Announcer for a
-// file, source.Routes for Kubernetes, whose bgp section comes and goes.
-type speaker interface {
-	agent.Routes
-	Start(context.Context) error
-	Shutdown(context.Context) error
-}
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
@@ -358,20 +349,17 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 
 	// The configuration is programmed before the program is attached or
 	// replaced: a new program (or fresh maps) takes over complete tables.
-	var sp speaker
+	// The speaker follows the bgp section: BGPPeer objects come, go or
+	// change the AS at any time, and a reloaded file may add or remove
+	// the section (removed, every route is withdrawn and nothing is
+	// announced; status then shows no BGP).
+	sp, err := source.NewRoutes(cfg.BGP, nodeAddr, log)
+	if err != nil {
+		return err
+	}
 	var updates <-chan agent.Update
-	switch {
-	case src != nil:
-		// Peers are BGPPeer objects: they may come, go or change the
-		// AS at any time, so the speaker follows the bgp section.
-		if sp, err = source.NewRoutes(cfg.BGP, nodeAddr, log); err != nil {
-			return err
-		}
+	if src != nil {
 		updates = src.Updates()
-	case cfg.BGP != nil:
-		if sp, err = announce.New(cfg.BGP, nodeAddr, log); err != nil {
-			return err
-		}
 	}
 	opts := agent.Options{
 		ConfigPath: path,
@@ -382,9 +370,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Version:    version,
 		Logger:     log,
 		Updates:    updates,
-	}
-	if sp != nil {
-		opts.Routes = sp
+		Routes:     sp,
 	}
 	a, err := agent.New(opts)
 	if err != nil {
@@ -406,21 +392,19 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	defer srv.Close()
 	log.Info("agent running", "socket", cfg.API.Socket, "metrics", cfg.API.Metrics)
 
-	if sp != nil {
-		// Sessions start now; routes follow when Run has the data
-		// plane's state. On the way out every route is withdrawn and the
-		// routers get bgp.drainTime to move the traffic elsewhere, while
-		// the pinned data plane keeps forwarding what still arrives.
-		if err := sp.Start(ctx); err != nil {
-			return err
-		}
-		defer func() {
-			if err := sp.Shutdown(context.Background()); err != nil {
-				log.Warn("BGP shutdown", "error", err,
-					"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
-			}
-		}()
+	// Sessions start now; routes follow when Run has the data plane's
+	// state. On the way out every route is withdrawn and the routers get
+	// bgp.drainTime to move the traffic elsewhere, while the pinned data
+	// plane keeps forwarding what still arrives.
+	if err := sp.Start(ctx); err != nil {
+		return err
 	}
+	defer func() {
+		if err := sp.Shutdown(context.Background()); err != nil {
+			log.Warn("BGP shutdown", "error", err,
+				"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
+		}
+	}()
 	if err := a.Run(ctx); err != nil {
 		return err
 	}

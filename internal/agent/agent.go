@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -96,10 +97,15 @@ type Agent struct {
 	cfg        *config.Config
 	generation uint64
 	lastReload time.Time
-	lastErr    error     // of the last load or apply; nil when ok
-	applyErr   bool      // lastErr came from applying cfg: retry it
-	lastApply  time.Time // of the last apply attempt
-	reloads    map[string]uint64
+	// loadErr is why the last configuration could not be had (a file
+	// that does not load, a source error): cfg is the one before it.
+	// Nil once a configuration loads.
+	loadErr error
+	// applyErr is why cfg is not fully applied; nil when it is. A retry
+	// applies cfg again while it is set.
+	applyErr  error
+	lastApply time.Time // of the last apply attempt
+	reloads   map[string]uint64
 	// bgpFailed: Routes did not take cfg.BGP; a retry hands it over
 	// again, and only then is the apply done.
 	bgpFailed bool
@@ -313,7 +319,7 @@ func (a *Agent) loadFailed(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lastReload = time.Now()
-	a.lastErr, a.applyErr = err, false
+	a.loadErr = err
 	a.reloads[api.ResultError]++
 }
 
@@ -353,11 +359,12 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.bgpFailed = bgpFailed
 	a.generation++
 	gen := a.generation
+	a.loadErr = nil
 	if err != nil {
-		a.lastErr, a.applyErr = fmt.Errorf("apply: %w", err), true
+		a.applyErr = fmt.Errorf("apply: %w", err)
 		a.reloads[api.ResultError]++
 	} else {
-		a.lastErr, a.applyErr = nil, false
+		a.applyErr = nil
 		a.reloads[api.ResultOK]++
 	}
 	a.mu.Unlock()
@@ -376,7 +383,7 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 // and retryEvery has passed.
 func (a *Agent) retry() {
 	a.mu.Lock()
-	due := a.applyErr && time.Since(a.lastApply) >= a.retryEvery
+	due := a.applyErr != nil && time.Since(a.lastApply) >= a.retryEvery
 	cfg, bgpFailed := a.cfg, a.bgpFailed
 	a.mu.Unlock()
 	if !due {
@@ -396,9 +403,9 @@ func (a *Agent) retry() {
 	if a.cfg == cfg {
 		a.bgpFailed = bgpFailed
 		if err == nil {
-			a.lastErr, a.applyErr = nil, false
+			a.applyErr = nil
 		} else {
-			a.lastErr = fmt.Errorf("apply: %w", err)
+			a.applyErr = fmt.Errorf("apply: %w", err)
 		}
 	}
 	a.mu.Unlock()
@@ -448,8 +455,19 @@ func (a *Agent) Status() (*api.Status, error) {
 	if a.routes != nil {
 		st.BGP = a.routes.Status()
 	}
-	if a.lastErr != nil {
-		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()
+	// What runs is cfg: after a failed load the one before the failure,
+	// after a failed apply the new one, in part.
+	var errs []string
+	if a.loadErr != nil {
+		st.Config.LoadError = a.loadErr.Error()
+		errs = append(errs, st.Config.LoadError)
+	}
+	if a.applyErr != nil {
+		st.Config.ApplyError = a.applyErr.Error()
+		errs = append(errs, st.Config.ApplyError)
+	}
+	if len(errs) > 0 {
+		st.Config.Result, st.Config.Error = api.ResultError, strings.Join(errs, "\n")
 	}
 	svcDown := a.svcDown
 	a.mu.Unlock()

@@ -71,7 +71,7 @@ func TestReloadRefusesNodeAddresses(t *testing.T) {
 			t.Errorf("vip %s, backend %s: reload: %v\nwant an error containing %q", tc.vip, tc.backend, err, tc.want)
 		}
 		st := status(t, a)
-		if st.Config.Result != api.ResultError || len(st.Services) != 1 || st.Services[0].VIP.String() != "10.99.0.1" {
+		if st.Config.Result != api.ResultError || st.Config.LoadError == "" || st.Config.ApplyError != "" || len(st.Services) != 1 || st.Services[0].VIP.String() != "10.99.0.1" {
 			t.Errorf("after the refused reload: %+v, services %+v", st.Config, st.Services)
 		}
 		if calls := f.mutations(mark); len(calls) > 0 {
