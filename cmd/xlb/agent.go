@@ -34,11 +34,17 @@ const kubernetesSyncTimeout = time.Minute
 
 const agentUsage = `usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]
        xlb agent --source kubernetes [--config FILE | --interface IF] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
+       xlb agent --check --config FILE [--socket PATH]
 
 With --config FILE the file holds the whole configuration. With --source
 kubernetes (or a kubernetes section in the file) the Services of type
 LoadBalancer and the BGPPeers of the cluster are added to it; without a
-file the agent runs as in the DaemonSet, with every default.`
+file the agent runs as in the DaemonSet, with every default.
+
+With --check the agent does not run: FILE is checked as the running agent
+would check it on a reload (through its API socket) and what a reload
+would change is printed; without a running agent FILE is checked as a
+start would check it. The exit status is 0 for a valid file, 1 otherwise.`
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
@@ -47,6 +53,8 @@ func runAgent(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: the file's kubernetes.kubeconfig, else the pod's service account)")
 	iface := fs.String("interface", "", "with --source kubernetes and no --config: the `interface` XDP attaches to (default: the one holding the Node's InternalIP)")
 	classless := fs.Bool("serve-classless", false, "with --source kubernetes: also serve Services of type LoadBalancer without a loadBalancerClass (default: the file's kubernetes.serveClassless, else false)")
+	check := fs.Bool("check", false, "check the --config file as the agent would, print what a reload would change against the running agent, and exit (0: valid)")
+	socket := fs.String("socket", "", "with --check: the running agent's API `socket` (default: the file's api.socket)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -61,11 +69,26 @@ func runAgent(args []string) error {
 		return errUsage
 	}
 	kf := kubeFlags{kubeconfig: *kubeconfig, iface: *iface}
+	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
 		if f.Name == "serve-classless" {
 			kf.classless = classless
 		}
 	})
+	switch {
+	case *check:
+		if err := checkFlags(*cfgPath, set); err != nil {
+			fmt.Fprintln(os.Stderr, "xlb agent:", err)
+			fmt.Fprintln(os.Stderr, agentUsage)
+			return errUsage
+		}
+		return runCheck(*cfgPath, *socket, os.Stdout, os.Stderr)
+	case *socket != "":
+		fmt.Fprintln(os.Stderr, "xlb agent: --socket applies to --check only; the agent's own socket is the file's api.socket")
+		fmt.Fprintln(os.Stderr, agentUsage)
+		return errUsage
+	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -385,7 +408,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
 		"address", nodeAddr, "pinPath", pinPath)
 
-	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log)
+	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))
 	if err != nil {
 		return err
 	}

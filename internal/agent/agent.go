@@ -71,9 +71,11 @@ type Agent struct {
 
 	// Replaced by tests.
 	load       func(string) (*config.Config, error)
+	parse      func(name string, data []byte) (*config.Config, error) // for Check
 	warm       func([]netip.Addr, *slog.Logger)
 	pollEvery  time.Duration
 	retryEvery time.Duration
+	settle     time.Duration // FileSettle
 
 	applyMu sync.Mutex // serialises reloads, retries and health changes
 	// stamp is the configuration file's stat when it was last read, taken
@@ -162,9 +164,11 @@ func newAgent(o Options) (*Agent, error) {
 		prober:     prober,
 		log:        log,
 		load:       LoadFile,
+		parse:      ParseFile,
 		warm:       warmNeighbours,
 		pollEvery:  500 * time.Millisecond,
 		retryEvery: 5 * time.Second,
+		settle:     FileSettle,
 		cfg:        o.Config,
 		generation: 1,
 		lastReload: time.Now(),
@@ -241,6 +245,24 @@ func (a *Agent) Run(ctx context.Context) error {
 			"fix", "send SIGHUP after changing the file for an immediate reload")
 	}
 
+	// A changed file is read once it has been left alone for settle.
+	q := settling{settle: a.settle}
+	settled := time.NewTimer(time.Hour)
+	settled.Stop()
+	defer settled.Stop()
+	// look reloads the file if it changed and has settled, and reports
+	// whether it did.
+	look := func(trigger string) bool {
+		now, loaded := a.fileStamp()
+		ready, wait := q.observe(time.Now(), now, loaded)
+		if ready {
+			a.Reload(trigger)
+		} else if wait > 0 {
+			settled.Reset(wait)
+		}
+		return ready
+	}
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -250,15 +272,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case u := <-a.updates:
 			a.Replace(u)
 		case <-written:
-			if a.fileChanged() {
-				a.Reload("file written")
-			}
+			look("file written")
+		case <-settled.C:
+			look("file changed")
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			if followFile && a.fileChanged() {
-				a.Reload("file changed")
-			} else {
+			if !followFile || !look("file changed") {
 				a.retry()
 			}
 			// Catches what Changes does not signal (a first probe
@@ -268,12 +288,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// fileChanged reports whether the file's stamp differs from the one of
-// the last load.
-func (a *Agent) fileChanged() bool {
+// fileStamp returns the file's stamp now and the one of the last load.
+func (a *Agent) fileStamp() (now, loaded stamp) {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	return stampOf(a.path) != a.stamp
+	return stampOf(a.path), a.stamp
 }
 
 // Reload loads the configuration file and applies it. If the file does not
@@ -369,14 +388,50 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	}
 	a.mu.Unlock()
 
+	// Which services came and went: a service removed by a reload is
+	// never removed silently.
+	added, removed := serviceChanges(old, cfg)
 	if err != nil {
 		a.log.Error("configuration loaded but not fully applied; retrying", "path", a.path, "generation", gen,
+			"services", len(cfg.Services), "added", added, "removed", removed,
 			"error", err, "fix", "see the error; the agent retries every "+a.retryEvery.String())
 		return err
 	}
 	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services),
-		"took", time.Since(start).Round(time.Microsecond))
+		"added", added, "removed", removed, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// maxNamesLogged bounds the service names a reload's log line lists.
+const maxNamesLogged = 20
+
+// serviceChanges names the services of cfg that old lacks and those of
+// old that cfg lacks, at most maxNamesLogged of each (then how many more).
+func serviceChanges(old, cfg *config.Config) (added, removed []string) {
+	had := make(map[string]bool, len(old.Services))
+	for _, s := range old.Services {
+		had[s.Name] = true
+	}
+	has := make(map[string]bool, len(cfg.Services))
+	for _, s := range cfg.Services {
+		has[s.Name] = true
+		if !had[s.Name] {
+			added = append(added, s.Name)
+		}
+	}
+	for _, s := range old.Services {
+		if !has[s.Name] {
+			removed = append(removed, s.Name)
+		}
+	}
+	return capNames(added), capNames(removed)
+}
+
+func capNames(names []string) []string {
+	if len(names) <= maxNamesLogged {
+		return names
+	}
+	return append(names[:maxNamesLogged:maxNamesLogged], fmt.Sprintf("and %d more", len(names)-maxNamesLogged))
 }
 
 // retry applies the running configuration again if its last apply failed

@@ -35,6 +35,15 @@ func Load(path string) (*Config, error) {
 // LoadOn reads and parses the configuration file at path for host h, as
 // ParseOn does.
 func LoadOn(path string, h *Host) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOn(path, data, h)
+}
+
+// ReadFile reads the configuration file at path, as Load does.
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
@@ -47,7 +56,7 @@ func LoadOn(path string, h *Host) (*Config, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("%s: the file is larger than %d MiB; this is not an xlb configuration", path, maxFileSize>>20)
 	}
-	return ParseOn(path, data, h)
+	return data, nil
 }
 
 // Parse parses and validates a configuration and applies its defaults.
