@@ -256,14 +256,18 @@ func agentKubeConfig(path string) (*rest.Config, error) {
 
 // followBase hands the source the file whenever it changes (its stat:
 // mtime, size, inode) or on SIGHUP, as the file source reloads it: the
-// agent does not read the file itself while the source builds on it.
+// agent does not read the file itself while the source builds on it. As
+// there, a changed file is read once it has settled: unchanged from one
+// poll to the next, a second apart (at least agent.FileSettle).
 func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Source, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(max(time.Second, agent.FileSettle))
 	defer tick.Stop()
 	last := statOf(path)
+	var seen fileStat // a change seen at the last poll, not read yet
+	pending := false
 	for {
 		trigger := "file changed"
 		select {
@@ -272,10 +276,17 @@ func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Sour
 		case <-hup:
 			trigger = "SIGHUP"
 		case <-tick.C:
-			if statOf(path) == last {
+			now := statOf(path)
+			switch {
+			case now == last:
+				pending = false
+				continue
+			case !pending || now != seen:
+				seen, pending = now, true // still being written, perhaps
 				continue
 			}
 		}
+		pending = false
 		last = statOf(path)
 		cfg, err := agent.LoadFile(path)
 		if err == nil {
