@@ -350,6 +350,11 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	if err != nil {
 		return err
 	}
+	// Forwarding outlives the agent only if the pins do: refuse a bpffs
+	// that would vanish with this process (ip netns exec).
+	if err := dataplane.EnsurePinFS(pinPath); err != nil {
+		return err
+	}
 	// The socket first: it also tells whether another agent is running,
 	// before this one touches the data plane.
 	ln, err := api.Listen(cfg.API.Socket)
