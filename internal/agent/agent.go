@@ -236,9 +236,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.syncRoutes(cfg, svcDown)
 	a.applyMu.Unlock()
 	var written <-chan struct{}
+	var watch *dirWatch
 	var err error
 	if a.path != "" && followFile {
-		written, err = watchDir(ctx, a.path)
+		if watch, err = watchDir(ctx, a.path); err == nil {
+			written = watch.C
+		}
 	}
 	if err != nil {
 		a.log.Warn("cannot watch the configuration's directory; changes apply at the next poll", "error", err,
@@ -250,11 +253,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	settled := time.NewTimer(time.Hour)
 	settled.Stop()
 	defer settled.Stop()
-	// look reloads the file if it changed and has settled, and reports
-	// whether it did.
-	look := func(trigger string) bool {
+	// look reloads the file if it changed and has settled (or was
+	// replaced by a rename), and reports whether it did.
+	look := func(trigger string, renamed bool) bool {
 		now, loaded := a.fileStamp()
-		ready, wait := q.observe(time.Now(), now, loaded)
+		ready, wait := q.observe(time.Now(), now, loaded, renamed)
 		if ready {
 			a.Reload(trigger)
 		} else if wait > 0 {
@@ -272,13 +275,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case u := <-a.updates:
 			a.Replace(u)
 		case <-written:
-			look("file written")
+			look("file written", watch.take())
 		case <-settled.C:
-			look("file changed")
+			look("file changed", false)
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			if !followFile || !look("file changed") {
+			if !followFile || !look("file changed", false) {
 				a.retry()
 			}
 			// Catches what Changes does not signal (a first probe

@@ -110,3 +110,39 @@ func TestReloadLogsServicesAddedAndRemoved(t *testing.T) {
 		t.Errorf("reload logged %q, want added=[extra] and removed=[dns]", line)
 	}
 }
+
+// TestAgentReadsRenamedFileAtOnce: a file renamed over the configuration
+// (complete by construction) is read without waiting for it to settle.
+func TestAgentReadsRenamedFileAtOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "xlb.yaml")
+	writeConfig(t, path, "10.0.3.2")
+	a, _, _ := testAgentAt(t, path, mustLoad(t, path), nil)
+	a.pollEvery = time.Hour
+	a.settle = time.Hour // only a rename gets through in this test's time
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	gen := func() uint64 { return status(t, a).Config.Generation }
+
+	// By rename: read at once. Run sets its watch up as it starts, and
+	// nothing tells when it is done (polling is off): rename again until
+	// one is seen.
+	deadline := time.Now().Add(5 * time.Second)
+	for gen() < 2 {
+		if time.Now().After(deadline) {
+			t.Fatal("timed out waiting for the renamed file to be applied")
+		}
+		writeConfig(t, path, "10.0.3.2", "10.0.3.3")
+		for start := time.Now(); time.Since(start) < 500*time.Millisecond && gen() < 2; {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if st := status(t, a); len(st.Services[0].Backends) != 2 {
+		t.Errorf("after the rename: %+v", st.Services[0].Backends)
+	}
+}
