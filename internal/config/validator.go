@@ -58,7 +58,7 @@ func (v *Validator) ValidateOn(name string, c *Config, h *Host) (*Config, error)
 	if err != nil {
 		return nil, err
 	}
-	v.remember(c, out, h)
+	v.remember(c, out, h, nil)
 	return out, nil
 }
 
@@ -122,13 +122,16 @@ func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
 			return nil, false
 		}
 	}
-	fresh := map[netip.Addr]bool{}
+	var fresh map[netip.Addr]bool
 	for a := range vips {
 		if !v.vips[a] {
+			if fresh == nil {
+				fresh = map[netip.Addr]bool{}
+			}
 			fresh[a] = true
 		}
 	}
-	if len(fresh) > 0 {
+	if fresh != nil {
 		for _, s := range services {
 			if atVIP(s, fresh) {
 				return nil, false
@@ -137,7 +140,7 @@ func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
 	}
 	out := *v.checked
 	out.Services = services
-	v.remember(c, &out, h)
+	v.remember(c, &out, h, vips)
 	return &out, true
 }
 
@@ -166,12 +169,16 @@ func atVIP(s Service, vips map[netip.Addr]bool) bool {
 	return false
 }
 
-// remember makes c, which Validate accepted as out, the last accepted
-// configuration.
-func (v *Validator) remember(c, out *Config, h *Host) {
+// remember makes c, which Validate accepted as out for host h, the last
+// accepted configuration; vips are its services' VIPs (nil: not known
+// yet).
+func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) {
 	rest, result := *c, *out
 	rest.Services, result.Services = nil, nil
-	v.rest, v.checked, v.host, v.vips = &rest, &result, h, vipSet(out.Services)
+	if vips == nil {
+		vips = vipSet(out.Services)
+	}
+	v.rest, v.checked, v.host, v.vips = &rest, &result, h, vips
 	v.known = make(map[string]checked, len(c.Services))
 	for i, s := range c.Services {
 		// A service with route attributes, its own or another's of the
