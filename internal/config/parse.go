@@ -300,7 +300,7 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 	// after it.
 	for _, p := range d.placed {
 		if at, ok := vips[p.addr]; ok {
-			d.errorf(p.node, p.path, "%s is the VIP of %s; a backend is a real server's own address: packets tunnelled to a VIP would come back to the load balancers instead of reaching a server", p.addr, at)
+			d.errorf(p.node, p.path, "%s is the VIP of %s; a backend is a real server's own address: packets tunnelled to a VIP would come back to the load balancers instead of reaching a server: write the server's own address", p.addr, at)
 		}
 	}
 	if overflow {
@@ -521,7 +521,7 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 				} else if first, dup := addrs[a]; dup {
 					d.errorf(g.value, at, "%s is already listed as %s (line %d); list each backend once and use weight to give it more traffic", a, index(path, first.index), first.line)
 				} else if a == d.nodeAddr {
-					d.errorf(g.value, at, "%s is this node's own address (%s); a backend is another host, which the node tunnels packets to", a, d.nodeFrom)
+					d.errorf(g.value, at, "%s is this node's own address (%s); a backend is another host, which the node tunnels packets to: write that host's address", a, d.nodeFrom)
 				} else {
 					b.Address = a
 					addrs[a] = seen{index: i, line: g.value.Line}
