@@ -18,7 +18,6 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/agent"
-	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -35,19 +34,17 @@ const kubernetesSyncTimeout = time.Minute
 
 const agentUsage = `usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]
        xlb agent --source kubernetes [--config FILE | --interface IF] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
+       xlb agent --check --config FILE [--socket PATH]
 
 With --config FILE the file holds the whole configuration. With --source
 kubernetes (or a kubernetes section in the file) the Services of type
 LoadBalancer and the BGPPeers of the cluster are added to it; without a
-file the agent runs as in the DaemonSet, with every default.`
+file the agent runs as in the DaemonSet, with every default.
 
-// speaker is what the agent announces through: announce.Announcer for a
-// file, source.Routes for Kubernetes, whose bgp section comes and goes.
-type speaker interface {
-	agent.Routes
-	Start(context.Context) error
-	Shutdown(context.Context) error
-}
+With --check the agent does not run: FILE is checked as the running agent
+would check it on a reload (through its API socket) and what a reload
+would change is printed; without a running agent FILE is checked as a
+start would check it. The exit status is 0 for a valid file, 1 otherwise.`
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
@@ -56,6 +53,8 @@ func runAgent(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: the file's kubernetes.kubeconfig, else the pod's service account)")
 	iface := fs.String("interface", "", "with --source kubernetes and no --config: the `interface` XDP attaches to (default: the one holding the Node's InternalIP)")
 	classless := fs.Bool("serve-classless", false, "with --source kubernetes: also serve Services of type LoadBalancer without a loadBalancerClass (default: the file's kubernetes.serveClassless, else false)")
+	check := fs.Bool("check", false, "check the --config file as the agent would, print what a reload would change against the running agent, and exit (0: valid)")
+	socket := fs.String("socket", "", "with --check: the running agent's API `socket` (default: the file's api.socket)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn or error")
 	fs.Usage = func() {
@@ -70,11 +69,26 @@ func runAgent(args []string) error {
 		return errUsage
 	}
 	kf := kubeFlags{kubeconfig: *kubeconfig, iface: *iface}
+	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) {
+		set[f.Name] = true
 		if f.Name == "serve-classless" {
 			kf.classless = classless
 		}
 	})
+	switch {
+	case *check:
+		if err := checkFlags(*cfgPath, set); err != nil {
+			fmt.Fprintln(os.Stderr, "xlb agent:", err)
+			fmt.Fprintln(os.Stderr, agentUsage)
+			return errUsage
+		}
+		return runCheck(*cfgPath, *socket, os.Stdout, os.Stderr)
+	case *socket != "":
+		fmt.Fprintln(os.Stderr, "xlb agent: --socket applies to --check only; the agent's own socket is the file's api.socket")
+		fmt.Fprintln(os.Stderr, agentUsage)
+		return errUsage
+	}
 	log, err := newLogger(*logFormat, *logLevel)
 	if err != nil {
 		return err
@@ -86,7 +100,7 @@ func runAgent(args []string) error {
 
 	var cfg *config.Config
 	if *cfgPath != "" {
-		if cfg, err = config.Load(*cfgPath); err != nil {
+		if cfg, err = agent.LoadFile(*cfgPath); err != nil {
 			return err
 		}
 	}
@@ -179,7 +193,7 @@ func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *c
 			return nil, nil, err
 		}
 	}
-	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log})
+	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log, Host: agent.LocalHost})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -242,14 +256,18 @@ func agentKubeConfig(path string) (*rest.Config, error) {
 
 // followBase hands the source the file whenever it changes (its stat:
 // mtime, size, inode) or on SIGHUP, as the file source reloads it: the
-// agent does not read the file itself while the source builds on it.
+// agent does not read the file itself while the source builds on it. As
+// there, a changed file is read once it has settled: unchanged from one
+// poll to the next, a second apart (at least agent.FileSettle).
 func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Source, log *slog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
-	tick := time.NewTicker(time.Second)
+	tick := time.NewTicker(max(time.Second, agent.FileSettle))
 	defer tick.Stop()
 	last := statOf(path)
+	var seen fileStat // a change seen at the last poll, not read yet
+	pending := false
 	for {
 		trigger := "file changed"
 		select {
@@ -258,12 +276,19 @@ func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Sour
 		case <-hup:
 			trigger = "SIGHUP"
 		case <-tick.C:
-			if statOf(path) == last {
+			now := statOf(path)
+			switch {
+			case now == last:
+				pending = false
+				continue
+			case !pending || now != seen:
+				seen, pending = now, true // still being written, perhaps
 				continue
 			}
 		}
+		pending = false
 		last = statOf(path)
-		cfg, err := config.Load(path)
+		cfg, err := agent.LoadFile(path)
 		if err == nil {
 			cfg, err = withKubernetes(cfg, kf)
 		}
@@ -325,6 +350,11 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	if err != nil {
 		return err
 	}
+	// Forwarding outlives the agent only if the pins do: refuse a bpffs
+	// that would vanish with this process (ip netns exec).
+	if err := dataplane.EnsurePinFS(pinPath); err != nil {
+		return err
+	}
 	// The socket first: it also tells whether another agent is running,
 	// before this one touches the data plane.
 	ln, err := api.Listen(cfg.API.Socket)
@@ -358,20 +388,17 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 
 	// The configuration is programmed before the program is attached or
 	// replaced: a new program (or fresh maps) takes over complete tables.
-	var sp speaker
+	// The speaker follows the bgp section: BGPPeer objects come, go or
+	// change the AS at any time, and a reloaded file may add or remove
+	// the section (removed, every route is withdrawn and nothing is
+	// announced; status then shows no BGP).
+	sp, err := source.NewRoutes(cfg.BGP, nodeAddr, log)
+	if err != nil {
+		return err
+	}
 	var updates <-chan agent.Update
-	switch {
-	case src != nil:
-		// Peers are BGPPeer objects: they may come, go or change the
-		// AS at any time, so the speaker follows the bgp section.
-		if sp, err = source.NewRoutes(cfg.BGP, nodeAddr, log); err != nil {
-			return err
-		}
+	if src != nil {
 		updates = src.Updates()
-	case cfg.BGP != nil:
-		if sp, err = announce.New(cfg.BGP, nodeAddr, log); err != nil {
-			return err
-		}
 	}
 	opts := agent.Options{
 		ConfigPath: path,
@@ -382,9 +409,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Version:    version,
 		Logger:     log,
 		Updates:    updates,
-	}
-	if sp != nil {
-		opts.Routes = sp
+		Routes:     sp,
 	}
 	a, err := agent.New(opts)
 	if err != nil {
@@ -399,28 +424,26 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
 		"address", nodeAddr, "pinPath", pinPath)
 
-	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log)
+	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))
 	if err != nil {
 		return err
 	}
 	defer srv.Close()
 	log.Info("agent running", "socket", cfg.API.Socket, "metrics", cfg.API.Metrics)
 
-	if sp != nil {
-		// Sessions start now; routes follow when Run has the data
-		// plane's state. On the way out every route is withdrawn and the
-		// routers get bgp.drainTime to move the traffic elsewhere, while
-		// the pinned data plane keeps forwarding what still arrives.
-		if err := sp.Start(ctx); err != nil {
-			return err
-		}
-		defer func() {
-			if err := sp.Shutdown(context.Background()); err != nil {
-				log.Warn("BGP shutdown", "error", err,
-					"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
-			}
-		}()
+	// Sessions start now; routes follow when Run has the data plane's
+	// state. On the way out every route is withdrawn and the routers get
+	// bgp.drainTime to move the traffic elsewhere, while the pinned data
+	// plane keeps forwarding what still arrives.
+	if err := sp.Start(ctx); err != nil {
+		return err
 	}
+	defer func() {
+		if err := sp.Shutdown(context.Background()); err != nil {
+			log.Warn("BGP shutdown", "error", err,
+				"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
+		}
+	}()
 	if err := a.Run(ctx); err != nil {
 		return err
 	}

@@ -71,10 +71,18 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	fmt.Fprintln(w)
 	c := st.Config
 	fmt.Fprintf(w, "Config:   %s, generation %d, last reload %s: ", c.Path, c.Generation, c.LastReload.Local().Format(time.DateTime))
-	if c.Result == api.ResultOK {
+	switch {
+	case c.Result == api.ResultOK:
 		fmt.Fprintln(w, "ok")
-	} else {
+	case c.LoadError == "" && c.ApplyError != "":
+		// The new configuration runs: its services are the ones below.
+		fmt.Fprintln(w, "loaded, NOT FULLY APPLIED (this configuration runs; what failed is retried every few seconds)")
+	case c.ApplyError != "":
+		fmt.Fprintln(w, "FAILED (the previous configuration keeps running, and not all of it is applied)")
+	default:
 		fmt.Fprintln(w, "FAILED (the previous configuration keeps running)")
+	}
+	if c.Result != api.ResultOK {
 		for _, line := range strings.Split(strings.TrimRight(c.Error, "\n"), "\n") {
 			fmt.Fprintln(w, "          "+line)
 		}

@@ -151,3 +151,35 @@ func TestPrintStatusBGP(t *testing.T) {
 		}
 	}
 }
+
+// TestPrintStatusConfigLine: the Config line says what runs after a
+// failure: the previous configuration when the new one did not load, the
+// new one when it loaded but did not fully apply.
+func TestPrintStatusConfigLine(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		c    api.Config
+		want string
+	}{
+		{"ok", api.Config{Result: api.ResultOK}, ": ok"},
+		{"not loaded", api.Config{Result: api.ResultError, Error: "x.yaml:3: bad", LoadError: "x.yaml:3: bad"},
+			": FAILED (the previous configuration keeps running)\n          x.yaml:3: bad\n"},
+		{"not fully applied", api.Config{Result: api.ResultError, Error: "apply: bgp: refused", ApplyError: "apply: bgp: refused"},
+			": loaded, NOT FULLY APPLIED (this configuration runs; what failed is retried every few seconds)\n          apply: bgp: refused\n"},
+		{"both", api.Config{Result: api.ResultError, Error: "x.yaml:3: bad\napply: refused", LoadError: "x.yaml:3: bad", ApplyError: "apply: refused"},
+			": FAILED (the previous configuration keeps running, and not all of it is applied)\n          x.yaml:3: bad\n          apply: refused\n"},
+		{"an older agent", api.Config{Result: api.ResultError, Error: "x.yaml:3: bad"},
+			": FAILED (the previous configuration keeps running)\n          x.yaml:3: bad\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.c.Path, tc.c.Generation = "x.yaml", 2
+			var b strings.Builder
+			if err := printStatus(&b, &api.Status{Config: tc.c}, time.Now()); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(b.String(), tc.want) {
+				t.Errorf("got\n%s\nwant it to contain %q", b.String(), tc.want)
+			}
+		})
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os/signal"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -70,9 +71,11 @@ type Agent struct {
 
 	// Replaced by tests.
 	load       func(string) (*config.Config, error)
+	parse      func(name string, data []byte) (*config.Config, error) // for Check
 	warm       func([]netip.Addr, *slog.Logger)
 	pollEvery  time.Duration
 	retryEvery time.Duration
+	settle     time.Duration // FileSettle
 
 	applyMu sync.Mutex // serialises reloads, retries and health changes
 	// stamp is the configuration file's stat when it was last read, taken
@@ -96,10 +99,15 @@ type Agent struct {
 	cfg        *config.Config
 	generation uint64
 	lastReload time.Time
-	lastErr    error     // of the last load or apply; nil when ok
-	applyErr   bool      // lastErr came from applying cfg: retry it
-	lastApply  time.Time // of the last apply attempt
-	reloads    map[string]uint64
+	// loadErr is why the last configuration could not be had (a file
+	// that does not load, a source error): cfg is the one before it.
+	// Nil once a configuration loads.
+	loadErr error
+	// applyErr is why cfg is not fully applied; nil when it is. A retry
+	// applies cfg again while it is set.
+	applyErr  error
+	lastApply time.Time // of the last apply attempt
+	reloads   map[string]uint64
 	// bgpFailed: Routes did not take cfg.BGP; a retry hands it over
 	// again, and only then is the apply done.
 	bgpFailed bool
@@ -155,10 +163,12 @@ func newAgent(o Options) (*Agent, error) {
 		rec:        rec,
 		prober:     prober,
 		log:        log,
-		load:       config.Load,
+		load:       LoadFile,
+		parse:      ParseFile,
 		warm:       warmNeighbours,
 		pollEvery:  500 * time.Millisecond,
 		retryEvery: 5 * time.Second,
+		settle:     FileSettle,
 		cfg:        o.Config,
 		generation: 1,
 		lastReload: time.Now(),
@@ -226,13 +236,34 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.syncRoutes(cfg, svcDown)
 	a.applyMu.Unlock()
 	var written <-chan struct{}
+	var watch *dirWatch
 	var err error
 	if a.path != "" && followFile {
-		written, err = watchDir(ctx, a.path)
+		if watch, err = watchDir(ctx, a.path); err == nil {
+			written = watch.C
+		}
 	}
 	if err != nil {
 		a.log.Warn("cannot watch the configuration's directory; changes apply at the next poll", "error", err,
 			"fix", "send SIGHUP after changing the file for an immediate reload")
+	}
+
+	// A changed file is read once it has been left alone for settle.
+	q := settling{settle: a.settle}
+	settled := time.NewTimer(time.Hour)
+	settled.Stop()
+	defer settled.Stop()
+	// look reloads the file if it changed and has settled (or was
+	// replaced by a rename), and reports whether it did.
+	look := func(trigger string, renamed bool) bool {
+		now, loaded := a.fileStamp()
+		ready, wait := q.observe(time.Now(), now, loaded, renamed)
+		if ready {
+			a.Reload(trigger)
+		} else if wait > 0 {
+			settled.Reset(wait)
+		}
+		return ready
 	}
 
 	for {
@@ -244,15 +275,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		case u := <-a.updates:
 			a.Replace(u)
 		case <-written:
-			if a.fileChanged() {
-				a.Reload("file written")
-			}
+			look("file written", watch.take())
+		case <-settled.C:
+			look("file changed", false)
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			if followFile && a.fileChanged() {
-				a.Reload("file changed")
-			} else {
+			if !followFile || !look("file changed", false) {
 				a.retry()
 			}
 			// Catches what Changes does not signal (a first probe
@@ -262,12 +291,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// fileChanged reports whether the file's stamp differs from the one of
-// the last load.
-func (a *Agent) fileChanged() bool {
+// fileStamp returns the file's stamp now and the one of the last load.
+func (a *Agent) fileStamp() (now, loaded stamp) {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	return stampOf(a.path) != a.stamp
+	return stampOf(a.path), a.stamp
 }
 
 // Reload loads the configuration file and applies it. If the file does not
@@ -313,7 +341,7 @@ func (a *Agent) loadFailed(err error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.lastReload = time.Now()
-	a.lastErr, a.applyErr = err, false
+	a.loadErr = err
 	a.reloads[api.ResultError]++
 }
 
@@ -353,30 +381,67 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.bgpFailed = bgpFailed
 	a.generation++
 	gen := a.generation
+	a.loadErr = nil
 	if err != nil {
-		a.lastErr, a.applyErr = fmt.Errorf("apply: %w", err), true
+		a.applyErr = fmt.Errorf("apply: %w", err)
 		a.reloads[api.ResultError]++
 	} else {
-		a.lastErr, a.applyErr = nil, false
+		a.applyErr = nil
 		a.reloads[api.ResultOK]++
 	}
 	a.mu.Unlock()
 
+	// Which services came and went: a service removed by a reload is
+	// never removed silently.
+	added, removed := serviceChanges(old, cfg)
 	if err != nil {
 		a.log.Error("configuration loaded but not fully applied; retrying", "path", a.path, "generation", gen,
+			"services", len(cfg.Services), "added", added, "removed", removed,
 			"error", err, "fix", "see the error; the agent retries every "+a.retryEvery.String())
 		return err
 	}
 	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services),
-		"took", time.Since(start).Round(time.Microsecond))
+		"added", added, "removed", removed, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// maxNamesLogged bounds the service names a reload's log line lists.
+const maxNamesLogged = 20
+
+// serviceChanges names the services of cfg that old lacks and those of
+// old that cfg lacks, at most maxNamesLogged of each (then how many more).
+func serviceChanges(old, cfg *config.Config) (added, removed []string) {
+	had := make(map[string]bool, len(old.Services))
+	for _, s := range old.Services {
+		had[s.Name] = true
+	}
+	has := make(map[string]bool, len(cfg.Services))
+	for _, s := range cfg.Services {
+		has[s.Name] = true
+		if !had[s.Name] {
+			added = append(added, s.Name)
+		}
+	}
+	for _, s := range old.Services {
+		if !has[s.Name] {
+			removed = append(removed, s.Name)
+		}
+	}
+	return capNames(added), capNames(removed)
+}
+
+func capNames(names []string) []string {
+	if len(names) <= maxNamesLogged {
+		return names
+	}
+	return append(names[:maxNamesLogged:maxNamesLogged], fmt.Sprintf("and %d more", len(names)-maxNamesLogged))
 }
 
 // retry applies the running configuration again if its last apply failed
 // and retryEvery has passed.
 func (a *Agent) retry() {
 	a.mu.Lock()
-	due := a.applyErr && time.Since(a.lastApply) >= a.retryEvery
+	due := a.applyErr != nil && time.Since(a.lastApply) >= a.retryEvery
 	cfg, bgpFailed := a.cfg, a.bgpFailed
 	a.mu.Unlock()
 	if !due {
@@ -396,9 +461,9 @@ func (a *Agent) retry() {
 	if a.cfg == cfg {
 		a.bgpFailed = bgpFailed
 		if err == nil {
-			a.lastErr, a.applyErr = nil, false
+			a.applyErr = nil
 		} else {
-			a.lastErr = fmt.Errorf("apply: %w", err)
+			a.applyErr = fmt.Errorf("apply: %w", err)
 		}
 	}
 	a.mu.Unlock()
@@ -448,8 +513,19 @@ func (a *Agent) Status() (*api.Status, error) {
 	if a.routes != nil {
 		st.BGP = a.routes.Status()
 	}
-	if a.lastErr != nil {
-		st.Config.Result, st.Config.Error = api.ResultError, a.lastErr.Error()
+	// What runs is cfg: after a failed load the one before the failure,
+	// after a failed apply the new one, in part.
+	var errs []string
+	if a.loadErr != nil {
+		st.Config.LoadError = a.loadErr.Error()
+		errs = append(errs, st.Config.LoadError)
+	}
+	if a.applyErr != nil {
+		st.Config.ApplyError = a.applyErr.Error()
+		errs = append(errs, st.Config.ApplyError)
+	}
+	if len(errs) > 0 {
+		st.Config.Result, st.Config.Error = api.ResultError, strings.Join(errs, "\n")
 	}
 	svcDown := a.svcDown
 	a.mu.Unlock()

@@ -390,6 +390,7 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	}
 	a, f, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = 10 * time.Millisecond
+	a.settle = 20 * time.Millisecond
 
 	// Keep SIGHUP from killing the test binary should it arrive before
 	// Run subscribes to it.
@@ -451,6 +452,7 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = time.Hour
+	a.settle = 20 * time.Millisecond // rewritten every 500 ms below
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -273,10 +273,11 @@ func (a *Agent) syncHealth() {
 	a.mu.Lock()
 	switch {
 	case err != nil:
-		a.lastErr, a.applyErr = fmt.Errorf("apply: %w", err), true
-	case a.applyErr:
-		// The whole configuration went in: the earlier failure is over.
-		a.lastErr, a.applyErr = nil, false
+		a.applyErr = fmt.Errorf("apply: %w", err)
+	case a.applyErr != nil && !a.bgpFailed:
+		// The whole configuration went in: the earlier failure is over
+		// (unless the bgp section is still to be handed over).
+		a.applyErr = nil
 	}
 	a.mu.Unlock()
 	if err != nil {

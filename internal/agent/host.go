@@ -5,7 +5,10 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"time"
+
+	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -54,6 +57,53 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 		}
 	}
 	return netip.Addr{}, fmt.Errorf("node.interface %q has no IPv4 address: add one (ip addr add ADDR/LEN dev %s) or set node.address", n.Interface, n.Interface)
+}
+
+// LocalHost reads the IPv4 addresses configured in the calling thread's
+// network namespace, by interface, for the checks of config.Host.
+// Only IPv4: VIPs, backends and the node address are IPv4.
+func LocalHost() (*config.Host, error) {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	if err != nil {
+		return nil, fmt.Errorf("list this host's addresses: %w", err)
+	}
+	h := &config.Host{Interfaces: map[string][]netip.Addr{}}
+	var names map[int]string // by index, read only for an address without a label
+	for _, a := range addrs {
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		// The kernel labels an IPv4 address with its interface's name,
+		// or with NAME:ALIAS ("ip addr add … label eth0:1").
+		name, _, _ := strings.Cut(a.Label, ":")
+		if name == "" {
+			if names == nil {
+				names = map[int]string{}
+				if ifs, err := net.Interfaces(); err == nil {
+					for _, ifc := range ifs {
+						names[ifc.Index] = ifc.Name
+					}
+				}
+			}
+			if name = names[a.LinkIndex]; name == "" {
+				name = fmt.Sprintf("if%d", a.LinkIndex)
+			}
+		}
+		h.Interfaces[name] = append(h.Interfaces[name], ip.Unmap())
+	}
+	return h, nil
+}
+
+// LoadFile loads the configuration file at path and checks it against
+// this host's addresses (config.LoadOn), as the agent loads it at start,
+// at every reload and for `xlb agent --check`.
+func LoadFile(path string) (*config.Config, error) {
+	h, err := LocalHost()
+	if err != nil {
+		return nil, err
+	}
+	return config.LoadOn(path, h)
 }
 
 // warmNeighbours sends one tiny UDP datagram to the discard port of each

@@ -73,10 +73,18 @@ type Server struct {
 	metrics net.Addr
 }
 
-// Serve serves GET /v1/status and GET /metrics on ln (from Listen) and, if
-// metricsAddr is not "", GET /metrics on that TCP address. It returns once
-// both listen; Close stops them.
-func Serve(ln net.Listener, metricsAddr string, status StatusFunc, log *slog.Logger) (*Server, error) {
+// Option adds to what Serve serves on the socket.
+type Option func(*http.ServeMux)
+
+// WithCheck answers POST /v1/check (`xlb agent --check`) with check.
+func WithCheck(check CheckFunc) Option {
+	return func(mux *http.ServeMux) { mux.HandleFunc("POST /v1/check", checkHandler(check)) }
+}
+
+// Serve serves GET /v1/status and GET /metrics on ln (from Listen), and
+// what opts add, and, if metricsAddr is not "", GET /metrics on that TCP
+// address. It returns once both listen; Close stops them.
+func Serve(ln net.Listener, metricsAddr string, status StatusFunc, log *slog.Logger, opts ...Option) (*Server, error) {
 	s := &Server{socket: ln.Addr().String(), log: log}
 	var mln net.Listener
 	if metricsAddr != "" {
@@ -90,6 +98,9 @@ func Serve(ln net.Listener, metricsAddr string, status StatusFunc, log *slog.Log
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/status", statusHandler(status))
 	mux.Handle("GET /metrics", metricsHandler(status))
+	for _, o := range opts {
+		o(mux)
+	}
 	s.start(ln, mux)
 	if mln != nil {
 		m := http.NewServeMux()

@@ -112,7 +112,14 @@ type Config struct {
 	Generation uint64    `json:"generation"`
 	LastReload time.Time `json:"lastReload"`
 	Result     string    `json:"result"`          // ResultOK or ResultError
-	Error      string    `json:"error,omitempty"` // why the last reload failed
+	Error      string    `json:"error,omitempty"` // LoadError and ApplyError, one per line
+	// LoadError is why the last configuration could not be loaded (a
+	// file that does not load, a source error): the one before it keeps
+	// running. Empty once a configuration loads.
+	LoadError string `json:"loadError,omitempty"`
+	// ApplyError is why the running configuration is not fully applied
+	// (the agent retries it); empty when it is.
+	ApplyError string `json:"applyError,omitempty"`
 	// Reloads counts reloads after the start by result.
 	Reloads map[string]uint64 `json:"reloads"`
 }

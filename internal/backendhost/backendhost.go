@@ -124,6 +124,11 @@ func Setup(opts Options) (Result, error) {
 			return Result{}, err
 		}
 	}
+	// Before the host is touched: a program pinned where it would not
+	// outlive this command would leave VIPs on lo that nothing serves.
+	if err := dataplane.EnsurePinFS(pin); err != nil {
+		return Result{}, err
+	}
 	if len(opts.VIPs) > 0 { // nothing on lo to keep quiet about otherwise
 		if err := setSysctls(); err != nil {
 			return Result{}, err

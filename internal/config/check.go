@@ -63,6 +63,22 @@ func parseUnicast4(s string) (netip.Addr, string) {
 	return a, ""
 }
 
+// vipRule says why a VIP must not be an address of the node.
+const vipRule = "a VIP must be an address that no interface of the node holds: the load balancer takes in every packet to a VIP and drops those to ports no service has, " +
+	"so the node's own traffic to that address (BGP, BFD, health-check replies, SSH) would be lost; choose another VIP"
+
+// hostsVIP returns why the node cannot serve VIP a: it is the node
+// address, or an address of the host; "" when it can.
+func (d *decoder) hostsVIP(a netip.Addr) string {
+	if a == d.nodeAddr {
+		return fmt.Sprintf("%s is this node's own address (%s); %s", a, d.nodeFrom, vipRule)
+	}
+	if iface, ok := d.hostAddrs[a]; ok {
+		return fmt.Sprintf("%s is configured on this host (interface %s); %s", a, iface, vipRule)
+	}
+	return ""
+}
+
 // maxSocketPath is the longest path a unix socket can have: sun_path holds
 // 108 bytes including the terminating NUL.
 const maxSocketPath = 107

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strconv"
@@ -67,6 +68,31 @@ type decoder struct {
 	// lineless: the nodes have no lines (Validate), so messages leave
 	// out their references to lines.
 	lineless bool
+
+	// host is the machine the configuration is for (nil: unknown), and
+	// hostAddrs its addresses with the interface holding each.
+	host      *Host
+	hostAddrs map[netip.Addr]string
+	// nodeAddr is the node address (node.address, or the host's first
+	// IPv4 of node.interface); invalid when neither is known.
+	nodeAddr netip.Addr
+	nodeFrom string // where nodeAddr comes from, for messages
+	// placed lists every backend address with where it was written, for
+	// the check against every service's VIP once all are known.
+	placed []placedAddr
+}
+
+// placedAddr is a backend address and the node and path it was written at.
+type placedAddr struct {
+	addr netip.Addr
+	node *yaml.Node
+	path string
+}
+
+// onHost makes d check against h (nil: no host).
+func (d *decoder) onHost(h *Host) *decoder {
+	d.host, d.hostAddrs = h, h.holders()
+	return d
 }
 
 // reported identifies an unknown field already reported.

@@ -29,6 +29,21 @@ var (
 
 // Load reads and parses the configuration file at path.
 func Load(path string) (*Config, error) {
+	return LoadOn(path, nil)
+}
+
+// LoadOn reads and parses the configuration file at path for host h, as
+// ParseOn does.
+func LoadOn(path string, h *Host) (*Config, error) {
+	data, err := ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseOn(path, data, h)
+}
+
+// ReadFile reads the configuration file at path, as Load does.
+func ReadFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
@@ -41,7 +56,7 @@ func Load(path string) (*Config, error) {
 	if len(data) > maxFileSize {
 		return nil, fmt.Errorf("%s: the file is larger than %d MiB; this is not an xlb configuration", path, maxFileSize>>20)
 	}
-	return Parse(path, data)
+	return data, nil
 }
 
 // Parse parses and validates a configuration and applies its defaults.
@@ -49,10 +64,17 @@ func Load(path string) (*Config, error) {
 // every problem found, one per line, each an *Error naming the file, the
 // line, the field path and the reason.
 func Parse(filename string, data []byte) (*Config, error) {
+	return ParseOn(filename, data, nil)
+}
+
+// ParseOn parses a configuration as Parse does, for host h: it also
+// refuses VIPs that are addresses of h, and backends at the node address
+// h gives when the file sets none. A nil h is Parse.
+func ParseOn(filename string, data []byte, h *Host) (*Config, error) {
 	if filename == "" {
 		filename = "config"
 	}
-	d := &decoder{file: filename, maxSteps: minSteps + stepsPerByte*len(data)}
+	d := (&decoder{file: filename, maxSteps: minSteps + stepsPerByte*len(data)}).onHost(h)
 	cfg := d.config(data)
 	if err := d.err(); err != nil {
 		return nil, err
@@ -80,6 +102,10 @@ func (d *decoder) configFrom(top *yaml.Node) *Config {
 		cfg.Node = d.node(f, "node")
 	} else {
 		d.missing(top, "node", "required section is missing; add at least \"node: {interface: eth0}\" naming the interface XDP attaches to")
+	}
+	d.nodeAddr, d.nodeFrom = d.host.NodeAddress(cfg.Node), "node.address"
+	if !cfg.Node.Address.IsValid() {
+		d.nodeFrom = fmt.Sprintf("the first IPv4 address of node.interface %s, which the agent takes when node.address is not set", cfg.Node.Interface)
 	}
 	cfg.API = d.api(fs["api"], "api")
 	dp, tableSizeSet := d.dataplane(fs["dataplane"], "dataplane")
@@ -237,6 +263,7 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 	}
 	names := map[string]serviceAt{}
 	keys := map[Key]serviceAt{}
+	vips := map[netip.Addr]serviceAt{}
 	routes := map[netip.Addr]routeAt{}
 	out := make([]Service, 0, len(items))
 	total := 0 // backend entries over all services
@@ -254,7 +281,7 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 			d.errorf(item, p, "expected a service (a mapping with name, vip, port and backends), got %s", describe(item))
 			continue
 		}
-		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, routes: routes, hasBGP: hasBGP,
+		s, n := d.service(item, i, p, svcCtx{names: names, keys: keys, vips: vips, routes: routes, hasBGP: hasBGP,
 			tableSize: dp.TableSize, tableSizeSet: tableSizeSet, skipBackends: overflow})
 		if !overflow && total+n > int(dp.MaxBackends) {
 			overflow = true
@@ -269,6 +296,13 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 			out[i].BGP = r.attrs.clone()
 		}
 	}
+	// A backend at a VIP, of this service or another, written before or
+	// after it.
+	for _, p := range d.placed {
+		if at, ok := vips[p.addr]; ok {
+			d.errorf(p.node, p.path, "%s is the VIP of %s; a backend is a real server's own address: packets tunnelled to a VIP would come back to the load balancers instead of reaching a server: write the server's own address", p.addr, at)
+		}
+	}
 	if overflow {
 		d.errorf(f.key, path, "%d backend entries over all services exceed the limit of %d (dataplane.maxBackends) that the data plane holds; every backend of every service is one entry, drained ones included: raise dataplane.maxBackends (at most %d) or remove some", total, dp.MaxBackends, MaxBackends)
 	}
@@ -279,8 +313,9 @@ func (d *decoder) services(f field, path string, dp Dataplane, tableSizeSet, has
 type svcCtx struct {
 	names        map[string]serviceAt
 	keys         map[Key]serviceAt
-	routes       map[netip.Addr]routeAt // VIP -> the first service that wrote bgp attributes for it
-	hasBGP       bool                   // the file has a bgp section
+	vips         map[netip.Addr]serviceAt // the first service of each VIP
+	routes       map[netip.Addr]routeAt   // VIP -> the first service that wrote bgp attributes for it
+	hasBGP       bool                     // the file has a bgp section
 	tableSize    uint32
 	tableSizeSet bool
 	skipBackends bool // over MaxBackends already
@@ -318,8 +353,13 @@ func (d *decoder) service(n *yaml.Node, i int, path string, c svcCtx) (Service, 
 		if v, ok := d.text(g, join(path, "vip")); ok {
 			if a, why := parseUnicast4(v); why != "" {
 				d.errorf(g.value, join(path, "vip"), "%s", why)
+			} else if why := d.hostsVIP(a); why != "" {
+				d.errorf(g.value, join(path, "vip"), "%s", why)
 			} else {
 				s.VIP = a
+				if _, seen := c.vips[a]; !seen {
+					c.vips[a] = serviceAt{index: i, name: s.Name, line: g.value.Line}
+				}
 			}
 		}
 	} else {
@@ -474,14 +514,18 @@ func (d *decoder) backends(f field, items []*yaml.Node, path string, servicePort
 		b := Backend{Port: servicePort, Weight: DefaultWeight}
 		fs := d.mapping(item, p, backendFields)
 		if g, ok := fs["address"]; ok {
-			if v, ok := d.text(g, join(p, "address")); ok {
+			at := join(p, "address")
+			if v, ok := d.text(g, at); ok {
 				if a, why := parseUnicast4(v); why != "" {
-					d.errorf(g.value, join(p, "address"), "%s", why)
+					d.errorf(g.value, at, "%s", why)
 				} else if first, dup := addrs[a]; dup {
-					d.errorf(g.value, join(p, "address"), "%s is already listed as %s (line %d); list each backend once and use weight to give it more traffic", a, index(path, first.index), first.line)
+					d.errorf(g.value, at, "%s is already listed as %s (line %d); list each backend once and use weight to give it more traffic", a, index(path, first.index), first.line)
+				} else if a == d.nodeAddr {
+					d.errorf(g.value, at, "%s is this node's own address (%s); a backend is another host, which the node tunnels packets to: write that host's address", a, d.nodeFrom)
 				} else {
 					b.Address = a
 					addrs[a] = seen{index: i, line: g.value.Line}
+					d.placed = append(d.placed, placedAddr{addr: a, node: g.value, path: at})
 				}
 			}
 		} else {

@@ -92,6 +92,11 @@ func TestValidateAgreesWithParse(t *testing.T) {
 		"all drained":        func(c *Config) { c.Services[1].Backends[0].Weight = 0 },
 		"timeout > interval": func(c *Config) { c.Services[0].Backends[0].HealthCheck.Timeout = 2 * time.Second },
 		"peer is the node":   func(c *Config) { c.BGP.Peers[0].Address = c.Node.Address },
+		"VIP is the node":    func(c *Config) { c.Services[1].VIP = c.Node.Address },
+		"backend is the node": func(c *Config) {
+			c.Services[1].Backends[0].Address = c.Node.Address
+		},
+		"backend at a VIP": func(c *Config) { c.Services[0].Backends[1].Address = c.Services[1].VIP },
 		"duplicate peer": func(c *Config) {
 			c.BGP.Peers = append(c.BGP.Peers, c.BGP.Peers[0])
 		},

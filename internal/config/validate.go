@@ -18,8 +18,14 @@ import (
 // passes. It skips the YAML text both ways, which for thousands of
 // backends costs ten times the checks themselves.
 func Validate(name string, c *Config) (*Config, error) {
+	return ValidateOn(name, c, nil)
+}
+
+// ValidateOn validates c as Validate does, for host h, as ParseOn parses
+// a file for it. A nil h is Validate.
+func ValidateOn(name string, c *Config, h *Host) (*Config, error) {
 	top, nodes := toNode(reflect.ValueOf(render(c)))
-	d := &decoder{file: name, lineless: true, maxSteps: minSteps + stepsPerNode*nodes}
+	d := (&decoder{file: name, lineless: true, maxSteps: minSteps + stepsPerNode*nodes}).onHost(h)
 	cfg := d.configFrom(top)
 	if err := d.err(); err != nil {
 		return nil, err

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"net/netip"
 	"reflect"
 	"slices"
 )
@@ -18,7 +19,7 @@ import (
 // same VIP). Then every service's check depends on that service alone,
 // apart from the checks across services, which Validator repeats itself:
 // unique names, unique VIP, port and protocol, the number of services and
-// of backend entries. Validate checks the new and changed services, in a
+// of backend entries, no backend at any service's VIP. Validate checks the new and changed services, in a
 // configuration of their own. Whenever anything fails, or the shortcut
 // does not apply, the whole configuration goes through Validate, so every
 // error is Validate's own. TestValidatorAgreesWithValidate holds the two
@@ -31,6 +32,8 @@ type Validator struct {
 	rest    *Config            // the last accepted input, without its services
 	checked *Config            // Validate's result for it, without its services
 	known   map[string]checked // by name: the last accepted input's services
+	host    *Host              // the host it was checked for
+	vips    map[netip.Addr]bool
 }
 
 // checked is a service as given, and as Validate returned it.
@@ -41,21 +44,28 @@ type checked struct {
 // Validate returns Validate(name, c), reusing the checks of unchanged
 // services when it can.
 func (v *Validator) Validate(name string, c *Config) (*Config, error) {
-	if out, ok := v.quick(name, c); ok {
+	return v.ValidateOn(name, c, nil)
+}
+
+// ValidateOn returns ValidateOn(name, c, h), reusing the checks of
+// unchanged services when h is the host of the last accepted
+// configuration.
+func (v *Validator) ValidateOn(name string, c *Config, h *Host) (*Config, error) {
+	if out, ok := v.quick(name, c, h); ok {
 		return out, nil
 	}
-	out, err := Validate(name, c)
+	out, err := ValidateOn(name, c, h)
 	if err != nil {
 		return nil, err
 	}
-	v.remember(c, out)
+	v.remember(c, out, h, nil)
 	return out, nil
 }
 
 // quick validates c from the last accepted configuration, or reports
 // that it cannot.
-func (v *Validator) quick(name string, c *Config) (*Config, bool) {
-	if v.rest == nil || c == nil || len(c.Services) == 0 || len(c.Services) > MaxServices {
+func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
+	if v.rest == nil || c == nil || len(c.Services) == 0 || len(c.Services) > MaxServices || !h.equal(v.host) {
 		return nil, false
 	}
 	rest := *c
@@ -81,7 +91,7 @@ func (v *Validator) quick(name string, c *Config) (*Config, bool) {
 		for _, i := range changed {
 			part.Services = append(part.Services, c.Services[i])
 		}
-		out, err := Validate(name, &part)
+		out, err := ValidateOn(name, &part, h)
 		if err != nil || len(out.Services) != len(changed) {
 			return nil, false
 		}
@@ -103,18 +113,72 @@ func (v *Validator) quick(name string, c *Config) (*Config, bool) {
 	if entries > int(v.checked.Dataplane.MaxBackends) {
 		return nil, false
 	}
+	// No backend at a VIP: the changed services' backends against every
+	// VIP, the unchanged ones' against the VIPs they were not checked
+	// against (new ones), if any.
+	vips := vipSet(services)
+	for _, i := range changed {
+		if atVIP(services[i], vips) {
+			return nil, false
+		}
+	}
+	var fresh map[netip.Addr]bool
+	for a := range vips {
+		if !v.vips[a] {
+			if fresh == nil {
+				fresh = map[netip.Addr]bool{}
+			}
+			fresh[a] = true
+		}
+	}
+	if fresh != nil {
+		for _, s := range services {
+			if atVIP(s, fresh) {
+				return nil, false
+			}
+		}
+	}
 	out := *v.checked
 	out.Services = services
-	v.remember(c, &out)
+	v.remember(c, &out, h, vips)
 	return &out, true
 }
 
-// remember makes c, which Validate accepted as out, the last accepted
-// configuration.
-func (v *Validator) remember(c, out *Config) {
+func vipSet(services []Service) map[netip.Addr]bool {
+	out := make(map[netip.Addr]bool, len(services))
+	for _, s := range services {
+		out[s.VIP] = true
+	}
+	return out
+}
+
+// atVIP reports whether a backend of s, current or earlier, is in vips.
+func atVIP(s Service, vips map[netip.Addr]bool) bool {
+	for _, b := range s.Backends {
+		if vips[b.Address] {
+			return true
+		}
+	}
+	for _, g := range s.History {
+		for _, b := range g.Backends {
+			if vips[b.Address] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// remember makes c, which Validate accepted as out for host h, the last
+// accepted configuration; vips are its services' VIPs (nil: not known
+// yet).
+func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) {
 	rest, result := *c, *out
 	rest.Services, result.Services = nil, nil
-	v.rest, v.checked = &rest, &result
+	if vips == nil {
+		vips = vipSet(out.Services)
+	}
+	v.rest, v.checked, v.host, v.vips = &rest, &result, h, vips
 	v.known = make(map[string]checked, len(c.Services))
 	for i, s := range c.Services {
 		// A service with route attributes, its own or another's of the

@@ -14,8 +14,9 @@ import (
 // built in code, as a cluster source builds them (a service or two
 // changed at a time, sometimes into something invalid: a name or key
 // taken twice, a bad address, too many backend entries, route
-// attributes, a changed dataplane section), a Validator returns exactly
-// what Validate returns, and takes its shortcut for most steps.
+// attributes, a changed dataplane section, a VIP on the host, a backend
+// at a VIP, another host), a Validator returns exactly what Validate
+// returns, and takes its shortcut for most steps.
 func TestValidatorAgreesWithValidate(t *testing.T) {
 	base, err := Parse(file, []byte("node: {interface: eth0, address: 10.0.1.2}\ndataplane: {maxBackends: 28}\n"+
 		"bgp: {asn: 65001, peers: [{address: 10.0.1.1, asn: 65000}]}\n"))
@@ -41,6 +42,9 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 		services = append(services, newService(i))
 	}
 	next := len(services)
+	// 10.99.0.16 is one of the VIPs the walk picks.
+	host := &Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.1.2")}, "dummy0": {netip.MustParseAddr("10.99.0.16")}}}
+	other := &Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.1.2")}, "dummy0": {netip.MustParseAddr("10.99.0.15")}}}
 	v := &Validator{}
 	quick, invalid, over, withAttrs := 0, 0, 0, 0
 	var lastValid []Service
@@ -71,12 +75,16 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 			}
 		}
 		cfg.Services = deepCopy(services)
+		h := host
+		if step/50%4 == 3 {
+			h = other // the host's addresses changed, for a while
+		}
 
-		want, wantErr := Validate("cluster", &cfg)
+		want, wantErr := ValidateOn("cluster", &cfg, h)
 		// The shortcut on a copy of the Validator (it replaces what it
 		// remembers, never changes it), then the Validator itself.
 		probe := *v
-		if out, ok := probe.quick("cluster", deepConfig(&cfg)); ok {
+		if out, ok := probe.quick("cluster", deepConfig(&cfg), h); ok {
 			quick++
 			if wantErr == nil && !reflect.DeepEqual(out, want) {
 				for i := range want.Services {
@@ -104,7 +112,7 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 		if n := entries(cfg.Services); n > 28 {
 			over++
 		}
-		got, gotErr := v.Validate("cluster", &cfg)
+		got, gotErr := v.ValidateOn("cluster", &cfg, h)
 		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: Validator: %v / %+v; Validate: %v / %+v", step, gotErr, got, wantErr, want)
 		}
@@ -130,7 +138,7 @@ func edit(rng *rand.Rand, services []Service, addr func() netip.Addr, vips []str
 	}
 	s := &services[rng.IntN(len(services))]
 	s.Backends = slices.Clone(s.Backends)
-	switch rng.IntN(14) {
+	switch rng.IntN(15) {
 	case 0, 1, 2:
 		if len(s.Backends) > 0 {
 			s.Backends[rng.IntN(len(s.Backends))].Weight = uint32(rng.IntN(4))
@@ -182,6 +190,10 @@ func edit(rng *rand.Rand, services []Service, addr func() netip.Addr, vips []str
 		}
 	case 13:
 		s.VIP = netip.MustParseAddr("127.0.0.1") // not a VIP
+	case 14:
+		if len(s.Backends) > 0 { // a backend at a VIP, perhaps one in use
+			s.Backends[rng.IntN(len(s.Backends))].Address = netip.MustParseAddr(vips[rng.IntN(len(vips))])
+		}
 	}
 }
 

@@ -21,7 +21,8 @@ const reopenEvery = 5 * time.Second
 // Routes announces the VIPs as an announce.Announcer does, for a bgp
 // section that may come and go: with Kubernetes the peers are BGPPeer
 // objects, so a node may start with none, get its first later, lose them
-// all, or see its AS change. Routes runs an announcer while there is a
+// all, or see its AS change; a reloaded file may add or remove its bgp
+// section (the agent uses Routes for a file too). Routes runs an announcer while there is a
 // section and replaces it when what an announcer cannot change in place
 // (AS, router ID, listener port) changes. It implements agent.Routes.
 type Routes struct {

@@ -55,6 +55,11 @@ type Options struct {
 	// Quiet and MaxDelay shape the debouncing (see DefaultQuiet and
 	// DefaultMaxDelay, taken when zero).
 	Quiet, MaxDelay time.Duration
+	// Host reads the host's addresses for the checks of every
+	// configuration (agent.LocalHost): a Service whose VIP is one of
+	// them, or with a backend at the node address, is left out. Nil: no
+	// host checks.
+	Host func() (*config.Host, error)
 }
 
 // Source watches the cluster and delivers configurations.
@@ -64,6 +69,7 @@ type Source struct {
 	deb      *debouncer
 	updates  chan agent.Update
 	nodeName string
+	host     func() (*config.Host, error)
 
 	factories []factory
 	svcs      cache.SharedIndexInformer
@@ -125,6 +131,7 @@ func New(o Options) (*Source, error) {
 		deb:      newDebouncer(quiet, maxDelay),
 		updates:  make(chan agent.Update),
 		nodeName: k.NodeName,
+		host:     o.Host,
 		problems: map[string]problem{},
 	}
 	empty := map[string]bool{}
@@ -423,10 +430,18 @@ func (s *Source) build() (*config.Config, error) {
 	if baseErr != nil {
 		return nil, baseErr
 	}
+	var host *config.Host
+	if s.host != nil {
+		h, err := s.host()
+		if err != nil {
+			return nil, err
+		}
+		host = h
+	}
 	d, probs := s.translated.translate(st, s.cluster())
 	s.refs.Store(&d.secrets)
 	s.secrets.watch(d.secrets)
-	cfg, more, err := validate(&s.checks, d, st.base)
+	cfg, more, err := validate(&s.checks, d, st.base, host)
 	s.report(append(probs, more...))
 	return cfg, err
 }

@@ -178,9 +178,15 @@ func (f fixture) cluster() cluster {
 // run translates and validates f over base.
 func run(t *testing.T, base *config.Config, f fixture) (*config.Config, []string, error) {
 	t.Helper()
+	return runOn(t, base, f, nil)
+}
+
+// runOn translates and validates f over base for host h.
+func runOn(t *testing.T, base *config.Config, f fixture, h *config.Host) (*config.Config, []string, error) {
+	t.Helper()
 	st := settings{base: base, serveClassless: base.Kubernetes.ServeClassless, secretNamespace: base.Kubernetes.SecretNamespace}
 	d, probs := translate(st, f.cluster())
-	cfg, more, err := validate(&config.Validator{}, d, base)
+	cfg, more, err := validate(&config.Validator{}, d, base, h)
 	var out []string
 	for _, p := range append(probs, more...) {
 		out = append(out, p.String())
@@ -404,6 +410,62 @@ func checkProblems(t *testing.T, got, want []string) {
 
 // The file's services stay; a cluster Service that collides with one
 // of them yields.
+// TestServicesAtNodeAddresses: a Service whose address is one of the
+// node's, or with an endpoint at the node address (a hostNetwork pod on
+// this node), is left out with a problem naming it; the other Services
+// are served.
+func TestServicesAtNodeAddresses(t *testing.T) {
+	base := parseBase(t, "")
+	host := &config.Host{Interfaces: map[string][]netip.Addr{
+		"eth0": {netip.MustParseAddr("10.0.0.10")}, "dummy0": {netip.MustParseAddr("10.99.0.5")},
+	}}
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	f := fixture{
+		services: []*corev1.Service{
+			service("default", "web"),
+			service("default", "own", withIngress("10.0.0.10")),
+			service("default", "dummy", withIngress("10.99.0.5")),
+			service("default", "hostnet", withIngress("10.99.0.6")),
+		},
+		slices: []*discoveryv1.EndpointSlice{
+			endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2")),
+			endpointSlice("default", "own", "own-1", web, endpoint(condReady, "10.244.1.3")),
+			endpointSlice("default", "dummy", "dummy-1", web, endpoint(condReady, "10.244.1.4")),
+			endpointSlice("default", "hostnet", "hostnet-1", web, endpoint(condReady, "10.244.1.5", "10.0.0.10")),
+		},
+	}
+	cfg, probs, err := runOn(t, base, f, host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summary(cfg), []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("services %q, want %q", got, want)
+	}
+	slices.Sort(probs)
+	want := []string{
+		"Service default/dummy: port 10.99.0.5:80/tcp (default/dummy:80/tcp) is not served: vip: 10.99.0.5 is configured on this host (interface dummy0); ",
+		"Service default/hostnet: port 10.99.0.6:80/tcp (default/hostnet:80/tcp) is not served: backends[0].address: 10.0.0.10 is this node's own address (node.address); ",
+		"Service default/own: port 10.0.0.10:80/tcp (default/own:80/tcp) is not served: vip: 10.0.0.10 is this node's own address (node.address); ",
+	}
+	if len(probs) != len(want) {
+		t.Fatalf("problems:\n%s\nwant %d", strings.Join(probs, "\n"), len(want))
+	}
+	for i := range want {
+		if !strings.HasPrefix(probs[i], want[i]) {
+			t.Errorf("problem %q\nwant it to start with %q", probs[i], want[i])
+		}
+	}
+	// Without the host, only what the file's checks know is refused: the
+	// node address (node.address), not the dummy interface's.
+	cfg, _, err = run(t, base, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(cfg.Services); got != 2 {
+		t.Errorf("without a host: %q, want web and dummy", summary(cfg))
+	}
+}
+
 func TestMergeWithFile(t *testing.T) {
 	base := parseBase(t, "services:\n  - {name: static, vip: 10.99.0.1, port: 80, backends: [{address: 10.0.3.2}]}\n"+
 		"  - {name: default/named:80/tcp, vip: 10.99.0.5, port: 80, backends: [{address: 10.0.3.2}]}\n")
@@ -697,7 +759,7 @@ func BenchmarkTranslate(b *testing.B) {
 	c.slices = func(ns, name string) []*discoveryv1.EndpointSlice { return byService[ns+"/"+name] }
 	build := func(t *translated, v *config.Validator) {
 		d, _ := t.translate(st, c)
-		cfg, probs, err := validate(v, d, base)
+		cfg, probs, err := validate(v, d, base, nil)
 		if err != nil || len(probs) > 0 || len(cfg.Services) != 1000 {
 			b.Fatalf("%v %v %d", err, probs, len(cfg.Services))
 		}

@@ -12,19 +12,19 @@ import (
 )
 
 // validate checks d's configuration with the file's own rules
-// (config.Validate, through v). A service or peer from the cluster
+// (config.ValidateOn host, through v). A service or peer from the cluster
 // that the rules reject is dropped with a problem naming its object, and
 // the rest checked again: one bad Service must not hold back the others.
 // What cannot be pinned on a cluster object fails the whole configuration
 // (the agent then keeps the running one).
-func validate(v *config.Validator, d desired, base *config.Config) (*config.Config, []problem, error) {
+func validate(v *config.Validator, d desired, base *config.Config, host *config.Host) (*config.Config, []problem, error) {
 	probs := fit(&d, base)
 	cfg := d.cfg
 	// Every round but the last drops at least one cluster object, so
 	// this many rounds always reach a verdict.
 	rounds := len(d.serviceFrom) + len(d.peerFrom) + 1
 	for range rounds {
-		out, err := v.Validate(Name, cfg)
+		out, err := v.ValidateOn(Name, cfg, host)
 		if err == nil {
 			return out, probs, nil
 		}

@@ -1,0 +1,62 @@
+package config
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+)
+
+// Host is what the checks know of the machine a configuration is for,
+// beyond the file: the addresses configured on its interfaces (in the
+// agent's network namespace). A VIP that is one of them would take the
+// node's own traffic (BGP, BFD, health-check replies, SSH) into the load
+// balancer, where every port but the service's is dropped. The agent
+// reads the host when it loads a file (at start, at every reload, with
+// --check) and for every configuration it builds from a cluster;
+// Load, Parse and Validate check a file by itself, without a host.
+type Host struct {
+	// Interfaces maps each interface's name to its addresses, in the
+	// kernel's order: the first IPv4 address of node.interface is the
+	// node address when the file sets none.
+	Interfaces map[string][]netip.Addr
+}
+
+// NodeAddress is the node address of n on h: n.Address, else the first
+// IPv4 address of n.Interface; invalid when h does not know it.
+func (h *Host) NodeAddress(n Node) netip.Addr {
+	if n.Address.IsValid() || h == nil {
+		return n.Address
+	}
+	for _, a := range h.Interfaces[n.Interface] {
+		if a.Is4() {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// holders maps each address of h to the interface that holds it; of
+// several, the first by name, so that messages do not vary.
+func (h *Host) holders() map[netip.Addr]string {
+	if h == nil {
+		return nil
+	}
+	out := map[netip.Addr]string{}
+	for _, name := range slices.Sorted(maps.Keys(h.Interfaces)) {
+		for _, a := range h.Interfaces[name] {
+			a = a.Unmap()
+			if _, ok := out[a]; !ok {
+				out[a] = name
+			}
+		}
+	}
+	return out
+}
+
+// equal reports whether h and o hold the same addresses.
+func (h *Host) equal(o *Host) bool {
+	if h == nil || o == nil {
+		return h == o
+	}
+	return maps.EqualFunc(h.Interfaces, o.Interfaces, slices.Equal)
+}
