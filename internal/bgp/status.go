@@ -540,10 +540,10 @@ func (s *Speaker) Peers() []PeerStatus {
 	return out
 }
 
-// readCountersLocked starts a read of GoBGP's counters unless one runs
-// or the last ended less than countersFresh ago, and returns the channel
-// that the running read closes when it ends (nil if none runs). Called
-// with mu held.
+// readCountersLocked starts a read of GoBGP's counters unless one runs,
+// or the last ended less than countersFresh ago and left no session's
+// counters unknown; it returns the channel that the running read closes
+// when it ends (nil if none runs). Called with mu held.
 func (s *Speaker) readCountersLocked() <-chan struct{} {
 	if s.srv == nil {
 		return nil
@@ -551,7 +551,7 @@ func (s *Speaker) readCountersLocked() <-chan struct{} {
 	if s.countersRead != nil {
 		return s.countersRead
 	}
-	if time.Since(s.countersReadAt) < countersFresh {
+	if time.Since(s.countersReadAt) < countersFresh && !s.countersUnknownLocked() {
 		return nil
 	}
 	done := make(chan struct{})
@@ -564,6 +564,18 @@ func (s *Speaker) readCountersLocked() <-chan struct{} {
 		s.readCounters(srv)
 	}()
 	return done
+}
+
+// countersUnknownLocked reports whether a peer that GoBGP has lacks
+// counters (its session changed state since the last read). Called with
+// mu held.
+func (s *Speaker) countersUnknownLocked() bool {
+	for _, r := range s.peers {
+		if r.gobgpAddr.IsValid() && r.counters == nil {
+			return true
+		}
+	}
+	return false
 }
 
 // readCounters asks GoBGP for every peer's counters and keeps them on
