@@ -200,12 +200,54 @@ func seconds(s float64) string {
 	return d.Round(time.Microsecond).String()
 }
 
+// countersStale is the age from which status says when a session's
+// counters were read: the agent reads them at most a second apart.
+const countersStale = 5 * time.Second
+
+// count formats a counter the agent may not know: "?" then.
+func count[T int | uint64](v *T) string {
+	if v == nil {
+		return "?"
+	}
+	return fmt.Sprint(*v)
+}
+
+// peerNotes are the lines under the peer table about peer p: a session
+// held down for its prefix limit, counters that are unknown or old.
+func peerNotes(p api.Peer, now time.Time) []string {
+	var notes []string
+	if l := p.PrefixLimit; l != nil {
+		again := "it may re-form now"
+		if wait := l.RetryAt.Sub(now); wait > 0 {
+			again = fmt.Sprintf("it may re-form in %s", wait.Round(time.Second))
+		}
+		times := ""
+		if l.Times > 1 {
+			times = fmt.Sprintf(", %d times in a row (each hold twice the last)", l.Times)
+		}
+		notes = append(notes, fmt.Sprintf("peer %s: session closed %s ago, because the peer sent more than %d prefixes (maxPrefixes)%s; %s. "+
+			"xlb imports no routes: make the router send this node none (or a default route only), or raise maxPrefixes "+
+			"(bgp.peers[].maxPrefixes, or the BGPPeer's spec.maxPrefixes), which re-forms the session at once",
+			p.Address, roundAgo(now.Sub(l.At)), l.Limit, times, again))
+	}
+	switch {
+	case p.PrefixesReceived == nil:
+		notes = append(notes, fmt.Sprintf("peer %s: counters unknown (?): the BGP speaker has not reported them since the session last changed state; "+
+			"it answers between two UPDATEs it processes, and a peer that sends many makes that slow: run xlb status again", p.Address))
+	case now.Sub(p.CountersAt) >= countersStale:
+		notes = append(notes, fmt.Sprintf("peer %s: counters from %s ago: the BGP speaker is busy (it answers between two UPDATEs it processes); "+
+			"run xlb status again for newer ones", p.Address, roundAgo(now.Sub(p.CountersAt))))
+	}
+	return notes
+}
+
 // printBGP writes the BGP sessions and routes.
 func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, b.NextHop)
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tSINCE\tSENT\tRECEIVED\tFLAPS\tBFD\tLAST ERROR")
+	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tSINCE\tSENT\tRECEIVED/MAX\tMSGS IN/OUT\tFLAPS\tBFD\tLAST ERROR")
+	var notes []string
 	for _, p := range b.Peers {
 		since := "-"
 		if !p.Since.IsZero() {
@@ -222,12 +264,20 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		if p.HeldDown != "" {
 			state += " (held down: " + oneLine(p.HeldDown) + ")"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%d\t%d\t%s\t%s\n", p.Address, p.ASN, state, since,
-			p.PrefixesSent, p.PrefixesReceived, p.Flaps, bfd, orDash(oneLine(p.LastError)))
+		if l := p.PrefixLimit; l != nil {
+			state += " (held down: over maxPrefixes)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s/%d\t%s/%s\t%d\t%s\t%s\n", p.Address, p.ASN, state, since,
+			count(p.PrefixesSent), count(p.PrefixesReceived), p.MaxPrefixes, count(p.MessagesReceived), count(p.MessagesSent),
+			p.Flaps, bfd, orDash(oneLine(p.LastError)))
+		notes = append(notes, peerNotes(p, now)...)
 	}
 	tw.Flush()
 	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
 		fmt.Fprintln(w, "  "+strings.TrimRight(line, " "))
+	}
+	for _, n := range notes {
+		fmt.Fprintln(w, "  "+n)
 	}
 	for _, r := range b.Routes {
 		if r.Announced && r.Reason != "" {

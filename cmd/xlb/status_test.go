@@ -88,12 +88,21 @@ func TestPrintStatusBGP(t *testing.T) {
 			ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
 			Peers: []api.Peer{
 				{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Since: now.Add(-90 * time.Second),
-					PrefixesSent: 2, PrefixesReceived: 0, Flaps: 1, LastError: "hold timer expired: nothing heard from the peer within the hold time",
+					PrefixesSent: ptr(2), PrefixesReceived: ptr(0), MessagesReceived: ptr[uint64](120), MessagesSent: ptr[uint64](118),
+					CountersAt: now.Add(-time.Second), MaxPrefixes: 10000,
+					Flaps: 1, LastError: "hold timer expired: nothing heard from the peer within the hold time",
 					BFD: &api.BFDSession{State: "up", RemoteState: "up", Diag: "none", DetectionMs: 300}},
 				{Address: netip.MustParseAddr("10.0.1.254"), ASN: 65000, State: "idle", Since: now.Add(-1500 * time.Millisecond),
+					PrefixesSent: ptr(0), PrefixesReceived: ptr(0), MessagesReceived: ptr[uint64](7), MessagesSent: ptr[uint64](9),
+					CountersAt: now.Add(-12 * time.Second), MaxPrefixes: 10000,
 					Flaps: 3, HeldDown: "BFD session down\n(control detection time expired)", LastError: "forced down: BFD session down\n(control detection time expired)",
 					BFD: &api.BFDSession{State: "down", RemoteState: "up", Diag: "control detection time expired"}},
-				{Address: netip.MustParseAddr("10.0.9.9"), ASN: 65099, State: "idle"},
+				{Address: netip.MustParseAddr("10.0.9.9"), ASN: 65099, State: "idle", MaxPrefixes: 10000},
+				{Address: netip.MustParseAddr("10.0.1.3"), ASN: 65003, State: "idle", Since: now.Add(-12 * time.Second),
+					PrefixesSent: ptr(0), PrefixesReceived: ptr(0), MessagesReceived: ptr[uint64](30), MessagesSent: ptr[uint64](4),
+					CountersAt: now, MaxPrefixes: 100, Flaps: 2,
+					PrefixLimit: &api.PrefixLimit{Limit: 100, At: now.Add(-12 * time.Second), Times: 2, RetryAt: now.Add(48 * time.Second)},
+					LastError:   "sent NOTIFICATION: Cease / maximum number of prefixes reached (the peer sent more than its limit of 100, maxPrefixes)"},
 			},
 			Routes: []api.Route{
 				{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
@@ -122,10 +131,16 @@ func TestPrintStatusBGP(t *testing.T) {
 	fields := func(prefix string) string { return strings.Join(strings.Fields(line(prefix)), " ") }
 	for _, tc := range []struct{ prefix, want string }{
 		{"BGP:", "BGP: AS 65001, router ID 10.0.1.2, next hop 10.0.1.2"},
-		{"PEER", "PEER AS STATE SINCE SENT RECEIVED FLAPS BFD LAST ERROR"},
-		{"10.0.1.1 ", "10.0.1.1 65000 established 1m30s ago 2 0 1 up (detect 300ms) hold timer expired: nothing heard from the peer within the hold time"},
-		{"10.0.1.254", "10.0.1.254 65000 idle (held down: BFD session down (control detection time expired)) 2s ago 0 0 3 down forced down: BFD session down (control detection time expired)"},
-		{"10.0.9.9", "10.0.9.9 65099 idle - 0 0 0 - -"},
+		{"PEER", "PEER AS STATE SINCE SENT RECEIVED/MAX MSGS IN/OUT FLAPS BFD LAST ERROR"},
+		{"10.0.1.1 ", "10.0.1.1 65000 established 1m30s ago 2 0/10000 120/118 1 up (detect 300ms) hold timer expired: nothing heard from the peer within the hold time"},
+		{"10.0.1.254", "10.0.1.254 65000 idle (held down: BFD session down (control detection time expired)) 2s ago 0 0/10000 7/9 3 down forced down: BFD session down (control detection time expired)"},
+		{"10.0.9.9", "10.0.9.9 65099 idle - ? ?/10000 ?/? 0 - -"},
+		{"10.0.1.3 ", "10.0.1.3 65003 idle (held down: over maxPrefixes) 12s ago 0 0/100 30/4 2 - sent NOTIFICATION: Cease / maximum number of prefixes reached (the peer sent more than its limit of 100, maxPrefixes)"},
+		{"peer 10.0.1.3:", "peer 10.0.1.3: session closed 12s ago, because the peer sent more than 100 prefixes (maxPrefixes), 2 times in a row (each hold twice the last); it may re-form in 48s. " +
+			"xlb imports no routes: make the router send this node none (or a default route only), or raise maxPrefixes (bgp.peers[].maxPrefixes, or the BGPPeer's spec.maxPrefixes), which re-forms the session at once"},
+		{"peer 10.0.9.9:", "peer 10.0.9.9: counters unknown (?): the BGP speaker has not reported them since the session last changed state; " +
+			"it answers between two UPDATEs it processes, and a peer that sends many makes that slow: run xlb status again"},
+		{"peer 10.0.1.254:", "peer 10.0.1.254: counters from 12s ago: the BGP speaker is busy (it answers between two UPDATEs it processes); run xlb status again for newer ones"},
 		{"route 10.99.0.1/32", "route 10.99.0.1/32: announced"},
 		{"route 10.99.0.2/32", "route 10.99.0.2/32: withdrawn (no healthy backend)"},
 		{"route 10.99.0.3/32", "route 10.99.0.3/32: announced (withdrawal failed: speaker stopped; retrying in 2s)"},
@@ -137,9 +152,9 @@ func TestPrintStatusBGP(t *testing.T) {
 	// The table's columns line up, so a reader can tell SENT from
 	// RECEIVED; multi-line errors do not break it.
 	header := line("PEER")
-	for _, col := range []string{"STATE", "SINCE", "FLAPS", "BFD", "LAST ERROR"} {
+	for _, col := range []string{"STATE", "SINCE", "SENT", "RECEIVED/MAX", "MSGS IN/OUT", "FLAPS", "BFD", "LAST ERROR"} {
 		at := strings.Index(header, col)
-		for _, l := range []string{line("10.0.1.1 "), line("10.0.1.254"), line("10.0.9.9")} {
+		for _, l := range []string{line("10.0.1.1 "), line("10.0.1.254"), line("10.0.9.9"), line("10.0.1.3 ")} {
 			if len(l) <= at || l[at-1] != ' ' || l[at] == ' ' {
 				t.Errorf("%s column (at %d) not aligned in %q", col, at, l)
 			}
@@ -183,3 +198,5 @@ func TestPrintStatusConfigLine(t *testing.T) {
 		})
 	}
 }
+
+func ptr[T any](v T) *T { return &v }

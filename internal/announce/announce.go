@@ -121,7 +121,7 @@ func peers(cfg *config.BGP) []bgp.Peer {
 	out := make([]bgp.Peer, 0, len(cfg.Peers))
 	for _, p := range cfg.Peers {
 		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
-			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive})
+			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive, MaxPrefixes: p.MaxPrefixes})
 	}
 	return out
 }
@@ -475,9 +475,16 @@ func (a *Announcer) Status() *api.BGP {
 	retryMax := a.retryMax
 	a.mu.Unlock()
 	for _, p := range a.sp.Peers() {
-		ps := api.Peer{Address: p.Address, ASN: p.ASN, State: p.State, Since: p.Since,
-			PrefixesSent: p.PrefixesSent, PrefixesReceived: p.PrefixesReceived, LastError: p.LastError,
-			Flaps: p.Flaps, HeldDown: p.ForcedDown}
+		ps := api.Peer{Address: p.Address, ASN: p.ASN, State: p.State, Since: p.Since, MaxPrefixes: p.MaxPrefixes,
+			LastError: p.LastError, Flaps: p.Flaps, HeldDown: p.ForcedDown}
+		if c := p.Counters; c != nil {
+			ps.PrefixesSent, ps.PrefixesReceived = &c.PrefixesSent, &c.PrefixesReceived
+			ps.MessagesSent, ps.MessagesReceived = &c.MessagesSent, &c.MessagesReceived
+			ps.CountersAt = c.At
+		}
+		if h := p.PrefixLimit; h != nil {
+			ps.PrefixLimit = &api.PrefixLimit{Limit: h.Limit, At: h.At, Times: h.Times, RetryAt: h.RetryAt}
+		}
 		if s, ok := sessions[p.Address]; ok {
 			ps.BFD = &api.BFDSession{State: strings.ToLower(s.State.String()), RemoteState: strings.ToLower(s.RemoteState.String()), Diag: s.Diag.String(),
 				DetectionMs: float64(s.DetectionTime) / float64(time.Millisecond), Downs: s.Downs}

@@ -51,6 +51,7 @@ type fakeSpeaker struct {
 	mu      sync.Mutex
 	fails   map[string]int // op → how many of its next calls fail; -1: all
 	failErr error          // what a failed call returns; errRefused if nil
+	peers   []bgp.PeerStatus
 }
 
 func newFakeSpeaker() *fakeSpeaker {
@@ -95,7 +96,11 @@ func (f *fakeSpeaker) PeerDown(peer netip.Addr, reason string) error {
 	return f.record(call{op: "PeerDown", peer: peer, reason: reason})
 }
 func (f *fakeSpeaker) PeerUp(peer netip.Addr) error { return f.record(call{op: "PeerUp", peer: peer}) }
-func (f *fakeSpeaker) Peers() []bgp.PeerStatus      { return nil }
+func (f *fakeSpeaker) Peers() []bgp.PeerStatus {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.peers
+}
 
 // next returns the next call, failing the test if none comes in time.
 func (f *fakeSpeaker) next(t *testing.T, within time.Duration) call {
@@ -700,4 +705,44 @@ func TestReleaseRetried(t *testing.T) {
 		}
 		fs.quiet(t, 3*most)
 	})
+}
+
+// The status passes on what the speaker knows of each session, and says
+// nothing where it knows nothing: unknown counters stay unknown.
+func TestStatusPeers(t *testing.T) {
+	ip := netip.MustParseAddr
+	cfg := &config.BGP{ASN: 65001, Peers: []config.Peer{
+		{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, MaxPrefixes: 300},
+		{Address: ip("10.0.1.3"), ASN: 65000, Port: 179, MaxPrefixes: config.DefaultMaxPrefixes},
+	}}
+	for i, p := range peers(cfg) {
+		if p.MaxPrefixes != cfg.Peers[i].MaxPrefixes {
+			t.Errorf("speaker peer %s: maxPrefixes %d, want the configuration's %d", p.Address, p.MaxPrefixes, cfg.Peers[i].MaxPrefixes)
+		}
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	sp := newFakeSpeaker()
+	sp.peers = []bgp.PeerStatus{
+		{Address: ip("10.0.1.1"), ASN: 65000, State: bgp.StateIdle, MaxPrefixes: 300,
+			Counters:    &bgp.Counters{At: at, PrefixesSent: 0, PrefixesReceived: 0, MessagesSent: 4, MessagesReceived: 30},
+			PrefixLimit: &bgp.PrefixLimitHold{Limit: 300, At: at, Times: 2, RetryAt: at.Add(time.Minute)}},
+		{Address: ip("10.0.1.3"), ASN: 65000, State: bgp.StateEstablished, MaxPrefixes: config.DefaultMaxPrefixes},
+	}
+	a := newAnnouncer(cfg, ip("10.0.1.2"), ip("10.0.1.2"), sp, slog.New(slog.DiscardHandler))
+	st := a.Status()
+	if len(st.Peers) != 2 {
+		t.Fatalf("peers: %+v", st.Peers)
+	}
+	held, unknown := st.Peers[0], st.Peers[1]
+	if held.PrefixesReceived == nil || *held.PrefixesReceived != 0 || held.PrefixesSent == nil || held.MessagesReceived == nil || *held.MessagesReceived != 30 ||
+		held.MessagesSent == nil || *held.MessagesSent != 4 || !held.CountersAt.Equal(at) || held.MaxPrefixes != 300 {
+		t.Errorf("known counters: %+v", held)
+	}
+	if l := held.PrefixLimit; l == nil || l.Limit != 300 || l.Times != 2 || !l.At.Equal(at) || !l.RetryAt.Equal(at.Add(time.Minute)) {
+		t.Errorf("prefix limit hold: %+v", held.PrefixLimit)
+	}
+	if unknown.PrefixesReceived != nil || unknown.PrefixesSent != nil || unknown.MessagesReceived != nil || unknown.MessagesSent != nil ||
+		!unknown.CountersAt.IsZero() || unknown.PrefixLimit != nil || unknown.MaxPrefixes != config.DefaultMaxPrefixes {
+		t.Errorf("unknown counters reported as %+v", unknown)
+	}
 }

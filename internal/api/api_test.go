@@ -20,6 +20,8 @@ import (
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
+func ptr[T any](v T) *T { return &v }
+
 func sampleStatus() *Status {
 	return &Status{
 		Version: "v1.2.3",
@@ -53,7 +55,10 @@ func sampleStatus() *Status {
 		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
 		BGP: &BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
 			Peers: []Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Flaps: 2,
-				BFD: &BFDSession{State: "up", DetectionMs: 300}}},
+				PrefixesReceived: ptr(12), MaxPrefixes: 10000, BFD: &BFDSession{State: "up", DetectionMs: 300}},
+				// Counters unknown, held down for its prefix limit.
+				{Address: netip.MustParseAddr("10.0.1.3"), ASN: 65003, State: "idle", MaxPrefixes: 100,
+					PrefixLimit: &PrefixLimit{Limit: 100, Times: 1}}},
 			Routes: []Route{{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
 				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reason: "every backend is down"}}},
 		Reconciles: map[string]Reconcile{"config": {Count: 3, SumSeconds: 0.75, LastSeconds: 0.5,
@@ -235,6 +240,9 @@ func TestMetrics(t *testing.T) {
 		"xlb_reconcile_duration_seconds":     "histogram",
 		"xlb_bgp_peer_up":                    "gauge",
 		"xlb_bgp_peer_flaps_total":           "counter",
+		"xlb_bgp_peer_prefixes_received":     "gauge",
+		"xlb_bgp_peer_max_prefixes":          "gauge",
+		"xlb_bgp_peer_prefix_limit_exceeded": "gauge",
 		"xlb_bgp_route_announced":            "gauge",
 		"xlb_bfd_session_up":                 "gauge",
 	} {
@@ -273,6 +281,12 @@ func TestMetrics(t *testing.T) {
 		`xlb_reconcile_duration_seconds_count{trigger="config"} 3`,
 		`xlb_bgp_peer_up{peer="10.0.1.1"} 1`,
 		`xlb_bgp_peer_flaps_total{peer="10.0.1.1"} 2`,
+		`xlb_bgp_peer_prefixes_received{peer="10.0.1.1"} 12`,
+		`xlb_bgp_peer_max_prefixes{peer="10.0.1.1"} 10000`,
+		`xlb_bgp_peer_prefix_limit_exceeded{peer="10.0.1.1"} 0`,
+		`xlb_bgp_peer_up{peer="10.0.1.3"} 0`,
+		`xlb_bgp_peer_max_prefixes{peer="10.0.1.3"} 100`,
+		`xlb_bgp_peer_prefix_limit_exceeded{peer="10.0.1.3"} 1`,
 		`xlb_bfd_session_up{peer="10.0.1.1"} 1`,
 		`xlb_bgp_route_announced{prefix="10.99.0.1/32"} 1`,
 		`xlb_bgp_route_announced{prefix="10.99.0.2/32"} 0`,
@@ -280,6 +294,10 @@ func TestMetrics(t *testing.T) {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)
 		}
+	}
+	// Counters unknown: no sample rather than a 0.
+	if strings.Contains(body, `xlb_bgp_peer_prefixes_received{peer="10.0.1.3"}`) {
+		t.Errorf("prefixes received reported for a peer whose counters are unknown:\n%s", body)
 	}
 	// Never probed: no duration to report.
 	if strings.Contains(body, `xlb_health_check_duration_seconds{backend="10.0.3.4:80"`) {

@@ -33,6 +33,9 @@ var (
 	checkDuration    = desc("xlb_health_check_duration_seconds", "Duration of the last health check of a backend of a service, successful or not.", "service", "backend")
 	bgpPeerUp        = desc("xlb_bgp_peer_up", "Whether the BGP session with a peer is established (1) or not (0).", "peer")
 	bgpPeerFlaps     = desc("xlb_bgp_peer_flaps_total", "Times the BGP session with a peer left the established state.", "peer")
+	bgpPeerReceived  = desc("xlb_bgp_peer_prefixes_received", "Prefixes a BGP peer sent that the node holds (none is imported), as last reported; absent while unknown.", "peer")
+	bgpPeerMax       = desc("xlb_bgp_peer_max_prefixes", "The most prefixes a BGP peer may send before its session is closed (maxPrefixes).", "peer")
+	bgpPeerOverLimit = desc("xlb_bgp_peer_prefix_limit_exceeded", "Whether the BGP session with a peer is held down because the peer sent more than maxPrefixes prefixes (1) or not (0).", "peer")
 	bgpRoute         = desc("xlb_bgp_route_announced", "Whether this node announces a VIP (1) or withdrew it because it cannot serve it (0).", "prefix")
 	bfdUp            = desc("xlb_bfd_session_up", "Whether the BFD session guarding a BGP peer is up (1) or not (0).", "peer")
 	reconcileSeconds = desc("xlb_reconcile_duration_seconds", "Time taken to bring the data plane in line with the configuration and the backends' health, by what triggered it (config: start or reload; health: a backend's health changed; retry: after a failed apply).", "trigger")
@@ -43,7 +46,8 @@ type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps, bgpRoute, bfdUp} {
+		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
+		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp} {
 		ch <- d
 	}
 }
@@ -97,6 +101,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		for _, p := range b.Peers {
 			gauge(bgpPeerUp, boolValue(p.State == "established"), p.Address.String())
 			count(bgpPeerFlaps, uint64(p.Flaps), p.Address.String())
+			if p.PrefixesReceived != nil {
+				gauge(bgpPeerReceived, float64(*p.PrefixesReceived), p.Address.String())
+			}
+			gauge(bgpPeerMax, float64(p.MaxPrefixes), p.Address.String())
+			gauge(bgpPeerOverLimit, boolValue(p.PrefixLimit != nil), p.Address.String())
 			if p.BFD != nil {
 				gauge(bfdUp, boolValue(p.BFD.State == "up"), p.Address.String())
 			}

@@ -38,17 +38,40 @@ type BGP struct {
 
 // Peer is one BGP session.
 type Peer struct {
-	Address          netip.Addr `json:"address"`
-	ASN              uint32     `json:"asn"`
-	State            string     `json:"state"` // idle, connect, active, opensent, openconfirm, established
-	Since            time.Time  `json:"since"`
-	PrefixesSent     int        `json:"prefixesSent"`
-	PrefixesReceived int        `json:"prefixesReceived"`
-	LastError        string     `json:"lastError,omitempty"`
-	Flaps            int        `json:"flaps"`
+	Address netip.Addr `json:"address"`
+	ASN     uint32     `json:"asn"`
+	State   string     `json:"state"` // idle, connect, active, opensent, openconfirm, established
+	Since   time.Time  `json:"since"`
+	// The session's counters, as the BGP speaker last reported them, at
+	// CountersAt. They are left out when it has not reported them since
+	// the session last changed state: it answers between two UPDATEs
+	// it processes, which a peer that floods it makes slow.
+	// PrefixesReceived are those the peer sent that the speaker holds
+	// (none is imported); MaxPrefixes bounds them.
+	PrefixesSent     *int      `json:"prefixesSent,omitempty"`
+	PrefixesReceived *int      `json:"prefixesReceived,omitempty"`
+	MessagesSent     *uint64   `json:"messagesSent,omitempty"`
+	MessagesReceived *uint64   `json:"messagesReceived,omitempty"`
+	CountersAt       time.Time `json:"countersAt,omitzero"`
+	MaxPrefixes      int       `json:"maxPrefixes"`
+	// PrefixLimit is set while the session is held down because the
+	// peer sent more than MaxPrefixes prefixes.
+	PrefixLimit *PrefixLimit `json:"prefixLimit,omitempty"`
+	LastError   string       `json:"lastError,omitempty"`
+	Flaps       int          `json:"flaps"`
 	// HeldDown says why xlb keeps the session down (BFD), "" if not.
 	HeldDown string      `json:"heldDown,omitempty"`
 	BFD      *BFDSession `json:"bfd,omitempty"`
+}
+
+// PrefixLimit is a session closed because the peer sent more prefixes
+// than its limit, and held down until RetryAt.
+type PrefixLimit struct {
+	Limit int       `json:"limit"`
+	At    time.Time `json:"at"`
+	// Times counts how often in a row; each hold is twice the last.
+	Times   int       `json:"times"`
+	RetryAt time.Time `json:"retryAt"`
 }
 
 // BFDSession is the BFD session guarding a BGP peer.

@@ -138,7 +138,7 @@ func TestRelayThroughNodeListener(t *testing.T) {
 	})
 	waitFor(t, 5*time.Second, "route sent to the passive peer", func() (bool, string) {
 		p := sp.peer(passive)
-		return p.PrefixesSent == 1, fmt.Sprintf("%+v", p)
+		return p.Counters != nil && p.Counters.PrefixesSent == 1, fmt.Sprintf("%+v", p)
 	})
 }
 

@@ -20,6 +20,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osrg/gobgp/v4/api"
+	"github.com/osrg/gobgp/v4/pkg/apiutil"
+	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
 	"github.com/xlbproject/xlb/internal/netns"
 	"github.com/xlbproject/xlb/internal/testenv"
 )
@@ -45,6 +48,11 @@ type helperOptions struct {
 	NextHop    netip.Addr
 	ListenPort int
 	Peers      []Peer
+	// PrefixLimitRetry: Options.PrefixLimitRetry.
+	PrefixLimitRetry time.Duration
+	// Quiet leaves GoBGP's debug records (one per route and more) out
+	// of the helper's log: the flood tests would write gigabytes.
+	Quiet bool
 }
 
 type helperRequest struct {
@@ -64,10 +72,21 @@ type helperResponse struct {
 	Routes []Route
 	// AdminDown: GoBGP's own admin state of the peer (op adminDown).
 	AdminDown bool
+	// Learned: paths in GoBGP's global RIB that are not the speaker's
+	// own routes (op learned).
+	Learned int
+	// HeapBytes: the helper's Go heap in use after a collection (op
+	// mem); RSSBytes and PeakRSSBytes its resident set, now and at most.
+	HeapBytes, RSSBytes, PeakRSSBytes uint64
+	// Stalled: GoBGP was still held (see stall) when op peers returned.
+	Stalled bool
 }
 
 func speakerHelperMain(in io.Reader, out io.Writer) int {
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug - 4}))
+	level := &slog.LevelVar{}
+	level.Set(slog.LevelDebug - 4)
+	st := &stall{}
+	log := slog.New(&stallHandler{inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug - 4}), level: level, st: st})
 	var sp *Speaker
 	dec := json.NewDecoder(in)
 	enc := json.NewEncoder(out)
@@ -90,7 +109,11 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 		switch {
 		case req.Op == "start":
 			o := req.Options
-			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, ListenPort: o.ListenPort, Peers: o.Peers, Logger: log})
+			if o.Quiet {
+				level.Set(slog.LevelDebug)
+			}
+			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, ListenPort: o.ListenPort, Peers: o.Peers,
+				PrefixLimitRetry: o.PrefixLimitRetry, Logger: log})
 			if err == nil {
 				err = sp.Start(context.Background())
 			}
@@ -129,6 +152,19 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 			}
 		case req.Op == "peers":
 			resp.Peers = sp.Peers()
+			resp.Stalled = st.holding()
+		case req.Op == "stall":
+			err = st.arm(10 * time.Second)
+		case req.Op == "unstall":
+			st.unstall()
+		case req.Op == "learned":
+			resp.Learned, err = learnedPaths(sp)
+		case req.Op == "mem":
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			resp.HeapBytes = ms.HeapInuse
+			resp.RSSBytes, resp.PeakRSSBytes, err = residentSet()
 		case req.Op == "announced":
 			resp.Routes = sp.Announced()
 		case req.Op == "stop":
@@ -147,17 +183,174 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 	}
 }
 
+// residentSet reads the process's resident set size, now and at its
+// peak, from /proc/self/status.
+func residentSet() (now, peak uint64, err error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0, err
+	}
+	for line := range strings.Lines(string(b)) {
+		var dst *uint64
+		switch {
+		case strings.HasPrefix(line, "VmRSS:"):
+			dst = &now
+		case strings.HasPrefix(line, "VmHWM:"):
+			dst = &peak
+		default:
+			continue
+		}
+		var kb uint64
+		if _, err := fmt.Sscanf(line[6:], "%d kB", &kb); err != nil {
+			return 0, 0, fmt.Errorf("helper: /proc/self/status: %q: %w", line, err)
+		}
+		*dst = kb << 10
+	}
+	return now, peak, nil
+}
+
+// stallHandler is the helper's log handler. It passes on the records
+// at level and above, and can hold GoBGP in the middle of an UPDATE: GoBGP
+// logs "received update" while it processes one, holding the lock that
+// every query of its state waits for. Held there, GoBGP is busy as a peer
+// that floods it makes it, only on demand and for as long as the test
+// wants.
+type stallHandler struct {
+	inner slog.Handler
+	level *slog.LevelVar
+	st    *stall
+}
+
+// stallLimit ends a stall the test did not end, well within the hold
+// time: the held goroutine is the one that reads the peer's messages.
+const stallLimit = 5 * time.Second
+
+type stall struct {
+	mu      sync.Mutex
+	armed   bool
+	engaged chan struct{} // closed once a goroutine is held
+	release chan struct{} // closed to let it go
+	held    bool
+}
+
+// arm holds the next goroutine that logs "received update", and returns
+// once one is held, or an error after timeout.
+func (s *stall) arm(timeout time.Duration) error {
+	s.mu.Lock()
+	s.armed, s.held = true, false
+	s.engaged, s.release = make(chan struct{}), make(chan struct{})
+	engaged := s.engaged
+	s.mu.Unlock()
+	select {
+	case <-engaged:
+		return nil
+	case <-time.After(timeout):
+		s.unstall()
+		return fmt.Errorf("helper: GoBGP processed no UPDATE within %s", timeout)
+	}
+}
+
+func (s *stall) unstall() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.armed = false
+	if s.release != nil {
+		close(s.release)
+		s.release = nil
+	}
+}
+
+// holding reports whether a goroutine is held now.
+func (s *stall) holding() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.held && s.release != nil
+}
+
+func (s *stall) isArmed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.armed
+}
+
+func (s *stall) hold() {
+	s.mu.Lock()
+	if !s.armed {
+		s.mu.Unlock()
+		return
+	}
+	s.armed, s.held = false, true
+	release := s.release
+	close(s.engaged)
+	s.mu.Unlock()
+	select {
+	case <-release:
+	case <-time.After(stallLimit):
+		s.unstall()
+	}
+}
+
+func (h *stallHandler) Enabled(_ context.Context, l slog.Level) bool {
+	return l >= h.level.Level() || h.st.isArmed()
+}
+
+func (h *stallHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "received update" {
+		h.st.hold()
+	}
+	if r.Level < h.level.Level() {
+		return nil
+	}
+	return h.inner.Handle(ctx, r)
+}
+
+func (h *stallHandler) WithAttrs(a []slog.Attr) slog.Handler {
+	c := *h
+	c.inner = h.inner.WithAttrs(a)
+	return &c
+}
+
+func (h *stallHandler) WithGroup(name string) slog.Handler {
+	c := *h
+	c.inner = h.inner.WithGroup(name)
+	return &c
+}
+
+// learnedPaths counts the paths in sp's GoBGP global RIB that are not
+// sp's own routes: what it imported from its peers.
+func learnedPaths(sp *Speaker) (int, error) {
+	sp.mu.Lock()
+	srv := sp.srv
+	own := make(map[string]bool, len(sp.routes))
+	for p := range sp.routes {
+		own[p.String()] = true
+	}
+	sp.mu.Unlock()
+	if srv == nil {
+		return 0, errors.New("helper: speaker stopped")
+	}
+	n := 0
+	err := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: gobgp.RF_IPv4_UC},
+		func(nlri gobgp.NLRI, paths []*apiutil.Path) {
+			if !own[nlri.String()] {
+				n += len(paths)
+			}
+		})
+	return n, err
+}
+
 // remoteSpeaker drives a Speaker running in a helper process.
 type remoteSpeaker struct {
-	t   *testing.T
-	mu  sync.Mutex
-	enc *json.Encoder
-	dec *json.Decoder
+	t       testing.TB
+	logPath string
+	mu      sync.Mutex
+	enc     *json.Encoder
+	dec     *json.Decoder
 }
 
 // startSpeaker starts a Speaker in namespace ns and returns once Start
 // returned.
-func startSpeaker(t *testing.T, ns string, opts helperOptions) *remoteSpeaker {
+func startSpeaker(t testing.TB, ns string, opts helperOptions) *remoteSpeaker {
 	t.Helper()
 	self, err := os.Executable()
 	if err != nil {
@@ -206,7 +399,7 @@ func startSpeaker(t *testing.T, ns string, opts helperOptions) *remoteSpeaker {
 			}
 		}
 	})
-	rs := &remoteSpeaker{t: t, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReader(stdout))}
+	rs := &remoteSpeaker{t: t, logPath: logPath, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReader(stdout))}
 	if err := rs.call(helperRequest{Op: "start", Options: opts}).err(); err != nil {
 		t.Fatalf("start speaker: %v", err)
 	}
@@ -288,6 +481,30 @@ func (rs *remoteSpeaker) gobgpAdminDown(a netip.Addr) (bool, error) {
 	r := rs.call(helperRequest{Op: "adminDown", Addr: a})
 	return r.AdminDown, r.err()
 }
+func (rs *remoteSpeaker) learned() (int, error) {
+	r := rs.call(helperRequest{Op: "learned"})
+	return r.Learned, r.err()
+}
+func (rs *remoteSpeaker) mem() helperResponse { return rs.call(helperRequest{Op: "mem"}) }
+func (rs *remoteSpeaker) stall() error        { return rs.call(helperRequest{Op: "stall"}).err() }
+func (rs *remoteSpeaker) unstall()            { rs.call(helperRequest{Op: "unstall"}) }
+
+// peersStalled is Peers, and whether GoBGP was still held when it
+// returned.
+func (rs *remoteSpeaker) peersStalled() ([]PeerStatus, bool) {
+	r := rs.call(helperRequest{Op: "peers"})
+	return r.Peers, r.Stalled
+}
+
+// logText is what the helper logged so far.
+func (rs *remoteSpeaker) logText() string {
+	rs.t.Helper()
+	b, err := os.ReadFile(rs.logPath)
+	if err != nil {
+		rs.t.Fatal(err)
+	}
+	return string(b)
+}
 func (rs *remoteSpeaker) Stop() error         { return rs.call(helperRequest{Op: "stop"}).err() }
 func (rs *remoteSpeaker) Peers() []PeerStatus { return rs.call(helperRequest{Op: "peers"}).Peers }
 func (rs *remoteSpeaker) Announced() []Route  { return rs.call(helperRequest{Op: "announced"}).Routes }
@@ -305,7 +522,7 @@ func (rs *remoteSpeaker) peer(addr netip.Addr) PeerStatus {
 
 // waitFor polls cond every 100ms until it holds or timeout passes; the
 // last description cond returned explains a failure.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	var last string
@@ -328,7 +545,7 @@ var nsCounter atomic.Int32
 
 // newNamespace creates a network namespace with a name unique to this
 // test process and removes it when the test ends.
-func newNamespace(t *testing.T, role string) string {
+func newNamespace(t testing.TB, role string) string {
 	t.Helper()
 	name := fmt.Sprintf("xbgp%d-%s%d", os.Getpid(), role, nsCounter.Add(1))
 	run(t, "ip", "netns", "add", name)
@@ -343,7 +560,7 @@ func newNamespace(t *testing.T, role string) string {
 
 // connect joins two namespaces with a veth pair and gives each end its
 // addresses (the first of each list is the primary, all in a /24).
-func connect(t *testing.T, nsA, ifA string, addrsA []string, nsB, ifB string, addrsB []string) {
+func connect(t testing.TB, nsA, ifA string, addrsA []string, nsB, ifB string, addrsB []string) {
 	t.Helper()
 	run(t, "ip", "-n", nsA, "link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", nsB)
 	for _, a := range addrsA {
@@ -356,7 +573,7 @@ func connect(t *testing.T, nsA, ifA string, addrsA []string, nsB, ifB string, ad
 	run(t, "ip", "-n", nsB, "link", "set", ifB, "up")
 }
 
-func run(t *testing.T, name string, args ...string) string {
+func run(t testing.TB, name string, args ...string) string {
 	t.Helper()
 	out, err := exec.Command(name, args...).CombinedOutput()
 	if err != nil {
@@ -365,13 +582,13 @@ func run(t *testing.T, name string, args ...string) string {
 	return string(out)
 }
 
-func requireRoot(t *testing.T) {
+func requireRoot(t testing.TB) {
 	t.Helper()
 	testenv.RequireRoot(t, "BGP session tests (network namespaces)")
 }
 
 // inNamespace runs fn on a thread inside ns for as long as fn runs.
-func inNamespace(t *testing.T, ns string) *netns.Runner {
+func inNamespace(t testing.TB, ns string) *netns.Runner {
 	t.Helper()
 	r, err := netns.NewRunner(ns)
 	if err != nil {

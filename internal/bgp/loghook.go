@@ -51,8 +51,8 @@ func (h *logHook) Handle(ctx context.Context, r slog.Record) error {
 		h.inspect(r)
 	}
 	level := r.Level
-	if level < slog.LevelWarn {
-		level -= 4
+	if level < slog.LevelWarn || reportedByXLB[r.Message] {
+		level = min(level, slog.LevelInfo) - 4
 	}
 	if !h.inner.Enabled(ctx, level) {
 		return nil
@@ -60,6 +60,12 @@ func (h *logHook) Handle(ctx context.Context, r slog.Record) error {
 	out := slog.NewRecord(r.Time, level, r.Message, r.PC)
 	r.Attrs(func(a slog.Attr) bool { out.AddAttrs(a); return true })
 	return h.inner.Handle(ctx, out)
+}
+
+// reportedByXLB are GoBGP's warnings that the speaker reports itself,
+// better worded and with what to do: GoBGP's own go to debug.
+var reportedByXLB = map[string]bool{
+	"prefix limit reached": true, // onPeerEvent: "bgp peer down: it sent more prefixes ..."
 }
 
 func (h *logHook) inspect(r slog.Record) {

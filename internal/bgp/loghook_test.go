@@ -72,6 +72,7 @@ func TestLogHook(t *testing.T) {
 	peerLog.Debug("failed to connect", "Error", "dial tcp: connection refused")
 	peerLog.Info("sent notification", "State", "x", "Code", 2, "Subcode", 2, "Data", []byte{})
 	peerLog.Warn("something odd")
+	peerLog.Warn("prefix limit reached", "Family", "ipv4-unicast") // the speaker says it better
 
 	if len(got) != 2 || gotPeer != mustAddr("10.0.1.1") {
 		t.Fatalf("events = %+v from %s", got, gotPeer)
@@ -91,7 +92,11 @@ func TestLogHook(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	// GoBGP's debug records fall below the inner handler's level.
+	// GoBGP's debug records fall below the inner handler's level; the
+	// warnings the speaker reports itself become debug records.
+	if !strings.Contains(out, `level=DEBUG msg="prefix limit reached"`) {
+		t.Errorf("GoBGP's prefix limit warning not turned into a debug record:\n%s", out)
+	}
 	if strings.Contains(out, "failed to connect") {
 		t.Errorf("debug record passed through:\n%s", out)
 	}

@@ -24,6 +24,19 @@ const (
 	// asTrans (RFC 6793) stands in for 4-byte ASNs towards old speakers
 	// and is never a real ASN.
 	asTrans = 23456
+	// DefaultMaxPrefixes is a peer's default prefix limit. xlb imports
+	// nothing, yet GoBGP keeps every prefix a peer sends (its Adj-RIB-In)
+	// for as long as the session lasts: the limit is what bounds that
+	// memory. It is far above what a route reflector that reflects the
+	// other nodes' VIPs sends, and far below a full table.
+	DefaultMaxPrefixes = 10000
+	// MaxMaxPrefixes is the highest prefix limit a peer may have.
+	MaxMaxPrefixes = 100000
+	// DefaultPrefixLimitRetry is how long a session that went over its
+	// prefix limit first stays down (Options.PrefixLimitRetry).
+	DefaultPrefixLimitRetry = 30 * time.Second
+	// prefixLimitRetryMax bounds the doubling of that wait.
+	prefixLimitRetryMax = 10 * time.Minute
 )
 
 // Options configure a Speaker.
@@ -43,6 +56,11 @@ type Options struct {
 	ListenPort int
 	// Peers are the BGP neighbours.
 	Peers []Peer
+	// PrefixLimitRetry is how long a session that a peer took over its
+	// MaxPrefixes stays down before the speaker lets it re-form; each
+	// time it happens again the wait doubles, up to 10 minutes (or
+	// PrefixLimitRetry, if longer). Default DefaultPrefixLimitRetry.
+	PrefixLimitRetry time.Duration
 	// Logger receives the speaker's own logs (peer up/down, errors).
 	// GoBGP's logs go to it one level lower (its Info becomes Debug).
 	// Default: slog.Default().
@@ -72,6 +90,12 @@ type Peer struct {
 	Multihop uint8
 	// Passive waits for the neighbour to connect instead of connecting.
 	Passive bool
+	// MaxPrefixes is the most prefixes the neighbour may send: one more
+	// and the speaker closes the session (a Cease NOTIFICATION, "maximum
+	// number of prefixes reached") and keeps it down for a while (see
+	// Options.PrefixLimitRetry). 1..MaxMaxPrefixes; default
+	// DefaultMaxPrefixes.
+	MaxPrefixes uint32
 }
 
 func (p Peer) withDefaults() Peer {
@@ -83,6 +107,9 @@ func (p Peer) withDefaults() Peer {
 	}
 	if p.Keepalive == 0 {
 		p.Keepalive = (p.HoldTime / 3).Truncate(time.Second)
+	}
+	if p.MaxPrefixes == 0 {
+		p.MaxPrefixes = DefaultMaxPrefixes
 	}
 	return p
 }
@@ -111,6 +138,9 @@ func (p Peer) validate(localASN uint32, nextHop netip.Addr) error {
 	}
 	if len(p.Password) > maxMD5KeyLen {
 		return fmt.Errorf("password is %d bytes long; TCP MD5 keys are at most %d", len(p.Password), maxMD5KeyLen)
+	}
+	if p.MaxPrefixes > MaxMaxPrefixes {
+		return fmt.Errorf("maxPrefixes %d: want 1-%d", p.MaxPrefixes, MaxMaxPrefixes)
 	}
 	if p.Multihop > 0 && p.ASN == localASN {
 		return fmt.Errorf("multihop %d: only eBGP sessions are TTL-limited, and this one is iBGP (peer ASN = local ASN %d)", p.Multihop, localASN)
@@ -150,6 +180,9 @@ func (o Options) withDefaults() Options {
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}
+	if o.PrefixLimitRetry == 0 {
+		o.PrefixLimitRetry = DefaultPrefixLimitRetry
+	}
 	peers := make([]Peer, len(o.Peers))
 	passive := false
 	for i, p := range o.Peers {
@@ -181,6 +214,9 @@ func (o Options) validate() error {
 	}
 	if !o.RouterID.Is4() || o.RouterID.IsUnspecified() {
 		return fmt.Errorf("routerID %s: must be a non-zero IPv4 address", o.RouterID)
+	}
+	if o.PrefixLimitRetry < 0 {
+		return fmt.Errorf("prefixLimitRetry %s is negative", o.PrefixLimitRetry)
 	}
 	if o.ListenPort < -1 || o.ListenPort > 65535 {
 		return fmt.Errorf("listenPort %d: want 1-65535, 0 for the default or -1 to not listen", o.ListenPort)

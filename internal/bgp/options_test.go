@@ -12,19 +12,20 @@ func TestOptionDefaults(t *testing.T) {
 	o := Options{ASN: 65001, NextHop: nh, Peers: []Peer{
 		{Address: mustAddr("10.0.1.1"), ASN: 65000},
 		{Address: mustAddr("10.0.1.3"), ASN: 65000, Port: 1179, HoldTime: 9 * time.Second},
-		{Address: mustAddr("10.0.1.4"), ASN: 65000, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second},
+		{Address: mustAddr("10.0.1.4"), ASN: 65000, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second, MaxPrefixes: 5},
 	}}.withDefaults()
-	if o.RouterID != nh || o.ListenPort != -1 || o.Logger == nil {
-		t.Errorf("defaults: routerID %s, listenPort %d, logger %v", o.RouterID, o.ListenPort, o.Logger)
+	if o.RouterID != nh || o.ListenPort != -1 || o.Logger == nil || o.PrefixLimitRetry != DefaultPrefixLimitRetry {
+		t.Errorf("defaults: routerID %s, listenPort %d, logger %v, prefixLimitRetry %s", o.RouterID, o.ListenPort, o.Logger, o.PrefixLimitRetry)
 	}
 	for i, want := range []Peer{
-		{Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second},
-		{Port: 1179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second},
-		{Port: 179, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second},
+		{Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, MaxPrefixes: DefaultMaxPrefixes},
+		{Port: 1179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, MaxPrefixes: DefaultMaxPrefixes},
+		{Port: 179, HoldTime: 10 * time.Second, Keepalive: 2 * time.Second, MaxPrefixes: 5},
 	} {
 		p := o.Peers[i]
-		if p.Port != want.Port || p.HoldTime != want.HoldTime || p.Keepalive != want.Keepalive {
-			t.Errorf("peer %d: port %d hold %s keepalive %s, want %d %s %s", i, p.Port, p.HoldTime, p.Keepalive, want.Port, want.HoldTime, want.Keepalive)
+		if p.Port != want.Port || p.HoldTime != want.HoldTime || p.Keepalive != want.Keepalive || p.MaxPrefixes != want.MaxPrefixes {
+			t.Errorf("peer %d: port %d hold %s keepalive %s maxPrefixes %d, want %d %s %s %d", i, p.Port, p.HoldTime, p.Keepalive, p.MaxPrefixes,
+				want.Port, want.HoldTime, want.Keepalive, want.MaxPrefixes)
 		}
 	}
 	if err := o.validate(); err != nil {
@@ -85,6 +86,9 @@ func TestOptionValidation(t *testing.T) {
 		{"multihop ebgp", withPeer(func(p *Peer) { p.Multihop = 3 }), ""},
 		{"multihop ibgp", withPeer(func(p *Peer) { p.ASN = 65001; p.Multihop = 3 }), "only eBGP sessions are TTL-limited"},
 		{"duplicate peer", with(func(o *Options) { o.Peers = append(o.Peers, peer) }), "peers[1]: address 10.0.1.1 is listed twice"},
+		{"highest prefix limit", withPeer(func(p *Peer) { p.MaxPrefixes = MaxMaxPrefixes }), ""},
+		{"prefix limit too high", withPeer(func(p *Peer) { p.MaxPrefixes = MaxMaxPrefixes + 1 }), "peers[0] (10.0.1.1): maxPrefixes 100001: want 1-100000"},
+		{"negative prefix limit retry", with(func(o *Options) { o.PrefixLimitRetry = -time.Second }), "prefixLimitRetry -1s is negative"},
 	} {
 		_, err := New(tc.o)
 		switch {

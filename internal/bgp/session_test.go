@@ -87,9 +87,10 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 		rr, ok := router.rib(t)[vip2]
 		return ok && rr.NextHop == nodeIP, rr.String()
 	})
-	if got := sp.peer(rtrIP); got.PrefixesSent != 2 {
-		t.Errorf("PrefixesSent = %d, want 2", got.PrefixesSent)
-	}
+	waitFor(t, 5*time.Second, "both routes counted as sent", func() (bool, string) {
+		c := sp.peer(rtrIP).Counters
+		return c != nil && c.PrefixesSent == 2, fmt.Sprintf("counters %+v", c)
+	})
 
 	// Same attributes again: nothing to do. Changed: re-announced.
 	if err := sp.Announce(vip, attrs); err != nil {

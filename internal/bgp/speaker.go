@@ -3,7 +3,9 @@
 // node's own address to any number of peers (the upstream router or a
 // route reflector, iBGP or eBGP), withdraws it again, follows every
 // session's state through GoBGP's event stream, and lets an external
-// failure detector (xlb's BFD) force a session down and up.
+// failure detector (xlb's BFD) force a session down and up. It takes no
+// route from its peers, and closes the session of a peer that sends more
+// prefixes than its limit.
 //
 // GoBGP's own BFD is never enabled: its UDP listener stays closed, so
 // xlb's BFD can own port 3784.
@@ -63,6 +65,11 @@ type Speaker struct {
 	relayCtx  context.Context // canceled by Stop, after GoBGP stopped
 	stopRelay context.CancelFunc
 	standIns  uint32 // stand-in addresses handed out so far
+
+	// countersRead is closed when the running read of GoBGP's counters
+	// ends (nil while none runs); countersReadAt is when the last ended.
+	countersRead   chan struct{}
+	countersReadAt time.Time
 }
 
 // New validates the options and returns a stopped Speaker.
@@ -169,6 +176,12 @@ func (s *Speaker) startServer(ctx context.Context, opts Options) (*server.BgpSer
 			srv.Stop()
 			return nil, fmt.Errorf("start bgp (AS %d, router ID %s, listen port %d): %w", opts.ASN, opts.RouterID, port, err)
 		}
+		// Before any peer exists, so that no route of theirs ever
+		// enters the RIB.
+		if err := importNothing(ctx, srv); err != nil {
+			srv.Stop()
+			return nil, err
+		}
 		return srv, nil
 	}
 	if opts.ListenPort > 0 {
@@ -195,6 +208,36 @@ func (s *Speaker) startServer(ctx context.Context, opts Options) (*server.BgpSer
 		"err", lastErr, "fix", "bring the loopback interface up (ip link set lo up)")
 	srv, err := start(-1, nil)
 	return srv, nil, err
+}
+
+// importPolicy names the global import policy importNothing installs.
+const importPolicy = "xlb-import-own-routes-only"
+
+// importNothing keeps every route a peer sends out of GoBGP's RIB: xlb
+// forwards by its own tables and needs none, and a route in the RIB is
+// passed on to the other peers, which would make a node between two eBGP
+// routers a transit for them. GoBGP applies the global import policy to
+// the speaker's own routes too, hence "accept local routes, reject the
+// rest" rather than a bare reject. What a peer sends still stays in
+// GoBGP's Adj-RIB-In of that peer, policy or not, for as long as the
+// session lasts (there is no setting against it): Peer.MaxPrefixes is
+// what bounds that.
+func importNothing(ctx context.Context, srv *server.BgpServer) error {
+	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: &api.Policy{Name: importPolicy, Statements: []*api.Statement{{
+		Name:       importPolicy + "-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT},
+	}}}})
+	if err == nil {
+		err = srv.AddPolicyAssignment(ctx, &api.AddPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+			Policies: []*api.Policy{{Name: importPolicy}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+		}})
+	}
+	if err != nil {
+		return fmt.Errorf("install the BGP import policy: %w", err)
+	}
+	return nil
 }
 
 // Stop withdraws every route, closes every session (with a Cease
@@ -430,6 +473,12 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn ne
 			PassiveMode:  p.Passive,
 		},
 		EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
+		// IPv4 unicast, as GoBGP would pick for an IPv4 neighbour,
+		// named here for its prefix limit.
+		AfiSafis: []*api.AfiSafi{{
+			Config:       &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
+			PrefixLimits: &api.PrefixLimit{Family: ipv4Unicast, MaxPrefixes: p.MaxPrefixes},
+		}},
 	}
 	if relay != nil {
 		ap.Conf.NeighborAddress = standIn.String()
@@ -440,6 +489,8 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn ne
 	}
 	return ap
 }
+
+var ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
 
 // addPeer configures p in GoBGP: relayed, with a connector of its own,
 // unless p is passive or the speaker has no relay.
@@ -579,11 +630,18 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	for _, p := range added {
 		s.peers[p.Address] = newPeerRecord(p, s.allocStandIn())
 	}
+	for _, r := range gone {
+		r.endPrefixHold()
+	}
 	for _, p := range changed {
 		r := s.peers[p.Address]
 		r.cfg = p
 		r.rejection, r.probeWanted = "", false
 		forced[p.Address] = r.forcedDown != ""
+		// Re-created below, enabled: a changed peer (a raised
+		// maxPrefixes, say) gets a session at once.
+		r.endPrefixHold()
+		r.pfxTimes = 0
 	}
 	s.mu.Unlock()
 
@@ -673,16 +731,23 @@ func (s *Speaker) PeerUp(addr netip.Addr) error {
 	srv := s.srv
 	var held string
 	var gaddr netip.Addr
+	var pfx *PrefixLimitHold
 	if r != nil {
 		held = r.forcedDown
 		r.forcedDown = ""
 		gaddr = r.gobgpAddr
+		pfx = r.pfx
 	}
 	s.mu.Unlock()
 	if r == nil {
 		return fmt.Errorf("bgp: peer up: %s is %w", addr, ErrUnknownPeer)
 	}
 	if held == "" {
+		return nil
+	}
+	if pfx != nil {
+		// The end of the prefix-limit hold enables the peer.
+		s.log.Info("bgp peer released; it stays down for its prefix limit", "peer", addr, "until", pfx.RetryAt.Format(time.TimeOnly))
 		return nil
 	}
 	if srv == nil || !gaddr.IsValid() {
@@ -747,7 +812,7 @@ func (s *Speaker) checkAdminState(srv *server.BgpServer, addr netip.Addr) {
 			case <-time.After(adminCheckEvery):
 			}
 			s.mu.Lock()
-			want := r.forcedDown != ""
+			want := r.wantsDown()
 			gaddr := r.gobgpAddr
 			current := s.srv == srv && s.peers[addr] == r && gaddr.IsValid()
 			s.mu.Unlock()
@@ -779,13 +844,14 @@ func (s *Speaker) checkAdminState(srv *server.BgpServer, addr netip.Addr) {
 }
 
 // gobgpAdminDown reads whether GoBGP holds the peer it knows as addr
-// administratively down; ok is false if it cannot tell.
+// down (administratively, or for its prefix limit); ok is false if it
+// cannot tell.
 func gobgpAdminDown(ctx context.Context, srv *server.BgpServer, addr netip.Addr) (down, ok bool) {
 	ctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
 	err := srv.ListPeer(ctx, &api.ListPeerRequest{Address: addr.String()}, func(p *api.Peer) {
 		if p.State != nil {
-			down, ok = p.State.AdminState == api.PeerState_ADMIN_STATE_DOWN, true
+			down, ok = gobgpAdminStateDown(p.State.AdminState), true
 		}
 	})
 	return down, ok && err == nil
@@ -809,6 +875,9 @@ func (s *Speaker) fixAdminStateLocked(srv *server.BgpServer, addr netip.Addr) {
 	var gaddr netip.Addr
 	if current {
 		down, gaddr = r.forcedDown, r.gobgpAddr
+		if down == "" && r.pfx != nil {
+			down = fmt.Sprintf("more than %d prefixes received", r.pfx.Limit)
+		}
 	}
 	s.mu.Unlock()
 	if !current {

@@ -36,9 +36,15 @@ type PeerStatus struct {
 	Since time.Time
 	// Uptime is how long the session has been established; 0 otherwise.
 	Uptime time.Duration
-	// PrefixesSent and PrefixesReceived count IPv4 unicast routes
-	// advertised to and received from the peer.
-	PrefixesSent, PrefixesReceived int
+	// Counters are the session's counters as GoBGP last reported them;
+	// nil when it has not reported them since the session last changed
+	// state (it was busy, or the speaker is stopped).
+	Counters *Counters
+	// MaxPrefixes is the peer's prefix limit (Peer.MaxPrefixes).
+	MaxPrefixes int
+	// PrefixLimit is set while the session is held down because the
+	// peer sent more than MaxPrefixes prefixes.
+	PrefixLimit *PrefixLimitHold
 	// LastError says in words why the session last failed or went
 	// down; it stays after the session recovers, with LastErrorAt.
 	LastError   string
@@ -47,6 +53,34 @@ type PeerStatus struct {
 	Flaps int
 	// ForcedDown is PeerDown's reason while the session is held down.
 	ForcedDown string
+}
+
+// Counters are a session's counters, read from GoBGP.
+type Counters struct {
+	// At is when GoBGP reported them.
+	At time.Time
+	// PrefixesSent and PrefixesReceived count the IPv4 unicast routes
+	// advertised to the peer and those it sent that GoBGP holds (its
+	// Adj-RIB-In, which MaxPrefixes bounds; none of them is imported).
+	PrefixesSent, PrefixesReceived int
+	// MessagesSent and MessagesReceived count BGP messages of every
+	// kind, UpdatesSent and UpdatesReceived the UPDATEs among them.
+	MessagesSent, MessagesReceived uint64
+	UpdatesSent, UpdatesReceived   uint64
+}
+
+// PrefixLimitHold says why and until when a session is held down after
+// its peer went over its prefix limit.
+type PrefixLimitHold struct {
+	// Limit is the MaxPrefixes the peer went over.
+	Limit int
+	// At is when the speaker closed the session.
+	At time.Time
+	// Times counts how often this happened in a row (sessions that
+	// ended so within prefixLimitRetryMax of re-forming).
+	Times int
+	// RetryAt is when the speaker lets the session re-form.
+	RetryAt time.Time
 }
 
 // peerRecord is what the speaker knows about a peer beyond GoBGP's view.
@@ -81,6 +115,15 @@ type peerRecord struct {
 	gobgpAddr netip.Addr
 	// conn dials the peer for GoBGP when it is relayed; nil otherwise.
 	conn *connector
+	// pfx is set while the session is held down for its prefix limit;
+	// pfxTimer ends the hold. pfxTimes counts the holds in a row, also
+	// after the last one ended.
+	pfx      *PrefixLimitHold
+	pfxTimer *time.Timer
+	pfxTimes int
+	// counters are GoBGP's, as last read; nil when none were read since
+	// the session last changed state.
+	counters *Counters
 }
 
 func newPeerRecord(p Peer, standIn netip.Addr) *peerRecord {
@@ -92,7 +135,22 @@ func (r *peerRecord) resetSession() {
 	r.since = time.Time{}
 	r.established = time.Time{}
 	r.notifRecv = ""
+	r.counters = nil
+	r.endPrefixHold()
 }
+
+// endPrefixHold forgets the prefix-limit hold, if any: a new GoBGP peer
+// (speaker restarted, peer re-created) starts enabled.
+func (r *peerRecord) endPrefixHold() {
+	if r.pfxTimer != nil {
+		r.pfxTimer.Stop()
+	}
+	r.pfx, r.pfxTimer = nil, nil
+}
+
+// wantsDown reports whether the speaker keeps the session down: BFD
+// (PeerDown) or the prefix limit.
+func (r *peerRecord) wantsDown() bool { return r.forcedDown != "" || r.pfx != nil }
 
 func (r *peerRecord) setError(msg string) {
 	r.lastError = msg
@@ -147,6 +205,7 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 	addr := r.cfg.Address
 	prev := r.state
 	r.state, r.since = next, now
+	r.counters = nil // they were the previous state's
 	wentDown := prev == StateEstablished && next != StateEstablished
 	var upFor time.Duration
 	if wentDown {
@@ -159,7 +218,15 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 		r.rejection = ""
 	}
 	var why string
-	if next == StateIdle {
+	var hold *PrefixLimitHold
+	switch {
+	case wentDown && gobgpPrefixLimited(st.AdminState) && r.pfx == nil:
+		// GoBGP closed the session for going over the prefix limit,
+		// and keeps it idle until told otherwise.
+		hold = s.holdForPrefixLimit(srv, r, now, upFor)
+		why = fmt.Sprintf("sent NOTIFICATION: Cease / maximum number of prefixes reached (the peer sent more than its limit of %d, maxPrefixes)", hold.Limit)
+		r.setError(why) // logged below, with what to do
+	case next == StateIdle:
 		why = s.disconnectText(r, st.DisconnectReason, st.DisconnectMessage)
 		if why != "" {
 			s.peerError(r, why)
@@ -167,6 +234,7 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 	}
 	r.notifRecv = ""
 	forced := r.forcedDown != ""
+	wantDown := r.wantsDown()
 	asn := r.cfg.ASN
 	passive := r.cfg.Passive
 	if next == StateIdle && prev == StateOpenConfirm && st.DisconnectReason == api.PeerState_DISCONNECT_REASON_INVALID_MSG {
@@ -187,17 +255,95 @@ func (s *Speaker) onPeerEvent(srv *server.BgpServer, ev *apiutil.WatchEventMessa
 	switch {
 	case next == StateEstablished:
 		s.log.Info("bgp peer up", "peer", addr, "asn", asn)
+	case hold != nil:
+		s.log.Warn("bgp peer down: it sent more prefixes than its limit allows", "peer", addr, "asn", asn, "maxPrefixes", hold.Limit,
+			"upFor", upFor.Round(time.Millisecond), "retryIn", hold.RetryAt.Sub(now).Round(time.Second),
+			"fix", prefixLimitFix(hold.RetryAt.Sub(now), s.prefixLimitRetryMax()))
 	case wentDown:
 		s.log.Warn("bgp peer down", "peer", addr, "asn", asn, "reason", why, "upFor", upFor.Round(time.Millisecond),
 			"fix", peerFix(why, passive))
 	}
 
 	// GoBGP reports its admin state with every event; where it is not
-	// what PeerDown/PeerUp asked for, ask again.
-	gobgpDown := st.AdminState == api.PeerState_ADMIN_STATE_DOWN
-	if gobgpDown != forced {
+	// what PeerDown/PeerUp or the prefix limit asked for, ask again.
+	if gobgpAdminStateDown(st.AdminState) != wantDown {
 		go s.fixAdminState(srv, addr)
 	}
+}
+
+// gobgpAdminStateDown reports whether GoBGP holds a peer down: at our
+// request (PeerDown) or for its prefix limit.
+func gobgpAdminStateDown(a api.PeerState_AdminState) bool {
+	return a == api.PeerState_ADMIN_STATE_DOWN || gobgpPrefixLimited(a)
+}
+
+// gobgpPrefixLimited reports whether GoBGP holds a peer down for going
+// over its prefix limit: it closed the session and stays idle until the
+// peer is enabled again.
+func gobgpPrefixLimited(a api.PeerState_AdminState) bool {
+	return a == api.PeerState_ADMIN_STATE_PFX_CT
+}
+
+// prefixLimitRetryMax is the longest a prefix-limit hold lasts.
+func (s *Speaker) prefixLimitRetryMax() time.Duration {
+	return max(prefixLimitRetryMax, s.opts.PrefixLimitRetry)
+}
+
+// holdForPrefixLimit records that r's peer went over its prefix limit at
+// now, after a session of upFor, and arms the timer that lets the
+// session re-form: PrefixLimitRetry later, twice as long for each hold
+// in a row (a session that lasted prefixLimitRetryMax starts the count
+// again), at most prefixLimitRetryMax. Called with mu held.
+func (s *Speaker) holdForPrefixLimit(srv *server.BgpServer, r *peerRecord, now time.Time, upFor time.Duration) *PrefixLimitHold {
+	longest := s.prefixLimitRetryMax()
+	if upFor >= longest {
+		r.pfxTimes = 0
+	}
+	r.pfxTimes++
+	wait := s.opts.PrefixLimitRetry
+	for i := 1; i < r.pfxTimes && wait < longest; i++ {
+		wait *= 2
+	}
+	wait = min(wait, longest)
+	hold := &PrefixLimitHold{Limit: int(r.cfg.MaxPrefixes), At: now, Times: r.pfxTimes, RetryAt: now.Add(wait)}
+	r.endPrefixHold()
+	r.pfx = hold
+	r.pfxTimer = time.AfterFunc(wait, func() { s.endPrefixLimitHold(srv, r, hold) })
+	return hold
+}
+
+// endPrefixLimitHold lets the session that hold kept down re-form,
+// unless something else ended the hold first or BFD holds it down (its
+// PeerUp then enables the peer).
+func (s *Speaker) endPrefixLimitHold(srv *server.BgpServer, r *peerRecord, hold *PrefixLimitHold) {
+	s.opMu.Lock()
+	defer s.opMu.Unlock()
+	s.mu.Lock()
+	addr, gaddr := r.cfg.Address, r.gobgpAddr
+	current := s.srv == srv && s.peers[addr] == r && r.pfx == hold
+	if current {
+		r.pfx, r.pfxTimer = nil, nil
+	}
+	forced := r.forcedDown != ""
+	s.mu.Unlock()
+	if !current || forced || !gaddr.IsValid() {
+		return
+	}
+	s.log.Info("bgp peer released after its prefix limit hold: the session may re-form", "peer", addr, "held", time.Since(hold.At).Round(time.Second))
+	if err := srv.EnablePeer(context.Background(), &api.EnablePeerRequest{Address: gaddr.String()}); err != nil {
+		s.log.Warn("bgp peer admin state", "peer", addr, "err", err,
+			"fix", "the speaker asks GoBGP again for a short while; if `xlb status` still shows the session idle without a reason a minute later, restart the agent")
+	}
+	s.checkAdminState(srv, addr)
+}
+
+// prefixLimitFix says what to do about a peer that went over its
+// prefix limit, and when the session re-forms by itself.
+func prefixLimitFix(retry, longest time.Duration) string {
+	return "xlb imports no routes, so the peer need send this node none: filter what the router sends it (an outbound policy on its session with this node, " +
+		"or a default route only); if it must send this many, raise maxPrefixes (bgp.peers[].maxPrefixes, or the BGPPeer's spec.maxPrefixes), " +
+		fmt.Sprintf("which re-forms the session at once; else it re-forms by itself in %s, and waits twice as long each time this happens again (at most %s)",
+			retry.Round(time.Second), longest)
 }
 
 // startProbe runs probeOpen for peer p in the background. Called with mu
@@ -331,34 +477,31 @@ func (s *Speaker) disconnectText(r *peerRecord, reason api.PeerState_DisconnectR
 	return "session reset: " + msg
 }
 
+// Counter reads. Peers never waits on GoBGP for long: GoBGP answers a
+// query only between two UPDATEs it processes, and a peer that floods it
+// makes that slow (seconds with hundreds of thousands of routes). Peers
+// starts a read when the last one is older than countersFresh and waits
+// at most countersWait for it; what the read brings is kept, with its
+// time, for later calls.
+const (
+	countersFresh = time.Second
+	countersWait  = 300 * time.Millisecond
+)
+
 // Peers reports every configured peer's session, in configuration order.
+// Counters are what GoBGP last reported for the session's current state,
+// or nil when it has not reported since.
 func (s *Speaker) Peers() []PeerStatus {
 	s.mu.Lock()
-	srv := s.srv
+	done := s.readCountersLocked()
 	s.mu.Unlock()
-
-	type counts struct{ sent, received int }
-	byAddr := map[netip.Addr]counts{}
-	if srv != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		_ = srv.ListPeer(ctx, &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
-			if p.Conf == nil {
-				return
-			}
-			addr, err := netip.ParseAddr(p.Conf.NeighborAddress)
-			if err != nil {
-				return
-			}
-			var c counts
-			for _, af := range p.AfiSafis {
-				if af.State != nil {
-					c.sent += int(af.State.Advertised)
-					c.received += int(af.State.Received)
-				}
-			}
-			byAddr[addr] = c // GoBGP's address for the peer
-		})
-		cancel()
+	if done != nil {
+		t := time.NewTimer(countersWait)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
 
 	now := time.Now()
@@ -379,13 +522,108 @@ func (s *Speaker) Peers() []PeerStatus {
 			LastErrorAt: r.lastErrorAt,
 			Flaps:       r.flaps,
 			ForcedDown:  r.forcedDown,
+			MaxPrefixes: int(p.MaxPrefixes),
 		}
 		if r.state == StateEstablished {
 			ps.Uptime = now.Sub(r.established)
-			c := byAddr[r.gobgpAddr]
-			ps.PrefixesSent, ps.PrefixesReceived = c.sent, c.received
+		}
+		if r.counters != nil {
+			c := *r.counters
+			ps.Counters = &c
+		}
+		if r.pfx != nil {
+			h := *r.pfx
+			ps.PrefixLimit = &h
 		}
 		out = append(out, ps)
 	}
 	return out
+}
+
+// readCountersLocked starts a read of GoBGP's counters unless one runs,
+// or the last ended less than countersFresh ago and left no session's
+// counters unknown; it returns the channel that the running read closes
+// when it ends (nil if none runs). Called with mu held.
+func (s *Speaker) readCountersLocked() <-chan struct{} {
+	if s.srv == nil {
+		return nil
+	}
+	if s.countersRead != nil {
+		return s.countersRead
+	}
+	if time.Since(s.countersReadAt) < countersFresh && !s.countersUnknownLocked() {
+		return nil
+	}
+	done := make(chan struct{})
+	s.countersRead = done
+	srv := s.srv
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		s.readCounters(srv)
+	}()
+	return done
+}
+
+// countersUnknownLocked reports whether a peer that GoBGP has lacks
+// counters (its session changed state since the last read). Called with
+// mu held.
+func (s *Speaker) countersUnknownLocked() bool {
+	for _, r := range s.peers {
+		if r.gobgpAddr.IsValid() && r.counters == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// readCounters asks GoBGP for every peer's counters and keeps them on
+// the peers' records. It returns when GoBGP answers or stops.
+func (s *Speaker) readCounters(srv *server.BgpServer) {
+	start := time.Now()
+	got := map[netip.Addr]Counters{} // by GoBGP's address for the peer
+	// With nothing imported, the RIB holds only our own routes: counting
+	// what each peer is sent costs little.
+	err := srv.ListPeer(context.Background(), &api.ListPeerRequest{EnableAdvertised: true}, func(p *api.Peer) {
+		if p.Conf == nil {
+			return
+		}
+		addr, err := netip.ParseAddr(p.Conf.NeighborAddress)
+		if err != nil {
+			return
+		}
+		var c Counters
+		for _, af := range p.AfiSafis {
+			if af.State != nil {
+				c.PrefixesSent += int(af.State.Advertised)
+				c.PrefixesReceived += int(af.State.Received)
+			}
+		}
+		if m := p.GetState().GetMessages(); m != nil {
+			c.MessagesSent, c.UpdatesSent = m.GetSent().GetTotal(), m.GetSent().GetUpdate()
+			c.MessagesReceived, c.UpdatesReceived = m.GetReceived().GetTotal(), m.GetReceived().GetUpdate()
+		}
+		got[addr] = c
+	})
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.countersRead, s.countersReadAt = nil, now
+	if err != nil || s.srv != srv {
+		if err != nil {
+			s.log.Debug("bgp counters not read", "err", err)
+		}
+		return
+	}
+	for _, r := range s.peers {
+		c, ok := got[r.gobgpAddr]
+		// A session that changed state while GoBGP answered may have
+		// been counted before the change.
+		if !ok || !r.gobgpAddr.IsValid() || r.since.After(start) {
+			continue
+		}
+		c.At = now
+		r.counters = &c
+	}
 }

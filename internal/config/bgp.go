@@ -16,7 +16,7 @@ import (
 // Fields of the bgp mappings, in the order the documentation lists them.
 var (
 	bgpFields   = []string{"asn", "routerID", "holdTime", "keepalive", "drainTime", "listenPort", "peers"}
-	peerFields  = []string{"address", "asn", "port", "password", "holdTime", "keepalive", "multihop", "passive", "bfd"}
+	peerFields  = []string{"address", "asn", "port", "password", "holdTime", "keepalive", "multihop", "passive", "maxPrefixes", "bfd"}
 	bfdFields   = []string{"minRx", "minTx", "multiplier"}
 	routeFields = []string{"communities", "largeCommunities", "localPreference", "med"}
 )
@@ -131,7 +131,7 @@ func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, nod
 			continue
 		}
 		at := func(name string) string { return join(p, name) }
-		peer := Peer{Port: DefaultBGPPort}
+		peer := Peer{Port: DefaultBGPPort, MaxPrefixes: DefaultMaxPrefixes}
 		fs := d.mapping(item, p, peerFields)
 
 		if g, ok := fs["address"]; ok {
@@ -198,6 +198,12 @@ func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, nod
 			}
 		}
 
+		if g, ok := fs["maxPrefixes"]; ok {
+			if n, ok := d.maxPrefixes(g, at("maxPrefixes")); ok {
+				peer.MaxPrefixes = n
+			}
+		}
+
 		if g, ok := fs["bfd"]; ok {
 			peer.BFD = d.bfd(g, at("bfd"))
 			if peer.Multihop > 0 {
@@ -207,6 +213,29 @@ func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, nod
 		out = append(out, peer)
 	}
 	return out, passive
+}
+
+// maxPrefixes returns the value of a peer's maxPrefixes field:
+// 1..MaxMaxPrefixes.
+func (d *decoder) maxPrefixes(f field, path string) (uint32, bool) {
+	n, ok := d.integer(f, path, math.MinInt64, math.MaxInt64)
+	v := d.resolve(f.value)
+	switch {
+	case !ok:
+		return 0, false
+	case n < 0:
+		d.errorf(v, path, "%d is negative; write 1..%d, or remove maxPrefixes for the default %d", n, MaxMaxPrefixes, DefaultMaxPrefixes)
+		return 0, false
+	case n == 0:
+		d.errorf(v, path, "0 would turn the prefix limit off, and xlb keeps one: every prefix a peer sends takes memory until its session ends; "+
+			"write 1..%d, or remove maxPrefixes for the default %d", MaxMaxPrefixes, DefaultMaxPrefixes)
+		return 0, false
+	case n > MaxMaxPrefixes:
+		d.errorf(v, path, "%d is above the maximum %d: xlb imports no routes, yet holds every prefix a peer sends for as long as the session lasts "+
+			"(about 1 KB of memory each, and GoBGP's work for every UPDATE grows with their number); make the router send this node fewer: it needs none", n, MaxMaxPrefixes)
+		return 0, false
+	}
+	return uint32(n), true
 }
 
 // timerSpec is a holdTime and keepalive as written in the bgp section or

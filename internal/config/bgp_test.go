@@ -31,7 +31,7 @@ func topWith(extra string) string {
 // defaultPeer is the peer of onePeer with every default filled in.
 func defaultPeer() Peer {
 	return Peer{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: DefaultBGPPort,
-		HoldTime: DefaultHoldTime, Keepalive: 3 * time.Second}
+		HoldTime: DefaultHoldTime, Keepalive: 3 * time.Second, MaxPrefixes: DefaultMaxPrefixes}
 }
 
 // defaultBGP is onePeer's section with every default filled in.
@@ -109,10 +109,12 @@ func TestBGPValid(t *testing.T) {
 		{"listener without passive peers", topWith("listenPort: 179"), func(b *BGP) { b.ListenPort = 179 }},
 		{"explicitly no listener", topWith("listenPort: 0"), func(*BGP) {}},
 		{"passive: false", peerWith("passive: false"), func(*BGP) {}},
-		{"every peer field", peerWith(`port: 1179, password: "s3cret ~!", multihop: 255, holdTime: 30s, keepalive: 5s`), func(b *BGP) {
+		{"every peer field", peerWith(`port: 1179, password: "s3cret ~!", multihop: 255, holdTime: 30s, keepalive: 5s, maxPrefixes: 200`), func(b *BGP) {
 			p := &b.Peers[0]
-			p.Port, p.Password, p.Multihop, p.HoldTime, p.Keepalive = 1179, "s3cret ~!", 255, 30*s, 5*s
+			p.Port, p.Password, p.Multihop, p.HoldTime, p.Keepalive, p.MaxPrefixes = 1179, "s3cret ~!", 255, 30*s, 5*s, 200
 		}},
+		{"smallest prefix limit", peerWith("maxPrefixes: 1"), func(b *BGP) { b.Peers[0].MaxPrefixes = 1 }},
+		{"largest prefix limit", peerWith("maxPrefixes: 100000"), func(b *BGP) { b.Peers[0].MaxPrefixes = MaxMaxPrefixes }},
 		{"longest password", peerWith(`password: "` + strings.Repeat("~", MaxPasswordLen) + `"`), func(b *BGP) {
 			b.Peers[0].Password = strings.Repeat("~", MaxPasswordLen)
 		}},
@@ -372,6 +374,12 @@ bgp:
 		{"multihop for iBGP", withBGP("{asn: 65001, peers: [{address: 10.0.1.1, asn: 65001, multihop: 2}]}"), 2, "bgp.peers[0].multihop",
 			"applies to eBGP only, and this peer is iBGP (its asn 65001 is bgp.asn)"},
 		{"passive as yes", peerWith("passive: yes"), 2, "bgp.peers[0].passive", `expected true or false, got the string "yes"`},
+		{"prefix limit off", peerWith("maxPrefixes: 0"), 2, "bgp.peers[0].maxPrefixes",
+			"0 would turn the prefix limit off, and xlb keeps one: every prefix a peer sends takes memory until its session ends; write 1..100000, or remove maxPrefixes for the default 10000"},
+		{"prefix limit too high", peerWith("maxPrefixes: 100001"), 2, "bgp.peers[0].maxPrefixes", "100001 is above the maximum 100000: xlb imports no routes"},
+		{"prefix limit negative", peerWith("maxPrefixes: -5"), 2, "bgp.peers[0].maxPrefixes", "-5 is negative; write 1..100000, or remove maxPrefixes for the default 10000"},
+		{"prefix limit not a number", peerWith("maxPrefixes: many"), 2, "bgp.peers[0].maxPrefixes", `expected a whole number, got the string "many"`},
+		{"prefix limit without value", block + "      maxPrefixes:\n", 9, "bgp.peers[0].maxPrefixes", "has no value"},
 		{"passive without value", block + "      passive:\n", 9, "bgp.peers[0].passive", "has no value"},
 
 		// bfd

@@ -45,9 +45,9 @@ func TestLoadFullExample(t *testing.T) {
 			ASN: 65001, RouterID: ip("10.0.1.2"), HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
 			DrainTime: 5 * time.Second, ListenPort: 179,
 			Peers: []Peer{
-				{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
+				{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, MaxPrefixes: DefaultMaxPrefixes,
 					BFD: &BFD{MinRx: 300 * time.Millisecond, MinTx: 300 * time.Millisecond, Multiplier: 3}},
-				{Address: ip("10.0.2.1"), ASN: 65001, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, Passive: true},
+				{Address: ip("10.0.2.1"), ASN: 65001, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, Passive: true, MaxPrefixes: DefaultMaxPrefixes},
 			},
 		},
 		Services: []Service{

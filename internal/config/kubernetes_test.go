@@ -182,7 +182,7 @@ func TestKubernetesConfigRoundTrip(t *testing.T) {
 		Dataplane:  Dataplane{AttachMode: AttachAuto, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash},
 		Kubernetes: &Kubernetes{NodeName: "node-1", SecretNamespace: "xlb-system", ServeClassless: true},
 		BGP: &BGP{ASN: 65001, HoldTime: DefaultHoldTime, Keepalive: DefaultHoldTime / 3, DrainTime: DefaultDrainTime,
-			Peers: []Peer{{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, Password: "s3cret: #x", HoldTime: 90e9, Keepalive: 30e9}}},
+			Peers: []Peer{{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, Password: "s3cret: #x", HoldTime: 90e9, Keepalive: 30e9, MaxPrefixes: DefaultMaxPrefixes}}},
 		Services: []Service{{Name: KubernetesServiceName("default", "web", 80, TCP), VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP,
 			Forwarding: DSRIPIP, TranslatePorts: true, Backends: []Backend{
 				{Address: ip("10.244.1.2"), Port: 8080, Weight: 1, HealthCheck: HealthCheck{Type: CheckNone}},

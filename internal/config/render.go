@@ -57,15 +57,17 @@ type (
 		Peers      []filePeer `yaml:"peers,omitempty"`
 	}
 	filePeer struct {
-		Address   string   `yaml:"address"`
-		ASN       uint32   `yaml:"asn"`
-		Port      uint16   `yaml:"port"`
-		Password  string   `yaml:"password,omitempty"`
-		HoldTime  string   `yaml:"holdTime"`
-		Keepalive string   `yaml:"keepalive,omitempty"`
-		Multihop  uint8    `yaml:"multihop,omitempty"`
-		Passive   bool     `yaml:"passive,omitempty"`
-		BFD       *fileBFD `yaml:"bfd,omitempty"`
+		Address   string `yaml:"address"`
+		ASN       uint32 `yaml:"asn"`
+		Port      uint16 `yaml:"port"`
+		Password  string `yaml:"password,omitempty"`
+		HoldTime  string `yaml:"holdTime"`
+		Keepalive string `yaml:"keepalive,omitempty"`
+		Multihop  uint8  `yaml:"multihop,omitempty"`
+		Passive   bool   `yaml:"passive,omitempty"`
+		// MaxPrefixes is left out at its default.
+		MaxPrefixes uint32   `yaml:"maxPrefixes,omitempty"`
+		BFD         *fileBFD `yaml:"bfd,omitempty"`
 	}
 	fileBFD struct {
 		MinRx      string `yaml:"minRx"`
@@ -137,6 +139,9 @@ func render(c *Config) *fileDoc {
 		for _, p := range b.Peers {
 			fp := filePeer{Address: p.Address.String(), ASN: p.ASN, Port: p.Port, Password: p.Password, HoldTime: dur(p.HoldTime),
 				Multihop: p.Multihop, Passive: p.Passive}
+			if p.MaxPrefixes != DefaultMaxPrefixes {
+				fp.MaxPrefixes = p.MaxPrefixes
+			}
 			if p.Keepalive != 0 {
 				fp.Keepalive = dur(p.Keepalive)
 			}

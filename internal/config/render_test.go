@@ -48,7 +48,7 @@ func TestMarshalRoundTrip(t *testing.T) {
 		"minimal":      minimal,
 		"no services":  "node: {interface: eth0}\n",
 		"hold time 0 in the section, peers with their own": "node: {interface: eth0, address: 10.0.1.2}\nbgp:\n  asn: 65001\n  holdTime: 0\n  drainTime: 0\n  peers:\n" +
-			"    - {address: 10.0.1.1, asn: 65000, holdTime: 30s, keepalive: 7s, multihop: 4}\n    - {address: 10.0.1.3, asn: 65001, passive: true, password: \"no\"}\n",
+			"    - {address: 10.0.1.1, asn: 65000, holdTime: 30s, keepalive: 7s, multihop: 4, maxPrefixes: 1}\n    - {address: 10.0.1.3, asn: 65001, passive: true, password: \"no\", maxPrefixes: 100000}\n",
 		"peer hold time 0 under a section keepalive": "node: {interface: eth0}\nbgp: {asn: 65001, routerID: 1.2.3.4, keepalive: 2s, listenPort: 1179, peers: [{address: 10.0.1.1, asn: 65000, holdTime: 0, bfd: {}}]}\n",
 		"shared route attributes and aliases": "node: {interface: eth0}\nbgp: {asn: 65001, peers: [{address: 10.0.1.1, asn: 65000}]}\nservices:\n" +
 			"  - &s {name: a, vip: 10.99.0.1, port: 80, bgp: {communities: [\"65535:65281\", \"1:2\"], med: 0}, backends: &b [{address: 10.0.3.2, weight: 0}, {address: 10.0.3.3}]}\n" +

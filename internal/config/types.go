@@ -279,6 +279,12 @@ const (
 	// MaxPasswordLen is the kernel's limit for a TCP MD5 key
 	// (TCP_MD5SIG_MAXKEYLEN).
 	MaxPasswordLen = 80
+	// DefaultMaxPrefixes is a peer's default prefix limit: far above what
+	// a route reflector that reflects the other nodes' VIPs sends, far
+	// below a full table. MaxMaxPrefixes is the highest a peer may have.
+	// docs/bgp.md says what a prefix held costs.
+	DefaultMaxPrefixes = 10000
+	MaxMaxPrefixes     = 100000
 
 	DefaultBFDInterval   = 300 * time.Millisecond
 	DefaultBFDMultiplier = 3
@@ -340,6 +346,10 @@ type Peer struct {
 	Multihop uint8
 	// Passive waits for the neighbour to connect.
 	Passive bool
+	// MaxPrefixes is the most prefixes the neighbour may send; with one
+	// more the session is closed and held down for a while.
+	// 1..MaxMaxPrefixes, default DefaultMaxPrefixes.
+	MaxPrefixes uint32
 	// BFD is nil when the peer has no bfd field; else the session is
 	// watched by BFD (RFC 5881, single hop) and goes down with it.
 	// Never set together with Multihop.

@@ -154,6 +154,10 @@ type BGPPeerSpec struct {
 	EBGPMultiHop uint8 `json:"ebgpMultiHop,omitempty"`
 	// Passive: wait for the peer to connect.
 	Passive bool `json:"passive,omitempty"`
+	// MaxPrefixes: the most prefixes the peer may send (xlb imports
+	// none); with one more its session is closed and held down for a
+	// while. 0: the agent's default (config.DefaultMaxPrefixes).
+	MaxPrefixes uint32 `json:"maxPrefixes,omitempty"`
 	// PasswordSecret holds the TCP MD5 password under the key
 	// "password"; a Secret of type kubernetes.io/basic-auth in the
 	// agent's namespace.

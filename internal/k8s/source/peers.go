@@ -146,9 +146,12 @@ func peer(s api.BGPPeerSpec, section *config.BGP, inherit bool, secretNS string,
 	if err != nil {
 		return p, fmt.Sprintf("spec.peerAddress %q is not an IP address", s.PeerAddress)
 	}
-	p = config.Peer{Address: a, ASN: s.PeerASN, Port: s.PeerPort, Multihop: s.EBGPMultiHop, Passive: s.Passive}
+	p = config.Peer{Address: a, ASN: s.PeerASN, Port: s.PeerPort, Multihop: s.EBGPMultiHop, Passive: s.Passive, MaxPrefixes: s.MaxPrefixes}
 	if p.Port == 0 {
 		p.Port = config.DefaultBGPPort
+	}
+	if p.MaxPrefixes == 0 {
+		p.MaxPrefixes = config.DefaultMaxPrefixes
 	}
 	hold, keepalive := peerHoldTime, time.Duration(0)
 	if inherit {

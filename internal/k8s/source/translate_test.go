@@ -509,6 +509,7 @@ func TestPeers(t *testing.T) {
 		return []any{map[string]any{"matchLabels": lbls}}
 	}
 	ip := netip.MustParseAddr
+	const dm = config.DefaultMaxPrefixes
 	rack1 := node("node-1", map[string]string{"rack": "r1", "role": "lb"})
 	tests := []struct {
 		name     string
@@ -524,17 +525,17 @@ func TestPeers(t *testing.T) {
 		{
 			name: "every field; the first peer's myASN is the node's AS",
 			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
-				bgpPeer("a-router", spec("peerPort", int64(1179), "holdTime", "30s", "keepaliveTime", "5s", "passive", true,
+				bgpPeer("a-router", spec("peerPort", int64(1179), "maxPrefixes", int64(500), "holdTime", "30s", "keepaliveTime", "5s", "passive", true,
 					"bfd", map[string]any{"minRx": "100ms", "multiplier": int64(5)}, "passwordSecret", map[string]any{"name": "bgp"})),
 				bgpPeer("b-rr", spec("peerAddress", "10.0.5.1", "peerASN", int64(65001), "nodeSelectors", sel(map[string]any{"rack": "r1"}))),
 				bgpPeer("c-ebgp", spec("peerAddress", "10.0.6.1", "ebgpMultiHop", int64(3), "passwordSecret", map[string]any{"name": "other", "namespace": "net"})),
 			}, secrets: []*corev1.Secret{secret("xlb-system", "bgp", map[string]string{"password": "s3cret"}), secret("net", "other", map[string]string{"password": "x y"})}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime, ListenPort: 179,
 				Peers: []config.Peer{
-					{Address: ip("10.0.0.1"), ASN: 65000, Port: 1179, Password: "s3cret", HoldTime: 30 * time.Second, Keepalive: 5 * time.Second, Passive: true,
+					{Address: ip("10.0.0.1"), ASN: 65000, Port: 1179, MaxPrefixes: 500, Password: "s3cret", HoldTime: 30 * time.Second, Keepalive: 5 * time.Second, Passive: true,
 						BFD: &config.BFD{MinRx: 100 * time.Millisecond, MinTx: config.DefaultBFDInterval, Multiplier: 5}},
-					{Address: ip("10.0.5.1"), ASN: 65001, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
-					{Address: ip("10.0.6.1"), ASN: 65000, Port: 179, Password: "x y", HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, Multihop: 3},
+					{Address: ip("10.0.5.1"), ASN: 65001, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("10.0.6.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, Password: "x y", HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, Multihop: 3},
 				}},
 		},
 		{
@@ -549,8 +550,8 @@ func TestPeers(t *testing.T) {
 			}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
 				Peers: []config.Peer{
-					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
-					{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
 				}},
 			problems: []string{"BGPPeer bad-selector: spec.nodeSelectors[0]: "},
 		},
@@ -561,7 +562,7 @@ func TestPeers(t *testing.T) {
 				bgpPeer("some", spec("peerAddress", "10.0.0.2", "nodeSelectors", sel(map[string]any{"rack": "r1"}))),
 			}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
-				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
 			problems: []string{`BGPPeer some: has nodeSelectors, but this node's Node object "node-1" does not exist`},
 		},
 		{
@@ -573,7 +574,7 @@ func TestPeers(t *testing.T) {
 				bgpPeer("d", spec("peerAddress", "10.0.0.4")),
 			}, secrets: []*corev1.Secret{secret("xlb-system", "nokey", map[string]string{"pass": "x"})}, unknownNS: []string{"slow"}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
-				Peers: []config.Peer{{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+				Peers: []config.Peer{{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
 			problems: []string{
 				"BGPPeer a: spec.passwordSecret: Secret xlb-system/gone does not exist",
 				`BGPPeer b: spec.passwordSecret: Secret xlb-system/nokey has no key "password"`,
@@ -591,9 +592,9 @@ func TestPeers(t *testing.T) {
 			}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 9 * time.Second, Keepalive: 2 * time.Second, DrainTime: time.Second,
 				Peers: []config.Peer{
-					{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
-					{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, HoldTime: 60 * time.Second, Keepalive: 20 * time.Second},
-					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
+					{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
+					{Address: ip("10.0.0.4"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 60 * time.Second, Keepalive: 20 * time.Second},
+					{Address: ip("10.0.0.3"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 9 * time.Second, Keepalive: 2 * time.Second},
 				}},
 			problems: []string{
 				"BGPPeer dup: peer 10.0.0.1 is left out: spec.peerAddress: 10.0.0.1 is already listed as bgp.peers[0]",
@@ -613,7 +614,7 @@ func TestPeers(t *testing.T) {
 				bgpPeer("b", spec("myASN", int64(65002), "peerAddress", "10.0.0.2")),
 			}},
 			want: &config.BGP{ASN: 65002, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
-				Peers: []config.Peer{{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+				Peers: []config.Peer{{Address: ip("10.0.0.2"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
 			problems: []string{"BGPPeer a-trans: spec.myASN 23456 is not an AS number a node can have"},
 		},
 		{
@@ -625,15 +626,17 @@ func TestPeers(t *testing.T) {
 				bgpPeer("v6", spec("peerAddress", "fd00::1")),
 				bgpPeer("garbage", spec("peerAddress", "router")),
 				bgpPeer("pw", spec("peerAddress", "10.0.0.5", "passwordSecret", map[string]any{"name": "long"})),
+				bgpPeer("prefixes", spec("peerAddress", "10.0.0.6", "maxPrefixes", int64(200000))),
 			}, secrets: []*corev1.Secret{secret("xlb-system", "long", map[string]string{"password": strings.Repeat("x", 81)})}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
-				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
 			problems: []string{
 				"BGPPeer hold: peer 10.0.0.2 is left out: spec.holdTime: 2s is out of range; the hold time is 0 (no keepalives) or 3s..65535s",
 				"BGPPeer self: peer 10.0.0.10 is left out: spec.peerAddress: 10.0.0.10 is this node's own address",
 				"BGPPeer v6: peer fd00::1 is left out: spec.peerAddress: \"fd00::1\" is an IPv6 address",
 				`BGPPeer garbage: spec.peerAddress "router" is not an IP address`,
 				"BGPPeer pw: peer 10.0.0.5 is left out: spec.passwordSecret: is 81 bytes long; a TCP MD5 key has at most 80",
+				"BGPPeer prefixes: peer 10.0.0.6 is left out: spec.maxPrefixes: 200000 is above the maximum 100000",
 			},
 		},
 	}

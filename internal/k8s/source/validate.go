@@ -174,6 +174,7 @@ func drop(cfg *config.Config, err error, base *config.Config, d *desired) (*conf
 var peerSpecFields = map[string]string{
 	"address": "peerAddress", "asn": "peerASN", "port": "peerPort", "password": "passwordSecret",
 	"holdTime": "holdTime", "keepalive": "keepaliveTime", "multihop": "ebgpMultiHop", "passive": "passive", "bfd": "bfd",
+	"maxPrefixes": "maxPrefixes",
 }
 
 // specField names a peer's field (bfd.minRx) as the BGPPeer spec does
