@@ -2,16 +2,12 @@ package api
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"net"
 	"net/http"
 	"net/url"
-	"syscall"
 	"time"
 )
 
@@ -97,40 +93,13 @@ func checkHandler(check CheckFunc) http.HandlerFunc {
 // agent listening on socket for checking. It returns ErrNotRunning when
 // no agent listens, ErrNoCheck when the agent cannot check files.
 func PostCheck(socket, name string, data []byte) (*Check, error) {
-	tr := &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", socket)
-		},
-	}
-	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 30 * time.Second}
-	resp, err := client.Post("http://xlb/v1/check?name="+url.QueryEscape(name), "application/yaml", bytes.NewReader(data))
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w on %s", ErrNotRunning, socket)
-		}
-		return nil, fmt.Errorf("ask the agent on %s: %w", socket, err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
-	if err != nil {
-		return nil, fmt.Errorf("read the agent's answer on %s: %w", socket, err)
-	}
-	switch resp.StatusCode {
-	case http.StatusOK:
-	case http.StatusNotFound, http.StatusMethodNotAllowed:
-		return nil, fmt.Errorf("%w (on %s)", ErrNoCheck, socket)
-	default:
-		var e errorBody
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("the agent on %s failed to check the file: %s", socket, e.Error)
-		}
-		return nil, fmt.Errorf("the agent on %s answered %s", socket, resp.Status)
-	}
 	var c Check
-	if err := json.Unmarshal(body, &c); err != nil {
-		return nil, fmt.Errorf("decode the agent's answer from %s: %w", socket, err)
+	code, err := call(socket, http.MethodPost, "/v1/check?name="+url.QueryEscape(name), "application/yaml", bytes.NewReader(data), 30*time.Second, &c)
+	switch {
+	case code == http.StatusNotFound || code == http.StatusMethodNotAllowed:
+		return nil, fmt.Errorf("%w (on %s)", ErrNoCheck, socket)
+	case err != nil:
+		return nil, err
 	}
 	return &c, nil
 }

@@ -18,6 +18,17 @@ var ErrNotRunning = errors.New("no agent is running")
 
 // GetStatus asks the agent listening on socket for its status.
 func GetStatus(socket string) (*Status, error) {
+	var st Status
+	if _, err := call(socket, http.MethodGet, "/v1/status", "", nil, 10*time.Second, &st); err != nil {
+		return nil, err
+	}
+	return &st, nil
+}
+
+// call sends one request to the agent listening on socket and decodes a
+// 200 answer into out. Another answer is an error carrying the agent's
+// message, and its status code is returned for the caller to tell apart.
+func call(socket, method, path, contentType string, body io.Reader, timeout time.Duration, out any) (int, error) {
 	tr := &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			var d net.Dialer
@@ -25,31 +36,36 @@ func GetStatus(socket string) (*Status, error) {
 		},
 	}
 	defer tr.CloseIdleConnections()
-	client := &http.Client{Transport: tr, Timeout: 10 * time.Second}
-
+	client := &http.Client{Transport: tr, Timeout: timeout}
 	// The host part is ignored: the transport always dials the socket.
-	resp, err := client.Get("http://xlb/v1/status")
+	req, err := http.NewRequest(method, "http://xlb"+path, body)
+	if err != nil {
+		return 0, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ECONNREFUSED) {
-			return nil, fmt.Errorf("%w on %s", ErrNotRunning, socket)
+			return 0, fmt.Errorf("%w on %s", ErrNotRunning, socket)
 		}
-		return nil, fmt.Errorf("ask the agent on %s: %w", socket, err)
+		return 0, fmt.Errorf("ask the agent on %s: %w", socket, err)
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if err != nil {
-		return nil, fmt.Errorf("read the agent's answer on %s: %w", socket, err)
+		return resp.StatusCode, fmt.Errorf("read the agent's answer on %s: %w", socket, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e errorBody
-		if json.Unmarshal(body, &e) == nil && e.Error != "" {
-			return nil, fmt.Errorf("the agent on %s failed: %s", socket, e.Error)
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return resp.StatusCode, fmt.Errorf("the agent on %s failed: %s", socket, e.Error)
 		}
-		return nil, fmt.Errorf("the agent on %s answered %s", socket, resp.Status)
+		return resp.StatusCode, fmt.Errorf("the agent on %s answered %s", socket, resp.Status)
 	}
-	var st Status
-	if err := json.Unmarshal(body, &st); err != nil {
-		return nil, fmt.Errorf("decode the agent's status from %s: %w", socket, err)
+	if err := json.Unmarshal(data, out); err != nil {
+		return resp.StatusCode, fmt.Errorf("decode the agent's answer from %s: %w", socket, err)
 	}
-	return &st, nil
+	return resp.StatusCode, nil
 }

@@ -149,26 +149,7 @@ func setAddrs(m *ebpf.Map, addrs []netip.Addr) error {
 		}
 		want[wire32(a)] = true
 	}
-	var stale []uint32
-	var k uint32
-	var v uint8
-	it := m.Iterate()
-	for it.Next(&k, &v) {
-		if !want[k] {
-			stale = append(stale, k)
-		}
-	}
-	for k := range want {
-		if err := m.Put(k, uint8(1)); err != nil {
-			return err
-		}
-	}
-	for _, k := range stale {
-		if err := m.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return err
-		}
-	}
-	return nil
+	return syncSet(m, want)
 }
 
 // CheckChainWindow says why w cannot be a daisy-chaining window, or nil.
@@ -233,15 +214,12 @@ func setChain(maps *backendMaps, c Chain) error {
 	return nil
 }
 
-// setPrefixes makes the LPM trie m hold exactly prefixes (IPv4).
-func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
-	want := map[backendChainPeerKey]bool{}
-	for _, p := range prefixes {
-		p = p.Masked()
-		want[backendChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire32(p.Addr())}] = true
-	}
-	var stale []backendChainPeerKey
-	var k backendChainPeerKey
+// syncSet makes the set map m (keys to the value 1) hold exactly the keys
+// of want. New keys go in before stale ones go out, so a key that stays is
+// never missing meanwhile.
+func syncSet[K comparable](m *ebpf.Map, want map[K]bool) error {
+	var stale []K
+	var k K
 	var v uint8
 	it := m.Iterate()
 	for it.Next(&k, &v) {
@@ -263,6 +241,16 @@ func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
 		}
 	}
 	return nil
+}
+
+// setPrefixes makes the LPM trie m hold exactly prefixes (IPv4).
+func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
+	want := map[backendChainPeerKey]bool{}
+	for _, p := range prefixes {
+		p = p.Masked()
+		want[backendChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire32(p.Addr())}] = true
+	}
+	return syncSet(m, want)
 }
 
 // SetChain rewrites the daisy-chaining configuration of the backend
