@@ -40,7 +40,7 @@ lint:
 deps:
 	@scripts/as-root.sh scripts/deps.sh
 
-# The Kubernetes control plane of the tests (internal/k8stest):
+# The Kubernetes control plane of the tests (testbed/k8stest):
 # kube-apiserver and kube-controller-manager built from
 # test/k8s/controlplane into a cache (see DEVELOPERS.md). The first build
 # takes minutes; later runs find it and build nothing.

@@ -30,7 +30,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/source"
-	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/testbed/k8stest"
 )
 
 // fieldManager names the test's server-side applies.

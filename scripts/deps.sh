@@ -21,7 +21,7 @@ declare -A need=(
 	# BIRD 2 as the other upstream router the lab and the tests run
 	# (`xlb lab up --router bird`): bird and birdc.
 	[bird2]=/usr/sbin/bird
-	# etcd for the Kubernetes control plane the tests start (internal/k8stest
+	# etcd for the Kubernetes control plane the tests start (testbed/k8stest
 	# runs its own etcd on loopback ports; no host etcd service is wanted).
 	[etcd-server]=/usr/bin/etcd
 	# What `make bench` (bench/httpbench, bench/pktbench) compares xlb

@@ -2,7 +2,7 @@
 // follows xlb nodes over BGP, and what 1 → 4 nodes carry. It writes the
 // results as JSON (with the machine, the kernel and every sample), as a
 // plot and as a section of docs/benchmarks.md. `make bench` runs it, as
-// root. In a lab (internal/lab) of four xlb nodes behind a router (the
+// root. In a lab (testbed/lab) of four xlb nodes behind a router (the
 // embedded one, then FRR) it measures:
 //
 //   - convergence: random scale events, each starting a stopped node's
@@ -31,10 +31,10 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // The routers bgpbench knows, in the order it runs them.

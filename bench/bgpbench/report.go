@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 // The issue's targets.
@@ -60,7 +60,7 @@ func markdown(r *Report, jsonName, img, tpImg string) string {
 		r.Date, r.Machine.CPU, r.Machine.CPUs, r.Machine.MemMiB/1024, r.Machine.Kernel, r.Machine.Go, r.Seconds, r.Machine.LoadStart, r.Machine.LoadEnd)
 	p("Every sample is in `%s` (with the same flags, `-seed %d` plans the same events and pauses). Percentiles are nearest-rank: each is a measured sample, and with fewer than 100 samples p99 is the maximum.\n\n", jsonName, r.Seed)
 
-	p("The lab (`internal/lab`): a client, an upstream router, four xlb nodes and two backends, each in a network namespace. ")
+	p("The lab (`testbed/lab`): a client, an upstream router, four xlb nodes and two backends, each in a network namespace. ")
 	p("The router is the embedded one (`xlb lab router`: GoBGP with dynamic neighbours, installing its multipath routes into the kernel through netlink) or FRR (bgpd, zebra and bfdd with `bgp listen range`), each running BFD towards the nodes. ")
 	p("Every agent announces the VIP `10.99.0.1/32` with its own address as next hop over eBGP (hold time 9 s, BFD 100 ms × 3, `bgp.drainTime` %s ms). ", fms(r.DrainMs))
 	p("Every measurement ends (T1) when the **router namespace's kernel route** to the VIP gains or loses the node's next hop: an rtnetlink subscription inside the router namespace wakes the watch on each route change, which then reads the route; it also reads it every %s ms in case a notification is missed%s.\n", fms(pollMs(r)), seenByPoll(r))

@@ -16,9 +16,9 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // The load generator: wrk, as in the dissertation, with one thread per

@@ -14,8 +14,8 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // CheckParams is the health check of the lab's service, as configured.

@@ -20,7 +20,7 @@ import (
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // ReconcileResult is the reconcile measurement: one Reconciler on a real,

@@ -45,7 +45,7 @@ func markdown(r *Report, jsonName, img string) string {
 
 	if f := r.Failover; f != nil {
 		p("\n### Backend failure → out of the data plane\n\n")
-		p("A lab (`internal/lab`) with one xlb node and %d backends running `xlb lab serve`; the agent serves one service with an HTTP check every %s ms, timeout %s ms, fall %d, rise %d (table size %d). ",
+		p("A lab (`testbed/lab`) with one xlb node and %d backends running `xlb lab serve`; the agent serves one service with an HTTP check every %s ms, timeout %s ms, fall %d, rise %d (table size %d). ",
 			f.Backends, benchutil.FmtMs(f.Check.IntervalMs), benchutil.FmtMs(f.Check.TimeoutMs), f.Check.Fall, f.Check.Rise, f.TableSize)
 		p("Each event stops one backend's HTTP server through its control socket (T0; the next connection is refused) and takes T1 when the service's entry in the node's pinned outer map `maglev_tables` names a new table without that backend. ")
 		p("The entry is read every %s ms from outside the agent (`dataplane.TableWatch`): every table change swaps in a new inner map, so its ID changes exactly when the data plane does. ", benchutil.FmtMs(f.PollMs))

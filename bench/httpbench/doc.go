@@ -28,7 +28,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 	w("\n\n")
 
 	w("What is measured, at this machine's scale: the dissertation's Figure 4.6 (requests per second through each load balancer as the backends grow) and Figure 4.7 (latency at constant loads). ")
-	w("A lab (`internal/lab`, static router) of one client, the router, one LB node per path and %d backends. ", labBackends)
+	w("A lab (`testbed/lab`, static router) of one client, the router, one LB node per path and %d backends. ", labBackends)
 	w("Each backend runs nginx with one worker (as the dissertation's nginx pods), `keepalive_requests %d` (nginx's default when the dissertation measured, and the %d requests per connection of its Appendix C), answering every request with `200` and a body naming itself, `be<k> <address>` (%d bytes of body, %d of status line and headers; wrk's request is %d bytes). ",
 		keepaliveRequests, keepaliveRequests, r.Response.Body, r.Response.Head, r.Response.Request)
 	w("Every path has its own VIP, routed by the router to its own node namespace, so no path runs with another's conntrack, netfilter hooks or XDP program:\n\n")
@@ -84,7 +84,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 	}
 
 	w("### The bandwidth model beside the measurements\n\n")
-	w("`internal/bwmodel` (the dissertation's Appendix C, [below](#the-bandwidth-model-the-dissertations-appendix-c)) with this run's sizes: what each path could carry if its links were Ethernet of 1 or 10 Gbit/s, %d backends, and the bandwidth the best measured rate needs on its busiest link. In keep-alive mode a connection carries %d requests as in the dissertation; with a new connection per request each request also carries a handshake and a teardown.\n\n",
+	w("`bench/internal/bwmodel` (the dissertation's Appendix C, [below](#the-bandwidth-model-the-dissertations-appendix-c)) with this run's sizes: what each path could carry if its links were Ethernet of 1 or 10 Gbit/s, %d backends, and the bandwidth the best measured rate needs on its busiest link. In keep-alive mode a connection carries %d requests as in the dissertation; with a new connection per request each request also carries a handshake and a teardown.\n\n",
 		slices.Max(r.BackendCounts), keepaliveRequests)
 	w("%s\n", r.modelTable())
 	w("veth links have no line rate: a packet crosses them at the cost of the CPU that moves it. So in the lab the model's ceilings are far above what the two cores allow, and the measured rates need only a fraction of even a 1 Gbit/s link; the dissertation's 1 Gbit/s results were the other way round, bound by the link (Table 5.2 (a)). What the model still says here is which path would bind first on real links: DNAT and proxies carry the replies through the node, DSR does not.\n\n")

@@ -6,7 +6,7 @@
 // fixed request rates from a constant-rate client (Figure 4.7). It
 // writes the results as JSON (with the machine, the kernel, every
 // command and configuration), as PNG plots beside the bandwidth model of
-// internal/bwmodel, and as a section of docs/benchmarks.md. `make bench`
+// bench/internal/bwmodel, and as a section of docs/benchmarks.md. `make bench`
 // runs it, as root. It removes the lab it creates, also after a failure
 // or Ctrl-C, and what an earlier run that was killed left behind.
 package main
@@ -29,8 +29,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // options are the measurement's settings.

@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Run is one wrk run.

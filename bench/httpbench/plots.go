@@ -9,8 +9,8 @@ import (
 	"slices"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
+	"github.com/xlbproject/xlb/bench/internal/bwmodel"
 	"github.com/xlbproject/xlb/bench/internal/pngplot"
-	"github.com/xlbproject/xlb/internal/bwmodel"
 )
 
 // Plot files, in the image directory.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/bwmodel"
+	"github.com/xlbproject/xlb/bench/internal/bwmodel"
 )
 
 var round3 = benchutil.Round3

@@ -20,9 +20,9 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // The lab: one client, the static router, one LB node per path that
@@ -123,7 +123,7 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # internal/lab: namespaces, router, XDP_PASS on the router's ports, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
 		prefix, nodes, labBackends, p.VIPs[0], p.VIPs[1]))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {

@@ -21,7 +21,7 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // stalePrefix starts the names of the namespace and the pin path of a

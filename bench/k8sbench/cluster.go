@@ -21,7 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/testbed/k8stest"
 )
 
 // The objects of the benchmark.

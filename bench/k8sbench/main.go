@@ -3,7 +3,7 @@
 // every sample), as a plot and as a section of docs/benchmarks.md. `make
 // bench` runs it, as root:
 //
-//   - a control plane (internal/k8stest: etcd, kube-apiserver,
+//   - a control plane (testbed/k8stest: etcd, kube-apiserver,
 //     kube-controller-manager) holds N Services of type LoadBalancer with
 //     xlb's class and an address in their status, each with one
 //     EndpointSlice of E endpoints that this program writes itself;
@@ -35,7 +35,7 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // minChanges is what the issue asks for.

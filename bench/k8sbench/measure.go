@@ -19,8 +19,8 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/k8stest"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // Bounds of the waits.

@@ -33,8 +33,8 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 const (

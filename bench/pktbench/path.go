@@ -18,8 +18,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // The service every load-balancing variant serves, and where the

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // userHZ is the unit of /proc/stat's CPU times (USER_HZ, 100 on every

@@ -11,7 +11,7 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 func TestFill(t *testing.T) {

@@ -1,5 +1,5 @@
 // Command survivalbench runs Beamer's connection-survival experiment
-// (internal/survival) for each flows mode in one lab, and writes the
+// (testbed/survival) for each flows mode in one lab, and writes the
 // results as JSON (with the machine, the kernel and the command) and as a
 // section of docs/connection-survival.md: connections broken per mode,
 // and packets the backends chained after each change. `make bench` runs
@@ -19,9 +19,9 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/survival"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/survival"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 const (

@@ -21,9 +21,9 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestAgentKubernetes runs `xlb agent` with a file that has a kubernetes

@@ -13,8 +13,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // tempLockDir points dataplane.LockDir, where agents and xlb cleanup keep

@@ -9,7 +9,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/xlbproject/xlb/internal/demo"
+	"github.com/xlbproject/xlb/testbed/demo"
 )
 
 func runDemo(args []string) error {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 const labUsage = `usage: xlb lab up|down|status [FLAGS]

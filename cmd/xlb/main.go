@@ -9,7 +9,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/bfd"
-	"github.com/xlbproject/xlb/internal/router"
+	"github.com/xlbproject/xlb/testbed/router"
 )
 
 // labRouter runs the lab's embedded upstream router in the current

@@ -10,8 +10,8 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // hostNamespace makes a network namespace holding 10.0.1.2/24 on veth0

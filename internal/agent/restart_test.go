@@ -17,8 +17,8 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // realDataplane gives a test a namespace with an interface to attach to

@@ -17,8 +17,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func ipcmd(t *testing.T, args ...string) {

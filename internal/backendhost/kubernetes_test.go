@@ -19,8 +19,8 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/maglev"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // k8sTopology is a Kubernetes node in miniature, in network namespaces:

@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/btf"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // Addresses of the BPF_PROG_TEST_RUN fixtures.

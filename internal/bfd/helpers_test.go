@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func testLogger(t *testing.T, name string) *slog.Logger {

@@ -23,8 +23,8 @@ import (
 	"github.com/osrg/gobgp/v4/api"
 	"github.com/osrg/gobgp/v4/pkg/apiutil"
 	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // A Speaker dials its peers from whatever goroutine GoBGP picks, so it

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/maglev"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // BenchResult is one program's cost per packet over several rounds.

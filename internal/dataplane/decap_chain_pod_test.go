@@ -12,7 +12,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Pods of the Kubernetes-mode chaining fixture: two pods on the fixture

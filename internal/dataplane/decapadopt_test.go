@@ -8,7 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // olderChainStats is how many chaining counters an xlb before the

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 func testPinPath(t *testing.T) string {

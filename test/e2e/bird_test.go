@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // TestBGPWithBIRD runs agents that announce the VIPs over BGP to BIRD 2

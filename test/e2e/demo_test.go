@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // demoPrefix is the lab of `xlb demo` in these tests.

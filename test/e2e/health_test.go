@@ -14,8 +14,8 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // The health checks of the health tests: fast, so that the tests are.

@@ -30,10 +30,10 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/history"
-	"github.com/xlbproject/xlb/internal/k8stest"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/survival"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/survival"
 )
 
 // The Kubernetes objects of TestKubernetes.
@@ -47,7 +47,7 @@ const (
 )
 
 // TestKubernetes runs xlb as a Kubernetes load balancer end to end,
-// against a real API server and controller manager (internal/k8stest):
+// against a real API server and controller manager (testbed/k8stest):
 // `xlb controller` allocates the Service's address from an AddressPool;
 // `xlb agent` on two lab nodes takes the Service, its EndpointSlices and a
 // BGPPeer from the cluster, programs the data plane and announces the VIP

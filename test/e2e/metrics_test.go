@@ -16,9 +16,9 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // metricsAddr is where the metrics test's agent serves Prometheus, inside

@@ -6,12 +6,12 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/survival"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/survival"
 )
 
 // Beamer's experiment (Olteanu et al., NSDI'18, §6), at this machine's
-// scale (internal/survival): persistent HTTP connections stay busy while
+// scale (testbed/survival): persistent HTTP connections stay busy while
 // backends leave one by one and come back, an xlb instance leaves and
 // comes back, and a new instance that never saw the old backend sets
 // starts. Each flows mode runs the same sequence. Daisy chaining must

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // parallel is the number of requests in flight in the load tests.

@@ -6,9 +6,9 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // Run is the frame of a lab bench's run: a context that ends on a signal

@@ -30,8 +30,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // apiEnv is a real control plane with xlb's CRDs.
@@ -56,7 +56,7 @@ const (
 )
 
 // TestAPIServer runs the controller against a real kube-apiserver (see
-// internal/k8stest): the CRDs and their validation, allocation under
+// testbed/k8stest): the CRDs and their validation, allocation under
 // concurrent creates, requests, releases, a restart and two instances at
 // once.
 func TestAPIServer(t *testing.T) {

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/testbed/k8stest"
 )
 
 // apiTimeout bounds each wait on the real control plane, whose

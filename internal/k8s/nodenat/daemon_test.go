@@ -29,9 +29,9 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestBackendDaemon runs the real `xlb backend --source kubernetes` as the

@@ -20,7 +20,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
-	"github.com/xlbproject/xlb/internal/k8stest"
+	"github.com/xlbproject/xlb/testbed/k8stest"
 )
 
 // apiTimeout bounds each wait on the real control plane, whose
@@ -46,7 +46,7 @@ type realCluster struct {
 }
 
 // TestAPIServer runs the source against a real kube-apiserver and
-// kube-controller-manager (internal/k8stest), whose EndpointSlice
+// kube-controller-manager (testbed/k8stest), whose EndpointSlice
 // controller derives the slices from Pods whose status the test sets as
 // kubelets would; the test writes the Service's address as the xlb
 // controller would. It follows a Service through its pods' life, a

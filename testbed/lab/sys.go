@@ -13,7 +13,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // ip runs iproute2's ip with args and returns its standard output. The

@@ -13,8 +13,8 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // LinkStats are an interface's packet counters, as the kernel keeps them.

@@ -21,9 +21,9 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/labrun"
-	"github.com/xlbproject/xlb/internal/survival"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/survival"
 )
 
 // Defaults and limits of Options.

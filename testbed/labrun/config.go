@@ -18,7 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 // Service is one service as the lab's agents serve it.
@@ -215,7 +215,7 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		fc.Services = append(fc.Services, fs)
 	}
 	var buf bytes.Buffer
-	buf.WriteString("# Written by xlb's lab runner (internal/labrun) for " + node.Name + ".\n")
+	buf.WriteString("# Written by xlb's lab runner (testbed/labrun) for " + node.Name + ".\n")
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
 	if err := enc.Encode(fc); err != nil {

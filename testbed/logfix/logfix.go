@@ -1,7 +1,7 @@
 // Package logfix checks xlb's rule for log lines: every warning and error
 // logged through log/slog says what to do about it, in a "fix" attribute
 // (log.Warn("...", "error", err, "fix", "...")). The rule's test runs
-// Check over every package under internal/ and cmd/.
+// Check over every package under internal/, testbed/ and cmd/.
 package logfix
 
 import (

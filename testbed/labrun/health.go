@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 // SetHTTP switches the HTTP server of backend be: lab.HTTPStop refuses

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // xlbBinary is the xlb command built by TestMain: the lab runs its

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/bfd"
-	"github.com/xlbproject/xlb/internal/testenv"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func TestFailure(t *testing.T) {

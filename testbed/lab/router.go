@@ -12,8 +12,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
-	"github.com/xlbproject/xlb/internal/router"
+	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/router"
 )
 
 // embeddedProcess is the StartProcess name of the embedded router.

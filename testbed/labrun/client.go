@@ -14,8 +14,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/lab"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // RequestTimeout bounds one request: connecting, sending and reading the

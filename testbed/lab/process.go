@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Grace periods of stopping: SIGTERM first, SIGKILL after termGrace.

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Relay makes the API server, which listens on the host's loopback,

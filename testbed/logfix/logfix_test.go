@@ -33,11 +33,11 @@ func moduleRoot(t *testing.T) string {
 }
 
 // TestEveryProblemSaysWhatToDo runs the rule over every package under
-// internal/ and cmd/.
+// internal/, testbed/ and cmd/.
 func TestEveryProblemSaysWhatToDo(t *testing.T) {
 	root := moduleRoot(t)
 	fset := token.NewFileSet()
-	pkgs, err := Load(fset, root, "./internal/...", "./cmd/...")
+	pkgs, err := Load(fset, root, "./internal/...", "./testbed/...", "./cmd/...")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestEveryProblemSaysWhatToDo(t *testing.T) {
 	for _, p := range pkgs {
 		loaded[p.Path] = len(p.Files)
 	}
-	for _, want := range []string{"internal/agent", "internal/dataplane", "internal/api", "internal/health", "cmd/xlb"} {
+	for _, want := range []string{"internal/agent", "internal/dataplane", "internal/api", "internal/health", "testbed/lab", "cmd/xlb"} {
 		if loaded["github.com/xlbproject/xlb/"+want] == 0 {
 			t.Fatalf("%s not loaded (or without files): %d packages loaded", want, len(pkgs))
 		}

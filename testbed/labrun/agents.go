@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 // AgentTimeout bounds the wait for an agent to serve a configuration:

@@ -10,7 +10,7 @@ import (
 	"slices"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
-	"github.com/xlbproject/xlb/internal/netns"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Down removes every trace of lab prefix: the processes it started (by

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/lab"
+	"github.com/xlbproject/xlb/testbed/lab"
 )
 
 func testPlan(t *testing.T) lab.Plan {
