@@ -218,18 +218,12 @@ func run(t *testing.T, argv ...string) {
 	}
 }
 
-// waitUntil polls cond, which says what is still missing, for 30 s.
+// waitUntil waits up to 30 s for cond, which says what is still missing
+// ("" when nothing is).
 func waitUntil(t *testing.T, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	testenv.Eventually(t, 30*time.Second, what, func() (bool, string) {
 		why := cond()
-		if why == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 30s: %s", what, why)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return why == "", why
+	})
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // warmLog records the addresses the agent warms instead of sending
@@ -220,7 +221,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 	next := baseConfig()
 	next.Services = next.Services[:1]
 	updates <- Update{Config: next, Source: "test source"}
-	waitFor(t, "generation 2", func() bool { return status(t, a).Config.Generation == 2 })
+	testenv.EventuallyTrue(t, 5*time.Second, "generation 2", func() bool { return status(t, a).Config.Generation == 2 })
 	st := status(t, a)
 	if len(st.Services) != 1 || st.Config.Result != api.ResultOK {
 		t.Errorf("after an update with one service: %d services, %+v", len(st.Services), st.Config)
@@ -229,7 +230,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 
 	mark := f.mark()
 	updates <- Update{Err: errors.New("watch failed"), Source: "test source"}
-	waitFor(t, "the source error", func() bool { return status(t, a).Config.Result == api.ResultError })
+	testenv.EventuallyTrue(t, 5*time.Second, "the source error", func() bool { return status(t, a).Config.Result == api.ResultError })
 	st = status(t, a)
 	if !strings.Contains(st.Config.Error, "test source: watch failed") || len(st.Services) != 1 || st.Config.Generation != 2 {
 		t.Errorf("after a source error: %d services, %+v", len(st.Services), st.Config)
@@ -303,7 +304,7 @@ func TestAgentRunLeavesFileToSource(t *testing.T) {
 	withBGP.BGP = &config.BGP{ASN: 65001, HoldTime: config.DefaultHoldTime, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: 179}}}
 	updates <- Update{Config: withBGP, Source: "test source"}
 	updates <- Update{Config: mustLoad(t, path), Source: "test source"}
-	waitFor(t, "generation 3", func() bool { return status(t, a).Config.Generation == 3 })
+	testenv.EventuallyTrue(t, 5*time.Second, "generation 3", func() bool { return status(t, a).Config.Generation == 3 })
 	if st := status(t, a); st.Config.Result != api.ResultOK || routes.count() != 2 {
 		t.Errorf("after a bgp section came and went: %+v, %d reconfigurations, want 2", st.Config, routes.count())
 	}
@@ -370,17 +371,6 @@ func writeConfig(t *testing.T, path string, backends ...string) {
 	}
 }
 
-// waitFor polls cond for up to 5 s.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatalf("timed out waiting for %s", what)
-}
-
 func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "xlb.yaml")
 	writeConfig(t, path, "10.0.3.2")
@@ -415,7 +405,7 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	gen := func() uint64 { return status(t, a).Config.Generation }
 
 	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
-	waitFor(t, "the changed file to be applied", func() bool { return gen() == 2 })
+	testenv.EventuallyTrue(t, 5*time.Second, "the changed file to be applied", func() bool { return gen() == 2 })
 	if st := status(t, a); len(st.Services[0].Backends) != 2 {
 		t.Errorf("after the change: %+v", st.Services[0])
 	}
@@ -424,17 +414,17 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	if err := os.WriteFile(path, []byte("services: [\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the broken file to be reported", func() bool { return status(t, a).Config.Result == api.ResultError })
+	testenv.EventuallyTrue(t, 5*time.Second, "the broken file to be reported", func() bool { return status(t, a).Config.Result == api.ResultError })
 	if st := status(t, a); st.Config.Generation != 2 || len(st.Services[0].Backends) != 2 {
 		t.Errorf("a broken file changed the running config: %+v", st)
 	}
 
 	writeConfig(t, path, "10.0.3.2", "10.0.3.3")
-	waitFor(t, "the fixed file to be applied", func() bool { return gen() == 3 })
+	testenv.EventuallyTrue(t, 5*time.Second, "the fixed file to be applied", func() bool { return gen() == 3 })
 
 	// SIGHUP reloads an unchanged file. Resend until seen: Run may not
 	// have subscribed yet when the first one arrives.
-	waitFor(t, "SIGHUP to reload", func() bool {
+	testenv.EventuallyTrue(t, 5*time.Second, "SIGHUP to reload", func() bool {
 		syscall.Kill(os.Getpid(), syscall.SIGHUP)
 		time.Sleep(20 * time.Millisecond)
 		return gen() >= 4
@@ -491,7 +481,7 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	if err := os.Rename(tmp, path); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the renamed file to be applied", func() bool { return gen() > base })
+	testenv.EventuallyTrue(t, 5*time.Second, "the renamed file to be applied", func() bool { return gen() > base })
 	if st := status(t, a); len(st.Services[0].Backends) != 1 || st.Services[0].Backends[0].Address.String() != "10.0.3.4" {
 		t.Errorf("after the rename: %+v", st.Services[0])
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // httpCheck is a check as the configuration resolves it.
@@ -323,16 +324,16 @@ func TestRunFollowsHealth(t *testing.T) {
 
 	p.set("web/10.0.3.2:80", health.Up, "")
 	p.set("web/10.0.3.4:80", health.Down, "GET http://10.0.3.4:80/: status 500")
-	waitFor(t, "the down backend to leave the table", func() bool {
+	testenv.EventuallyTrue(t, 5*time.Second, "the down backend to leave the table", func() bool {
 		ds, _ := f.serviceByKey(keyOf(t, cfg.Services[0]))
 		_, ids, _ := a.rec.ids(keyOf(t, cfg.Services[0]))
 		return !slices.Contains(ds.Table, ids[netip.MustParseAddrPort("10.0.3.4:80")])
 	})
 	p.set("web/10.0.3.2:80", health.Down, "timeout")
 	p.set("web/10.0.3.3:80", health.Down, "timeout")
-	waitFor(t, "web to be down", func() bool { return serviceState(t, status(t, a), "web") == api.StateDown })
+	testenv.EventuallyTrue(t, 5*time.Second, "web to be down", func() bool { return serviceState(t, status(t, a), "web") == api.StateDown })
 	p.set("web/10.0.3.3:80", health.Up, "")
-	waitFor(t, "web to be up", func() bool { return serviceState(t, status(t, a), "web") == api.StateUp })
+	testenv.EventuallyTrue(t, 5*time.Second, "web to be up", func() bool { return serviceState(t, status(t, a), "web") == api.StateUp })
 
 	cancel()
 	select {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestAgentWaitsForFileToSettle: a file written in two parts with a
@@ -77,7 +78,7 @@ func TestAgentWaitsForFileToSettle(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the whole file to be applied", func() bool { return status(t, a).Config.Generation >= 2 })
+	testenv.EventuallyTrue(t, 5*time.Second, "the whole file to be applied", func() bool { return status(t, a).Config.Generation >= 2 })
 	// Long enough for another read, were one coming.
 	time.Sleep(a.settle + 200*time.Millisecond)
 	st := status(t, a)

@@ -237,7 +237,7 @@ func TestSetupNAT(t *testing.T) {
 	if _, err := setup(Options{VIPs: []netip.Addr{fxVIP1}}); err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 }) {
+	if !testenv.Poll(5*time.Second, func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 }) {
 		t.Errorf("egress programs without translations: %v", egressPrograms(t, ns, "eth0"))
 	}
 	if svcs, err := pinnedSvcs(pin); err != nil || len(svcs) != 0 {
@@ -258,20 +258,9 @@ func TestSetupNAT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !eventually(func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 && xdpAttached(t, ns, "eth0") == 0 }) {
+	if !testenv.Poll(5*time.Second, func() bool { return len(egressPrograms(t, ns, "eth0")) == 0 && xdpAttached(t, ns, "eth0") == 0 }) {
 		t.Errorf("after cleanup: egress programs %v, XDP program %d", egressPrograms(t, ns, "eth0"), xdpAttached(t, ns, "eth0"))
 	}
-}
-
-// eventually polls cond for up to 5 s: the kernel detaches a link when
-// its last reference goes, which can lag the unpin a little.
-func eventually(cond func() bool) bool {
-	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if cond() {
-			return true
-		}
-	}
-	return cond()
 }
 
 func pinnedSvcs(pin string) (map[natSvcKey][2]byte, error) {

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // BenchmarkPeerFlood measures what a peer that announces many prefixes
@@ -33,7 +35,7 @@ func BenchmarkPeerFlood(b *testing.B) {
 			b.Fatal(err)
 		}
 		var closed bool
-		waitFor(b, 10*time.Minute, "every prefix received, or the session closed", func() (bool, string) {
+		testenv.Eventually(b, 10*time.Minute, "every prefix received, or the session closed", func() (bool, string) {
 			p := sp.peer(floodIP)
 			closed = p.PrefixLimit != nil
 			return closed || p.Counters != nil && p.Counters.PrefixesReceived == n, fmt.Sprintf("%+v", p)

@@ -14,6 +14,8 @@ import (
 
 	"github.com/osrg/gobgp/v4/api"
 	gobgp "github.com/osrg/gobgp/v4/pkg/packet/bgp"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestFirstConnectIsImmediate: a started speaker's session is up well
@@ -45,7 +47,7 @@ func TestFirstConnectIsImmediate(t *testing.T) {
 	// The router sees the node itself, not the relay. It is established
 	// once the node's KEEPALIVE answers its OPEN, a moment after the node
 	// is.
-	waitFor(t, time.Second, "the router's session with the node", func() (bool, string) {
+	testenv.Eventually(t, time.Second, "the router's session with the node", func() (bool, string) {
 		st := router.peerState(t, nodeIP)
 		return st == api.PeerState_SESSION_STATE_ESTABLISHED, st.String()
 	})
@@ -53,7 +55,7 @@ func TestFirstConnectIsImmediate(t *testing.T) {
 	if err := sp.Announce(vip, Attributes{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "route on the router", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route on the router", func() (bool, string) {
 		rr, ok := router.rib(t)[vip]
 		return ok && rr.NextHop == nodeIP, rr.String()
 	})
@@ -87,7 +89,7 @@ func TestMultihopAndPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitEstablished(t, sp, farRtr, 10*time.Second)
-	waitFor(t, 5*time.Second, "route on the router one hop away", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route on the router one hop away", func() (bool, string) {
 		rr, ok := far.rib(t)[vip]
 		return ok && rr.NextHop == nodeIP && rr.ASPath == "65001", rr.String()
 	})
@@ -96,7 +98,7 @@ func TestMultihopAndPort(t *testing.T) {
 	// time exceeded): the attempt fails as "no route to host" when it
 	// times out (dialTimeout, 4 s).
 	want := fmt.Sprintf("connect to %s port %d: no route to host", ttlRtr, port)
-	waitFor(t, 10*time.Second, "TTL-1 session failing", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "TTL-1 session failing", func() (bool, string) {
 		p := sp.peer(ttlRtr)
 		if p.State == StateEstablished {
 			t.Fatalf("session with %s up despite TTL 1 over a routed hop: %+v", ttlRtr, p)
@@ -132,11 +134,11 @@ func TestRelayThroughNodeListener(t *testing.T) {
 	waitEstablished(t, sp, active, 2*time.Second)
 	waitEstablished(t, sp, passive, 2*time.Second)
 	waitEstablished(t, caller, nodeIP, 2*time.Second)
-	waitFor(t, 5*time.Second, "route on the router", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route on the router", func() (bool, string) {
 		rr, ok := router.rib(t)[vip]
 		return ok && rr.NextHop == nodeIP, rr.String()
 	})
-	waitFor(t, 5*time.Second, "route sent to the passive peer", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route sent to the passive peer", func() (bool, string) {
 		p := sp.peer(passive)
 		return p.Counters != nil && p.Counters.PrefixesSent == 1, fmt.Sprintf("%+v", p)
 	})

@@ -520,25 +520,6 @@ func (rs *remoteSpeaker) peer(addr netip.Addr) PeerStatus {
 	return PeerStatus{}
 }
 
-// waitFor polls cond every 100ms until it holds or timeout passes; the
-// last description cond returned explains a failure.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, desc := cond()
-		if ok {
-			return
-		}
-		last = desc
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last seen: %s", what, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // ---- network namespaces ----
 
 var nsCounter atomic.Int32

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestPeerRoutesNotImported: a peer announces tens of thousands of
@@ -32,11 +34,11 @@ func TestPeerRoutesNotImported(t *testing.T) {
 	if err := sp.Announce(vip, Attributes{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d prefixes received from %s", n, flood), func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d prefixes received from %s", n, flood), func() (bool, string) {
 		p := sp.peer(floodIP)
 		return p.State == StateEstablished && p.Counters != nil && p.Counters.PrefixesReceived == n, fmt.Sprintf("%+v", p)
 	})
-	waitFor(t, 10*time.Second, "the VIP on the router", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the VIP on the router", func() (bool, string) {
 		_, ok := router.rib(t)[vip]
 		return ok, "not there"
 	})
@@ -46,7 +48,7 @@ func TestPeerRoutesNotImported(t *testing.T) {
 	}
 	// What GoBGP sends the router, and what the router took.
 	var toRouter *Counters
-	waitFor(t, 5*time.Second, "counters of the router's session", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "counters of the router's session", func() (bool, string) {
 		toRouter = sp.peer(routerIP).Counters
 		return toRouter != nil, "unknown"
 	})
@@ -86,7 +88,7 @@ func TestPrefixLimit(t *testing.T) {
 
 	const cease = "Cease / maximum number of prefixes reached"
 	var held PeerStatus
-	waitFor(t, 30*time.Second, "session closed for its prefix limit", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "session closed for its prefix limit", func() (bool, string) {
 		held = sp.peer(floodIP)
 		return held.PrefixLimit != nil && held.State != StateEstablished, fmt.Sprintf("%+v", held)
 	})
@@ -96,7 +98,7 @@ func TestPrefixLimit(t *testing.T) {
 	if !strings.Contains(held.LastError, cease) || !strings.Contains(held.LastError, fmt.Sprint(limit)) {
 		t.Errorf("last error %q, want it to name the NOTIFICATION (%s) and the limit", held.LastError, cease)
 	}
-	waitFor(t, 5*time.Second, "the NOTIFICATION at the peer", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "the NOTIFICATION at the peer", func() (bool, string) {
 		notes := flood.notifications()
 		return slices.Contains(notes, cease), fmt.Sprint(notes)
 	})
@@ -121,7 +123,7 @@ func TestPrefixLimit(t *testing.T) {
 
 	// After the hold the session re-forms, and the peer goes over the
 	// limit again: the next hold is longer.
-	waitFor(t, 30*time.Second, "second hold", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "second hold", func() (bool, string) {
 		held = sp.peer(floodIP)
 		return held.PrefixLimit != nil && held.PrefixLimit.Times == 2, fmt.Sprintf("%+v", held)
 	})
@@ -141,7 +143,7 @@ func TestPrefixLimit(t *testing.T) {
 	if err := sp.SetPeers(peers); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, "session up with every prefix", func() (bool, string) {
+	testenv.Eventually(t, 15*time.Second, "session up with every prefix", func() (bool, string) {
 		p := sp.peer(floodIP)
 		return p.State == StateEstablished && p.PrefixLimit == nil && p.Counters != nil && p.Counters.PrefixesReceived == n, fmt.Sprintf("%+v", p)
 	})
@@ -163,7 +165,7 @@ func TestCountersWhileBusy(t *testing.T) {
 		{Address: floodIP, ASN: 65000, MaxPrefixes: 2 * n},
 	}})
 	var before PeerStatus
-	waitFor(t, 60*time.Second, fmt.Sprintf("%d prefixes received from %s", n, flood), func() (bool, string) {
+	testenv.Eventually(t, 60*time.Second, fmt.Sprintf("%d prefixes received from %s", n, flood), func() (bool, string) {
 		before = sp.peer(floodIP)
 		return before.Counters != nil && before.Counters.PrefixesReceived == n, fmt.Sprintf("%+v", before)
 	})
@@ -197,7 +199,7 @@ func TestCountersWhileBusy(t *testing.T) {
 		}
 	}
 	sp.unstall()
-	waitFor(t, 30*time.Second, "counters read again after GoBGP answers", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "counters read again after GoBGP answers", func() (bool, string) {
 		c := sp.peer(floodIP).Counters
 		return c != nil && c.At.After(before.Counters.At) && c.UpdatesReceived > before.Counters.UpdatesReceived, fmt.Sprintf("%+v", c)
 	})

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/osrg/gobgp/v4/api"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestSpeakerAgainstGoBGPRouter runs a Speaker in a node namespace
@@ -82,12 +84,12 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 			return okAttrs, rr.String()
 		}
 	}
-	waitFor(t, 5*time.Second, "route with attributes on the router", wantRoute(u32(200), 50, []uint32{65000<<16 | 100, 0xFFFFFF01}))
-	waitFor(t, 5*time.Second, "second route on the router", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route with attributes on the router", wantRoute(u32(200), 50, []uint32{65000<<16 | 100, 0xFFFFFF01}))
+	testenv.Eventually(t, 5*time.Second, "second route on the router", func() (bool, string) {
 		rr, ok := router.rib(t)[vip2]
 		return ok && rr.NextHop == nodeIP, rr.String()
 	})
-	waitFor(t, 5*time.Second, "both routes counted as sent", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "both routes counted as sent", func() (bool, string) {
 		c := sp.peer(rtrIP).Counters
 		return c != nil && c.PrefixesSent == 2, fmt.Sprintf("counters %+v", c)
 	})
@@ -100,13 +102,13 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	if err := sp.Announce(vip, attrs); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "changed attributes on the router", wantRoute(u32(300), 7, []uint32{65000<<16 | 101}))
+	testenv.Eventually(t, 5*time.Second, "changed attributes on the router", wantRoute(u32(300), 7, []uint32{65000<<16 | 101}))
 
 	// Withdraw: an UPDATE withdrawal on a session that stays up.
 	if err := sp.Withdraw(vip); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "route withdrawn on the router", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route withdrawn on the router", func() (bool, string) {
 		_, ok := router.rib(t)[vip]
 		return !ok && router.withdrawals(vip) > 0, fmt.Sprintf("in RIB %v, withdrawals received %d", ok, router.withdrawals(vip))
 	})
@@ -137,7 +139,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	t.Logf("PeerDown to session down on the router: %s", time.Since(start).Round(time.Millisecond))
-	waitFor(t, 2*time.Second, "routes gone on the router after PeerDown", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Second, "routes gone on the router after PeerDown", func() (bool, string) {
 		_, has := router.rib(t)[vip2]
 		return !has, "still has " + vip2.String()
 	})
@@ -146,7 +148,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	// CI machine once read it still established): wait for it, then check
 	// all of it.
 	var down PeerStatus
-	waitFor(t, 2*time.Second, "the speaker sees the session down after PeerDown", func() (bool, string) {
+	testenv.Eventually(t, 2*time.Second, "the speaker sees the session down after PeerDown", func() (bool, string) {
 		down = sp.peer(rtrIP)
 		return down.State != StateEstablished, fmt.Sprintf("%+v", down)
 	})
@@ -168,7 +170,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	}
 	waitEstablished(t, sp, rtrIP, 15*time.Second)
 	t.Logf("PeerUp to established: %s (GoBGP's idle hold, 5s; the speaker connects as soon as it ends)", time.Since(start).Round(100*time.Millisecond))
-	waitFor(t, 5*time.Second, "route back after PeerUp", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route back after PeerUp", func() (bool, string) {
 		rr, ok := router.rib(t)[vip2]
 		return ok && rr.NextHop == nodeIP, rr.String()
 	})
@@ -180,7 +182,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 	if err := sp.WithdrawAll(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "all routes withdrawn", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "all routes withdrawn", func() (bool, string) {
 		rib := router.rib(t)
 		return len(rib) == 0 && router.withdrawals(vip2) > 0, fmt.Sprint(rib)
 	})
@@ -206,7 +208,7 @@ func testAgainstGoBGPRouter(t *testing.T, routerASN uint32) {
 
 func waitEstablished(t *testing.T, sp *remoteSpeaker, addr netip.Addr, timeout time.Duration) {
 	t.Helper()
-	waitFor(t, timeout, "session with "+addr.String()+" established", func() (bool, string) {
+	testenv.Eventually(t, timeout, "session with "+addr.String()+" established", func() (bool, string) {
 		for _, p := range sp.Peers() {
 			if p.Address == addr {
 				return p.State == StateEstablished, fmt.Sprintf("%+v", p)

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // Real routers from Debian: FRR's bgpd (with zebra) and gobgpd 3.10.
@@ -74,7 +76,7 @@ func startFRR(t *testing.T, ns, conf string) *frr {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("start %s: %v\n%s", d.name, err, out)
 		}
-		waitFor(t, 5*time.Second, d.name+" vty socket", func() (bool, string) {
+		testenv.Eventually(t, 5*time.Second, d.name+" vty socket", func() (bool, string) {
 			_, err := os.Stat(filepath.Join(dir, d.name+".vty"))
 			return err == nil, fmt.Sprint(err)
 		})
@@ -220,7 +222,7 @@ router bgp 65000
 	}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "route in FRR", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "route in FRR", func() (bool, string) {
 		if !f.inTable(t, vip) {
 			return false, "not in show ip bgp json"
 		}
@@ -231,7 +233,7 @@ router bgp 65000
 	if err := sp.Withdraw(vip); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, "route gone from FRR", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "route gone from FRR", func() (bool, string) {
 		return !f.inTable(t, vip), "still there"
 	})
 	if p := sp.peer(rtrIP); p.State != StateEstablished || p.Flaps != 0 {
@@ -244,7 +246,7 @@ router bgp 65000
 		f.vtysh(t, fmt.Sprintf("configure terminal\nrouter bgp 65000\nneighbor %s remote-as %d", nodeIP, asn))
 	}
 	setRemoteAS(65077)
-	waitFor(t, 30*time.Second, "status names FRR's NOTIFICATION", func() (bool, string) {
+	testenv.Eventually(t, 30*time.Second, "status names FRR's NOTIFICATION", func() (bool, string) {
 		p := sp.peer(rtrIP)
 		return p.State != StateEstablished && p.Flaps == 1 &&
 			p.LastError == "peer sent NOTIFICATION: OPEN message error / bad peer AS (our OPEN carries AS 65001)", fmt.Sprintf("%+v", p)
@@ -295,7 +297,7 @@ func startGoBGPd(t *testing.T, ns, conf string) *gobgpd {
 			t.Logf("gobgpd log:\n%s", tail(string(b), 40))
 		}
 	})
-	waitFor(t, 10*time.Second, "gobgpd API", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "gobgpd API", func() (bool, string) {
 		out, err := g.cli("global")
 		return err == nil, out
 	})
@@ -386,7 +388,7 @@ func TestSpeakerAgainstGoBGPd(t *testing.T) {
 	if err := sp.Announce(vip, Attributes{Communities: []string{"65001:7"}, MED: u32(9)}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "route in gobgpd", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route in gobgpd", func() (bool, string) {
 		p, ok := g.rib(t)[vip.String()]
 		return ok && p.NextHop == nodeIP.String() && slices.Equal(p.Communities, []uint32{65001<<16 | 7}) &&
 			p.MED != nil && *p.MED == 9, fmt.Sprintf("%+v", p)
@@ -394,7 +396,7 @@ func TestSpeakerAgainstGoBGPd(t *testing.T) {
 	if err := sp.Withdraw(vip); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "route gone from gobgpd", func() (bool, string) {
+	testenv.Eventually(t, 5*time.Second, "route gone from gobgpd", func() (bool, string) {
 		_, ok := g.rib(t)[vip.String()]
 		return !ok, "still there"
 	})

@@ -196,20 +196,6 @@ func start(t testing.TB, p *Prober) (stop func()) {
 	return stop
 }
 
-// waitFor polls cond until it holds, failing the test after timeout. The
-// timeouts are generous: the tests must pass on a loaded machine, and a
-// working prober makes them end long before.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("waited %v for %s", timeout, what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // stateOf returns key's state in p, or "" if p has no such target.
 func stateOf(p *Prober, key string) State {
 	return p.Snapshot()[key].State

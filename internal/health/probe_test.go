@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func TestProbeTCP(t *testing.T) {
@@ -32,7 +34,7 @@ func TestProbeTCP(t *testing.T) {
 			}
 		})
 	}
-	waitFor(t, 10*time.Second, "the listening server to see the connection", func() bool { return open.accepted.Load() > 0 })
+	testenv.EventuallyTrue(t, 10*time.Second, "the listening server to see the connection", func() bool { return open.accepted.Load() > 0 })
 }
 
 func errString(err error) string {
@@ -200,7 +202,7 @@ func TestProbeCancel(t *testing.T) {
 		_, err := run(ctx, s)
 		done <- outcome{err, time.Since(begin)}
 	}()
-	waitFor(t, 10*time.Second, "the probe to connect", func() bool { a, _, _ := hang.counts(); return a > 0 })
+	testenv.EventuallyTrue(t, 10*time.Second, "the probe to connect", func() bool { a, _, _ := hang.counts(); return a > 0 })
 	cancel()
 	select {
 	case o := <-done:

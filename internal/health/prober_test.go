@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestRiseFall switches a server between healthy and unhealthy and checks
@@ -23,25 +25,25 @@ func TestRiseFall(t *testing.T) {
 	start(t, p)
 
 	n := func() int { return len(rec.of("web")) }
-	waitFor(t, 10*time.Second, "a first result", func() bool { return n() >= 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a first result", func() bool { return n() >= 1 })
 	if signalled(p) {
 		t.Error("Changes signalled for unknown -> up, which is no flip")
 	}
 	count := n()
-	waitFor(t, 10*time.Second, "more successes", func() bool { return n() >= count+3 })
+	testenv.EventuallyTrue(t, 10*time.Second, "more successes", func() bool { return n() >= count+3 })
 
 	srv.status.Store(http.StatusServiceUnavailable)
-	waitFor(t, 10*time.Second, "the target to go down", func() bool { return stateOf(p, "web") == Down })
+	testenv.EventuallyTrue(t, 10*time.Second, "the target to go down", func() bool { return stateOf(p, "web") == Down })
 	select {
 	case <-p.Changes():
 	case <-time.After(10 * time.Second):
 		t.Fatal("no Changes signal after up -> down")
 	}
 	count = n()
-	waitFor(t, 10*time.Second, "more failures", func() bool { return n() >= count+3 })
+	testenv.EventuallyTrue(t, 10*time.Second, "more failures", func() bool { return n() >= count+3 })
 
 	srv.status.Store(http.StatusOK)
-	waitFor(t, 10*time.Second, "the target to come back up", func() bool { return stateOf(p, "web") == Up })
+	testenv.EventuallyTrue(t, 10*time.Second, "the target to come back up", func() bool { return stateOf(p, "web") == Up })
 	select {
 	case <-p.Changes():
 	case <-time.After(10 * time.Second):
@@ -108,7 +110,7 @@ func TestHangingBackend(t *testing.T) {
 		{Key: "tcp", Addr: loopback, Check: tcpCheck},
 	})
 	start(t, p)
-	waitFor(t, 10*time.Second, "both targets probed", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "both targets probed", func() bool {
 		s := p.Snapshot()
 		return !s["http"].LastCheck.IsZero() && !s["tcp"].LastCheck.IsZero()
 	})
@@ -145,11 +147,11 @@ func TestSet(t *testing.T) {
 		{Key: "stale", Addr: loopback, Check: slow},
 	})
 	start(t, p)
-	waitFor(t, 10*time.Second, "targets up and down", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "targets up and down", func() bool {
 		s := p.Snapshot()
 		return s["keep"].State == Up && s["change"].State == Up && s["remove"].State == Up && s["dead"].State == Down
 	})
-	waitFor(t, 10*time.Second, "a probe in flight to the hanging server", func() bool { a, _, _ := hang.counts(); return a > 0 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a probe in flight to the hanging server", func() bool { a, _, _ := hang.counts(); return a > 0 })
 	before := p.Snapshot()
 	drain(p)
 
@@ -192,13 +194,13 @@ func TestSet(t *testing.T) {
 	}
 
 	// Changed targets are probed at once.
-	waitFor(t, 10*time.Second, "changed targets probed", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "changed targets probed", func() bool {
 		s := p.Snapshot()
 		return s["change"].State == Up && s["dead"].State == Up && s["stale"].State == Up
 	})
 	// The hanging probe ends at its timeout; then no probe is in flight
 	// for it, and its result must have been dropped.
-	waitFor(t, 10*time.Second, "the stale probe to end", func() bool {
+	testenv.EventuallyTrue(t, 10*time.Second, "the stale probe to end", func() bool {
 		_, c, _ := hang.counts()
 		if c == 0 {
 			return false
@@ -248,10 +250,10 @@ func TestNone(t *testing.T) {
 
 	// Turning a none check into a tcp check probes it.
 	p.Set([]Target{{Key: "none", Addr: loopback, Check: Check{Type: TypeTCP, Port: srv.port}}})
-	waitFor(t, 10*time.Second, "the tcp check", func() bool { return !p.Snapshot()["none"].LastCheck.IsZero() })
+	testenv.EventuallyTrue(t, 10*time.Second, "the tcp check", func() bool { return !p.Snapshot()["none"].LastCheck.IsZero() })
 	// The check is done once the kernel completes the handshake, which
 	// can be before the server's Accept returns: wait for the server.
-	waitFor(t, 10*time.Second, "the server to accept the tcp check's connection", func() bool { return srv.accepted.Load() > 0 })
+	testenv.EventuallyTrue(t, 10*time.Second, "the server to accept the tcp check's connection", func() bool { return srv.accepted.Load() > 0 })
 }
 
 // TestChangesUnknownToDown: a first failure is a flip (unknown counted as
@@ -283,7 +285,7 @@ func TestNoOverlap(t *testing.T) {
 		Type: TypeHTTP, Port: hang.port, Interval: 20 * time.Millisecond, Timeout: timeout,
 	}}})
 	start(t, p)
-	waitFor(t, 10*time.Second, "four probes", func() bool { return len(rec.of("slow")) >= 4 })
+	testenv.EventuallyTrue(t, 10*time.Second, "four probes", func() bool { return len(rec.of("slow")) >= 4 })
 	rs := rec.of("slow")
 	for i := 1; i < len(rs); i++ {
 		if gap := rs[i].LastCheck.Sub(rs[i-1].LastCheck); gap < timeout {
@@ -322,7 +324,7 @@ func TestInflightBound(t *testing.T) {
 	// flight or finished, so accepted minus finished never exceeds the
 	// probes in flight, whatever the server's lag.
 	peak, workers := 0, 0
-	waitFor(t, 20*time.Second, "every target probed", func() bool {
+	testenv.EventuallyTrue(t, 20*time.Second, "every target probed", func() bool {
 		accepted, _, _ := hang.counts()
 		done := finished()
 		peak = max(peak, accepted-done)
@@ -346,7 +348,7 @@ func TestRunStops(t *testing.T) {
 	p := newProber(t)
 	p.Set([]Target{{Key: "slow", Addr: loopback, Check: Check{Type: TypeHTTP, Port: hang.port, Interval: time.Minute, Timeout: time.Minute}}})
 	stop := start(t, p)
-	waitFor(t, 10*time.Second, "a probe in flight", func() bool { a, _, _ := hang.counts(); return a == 1 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a probe in flight", func() bool { a, _, _ := hang.counts(); return a == 1 })
 	second := make(chan struct{})
 	go func() { p.Run(context.Background()); close(second) }()
 	select {
@@ -368,7 +370,7 @@ func TestRunStops(t *testing.T) {
 	}
 	p.mu.Unlock()
 	start(t, p)
-	waitFor(t, 10*time.Second, "a second Run to probe again", func() bool { a, _, _ := hang.counts(); return a == 2 })
+	testenv.EventuallyTrue(t, 10*time.Second, "a second Run to probe again", func() bool { a, _, _ := hang.counts(); return a == 2 })
 }
 
 // TestManyTargets: 2000 targets complete a round within an interval on a

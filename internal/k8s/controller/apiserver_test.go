@@ -153,23 +153,6 @@ func (in *instance) stop(t *testing.T) {
 	}
 }
 
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	var last string
-	for {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last: %s", what, timeout, last)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 const waitTime = 20 * time.Second
 
 func (e *apiEnv) createPool(t *testing.T, name string, spec map[string]any) {
@@ -201,7 +184,7 @@ func (e *apiEnv) get(t *testing.T, ns, name string) *corev1.Service {
 func (e *apiEnv) waitIngress(t *testing.T, ns, name, want string) string {
 	t.Helper()
 	var got string
-	waitFor(t, waitTime, fmt.Sprintf("service %s/%s ingress %q", ns, name, want), func() (bool, string) {
+	testenv.Eventually(t, waitTime, fmt.Sprintf("service %s/%s ingress %q", ns, name, want), func() (bool, string) {
 		got = ingressOf(e.get(t, ns, name))
 		return got == want || (want == "*" && got != ""), got
 	})
@@ -243,7 +226,7 @@ func (e *apiEnv) waitEvent(t *testing.T, ns, name, reason string, parts ...strin
 		evNS = metav1.NamespaceDefault
 	}
 	var msg string
-	waitFor(t, waitTime, fmt.Sprintf("%s Event on %s/%s with %q", reason, ns, name, parts), func() (bool, string) {
+	testenv.Eventually(t, waitTime, fmt.Sprintf("%s Event on %s/%s with %q", reason, ns, name, parts), func() (bool, string) {
 		list, err := e.client.CoreV1().Events(evNS).List(t.Context(), metav1.ListOptions{
 			FieldSelector: "involvedObject.name=" + name + ",reason=" + reason})
 		if err != nil {
@@ -268,7 +251,7 @@ func (e *apiEnv) waitEvent(t *testing.T, ns, name, reason string, parts ...strin
 
 func (e *apiEnv) waitPoolStatus(t *testing.T, name string, want api.AddressPoolStatus) {
 	t.Helper()
-	waitFor(t, waitTime, "status of pool "+name, func() (bool, string) {
+	testenv.Eventually(t, waitTime, "status of pool "+name, func() (bool, string) {
 		u, err := e.dyn.Resource(api.AddressPoolResource).Get(t.Context(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
@@ -425,7 +408,7 @@ func (e *apiEnv) testAllocate(t *testing.T) {
 	e.createService(t, lbService("alloc", "web"))
 	e.waitIngress(t, "alloc", "web", "10.100.1.0")
 	e.waitEvent(t, "alloc", "web", EventAllocated, "allocated 10.100.1.0 from address pool \"alloc\"")
-	waitFor(t, waitTime, "annotation", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "annotation", func() (bool, string) {
 		v := e.get(t, "alloc", "web").Annotations[api.AnnotationAllocatedFrom]
 		return v == "alloc", v
 	})
@@ -490,7 +473,7 @@ func (e *apiEnv) testConcurrentCreates(t *testing.T) {
 		return byAddr, without
 	}
 	var without []string
-	waitFor(t, waitTime, "8 addresses given", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "8 addresses given", func() (bool, string) {
 		var byAddr map[string]string
 		byAddr, without = holders()
 		return len(byAddr) == size, fmt.Sprint(byAddr)
@@ -510,7 +493,7 @@ func (e *apiEnv) testConcurrentCreates(t *testing.T) {
 		e.delete(t, "burst", byAddr[ip])
 		freed = append(freed, ip)
 	}
-	waitFor(t, waitTime, "the freed addresses given again", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "the freed addresses given again", func() (bool, string) {
 		byAddr, without := holders()
 		return len(byAddr) == size && len(without) == n-size-3, fmt.Sprint(byAddr)
 	})
@@ -586,7 +569,7 @@ func (e *apiEnv) testRelease(t *testing.T) {
 	// controller removes its annotation and frees the address.
 	e.modify(t, "rel", "s1", func(s *corev1.Service) { s.Spec.Type = corev1.ServiceTypeClusterIP })
 	e.waitEvent(t, "rel", "s1", EventReleased, "released 10.100.4.1")
-	waitFor(t, waitTime, "annotation removed", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "annotation removed", func() (bool, string) {
 		v, ok := e.get(t, "rel", "s1").Annotations[api.AnnotationAllocatedFrom]
 		return !ok, v
 	})
@@ -785,7 +768,7 @@ func (e *apiEnv) testRestartAndTwoInstances(t *testing.T, a *instance) *instance
 			t.Errorf("%s: %s before the restart, %q after", key, ip, after[key])
 		}
 	}
-	waitFor(t, waitTime, "b's allocations", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "b's allocations", func() (bool, string) {
 		got := value(b.metrics.allocations)
 		return got == 1, fmt.Sprintf("%v (want 1: only the new Service)", got)
 	})
@@ -808,7 +791,7 @@ func (e *apiEnv) testRestartAndTwoInstances(t *testing.T, a *instance) *instance
 	// b stops: c takes over, moves nothing, serves new Services.
 	before = e.addresses(t)
 	b.stop(t)
-	waitFor(t, waitTime, "c leads", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "c leads", func() (bool, string) {
 		h := e.leaseHolder(t)
 		return h == "c", h
 	})
@@ -869,12 +852,12 @@ func (e *apiEnv) testBinary(t *testing.T, kubeconfig string, c *instance) {
 		body, err := io.ReadAll(resp.Body)
 		return string(body), err
 	}
-	waitFor(t, waitTime, "standby /healthz", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "standby /healthz", func() (bool, string) {
 		body, err := get("/healthz")
 		return body == "ok: standby\n", fmt.Sprint(body, err)
 	})
 	c.stop(t)
-	waitFor(t, waitTime, "the binary leads", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "the binary leads", func() (bool, string) {
 		h := e.leaseHolder(t)
 		return h == "bin", h
 	})
@@ -884,7 +867,7 @@ func (e *apiEnv) testBinary(t *testing.T, kubeconfig string, c *instance) {
 	if body != "ok: leading\n" {
 		t.Errorf("/healthz: %q %v, want ok: leading", body, err)
 	}
-	waitFor(t, waitTime, "metrics", func() (bool, string) {
+	testenv.Eventually(t, waitTime, "metrics", func() (bool, string) {
 		body, err := get("/metrics")
 		ok := strings.Contains(body, "xlb_controller_leader 1") && strings.Contains(body, "xlb_controller_allocations_total 1") &&
 			strings.Contains(body, `xlb_controller_pool_addresses{pool="restart"} 8`) && strings.Contains(body, `xlb_controller_pool_addresses_assigned{pool="restart"} 4`)

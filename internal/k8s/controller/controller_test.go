@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/k8s/allocator"
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func newMetrics(t *testing.T) *Metrics {
@@ -93,7 +95,7 @@ func TestRestartRebuildsFromStatus(t *testing.T) {
 
 	// The two without an address get the two free ones, in either
 	// order.
-	eventually(t, "addresses for c/new and b/dup-younger", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "addresses for c/new and b/dup-younger", func() (bool, string) {
 		got := ingressOf(e.svc("c", "new")) + " " + ingressOf(e.svc("b", "dup-younger"))
 		return got == "10.99.0.0 10.99.0.4" || got == "10.99.0.4 10.99.0.0", got
 	})
@@ -227,7 +229,7 @@ func TestRelease(t *testing.T) {
 	s.Spec.LoadBalancerClass = ptr("example.com/lb")
 	s.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: "203.0.113.1"}}
 	e.update(s)
-	eventually(t, "release after the class change", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "release after the class change", func() (bool, string) {
 		used := value(e.metrics.poolUsed.WithLabelValues("p"))
 		return used == 1, fmt.Sprint(used)
 	})
@@ -259,7 +261,7 @@ func TestConflictIsRetried(t *testing.T) {
 	if got := value(m.conflicts); got != 3 {
 		t.Errorf("conflicts metric %v, want 3", got)
 	}
-	eventually(t, "allocations metric", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "allocations metric", func() (bool, string) {
 		got := value(m.allocations)
 		return got == 1, fmt.Sprint(got)
 	})
@@ -316,7 +318,7 @@ func TestPoolChanges(t *testing.T) {
 
 func (e *fakeEnv) waitPoolStatus(name string, want api.AddressPoolStatus) {
 	e.t.Helper()
-	eventually(e.t, "status of pool "+name, func() (bool, string) {
+	testenv.Eventually(e.t, 10*time.Second, "status of pool "+name, func() (bool, string) {
 		u, err := e.dyn.Resource(api.AddressPoolResource).Get(context.Background(), name, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()

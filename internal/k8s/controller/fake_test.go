@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // event is one Event a recorder got.
@@ -147,22 +148,6 @@ func (e *fakeEnv) stop() {
 	e.cancel = nil
 }
 
-// eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	var last string
-	for time.Now().Before(deadline) {
-		ok, state := cond()
-		if ok {
-			return
-		}
-		last = state
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatalf("%s: not within 10 s; last: %s", what, last)
-}
-
 func (e *fakeEnv) svc(ns, name string) *corev1.Service {
 	e.t.Helper()
 	s, err := e.client.CoreV1().Services(ns).Get(context.Background(), name, metav1.GetOptions{})
@@ -176,7 +161,7 @@ func (e *fakeEnv) svc(ns, name string) *corev1.Service {
 func (e *fakeEnv) waitIngress(ns, name, want string) *corev1.Service {
 	e.t.Helper()
 	var s *corev1.Service
-	eventually(e.t, fmt.Sprintf("service %s/%s ingress %q", ns, name, want), func() (bool, string) {
+	testenv.Eventually(e.t, 10*time.Second, fmt.Sprintf("service %s/%s ingress %q", ns, name, want), func() (bool, string) {
 		s = e.svc(ns, name)
 		got := ingressOf(s)
 		return got == want, fmt.Sprintf("ingress %q", got)
@@ -189,7 +174,7 @@ func (e *fakeEnv) waitIngress(ns, name, want string) *corev1.Service {
 func (e *fakeEnv) waitEvent(object, reason string, parts ...string) event {
 	e.t.Helper()
 	var found event
-	eventually(e.t, fmt.Sprintf("%s event on %s with %q", reason, object, parts), func() (bool, string) {
+	testenv.Eventually(e.t, 10*time.Second, fmt.Sprintf("%s event on %s with %q", reason, object, parts), func() (bool, string) {
 		evs := e.events.find(object, reason)
 	next:
 		for _, ev := range evs {
@@ -299,7 +284,7 @@ func value(c prometheus.Metric) float64 {
 // want ("": absent).
 func (e *fakeEnv) waitAnnotation(ns, name, want string) {
 	e.t.Helper()
-	eventually(e.t, fmt.Sprintf("service %s/%s annotation %s=%q", ns, name, api.AnnotationAllocatedFrom, want), func() (bool, string) {
+	testenv.Eventually(e.t, 10*time.Second, fmt.Sprintf("service %s/%s annotation %s=%q", ns, name, api.AnnotationAllocatedFrom, want), func() (bool, string) {
 		v, ok := e.svc(ns, name).Annotations[api.AnnotationAllocatedFrom]
 		return v == want && ok == (want != ""), v
 	})

@@ -13,6 +13,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/history"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // webSlice is the EndpointSlice of Service a/name with ready endpoints at
@@ -45,7 +46,7 @@ func TestEndpointHistory(t *testing.T) {
 		webSlice("plain", "10.244.1.2"),
 	}, poolObject("p", map[string]any{"addresses": []any{"10.99.0.0/30"}}))
 	e.start(Options{Metrics: newMetrics(t)})
-	eventually(t, "an address for a/web", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "an address for a/web", func() (bool, string) {
 		ing := ingressOf(e.svc("a", "web"))
 		return ing != "", ing
 	})
@@ -61,7 +62,7 @@ func TestEndpointHistory(t *testing.T) {
 		}
 		return h, v
 	}
-	eventually(t, "the first record", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the first record", func() (bool, string) {
 		h, v := read()
 		return len(h.Sets["80/TCP"]) == 2 && len(h.Past) == 0, v
 	})
@@ -71,7 +72,7 @@ func TestEndpointHistory(t *testing.T) {
 	if _, err := e.client.DiscoveryV1().EndpointSlices("a").Update(context.Background(), webSlice("web", "-10.244.1.2", "10.244.1.3"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the change recorded", func() (bool, string) {
+	testenv.Eventually(t, 10*time.Second, "the change recorded", func() (bool, string) {
 		h, v := read()
 		return len(h.Sets["80/TCP"]) == 1 && len(h.Past) == 1 && len(h.Past[0].Sets["80/TCP"]) == 2, v
 	})
