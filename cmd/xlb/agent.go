@@ -367,7 +367,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Interface:   cfg.Node.Interface,
 		NodeAddr:    nodeAddr,
 		PinPath:     pinPath,
-		AttachMode:  cfg.Dataplane.AttachMode,
+		AttachMode:  string(cfg.Dataplane.AttachMode),
 		TableSize:   cfg.Dataplane.TableSize,
 		MaxBackends: cfg.Dataplane.MaxBackends,
 		// 0: the data plane's default.
