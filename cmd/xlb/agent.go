@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/agent"
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
@@ -392,13 +393,9 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// change the AS at any time, and a reloaded file may add or remove
 	// the section (removed, every route is withdrawn and nothing is
 	// announced; status then shows no BGP).
-	sp, err := source.NewRoutes(cfg.BGP, nodeAddr, log)
+	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, log)
 	if err != nil {
 		return err
-	}
-	var updates <-chan agent.Update
-	if src != nil {
-		updates = src.Updates()
 	}
 	opts := agent.Options{
 		ConfigPath: path,
@@ -408,8 +405,10 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		PinPath:    pinPath,
 		Version:    version,
 		Logger:     log,
-		Updates:    updates,
 		Routes:     sp,
+	}
+	if src != nil {
+		opts.Source = src
 	}
 	a, err := agent.New(opts)
 	if err != nil {

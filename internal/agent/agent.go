@@ -18,6 +18,7 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/internal/source"
 )
 
 // Options configure New.
@@ -39,23 +40,13 @@ type Options struct {
 	// Routes announces the served VIPs over BGP; nil without a bgp
 	// section. Run starts announcing; the caller starts and shuts it down.
 	Routes Routes
-	// Updates delivers whole new configurations from a source other
+	// Source delivers whole new configurations from a source other
 	// than the file (Kubernetes); Run applies each as a reload does,
-	// keeping the running one if it fails. Nil: the file only. With
-	// Updates the source owns the file (it builds on it): the agent
+	// keeping the running one if it fails. Nil: the file only. With a
+	// Source the source owns the file (it builds on it): the agent
 	// neither watches nor reloads it, and ConfigPath only names it in
 	// status.
-	Updates <-chan Update
-}
-
-// Update is a new desired configuration from a source, or the error that
-// keeps the source from producing one (shown by status; the running
-// configuration stays).
-type Update struct {
-	Config *config.Config
-	Err    error
-	// Source names where it came from, for the log ("kubernetes").
-	Source string
+	Source source.Source
 }
 
 // Agent owns the running configuration: it applies it through a
@@ -87,9 +78,9 @@ type Agent struct {
 	// Guarded by applyMu.
 	probed map[string]probed
 
-	timings *timings      // reconcile durations
-	routes  Routes        // nil: nothing is announced
-	updates <-chan Update // nil: the file is the only source
+	timings *timings             // reconcile durations
+	routes  Routes               // nil: nothing is announced
+	updates <-chan source.Update // nil: the file is the only source
 	// routesLive is set when Run starts: only then is the data plane
 	// attached and routes may be announced. Guarded by applyMu.
 	routesLive bool
@@ -175,8 +166,10 @@ func newAgent(o Options) (*Agent, error) {
 		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:    newTimings(),
 		routes:     o.Routes,
-		updates:    o.Updates,
 		runCtx:     context.Background(),
+	}
+	if o.Source != nil {
+		a.updates = o.Source.Updates()
 	}
 	return a, nil
 }
@@ -210,7 +203,7 @@ func (a *Agent) apply(old, cfg *config.Config) error {
 // inode) changes (or applies Options.Updates instead), and retries a
 // failed apply, until ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	// With a source, the file is the source's to follow (Options.Updates).
+	// With a source, the file is the source's to follow (Options.Source).
 	followFile := a.updates == nil
 	hup := make(chan os.Signal, 1)
 	if followFile {
@@ -317,9 +310,9 @@ func (a *Agent) Reload(reason string) error {
 	return a.replace(cfg, reason)
 }
 
-// Replace applies a configuration from o.Updates as Reload applies the
-// file's.
-func (a *Agent) Replace(u Update) error {
+// Replace applies a configuration from Options.Source as Reload applies
+// the file's.
+func (a *Agent) Replace(u source.Update) error {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
 	if u.Err != nil || u.Config == nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/internal/source"
 )
 
 // warmLog records the addresses the agent warms instead of sending
@@ -202,11 +203,11 @@ func TestAgentReload(t *testing.T) {
 	verify(t, f, a.rec, baseConfig())
 }
 
-// TestAgentRunAppliesUpdates: a configuration from Options.Updates (the
+// TestAgentRunAppliesUpdates: a configuration from Options.Source (the
 // Kubernetes source) is applied like a reloaded file; a source error
 // keeps the running configuration and shows in status.
 func TestAgentRunAppliesUpdates(t *testing.T) {
-	updates := make(chan Update)
+	updates := make(chan source.Update)
 	a, f, _ := testAgent(t, baseConfig(), nil)
 	a.updates = updates
 	ctx, cancel := context.WithCancel(context.Background())
@@ -219,7 +220,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 
 	next := baseConfig()
 	next.Services = next.Services[:1]
-	updates <- Update{Config: next, Source: "test source"}
+	updates <- source.Update{Config: next, Source: "test source"}
 	waitFor(t, "generation 2", func() bool { return status(t, a).Config.Generation == 2 })
 	st := status(t, a)
 	if len(st.Services) != 1 || st.Config.Result != api.ResultOK {
@@ -228,7 +229,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 	verify(t, f, a.rec, next)
 
 	mark := f.mark()
-	updates <- Update{Err: errors.New("watch failed"), Source: "test source"}
+	updates <- source.Update{Err: errors.New("watch failed"), Source: "test source"}
 	waitFor(t, "the source error", func() bool { return status(t, a).Config.Result == api.ResultError })
 	st = status(t, a)
 	if !strings.Contains(st.Config.Error, "test source: watch failed") || len(st.Services) != 1 || st.Config.Generation != 2 {
@@ -280,7 +281,7 @@ func TestAgentRunLeavesFileToSource(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = 10 * time.Millisecond
-	updates := make(chan Update)
+	updates := make(chan source.Update)
 	a.updates = updates
 	routes := &fakeRoutes{}
 	a.routes = routes
@@ -301,8 +302,8 @@ func TestAgentRunLeavesFileToSource(t *testing.T) {
 
 	withBGP := mustLoad(t, path)
 	withBGP.BGP = &config.BGP{ASN: 65001, HoldTime: config.DefaultHoldTime, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: 179}}}
-	updates <- Update{Config: withBGP, Source: "test source"}
-	updates <- Update{Config: mustLoad(t, path), Source: "test source"}
+	updates <- source.Update{Config: withBGP, Source: "test source"}
+	updates <- source.Update{Config: mustLoad(t, path), Source: "test source"}
 	waitFor(t, "generation 3", func() bool { return status(t, a).Config.Generation == 3 })
 	if st := status(t, a); st.Config.Result != api.ResultOK || routes.count() != 2 {
 		t.Errorf("after a bgp section came and went: %+v, %d reconfigurations, want 2", st.Config, routes.count())
