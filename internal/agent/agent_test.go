@@ -81,7 +81,7 @@ func testAgentWith(t *testing.T, path string, cfg *config.Config, load func(stri
 	w := &warmLog{}
 	a.warm = w.warm
 	if load != nil {
-		a.load = load
+		loads.Store(a, load)
 	}
 	if err := a.start(); err != nil {
 		t.Fatal(err)
@@ -158,7 +158,7 @@ func TestAgentReload(t *testing.T) {
 	// A changed file: applied, generation 2, only new backends warmed.
 	next = baseConfig()
 	next.Services[1].Backends = append(next.Services[1].Backends, be("10.0.3.3", 1), be("10.0.3.7", 1))
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, a)
@@ -175,7 +175,7 @@ func TestAgentReload(t *testing.T) {
 	// A broken file: the running configuration stays, the error is shown.
 	loadErr = errors.New("test.yaml:3: services[0].port: must be 1-65535")
 	mark := f.mark()
-	if err := a.Reload("test"); err == nil {
+	if err := reload(a); err == nil {
 		t.Fatal("Reload of a broken file succeeded")
 	}
 	st = status(t, a)
@@ -193,7 +193,7 @@ func TestAgentReload(t *testing.T) {
 	// Fixed again.
 	loadErr = nil
 	next = baseConfig()
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	st = status(t, a)
@@ -268,9 +268,8 @@ func (r *fakeRoutes) count() int {
 	return len(r.sections)
 }
 
-// TestAgentRunLeavesFileToSource: with Options.Updates the file is the
-// source's (it builds on it): the agent does not reload it when it
-// changes. A bgp section that a source adds and removes again reaches
+// TestAgentRunLeavesFileToSource: the file is its source's (here one
+// that builds on it): the agent does not reload it when it changes. A bgp section that a source adds and removes again reaches
 // Routes both times.
 func TestAgentRunLeavesFileToSource(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "xlb.yaml")
@@ -319,7 +318,7 @@ func TestAgentRetriesFailedApply(t *testing.T) {
 	next := baseConfig()
 	a, f, _ := testAgent(t, cfgOf(baseConfig().Services[0]), func(string) (*config.Config, error) { return next, nil })
 	f.failKey[1] = errInjected // dns will get service ID 1
-	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+	if err := reload(a); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the injected error", err)
 	}
 	st := status(t, a)
@@ -391,16 +390,17 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	}
 	a, f, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = 10 * time.Millisecond
-	a.settle = 20 * time.Millisecond
+	src := followFile(a, 10*time.Millisecond, 20*time.Millisecond)
 
 	// Keep SIGHUP from killing the test binary should it arrive before
-	// Run subscribes to it.
+	// the source subscribes to it.
 	hup := make(chan os.Signal, 16)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -453,10 +453,11 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = time.Hour
-	a.settle = 20 * time.Millisecond // rewritten every 500 ms below
+	src := followFile(a, time.Hour, 20*time.Millisecond) // rewritten every 500 ms below
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -468,9 +469,9 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	}()
 	gen := func() uint64 { return status(t, a).Config.Generation }
 
-	// Run sets up its watch as it starts, and nothing tells when it is
-	// done: a write before it goes unnoticed (polling is off), so write
-	// again until one is applied.
+	// The source sets up its watch as it starts, and nothing tells when
+	// it is done: a write before it goes unnoticed (polling is off), so
+	// write again until one is applied.
 	deadline := time.Now().Add(5 * time.Second)
 	for gen() < 2 {
 		if time.Now().After(deadline) {
@@ -641,7 +642,7 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 	routes := &fakeRoutes{}
 	a.routes = routes
 	routes.failWith(errInjected)
-	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+	if err := reload(a); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the injected error", err)
 	}
 	a.retryEvery = 0
@@ -659,7 +660,7 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 		t.Errorf("a retry with nothing failed reconfigured again: %d", routes.count())
 	}
 	// The same section again by reload: nothing to hand over.
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	if routes.count() != 3 {

@@ -16,6 +16,7 @@ func TestFlowIsOneWay(t *testing.T) {
 	for pkg, forbidden := range map[string][]string{
 		"config":        {"agent", "announce", "dataplane", "source", "k8s"},
 		"source":        {"agent", "announce", "dataplane", "k8s"},
+		"source/file":   {"agent", "announce", "dataplane", "k8s"},
 		"k8s/source":    {"agent", "announce", "dataplane"},
 		"announce":      {"agent", "source", "k8s", "dataplane"},
 		"config/schema": {"config", "agent", "announce", "dataplane", "source", "k8s"},

@@ -13,8 +13,12 @@ import "github.com/xlbproject/xlb/internal/config"
 type Update struct {
 	Config *config.Config
 	Err    error
-	// Source names where it came from, for the log ("kubernetes").
+	// Source names where it came from, for the log ("file",
+	// "kubernetes").
 	Source string
+	// Trigger says what made the source read again, for the log
+	// ("SIGHUP", "file changed"); "" when the source says no more.
+	Trigger string
 }
 
 // Source delivers configurations.
