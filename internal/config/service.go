@@ -254,11 +254,13 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 				c.placed = append(c.placed, placedAddr{addr: a, line: g.At.Value, path: at})
 			}
 		}
-		if n, ok := c.integer(v.Port, join(p, "port"), 1, 65535); ok {
-			if servicePort != 0 && uint16(n) != servicePort && !translate {
-				c.errorf(v.Port.At.Value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d", n, servicePort, servicePort)
+		if v.Port.Given {
+			if n, ok := c.integer(v.Port, join(p, "port"), 1, 65535); ok {
+				if servicePort != 0 && uint16(n) != servicePort && !translate {
+					c.errorf(v.Port.At.Value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d", n, servicePort, servicePort)
+				}
+				b.Port = uint16(n)
 			}
-			b.Port = uint16(n)
 		}
 		if v.Weight.Given {
 			if n, ok := c.integer(v.Weight, join(p, "weight"), 0, MaxWeight); ok {

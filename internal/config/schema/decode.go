@@ -47,7 +47,11 @@ func Decode(filename string, data []byte) (*Document, *Errors) {
 // decoder walks a yaml.Node tree into a Document and collects every
 // problem it finds instead of stopping at the first.
 type decoder struct {
-	errs      Errors
+	errs Errors
+	// path is the field path of the value being read, e.g.
+	// services[1].backends[0]: built in place, made a string only for
+	// an error.
+	path      []byte
 	reported  map[reported]bool
 	misspelt  map[string]bool
 	steps     int
@@ -61,7 +65,13 @@ type reported struct {
 	path string
 }
 
-func (d *decoder) errorf(n *yaml.Node, path, format string, args ...any) {
+// errorf reports a problem at the value being read.
+func (d *decoder) errorf(n *yaml.Node, format string, args ...any) {
+	d.errorAt(n, string(d.path), format, args...)
+}
+
+// errorAt reports a problem at n and path.
+func (d *decoder) errorAt(n *yaml.Node, path, format string, args ...any) {
 	if d.exhausted {
 		// What follows the budget error comes from a half-read document.
 		return
@@ -81,7 +91,7 @@ func (d *decoder) step() bool {
 	}
 	d.steps++
 	if d.steps > d.maxSteps {
-		d.errorf(nil, "", "the document expands to too many nodes through aliases or merge keys; write the configuration out without them")
+		d.errorAt(nil, "", "the document expands to too many nodes through aliases or merge keys; write the configuration out without them")
 		d.exhausted = true
 		return false
 	}
@@ -97,7 +107,7 @@ func (d *decoder) resolve(n *yaml.Node) *yaml.Node {
 		}
 		if i > 0 || n.Alias == nil {
 			// The parser only lets aliases name anchored, non-alias nodes.
-			d.errorf(n, "", "alias *%s cannot be resolved", Show(n.Value))
+			d.errorAt(n, "", "alias *%s cannot be resolved", Show(n.Value))
 			return nil
 		}
 		n = n.Alias
@@ -117,7 +127,7 @@ func (d *decoder) document(data []byte) (doc *Document) {
 	// must become an error, not a crashed agent.
 	defer func() {
 		if r := recover(); r != nil {
-			d.errorf(nil, "", "invalid YAML: the parser failed (%v)", r)
+			d.errorAt(nil, "", "invalid YAML: the parser failed (%v)", r)
 			doc = nil
 		}
 	}()
@@ -125,7 +135,7 @@ func (d *decoder) document(data []byte) (doc *Document) {
 	var root yaml.Node
 	if err := dec.Decode(&root); err != nil {
 		if errors.Is(err, io.EOF) {
-			d.errorf(nil, "", "the file is empty; it needs at least a node section with the interface, e.g. \"node: {interface: eth0}\"")
+			d.errorAt(nil, "", "the file is empty; it needs at least a node section with the interface, e.g. \"node: {interface: eth0}\"")
 			return nil
 		}
 		d.yamlError(data, err)
@@ -138,11 +148,11 @@ func (d *decoder) document(data []byte) (doc *Document) {
 		d.yamlError(data, err)
 		return nil
 	case !emptyDocument(&next):
-		d.errorf(&next, "", "a second YAML document starts here (\"---\"); the configuration must be a single document")
+		d.errorAt(&next, "", "a second YAML document starts here (\"---\"); the configuration must be a single document")
 		return nil
 	}
 	if emptyDocument(&root) {
-		d.errorf(nil, "", "the file holds no configuration; it needs at least a node section with the interface, e.g. \"node: {interface: eth0}\"")
+		d.errorAt(nil, "", "the file holds no configuration; it needs at least a node section with the interface, e.g. \"node: {interface: eth0}\"")
 		return nil
 	}
 	top := d.resolve(root.Content[0])
@@ -150,11 +160,11 @@ func (d *decoder) document(data []byte) (doc *Document) {
 		return nil
 	}
 	if top.Kind != yaml.MappingNode {
-		d.errorf(top, "", "the top level must be a mapping of sections (node, api, dataplane, bgp, services, kubernetes), got %s", describe(top))
+		d.errorAt(top, "", "the top level must be a mapping of sections (node, api, dataplane, bgp, services, kubernetes), got %s", describe(top))
 		return nil
 	}
 	doc = &Document{At: Pos{Key: Line(top.Line), Value: Line(top.Line), Node: Line(top.Line)}}
-	d.fields(reflect.ValueOf(doc).Elem(), top, "")
+	d.fields(reflect.ValueOf(doc).Elem(), top)
 	doc.Misspelt = d.misspelt
 	return doc
 }
@@ -228,10 +238,11 @@ type pair struct {
 
 // decodable is a *Field of any type.
 type decodable interface {
-	decode(d *decoder, p pair, path string)
+	decode(d *decoder, p pair)
 }
 
-func (f *Field[T]) decode(d *decoder, p pair, path string) {
+// decode reads the value of p into f; d.path is its path.
+func (f *Field[T]) decode(d *decoder, p pair) {
 	f.Given = true
 	f.At = Pos{Key: Line(p.key.Line), Value: Line(p.value.Line)}
 	before := d.errs.Len()
@@ -240,21 +251,21 @@ func (f *Field[T]) decode(d *decoder, p pair, path string) {
 		f.At.Node = Line(n.Line)
 		switch v := any(&f.V).(type) {
 		case *string:
-			ok = d.str(p.key, n, path, v)
+			ok = d.str(p.key, n, v)
 		case *Text:
-			ok = d.text(p.key, n, path, v)
+			ok = d.text(p.key, n, v)
 		case *Int:
-			ok = d.integer(p.key, n, path, v)
+			ok = d.integer(p.key, n, v)
 		case *ASN:
-			ok = d.asn(p.key, n, path, v)
+			ok = d.asn(p.key, n, v)
 		case *bool:
-			ok = d.boolean(p.key, n, path, v)
+			ok = d.boolean(p.key, n, v)
 		case *Duration:
-			ok = d.duration(p.key, n, path, v)
+			ok = d.duration(p.key, n, v)
 		case *Status:
-			ok = d.status(p.key, n, path, v)
+			ok = d.status(p.key, n, v)
 		default:
-			ok = d.compound(reflect.ValueOf(v).Elem(), n, path)
+			ok = d.compound(reflect.ValueOf(v).Elem(), n)
 		}
 	}
 	if !ok {
@@ -266,51 +277,73 @@ func (f *Field[T]) decode(d *decoder, p pair, path string) {
 
 // compound reads a mapping into the struct v (or a new one v points to),
 // or a list into the slice v.
-func (d *decoder) compound(v reflect.Value, n *yaml.Node, path string) bool {
+func (d *decoder) compound(v reflect.Value, n *yaml.Node) bool {
 	switch v.Kind() {
 	case reflect.Slice:
-		return d.list(v, n, path)
+		return d.list(v, n)
 	case reflect.Pointer:
 		v.Set(reflect.New(v.Type().Elem()))
 		v = v.Elem()
 	}
 	info := infoOf(v.Type())
 	if n.Kind != yaml.MappingNode && !(isNull(n) && info.nullOK) {
-		d.errorf(n, path, info.expected, describe(n))
+		d.errorf(n, info.expected, describe(n))
 		return false
 	}
-	d.fields(v, n, path)
+	d.fields(v, n)
 	return true
 }
 
 // fields reads the mapping n (null: an empty one) into the struct v.
-func (d *decoder) fields(v reflect.Value, n *yaml.Node, path string) {
+func (d *decoder) fields(v reflect.Value, n *yaml.Node) {
 	info := infoOf(v.Type())
-	got := make([]pair, len(info.names))
-	d.mapping(n, path, info.names, got)
+	var buf [12]pair
+	got := buf[:0]
+	if len(info.names) > len(buf) {
+		got = make([]pair, 0, len(info.names))
+	}
+	got = got[:len(info.names)]
+	d.mapping(n, info.names, got)
 	for i, p := range got {
 		if p.key != nil {
-			v.Field(info.index[i]).Addr().Interface().(decodable).decode(d, p, join(path, info.names[i]))
+			at := d.enter(info.names[i])
+			v.Field(info.index[i]).Addr().Interface().(decodable).decode(d, p)
+			d.path = d.path[:at]
 		}
 	}
 }
 
+// enter appends a field name to d.path and returns the length to cut it
+// back to.
+func (d *decoder) enter(name string) int {
+	at := len(d.path)
+	if at > 0 {
+		d.path = append(d.path, '.')
+	}
+	d.path = append(d.path, name...)
+	return at
+}
+
 // list reads the list n (null: an empty one) into the slice v, whose
 // items are Fields.
-func (d *decoder) list(v reflect.Value, n *yaml.Node, path string) bool {
+func (d *decoder) list(v reflect.Value, n *yaml.Node) bool {
 	if isNull(n) {
 		return true
 	}
 	if n.Kind != yaml.SequenceNode {
-		d.errorf(n, path, "expected a list (lines starting with \"- \"), got %s", describe(n))
+		d.errorf(n, "expected a list (lines starting with \"- \"), got %s", describe(n))
 		return false
 	}
 	items := reflect.MakeSlice(v.Type(), len(n.Content), len(n.Content))
+	at := len(d.path)
 	for i, item := range n.Content {
 		if d.exhausted {
 			break
 		}
-		items.Index(i).Addr().Interface().(decodable).decode(d, pair{item, item}, index(path, i))
+		d.path = strconv.AppendInt(append(d.path, '['), int64(i), 10)
+		d.path = append(d.path, ']')
+		items.Index(i).Addr().Interface().(decodable).decode(d, pair{item, item})
+		d.path = d.path[:at]
 	}
 	v.Set(items)
 	return true
@@ -363,13 +396,13 @@ func Fields[T any]() []string {
 // written. Merge keys ("<<: *anchor") are expanded with the explicit keys
 // taking precedence, as YAML defines. Duplicate keys and keys not in
 // known are reported. A null n is an empty mapping.
-func (d *decoder) mapping(n *yaml.Node, path string, known []string, got []pair) {
+func (d *decoder) mapping(n *yaml.Node, known []string, got []pair) {
 	n = d.resolve(n)
 	if n == nil || isNull(n) {
 		return
 	}
 	if n.Kind != yaml.MappingNode {
-		d.errorf(n, path, "expected a mapping (key: value lines), got %s", describe(n))
+		d.errorf(n, "expected a mapping (key: value lines), got %s", describe(n))
 		return
 	}
 	explicit := map[string]int{} // key -> line of its first occurrence
@@ -388,18 +421,18 @@ func (d *decoder) mapping(n *yaml.Node, path string, known []string, got []pair)
 			return
 		}
 		if k.Kind != yaml.ScalarNode {
-			d.errorf(k, path, "a field name must be a plain word, got %s", describe(k))
+			d.errorf(k, "a field name must be a plain word, got %s", describe(k))
 			continue
 		}
 		name := k.Value
 		if first, dup := explicit[name]; dup {
-			d.errorf(k, join(path, name), "appears twice in the same mapping (first at line %d); keep one", first)
+			d.errorAt(k, join(string(d.path), name), "appears twice in the same mapping (first at line %d); keep one", first)
 			continue
 		}
 		explicit[name] = k.Line
 		at := slices.Index(known, name)
 		if at < 0 {
-			d.unknown(k, path, name, known)
+			d.unknown(k, string(d.path), name, known)
 			continue
 		}
 		got[at] = pair{key: k, value: v}
@@ -407,9 +440,9 @@ func (d *decoder) mapping(n *yaml.Node, path string, known []string, got []pair)
 	// Merged fields fill in only what the mapping does not set itself;
 	// among several merged mappings the first one wins.
 	for _, m := range merges {
-		for _, src := range d.mergeSources(m, path) {
+		for _, src := range d.mergeSources(m) {
 			merged := make([]pair, len(known))
-			d.mapping(src, path, known, merged)
+			d.mapping(src, known, merged)
 			for i, p := range merged {
 				if p.key == nil {
 					continue
@@ -426,7 +459,7 @@ func (d *decoder) mapping(n *yaml.Node, path string, known []string, got []pair)
 
 // mergeSources returns the mappings named by the value of a merge key: one
 // mapping or a list of them.
-func (d *decoder) mergeSources(v *yaml.Node, path string) []*yaml.Node {
+func (d *decoder) mergeSources(v *yaml.Node) []*yaml.Node {
 	v = d.resolve(v)
 	if v == nil {
 		return nil
@@ -442,14 +475,14 @@ func (d *decoder) mergeSources(v *yaml.Node, path string) []*yaml.Node {
 				return out
 			}
 			if e.Kind != yaml.MappingNode {
-				d.errorf(e, path, "a merge key (<<) takes a mapping or a list of mappings, got %s", describe(e))
+				d.errorf(e, "a merge key (<<) takes a mapping or a list of mappings, got %s", describe(e))
 				continue
 			}
 			out = append(out, e)
 		}
 		return out
 	}
-	d.errorf(v, path, "a merge key (<<) takes a mapping or a list of mappings, got %s", describe(v))
+	d.errorf(v, "a merge key (<<) takes a mapping or a list of mappings, got %s", describe(v))
 	return nil
 }
 
@@ -468,48 +501,48 @@ func (d *decoder) unknown(k *yaml.Node, path, name string, known []string) {
 	}
 	d.reported[r] = true
 	if s := suggest(name, known); s != "" {
-		d.errorf(k, at, "unknown field (did you mean %q?)", s)
+		d.errorAt(k, at, "unknown field (did you mean %q?)", s)
 		if d.misspelt == nil {
 			d.misspelt = map[string]bool{}
 		}
 		d.misspelt[join(path, s)] = true
 		return
 	}
-	d.errorf(k, at, "unknown field; valid fields here: %s", strings.Join(known, ", "))
+	d.errorAt(k, at, "unknown field; valid fields here: %s", strings.Join(known, ", "))
 }
 
 // noValue reports a field written without a value.
-func (d *decoder) noValue(key *yaml.Node, path string) bool {
-	d.errorf(key, path, "has no value; give one or remove the field")
+func (d *decoder) noValue(key *yaml.Node) bool {
+	d.errorf(key, "has no value; give one or remove the field")
 	return false
 }
 
 // str reads a string. Numbers and booleans are not strings: YAML would
 // have turned them into something else.
-func (d *decoder) str(key, v *yaml.Node, path string, out *string) bool {
+func (d *decoder) str(key, v *yaml.Node, out *string) bool {
 	switch {
 	case v.Kind == yaml.ScalarNode && v.ShortTag() == "!!str":
 		*out = v.Value
 		return true
 	case isNull(v):
-		return d.noValue(key, path)
+		return d.noValue(key)
 	case v.Kind == yaml.ScalarNode && v.Tag != "" && v.Tag[0] == '!' && !strings.HasPrefix(v.Tag, "!!"):
-		d.errorf(v, path, "expected a string, got a value with the custom tag %s", Show(v.Tag))
+		d.errorf(v, "expected a string, got a value with the custom tag %s", Show(v.Tag))
 	case v.Kind == yaml.ScalarNode:
-		d.errorf(v, path, "expected a string, got %s; quote it (%q) if you mean the text", describe(v), v.Value)
+		d.errorf(v, "expected a string, got %s; quote it (%q) if you mean the text", describe(v), v.Value)
 	default:
-		d.errorf(v, path, "expected a string, got %s", describe(v))
+		d.errorf(v, "expected a string, got %s", describe(v))
 	}
 	return false
 }
 
 // text reads the text of any non-null scalar.
-func (d *decoder) text(key, v *yaml.Node, path string, out *Text) bool {
+func (d *decoder) text(key, v *yaml.Node, out *Text) bool {
 	switch {
 	case isNull(v):
-		return d.noValue(key, path)
+		return d.noValue(key)
 	case v.Kind != yaml.ScalarNode:
-		d.errorf(v, path, "expected a single value, got %s", describe(v))
+		d.errorf(v, "expected a single value, got %s", describe(v))
 		return false
 	}
 	*out = Text(v.Value)
@@ -517,12 +550,12 @@ func (d *decoder) text(key, v *yaml.Node, path string, out *Text) bool {
 }
 
 // integer reads a whole number.
-func (d *decoder) integer(key, v *yaml.Node, path string, out *Int) bool {
+func (d *decoder) integer(key, v *yaml.Node, out *Int) bool {
 	if isNull(v) {
-		return d.noValue(key, path)
+		return d.noValue(key)
 	}
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!int" {
-		d.errorf(v, path, "expected a whole number, got %s", describe(v))
+		d.errorf(v, "expected a whole number, got %s", describe(v))
 		return false
 	}
 	n, ok := plainDecimal(v.Value)
@@ -537,14 +570,14 @@ func (d *decoder) integer(key, v *yaml.Node, path string, out *Int) bool {
 }
 
 // asn reads an AS number: a whole number, not in asdot notation.
-func (d *decoder) asn(key, v *yaml.Node, path string, out *ASN) bool {
+func (d *decoder) asn(key, v *yaml.Node, out *ASN) bool {
 	if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!float" || v.ShortTag() == "!!str") {
 		if n, ok := asdot(v.Value); ok {
-			d.errorf(v, path, "%s is in asdot notation; write the ASN as one number: %d", v.Value, n)
+			d.errorf(v, "%s is in asdot notation; write the ASN as one number: %d", v.Value, n)
 			return false
 		}
 	}
-	return d.integer(key, v, path, (*Int)(out))
+	return d.integer(key, v, (*Int)(out))
 }
 
 // asdot parses the asdot notation of an ASN, "HIGH.LOW" (RFC 5396), so
@@ -581,16 +614,16 @@ func plainDecimal(s string) (int64, bool) {
 }
 
 // boolean reads true or false.
-func (d *decoder) boolean(key, v *yaml.Node, path string, out *bool) bool {
+func (d *decoder) boolean(key, v *yaml.Node, out *bool) bool {
 	if isNull(v) {
-		return d.noValue(key, path)
+		return d.noValue(key)
 	}
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
-		d.errorf(v, path, "expected true or false, got %s", describe(v))
+		d.errorf(v, "expected true or false, got %s", describe(v))
 		return false
 	}
 	if err := v.Decode(out); err != nil {
-		d.errorf(v, path, "expected true or false, got %s", describe(v))
+		d.errorf(v, "expected true or false, got %s", describe(v))
 		return false
 	}
 	return true
@@ -598,9 +631,9 @@ func (d *decoder) boolean(key, v *yaml.Node, path string, out *bool) bool {
 
 // duration reads a Go duration string such as 500ms or 2s. A bare 0 is
 // accepted: without a unit it can only mean zero.
-func (d *decoder) duration(key, v *yaml.Node, path string, out *Duration) bool {
+func (d *decoder) duration(key, v *yaml.Node, out *Duration) bool {
 	if isNull(v) {
-		return d.noValue(key, path)
+		return d.noValue(key)
 	}
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0" {
 		*out = Duration{Text: v.Value}
@@ -608,15 +641,15 @@ func (d *decoder) duration(key, v *yaml.Node, path string, out *Duration) bool {
 	}
 	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
 		if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!int" || v.ShortTag() == "!!float") {
-			d.errorf(v, path, "expected a duration with a unit, got %s; write e.g. %sms or %ss", describe(v), v.Value, v.Value)
+			d.errorf(v, "expected a duration with a unit, got %s; write e.g. %sms or %ss", describe(v), v.Value, v.Value)
 		} else {
-			d.errorf(v, path, "expected a duration such as 500ms or 2s, got %s", describe(v))
+			d.errorf(v, "expected a duration such as 500ms or 2s, got %s", describe(v))
 		}
 		return false
 	}
 	t, err := time.ParseDuration(v.Value)
 	if err != nil {
-		d.errorf(v, path, "%s is not a duration; write a number with a unit (ms, s, m), e.g. 500ms or 2s", Show(v.Value))
+		d.errorf(v, "%s is not a duration; write a number with a unit (ms, s, m), e.g. 500ms or 2s", Show(v.Value))
 		return false
 	}
 	*out = Duration{D: t, Text: v.Value}
@@ -625,12 +658,12 @@ func (d *decoder) duration(key, v *yaml.Node, path string, out *Duration) bool {
 
 // status reads an HTTP status code (200) or a string, a code or a range
 // of them ("200", "200-399"), which config checks.
-func (d *decoder) status(key, v *yaml.Node, path string, out *Status) bool {
+func (d *decoder) status(key, v *yaml.Node, out *Status) bool {
 	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
 		out.IsCode = true
-		return d.integer(key, v, path, &out.Code)
+		return d.integer(key, v, &out.Code)
 	}
-	return d.str(key, v, path, &out.Text)
+	return d.str(key, v, &out.Text)
 }
 
 func isNull(n *yaml.Node) bool {
@@ -674,9 +707,4 @@ func join(path, name string) string {
 		return name
 	}
 	return path + "." + name
-}
-
-// index appends a list index to a path.
-func index(path string, i int) string {
-	return path + "[" + strconv.Itoa(i) + "]"
 }
