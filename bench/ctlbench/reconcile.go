@@ -126,7 +126,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	var d *dataplane.Dataplane
 	opts := dataplane.Options{
 		Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: pin,
-		AttachMode: config.AttachAuto, TableSize: o.tableSize, MaxBackends: o.maxBackends,
+		AttachMode: string(config.AttachAuto), TableSize: o.tableSize, MaxBackends: o.maxBackends,
 	}
 	// open opens d on the pinned maps (adopting them after the first
 	// time), in the namespace.

@@ -309,7 +309,7 @@ func (m *measurer) xlbVariants(ctx context.Context, section string, round int, c
 // withAgent starts the node's agent (dsr-gue, the program attached in
 // mode attach), runs fn with its API socket, and stops and cleans up the
 // agent whatever happened.
-func (m *measurer) withAgent(ctx context.Context, attach string, fn func(socket string) error) (err error) {
+func (m *measurer) withAgent(ctx context.Context, attach config.AttachMode, fn func(socket string) error) (err error) {
 	socket, err := m.pa.startAgent(ctx, config.DSRGUE, attach)
 	defer func() {
 		if serr := m.pa.stopAgent(context.Background()); serr != nil {

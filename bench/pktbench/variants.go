@@ -151,7 +151,7 @@ func (pa *path) xlbServices(fwd config.Forwarding) []labrun.Service {
 
 // startAgent writes the node's configuration and starts its agent, and
 // returns its API socket.
-func (pa *path) startAgent(ctx context.Context, fwd config.Forwarding, attach string) (string, error) {
+func (pa *path) startAgent(ctx context.Context, fwd config.Forwarding, attach config.AttachMode) (string, error) {
 	svcs := pa.xlbServices(fwd)
 	if err := labrun.WriteConfigWith(pa.plan, pa.node, svcs, labrun.NodeOptions{AttachMode: attach}); err != nil {
 		return "", err

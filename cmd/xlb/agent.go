@@ -18,10 +18,12 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/agent"
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/k8s/source"
+	"github.com/xlbproject/xlb/internal/source/file"
 )
 
 // sourceFile is --source file; the other source is source.Name.
@@ -254,51 +256,31 @@ func agentKubeConfig(path string) (*rest.Config, error) {
 	return rest.AddUserAgent(rc, "xlb-agent/"+version), nil
 }
 
-// followBase hands the source the file whenever it changes (its stat:
-// mtime, size, inode) or on SIGHUP, as the file source reloads it: the
-// agent does not read the file itself while the source builds on it. As
-// there, a changed file is read once it has settled: unchanged from one
-// poll to the next, a second apart (at least agent.FileSettle).
+// followBase hands the source every version of the file, as the file
+// source of an agent without Kubernetes reads it (package source/file):
+// the agent does not read the file itself while the source builds on it.
 func followBase(ctx context.Context, path string, kf kubeFlags, src *source.Source, log *slog.Logger) {
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	tick := time.NewTicker(max(time.Second, agent.FileSettle))
-	defer tick.Stop()
-	last := statOf(path)
-	var seen fileStat // a change seen at the last poll, not read yet
-	pending := false
+	base := file.New(file.Options{Path: path, Logger: log, Load: func(p string) (*config.Config, error) {
+		cfg, err := agent.LoadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		return withKubernetes(cfg, kf)
+	}})
+	go base.Run(ctx)
 	for {
-		trigger := "file changed"
 		select {
 		case <-ctx.Done():
 			return
-		case <-hup:
-			trigger = "SIGHUP"
-		case <-tick.C:
-			now := statOf(path)
-			switch {
-			case now == last:
-				pending = false
-				continue
-			case !pending || now != seen:
-				seen, pending = now, true // still being written, perhaps
-				continue
+		case u := <-base.Updates():
+			if u.Err != nil {
+				log.Error("configuration reload failed; the previous configuration keeps running", "path", path, "trigger", u.Trigger, "error", u.Err,
+					"fix", "correct the file; it is read again when it changes or on SIGHUP")
+			} else {
+				log.Info("configuration file read; the cluster's services and peers are added to it", "path", path, "trigger", u.Trigger)
 			}
+			src.SetBase(u.Config, u.Err)
 		}
-		pending = false
-		last = statOf(path)
-		cfg, err := agent.LoadFile(path)
-		if err == nil {
-			cfg, err = withKubernetes(cfg, kf)
-		}
-		if err != nil {
-			log.Error("configuration reload failed; the previous configuration keeps running", "path", path, "trigger", trigger, "error", err,
-				"fix", "correct the file; it is read again when it changes or on SIGHUP")
-		} else {
-			log.Info("configuration file read; the cluster's services and peers are added to it", "path", path, "trigger", trigger)
-		}
-		src.SetBase(cfg, err)
 	}
 }
 
@@ -316,27 +298,6 @@ func ignoreHangups(ctx context.Context, log *slog.Logger) {
 			log.Info("SIGHUP: no configuration file to reload; the cluster's changes apply as they happen")
 		}
 	}
-}
-
-// fileStat identifies a version of a file, as the agent's own reload
-// does: editors rename or rewrite, Kubernetes swaps a symlink.
-type fileStat struct {
-	err      string
-	mtime    int64
-	size     int64
-	ino, dev uint64
-}
-
-func statOf(path string) fileStat {
-	fi, err := os.Stat(path)
-	if err != nil {
-		return fileStat{err: err.Error()}
-	}
-	s := fileStat{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino, s.dev = st.Ino, st.Dev
-	}
-	return s
 }
 
 // serveAgent runs the agent on cfg, with src's later configurations when
@@ -367,7 +328,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Interface:   cfg.Node.Interface,
 		NodeAddr:    nodeAddr,
 		PinPath:     pinPath,
-		AttachMode:  cfg.Dataplane.AttachMode,
+		AttachMode:  string(cfg.Dataplane.AttachMode),
 		TableSize:   cfg.Dataplane.TableSize,
 		MaxBackends: cfg.Dataplane.MaxBackends,
 		// 0: the data plane's default.
@@ -392,13 +353,9 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// change the AS at any time, and a reloaded file may add or remove
 	// the section (removed, every route is withdrawn and nothing is
 	// announced; status then shows no BGP).
-	sp, err := source.NewRoutes(cfg.BGP, nodeAddr, log)
+	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, log)
 	if err != nil {
 		return err
-	}
-	var updates <-chan agent.Update
-	if src != nil {
-		updates = src.Updates()
 	}
 	opts := agent.Options{
 		ConfigPath: path,
@@ -408,8 +365,16 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		PinPath:    pinPath,
 		Version:    version,
 		Logger:     log,
-		Updates:    updates,
 		Routes:     sp,
+	}
+	// The file is read again from here on: an edit between its first
+	// read and now is seen at the next change or SIGHUP.
+	var follow func(context.Context)
+	if src != nil {
+		opts.Source, opts.FileIsBase = src, true
+	} else {
+		f := file.New(file.Options{Path: path, Load: agent.LoadFile, Logger: log})
+		opts.Source, follow = f, f.Run
 	}
 	a, err := agent.New(opts)
 	if err != nil {
@@ -444,6 +409,9 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 				"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
 		}
 	}()
+	if follow != nil {
+		go follow(ctx)
+	}
 	if err := a.Run(ctx); err != nil {
 		return err
 	}

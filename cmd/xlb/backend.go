@@ -24,6 +24,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/xlbproject/xlb/internal/backendhost"
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/k8s/nodenat"
 )
@@ -131,6 +132,9 @@ func runBackend(args []string) error {
 	}
 	if err := dataplane.CheckChainWindow(*chainWindow); err != nil {
 		return fmt.Errorf("--chain-window: %w", err)
+	}
+	if _, err := config.ParseAttachMode(*mode); err != nil {
+		return fmt.Errorf("--attach-mode: %w", err)
 	}
 	// In Kubernetes mode the cluster gives both sets, the flags only add
 	// to them; otherwise one without the other could never chain.

@@ -47,3 +47,12 @@ func TestBackendChainFlagsTogether(t *testing.T) {
 		}
 	}
 }
+
+// TestBackendAttachMode: an attach mode the agent's configuration does
+// not know is refused before anything is set up, with the names to use.
+func TestBackendAttachMode(t *testing.T) {
+	err := runBackend([]string{"--interface", "lo", "--vip", "10.99.0.1", "--attach-mode", "offload"})
+	if err == nil || err.Error() != `--attach-mode: "offload" is not an attach mode; use auto (native, falling back to generic), native or generic` {
+		t.Errorf("got %v, want the attach modes", err)
+	}
+}

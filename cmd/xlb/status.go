@@ -108,7 +108,7 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	fmt.Fprintln(tw, "SERVICE\tADDRESS\tFORWARDING\tWEIGHT\tHEALTH\tLAST CHECK\tPACKETS\tBYTES\tLAST ERROR")
 	for _, s := range st.Services {
 		fwd := s.Forwarding
-		if s.Flows != "" && s.Flows != "stateless" {
+		if s.Flows != "" && s.Flows != string(config.FlowsStateless) {
 			fwd += ", " + s.Flows
 		}
 		if !s.Installed {

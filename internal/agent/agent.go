@@ -1,32 +1,32 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
-	"os/signal"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/internal/source"
+	"github.com/xlbproject/xlb/internal/source/file"
 )
 
 // Options configure New.
 type Options struct {
+	// ConfigPath names the configuration file in status and logs.
 	ConfigPath string
 	// Config is the configuration loaded from ConfigPath at start; the
 	// command loads it itself so that a bad file fails before anything is
-	// touched. The file is watched from New on: an edit between the load
-	// and New is only seen at the next change or SIGHUP.
+	// touched.
 	Config    *config.Config
 	Dataplane Dataplane
 	NodeAddr  netip.Addr // resolved node address (see NodeAddress)
@@ -39,27 +39,19 @@ type Options struct {
 	// Routes announces the served VIPs over BGP; nil without a bgp
 	// section. Run starts announcing; the caller starts and shuts it down.
 	Routes Routes
-	// Updates delivers whole new configurations from a source other
-	// than the file (Kubernetes); Run applies each as a reload does,
-	// keeping the running one if it fails. Nil: the file only. With
-	// Updates the source owns the file (it builds on it): the agent
-	// neither watches nor reloads it, and ConfigPath only names it in
-	// status.
-	Updates <-chan Update
-}
-
-// Update is a new desired configuration from a source, or the error that
-// keeps the source from producing one (shown by status; the running
-// configuration stays).
-type Update struct {
-	Config *config.Config
-	Err    error
-	// Source names where it came from, for the log ("kubernetes").
-	Source string
+	// Source delivers whole new configurations: the file's (package
+	// source/file) or the cluster's (package k8s/source). Run applies
+	// each, keeping the running one if it fails. Nil: Config only.
+	Source source.Source
+	// FileIsBase: the source adds services and peers to those of the
+	// file (Kubernetes), so Check compares only the sections of a file
+	// that a restart applies.
+	FileIsBase bool
 }
 
 // Agent owns the running configuration: it applies it through a
-// Reconciler, reloads it on file change and SIGHUP, and reports status.
+// Reconciler, applies each new one its source delivers, and reports
+// status.
 type Agent struct {
 	path    string
 	node    api.Node // fixed at start; attach mode is read live
@@ -70,26 +62,22 @@ type Agent struct {
 	log     *slog.Logger
 
 	// Replaced by tests.
-	load       func(string) (*config.Config, error)
 	parse      func(name string, data []byte) (*config.Config, error) // for Check
 	warm       func([]netip.Addr, *slog.Logger)
-	pollEvery  time.Duration
+	pollEvery  time.Duration // how often a failed apply is due for a retry
 	retryEvery time.Duration
-	settle     time.Duration // FileSettle
 
 	applyMu sync.Mutex // serialises reloads, retries and health changes
-	// stamp is the configuration file's stat when it was last read, taken
-	// before reading so that a write during the read triggers a reload.
-	stamp stamp
 	// states are the backends' health states as last logged, by target key.
 	states map[string]health.State
 	// probed is what the prober was last given, by service (targetChanges).
 	// Guarded by applyMu.
 	probed map[string]probed
 
-	timings *timings      // reconcile durations
-	routes  Routes        // nil: nothing is announced
-	updates <-chan Update // nil: the file is the only source
+	timings    *timings             // reconcile durations
+	routes     Routes               // nil: nothing is announced
+	updates    <-chan source.Update // nil: no source
+	fileIsBase bool                 // Options.FileIsBase
 	// routesLive is set when Run starts: only then is the data plane
 	// attached and routes may be announced. Guarded by applyMu.
 	routesLive bool
@@ -157,26 +145,26 @@ func newAgent(o Options) (*Agent, error) {
 			FlowHash:  o.Dataplane.FlowHash().String(),
 			TableSize: o.Dataplane.TableSize(),
 		},
-		stamp:      stampOf(o.ConfigPath),
 		version:    o.Version,
 		dp:         o.Dataplane,
 		rec:        rec,
 		prober:     prober,
 		log:        log,
-		load:       LoadFile,
 		parse:      ParseFile,
 		warm:       warmNeighbours,
 		pollEvery:  500 * time.Millisecond,
 		retryEvery: 5 * time.Second,
-		settle:     FileSettle,
 		cfg:        o.Config,
 		generation: 1,
 		lastReload: time.Now(),
 		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:    newTimings(),
 		routes:     o.Routes,
-		updates:    o.Updates,
+		fileIsBase: o.FileIsBase,
 		runCtx:     context.Background(),
+	}
+	if o.Source != nil {
+		a.updates = o.Source.Updates()
 	}
 	return a, nil
 }
@@ -205,18 +193,10 @@ func (a *Agent) apply(old, cfg *config.Config) error {
 	return err
 }
 
-// Run probes the backends and follows their health, reloads the
-// configuration on SIGHUP and whenever the file's stat (mtime, size,
-// inode) changes (or applies Options.Updates instead), and retries a
-// failed apply, until ctx ends.
+// Run probes the backends and follows their health, applies the
+// configurations of Options.Source, and retries a failed apply, until
+// ctx ends.
 func (a *Agent) Run(ctx context.Context) error {
-	// With a source, the file is the source's to follow (Options.Updates).
-	followFile := a.updates == nil
-	hup := make(chan os.Signal, 1)
-	if followFile {
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
-	}
 	tick := time.NewTicker(a.pollEvery)
 	defer tick.Stop()
 
@@ -235,55 +215,17 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.mu.Unlock()
 	a.syncRoutes(cfg, svcDown)
 	a.applyMu.Unlock()
-	var written <-chan struct{}
-	var watch *dirWatch
-	var err error
-	if a.path != "" && followFile {
-		if watch, err = watchDir(ctx, a.path); err == nil {
-			written = watch.C
-		}
-	}
-	if err != nil {
-		a.log.Warn("cannot watch the configuration's directory; changes apply at the next poll", "error", err,
-			"fix", "send SIGHUP after changing the file for an immediate reload")
-	}
-
-	// A changed file is read once it has been left alone for settle.
-	q := settling{settle: a.settle}
-	settled := time.NewTimer(time.Hour)
-	settled.Stop()
-	defer settled.Stop()
-	// look reloads the file if it changed and has settled (or was
-	// replaced by a rename), and reports whether it did.
-	look := func(trigger string, renamed bool) bool {
-		now, loaded := a.fileStamp()
-		ready, wait := q.observe(time.Now(), now, loaded, renamed)
-		if ready {
-			a.Reload(trigger)
-		} else if wait > 0 {
-			settled.Reset(wait)
-		}
-		return ready
-	}
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-hup:
-			a.Reload("SIGHUP")
 		case u := <-a.updates:
 			a.Replace(u)
-		case <-written:
-			look("file written", watch.take())
-		case <-settled.C:
-			look("file changed", false)
 		case <-changes:
 			a.syncHealth()
 		case <-tick.C:
-			if !followFile || !look("file changed", false) {
-				a.retry()
-			}
+			a.retry()
 			// Catches what Changes does not signal (a first probe
 			// that finds a backend up), for the log.
 			a.syncHealth()
@@ -291,41 +233,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 }
 
-// fileStamp returns the file's stamp now and the one of the last load.
-func (a *Agent) fileStamp() (now, loaded stamp) {
+// Replace applies a configuration from Options.Source. If the source
+// could not build one (the file does not load, the cluster's
+// configuration is invalid), the running configuration stays and the
+// error is recorded for status.
+func (a *Agent) Replace(u source.Update) error {
 	a.applyMu.Lock()
 	defer a.applyMu.Unlock()
-	return stampOf(a.path), a.stamp
-}
-
-// Reload loads the configuration file and applies it. If the file does not
-// load, the running configuration stays and the error is recorded for
-// status; reason says what triggered the reload, for the log.
-func (a *Agent) Reload(reason string) error {
-	a.applyMu.Lock()
-	defer a.applyMu.Unlock()
-
-	a.stamp = stampOf(a.path)
-	cfg, err := a.load(a.path)
-	if err != nil {
-		a.loadFailed(err)
-		a.log.Error("configuration reload failed; the previous configuration keeps running",
-			"path", a.path, "trigger", reason, "error", err,
-			"fix", "correct the file; it is read again when it changes or on SIGHUP")
-		return err
-	}
-	return a.replace(cfg, reason)
-}
-
-// Replace applies a configuration from o.Updates as Reload applies the
-// file's.
-func (a *Agent) Replace(u Update) error {
-	a.applyMu.Lock()
-	defer a.applyMu.Unlock()
+	reason := cmp.Or(u.Trigger, u.Source)
 	if u.Err != nil || u.Config == nil {
 		err := u.Err
 		if err == nil {
 			err = errors.New("no configuration")
+		}
+		if u.Source == file.Name {
+			a.loadFailed(err)
+			a.log.Error("configuration reload failed; the previous configuration keeps running",
+				"path", a.path, "trigger", reason, "error", err,
+				"fix", "correct the file; it is read again when it changes or on SIGHUP")
+			return err
 		}
 		a.loadFailed(fmt.Errorf("%s: %w", u.Source, err))
 		a.log.Error("the configuration source failed; the previous configuration keeps running",
@@ -333,7 +259,7 @@ func (a *Agent) Replace(u Update) error {
 			"fix", "correct what the error names (it is also shown by `xlb status`); the source's next valid configuration applies")
 		return err
 	}
-	return a.replace(u.Config, u.Source)
+	return a.replace(u.Config, reason)
 }
 
 // loadFailed records a configuration that could not be had.
@@ -615,32 +541,4 @@ func newBackendAddrs(old, cfg *config.Config) []netip.Addr {
 // order.
 func sameAddrs(a, b []config.Backend) bool {
 	return slices.EqualFunc(a, b, func(x, y config.Backend) bool { return x.Address == y.Address })
-}
-
-// stamp identifies a version of the configuration file. Editors replace
-// files by rename (new inode) or rewrite them in place (new mtime/size);
-// Kubernetes swaps a symlink (os.Stat follows it to a new inode).
-type stamp struct {
-	err   string
-	mtime int64
-	size  int64
-	ino   uint64
-	dev   uint64
-}
-
-func stampOf(path string) stamp {
-	fi, err := os.Stat(path)
-	if err != nil {
-		// A vanished file is a change too: the reload then reports why.
-		var pe *os.PathError
-		if errors.As(err, &pe) {
-			return stamp{err: pe.Err.Error()}
-		}
-		return stamp{err: err.Error()}
-	}
-	s := stamp{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		s.ino, s.dev = st.Ino, st.Dev
-	}
-	return s
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/health"
+	"github.com/xlbproject/xlb/internal/source"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -81,7 +82,7 @@ func testAgentWith(t *testing.T, path string, cfg *config.Config, load func(stri
 	w := &warmLog{}
 	a.warm = w.warm
 	if load != nil {
-		a.load = load
+		loads.Store(a, load)
 	}
 	if err := a.start(); err != nil {
 		t.Fatal(err)
@@ -158,7 +159,7 @@ func TestAgentReload(t *testing.T) {
 	// A changed file: applied, generation 2, only new backends warmed.
 	next = baseConfig()
 	next.Services[1].Backends = append(next.Services[1].Backends, be("10.0.3.3", 1), be("10.0.3.7", 1))
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	st := status(t, a)
@@ -175,7 +176,7 @@ func TestAgentReload(t *testing.T) {
 	// A broken file: the running configuration stays, the error is shown.
 	loadErr = errors.New("test.yaml:3: services[0].port: must be 1-65535")
 	mark := f.mark()
-	if err := a.Reload("test"); err == nil {
+	if err := reload(a); err == nil {
 		t.Fatal("Reload of a broken file succeeded")
 	}
 	st = status(t, a)
@@ -193,7 +194,7 @@ func TestAgentReload(t *testing.T) {
 	// Fixed again.
 	loadErr = nil
 	next = baseConfig()
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	st = status(t, a)
@@ -203,11 +204,11 @@ func TestAgentReload(t *testing.T) {
 	verify(t, f, a.rec, baseConfig())
 }
 
-// TestAgentRunAppliesUpdates: a configuration from Options.Updates (the
+// TestAgentRunAppliesUpdates: a configuration from Options.Source (the
 // Kubernetes source) is applied like a reloaded file; a source error
 // keeps the running configuration and shows in status.
 func TestAgentRunAppliesUpdates(t *testing.T) {
-	updates := make(chan Update)
+	updates := make(chan source.Update)
 	a, f, _ := testAgent(t, baseConfig(), nil)
 	a.updates = updates
 	ctx, cancel := context.WithCancel(context.Background())
@@ -220,7 +221,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 
 	next := baseConfig()
 	next.Services = next.Services[:1]
-	updates <- Update{Config: next, Source: "test source"}
+	updates <- source.Update{Config: next, Source: "test source"}
 	testenv.EventuallyTrue(t, 5*time.Second, "generation 2", func() bool { return status(t, a).Config.Generation == 2 })
 	st := status(t, a)
 	if len(st.Services) != 1 || st.Config.Result != api.ResultOK {
@@ -229,7 +230,7 @@ func TestAgentRunAppliesUpdates(t *testing.T) {
 	verify(t, f, a.rec, next)
 
 	mark := f.mark()
-	updates <- Update{Err: errors.New("watch failed"), Source: "test source"}
+	updates <- source.Update{Err: errors.New("watch failed"), Source: "test source"}
 	testenv.EventuallyTrue(t, 5*time.Second, "the source error", func() bool { return status(t, a).Config.Result == api.ResultError })
 	st = status(t, a)
 	if !strings.Contains(st.Config.Error, "test source: watch failed") || len(st.Services) != 1 || st.Config.Generation != 2 {
@@ -268,9 +269,8 @@ func (r *fakeRoutes) count() int {
 	return len(r.sections)
 }
 
-// TestAgentRunLeavesFileToSource: with Options.Updates the file is the
-// source's (it builds on it): the agent does not reload it when it
-// changes. A bgp section that a source adds and removes again reaches
+// TestAgentRunLeavesFileToSource: the file is its source's (here one
+// that builds on it): the agent does not reload it when it changes. A bgp section that a source adds and removes again reaches
 // Routes both times.
 func TestAgentRunLeavesFileToSource(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "xlb.yaml")
@@ -281,7 +281,7 @@ func TestAgentRunLeavesFileToSource(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = 10 * time.Millisecond
-	updates := make(chan Update)
+	updates := make(chan source.Update)
 	a.updates = updates
 	routes := &fakeRoutes{}
 	a.routes = routes
@@ -302,8 +302,8 @@ func TestAgentRunLeavesFileToSource(t *testing.T) {
 
 	withBGP := mustLoad(t, path)
 	withBGP.BGP = &config.BGP{ASN: 65001, HoldTime: config.DefaultHoldTime, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, Port: 179}}}
-	updates <- Update{Config: withBGP, Source: "test source"}
-	updates <- Update{Config: mustLoad(t, path), Source: "test source"}
+	updates <- source.Update{Config: withBGP, Source: "test source"}
+	updates <- source.Update{Config: mustLoad(t, path), Source: "test source"}
 	testenv.EventuallyTrue(t, 5*time.Second, "generation 3", func() bool { return status(t, a).Config.Generation == 3 })
 	if st := status(t, a); st.Config.Result != api.ResultOK || routes.count() != 2 {
 		t.Errorf("after a bgp section came and went: %+v, %d reconfigurations, want 2", st.Config, routes.count())
@@ -319,7 +319,7 @@ func TestAgentRetriesFailedApply(t *testing.T) {
 	next := baseConfig()
 	a, f, _ := testAgent(t, cfgOf(baseConfig().Services[0]), func(string) (*config.Config, error) { return next, nil })
 	f.failKey[1] = errInjected // dns will get service ID 1
-	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+	if err := reload(a); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the injected error", err)
 	}
 	st := status(t, a)
@@ -380,16 +380,17 @@ func TestAgentRunReloadsOnChangeAndSIGHUP(t *testing.T) {
 	}
 	a, f, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = 10 * time.Millisecond
-	a.settle = 20 * time.Millisecond
+	src := followFile(a, 10*time.Millisecond, 20*time.Millisecond)
 
 	// Keep SIGHUP from killing the test binary should it arrive before
-	// Run subscribes to it.
+	// the source subscribes to it.
 	hup := make(chan os.Signal, 16)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -442,10 +443,11 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, nil)
 	a.pollEvery = time.Hour
-	a.settle = 20 * time.Millisecond // rewritten every 500 ms below
+	src := followFile(a, time.Hour, 20*time.Millisecond) // rewritten every 500 ms below
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -457,9 +459,9 @@ func TestAgentRunReloadsOnInotify(t *testing.T) {
 	}()
 	gen := func() uint64 { return status(t, a).Config.Generation }
 
-	// Run sets up its watch as it starts, and nothing tells when it is
-	// done: a write before it goes unnoticed (polling is off), so write
-	// again until one is applied.
+	// The source sets up its watch as it starts, and nothing tells when
+	// it is done: a write before it goes unnoticed (polling is off), so
+	// write again until one is applied.
 	deadline := time.Now().Add(5 * time.Second)
 	for gen() < 2 {
 		if time.Now().After(deadline) {
@@ -630,7 +632,7 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 	routes := &fakeRoutes{}
 	a.routes = routes
 	routes.failWith(errInjected)
-	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+	if err := reload(a); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the injected error", err)
 	}
 	a.retryEvery = 0
@@ -648,7 +650,7 @@ func TestAgentRetriesFailedBGP(t *testing.T) {
 		t.Errorf("a retry with nothing failed reconfigured again: %d", routes.count())
 	}
 	// The same section again by reload: nothing to hand over.
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	if routes.count() != 3 {

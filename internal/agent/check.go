@@ -56,7 +56,7 @@ func (a *Agent) Check(name string, data []byte) (*api.Check, error) {
 		c.Errors = []string{name + ": " + err.Error()}
 		return c, nil
 	}
-	if a.updates != nil {
+	if a.fileIsBase {
 		c.Restart = restartChanges(old, cfg)
 		c.Notes = []string{"this agent takes its services and BGP peers from Kubernetes as well as from its file: " +
 			"the file's own checks ran, and its node, api and dataplane sections were compared; its services and bgp section join the cluster's when the file is read; " +

@@ -97,9 +97,9 @@ type probed struct {
 }
 
 func checkOf(hc config.HealthCheck) health.Check {
-	t := string(hc.Type)
-	if hc.Type == "" {
-		t = health.TypeNone // a Config built in code rather than parsed
+	t := hc.Type
+	if t == "" {
+		t = config.CheckNone // a Config built in code rather than parsed
 	}
 	return health.Check{
 		Type: t, Port: hc.Port, Path: hc.Path, StatusMin: hc.StatusMin, StatusMax: hc.StatusMax,
@@ -354,7 +354,7 @@ func describeCheck(b config.Backend) string {
 // backend the prober does not know yet is unknown.
 func healthOf(b config.Backend, r health.Result) api.Health {
 	h := api.Health{
-		Check:     checkOf(b.HealthCheck).Type,
+		Check:     string(checkOf(b.HealthCheck).Type),
 		State:     api.StateUnknown,
 		Since:     r.Since,
 		LastCheck: r.LastCheck,

@@ -256,7 +256,7 @@ func TestHealthAcrossReload(t *testing.T) {
 	next = checkedConfig()
 	next.Services[0].Backends = append(next.Services[0].Backends, config.Backend{Address: netip.MustParseAddr("10.0.3.6"), Port: 80, Weight: 1, HealthCheck: httpCheck})
 	next.Services = next.Services[:1] // dns removed
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := p.keys(), []string{"web/10.0.3.2:80", "web/10.0.3.3:80", "web/10.0.3.4:80", "web/10.0.3.6:80"}; !slices.Equal(got, want) {

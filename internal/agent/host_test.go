@@ -66,7 +66,7 @@ func TestReloadRefusesNodeAddresses(t *testing.T) {
 	} {
 		write(tc.vip, tc.backend)
 		mark := f.mark()
-		err := netns.Do(ns, func() error { return a.Reload("test") })
+		err := netns.Do(ns, func() error { return reload(a) })
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("vip %s, backend %s: reload: %v\nwant an error containing %q", tc.vip, tc.backend, err, tc.want)
 		}

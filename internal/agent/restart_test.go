@@ -57,7 +57,7 @@ func (r *realDataplane) open() *dataplane.Dataplane {
 		var err error
 		d, err = dataplane.Open(dataplane.Options{
 			Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: r.pin,
-			AttachMode: config.AttachAuto, TableSize: testSize, MaxBackends: 64,
+			AttachMode: string(config.AttachAuto), TableSize: testSize, MaxBackends: 64,
 		})
 		return err
 	})

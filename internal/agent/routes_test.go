@@ -4,6 +4,7 @@ import (
 	"net/netip"
 	"testing"
 
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/config"
 )
 
@@ -32,7 +33,7 @@ func TestRoutesFor(t *testing.T) {
 		TargetKey(s[4], s[4].Backends[0]): true,
 	}
 	installed := func(s config.Service) bool { return s.Name != "missing" }
-	got := routesFor(cfg, servicesDown(cfg, down), installed)
+	got := announce.Plan(cfg.Services, servicesDown(cfg, down), installed)
 	want := []struct {
 		vip   string
 		serve bool

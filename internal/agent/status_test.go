@@ -20,7 +20,7 @@ func TestStatusSaysWhatRuns(t *testing.T) {
 
 	// Loaded, applied in part: the new configuration runs.
 	f.failKey[1] = errInjected // dns will get service ID 1
-	if err := a.Reload("test"); !errors.Is(err, errInjected) {
+	if err := reload(a); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the injected error", err)
 	}
 	st := status(t, a)
@@ -32,7 +32,7 @@ func TestStatusSaysWhatRuns(t *testing.T) {
 	// A file that does not load: the partly applied one keeps running,
 	// and is still retried.
 	loadErr = errors.New("test.yaml:3: services[0].port: must be 1-65535")
-	if err := a.Reload("test"); err == nil {
+	if err := reload(a); err == nil {
 		t.Fatal("a broken file loaded")
 	}
 	st = status(t, a)
@@ -50,7 +50,7 @@ func TestStatusSaysWhatRuns(t *testing.T) {
 
 	// A file that loads: all clear.
 	loadErr = nil
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	if st := status(t, a); st.Config.Result != api.ResultOK || st.Config.Error != "" || st.Config.LoadError != "" || st.Config.ApplyError != "" {

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
 )
 
@@ -35,9 +36,9 @@ func (e NATEntry) String() string {
 func protoName(p uint8) string {
 	switch p {
 	case dataplane.ProtoTCP:
-		return "tcp"
+		return string(config.TCP)
 	case dataplane.ProtoUDP:
-		return "udp"
+		return string(config.UDP)
 	}
 	return strconv.Itoa(int(p))
 }
@@ -55,13 +56,13 @@ func ParseNATEntry(s string) (NATEntry, error) {
 		return NATEntry{}, fmt.Errorf("%q: no protocol after the service port: add /tcp or /udp (%s)", s, form)
 	}
 	var e NATEntry
-	switch strings.ToLower(proto) {
-	case "tcp":
-		e.Proto = dataplane.ProtoTCP
-	case "udp":
+	switch p, err := config.ParseProtocol(strings.ToLower(proto)); {
+	case err != nil:
+		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
+	case p == config.UDP:
 		e.Proto = dataplane.ProtoUDP
 	default:
-		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
+		e.Proto = dataplane.ProtoTCP
 	}
 	var err error
 	if e.VIP, e.Port, err = parseAddrPort(vipPort, "VIP"); err != nil {

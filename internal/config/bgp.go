@@ -10,83 +10,67 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
-)
-
-// Fields of the bgp mappings, in the order the documentation lists them.
-var (
-	bgpFields   = []string{"asn", "routerID", "holdTime", "keepalive", "drainTime", "listenPort", "peers"}
-	peerFields  = []string{"address", "asn", "port", "password", "holdTime", "keepalive", "multihop", "passive", "maxPrefixes", "bfd"}
-	bfdFields   = []string{"minRx", "minTx", "multiplier"}
-	routeFields = []string{"communities", "largeCommunities", "localPreference", "med"}
+	"github.com/xlbproject/xlb/internal/config/schema"
 )
 
 // asTrans (RFC 6793) stands in for a 4-byte ASN towards old speakers; it
 // is never anyone's ASN.
 const asTrans = 23456
 
-// bgp parses the bgp section. node is the parsed node section: its
+// bgp checks the bgp section. node is the checked node section: its
 // address is the router ID's default and no peer's address. With
 // clusterPeers (a kubernetes section) the peer list may be empty or left
 // out: the BGPPeer objects add to it.
-func (d *decoder) bgp(f field, path string, node Node, clusterPeers bool) *BGP {
+func (c *checker) bgp(f schema.Field[schema.BGP], path string, node Node, clusterPeers bool) *BGP {
 	b := &BGP{RouterID: node.Address, DrainTime: DefaultDrainTime}
-	if v := d.resolve(f.value); v == nil || v.Kind != yaml.MappingNode && !isNull(v) {
-		if v != nil {
-			d.errorf(v, path, "expected a mapping with asn and peers, got %s", describe(v))
-		}
+	if f.Bad {
 		return b
 	}
-	fs := d.mapping(f.value, path, bgpFields)
+	v := f.V
 	at := func(name string) string { return join(path, name) }
 
 	asnOK := false
-	if g, ok := fs["asn"]; ok {
-		b.ASN, asnOK = d.asn(g, at("asn"))
+	if v.ASN.Given {
+		b.ASN, asnOK = c.asn(v.ASN, at("asn"))
 	} else {
-		d.missing(f.key, at("asn"), "required: give this node's autonomous system number, e.g. asn: 65001")
+		c.missing(f.At.Key, at("asn"), "required: give this node's autonomous system number, e.g. asn: 65001")
 	}
 
-	if g, ok := fs["routerID"]; ok {
-		if s, ok := d.text(g, at("routerID")); ok && s != "" {
-			if a, why := parseRouterID(s); why != "" {
-				d.errorf(g.value, at("routerID"), "%s", why)
-			} else {
-				b.RouterID = a
-			}
+	if g := v.RouterID; valid(g) && g.V != "" {
+		if a, why := parseRouterID(string(g.V)); why != "" {
+			c.errorf(g.At.Value, at("routerID"), "%s", why)
+		} else {
+			b.RouterID = a
 		}
 	}
 
-	top := d.timerSpec(fs, path)
-	b.HoldTime, b.Keepalive = d.timers(top, nil)
+	top := c.timerSpec(v.HoldTime, v.Keepalive, path)
+	b.HoldTime, b.Keepalive = c.timers(top, nil)
 
-	if g, ok := fs["drainTime"]; ok {
-		if t, v, ok := d.durationValue(g, at("drainTime")); ok {
-			switch {
-			case t < 0:
-				d.errorf(v, at("drainTime"), "%s is negative; write 0 to exit right after withdrawing the routes", show(v.Value))
-			case t > MaxDrainTime:
-				d.errorf(v, at("drainTime"), "%s is above the maximum %s", show(v.Value), MaxDrainTime)
-			default:
-				b.DrainTime = t
-			}
+	if g := v.DrainTime; valid(g) {
+		switch t := g.V.D; {
+		case t < 0:
+			c.errorf(g.At.Node, at("drainTime"), "%s is negative; write 0 to exit right after withdrawing the routes", schema.Show(g.V.String()))
+		case t > MaxDrainTime:
+			c.errorf(g.At.Node, at("drainTime"), "%s is above the maximum %s", schema.Show(g.V.String()), MaxDrainTime)
+		default:
+			b.DrainTime = t
 		}
 	}
 
-	g, ok := fs["peers"]
-	if !ok && !clusterPeers {
-		d.missing(f.key, at("peers"), "required: list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
+	if !v.Peers.Given && !clusterPeers {
+		c.missing(f.At.Key, at("peers"), "required: list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
 	}
 	var passive *peerAt
-	if ok {
-		b.Peers, passive = d.peers(g, at("peers"), b.ASN, asnOK, node, top, clusterPeers)
+	if v.Peers.Given {
+		b.Peers, passive = c.peers(v.Peers, at("peers"), b.ASN, asnOK, node, top, clusterPeers)
 	}
 
-	if g, ok := fs["listenPort"]; ok {
-		if n, ok := d.integer(g, at("listenPort"), 0, 65535); ok {
+	if g := v.ListenPort; g.Given {
+		if n, ok := c.integer(g, at("listenPort"), 0, 65535); ok {
 			b.ListenPort = int(n)
 			if n == 0 && passive != nil {
-				d.errorf(g.value, at("listenPort"), "0 means no listener, but %s (line %d) is passive and waits for its neighbour to connect; remove listenPort (the default is then %d) or give a port", passive.path, passive.line, DefaultBGPPort)
+				c.errorf(g.At.Value, at("listenPort"), "0 means no listener, but %s%s is passive and waits for its neighbour to connect; remove listenPort (the default is then %d) or give a port", passive.path, lineNote(passive.line), DefaultBGPPort)
 			}
 		}
 	} else if passive != nil {
@@ -98,116 +82,94 @@ func (d *decoder) bgp(f field, path string, node Node, clusterPeers bool) *BGP {
 // peerAt remembers where a peer was defined.
 type peerAt struct {
 	path string
-	line int
+	line schema.Line
 }
 
-// peers parses the peer list. It also returns the first passive peer, nil
+// peers checks the peer list. It also returns the first passive peer, nil
 // without one. The list may be empty only when mayBeEmpty.
-func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, node Node, top *timerSpec, mayBeEmpty bool) ([]Peer, *peerAt) {
-	items, ok := d.sequence(f.value, path)
-	if !ok {
+func (c *checker) peers(f schema.Field[[]schema.Field[schema.Peer]], path string, localASN uint32, localOK bool, node Node, top *timerSpec, mayBeEmpty bool) ([]Peer, *peerAt) {
+	if f.Bad {
 		return nil, nil
 	}
-	if len(items) == 0 {
+	if len(f.V) == 0 {
 		if !mayBeEmpty {
-			d.errorf(f.key, path, "the list is empty; list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
+			c.errorf(f.At.Key, path, "the list is empty; list at least one neighbour to announce the VIPs to, e.g. peers: [{address: 10.0.1.1, asn: 65000}]")
 		}
 		return nil, nil
 	}
 	addrs := map[netip.Addr]peerAt{}
 	var passive *peerAt
-	out := make([]Peer, 0, len(items))
-	for i, item := range items {
-		if d.exhausted {
-			return nil, nil
-		}
-		p := index(path, i)
-		item = d.resolve(item)
-		if item == nil {
-			return nil, nil
-		}
-		if item.Kind != yaml.MappingNode {
-			d.errorf(item, p, "expected a peer (a mapping with address and asn), got %s", describe(item))
+	out := make([]Peer, 0, len(f.V))
+	for i, item := range f.V {
+		if item.Bad {
 			continue
 		}
+		p, v := index(path, i), item.V
 		at := func(name string) string { return join(p, name) }
 		peer := Peer{Port: DefaultBGPPort, MaxPrefixes: DefaultMaxPrefixes}
-		fs := d.mapping(item, p, peerFields)
 
-		if g, ok := fs["address"]; ok {
-			if v, ok := d.text(g, at("address")); ok {
-				a, why := parseUnicast4(v)
-				switch first, dup := addrs[a]; {
-				case why != "":
-					d.errorf(g.value, at("address"), "%s", why)
-				case dup:
-					d.errorf(g.value, at("address"), "%s is already listed as %s (line %d); list each neighbour once", a, first.path, first.line)
-				case a == node.Address:
-					d.errorf(g.value, at("address"), "%s is this node's own address (node.address); a peer is another router", a)
-				default:
-					peer.Address = a
-					addrs[a] = peerAt{path: p, line: g.value.Line}
-				}
+		if g := v.Address; !g.Given {
+			c.missing(item.At.Node, at("address"), "required: give the neighbour's IPv4 address, e.g. address: 10.0.1.1")
+		} else if valid(g) {
+			a, why := parseUnicast4(string(g.V))
+			switch first, dup := addrs[a]; {
+			case why != "":
+				c.errorf(g.At.Value, at("address"), "%s", why)
+			case dup:
+				c.errorf(g.At.Value, at("address"), "%s is already listed as %s%s; list each neighbour once", a, first.path, lineNote(first.line))
+			case a == node.Address:
+				c.errorf(g.At.Value, at("address"), "%s is this node's own address (node.address); a peer is another router", a)
+			default:
+				peer.Address = a
+				addrs[a] = peerAt{path: p, line: g.At.Value}
 			}
-		} else {
-			d.missing(item, at("address"), "required: give the neighbour's IPv4 address, e.g. address: 10.0.1.1")
 		}
 
 		asnOK := false
-		if g, ok := fs["asn"]; ok {
-			peer.ASN, asnOK = d.asn(g, at("asn"))
+		if v.ASN.Given {
+			peer.ASN, asnOK = c.asn(v.ASN, at("asn"))
 		} else {
-			d.missing(item, at("asn"), "required: give the neighbour's autonomous system number (bgp.asn's value for iBGP), e.g. asn: 65000")
+			c.missing(item.At.Node, at("asn"), "required: give the neighbour's autonomous system number (bgp.asn's value for iBGP), e.g. asn: 65000")
 		}
 
-		if g, ok := fs["port"]; ok {
-			if n, ok := d.integer(g, at("port"), 1, 65535); ok {
-				peer.Port = uint16(n)
+		if n, ok := c.integer(v.Port, at("port"), 1, 65535); ok {
+			peer.Port = uint16(n)
+		}
+
+		if g := v.Password; valid(g) {
+			// The message never repeats the password: errors end up in logs.
+			if why := checkPassword(g.V); why != "" {
+				c.errorf(g.At.Value, at("password"), "%s", why)
+			} else {
+				peer.Password = g.V
 			}
 		}
 
-		if g, ok := fs["password"]; ok {
-			if s, ok := d.str(g, at("password")); ok {
-				// The message never repeats the password: errors end up in logs.
-				if why := checkPassword(s); why != "" {
-					d.errorf(g.value, at("password"), "%s", why)
-				} else {
-					peer.Password = s
-				}
+		spec := c.timerSpec(v.HoldTime, v.Keepalive, p)
+		peer.HoldTime, peer.Keepalive = c.timers(spec, top)
+
+		if n, ok := c.integer(v.Multihop, at("multihop"), 0, 255); ok {
+			peer.Multihop = uint8(n)
+			if n > 0 && asnOK && localOK && peer.ASN == localASN {
+				c.errorf(v.Multihop.At.Value, at("multihop"), "applies to eBGP only, and this peer is iBGP (its asn %d is bgp.asn): iBGP sessions are not limited to one hop anyway; remove multihop", localASN)
 			}
 		}
 
-		spec := d.timerSpec(fs, p)
-		peer.HoldTime, peer.Keepalive = d.timers(spec, top)
-
-		if g, ok := fs["multihop"]; ok {
-			if n, ok := d.integer(g, at("multihop"), 0, 255); ok {
-				peer.Multihop = uint8(n)
-				if n > 0 && asnOK && localOK && peer.ASN == localASN {
-					d.errorf(g.value, at("multihop"), "applies to eBGP only, and this peer is iBGP (its asn %d is bgp.asn): iBGP sessions are not limited to one hop anyway; remove multihop", localASN)
-				}
+		if g := v.Passive; valid(g) {
+			peer.Passive = g.V
+			if g.V && passive == nil {
+				passive = &peerAt{path: p, line: item.At.Node}
 			}
 		}
 
-		if g, ok := fs["passive"]; ok {
-			if v, ok := d.boolean(g, at("passive")); ok {
-				peer.Passive = v
-				if v && passive == nil {
-					passive = &peerAt{path: p, line: item.Line}
-				}
-			}
+		if n, ok := c.maxPrefixes(v.MaxPrefixes, at("maxPrefixes")); ok {
+			peer.MaxPrefixes = n
 		}
 
-		if g, ok := fs["maxPrefixes"]; ok {
-			if n, ok := d.maxPrefixes(g, at("maxPrefixes")); ok {
-				peer.MaxPrefixes = n
-			}
-		}
-
-		if g, ok := fs["bfd"]; ok {
-			peer.BFD = d.bfd(g, at("bfd"))
+		if g := v.BFD; g.Given {
+			peer.BFD = c.bfd(g, at("bfd"))
 			if peer.Multihop > 0 {
-				d.errorf(g.key, at("bfd"), "xlb's BFD watches directly connected neighbours only (RFC 5881), and this peer is multihop %d; remove bfd or multihop", peer.Multihop)
+				c.errorf(g.At.Key, at("bfd"), "xlb's BFD watches directly connected neighbours only (RFC 5881), and this peer is multihop %d; remove bfd or multihop", peer.Multihop)
 			}
 		}
 		out = append(out, peer)
@@ -217,21 +179,20 @@ func (d *decoder) peers(f field, path string, localASN uint32, localOK bool, nod
 
 // maxPrefixes returns the value of a peer's maxPrefixes field:
 // 1..MaxMaxPrefixes.
-func (d *decoder) maxPrefixes(f field, path string) (uint32, bool) {
-	n, ok := d.integer(f, path, math.MinInt64, math.MaxInt64)
-	v := d.resolve(f.value)
+func (c *checker) maxPrefixes(f schema.Field[schema.Int], path string) (uint32, bool) {
+	n, ok := c.integer(f, path, math.MinInt64, math.MaxInt64)
 	switch {
 	case !ok:
 		return 0, false
 	case n < 0:
-		d.errorf(v, path, "%d is negative; write 1..%d, or remove maxPrefixes for the default %d", n, MaxMaxPrefixes, DefaultMaxPrefixes)
+		c.errorf(f.At.Node, path, "%d is negative; write 1..%d, or remove maxPrefixes for the default %d", n, MaxMaxPrefixes, DefaultMaxPrefixes)
 		return 0, false
 	case n == 0:
-		d.errorf(v, path, "0 would turn the prefix limit off, and xlb keeps one: every prefix a peer sends takes memory until its session ends; "+
+		c.errorf(f.At.Node, path, "0 would turn the prefix limit off, and xlb keeps one: every prefix a peer sends takes memory until its session ends; "+
 			"write 1..%d, or remove maxPrefixes for the default %d", MaxMaxPrefixes, DefaultMaxPrefixes)
 		return 0, false
 	case n > MaxMaxPrefixes:
-		d.errorf(v, path, "%d is above the maximum %d: xlb imports no routes, yet holds every prefix a peer sends for as long as the session lasts "+
+		c.errorf(f.At.Node, path, "%d is above the maximum %d: xlb imports no routes, yet holds every prefix a peer sends for as long as the session lasts "+
 			"(about 1 KB of memory each, and GoBGP's work for every UPDATE grows with their number); make the router send this node fewer: it needs none", n, MaxMaxPrefixes)
 		return 0, false
 	}
@@ -246,31 +207,34 @@ type timerSpec struct {
 	bad bool
 }
 
-func (d *decoder) timerSpec(fs fields, path string) *timerSpec {
+func (c *checker) timerSpec(hold, keepalive schema.Field[schema.Duration], path string) *timerSpec {
 	t := &timerSpec{}
 	for _, tf := range []struct {
 		name  string
+		f     schema.Field[schema.Duration]
 		dst   **setting[time.Duration]
-		parse func(field, string) (time.Duration, bool)
-	}{{"holdTime", &t.hold, d.holdTime}, {"keepalive", &t.keepalive, d.keepalive}} {
-		if g, ok := fs[tf.name]; ok {
-			if v, ok := tf.parse(g, join(path, tf.name)); ok {
-				*tf.dst = &setting[time.Duration]{v, g.value, join(path, tf.name)}
-			} else {
-				t.bad = true
-			}
+		check func(schema.Field[schema.Duration], string) (time.Duration, bool)
+	}{{"holdTime", hold, &t.hold, c.holdTime}, {"keepalive", keepalive, &t.keepalive, c.keepalive}} {
+		if !tf.f.Given {
+			continue
+		}
+		p := join(path, tf.name)
+		if v, ok := tf.check(tf.f, p); ok {
+			*tf.dst = &setting[time.Duration]{v, tf.f.At.Value, p}
+		} else {
+			t.bad = true
 		}
 	}
 	return t
 }
 
 // timers resolves the hold time and keepalive of c merged over top, the
-// bgp section's (nil when c is the section's own), and reports the
-// conflicts that c's own fields cause: those of the section's fields
+// bgp section's (nil when t is the section's own), and reports the
+// conflicts that t's own fields cause: those of the section's fields
 // alone are reported once, at the section, not at every peer.
-func (d *decoder) timers(c, top *timerSpec) (hold, keepalive time.Duration) {
-	h, k := c.hold, c.keepalive
-	report := !c.bad
+func (c *checker) timers(t, top *timerSpec) (hold, keepalive time.Duration) {
+	h, k := t.hold, t.keepalive
+	report := !t.bad
 	if top != nil {
 		h = cmp.Or(h, top.hold)
 		k = cmp.Or(k, top.keepalive)
@@ -281,8 +245,8 @@ func (d *decoder) timers(c, top *timerSpec) (hold, keepalive time.Duration) {
 		hold = h.v
 	}
 	if hold == 0 {
-		if report && k != nil && k == c.keepalive {
-			d.errorf(k.node, k.path, "does not apply: the hold time is 0 (%s, line %d), so no keepalives are sent; remove keepalive or set a hold time of 3s or more", h.path, h.node.Line)
+		if report && k != nil && k == t.keepalive {
+			c.errorf(k.line, k.path, "does not apply: the hold time is 0 (%s), so no keepalives are sent; remove keepalive or set a hold time of 3s or more", withLine(h.path, h.line))
 		}
 		return 0, 0
 	}
@@ -292,12 +256,12 @@ func (d *decoder) timers(c, top *timerSpec) (hold, keepalive time.Duration) {
 	if k.v >= hold && report {
 		const why = "a keepalive must be sent well before the hold time runs out"
 		switch {
-		case k == c.keepalive && h == nil:
-			d.errorf(k.node, k.path, "%s is not shorter than the hold time (default %s); %s: lower keepalive (usually a third of holdTime) or raise holdTime", k.v, hold, why)
-		case k == c.keepalive:
-			d.errorf(k.node, k.path, "%s is not shorter than the hold time %s (%s, line %d); %s: lower keepalive (usually a third of holdTime) or raise holdTime", k.v, hold, h.path, h.node.Line, why)
-		case h != nil && h == c.hold:
-			d.errorf(h.node, h.path, "%s is not longer than the keepalive %s (%s, line %d); %s: raise holdTime or set a shorter keepalive here", hold, k.v, k.path, k.node.Line, why)
+		case k == t.keepalive && h == nil:
+			c.errorf(k.line, k.path, "%s is not shorter than the hold time (default %s); %s: lower keepalive (usually a third of holdTime) or raise holdTime", k.v, hold, why)
+		case k == t.keepalive:
+			c.errorf(k.line, k.path, "%s is not shorter than the hold time %s (%s); %s: lower keepalive (usually a third of holdTime) or raise holdTime", k.v, hold, withLine(h.path, h.line), why)
+		case h != nil && h == t.hold:
+			c.errorf(h.line, h.path, "%s is not longer than the keepalive %s (%s); %s: raise holdTime or set a shorter keepalive here", hold, k.v, withLine(k.path, k.line), why)
 		}
 	}
 	return hold, k.v
@@ -305,142 +269,85 @@ func (d *decoder) timers(c, top *timerSpec) (hold, keepalive time.Duration) {
 
 // holdTime returns the value of a holdTime field: 0 or whole seconds in
 // MinHoldTime..MaxHoldTime (RFC 4271 §4.2).
-func (d *decoder) holdTime(f field, path string) (time.Duration, bool) {
-	t, v, ok := d.durationValue(f, path)
-	if !ok {
+func (c *checker) holdTime(f schema.Field[schema.Duration], path string) (time.Duration, bool) {
+	if !valid(f) {
 		return 0, false
 	}
+	t := f.V.D
 	if t != 0 && (t < MinHoldTime || t > MaxHoldTime) {
-		d.errorf(v, path, "%s is out of range; the hold time is 0 (no keepalives) or 3s..65535s", show(v.Value))
+		c.errorf(f.At.Node, path, "%s is out of range; the hold time is 0 (no keepalives) or 3s..65535s", schema.Show(f.V.String()))
 		return 0, false
 	}
-	return t, d.wholeSeconds(t, v, path)
+	return t, c.wholeSeconds(f, path)
 }
 
 // keepalive returns the value of a keepalive field: whole seconds, at
 // least 1s. That it is below the hold time is checked by timers.
-func (d *decoder) keepalive(f field, path string) (time.Duration, bool) {
-	t, v, ok := d.durationValue(f, path)
-	if !ok {
+func (c *checker) keepalive(f schema.Field[schema.Duration], path string) (time.Duration, bool) {
+	if !valid(f) {
 		return 0, false
 	}
+	t := f.V.D
 	if t < time.Second || t >= MaxHoldTime {
-		d.errorf(v, path, "%s is out of range 1s..65534s; to send no keepalives, set holdTime: 0", show(v.Value))
+		c.errorf(f.At.Node, path, "%s is out of range 1s..65534s; to send no keepalives, set holdTime: 0", schema.Show(f.V.String()))
 		return 0, false
 	}
-	return t, d.wholeSeconds(t, v, path)
+	return t, c.wholeSeconds(f, path)
 }
 
-// wholeSeconds reports whether t is whole seconds, as BGP carries its
+// wholeSeconds reports whether f is whole seconds, as BGP carries its
 // timers, and reports it if not.
-func (d *decoder) wholeSeconds(t time.Duration, v *yaml.Node, path string) bool {
+func (c *checker) wholeSeconds(f schema.Field[schema.Duration], path string) bool {
+	t := f.V.D
 	if t%time.Second == 0 {
 		return true
 	}
-	d.errorf(v, path, "%s is not a whole number of seconds, and BGP carries its timers in seconds; write e.g. %s", show(v.Value), max(t.Round(time.Second), time.Second))
+	c.errorf(f.At.Node, path, "%s is not a whole number of seconds, and BGP carries its timers in seconds; write e.g. %s", schema.Show(f.V.String()), max(t.Round(time.Second), time.Second))
 	return false
 }
 
 // asn returns the value of an ASN field: 1..4294967295, not AS_TRANS.
-func (d *decoder) asn(f field, path string) (uint32, bool) {
-	v := d.resolve(f.value)
-	if v == nil {
-		return 0, false
-	}
-	if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!float" || v.ShortTag() == "!!str") {
-		if n, ok := asdot(v.Value); ok {
-			d.errorf(v, path, "%s is in asdot notation; write the ASN as one number: %d", v.Value, n)
-			return 0, false
-		}
-	}
-	n, ok := d.integer(f, path, 0, math.MaxUint32)
+func (c *checker) asn(f schema.Field[schema.ASN], path string) (uint32, bool) {
+	n, ok := c.integer(schema.Field[schema.Int]{V: schema.Int(f.V), Given: f.Given, Bad: f.Bad, At: f.At}, path, 0, math.MaxUint32)
 	switch {
 	case !ok:
 		return 0, false
 	case n == 0:
-		d.errorf(v, path, "0 is reserved and is no one's ASN (RFC 7607); use 1..4294967295, e.g. a private ASN from 64512..65534")
+		c.errorf(f.At.Node, path, "0 is reserved and is no one's ASN (RFC 7607); use 1..4294967295, e.g. a private ASN from 64512..65534")
 		return 0, false
 	case n == asTrans:
-		d.errorf(v, path, "23456 is AS_TRANS (RFC 6793), which only stands in for 4-byte ASNs towards old speakers; use the real ASN")
+		c.errorf(f.At.Node, path, "23456 is AS_TRANS (RFC 6793), which only stands in for 4-byte ASNs towards old speakers; use the real ASN")
 		return 0, false
 	}
 	return uint32(n), true
 }
 
-// asdot parses the asdot notation of an ASN, "HIGH.LOW" (RFC 5396), so
-// that the error can give the number to write instead.
-func asdot(s string) (uint32, bool) {
-	hi, lo, ok := strings.Cut(s, ".")
-	if !ok {
-		return 0, false
-	}
-	h, err1 := strconv.ParseUint(hi, 10, 16)
-	l, err2 := strconv.ParseUint(lo, 10, 16)
-	if err1 != nil || err2 != nil {
-		return 0, false
-	}
-	return uint32(h<<16 | l), true
-}
-
-// bfd parses a peer's bfd field. Its presence enables BFD, so a null or
+// bfd checks a peer's bfd field. Its presence enables BFD, so a null or
 // empty mapping means every default.
-func (d *decoder) bfd(f field, path string) *BFD {
+func (c *checker) bfd(f schema.Field[schema.BFD], path string) *BFD {
 	b := &BFD{MinRx: DefaultBFDInterval, MinTx: DefaultBFDInterval, Multiplier: DefaultBFDMultiplier}
-	if v := d.resolve(f.value); v == nil || v.Kind != yaml.MappingNode && !isNull(v) {
-		if v != nil {
-			d.errorf(v, path, "expected a mapping such as {minRx: 300ms, minTx: 300ms, multiplier: 3}, got %s; write bfd: {} for the defaults, or remove bfd to go without", describe(v))
-		}
-		return b
-	}
-	fs := d.mapping(f.value, path, bfdFields)
 	for _, bf := range []struct {
 		name string
+		f    schema.Field[schema.Duration]
 		dst  *time.Duration
-	}{{"minRx", &b.MinRx}, {"minTx", &b.MinTx}} {
-		g, ok := fs[bf.name]
-		if !ok {
+	}{{"minRx", f.V.MinRx, &b.MinRx}, {"minTx", f.V.MinTx, &b.MinTx}} {
+		if !valid(bf.f) {
 			continue
 		}
-		p := join(path, bf.name)
-		t, v, ok := d.durationValue(g, p)
+		p, t, text := join(path, bf.name), bf.f.V.D, schema.Show(bf.f.V.String())
 		switch {
-		case !ok:
 		case t < MinBFDInterval:
-			d.errorf(v, p, "%s is below the minimum %s", show(v.Value), MinBFDInterval)
+			c.errorf(bf.f.At.Node, p, "%s is below the minimum %s", text, MinBFDInterval)
 		case t > MaxBFDInterval:
-			d.errorf(v, p, "%s is above the maximum %s", show(v.Value), MaxBFDInterval)
+			c.errorf(bf.f.At.Node, p, "%s is above the maximum %s", text, MaxBFDInterval)
 		default:
 			*bf.dst = t
 		}
 	}
-	if g, ok := fs["multiplier"]; ok {
-		if n, ok := d.integer(g, join(path, "multiplier"), 1, 255); ok {
-			b.Multiplier = uint8(n)
-		}
+	if n, ok := c.integer(f.V.Multiplier, join(path, "multiplier"), 1, 255); ok {
+		b.Multiplier = uint8(n)
 	}
 	return b
-}
-
-// boolean returns the value of a true/false field.
-func (d *decoder) boolean(f field, path string) (bool, bool) {
-	v := d.resolve(f.value)
-	if v == nil {
-		return false, false
-	}
-	if isNull(v) {
-		d.errorf(f.key, path, "has no value; give one or remove the field")
-		return false, false
-	}
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!bool" {
-		d.errorf(v, path, "expected true or false, got %s", describe(v))
-		return false, false
-	}
-	var b bool
-	if err := v.Decode(&b); err != nil {
-		d.errorf(v, path, "expected true or false, got %s", describe(v))
-		return false, false
-	}
-	return b, true
 }
 
 // parseRouterID parses a BGP identifier: any non-zero 32-bit number,
@@ -511,18 +418,18 @@ func parseCommunity(s string) (uint32, string) {
 	switch len(parts) {
 	case 2:
 	case 3:
-		return 0, fmt.Sprintf("%s has three numbers, as a large community has; move it to largeCommunities", show(s))
+		return 0, fmt.Sprintf("%s has three numbers, as a large community has; move it to largeCommunities", schema.Show(s))
 	default:
-		return 0, fmt.Sprintf("%s is not a community; write ASN:VALUE with two numbers 0..65535 (e.g. 65000:100) or one of the names %s", show(s), wellKnownNames())
+		return 0, fmt.Sprintf("%s is not a community; write ASN:VALUE with two numbers 0..65535 (e.g. 65000:100) or one of the names %s", schema.Show(s), wellKnownNames())
 	}
 	var v [2]uint64
 	for i, p := range parts {
 		n, err := strconv.ParseUint(p, 10, 16)
 		if err != nil {
 			if _, err := strconv.ParseUint(p, 10, 32); err == nil {
-				return 0, fmt.Sprintf("%s: %s is above 65535; a community holds two 16-bit numbers, so for a 4-byte ASN use largeCommunities (e.g. %s:%s:0)", show(s), p, parts[0], parts[1])
+				return 0, fmt.Sprintf("%s: %s is above 65535; a community holds two 16-bit numbers, so for a 4-byte ASN use largeCommunities (e.g. %s:%s:0)", schema.Show(s), p, parts[0], parts[1])
 			}
-			return 0, fmt.Sprintf("%s is not a community; write ASN:VALUE with two numbers 0..65535 (e.g. 65000:100) or one of the names %s", show(s), wellKnownNames())
+			return 0, fmt.Sprintf("%s is not a community; write ASN:VALUE with two numbers 0..65535 (e.g. 65000:100) or one of the names %s", schema.Show(s), wellKnownNames())
 		}
 		v[i] = n
 	}
@@ -547,57 +454,53 @@ func parseLargeCommunity(s string) ([3]uint32, string) {
 	parts := strings.Split(s, ":")
 	if len(parts) == 2 {
 		if _, why := parseCommunity(s); why == "" {
-			return [3]uint32{}, fmt.Sprintf("%s has two numbers, as a community has; move it to communities, or %s", show(s), form)
+			return [3]uint32{}, fmt.Sprintf("%s has two numbers, as a community has; move it to communities, or %s", schema.Show(s), form)
 		}
 	}
 	if len(parts) != 3 {
-		return [3]uint32{}, fmt.Sprintf("%s is not a large community; %s", show(s), form)
+		return [3]uint32{}, fmt.Sprintf("%s is not a large community; %s", schema.Show(s), form)
 	}
 	var v [3]uint32
 	for i, p := range parts {
 		n, err := strconv.ParseUint(p, 10, 32)
 		if err != nil {
-			return [3]uint32{}, fmt.Sprintf("%s is not a large community; %s", show(s), form)
+			return [3]uint32{}, fmt.Sprintf("%s is not a large community; %s", schema.Show(s), form)
 		}
 		v[i] = uint32(n)
 	}
 	return v, ""
 }
 
-// routeAttributes parses a service's bgp field. ok is false when any of
+// routeAttributes checks a service's bgp field. ok is false when any of
 // it is invalid.
-func (d *decoder) routeAttributes(f field, path string) (a RouteAttributes, ok bool) {
-	if v := d.resolve(f.value); v == nil || v.Kind != yaml.MappingNode && !isNull(v) {
-		if v != nil {
-			d.errorf(v, path, "expected a mapping such as {communities: [\"65000:100\"], med: 10}, got %s", describe(v))
-		}
+func (c *checker) routeAttributes(f schema.Field[schema.Route], path string) (a RouteAttributes, ok bool) {
+	if f.Bad {
 		return a, false
 	}
-	before := len(d.errs)
-	fs := d.mapping(f.value, path, routeFields)
-	if g, ok := fs["communities"]; ok {
-		cs := stringList(d, g, join(path, "communities"), MaxCommunities, parseCommunity, cmp.Compare[uint32])
+	before := c.errs.Len()
+	v := f.V
+	if v.Communities.Given {
+		cs := stringList(c, v.Communities, join(path, "communities"), MaxCommunities, parseCommunity, cmp.Compare[uint32])
 		a.Communities = make([]string, len(cs))
-		for i, c := range cs {
-			a.Communities[i] = formatCommunity(c)
+		for i, x := range cs {
+			a.Communities[i] = formatCommunity(x)
 		}
 	}
-	if g, ok := fs["largeCommunities"]; ok {
-		cs := stringList(d, g, join(path, "largeCommunities"), MaxLargeCommunities, parseLargeCommunity, compareLarge)
+	if v.LargeCommunities.Given {
+		cs := stringList(c, v.LargeCommunities, join(path, "largeCommunities"), MaxLargeCommunities, parseLargeCommunity, compareLarge)
 		a.LargeCommunities = make([]string, len(cs))
-		for i, c := range cs {
-			a.LargeCommunities[i] = fmt.Sprintf("%d:%d:%d", c[0], c[1], c[2])
+		for i, x := range cs {
+			a.LargeCommunities[i] = fmt.Sprintf("%d:%d:%d", x[0], x[1], x[2])
 		}
 	}
 	for _, af := range []struct {
 		name string
+		f    schema.Field[schema.Int]
 		dst  **uint32
-	}{{"localPreference", &a.LocalPreference}, {"med", &a.MED}} {
-		if g, ok := fs[af.name]; ok {
-			if n, ok := d.integer(g, join(path, af.name), 0, math.MaxUint32); ok {
-				v := uint32(n)
-				*af.dst = &v
-			}
+	}{{"localPreference", v.LocalPreference, &a.LocalPreference}, {"med", v.MED, &a.MED}} {
+		if n, ok := c.integer(af.f, join(path, af.name), 0, math.MaxUint32); ok {
+			x := uint32(n)
+			*af.dst = &x
 		}
 	}
 	if len(a.Communities) == 0 {
@@ -606,41 +509,40 @@ func (d *decoder) routeAttributes(f field, path string) (a RouteAttributes, ok b
 	if len(a.LargeCommunities) == 0 {
 		a.LargeCommunities = nil
 	}
-	return a, len(d.errs) == before
+	return a, !f.Flawed && c.errs.Len() == before
 }
 
-// stringList parses a list of strings with parse, and returns the values
+// stringList checks a list of texts with parse, and returns the values
 // distinct and sorted by compare; a value listed twice is reported.
-func stringList[T comparable](d *decoder, f field, path string, limit int, parse func(string) (T, string), compare func(a, b T) int) []T {
-	items, ok := d.sequence(f.value, path)
-	if !ok {
+func stringList[T comparable](c *checker, f schema.Field[[]schema.Field[schema.Text]], path string, limit int, parse func(string) (T, string), compare func(a, b T) int) []T {
+	if f.Bad {
 		return nil
 	}
-	if len(items) > limit {
-		d.errorf(f.key, path, "%d entries exceed the limit of %d per route; remove some", len(items), limit)
+	if len(f.V) > limit {
+		c.errorf(f.At.Key, path, "%d entries exceed the limit of %d per route; remove some", len(f.V), limit)
 		return nil
 	}
 	type seen struct {
-		i, line int
+		i    int
+		line schema.Line
 	}
 	first := map[T]seen{}
 	var out []T
-	for i, item := range items {
-		p := index(path, i)
-		s, ok := d.text(field{key: item, value: item}, p)
-		if !ok {
+	for i, item := range f.V {
+		if item.Bad {
 			continue
 		}
+		p, s := index(path, i), string(item.V)
 		v, why := parse(s)
 		if why != "" {
-			d.errorf(item, p, "%s", why)
+			c.errorf(item.At.Value, p, "%s", why)
 			continue
 		}
 		if f, dup := first[v]; dup {
-			d.errorf(item, p, "%s is the same as %s (line %d); list each once", show(s), index(path, f.i), f.line)
+			c.errorf(item.At.Value, p, "%s is the same as %s%s; list each once", schema.Show(s), index(path, f.i), lineNote(f.line))
 			continue
 		}
-		first[v] = seen{i, item.Line}
+		first[v] = seen{i, item.At.Value}
 		out = append(out, v)
 	}
 	slices.SortFunc(out, compare)
@@ -659,8 +561,8 @@ type routeAt struct {
 }
 
 // checkRoute records or compares the attributes a service s (at) wrote
-// in its bgp field g.
-func (d *decoder) checkRoute(routes map[netip.Addr]routeAt, s Service, at serviceAt, g field, path string) {
+// in its bgp field, whose key is on line.
+func (c *checker) checkRoute(routes map[netip.Addr]routeAt, s Service, at serviceAt, line schema.Line, path string) {
 	first, dup := routes[s.VIP]
 	if !dup {
 		routes[s.VIP] = routeAt{attrs: s.BGP, at: at}
@@ -669,11 +571,11 @@ func (d *decoder) checkRoute(routes map[netip.Addr]routeAt, s Service, at servic
 	if first.attrs.Equal(s.BGP) {
 		return
 	}
-	where := fmt.Sprintf("services[%d].bgp, line %d", first.at.index, first.at.line)
+	where := withLine(fmt.Sprintf("services[%d].bgp", first.at.index), first.at.line)
 	if first.at.name != "" {
 		where = fmt.Sprintf("service %q (%s)", first.at.name, where)
 	}
-	d.errorf(g.key, path, "differs from the bgp attributes of %s, which has the same VIP %s (%s); services that share a VIP are announced as one route: write the same attributes in both, or in one of them only",
+	c.errorf(line, path, "differs from the bgp attributes of %s, which has the same VIP %s (%s); services that share a VIP are announced as one route: write the same attributes in both, or in one of them only",
 		where, s.VIP, attrDiff(s.BGP, first.attrs))
 }
 

@@ -69,11 +69,11 @@ const vipRule = "a VIP must be an address that no interface of the node holds: t
 
 // hostsVIP returns why the node cannot serve VIP a: it is the node
 // address, or an address of the host; "" when it can.
-func (d *decoder) hostsVIP(a netip.Addr) string {
-	if a == d.nodeAddr {
-		return fmt.Sprintf("%s is this node's own address (%s); %s", a, d.nodeFrom, vipRule)
+func (c *checker) hostsVIP(a netip.Addr) string {
+	if a == c.nodeAddr {
+		return fmt.Sprintf("%s is this node's own address (%s); %s", a, c.nodeFrom, vipRule)
 	}
-	if iface, ok := d.hostAddrs[a]; ok {
+	if iface, ok := c.hostAddrs[a]; ok {
 		return fmt.Sprintf("%s is configured on this host (interface %s); %s", a, iface, vipRule)
 	}
 	return ""

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/config/schema"
 )
 
 const file = "agent.yaml"
@@ -609,14 +611,14 @@ services:
 
 func TestErrorCount(t *testing.T) {
 	in := "node: {interface: eth0}\nservices:\n  - name: s\n    vip: 10.99.0.1\n    port: 80\n    backends:\n" +
-		strings.Repeat("      - address: x\n", maxErrors+10)
+		strings.Repeat("      - address: x\n", schema.MaxErrors+10)
 	_, err := Parse(file, []byte(in))
 	if err == nil {
 		t.Fatal("no error")
 	}
 	lines := strings.Split(err.Error(), "\n")
-	if len(lines) != maxErrors+1 {
-		t.Fatalf("got %d lines, want %d", len(lines), maxErrors+1)
+	if len(lines) != schema.MaxErrors+1 {
+		t.Fatalf("got %d lines, want %d", len(lines), schema.MaxErrors+1)
 	}
 	if last := lines[len(lines)-1]; !strings.Contains(last, "10 more errors not shown") {
 		t.Errorf("last line = %q, want the count of the errors left out", last)
@@ -715,43 +717,6 @@ func TestLoad(t *testing.T) {
 	missing := filepath.Join(dir, "missing.yaml")
 	if _, err := Load(missing); !errors.Is(err, os.ErrNotExist) || !strings.Contains(err.Error(), missing) {
 		t.Errorf("Load(missing) = %v, want a not-exist error naming the file", err)
-	}
-}
-
-func TestSuggest(t *testing.T) {
-	known := []string{"address", "port", "weight"}
-	tests := []struct{ in, want string }{
-		{"adress", "address"},
-		{"Address", "address"},
-		{"weigth", "weight"},
-		{"wieght", "weight"},
-		{"prot", "port"},
-		{"ports", "port"},
-		{"host", ""},
-		{"x", ""},
-		{"addr", ""},
-	}
-	for _, tc := range tests {
-		if got := suggest(tc.in, known); got != tc.want {
-			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
-		}
-	}
-	for _, tc := range []struct {
-		in    string
-		known []string
-		want  string
-	}{
-		{"pin_path", dataplaneFields, "pinPath"},
-		{"community", routeFields, "communities"},
-		{"large_community", routeFields, "largeCommunities"},
-		{"peer", bgpFields, "peers"},
-		{"service", topFields, "services"},
-		{"nodes", topFields, "node"},
-		{"router_id", bgpFields, "routerID"},
-	} {
-		if got := suggest(tc.in, tc.known); got != tc.want {
-			t.Errorf("suggest(%q) = %q, want %q", tc.in, got, tc.want)
-		}
 	}
 }
 

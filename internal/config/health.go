@@ -6,26 +6,22 @@ import (
 	"strings"
 	"time"
 
-	"gopkg.in/yaml.v3"
+	"github.com/xlbproject/xlb/internal/config/schema"
 )
 
-// healthFields are the fields of a healthCheck mapping, in the order the
-// documentation lists them.
-var healthFields = []string{"type", "port", "path", "expectStatus", "interval", "timeout", "rise", "fall"}
-
-// setting is one field of a healthCheck as written, with where it was
-// written for messages about it.
+// setting is one field of a healthCheck or of BGP timers as written,
+// with where it was written for messages about it.
 type setting[T any] struct {
 	v    T
-	node *yaml.Node // the value
-	path string     // the field path
+	line schema.Line // the value's
+	path string      // the field path
 }
 
 // checkSpec is one healthCheck mapping as written: a service's, or a
 // backend's that overrides it. A nil field was not written.
 type checkSpec struct {
-	path     string     // e.g. services[0].healthCheck
-	key      *yaml.Node // the healthCheck key
+	path     string      // e.g. services[0].healthCheck
+	keyLine  schema.Line // the healthCheck key's line
 	typ      *setting[CheckType]
 	port     *setting[uint16]
 	urlPath  *setting[string]
@@ -43,93 +39,88 @@ type checkSpec struct {
 
 // written is a field of a healthCheck that was written.
 type written struct {
-	node     *yaml.Node
+	line     schema.Line
 	path     string
 	httpOnly bool
 }
 
 // set records a valid field other than type.
-func set[T any](c *checkSpec, dst **setting[T], v T, node *yaml.Node, path string, httpOnly bool) {
-	*dst = &setting[T]{v, node, path}
-	c.written = append(c.written, written{node, path, httpOnly})
+func set[T any](c *checkSpec, dst **setting[T], v T, line schema.Line, path string, httpOnly bool) {
+	*dst = &setting[T]{v, line, path}
+	c.written = append(c.written, written{line, path, httpOnly})
 }
 
-// healthCheck reads the healthCheck field f. A null or empty mapping
+// checkSpec checks the healthCheck field f. A null or empty mapping
 // sets nothing, like a missing one.
-func (d *decoder) healthCheck(f field, path string) *checkSpec {
-	c := &checkSpec{path: path, key: f.key}
-	v := d.resolve(f.value)
-	if v != nil && v.Kind != yaml.MappingNode && !isNull(v) {
-		d.errorf(v, path, "expected a mapping such as {type: http, path: /, interval: 1s}, got %s", describe(v))
-		c.bad = true
-		return c
+func (c *checker) checkSpec(f schema.Field[*schema.Check], path string) *checkSpec {
+	cs := &checkSpec{path: path, keyLine: f.At.Key, bad: f.Bad}
+	var v schema.Check
+	if f.V != nil {
+		v = *f.V
 	}
-	fs := d.mapping(f.value, path, healthFields)
 	at := func(name string) string { return join(path, name) }
-	if g, ok := fs["type"]; ok {
-		if s, ok := d.str(g, at("type")); !ok {
-			c.bad = true
+	if g := v.Type; g.Bad {
+		cs.bad = true
+	} else if g.Given {
+		if t, err := ParseCheckType(g.V); err != nil {
+			c.errorf(g.At.Value, at("type"), "%v", err)
+			cs.bad = true
 		} else {
-			switch t := CheckType(s); t {
-			case CheckNone, CheckTCP, CheckHTTP:
-				c.typ = &setting[CheckType]{t, g.value, at("type")}
-			default:
-				d.errorf(g.value, at("type"), "%q is not a check type; use tcp (connect), http (GET with an expected status) or none (not probed), lower case", s)
-				c.bad = true
-			}
+			cs.typ = &setting[CheckType]{t, g.At.Value, at("type")}
 		}
 	}
-	if g, ok := fs["port"]; ok {
-		if n, ok := d.integer(g, at("port"), 1, 65535); ok {
-			set(c, &c.port, uint16(n), g.value, at("port"), false)
+	if g := v.Port; g.Given {
+		if n, ok := c.integer(g, at("port"), 1, 65535); ok {
+			set(cs, &cs.port, uint16(n), g.At.Value, at("port"), false)
 		} else {
-			c.bad = true
+			cs.bad = true
 		}
 	}
-	if g, ok := fs["path"]; ok {
-		if s, ok := d.str(g, at("path")); !ok {
-			c.bad = true
-		} else if why := checkURLPath(s); why != "" {
-			d.errorf(g.value, at("path"), "%s", why)
-			c.bad = true
+	if g := v.Path; g.Bad {
+		cs.bad = true
+	} else if g.Given {
+		if why := checkURLPath(g.V); why != "" {
+			c.errorf(g.At.Value, at("path"), "%s", why)
+			cs.bad = true
 		} else {
-			set(c, &c.urlPath, s, g.value, at("path"), true)
+			set(cs, &cs.urlPath, g.V, g.At.Value, at("path"), true)
 		}
 	}
-	if g, ok := fs["expectStatus"]; ok {
-		if r, ok := d.statusRange(g, at("expectStatus")); ok {
-			set(c, &c.status, r, g.value, at("expectStatus"), true)
+	if g := v.ExpectStatus; g.Given {
+		if r, ok := c.statusRange(g, at("expectStatus")); ok {
+			set(cs, &cs.status, r, g.At.Value, at("expectStatus"), true)
 		} else {
-			c.bad = true
+			cs.bad = true
 		}
 	}
-	if g, ok := fs["interval"]; ok {
-		if v, ok := d.duration(g, at("interval"), MinCheckInterval); ok {
-			set(c, &c.interval, v, g.value, at("interval"), false)
+	if g := v.Interval; g.Given {
+		if d, ok := c.duration(g, at("interval"), MinCheckInterval); ok {
+			set(cs, &cs.interval, d, g.At.Value, at("interval"), false)
 		} else {
-			c.bad = true
+			cs.bad = true
 		}
 	}
-	if g, ok := fs["timeout"]; ok {
-		if v, ok := d.duration(g, at("timeout"), 0); ok {
-			set(c, &c.timeout, v, g.value, at("timeout"), false)
+	if g := v.Timeout; g.Given {
+		if d, ok := c.duration(g, at("timeout"), 0); ok {
+			set(cs, &cs.timeout, d, g.At.Value, at("timeout"), false)
 		} else {
-			c.bad = true
+			cs.bad = true
 		}
 	}
 	for _, rf := range []struct {
 		name string
+		f    schema.Field[schema.Int]
 		dst  **setting[int]
-	}{{"rise", &c.rise}, {"fall", &c.fall}} {
-		if g, ok := fs[rf.name]; ok {
-			if n, ok := d.integer(g, at(rf.name), 1, MaxRiseFall); ok {
-				set(c, rf.dst, int(n), g.value, at(rf.name), false)
+	}{{"rise", v.Rise, &cs.rise}, {"fall", v.Fall, &cs.fall}} {
+		if rf.f.Given {
+			if n, ok := c.integer(rf.f, at(rf.name), 1, MaxRiseFall); ok {
+				set(cs, rf.dst, int(n), rf.f.At.Value, at(rf.name), false)
 			} else {
-				c.bad = true
+				cs.bad = true
 			}
 		}
 	}
-	return c
+	return cs
 }
 
 // resolveCheck merges a backend's healthCheck (nil without one) over its
@@ -137,13 +128,13 @@ func (d *decoder) healthCheck(f field, path string) *checkSpec {
 // backend's check. With report set it reports the problems that the
 // innermost spec's own fields cause; the caller sets it once per spec, so
 // that a service's mistake is reported once, not once per backend.
-func (d *decoder) resolveCheck(svc, be *checkSpec, backendPort uint16, report bool) HealthCheck {
+func (c *checker) resolveCheck(svc, be *checkSpec, backendPort uint16, report bool) HealthCheck {
 	inner := be
 	if inner == nil {
 		inner = svc
 	}
 	report = report && inner != nil && !be.invalid() && !svc.invalid()
-	errsBefore := len(d.errs)
+	errsBefore := c.errs.Len()
 	typ := innermost(func(c *checkSpec) *setting[CheckType] { return c.typ }, be, svc)
 	port := innermost(func(c *checkSpec) *setting[uint16] { return c.port }, be, svc)
 	urlPath := innermost(func(c *checkSpec) *setting[string] { return c.urlPath }, be, svc)
@@ -158,10 +149,10 @@ func (d *decoder) resolveCheck(svc, be *checkSpec, backendPort uint16, report bo
 		hc.Type = typ.v
 	}
 	if report {
-		d.checkApplies(inner, hc.Type, typ)
+		c.checkApplies(inner, hc.Type, typ)
 	}
 	defer func() {
-		if report && len(d.errs) > errsBefore {
+		if report && c.errs.Len() > errsBefore {
 			// The backends inherit this mistake: say it once.
 			inner.bad = true
 		}
@@ -182,7 +173,7 @@ func (d *decoder) resolveCheck(svc, be *checkSpec, backendPort uint16, report bo
 	if timeout != nil {
 		hc.Timeout = timeout.v
 		if hc.Timeout > hc.Interval && report {
-			d.timeoutTooLong(inner, timeout, interval, hc.Interval)
+			c.timeoutTooLong(inner, timeout, interval, hc.Interval)
 		}
 	}
 	hc.Rise, hc.Fall = DefaultRise, DefaultFall
@@ -226,30 +217,30 @@ func (c *checkSpec) invalid() bool { return c != nil && c.bad }
 // use: everything but type for none, path and expectStatus for tcp.
 // Fields inherited from the service are not reported: a backend that
 // switches to tcp simply leaves the service's path unused.
-func (d *decoder) checkApplies(c *checkSpec, t CheckType, typ *setting[CheckType]) {
+func (c *checker) checkApplies(cs *checkSpec, t CheckType, typ *setting[CheckType]) {
 	// from names where an inherited type was written.
 	from := ""
-	if typ != nil && typ.path != join(c.path, "type") {
-		from = fmt.Sprintf(" (%s, line %d)", typ.path, typ.node.Line)
+	if typ != nil && typ.path != join(cs.path, "type") {
+		from = " (" + withLine(typ.path, typ.line) + ")"
 	}
 	switch t {
 	case CheckNone:
-		if len(c.written) == 0 {
+		if len(cs.written) == 0 {
 			return
 		}
 		if typ == nil {
 			// One error for the mapping, not one per field: the type
 			// is what is missing.
-			d.missing(c.key, join(c.path, "type"), "required when other fields are given: add type: http or type: tcp (without a type nothing is probed)")
+			c.missing(cs.keyLine, join(cs.path, "type"), "required when other fields are given: add type: http or type: tcp (without a type nothing is probed)")
 			return
 		}
-		for _, w := range c.written {
-			d.errorf(w.node, w.path, "does not apply: type is none%s, so nothing is probed; remove it, or set type: tcp or type: http", from)
+		for _, w := range cs.written {
+			c.errorf(w.line, w.path, "does not apply: type is none%s, so nothing is probed; remove it, or set type: tcp or type: http", from)
 		}
 	case CheckTCP:
-		for _, w := range c.written {
+		for _, w := range cs.written {
 			if w.httpOnly {
-				d.errorf(w.node, w.path, "applies to http checks only, and this check's type is tcp%s; remove it, or set type: http", from)
+				c.errorf(w.line, w.path, "applies to http checks only, and this check's type is tcp%s; remove it, or set type: http", from)
 			}
 		}
 	}
@@ -257,87 +248,52 @@ func (d *decoder) checkApplies(c *checkSpec, t CheckType, typ *setting[CheckType
 
 // timeoutTooLong reports a timeout longer than the interval at whichever
 // of the two the spec c wrote itself (the timeout if both).
-func (d *decoder) timeoutTooLong(c *checkSpec, timeout *setting[time.Duration], interval *setting[time.Duration], iv time.Duration) {
+func (c *checker) timeoutTooLong(cs *checkSpec, timeout *setting[time.Duration], interval *setting[time.Duration], iv time.Duration) {
 	const why = "a probe must end before the next one starts"
 	switch {
-	case timeout.path == join(c.path, "timeout"):
+	case timeout.path == join(cs.path, "timeout"):
 		if interval == nil {
-			d.errorf(timeout.node, timeout.path, "%s is longer than the interval (default %s); %s: lower timeout or set a longer interval", timeout.v, iv, why)
+			c.errorf(timeout.line, timeout.path, "%s is longer than the interval (default %s); %s: lower timeout or set a longer interval", timeout.v, iv, why)
 		} else {
-			d.errorf(timeout.node, timeout.path, "%s is longer than the interval %s (%s, line %d); %s: lower timeout or raise interval", timeout.v, iv, interval.path, interval.node.Line, why)
+			c.errorf(timeout.line, timeout.path, "%s is longer than the interval %s (%s); %s: lower timeout or raise interval", timeout.v, iv, withLine(interval.path, interval.line), why)
 		}
-	case interval != nil && interval.path == join(c.path, "interval"):
-		d.errorf(interval.node, interval.path, "%s is shorter than the timeout %s (%s, line %d); %s: raise interval or set a shorter timeout here", iv, timeout.v, timeout.path, timeout.node.Line, why)
+	case interval != nil && interval.path == join(cs.path, "interval"):
+		c.errorf(interval.line, interval.path, "%s is shorter than the timeout %s (%s); %s: raise interval or set a shorter timeout here", iv, timeout.v, withLine(timeout.path, timeout.line), why)
 	}
 }
 
 // duration returns the value of a duration field above lo (inclusive;
 // 0: above 0) and at most MaxCheckInterval.
-func (d *decoder) duration(f field, path string, lo time.Duration) (time.Duration, bool) {
-	t, v, ok := d.durationValue(f, path)
-	if !ok {
+func (c *checker) duration(f schema.Field[schema.Duration], path string, lo time.Duration) (time.Duration, bool) {
+	if !valid(f) {
 		return 0, false
 	}
+	t, text := f.V.D, schema.Show(f.V.String())
 	switch {
 	case lo == 0 && t <= 0:
-		d.errorf(v, path, "%s is not above 0", show(v.Value))
+		c.errorf(f.At.Node, path, "%s is not above 0", text)
 		return 0, false
 	case t < lo:
-		d.errorf(v, path, "%s is below the minimum %s", show(v.Value), lo)
+		c.errorf(f.At.Node, path, "%s is below the minimum %s", text, lo)
 		return 0, false
 	case t > MaxCheckInterval:
-		d.errorf(v, path, "%s is above the maximum %s", show(v.Value), MaxCheckInterval)
+		c.errorf(f.At.Node, path, "%s is above the maximum %s", text, MaxCheckInterval)
 		return 0, false
 	}
 	return t, true
 }
 
-// durationValue returns the value of a duration field, a Go duration
-// string such as 500ms or 2s, and its node for messages about its range.
-// A bare 0 is accepted: without a unit it can only mean zero.
-func (d *decoder) durationValue(f field, path string) (time.Duration, *yaml.Node, bool) {
-	v := d.resolve(f.value)
-	if v == nil {
-		return 0, nil, false
-	}
-	if isNull(v) {
-		d.errorf(f.key, path, "has no value; give one or remove the field")
-		return 0, nil, false
-	}
-	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" && v.Value == "0" {
-		return 0, v, true
-	}
-	if v.Kind != yaml.ScalarNode || v.ShortTag() != "!!str" {
-		if v.Kind == yaml.ScalarNode && (v.ShortTag() == "!!int" || v.ShortTag() == "!!float") {
-			d.errorf(v, path, "expected a duration with a unit, got %s; write e.g. %sms or %ss", describe(v), v.Value, v.Value)
-		} else {
-			d.errorf(v, path, "expected a duration such as 500ms or 2s, got %s", describe(v))
-		}
-		return 0, nil, false
-	}
-	t, err := time.ParseDuration(v.Value)
-	if err != nil {
-		d.errorf(v, path, "%s is not a duration; write a number with a unit (ms, s, m), e.g. 500ms or 2s", show(v.Value))
-		return 0, nil, false
-	}
-	return t, v, true
-}
-
 // statusRange returns the value of expectStatus: one HTTP status code
 // (200, or "200") or an inclusive range ("200-399").
-func (d *decoder) statusRange(f field, path string) ([2]int, bool) {
-	v := d.resolve(f.value)
-	if v == nil {
+func (c *checker) statusRange(f schema.Field[schema.Status], path string) ([2]int, bool) {
+	if !valid(f) {
 		return [2]int{}, false
 	}
-	if v.Kind == yaml.ScalarNode && v.ShortTag() == "!!int" {
-		n, ok := d.integer(f, path, 100, 599)
+	if f.V.IsCode {
+		n, ok := c.integer(schema.Field[schema.Int]{V: f.V.Code, Given: true, At: f.At}, path, 100, 599)
 		return [2]int{int(n), int(n)}, ok
 	}
-	s, ok := d.str(f, path)
-	if !ok {
-		return [2]int{}, false
-	}
+	s := f.V.Text
 	const form = "write one status code (e.g. 200) or a range (e.g. \"200-399\")"
 	lo, hi, isRange := strings.Cut(s, "-")
 	if !isRange {
@@ -347,10 +303,10 @@ func (d *decoder) statusRange(f field, path string) ([2]int, bool) {
 	b, bok := statusCode(hi)
 	switch {
 	case !aok || !bok:
-		d.errorf(v, path, "%s is not an HTTP status code or range of them; %s, with codes in 100..599", show(s), form)
+		c.errorf(f.At.Node, path, "%s is not an HTTP status code or range of them; %s, with codes in 100..599", schema.Show(s), form)
 		return [2]int{}, false
 	case a > b:
-		d.errorf(v, path, "%s is an empty range; write the lower code first (%d-%d)", show(s), b, a)
+		c.errorf(f.At.Node, path, "%s is an empty range; write the lower code first (%d-%d)", schema.Show(s), b, a)
 		return [2]int{}, false
 	}
 	return [2]int{a, b}, true
@@ -370,13 +326,13 @@ func statusCode(s string) (int, bool) {
 func checkURLPath(p string) string {
 	switch {
 	case !strings.HasPrefix(p, "/"):
-		return fmt.Sprintf("%s does not start with /; write the path of the URL, e.g. /healthz", show(p))
+		return fmt.Sprintf("%s does not start with /; write the path of the URL, e.g. /healthz", schema.Show(p))
 	case len(p) > MaxCheckPath:
 		return fmt.Sprintf("is %d bytes long; at most %d", len(p), MaxCheckPath)
 	}
 	for i := 0; i < len(p); i++ {
 		if c := p[i]; c <= ' ' || c >= 0x7f {
-			return fmt.Sprintf("%s contains %q; a request path is printable ASCII without spaces: percent-encode the rest (e.g. %%20)", show(p), rune(c))
+			return fmt.Sprintf("%s contains %q; a request path is printable ASCII without spaces: percent-encode the rest (e.g. %%20)", schema.Show(p), rune(c))
 		}
 	}
 	return ""

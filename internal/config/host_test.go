@@ -99,15 +99,15 @@ func TestValidateOnHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Services[0].VIP = netip.MustParseAddr("192.0.2.7")
-	_, err = ValidateOn("cluster", cfg, testHost)
+	_, err = ValidateConfig(cfg, Env{File: "cluster", Host: testHost})
 	if err == nil || err.Error() != "cluster: services[0].vip: 192.0.2.7 is configured on this host (interface dummy0); "+vipRule {
 		t.Errorf("got %v", err)
 	}
-	if _, err := Validate("cluster", cfg); err != nil {
+	if _, err := ValidateConfig(cfg, Env{File: "cluster"}); err != nil {
 		t.Errorf("Validate without a host: %v", err)
 	}
 	var v Validator
-	if _, err := v.ValidateOn("cluster", cfg, testHost); err == nil {
-		t.Error("Validator.ValidateOn accepted a VIP of the host")
+	if _, err := v.Validate(cfg, Env{File: "cluster", Host: testHost}); err == nil {
+		t.Error("Validator.Validate accepted a VIP of the host")
 	}
 }

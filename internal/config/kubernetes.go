@@ -32,49 +32,6 @@ type Kubernetes struct {
 	ServeClassless bool
 }
 
-var kubernetesFields = []string{"kubeconfig", "nodeName", "secretNamespace", "serveClassless"}
-
-// kubernetes parses the kubernetes section. An empty section takes every
-// default.
-func (d *decoder) kubernetes(f field, path string) *Kubernetes {
-	k := &Kubernetes{}
-	fs := d.mapping(f.value, path, kubernetesFields)
-	at := func(name string) string { return join(path, name) }
-	if g, ok := fs["kubeconfig"]; ok {
-		if s, ok := d.str(g, at("kubeconfig")); ok {
-			if why := checkAbs(s); why != "" {
-				d.errorf(g.value, at("kubeconfig"), "%s; give the kubeconfig file's absolute path, or remove kubeconfig to use the in-cluster configuration", why)
-			} else {
-				k.Kubeconfig = s
-			}
-		}
-	}
-	if g, ok := fs["nodeName"]; ok {
-		if s, ok := d.str(g, at("nodeName")); ok {
-			if why := checkNodeName(s); why != "" {
-				d.errorf(g.value, at("nodeName"), "%s", why)
-			} else {
-				k.NodeName = s
-			}
-		}
-	}
-	if g, ok := fs["secretNamespace"]; ok {
-		if s, ok := d.str(g, at("secretNamespace")); ok {
-			if why := checkNamespace(s); why != "" {
-				d.errorf(g.value, at("secretNamespace"), "%s", why)
-			} else {
-				k.SecretNamespace = s
-			}
-		}
-	}
-	if g, ok := fs["serveClassless"]; ok {
-		if v, ok := d.boolean(g, at("serveClassless")); ok {
-			k.ServeClassless = v
-		}
-	}
-	return k
-}
-
 // WithDefaults returns k with the fields the file left out taken from the
 // environment: NodeName from NODE_NAME, then the host name;
 // SecretNamespace from POD_NAMESPACE, then DefaultSecretNamespace. A value
@@ -175,7 +132,8 @@ func parseKubernetesName(s string) error {
 		return fmt.Errorf("namespace %q is not a DNS label", ns)
 	case !isDNSLabel(name):
 		return fmt.Errorf("the Service name %q is not a DNS label", name)
-	case Protocol(proto) != TCP && Protocol(proto) != UDP:
+	}
+	if _, err := ParseProtocol(proto); err != nil {
 		return fmt.Errorf("protocol %q is not tcp or udp", proto)
 	}
 	n, err := strconv.ParseUint(port, 10, 16)

@@ -28,7 +28,7 @@ func roundTrip(cfg *Config) error {
 	if !reflect.DeepEqual(back, cfg) {
 		return fmt.Errorf("the rendering parses to\n%+v\nwant\n%+v\nrendering:\n%s", back, cfg, data)
 	}
-	valid, err := Validate("built", cfg)
+	valid, err := ValidateConfig(cfg, Env{File: "built"})
 	if err != nil {
 		return fmt.Errorf("Validate rejects what Parse accepts: %v\nrendering:\n%s", err, data)
 	}
@@ -113,7 +113,7 @@ func TestValidateAgreesWithParse(t *testing.T) {
 				t.Fatal(err)
 			}
 			_, perr := Parse("x", data)
-			_, verr := Validate("x", cfg)
+			_, verr := ValidateConfig(cfg, Env{File: "x"})
 			if perr == nil || verr == nil {
 				t.Fatalf("Parse: %v\nValidate: %v", perr, verr)
 			}

@@ -1,5 +1,11 @@
-// Package config is the agent's YAML model: parsing, defaults and validation
-// with errors that name the file, the field and the reason.
+// Package config is the agent's configuration model: the Config every
+// source produces, its defaults and limits, and the checks a
+// configuration must pass, with errors that name the file, the line, the
+// field and the reason. A file is read in two steps: package schema
+// decodes its YAML into typed structs, reporting what is wrong with its
+// shape; Validate checks what the values mean and builds the Config. A
+// source that builds its configuration in code (Kubernetes) passes it
+// through the same Validate.
 package config
 
 import (
@@ -9,50 +15,6 @@ import (
 	"time"
 )
 
-// Protocol is the L4 protocol of a service.
-type Protocol string
-
-const (
-	TCP Protocol = "tcp"
-	UDP Protocol = "udp"
-)
-
-// Forwarding is how packets reach a backend.
-type Forwarding string
-
-const (
-	DSRIPIP Forwarding = "dsr-ipip"
-	DSRGUE  Forwarding = "dsr-gue"
-)
-
-// Flows is what keeps a service's established connections on their
-// backend when the backend set changes (docs/connection-survival.md).
-type Flows string
-
-const (
-	// FlowsStateless: the Maglev table alone. A connection whose table
-	// slot moves to another backend breaks. Service.Flows holds it as "".
-	FlowsStateless Flows = "stateless"
-	// FlowsDaisyChain: stateless, and every packet carries its slot's
-	// previous owner; a backend without the connection hands the packet
-	// on to it (Beamer). Needs dsr-gue and xlb backend on the backends.
-	FlowsDaisyChain Flows = "daisy-chain"
-	// FlowsStateful: a per-flow table on each xlb node keeps a flow on
-	// the backend its first packet went to, for backends without xlb's
-	// backend program. A flow that reaches another node, or whose entry
-	// is evicted, is hashed again.
-	FlowsStateful Flows = "stateful"
-)
-
-// Name is the mode as the documentation and status name it: stateless
-// for the zero value.
-func (f Flows) Name() string {
-	if f == "" {
-		return string(FlowsStateless)
-	}
-	return string(f)
-}
-
 // MaxHistory is how many earlier backend sets a daisy-chained service
 // may list; the agent keeps as many of those it saw itself.
 const MaxHistory = 8
@@ -61,16 +23,9 @@ const MaxHistory = 8
 const (
 	DefaultSocket     = "/run/xlb/xlb.sock"
 	DefaultTableSize  = 65537
-	DefaultAttachMode = "auto"
+	DefaultAttachMode = AttachAuto
 	DefaultFlowHash   = FlowHashFmix64
 	DefaultWeight     = 1
-)
-
-// Attach modes of the XDP program (Dataplane.AttachMode).
-const (
-	AttachAuto    = "auto"
-	AttachNative  = "native"
-	AttachGeneric = "generic"
 )
 
 // Flow hashes of the data plane (Dataplane.FlowHash). Every node of a
@@ -145,7 +100,7 @@ type Dataplane struct {
 	// the interface, so agents in different namespaces never collide.
 	PinPath string
 	// AttachMode is auto (native, falling back to generic), native or generic.
-	AttachMode string
+	AttachMode AttachMode
 	// TableSize is the Maglev table size, a prime.
 	TableSize uint32
 	// MaxBackends is how many backend entries (over all services) the
@@ -204,15 +159,6 @@ type Backend struct {
 	// healthCheck with the backend's own merged over it, field by field.
 	HealthCheck HealthCheck
 }
-
-// CheckType is the kind of a health check.
-type CheckType string
-
-const (
-	CheckNone CheckType = "none" // not probed: always healthy
-	CheckTCP  CheckType = "tcp"  // a TCP connect
-	CheckHTTP CheckType = "http" // an HTTP GET with an expected status
-)
 
 // Health check defaults and limits.
 const (

@@ -2,138 +2,278 @@ package config
 
 import (
 	"fmt"
-	"reflect"
+	"net/netip"
 	"strconv"
-	"strings"
-	"sync"
 
-	"gopkg.in/yaml.v3"
+	"github.com/xlbproject/xlb/internal/config/schema"
 )
 
-// Validate checks c by the rules Parse applies to a file, as if c were
-// written out by Marshal and read back, and returns what Parse would
-// return then. name names c in the errors, which carry no line: there is
-// no file. A source other than a file (Kubernetes) builds a Config and
-// validates it, so that what it produces passes exactly the checks a file
-// passes. It skips the YAML text both ways, which for thousands of
-// backends costs ten times the checks themselves.
-func Validate(name string, c *Config) (*Config, error) {
-	return ValidateOn(name, c, nil)
+// Error is one problem in a configuration, located by line and field
+// path, e.g. "agent.yaml:14: services[1].backends[0].address: ...".
+type Error = schema.Error
+
+// Env is what Validate knows beyond the document.
+type Env struct {
+	// File names the configuration in errors: the file's path, or the
+	// source that built it ("kubernetes").
+	File string
+	// Host is the machine the configuration is for; nil: unknown, and
+	// no value is checked against its addresses.
+	Host *Host
 }
 
-// ValidateOn validates c as Validate does, for host h, as ParseOn parses
-// a file for it. A nil h is Validate.
-func ValidateOn(name string, c *Config, h *Host) (*Config, error) {
-	top, nodes := toNode(reflect.ValueOf(render(c)))
-	d := (&decoder{file: name, lineless: true, maxSteps: minSteps + stepsPerNode*nodes}).onHost(h)
-	cfg := d.configFrom(top)
-	if err := d.err(); err != nil {
+// Validate checks what the values of doc mean (ranges, addresses, the
+// rules between fields and across services, the node's own addresses
+// on env.Host) and returns the configuration with every default
+// applied. On failure it returns every problem found, one per line, each
+// an *Error naming env.File, the line (when doc was decoded from a file),
+// the field path and the reason. A field that Decode marked Bad was
+// reported by Decode: Validate says nothing more of it.
+func Validate(doc *schema.Document, env Env) (*Config, error) {
+	cfg, errs := check(doc, env)
+	if err := errs.Err(); err != nil {
 		return nil, err
 	}
 	return cfg, nil
 }
 
-// stepsPerNode bounds the decoder's work on a tree built by toNode, which
-// has no aliases: it visits each node a few times at most.
-const stepsPerNode = 4
-
-// lineless drops the line references that messages make to other fields
-// ("(line 12)", "(services[0].name, line 12)"): in a tree built by
-// Validate every line is 0.
-func lineless(msg string) string {
-	msg = strings.ReplaceAll(msg, " (line 0)", "")
-	return strings.ReplaceAll(msg, ", line 0", "")
+// ValidateConfig checks a configuration built in code (a cluster's) by
+// the rules a file passes: it validates the Document that Render makes of
+// c, so that its errors are those Parse would give for Marshal(c), without
+// lines.
+func ValidateConfig(c *Config, env Env) (*Config, error) {
+	return Validate(Render(c), env)
 }
 
-// toNode builds the YAML node tree that marshalling v and parsing the
-// text would give, for the kinds render's document uses: structs with
-// yaml tags (omitempty honoured), pointers, slices, strings, integers and
-// booleans. It also returns how many nodes it made.
-func toNode(v reflect.Value) (*yaml.Node, int) {
-	var b nodeBuilder
-	n := b.node(v)
-	return n, b.count
+func check(doc *schema.Document, env Env) (*Config, *schema.Errors) {
+	c := &checker{errs: schema.Errors{File: env.File}, misspelt: doc.Misspelt, host: env.Host, hostAddrs: env.Host.holders()}
+	return c.config(doc), &c.errs
 }
 
-// nodeBuilder makes the nodes of one tree. A configuration from a
-// cluster has tens of thousands of them: they are allocated in blocks,
-// and each struct type's fields are read from its tags once.
-type nodeBuilder struct {
-	block []yaml.Node
-	count int
+// checker validates one Document and collects every problem it finds
+// instead of stopping at the first.
+type checker struct {
+	errs     schema.Errors
+	misspelt map[string]bool // schema.Document.Misspelt
+
+	// host is the machine the configuration is for (nil: unknown), and
+	// hostAddrs its addresses with the interface holding each.
+	host      *Host
+	hostAddrs map[netip.Addr]string
+	// nodeAddr is the node address (node.address, or the host's first
+	// IPv4 of node.interface); invalid when neither is known.
+	nodeAddr netip.Addr
+	nodeFrom string // where nodeAddr comes from, for messages
+	// placed lists every backend address with where it was written, for
+	// the check against every service's VIP once all are known.
+	placed []placedAddr
 }
 
-func (b *nodeBuilder) new(kind yaml.Kind, tag, value string) *yaml.Node {
-	if len(b.block) == 0 {
-		b.block = make([]yaml.Node, 256)
+// placedAddr is a backend address and the line and path it was written at.
+type placedAddr struct {
+	addr netip.Addr
+	line schema.Line
+	path string
+}
+
+func (c *checker) errorf(line schema.Line, path, format string, args ...any) {
+	c.errs.Add(int(line), path, format, args...)
+}
+
+// missing reports a required field that is absent, unless a misspelling
+// of it has been reported already: one error says it all.
+func (c *checker) missing(line schema.Line, path, format string, args ...any) {
+	if !c.misspelt[path] {
+		c.errorf(line, path, format, args...)
 	}
-	n := &b.block[0]
-	b.block = b.block[1:]
-	n.Kind, n.Tag, n.Value = kind, tag, value
-	b.count++
+}
+
+// valid reports whether f is written with a value Decode accepted.
+func valid[T any](f schema.Field[T]) bool { return f.Given && !f.Bad }
+
+// integer returns the value of a whole-number field within [lo, hi],
+// and reports one out of range at the value.
+func (c *checker) integer(f schema.Field[schema.Int], path string, lo, hi int64) (int64, bool) {
+	switch {
+	case !valid(f):
+		return 0, false
+	case f.V.Big != "":
+		c.errorf(f.At.Node, path, "%s is out of range %d..%d", schema.Show(f.V.Big), lo, hi)
+		return 0, false
+	case f.V.N < lo || f.V.N > hi:
+		c.errorf(f.At.Node, path, "%d is out of range %d..%d", f.V.N, lo, hi)
+		return 0, false
+	}
+	return f.V.N, true
+}
+
+// lineNote refers to a line in a message: " (line 12)", or "" in a
+// document built in code, which has no lines.
+func lineNote(line schema.Line) string {
+	if line == 0 {
+		return ""
+	}
+	return " (line " + strconv.Itoa(int(line)) + ")"
+}
+
+// withLine refers to a field and its line: "services[0].name, line 12",
+// or the field alone in a document built in code.
+func withLine(path string, line schema.Line) string {
+	if line == 0 {
+		return path
+	}
+	return path + ", line " + strconv.Itoa(int(line))
+}
+
+// join appends a field name to a path.
+func join(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path + "." + name
+}
+
+// index appends a list index to a path.
+func index(path string, i int) string {
+	return path + "[" + strconv.Itoa(i) + "]"
+}
+
+func (c *checker) config(doc *schema.Document) *Config {
+	cfg := &Config{}
+	if doc.Node.Given {
+		cfg.Node = c.node(doc.Node, "node")
+	} else {
+		c.missing(doc.At.Node, "node", "required section is missing; add at least \"node: {interface: eth0}\" naming the interface XDP attaches to")
+	}
+	c.nodeAddr, c.nodeFrom = c.host.NodeAddress(cfg.Node), "node.address"
+	if !cfg.Node.Address.IsValid() {
+		c.nodeFrom = fmt.Sprintf("the first IPv4 address of node.interface %s, which the agent takes when node.address is not set", cfg.Node.Interface)
+	}
+	cfg.API = c.api(doc.API, "api")
+	dp, tableSizeSet := c.dataplane(doc.Dataplane, "dataplane")
+	cfg.Dataplane = dp
+	if doc.Kubernetes.Given {
+		cfg.Kubernetes = c.kubernetes(doc.Kubernetes, "kubernetes")
+	}
+	if doc.BGP.Given {
+		cfg.BGP = c.bgp(doc.BGP, "bgp", cfg.Node, doc.Kubernetes.Given)
+	}
+	cfg.Services = c.services(doc.Services, "services", dp, tableSizeSet, doc.BGP.Given)
+	return cfg
+}
+
+func (c *checker) node(f schema.Field[schema.Node], path string) Node {
+	var n Node
+	if g := f.V.Interface; !g.Given {
+		c.missing(f.At.Key, join(path, "interface"), "required: name the network interface XDP attaches to, e.g. interface: eth0")
+	} else if valid(g) {
+		if why := checkInterface(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "interface"), "%s", why)
+		} else {
+			n.Interface = g.V
+		}
+	}
+	if g := f.V.Address; valid(g) && g.V != "" {
+		if a, why := parseUnicast4(string(g.V)); why != "" {
+			c.errorf(g.At.Value, join(path, "address"), "%s", why)
+		} else {
+			n.Address = a
+		}
+	}
 	return n
 }
 
-func (b *nodeBuilder) node(v reflect.Value) *yaml.Node {
-	switch v.Kind() {
-	case reflect.Pointer:
-		if v.IsNil() {
-			return b.new(yaml.ScalarNode, "!!null", "null")
+func (c *checker) api(f schema.Field[schema.API], path string) API {
+	a := API{Socket: DefaultSocket}
+	if g := f.V.Socket; valid(g) {
+		if why := checkSocket(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "socket"), "%s", why)
+		} else {
+			a.Socket = g.V
 		}
-		return b.node(v.Elem())
-	case reflect.Struct:
-		n := b.new(yaml.MappingNode, "!!map", "")
-		fields := structFields(v.Type())
-		n.Content = make([]*yaml.Node, 0, 2*len(fields))
-		for _, sf := range fields {
-			f := v.Field(sf.index)
-			if sf.omitEmpty && (f.IsZero() || f.Kind() == reflect.Slice && f.Len() == 0) {
-				continue
-			}
-			key := b.new(yaml.ScalarNode, "!!str", sf.name)
-			n.Content = append(n.Content, key, b.node(f))
-		}
-		return n
-	case reflect.Slice:
-		n := b.new(yaml.SequenceNode, "!!seq", "")
-		n.Content = make([]*yaml.Node, 0, v.Len())
-		for i := range v.Len() {
-			n.Content = append(n.Content, b.node(v.Index(i)))
-		}
-		return n
-	case reflect.String:
-		return b.new(yaml.ScalarNode, "!!str", v.String())
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
-		return b.new(yaml.ScalarNode, "!!int", strconv.FormatInt(v.Int(), 10))
-	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
-		return b.new(yaml.ScalarNode, "!!int", strconv.FormatUint(v.Uint(), 10))
-	case reflect.Bool:
-		return b.new(yaml.ScalarNode, "!!bool", strconv.FormatBool(v.Bool()))
 	}
-	// render's document holds none of the other kinds.
-	panic(fmt.Sprintf("config: toNode: unexpected %s", v.Type()))
+	if g := f.V.Metrics; valid(g) {
+		if why := checkMetrics(string(g.V)); why != "" {
+			c.errorf(g.At.Value, join(path, "metrics"), "%s", why)
+		} else {
+			a.Metrics = string(g.V)
+		}
+	}
+	return a
 }
 
-// structField is a field of a struct of render's document, as its yaml
-// tag names it.
-type structField struct {
-	index     int
-	name      string
-	omitEmpty bool
+// dataplane also reports whether tableSize was written, so that a later
+// error can point at it.
+func (c *checker) dataplane(f schema.Field[schema.Dataplane], path string) (Dataplane, bool) {
+	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash}
+	v := f.V
+	if g := v.PinPath; valid(g) {
+		if why := checkPinPath(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "pinPath"), "%s", why)
+		} else {
+			dp.PinPath = g.V
+		}
+	}
+	if g := v.AttachMode; valid(g) {
+		if m, err := ParseAttachMode(g.V); err != nil {
+			c.errorf(g.At.Value, join(path, "attachMode"), "%v", err)
+		} else {
+			dp.AttachMode = m
+		}
+	}
+	if n, ok := c.integer(v.TableSize, join(path, "tableSize"), MinTableSize, MaxTableSize); ok {
+		if isPrime(uint32(n)) {
+			dp.TableSize = uint32(n)
+		} else {
+			lo, hi := nearestPrimes(uint32(n))
+			c.errorf(v.TableSize.At.Value, join(path, "tableSize"), "%d is not a prime, and Maglev needs a prime table size; the nearest primes are %d and %d", n, lo, hi)
+		}
+	}
+	if n, ok := c.integer(v.MaxBackends, join(path, "maxBackends"), 1, MaxBackends); ok {
+		dp.MaxBackends = uint32(n)
+	}
+	if n, ok := c.integer(v.ConntrackSize, join(path, "conntrackSize"), MinConntrackSize, MaxConntrackSize); ok {
+		dp.ConntrackSize = uint32(n)
+	}
+	if g := v.FlowHash; valid(g) {
+		switch g.V {
+		case FlowHashFmix64, FlowHashLookup3:
+			dp.FlowHash = g.V
+		default:
+			c.errorf(g.At.Value, join(path, "flowHash"), "%q is not a flow hash; use fmix64 (the default) or lookup3 (what xlb hashed with before it had this setting), the same on every node", g.V)
+		}
+	}
+	return dp, v.TableSize.Given
 }
 
-// fieldsOf caches structFields per type.
-var fieldsOf sync.Map // reflect.Type -> []structField
-
-func structFields(t reflect.Type) []structField {
-	if fs, ok := fieldsOf.Load(t); ok {
-		return fs.([]structField)
+// kubernetes checks the kubernetes section. An empty section takes every
+// default.
+func (c *checker) kubernetes(f schema.Field[schema.Kubernetes], path string) *Kubernetes {
+	k := &Kubernetes{}
+	v := f.V
+	if g := v.Kubeconfig; valid(g) {
+		if why := checkAbs(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "kubeconfig"), "%s; give the kubeconfig file's absolute path, or remove kubeconfig to use the in-cluster configuration", why)
+		} else {
+			k.Kubeconfig = g.V
+		}
 	}
-	fs := make([]structField, t.NumField())
-	for i := range fs {
-		name, opts, _ := strings.Cut(t.Field(i).Tag.Get("yaml"), ",")
-		fs[i] = structField{index: i, name: name, omitEmpty: strings.Contains(opts, "omitempty")}
+	if g := v.NodeName; valid(g) {
+		if why := checkNodeName(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "nodeName"), "%s", why)
+		} else {
+			k.NodeName = g.V
+		}
 	}
-	fieldsOf.Store(t, fs)
-	return fs
+	if g := v.SecretNamespace; valid(g) {
+		if why := checkNamespace(g.V); why != "" {
+			c.errorf(g.At.Value, join(path, "secretNamespace"), "%s", why)
+		} else {
+			k.SecretNamespace = g.V
+		}
+	}
+	if g := v.ServeClassless; valid(g) {
+		k.ServeClassless = g.V
+	}
+	return k
 }

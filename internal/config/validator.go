@@ -6,8 +6,8 @@ import (
 	"slices"
 )
 
-// Validator validates one configuration after another, each as Validate
-// would, and reuses what it found for the services that are as they were
+// Validator validates one configuration after another, each as
+// ValidateConfig would, and reuses what it found for the services that are as they were
 // in the last configuration it accepted. A cluster's configuration is
 // built anew for every change and differs from the one before in a
 // service or two: checking a thousand unchanged services again took most
@@ -19,14 +19,14 @@ import (
 // same VIP). Then every service's check depends on that service alone,
 // apart from the checks across services, which Validator repeats itself:
 // unique names, unique VIP, port and protocol, the number of services and
-// of backend entries, no backend at any service's VIP. Validate checks the new and changed services, in a
-// configuration of their own. Whenever anything fails, or the shortcut
-// does not apply, the whole configuration goes through Validate, so every
-// error is Validate's own. TestValidatorAgreesWithValidate holds the two
-// together.
+// of backend entries, no backend at any service's VIP. ValidateConfig
+// checks the new and changed services, in a configuration of their own.
+// Whenever anything fails, or the shortcut does not apply, the whole
+// configuration goes through ValidateConfig, so every error is its own.
+// TestValidatorAgreesWithValidate holds the two together.
 //
 // A result shares the unchanged services with earlier results; like
-// Validate's, it must not be modified. A Validator is not safe for
+// ValidateConfig's, it must not be modified. A Validator is not safe for
 // concurrent use.
 type Validator struct {
 	rest    *Config            // the last accepted input, without its services
@@ -36,35 +36,30 @@ type Validator struct {
 	vips    map[netip.Addr]bool
 }
 
-// checked is a service as given, and as Validate returned it.
+// checked is a service as given, and as ValidateConfig returned it.
 type checked struct {
 	in, out Service
 }
 
-// Validate returns Validate(name, c), reusing the checks of unchanged
-// services when it can.
-func (v *Validator) Validate(name string, c *Config) (*Config, error) {
-	return v.ValidateOn(name, c, nil)
-}
-
-// ValidateOn returns ValidateOn(name, c, h), reusing the checks of
-// unchanged services when h is the host of the last accepted
+// Validate returns ValidateConfig(c, env), reusing the checks of
+// unchanged services when env.Host is the host of the last accepted
 // configuration.
-func (v *Validator) ValidateOn(name string, c *Config, h *Host) (*Config, error) {
-	if out, ok := v.quick(name, c, h); ok {
+func (v *Validator) Validate(c *Config, env Env) (*Config, error) {
+	if out, ok := v.quick(c, env); ok {
 		return out, nil
 	}
-	out, err := ValidateOn(name, c, h)
+	out, err := ValidateConfig(c, env)
 	if err != nil {
 		return nil, err
 	}
-	v.remember(c, out, h, nil)
+	v.remember(c, out, env.Host, nil)
 	return out, nil
 }
 
 // quick validates c from the last accepted configuration, or reports
 // that it cannot.
-func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
+func (v *Validator) quick(c *Config, env Env) (*Config, bool) {
+	h := env.Host
 	if v.rest == nil || c == nil || len(c.Services) == 0 || len(c.Services) > MaxServices || !h.equal(v.host) {
 		return nil, false
 	}
@@ -91,7 +86,7 @@ func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
 		for _, i := range changed {
 			part.Services = append(part.Services, c.Services[i])
 		}
-		out, err := ValidateOn(name, &part, h)
+		out, err := ValidateConfig(&part, env)
 		if err != nil || len(out.Services) != len(changed) {
 			return nil, false
 		}
@@ -99,7 +94,7 @@ func (v *Validator) quick(name string, c *Config, h *Host) (*Config, bool) {
 			services[i] = out.Services[j]
 		}
 	}
-	// The checks across services (decoder.services).
+	// The checks across services (checker.services).
 	names := make(map[string]bool, len(services))
 	keys := make(map[Key]bool, len(services))
 	entries := 0
@@ -169,7 +164,7 @@ func atVIP(s Service, vips map[netip.Addr]bool) bool {
 	return false
 }
 
-// remember makes c, which Validate accepted as out for host h, the last
+// remember makes c, which ValidateConfig accepted as out for host h, the last
 // accepted configuration; vips are its services' VIPs (nil: not known
 // yet).
 func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) {
@@ -191,7 +186,7 @@ func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) 
 }
 
 // sameService reports whether a and b are the same service, as given to
-// Validate, neither with route attributes (quick takes no other). It is
+// ValidateConfig, neither with route attributes (quick takes no other). It is
 // reflect.DeepEqual without reflection, which cost a third of a build of
 // 1000 services; TestSameServiceCoversEveryField fails when Service gains
 // a field this does not compare.

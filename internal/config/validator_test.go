@@ -80,11 +80,11 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 			h = other // the host's addresses changed, for a while
 		}
 
-		want, wantErr := ValidateOn("cluster", &cfg, h)
+		want, wantErr := ValidateConfig(&cfg, Env{File: "cluster", Host: h})
 		// The shortcut on a copy of the Validator (it replaces what it
 		// remembers, never changes it), then the Validator itself.
 		probe := *v
-		if out, ok := probe.quick("cluster", deepConfig(&cfg), h); ok {
+		if out, ok := probe.quick(deepConfig(&cfg), Env{File: "cluster", Host: h}); ok {
 			quick++
 			if wantErr == nil && !reflect.DeepEqual(out, want) {
 				for i := range want.Services {
@@ -112,7 +112,7 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 		if n := entries(cfg.Services); n > 28 {
 			over++
 		}
-		got, gotErr := v.ValidateOn("cluster", &cfg, h)
+		got, gotErr := v.Validate(&cfg, Env{File: "cluster", Host: h})
 		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
 			t.Fatalf("step %d: Validator: %v / %+v; Validate: %v / %+v", step, gotErr, got, wantErr, want)
 		}

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // helperEnv makes the test binary serve listeners for another process
@@ -144,10 +146,10 @@ func cpuTime(tb testing.TB) (user, sys time.Duration) {
 func BenchmarkProber1000(b *testing.B) {
 	const n = 1000
 	l := startListeners(b, 8)
-	for _, typ := range []string{TypeTCP, TypeHTTP} {
-		b.Run(typ, func(b *testing.B) {
+	for _, typ := range []config.CheckType{config.CheckTCP, config.CheckHTTP} {
+		b.Run(string(typ), func(b *testing.B) {
 			ports := l.tcp
-			if typ == TypeHTTP {
+			if typ == config.CheckHTTP {
 				ports = l.http
 			}
 			targets := make([]Target, n)

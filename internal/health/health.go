@@ -16,28 +16,23 @@ import (
 	"net/netip"
 	"sync"
 	"time"
-)
 
-// Check types.
-const (
-	TypeTCP  = "tcp"
-	TypeHTTP = "http"
-	TypeNone = "none"
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // Check says how to probe one target. Zero fields take defaults: Type ""
 // is none, Interval 1s (at least 10ms), Timeout the shorter of 1s and
 // Interval, Rise and Fall 2, Path "/", StatusMin 200, StatusMax 399.
 type Check struct {
-	Type      string        // tcp | http | none
-	Port      uint16        // port to probe
-	Path      string        // http only, e.g. "/healthz"
-	StatusMin int           // http only: lowest status counted as healthy (e.g. 200)
-	StatusMax int           // http only: highest status counted as healthy (e.g. 399)
-	Interval  time.Duration // time between the starts of two probes
-	Timeout   time.Duration // a probe not done within this fails
-	Rise      int           // consecutive successes that bring a down target up
-	Fall      int           // consecutive failures that take an up target down
+	Type      config.CheckType // tcp | http | none
+	Port      uint16           // port to probe
+	Path      string           // http only, e.g. "/healthz"
+	StatusMin int              // http only: lowest status counted as healthy (e.g. 200)
+	StatusMax int              // http only: highest status counted as healthy (e.g. 399)
+	Interval  time.Duration    // time between the starts of two probes
+	Timeout   time.Duration    // a probe not done within this fails
+	Rise      int              // consecutive successes that bring a down target up
+	Fall      int              // consecutive failures that take an up target down
 }
 
 // Target is one thing to probe. Key identifies it across Set calls.
@@ -194,7 +189,7 @@ func (p *Prober) update(targets []Target, remove []string, all bool) {
 		p.busy = 0 // no rounding left over
 	}
 	for _, e := range fresh {
-		if p.targets[e.key] != e || e.spec.check.Type == TypeNone {
+		if p.targets[e.key] != e || e.spec.check.Type == config.CheckNone {
 			continue // a later duplicate replaced it, or nothing to probe
 		}
 		if e.spec.err != nil {

@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // maxBody is how much of a response body an HTTP probe reads: enough to
@@ -42,7 +44,7 @@ func run(ctx context.Context, s spec) (time.Duration, error) {
 		return time.Since(start), fmt.Errorf("connect %s: %s", s.hostPort, reason(err, s.check.Timeout))
 	}
 	defer conn.Close()
-	if s.check.Type != TypeHTTP {
+	if s.check.Type != config.CheckHTTP {
 		return time.Since(start), nil
 	}
 	return exchange(ctx, conn, s, start, deadline)

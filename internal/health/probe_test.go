@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -27,7 +28,7 @@ func TestProbeTCP(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSpec(loopback, Check{Type: TypeTCP, Port: tt.port, Timeout: 5 * time.Second})
+			s := newSpec(loopback, Check{Type: config.CheckTCP, Port: tt.port, Timeout: 5 * time.Second})
 			_, err := run(context.Background(), s)
 			if got := errString(err); got != tt.err {
 				t.Errorf("error %q, want %q", got, tt.err)
@@ -90,7 +91,7 @@ func TestProbeHTTPStatus(t *testing.T) {
 			paths = nil
 			mu.Unlock()
 			path := fmt.Sprintf("/status/%d", tt.status)
-			s := newSpec(loopback, Check{Type: TypeHTTP, Port: p, Path: path, StatusMin: tt.min, StatusMax: tt.max, Timeout: 5 * time.Second})
+			s := newSpec(loopback, Check{Type: config.CheckHTTP, Port: p, Path: path, StatusMin: tt.min, StatusMax: tt.max, Timeout: 5 * time.Second})
 			if s.err != nil {
 				t.Fatal(s.err)
 			}
@@ -121,7 +122,7 @@ func TestProbeHTTPRequest(t *testing.T) {
 	}))
 	defer srv.Close()
 	p := uint16(srv.Listener.Addr().(*net.TCPAddr).Port)
-	s := newSpec(loopback, Check{Type: TypeHTTP, Port: p, Path: "/healthz?deep=1", Timeout: 5 * time.Second})
+	s := newSpec(loopback, Check{Type: config.CheckHTTP, Port: p, Path: "/healthz?deep=1", Timeout: 5 * time.Second})
 	if _, err := run(context.Background(), s); err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func TestProbeHTTPFailures(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s := newSpec(loopback, Check{Type: TypeHTTP, Port: tt.port, Timeout: tt.timeout})
+			s := newSpec(loopback, Check{Type: config.CheckHTTP, Port: tt.port, Timeout: tt.timeout})
 			begin := time.Now()
 			latency, err := run(context.Background(), s)
 			took := time.Since(begin)
@@ -189,7 +190,7 @@ func TestProbeHTTPFailures(t *testing.T) {
 // not at its timeout.
 func TestProbeCancel(t *testing.T) {
 	hang := newHangServer(t)
-	s := newSpec(loopback, Check{Type: TypeHTTP, Port: hang.port, Timeout: time.Minute})
+	s := newSpec(loopback, Check{Type: config.CheckHTTP, Port: hang.port, Timeout: time.Minute})
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type outcome struct {

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -20,7 +21,7 @@ func TestRiseFall(t *testing.T) {
 	p := newProber(t)
 	rec := observe(p)
 	p.Set([]Target{{Key: "web", Addr: loopback, Check: Check{
-		Type: TypeHTTP, Port: srv.port, Path: "/", Interval: 20 * time.Millisecond, Timeout: 5 * time.Second, Rise: rise, Fall: fall,
+		Type: config.CheckHTTP, Port: srv.port, Path: "/", Interval: 20 * time.Millisecond, Timeout: 5 * time.Second, Rise: rise, Fall: fall,
 	}}})
 	start(t, p)
 
@@ -104,7 +105,7 @@ func TestHangingBackend(t *testing.T) {
 	p := newProber(t)
 	check := Check{Port: hang.port, Interval: 50 * time.Millisecond, Timeout: 200 * time.Millisecond, Rise: 1, Fall: 1}
 	httpCheck, tcpCheck := check, check
-	httpCheck.Type, tcpCheck.Type = TypeHTTP, TypeTCP
+	httpCheck.Type, tcpCheck.Type = config.CheckHTTP, config.CheckTCP
 	p.Set([]Target{
 		{Key: "http", Addr: loopback, Check: httpCheck},
 		{Key: "tcp", Addr: loopback, Check: tcpCheck},
@@ -130,12 +131,12 @@ func TestSet(t *testing.T) {
 	srv := newAcceptServer(t)
 	hang := newHangServer(t)
 	web := newSwitchServer(t, http.StatusOK)
-	tcp := Check{Type: TypeTCP, Port: srv.port, Interval: 30 * time.Millisecond, Timeout: 5 * time.Second, Rise: 2, Fall: 2}
+	tcp := Check{Type: config.CheckTCP, Port: srv.port, Interval: 30 * time.Millisecond, Timeout: 5 * time.Second, Rise: 2, Fall: 2}
 	changed := tcp
 	changed.Rise = 3
-	dead := Check{Type: TypeTCP, Port: closedPort(t), Interval: 30 * time.Millisecond, Timeout: 5 * time.Second}
-	slow := Check{Type: TypeHTTP, Port: hang.port, Interval: 5 * time.Second, Timeout: 2 * time.Second, Rise: 1, Fall: 1}
-	toWeb := Check{Type: TypeHTTP, Port: web.port, Interval: time.Second, Timeout: 5 * time.Second, Rise: 1, Fall: 1}
+	dead := Check{Type: config.CheckTCP, Port: closedPort(t), Interval: 30 * time.Millisecond, Timeout: 5 * time.Second}
+	slow := Check{Type: config.CheckHTTP, Port: hang.port, Interval: 5 * time.Second, Timeout: 2 * time.Second, Rise: 1, Fall: 1}
+	toWeb := Check{Type: config.CheckHTTP, Port: web.port, Interval: time.Second, Timeout: 5 * time.Second, Rise: 1, Fall: 1}
 
 	p := newProber(t)
 	rec := observe(p)
@@ -227,9 +228,9 @@ func TestNone(t *testing.T) {
 	srv := newAcceptServer(t)
 	p := newProber(t)
 	p.Set([]Target{
-		{Key: "none", Addr: loopback, Check: Check{Type: TypeNone, Port: srv.port, Interval: 10 * time.Millisecond}},
+		{Key: "none", Addr: loopback, Check: Check{Type: config.CheckNone, Port: srv.port, Interval: 10 * time.Millisecond}},
 		{Key: "empty", Addr: loopback, Check: Check{Port: srv.port}},
-		{Key: "no address", Check: Check{Type: TypeNone}},
+		{Key: "no address", Check: Check{Type: config.CheckNone}},
 	})
 	check := func(when string) {
 		t.Helper()
@@ -249,7 +250,7 @@ func TestNone(t *testing.T) {
 	}
 
 	// Turning a none check into a tcp check probes it.
-	p.Set([]Target{{Key: "none", Addr: loopback, Check: Check{Type: TypeTCP, Port: srv.port}}})
+	p.Set([]Target{{Key: "none", Addr: loopback, Check: Check{Type: config.CheckTCP, Port: srv.port}}})
 	testenv.EventuallyTrue(t, 10*time.Second, "the tcp check", func() bool { return !p.Snapshot()["none"].LastCheck.IsZero() })
 	// The check is done once the kernel completes the handshake, which
 	// can be before the server's Accept returns: wait for the server.
@@ -260,7 +261,7 @@ func TestNone(t *testing.T) {
 // healthy).
 func TestChangesUnknownToDown(t *testing.T) {
 	p := newProber(t)
-	p.Set([]Target{{Key: "dead", Addr: loopback, Check: Check{Type: TypeTCP, Port: closedPort(t), Interval: time.Second}}})
+	p.Set([]Target{{Key: "dead", Addr: loopback, Check: Check{Type: config.CheckTCP, Port: closedPort(t), Interval: time.Second}}})
 	start(t, p)
 	select {
 	case <-p.Changes():
@@ -282,7 +283,7 @@ func TestNoOverlap(t *testing.T) {
 	p := newProber(t)
 	rec := observe(p)
 	p.Set([]Target{{Key: "slow", Addr: loopback, Check: Check{
-		Type: TypeHTTP, Port: hang.port, Interval: 20 * time.Millisecond, Timeout: timeout,
+		Type: config.CheckHTTP, Port: hang.port, Interval: 20 * time.Millisecond, Timeout: timeout,
 	}}})
 	start(t, p)
 	testenv.EventuallyTrue(t, 10*time.Second, "four probes", func() bool { return len(rec.of("slow")) >= 4 })
@@ -303,7 +304,7 @@ func TestInflightBound(t *testing.T) {
 	var targets []Target
 	for i := range 100 {
 		targets = append(targets, Target{Key: fmt.Sprint(i), Addr: loopback, Check: Check{
-			Type: TypeHTTP, Port: hang.port, Interval: time.Second, Timeout: 300 * time.Millisecond,
+			Type: config.CheckHTTP, Port: hang.port, Interval: time.Second, Timeout: 300 * time.Millisecond,
 		}})
 	}
 	p.Set(targets)
@@ -346,7 +347,7 @@ func TestInflightBound(t *testing.T) {
 func TestRunStops(t *testing.T) {
 	hang := newHangServer(t)
 	p := newProber(t)
-	p.Set([]Target{{Key: "slow", Addr: loopback, Check: Check{Type: TypeHTTP, Port: hang.port, Interval: time.Minute, Timeout: time.Minute}}})
+	p.Set([]Target{{Key: "slow", Addr: loopback, Check: Check{Type: config.CheckHTTP, Port: hang.port, Interval: time.Minute, Timeout: time.Minute}}})
 	stop := start(t, p)
 	testenv.EventuallyTrue(t, 10*time.Second, "a probe in flight", func() bool { a, _, _ := hang.counts(); return a == 1 })
 	second := make(chan struct{})
@@ -386,9 +387,9 @@ func TestManyTargets(t *testing.T) {
 	l := startListeners(t, 4)
 	var targets []Target
 	for i := range n {
-		c := Check{Type: TypeTCP, Port: l.tcp[i%len(l.tcp)], Interval: interval, Timeout: interval / 20}
+		c := Check{Type: config.CheckTCP, Port: l.tcp[i%len(l.tcp)], Interval: interval, Timeout: interval / 20}
 		if i%4 == 0 {
-			c = Check{Type: TypeHTTP, Port: l.http[i%len(l.http)], Interval: interval, Timeout: interval / 20}
+			c = Check{Type: config.CheckHTTP, Port: l.http[i%len(l.http)], Interval: interval, Timeout: interval / 20}
 		}
 		targets = append(targets, Target{Key: fmt.Sprintf("svc/%d", i), Addr: loopback, Check: c})
 	}

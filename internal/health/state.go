@@ -7,6 +7,8 @@ import (
 	"math"
 	"net/netip"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // Defaults for zero Check fields; they match the agent configuration's.
@@ -59,7 +61,7 @@ func (p *Prober) newEntry(t Target, now time.Time) *entry {
 		res:   Result{State: Unknown, Since: now},
 	}
 	c := e.spec.check
-	if c.Type == TypeNone {
+	if c.Type == config.CheckNone {
 		e.res.State = Up
 		return e
 	}
@@ -74,7 +76,7 @@ func (p *Prober) newEntry(t Target, now time.Time) *entry {
 // newSpec applies the defaults to c and prepares its probe.
 func newSpec(addr netip.Addr, c Check) spec {
 	if c.Type == "" {
-		c.Type = TypeNone
+		c.Type = config.CheckNone
 	}
 	if c.Interval <= 0 {
 		c.Interval = defaultInterval
@@ -91,9 +93,9 @@ func newSpec(addr netip.Addr, c Check) spec {
 	}
 	s := spec{check: c}
 	switch c.Type {
-	case TypeNone:
+	case config.CheckNone:
 		return s
-	case TypeTCP, TypeHTTP:
+	case config.CheckTCP, config.CheckHTTP:
 	default:
 		s.err = fmt.Errorf("unknown check type %q (want tcp, http or none)", c.Type)
 		return s
@@ -107,7 +109,7 @@ func newSpec(addr netip.Addr, c Check) spec {
 		return s
 	}
 	s.hostPort = netip.AddrPortFrom(addr, c.Port).String()
-	if c.Type == TypeTCP {
+	if c.Type == config.CheckTCP {
 		return s
 	}
 
@@ -181,7 +183,7 @@ const (
 
 // busy is the share of its interval that e's probe may be in flight.
 func (e *entry) busy() float64 {
-	if c := e.spec.check; c.Type != TypeNone {
+	if c := e.spec.check; c.Type != config.CheckNone {
 		return float64(c.Timeout) / float64(c.Interval)
 	}
 	return 0

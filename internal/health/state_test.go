@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 func TestRecord(t *testing.T) {
@@ -83,41 +85,41 @@ func TestNewSpec(t *testing.T) {
 			name:  "empty type is none",
 			addr:  addr,
 			check: Check{},
-			want:  Check{Type: TypeNone, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+			want:  Check{Type: config.CheckNone, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
 		},
 		{
 			name:  "tcp defaults",
 			addr:  addr,
-			check: Check{Type: TypeTCP, Port: 80},
-			want:  Check{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+			check: Check{Type: config.CheckTCP, Port: 80},
+			want:  Check{Type: config.CheckTCP, Port: 80, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
 		},
 		{
 			name:  "timeout defaults to a shorter interval; tiny interval raised",
 			addr:  addr,
-			check: Check{Type: TypeTCP, Port: 80, Interval: time.Millisecond, Rise: 5, Fall: 7},
-			want:  Check{Type: TypeTCP, Port: 80, Interval: 10 * time.Millisecond, Timeout: 10 * time.Millisecond, Rise: 5, Fall: 7},
+			check: Check{Type: config.CheckTCP, Port: 80, Interval: time.Millisecond, Rise: 5, Fall: 7},
+			want:  Check{Type: config.CheckTCP, Port: 80, Interval: 10 * time.Millisecond, Timeout: 10 * time.Millisecond, Rise: 5, Fall: 7},
 		},
 		{
 			name:    "http defaults",
 			addr:    addr,
-			check:   Check{Type: TypeHTTP, Port: 8080},
-			want:    Check{Type: TypeHTTP, Port: 8080, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
+			check:   Check{Type: config.CheckHTTP, Port: 8080},
+			want:    Check{Type: config.CheckHTTP, Port: 8080, Path: "/", StatusMin: 200, StatusMax: 399, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2},
 			request: "GET / HTTP/1.1\r\nHost: 10.0.3.2\r\nUser-Agent: xlb-health\r\nAccept: */*\r\nConnection: close\r\n\r\n",
 		},
 		{
 			name:    "http ipv6 host",
 			addr:    netip.MustParseAddr("fd00::2"),
-			check:   Check{Type: TypeHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
-			want:    Check{Type: TypeHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
+			check:   Check{Type: config.CheckHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
+			want:    Check{Type: config.CheckHTTP, Port: 80, Path: "/healthz?full=1", StatusMin: 204, StatusMax: 204, Interval: 2 * time.Second, Timeout: 300 * time.Millisecond, Rise: 1, Fall: 1},
 			request: "GET /healthz?full=1 HTTP/1.1\r\nHost: [fd00::2]\r\n",
 		},
 		{name: "unknown type", addr: addr, check: Check{Type: "udp", Port: 53}, err: `unknown check type "udp" (want tcp, http or none)`},
-		{name: "port 0", addr: addr, check: Check{Type: TypeTCP}, err: "check port is 0"},
-		{name: "no address", check: Check{Type: TypeTCP, Port: 80}, err: "no address to probe"},
-		{name: "empty status range", addr: addr, check: Check{Type: TypeHTTP, Port: 80, StatusMin: 500}, err: "expected status range 500..399 is empty"},
-		{name: "relative path", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "healthz"}, err: `path "healthz" does not start with /`},
-		{name: "path with a space", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "/a b"}, err: `path "/a b" contains ' '; percent-encode it`},
-		{name: "path with a line break", addr: addr, check: Check{Type: TypeHTTP, Port: 80, Path: "/\r\nX: y"}, err: `contains '\r'`},
+		{name: "port 0", addr: addr, check: Check{Type: config.CheckTCP}, err: "check port is 0"},
+		{name: "no address", check: Check{Type: config.CheckTCP, Port: 80}, err: "no address to probe"},
+		{name: "empty status range", addr: addr, check: Check{Type: config.CheckHTTP, Port: 80, StatusMin: 500}, err: "expected status range 500..399 is empty"},
+		{name: "relative path", addr: addr, check: Check{Type: config.CheckHTTP, Port: 80, Path: "healthz"}, err: `path "healthz" does not start with /`},
+		{name: "path with a space", addr: addr, check: Check{Type: config.CheckHTTP, Port: 80, Path: "/a b"}, err: `path "/a b" contains ' '; percent-encode it`},
+		{name: "path with a line break", addr: addr, check: Check{Type: config.CheckHTTP, Port: 80, Path: "/\r\nX: y"}, err: `contains '\r'`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +154,7 @@ func TestSchedule(t *testing.T) {
 	iv := 700 * time.Millisecond
 	var first, phase [buckets]int
 	for i := range n {
-		e := p.newEntry(Target{Key: fmt.Sprintf("svc/10.0.%d.%d:80", i/250, i%250), Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80, Interval: iv}}, now)
+		e := p.newEntry(Target{Key: fmt.Sprintf("svc/10.0.%d.%d:80", i/250, i%250), Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: config.CheckTCP, Port: 80, Interval: iv}}, now)
 		wait := e.due.Sub(now)
 		if wait < 0 || wait >= maxFirstDelay {
 			t.Fatalf("%s: first probe in %v, want within [0, %v)", e.key, wait, maxFirstDelay)
@@ -185,8 +187,8 @@ func TestSchedule(t *testing.T) {
 	}
 
 	// Slots are a function of the key: the same key gets the same one.
-	a := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80}}, now)
-	b := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: TypeTCP, Port: 80}}, now)
+	a := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: config.CheckTCP, Port: 80}}, now)
+	b := p.newEntry(Target{Key: "k", Addr: netip.MustParseAddr("10.0.0.1"), Check: Check{Type: config.CheckTCP, Port: 80}}, now)
 	if a.phase != b.phase || !a.due.Equal(b.due) {
 		t.Errorf("same key, different schedule: %v/%v and %v/%v", a.phase, a.due, b.phase, b.due)
 	}
@@ -201,7 +203,7 @@ func TestInflightLimit(t *testing.T) {
 		return m
 	}
 	tcp := func(iv, to time.Duration) Check {
-		return Check{Type: TypeTCP, Port: 80, Interval: iv, Timeout: to}
+		return Check{Type: config.CheckTCP, Port: 80, Interval: iv, Timeout: to}
 	}
 	tests := []struct {
 		name    string
@@ -210,7 +212,7 @@ func TestInflightLimit(t *testing.T) {
 	}{
 		{"none", nil, minInflight},
 		{"few", mk(10, tcp(time.Second, time.Second)), minInflight},
-		{"none-type targets cost nothing", mk(5000, Check{Type: TypeNone}), minInflight},
+		{"none-type targets cost nothing", mk(5000, Check{Type: config.CheckNone}), minInflight},
 		{"1000 at 1s/500ms", mk(1000, tcp(time.Second, 500*time.Millisecond)), 500},
 		{"2000 at 1s/50ms", mk(2000, tcp(time.Second, 50*time.Millisecond)), 100},
 		{"capped", mk(5000, tcp(time.Second, time.Second)), maxInflight},
@@ -231,10 +233,10 @@ func TestInflightLimit(t *testing.T) {
 func TestSetBookkeeping(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	checks := []Check{
-		{Type: TypeNone},
-		{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
-		{Type: TypeTCP, Port: 80, Interval: 2 * time.Second, Timeout: time.Second},
-		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
+		{Type: config.CheckNone},
+		{Type: config.CheckTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
+		{Type: config.CheckTCP, Port: 80, Interval: 2 * time.Second, Timeout: time.Second},
+		{Type: config.CheckHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
 	}
 	addrs := []netip.Addr{netip.MustParseAddr("10.0.3.2"), netip.MustParseAddr("10.0.3.3")}
 	p := New(slog.New(slog.DiscardHandler))
@@ -255,7 +257,7 @@ func TestSetBookkeeping(t *testing.T) {
 		// Probes take some targets down, as finish does.
 		p.mu.Lock()
 		for _, e := range p.targets {
-			if e.spec.check.Type != TypeNone && e.res.State != Down && rng.IntN(4) == 0 {
+			if e.spec.check.Type != config.CheckNone && e.res.State != Down && rng.IntN(4) == 0 {
 				e.res.State = Down
 				p.down++
 			}
@@ -334,10 +336,10 @@ func inflightLimit(targets map[string]*entry) int {
 func TestChangeAgreesWithSet(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	checks := []Check{
-		{Type: TypeNone},
-		{Type: TypeTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
-		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
-		{Type: TypeHTTP, Port: 8080, Path: "/", Interval: time.Second, Timeout: 2 * time.Second}, // invalid: down at once
+		{Type: config.CheckNone},
+		{Type: config.CheckTCP, Port: 80, Interval: time.Second, Timeout: 300 * time.Millisecond},
+		{Type: config.CheckHTTP, Port: 8080, Path: "/", Interval: 500 * time.Millisecond, Timeout: 400 * time.Millisecond},
+		{Type: config.CheckHTTP, Port: 8080, Path: "/", Interval: time.Second, Timeout: 2 * time.Second}, // invalid: down at once
 	}
 	addrs := []netip.Addr{netip.MustParseAddr("10.0.3.2"), netip.MustParseAddr("10.0.3.3")}
 	whole := New(slog.New(slog.DiscardHandler))
@@ -384,7 +386,7 @@ func TestChangeAgreesWithSet(t *testing.T) {
 		whole.mu.Lock()
 		delta.mu.Lock()
 		for key, e := range whole.targets {
-			if e.spec.check.Type != TypeNone && e.res.State != Down && rng.IntN(4) == 0 {
+			if e.spec.check.Type != config.CheckNone && e.res.State != Down && rng.IntN(4) == 0 {
 				e.res.State = Down
 				whole.down++
 				if d := delta.targets[key]; d != nil && d.res.State != Down {

@@ -18,6 +18,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/config/schema"
 	"github.com/xlbproject/xlb/testbed/lab"
 )
 
@@ -109,116 +110,72 @@ func Socket(p lab.Plan, node lab.Host) string {
 	return filepath.Join(p.StateDir, node.Name+".sock")
 }
 
-// The YAML shape of an agent configuration (docs/configuration.md), only
-// the fields the lab sets.
-type (
-	fileConfig struct {
-		Node      fileNode      `yaml:"node"`
-		API       fileAPI       `yaml:"api"`
-		Dataplane fileDataplane `yaml:"dataplane"`
-		BGP       *fileBGP      `yaml:"bgp,omitempty"`
-		Services  []fileService `yaml:"services"`
-	}
-	fileBGP struct {
-		ASN       uint32     `yaml:"asn"`
-		HoldTime  string     `yaml:"holdTime,omitempty"`
-		DrainTime string     `yaml:"drainTime"`
-		Peers     []filePeer `yaml:"peers"`
-	}
-	filePeer struct {
-		Address string   `yaml:"address"`
-		ASN     uint32   `yaml:"asn"`
-		BFD     *fileBFD `yaml:"bfd,omitempty"`
-	}
-	fileBFD struct {
-		MinRx      string `yaml:"minRx"`
-		MinTx      string `yaml:"minTx"`
-		Multiplier int    `yaml:"multiplier"`
-	}
-	fileNode struct {
-		Interface string `yaml:"interface"`
-		Address   string `yaml:"address"`
-	}
-	fileAPI struct {
-		Socket string `yaml:"socket"`
-	}
-	fileDataplane struct {
-		PinPath       string `yaml:"pinPath"`
-		AttachMode    string `yaml:"attachMode,omitempty"`
-		ConntrackSize uint32 `yaml:"conntrackSize,omitempty"`
-	}
-	fileService struct {
-		Name        string        `yaml:"name"`
-		VIP         string        `yaml:"vip"`
-		Port        uint16        `yaml:"port"`
-		Protocol    string        `yaml:"protocol"`
-		Forwarding  string        `yaml:"forwarding"`
-		Flows       string        `yaml:"flows,omitempty"`
-		History     []fileGen     `yaml:"history,omitempty"`
-		HealthCheck *fileCheck    `yaml:"healthCheck,omitempty"`
-		Backends    []fileBackend `yaml:"backends"`
-	}
-	fileGen struct {
-		Until    string        `yaml:"until"`
-		Backends []fileBackend `yaml:"backends"`
-	}
-	fileCheck struct {
-		Type     string `yaml:"type"`
-		Port     uint16 `yaml:"port,omitempty"`
-		Path     string `yaml:"path,omitempty"`
-		Interval string `yaml:"interval,omitempty"`
-		Timeout  string `yaml:"timeout,omitempty"`
-		Rise     int    `yaml:"rise,omitempty"`
-		Fall     int    `yaml:"fall,omitempty"`
-	}
-	fileBackend struct {
-		Address string `yaml:"address"`
-	}
-)
-
-// renderConfig returns the configuration file of node's agent.
+// renderConfig returns the configuration file of node's agent: the
+// configuration's own schema, with only what the lab sets written, so
+// that the agent's defaults apply to the rest.
 func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOptions) ([]byte, error) {
-	fc := fileConfig{
-		Node:      fileNode{Interface: node.Interface, Address: node.Addr.String()},
-		API:       fileAPI{Socket: Socket(p, node)},
-		Dataplane: fileDataplane{PinPath: node.PinDir, AttachMode: opts.AttachMode, ConntrackSize: opts.ConntrackSize},
-		Services:  []fileService{},
+	dp := schema.Dataplane{PinPath: schema.Set(node.PinDir)}
+	if opts.AttachMode != "" {
+		dp.AttachMode = schema.Set(string(opts.AttachMode))
+	}
+	if opts.ConntrackSize != 0 {
+		dp.ConntrackSize = schema.SetInt(opts.ConntrackSize)
+	}
+	doc := schema.Document{
+		Node:      schema.Set(schema.Node{Interface: schema.Set(node.Interface), Address: schema.Set(schema.Text(node.Addr.String()))}),
+		API:       schema.Set(schema.API{Socket: schema.Set(Socket(p, node))}),
+		Dataplane: schema.Set(dp),
+		Services:  schema.Set([]schema.Field[schema.Service]{}),
 	}
 	if b := p.BGP; b != nil {
-		peer := filePeer{Address: b.PeerAddr.String(), ASN: b.PeerASN}
+		peer := schema.Peer{Address: schema.Set(schema.Text(b.PeerAddr.String())), ASN: schema.SetASN(b.PeerASN)}
 		if b.BFD != nil {
-			peer.BFD = &fileBFD{MinRx: durationText(b.BFD.MinRx), MinTx: durationText(b.BFD.MinTx), Multiplier: b.BFD.Multiplier}
+			peer.BFD = schema.Set(schema.BFD{MinRx: duration(b.BFD.MinRx), MinTx: duration(b.BFD.MinTx), Multiplier: schema.SetInt(b.BFD.Multiplier)})
 		}
 		// drainTime: long enough for the router to act on the
 		// withdrawal, short enough for tests that restart agents.
-		fc.BGP = &fileBGP{ASN: b.NodeASN, HoldTime: durationText(b.HoldTime), DrainTime: DrainTime.String(), Peers: []filePeer{peer}}
+		doc.BGP = schema.Set(schema.BGP{ASN: schema.SetASN(b.NodeASN), HoldTime: duration(b.HoldTime), DrainTime: schema.SetDuration(DrainTime),
+			Peers: schema.Set([]schema.Field[schema.Peer]{schema.Set(peer)})})
 	}
 	for _, s := range services {
-		fs := fileService{
-			Name: s.Name, VIP: s.VIP.String(), Port: s.Port,
-			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Flows: string(s.Flows),
+		fs := schema.Service{
+			Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
+			Protocol: schema.Set(string(s.Protocol)), Forwarding: schema.Set(string(s.Forwarding)),
+			Backends: backends(s.Backends),
 		}
-		for _, g := range s.History {
-			fg := fileGen{Until: g.Until.UTC().Format(time.RFC3339), Backends: []fileBackend{}}
-			for _, b := range g.Backends {
-				fg.Backends = append(fg.Backends, fileBackend{Address: b.String()})
+		if s.Flows != "" {
+			fs.Flows = schema.Set(string(s.Flows))
+		}
+		if len(s.History) > 0 {
+			var history []schema.Field[schema.Generation]
+			for _, g := range s.History {
+				history = append(history, schema.Set(schema.Generation{Until: schema.Set(schema.Text(g.Until.UTC().Format(time.RFC3339))), Backends: backends(g.Backends)}))
 			}
-			fs.History = append(fs.History, fg)
+			fs.History = schema.Set(history)
 		}
 		if c := s.Check; c != nil {
-			fs.HealthCheck = &fileCheck{Type: string(c.Type), Port: c.Port, Path: c.Path,
-				Interval: durationText(c.Interval), Timeout: durationText(c.Timeout), Rise: c.Rise, Fall: c.Fall}
+			fc := schema.Check{Type: schema.Set(string(c.Type)), Interval: duration(c.Interval), Timeout: duration(c.Timeout)}
+			if c.Port != 0 {
+				fc.Port = schema.SetInt(c.Port)
+			}
+			if c.Path != "" {
+				fc.Path = schema.Set(c.Path)
+			}
+			if c.Rise != 0 {
+				fc.Rise = schema.SetInt(c.Rise)
+			}
+			if c.Fall != 0 {
+				fc.Fall = schema.SetInt(c.Fall)
+			}
+			fs.HealthCheck = schema.Set(&fc)
 		}
-		for _, b := range s.Backends {
-			fs.Backends = append(fs.Backends, fileBackend{Address: b.String()})
-		}
-		fc.Services = append(fc.Services, fs)
+		doc.Services.V = append(doc.Services.V, schema.Set(fs))
 	}
 	var buf bytes.Buffer
 	buf.WriteString("# Written by xlb's lab runner (testbed/labrun) for " + node.Name + ".\n")
 	enc := yaml.NewEncoder(&buf)
 	enc.SetIndent(2)
-	if err := enc.Encode(fc); err != nil {
+	if err := enc.Encode(doc); err != nil {
 		return nil, fmt.Errorf("%s: encode configuration: %w", node.Name, err)
 	}
 	if err := enc.Close(); err != nil {
@@ -227,15 +184,25 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 	return buf.Bytes(), nil
 }
 
+// backends writes a list of backends by address, each on the service's
+// port with the default weight.
+func backends(addrs []netip.Addr) schema.Field[[]schema.Field[schema.Backend]] {
+	out := make([]schema.Field[schema.Backend], 0, len(addrs))
+	for _, a := range addrs {
+		out = append(out, schema.Set(schema.Backend{Address: schema.Set(schema.Text(a.String()))}))
+	}
+	return schema.Set(out)
+}
+
 // DrainTime is the bgp.drainTime of the lab's agents.
 const DrainTime = time.Second
 
-// durationText writes d as the configuration does, "" for 0 (unset).
-func durationText(d time.Duration) string {
+// duration writes d; 0 is left out (unset).
+func duration(d time.Duration) schema.Field[schema.Duration] {
 	if d == 0 {
-		return ""
+		return schema.Field[schema.Duration]{}
 	}
-	return d.String()
+	return schema.SetDuration(d)
 }
 
 // WriteConfig writes the configuration of node's agent. It replaces the
@@ -250,7 +217,7 @@ type NodeOptions struct {
 	// ConntrackSize is dataplane.conntrackSize; 0: the default.
 	ConntrackSize uint32
 	// AttachMode is dataplane.attachMode; "": the default (auto).
-	AttachMode string
+	AttachMode config.AttachMode
 }
 
 // WriteConfigWith is WriteConfig with node options.

@@ -59,8 +59,12 @@ func (r *reconciler) watchSlices(slices cache.SharedIndexInformer) error {
 	return nil
 }
 
+// daisyChained reports whether svc asks for daisy chaining. A value that
+// is no flows mode is not: the agents leave such a Service out, and say
+// why.
 func daisyChained(svc *corev1.Service) bool {
-	return strings.TrimSpace(svc.Annotations[api.AnnotationFlows]) == string(config.FlowsDaisyChain)
+	f, err := config.ParseFlows(strings.TrimSpace(svc.Annotations[api.AnnotationFlows]))
+	return err == nil && f == config.FlowsDaisyChain
 }
 
 // endpointSets returns the backend sets of svc's TCP and UDP ports that

@@ -167,9 +167,9 @@ func protocol(p corev1.Protocol) (uint8, bool) {
 
 func protoName(p uint8) string {
 	if p == dataplane.ProtoUDP {
-		return "udp"
+		return string(config.UDP)
 	}
-	return "tcp"
+	return string(config.TCP)
 }
 
 // onNode reports whether an EndpointSlice lists an endpoint on node: only

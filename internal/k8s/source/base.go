@@ -33,12 +33,12 @@ func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Ku
 	}
 	// Checked as a file is, so that a bad --interface or address is
 	// reported as the file's checks would.
-	return config.Validate("defaults", &config.Config{
+	return config.ValidateConfig(&config.Config{
 		Node:       config.Node{Interface: iface, Address: addr},
 		API:        config.API{Socket: config.DefaultSocket},
 		Dataplane:  config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash},
 		Kubernetes: &k,
-	})
+	}, config.Env{File: "defaults"})
 }
 
 // internalIP returns a Node's first IPv4 InternalIP.

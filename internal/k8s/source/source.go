@@ -33,13 +33,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
-	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/endpoints"
+	"github.com/xlbproject/xlb/internal/source"
 )
 
-// Name is the source's name in agent.Update and in logs.
+// Name is the source's name in source.Update and in logs.
 const Name = "kubernetes"
 
 // Options configure New.
@@ -56,18 +56,19 @@ type Options struct {
 	// DefaultMaxDelay, taken when zero).
 	Quiet, MaxDelay time.Duration
 	// Host reads the host's addresses for the checks of every
-	// configuration (agent.LocalHost): a Service whose VIP is one of
+	// configuration (agent.LocalHost, say): a Service whose VIP is one of
 	// them, or with a backend at the node address, is left out. Nil: no
 	// host checks.
 	Host func() (*config.Host, error)
 }
 
-// Source watches the cluster and delivers configurations.
+// Source watches the cluster and delivers configurations (a
+// source.Source).
 type Source struct {
 	client   kubernetes.Interface
 	log      *slog.Logger
 	deb      *debouncer
-	updates  chan agent.Update
+	updates  chan source.Update
 	nodeName string
 	host     func() (*config.Host, error)
 
@@ -94,6 +95,8 @@ type Source struct {
 	translated translated
 	checks     config.Validator
 }
+
+var _ source.Source = (*Source)(nil)
 
 // factory is an informer factory: typed, or dynamic.
 type factory interface {
@@ -129,7 +132,7 @@ func New(o Options) (*Source, error) {
 		client:   o.Client,
 		log:      log.With("source", Name),
 		deb:      newDebouncer(quiet, maxDelay),
-		updates:  make(chan agent.Update),
+		updates:  make(chan source.Update),
 		nodeName: k.NodeName,
 		host:     o.Host,
 		problems: map[string]problem{},
@@ -351,7 +354,7 @@ func transient(err error) bool {
 // Updates delivers each configuration after the first, or the error that
 // keeps the source from building one (the agent keeps the running
 // configuration then). Unchanged configurations are not sent.
-func (s *Source) Updates() <-chan agent.Update { return s.updates }
+func (s *Source) Updates() <-chan source.Update { return s.updates }
 
 // SetBase replaces the base configuration, after its file changed; a
 // non-nil err (the file no longer loads) is sent on Updates instead,
@@ -389,7 +392,7 @@ func (s *Source) run(ctx context.Context) {
 		}
 		start := time.Now()
 		cfg, err := s.build()
-		u := agent.Update{Config: cfg, Err: err, Source: Name}
+		u := source.Update{Config: cfg, Err: err, Source: Name}
 		switch {
 		case err != nil && err.Error() == s.lastErr:
 			continue

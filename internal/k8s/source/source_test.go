@@ -24,9 +24,9 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/internal/source"
 )
 
 // fakeCluster is a fake API server: client-go's fake clients, which
@@ -108,14 +108,14 @@ func startSourceQuiet(t *testing.T, c *fakeCluster, base *config.Config, quiet, 
 }
 
 // next waits for the source's next update.
-func next(t *testing.T, src *Source) agent.Update {
+func next(t *testing.T, src *Source) source.Update {
 	t.Helper()
 	select {
 	case u := <-src.Updates():
 		return u
 	case <-time.After(10 * time.Second):
 		t.Fatal("no update within 10s")
-		return agent.Update{}
+		return source.Update{}
 	}
 }
 

@@ -2,6 +2,7 @@ package source
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -179,6 +180,19 @@ func (t *translated) services(st settings, c cluster) ([]config.Service, []strin
 	return out, from, probs
 }
 
+// badAnnotation is the problem of an annotation whose value v is no name
+// its Parse function (which returned err) knows; without the annotation
+// the Service would get def.
+func badAnnotation[T ~string](obj, annotation, v string, err error, def T) problem {
+	var ne *config.NameError
+	if !errors.As(err, &ne) {
+		return problem{obj, fmt.Sprintf("annotation %s: %v; the Service is not served until it is corrected", annotation, err),
+			fmt.Sprintf("correct the annotation %s, or remove it for %s", annotation, def)}
+	}
+	return problem{obj, fmt.Sprintf("annotation %s: %q is not %s (%s); the Service is not served until it is corrected", annotation, v, ne.What, ne.List()),
+		fmt.Sprintf("set the annotation %s to %s, or remove it for %s", annotation, ne.List(), def)}
+}
+
 // translateService translates the ports of one served Service with
 // endpoints eps: what it returns depends on these two alone.
 func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]config.Service, []problem) {
@@ -192,22 +206,18 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 	fwd := config.DSRIPIP
 	fwdSet := false
 	if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
-		switch f := config.Forwarding(strings.TrimSpace(v)); f {
-		case config.DSRIPIP, config.DSRGUE:
-			fwd, fwdSet = f, true
-		default:
-			probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected", api.AnnotationForwarding, v),
-				fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue, or remove it for dsr-ipip", api.AnnotationForwarding)})
-			return nil, probs
+		f, err := config.ParseForwarding(strings.TrimSpace(v))
+		if err != nil {
+			return nil, append(probs, badAnnotation(obj, api.AnnotationForwarding, v, err, config.DSRIPIP))
 		}
+		fwd, fwdSet = f, true
 	}
 	var flows config.Flows
 	if v, ok := svc.Annotations[api.AnnotationFlows]; ok {
-		switch f := config.Flows(strings.TrimSpace(v)); f {
-		case config.FlowsStateless:
-		case config.FlowsStateful:
-			flows = f
-		case config.FlowsDaisyChain:
+		switch f, err := config.ParseFlows(strings.TrimSpace(v)); {
+		case err != nil:
+			return nil, append(probs, badAnnotation(obj, api.AnnotationFlows, v, err, config.FlowsStateless))
+		case f == config.FlowsDaisyChain:
 			// The hint travels in the GUE header: daisy chaining
 			// brings dsr-gue with it, and refuses dsr-ipip.
 			if fwdSet && fwd != config.DSRGUE {
@@ -216,10 +226,8 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 				return nil, probs
 			}
 			flows, fwd = f, config.DSRGUE
-		default:
-			probs = append(probs, problem{obj, fmt.Sprintf("annotation %s: %q is not a flows mode (stateless, daisy-chain or stateful); the Service is not served until it is corrected", api.AnnotationFlows, v),
-				fmt.Sprintf("set the annotation %s to stateless, daisy-chain or stateful, or remove it for stateless", api.AnnotationFlows)})
-			return nil, probs
+		case f != config.FlowsStateless:
+			flows = f
 		}
 	}
 	// The endpoint history the leader controller writes: without it

@@ -12,7 +12,7 @@ import (
 )
 
 // validate checks d's configuration with the file's own rules
-// (config.ValidateOn host, through v). A service or peer from the cluster
+// (config.ValidateConfig on host, through v). A service or peer from the cluster
 // that the rules reject is dropped with a problem naming its object, and
 // the rest checked again: one bad Service must not hold back the others.
 // What cannot be pinned on a cluster object fails the whole configuration
@@ -24,7 +24,7 @@ func validate(v *config.Validator, d desired, base *config.Config, host *config.
 	// this many rounds always reach a verdict.
 	rounds := len(d.serviceFrom) + len(d.peerFrom) + 1
 	for range rounds {
-		out, err := v.ValidateOn(Name, cfg, host)
+		out, err := v.Validate(cfg, config.Env{File: Name, Host: host})
 		if err == nil {
 			return out, probs, nil
 		}
@@ -87,11 +87,11 @@ func basePeers(base *config.Config) int {
 	return len(base.BGP.Peers)
 }
 
-// errPath finds the list element an error of config.Validate is about.
+// errPath finds the list element an error of config.ValidateConfig is about.
 var errPath = regexp.MustCompile(`^(services|bgp\.peers)\[(\d+)\](\.|$)`)
 
 // drop removes from cfg the cluster's services and peers that the errors
-// of config.Validate name, and returns the problems saying why; d's origins are
+// of config.ValidateConfig name, and returns the problems saying why; d's origins are
 // updated to match. Errors it cannot pin on a cluster object are left
 // for the next round: they either go away with the dropped objects (a
 // count of errors too many to list) or come back alone, and then fail

@@ -1,4 +1,4 @@
-package source
+package announce
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 )
@@ -18,13 +17,50 @@ import (
 // failed to start (a listener port in use, say).
 const reopenEvery = 5 * time.Second
 
-// Routes announces the VIPs as an announce.Announcer does, for a bgp
-// section that may come and go: with Kubernetes the peers are BGPPeer
-// objects, so a node may start with none, get its first later, lose them
-// all, or see its AS change; a reloaded file may add or remove its bgp
-// section (the agent uses Routes for a file too). Routes runs an announcer while there is a
-// section and replaces it when what an announcer cannot change in place
-// (AS, router ID, listener port) changes. It implements agent.Routes.
+// Plan decides, for each VIP of services, whether this node can serve it:
+// some service of the VIP is installed in the data plane, has a backend
+// with a weight above 0, and is not down (in down, by name). Services
+// sharing a VIP share its route (the configuration makes their
+// attributes agree).
+func Plan(services []config.Service, down map[string]bool, installed func(config.Service) bool) []Route {
+	byVIP := map[netip.Addr]*Route{}
+	var order []netip.Addr
+	for _, s := range services {
+		r := byVIP[s.VIP]
+		if r == nil {
+			r = &Route{Prefix: netip.PrefixFrom(s.VIP, 32), Attrs: s.BGP, Why: "no service of this VIP is programmed"}
+			byVIP[s.VIP] = r
+			order = append(order, s.VIP)
+		}
+		switch {
+		case r.Serve || !installed(s):
+		case down[s.Name]:
+			r.Why = "every backend is down"
+		case !slices.ContainsFunc(s.Backends, func(b config.Backend) bool { return b.Weight > 0 }):
+			r.Why = "every backend is drained (weight 0)"
+		default:
+			r.Serve, r.Why = true, ""
+		}
+	}
+	out := make([]Route, 0, len(order))
+	for _, v := range order {
+		out = append(out, *byVIP[v])
+	}
+	return out
+}
+
+// SyncFix is what to do about a failed Routes.Sync or Announcer.Sync.
+var SyncFix = fmt.Sprintf("nothing to do if it clears: a route the speaker refused is tried again by itself, %s later, then at most every %s, "+
+	"and at every change; `xlb status` shows the error on the route and the state of the peers meanwhile; "+
+	"a speaker that failed to start is tried again at the next change; if it keeps failing, restart the agent", RetryFirst, RetryMax)
+
+// Routes announces the VIPs as an Announcer does, for a bgp section that
+// may come and go: with Kubernetes the peers are BGPPeer objects, so a
+// node may start with none, get its first later, lose them all, or see
+// its AS change; a reloaded file may add or remove its bgp section.
+// Routes runs an announcer while there is a section and replaces it when
+// what an announcer cannot change in place (AS, router ID, listener
+// port) changes. The agent announces through it in every mode.
 type Routes struct {
 	log *slog.Logger
 	// open creates an announcer; replaced by tests.
@@ -37,14 +73,14 @@ type Routes struct {
 	want     *config.BGP     // the section to run; nil: none
 	cur      announcer       // nil without a section, or while it fails to start
 	cfg      *config.BGP     // cur's section
-	routes   []announce.Route
+	routes   []Route
 	lastOpen time.Time // of the last failed attempt
 }
 
-// announcer is what Routes needs of an announce.Announcer.
+// announcer is what Routes needs of an Announcer.
 type announcer interface {
 	Start(context.Context) error
-	Sync([]announce.Route) error
+	Sync([]Route) error
 	Reconfigure(context.Context, *config.BGP) error
 	Shutdown(context.Context) error
 	Status() *api.BGP
@@ -56,7 +92,7 @@ type announcer interface {
 // from being created stops the agent's start.
 func NewRoutes(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Routes, error) {
 	r := &Routes{log: log, want: cfg}
-	r.open = func(c *config.BGP) (announcer, error) { return announce.New(c, node, log) }
+	r.open = func(c *config.BGP) (announcer, error) { return New(c, node, log) }
 	if cfg != nil {
 		a, err := r.open(cfg)
 		if err != nil {
@@ -85,7 +121,7 @@ func (r *Routes) Start(ctx context.Context) error {
 
 // Sync announces routes. Without a running announcer it remembers them
 // for the next one, and tries again to start one that failed to.
-func (r *Routes) Sync(routes []announce.Route) error {
+func (r *Routes) Sync(routes []Route) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.routes = slices.Clone(routes)
@@ -140,7 +176,7 @@ func (r *Routes) ensure() error {
 			r.log.Warn("BGP announcements failed", "error", err,
 				"fix", fmt.Sprintf("nothing to do if it clears: a route the speaker refused is tried again by itself, %s later, then at most every %s, "+
 					"and at every change; `xlb status` shows the error on the route meanwhile; if it keeps failing, restart the agent, one node at a time",
-					announce.RetryFirst, announce.RetryMax))
+					RetryFirst, RetryMax))
 		}
 	}
 	r.cur, r.cfg = a, r.want
@@ -169,7 +205,7 @@ func (r *Routes) close() {
 }
 
 // Shutdown withdraws every route, waits the drain time and stops, as
-// announce.Announcer.Shutdown does. No announcer starts afterwards.
+// Announcer.Shutdown does. No announcer starts afterwards.
 func (r *Routes) Shutdown(ctx context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

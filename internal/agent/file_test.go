@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/source"
+	"github.com/xlbproject/xlb/internal/source/file"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -48,11 +50,13 @@ func TestAgentWaitsForFileToSettle(t *testing.T) {
 	}
 	a, _, _ := testAgentAt(t, path, cfg, load)
 	a.pollEvery = 10 * time.Millisecond
-	a.settle = 2 * time.Second
+	const settle = 2 * time.Second
+	src := followFile(a, 10*time.Millisecond, settle)
 	const pause = 300 * time.Millisecond // well below the settle time, many polls long
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -80,7 +84,7 @@ func TestAgentWaitsForFileToSettle(t *testing.T) {
 	}
 	testenv.EventuallyTrue(t, 5*time.Second, "the whole file to be applied", func() bool { return status(t, a).Config.Generation >= 2 })
 	// Long enough for another read, were one coming.
-	time.Sleep(a.settle + 200*time.Millisecond)
+	time.Sleep(settle + 200*time.Millisecond)
 	st := status(t, a)
 	mu.Lock()
 	defer mu.Unlock()
@@ -98,7 +102,7 @@ func TestReloadLogsServicesAddedAndRemoved(t *testing.T) {
 	next.Services = append(next.Services, config.Service{Name: "extra", VIP: netip.MustParseAddr("10.99.0.9"), Port: 80,
 		Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: []config.Backend{be("10.0.3.9", 1)}})
 	a, _, _, _ := testAgentWith(t, "/etc/xlb/test.yaml", baseConfig(), func(string) (*config.Config, error) { return next, nil }, log)
-	if err := a.Reload("test"); err != nil {
+	if err := reload(a); err != nil {
 		t.Fatal(err)
 	}
 	var line string
@@ -119,10 +123,11 @@ func TestAgentReadsRenamedFileAtOnce(t *testing.T) {
 	writeConfig(t, path, "10.0.3.2")
 	a, _, _ := testAgentAt(t, path, mustLoad(t, path), nil)
 	a.pollEvery = time.Hour
-	a.settle = time.Hour // only a rename gets through in this test's time
+	src := followFile(a, time.Hour, time.Hour) // only a rename gets through in this test's time
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
+	go src.Run(ctx)
 	go func() { done <- a.Run(ctx) }()
 	defer func() {
 		cancel()
@@ -130,9 +135,9 @@ func TestAgentReadsRenamedFileAtOnce(t *testing.T) {
 	}()
 	gen := func() uint64 { return status(t, a).Config.Generation }
 
-	// By rename: read at once. Run sets its watch up as it starts, and
-	// nothing tells when it is done (polling is off): rename again until
-	// one is seen.
+	// By rename: read at once. The source sets its watch up as it
+	// starts, and nothing tells when it is done (polling is off): rename
+	// again until one is seen.
 	deadline := time.Now().Add(5 * time.Second)
 	for gen() < 2 {
 		if time.Now().After(deadline) {
@@ -146,4 +151,29 @@ func TestAgentReadsRenamedFileAtOnce(t *testing.T) {
 	if st := status(t, a); len(st.Services[0].Backends) != 2 {
 		t.Errorf("after the rename: %+v", st.Services[0].Backends)
 	}
+}
+
+// loads is the file loader of each test agent that has one of its own
+// (testAgentWith); the others load with LoadFile.
+var loads sync.Map // *Agent -> func(string) (*config.Config, error)
+
+func loaderOf(a *Agent) func(string) (*config.Config, error) {
+	if l, ok := loads.Load(a); ok {
+		return l.(func(string) (*config.Config, error))
+	}
+	return LoadFile
+}
+
+// reload reads a's file and applies it, as its file source delivers it.
+func reload(a *Agent) error {
+	cfg, err := loaderOf(a)(a.path)
+	return a.Replace(source.Update{Config: cfg, Err: err, Source: file.Name, Trigger: "test"})
+}
+
+// followFile makes a file source for a's file the source of a, as the
+// command does; the caller runs it.
+func followFile(a *Agent, poll, settle time.Duration) *file.Source {
+	src := file.New(file.Options{Path: a.path, Load: loaderOf(a), Poll: poll, Settle: settle})
+	a.updates = src.Updates()
+	return src
 }

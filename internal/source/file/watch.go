@@ -1,25 +1,27 @@
-package agent
+package file
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// FileSettle is how long a configuration file changed in place must be
-// left alone before the agent reads it: a writer still at work (a slow
+// Settle is how long a configuration file changed in place must be
+// left alone before the source reads it: a writer still at work (a slow
 // copy, an editor that writes in several steps, a disk filling up)
 // changes the file's stamp again and restarts the wait. A file replaced
 // by rename (written elsewhere on the same filesystem, then renamed over
 // it, or a Kubernetes ConfigMap's symlink swap) is complete when it
-// appears: the agent reads it at once. So does SIGHUP.
-const FileSettle = 500 * time.Millisecond
+// appears: the source reads it at once. So does SIGHUP.
+const Settle = 500 * time.Millisecond
 
 // settling follows a changed file until it has been left alone for settle.
 type settling struct {
@@ -75,7 +77,7 @@ func (w *dirWatch) take() bool {
 // that a configuration change applies without waiting for the next poll.
 // Any name counts, not only path's: Kubernetes swaps a ConfigMap's files
 // by renaming a symlink next to them. Writes (IN_MODIFY) count too, so
-// that the wait for a file to settle (FileSettle) starts again at each.
+// that the wait for a file to settle (Settle) starts again at each.
 // The caller compares the file's stamp, so spurious events cost one stat.
 // Polling stays as the fallback (filesystems without inotify, a
 // directory that is replaced).
@@ -162,4 +164,32 @@ func hasRename(buf []byte) bool {
 		buf = buf[next:]
 	}
 	return false
+}
+
+// stamp identifies a version of the configuration file. Editors replace
+// files by rename (new inode) or rewrite them in place (new mtime/size);
+// Kubernetes swaps a symlink (os.Stat follows it to a new inode).
+type stamp struct {
+	err   string
+	mtime int64
+	size  int64
+	ino   uint64
+	dev   uint64
+}
+
+func stampOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		// A vanished file is a change too: the reload then reports why.
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			return stamp{err: pe.Err.Error()}
+		}
+		return stamp{err: err.Error()}
+	}
+	s := stamp{mtime: fi.ModTime().UnixNano(), size: fi.Size()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		s.ino, s.dev = st.Ino, st.Dev
+	}
+	return s
 }

@@ -1,4 +1,4 @@
-package source
+package announce
 
 import (
 	"context"
@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 )
@@ -33,7 +32,7 @@ func (f *fakeAnnouncer) Start(context.Context) error {
 	return f.startErr
 }
 
-func (f *fakeAnnouncer) Sync(routes []announce.Route) error {
+func (f *fakeAnnouncer) Sync(routes []Route) error {
 	var ps []string
 	for _, r := range routes {
 		ps = append(ps, r.Prefix.String())
@@ -62,8 +61,8 @@ func section(asn uint32, peers ...string) *config.BGP {
 	return b
 }
 
-func route(prefix string) announce.Route {
-	return announce.Route{Prefix: netip.MustParsePrefix(prefix), Serve: true}
+func route(prefix string) Route {
+	return Route{Prefix: netip.MustParsePrefix(prefix), Serve: true}
 }
 
 // TestRoutes follows a node through the life of its BGPPeers: none at
@@ -101,10 +100,10 @@ func TestRoutes(t *testing.T) {
 	if r.Status() != nil {
 		t.Error("a status without a speaker")
 	}
-	step("routes are remembered", func() error { return r.Sync([]announce.Route{route("10.99.0.1/32")}) })
+	step("routes are remembered", func() error { return r.Sync([]Route{route("10.99.0.1/32")}) })
 	step("the first peer", func() error { return r.Reconfigure(ctx, section(65001, "10.0.0.1")) },
 		"1 open as65001", "1 start", "1 sync 10.99.0.1/32")
-	step("routes", func() error { return r.Sync([]announce.Route{route("10.99.0.1/32"), route("10.99.0.2/32")}) },
+	step("routes", func() error { return r.Sync([]Route{route("10.99.0.1/32"), route("10.99.0.2/32")}) },
 		"1 sync 10.99.0.1/32,10.99.0.2/32")
 	step("a second peer: in place", func() error { return r.Reconfigure(ctx, section(65001, "10.0.0.1", "10.0.0.2")) },
 		"1 reconfigure 2 peers")
@@ -114,7 +113,7 @@ func TestRoutes(t *testing.T) {
 		t.Errorf("status %+v, want the second speaker's", st)
 	}
 	step("no peers left", func() error { return r.Reconfigure(ctx, nil) }, "2 shutdown drain=false")
-	step("nothing to sync to", func() error { return r.Sync([]announce.Route{route("10.99.0.1/32")}) })
+	step("nothing to sync to", func() error { return r.Sync([]Route{route("10.99.0.1/32")}) })
 
 	// A speaker that cannot start is tried again on a later Sync, not
 	// at every one.
@@ -123,12 +122,42 @@ func TestRoutes(t *testing.T) {
 	if err := r.Reconfigure(ctx, section(65003, "10.0.0.1")); err == nil {
 		t.Error("no error from a speaker that cannot start")
 	}
-	step("no retry at once", func() error { return r.Sync([]announce.Route{route("10.99.0.1/32")}) })
+	step("no retry at once", func() error { return r.Sync([]Route{route("10.99.0.1/32")}) })
 	failStart = false
 	r.lastOpen = time.Now().Add(-reopenEvery)
-	step("retry once due", func() error { return r.Sync([]announce.Route{route("10.99.0.3/32")}) },
+	step("retry once due", func() error { return r.Sync([]Route{route("10.99.0.3/32")}) },
 		"4 open as65003", "4 start", "4 sync 10.99.0.3/32")
 
 	step("shutdown drains", func() error { return r.Shutdown(context.Background()) }, "4 shutdown drain=true")
 	step("nothing starts after shutdown", func() error { return r.Reconfigure(ctx, section(65004, "10.0.0.1")) })
+}
+
+// TestPlan: a VIP is announced while one of its services is installed,
+// not down and not drained; services sharing a VIP share its route and
+// attributes, and a VIP not served says why.
+func TestPlan(t *testing.T) {
+	med := uint32(10)
+	svc := func(name, vip string, weights ...uint32) config.Service {
+		s := config.Service{Name: name, VIP: netip.MustParseAddr(vip), Port: 80, Protocol: config.TCP, BGP: config.RouteAttributes{MED: &med}}
+		for i, w := range weights {
+			s.Backends = append(s.Backends, config.Backend{Address: netip.AddrFrom4([4]byte{10, 0, 3, byte(2 + i)}), Port: 80, Weight: w})
+		}
+		return s
+	}
+	services := []config.Service{
+		svc("web", "10.99.0.1", 1, 1), svc("down", "10.99.0.2", 1), svc("drained", "10.99.0.3", 0),
+		svc("shared-down", "10.99.0.4", 1), svc("shared-up", "10.99.0.4", 1), svc("missing", "10.99.0.5", 1),
+	}
+	down := map[string]bool{"down": true, "shared-down": true}
+	got := Plan(services, down, func(s config.Service) bool { return s.Name != "missing" })
+	want := []Route{
+		{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Attrs: services[0].BGP, Serve: true},
+		{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Attrs: services[0].BGP, Why: "every backend is down"},
+		{Prefix: netip.MustParsePrefix("10.99.0.3/32"), Attrs: services[0].BGP, Why: "every backend is drained (weight 0)"},
+		{Prefix: netip.MustParsePrefix("10.99.0.4/32"), Attrs: services[0].BGP, Serve: true},
+		{Prefix: netip.MustParsePrefix("10.99.0.5/32"), Attrs: services[0].BGP, Why: "no service of this VIP is programmed"},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n%+v\nwant\n%+v", got, want)
+	}
 }
