@@ -1,4 +1,4 @@
-/* Small inline helpers: checksums, the flow hash, counters. */
+/* Small inline helpers: checksums and the flow hashes. */
 #ifndef XLB_HELPERS_H
 #define XLB_HELPERS_H
 
@@ -7,6 +7,7 @@
 #include <bpf/bpf_endian.h>
 #include "xlb_consts.h"
 #include "xlb_headers.h"
+#include "xlb_structs.h"
 
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
@@ -100,10 +101,5 @@ static __always_inline __u32 xlb_flow_hash_lookup3(__be32 saddr, __be32 daddr, _
 	c ^= b; c -= rol32(b, 24);
 	return c;
 }
-
-struct xlb_counter {
-	__u64 packets;
-	__u64 bytes;
-};
 
 #endif

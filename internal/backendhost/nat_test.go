@@ -598,7 +598,7 @@ func TestValidateNAT(t *testing.T) {
 
 // TestNATStatNamesMatchC keeps NATStatNames in the order of enum nat_stat.
 func TestNATStatNamesMatchC(t *testing.T) {
-	src, err := os.ReadFile("../../bpf/xlb_nat.h")
+	src, err := os.ReadFile("../../bpf/xlb_structs.h")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -793,7 +793,7 @@ func TestCheckChainWindow(t *testing.T) {
 }
 
 func TestChainNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_backend.c", "chain_stat", "CHAIN_", "STAT_MAX")
+	got := enumNames(t, "../../bpf/xlb_structs.h", "chain_stat", "CHAIN_", "STAT_MAX")
 	want := []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "no_route", "no_neighbour",
 		"drop_untrusted_source", "drop_unknown_owner"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {

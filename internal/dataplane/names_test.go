@@ -30,7 +30,7 @@ func enumNames(t *testing.T, file, enum, prefix, last string) []string {
 }
 
 func TestReasonNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_consts.h", "xlb_reason", "XLB_", "REASON_MAX")
+	got := enumNames(t, "../../bpf/xlb_structs.h", "xlb_reason", "XLB_", "REASON_MAX")
 	if strings.Join(got, ",") != strings.Join(ReasonNames, ",") {
 		t.Fatalf("ReasonNames out of step with enum xlb_reason:\n C: %v\nGo: %v", got, ReasonNames)
 	}
@@ -44,7 +44,7 @@ func TestReasonNamesMatchC(t *testing.T) {
 }
 
 func TestDecapNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_backend.c", "decap_stat", "", "DECAP_STAT_MAX")
+	got := enumNames(t, "../../bpf/xlb_structs.h", "decap_stat", "", "DECAP_STAT_MAX")
 	want := []string{"decap_ipip", "decap_gue", "decap_pass", "decap_drop_inner", "decap_drop_gue"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("enum decap_stat changed: %v; update DecapStatNames (%v) and this test", got, DecapStatNames)
