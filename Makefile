@@ -24,7 +24,7 @@ build:
 # Rebuild the eBPF objects and their Go bindings (needs clang); they are
 # committed so that `go build` needs no clang.
 generate:
-	$(GO) generate ./internal/dataplane/
+	$(GO) generate ./internal/dataplane/...
 
 # CI: the committed objects must be what the C sources compile to.
 check-generated: generate

@@ -20,6 +20,7 @@ import (
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -298,9 +299,9 @@ func measureSwap(size uint32, runs int) (SwapCost, error) {
 		return SwapCost{}, fmt.Errorf("scratch outer map: %w", err)
 	}
 	defer outer.Close()
-	vals := make([]uint64, size)
+	vals := make([]wire.TableEntry, size)
 	for i := range vals {
-		vals[i] = uint64(i%100) | uint64(i)<<32
+		vals[i] = wire.NewTableEntry(uint32(i%100), uint32(i))
 	}
 	var fill, put []float64
 	for i := range runs {

@@ -25,6 +25,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/k8s/nodenat"
 )
 
@@ -157,18 +158,18 @@ func runBackend(args []string) error {
 		if err != nil {
 			return err
 		}
-		for _, name := range dataplane.DecapStatNames {
+		for _, name := range wire.DecapStatNames {
 			fmt.Printf("%-20s %12d packets %14d bytes\n", name, st[name].Packets, st[name].Bytes)
 		}
 		// Set-ups from before daisy chaining have no chain counters.
 		if cst, err := dataplane.ChainStats(*pin); err == nil {
-			for _, name := range dataplane.ChainStatNames {
+			for _, name := range wire.ChainStatNames {
 				fmt.Printf("%-20s %12d packets %14d bytes\n", name, cst[name].Packets, cst[name].Bytes)
 			}
 		}
 		// Set-ups from before the Kubernetes mode have no NAT counters.
 		if nst, err := backendhost.NATStats(*pin); err == nil {
-			for _, name := range backendhost.NATStatNames {
+			for _, name := range wire.NATStatNames {
 				fmt.Printf("%-20s %12d packets %14d bytes\n", name, nst[name].Packets, nst[name].Bytes)
 			}
 		}
@@ -539,19 +540,19 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	// Before the first translation nothing may be set up: no counters
 	// yet, which is not an error.
 	if nst, err := backendhost.NATStats(c.pinPath); err == nil {
-		for _, name := range backendhost.NATStatNames {
+		for _, name := range wire.NATStatNames {
 			count(natPackets, nst[name].Packets, name)
 			count(natBytes, nst[name].Bytes, name)
 		}
 	}
 	if dst, err := dataplane.DecapStats(c.pinPath); err == nil {
-		for _, name := range dataplane.DecapStatNames {
+		for _, name := range wire.DecapStatNames {
 			count(decapPackets, dst[name].Packets, name)
 			count(decapBytes, dst[name].Bytes, name)
 		}
 	}
 	if cst, err := dataplane.ChainStats(c.pinPath); err == nil {
-		for _, name := range dataplane.ChainStatNames {
+		for _, name := range wire.ChainStatNames {
 			count(chainPackets, cst[name].Packets, name)
 			count(chainBytes, cst[name].Bytes, name)
 		}

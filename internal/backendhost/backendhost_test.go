@@ -17,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -229,7 +230,7 @@ func TestSetupNAT(t *testing.T) {
 		t.Errorf("egress programs after a second set-up: %v (the link should be reused)", again)
 	}
 	svcs, err := pinnedSvcs(pin)
-	if err != nil || len(svcs) != 1 || svcs[natSvcKey{VIP: fxVIP1.As4(), Pod: pod.As4(), Port: be16(80), Proto: 6}] != be16(9090) {
+	if err != nil || len(svcs) != 1 || svcs[wire.NATSvcKey{Vip: wire.Addr4(fxVIP1), Pod: wire.Addr4(pod), Port: wire.Port(80), Proto: 6}] != wire.Port(9090) {
 		t.Errorf("translations after the second set-up: %v, %v", svcs, err)
 	}
 
@@ -274,13 +275,13 @@ func eventually(cond func() bool) bool {
 	return cond()
 }
 
-func pinnedSvcs(pin string) (map[natSvcKey][2]byte, error) {
+func pinnedSvcs(pin string) (map[wire.NATSvcKey]uint16, error) {
 	m, err := openNATMaps(pin)
 	if err != nil {
 		return nil, err
 	}
 	defer m.close()
-	return readMap[natSvcKey, [2]byte](m.svcs)
+	return readMap[wire.NATSvcKey, uint16](m.svcs)
 }
 
 // xdpAttached is the XDP program attached to ifname in namespace ns (0:

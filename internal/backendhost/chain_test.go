@@ -14,6 +14,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -80,7 +81,7 @@ func TestSetupChainForwarding(t *testing.T) {
 				t.Errorf("Chaining %v, want %v", first.Chaining, c.want == "1")
 			}
 			st, err := dataplane.ChainStats(pin)
-			if err != nil || len(st) != len(dataplane.ChainStatNames) {
+			if err != nil || len(st) != len(wire.ChainStatNames) {
 				t.Errorf("ChainStats: %v, %v", st, err)
 			}
 		})

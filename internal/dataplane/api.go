@@ -5,17 +5,19 @@ package dataplane
 
 import (
 	"net/netip"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Encap is a service's forwarding mode in the data plane.
-type Encap uint8
+type Encap = wire.Encap
 
 const (
-	EncapIPIP Encap = 1
-	EncapGUE  Encap = 2
+	EncapIPIP = wire.EncapIPIP
+	EncapGUE  = wire.EncapGUE
 	// EncapGUEHint is GUE whose packets carry the daisy-chain hint of
-	// their table slot (Service.Chain) as 12 bytes of GUE private data.
-	EncapGUEHint Encap = 3
+	// their table slot (Service.Chain) as GUE private data.
+	EncapGUEHint = wire.EncapGUEHint
 )
 
 // Protocol numbers used in service keys.

@@ -8,71 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type backendChainCfg struct {
-	_            structs.HostLayout
-	WallOffsetNs uint64
-	WindowS      uint32
-	Flags        uint32
-}
-
-type backendChainPeerKey struct {
-	_         structs.HostLayout
-	Prefixlen uint32
-	Addr      uint32
-}
-
-type backendChainSvcKey struct {
-	_     structs.HostLayout
-	Vip   uint32
-	Port  uint16
-	Proto uint8
-	Pad   uint8
-}
-
-type backendNatFlowKey struct {
-	_          structs.HostLayout
-	Pod        uint32
-	Client     uint32
-	PodPort    uint16
-	ClientPort uint16
-	Proto      uint8
-	Pad        [3]uint8
-}
-
-type backendNatRevKey struct {
-	_       structs.HostLayout
-	Pod     uint32
-	PodPort uint16
-	Proto   uint8
-	Pad     uint8
-}
-
-type backendNatSvcKey struct {
-	_     structs.HostLayout
-	Vip   uint32
-	Pod   uint32
-	Port  uint16
-	Proto uint8
-	Pad   uint8
-}
-
-type backendNatVip struct {
-	_    structs.HostLayout
-	Vip  uint32
-	Port uint16
-	Pad  uint16
-}
-
-type backendXlbCounter struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
-}
 
 // Names of all BPF objects in the ELF.
 //

@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -230,7 +231,7 @@ func loadBenchDataplane(node netip.Addr) (*benchObjects, *Dataplane, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	if err := spec.Variables["node_addr"].Set(wire32(node)); err != nil {
+	if err := spec.Variables["node_addr"].Set(wire.Addr4(node)); err != nil {
 		return nil, nil, err
 	}
 	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {

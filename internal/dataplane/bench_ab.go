@@ -7,6 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
 
@@ -86,7 +87,7 @@ func mapsByName(maps any) map[string]*ebpf.Map {
 // loadOther loads the object to compare on the maps of the built-in one,
 // with the same load-time parameters.
 func loadOther(spec *ebpf.CollectionSpec, objs *benchObjects, node netip.Addr) (*ebpf.Collection, error) {
-	for name, v := range map[string]any{"node_addr": wire32(node), "table_size": uint32(maglev.DefaultSize)} {
+	for name, v := range map[string]any{"node_addr": wire.Addr4(node), "table_size": uint32(maglev.DefaultSize)} {
 		if sv, ok := spec.Variables[name]; ok {
 			if err := sv.Set(v); err != nil {
 				return nil, fmt.Errorf("the object to compare: %s: %w", name, err)

@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -68,7 +69,7 @@ type decapCase struct {
 	name, desc string
 	frame      []byte
 	verdict    uint32
-	counters   []string // DecapStatNames and ChainStatNames entries
+	counters   []string // wire.DecapStatNames and wire.ChainStatNames entries
 }
 
 // RunDecapBenchmark measures the backend program (xlb_decap) with
@@ -370,7 +371,7 @@ func (o *decapBenchObjects) counts() (map[string]uint64, error) {
 	for _, t := range []struct {
 		m     *ebpf.Map
 		names []string
-	}{{o.DecapStats, DecapStatNames}, {o.ChainStats, ChainStatNames}} {
+	}{{o.DecapStats, wire.DecapStatNames}, {o.ChainStats, wire.ChainStatNames}} {
 		for i, name := range t.names {
 			c, err := sumPerCPU(t.m, uint32(i))
 			if err != nil {

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // MatrixCase is one configuration of the hit-path matrix: the benchmarked
@@ -125,7 +127,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	// no table.
 	for i := 1; i < c.Services; i++ {
 		v := netip.AddrFrom4([4]byte{10, 98 + byte(i>>16), byte(i >> 8), byte(i)})
-		key := lbSvcSlot{Vip: wire32(v), Port: port16(80), Proto: proto, Encap: uint8(EncapIPIP), Id: uint32(i)}
+		key := wire.SvcSlot{Vip: wire.Addr4(v), Port: wire.Port(80), Proto: proto, Encap: uint8(EncapIPIP), Id: uint32(i)}
 		if err := d.indexService(key); err != nil {
 			return res, fmt.Errorf("service %d of %d: %w", i+1, c.Services, err)
 		}
@@ -180,7 +182,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 			return res, fmt.Errorf("the miss reached the service (%d packets)", c0.Packets)
 		}
 		var per []uint64
-		if err := objs.Reasons.Lookup(uint32(slices.Index(ReasonNames, "pass_no_service")), &per); err != nil {
+		if err := objs.Reasons.Lookup(uint32(slices.Index(wire.ReasonNames, "pass_no_service")), &per); err != nil {
 			return res, fmt.Errorf("read reasons: %w", err)
 		}
 		var n uint64
@@ -203,8 +205,8 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 func missAddr(d *Dataplane, filterHit bool) (netip.Addr, error) {
 	for i := 1; i < 1<<16; i++ {
 		a := netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
-		b := vipFilterBit(wire32(a))
-		if (d.vips.words[b/64]&(1<<(b%64)) != 0) == filterHit && d.vips.count[wire32(a)] == 0 {
+		b := vipFilterBit(wire.Addr4(a))
+		if (d.vips.words[b/64]&(1<<(b%64)) != 0) == filterHit && d.vips.count[wire.Addr4(a)] == 0 {
 			return a, nil
 		}
 	}

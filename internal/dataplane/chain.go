@@ -1,13 +1,15 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // The tables of daisy-chained services (EncapGUEHint) live in
@@ -17,16 +19,6 @@ import (
 // service's backends from here only, so backend and hint change in one
 // step; the service's Maglev table is written as for any service, for
 // the control plane's own bookkeeping (adoption, Table).
-
-// chainEntry is struct chain_entry in bpf/xlb_maps.h: prev as the program
-// loads a __be32 (wire32), changed in host order.
-type chainEntry struct {
-	Bid     uint32
-	Addr    uint32
-	Prev    uint32
-	Prev2   uint32
-	Changed uint32
-}
 
 // chainRecord is what this process last made of a service's chain
 // entry, so that a service without hints costs no deletion each time it
@@ -43,17 +35,17 @@ type chainRecord struct {
 // chainEntries lays out a service's chain table as the program reads it:
 // its Maglev table's entries (backend id | address << 32, as swapTable
 // takes them) with the hints.
-func (d *Dataplane) chainEntries(table []uint64, chain []ChainSlot, generation uint32) []chainEntry {
-	entries := make([]chainEntry, d.tableSize+1)
+func (d *Dataplane) chainEntries(table []wire.TableEntry, chain []ChainSlot, generation uint32) []wire.ChainEntry {
+	entries := make([]wire.ChainEntry, d.tableSize+1)
 	for i, e := range table {
-		entries[i].Bid, entries[i].Addr = uint32(e), uint32(e>>32)
+		entries[i].Bid, entries[i].Addr = e.Backend(), e.Addr()
 	}
 	for i, c := range chain {
 		if c.Prev.Is4() {
-			entries[i].Prev = wire32(c.Prev)
+			entries[i].Prev = wire.Addr4(c.Prev)
 		}
 		if c.Prev2.Is4() {
-			entries[i].Prev2 = wire32(c.Prev2)
+			entries[i].Prev2 = wire.Addr4(c.Prev2)
 		}
 		entries[i].Changed = c.Changed
 	}
@@ -78,7 +70,7 @@ func (d *Dataplane) checkChain(chain []ChainSlot) error {
 
 // chainDigest identifies a chain's entries, in slot order (sum128, in
 // host order: records never leave their host).
-func chainDigest(entries []chainEntry) [digestSize]byte {
+func chainDigest(entries []wire.ChainEntry) [digestSize]byte {
 	return sum128("xlb chain v4", len(entries), words(entries))
 }
 
@@ -121,7 +113,7 @@ func (d *Dataplane) chainBuiltFrom(id uint32, origin, hints Origin) bool {
 // table, built from origin and hints, keeping the installed inner map
 // when its record says it holds them. Called with service id's lock
 // held, without d.mu.
-func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, generation uint32, origin, hints Origin) error {
+func (d *Dataplane) installChain(id uint32, table []wire.TableEntry, chain []ChainSlot, generation uint32, origin, hints Origin) error {
 	entries := d.chainEntries(table, chain, generation)
 	sum := chainDigest(entries)
 	if rec, ok := d.chainInstalled(id); ok && rec.Sum == sum {
@@ -135,18 +127,13 @@ func (d *Dataplane) installChain(id uint32, table []uint64, chain []ChainSlot, g
 		return nil
 	}
 	rec := &d.chains[id]
-	inner, err := newTable("xlb_chain", uint32(binary.Size(chainEntry{})), d.tableSize+1)
+	inner, err := newTable("xlb_chain", uint32(unsafe.Sizeof(wire.ChainEntry{})), d.tableSize+1)
 	if err != nil {
 		return fmt.Errorf("create chain: %w", err)
 	}
 	defer inner.Close()
 	if err := fillTable(inner, func(dst []byte, i int) {
-		e := &entries[i]
-		binary.NativeEndian.PutUint32(dst[0:], e.Bid)
-		binary.NativeEndian.PutUint32(dst[4:], e.Addr)
-		binary.NativeEndian.PutUint32(dst[8:], e.Prev)
-		binary.NativeEndian.PutUint32(dst[12:], e.Prev2)
-		binary.NativeEndian.PutUint32(dst[16:], e.Changed)
+		copy(dst, words(entries[i:i+1]))
 	}); err != nil {
 		return fmt.Errorf("fill chain: %w", err)
 	}
@@ -206,7 +193,7 @@ func (d *Dataplane) Chain(id uint32) ([]ChainSlot, uint32, error) {
 	defer inner.Close()
 	n := inner.MaxEntries()
 	keys := make([]uint32, n)
-	vals := make([]chainEntry, n)
+	vals := make([]wire.ChainEntry, n)
 	var cursor ebpf.MapBatchCursor
 	got, err := inner.BatchLookup(&cursor, keys, vals, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -224,10 +211,10 @@ func (d *Dataplane) Chain(id uint32) ([]ChainSlot, uint32, error) {
 			continue
 		}
 		if e.Prev != 0 {
-			chain[keys[i]].Prev = addrFromWire(e.Prev)
+			chain[keys[i]].Prev = wire.AddrFrom4(e.Prev)
 		}
 		if e.Prev2 != 0 {
-			chain[keys[i]].Prev2 = addrFromWire(e.Prev2)
+			chain[keys[i]].Prev2 = wire.AddrFrom4(e.Prev2)
 		}
 		chain[keys[i]].Changed = e.Changed
 	}

@@ -5,19 +5,17 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
-)
 
-// svcStateful is XLB_SVC_STATEFUL, struct svc_slot's flag for
-// Service.Stateful.
-const svcStateful = 1
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+)
 
 // ConntrackEntries counts the flows of stateful services the LB
 // remembers. Entries outlive their flows until the table is full and
 // evicts the oldest, so this counts recent flows, not open connections.
 func (d *Dataplane) ConntrackEntries() (int, error) {
 	const chunk = 4096
-	keys := make([]lbCtKey, chunk)
-	vals := make([]lbCtEntry, chunk)
+	keys := make([]wire.CtKey, chunk)
+	vals := make([]wire.CtEntry, chunk)
 	var cursor ebpf.MapBatchCursor
 	total := 0
 	for {

@@ -1,7 +1,6 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -15,6 +14,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Limits of the LB program's maps (bpf/xlb_consts.h). The backend maps'
@@ -218,7 +219,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		return nil, err
 	}
 	d.addrs, d.owner = map[uint32]uint32{}, newOwnership()
-	err = eachInArray(d.objs.Backends, func(id uint32, be *lbBackend) {
+	err = eachInArray(d.objs.Backends, func(id uint32, be *wire.Backend) {
 		if be.Addr != 0 {
 			d.addrs[id] = be.Addr
 		}
@@ -253,7 +254,7 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["backends"].MaxEntries = opts.MaxBackends
 	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
 	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
-	for name, v := range map[string]uint32{"node_addr": wire32(opts.NodeAddr), "table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
+	for name, v := range map[string]uint32{"node_addr": wire.Addr4(opts.NodeAddr), "table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}
@@ -300,31 +301,6 @@ func checkPinnedTableSize(pinPath string, want uint32) error {
 		return nil
 	}
 	return nil
-}
-
-// wire32 is the uint32 whose little-endian bytes are the address in
-// network order: how the program sees a __be32 loaded on this machine.
-func wire32(a netip.Addr) uint32 {
-	b := a.As4()
-	return binary.LittleEndian.Uint32(b[:])
-}
-
-func addrFromWire(v uint32) netip.Addr {
-	var b [4]byte
-	binary.LittleEndian.PutUint32(b[:], v)
-	return netip.AddrFrom4(b)
-}
-
-func port16(p uint16) uint16 {
-	var b [2]byte
-	binary.BigEndian.PutUint16(b[:], p)
-	return binary.LittleEndian.Uint16(b[:])
-}
-
-func portFromWire(v uint16) uint16 {
-	var b [2]byte
-	binary.LittleEndian.PutUint16(b[:], v)
-	return binary.BigEndian.Uint16(b[:])
 }
 
 // Close releases this process's handles; the pinned maps and link stay,
@@ -384,14 +360,14 @@ func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	w := wire32(addr)
+	w := wire.Addr4(addr)
 	if old, ok := d.addrs[id]; ok {
 		if old == w {
 			return nil
 		}
-		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, addrFromWire(old))
+		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, wire.AddrFrom4(old))
 	}
-	if err := d.objs.Backends.Put(id, lbBackend{Addr: w, Owner: d.owner.get(id)}); err != nil {
+	if err := d.objs.Backends.Put(id, wire.Backend{Addr: w, Owner: d.owner.get(id)}); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
 	d.addrs[id] = w
@@ -409,7 +385,7 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 	if err := d.retire(id); err != nil {
 		return err
 	}
-	if err := d.objs.Backends.Put(id, lbBackend{}); err != nil {
+	if err := d.objs.Backends.Put(id, wire.Backend{}); err != nil {
 		return fmt.Errorf("clear backend %d: %w", id, err)
 	}
 	delete(d.addrs, id)
@@ -417,7 +393,7 @@ func (d *Dataplane) DeleteBackend(id uint32) error {
 	if err := d.invalidateNextHops(); err != nil {
 		return err
 	}
-	return zeroPerCPU[lbBackendState](d.objs.BackendStats, id)
+	return zeroPerCPU[wire.BackendState](d.objs.BackendStats, id)
 }
 
 // UpsertService installs or replaces a service. A new table is written
@@ -468,14 +444,14 @@ func (d *Dataplane) UpsertService(s Service) error {
 	}
 	// Without d.mu from here to the swap: filling and swapping take
 	// milliseconds each, which other services' calls can use.
-	entries := make([]uint64, len(s.Table))
+	entries := make([]wire.TableEntry, len(s.Table))
 	for i, id := range s.Table {
 		// An unknown id gets address 0: the program drops its packets.
 		var addr uint32
 		if int(id) < len(addrs) {
 			addr = addrs[id]
 		}
-		entries[i] = uint64(id) | uint64(addr)<<32
+		entries[i] = wire.NewTableEntry(id, addr)
 	}
 	sum := digest(entries)
 	var tableErr error
@@ -503,19 +479,19 @@ func (d *Dataplane) UpsertService(s Service) error {
 
 // checkService checks what UpsertService and KeepService take alike and
 // returns the service's index slot key.
-func checkService(s Service) (lbSvcSlot, error) {
+func checkService(s Service) (wire.SvcSlot, error) {
 	if s.ID >= MaxServices {
-		return lbSvcSlot{}, fmt.Errorf("service %d: id out of range", s.ID)
+		return wire.SvcSlot{}, fmt.Errorf("service %d: id out of range", s.ID)
 	}
 	if s.Encap != EncapIPIP && s.Encap != EncapGUE && s.Encap != EncapGUEHint {
-		return lbSvcSlot{}, fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
+		return wire.SvcSlot{}, fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
 	}
 	if s.Encap == EncapGUEHint && s.Stateful {
-		return lbSvcSlot{}, fmt.Errorf("service %d: a stateful service has no daisy-chaining hints; use EncapGUE", s.ID)
+		return wire.SvcSlot{}, fmt.Errorf("service %d: a stateful service has no daisy-chaining hints; use EncapGUE", s.ID)
 	}
 	key, err := slotKey(s.Key)
 	if err != nil {
-		return lbSvcSlot{}, fmt.Errorf("service %d: %w", s.ID, err)
+		return wire.SvcSlot{}, fmt.Errorf("service %d: %w", s.ID, err)
 	}
 	return key, nil
 }
@@ -524,10 +500,10 @@ func checkService(s Service) (lbSvcSlot, error) {
 // flags, once its table is in place, and drops the hints of a service
 // that has none. Called with service s.ID's lock held, without d.mu: a
 // chain's deletion waits for an RCU grace period.
-func (d *Dataplane) entry(s Service, key lbSvcSlot) error {
+func (d *Dataplane) entry(s Service, key wire.SvcSlot) error {
 	key.Id, key.Encap = s.ID, uint8(s.Encap)
 	if s.Stateful {
-		key.Flags |= svcStateful
+		key.Flags |= wire.SvcStateful
 	}
 	d.mu.Lock()
 	err := d.indexService(key)
@@ -597,7 +573,7 @@ func (d *Dataplane) KeepService(s Service, names []uint32) error {
 
 // indexService installs key in the service index, or updates it there,
 // and the VIP set with it. Called with d.mu held.
-func (d *Dataplane) indexService(key lbSvcSlot) error {
+func (d *Dataplane) indexService(key wire.SvcSlot) error {
 	at, _ := d.index.find(key)
 	if at >= 0 && d.index.slots[at] == key {
 		return nil // installed exactly (same ID and encap): nor has the VIP set changed
@@ -644,7 +620,7 @@ func (d *Dataplane) named(table []uint32) []uint32 {
 // swapTable fills a new inner map with entries and makes it service id's
 // table, then records what it holds. Called with service id's lock held,
 // without d.mu.
-func (d *Dataplane) swapTable(id uint32, entries []uint64, sum [digestSize]byte, origin Origin) error {
+func (d *Dataplane) swapTable(id uint32, entries []wire.TableEntry, sum [digestSize]byte, origin Origin) error {
 	inner, err := NewFilledTable(entries)
 	if err != nil {
 		return err
@@ -699,11 +675,11 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 		if err := d.setOwner(b, 0); err != nil {
 			return err
 		}
-		if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
+		if err := zeroPerCPU[wire.BackendState](d.objs.BackendStats, b); err != nil {
 			return err
 		}
 	}
-	if err := d.objs.SvcRetired.Put(id, lbXlbCounter{}); err != nil {
+	if err := d.objs.SvcRetired.Put(id, wire.Counter{}); err != nil {
 		return fmt.Errorf("reset counters of service %d: %w", id, err)
 	}
 	if d.vips.dirty {
@@ -712,14 +688,14 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	return nil
 }
 
-func slotKey(k ServiceKey) (lbSvcSlot, error) {
+func slotKey(k ServiceKey) (wire.SvcSlot, error) {
 	if !k.VIP.Is4() || k.VIP.IsUnspecified() {
-		return lbSvcSlot{}, fmt.Errorf("VIP %v is not a usable IPv4 address", k.VIP)
+		return wire.SvcSlot{}, fmt.Errorf("VIP %v is not a usable IPv4 address", k.VIP)
 	}
 	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
-		return lbSvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
+		return wire.SvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
 	}
-	return lbSvcSlot{Vip: wire32(k.VIP), Port: port16(k.Port), Proto: k.Proto}, nil
+	return wire.SvcSlot{Vip: wire.Addr4(k.VIP), Port: wire.Port(k.Port), Proto: k.Proto}, nil
 }
 
 // Services lists installed services (without tables or hints), for
@@ -731,9 +707,9 @@ func (d *Dataplane) Services() ([]Service, error) {
 	for _, s := range d.index.services() {
 		out = append(out, Service{
 			ID:       s.Id,
-			Key:      ServiceKey{VIP: addrFromWire(s.Vip), Port: portFromWire(s.Port), Proto: s.Proto},
+			Key:      ServiceKey{VIP: wire.AddrFrom4(s.Vip), Port: wire.PortFrom(s.Port), Proto: s.Proto},
 			Encap:    Encap(s.Encap),
-			Stateful: s.Flags&svcStateful != 0,
+			Stateful: s.Flags&wire.SvcStateful != 0,
 		})
 	}
 	return out, nil
@@ -763,7 +739,7 @@ func (d *Dataplane) Backends() (map[uint32]netip.Addr, error) {
 	// other agents out).
 	out := make(map[uint32]netip.Addr, len(d.addrs))
 	for id, a := range d.addrs {
-		out[id] = addrFromWire(a)
+		out[id] = wire.AddrFrom4(a)
 	}
 	return out, nil
 }
@@ -787,7 +763,7 @@ func (d *Dataplane) BackendOwners() (map[uint32]uint32, error) {
 func (d *Dataplane) ServiceCounters(id uint32) (Counters, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	var c lbXlbCounter
+	var c wire.Counter
 	if err := d.objs.SvcRetired.Lookup(id, &c); err != nil {
 		return Counters{}, fmt.Errorf("read counters of service %d: %w", id, err)
 	}
@@ -816,7 +792,7 @@ func (d *Dataplane) claim(id uint32, named []uint32) error {
 			if err := d.retire(b); err != nil {
 				return err
 			}
-			if err := zeroPerCPU[lbBackendState](d.objs.BackendStats, b); err != nil {
+			if err := zeroPerCPU[wire.BackendState](d.objs.BackendStats, b); err != nil {
 				return err
 			}
 		}
@@ -838,7 +814,7 @@ func (d *Dataplane) retire(b uint32) error {
 	if err != nil {
 		return err
 	}
-	var c lbXlbCounter
+	var c wire.Counter
 	if err := d.objs.SvcRetired.Lookup(o-1, &c); err != nil {
 		return fmt.Errorf("read counters of service %d: %w", o-1, err)
 	}
@@ -851,7 +827,7 @@ func (d *Dataplane) retire(b uint32) error {
 }
 
 func (d *Dataplane) setOwner(b, owner uint32) error {
-	if err := d.objs.Backends.Put(b, lbBackend{Addr: d.addrs[b], Owner: owner}); err != nil {
+	if err := d.objs.Backends.Put(b, wire.Backend{Addr: d.addrs[b], Owner: owner}); err != nil {
 		return fmt.Errorf("write backend %d: %w", b, err)
 	}
 	d.owner.set(b, owner)
@@ -860,13 +836,13 @@ func (d *Dataplane) setOwner(b, owner uint32) error {
 
 // BackendCounters sums backend id's per-CPU counters.
 func (d *Dataplane) BackendCounters(id uint32) (Counters, error) {
-	return sumPerCPUOf(d.objs.BackendStats, id, func(s lbBackendState) lbXlbCounter { return s.Stats })
+	return sumPerCPUOf(d.objs.BackendStats, id, func(s wire.BackendState) wire.Counter { return s.Stats })
 }
 
 // ReasonCounters returns the pass/drop counters by reason name.
 func (d *Dataplane) ReasonCounters() (map[string]uint64, error) {
-	out := make(map[string]uint64, len(ReasonNames))
-	for i, name := range ReasonNames {
+	out := make(map[string]uint64, len(wire.ReasonNames))
+	for i, name := range wire.ReasonNames {
 		var per []uint64
 		if err := d.objs.Reasons.Lookup(uint32(i), &per); err != nil {
 			return nil, fmt.Errorf("read reason %s: %w", name, err)
@@ -881,11 +857,11 @@ func (d *Dataplane) ReasonCounters() (map[string]uint64, error) {
 }
 
 func sumPerCPU(m *ebpf.Map, id uint32) (Counters, error) {
-	return sumPerCPUOf(m, id, func(c lbXlbCounter) lbXlbCounter { return c })
+	return sumPerCPUOf(m, id, func(c wire.Counter) wire.Counter { return c })
 }
 
 // sumPerCPUOf sums the counters that get picks out of per-CPU values T.
-func sumPerCPUOf[T any](m *ebpf.Map, id uint32, get func(T) lbXlbCounter) (Counters, error) {
+func sumPerCPUOf[T any](m *ebpf.Map, id uint32, get func(T) wire.Counter) (Counters, error) {
 	var per []T
 	if err := m.Lookup(id, &per); err != nil {
 		return Counters{}, fmt.Errorf("read counters %d: %w", id, err)

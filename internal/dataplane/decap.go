@@ -12,6 +12,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // DecapOptions configure the backend-side decapsulation program.
@@ -77,15 +79,6 @@ func CheckChain(c Chain) error {
 	return nil
 }
 
-// DecapStatNames name the decapsulation program's counters, in the order
-// of enum decap_stat in bpf/xlb_backend.c.
-var DecapStatNames = []string{"decap_ipip", "decap_gue", "pass_not_ours", "drop_bad_inner", "drop_bad_gue"}
-
-// ChainStatNames name the daisy-chaining counters, in the order of enum
-// chain_stat in bpf/xlb_backend.c.
-var ChainStatNames = []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "chain_no_route", "chain_no_neighbour",
-	"chain_drop_untrusted_source", "chain_drop_unknown_owner"}
-
 // MaxChainWindow is the longest daisy-chaining window the program takes.
 const MaxChainWindow = time.Duration(math.MaxUint32) * time.Second
 
@@ -147,7 +140,7 @@ func setAddrs(m *ebpf.Map, addrs []netip.Addr) error {
 		if !a.Is4() {
 			return fmt.Errorf("%v is not an IPv4 address", a)
 		}
-		want[wire32(a)] = true
+		want[wire.Addr4(a)] = true
 	}
 	return syncSet(m, want)
 }
@@ -165,9 +158,6 @@ func CheckChainWindow(w time.Duration) error {
 	return nil
 }
 
-// chainCfgSets is CHAIN_CFG_SETS of struct chain_cfg's flags.
-const chainCfgSets = 1
-
 // setChain makes the chaining sets exactly c's and writes the window and
 // the offset of the wall clock from the boot clock, which the program
 // adds to the only clock it has to compare the hints' unix times. The
@@ -180,7 +170,7 @@ func setChain(maps *backendMaps, c Chain) error {
 	if err := CheckChain(c); err != nil {
 		return err
 	}
-	var cfg backendChainCfg
+	var cfg wire.ChainCfg
 	if c.On() {
 		off, err := wallOffset()
 		if err != nil {
@@ -189,7 +179,7 @@ func setChain(maps *backendMaps, c Chain) error {
 		cfg.WallOffsetNs, cfg.WindowS = off, uint32(c.Window/time.Second)
 	}
 	if len(c.From) > 0 || len(c.To) > 0 {
-		cfg.Flags = chainCfgSets
+		cfg.Flags = wire.ChainCfgSets
 	}
 	writeCfg := func() error {
 		if err := maps.ChainCfg.Put(uint32(0), cfg); err != nil {
@@ -245,10 +235,10 @@ func syncSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 
 // setPrefixes makes the LPM trie m hold exactly prefixes (IPv4).
 func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
-	want := map[backendChainPeerKey]bool{}
+	want := map[wire.ChainPeerKey]bool{}
 	for _, p := range prefixes {
 		p = p.Masked()
-		want[backendChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire32(p.Addr())}] = true
+		want[wire.ChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire.Addr4(p.Addr())}] = true
 	}
 	return syncSet(m, want)
 }
@@ -299,7 +289,7 @@ func DecapStats(pinPath string) (map[string]Counters, error) {
 	}
 	defer m.Close()
 	out := map[string]Counters{}
-	for i, name := range DecapStatNames {
+	for i, name := range wire.DecapStatNames {
 		c, err := sumPerCPU(m, uint32(i))
 		if err != nil {
 			return nil, err
@@ -318,7 +308,7 @@ func ChainStats(pinPath string) (map[string]Counters, error) {
 	}
 	defer m.Close()
 	out := map[string]Counters{}
-	for i, name := range ChainStatNames {
+	for i, name := range wire.ChainStatNames {
 		// A program of an older xlb that still runs has fewer
 		// counters: the newer ones are 0 until the next set-up.
 		if uint32(i) >= m.MaxEntries() {

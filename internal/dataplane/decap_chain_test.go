@@ -18,6 +18,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -162,8 +163,8 @@ func dialVIP(t testing.TB, f *fixtureNS) uint16 {
 
 func chainCounts(t *testing.T, objs *backendObjects) []uint64 {
 	t.Helper()
-	out := make([]uint64, len(ChainStatNames))
-	for i := range ChainStatNames {
+	out := make([]uint64, len(wire.ChainStatNames))
+	for i := range wire.ChainStatNames {
 		c, err := sumPerCPU(objs.ChainStats, uint32(i))
 		if err != nil {
 			t.Fatal(err)
@@ -213,12 +214,12 @@ func runChainCase(t *testing.T, f *fixtureNS, objs *backendObjects, c chainCase)
 	if c.chainedTo.IsValid() {
 		checkChained(t, out, c)
 	}
-	for i, name := range DecapStatNames {
+	for i, name := range wire.DecapStatNames {
 		if d := afterD[i] - beforeD[i]; (name == c.decap) != (d == 1) || d > 1 {
 			t.Errorf("decap counter %s moved by %d (case expects %q)", name, d, c.decap)
 		}
 	}
-	for i, name := range ChainStatNames {
+	for i, name := range wire.ChainStatNames {
 		if d := afterC[i] - beforeC[i]; (name == c.chain || name == c.also) != (d == 1) || d > 1 {
 			t.Errorf("chain counter %s moved by %d (case expects %q)", name, d, c.chain)
 		}
@@ -670,13 +671,13 @@ func TestSetupDecapChain(t *testing.T) {
 		c.Window = w
 		return setupChain(c)
 	}
-	read := func() backendChainCfg {
+	read := func() wire.ChainCfg {
 		m, err := ebpf.LoadPinnedMap(filepath.Join(pin, "chain_cfg"), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		var cfg backendChainCfg
+		var cfg wire.ChainCfg
 		if err := m.Lookup(uint32(0), &cfg); err != nil {
 			t.Fatal(err)
 		}
@@ -690,8 +691,8 @@ func TestSetupDecapChain(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := read()
-	if d := int64(want) - int64(cfg.WallOffsetNs); cfg.WindowS != 90 || d < -int64(time.Second) || d > int64(time.Second) || cfg.Flags != chainCfgSets {
-		t.Errorf("window %d s, offset %d ns, flags %d; want 90 s, about %d ns, %d", cfg.WindowS, cfg.WallOffsetNs, cfg.Flags, want, chainCfgSets)
+	if d := int64(want) - int64(cfg.WallOffsetNs); cfg.WindowS != 90 || d < -int64(time.Second) || d > int64(time.Second) || cfg.Flags != wire.ChainCfgSets {
+		t.Errorf("window %d s, offset %d ns, flags %d; want 90 s, about %d ns, %d", cfg.WindowS, cfg.WallOffsetNs, cfg.Flags, want, wire.ChainCfgSets)
 	}
 	if got := pinnedPrefixes(t, pin, "chain_from"); !slices.Equal(got, chainSets.From) {
 		t.Errorf("chain_from holds %v, want %v", got, chainSets.From)
@@ -702,7 +703,7 @@ func TestSetupDecapChain(t *testing.T) {
 	if err := setup(0); err != nil {
 		t.Fatal(err)
 	}
-	if cfg := read(); cfg.WindowS != 0 || cfg.WallOffsetNs != 0 || cfg.Flags != chainCfgSets {
+	if cfg := read(); cfg.WindowS != 0 || cfg.WallOffsetNs != 0 || cfg.Flags != wire.ChainCfgSets {
 		t.Errorf("window 0: configuration %+v, want zero with the sets' flag", cfg)
 	}
 	// Without sets chaining is off whatever the window, and the sets
@@ -710,7 +711,7 @@ func TestSetupDecapChain(t *testing.T) {
 	if err := setupChain(Chain{Window: 90 * time.Second}); err != nil {
 		t.Fatal(err)
 	}
-	if cfg := read(); cfg != (backendChainCfg{}) {
+	if cfg := read(); cfg != (wire.ChainCfg{}) {
 		t.Errorf("no sets: configuration %+v, want zero", cfg)
 	}
 	if got := pinnedPrefixes(t, pin, "chain_to"); len(got) != 0 {
@@ -720,7 +721,7 @@ func TestSetupDecapChain(t *testing.T) {
 	if err := SetChain(pin, chainSets); err != nil {
 		t.Fatal(err)
 	}
-	if cfg := read(); cfg.WindowS != 120 || cfg.Flags != chainCfgSets {
+	if cfg := read(); cfg.WindowS != 120 || cfg.Flags != wire.ChainCfgSets {
 		t.Errorf("after SetChain: configuration %+v, want a 120 s window with the sets' flag", cfg)
 	}
 	if got := pinnedPrefixes(t, pin, "chain_to"); !slices.Equal(got, sortedPrefixes(chainSets.To)) {
@@ -738,7 +739,7 @@ func TestSetupDecapChain(t *testing.T) {
 		t.Errorf("window 1.5s: error %v, want one about whole seconds", err)
 	}
 	st, err := ChainStats(pin)
-	if err != nil || len(st) != len(ChainStatNames) {
+	if err != nil || len(st) != len(wire.ChainStatNames) {
 		t.Fatalf("ChainStats: %v, %v", st, err)
 	}
 }
@@ -752,11 +753,11 @@ func pinnedPrefixes(t *testing.T, pin, name string) []netip.Prefix {
 	}
 	defer m.Close()
 	var out []netip.Prefix
-	var k backendChainPeerKey
+	var k wire.ChainPeerKey
 	var v uint8
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, netip.PrefixFrom(addrFromWire(k.Addr), int(k.Prefixlen)))
+		out = append(out, netip.PrefixFrom(wire.AddrFrom4(k.Addr), int(k.Prefixlen)))
 	}
 	if err := it.Err(); err != nil {
 		t.Fatal(err)
@@ -789,24 +790,5 @@ func TestCheckChainWindow(t *testing.T) {
 		if err := CheckChainWindow(c.w); (err == nil) != c.ok {
 			t.Errorf("CheckChainWindow(%v) = %v, want ok %v", c.w, err, c.ok)
 		}
-	}
-}
-
-func TestChainNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_structs.h", "chain_stat", "CHAIN_", "STAT_MAX")
-	want := []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "no_route", "no_neighbour",
-		"drop_untrusted_source", "drop_unknown_owner"}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("enum chain_stat changed: %v; update ChainStatNames (%v) and this test", got, ChainStatNames)
-	}
-	if len(ChainStatNames) != len(got) {
-		t.Fatalf("ChainStatNames has %d names, enum %d", len(ChainStatNames), len(got))
-	}
-	spec, err := loadBackend()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := spec.Maps["chain_stats"].MaxEntries; int(n) != len(ChainStatNames) {
-		t.Fatalf("chain_stats map has %d entries, Go names %d", n, len(ChainStatNames))
 	}
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 func newFixtureDecap(t testing.TB, f *fixtureNS) *backendObjects {
@@ -190,7 +192,7 @@ func TestDecap(t *testing.T) {
 			if want != nil && !bytes.Equal(out, want) {
 				t.Errorf("output\n got %x\nwant %x", out, want)
 			}
-			for i, name := range DecapStatNames {
+			for i, name := range wire.DecapStatNames {
 				d := after[i] - before[i]
 				if (name == c.stat) != (d == 1) || d > 1 {
 					t.Errorf("counter %s moved by %d (case expects %s)", name, d, c.stat)
@@ -202,8 +204,8 @@ func TestDecap(t *testing.T) {
 
 func decapCounts(t *testing.T, objs *backendObjects) []uint64 {
 	t.Helper()
-	out := make([]uint64, len(DecapStatNames))
-	for i := range DecapStatNames {
+	out := make([]uint64, len(wire.DecapStatNames))
+	for i := range wire.DecapStatNames {
 		c, err := sumPerCPU(objs.DecapStats, uint32(i))
 		if err != nil {
 			t.Fatal(err)
@@ -260,7 +262,7 @@ func TestShortFrames(t *testing.T) {
 			return r["drop_malformed_eth"]
 		}},
 		{"backend", objs.XlbDecap, xdpPass, func() uint64 {
-			return decapCounts(t, objs)[slices.Index(DecapStatNames, "pass_not_ours")]
+			return decapCounts(t, objs)[slices.Index(wire.DecapStatNames, "pass_not_ours")]
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {

@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // A backend host set up by an older xlb has its maps pinned with that
@@ -29,7 +31,7 @@ var backendCounterMaps = []string{"decap_stats", "chain_stats", "nat_stats"}
 // into its successor.
 type counterCopy struct {
 	name   string
-	values [][]backendXlbCounter // by key, then CPU
+	values [][]wire.Counter // by key, then CPU
 }
 
 // planBackendAdoption checks every map spec pins under pinPath against
@@ -74,7 +76,7 @@ func planBackendAdoption(spec *ebpf.CollectionSpec, pinPath string) ([]counterCo
 		}
 		c := counterCopy{name: name}
 		for k := uint32(0); k < min(info.MaxEntries, ms.MaxEntries); k++ {
-			var per []backendXlbCounter
+			var per []wire.Counter
 			if err := m.Lookup(k, &per); err != nil {
 				m.Close()
 				return nil, fmt.Errorf("read the counters of %s: %w", path, err)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -51,8 +52,8 @@ func TestSetupDecapAdoptsOlderState(t *testing.T) {
 	}
 	defer old.Close()
 	for k := uint32(0); k < olderChainStats; k++ {
-		per := make([]backendXlbCounter, cpus)
-		per[0] = backendXlbCounter{Packets: uint64(k) + 1, Bytes: 100 * (uint64(k) + 1)}
+		per := make([]wire.Counter, cpus)
+		per[0] = wire.Counter{Packets: uint64(k) + 1, Bytes: 100 * (uint64(k) + 1)}
 		if err := old.Put(k, per); err != nil {
 			t.Fatal(err)
 		}
@@ -68,7 +69,7 @@ func TestSetupDecapAdoptsOlderState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range ChainStatNames {
+	for i, name := range wire.ChainStatNames {
 		want := Counters{}
 		if i < olderChainStats {
 			want = Counters{Packets: uint64(i) + 1, Bytes: 100 * (uint64(i) + 1)}

@@ -1,12 +1,13 @@
 package dataplane
 
 import (
-	"encoding/binary"
 	"fmt"
 	"os"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // A table (an inner map of maglev_tables or chain_tables) is written
@@ -17,15 +18,15 @@ import (
 // this project's 2-core VM: 0.4-0.6 ms against 20-23 ms.
 
 // NewFilledTable returns a new inner map for maglev_tables that holds
-// entries, one per slot (a backend's id, and its address in the high 32
-// bits), as UpsertService makes one before it swaps it in.
-func NewFilledTable(entries []uint64) (*ebpf.Map, error) {
+// entries, one per slot, as UpsertService makes one before it swaps it
+// in.
+func NewFilledTable(entries []wire.TableEntry) (*ebpf.Map, error) {
 	inner, err := newTable("xlb_maglev", 8, uint32(len(entries)))
 	if err != nil {
 		return nil, fmt.Errorf("create table: %w", err)
 	}
 	if err := fillTable(inner, func(dst []byte, i int) {
-		binary.NativeEndian.PutUint64(dst, entries[i])
+		copy(dst, words(entries[i:i+1]))
 	}); err != nil {
 		inner.Close()
 		return nil, fmt.Errorf("fill table: %w", err)

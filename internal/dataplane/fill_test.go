@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // fillTable puts every element where the kernel reads it, and readTable
@@ -48,14 +50,14 @@ func TestFillTable(t *testing.T) {
 	})
 	t.Run("chain", func(t *testing.T) {
 		// 20-byte values: the kernel keeps them 24 bytes apart.
-		m, err := newTable("t_chain", uint32(binary.Size(chainEntry{})), n+1)
+		m, err := newTable("t_chain", uint32(binary.Size(wire.ChainEntry{})), n+1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		want := func(i int) chainEntry {
+		want := func(i int) wire.ChainEntry {
 			u := uint32(i)
-			return chainEntry{Bid: u, Addr: u ^ 0x0a000000, Prev: u + 1, Prev2: u + 2, Changed: ^u}
+			return wire.ChainEntry{Bid: u, Addr: u ^ 0x0a000000, Prev: u + 1, Prev2: u + 2, Changed: ^u}
 		}
 		if err := fillTable(m, func(dst []byte, i int) {
 			e := want(i)
@@ -66,7 +68,7 @@ func TestFillTable(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range n + 1 {
-			var v chainEntry
+			var v wire.ChainEntry
 			if err := m.Lookup(uint32(i), &v); err != nil || v != want(i) {
 				t.Fatalf("entry %d: %+v, %v; want %+v", i, v, err, want(i))
 			}
@@ -77,7 +79,7 @@ func TestFillTable(t *testing.T) {
 			for k := range f {
 				f[k] = binary.NativeEndian.Uint32(src[4*k:])
 			}
-			e := chainEntry{Bid: f[0], Addr: f[1], Prev: f[2], Prev2: f[3], Changed: f[4]}
+			e := wire.ChainEntry{Bid: f[0], Addr: f[1], Prev: f[2], Prev2: f[3], Changed: f[4]}
 			if len(src) != 20 || e != want(i) && read < 5 {
 				t.Errorf("readTable: entry %d: %+v (%d bytes), want %+v (20 bytes)", i, e, len(src), want(i))
 			}

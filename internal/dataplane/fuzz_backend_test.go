@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // FuzzBackendProgram feeds arbitrary frames to the backend programs
@@ -55,12 +57,12 @@ func FuzzBackendProgram(f *testing.F) {
 	}
 	// A reply flow of pod1 and the fallback for pod2's port: the reply
 	// program's both lookups find something.
-	flow := backendNatFlowKey{Pod: wire32(fxPod1), Client: wire32(fxClient), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
-	if err := objs.NatFlows.Put(flow, backendNatVip{Vip: wire32(fxVIP), Port: wire16(80)}); err != nil {
+	flow := wire.NATFlowKey{Pod: wire.Addr4(fxPod1), Client: wire.Addr4(fxClient), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
+	if err := objs.NatFlows.Put(flow, wire.NATVIP{Vip: wire.Addr4(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
-	rev := backendNatRevKey{Pod: wire32(fxPod2), PodPort: wire16(podPort), Proto: 6}
-	if err := objs.NatRevPorts.Put(rev, backendNatVip{Vip: wire32(fxVIP), Port: wire16(80)}); err != nil {
+	rev := wire.NATRevKey{Pod: wire.Addr4(fxPod2), PodPort: wire16(podPort), Proto: 6}
+	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.Addr4(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
 	// Fuzzing workers are ended without running cleanups: drop the

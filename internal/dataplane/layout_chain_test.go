@@ -8,6 +8,8 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // preChainSpec is the LB spec as it was before daisy-chain hints and
@@ -23,7 +25,7 @@ func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
 	old.Programs = nil
 	delete(old.Maps, "chain_tables")
 	delete(old.Maps, "conntrack")
-	old.Maps["reasons"].MaxEntries = uint32(len(ReasonNames) - 2)
+	old.Maps["reasons"].MaxEntries = uint32(len(wire.ReasonNames) - 2)
 
 	slot, ok := btf.Copy(old.Maps["svc_index"].Value).(*btf.Struct)
 	if !ok || len(slot.Members) != 7 || slot.Members[5].Name != "flags" {
@@ -70,7 +72,7 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 	f := newFixtureNS(t)
 	pin := testPinPath(t)
 	oldMaps := pinOldState(t, pin, preChainSpec(t))
-	oldSlot := lbSvcSlot{Vip: wire32(fxVIP), Port: port16(80), Proto: ProtoTCP, Encap: uint8(EncapIPIP), Id: 1}
+	oldSlot := wire.SvcSlot{Vip: wire.Addr4(fxVIP), Port: wire.Port(80), Proto: ProtoTCP, Encap: uint8(EncapIPIP), Id: 1}
 	home := svcHash(oldSlot.Vip, oldSlot.Port, oldSlot.Proto) & (SvcSlots - 1)
 	if err := oldMaps["svc_index"].Put(home, oldSlot); err != nil {
 		t.Fatal(err)
@@ -107,7 +109,7 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 	if got := pinnedMapID(t, filepath.Join(pin, "svc_index")); got != oldIndex {
 		t.Errorf("svc_index pin moved before the switch")
 	}
-	var got lbSvcSlot
+	var got wire.SvcSlot
 	if err := oldMaps["svc_index"].Lookup(home, &got); err != nil || got != oldSlot {
 		t.Errorf("old svc_index slot %d: %+v (%v), want it untouched: %+v", home, got, err, oldSlot)
 	}

@@ -8,64 +8,9 @@ import (
 	_ "embed"
 	"fmt"
 	"io"
-	"structs"
 
 	"github.com/cilium/ebpf"
 )
-
-type lbBackend struct {
-	_     structs.HostLayout
-	Addr  uint32
-	Owner uint32
-}
-
-type lbBackendState struct {
-	_     structs.HostLayout
-	Stats lbXlbCounter
-	Nh    struct {
-		_       structs.HostLayout
-		Stamp   uint64
-		Gen     uint32
-		Ifindex uint32
-		Macs    [3]uint32
-		MaxLen  uint16
-		Pad0    uint8
-		Pad     uint8
-	}
-}
-
-type lbCtEntry struct {
-	_    structs.HostLayout
-	Bid  uint32
-	Addr uint32
-}
-
-type lbCtKey struct {
-	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
-	Sport uint16
-	Dport uint16
-	Proto uint8
-	Pad   [3]uint8
-}
-
-type lbSvcSlot struct {
-	_     structs.HostLayout
-	Vip   uint32
-	Port  uint16
-	Proto uint8
-	Encap uint8
-	Id    uint32
-	Flags uint8
-	Pad   [3]uint8
-}
-
-type lbXlbCounter struct {
-	_       structs.HostLayout
-	Packets uint64
-	Bytes   uint64
-}
 
 // Names of all BPF objects in the ELF.
 //

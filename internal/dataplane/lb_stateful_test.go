@@ -3,6 +3,8 @@ package dataplane
 import (
 	"net/netip"
 	"testing"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 const (
@@ -183,14 +185,14 @@ func TestLBStatefulSYNKeepsLiveFlow(t *testing.T) {
 		q.tcpFlags = flags
 		return q.frame(s.f.mac)
 	}
-	key := lbCtKey{Saddr: wire32(p.src), Daddr: wire32(fxVIP), Sport: port16(p.sport), Dport: port16(8080), Proto: 6}
+	key := wire.CtKey{Saddr: wire.Addr4(p.src), Daddr: wire.Addr4(fxVIP), Sport: wire.Port(p.sport), Dport: wire.Port(8080), Proto: 6}
 	entry := func() netip.Addr {
 		t.Helper()
-		var e lbCtEntry
+		var e wire.CtEntry
 		if err := s.d.objs.Conntrack.Lookup(&key, &e); err != nil {
 			t.Fatalf("the flow's entry: %v", err)
 		}
-		return addrFromWire(e.Addr)
+		return wire.AddrFrom4(e.Addr)
 	}
 	a, b := s.addrs[20], s.addrs[21]
 

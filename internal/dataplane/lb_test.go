@@ -3,7 +3,6 @@ package dataplane
 import (
 	"bytes"
 	"encoding/binary"
-
 	"net/netip"
 	"slices"
 	"testing"

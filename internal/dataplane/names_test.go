@@ -1,56 +1,36 @@
 package dataplane
 
 import (
-	"os"
-	"regexp"
-	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+
 	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
-// enumNames reads the members of a C enum from a source file.
-func enumNames(t *testing.T, file, enum, prefix, last string) []string {
-	t.Helper()
-	src, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body := regexp.MustCompile(`(?s)enum ` + enum + ` \{(.*?)\};`).FindSubmatch(src)
-	if body == nil {
-		t.Fatalf("enum %s not found in %s", enum, file)
-	}
-	var names []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*`+prefix+`([A-Z0-9_]+)`).FindAllSubmatch(body[1], -1) {
-		if n := string(m[1]); n != last {
-			names = append(names, strings.ToLower(n))
-		}
-	}
-	return names
-}
-
-func TestReasonNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_structs.h", "xlb_reason", "XLB_", "REASON_MAX")
-	if strings.Join(got, ",") != strings.Join(ReasonNames, ",") {
-		t.Fatalf("ReasonNames out of step with enum xlb_reason:\n C: %v\nGo: %v", got, ReasonNames)
-	}
+// The names are held to the C enums in package wire; the counter maps
+// must have one entry per name.
+func TestReasonsMapMatchesNames(t *testing.T) {
 	spec, err := loadLb()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := spec.Maps["reasons"].MaxEntries; int(n) != len(ReasonNames) {
-		t.Fatalf("reasons map has %d entries, Go names %d", n, len(ReasonNames))
+	if n := spec.Maps["reasons"].MaxEntries; int(n) != len(wire.ReasonNames) {
+		t.Fatalf("reasons map has %d entries, Go names %d", n, len(wire.ReasonNames))
 	}
 }
 
-func TestDecapNamesMatchC(t *testing.T) {
-	got := enumNames(t, "../../bpf/xlb_structs.h", "decap_stat", "", "DECAP_STAT_MAX")
-	want := []string{"decap_ipip", "decap_gue", "decap_pass", "decap_drop_inner", "decap_drop_gue"}
-	if strings.Join(got, ",") != strings.Join(want, ",") {
-		t.Fatalf("enum decap_stat changed: %v; update DecapStatNames (%v) and this test", got, DecapStatNames)
+func TestDecapMapsMatchNames(t *testing.T) {
+	spec, err := loadBackend()
+	if err != nil {
+		t.Fatal(err)
 	}
-	if len(DecapStatNames) != len(got) {
-		t.Fatalf("DecapStatNames has %d names, enum %d", len(DecapStatNames), len(got))
+	if n := spec.Maps["decap_stats"].MaxEntries; int(n) != len(wire.DecapStatNames) {
+		t.Fatalf("decap_stats map has %d entries, Go names %d", n, len(wire.DecapStatNames))
+	}
+	if n := spec.Maps["chain_stats"].MaxEntries; int(n) != len(wire.ChainStatNames) {
+		t.Fatalf("chain_stats map has %d entries, Go names %d", n, len(wire.ChainStatNames))
 	}
 }
 
@@ -82,4 +62,73 @@ func TestLimitsMatchC(t *testing.T) {
 	if config.MaxServices != MaxServices {
 		t.Errorf("config.MaxServices %d, dataplane.MaxServices %d", config.MaxServices, MaxServices)
 	}
+}
+
+// mapTypes says which Go type writes the key or value of a map.
+type mapTypes struct {
+	mapName string
+	key     bool
+	inner   bool // the key or value of the map's inner map
+	goValue any
+}
+
+// checkMapTypes holds the programs' map keys and values to the Go types
+// that read and write them: the same size, members and offsets.
+func checkMapTypes(t *testing.T, spec *ebpf.CollectionSpec, cases []mapTypes) {
+	t.Helper()
+	for _, c := range cases {
+		ms := spec.Maps[c.mapName]
+		if ms == nil {
+			t.Errorf("no map %s", c.mapName)
+			continue
+		}
+		if c.inner {
+			ms = ms.InnerMap
+		}
+		typ := ms.Value
+		if c.key {
+			typ = ms.Key
+		}
+		if err := wire.Layout(c.goValue, typ); err != nil {
+			t.Errorf("map %s (key %v, inner %v): %v", c.mapName, c.key, c.inner, err)
+		}
+	}
+}
+
+func TestLBMapTypesAreWire(t *testing.T) {
+	spec, err := loadLb()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMapTypes(t, spec, []mapTypes{
+		{"svc_index", false, false, wire.SvcSlot{}},
+		{"backends", false, false, wire.Backend{}},
+		{"maglev_tables", false, true, wire.TableEntry(0)},
+		{"chain_tables", false, true, wire.ChainEntry{}},
+		{"conntrack", true, false, wire.CtKey{}},
+		{"conntrack", false, false, wire.CtEntry{}},
+		{"backend_stats", false, false, wire.BackendState{}},
+		{"svc_retired", false, false, wire.Counter{}},
+	})
+}
+
+func TestBackendMapTypesAreWire(t *testing.T) {
+	spec, err := loadBackend()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMapTypes(t, spec, []mapTypes{
+		{"decap_stats", false, false, wire.Counter{}},
+		{"chain_stats", false, false, wire.Counter{}},
+		{"nat_stats", false, false, wire.Counter{}},
+		{"chain_cfg", false, false, wire.ChainCfg{}},
+		{"chain_from", true, false, wire.ChainPeerKey{}},
+		{"chain_to", true, false, wire.ChainPeerKey{}},
+		{"chain_gens", true, false, wire.ChainSvcKey{}},
+		{"nat_svcs", true, false, wire.NATSvcKey{}},
+		{"nat_flows", true, false, wire.NATFlowKey{}},
+		{"nat_flows", false, false, wire.NATVIP{}},
+		{"nat_rev_ports", true, false, wire.NATRevKey{}},
+		{"nat_rev_ports", false, false, wire.NATVIP{}},
+	})
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -207,7 +208,7 @@ func TestSetupDecap(t *testing.T) {
 		t.Fatalf("mode %q, program %d", mode, xdpProgID(t, f.name, "veth0"))
 	}
 	stats, err := DecapStats(pin)
-	if err != nil || len(stats) != len(DecapStatNames) {
+	if err != nil || len(stats) != len(wire.DecapStatNames) {
 		t.Fatalf("stats %v, %v", stats, err)
 	}
 }

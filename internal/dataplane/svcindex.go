@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Service index geometry (XLB_SVC_SLOTS, XLB_SVC_PROBES in
@@ -22,11 +24,11 @@ const tombstonePort = 0xffff
 // valid: a new service is written with vip 0 (invisible) and then with
 // its vip; a deleted one becomes a tombstone.
 type svcIndex struct {
-	slots [SvcSlots]lbSvcSlot
+	slots [SvcSlots]wire.SvcSlot
 }
 
 // slotWriter is where the index writes its slots: the svc_index map (slot
-// number to lbSvcSlot), or a test's stand-in for it.
+// number to wire.SvcSlot), or a test's stand-in for it.
 type slotWriter interface {
 	Put(key, value any) error
 }
@@ -48,7 +50,7 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 	if m.MaxEntries() != SvcSlots {
 		return fmt.Errorf("read service index: it has %d slots, want %d", m.MaxEntries(), SvcSlots)
 	}
-	err := eachInArray(m, func(k uint32, v *lbSvcSlot) {
+	err := eachInArray(m, func(k uint32, v *wire.SvcSlot) {
 		if k < SvcSlots {
 			x.slots[k] = *v
 		}
@@ -62,19 +64,19 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 		}
 		if at, _ := x.find(s); at != i {
 			return fmt.Errorf("pinned service index: slot %d holds %v:%d (protocol %d), where this xlb does not look for it: an xlb with another service hash wrote the index. Stop the agent that runs, then run `xlb cleanup` (drops established flows)",
-				i, addrFromWire(s.Vip), portFromWire(s.Port), s.Proto)
+				i, wire.AddrFrom4(s.Vip), wire.PortFrom(s.Port), s.Proto)
 		}
 	}
 	return nil
 }
 
-func sameKey(a, b lbSvcSlot) bool {
+func sameKey(a, b wire.SvcSlot) bool {
 	return a.Vip == b.Vip && a.Port == b.Port && a.Proto == b.Proto
 }
 
 // find returns the slot holding key (or -1) and the first free slot on
 // its probe path (or -1).
-func (x *svcIndex) find(key lbSvcSlot) (at, free int) {
+func (x *svcIndex) find(key wire.SvcSlot) (at, free int) {
 	at, free = -1, -1
 	h := svcHash(key.Vip, key.Port, key.Proto)
 	for i := uint32(0); i < svcProbes; i++ {
@@ -95,7 +97,7 @@ func (x *svcIndex) find(key lbSvcSlot) (at, free int) {
 	return at, free
 }
 
-func (x *svcIndex) write(m slotWriter, idx int, v lbSvcSlot) error {
+func (x *svcIndex) write(m slotWriter, idx int, v wire.SvcSlot) error {
 	if err := m.Put(uint32(idx), v); err != nil {
 		return fmt.Errorf("write service index slot %d: %w", idx, err)
 	}
@@ -105,7 +107,7 @@ func (x *svcIndex) write(m slotWriter, idx int, v lbSvcSlot) error {
 
 // place returns the slot for key: where it is, or the first free slot on
 // its probe path.
-func (x *svcIndex) place(key lbSvcSlot) (int, error) {
+func (x *svcIndex) place(key wire.SvcSlot) (int, error) {
 	at, free := x.find(key)
 	if at >= 0 {
 		return at, nil
@@ -117,7 +119,7 @@ func (x *svcIndex) place(key lbSvcSlot) (int, error) {
 }
 
 // upsert installs key (with its Id and Encap) or updates it in place.
-func (x *svcIndex) upsert(m slotWriter, key lbSvcSlot) error {
+func (x *svcIndex) upsert(m slotWriter, key wire.SvcSlot) error {
 	idx, err := x.place(key)
 	if err != nil {
 		return err
@@ -137,12 +139,12 @@ func (x *svcIndex) upsert(m slotWriter, key lbSvcSlot) error {
 
 // remove deletes key, leaving a tombstone, and turns tombstones that end
 // a probe path back into empty slots so misses stay short.
-func (x *svcIndex) remove(m slotWriter, key lbSvcSlot) error {
+func (x *svcIndex) remove(m slotWriter, key wire.SvcSlot) error {
 	at, _ := x.find(key)
 	if at < 0 {
 		return nil
 	}
-	if err := x.write(m, at, lbSvcSlot{Port: tombstonePort}); err != nil {
+	if err := x.write(m, at, wire.SvcSlot{Port: tombstonePort}); err != nil {
 		return err
 	}
 	for i := at; ; i = (i - 1 + SvcSlots) % SvcSlots {
@@ -151,15 +153,15 @@ func (x *svcIndex) remove(m slotWriter, key lbSvcSlot) error {
 		if !(cur.Vip == 0 && cur.Port == tombstonePort) || !(next.Vip == 0 && next.Port == 0 && next.Proto == 0) {
 			return nil
 		}
-		if err := x.write(m, i, lbSvcSlot{}); err != nil {
+		if err := x.write(m, i, wire.SvcSlot{}); err != nil {
 			return err
 		}
 	}
 }
 
 // services returns the installed services.
-func (x *svcIndex) services() []lbSvcSlot {
-	var out []lbSvcSlot
+func (x *svcIndex) services() []wire.SvcSlot {
+	var out []wire.SvcSlot
 	for _, s := range x.slots {
 		if s.Vip != 0 {
 			out = append(out, s)

@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // ipv4 is the address whose value, most significant octet first, is n.
@@ -72,7 +74,7 @@ func randomKeys(seed uint64, n int) []ServiceKey {
 	return out
 }
 
-func mustSlotKey(t testing.TB, k ServiceKey) lbSvcSlot {
+func mustSlotKey(t testing.TB, k ServiceKey) wire.SvcSlot {
 	t.Helper()
 	s, err := slotKey(k)
 	if err != nil {
@@ -82,12 +84,14 @@ func mustSlotKey(t testing.TB, k ServiceKey) lbSvcSlot {
 }
 
 // homeOf is a key's home slot.
-func homeOf(k lbSvcSlot) int { return int(svcHash(k.Vip, k.Port, k.Proto) & (SvcSlots - 1)) }
+func homeOf(k wire.SvcSlot) int { return int(svcHash(k.Vip, k.Port, k.Proto) & (SvcSlots - 1)) }
 
 // dist is how many slots after from slot to lies, around the table.
 func dist(from, to int) int { return (to - from + SvcSlots) % SvcSlots }
 
-func sameKeyOnly(k lbSvcSlot) lbSvcSlot { return lbSvcSlot{Vip: k.Vip, Port: k.Port, Proto: k.Proto} }
+func sameKeyOnly(k wire.SvcSlot) wire.SvcSlot {
+	return wire.SvcSlot{Vip: k.Vip, Port: k.Port, Proto: k.Proto}
+}
 
 // programView stands in for the svc_index map. It applies every write the
 // index makes and then checks, the way svc_lookup reads the map, that each
@@ -95,28 +99,28 @@ func sameKeyOnly(k lbSvcSlot) lbSvcSlot { return lbSvcSlot{Vip: k.Vip, Port: k.P
 // between any two writes finds every service but the one being changed.
 type programView struct {
 	t      testing.TB
-	slots  [SvcSlots]lbSvcSlot
-	byHome map[int]map[lbSvcSlot]uint32 // visible services by home slot: key (no id or encapsulation) -> id
+	slots  [SvcSlots]wire.SvcSlot
+	byHome map[int]map[wire.SvcSlot]uint32 // visible services by home slot: key (no id or encapsulation) -> id
 	writes int
 }
 
 func newProgramView(t testing.TB) *programView {
-	return &programView{t: t, byHome: map[int]map[lbSvcSlot]uint32{}}
+	return &programView{t: t, byHome: map[int]map[wire.SvcSlot]uint32{}}
 }
 
 // show makes k one of the services every lookup must find, with id.
-func (v *programView) show(k lbSvcSlot, id uint32) {
+func (v *programView) show(k wire.SvcSlot, id uint32) {
 	h := homeOf(k)
 	if v.byHome[h] == nil {
-		v.byHome[h] = map[lbSvcSlot]uint32{}
+		v.byHome[h] = map[wire.SvcSlot]uint32{}
 	}
 	v.byHome[h][sameKeyOnly(k)] = id
 }
 
-func (v *programView) hide(k lbSvcSlot) { delete(v.byHome[homeOf(k)], sameKeyOnly(k)) }
+func (v *programView) hide(k wire.SvcSlot) { delete(v.byHome[homeOf(k)], sameKeyOnly(k)) }
 
 // lookup is svc_lookup of bpf/xlb_maps.h, written apart from svcIndex.find.
-func (v *programView) lookup(k lbSvcSlot) (lbSvcSlot, bool) {
+func (v *programView) lookup(k wire.SvcSlot) (wire.SvcSlot, bool) {
 	h := svcHash(k.Vip, k.Port, k.Proto)
 	for i := uint32(0); i < svcProbes; i++ {
 		s := v.slots[(h+i)&(SvcSlots-1)]
@@ -127,11 +131,11 @@ func (v *programView) lookup(k lbSvcSlot) (lbSvcSlot, bool) {
 			break
 		}
 	}
-	return lbSvcSlot{}, false
+	return wire.SvcSlot{}, false
 }
 
 func (v *programView) Put(key, value any) error {
-	idx, s := int(key.(uint32)), value.(lbSvcSlot)
+	idx, s := int(key.(uint32)), value.(wire.SvcSlot)
 	v.slots[idx] = s
 	v.writes++
 	// A write can only change the lookups whose probe window covers it.
@@ -139,7 +143,7 @@ func (v *programView) Put(key, value any) error {
 		for k, id := range v.byHome[(idx-j+SvcSlots)%SvcSlots] {
 			if got, ok := v.lookup(k); !ok || got.Id != id {
 				v.t.Fatalf("after writing slot %d: service %d (%v:%d/%d) found %v with id %d",
-					idx, id, addrFromWire(k.Vip), portFromWire(k.Port), k.Proto, ok, got.Id)
+					idx, id, wire.AddrFrom4(k.Vip), wire.PortFrom(k.Port), k.Proto, ok, got.Id)
 			}
 		}
 	}
@@ -255,12 +259,12 @@ func TestServiceIndexChurn(t *testing.T) {
 	v := newProgramView(t)
 	live := randomKeys(7, MaxServices)
 	install(t, &x, v, live)
-	ids := make([]lbSvcSlot, len(live))
+	ids := make([]wire.SvcSlot, len(live))
 	for id, k := range live {
 		ids[id] = mustSlotKey(t, k)
 	}
 	r := rand.New(rand.NewPCG(3, 4))
-	inUse := map[lbSvcSlot]bool{}
+	inUse := map[wire.SvcSlot]bool{}
 	for _, k := range ids {
 		inUse[k] = true
 	}
@@ -277,7 +281,7 @@ func TestServiceIndexChurn(t *testing.T) {
 			t.Fatalf("deleted service %d still found", id)
 		}
 		delete(inUse, old)
-		var k lbSvcSlot
+		var k wire.SvcSlot
 		for {
 			k = mustSlotKey(t, ServiceKey{ipv4(10<<24 | r.Uint32N(1<<24)), uint16(1 + r.IntN(65535)), ProtoTCP})
 			if !inUse[k] {
@@ -307,7 +311,7 @@ func TestServiceIndexChurn(t *testing.T) {
 			t.Fatalf("delete service %d: %v", id, err)
 		}
 	}
-	if x.slots != ([SvcSlots]lbSvcSlot{}) || v.slots != x.slots {
+	if x.slots != ([SvcSlots]wire.SvcSlot{}) || v.slots != x.slots {
 		t.Error("slots left behind after deleting every service")
 	}
 }
@@ -350,7 +354,7 @@ func collidingVIPs(t testing.TB, x *svcIndex, n int) []netip.Addr {
 		if len(out) == 0 {
 			free := true
 			for j := range n {
-				free = free && x.slots[(h+j)%SvcSlots] == lbSvcSlot{}
+				free = free && x.slots[(h+j)%SvcSlots] == wire.SvcSlot{}
 			}
 			if !free {
 				continue
@@ -399,8 +403,8 @@ func TestServiceIndexCollisions(t *testing.T) {
 	if err := d.UpsertService(Service{ID: 100, Key: ServiceKey{vips[0], 80, ProtoTCP}, Encap: EncapGUE, Table: table}); err != nil {
 		t.Fatal(err)
 	}
-	at, _ := d.index.find(lbSvcSlot{Vip: wire32(vips[0]), Port: port16(80), Proto: ProtoTCP})
-	if home := int(svcHash(wire32(vips[0]), port16(80), ProtoTCP) & (SvcSlots - 1)); at != home {
+	at, _ := d.index.find(wire.SvcSlot{Vip: wire.Addr4(vips[0]), Port: wire.Port(80), Proto: ProtoTCP})
+	if home := int(svcHash(wire.Addr4(vips[0]), wire.Port(80), ProtoTCP) & (SvcSlots - 1)); at != home {
 		t.Errorf("re-added service at slot %d, want its home slot %d", at, home)
 	}
 	expect(vips[0], xdpTX)
@@ -410,9 +414,9 @@ func TestServiceIndexCollisions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	h := svcHash(wire32(vips[0]), port16(80), ProtoTCP)
+	h := svcHash(wire.Addr4(vips[0]), wire.Port(80), ProtoTCP)
 	for i := uint32(0); i < 3; i++ {
-		if s := d.index.slots[(h+i)&(SvcSlots-1)]; s != (lbSvcSlot{}) {
+		if s := d.index.slots[(h+i)&(SvcSlots-1)]; s != (wire.SvcSlot{}) {
 			t.Errorf("slot %d not empty after deleting all: %+v", (h+i)&(SvcSlots-1), s)
 		}
 	}
@@ -469,7 +473,7 @@ func TestSvcHashMatchesProgram(t *testing.T) {
 		home := homeOf(key)
 		free := true
 		for j := range svcProbes + 1 {
-			free = free && d.index.slots[(home+j)%SvcSlots] == lbSvcSlot{}
+			free = free && d.index.slots[(home+j)%SvcSlots] == wire.SvcSlot{}
 		}
 		if !free {
 			continue // near a fixture service
@@ -494,7 +498,7 @@ func TestSvcHashMatchesProgram(t *testing.T) {
 				t.Errorf("%v:%d/%d at home slot %d + %d: verdict %s, want forwarded %v", k.VIP, k.Port, k.Proto, home, c.at, verdictNames[v], c.forward)
 			}
 			for j := range c.at + 1 {
-				if err := d.index.write(d.objs.SvcIndex, (home+j)%SvcSlots, lbSvcSlot{}); err != nil {
+				if err := d.index.write(d.objs.SvcIndex, (home+j)%SvcSlots, wire.SvcSlot{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -521,7 +525,7 @@ func TestServiceIndexPatternsInProgram(t *testing.T) {
 	t.Cleanup(func() { d.Close() })
 	const tables = 8
 	backend := func(id uint32) netip.Addr { return ipv4(10<<24 | 3<<8 | 10 + id) } // 10.0.3.10+id
-	var carriers []lbSvcSlot
+	var carriers []wire.SvcSlot
 	for id := range uint32(tables) {
 		if err := d.UpsertBackend(id, backend(id)); err != nil {
 			t.Fatal(err)
@@ -541,7 +545,7 @@ func TestServiceIndexPatternsInProgram(t *testing.T) {
 	}
 	for _, p := range indexPatterns(11) {
 		t.Run(p.name, func(t *testing.T) {
-			slots := make([]lbSvcSlot, len(p.keys))
+			slots := make([]wire.SvcSlot, len(p.keys))
 			for i, k := range p.keys {
 				slots[i] = mustSlotKey(t, k)
 				slots[i].Id, slots[i].Encap = uint32(i%tables), uint8([2]Encap{EncapIPIP, EncapGUE}[i/tables%2])
@@ -584,11 +588,11 @@ func TestServiceIndexPatternsInProgram(t *testing.T) {
 			live := 0
 			for i, s := range m {
 				switch {
-				case s == (lbSvcSlot{}):
+				case s == (wire.SvcSlot{}):
 				case s.Vip != 0 && slices.Contains(carriers, s):
 					live++
-				case s == lbSvcSlot{Port: tombstonePort}:
-					if next := m[(i+1)%SvcSlots]; next == (lbSvcSlot{}) {
+				case s == wire.SvcSlot{Port: tombstonePort}:
+					if next := m[(i+1)%SvcSlots]; next == (wire.SvcSlot{}) {
 						t.Errorf("slot %d: a tombstone at the end of a probe path", i)
 					}
 				default:
@@ -618,14 +622,14 @@ func TestServiceIndexForeignHash(t *testing.T) {
 	at, _ := d.index.find(k)
 	// An empty slot off its probe path.
 	off := (homeOf(k) + svcProbes) % SvcSlots
-	for d.index.slots[off] != (lbSvcSlot{}) {
+	for d.index.slots[off] != (wire.SvcSlot{}) {
 		off = (off + 1) % SvcSlots
 	}
 	moved := d.index.slots[at]
 	if err := d.objs.SvcIndex.Put(uint32(off), moved); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.objs.SvcIndex.Put(uint32(at), lbSvcSlot{}); err != nil {
+	if err := d.objs.SvcIndex.Put(uint32(at), wire.SvcSlot{}); err != nil {
 		t.Fatal(err)
 	}
 	x = svcIndex{}

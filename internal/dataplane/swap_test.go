@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // A table swap must be atomic: a packet reads either the whole old table
@@ -80,15 +82,15 @@ func TestTableSwapAtomic(t *testing.T) {
 	}
 	// The control run's rewrite: the batch write UpsertService makes,
 	// but into the inner map the service has now instead of a fresh one.
-	var entries [2][]uint64
+	var entries [2][]wire.TableEntry
 	keys := make([]uint32, swapTableSize)
 	for i := range keys {
 		keys[i] = uint32(i)
 	}
 	for tb := range entries {
-		entries[tb] = make([]uint64, swapTableSize)
+		entries[tb] = make([]wire.TableEntry, swapTableSize)
 		for s, id := range tables[tb] {
-			entries[tb][s] = uint64(id) | uint64(wire32(addrs[tb][id%swapBackends]))<<32
+			entries[tb][s] = wire.NewTableEntry(id, wire.Addr4(addrs[tb][id%swapBackends]))
 		}
 	}
 	rewrite := func(tb int) error {

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Filling a 65537-slot table and swapping it in costs about 20 ms, most
@@ -117,7 +119,7 @@ const digestSize = 16
 // against 0.11 ms now (BenchmarkDigest), and 13 % of the CPU of a cold
 // Apply of 1000 services in a profile of bench/ctlbench; a 128-bit sum of
 // a configuration's own tables needs no cryptographic strength.
-func digest(entries []uint64) [digestSize]byte {
+func digest(entries []wire.TableEntry) [digestSize]byte {
 	return sum128("xlb maglev table v2", len(entries), words(entries))
 }
 
@@ -137,7 +139,7 @@ func sum128(label string, n int, body []byte) [digestSize]byte {
 
 // words is the memory of a slice of fixed-size, padding-free values as
 // bytes, in host order.
-func words[T uint64 | chainEntry](v []T) []byte {
+func words[T wire.TableEntry | wire.ChainEntry](v []T) []byte {
 	if len(v) == 0 {
 		return nil
 	}
@@ -223,7 +225,7 @@ func (d *Dataplane) readInner(id ebpf.MapID) ([]uint32, error) {
 	}
 	table := make([]uint32, d.tableSize)
 	err = readTable(inner, func(src []byte, i int) {
-		table[i] = uint32(binary.NativeEndian.Uint64(src))
+		table[i] = wire.TableEntry(binary.NativeEndian.Uint64(src)).Backend()
 	})
 	if err != nil {
 		return nil, err

@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // recordFixture is a data plane on pinned maps in a namespace of its
@@ -133,9 +135,9 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 
 	// A table with the same entries, swapped in by something that writes
 	// no record (an xlb from before records): written again.
-	entries := make([]uint64, fxTableSize)
+	entries := make([]wire.TableEntry, fxTableSize)
 	for i, id := range tableB {
-		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+		entries[i] = wire.NewTableEntry(id, d.addrs[id])
 	}
 	foreign := putForeignTable(t, d, 5, entries)
 	if got := upsert(d, tableB, EncapGUE); got == foreign {
@@ -144,7 +146,7 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 	// A record whose entries differ from the installed table's: written
 	// again.
 	cur, _ := w.TableID(5)
-	if err := d.sums.Put(uint32(5), tableSum{Inner: uint32(cur), Sum: digest(make([]uint64, fxTableSize))}); err != nil {
+	if err := d.sums.Put(uint32(5), tableSum{Inner: uint32(cur), Sum: digest(make([]wire.TableEntry, fxTableSize))}); err != nil {
 		t.Fatal(err)
 	}
 	if got := upsert(d, tableB, EncapGUE); got == cur {
@@ -280,9 +282,9 @@ func TestKeepService(t *testing.T) {
 	keep("origin recorded for a kept table", originA, EncapIPIP, names, true)
 
 	// A table swapped in by something that keeps no records.
-	entries := make([]uint64, fxTableSize)
+	entries := make([]wire.TableEntry, fxTableSize)
 	for i, id := range tableA {
-		entries[i] = uint64(id) | uint64(d.addrs[id])<<32
+		entries[i] = wire.NewTableEntry(id, d.addrs[id])
 	}
 	putForeignTable(t, d, 5, entries)
 	keep("a foreign table", originA, EncapIPIP, names, false)
@@ -363,7 +365,7 @@ func TestKeepService(t *testing.T) {
 
 // putForeignTable makes a table of entries service id's, as an agent that
 // keeps no records would, and returns its ID.
-func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []uint64) ebpf.MapID {
+func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []wire.TableEntry) ebpf.MapID {
 	t.Helper()
 	inner, err := newTable("foreign", 8, uint32(len(entries)))
 	if err != nil {
@@ -390,9 +392,9 @@ func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []uint64) eb
 // TestDigest: the digest covers every entry, the backend addresses in
 // them and the table's size.
 func TestDigest(t *testing.T) {
-	base := make([]uint64, 5003)
+	base := make([]wire.TableEntry, 5003)
 	for i := range base {
-		base[i] = uint64(i%7) | uint64(0x0a000302)<<32
+		base[i] = wire.NewTableEntry(uint32(i%7), 0x0a000302)
 	}
 	sum := digest(base)
 	if digest(slices.Clone(base)) != sum {
@@ -400,12 +402,12 @@ func TestDigest(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		edit func([]uint64) []uint64
+		edit func([]wire.TableEntry) []wire.TableEntry
 	}{
-		{"last slot's backend", func(e []uint64) []uint64 { e[len(e)-1] ^= 1; return e }},
-		{"a backend's address", func(e []uint64) []uint64 { e[4097] ^= 1 << 40; return e }},
-		{"one slot more", func(e []uint64) []uint64 { return append(e, 0) }},
-		{"two slots swapped", func(e []uint64) []uint64 { e[1], e[2] = e[2], e[1]; return e }},
+		{"last slot's backend", func(e []wire.TableEntry) []wire.TableEntry { e[len(e)-1] ^= 1; return e }},
+		{"a backend's address", func(e []wire.TableEntry) []wire.TableEntry { e[4097] ^= 1 << 40; return e }},
+		{"one slot more", func(e []wire.TableEntry) []wire.TableEntry { return append(e, 0) }},
+		{"two slots swapped", func(e []wire.TableEntry) []wire.TableEntry { e[1], e[2] = e[2], e[1]; return e }},
 	} {
 		if digest(tc.edit(slices.Clone(base))) == sum {
 			t.Errorf("%s: same digest", tc.name)
@@ -497,7 +499,7 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 	}
 	for v, n := range vips {
 		if n != 3 {
-			t.Errorf("VIP %v: %d services, want 3", addrFromWire(v), n)
+			t.Errorf("VIP %v: %d services, want 3", wire.AddrFrom4(v), n)
 		}
 	}
 }
@@ -505,9 +507,9 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 // BenchmarkDigest: the digest of a default-size table, computed for
 // every table UpsertService installs.
 func BenchmarkDigest(b *testing.B) {
-	entries := make([]uint64, 65537)
+	entries := make([]wire.TableEntry, 65537)
 	for i := range entries {
-		entries[i] = uint64(i%100) | uint64(0x0a000302+i%100)<<32
+		entries[i] = wire.NewTableEntry(uint32(i%100), uint32(0x0a000302+i%100))
 	}
 	b.SetBytes(int64(8 * len(entries)))
 	for b.Loop() {
@@ -518,9 +520,9 @@ func BenchmarkDigest(b *testing.B) {
 // TestChainDigest: a chain's digest covers the hints and the generation
 // as well as the backends.
 func TestChainDigest(t *testing.T) {
-	base := make([]chainEntry, 1009)
+	base := make([]wire.ChainEntry, 1009)
 	for i := range base {
-		base[i] = chainEntry{Bid: uint32(i % 5), Addr: 0x0a000302, Prev: 0x0a000303, Changed: 100}
+		base[i] = wire.ChainEntry{Bid: uint32(i % 5), Addr: 0x0a000302, Prev: 0x0a000303, Changed: 100}
 	}
 	sum := chainDigest(base)
 	if chainDigest(slices.Clone(base)) != sum {
@@ -528,13 +530,13 @@ func TestChainDigest(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		edit func([]chainEntry)
+		edit func([]wire.ChainEntry)
 	}{
-		{"a previous owner", func(e []chainEntry) { e[17].Prev ^= 1 }},
-		{"the owner before that", func(e []chainEntry) { e[500].Prev2 = 7 }},
-		{"when a slot changed", func(e []chainEntry) { e[3].Changed++ }},
-		{"the generation", func(e []chainEntry) { e[len(e)-1].Changed++ }},
-		{"a backend", func(e []chainEntry) { e[0].Bid++ }},
+		{"a previous owner", func(e []wire.ChainEntry) { e[17].Prev ^= 1 }},
+		{"the owner before that", func(e []wire.ChainEntry) { e[500].Prev2 = 7 }},
+		{"when a slot changed", func(e []wire.ChainEntry) { e[3].Changed++ }},
+		{"the generation", func(e []wire.ChainEntry) { e[len(e)-1].Changed++ }},
+		{"a backend", func(e []wire.ChainEntry) { e[0].Bid++ }},
 	} {
 		e := slices.Clone(base)
 		tc.edit(e)

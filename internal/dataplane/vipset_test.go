@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"net/netip"
 	"testing"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // fakeVIPMaps stands in for the vips and vip_filter maps and checks,
@@ -228,14 +230,14 @@ func TestVIPFilterInProgram(t *testing.T) {
 	var others []netip.Addr
 	for len(others) < 50 {
 		a := netip.AddrFrom4([4]byte{10, byte(100 + rng.IntN(20)), byte(rng.IntN(256)), byte(1 + rng.IntN(254))})
-		if b := vipFilterBit(wire32(a)); !isVIP[a] && d.vips.words[b/64]&(1<<(b%64)) == 0 {
+		if b := vipFilterBit(wire.Addr4(a)); !isVIP[a] && d.vips.words[b/64]&(1<<(b%64)) == 0 {
 			others = append(others, a)
 		}
 	}
 	set := 0
 	for n := uint32(0); n < 1<<20 && set < 5; n++ {
 		a := netip.AddrFrom4([4]byte{10, byte(100 + n>>16), byte(n >> 8), byte(n)})
-		if b := vipFilterBit(wire32(a)); !isVIP[a] && d.vips.words[b/64]&(1<<(b%64)) != 0 {
+		if b := vipFilterBit(wire.Addr4(a)); !isVIP[a] && d.vips.words[b/64]&(1<<(b%64)) != 0 {
 			others = append(others, a)
 			set++
 		}

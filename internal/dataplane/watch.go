@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // TableWatch reads the Maglev tables of a pinned data plane from outside
@@ -92,13 +94,11 @@ func (w *TableWatch) Slots(service uint32) (ebpf.MapID, map[netip.Addr]int, erro
 	return 0, nil, fmt.Errorf("table of service %d: replaced faster than it can be read", service)
 }
 
-// countSlots counts the entries of an inner table per backend address:
-// each entry is the backend ID in the low and its address in the high 32
-// bits.
+// countSlots counts the entries of an inner table per backend address.
 func countSlots(inner *ebpf.Map) (map[netip.Addr]int, error) {
 	n := inner.MaxEntries()
 	keys := make([]uint32, n)
-	vals := make([]uint64, n)
+	vals := make([]wire.TableEntry, n)
 	var cursor ebpf.MapBatchCursor
 	got, err := inner.BatchLookup(&cursor, keys, vals, nil)
 	if err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -106,8 +106,8 @@ func countSlots(inner *ebpf.Map) (map[netip.Addr]int, error) {
 	}
 	counts := make(map[netip.Addr]int)
 	for _, v := range vals[:got] {
-		if a := uint32(v >> 32); a != 0 {
-			counts[addrFromWire(a)]++
+		if a := v.Addr(); a != 0 {
+			counts[wire.AddrFrom4(a)]++
 		}
 	}
 	return counts, nil
