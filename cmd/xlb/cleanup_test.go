@@ -15,6 +15,7 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
+	"github.com/xlbproject/xlb/testbed/xdptest"
 )
 
 // tempLockDir points dataplane.LockDir, where agents and xlb cleanup keep
@@ -192,7 +193,7 @@ func TestCleanupCommand(t *testing.T) {
 // none).
 func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	id, err := dataplane.AttachedProgram(ns, ifname)
+	id, err := xdptest.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

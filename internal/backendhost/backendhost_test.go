@@ -20,6 +20,7 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
+	"github.com/xlbproject/xlb/testbed/xdptest"
 )
 
 func ipcmd(t *testing.T, args ...string) {
@@ -288,7 +289,7 @@ func pinnedSvcs(pin string) (map[wire.NATSvcKey]uint16, error) {
 // none).
 func xdpAttached(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	id, err := dataplane.AttachedProgram(ns, ifname)
+	id, err := xdptest.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

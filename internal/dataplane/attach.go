@@ -9,8 +9,6 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
-
-	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // Attach modes as reported to the operator.
@@ -19,12 +17,12 @@ const (
 	ModeGeneric = "generic"
 )
 
-// attach makes prog the XDP program of iface through a link pinned at
+// AttachXDP makes prog the XDP program of iface through a link pinned at
 // pinFile. An existing pinned link on the same interface is kept and its
 // program replaced atomically: not one packet goes unprocessed. mode is
 // auto (native, falling back to generic), native or generic.
-func attach(prog *ebpf.Program, iface *net.Interface, mode, pinFile string) (link.Link, string, error) {
-	if l, err := adoptLink(pinFile, iface.Index); err != nil {
+func AttachXDP(prog *ebpf.Program, iface *net.Interface, mode, pinFile string) (link.Link, string, error) {
+	if l, err := PinnedLink(pinFile, iface.Index); err != nil {
 		return nil, "", err
 	} else if l != nil {
 		if err := l.Update(prog); err != nil {
@@ -61,10 +59,10 @@ func attach(prog *ebpf.Program, iface *net.Interface, mode, pinFile string) (lin
 	return nil, "", fmt.Errorf("attach XDP to %s: %w (another XDP program may be attached: see `ip link show %s`)", iface.Name, errors.Join(errs...), iface.Name)
 }
 
-// adoptLink returns the link pinned at pinFile when it still drives
+// PinnedLink returns the XDP link pinned at pinFile when it still drives
 // ifindex, nil when there is none. A stale pin (interface gone or
 // replaced) is removed.
-func adoptLink(pinFile string, ifindex int) (link.Link, error) {
+func PinnedLink(pinFile string, ifindex int) (link.Link, error) {
 	l, err := link.LoadPinnedLink(pinFile, nil)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
@@ -106,21 +104,4 @@ func attachedMode(ifindex int) string {
 		return "offload"
 	}
 	return "unknown"
-}
-
-// AttachedProgram returns the ID of the XDP program attached to ifname in
-// network namespace ns, 0 if none.
-func AttachedProgram(ns, ifname string) (uint32, error) {
-	var id uint32
-	err := netns.Do(ns, func() error {
-		l, err := netlink.LinkByName(ifname)
-		if err != nil {
-			return err
-		}
-		if x := l.Attrs().Xdp; x != nil && x.Attached {
-			id = x.ProgId
-		}
-		return nil
-	})
-	return id, err
 }

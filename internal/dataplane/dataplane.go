@@ -106,7 +106,7 @@ func Load(opts Options) (*Dataplane, error) {
 		lock.Close()
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
-	if err := prepareInterface(opts.Interface); err != nil {
+	if err := PrepareInterface(opts.Interface); err != nil {
 		lock.Close()
 		return nil, err
 	}
@@ -132,7 +132,7 @@ func (d *Dataplane) Attach() error {
 	if d.link != nil {
 		return nil
 	}
-	l, mode, err := attach(d.objs.XlbLbProg, d.iface, d.attachAs, filepath.Join(d.pinPath, linkPin))
+	l, mode, err := AttachXDP(d.objs.XlbLbProg, d.iface, d.attachAs, filepath.Join(d.pinPath, linkPin))
 	if err != nil {
 		return err
 	}
@@ -154,6 +154,25 @@ func (d *Dataplane) Attach() error {
 // Migrated says why Load created fresh maps instead of adopting the
 // pinned ones, "" when it adopted them (or found none).
 func (d *Dataplane) Migrated() string { return d.migrate.reason }
+
+// New loads the LB program with fresh maps, neither pinned nor attached
+// (opts.Interface, PinPath and AttachMode are not used), for tests and
+// benchmarks that run it with BPF_PROG_TEST_RUN: programmed like an
+// attached one, it forwards the same. Close releases it all.
+func New(opts Options) (*Dataplane, error) {
+	if opts.TableSize == 0 {
+		opts.TableSize = 65537
+	}
+	if !opts.NodeAddr.Is4() {
+		return nil, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
+	}
+	return load(opts, false)
+}
+
+// Maps are the LB program's maps by name: another build of the program
+// (a benchmark's, or a variant of it) loaded on them sees the services,
+// tables and counters this data plane programs.
+func (d *Dataplane) Maps() map[string]*ebpf.Map { return d.objs.namedMaps() }
 
 // load loads the LB objects, with their maps pinned under opts.PinPath
 // (adopting the ones already there) when pin is set.

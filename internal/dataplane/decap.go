@@ -117,20 +117,42 @@ func SetupDecap(opts DecapOptions) (string, error) {
 	if err := restoreCounters(&objs, copies); err != nil {
 		return "", err
 	}
-	if err := setAddrs(objs.HostAddrs, opts.HostAddrs); err != nil {
-		return "", fmt.Errorf("host addresses: %w", err)
-	}
-	if err := setAddrs(objs.DecapVips, opts.VIPs); err != nil {
-		return "", fmt.Errorf("VIPs: %w", err)
-	}
-	if err := setChain(&objs.backendMaps, opts.Chain); err != nil {
+	if err := configureDecap(&objs.backendMaps, opts.HostAddrs, opts.VIPs, opts.Chain); err != nil {
 		return "", err
 	}
-	l, mode, err := attach(objs.XlbDecap, iface, opts.AttachMode, filepath.Join(opts.PinPath, linkPin))
+	l, mode, err := AttachXDP(objs.XlbDecap, iface, opts.AttachMode, filepath.Join(opts.PinPath, linkPin))
 	if err != nil {
 		return "", err
 	}
 	return mode, l.Close()
+}
+
+// ConfigureDecap makes the maps of coll, a collection loaded from
+// BackendSpec, hold the given host addresses, VIPs and daisy-chaining
+// configuration, as SetupDecap does for the program it pins. For tools
+// that load the program themselves, such as benchmarks that wrap it for
+// BPF_PROG_TEST_RUN.
+func ConfigureDecap(coll *ebpf.Collection, hostAddrs, vips []netip.Addr, c Chain) error {
+	maps := backendMaps{HostAddrs: coll.Maps["host_addrs"], DecapVips: coll.Maps["decap_vips"],
+		ChainCfg: coll.Maps["chain_cfg"], ChainFrom: coll.Maps["chain_from"], ChainTo: coll.Maps["chain_to"]}
+	return configureDecap(&maps, hostAddrs, vips, c)
+}
+
+// configureDecap writes the host addresses, the VIPs and the chaining
+// configuration into maps.
+func configureDecap(maps *backendMaps, hostAddrs, vips []netip.Addr, c Chain) error {
+	for _, m := range []*ebpf.Map{maps.HostAddrs, maps.DecapVips, maps.ChainCfg, maps.ChainFrom, maps.ChainTo} {
+		if m == nil {
+			return errors.New("configure the backend program: a map is missing")
+		}
+	}
+	if err := setAddrs(maps.HostAddrs, hostAddrs); err != nil {
+		return fmt.Errorf("host addresses: %w", err)
+	}
+	if err := setAddrs(maps.DecapVips, vips); err != nil {
+		return fmt.Errorf("VIPs: %w", err)
+	}
+	return setChain(maps, c)
 }
 
 // setAddrs makes the set map m hold exactly addrs.

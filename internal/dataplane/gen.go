@@ -13,5 +13,3 @@ package dataplane
 // upgrade test (test/e2e): `go build -tags xlbupgradetest` embeds it.
 //go:generate go tool bpf2go -tags linux,xlbupgradetest -output-stem lb_upgradetest -target bpfel -no-global-types lb ../../bpf/xlb_lb.c -- -O2 -mcpu=v3 -g -Wall -Werror -I../../bpf -I/usr/include/x86_64-linux-gnu -fdebug-prefix-map=../../bpf=bpf -DXLB_UPGRADE_VARIANT
 //go:generate go tool bpf2go -tags linux -target bpfel -no-global-types backend ../../bpf/xlb_backend.c -- -O2 -mcpu=v3 -g -Wall -Werror -I../../bpf -I/usr/include/x86_64-linux-gnu -fdebug-prefix-map=../../bpf=bpf
-//go:generate go tool bpf2go -tags linux -target bpfel pass ../../bpf/xlb_pass.c -- -O2 -mcpu=v3 -g -Wall -Werror -I../../bpf -I/usr/include/x86_64-linux-gnu -fdebug-prefix-map=../../bpf=bpf
-//go:generate go tool bpf2go -tags linux -target bpfel -no-global-types bench ../../bpf/bench_floors.c -- -O2 -mcpu=v3 -g -Wall -Werror -I../../bpf -I/usr/include/x86_64-linux-gnu -fdebug-prefix-map=../../bpf=bpf

@@ -79,7 +79,7 @@ func newFixtureNS(t testing.TB) *fixtureNS {
 	ipcmd(t, "-n", name, "route", "add", "unreachable", "10.0.8.0/24")
 	f := &fixtureNS{name: name}
 	err := netns.Do(name, func() error {
-		if err := prepareInterface("veth0"); err != nil {
+		if err := PrepareInterface("veth0"); err != nil {
 			return err
 		}
 		i0, err := net.InterfaceByName("veth0")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/xdptest"
 )
 
 func testPinPath(t *testing.T) string {
@@ -27,7 +28,7 @@ func testPinPath(t *testing.T) string {
 // none).
 func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	id, err := AttachedProgram(ns, ifname)
+	id, err := xdptest.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,20 +170,6 @@ func TestAgentsDoNotShareState(t *testing.T) {
 	}
 	if s, _ := d2.Services(); len(s) != 0 {
 		t.Fatalf("agent 2 sees agent 1's services: %v", s)
-	}
-}
-
-func TestAttachPassIdempotent(t *testing.T) {
-	requirePrivileges(t)
-	f := newFixtureNS(t)
-	pin := filepath.Join(testPinPath(t), "pass-veth1")
-	for i := 0; i < 2; i++ {
-		if err := AttachPass(f.name, "veth1", pin); err != nil {
-			t.Fatalf("attempt %d: %v", i+1, err)
-		}
-	}
-	if xdpProgID(t, f.name, "veth1") == 0 {
-		t.Fatal("no XDP program on veth1")
 	}
 }
 

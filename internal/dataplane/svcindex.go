@@ -169,3 +169,36 @@ func (x *svcIndex) services() []wire.SvcSlot {
 	}
 	return out
 }
+
+// IndexService installs service id on key in the service index, and its
+// VIP in the VIP set, without a table: its packets find the service and
+// are dropped for want of a backend. For benchmarks of the index with
+// more services than tables would fit in memory; the agent installs a
+// service with UpsertService.
+func (d *Dataplane) IndexService(id uint32, key ServiceKey, encap Encap) error {
+	k, err := slotKey(key)
+	if err != nil {
+		return err
+	}
+	k.Id, k.Encap = id, uint8(encap)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.indexService(k)
+}
+
+// IndexProbes says how many slots past its home slot the service on key
+// sits in the index (0: at home); false if the index has no such
+// service. Benchmarks report it beside the cost of a lookup.
+func (d *Dataplane) IndexProbes(key ServiceKey) (int, bool) {
+	k, err := slotKey(key)
+	if err != nil {
+		return 0, false
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	at, _ := d.index.find(k)
+	if at < 0 {
+		return 0, false
+	}
+	return (at - int(svcHash(k.Vip, k.Port, k.Proto)%SvcSlots) + SvcSlots) % SvcSlots, true
+}

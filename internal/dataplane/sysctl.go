@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// prepareInterface sets the two per-interface sysctls the LB program
+// PrepareInterface sets the two per-interface sysctls the LB program
 // depends on:
 //   - forwarding: bpf_fib_lookup answers FWD_DISABLED on an ingress
 //     interface that does not forward.
@@ -16,7 +16,7 @@ import (
 //     source; without accept_local the kernel drops it as a martian.
 //
 // Both are per interface: nothing else on the host changes.
-func prepareInterface(ifname string) error {
+func PrepareInterface(ifname string) error {
 	for _, k := range []string{"forwarding", "accept_local"} {
 		p := filepath.Join("/proc/sys/net/ipv4/conf", ifname, k)
 		cur, err := os.ReadFile(p)

@@ -3,8 +3,11 @@ package dataplane
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // VIP filter geometry (XLB_VIP_FILTER_BITS in bpf/xlb_consts.h).
@@ -222,4 +225,19 @@ func (d *Dataplane) resyncVIPs() error {
 		return fmt.Errorf("read VIP set: %w", err)
 	}
 	return d.vips.reset(d.vipMaps(), want, inMap)
+}
+
+// VIPFilterHit says whether addr's bit in the VIP filter is set, so that
+// a packet to it that is no service's is looked up in the VIP set too,
+// and whether addr is a VIP. Benchmarks pick addresses for the miss path
+// with it.
+func (d *Dataplane) VIPFilterHit(addr netip.Addr) (bit, vip bool) {
+	w := wire.Addr4(addr)
+	b := vipFilterBit(w)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.vips.words != nil {
+		bit = d.vips.words[b/64]&(1<<(b%64)) != 0
+	}
+	return bit, d.vips.count[w] != 0
 }

@@ -1,12 +1,12 @@
-package dataplane
+package lbharness
 
 import (
 	"fmt"
 	"net/netip"
-	"reflect"
 
 	"github.com/cilium/ebpf"
 
+	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
@@ -48,7 +48,7 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 	defer env.close()
 	objs := env.objs
 
-	other, err := loadOther(spec, objs, env.node)
+	other, err := loadOther(spec, env.d, env.node)
 	if err != nil {
 		return nil, err
 	}
@@ -71,22 +71,9 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 	return out, nil
 }
 
-// mapsByName lists the maps of a bpf2go maps struct by their names in the
-// object (the fields' ebpf tags).
-func mapsByName(maps any) map[string]*ebpf.Map {
-	out := map[string]*ebpf.Map{}
-	v := reflect.ValueOf(maps).Elem()
-	for i := range v.NumField() {
-		if m, ok := v.Field(i).Interface().(*ebpf.Map); ok {
-			out[v.Type().Field(i).Tag.Get("ebpf")] = m
-		}
-	}
-	return out
-}
-
 // loadOther loads the object to compare on the maps of the built-in one,
 // with the same load-time parameters.
-func loadOther(spec *ebpf.CollectionSpec, objs *benchObjects, node netip.Addr) (*ebpf.Collection, error) {
+func loadOther(spec *ebpf.CollectionSpec, d *dataplane.Dataplane, node netip.Addr) (*ebpf.Collection, error) {
 	for name, v := range map[string]any{"node_addr": wire.Addr4(node), "table_size": uint32(maglev.DefaultSize)} {
 		if sv, ok := spec.Variables[name]; ok {
 			if err := sv.Set(v); err != nil {
@@ -102,7 +89,7 @@ func loadOther(spec *ebpf.CollectionSpec, objs *benchObjects, node netip.Addr) (
 	// A map of the built-in object's name must be the same map: loading
 	// refuses one whose type, sizes or flags differ. A map the built-in
 	// object lacks (a variant's new layout) is created empty.
-	own := mapsByName(&objs.benchMaps)
+	own := d.Maps()
 	repl := map[string]*ebpf.Map{}
 	for name := range spec.Maps {
 		if m, ok := own[name]; ok {
@@ -113,7 +100,7 @@ func loadOther(spec *ebpf.CollectionSpec, objs *benchObjects, node netip.Addr) (
 	if err != nil {
 		return nil, fmt.Errorf("load the object to compare on the built-in one's maps: %w", err)
 	}
-	// Odd, as Open and loadBenchDataplane make it: generation 0 never
+	// Odd, as Open and loadBenchOn make it: generation 0 never
 	// matches, so the next-hop cache works as on a node.
 	if v, ok := coll.Variables["nh_gen"]; ok {
 		if err := v.Set(uint32(1)); err != nil {

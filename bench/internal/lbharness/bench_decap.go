@@ -1,4 +1,4 @@
-package dataplane
+package lbharness
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
+	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -101,16 +102,10 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 		return nil, err
 	}
 	defer objs.Close()
-	if err := setAddrs(objs.HostAddrs, []netip.Addr{dbHost}); err != nil {
-		return nil, fmt.Errorf("host addresses: %w", err)
-	}
-	if err := setAddrs(objs.DecapVips, []netip.Addr{dbVIP}); err != nil {
-		return nil, fmt.Errorf("VIPs: %w", err)
-	}
 	// The node that sends the frames and the previous owner are known,
 	// as on a host set up for daisy chaining.
-	chain := Chain{Window: dbChainWindow, From: []netip.Prefix{netip.PrefixFrom(dbNode, 32)}, To: []netip.Prefix{netip.PrefixFrom(dbPrev, 32)}}
-	if err := setChain(&objs.backendMaps, chain); err != nil {
+	chain := dataplane.Chain{Window: dbChainWindow, From: []netip.Prefix{netip.PrefixFrom(dbNode, 32)}, To: []netip.Prefix{netip.PrefixFrom(dbPrev, 32)}}
+	if err := dataplane.ConfigureDecap(objs.coll, []netip.Addr{dbHost}, []netip.Addr{dbVIP}, chain); err != nil {
 		return nil, err
 	}
 
@@ -175,7 +170,7 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 			// The program itself, unwrapped, once: the wrapper must not
 			// change its verdict.
 			if c.counters != nil {
-				v, _, _, err := testRunXDP(objs.XlbDecap.FD(), c.frame, idx, 1)
+				v, _, _, err := testRunXDP(objs.Decap.FD(), c.frame, idx, 1)
 				if err != nil {
 					return fmt.Errorf("%s: %w", c.name, err)
 				}
@@ -214,16 +209,15 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 // benchmark wrapper around xlb_decap and the same wrapper around an
 // empty function.
 type decapBenchObjects struct {
-	backendObjects
-	Bench   *ebpf.Program `ebpf:"decap_bench"`
-	Harness *ebpf.Program `ebpf:"decap_harness"`
+	coll       *ebpf.Collection
+	Decap      *ebpf.Program
+	Bench      *ebpf.Program
+	Harness    *ebpf.Program
+	DecapStats *ebpf.Map
+	ChainStats *ebpf.Map
 }
 
-func (o *decapBenchObjects) Close() error {
-	o.Bench.Close()
-	o.Harness.Close()
-	return o.backendObjects.Close()
-}
+func (o *decapBenchObjects) Close() { o.coll.Close() }
 
 // loadDecapBench loads the backend program with its benchmark wrappers.
 // The kernel repeats a test run on one buffer, and xlb_decap moves the
@@ -234,11 +228,14 @@ func (o *decapBenchObjects) Close() error {
 // the packet, calls the program, moves the start back and restores the
 // front.
 func loadDecapBench() (*decapBenchObjects, error) {
-	spec, err := loadBackend()
+	spec, err := dataplane.BackendSpec()
 	if err != nil {
 		return nil, err
 	}
-	decap := spec.Programs[backendProgXlbDecap]
+	decap := spec.Programs["xlb_decap"]
+	if decap == nil {
+		return nil, fmt.Errorf("the backend object has no program xlb_decap")
+	}
 	body := slices.Clone(decap.Instructions)
 	fn := btf.FuncMetadata(&body[0])
 	if fn == nil {
@@ -260,11 +257,12 @@ func loadDecapBench() (*decapBenchObjects, error) {
 		Name: "decap_harness", Type: ebpf.XDP, License: decap.License,
 		Instructions: append(decapWrapper("decap_harness", "decap_empty", nil), empty...),
 	}
-	var objs decapBenchObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	coll, err := ebpf.NewCollection(spec)
+	if err != nil {
 		return nil, fmt.Errorf("load the backend benchmark programs: %w", err)
 	}
-	return &objs, nil
+	return &decapBenchObjects{coll: coll, Decap: coll.Programs["xlb_decap"], Bench: coll.Programs["decap_bench"], Harness: coll.Programs["decap_harness"],
+		DecapStats: coll.Maps["decap_stats"], ChainStats: coll.Maps["chain_stats"]}, nil
 }
 
 // decapWrapper returns the wrapper's instructions, which call the
@@ -373,11 +371,13 @@ func (o *decapBenchObjects) counts() (map[string]uint64, error) {
 		names []string
 	}{{o.DecapStats, wire.DecapStatNames}, {o.ChainStats, wire.ChainStatNames}} {
 		for i, name := range t.names {
-			c, err := sumPerCPU(t.m, uint32(i))
-			if err != nil {
-				return nil, err
+			var per []wire.Counter
+			if err := t.m.Lookup(uint32(i), &per); err != nil {
+				return nil, fmt.Errorf("read counter %s: %w", name, err)
 			}
-			out[name] = c.Packets
+			for _, c := range per {
+				out[name] += c.Packets
+			}
 		}
 	}
 	return out, nil
@@ -426,7 +426,7 @@ func decapFrame(gue []byte, sport, dport uint16, flags uint8) []byte {
 	if gue != nil {
 		udp := make([]byte, 8, 8+len(gue)+len(pkt))
 		binary.BigEndian.PutUint16(udp[0:], 50000)
-		binary.BigEndian.PutUint16(udp[2:], GUEPort)
+		binary.BigEndian.PutUint16(udp[2:], dataplane.GUEPort)
 		binary.BigEndian.PutUint16(udp[4:], uint16(8+len(gue)+len(pkt)))
 		pkt = append(append(udp, gue...), pkt...)
 		proto = 17

@@ -1,9 +1,11 @@
-package dataplane
+package lbharness
 
 import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // TestDecapBenchPaths: a short run of the backend benchmark `make bench`
@@ -12,7 +14,7 @@ import (
 // apart from the benchmark's own table, so that a change to either
 // cannot silently measure something else.
 func TestDecapBenchPaths(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	res, err := RunDecapBenchmark(DecapBenchConfig{Repeat: 50, Rounds: 2})
 	if err != nil {
 		t.Fatal(err)
@@ -48,7 +50,7 @@ func TestDecapBenchPaths(t *testing.T) {
 // Without host addresses, GUE to the host is passed as not ours: XDP_PASS
 // too, but counted as pass_not_ours and not decap_gue.
 func TestDecapBenchCatchesWrongPath(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	objs, err := loadDecapBench()
 	if err != nil {
 		t.Fatal(err)

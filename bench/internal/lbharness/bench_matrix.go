@@ -1,4 +1,4 @@
-package dataplane
+package lbharness
 
 import (
 	"fmt"
@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"slices"
 
-	"github.com/xlbproject/xlb/internal/dataplane/wire"
+	"github.com/xlbproject/xlb/internal/dataplane"
 )
 
 // MatrixCase is one configuration of the hit-path matrix: the benchmarked
@@ -108,18 +108,18 @@ func RunMatrix(cfg MatrixConfig) ([]MatrixResult, error) {
 
 func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, error) {
 	res := MatrixResult{MatrixCase: c}
-	proto := uint8(ProtoTCP)
+	proto := dataplane.ProtoTCP
 	if c.Proto == "udp" {
-		proto = ProtoUDP
+		proto = dataplane.ProtoUDP
 	}
-	if c.Services < 1 || c.Services > MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
-		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, MaxServices, c.Backends)
+	if c.Services < 1 || c.Services > dataplane.MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
+		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, dataplane.MaxServices, c.Backends)
 	}
 	objs, d, err := loadBenchDataplane(netip.MustParseAddr("10.0.1.2"))
 	if err != nil {
 		return res, err
 	}
-	defer objs.Close()
+	defer closeBench(objs, d)
 
 	// The other services first, so that the benchmarked one meets them
 	// on its probe path as a service added last would: VIPs of
@@ -127,18 +127,17 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	// no table.
 	for i := 1; i < c.Services; i++ {
 		v := netip.AddrFrom4([4]byte{10, 98 + byte(i>>16), byte(i >> 8), byte(i)})
-		key := wire.SvcSlot{Vip: wire.Addr4(v), Port: wire.Port(80), Proto: proto, Encap: uint8(EncapIPIP), Id: uint32(i)}
-		if err := d.indexService(key); err != nil {
+		key := dataplane.ServiceKey{VIP: v, Port: 80, Proto: proto}
+		if err := d.IndexService(uint32(i), key, dataplane.EncapIPIP); err != nil {
 			return res, fmt.Errorf("service %d of %d: %w", i+1, c.Services, err)
 		}
 	}
 	vip := netip.MustParseAddr("10.99.0.1")
-	if err := benchService(d, ServiceKey{vip, 80, proto}, max(c.Backends, 1)); err != nil {
+	key := dataplane.ServiceKey{VIP: vip, Port: 80, Proto: proto}
+	if err := benchService(d, key, max(c.Backends, 1)); err != nil {
 		return res, err
 	}
-	key, _ := slotKey(ServiceKey{vip, 80, proto})
-	at, _ := d.index.find(key)
-	res.Probes = (at - int(svcHash(key.Vip, key.Port, key.Proto)%SvcSlots) + SvcSlots) % SvcSlots
+	res.Probes, _ = d.IndexProbes(key)
 
 	dst := vip
 	if c.Miss {
@@ -148,7 +147,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		}
 	}
 	frame := benchFrame(dst)
-	if proto == ProtoUDP {
+	if proto == dataplane.ProtoUDP {
 		frame = benchUDPFrame(frame)
 	}
 	floor, floorName := objs.FloorParseEncap, "floor_parse_encap"
@@ -181,14 +180,11 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		if c0.Packets != 0 {
 			return res, fmt.Errorf("the miss reached the service (%d packets)", c0.Packets)
 		}
-		var per []uint64
-		if err := objs.Reasons.Lookup(uint32(slices.Index(wire.ReasonNames, "pass_no_service")), &per); err != nil {
-			return res, fmt.Errorf("read reasons: %w", err)
+		reasons, err := d.ReasonCounters()
+		if err != nil {
+			return res, err
 		}
-		var n uint64
-		for _, x := range per {
-			n += x
-		}
+		n := reasons["pass_no_service"]
 		// At least: a run the kernel cut short for a signal is started
 		// again, after the repetitions it did.
 		if n < hits {
@@ -202,11 +198,10 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 
 // missAddr is an address of 10.97.0.0/16, no VIP, whose bit in the VIP
 // filter is clear, or with filterHit set by a VIP.
-func missAddr(d *Dataplane, filterHit bool) (netip.Addr, error) {
+func missAddr(d *dataplane.Dataplane, filterHit bool) (netip.Addr, error) {
 	for i := 1; i < 1<<16; i++ {
 		a := netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
-		b := vipFilterBit(wire.Addr4(a))
-		if (d.vips.words[b/64]&(1<<(b%64)) != 0) == filterHit && d.vips.count[wire.Addr4(a)] == 0 {
+		if bit, vip := d.VIPFilterHit(a); bit == filterHit && !vip {
 			return a, nil
 		}
 	}
@@ -218,7 +213,7 @@ func missAddr(d *Dataplane, filterHit bool) (netip.Addr, error) {
 func benchUDPFrame(tcp []byte) []byte {
 	f := slices.Clone(tcp)
 	ip := f[14:]
-	ip[9] = ProtoUDP
+	ip[9] = dataplane.ProtoUDP
 	ip[10], ip[11] = 0, 0
 	var s uint32
 	for i := 0; i < 20; i += 2 {

@@ -1,4 +1,4 @@
-package dataplane
+package lbharness
 
 import (
 	"encoding/binary"
@@ -15,6 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
+	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -147,7 +148,7 @@ type benchEnv struct {
 	node netip.Addr
 	vip  netip.Addr
 	objs *benchObjects
-	d    *Dataplane
+	d    *dataplane.Dataplane
 }
 
 // openBenchEnv makes a benchEnv whose namespace is named prefix and the
@@ -175,8 +176,8 @@ func (e *benchEnv) load(backends int) error {
 	if e.objs, e.d, err = loadBenchDataplane(e.node); err != nil {
 		return err
 	}
-	if err := benchService(e.d, ServiceKey{e.vip, 80, ProtoTCP}, backends); err != nil {
-		e.objs.Close()
+	if err := benchService(e.d, dataplane.ServiceKey{VIP: e.vip, Port: 80, Proto: dataplane.ProtoTCP}, backends); err != nil {
+		e.close()
 		return err
 	}
 	return nil
@@ -193,7 +194,7 @@ func (e *benchEnv) checkForwarded(cfg BenchConfig) error {
 }
 
 func (e *benchEnv) close() {
-	e.objs.Close()
+	closeBench(e.objs, e.d)
 	exec.Command("ip", "netns", "del", e.ns).Run()
 }
 
@@ -201,7 +202,7 @@ func (e *benchEnv) close() {
 // to backends backends from 10.0.3.10 up (10.0.7.9 for 1024: the route
 // to 10.0.3.0/24 is benchNS's, the one beyond RunMatrix's), through the
 // same code the agent uses.
-func benchService(d *Dataplane, key ServiceKey, backends int) error {
+func benchService(d *dataplane.Dataplane, key dataplane.ServiceKey, backends int) error {
 	bs := make([]maglev.Backend, backends)
 	for i := range bs {
 		var b [4]byte
@@ -220,46 +221,63 @@ func benchService(d *Dataplane, key ServiceKey, backends int) error {
 	for i, s := range slots {
 		table[i] = uint32(s)
 	}
-	return d.UpsertService(Service{ID: 0, Key: key, Encap: EncapIPIP, Table: table})
+	return d.UpsertService(dataplane.Service{ID: 0, Key: key, Encap: dataplane.EncapIPIP, Table: table})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the
-// outer source and the default table size, and a Dataplane on their maps
-// so that services are programmed through the agent's own code.
-func loadBenchDataplane(node netip.Addr) (*benchObjects, *Dataplane, error) {
+// outer source and the default table size, on the maps of an LB data
+// plane (dataplane.New) that they share, so that services are programmed
+// through the agent's own code.
+func loadBenchDataplane(node netip.Addr) (*benchObjects, *dataplane.Dataplane, error) {
+	d, err := dataplane.New(dataplane.Options{NodeAddr: node, TableSize: maglev.DefaultSize})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load the LB data plane: %w", err)
+	}
+	objs, err := loadBenchOn(d, node)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return objs, d, nil
+}
+
+// loadBenchOn loads the benchmark programs on the maps of d.
+func loadBenchOn(d *dataplane.Dataplane, node netip.Addr) (*benchObjects, error) {
 	spec, err := loadBench()
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := spec.Variables["node_addr"].Set(wire.Addr4(node)); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
 	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
 	var objs benchObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
-		return nil, nil, fmt.Errorf("load benchmark programs: %w", err)
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: d.Maps()}); err != nil {
+		return nil, fmt.Errorf("load benchmark programs: %w", err)
 	}
-	d := &Dataplane{tableSize: maglev.DefaultSize, maxBack: objs.Backends.MaxEntries(), addrs: map[uint32]uint32{}, owner: newOwnership(), objs: lbObjects{lbMaps: lbMaps{
-		BackendStats: objs.BackendStats, Backends: objs.Backends, MaglevTables: objs.MaglevTables,
-		Reasons: objs.Reasons, SvcIndex: objs.SvcIndex, SvcRetired: objs.SvcRetired, Vips: objs.Vips, VipFilter: objs.VipFilter,
-		ChainTables: objs.ChainTables, Conntrack: objs.Conntrack,
-	}, lbVariables: lbVariables{NhGen: objs.NhGen}}}
 	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it
 		objs.Close()
-		return nil, nil, err
+		return nil, err
 	}
-	return &objs, d, nil
+	return &objs, nil
+}
+
+// closeBench releases the benchmark programs and the data plane whose
+// maps they use.
+func closeBench(objs *benchObjects, d *dataplane.Dataplane) {
+	objs.Close()
+	d.Close()
 }
 
 // checkHits says whether every run of the LB program was a VIP hit
 // forwarded: the service counted at least want packets (more when the
 // kernel cut a run short for a signal and it was started again, after
 // the repetitions it did) and no packet took a pass or drop reason.
-func checkHits(d *Dataplane, counted, want uint64) error {
+func checkHits(d *dataplane.Dataplane, counted, want uint64) error {
 	if counted < want {
 		return fmt.Errorf("service counted %d packets, want at least %d: the benchmark did not measure VIP hits", counted, want)
 	}
@@ -329,7 +347,7 @@ func benchNS(ns string) error {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
 		}
 	}
-	return netns.Do(ns, func() error { return prepareInterface("veth0") })
+	return netns.Do(ns, func() error { return dataplane.PrepareInterface("veth0") })
 }
 
 // benchFrame is a 64-byte-payload TCP segment from a client to the VIP.

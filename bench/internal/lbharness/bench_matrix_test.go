@@ -1,12 +1,17 @@
-package dataplane
+package lbharness
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/testbed/testenv"
+)
 
 // The hit-path matrix runs every kind of case (a short run: the numbers
 // are not looked at), so that `make bench` cannot find it broken: hits
 // over TCP and UDP, many backends and services, and the miss path.
 func TestRunMatrix(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	cases := []MatrixCase{
 		{Proto: "tcp", Backends: 16, Services: 1},
 		{Proto: "udp", Backends: 1024, Services: 10000},
@@ -29,7 +34,7 @@ func TestRunMatrix(t *testing.T) {
 			t.Errorf("case %v: LB verdict %s, want %s", cases[i], r.LB.Verdict, want)
 		}
 	}
-	if _, err := RunMatrix(MatrixConfig{Cases: []MatrixCase{{Proto: "tcp", Backends: 1, Services: MaxServices + 1}}, Repeat: 1, Rounds: 1}); err == nil {
+	if _, err := RunMatrix(MatrixConfig{Cases: []MatrixCase{{Proto: "tcp", Backends: 1, Services: dataplane.MaxServices + 1}}, Repeat: 1, Rounds: 1}); err == nil {
 		t.Error("more services than a node holds: no error")
 	}
 }

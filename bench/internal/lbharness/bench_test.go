@@ -1,14 +1,18 @@
-package dataplane
+package lbharness
 
 import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // The benchmark `make bench` runs must keep working: a short run of it.
 func TestRunBenchmarkSmoke(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	res, err := RunBenchmark(BenchConfig{Backends: 16, Repeat: 1000, Rounds: 3})
 	if err != nil {
 		t.Fatal(err)
@@ -30,7 +34,7 @@ func TestRunBenchmarkSmoke(t *testing.T) {
 // An A/B run of the benchmark object against itself, and the objects it
 // must refuse.
 func TestRunABSmoke(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	res, err := RunAB(BenchConfig{Backends: 16, Repeat: 1000, Rounds: 3}, "bench_bpfel.o")
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +48,7 @@ func TestRunABSmoke(t *testing.T) {
 			t.Errorf("result %d: %s, %d rounds, %v ns; want %s over 3 rounds", i, r.Name, len(r.RoundsNs), r.MinNs, want[i])
 		}
 	}
-	if _, err := RunAB(BenchConfig{Backends: 16, Repeat: 10, Rounds: 1}, "pass_bpfel.o"); err == nil || !strings.Contains(err.Error(), "has no program bench_lb") {
+	if _, err := RunAB(BenchConfig{Backends: 16, Repeat: 10, Rounds: 1}, "../../../testbed/xdppass/pass_bpfel.o"); err == nil || !strings.Contains(err.Error(), "has no program bench_lb") {
 		t.Errorf("an object without the benchmark programs: %v, want it refused", err)
 	}
 	if _, err := RunAB(BenchConfig{Backends: 16, Repeat: 10, Rounds: 1}, "no-such.o"); err == nil {
@@ -56,13 +60,13 @@ func TestRunABSmoke(t *testing.T) {
 // gets the maps only it has created empty, and is refused when a map of
 // a shared name has another layout.
 func TestLoadOtherMaps(t *testing.T) {
-	requirePrivileges(t)
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
 	node := netip.MustParseAddr("10.0.1.2")
-	objs, _, err := loadBenchDataplane(node)
+	objs, d, err := loadBenchDataplane(node)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer objs.Close()
+	defer closeBench(objs, d)
 
 	spec, err := loadBench()
 	if err != nil {
@@ -71,7 +75,7 @@ func TestLoadOtherMaps(t *testing.T) {
 	extra := spec.Maps["svc_retired"].Copy()
 	extra.Name = "variant_only"
 	spec.Maps["variant_only"] = extra
-	other, err := loadOther(spec, objs, node)
+	other, err := loadOther(spec, d, node)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -89,7 +93,7 @@ func TestLoadOtherMaps(t *testing.T) {
 		t.Fatal(err)
 	}
 	spec.Maps["svc_retired"].MaxEntries++
-	if o, err := loadOther(spec, objs, node); err == nil {
+	if o, err := loadOther(spec, d, node); err == nil {
 		o.Close()
 		t.Error("a variant whose svc_retired has another size was not refused")
 	}
@@ -105,4 +109,15 @@ func TestPairedDiff(t *testing.T) {
 	if d := PairedDiff(nil, []float64{1}); d != 0 {
 		t.Errorf("PairedDiff of nothing = %v", d)
 	}
+}
+
+// mapID is the kernel's ID of map m.
+func mapID(t *testing.T, m *ebpf.Map) ebpf.MapID {
+	t.Helper()
+	info, err := m.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := info.ID()
+	return id
 }
