@@ -64,8 +64,8 @@ root-test: deps build kube lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 2s ./internal/config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZ_MAGLEV) -fuzzminimizetime 2s ./internal/maglev/
-	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/
-	$(GO) test -run '^$$' -fuzz '^FuzzBackendProgram$$' -fuzztime $(FUZZ_BACKEND) -fuzzminimizetime 2s ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/lb/
+	$(GO) test -run '^$$' -fuzz '^FuzzBackendProgram$$' -fuzztime $(FUZZ_BACKEND) -fuzzminimizetime 2s ./internal/dataplane/decap/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZ_BFD) -fuzzminimizetime 2s ./internal/bfd/
 
 root-bench: deps

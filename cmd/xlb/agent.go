@@ -20,7 +20,9 @@ import (
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/k8s/source"
 )
 
@@ -352,7 +354,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	// Forwarding outlives the agent only if the pins do: refuse a bpffs
 	// that would vanish with this process (ip netns exec).
-	if err := dataplane.EnsurePinFS(pinPath); err != nil {
+	if err := bpfobj.EnsurePinFS(pinPath); err != nil {
 		return err
 	}
 	// The socket first: it also tells whether another agent is running,
@@ -363,7 +365,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	defer ln.Close()
 
-	dp, err := dataplane.Load(dataplane.Options{
+	dp, err := lb.Load(lb.Options{
 		Interface:   cfg.Node.Interface,
 		NodeAddr:    nodeAddr,
 		PinPath:     pinPath,
@@ -472,9 +474,9 @@ func newLogger(format, level string) (*slog.Logger, error) {
 
 // flowHashKind is the data plane's name for a configuration's flow hash
 // (config.Parse accepts no other; "" is the default).
-func flowHashKind(name string) dataplane.FlowHashKind {
+func flowHashKind(name string) wire.FlowHash {
 	if name == config.FlowHashLookup3 {
-		return dataplane.FlowHashLookup3
+		return wire.FlowHashLookup3
 	}
-	return dataplane.FlowHashFmix64
+	return wire.FlowHashFmix64
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
@@ -64,7 +64,7 @@ func TestSetupAndCleanup(t *testing.T) {
 	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ipcmd(t, "-n", ns, "addr", "add", "10.0.3.2/24", "dev", "eth0")
 	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-bh-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-bh-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
 	v1, v2, v3 := netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.3")
@@ -82,7 +82,7 @@ func TestSetupAndCleanup(t *testing.T) {
 		return res
 	}
 	res := setup(v1, v2)
-	if len(res.HostAddrs) != 1 || res.HostAddrs[0] != netip.MustParseAddr("10.0.3.2") || res.Mode != dataplane.ModeNative {
+	if len(res.HostAddrs) != 1 || res.HostAddrs[0] != netip.MustParseAddr("10.0.3.2") || res.Mode != bpfobj.ModeNative {
 		t.Errorf("result %+v", res)
 	}
 	if got := loVIPs(t, ns); !slices.Equal(got, []netip.Addr{v1, v2}) {
@@ -173,7 +173,7 @@ func TestSetupNAT(t *testing.T) {
 	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ipcmd(t, "-n", ns, "addr", "add", "10.0.2.2/24", "dev", "eth0")
 	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
 	setup := func(opts Options) (Result, error) {

@@ -12,7 +12,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
@@ -22,7 +23,7 @@ import (
 type NATEntry struct {
 	VIP        netip.Addr
 	Port       uint16
-	Proto      uint8 // dataplane.ProtoTCP or dataplane.ProtoUDP
+	Proto      uint8 // lb.ProtoTCP or lb.ProtoUDP
 	PodIP      netip.Addr
 	TargetPort uint16
 }
@@ -34,9 +35,9 @@ func (e NATEntry) String() string {
 
 func protoName(p uint8) string {
 	switch p {
-	case dataplane.ProtoTCP:
+	case lb.ProtoTCP:
 		return "tcp"
-	case dataplane.ProtoUDP:
+	case lb.ProtoUDP:
 		return "udp"
 	}
 	return strconv.Itoa(int(p))
@@ -57,9 +58,9 @@ func ParseNATEntry(s string) (NATEntry, error) {
 	var e NATEntry
 	switch strings.ToLower(proto) {
 	case "tcp":
-		e.Proto = dataplane.ProtoTCP
+		e.Proto = lb.ProtoTCP
 	case "udp":
-		e.Proto = dataplane.ProtoUDP
+		e.Proto = lb.ProtoUDP
 	default:
 		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
 	}
@@ -119,7 +120,7 @@ func (e NATEntry) valid() error {
 		return errors.New("the VIP and the pod IP are the same")
 	case e.Port == 0 || e.TargetPort == 0:
 		return errors.New("port 0: want 1..65535")
-	case e.Proto != dataplane.ProtoTCP && e.Proto != dataplane.ProtoUDP:
+	case e.Proto != lb.ProtoTCP && e.Proto != lb.ProtoUDP:
 		return fmt.Errorf("protocol %d: want tcp (6) or udp (17)", e.Proto)
 	}
 	return nil
@@ -390,7 +391,7 @@ func syncMap[K, V comparable](m *ebpf.Map, cur, want map[K]V) error {
 
 // NATStats reads the translation counters of the set-up pinned at
 // pinPath, summed over CPUs.
-func NATStats(pinPath string) (map[string]dataplane.Counters, error) {
+func NATStats(pinPath string) (map[string]bpfobj.Counters, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, natStatsMap), nil)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -402,14 +403,14 @@ func NATStats(pinPath string) (map[string]dataplane.Counters, error) {
 	return natStats(m)
 }
 
-func natStats(m *ebpf.Map) (map[string]dataplane.Counters, error) {
-	out := map[string]dataplane.Counters{}
+func natStats(m *ebpf.Map) (map[string]bpfobj.Counters, error) {
+	out := map[string]bpfobj.Counters{}
 	for i, name := range wire.NATStatNames {
 		var per []wire.Counter
 		if err := m.Lookup(uint32(i), &per); err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", name, err)
 		}
-		var c dataplane.Counters
+		var c bpfobj.Counters
 		for _, p := range per {
 			c.Packets += p.Packets
 			c.Bytes += p.Bytes

@@ -10,7 +10,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -27,10 +28,10 @@ var (
 	fxPod2    = netip.MustParseAddr("10.244.1.3")
 	fxFarPod  = netip.MustParseAddr("10.244.2.2") // a pod on another node
 	fxEntries = []NATEntry{
-		{fxVIP1, 80, dataplane.ProtoTCP, fxPod1, 8080},
-		{fxVIP1, 80, dataplane.ProtoTCP, fxPod2, 8080},
-		{fxVIP2, 80, dataplane.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
-		{fxVIP1, 53, dataplane.ProtoUDP, fxPod1, 5353},
+		{fxVIP1, 80, lb.ProtoTCP, fxPod1, 8080},
+		{fxVIP1, 80, lb.ProtoTCP, fxPod2, 8080},
+		{fxVIP2, 80, lb.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
+		{fxVIP1, 53, lb.ProtoUDP, fxPod1, 5353},
 	}
 )
 
@@ -55,7 +56,7 @@ type natFixture struct {
 func newNATFixture(t *testing.T, opts NATOptions) *natFixture {
 	t.Helper()
 	testenv.RequireRoot(t, "BPF program tests")
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -599,7 +600,7 @@ func TestValidateNAT(t *testing.T) {
 // TestNATStatNamesMatchC: the translation counters have one name each
 // (wire.NATStatNames, which package wire holds to enum nat_stat).
 func TestNATStatNamesMatchC(t *testing.T) {
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -611,7 +612,7 @@ func TestNATStatNamesMatchC(t *testing.T) {
 // TestNATLayoutsMatchC holds the Go keys and values this package writes to
 // the C ones: the same size, members and member offsets.
 func TestNATLayoutsMatchC(t *testing.T) {
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}

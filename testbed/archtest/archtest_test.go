@@ -59,7 +59,7 @@ func TestProductImportsNoLab(t *testing.T) {
 	imports, deps := product(t)
 	// Not vacuous: the list holds the product's packages and reaches
 	// beyond them.
-	for _, want := range []string{module + "/internal/agent", module + "/internal/dataplane", "github.com/cilium/ebpf"} {
+	for _, want := range []string{module + "/internal/agent", module + "/internal/dataplane/lb", "github.com/cilium/ebpf"} {
 		if !slices.Contains(deps, want) {
 			t.Fatalf("go list -deps ./internal/... has no %s: it did not list the product", want)
 		}

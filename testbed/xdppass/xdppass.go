@@ -12,7 +12,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -26,7 +26,7 @@ func Attach(ns, ifname, pinFile string) error {
 	if ns != "" {
 		do = func(fn func() error) error { return netns.Do(ns, fn) }
 	}
-	if err := dataplane.EnsurePinFS(pinFile); err != nil {
+	if err := bpfobj.EnsurePinFS(pinFile); err != nil {
 		return err
 	}
 	if err := os.MkdirAll(filepath.Dir(pinFile), 0o700); err != nil {
@@ -37,7 +37,7 @@ func Attach(ns, ifname, pinFile string) error {
 		if err != nil {
 			return fmt.Errorf("interface %q: %w", ifname, err)
 		}
-		if l, err := dataplane.PinnedLink(pinFile, iface.Index); err != nil {
+		if l, err := bpfobj.PinnedLink(pinFile, iface.Index); err != nil {
 			return err
 		} else if l != nil {
 			return l.Close()
@@ -47,7 +47,7 @@ func Attach(ns, ifname, pinFile string) error {
 			return fmt.Errorf("load pass program: %w", err)
 		}
 		defer objs.Close()
-		l, _, err := dataplane.AttachXDP(objs.XlbPass, iface, "auto", pinFile)
+		l, _, err := bpfobj.AttachXDP(objs.XlbPass, iface, "auto", pinFile)
 		if err != nil {
 			return err
 		}

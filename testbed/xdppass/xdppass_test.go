@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/testbed/testenv"
 	"github.com/xlbproject/xlb/testbed/xdptest"
 )
@@ -28,7 +28,7 @@ func TestAttachIdempotent(t *testing.T) {
 			t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 		}
 	}
-	dir := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-pass-%d", os.Getpid()))
+	dir := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-pass-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	pin := filepath.Join(dir, "pass-veth1")
 	var ids []uint32

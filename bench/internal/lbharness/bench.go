@@ -15,7 +15,7 @@ import (
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -148,7 +148,7 @@ type benchEnv struct {
 	node netip.Addr
 	vip  netip.Addr
 	objs *benchObjects
-	d    *dataplane.Dataplane
+	d    *lb.Dataplane
 }
 
 // openBenchEnv makes a benchEnv whose namespace is named prefix and the
@@ -176,7 +176,7 @@ func (e *benchEnv) load(backends int) error {
 	if e.objs, e.d, err = loadBenchDataplane(e.node); err != nil {
 		return err
 	}
-	if err := benchService(e.d, dataplane.ServiceKey{VIP: e.vip, Port: 80, Proto: dataplane.ProtoTCP}, backends); err != nil {
+	if err := benchService(e.d, lb.ServiceKey{VIP: e.vip, Port: 80, Proto: lb.ProtoTCP}, backends); err != nil {
 		e.close()
 		return err
 	}
@@ -202,7 +202,7 @@ func (e *benchEnv) close() {
 // to backends backends from 10.0.3.10 up (10.0.7.9 for 1024: the route
 // to 10.0.3.0/24 is benchNS's, the one beyond RunMatrix's), through the
 // same code the agent uses.
-func benchService(d *dataplane.Dataplane, key dataplane.ServiceKey, backends int) error {
+func benchService(d *lb.Dataplane, key lb.ServiceKey, backends int) error {
 	bs := make([]maglev.Backend, backends)
 	for i := range bs {
 		var b [4]byte
@@ -221,15 +221,15 @@ func benchService(d *dataplane.Dataplane, key dataplane.ServiceKey, backends int
 	for i, s := range slots {
 		table[i] = uint32(s)
 	}
-	return d.UpsertService(dataplane.Service{ID: 0, Key: key, Encap: dataplane.EncapIPIP, Table: table})
+	return d.UpsertService(lb.Service{ID: 0, Key: key, Encap: lb.EncapIPIP, Table: table})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the
 // outer source and the default table size, on the maps of an LB data
-// plane (dataplane.New) that they share, so that services are programmed
+// plane (lb.New) that they share, so that services are programmed
 // through the agent's own code.
-func loadBenchDataplane(node netip.Addr) (*benchObjects, *dataplane.Dataplane, error) {
-	d, err := dataplane.New(dataplane.Options{NodeAddr: node, TableSize: maglev.DefaultSize})
+func loadBenchDataplane(node netip.Addr) (*benchObjects, *lb.Dataplane, error) {
+	d, err := lb.New(lb.Options{NodeAddr: node, TableSize: maglev.DefaultSize})
 	if err != nil {
 		return nil, nil, fmt.Errorf("load the LB data plane: %w", err)
 	}
@@ -242,7 +242,7 @@ func loadBenchDataplane(node netip.Addr) (*benchObjects, *dataplane.Dataplane, e
 }
 
 // loadBenchOn loads the benchmark programs on the maps of d.
-func loadBenchOn(d *dataplane.Dataplane, node netip.Addr) (*benchObjects, error) {
+func loadBenchOn(d *lb.Dataplane, node netip.Addr) (*benchObjects, error) {
 	spec, err := loadBench()
 	if err != nil {
 		return nil, err
@@ -268,7 +268,7 @@ func loadBenchOn(d *dataplane.Dataplane, node netip.Addr) (*benchObjects, error)
 
 // closeBench releases the benchmark programs and the data plane whose
 // maps they use.
-func closeBench(objs *benchObjects, d *dataplane.Dataplane) {
+func closeBench(objs *benchObjects, d *lb.Dataplane) {
 	objs.Close()
 	d.Close()
 }
@@ -277,7 +277,7 @@ func closeBench(objs *benchObjects, d *dataplane.Dataplane) {
 // forwarded: the service counted at least want packets (more when the
 // kernel cut a run short for a signal and it was started again, after
 // the repetitions it did) and no packet took a pass or drop reason.
-func checkHits(d *dataplane.Dataplane, counted, want uint64) error {
+func checkHits(d *lb.Dataplane, counted, want uint64) error {
 	if counted < want {
 		return fmt.Errorf("service counted %d packets, want at least %d: the benchmark did not measure VIP hits", counted, want)
 	}
@@ -347,7 +347,7 @@ func benchNS(ns string) error {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
 		}
 	}
-	return netns.Do(ns, func() error { return dataplane.PrepareInterface("veth0") })
+	return netns.Do(ns, func() error { return lb.PrepareInterface("veth0") })
 }
 
 // benchFrame is a 64-byte-payload TCP segment from a client to the VIP.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
@@ -73,7 +73,7 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 
 // loadOther loads the object to compare on the maps of the built-in one,
 // with the same load-time parameters.
-func loadOther(spec *ebpf.CollectionSpec, d *dataplane.Dataplane, node netip.Addr) (*ebpf.Collection, error) {
+func loadOther(spec *ebpf.CollectionSpec, d *lb.Dataplane, node netip.Addr) (*ebpf.Collection, error) {
 	for name, v := range map[string]any{"node_addr": wire.Addr4(node), "table_size": uint32(maglev.DefaultSize)} {
 		if sv, ok := spec.Variables[name]; ok {
 			if err := sv.Set(v); err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -104,8 +104,8 @@ func RunDecapBenchmark(cfg DecapBenchConfig) ([]DecapBenchResult, error) {
 	defer objs.Close()
 	// The node that sends the frames and the previous owner are known,
 	// as on a host set up for daisy chaining.
-	chain := dataplane.Chain{Window: dbChainWindow, From: []netip.Prefix{netip.PrefixFrom(dbNode, 32)}, To: []netip.Prefix{netip.PrefixFrom(dbPrev, 32)}}
-	if err := dataplane.ConfigureDecap(objs.coll, []netip.Addr{dbHost}, []netip.Addr{dbVIP}, chain); err != nil {
+	chain := decap.Chain{Window: dbChainWindow, From: []netip.Prefix{netip.PrefixFrom(dbNode, 32)}, To: []netip.Prefix{netip.PrefixFrom(dbPrev, 32)}}
+	if err := decap.Configure(objs.coll, []netip.Addr{dbHost}, []netip.Addr{dbVIP}, chain); err != nil {
 		return nil, err
 	}
 
@@ -228,7 +228,7 @@ func (o *decapBenchObjects) Close() { o.coll.Close() }
 // the packet, calls the program, moves the start back and restores the
 // front.
 func loadDecapBench() (*decapBenchObjects, error) {
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		return nil, err
 	}
@@ -426,7 +426,7 @@ func decapFrame(gue []byte, sport, dport uint16, flags uint8) []byte {
 	if gue != nil {
 		udp := make([]byte, 8, 8+len(gue)+len(pkt))
 		binary.BigEndian.PutUint16(udp[0:], 50000)
-		binary.BigEndian.PutUint16(udp[2:], dataplane.GUEPort)
+		binary.BigEndian.PutUint16(udp[2:], wire.GUEPort)
 		binary.BigEndian.PutUint16(udp[4:], uint16(8+len(gue)+len(pkt)))
 		pkt = append(append(udp, gue...), pkt...)
 		proto = 17

@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"slices"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 )
 
 // MatrixCase is one configuration of the hit-path matrix: the benchmarked
@@ -108,12 +108,12 @@ func RunMatrix(cfg MatrixConfig) ([]MatrixResult, error) {
 
 func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, error) {
 	res := MatrixResult{MatrixCase: c}
-	proto := dataplane.ProtoTCP
+	proto := lb.ProtoTCP
 	if c.Proto == "udp" {
-		proto = dataplane.ProtoUDP
+		proto = lb.ProtoUDP
 	}
-	if c.Services < 1 || c.Services > dataplane.MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
-		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, dataplane.MaxServices, c.Backends)
+	if c.Services < 1 || c.Services > lb.MaxServices || (!c.Miss && c.Backends < 1) || c.Backends > 1024 || (c.FilterHit && !c.Miss) {
+		return res, fmt.Errorf("%d services (1..%d), %d backends", c.Services, lb.MaxServices, c.Backends)
 	}
 	objs, d, err := loadBenchDataplane(netip.MustParseAddr("10.0.1.2"))
 	if err != nil {
@@ -127,13 +127,13 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 	// no table.
 	for i := 1; i < c.Services; i++ {
 		v := netip.AddrFrom4([4]byte{10, 98 + byte(i>>16), byte(i >> 8), byte(i)})
-		key := dataplane.ServiceKey{VIP: v, Port: 80, Proto: proto}
-		if err := d.IndexService(uint32(i), key, dataplane.EncapIPIP); err != nil {
+		key := lb.ServiceKey{VIP: v, Port: 80, Proto: proto}
+		if err := d.IndexService(uint32(i), key, lb.EncapIPIP); err != nil {
 			return res, fmt.Errorf("service %d of %d: %w", i+1, c.Services, err)
 		}
 	}
 	vip := netip.MustParseAddr("10.99.0.1")
-	key := dataplane.ServiceKey{VIP: vip, Port: 80, Proto: proto}
+	key := lb.ServiceKey{VIP: vip, Port: 80, Proto: proto}
 	if err := benchService(d, key, max(c.Backends, 1)); err != nil {
 		return res, err
 	}
@@ -147,7 +147,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		}
 	}
 	frame := benchFrame(dst)
-	if proto == dataplane.ProtoUDP {
+	if proto == lb.ProtoUDP {
 		frame = benchUDPFrame(frame)
 	}
 	floor, floorName := objs.FloorParseEncap, "floor_parse_encap"
@@ -198,7 +198,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 
 // missAddr is an address of 10.97.0.0/16, no VIP, whose bit in the VIP
 // filter is clear, or with filterHit set by a VIP.
-func missAddr(d *dataplane.Dataplane, filterHit bool) (netip.Addr, error) {
+func missAddr(d *lb.Dataplane, filterHit bool) (netip.Addr, error) {
 	for i := 1; i < 1<<16; i++ {
 		a := netip.AddrFrom4([4]byte{10, 97, byte(i >> 8), byte(i)})
 		if bit, vip := d.VIPFilterHit(a); bit == filterHit && !vip {
@@ -213,7 +213,7 @@ func missAddr(d *dataplane.Dataplane, filterHit bool) (netip.Addr, error) {
 func benchUDPFrame(tcp []byte) []byte {
 	f := slices.Clone(tcp)
 	ip := f[14:]
-	ip[9] = dataplane.ProtoUDP
+	ip[9] = lb.ProtoUDP
 	ip[10], ip[11] = 0, 0
 	var s uint32
 	for i := 0; i < 20; i += 2 {

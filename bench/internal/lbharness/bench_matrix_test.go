@@ -3,7 +3,7 @@ package lbharness
 import (
 	"testing"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -34,7 +34,7 @@ func TestRunMatrix(t *testing.T) {
 			t.Errorf("case %v: LB verdict %s, want %s", cases[i], r.LB.Verdict, want)
 		}
 	}
-	if _, err := RunMatrix(MatrixConfig{Cases: []MatrixCase{{Proto: "tcp", Backends: 1, Services: dataplane.MaxServices + 1}}, Repeat: 1, Rounds: 1}); err == nil {
+	if _, err := RunMatrix(MatrixConfig{Cases: []MatrixCase{{Proto: "tcp", Backends: 1, Services: lb.MaxServices + 1}}, Repeat: 1, Rounds: 1}); err == nil {
 		t.Error("more services than a node holds: no error")
 	}
 }

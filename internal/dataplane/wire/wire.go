@@ -50,6 +50,10 @@ type (
 	NATRevKey  = wireNatRevKey
 )
 
+// GUEPort is the UDP destination port of GUE tunnels (XLB_GUE_PORT): the
+// LB sends to it, a backend host decapsulates what arrives on it.
+const GUEPort = 6080
+
 // Encap is a service's encapsulation (enum xlb_encap; SvcSlot.Encap).
 type Encap = wireXlbEncap
 

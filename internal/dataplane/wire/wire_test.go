@@ -175,3 +175,35 @@ func TestAddrAndPort(t *testing.T) {
 		t.Errorf("Port(80) = %#x", Port(80))
 	}
 }
+
+// Every flow hash has a name that parses back to it, the default is the
+// zero value (which the LB program's flow_hash starts as), and an unknown
+// name is an error that names the known ones.
+func TestFlowHashNames(t *testing.T) {
+	for _, v := range enum(t, "xlb_flow_hash") {
+		k := FlowHash(v.Value)
+		if !k.Known() {
+			t.Errorf("%s (%d) has no name", v.Name, v.Value)
+			continue
+		}
+		got, err := ParseFlowHash(k.String())
+		if err != nil || got != k {
+			t.Errorf("ParseFlowHash(%q) = %v, %v; want %v", k.String(), got, err, k)
+		}
+	}
+	if FlowHashFmix64.String() != FlowHashFmix64Name || FlowHashLookup3.String() != FlowHashLookup3Name {
+		t.Errorf("names %q and %q", FlowHashFmix64, FlowHashLookup3)
+	}
+	if k, err := ParseFlowHash(""); err != nil || k != FlowHashFmix64 || FlowHashFmix64 != 0 {
+		t.Errorf("the default: %v, %v; want fmix64, the zero value", k, err)
+	}
+	for _, bad := range []string{"jhash", "FMIX64", " fmix64", "lookup3 "} {
+		_, err := ParseFlowHash(bad)
+		if err == nil || !strings.Contains(err.Error(), "fmix64") || !strings.Contains(err.Error(), "lookup3") {
+			t.Errorf("ParseFlowHash(%q): %v, want an error naming the flow hashes", bad, err)
+		}
+	}
+	if FlowHash(7).Known() || FlowHash(7).String() != "flow hash 7" {
+		t.Errorf("an unknown hash: known %v, %q", FlowHash(7).Known(), FlowHash(7))
+	}
+}
