@@ -423,7 +423,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// The program caches next hops; this keeps the cache in step with the
 	// kernel's neighbours and routes for as long as the agent runs.
 	go dp.WatchNextHops(ctx, log)
-	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
+	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
 		"address", nodeAddr, "pinPath", pinPath)
 
 	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))

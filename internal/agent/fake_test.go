@@ -183,25 +183,22 @@ func (f *fakeDP) DeleteService(id uint32, key lb.ServiceKey) error {
 	return nil
 }
 
-func (f *fakeDP) Services() ([]lb.Service, error) {
+// Installed lists the services (tables omitted, as the real one) and
+// backends; which service each backend counts for only as an ownerFake.
+func (f *fakeDP) Installed() (lb.Installed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []lb.Service
+	var in lb.Installed
 	for _, s := range f.services {
-		out = append(out, lb.Service{ID: s.ID, Key: s.Key, Encap: s.Encap}) // tables omitted, as the real one
+		in.Services = append(in.Services, lb.Service{ID: s.ID, Key: s.Key, Encap: s.Encap})
 	}
-	return out, f.fail["Services"]
+	in.Backends = maps.Clone(f.backends)
+	return in, f.fail["Installed"]
 }
 
-func (f *fakeDP) Backends() (map[uint32]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[uint32]netip.Addr, len(f.backends))
-	for id, a := range f.backends {
-		out[id] = a
-	}
-	return out, f.fail["Backends"]
-}
+// KeepService keeps no table: the fake records none, so the agent builds
+// and upserts every table, and no call to it changes anything.
+func (f *fakeDP) KeepService(lb.Service, []uint32) error { return lb.ErrNotKept }
 
 func (f *fakeDP) ServiceCounters(id uint32) (lb.Counters, error) {
 	f.mu.Lock()
@@ -225,10 +222,9 @@ func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
 	return out, f.fail["ReasonCounters"]
 }
 
-func (f *fakeDP) AttachMode() string { return "generic" }
-func (f *fakeDP) TableSize() uint32  { return f.size }
-
-func (f *fakeDP) FlowHash() wire.FlowHash { return wire.FlowHashFmix64 }
+func (f *fakeDP) Shape() lb.Shape {
+	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, FlowHash: wire.FlowHashFmix64, AttachMode: "generic"}
+}
 
 // mutations returns the calls since mark that change the data plane.
 func (f *fakeDP) mutations(mark int) []string {
@@ -256,13 +252,15 @@ func (f *fakeDP) serviceByKey(k lb.ServiceKey) (lb.Service, bool) {
 }
 
 // ownerFake is a fakeDP that says which service each backend counts for,
-// as the real data plane does (see ownerReader).
+// as the real data plane does (lb.Installed.Owners).
 type ownerFake struct{ *fakeDP }
 
-func (f ownerFake) BackendOwners() (map[uint32]uint32, error) {
+func (f ownerFake) Installed() (lb.Installed, error) {
+	in, err := f.fakeDP.Installed()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps.Clone(f.owners), f.fail["BackendOwners"]
+	in.Owners = maps.Clone(f.owners)
+	return in, err
 }
 
 // fakeProber stands in for the health checker: tests set results by

@@ -24,7 +24,6 @@ import (
 	"github.com/xlbproject/xlb/internal/chain"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/lb"
-	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
 
@@ -34,41 +33,22 @@ type Dataplane interface {
 	UpsertBackend(id uint32, addr netip.Addr) error
 	DeleteBackend(id uint32) error
 	UpsertService(s lb.Service) error
+	// KeepService installs s with the tables it has, if their records
+	// say they were built from s.Origin, without the agent building them
+	// again; else it changes nothing and returns lb.ErrNotKept.
+	KeepService(s lb.Service, names []uint32) error
 	DeleteService(id uint32, key lb.ServiceKey) error
-	Services() ([]lb.Service, error)
-	Backends() (map[uint32]netip.Addr, error)
+	// Installed is what the data plane holds, for adoption: with which
+	// service each backend counts for, services that share a backend
+	// address keep their own IDs and counters across a restart.
+	Installed() (lb.Installed, error)
 	ServiceCounters(id uint32) (lb.Counters, error)
 	BackendCounters(id uint32) (lb.Counters, error)
 	ReasonCounters() (map[string]uint64, error)
-	AttachMode() string
-	TableSize() uint32
-	FlowHash() wire.FlowHash
+	Shape() lb.Shape
 }
 
-// ownerReader is implemented by data planes that record which service
-// each backend counts for, as *lb.Dataplane does. Adoption then
-// knows which backend IDs belong to which service, so services that share
-// a backend address keep their own IDs and counters across a restart.
-type ownerReader interface {
-	BackendOwners() (map[uint32]uint32, error)
-}
-
-// tableKeeper is implemented by data planes that record what each
-// installed table was built from, as *lb.Dataplane does. An agent
-// restarted on pinned maps then keeps each unchanged table, and a
-// daisy-chained service's chain table, without building them again to
-// compare (lb.KeepService says what that saves).
-type tableKeeper interface {
-	KeepService(s lb.Service, names []uint32) error
-}
-
-// The real data plane provides everything the agent uses.
-var (
-	_ Dataplane    = (*lb.Dataplane)(nil)
-	_ ownerReader  = (*lb.Dataplane)(nil)
-	_ backendLimit = (*lb.Dataplane)(nil)
-	_ tableKeeper  = (*lb.Dataplane)(nil)
-)
+var _ Dataplane = (*lb.Dataplane)(nil)
 
 // noBackend fills the table of a service that has no backend with a weight
 // above 0. It lies outside every backend ID, so the data plane's lookup of
@@ -104,7 +84,7 @@ type Reconciler struct {
 	tables *chain.Tables
 	// built and kept count the services whose tables the Reconciler
 	// built and upserted, and those whose tables it kept without
-	// building them (tableKeeper), since it started.
+	// building them (KeepService), since it started.
 	built, kept atomic.Uint64
 }
 
@@ -166,17 +146,7 @@ func (st *service) adopted() bool {
 // restarted on pinned maps keeps the IDs, and thus the counters, of
 // services and backends that are still configured.
 func NewReconciler(dp Dataplane, log *slog.Logger) (*Reconciler, error) {
-	maxBackends := uint32(config.DefaultMaxBackends)
-	if l, ok := dp.(backendLimit); ok {
-		maxBackends = l.MaxBackends()
-	}
-	return newReconciler(dp, log, config.MaxServices, maxBackends)
-}
-
-// backendLimit is implemented by data planes whose backend maps are sized
-// at load time, as *lb.Dataplane's are.
-type backendLimit interface {
-	MaxBackends() uint32
+	return newReconciler(dp, log, config.MaxServices, dp.Shape().MaxBackends)
 }
 
 func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint32) (*Reconciler, error) {
@@ -191,17 +161,14 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		namedBy:    make(map[uint32]*service),
 		now:        time.Now,
 	}
-	if m := dp.TableSize(); m > 0 {
+	if m := dp.Shape().TableSize; m > 0 {
 		r.tables = chain.NewTables(chainTablesBytes / (4 * int(m)))
 	}
-	svcs, err := dp.Services()
+	in, err := dp.Installed()
 	if err != nil {
-		return nil, fmt.Errorf("list the data plane's services: %w", err)
+		return nil, fmt.Errorf("list what the data plane holds: %w", err)
 	}
-	bes, err := dp.Backends()
-	if err != nil {
-		return nil, fmt.Errorf("list the data plane's backends: %w", err)
-	}
+	svcs, bes := in.Services, in.Backends
 	for _, s := range svcs {
 		if !r.serviceIDs.take(s.ID) {
 			// Still tracked (and so deleted or rewritten) but its ID is
@@ -211,9 +178,7 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		}
 		r.services[s.Key] = &service{id: s.ID, key: s.Key, installed: true, backends: make(map[netip.AddrPort]uint32)}
 	}
-	if or, ok := dp.(ownerReader); ok {
-		r.nameOwners(or)
-	}
+	r.nameOwners(in.Owners)
 	for id, addr := range bes {
 		if !r.backendIDs.take(id) {
 			log.Warn("adopted backend has an ID beyond the limit", "id", id, "limit", maxBackends,
@@ -237,7 +202,7 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	m := r.dp.TableSize()
+	m := r.dp.Shape().TableSize
 	var errs []error
 	want := make(map[lb.ServiceKey]bool, len(cfg.Services))
 	type desired struct {
@@ -490,7 +455,7 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 
 // write builds the tables of change c and installs them with the
 // service's entry, or installs the entry with the tables the service has
-// if those were built from the same (tableKeeper). It touches nothing of
+// if those were built from the same (KeepService). It touches nothing of
 // the Reconciler's own state but its counters, so several run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
 	// The tables of daisy-chained services are kept: the next change
@@ -505,28 +470,26 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if hints {
 		svc.HintsOrigin = hintsOrigin(c.past)
 	}
-	if tk, ok := r.dp.(tableKeeper); ok {
-		// The installed tables, if they were built from the same:
-		// after a restart, most are. If the data plane cannot keep
-		// them, for whatever reason, they are built and upserted.
-		var names []uint32
-		for i, b := range c.members {
-			if b.Weight > 0 {
-				names = append(names, c.ids[i])
-			}
+	// The installed tables, if they were built from the same: after a
+	// restart, most are. If the data plane cannot keep them, for
+	// whatever reason, they are built and upserted.
+	var names []uint32
+	for i, b := range c.members {
+		if b.Weight > 0 {
+			names = append(names, c.ids[i])
 		}
-		keep := svc
-		if hints && c.st.adopted() && len(c.past) == 0 {
-			// The agent that installed the hints may have built
-			// them from changes it saw itself, which this one no
-			// longer knows: keeping them, for the table they were
-			// built for, is better than writing none.
-			keep.HintsOrigin = lb.Origin{}
-		}
-		if tk.KeepService(keep, names) == nil {
-			r.kept.Add(1)
-			return nil
-		}
+	}
+	keep := svc
+	if hints && c.st.adopted() && len(c.past) == 0 {
+		// The agent that installed the hints may have built them from
+		// changes it saw itself, which this one no longer knows:
+		// keeping them, for the table they were built for, is better
+		// than writing none.
+		keep.HintsOrigin = lb.Origin{}
+	}
+	if r.dp.KeepService(keep, names) == nil {
+		r.kept.Add(1)
+		return nil
 	}
 	var err error
 	if svc.Table, err = buildTable(tables, c.members, c.ids, m); err != nil {
@@ -660,13 +623,10 @@ func (r *Reconciler) removeServices(gone []*service) []error {
 }
 
 // nameOwners marks, for each adopted service, the backends that counted
-// for it. Without that knowledge adoption goes by address alone.
-func (r *Reconciler) nameOwners(or ownerReader) {
-	owners, err := or.BackendOwners()
-	if err != nil {
-		r.log.Debug("cannot read which service each adopted backend counts for; matching backends by address", "error", err)
-		return
-	}
+// for it (owners: backend ID -> service ID). Without that knowledge (state
+// pinned by an xlb that did not record it) adoption goes by address
+// alone.
+func (r *Reconciler) nameOwners(owners map[uint32]uint32) {
 	byID := make(map[uint32]*service, len(r.services))
 	for _, st := range r.services {
 		byID[st.id] = st
@@ -712,9 +672,9 @@ func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
 
 // claimOrphan takes an orphan with address addr for service st: first one
 // that counted for st, then one that counted for no other adopted
-// service, then any; the lowest ID within each rank. A data plane that
-// does not say which service a backend counts for (ownerReader) lets an
-// ID shared by address move to another service of that address (its
+// service, then any; the lowest ID within each rank. Where the data plane
+// does not say which service a backend counts for (Installed.Owners), an
+// ID shared by address may move to another service of that address (its
 // counters with it); forwarding is unaffected because the address is
 // equal.
 func (r *Reconciler) claimOrphan(st *service, addr netip.Addr) (uint32, bool) {

@@ -540,7 +540,7 @@ func TestAdoptionPendingTableKeepsBackends(t *testing.T) {
 
 func TestAdoptionFailure(t *testing.T) {
 	f := newFake(testSize, 16, 64)
-	f.fail["Backends"] = errInjected
+	f.fail["Installed"] = errInjected
 	if _, err := newReconciler(f, quiet, 16, 64); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the data plane's error", err)
 	}

@@ -183,9 +183,9 @@ func TestRestartKeepsTables(t *testing.T) {
 	if got := backendIDs(r, cfg); !maps.EqualFunc(got, ids, maps.Equal) {
 		t.Errorf("restart: IDs %v, were %v", got, ids)
 	}
-	bes, _ := d.Backends()
-	if len(bes) != 9 {
-		t.Errorf("%d backends after the restart, want 9 (one per service and backend)", len(bes))
+	in, _ := d.Installed()
+	if len(in.Backends) != 9 {
+		t.Errorf("%d backends after the restart, want 9 (one per service and backend)", len(in.Backends))
 	}
 	d.Close()
 
@@ -203,8 +203,8 @@ func TestRestartKeepsTables(t *testing.T) {
 			t.Errorf("service ID %d: table %d, was %d; want only web's (ID %d) written", id, got[id], table, webID)
 		}
 	}
-	if bes, _ := d.Backends(); len(bes) != 8 {
-		t.Errorf("%d backends after web lost one, want 8", len(bes))
+	if in, _ := d.Installed(); len(in.Backends) != 8 {
+		t.Errorf("%d backends after web lost one, want 8", len(in.Backends))
 	}
 	if got := chainTableID(t, env.pin, chainedID); got != chainTable {
 		t.Errorf("restart with web changed: chain table %d, was %d: want it kept", got, chainTable)
