@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -365,17 +366,11 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	defer ln.Close()
 
-	dp, err := lb.Load(lb.Options{
-		Interface:   cfg.Node.Interface,
-		NodeAddr:    nodeAddr,
-		PinPath:     pinPath,
-		AttachMode:  cfg.Dataplane.AttachMode,
-		TableSize:   cfg.Dataplane.TableSize,
-		MaxBackends: cfg.Dataplane.MaxBackends,
-		// 0: the data plane's default.
-		ConntrackSize: cfg.Dataplane.ConntrackSize,
-		FlowHash:      flowHashKind(cfg.Dataplane.FlowHash),
-	})
+	dpOpts, err := dataplaneOptions(cfg, nodeAddr, pinPath)
+	if err != nil {
+		return err
+	}
+	dp, err := lb.Load(dpOpts)
 	if err != nil {
 		return fmt.Errorf("open the data plane on %s: %w", cfg.Node.Interface, err)
 	}
@@ -472,11 +467,23 @@ func newLogger(format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// flowHashKind is the data plane's name for a configuration's flow hash
-// (config.Parse accepts no other; "" is the default).
-func flowHashKind(name string) wire.FlowHash {
-	if name == config.FlowHashLookup3 {
-		return wire.FlowHashLookup3
+// dataplaneOptions are the LB data plane's options for cfg. A flow hash
+// it does not name is an error, as config.Parse makes it: a node that
+// guessed would hash otherwise than the others.
+func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (lb.Options, error) {
+	flowHash, err := wire.ParseFlowHash(cfg.Dataplane.FlowHash)
+	if err != nil {
+		return lb.Options{}, fmt.Errorf("dataplane.flowHash: %w", err)
 	}
-	return wire.FlowHashFmix64
+	return lb.Options{
+		Interface:   cfg.Node.Interface,
+		NodeAddr:    nodeAddr,
+		PinPath:     pinPath,
+		AttachMode:  cfg.Dataplane.AttachMode,
+		TableSize:   cfg.Dataplane.TableSize,
+		MaxBackends: cfg.Dataplane.MaxBackends,
+		// 0: the data plane's default.
+		ConntrackSize: cfg.Dataplane.ConntrackSize,
+		FlowHash:      flowHash,
+	}, nil
 }

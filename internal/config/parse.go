@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // maxFileSize bounds what Load reads. A configuration at every limit
@@ -225,11 +227,10 @@ func (d *decoder) dataplane(f field, path string) (Dataplane, bool) {
 	}
 	if g, ok := fs["flowHash"]; ok {
 		if s, ok := d.str(g, join(path, "flowHash")); ok {
-			switch s {
-			case FlowHashFmix64, FlowHashLookup3:
+			if _, err := wire.ParseFlowHash(s); err != nil {
+				d.errorf(g.value, join(path, "flowHash"), "%v", err)
+			} else {
 				dp.FlowHash = s
-			default:
-				d.errorf(g.value, join(path, "flowHash"), "%q is not a flow hash; use fmix64 (the default) or lookup3 (what xlb hashed with before it had this setting), the same on every node", s)
 			}
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Protocol is the L4 protocol of a service.
@@ -73,11 +75,11 @@ const (
 	AttachGeneric = "generic"
 )
 
-// Flow hashes of the data plane (Dataplane.FlowHash). Every node of a
-// cluster must compute the same one.
+// Flow hashes of the data plane (Dataplane.FlowHash), named once in
+// package wire. Every node of a cluster must compute the same one.
 const (
-	FlowHashFmix64  = "fmix64"
-	FlowHashLookup3 = "lookup3"
+	FlowHashFmix64  = wire.FlowHashFmix64Name
+	FlowHashLookup3 = wire.FlowHashLookup3Name
 )
 
 // Limits. They must match the sizes of the data plane's BPF maps (bpf/):

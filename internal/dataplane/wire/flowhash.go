@@ -45,12 +45,10 @@ func (k wireXlbFlowHash) Known() bool {
 	return ok
 }
 
-// ParseFlowHash is the flow hash of a name in the configuration; "" is the
-// default, fmix64. Any other name is an error that says which there are.
+// ParseFlowHash is the flow hash of a name in the configuration. Any
+// other name, "" included, is an error that says which there are: a node
+// that guessed would hash otherwise than the others.
 func ParseFlowHash(name string) (FlowHash, error) {
-	if name == "" {
-		return FlowHashFmix64, nil
-	}
 	for k, n := range flowHashNames {
 		if n == name {
 			return k, nil
