@@ -33,8 +33,8 @@
  * miss, almost always reads one slot, so the bound only sizes the
  * unrolled loop.
  * A change of the slot count changes the pinned maps' layout, so the agent
- * migrates to fresh maps (internal/dataplane/layout.go); a change of
- * svc_hash alone does not, and internal/dataplane then refuses a pinned
+ * migrates to fresh maps (internal/dataplane/bpfobj/layout.go); a change of
+ * svc_hash alone does not, and internal/dataplane/lb then refuses a pinned
  * index whose services are not where the hash puts them. */
 #ifndef XLB_SVC_SLOTS
 #define XLB_SVC_SLOTS 262144
@@ -69,7 +69,7 @@
 #define XLB_OUTER_TTL 64
 
 /* Longest life of a cached next hop, in jiffies: 0.1 s at HZ=1000, 1 s at
- * HZ=100. The upgrade test's variant build (internal/dataplane/gen.go)
+ * HZ=100. The upgrade test's variant build (internal/dataplane/lb/gen.go)
  * changes it, for a program whose bytecode differs and whose maps do not. */
 #ifdef XLB_UPGRADE_VARIANT
 #define XLB_NH_MAX_AGE 50
@@ -86,7 +86,7 @@
 #define XLB_GUE_HINT_OVERHEAD (XLB_GUE_OVERHEAD + 4 * XLB_GUE_HINT_WORDS)
 
 /* Flows the conntrack LRU holds; the real size is a load-time option
- * (internal/dataplane Options.ConntrackSize). */
+ * (internal/dataplane/lb Options.ConntrackSize). */
 #ifndef XLB_CONNTRACK_SIZE
 #define XLB_CONNTRACK_SIZE 262144
 #endif

@@ -49,7 +49,7 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 
 /* MurmurHash3's 64-bit finalizer: one-to-one, and every input bit flips
  * every output bit with probability 1/2. The flow hash fmix64 and the
- * service index's svc_hash both run it (fmix64 in internal/dataplane). */
+ * service index's svc_hash both run it (fmix64 in internal/dataplane/lb). */
 static __always_inline __u64 fmix64(__u64 k)
 {
 	k ^= k >> 33;
@@ -60,7 +60,7 @@ static __always_inline __u64 fmix64(__u64 k)
 	return k;
 }
 
-/* The flow hashes (dataplane.flowHash; internal/dataplane has both in Go,
+/* The flow hashes (dataplane.flowHash; internal/dataplane/lb has both in Go,
  * FlowHash, and a test holds each to its twin here). Addresses and ports
  * enter as the little-endian loads of their wire bytes.
  *

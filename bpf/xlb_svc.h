@@ -5,7 +5,7 @@
 
 #include "xlb_maps.h"
 
-/* Home slot of a service key (internal/dataplane has it in Go): the
+/* Home slot of a service key (internal/dataplane/lb has it in Go): the
  * 64-bit finalizer of MurmurHash3 over the key as svc_lookup compares it
  * (the words enter as little-endian loads of their wire bytes). Every key
  * bit reaches every slot bit, so VIPs of one subnet, or ports of one VIP,
@@ -62,7 +62,7 @@ static __always_inline struct svc_slot *svc_lookup(__be32 vip, __be16 port, __u8
 	return end ? s : svc_probe(want, h);
 }
 
-/* The VIP filter's bit for an address (internal/dataplane has it in Go):
+/* The VIP filter's bit for an address (internal/dataplane/lb has it in Go):
  * the top XLB_VIP_FILTER_BITS bits of a multiplicative hash of the
  * address as the program loads it, its halves folded together first. The
  * product's top bits depend on every bit of the factor only through
