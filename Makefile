@@ -22,15 +22,18 @@ build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xlb
 
 # Rebuild the eBPF objects and their Go bindings (needs clang); they are
-# committed so that `go build` needs no clang.
+# committed so that `go build` needs no clang. The product's are under
+# internal/dataplane/, the benchmark harness's and the lab's XDP_PASS
+# program's beside their Go code.
+GENERATED := internal/dataplane/ bench/internal/lbharness/ testbed/xdppass/
 generate:
-	$(GO) generate ./internal/dataplane/
+	$(GO) generate $(addprefix ./,$(addsuffix ...,$(GENERATED)))
 
 # CI: the committed objects must be what the C sources compile to.
 check-generated: generate
-	@git diff --quiet -- internal/dataplane/ || { \
+	@git diff --quiet -- $(GENERATED) && [ -z "$$(git ls-files --others --exclude-standard -- $(GENERATED))" ] || { \
 		echo "generated eBPF objects are stale: run 'make generate' and commit"; \
-		git diff --stat -- internal/dataplane/; exit 1; }
+		git diff --stat -- $(GENERATED); git ls-files --others --exclude-standard -- $(GENERATED); exit 1; }
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }
@@ -61,8 +64,8 @@ root-test: deps build kube lint check-generated
 	$(GO) test -count=1 -timeout 25m ./...
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 2s ./internal/config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZ_MAGLEV) -fuzzminimizetime 2s ./internal/maglev/
-	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/
-	$(GO) test -run '^$$' -fuzz '^FuzzBackendProgram$$' -fuzztime $(FUZZ_BACKEND) -fuzzminimizetime 2s ./internal/dataplane/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/lb/
+	$(GO) test -run '^$$' -fuzz '^FuzzBackendProgram$$' -fuzztime $(FUZZ_BACKEND) -fuzzminimizetime 2s ./internal/dataplane/decap/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZ_BFD) -fuzzminimizetime 2s ./internal/bfd/
 
 root-bench: deps

@@ -1,5 +1,6 @@
-/* Sizes, ports and reasons shared by xlb's eBPF programs. Every limit is a
- * named constant that the control plane mirrors (internal/config). */
+/* Sizes, ports and other constants of xlb's eBPF programs. Every limit is
+ * a named constant that the control plane mirrors (internal/config,
+ * internal/dataplane). Layouts and enums are in xlb_structs.h. */
 #ifndef XLB_CONSTS_H
 #define XLB_CONSTS_H
 
@@ -32,8 +33,8 @@
  * miss, almost always reads one slot, so the bound only sizes the
  * unrolled loop.
  * A change of the slot count changes the pinned maps' layout, so the agent
- * migrates to fresh maps (internal/dataplane/layout.go); a change of
- * svc_hash alone does not, and internal/dataplane then refuses a pinned
+ * migrates to fresh maps (internal/dataplane/bpfobj/layout.go); a change of
+ * svc_hash alone does not, and internal/dataplane/lb then refuses a pinned
  * index whose services are not where the hash puts them. */
 #ifndef XLB_SVC_SLOTS
 #define XLB_SVC_SLOTS 262144
@@ -65,14 +66,10 @@
 #define XLB_HASH_SEED 0x786c6231u /* "xlb1" */
 #define XLB_HASH_SEED64 0x786c6231deadbeefULL
 
-/* The flow hash a program computes (load-time parameter flow_hash). */
-#define XLB_FLOW_HASH_FMIX64 0
-#define XLB_FLOW_HASH_LOOKUP3 1
-
 #define XLB_OUTER_TTL 64
 
 /* Longest life of a cached next hop, in jiffies: 0.1 s at HZ=1000, 1 s at
- * HZ=100. The upgrade test's variant build (internal/dataplane/gen.go)
+ * HZ=100. The upgrade test's variant build (internal/dataplane/lb/gen.go)
  * changes it, for a program whose bytecode differs and whose maps do not. */
 #ifdef XLB_UPGRADE_VARIANT
 #define XLB_NH_MAX_AGE 50
@@ -80,51 +77,52 @@
 #define XLB_NH_MAX_AGE 100
 #endif
 
-#define XLB_ENCAP_IPIP 1
-#define XLB_ENCAP_GUE 2
-
 #define XLB_IPIP_OVERHEAD 20            /* outer IPv4 */
 #define XLB_GUE_OVERHEAD (20 + 8 + 4)   /* outer IPv4 + UDP + GUE */
 
-/* Every verdict that is not a forward is counted under one reason. The
- * names in internal/dataplane must follow this order. */
-enum xlb_reason {
-	XLB_PASS_NOT_IPV4 = 0,   /* ARP, IPv6, VLAN, ...: not ours */
-	XLB_PASS_NOT_TCP_UDP,    /* ICMP and other protocols, not to a VIP */
-	XLB_PASS_NO_SERVICE,     /* not addressed to a VIP */
-	XLB_PASS_TTL_EXCEEDED,   /* TTL <= 1: the kernel sends time-exceeded */
-	XLB_PASS_NO_NEIGH,       /* next hop MAC unknown: the kernel forwards and resolves it */
-	XLB_DROP_MALFORMED_ETH,  /* frame shorter than an Ethernet header */
-	XLB_DROP_MALFORMED_IP,   /* truncated header, IHL < 5, bad version or length */
-	XLB_DROP_MALFORMED_L4,   /* L4 header shorter than the ports */
-	XLB_DROP_FRAGMENT,       /* IP fragment addressed to a VIP */
-	XLB_DROP_NO_BACKEND,     /* service without a usable table slot */
-	XLB_DROP_NO_ROUTE,       /* no route to the backend */
-	XLB_DROP_TOO_BIG,        /* exceeds egress MTU after encapsulation, DF clear */
-	XLB_DROP_ENCAP_FAILED,   /* no headroom to add the outer headers */
-	XLB_TX_ICMP_TOO_BIG,     /* answered with ICMP fragmentation-needed (DF set) */
-	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
-	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol */
-	XLB_NOTE_ICMP_TO_BACKEND,/* ICMP error about a reply, forwarded to the flow's backend (not a drop) */
-	XLB_NOTE_CT_NEW,         /* stateful service: a flow entry created (not a drop) */
-	XLB_NOTE_CT_MIDFLOW_MISS,/* stateful: non-SYN TCP without an entry, evicted or begun elsewhere (not a drop) */
-	XLB_REASON_MAX,
-};
-
 /* GUE with the daisy-chain hint (Beamer): 16 bytes of GUE private data
- * after the base header, struct xlb_gue_hint in xlb_encap.h. */
-#define XLB_ENCAP_GUE_HINT 3
+ * after the base header, struct xlb_gue_hint in xlb_structs.h. */
 #define XLB_GUE_HINT_WORDS 4
 #define XLB_GUE_HINT_OVERHEAD (XLB_GUE_OVERHEAD + 4 * XLB_GUE_HINT_WORDS)
 
-/* struct svc_slot flags. STATEFUL: the service's flows keep the backend
- * their first packet got (conntrack), whatever the table says later. */
-#define XLB_SVC_STATEFUL 1
-
 /* Flows the conntrack LRU holds; the real size is a load-time option
- * (internal/dataplane Options.ConntrackSize). */
+ * (internal/dataplane/lb Options.ConntrackSize). */
 #ifndef XLB_CONNTRACK_SIZE
 #define XLB_CONNTRACK_SIZE 262144
+#endif
+
+/* ---- The backend-host program ---- */
+
+/* Daisy chaining: services (VIP, port) whose newest table generation is
+ * remembered (chain_gens), and the sizes of the sets of xlb nodes
+ * (chain_from) and previous owners (chain_to) that may chain. */
+#ifndef XLB_CHAIN_MAX_SERVICES
+#define XLB_CHAIN_MAX_SERVICES 8192
+#endif
+#ifndef XLB_CHAIN_MAX_NODES
+#define XLB_CHAIN_MAX_NODES 16384
+#endif
+#ifndef XLB_CHAIN_MAX_OWNERS
+#define XLB_CHAIN_MAX_OWNERS 65536
+#endif
+
+/* Kubernetes translation: pods on this node that are the target of at
+ * least one translation. */
+#ifndef XLB_NAT_MAX_PODS
+#define XLB_NAT_MAX_PODS 4096
+#endif
+
+/* (VIP, port, protocol, pod) entries: services times local endpoints. */
+#ifndef XLB_NAT_MAX_ENTRIES
+#define XLB_NAT_MAX_ENTRIES 16384
+#endif
+
+/* Translated flows remembered for their replies. An LRU map: a flow's
+ * record is refreshed by every packet in either direction, so only idle
+ * flows age out, and the next client packet records a flow again. About
+ * 72 bytes each: 4.5 MiB. */
+#ifndef XLB_NAT_MAX_FLOWS
+#define XLB_NAT_MAX_FLOWS 65536
 #endif
 
 #endif

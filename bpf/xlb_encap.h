@@ -4,18 +4,6 @@
 
 #include "xlb_helpers.h"
 
-/* The daisy-chain hint, GUE private data after the base header
- * (XLB_ENCAP_GUE_HINT, hlen 4), every word big-endian: the slot's
- * previous owner and the one before it (0: none), when the slot last
- * changed hands and the service's table generation (unix seconds, 0:
- * never). docs/connection-survival.md has the format. */
-struct xlb_gue_hint {
-	__be32 prev;
-	__be32 prev2;
-	__be32 changed;
-	__be32 generation;
-};
-
 /* Bytes the outer headers of mode add. With mode a constant, a constant. */
 static __always_inline int encap_overhead(__u8 mode)
 {

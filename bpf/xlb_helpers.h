@@ -1,4 +1,4 @@
-/* Small inline helpers: checksums, the flow hash, counters. */
+/* Small inline helpers: checksums and the flow hashes. */
 #ifndef XLB_HELPERS_H
 #define XLB_HELPERS_H
 
@@ -7,6 +7,7 @@
 #include <bpf/bpf_endian.h>
 #include "xlb_consts.h"
 #include "xlb_headers.h"
+#include "xlb_structs.h"
 
 #ifndef __always_inline
 #define __always_inline inline __attribute__((always_inline))
@@ -48,7 +49,7 @@ static __always_inline __u32 rol32(__u32 w, unsigned int s)
 
 /* MurmurHash3's 64-bit finalizer: one-to-one, and every input bit flips
  * every output bit with probability 1/2. The flow hash fmix64 and the
- * service index's svc_hash both run it (fmix64 in internal/dataplane). */
+ * service index's svc_hash both run it (fmix64 in internal/dataplane/lb). */
 static __always_inline __u64 fmix64(__u64 k)
 {
 	k ^= k >> 33;
@@ -59,7 +60,7 @@ static __always_inline __u64 fmix64(__u64 k)
 	return k;
 }
 
-/* The flow hashes (dataplane.flowHash; internal/dataplane has both in Go,
+/* The flow hashes (dataplane.flowHash; internal/dataplane/lb has both in Go,
  * FlowHash, and a test holds each to its twin here). Addresses and ports
  * enter as the little-endian loads of their wire bytes.
  *
@@ -100,10 +101,5 @@ static __always_inline __u32 xlb_flow_hash_lookup3(__be32 saddr, __be32 daddr, _
 	c ^= b; c -= rol32(b, 24);
 	return c;
 }
-
-struct xlb_counter {
-	__u64 packets;
-	__u64 bytes;
-};
 
 #endif

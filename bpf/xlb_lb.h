@@ -4,6 +4,7 @@
 #define XLB_LB_H
 
 #include "xlb_maps.h"
+#include "xlb_svc.h"
 #include "xlb_parse.h"
 #include "xlb_encap.h"
 
@@ -12,10 +13,10 @@
 #define XLB_TCP_SYN 0x02
 #define XLB_TCP_ACK 0x10
 
-/* Load-time parameters (set by internal/dataplane before loading). */
+/* Load-time parameters (set by internal/dataplane/lb before loading). */
 volatile const __be32 node_addr = 0;
 volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
-/* XLB_FLOW_HASH_*. The verifier knows a frozen constant's value and
+/* enum xlb_flow_hash. The verifier knows a frozen constant's value and
  * removes the branch it decides, so the choice costs a packet nothing. */
 volatile const __u32 flow_hash = XLB_FLOW_HASH_FMIX64;
 
@@ -26,6 +27,14 @@ static __always_inline __u32 xlb_flow_hash(__be32 saddr, __be32 daddr, __be16 sp
 	if (flow_hash == XLB_FLOW_HASH_LOOKUP3)
 		return xlb_flow_hash_lookup3(saddr, daddr, sport, dport, proto);
 	return xlb_flow_hash_fmix64(saddr, daddr, sport, dport, proto);
+}
+
+static __always_inline void count_reason(__u32 reason)
+{
+	__u64 *n = bpf_map_lookup_elem(&reasons, &reason);
+
+	if (n)
+		*n += 1;
 }
 
 static __always_inline int pass(__u32 reason)
@@ -166,11 +175,11 @@ static __always_inline int table_pick(__u32 svc_id, __u32 slot, __u32 *bid, __be
 	void *table = bpf_map_lookup_elem(&maglev_tables, &svc_id);
 	if (!table)
 		return -1;
-	__u64 *entry = bpf_map_lookup_elem(table, &slot);
+	xlb_table_entry *entry = bpf_map_lookup_elem(table, &slot);
 	if (!entry)
 		return -1;
-	*bid = (__u32)*entry;
-	*addr = (__be32)(*entry >> 32);
+	*bid = xlb_table_entry_bid(*entry);
+	*addr = xlb_table_entry_addr(*entry);
 	return *addr ? 0 : -1;
 }
 

@@ -1,142 +1,16 @@
 /* Kubernetes mode of the backend program: pods know nothing of the VIP, so
  * the node translates VIP:port -> pod:targetPort on the way in (XDP, after
- * decapsulation) and pod:targetPort -> VIP:port on the way out (TC egress
- * on the same interface). Maps, counters and the XDP half live here; the
- * programs are in xlb_backend.c. docs/kubernetes-datapath.md explains the
- * design. */
+ * decapsulation: nat_forward) and pod:targetPort -> VIP:port on the way
+ * out (TC egress on the same interface: nat_reply). The maps are in
+ * xlb_backend_maps.h, the programs in xlb_backend.c.
+ * docs/kubernetes-datapath.md explains the design. */
 #ifndef XLB_NAT_H
 #define XLB_NAT_H
 
-#include "xlb_helpers.h"
-
-/* Pods on this node that are the target of at least one translation. */
-#ifndef XLB_NAT_MAX_PODS
-#define XLB_NAT_MAX_PODS 4096
-#endif
-
-/* (VIP, port, protocol, pod) entries: services times local endpoints. */
-#ifndef XLB_NAT_MAX_ENTRIES
-#define XLB_NAT_MAX_ENTRIES 16384
-#endif
-
-/* Translated flows remembered for their replies. An LRU map: a flow's
- * record is refreshed by every packet in either direction, so only idle
- * flows age out, and the next client packet records a flow again. About
- * 72 bytes each: 4.5 MiB. */
-#ifndef XLB_NAT_MAX_FLOWS
-#define XLB_NAT_MAX_FLOWS 65536
-#endif
+#include "xlb_backend_maps.h"
 
 #define ICMP_TIME_EXCEEDED_TYPE 11
 #define ICMP_PARAMETERPROB_TYPE 12
-
-/* nat_svcs key: a packet tunnelled to `pod` for vip:port/proto. */
-struct nat_svc_key {
-	__be32 vip;
-	__be32 pod;
-	__be16 port;
-	__u8 proto;
-	__u8 pad;
-};
-
-/* nat_flows key: a reply as the pod sends it, pod:target_port -> client. */
-struct nat_flow_key {
-	__be32 pod;
-	__be32 client;
-	__be16 pod_port;
-	__be16 client_port;
-	__u8 proto;
-	__u8 pad[3];
-};
-
-/* What a reply's source becomes. */
-struct nat_vip {
-	__be32 vip;
-	__be16 port;
-	__u16 pad;
-};
-
-/* nat_rev_ports key: the fallback for replies without a flow record. */
-struct nat_rev_key {
-	__be32 pod;
-	__be16 pod_port;
-	__u8 proto;
-	__u8 pad;
-};
-
-/* Local pods that are translation targets: an encapsulated packet whose
- * outer destination is one of them is decapsulated and translated. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XLB_NAT_MAX_PODS);
-	__type(key, __be32);
-	__type(value, __u8);
-} nat_pods SEC(".maps");
-
-/* Local pods -> the ID of their network namespace as the node's namespace
- * knows it (the link-netnsid of the pod's veth), where daisy chaining
- * looks for a pod's sockets. A pod without an entry is never chained:
- * its packets are translated and delivered as without a hint. */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XLB_NAT_MAX_PODS);
-	__type(key, __be32);
-	__type(value, __u32);
-} nat_pod_netns SEC(".maps");
-
-/* (VIP, port, protocol, pod) -> target port (network order). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XLB_NAT_MAX_ENTRIES);
-	__type(key, struct nat_svc_key);
-	__type(value, __be16);
-} nat_svcs SEC(".maps");
-
-/* Reply 5-tuple -> VIP:port, written by XDP for every translated flow.
- * Keyed by the client's address and port, so two VIPs that share a pod
- * port stay apart. */
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, XLB_NAT_MAX_FLOWS);
-	__type(key, struct nat_flow_key);
-	__type(value, struct nat_vip);
-} nat_flows SEC(".maps");
-
-/* (pod, target port, protocol) -> VIP:port, for replies whose flow record
- * is gone. The control plane fills it only when asked to and only where
- * one VIP:port maps to the pod port: it would also rewrite replies to
- * anyone who reaches the pod port directly (health checks among them). */
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, XLB_NAT_MAX_ENTRIES);
-	__type(key, struct nat_rev_key);
-	__type(value, struct nat_vip);
-} nat_rev_ports SEC(".maps");
-
-/* The names in internal/backendhost (NATStatNames) follow this order. */
-enum nat_stat {
-	NAT_FWD = 0,            /* VIP:port -> pod:targetPort, decapsulated and passed */
-	NAT_FWD_ICMP,           /* ICMP error about a reply, translated for the pod */
-	NAT_REV_FLOW,           /* reply pod:targetPort -> VIP:port, by its flow record */
-	NAT_REV_FALLBACK,       /* reply translated by the (pod, target port) fallback */
-	NAT_REV_ICMP,           /* ICMP error about a translated flow, translated for the client */
-	NAT_REV_UNTRACKED,      /* TCP/UDP from a pod (or an ICMP error about it), no flow: passed untouched */
-	NAT_REV_FRAGMENT,       /* fragment from a pod: no ports to look up, passed untouched */
-	NAT_REV_DROP_WRITE,     /* a reply's rewrite failed halfway: dropped */
-	NAT_DROP_NO_ENTRY,      /* tunnelled to a local pod, no translation for the inner VIP:port */
-	NAT_DROP_FRAGMENT,      /* inner fragment: no ports to translate */
-	NAT_DROP_MALFORMED,     /* inner packet truncated or inconsistent */
-	NAT_DROP_PROTO,         /* inner neither TCP, UDP nor an ICMP error about a reply */
-	NAT_NOTE_FLOW_FAILED,   /* flow record not written; the packet was still translated */
-	NAT_STAT_MAX,
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
-	__uint(max_entries, NAT_STAT_MAX);
-	__type(key, __u32);
-	__type(value, struct xlb_counter);
-} nat_stats SEC(".maps");
 
 static __always_inline void nat_count(__u32 stat, __u64 bytes)
 {
@@ -300,6 +174,155 @@ static __always_inline int nat_forward(void *data_end, struct iphdr *inner, __be
 	inner->daddr = pod;
 	p->dest = target;
 	return NAT_FWD;
+}
+
+/* ---- The way out: TC egress ---- */
+
+/* TC verdicts: TC_ACT_UNSPEC (TCX_NEXT) lets the packet go on and any
+ * later program on the hook see it; TC_ACT_SHOT drops it. */
+#define TC_NEXT -1
+#define TC_SHOT 2
+
+#define ETH_HLEN 14
+#ifndef offsetof
+#define offsetof(type, member) __builtin_offsetof(type, member)
+#endif
+#define IP_CHECK_OFF (ETH_HLEN + 10)
+#define IP_SADDR_OFF (ETH_HLEN + 12)
+
+/* The VIP:port a pod's packet pod:pod_port -> client:client_port answers
+ * for: its flow record, else the fallback. *stat says which. */
+static __always_inline int nat_reply_lookup(__be32 pod, __be16 pod_port, __be32 client,
+					    __be16 client_port, __u8 proto, struct nat_vip *out,
+					    __u32 *stat)
+{
+	struct nat_flow_key fk = {
+		.pod = pod, .client = client, .pod_port = pod_port,
+		.client_port = client_port, .proto = proto,
+	};
+	struct nat_rev_key rk = {.pod = pod, .pod_port = pod_port, .proto = proto};
+	struct nat_vip *v = bpf_map_lookup_elem(&nat_flows, &fk);
+
+	*stat = NAT_REV_FLOW;
+	if (!v) {
+		v = bpf_map_lookup_elem(&nat_rev_ports, &rk);
+		*stat = NAT_REV_FALLBACK;
+	}
+	if (!v)
+		return -1;
+	*out = *v;
+	return 0;
+}
+
+/* An ICMP error leaving the node about a packet that was translated on
+ * its way in: the quote says client -> pod:targetPort, and the client
+ * only knows client -> VIP:port. The quote is translated back, and the
+ * outer source too when the pod sent the error; an error the node itself
+ * sent keeps the node's address, as one from any router on the path would.
+ * The quoted transport checksum is left alone: no stack checks it. */
+static __always_inline int nat_reply_icmp(struct __sk_buff *skb, struct iphdr *ip, __u32 l4off)
+{
+	struct {
+		__u8 type;
+		__u8 code;
+		__sum16 check;
+		__u32 rest;
+	} icmp;
+	struct iphdr q;
+	struct ports qp;
+	struct nat_vip v;
+	__u32 stat, qoff = l4off + sizeof(icmp), qpoff, icsum = l4off + 2;
+
+	if (bpf_skb_load_bytes(skb, l4off, &icmp, sizeof(icmp)) ||
+	    (icmp.type != ICMP_DEST_UNREACH && icmp.type != ICMP_TIME_EXCEEDED_TYPE &&
+	     icmp.type != ICMP_PARAMETERPROB_TYPE))
+		return TC_NEXT;
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)) || q.version != 4 || q.ihl < 5 ||
+	    (q.protocol != IPPROTO_TCP && q.protocol != IPPROTO_UDP) ||
+	    !bpf_map_lookup_elem(&nat_pods, &q.daddr))
+		return TC_NEXT;
+	qpoff = qoff + q.ihl * 4;
+	if (bpf_skb_load_bytes(skb, qpoff, &qp, sizeof(qp)))
+		return TC_NEXT;
+	if (nat_reply_lookup(q.daddr, qp.dest, q.saddr, qp.source, q.protocol, &v, &stat)) {
+		nat_count(NAT_REV_UNTRACKED, 0);
+		return TC_NEXT;
+	}
+
+	__u16 qcheck = csum_apply(q.check, csum_diff32(q.daddr, v.vip));
+	if (bpf_l4_csum_replace(skb, icsum, q.daddr, v.vip, sizeof(v.vip)) ||
+	    bpf_l4_csum_replace(skb, icsum, q.check, qcheck, sizeof(qcheck)) ||
+	    bpf_l4_csum_replace(skb, icsum, qp.dest, v.port, sizeof(v.port)) ||
+	    bpf_skb_store_bytes(skb, qoff + offsetof(struct iphdr, check), &qcheck, sizeof(qcheck), 0) ||
+	    bpf_skb_store_bytes(skb, qoff + offsetof(struct iphdr, daddr), &v.vip, sizeof(v.vip), 0) ||
+	    bpf_skb_store_bytes(skb, qpoff + offsetof(struct ports, dest), &v.port, sizeof(v.port), 0))
+		goto fail;
+	if (ip->saddr == q.daddr &&
+	    (bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip->saddr, v.vip, sizeof(v.vip)) ||
+	     bpf_skb_store_bytes(skb, IP_SADDR_OFF, &v.vip, sizeof(v.vip), 0)))
+		goto fail;
+	nat_count(NAT_REV_ICMP, bpf_ntohs(ip->tot_len));
+	return TC_NEXT;
+fail:
+	nat_count(NAT_REV_DROP_WRITE, 0);
+	return TC_SHOT;
+}
+
+/* TC egress on the interface the tunnels arrive on: a pod's reply to a
+ * translated flow leaves with source VIP:port, straight to the client.
+ * Reads and writes go through skb helpers, so a reply whose headers are
+ * not in the linear part is handled the same. */
+static __always_inline int nat_reply(struct __sk_buff *skb)
+{
+	struct iphdr ip;
+	struct ports p;
+	struct nat_vip v;
+	__u32 l4off, csum, stat;
+	__u64 udp;
+
+	if (skb->protocol != bpf_htons(ETH_P_IP) ||
+	    bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.version != 4 || ip.ihl < 5)
+		return TC_NEXT;
+	l4off = ETH_HLEN + ip.ihl * 4;
+	if (ip.protocol == IPPROTO_ICMP) {
+		if (ip.frag_off & bpf_htons(IP_MF | IP_OFFSET))
+			return TC_NEXT;
+		return nat_reply_icmp(skb, &ip, l4off);
+	}
+	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
+		return TC_NEXT;
+	if (!bpf_map_lookup_elem(&nat_pods, &ip.saddr))
+		return TC_NEXT;
+	if (ip.frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
+		/* No ports in the later fragments: the reply must not be
+		 * fragmented (see docs/kubernetes-datapath.md). */
+		nat_count(NAT_REV_FRAGMENT, 0);
+		return TC_NEXT;
+	}
+	/* Too short to hold the transport checksum: not a reply we made. */
+	csum = l4off + l4_csum_off(ip.protocol);
+	if (csum + sizeof(__sum16) > skb->len || bpf_skb_load_bytes(skb, l4off, &p, sizeof(p)))
+		return TC_NEXT;
+	if (nat_reply_lookup(ip.saddr, p.source, ip.daddr, p.dest, ip.protocol, &v, &stat)) {
+		nat_count(NAT_REV_UNTRACKED, 0);
+		return TC_NEXT;
+	}
+
+	/* The helpers fix the checksums for every skb state, CHECKSUM_PARTIAL
+	 * from a pod's TSO included (only the pseudo-header part changes). For
+	 * UDP, BPF_F_MARK_MANGLED_0 keeps a 0 (no checksum) at 0 and sends a
+	 * computed 0 as 0xffff. */
+	udp = ip.protocol == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
+	if (bpf_l4_csum_replace(skb, csum, ip.saddr, v.vip, BPF_F_PSEUDO_HDR | udp | sizeof(v.vip)) ||
+	    bpf_l4_csum_replace(skb, csum, p.source, v.port, udp | sizeof(v.port)) ||
+	    bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip.saddr, v.vip, sizeof(v.vip)) ||
+	    bpf_skb_store_bytes(skb, IP_SADDR_OFF, &v.vip, sizeof(v.vip), 0) ||
+	    bpf_skb_store_bytes(skb, l4off, &v.port, sizeof(v.port), 0)) {
+		nat_count(NAT_REV_DROP_WRITE, 0);
+		return TC_SHOT;
+	}
+	nat_count(stat, bpf_ntohs(ip.tot_len));
+	return TC_NEXT;
 }
 
 #endif

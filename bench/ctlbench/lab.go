@@ -13,7 +13,7 @@ import (
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 )
@@ -52,7 +52,7 @@ type benchLab struct {
 	svc     labrun.Service
 	weights []uint32 // of svc.Backends, as last written
 	agent   int      // PID of the node's agent
-	watch   *dataplane.TableWatch
+	watch   *lb.TableWatch
 	id      uint32 // the service's ID in the data plane
 }
 
@@ -83,7 +83,7 @@ func upLab(ctx context.Context, prefix, xlb string) (*benchLab, error) {
 			return nil, err
 		}
 	}
-	if l.watch, err = dataplane.WatchTables(l.node.PinDir); err != nil {
+	if l.watch, err = lb.WatchTables(l.node.PinDir); err != nil {
 		return nil, err
 	}
 	if err := l.findService(ctx); err != nil {

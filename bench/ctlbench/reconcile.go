@@ -19,7 +19,9 @@ import (
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -57,7 +59,7 @@ type ReconcileResult struct {
 type SwapCost struct {
 	Runs int `json:"runs"`
 	// Fill: a new inner map, written through a shared mapping of its
-	// memory (dataplane.NewFilledTable). Put: the
+	// memory (lb.NewFilledTable). Put: the
 	// update of the outer map's entry, which waits for an RCU grace period
 	// (the kernel lets no program hold the old table once it returns).
 	Fill benchutil.Summary `json:"fill"`
@@ -114,7 +116,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	}
 	res.TablesMiB = benchutil.MiB(need)
 
-	ns, pin := o.prefix+"-rec", filepath.Join(dataplane.BPFFSRoot, o.prefix+"-rec")
+	ns, pin := o.prefix+"-rec", filepath.Join(bpfobj.BPFFSRoot, o.prefix+"-rec")
 	if err := makeNamespace(ctx, ns); err != nil {
 		return nil, err
 	}
@@ -123,8 +125,8 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 			err = derr
 		}
 	}()
-	var d *dataplane.Dataplane
-	opts := dataplane.Options{
+	var d *lb.Dataplane
+	opts := lb.Options{
 		Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: pin,
 		AttachMode: string(config.AttachAuto), TableSize: o.tableSize, MaxBackends: o.maxBackends,
 	}
@@ -133,7 +135,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 	open := func() error {
 		err := netns.Do(ns, func() error {
 			var err error
-			d, err = dataplane.Open(opts)
+			d, err = lb.Open(opts)
 			return err
 		})
 		if err != nil {
@@ -152,13 +154,13 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 			cerr = d.Close()
 		}
 		if cerr == nil {
-			cerr = dataplane.Cleanup(pin)
+			cerr = bpfobj.Cleanup(pin)
 		}
 		if cerr != nil && err == nil {
 			err = fmt.Errorf("remove the data plane: %w", cerr)
 		}
 	}()
-	watch, err := dataplane.WatchTables(pin)
+	watch, err := lb.WatchTables(pin)
 	if err != nil {
 		return nil, err
 	}
@@ -288,7 +290,7 @@ func runReconcile(ctx context.Context, o reconcileOpts, progress func(string)) (
 }
 
 // measureSwap times the two system calls of a table swap as
-// dataplane.UpsertService makes them, runs times, on a scratch outer map
+// lb.UpsertService makes them, runs times, on a scratch outer map
 // of its own: filling a new inner map of size slots, and putting it into
 // the outer map.
 func measureSwap(size uint32, runs int) (SwapCost, error) {
@@ -298,14 +300,14 @@ func measureSwap(size uint32, runs int) (SwapCost, error) {
 		return SwapCost{}, fmt.Errorf("scratch outer map: %w", err)
 	}
 	defer outer.Close()
-	vals := make([]uint64, size)
+	vals := make([]wire.TableEntry, size)
 	for i := range vals {
-		vals[i] = uint64(i%100) | uint64(i)<<32
+		vals[i] = wire.NewTableEntry(uint32(i%100), uint32(i))
 	}
 	var fill, put []float64
 	for i := range runs {
 		t0 := time.Now()
-		m, err := dataplane.NewFilledTable(vals)
+		m, err := lb.NewFilledTable(vals)
 		if err != nil {
 			return SwapCost{}, fmt.Errorf("scratch table: %w", err)
 		}
@@ -322,9 +324,9 @@ func measureSwap(size uint32, runs int) (SwapCost, error) {
 }
 
 // tableIDs reads the table ID of every service that has one.
-func tableIDs(w *dataplane.TableWatch) (map[uint32]ebpf.MapID, error) {
+func tableIDs(w *lb.TableWatch) (map[uint32]ebpf.MapID, error) {
 	out := map[uint32]ebpf.MapID{}
-	for id := range uint32(dataplane.MaxServices) {
+	for id := range uint32(lb.MaxServices) {
 		t, err := w.TableID(id)
 		if err != nil {
 			return nil, err

@@ -48,7 +48,7 @@ func markdown(r *Report, jsonName, img string) string {
 		p("A lab (`testbed/lab`) with one xlb node and %d backends running `xlb lab serve`; the agent serves one service with an HTTP check every %s ms, timeout %s ms, fall %d, rise %d (table size %d). ",
 			f.Backends, benchutil.FmtMs(f.Check.IntervalMs), benchutil.FmtMs(f.Check.TimeoutMs), f.Check.Fall, f.Check.Rise, f.TableSize)
 		p("Each event stops one backend's HTTP server through its control socket (T0; the next connection is refused) and takes T1 when the service's entry in the node's pinned outer map `maglev_tables` names a new table without that backend. ")
-		p("The entry is read every %s ms from outside the agent (`dataplane.TableWatch`): every table change swaps in a new inner map, so its ID changes exactly when the data plane does. ", benchutil.FmtMs(f.PollMs))
+		p("The entry is read every %s ms from outside the agent (`lb.TableWatch`): every table change swaps in a new inner map, so its ID changes exactly when the data plane does. ", benchutil.FmtMs(f.PollMs))
 		p("Then the server starts again and its return is timed the same way. The victims take turns; the next event starts at a random phase of the probe schedule.\n\n")
 		p("| ms | n | p50 | p90 | p99 | max |\n|---|---:|---:|---:|---:|---:|\n")
 		p("| failure → removed (T1 − T0) | %s |\n", benchutil.SummaryRow(f.Removal))
@@ -89,14 +89,14 @@ func markdown(r *Report, jsonName, img string) string {
 
 	if rc := r.Reconcile; rc != nil {
 		p("\n### Reconcile: %d services × %d backends\n\n", rc.Services, rc.Backends)
-		p("In-process: `agent.NewReconciler` on a real data plane (`dataplane.Open`, attached to a veth in a namespace of its own) with `maxBackends: %d`, table size %d; services on %s. ", rc.MaxBackends, rc.TableSize, rc.Layout)
+		p("In-process: `agent.NewReconciler` on a real data plane (`lb.Open`, attached to a veth in a namespace of its own) with `maxBackends: %d`, table size %d; services on %s. ", rc.MaxBackends, rc.TableSize, rc.Layout)
 		if rc.Flows != "" {
 			p("Every service has `forwarding: dsr-gue` and `flows: %s`: a chain table besides its Maglev table. ", rc.Flows)
 		}
 		if rc.TableSizeNote != "" {
 			p("**Not the default table size:** %s. ", rc.TableSizeNote)
 		}
-		p("The configuration (%.1f MiB of YAML) parses in %s ms. Wall and CPU time (user + system of the process) of `Apply` (for a restart, of `dataplane.Open`, `agent.NewReconciler` and `Apply` together); the tables swapped are counted from outside through the pinned maps.\n\n", rc.ConfigMiB, benchutil.FmtMs(rc.ParseMs))
+		p("The configuration (%.1f MiB of YAML) parses in %s ms. Wall and CPU time (user + system of the process) of `Apply` (for a restart, of `lb.Open`, `agent.NewReconciler` and `Apply` together); the tables swapped are counted from outside through the pinned maps.\n\n", rc.ConfigMiB, benchutil.FmtMs(rc.ParseMs))
 		p("| Apply | runs | wall ms (median) | wall ms (max) | CPU ms (median) | tables swapped | wall ms per table |\n|---|---:|---:|---:|---:|---:|---:|\n")
 		for _, c := range rc.Cases {
 			cpu := benchutil.Summarize(c.CPUMs)
@@ -107,10 +107,10 @@ func markdown(r *Report, jsonName, img string) string {
 			p("| %s: %s | %d | %s | %s | %s | %d | %s |\n", c.Name, c.What, c.Wall.N, benchutil.FmtMs(c.Wall.P50), benchutil.FmtMs(c.Wall.Max), benchutil.FmtMs(cpu.P50), tables, per)
 		}
 		if rc.Flows != "" {
-			p("\nThe tables swapped are Maglev tables; chain tables are not counted. The first restart comes after the all-weights changes, of which the configuration carries no history: the agent that made them had recorded them for the hints, a restarted one no longer knows them, and keeps the hints it finds (`dataplane.KeepService`).\n")
+			p("\nThe tables swapped are Maglev tables; chain tables are not counted. The first restart comes after the all-weights changes, of which the configuration carries no history: the agent that made them had recorded them for the hints, a restarted one no longer knows them, and keeps the hints it finds (`lb.KeepService`).\n")
 		}
 		if sw := rc.Swap; sw.Runs > 0 {
-			p("\nOne table swap, timed alone %d times on a scratch outer map of the same shape: creating a new %d-slot inner map and writing it through a shared mapping of its memory (`dataplane.NewFilledTable`) takes %s ms (median; p90 %s), and putting it into the outer map %s ms (p90 %s), most of which is the kernel waiting for an RCU grace period: a map-in-map update returns only once no program can still hold the old table. ",
+			p("\nOne table swap, timed alone %d times on a scratch outer map of the same shape: creating a new %d-slot inner map and writing it through a shared mapping of its memory (`lb.NewFilledTable`) takes %s ms (median; p90 %s), and putting it into the outer map %s ms (p90 %s), most of which is the kernel waiting for an RCU grace period: a map-in-map update returns only once no program can still hold the old table. ",
 				sw.Runs, rc.TableSize, benchutil.FmtMs(sw.Fill.P50), benchutil.FmtMs(sw.Fill.P90), benchutil.FmtMs(sw.Put.P50), benchutil.FmtMs(sw.Put.P90))
 			p("An Apply writes its tables with a few workers at once (`min(4 × GOMAXPROCS, 8)`), so the RCU waits overlap; the rest of a table's cost is the CPU work of building it and making its map.\n")
 		}

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -20,7 +20,7 @@ const stalePrefix = "xlbctl"
 // before they could clean up: labs, namespaces and pins of runs whose
 // process is gone.
 func removeStale(progress func(string)) {
-	dirs := []string{netns.Dir, dataplane.BPFFSRoot, lab.StateDir(""), lab.PinDir("")}
+	dirs := []string{netns.Dir, bpfobj.BPFFSRoot, lab.StateDir(""), lab.PinDir("")}
 	for _, pid := range benchutil.StaleRuns(stalePrefix, dirs...) {
 		prefix := stalePrefix + strconv.Itoa(pid)
 		progress("removing what run " + strconv.Itoa(pid) + " left behind (" + prefix + ")")
@@ -30,9 +30,9 @@ func removeStale(progress func(string)) {
 		if err := removeNamespace(prefix + "-rec"); err != nil {
 			progress("  " + err.Error())
 		}
-		pin := filepath.Join(dataplane.BPFFSRoot, prefix+"-rec")
+		pin := filepath.Join(bpfobj.BPFFSRoot, prefix+"-rec")
 		if _, err := os.Stat(pin); err == nil {
-			if err := dataplane.Cleanup(pin); err != nil {
+			if err := bpfobj.Cleanup(pin); err != nil {
 				progress("  " + err.Error())
 			}
 		}

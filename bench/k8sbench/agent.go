@@ -20,7 +20,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -41,13 +41,13 @@ const (
 // the agent.)
 func removeStale(progress func(string)) {
 	tmp := os.TempDir()
-	for _, pid := range benchutil.StaleRuns(stalePrefix, netns.Dir, dataplane.BPFFSRoot, tmp) {
+	for _, pid := range benchutil.StaleRuns(stalePrefix, netns.Dir, bpfobj.BPFFSRoot, tmp) {
 		name := stalePrefix + strconv.Itoa(pid)
 		progress("removing what run " + strconv.Itoa(pid) + " left behind (" + name + ")")
 		if err := removeNamespace(name); err != nil {
 			progress("  " + err.Error())
 		}
-		if err := removePins(filepath.Join(dataplane.BPFFSRoot, name)); err != nil {
+		if err := removePins(filepath.Join(bpfobj.BPFFSRoot, name)); err != nil {
 			progress("  " + err.Error())
 		}
 		dirs, _ := filepath.Glob(filepath.Join(tmp, name+"-*"))
@@ -92,7 +92,7 @@ func removePins(pin string) error {
 	if _, err := os.Stat(pin); errors.Is(err, os.ErrNotExist) {
 		return nil
 	}
-	return dataplane.Cleanup(pin)
+	return bpfobj.Cleanup(pin)
 }
 
 // agentConfig is the agent's file: the node, its API socket, a data

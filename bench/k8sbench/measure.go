@@ -18,7 +18,8 @@ import (
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/k8stest"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -93,10 +94,10 @@ func measure(ctx context.Context, o options, rng *rand.Rand, r *Report, progress
 	}
 	defer cleanup("close the relay", func() error { relay.Close(); return nil })
 
-	pin := filepath.Join(dataplane.BPFFSRoot, name)
+	pin := filepath.Join(bpfobj.BPFFSRoot, name)
 	socket, cfgPath := filepath.Join(dir, "xlb.sock"), filepath.Join(dir, "agent.yaml")
 	maxBackends := 0
-	if n := o.services * o.endpoints; n+1024 > dataplane.DefaultMaxBackends {
+	if n := o.services * o.endpoints; n+1024 > lb.DefaultMaxBackends {
 		maxBackends = n + 1024 // a backend that comes back takes a new ID before the old one is freed
 	}
 	if err := os.WriteFile(cfgPath, []byte(agentConfig(socket, pin, relay.Kubeconfig, o.tableSize, maxBackends)), 0o600); err != nil {
@@ -216,12 +217,12 @@ func measure(ctx context.Context, o options, rng *rand.Rand, r *Report, progress
 // waitStart waits until the agent has a table for every one of n
 // services, reading the pinned maps from outside, and fills r.Start. It
 // returns the open table watch.
-func waitStart(ctx context.Context, a *agentProc, pin string, tail *logTail, n int, r *Report, progress func(string)) (*dataplane.TableWatch, error) {
+func waitStart(ctx context.Context, a *agentProc, pin string, tail *logTail, n int, r *Report, progress func(string)) (*lb.TableWatch, error) {
 	deadline := a.started.Add(startTimeout)
-	var watch *dataplane.TableWatch
+	var watch *lb.TableWatch
 	var first time.Time
 	lastReport := time.Now()
-	fail := func(err error) (*dataplane.TableWatch, error) {
+	fail := func(err error) (*lb.TableWatch, error) {
 		if watch != nil {
 			watch.Close()
 		}
@@ -239,7 +240,7 @@ func waitStart(ctx context.Context, a *agentProc, pin string, tail *logTail, n i
 		}
 		if watch == nil {
 			if _, err := os.Stat(filepath.Join(pin, "maglev_tables")); err == nil {
-				w, err := dataplane.WatchTables(pin)
+				w, err := lb.WatchTables(pin)
 				if err != nil {
 					return fail(err)
 				}
@@ -298,7 +299,7 @@ func waitStart(ctx context.Context, a *agentProc, pin string, tail *logTail, n i
 
 // runChanges flips one endpoint's ready condition at a time and times
 // each change to the data plane.
-func runChanges(ctx context.Context, c *cluster, a *agentProc, watch *dataplane.TableWatch, ids map[netip.Addr]uint32,
+func runChanges(ctx context.Context, c *cluster, a *agentProc, watch *lb.TableWatch, ids map[netip.Addr]uint32,
 	tail *logTail, o options, rng *rand.Rand, progress func(string),
 ) (Changes, error) {
 	quiet, maxDelay := sourceDebounce()
@@ -413,7 +414,7 @@ func attribute(e *Change, lines []logLine, t0, t1 time.Time) {
 // awaitTable polls the service's table entry every poll until it names
 // a table other than from that satisfies ok. It returns the time of the
 // read that saw that table's ID, and how many other tables it saw first.
-func awaitTable(ctx context.Context, w *dataplane.TableWatch, service uint32, from ebpf.MapID, poll time.Duration, ok func(map[netip.Addr]int) bool) (time.Time, int, error) {
+func awaitTable(ctx context.Context, w *lb.TableWatch, service uint32, from ebpf.MapID, poll time.Duration, ok func(map[netip.Addr]int) bool) (time.Time, int, error) {
 	deadline := time.Now().Add(changeTimeout)
 	others := 0
 	for {

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/bench/internal/lbharness"
 )
 
 // abReport is an A/B run (-against): the built-in LB path and floor 2
@@ -16,7 +16,7 @@ type abReport struct {
 	Backends int                     `json:"backends"`
 	Repeat   uint32                  `json:"repeat"`
 	Rounds   int                     `json:"rounds"`
-	Results  []dataplane.BenchResult `json:"results"`
+	Results  []lbharness.BenchResult `json:"results"`
 	// Paired ratios (the median over rounds of one program's round over
 	// the other's in the same round).
 	OtherLBOverLB       float64 `json:"paired_other_lb_over_lb"`
@@ -27,7 +27,7 @@ type abReport struct {
 
 // runAB is lbbench -against OBJECT: measure, print, write the JSON.
 func runAB(object, out string, backends int, repeat uint32, rounds int) {
-	res, err := dataplane.RunAB(dataplane.BenchConfig{Backends: backends, Repeat: repeat, Rounds: rounds}, object)
+	res, err := lbharness.RunAB(lbharness.BenchConfig{Backends: backends, Repeat: repeat, Rounds: rounds}, object)
 	if err != nil {
 		fail(err)
 	}
@@ -37,10 +37,10 @@ func runAB(object, out string, backends int, repeat uint32, rounds int) {
 	}
 	r := abReport{
 		runInfo: thisRun(), Object: object, Backends: backends, Repeat: repeat, Rounds: rounds, Results: res,
-		OtherLBOverLB:       dataplane.PairedRatio(by[dataplane.ABOtherLB], by[dataplane.ABLB]),
-		OtherFloorOverFloor: dataplane.PairedRatio(by[dataplane.ABOtherFloor], by[dataplane.ABFloor]),
-		LBOverFloor:         dataplane.PairedRatio(by[dataplane.ABLB], by[dataplane.ABFloor]),
-		OtherLBOverFloor:    dataplane.PairedRatio(by[dataplane.ABOtherLB], by[dataplane.ABOtherFloor]),
+		OtherLBOverLB:       lbharness.PairedRatio(by[lbharness.ABOtherLB], by[lbharness.ABLB]),
+		OtherFloorOverFloor: lbharness.PairedRatio(by[lbharness.ABOtherFloor], by[lbharness.ABFloor]),
+		LBOverFloor:         lbharness.PairedRatio(by[lbharness.ABLB], by[lbharness.ABFloor]),
+		OtherLBOverFloor:    lbharness.PairedRatio(by[lbharness.ABOtherLB], by[lbharness.ABOtherFloor]),
 	}
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs, against %s\n", r.Kernel, r.CPU, backends, rounds, repeat, object)
 	fmt.Printf("%-24s %8s %10s\n", "program", "min ns", "median ns")

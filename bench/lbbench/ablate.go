@@ -9,7 +9,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/bench/internal/lbharness"
 )
 
 // An ablation is the LB path with one part taken out: a patch of
@@ -40,7 +40,7 @@ type ablation struct {
 
 // runAblations measures every patch in dir (in name order) against the
 // sources in bpfDir.
-func runAblations(dir, bpfDir string, cfg dataplane.BenchConfig) ([]ablation, error) {
+func runAblations(dir, bpfDir string, cfg lbharness.BenchConfig) ([]ablation, error) {
 	patches, err := filepath.Glob(filepath.Join(dir, "*.patch"))
 	if err != nil || len(patches) == 0 {
 		return nil, fmt.Errorf("no ablation patches in %s", dir)
@@ -58,7 +58,7 @@ func runAblations(dir, bpfDir string, cfg dataplane.BenchConfig) ([]ablation, er
 	return out, nil
 }
 
-func runAblation(patch, bpfDir string, cfg dataplane.BenchConfig) (ablation, error) {
+func runAblation(patch, bpfDir string, cfg lbharness.BenchConfig) (ablation, error) {
 	tmp, err := os.MkdirTemp("", "xlb-ablation-")
 	if err != nil {
 		return ablation{}, err
@@ -68,21 +68,21 @@ func runAblation(patch, bpfDir string, cfg dataplane.BenchConfig) (ablation, err
 	if err != nil {
 		return ablation{}, err
 	}
-	res, err := dataplane.RunAB(cfg, obj)
+	res, err := lbharness.RunAB(cfg, obj)
 	if err != nil {
 		return ablation{}, fmt.Errorf("%s: %w", filepath.Base(patch), err)
 	}
-	by := map[string]dataplane.BenchResult{}
+	by := map[string]lbharness.BenchResult{}
 	for _, x := range res {
 		by[x.Name] = x
 	}
-	lb, floor, other, otherFloor := by[dataplane.ABLB], by[dataplane.ABFloor], by[dataplane.ABOtherLB], by[dataplane.ABOtherFloor]
+	lb, floor, other, otherFloor := by[lbharness.ABLB], by[lbharness.ABFloor], by[lbharness.ABOtherLB], by[lbharness.ABOtherFloor]
 	return ablation{
 		Patch: strings.TrimSuffix(filepath.Base(patch), ".patch"), What: what,
 		LBNs: lb.MinNs, FloorNs: floor.MinNs, WithoutNs: other.MinNs,
-		SavedNs:          dataplane.PairedDiff(lb.RoundsNs, other.RoundsNs),
-		WithoutOverFloor: dataplane.PairedRatio(other.RoundsNs, floor.RoundsNs),
-		FloorMoved:       dataplane.PairedRatio(otherFloor.RoundsNs, floor.RoundsNs),
+		SavedNs:          lbharness.PairedDiff(lb.RoundsNs, other.RoundsNs),
+		WithoutOverFloor: lbharness.PairedRatio(other.RoundsNs, floor.RoundsNs),
+		FloorMoved:       lbharness.PairedRatio(otherFloor.RoundsNs, floor.RoundsNs),
 	}, nil
 }
 
@@ -134,7 +134,7 @@ func buildAblation(patch, bpfDir, dir string) (string, string, error) {
 		return "", "", fmt.Errorf("%s no longer applies to %s (update it with the sources): %v: %s", name, bpfDir, err, out)
 	}
 	obj := filepath.Join(dir, "bench.o")
-	// The flags of bench_floors.c's go:generate line (internal/dataplane/gen.go).
+	// The flags of bench_floors.c's go:generate line (bench/internal/lbharness/gen.go).
 	cc := exec.Command("clang", "-O2", "-mcpu=v3", "-g", "-Wall", "-Werror", "-target", "bpf",
 		"-I"+src, "-I/usr/include/"+multiarch(), "-c", filepath.Join(src, "bench_floors.c"), "-o", obj)
 	if out, err := cc.CombinedOutput(); err != nil {
@@ -174,11 +174,11 @@ func ablateSection(r report, jsonName string) string {
 }
 
 // byName is r's result for a program, or a zero one.
-func (r report) byName(name string) dataplane.BenchResult {
+func (r report) byName(name string) lbharness.BenchResult {
 	for _, x := range r.Results {
 		if x.Name == name {
 			return x
 		}
 	}
-	return dataplane.BenchResult{}
+	return lbharness.BenchResult{}
 }

@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/bench/internal/lbharness"
 )
 
 // runInfo says when, where and by what command a report was made.
@@ -51,7 +51,7 @@ type report struct {
 	Backends int                     `json:"backends"`
 	Repeat   uint32                  `json:"repeat"`
 	Rounds   int                     `json:"rounds"`
-	Results  []dataplane.BenchResult `json:"results"`
+	Results  []lbharness.BenchResult `json:"results"`
 	// RatioNet is the full LB path over the parse-and-encapsulate floor,
 	// both less the harness cost; RatioRaw the same with it.
 	RatioNet    float64 `json:"ratio_lb_over_encap_floor_net"`
@@ -70,7 +70,7 @@ type report struct {
 	Backend backendReport `json:"backend"`
 	// Matrix is the LB program over protocols, backend and service
 	// counts, and the miss path, each case against its floor.
-	Matrix       []dataplane.MatrixResult `json:"matrix,omitempty"`
+	Matrix       []lbharness.MatrixResult `json:"matrix,omitempty"`
 	MatrixRepeat uint32                   `json:"matrix_repeat,omitempty"`
 	MatrixRounds int                      `json:"matrix_rounds,omitempty"`
 	// Ablations are the LB path with one part taken out at a time
@@ -79,7 +79,7 @@ type report struct {
 }
 
 type backendReport struct {
-	Results []dataplane.DecapBenchResult `json:"results"`
+	Results []lbharness.DecapBenchResult `json:"results"`
 	// OverGUE is each case with a daisy-chain hint over plain GUE (no
 	// hint), by case name: what the hint's decision, the socket lookup
 	// above all, adds to decapsulation.
@@ -123,7 +123,7 @@ func main() {
 		return
 	}
 
-	res, err := dataplane.RunBenchmark(dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
+	res, err := lbharness.RunBenchmark(lbharness.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lbbench:", err)
 		os.Exit(1)
@@ -131,25 +131,25 @@ func main() {
 	r := report{
 		runInfo: thisRun(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
 	}
-	by := map[string]dataplane.BenchResult{}
+	by := map[string]lbharness.BenchResult{}
 	for _, x := range res {
 		by[x.Name] = x
 	}
 	r.RatioNet = by["bench_lb"].NetNs / by["floor_parse_encap"].NetNs
 	r.RatioRaw = by["bench_lb"].MinNs / by["floor_parse_encap"].MinNs
 	r.RatioMedian = by["bench_lb"].MedianNs / by["floor_parse_encap"].MedianNs
-	r.RatioPaired = dataplane.PairedRatio(by["bench_lb"].RoundsNs, by["floor_parse_encap"].RoundsNs)
+	r.RatioPaired = lbharness.PairedRatio(by["bench_lb"].RoundsNs, by["floor_parse_encap"].RoundsNs)
 	if fib, ok := by["floor_parse_encap_fib"]; ok {
 		r.RatioFib = by["bench_lb"].MinNs / fib.MinNs
 	}
 
-	back, err := dataplane.RunDecapBenchmark(dataplane.DecapBenchConfig{Repeat: uint32(*repeat), Rounds: *rounds})
+	back, err := lbharness.RunDecapBenchmark(lbharness.DecapBenchConfig{Repeat: uint32(*repeat), Rounds: *rounds})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lbbench: backend program:", err)
 		os.Exit(1)
 	}
 	r.Backend = backendReport{Results: back, OverGUE: map[string]ratio{}}
-	var gue dataplane.DecapBenchResult
+	var gue lbharness.DecapBenchResult
 	for _, x := range back {
 		if x.Name == caseGUE {
 			gue = x
@@ -163,7 +163,7 @@ func main() {
 
 	if *ablate != "" {
 		fmt.Println("LB path with one part taken out at a time (" + *ablate + ") ...")
-		if r.Ablations, err = runAblations(*ablate, *bpfDir, dataplane.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds}); err != nil {
+		if r.Ablations, err = runAblations(*ablate, *bpfDir, lbharness.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds}); err != nil {
 			fmt.Fprintln(os.Stderr, "lbbench: ablations:", err)
 			os.Exit(1)
 		}
@@ -172,7 +172,7 @@ func main() {
 	if *matrix {
 		fmt.Println("LB program matrix: TCP and UDP, 1/16/1024 backends, 1/100/10000 services, the miss path ...")
 		r.MatrixRepeat, r.MatrixRounds = uint32(*matrixRepeat), *matrixRounds
-		if r.Matrix, err = dataplane.RunMatrix(dataplane.MatrixConfig{Cases: dataplane.DefaultMatrix(), Repeat: r.MatrixRepeat, Rounds: r.MatrixRounds}); err != nil {
+		if r.Matrix, err = lbharness.RunMatrix(lbharness.MatrixConfig{Cases: lbharness.DefaultMatrix(), Repeat: r.MatrixRepeat, Rounds: r.MatrixRounds}); err != nil {
 			fmt.Fprintln(os.Stderr, "lbbench: matrix:", err)
 			os.Exit(1)
 		}

@@ -12,7 +12,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/bench/internal/lbharness"
 )
 
 // TestBackendSection: the generated backend section carries its markers
@@ -20,7 +20,7 @@ import (
 // section's markers never, so that it cannot take that section's place.
 func TestBackendSection(t *testing.T) {
 	r := report{Backend: backendReport{
-		Results: []dataplane.DecapBenchResult{{Name: caseGUE, MinNs: 100}, {Name: caseSocket, MinNs: 180}},
+		Results: []lbharness.DecapBenchResult{{Name: caseGUE, MinNs: 100}, {Name: caseSocket, MinNs: 180}},
 		OverGUE: map[string]ratio{caseSocket: {Raw: 1.8}},
 	}}
 	s := backendSection(r, "lb-x.json")
@@ -39,13 +39,13 @@ func TestBackendSection(t *testing.T) {
 // a row per case, the worst hit's ratio against the target, and the
 // plot's link relative to the document.
 func TestMatrixSection(t *testing.T) {
-	hit := func(proto string, b, s int, lb, floor float64) dataplane.MatrixResult {
-		return dataplane.MatrixResult{MatrixCase: dataplane.MatrixCase{Proto: proto, Backends: b, Services: s},
-			LB: dataplane.BenchResult{MinNs: lb, MedianNs: lb + 1}, Floor: dataplane.BenchResult{MinNs: floor}, Ratio: lb / floor, Paired: lb / floor * 1.01, Mpps: 1e3 / lb}
+	hit := func(proto string, b, s int, lb, floor float64) lbharness.MatrixResult {
+		return lbharness.MatrixResult{MatrixCase: lbharness.MatrixCase{Proto: proto, Backends: b, Services: s},
+			LB: lbharness.BenchResult{MinNs: lb, MedianNs: lb + 1}, Floor: lbharness.BenchResult{MinNs: floor}, Ratio: lb / floor, Paired: lb / floor * 1.01, Mpps: 1e3 / lb}
 	}
-	r := report{Target: 1.3, Matrix: []dataplane.MatrixResult{
+	r := report{Target: 1.3, Matrix: []lbharness.MatrixResult{
 		hit("tcp", 16, 1, 58, 45), hit("udp", 1024, 1000, 60, 45),
-		{MatrixCase: dataplane.MatrixCase{Proto: "tcp", Services: 1000, Miss: true}, LB: dataplane.BenchResult{MinNs: 30}, Floor: dataplane.BenchResult{MinNs: 27}, Ratio: 30.0 / 27},
+		{MatrixCase: lbharness.MatrixCase{Proto: "tcp", Services: 1000, Miss: true}, LB: lbharness.BenchResult{MinNs: 30}, Floor: lbharness.BenchResult{MinNs: 27}, Ratio: 30.0 / 27},
 	}}
 	s := matrixSection(r, "lb-x.json", "docs/img/m.png", "docs/benchmarks.md")
 	if err := benchutil.CheckSection(s, matrixBegin, matrixEnd); err != nil {
@@ -129,7 +129,7 @@ func lbInstructions(t *testing.T, patch string) []byte {
 // ablation and the target's budget over the floor.
 func TestAblateSection(t *testing.T) {
 	r := report{Target: 1.3, Backends: 16, Rounds: 3, Repeat: 10,
-		Results:   []dataplane.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
+		Results:   []lbharness.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
 		Ablations: []ablation{{Patch: "1-svc", What: "The service lookup", WithoutNs: 29, LBNs: 32, SavedNs: 3.5, WithoutOverFloor: 1.76}}}
 	s := ablateSection(r, "lb-x.json")
 	if err := benchutil.CheckSection(s, ablateBegin, ablateEnd); err != nil {

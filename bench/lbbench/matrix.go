@@ -8,8 +8,8 @@ import (
 	"strings"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
+	"github.com/xlbproject/xlb/bench/internal/lbharness"
 	"github.com/xlbproject/xlb/bench/internal/pngplot"
-	"github.com/xlbproject/xlb/internal/dataplane"
 )
 
 const (
@@ -105,6 +105,6 @@ func matrixPlot(path string, r report) error {
 }
 
 // groupName is a hit case's group in the plot: protocol and backends.
-func groupName(m dataplane.MatrixResult) string {
+func groupName(m lbharness.MatrixResult) string {
 	return fmt.Sprintf("%s %db", strings.ToUpper(m.Proto), m.Backends)
 }

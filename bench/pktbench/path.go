@@ -17,9 +17,9 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/xdppass"
 )
 
 // The service every load-balancing variant serves, and where the
@@ -173,8 +173,8 @@ func setUp(ctx context.Context, p lab.Plan, xlb string, log *cmdLog) (*path, err
 	}
 	for _, port := range ports {
 		pin := filepath.Join(p.PinDir, p.Router, "xdp-pass-"+port)
-		log.add("dataplane.AttachPass(%s, %s) # XDP_PASS, pinned at %s", p.Router, port, pin)
-		if err := dataplane.AttachPass(p.Router, port, pin); err != nil {
+		log.add("xdppass.Attach(%s, %s) # XDP_PASS, pinned at %s", p.Router, port, pin)
+		if err := xdppass.Attach(p.Router, port, pin); err != nil {
 			return nil, fmt.Errorf("XDP_PASS on %s: %w", port, err)
 		}
 	}

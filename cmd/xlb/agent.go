@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/netip"
 	"os"
 	"os/signal"
 	"syscall"
@@ -21,7 +22,9 @@ import (
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/flowhash"
 	"github.com/xlbproject/xlb/internal/k8s/source"
 	"github.com/xlbproject/xlb/internal/source/file"
 )
@@ -313,7 +316,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	// Forwarding outlives the agent only if the pins do: refuse a bpffs
 	// that would vanish with this process (ip netns exec).
-	if err := dataplane.EnsurePinFS(pinPath); err != nil {
+	if err := bpfobj.EnsurePinFS(pinPath); err != nil {
 		return err
 	}
 	// The socket first: it also tells whether another agent is running,
@@ -324,17 +327,11 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	defer ln.Close()
 
-	dp, err := dataplane.Load(dataplane.Options{
-		Interface:   cfg.Node.Interface,
-		NodeAddr:    nodeAddr,
-		PinPath:     pinPath,
-		AttachMode:  string(cfg.Dataplane.AttachMode),
-		TableSize:   cfg.Dataplane.TableSize,
-		MaxBackends: cfg.Dataplane.MaxBackends,
-		// 0: the data plane's default.
-		ConntrackSize: cfg.Dataplane.ConntrackSize,
-		FlowHash:      flowHashKind(cfg.Dataplane.FlowHash),
-	})
+	dpOpts, err := dataplaneOptions(cfg, nodeAddr, pinPath)
+	if err != nil {
+		return err
+	}
+	dp, err := lb.Load(dpOpts)
 	if err != nil {
 		return fmt.Errorf("open the data plane on %s: %w", cfg.Node.Interface, err)
 	}
@@ -386,7 +383,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// The program caches next hops; this keeps the cache in step with the
 	// kernel's neighbours and routes for as long as the agent runs.
 	go dp.WatchNextHops(ctx, log)
-	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.AttachMode(),
+	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
 		"address", nodeAddr, "pinPath", pinPath)
 
 	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))
@@ -438,11 +435,23 @@ func newLogger(format, level string) (*slog.Logger, error) {
 	return nil, fmt.Errorf("--log-format %q: want text or json", format)
 }
 
-// flowHashKind is the data plane's name for a configuration's flow hash
-// (config.Parse accepts no other; "" is the default).
-func flowHashKind(name string) dataplane.FlowHashKind {
-	if name == config.FlowHashLookup3 {
-		return dataplane.FlowHashLookup3
+// dataplaneOptions are the LB data plane's options for cfg. A flow hash
+// it does not name is an error, as config.Parse makes it: a node that
+// guessed would hash otherwise than the others.
+func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (lb.Options, error) {
+	flowHash, err := flowhash.Parse(cfg.Dataplane.FlowHash)
+	if err != nil {
+		return lb.Options{}, fmt.Errorf("dataplane.flowHash: %w", err)
 	}
-	return dataplane.FlowHashFmix64
+	return lb.Options{
+		Interface:   cfg.Node.Interface,
+		NodeAddr:    nodeAddr,
+		PinPath:     pinPath,
+		AttachMode:  string(cfg.Dataplane.AttachMode),
+		TableSize:   cfg.Dataplane.TableSize,
+		MaxBackends: cfg.Dataplane.MaxBackends,
+		// 0: the data plane's default.
+		ConntrackSize: cfg.Dataplane.ConntrackSize,
+		FlowHash:      flowHash,
+	}, nil
 }

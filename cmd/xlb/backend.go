@@ -25,7 +25,8 @@ import (
 
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/k8s/nodenat"
 )
 
@@ -130,7 +131,7 @@ func runBackend(args []string) error {
 		fs.Usage()
 		return errUsage
 	}
-	if err := dataplane.CheckChainWindow(*chainWindow); err != nil {
+	if err := decap.CheckChainWindow(*chainWindow); err != nil {
 		return fmt.Errorf("--chain-window: %w", err)
 	}
 	if _, err := config.ParseAttachMode(*mode); err != nil {
@@ -157,22 +158,22 @@ func runBackend(args []string) error {
 		fmt.Printf("removed the backend programs and translations on %s (%s) and VIPs %v from lo\n", *iface, *pin, removed)
 		return nil
 	case *stats:
-		st, err := dataplane.DecapStats(*pin)
+		st, err := decap.Stats(*pin)
 		if err != nil {
 			return err
 		}
-		for _, name := range dataplane.DecapStatNames {
+		for _, name := range wire.DecapStatNames {
 			fmt.Printf("%-20s %12d packets %14d bytes\n", name, st[name].Packets, st[name].Bytes)
 		}
 		// Set-ups from before daisy chaining have no chain counters.
-		if cst, err := dataplane.ChainStats(*pin); err == nil {
-			for _, name := range dataplane.ChainStatNames {
+		if cst, err := decap.ChainStats(*pin); err == nil {
+			for _, name := range wire.ChainStatNames {
 				fmt.Printf("%-20s %12d packets %14d bytes\n", name, cst[name].Packets, cst[name].Bytes)
 			}
 		}
 		// Set-ups from before the Kubernetes mode have no NAT counters.
 		if nst, err := backendhost.NATStats(*pin); err == nil {
-			for _, name := range backendhost.NATStatNames {
+			for _, name := range wire.NATStatNames {
 				fmt.Printf("%-20s %12d packets %14d bytes\n", name, nst[name].Packets, nst[name].Bytes)
 			}
 		}
@@ -204,12 +205,12 @@ func runBackend(args []string) error {
 		return err
 	}
 	fmt.Printf("backend ready: %s decapsulates IPIP and GUE (port %d) to %v (%s XDP, pinned at %s)\n",
-		*iface, dataplane.GUEPort, res.HostAddrs, res.Mode, res.PinPath)
+		*iface, wire.GUEPort, res.HostAddrs, res.Mode, res.PinPath)
 	if len(vips) > 0 {
 		fmt.Printf("VIPs %v on lo\n", []netip.Addr(vips))
 	}
 	if len(vips) > 0 || len(nat) > 0 {
-		printChaining(*iface, dataplane.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}, res.ForwardingOn)
+		printChaining(*iface, decap.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}, res.ForwardingOn)
 	}
 	if len(nat) > 0 {
 		fmt.Printf("%d translations VIP:port -> pod:targetPort (%d added, %d changed, %d removed); replies translated back on the egress of %s\n",
@@ -219,7 +220,7 @@ func runBackend(args []string) error {
 }
 
 // printChaining says what daisy chaining does on this host.
-func printChaining(iface string, c dataplane.Chain, forwardingOn bool) {
+func printChaining(iface string, c decap.Chain, forwardingOn bool) {
 	switch {
 	case c.Window == 0:
 		fmt.Println("daisy chaining off (--chain-window 0): TCP packets without a connection here are not sent on to a previous owner; the stack answers them (a reset)")
@@ -354,7 +355,7 @@ type nodeBackend struct {
 
 func (b *nodeBackend) apply(st nodenat.State) error {
 	entries := st.NAT
-	chain := dataplane.Chain{Window: b.opts.ChainWindow, From: st.ChainFrom, To: st.ChainTo}
+	chain := decap.Chain{Window: b.opts.ChainWindow, From: st.ChainFrom, To: st.ChainTo}
 	switch {
 	case len(entries) > 0 && !b.replyAttached, !b.setUp && len(b.opts.VIPs) > 0:
 		o := b.opts
@@ -389,7 +390,7 @@ func (b *nodeBackend) apply(st nodenat.State) error {
 		}
 		// The previous run's program still decapsulates: its chaining
 		// sets follow the cluster too.
-		if err := dataplane.SetChain(b.opts.PinPath, chain); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := decap.SetChain(b.opts.PinPath, chain); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return fmt.Errorf("update the daisy-chaining sets a previous run left under %s: %w", b.opts.PinPath, err)
 		}
 		return nil
@@ -398,7 +399,7 @@ func (b *nodeBackend) apply(st nodenat.State) error {
 	if err != nil {
 		return fmt.Errorf("update the translations under %s: %w (if the pinned state was removed, restart this pod to set it up again)", b.opts.PinPath, err)
 	}
-	if err := dataplane.SetChain(b.opts.PinPath, chain); err != nil {
+	if err := decap.SetChain(b.opts.PinPath, chain); err != nil {
 		return fmt.Errorf("update the daisy-chaining sets under %s: %w (if the pinned state was removed, restart this pod to set it up again)", b.opts.PinPath, err)
 	}
 	b.log.Info("translations updated", "translations", len(entries), "added", ch.Added, "changed", ch.Updated, "removed", ch.Removed,
@@ -543,19 +544,19 @@ func (c *backendCollector) Collect(ch chan<- prometheus.Metric) {
 	// Before the first translation nothing may be set up: no counters
 	// yet, which is not an error.
 	if nst, err := backendhost.NATStats(c.pinPath); err == nil {
-		for _, name := range backendhost.NATStatNames {
+		for _, name := range wire.NATStatNames {
 			count(natPackets, nst[name].Packets, name)
 			count(natBytes, nst[name].Bytes, name)
 		}
 	}
-	if dst, err := dataplane.DecapStats(c.pinPath); err == nil {
-		for _, name := range dataplane.DecapStatNames {
+	if dst, err := decap.Stats(c.pinPath); err == nil {
+		for _, name := range wire.DecapStatNames {
 			count(decapPackets, dst[name].Packets, name)
 			count(decapBytes, dst[name].Bytes, name)
 		}
 	}
-	if cst, err := dataplane.ChainStats(c.pinPath); err == nil {
-		for _, name := range dataplane.ChainStatNames {
+	if cst, err := decap.ChainStats(c.pinPath); err == nil {
+		for _, name := range wire.ChainStatNames {
 			count(chainPackets, cst[name].Packets, name)
 			count(chainBytes, cst[name].Bytes, name)
 		}

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 )
 
 // runIn runs argv (a command that enters the lab's namespace: ip netns
@@ -48,7 +48,7 @@ func TestPinsMustOutliveTheCommand(t *testing.T) {
 		t.Skip("builds xlb; skipped with -short")
 	}
 	l := newFileAgentLab(t)
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-pins-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-pins-%d", os.Getpid()))
 	t.Cleanup(func() {
 		_ = exec.Command("nsenter", "--net=/run/netns/"+l.ns, "--", l.bin, "backend", "--interface", "v0", "--cleanup", "--pin-path", pin).Run()
 		_ = os.RemoveAll(pin)

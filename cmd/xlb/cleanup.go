@@ -8,7 +8,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/agent"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 )
 
 func runCleanup(args []string) error {
@@ -34,15 +34,15 @@ func runCleanup(args []string) error {
 			return err
 		}
 	}
-	unlock, err := dataplane.LockForCleanup(path)
+	unlock, err := bpfobj.LockForCleanup(path)
 	if err != nil {
 		return err
 	}
 	defer unlock()
 	_, statErr := os.Stat(path)
-	if err := dataplane.Cleanup(path); err != nil {
+	if err := bpfobj.Cleanup(path); err != nil {
 		// Nobody else holds the lock file now: leave none behind.
-		return errors.Join(fmt.Errorf("clean up %s: %w", path, err), dataplane.RemoveLock(path))
+		return errors.Join(fmt.Errorf("clean up %s: %w", path, err), bpfobj.RemoveLock(path))
 	}
 	if errors.Is(statErr, os.ErrNotExist) {
 		fmt.Printf("nothing is pinned at %s\n", path)

@@ -12,18 +12,20 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
+	"github.com/xlbproject/xlb/testbed/xdptest"
 )
 
-// tempLockDir points dataplane.LockDir, where agents and xlb cleanup keep
+// tempLockDir points bpfobj.LockDir, where agents and xlb cleanup keep
 // their locks, at a fresh directory for the test.
 func tempLockDir(t *testing.T) {
 	t.Helper()
-	old := dataplane.LockDir
-	dataplane.LockDir = t.TempDir()
-	t.Cleanup(func() { dataplane.LockDir = old })
+	old := bpfobj.LockDir
+	bpfobj.LockDir = t.TempDir()
+	t.Cleanup(func() { bpfobj.LockDir = old })
 }
 
 // TestCleanupRefusesWhileLocked: while someone holds a pin path's lock,
@@ -40,7 +42,7 @@ func TestCleanupRefusesWhileLocked(t *testing.T) {
 	if err := os.WriteFile(kept, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	lock, err := os.OpenFile(dataplane.LockFile(pin), os.O_RDWR|os.O_CREATE, 0o600)
+	lock, err := os.OpenFile(bpfobj.LockFile(pin), os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +66,7 @@ func TestCleanupRefusesWhileLocked(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "is not on a bpffs") {
 		t.Fatalf("xlb cleanup on a free lock, outside bpffs: %v, want the bpffs refusal", err)
 	}
-	if _, err := os.Stat(dataplane.LockFile(pin)); !os.IsNotExist(err) {
+	if _, err := os.Stat(bpfobj.LockFile(pin)); !os.IsNotExist(err) {
 		t.Errorf("lock file left behind after a failed cleanup: %v", err)
 	}
 }
@@ -106,7 +108,7 @@ func TestCleanupCommand(t *testing.T) {
 	ip("-n", ns, "link", "set", "veth1", "up")
 	ip("-n", ns, "addr", "add", "10.0.1.2/24", "dev", "veth0")
 
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-cleanup-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-cleanup-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(pin) })
 	cfg := filepath.Join(t.TempDir(), "agent.yaml")
 	yaml := fmt.Sprintf("node: {interface: veth0, address: 10.0.1.2}\ndataplane: {pinPath: %s, tableSize: 251}\n", pin)
@@ -114,10 +116,10 @@ func TestCleanupCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var dp *dataplane.Dataplane
+	var dp *lb.Dataplane
 	err := netns.Do(ns, func() error {
 		var err error
-		dp, err = dataplane.Open(dataplane.Options{
+		dp, err = lb.Open(lb.Options{
 			Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: pin, TableSize: 251,
 		})
 		return err
@@ -166,7 +168,7 @@ func TestCleanupCommand(t *testing.T) {
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		t.Errorf("pin directory still there: %v", err)
 	}
-	if _, err := os.Stat(dataplane.LockFile(pin)); !os.IsNotExist(err) {
+	if _, err := os.Stat(bpfobj.LockFile(pin)); !os.IsNotExist(err) {
 		t.Errorf("lock file still there: %v", err)
 	}
 	// The kernel detaches a link when its last reference goes, which can
@@ -192,7 +194,7 @@ func TestCleanupCommand(t *testing.T) {
 // none).
 func xdpProgID(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	id, err := dataplane.AttachedProgram(ns, ifname)
+	id, err := xdptest.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,14 +136,15 @@ func newAgent(o Options) (*Agent, error) {
 	if prober == nil {
 		prober = health.New(log)
 	}
+	shape := o.Dataplane.Shape()
 	a := &Agent{
 		path: o.ConfigPath,
 		node: api.Node{
 			Interface: o.Config.Node.Interface,
 			Address:   o.NodeAddr,
 			PinPath:   o.PinPath,
-			FlowHash:  o.Dataplane.FlowHash().String(),
-			TableSize: o.Dataplane.TableSize(),
+			FlowHash:  shape.FlowHash.String(),
+			TableSize: shape.TableSize,
 		},
 		version:    o.Version,
 		dp:         o.Dataplane,
@@ -457,7 +458,7 @@ func (a *Agent) Status() (*api.Status, error) {
 	a.mu.Unlock()
 	snap := a.prober.Snapshot()
 
-	st.Node.AttachMode = a.dp.AttachMode()
+	st.Node.AttachMode = a.dp.Shape().AttachMode
 	for _, s := range cfg.Services {
 		out := api.Service{
 			Name: s.Name, VIP: s.VIP, Port: s.Port,

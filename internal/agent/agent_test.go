@@ -21,7 +21,7 @@ import (
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/health"
 	"github.com/xlbproject/xlb/internal/source"
 	"github.com/xlbproject/xlb/testbed/testenv"
@@ -113,9 +113,9 @@ func TestAgentStatus(t *testing.T) {
 		t.Errorf("warmed %v at start, want every backend once: %v", got, want)
 	}
 	webID, webIDs, _ := a.rec.ids(keyOf(t, baseConfig().Services[0]))
-	f.svcCounters[webID] = dataplane.Counters{Packets: 10, Bytes: 1000}
+	f.svcCounters[webID] = lb.Counters{Packets: 10, Bytes: 1000}
 	b2 := webIDs[netip.MustParseAddrPort("10.0.3.2:80")]
-	f.beCounters[b2] = dataplane.Counters{Packets: 4, Bytes: 400}
+	f.beCounters[b2] = lb.Counters{Packets: 4, Bytes: 400}
 
 	st := status(t, a)
 	if st.Version != "v-test" || st.Node.Interface != "eth0" || st.Node.Address != netip.MustParseAddr("10.0.1.2") ||

@@ -9,7 +9,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/chain"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
 
@@ -25,7 +25,7 @@ func chainedConfig(history []config.Generation, addrs ...string) *config.Config 
 }
 
 // installed returns the only service of f.
-func installed(t *testing.T, f *fakeDP) dataplane.Service {
+func installed(t *testing.T, f *fakeDP) lb.Service {
 	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -62,8 +62,8 @@ func TestChainHintsAgree(t *testing.T) {
 	saw, sawDP := newChainReconciler(t, changed)
 	mustApply(t, saw, chainedConfig(nil, before...))
 	first := installed(t, sawDP)
-	if first.Encap != dataplane.EncapGUEHint || first.Generation != 0 || slices.ContainsFunc(first.Chain, func(c dataplane.ChainSlot) bool { return c.Prev.IsValid() }) {
-		t.Fatalf("first table: encap %d, generation %d; want %d, 0 and no previous owners", first.Encap, first.Generation, dataplane.EncapGUEHint)
+	if first.Encap != lb.EncapGUEHint || first.Generation != 0 || slices.ContainsFunc(first.Chain, func(c lb.ChainSlot) bool { return c.Prev.IsValid() }) {
+		t.Fatalf("first table: encap %d, generation %d; want %d, 0 and no previous owners", first.Encap, first.Generation, lb.EncapGUEHint)
 	}
 	owners := tableAddrs(sawDP, first)
 	mustApply(t, saw, chainedConfig(nil, after...))
@@ -84,7 +84,7 @@ func TestChainHintsAgree(t *testing.T) {
 	moved := 0
 	for i, c := range want.Chain {
 		if owners[i] == now[i] {
-			if c != (dataplane.ChainSlot{}) {
+			if c != (lb.ChainSlot{}) {
 				t.Fatalf("slot %d kept its owner %s but hints %+v", i, now[i], c)
 			}
 			continue
@@ -113,7 +113,7 @@ func TestChainHintsAgree(t *testing.T) {
 }
 
 // tableAddrs is the address of the backend each slot of s names.
-func tableAddrs(f *fakeDP, s dataplane.Service) []netip.Addr {
+func tableAddrs(f *fakeDP, s lb.Service) []netip.Addr {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	out := make([]netip.Addr, len(s.Table))
@@ -130,7 +130,7 @@ func TestFlowsModes(t *testing.T) {
 	cfg := chainedConfig(nil, "10.0.3.2")
 	cfg.Services[0].Flows = config.FlowsStateful
 	mustApply(t, r, cfg)
-	if s := installed(t, f); !s.Stateful || s.Encap != dataplane.EncapGUE || s.Chain != nil {
+	if s := installed(t, f); !s.Stateful || s.Encap != lb.EncapGUE || s.Chain != nil {
 		t.Errorf("stateful service installed as %+v", s)
 	}
 	cfg.Services[0].Flows, cfg.Services[0].Forwarding = config.FlowsDaisyChain, config.DSRIPIP

@@ -10,7 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/health"
 )
 
@@ -26,10 +27,10 @@ type fakeDP struct {
 	size        uint32
 	maxServices uint32
 	maxBackends uint32
-	services    map[uint32]dataplane.Service
+	services    map[uint32]lb.Service
 	backends    map[uint32]netip.Addr
-	svcCounters map[uint32]dataplane.Counters
-	beCounters  map[uint32]dataplane.Counters
+	svcCounters map[uint32]lb.Counters
+	beCounters  map[uint32]lb.Counters
 	reasons     map[string]uint64
 
 	owners map[uint32]uint32 // backend ID → service ID whose table named it last
@@ -51,10 +52,10 @@ type fakeDP struct {
 func newFake(size, maxServices, maxBackends uint32) *fakeDP {
 	return &fakeDP{
 		size: size, maxServices: maxServices, maxBackends: maxBackends,
-		services:    make(map[uint32]dataplane.Service),
+		services:    make(map[uint32]lb.Service),
 		backends:    make(map[uint32]netip.Addr),
-		svcCounters: make(map[uint32]dataplane.Counters),
-		beCounters:  make(map[uint32]dataplane.Counters),
+		svcCounters: make(map[uint32]lb.Counters),
+		beCounters:  make(map[uint32]lb.Counters),
 		reasons:     map[string]uint64{"pass_not_vip": 7},
 		owners:      make(map[uint32]uint32),
 		fail:        make(map[string]error),
@@ -115,7 +116,7 @@ func (f *fakeDP) DeleteBackend(id uint32) error {
 	return nil
 }
 
-func (f *fakeDP) UpsertService(s dataplane.Service) error {
+func (f *fakeDP) UpsertService(s lb.Service) error {
 	f.mu.Lock()
 	if err := f.record("UpsertService", s.ID); err != nil {
 		f.mu.Unlock()
@@ -167,7 +168,7 @@ func (f *fakeDP) UpsertService(s dataplane.Service) error {
 	return nil
 }
 
-func (f *fakeDP) DeleteService(id uint32, key dataplane.ServiceKey) error {
+func (f *fakeDP) DeleteService(id uint32, key lb.ServiceKey) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("DeleteService", id); err != nil {
@@ -182,33 +183,30 @@ func (f *fakeDP) DeleteService(id uint32, key dataplane.ServiceKey) error {
 	return nil
 }
 
-func (f *fakeDP) Services() ([]dataplane.Service, error) {
+// Installed lists the services (tables omitted, as the real one) and
+// backends; which service each backend counts for only as an ownerFake.
+func (f *fakeDP) Installed() (lb.Installed, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []dataplane.Service
+	var in lb.Installed
 	for _, s := range f.services {
-		out = append(out, dataplane.Service{ID: s.ID, Key: s.Key, Encap: s.Encap}) // tables omitted, as the real one
+		in.Services = append(in.Services, lb.Service{ID: s.ID, Key: s.Key, Encap: s.Encap})
 	}
-	return out, f.fail["Services"]
+	in.Backends = maps.Clone(f.backends)
+	return in, f.fail["Installed"]
 }
 
-func (f *fakeDP) Backends() (map[uint32]netip.Addr, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	out := make(map[uint32]netip.Addr, len(f.backends))
-	for id, a := range f.backends {
-		out[id] = a
-	}
-	return out, f.fail["Backends"]
-}
+// KeepService keeps no table: the fake records none, so the agent builds
+// and upserts every table, and no call to it changes anything.
+func (f *fakeDP) KeepService(lb.Service, []uint32) error { return lb.ErrNotKept }
 
-func (f *fakeDP) ServiceCounters(id uint32) (dataplane.Counters, error) {
+func (f *fakeDP) ServiceCounters(id uint32) (lb.Counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.svcCounters[id], f.fail["ServiceCounters"]
 }
 
-func (f *fakeDP) BackendCounters(id uint32) (dataplane.Counters, error) {
+func (f *fakeDP) BackendCounters(id uint32) (lb.Counters, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.beCounters[id], f.fail["BackendCounters"]
@@ -224,10 +222,9 @@ func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
 	return out, f.fail["ReasonCounters"]
 }
 
-func (f *fakeDP) AttachMode() string { return "generic" }
-func (f *fakeDP) TableSize() uint32  { return f.size }
-
-func (f *fakeDP) FlowHash() dataplane.FlowHashKind { return dataplane.FlowHashFmix64 }
+func (f *fakeDP) Shape() lb.Shape {
+	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, FlowHash: wire.FlowHashFmix64, AttachMode: "generic"}
+}
 
 // mutations returns the calls since mark that change the data plane.
 func (f *fakeDP) mutations(mark int) []string {
@@ -243,7 +240,7 @@ func (f *fakeDP) mark() int {
 }
 
 // serviceByKey returns the installed service with key k.
-func (f *fakeDP) serviceByKey(k dataplane.ServiceKey) (dataplane.Service, bool) {
+func (f *fakeDP) serviceByKey(k lb.ServiceKey) (lb.Service, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, s := range f.services {
@@ -251,17 +248,19 @@ func (f *fakeDP) serviceByKey(k dataplane.ServiceKey) (dataplane.Service, bool) 
 			return s, true
 		}
 	}
-	return dataplane.Service{}, false
+	return lb.Service{}, false
 }
 
 // ownerFake is a fakeDP that says which service each backend counts for,
-// as the real data plane does (see ownerReader).
+// as the real data plane does (lb.Installed.Owners).
 type ownerFake struct{ *fakeDP }
 
-func (f ownerFake) BackendOwners() (map[uint32]uint32, error) {
+func (f ownerFake) Installed() (lb.Installed, error) {
+	in, err := f.fakeDP.Installed()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return maps.Clone(f.owners), f.fail["BackendOwners"]
+	in.Owners = maps.Clone(f.owners)
+	return in, err
 }
 
 // fakeProber stands in for the health checker: tests set results by

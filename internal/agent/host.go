@@ -11,7 +11,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 )
 
 // PinPath is where the agent for cfg pins its maps and link:
@@ -29,7 +29,7 @@ func PinPath(cfg *config.Config) (string, error) {
 // namespaces apart (and `xlb cleanup` finds the same directory when run in
 // the agent's namespace).
 func DefaultPinPath(iface string) (string, error) {
-	return dataplane.DefaultPinPath("", iface)
+	return bpfobj.DefaultPinPath("", iface)
 }
 
 // NodeAddress is the node's address: n.Address if set, else the first IPv4

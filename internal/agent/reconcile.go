@@ -23,51 +23,32 @@ import (
 
 	"github.com/xlbproject/xlb/internal/chain"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
 
-// Dataplane is what the agent needs from the data plane; *dataplane.Dataplane
+// Dataplane is what the agent needs from the data plane; *lb.Dataplane
 // implements it. Tests use a fake.
 type Dataplane interface {
 	UpsertBackend(id uint32, addr netip.Addr) error
 	DeleteBackend(id uint32) error
-	UpsertService(s dataplane.Service) error
-	DeleteService(id uint32, key dataplane.ServiceKey) error
-	Services() ([]dataplane.Service, error)
-	Backends() (map[uint32]netip.Addr, error)
-	ServiceCounters(id uint32) (dataplane.Counters, error)
-	BackendCounters(id uint32) (dataplane.Counters, error)
+	UpsertService(s lb.Service) error
+	// KeepService installs s with the tables it has, if their records
+	// say they were built from s.Origin, without the agent building them
+	// again; else it changes nothing and returns lb.ErrNotKept.
+	KeepService(s lb.Service, names []uint32) error
+	DeleteService(id uint32, key lb.ServiceKey) error
+	// Installed is what the data plane holds, for adoption: with which
+	// service each backend counts for, services that share a backend
+	// address keep their own IDs and counters across a restart.
+	Installed() (lb.Installed, error)
+	ServiceCounters(id uint32) (lb.Counters, error)
+	BackendCounters(id uint32) (lb.Counters, error)
 	ReasonCounters() (map[string]uint64, error)
-	AttachMode() string
-	TableSize() uint32
-	FlowHash() dataplane.FlowHashKind
+	Shape() lb.Shape
 }
 
-// ownerReader is implemented by data planes that record which service
-// each backend counts for, as *dataplane.Dataplane does. Adoption then
-// knows which backend IDs belong to which service, so services that share
-// a backend address keep their own IDs and counters across a restart.
-type ownerReader interface {
-	BackendOwners() (map[uint32]uint32, error)
-}
-
-// tableKeeper is implemented by data planes that record what each
-// installed table was built from, as *dataplane.Dataplane does. An agent
-// restarted on pinned maps then keeps each unchanged table, and a
-// daisy-chained service's chain table, without building them again to
-// compare (dataplane.KeepService says what that saves).
-type tableKeeper interface {
-	KeepService(s dataplane.Service, names []uint32) error
-}
-
-// The real data plane provides everything the agent uses.
-var (
-	_ Dataplane    = (*dataplane.Dataplane)(nil)
-	_ ownerReader  = (*dataplane.Dataplane)(nil)
-	_ backendLimit = (*dataplane.Dataplane)(nil)
-	_ tableKeeper  = (*dataplane.Dataplane)(nil)
-)
+var _ Dataplane = (*lb.Dataplane)(nil)
 
 // noBackend fills the table of a service that has no backend with a weight
 // above 0. It lies outside every backend ID, so the data plane's lookup of
@@ -84,7 +65,7 @@ type Reconciler struct {
 	workers int
 
 	mu         sync.Mutex
-	services   map[dataplane.ServiceKey]*service
+	services   map[lb.ServiceKey]*service
 	serviceIDs *idSet
 	backendIDs *idSet
 	// orphans are backends in the data plane that no service owns: adopted
@@ -103,7 +84,7 @@ type Reconciler struct {
 	tables *chain.Tables
 	// built and kept count the services whose tables the Reconciler
 	// built and upserted, and those whose tables it kept without
-	// building them (tableKeeper), since it started.
+	// building them (KeepService), since it started.
 	built, kept atomic.Uint64
 }
 
@@ -124,7 +105,7 @@ const chainTablesBytes = 16 << 20
 // service is one service as installed in the data plane.
 type service struct {
 	id  uint32
-	key dataplane.ServiceKey
+	key lb.ServiceKey
 	// installed: the data plane has a table for this service.
 	installed bool
 	// applied is the signature (see signature) of the installed table; ""
@@ -165,17 +146,7 @@ func (st *service) adopted() bool {
 // restarted on pinned maps keeps the IDs, and thus the counters, of
 // services and backends that are still configured.
 func NewReconciler(dp Dataplane, log *slog.Logger) (*Reconciler, error) {
-	maxBackends := uint32(config.DefaultMaxBackends)
-	if l, ok := dp.(backendLimit); ok {
-		maxBackends = l.MaxBackends()
-	}
-	return newReconciler(dp, log, config.MaxServices, maxBackends)
-}
-
-// backendLimit is implemented by data planes whose backend maps are sized
-// at load time, as *dataplane.Dataplane's are.
-type backendLimit interface {
-	MaxBackends() uint32
+	return newReconciler(dp, log, config.MaxServices, dp.Shape().MaxBackends)
 }
 
 func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint32) (*Reconciler, error) {
@@ -183,24 +154,21 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		dp:         dp,
 		log:        log,
 		workers:    defaultWorkers(),
-		services:   make(map[dataplane.ServiceKey]*service),
+		services:   make(map[lb.ServiceKey]*service),
 		serviceIDs: newIDSet(maxServices),
 		backendIDs: newIDSet(maxBackends),
 		orphans:    newOrphanSet(),
 		namedBy:    make(map[uint32]*service),
 		now:        time.Now,
 	}
-	if m := dp.TableSize(); m > 0 {
+	if m := dp.Shape().TableSize; m > 0 {
 		r.tables = chain.NewTables(chainTablesBytes / (4 * int(m)))
 	}
-	svcs, err := dp.Services()
+	in, err := dp.Installed()
 	if err != nil {
-		return nil, fmt.Errorf("list the data plane's services: %w", err)
+		return nil, fmt.Errorf("list what the data plane holds: %w", err)
 	}
-	bes, err := dp.Backends()
-	if err != nil {
-		return nil, fmt.Errorf("list the data plane's backends: %w", err)
-	}
+	svcs, bes := in.Services, in.Backends
 	for _, s := range svcs {
 		if !r.serviceIDs.take(s.ID) {
 			// Still tracked (and so deleted or rewritten) but its ID is
@@ -210,9 +178,7 @@ func newReconciler(dp Dataplane, log *slog.Logger, maxServices, maxBackends uint
 		}
 		r.services[s.Key] = &service{id: s.ID, key: s.Key, installed: true, backends: make(map[netip.AddrPort]uint32)}
 	}
-	if or, ok := dp.(ownerReader); ok {
-		r.nameOwners(or)
-	}
+	r.nameOwners(in.Owners)
 	for id, addr := range bes {
 		if !r.backendIDs.take(id) {
 			log.Warn("adopted backend has an ID beyond the limit", "id", id, "limit", maxBackends,
@@ -236,12 +202,12 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 
-	m := r.dp.TableSize()
+	m := r.dp.Shape().TableSize
 	var errs []error
-	want := make(map[dataplane.ServiceKey]bool, len(cfg.Services))
+	want := make(map[lb.ServiceKey]bool, len(cfg.Services))
 	type desired struct {
 		svc config.Service
-		key dataplane.ServiceKey
+		key lb.ServiceKey
 	}
 	var todo []desired
 	for _, s := range cfg.Services {
@@ -305,7 +271,7 @@ type change struct {
 	st       *service
 	name     string // the service's, for the log
 	what     string // the service, for errors
-	encap    dataplane.Encap
+	encap    lb.Encap
 	stateful bool
 	// past is the history of a daisy-chained service: its
 	// configuration's, or else what the agent saw (service.history).
@@ -322,7 +288,7 @@ type change struct {
 // plan prepares the change of one service: nil when the installed table
 // was built from the same forwarding mode and backends. With an error
 // from members, the change is returned too.
-func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, error) {
+func (r *Reconciler) plan(s config.Service, key lb.ServiceKey) (*change, error) {
 	encap, err := encapOf(s.Forwarding, s.Flows)
 	if err != nil {
 		return nil, err
@@ -357,7 +323,7 @@ func (r *Reconciler) plan(s config.Service, key dataplane.ServiceKey) (*change, 
 		stateful: s.Flows == config.FlowsStateful, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
 	// Backends first: the new table may name only backends that exist.
 	c.members, c.ids, err = r.members(st, s.Backends)
-	if err == nil && encap == dataplane.EncapGUEHint {
+	if err == nil && encap == lb.EncapGUEHint {
 		c.past = r.history(st, s, c.members)
 	}
 	return c, err
@@ -489,43 +455,41 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 
 // write builds the tables of change c and installs them with the
 // service's entry, or installs the entry with the tables the service has
-// if those were built from the same (tableKeeper). It touches nothing of
+// if those were built from the same (KeepService). It touches nothing of
 // the Reconciler's own state but its counters, so several run at once.
 func (r *Reconciler) write(c *change, m uint32) error {
 	// The tables of daisy-chained services are kept: the next change
 	// needs this one for its hints.
-	hints := c.encap == dataplane.EncapGUEHint
+	hints := c.encap == lb.EncapGUEHint
 	var tables *chain.Tables
 	if hints {
 		tables = r.tables
 	}
-	svc := dataplane.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
+	svc := lb.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
 		Origin: tableOrigin(c.members, c.ids, m)}
 	if hints {
 		svc.HintsOrigin = hintsOrigin(c.past)
 	}
-	if tk, ok := r.dp.(tableKeeper); ok {
-		// The installed tables, if they were built from the same:
-		// after a restart, most are. If the data plane cannot keep
-		// them, for whatever reason, they are built and upserted.
-		var names []uint32
-		for i, b := range c.members {
-			if b.Weight > 0 {
-				names = append(names, c.ids[i])
-			}
+	// The installed tables, if they were built from the same: after a
+	// restart, most are. If the data plane cannot keep them, for
+	// whatever reason, they are built and upserted.
+	var names []uint32
+	for i, b := range c.members {
+		if b.Weight > 0 {
+			names = append(names, c.ids[i])
 		}
-		keep := svc
-		if hints && c.st.adopted() && len(c.past) == 0 {
-			// The agent that installed the hints may have built
-			// them from changes it saw itself, which this one no
-			// longer knows: keeping them, for the table they were
-			// built for, is better than writing none.
-			keep.HintsOrigin = dataplane.Origin{}
-		}
-		if tk.KeepService(keep, names) == nil {
-			r.kept.Add(1)
-			return nil
-		}
+	}
+	keep := svc
+	if hints && c.st.adopted() && len(c.past) == 0 {
+		// The agent that installed the hints may have built them from
+		// changes it saw itself, which this one no longer knows:
+		// keeping them, for the table they were built for, is better
+		// than writing none.
+		keep.HintsOrigin = lb.Origin{}
+	}
+	if r.dp.KeepService(keep, names) == nil {
+		r.kept.Add(1)
+		return nil
 	}
 	var err error
 	if svc.Table, err = buildTable(tables, c.members, c.ids, m); err != nil {
@@ -659,13 +623,10 @@ func (r *Reconciler) removeServices(gone []*service) []error {
 }
 
 // nameOwners marks, for each adopted service, the backends that counted
-// for it. Without that knowledge adoption goes by address alone.
-func (r *Reconciler) nameOwners(or ownerReader) {
-	owners, err := or.BackendOwners()
-	if err != nil {
-		r.log.Debug("cannot read which service each adopted backend counts for; matching backends by address", "error", err)
-		return
-	}
+// for it (owners: backend ID -> service ID). Without that knowledge (state
+// pinned by an xlb that did not record it) adoption goes by address
+// alone.
+func (r *Reconciler) nameOwners(owners map[uint32]uint32) {
 	byID := make(map[uint32]*service, len(r.services))
 	for _, st := range r.services {
 		byID[st.id] = st
@@ -711,9 +672,9 @@ func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
 
 // claimOrphan takes an orphan with address addr for service st: first one
 // that counted for st, then one that counted for no other adopted
-// service, then any; the lowest ID within each rank. A data plane that
-// does not say which service a backend counts for (ownerReader) lets an
-// ID shared by address move to another service of that address (its
+// service, then any; the lowest ID within each rank. Where the data plane
+// does not say which service a backend counts for (Installed.Owners), an
+// ID shared by address may move to another service of that address (its
 // counters with it); forwarding is unaffected because the address is
 // equal.
 func (r *Reconciler) claimOrphan(st *service, addr netip.Addr) (uint32, bool) {
@@ -786,7 +747,7 @@ func (r *Reconciler) adoptedPending() bool {
 
 // ids returns the data-plane IDs of the installed service with key k and of
 // its backends (a copy).
-func (r *Reconciler) ids(k dataplane.ServiceKey) (uint32, map[netip.AddrPort]uint32, bool) {
+func (r *Reconciler) ids(k lb.ServiceKey) (uint32, map[netip.AddrPort]uint32, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	st := r.services[k]
@@ -828,12 +789,12 @@ func buildTable(tables *chain.Tables, members []maglev.Backend, ids []uint32, m 
 // Maglev table of a member set never changes (maglev.TestGolden), so
 // equal origins mean equal tables; a change to what buildTable does must
 // change the label.
-func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) dataplane.Origin {
+func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) lb.Origin {
 	b := fmt.Appendf(nil, "maglev m=%d", m)
 	for i, mb := range members {
 		b = fmt.Appendf(b, "\x00%s w=%d id=%d", mb.Key, mb.Weight, ids[i])
 	}
-	return dataplane.OriginOf(b)
+	return lb.OriginOf(b)
 }
 
 // hintsOrigin identifies what chainSlots builds a daisy-chained service's
@@ -841,7 +802,7 @@ func tableOrigin(members []maglev.Backend, ids []uint32, m uint32) dataplane.Ori
 // ended. The hints of a history never change (their format is the
 // backends' contract, docs/connection-survival.md); a change to what
 // chainSlots does must change the label.
-func hintsOrigin(past []chain.Past) dataplane.Origin {
+func hintsOrigin(past []chain.Past) lb.Origin {
 	b := []byte("hints v1")
 	for _, p := range past {
 		b = fmt.Appendf(b, "\x00until=%d", p.Until.UnixNano())
@@ -849,13 +810,13 @@ func hintsOrigin(past []chain.Past) dataplane.Origin {
 			b = fmt.Appendf(b, " %s w=%d", mb.Key, mb.Weight)
 		}
 	}
-	return dataplane.OriginOf(b)
+	return lb.OriginOf(b)
 }
 
 // chainSlots computes the daisy-chaining hints of the table of members,
 // and its generation, from the service's past, with the tables kept in
 // tables (nil: none).
-func chainSlots(tables *chain.Tables, members []maglev.Backend, past []chain.Past, m uint32) ([]dataplane.ChainSlot, uint32, error) {
+func chainSlots(tables *chain.Tables, members []maglev.Backend, past []chain.Past, m uint32) ([]lb.ChainSlot, uint32, error) {
 	hints, err := tables.Slots(members, past, m)
 	if err != nil {
 		return nil, 0, fmt.Errorf("daisy-chaining hints: %w", err)
@@ -870,10 +831,10 @@ func chainSlots(tables *chain.Tables, members []maglev.Backend, past []chain.Pas
 	for i, t := range hints.Ends {
 		secs[i] = unixSeconds(t)
 	}
-	out := make([]dataplane.ChainSlot, m)
+	out := make([]lb.ChainSlot, m)
 	for i, p := range hints.Prev {
 		if p[0] != 0 {
-			out[i] = dataplane.ChainSlot{Prev: addrs[p[0]], Prev2: addrs[p[1]], Changed: secs[hints.Changed[i]]}
+			out[i] = lb.ChainSlot{Prev: addrs[p[0]], Prev2: addrs[p[1]], Changed: secs[hints.Changed[i]]}
 		}
 	}
 	return out, unixSeconds(hints.Generation), nil
@@ -914,7 +875,7 @@ func membersSignature(members []maglev.Backend) string {
 // signature identifies everything a service's table and entry are built
 // from, so equal signatures mean an identical installed service. It is
 // never "".
-func signature(encap dataplane.Encap, flows config.Flows, backends []config.Backend, history []config.Generation) string {
+func signature(encap lb.Encap, flows config.Flows, backends []config.Backend, history []config.Generation) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "encap=%d flows=%s %s", encap, flows, backendsSignature(backends))
 	for _, g := range history {
@@ -926,7 +887,7 @@ func signature(encap dataplane.Encap, flows config.Flows, backends []config.Back
 // tableInput is what a service's table is built from, as signature sees
 // it, in the configuration's order, for a service without a history.
 type tableInput struct {
-	encap    dataplane.Encap
+	encap    lb.Encap
 	flows    config.Flows
 	backends []weighted
 }
@@ -937,7 +898,7 @@ type weighted struct {
 }
 
 // inputOf is s's tableInput, or nil when s has a history.
-func inputOf(encap dataplane.Encap, s config.Service) *tableInput {
+func inputOf(encap lb.Encap, s config.Service) *tableInput {
 	if len(s.History) > 0 {
 		return nil
 	}
@@ -951,7 +912,7 @@ func inputOf(encap dataplane.Encap, s config.Service) *tableInput {
 // same reports whether s, with encapsulation encap, lists exactly what
 // in was made of, in the same order. Then its signature is in's too;
 // otherwise it may still be (another order). A nil in is never the same.
-func (in *tableInput) same(encap dataplane.Encap, s config.Service) bool {
+func (in *tableInput) same(encap lb.Encap, s config.Service) bool {
 	if in == nil || in.encap != encap || in.flows != s.Flows || len(s.History) > 0 || len(in.backends) != len(s.Backends) {
 		return false
 	}
@@ -972,40 +933,40 @@ func backendsSignature(backends []config.Backend) string {
 	return strings.Join(parts, ",")
 }
 
-func serviceKey(s config.Service) (dataplane.ServiceKey, error) {
+func serviceKey(s config.Service) (lb.ServiceKey, error) {
 	var proto uint8
 	switch s.Protocol {
 	case config.TCP:
-		proto = dataplane.ProtoTCP
+		proto = lb.ProtoTCP
 	case config.UDP:
-		proto = dataplane.ProtoUDP
+		proto = lb.ProtoUDP
 	default:
-		return dataplane.ServiceKey{}, fmt.Errorf("unknown protocol %q (want tcp or udp)", s.Protocol)
+		return lb.ServiceKey{}, fmt.Errorf("unknown protocol %q (want tcp or udp)", s.Protocol)
 	}
-	return dataplane.ServiceKey{VIP: s.VIP, Port: s.Port, Proto: proto}, nil
+	return lb.ServiceKey{VIP: s.VIP, Port: s.Port, Proto: proto}, nil
 }
 
-func encapOf(f config.Forwarding, flows config.Flows) (dataplane.Encap, error) {
+func encapOf(f config.Forwarding, flows config.Flows) (lb.Encap, error) {
 	switch {
 	case flows == config.FlowsDaisyChain && f == config.DSRGUE:
-		return dataplane.EncapGUEHint, nil
+		return lb.EncapGUEHint, nil
 	case flows == config.FlowsDaisyChain:
 		return 0, fmt.Errorf("daisy chaining needs forwarding %s, not %q", config.DSRGUE, f)
 	case f == config.DSRIPIP:
-		return dataplane.EncapIPIP, nil
+		return lb.EncapIPIP, nil
 	case f == config.DSRGUE:
-		return dataplane.EncapGUE, nil
+		return lb.EncapGUE, nil
 	}
 	return 0, fmt.Errorf("unknown forwarding %q (want %s or %s)", f, config.DSRIPIP, config.DSRGUE)
 }
 
 // formatKey prints a data-plane key like config.Key does: VIP:port/proto.
-func formatKey(k dataplane.ServiceKey) string {
+func formatKey(k lb.ServiceKey) string {
 	proto := strconv.Itoa(int(k.Proto))
 	switch k.Proto {
-	case dataplane.ProtoTCP:
+	case lb.ProtoTCP:
 		proto = string(config.TCP)
-	case dataplane.ProtoUDP:
+	case lb.ProtoUDP:
 		proto = string(config.UDP)
 	}
 	return netip.AddrPortFrom(k.VIP, k.Port).String() + "/" + proto

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/maglev"
 )
 
@@ -56,7 +56,7 @@ func baseConfig() *config.Config {
 	)
 }
 
-func keyOf(t *testing.T, s config.Service) dataplane.ServiceKey {
+func keyOf(t *testing.T, s config.Service) lb.ServiceKey {
 	t.Helper()
 	k, err := serviceKey(s)
 	if err != nil {
@@ -300,7 +300,7 @@ func TestApplyAddRemoveServicesReusesIDs(t *testing.T) {
 	base := baseConfig()
 	mustApply(t, r, base)
 	_, dnsIDs, _ := r.ids(keyOf(t, base.Services[1]))
-	f.svcCounters[1] = dataplane.Counters{Packets: 5, Bytes: 500}
+	f.svcCounters[1] = lb.Counters{Packets: 5, Bytes: 500}
 
 	ntp := svc("ntp", "10.99.0.3", 123, config.UDP, config.DSRIPIP, be("10.0.4.1", 1), be("10.0.4.2", 1))
 	cfg := cfgOf(base.Services[0], ntp)
@@ -329,7 +329,7 @@ func TestApplyAddRemoveServicesReusesIDs(t *testing.T) {
 	if !slices.Equal(got, freed) {
 		t.Errorf("ntp got backend IDs %v, want the freed %v", got, freed)
 	}
-	if c := f.svcCounters[1]; c != (dataplane.Counters{}) {
+	if c := f.svcCounters[1]; c != (lb.Counters{}) {
 		t.Errorf("the reused service ID kept the old service's counters %+v", c)
 	}
 	if slices.Index(calls, "DeleteService 1") > slices.Index(calls, "UpsertService 1") {
@@ -402,7 +402,7 @@ func TestAdoption(t *testing.T) {
 				svcIDs[s.Name], idsBefore[s.Name], _ = r.ids(keyOf(t, s))
 			}
 			for id := range f.backends {
-				f.beCounters[id] = dataplane.Counters{Packets: uint64(id) + 1, Bytes: 100 * (uint64(id) + 1)}
+				f.beCounters[id] = lb.Counters{Packets: uint64(id) + 1, Bytes: 100 * (uint64(id) + 1)}
 			}
 
 			// Restart: a new reconciler over the same data plane.
@@ -421,7 +421,7 @@ func TestAdoption(t *testing.T) {
 			}
 			// The reconciler cannot know whether an adopted table is
 			// current: it hands each to the data plane once, which keeps
-			// those that are (dataplane.TestUpsertServiceKeepsRecordedTable,
+			// those that are (lb.TestUpsertServiceKeepsRecordedTable,
 			// TestRestartKeepsTables).
 			if got := count(calls, "UpsertService"); got != len(want.Services) {
 				t.Errorf("%d UpsertService calls, want %d: %v", got, len(want.Services), calls)
@@ -540,7 +540,7 @@ func TestAdoptionPendingTableKeepsBackends(t *testing.T) {
 
 func TestAdoptionFailure(t *testing.T) {
 	f := newFake(testSize, 16, 64)
-	f.fail["Backends"] = errInjected
+	f.fail["Installed"] = errInjected
 	if _, err := newReconciler(f, quiet, 16, 64); !errors.Is(err, errInjected) {
 		t.Fatalf("err = %v, want the data plane's error", err)
 	}

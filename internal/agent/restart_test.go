@@ -16,7 +16,8 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -45,17 +46,17 @@ func newRealDataplane(t *testing.T) *realDataplane {
 	ip("-n", name, "addr", "add", "10.0.1.2/24", "dev", "veth0")
 	ip("-n", name, "link", "set", "veth0", "up")
 	ip("-n", name, "link", "set", "veth1", "up")
-	pin := filepath.Join(dataplane.BPFFSRoot, name)
-	t.Cleanup(func() { _ = dataplane.Cleanup(pin) })
+	pin := filepath.Join(bpfobj.BPFFSRoot, name)
+	t.Cleanup(func() { _ = bpfobj.Cleanup(pin) })
 	return &realDataplane{t: t, ns: name, pin: pin}
 }
 
-func (r *realDataplane) open() *dataplane.Dataplane {
+func (r *realDataplane) open() *lb.Dataplane {
 	r.t.Helper()
-	var d *dataplane.Dataplane
+	var d *lb.Dataplane
 	err := netns.Do(r.ns, func() error {
 		var err error
-		d, err = dataplane.Open(dataplane.Options{
+		d, err = lb.Open(lb.Options{
 			Interface: "veth0", NodeAddr: netip.MustParseAddr("10.0.1.2"), PinPath: r.pin,
 			AttachMode: string(config.AttachAuto), TableSize: testSize, MaxBackends: 64,
 		})
@@ -72,7 +73,7 @@ func (r *realDataplane) open() *dataplane.Dataplane {
 // means the table was written.
 func tableIDs(t *testing.T, pin string) map[uint32]ebpf.MapID {
 	t.Helper()
-	w, err := dataplane.WatchTables(pin)
+	w, err := lb.WatchTables(pin)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,16 +95,16 @@ func tableIDs(t *testing.T, pin string) map[uint32]ebpf.MapID {
 // agent that would otherwise build them (KeepService), and the tables the
 // agent built and upserted.
 type keeping struct {
-	*dataplane.Dataplane
+	*lb.Dataplane
 	n, upserts atomic.Int32
 }
 
-func (k *keeping) UpsertService(s dataplane.Service) error {
+func (k *keeping) UpsertService(s lb.Service) error {
 	k.upserts.Add(1)
 	return k.Dataplane.UpsertService(s)
 }
 
-func (k *keeping) KeepService(s dataplane.Service, names []uint32) error {
+func (k *keeping) KeepService(s lb.Service, names []uint32) error {
 	err := k.Dataplane.KeepService(s, names)
 	if err == nil {
 		k.n.Add(1)
@@ -126,7 +127,7 @@ func TestRestartKeepsTables(t *testing.T) {
 		chained("chained", "10.99.0.3", 80, be("10.0.3.3", 1), be("10.0.3.7", 1)),
 	)
 	var dp *keeping
-	start := func() (*dataplane.Dataplane, *Reconciler) {
+	start := func() (*lb.Dataplane, *Reconciler) {
 		t.Helper()
 		dp = &keeping{Dataplane: env.open()}
 		r, err := NewReconciler(dp, quiet)
@@ -182,9 +183,9 @@ func TestRestartKeepsTables(t *testing.T) {
 	if got := backendIDs(r, cfg); !maps.EqualFunc(got, ids, maps.Equal) {
 		t.Errorf("restart: IDs %v, were %v", got, ids)
 	}
-	bes, _ := d.Backends()
-	if len(bes) != 9 {
-		t.Errorf("%d backends after the restart, want 9 (one per service and backend)", len(bes))
+	in, _ := d.Installed()
+	if len(in.Backends) != 9 {
+		t.Errorf("%d backends after the restart, want 9 (one per service and backend)", len(in.Backends))
 	}
 	d.Close()
 
@@ -202,8 +203,8 @@ func TestRestartKeepsTables(t *testing.T) {
 			t.Errorf("service ID %d: table %d, was %d; want only web's (ID %d) written", id, got[id], table, webID)
 		}
 	}
-	if bes, _ := d.Backends(); len(bes) != 8 {
-		t.Errorf("%d backends after web lost one, want 8", len(bes))
+	if in, _ := d.Installed(); len(in.Backends) != 8 {
+		t.Errorf("%d backends after web lost one, want 8", len(in.Backends))
 	}
 	if got := chainTableID(t, env.pin, chainedID); got != chainTable {
 		t.Errorf("restart with web changed: chain table %d, was %d: want it kept", got, chainTable)
@@ -272,7 +273,7 @@ func TestRestartKeepsRecordedHints(t *testing.T) {
 		return dp, r
 	}
 	// hinted counts the slots whose hint names a previous owner.
-	hinted := func(d *dataplane.Dataplane, id uint32) int {
+	hinted := func(d *lb.Dataplane, id uint32) int {
 		t.Helper()
 		slots, _, err := d.Chain(id)
 		if err != nil {

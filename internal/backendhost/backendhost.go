@@ -21,7 +21,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 )
 
 // Options describe one backend host set-up.
@@ -40,20 +41,20 @@ type Options struct {
 	// ChainFrom are the xlb nodes, and ChainTo the backends that may be
 	// a slot's previous owner: a packet is chained only from one of
 	// either to one of ChainTo. Without both, nothing is chained
-	// (dataplane.Chain).
+	// (decap.Chain).
 	ChainFrom, ChainTo []netip.Prefix
 }
 
 // Chain is the daisy-chaining configuration o asks for.
-func (o Options) Chain() dataplane.Chain {
-	return dataplane.Chain{Window: o.ChainWindow, From: o.ChainFrom, To: o.ChainTo}
+func (o Options) Chain() decap.Chain {
+	return decap.Chain{Window: o.ChainWindow, From: o.ChainFrom, To: o.ChainTo}
 }
 
 // DefaultPinPath is the bpffs directory for a backend set-up on iface:
 // distinct per network namespace, so hosts simulated in namespaces never
 // share state.
 func DefaultPinPath(iface string) (string, error) {
-	return dataplane.DefaultPinPath("backend-", iface)
+	return bpfobj.DefaultPinPath("backend-", iface)
 }
 
 // Result reports what Setup did.
@@ -92,7 +93,7 @@ func Setup(opts Options) (Result, error) {
 	if err := validateNAT(opts.NAT); err != nil {
 		return Result{}, err
 	}
-	if err := dataplane.CheckChain(opts.Chain()); err != nil {
+	if err := decap.CheckChain(opts.Chain()); err != nil {
 		return Result{}, err
 	}
 	iface, err := net.InterfaceByName(opts.Interface)
@@ -126,7 +127,7 @@ func Setup(opts Options) (Result, error) {
 	}
 	// Before the host is touched: a program pinned where it would not
 	// outlive this command would leave VIPs on lo that nothing serves.
-	if err := dataplane.EnsurePinFS(pin); err != nil {
+	if err := bpfobj.EnsurePinFS(pin); err != nil {
 		return Result{}, err
 	}
 	if len(opts.VIPs) > 0 { // nothing on lo to keep quiet about otherwise
@@ -161,7 +162,7 @@ func Setup(opts Options) (Result, error) {
 			_ = netlink.AddrDel(lo, vipAddr(v))
 		}
 	}
-	mode, err := dataplane.SetupDecap(dataplane.DecapOptions{
+	mode, err := decap.Setup(decap.Options{
 		Interface: opts.Interface, HostAddrs: hostAddrs, VIPs: opts.VIPs, PinPath: pin, AttachMode: opts.AttachMode,
 		Chain: opts.Chain(),
 	})
@@ -215,7 +216,7 @@ func Cleanup(pinPath string) ([]netip.Addr, error) {
 	if _, err := os.Stat(pinPath); errors.Is(err, os.ErrNotExist) {
 		return vips, nil
 	}
-	return vips, dataplane.Cleanup(pinPath)
+	return vips, bpfobj.Cleanup(pinPath)
 }
 
 // enableForwarding turns on IPv4 forwarding on the interface the tunnels

@@ -16,9 +16,11 @@ import (
 	"github.com/cilium/ebpf/link"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
+	"github.com/xlbproject/xlb/testbed/xdptest"
 )
 
 func ipcmd(t *testing.T, args ...string) {
@@ -62,7 +64,7 @@ func TestSetupAndCleanup(t *testing.T) {
 	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ipcmd(t, "-n", ns, "addr", "add", "10.0.3.2/24", "dev", "eth0")
 	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-bh-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-bh-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
 	v1, v2, v3 := netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("10.99.0.3")
@@ -80,7 +82,7 @@ func TestSetupAndCleanup(t *testing.T) {
 		return res
 	}
 	res := setup(v1, v2)
-	if len(res.HostAddrs) != 1 || res.HostAddrs[0] != netip.MustParseAddr("10.0.3.2") || res.Mode != dataplane.ModeNative {
+	if len(res.HostAddrs) != 1 || res.HostAddrs[0] != netip.MustParseAddr("10.0.3.2") || res.Mode != bpfobj.ModeNative {
 		t.Errorf("result %+v", res)
 	}
 	if got := loVIPs(t, ns); !slices.Equal(got, []netip.Addr{v1, v2}) {
@@ -171,7 +173,7 @@ func TestSetupNAT(t *testing.T) {
 	ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 	ipcmd(t, "-n", ns, "addr", "add", "10.0.2.2/24", "dev", "eth0")
 	ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
-	pin := filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid()))
+	pin := filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-bhnat-%d", os.Getpid()))
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
 	setup := func(opts Options) (Result, error) {
@@ -229,7 +231,7 @@ func TestSetupNAT(t *testing.T) {
 		t.Errorf("egress programs after a second set-up: %v (the link should be reused)", again)
 	}
 	svcs, err := pinnedSvcs(pin)
-	if err != nil || len(svcs) != 1 || svcs[natSvcKey{VIP: fxVIP1.As4(), Pod: pod.As4(), Port: be16(80), Proto: 6}] != be16(9090) {
+	if err != nil || len(svcs) != 1 || svcs[wire.NATSvcKey{Vip: wire.Addr4(fxVIP1), Pod: wire.Addr4(pod), Port: wire.Port(80), Proto: 6}] != wire.Port(9090) {
 		t.Errorf("translations after the second set-up: %v, %v", svcs, err)
 	}
 
@@ -263,20 +265,20 @@ func TestSetupNAT(t *testing.T) {
 	}
 }
 
-func pinnedSvcs(pin string) (map[natSvcKey][2]byte, error) {
+func pinnedSvcs(pin string) (map[wire.NATSvcKey]uint16, error) {
 	m, err := openNATMaps(pin)
 	if err != nil {
 		return nil, err
 	}
 	defer m.close()
-	return readMap[natSvcKey, [2]byte](m.svcs)
+	return readMap[wire.NATSvcKey, uint16](m.svcs)
 }
 
 // xdpAttached is the XDP program attached to ifname in namespace ns (0:
 // none).
 func xdpAttached(t *testing.T, ns, ifname string) uint32 {
 	t.Helper()
-	id, err := dataplane.AttachedProgram(ns, ifname)
+	id, err := xdptest.AttachedProgram(ns, ifname)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,7 +13,9 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/vishvananda/netlink"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -47,7 +49,7 @@ func TestSetupChainForwarding(t *testing.T) {
 			ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 			ipcmd(t, "-n", ns, "addr", "add", "10.0.3.2/24", "dev", "eth0")
 			ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
-			pin := filepath.Join(dataplane.BPFFSRoot, ns)
+			pin := filepath.Join(bpfobj.BPFFSRoot, ns)
 			t.Cleanup(func() { os.RemoveAll(pin) })
 			fwd := "/proc/sys/net/ipv4/conf/eth0/forwarding"
 			var first, second Result
@@ -79,8 +81,8 @@ func TestSetupChainForwarding(t *testing.T) {
 			if first.Chaining != (c.want == "1") {
 				t.Errorf("Chaining %v, want %v", first.Chaining, c.want == "1")
 			}
-			st, err := dataplane.ChainStats(pin)
-			if err != nil || len(st) != len(dataplane.ChainStatNames) {
+			st, err := decap.ChainStats(pin)
+			if err != nil || len(st) != len(wire.ChainStatNames) {
 				t.Errorf("ChainStats: %v, %v", st, err)
 			}
 		})
@@ -117,7 +119,7 @@ func TestSetNATPodNetns(t *testing.T) {
 	// A pod the node routes through a gateway is not behind a veth here.
 	away := netip.MustParseAddr("10.244.2.2")
 	ipcmd(t, "-n", ns, "route", "add", away.String()+"/32", "via", "10.0.3.1")
-	pin := filepath.Join(dataplane.BPFFSRoot, ns)
+	pin := filepath.Join(bpfobj.BPFFSRoot, ns)
 	t.Cleanup(func() { os.RemoveAll(pin) })
 	vip := netip.MustParseAddr("10.99.0.1")
 

@@ -17,7 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
@@ -28,7 +29,7 @@ import (
 //	client ── c0 ═ l0 ── lb ── l1 ═ n0 ── node ─┬─ hp1 ═ eth0 ── pod1
 //	10.0.1.2        (xlb XDP on l0)   10.0.2.2  └─ hp2 ═ eth0 ── pod2
 //
-// The lb namespace runs the real LB data plane (internal/dataplane) with
+// The lb namespace runs the real LB data plane (internal/dataplane/lb) with
 // the pods' addresses as backends and routes the pod CIDR to the node.
 // The node routes each pod /32 over its veth and answers the pods' ARP
 // for their gateway by proxy ARP, as Calico-style CNIs with host routing
@@ -98,8 +99,8 @@ func newK8sTopology(t *testing.T) *k8sTopology {
 	k := &k8sTopology{
 		client: name("client"), lb: name("lb"), node: name("node"),
 		pods:    []string{name("pod1"), name("pod2")},
-		lbPin:   filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-k8s-%d-lb", pid)),
-		nodePin: filepath.Join(dataplane.BPFFSRoot, fmt.Sprintf("xlbtest-k8s-%d-node", pid)),
+		lbPin:   filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-k8s-%d-lb", pid)),
+		nodePin: filepath.Join(bpfobj.BPFFSRoot, fmt.Sprintf("xlbtest-k8s-%d-node", pid)),
 	}
 	for _, ns := range append([]string{k.client, k.lb, k.node}, k.pods...) {
 		sh(t, "ip", "netns", "add", ns)
@@ -160,10 +161,10 @@ func newK8sTopology(t *testing.T) *k8sTopology {
 func (k *k8sTopology) startLB(t *testing.T) {
 	t.Helper()
 	const tableSize = 251
-	var d *dataplane.Dataplane
+	var d *lb.Dataplane
 	err := netns.Do(k.lb, func() error {
 		var err error
-		d, err = dataplane.Open(dataplane.Options{Interface: "l0", NodeAddr: netip.MustParseAddr("10.0.2.1"), PinPath: k.lbPin, TableSize: tableSize})
+		d, err = lb.Open(lb.Options{Interface: "l0", NodeAddr: netip.MustParseAddr("10.0.2.1"), PinPath: k.lbPin, TableSize: tableSize})
 		return err
 	})
 	if err != nil {
@@ -171,20 +172,20 @@ func (k *k8sTopology) startLB(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		d.Close()
-		if err := dataplane.Cleanup(k.lbPin); err != nil {
+		if err := bpfobj.Cleanup(k.lbPin); err != nil {
 			t.Errorf("LB cleanup: %v", err)
 		}
 	})
 	nextID := uint32(0)
 	for id, s := range []struct {
-		key   dataplane.ServiceKey
-		encap dataplane.Encap
+		key   lb.ServiceKey
+		encap lb.Encap
 		pods  []netip.Addr
 	}{
-		{dataplane.ServiceKey{VIP: k8sVIP1, Port: 80, Proto: dataplane.ProtoTCP}, dataplane.EncapIPIP, k8sPods},
-		{dataplane.ServiceKey{VIP: k8sVIP2, Port: 80, Proto: dataplane.ProtoTCP}, dataplane.EncapGUE, k8sPods},
-		{dataplane.ServiceKey{VIP: k8sVIP1, Port: 53, Proto: dataplane.ProtoUDP}, dataplane.EncapGUE, k8sPods},
-		{dataplane.ServiceKey{VIP: k8sVIP1, Port: 54, Proto: dataplane.ProtoUDP}, dataplane.EncapIPIP, k8sPods[:1]},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 80, Proto: lb.ProtoTCP}, lb.EncapIPIP, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP2, Port: 80, Proto: lb.ProtoTCP}, lb.EncapGUE, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 53, Proto: lb.ProtoUDP}, lb.EncapGUE, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 54, Proto: lb.ProtoUDP}, lb.EncapIPIP, k8sPods[:1]},
 	} {
 		var members []maglev.Backend
 		var ids []uint32
@@ -204,7 +205,7 @@ func (k *k8sTopology) startLB(t *testing.T) {
 		for i, b := range slots {
 			table[i] = ids[b]
 		}
-		if err := d.UpsertService(dataplane.Service{ID: uint32(id), Key: s.key, Encap: s.encap, Table: table}); err != nil {
+		if err := d.UpsertService(lb.Service{ID: uint32(id), Key: s.key, Encap: s.encap, Table: table}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -302,11 +303,11 @@ func TestKubernetesDataPath(t *testing.T) {
 	var entries []NATEntry
 	for _, pod := range k8sPods {
 		entries = append(entries,
-			NATEntry{k8sVIP1, 80, dataplane.ProtoTCP, pod, k8sHTTPPort},
-			NATEntry{k8sVIP2, 80, dataplane.ProtoTCP, pod, k8sHTTPPort}, // two VIPs on one pod port
-			NATEntry{k8sVIP1, 53, dataplane.ProtoUDP, pod, k8sDNSPort})
+			NATEntry{k8sVIP1, 80, lb.ProtoTCP, pod, k8sHTTPPort},
+			NATEntry{k8sVIP2, 80, lb.ProtoTCP, pod, k8sHTTPPort}, // two VIPs on one pod port
+			NATEntry{k8sVIP1, 53, lb.ProtoUDP, pod, k8sDNSPort})
 	}
-	entries = append(entries, NATEntry{k8sVIP1, 54, dataplane.ProtoUDP, k8sPods[0], k8sDeadPort})
+	entries = append(entries, NATEntry{k8sVIP1, 54, lb.ProtoUDP, k8sPods[0], k8sDeadPort})
 	t.Cleanup(func() {
 		if _, err := Cleanup(k.nodePin); err != nil {
 			t.Errorf("node cleanup: %v", err)

@@ -1,7 +1,6 @@
 package backendhost
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -14,7 +13,9 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // NATEntry is one translation of the Kubernetes mode: a packet tunnelled
@@ -23,7 +24,7 @@ import (
 type NATEntry struct {
 	VIP        netip.Addr
 	Port       uint16
-	Proto      uint8 // dataplane.ProtoTCP or dataplane.ProtoUDP
+	Proto      uint8 // lb.ProtoTCP or lb.ProtoUDP
 	PodIP      netip.Addr
 	TargetPort uint16
 }
@@ -35,9 +36,9 @@ func (e NATEntry) String() string {
 
 func protoName(p uint8) string {
 	switch p {
-	case dataplane.ProtoTCP:
+	case lb.ProtoTCP:
 		return string(config.TCP)
-	case dataplane.ProtoUDP:
+	case lb.ProtoUDP:
 		return string(config.UDP)
 	}
 	return strconv.Itoa(int(p))
@@ -60,9 +61,9 @@ func ParseNATEntry(s string) (NATEntry, error) {
 	case err != nil:
 		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
 	case p == config.UDP:
-		e.Proto = dataplane.ProtoUDP
+		e.Proto = lb.ProtoUDP
 	default:
-		e.Proto = dataplane.ProtoTCP
+		e.Proto = lb.ProtoTCP
 	}
 	var err error
 	if e.VIP, e.Port, err = parseAddrPort(vipPort, "VIP"); err != nil {
@@ -120,7 +121,7 @@ func (e NATEntry) valid() error {
 		return errors.New("the VIP and the pod IP are the same")
 	case e.Port == 0 || e.TargetPort == 0:
 		return errors.New("port 0: want 1..65535")
-	case e.Proto != dataplane.ProtoTCP && e.Proto != dataplane.ProtoUDP:
+	case e.Proto != lb.ProtoTCP && e.Proto != lb.ProtoUDP:
 		return fmt.Errorf("protocol %d: want tcp (6) or udp (17)", e.Proto)
 	}
 	return nil
@@ -204,43 +205,6 @@ const (
 	natStatsMap = "nat_stats"
 )
 
-// Key and value layouts of the NAT maps (bpf/xlb_nat.h). Addresses and
-// ports are in network byte order, as the program compares them with
-// packet bytes; TestNATLayoutsMatchC holds them to the C structs.
-type (
-	natSvcKey struct {
-		VIP   [4]byte
-		Pod   [4]byte
-		Port  [2]byte
-		Proto uint8
-		_     uint8
-	}
-	natVIP struct {
-		VIP  [4]byte
-		Port [2]byte
-		_    uint16
-	}
-	natRevKey struct {
-		Pod     [4]byte
-		PodPort [2]byte
-		Proto   uint8
-		_       uint8
-	}
-	natFlowKey struct {
-		Pod        [4]byte
-		Client     [4]byte
-		PodPort    [2]byte
-		ClientPort [2]byte
-		Proto      uint8
-		_          [3]byte
-	}
-)
-
-func be16(v uint16) (b [2]byte) {
-	binary.BigEndian.PutUint16(b[:], v)
-	return b
-}
-
 type natMaps struct {
 	pods, svcs, rev *ebpf.Map
 	// netns is nil in a set-up pinned before daisy chaining for pods.
@@ -276,16 +240,16 @@ func (m *natMaps) close() {
 
 // apply writes the difference between the maps and entries (validated).
 func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) {
-	svcs := map[natSvcKey][2]byte{}
-	pods := map[[4]byte]bool{}
-	rev := map[natRevKey]natVIP{}
-	ambiguous := map[natRevKey]bool{}
+	svcs := map[wire.NATSvcKey]uint16{}
+	pods := map[uint32]bool{}
+	rev := map[wire.NATRevKey]wire.NATVIP{}
+	ambiguous := map[wire.NATRevKey]bool{}
 	for _, e := range entries {
-		k := natSvcKey{VIP: e.VIP.As4(), Pod: e.PodIP.As4(), Port: be16(e.Port), Proto: e.Proto}
-		svcs[k] = be16(e.TargetPort)
+		k := wire.NATSvcKey{Vip: wire.Addr4(e.VIP), Pod: wire.Addr4(e.PodIP), Port: wire.Port(e.Port), Proto: e.Proto}
+		svcs[k] = wire.Port(e.TargetPort)
 		pods[k.Pod] = true
-		rk := natRevKey{Pod: k.Pod, PodPort: be16(e.TargetPort), Proto: e.Proto}
-		v := natVIP{VIP: k.VIP, Port: k.Port}
+		rk := wire.NATRevKey{Pod: k.Pod, PodPort: wire.Port(e.TargetPort), Proto: e.Proto}
+		v := wire.NATVIP{Vip: k.Vip, Port: k.Port}
 		if old, ok := rev[rk]; ok && old != v {
 			ambiguous[rk] = true
 		}
@@ -304,15 +268,15 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 		return NATChange{}, fmt.Errorf("translations to %d pods: the data plane holds at most %d", len(pods), n)
 	}
 
-	curSvcs, err := readMap[natSvcKey, [2]byte](m.svcs)
+	curSvcs, err := readMap[wire.NATSvcKey, uint16](m.svcs)
 	if err != nil {
 		return NATChange{}, fmt.Errorf("read %s: %w", natSvcsMap, err)
 	}
-	curPods, err := readMap[[4]byte, uint8](m.pods)
+	curPods, err := readMap[uint32, uint8](m.pods)
 	if err != nil {
 		return NATChange{}, fmt.Errorf("read %s: %w", natPodsMap, err)
 	}
-	curRev, err := readMap[natRevKey, natVIP](m.rev)
+	curRev, err := readMap[wire.NATRevKey, wire.NATVIP](m.rev)
 	if err != nil {
 		return NATChange{}, fmt.Errorf("read %s: %w", natRevMap, err)
 	}
@@ -335,21 +299,21 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 	if err := syncMap(m.rev, curRev, rev); err != nil {
 		return ch, fmt.Errorf("write reply fallback: %w", err)
 	}
-	podSet := map[[4]byte]uint8{}
+	podSet := map[uint32]uint8{}
 	for p := range pods {
 		podSet[p] = 1
 	}
 	// A pod's network namespace ID is there before the pod is local.
 	if m.netns != nil {
-		netns := map[[4]byte]uint32{}
+		netns := map[uint32]uint32{}
 		for p := range pods {
-			if id, ok := PodNetnsID(netip.AddrFrom4(p)); ok {
+			if id, ok := PodNetnsID(wire.AddrFrom4(p)); ok {
 				netns[p] = id
 			} else {
 				ch.NoNetns++
 			}
 		}
-		curNetns, err := readMap[[4]byte, uint32](m.netns)
+		curNetns, err := readMap[uint32, uint32](m.netns)
 		if err != nil {
 			return ch, fmt.Errorf("read %s: %w", natNetnsMap, err)
 		}
@@ -380,14 +344,14 @@ func PinnedNAT(pinPath string) ([]NATEntry, error) {
 		return nil, err
 	}
 	defer m.close()
-	svcs, err := readMap[natSvcKey, [2]byte](m.svcs)
+	svcs, err := readMap[wire.NATSvcKey, uint16](m.svcs)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", natSvcsMap, err)
 	}
 	out := make([]NATEntry, 0, len(svcs))
 	for k, tp := range svcs {
-		out = append(out, NATEntry{VIP: netip.AddrFrom4(k.VIP), Port: binary.BigEndian.Uint16(k.Port[:]), Proto: k.Proto,
-			PodIP: netip.AddrFrom4(k.Pod), TargetPort: binary.BigEndian.Uint16(tp[:])})
+		out = append(out, NATEntry{VIP: wire.AddrFrom4(k.Vip), Port: wire.PortFrom(k.Port), Proto: k.Proto,
+			PodIP: wire.AddrFrom4(k.Pod), TargetPort: wire.PortFrom(tp)})
 	}
 	return out, nil
 }
@@ -426,18 +390,9 @@ func syncMap[K, V comparable](m *ebpf.Map, cur, want map[K]V) error {
 	return nil
 }
 
-// NATStatNames name the translation counters, in the order of enum
-// nat_stat in bpf/xlb_nat.h.
-var NATStatNames = []string{
-	"nat_fwd", "nat_fwd_icmp",
-	"nat_rev_flow", "nat_rev_fallback", "nat_rev_icmp", "nat_rev_untracked", "nat_rev_fragment", "nat_rev_drop_write",
-	"nat_drop_no_entry", "nat_drop_fragment", "nat_drop_malformed", "nat_drop_proto",
-	"nat_note_flow_failed",
-}
-
 // NATStats reads the translation counters of the set-up pinned at
 // pinPath, summed over CPUs.
-func NATStats(pinPath string) (map[string]dataplane.Counters, error) {
+func NATStats(pinPath string) (map[string]bpfobj.Counters, error) {
 	m, err := ebpf.LoadPinnedMap(filepath.Join(pinPath, natStatsMap), nil)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
@@ -449,18 +404,14 @@ func NATStats(pinPath string) (map[string]dataplane.Counters, error) {
 	return natStats(m)
 }
 
-type xlbCounter struct {
-	Packets, Bytes uint64
-}
-
-func natStats(m *ebpf.Map) (map[string]dataplane.Counters, error) {
-	out := map[string]dataplane.Counters{}
-	for i, name := range NATStatNames {
-		var per []xlbCounter
+func natStats(m *ebpf.Map) (map[string]bpfobj.Counters, error) {
+	out := map[string]bpfobj.Counters{}
+	for i, name := range wire.NATStatNames {
+		var per []wire.Counter
 		if err := m.Lookup(uint32(i), &per); err != nil {
 			return nil, fmt.Errorf("read counter %s: %w", name, err)
 		}
-		var c dataplane.Counters
+		var c bpfobj.Counters
 		for _, p := range per {
 			c.Packets += p.Packets
 			c.Bytes += p.Bytes

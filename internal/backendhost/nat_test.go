@@ -4,16 +4,15 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/netip"
-	"os"
 	"reflect"
-	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/btf"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -29,10 +28,10 @@ var (
 	fxPod2    = netip.MustParseAddr("10.244.1.3")
 	fxFarPod  = netip.MustParseAddr("10.244.2.2") // a pod on another node
 	fxEntries = []NATEntry{
-		{fxVIP1, 80, dataplane.ProtoTCP, fxPod1, 8080},
-		{fxVIP1, 80, dataplane.ProtoTCP, fxPod2, 8080},
-		{fxVIP2, 80, dataplane.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
-		{fxVIP1, 53, dataplane.ProtoUDP, fxPod1, 5353},
+		{fxVIP1, 80, lb.ProtoTCP, fxPod1, 8080},
+		{fxVIP1, 80, lb.ProtoTCP, fxPod2, 8080},
+		{fxVIP2, 80, lb.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
+		{fxVIP1, 53, lb.ProtoUDP, fxPod1, 5353},
 	}
 )
 
@@ -57,7 +56,7 @@ type natFixture struct {
 func newNATFixture(t *testing.T, opts NATOptions) *natFixture {
 	t.Helper()
 	testenv.RequireRoot(t, "BPF program tests")
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,8 +112,8 @@ func (f *natFixture) counts(t *testing.T) map[string]uint64 {
 	for k, v := range st {
 		out[k] = v.Packets
 	}
-	for i, name := range dataplane.DecapStatNames {
-		var per []xlbCounter
+	for i, name := range wire.DecapStatNames {
+		var per []wire.Counter
 		if err := f.objs.DecapStats.Lookup(uint32(i), &per); err != nil {
 			t.Fatal(err)
 		}
@@ -144,15 +143,17 @@ func (f *natFixture) expectCounts(t *testing.T, want []string, fn func()) {
 	}
 }
 
-func (f *natFixture) flow(t *testing.T, pod netip.Addr, podPort uint16, client netip.Addr, clientPort uint16, proto uint8) (natVIP, bool) {
+func (f *natFixture) flow(t *testing.T, pod netip.Addr, podPort uint16, client netip.Addr, clientPort uint16, proto uint8) (wire.NATVIP, bool) {
 	t.Helper()
-	var v natVIP
-	k := natFlowKey{Pod: pod.As4(), Client: client.As4(), PodPort: be16(podPort), ClientPort: be16(clientPort), Proto: proto}
+	var v wire.NATVIP
+	k := wire.NATFlowKey{Pod: wire.Addr4(pod), Client: wire.Addr4(client), PodPort: wire.Port(podPort), ClientPort: wire.Port(clientPort), Proto: proto}
 	err := f.objs.NatFlows.Lookup(k, &v)
 	return v, err == nil
 }
 
-func vipOf(a netip.Addr, port uint16) natVIP { return natVIP{VIP: a.As4(), Port: be16(port)} }
+func vipOf(a netip.Addr, port uint16) wire.NATVIP {
+	return wire.NATVIP{Vip: wire.Addr4(a), Port: wire.Port(port)}
+}
 
 // udpZeroAfter returns a UDP payload for which the checksum of the
 // datagram src:sport -> dst:dport computes to 0, so that it must be sent
@@ -292,7 +293,7 @@ func TestNATForward(t *testing.T) {
 		port  uint16
 		cport uint16
 		proto uint8
-		want  natVIP
+		want  wire.NATVIP
 	}{
 		{fxPod1, 8080, 40000, 6, vipOf(fxVIP1, 80)},
 		{fxPod2, 8080, 40001, 6, vipOf(fxVIP1, 80)},
@@ -517,10 +518,10 @@ func TestNATApply(t *testing.T) {
 		if ch != s.change {
 			t.Errorf("step %d: change %+v, want %+v", i, ch, s.change)
 		}
-		svcs, _ := readMap[natSvcKey, [2]byte](f.nat.svcs)
-		want := map[natSvcKey][2]byte{}
+		svcs, _ := readMap[wire.NATSvcKey, uint16](f.nat.svcs)
+		want := map[wire.NATSvcKey]uint16{}
 		for _, x := range s.entries {
-			want[natSvcKey{VIP: x.VIP.As4(), Pod: x.PodIP.As4(), Port: be16(x.Port), Proto: x.Proto}] = be16(x.TargetPort)
+			want[wire.NATSvcKey{Vip: wire.Addr4(x.VIP), Pod: wire.Addr4(x.PodIP), Port: wire.Port(x.Port), Proto: x.Proto}] = wire.Port(x.TargetPort)
 		}
 		if !reflect.DeepEqual(svcs, want) {
 			t.Errorf("step %d: nat_svcs %v, want %v", i, svcs, want)
@@ -533,7 +534,7 @@ func TestNATApply(t *testing.T) {
 		if !reflect.DeepEqual(pods, wantPods) {
 			t.Errorf("step %d: nat_pods %v, want %v", i, pods, wantPods)
 		}
-		if rev, _ := readMap[natRevKey, natVIP](f.nat.rev); len(rev) != s.rev {
+		if rev, _ := readMap[wire.NATRevKey, wire.NATVIP](f.nat.rev); len(rev) != s.rev {
 			t.Errorf("step %d: %d fallback entries %v, want %d", i, len(rev), rev, s.rev)
 		}
 	}
@@ -596,38 +597,22 @@ func TestValidateNAT(t *testing.T) {
 	}
 }
 
-// TestNATStatNamesMatchC keeps NATStatNames in the order of enum nat_stat.
+// TestNATStatNamesMatchC: the translation counters have one name each
+// (wire.NATStatNames, which package wire holds to enum nat_stat).
 func TestNATStatNamesMatchC(t *testing.T) {
-	src, err := os.ReadFile("../../bpf/xlb_nat.h")
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
-	body := regexp.MustCompile(`(?s)enum nat_stat \{(.*?)\};`).FindSubmatch(src)
-	if body == nil {
-		t.Fatal("enum nat_stat not found")
-	}
-	var got []string
-	for _, m := range regexp.MustCompile(`(?m)^\s*(NAT_[A-Z0-9_]+)`).FindAllSubmatch(body[1], -1) {
-		if n := string(m[1]); n != "NAT_STAT_MAX" {
-			got = append(got, strings.ToLower(n))
-		}
-	}
-	if !reflect.DeepEqual(got, NATStatNames) {
-		t.Fatalf("NATStatNames out of step with enum nat_stat:\n C: %v\nGo: %v", got, NATStatNames)
-	}
-	spec, err := dataplane.BackendSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := spec.Maps[natStatsMap].MaxEntries; int(n) != len(NATStatNames) {
-		t.Fatalf("nat_stats has %d entries, Go names %d", n, len(NATStatNames))
+	if n := spec.Maps[natStatsMap].MaxEntries; int(n) != len(wire.NATStatNames) {
+		t.Fatalf("nat_stats has %d entries, Go names %d", n, len(wire.NATStatNames))
 	}
 }
 
-// TestNATLayoutsMatchC holds the Go key and value structs to the C ones:
-// the same size and the same member offsets.
+// TestNATLayoutsMatchC holds the Go keys and values this package writes to
+// the C ones: the same size, members and member offsets.
 func TestNATLayoutsMatchC(t *testing.T) {
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -636,41 +621,24 @@ func TestNATLayoutsMatchC(t *testing.T) {
 		key     bool
 		goType  any
 	}{
-		{natSvcsMap, true, natSvcKey{}},
-		{natSvcsMap, false, [2]byte{}},
-		{natRevMap, true, natRevKey{}},
-		{natRevMap, false, natVIP{}},
-		{"nat_flows", true, natFlowKey{}},
-		{"nat_flows", false, natVIP{}},
-		{natPodsMap, true, [4]byte{}},
+		{natSvcsMap, true, wire.NATSvcKey{}},
+		{natSvcsMap, false, uint16(0)},
+		{natRevMap, true, wire.NATRevKey{}},
+		{natRevMap, false, wire.NATVIP{}},
+		{"nat_flows", true, wire.NATFlowKey{}},
+		{"nat_flows", false, wire.NATVIP{}},
+		{natPodsMap, true, uint32(0)},
+		{natNetnsMap, true, uint32(0)},
+		{natNetnsMap, false, uint32(0)},
+		{natStatsMap, false, wire.Counter{}},
 	} {
 		ms := spec.Maps[c.mapName]
 		typ := ms.Value
 		if c.key {
 			typ = ms.Key
 		}
-		size, err := btf.Sizeof(typ)
-		if err != nil {
-			t.Fatal(err)
-		}
-		gt := reflect.TypeOf(c.goType)
-		if int(gt.Size()) != size {
-			t.Errorf("%s %v: Go size %d, C %d", c.mapName, gt, gt.Size(), size)
-			continue
-		}
-		st, ok := btf.UnderlyingType(typ).(*btf.Struct)
-		if !ok || gt.Kind() != reflect.Struct {
-			continue
-		}
-		var cOff, goOff []uint32
-		for _, m := range st.Members {
-			cOff = append(cOff, m.Offset.Bytes())
-		}
-		for i := 0; i < gt.NumField(); i++ {
-			goOff = append(goOff, uint32(gt.Field(i).Offset))
-		}
-		if !reflect.DeepEqual(cOff, goOff) {
-			t.Errorf("%s %v: member offsets Go %v, C %v", c.mapName, gt, goOff, cOff)
+		if err := wire.Layout(c.goType, typ); err != nil {
+			t.Errorf("%s (key %v): %v", c.mapName, c.key, err)
 		}
 	}
 }

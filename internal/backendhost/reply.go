@@ -11,7 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 )
 
 // replyLinkPin is the file name of the pinned TC link in a pin directory.
@@ -22,7 +22,7 @@ const replyLinkPin = "reply_link"
 // decapsulation program pinned there. An existing pinned link on iface
 // gets the new program in place, without a gap.
 func attachReply(pinPath string, iface *net.Interface) error {
-	spec, err := dataplane.BackendSpec()
+	spec, err := decap.Spec()
 	if err != nil {
 		return fmt.Errorf("parse embedded backend object: %w", err)
 	}

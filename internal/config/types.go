@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // MaxHistory is how many earlier backend sets a daisy-chained service
@@ -28,11 +30,11 @@ const (
 	DefaultWeight     = 1
 )
 
-// Flow hashes of the data plane (Dataplane.FlowHash). Every node of a
-// cluster must compute the same one.
+// Flow hashes of the data plane (Dataplane.FlowHash), named once in
+// package flowhash. Every node of a cluster must compute the same one.
 const (
-	FlowHashFmix64  = "fmix64"
-	FlowHashLookup3 = "lookup3"
+	FlowHashFmix64  = flowhash.Fmix64Name
+	FlowHashLookup3 = flowhash.Lookup3Name
 )
 
 // Limits. They must match the sizes of the data plane's BPF maps (bpf/):

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/xlbproject/xlb/internal/config/schema"
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // Error is one problem in a configuration, located by line and field
@@ -236,11 +237,10 @@ func (c *checker) dataplane(f schema.Field[schema.Dataplane], path string) (Data
 		dp.ConntrackSize = uint32(n)
 	}
 	if g := v.FlowHash; valid(g) {
-		switch g.V {
-		case FlowHashFmix64, FlowHashLookup3:
+		if _, err := flowhash.Parse(g.V); err != nil {
+			c.errorf(g.At.Value, join(path, "flowHash"), "%v", err)
+		} else {
 			dp.FlowHash = g.V
-		default:
-			c.errorf(g.At.Value, join(path, "flowHash"), "%q is not a flow hash; use fmix64 (the default) or lookup3 (what xlb hashed with before it had this setting), the same on every node", g.V)
 		}
 	}
 	return dp, v.TableSize.Given

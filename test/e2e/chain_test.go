@@ -13,7 +13,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -77,7 +78,7 @@ func TestChainForgedHints(t *testing.T) {
 		{"from an xlb node, naming an address that is no backend", node, be1, "chain_drop_unknown_owner"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			before, err := dataplane.ChainStats(c.to.PinDir)
+			before, err := decap.ChainStats(c.to.PinDir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -88,7 +89,7 @@ func TestChainForgedHints(t *testing.T) {
 				}
 			}
 			resent := catch.count(ctx, 2*time.Second)
-			after, err := dataplane.ChainStats(c.to.PinDir)
+			after, err := decap.ChainStats(c.to.PinDir)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -129,7 +130,7 @@ func forgedGUE(src, backend, client, vip netip.Addr, sport uint16, prev netip.Ad
 	gue = binary.BigEndian.AppendUint32(gue, now) // the table's generation
 	udp := make([]byte, 8)
 	binary.BigEndian.PutUint16(udp[0:], 50000)
-	binary.BigEndian.PutUint16(udp[2:], dataplane.GUEPort)
+	binary.BigEndian.PutUint16(udp[2:], wire.GUEPort)
 	binary.BigEndian.PutUint16(udp[4:], uint16(8+len(gue)+len(inner)))
 	payload := append(append(udp, gue...), inner...)
 	return append(ipv4Header(src, backend, 17, len(payload)), payload...)
@@ -191,11 +192,11 @@ func listenGUE(ns string) (*gueCatcher, error) {
 	var c *net.UDPConn
 	err := netns.Do(ns, func() error {
 		var err error
-		c, err = net.ListenUDP("udp4", &net.UDPAddr{Port: dataplane.GUEPort})
+		c, err = net.ListenUDP("udp4", &net.UDPAddr{Port: wire.GUEPort})
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("listen on UDP %d in %s: %w", dataplane.GUEPort, ns, err)
+		return nil, fmt.Errorf("listen on UDP %d in %s: %w", wire.GUEPort, ns, err)
 	}
 	return &gueCatcher{conn: c}, nil
 }

@@ -27,7 +27,7 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/history"
 	"github.com/xlbproject/xlb/testbed/k8stest"
@@ -573,7 +573,7 @@ func (k *kubeEnv) counters() string {
 	}
 	for _, be := range k.p.Backends {
 		fmt.Fprintf(&b, "  %s:", be.Name)
-		st, err := dataplane.ChainStats(be.PinDir)
+		st, err := decap.ChainStats(be.PinDir)
 		if err != nil {
 			fmt.Fprintf(&b, " %v\n", err)
 			continue

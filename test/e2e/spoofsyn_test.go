@@ -12,7 +12,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 )
@@ -140,9 +140,9 @@ func tableBackends(t *testing.T, node lab.Host, target netip.AddrPort, flows []n
 	defer table.Close()
 	out := make([]netip.Addr, len(flows))
 	for i, f := range flows {
-		h := dataplane.FlowHash(f.Addr(), target.Addr(), f.Port(), target.Port(), dataplane.ProtoTCP)
+		h := lb.FlowHash(f.Addr(), target.Addr(), f.Port(), target.Port(), lb.ProtoTCP)
 		var v uint64 // backend ID, and above it the address as the program loads it
-		if err := table.Lookup(dataplane.Slot(h, table.MaxEntries()), &v); err != nil {
+		if err := table.Lookup(lb.Slot(h, table.MaxEntries()), &v); err != nil {
 			t.Fatal(err)
 		}
 		var a [4]byte

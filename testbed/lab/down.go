@@ -9,7 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -77,7 +77,7 @@ func Down(prefix string) error {
 	// with the pins.
 	if ents, err := os.ReadDir(PinDir(prefix)); err == nil {
 		for _, e := range ents {
-			if err := dataplane.RemoveLock(filepath.Join(PinDir(prefix), e.Name())); err != nil {
+			if err := bpfobj.RemoveLock(filepath.Join(PinDir(prefix), e.Name())); err != nil {
 				errs = append(errs, err)
 			}
 		}

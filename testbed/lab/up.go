@@ -18,8 +18,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
 	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/xdppass"
 )
 
 // readyTimeout bounds the wait for the backends' servers to listen.
@@ -275,7 +275,7 @@ func attachPass(_ context.Context, p Plan) error {
 	}
 	for _, h := range append(append([]Host(nil), p.Nodes...), p.Backends...) {
 		pin := filepath.Join(p.PinDir, p.Router, "xdp-pass-"+h.Peer)
-		if err := dataplane.AttachPass(p.Router, h.Peer, pin); err != nil {
+		if err := xdppass.Attach(p.Router, h.Peer, pin); err != nil {
 			return fmt.Errorf("%s: %w", h.Peer, err)
 		}
 	}

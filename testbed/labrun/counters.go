@@ -147,7 +147,7 @@ type NodeSample struct {
 	Services map[string]uint64
 	Backends map[netip.Addr]uint64
 	// Reasons counts the packets the XDP program passed to the kernel or
-	// dropped, by reason (dataplane.ReasonNames).
+	// dropped, by reason (wire.ReasonNames).
 	Reasons map[string]uint64
 }
 

@@ -47,7 +47,7 @@ func TestEveryProblemSaysWhatToDo(t *testing.T) {
 	for _, p := range pkgs {
 		loaded[p.Path] = len(p.Files)
 	}
-	for _, want := range []string{"internal/agent", "internal/dataplane", "internal/api", "internal/health", "testbed/lab", "cmd/xlb"} {
+	for _, want := range []string{"internal/agent", "internal/dataplane/lb", "internal/api", "internal/health", "testbed/lab", "cmd/xlb"} {
 		if loaded["github.com/xlbproject/xlb/"+want] == 0 {
 			t.Fatalf("%s not loaded (or without files): %d packages loaded", want, len(pkgs))
 		}

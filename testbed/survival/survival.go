@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 )
@@ -246,7 +246,7 @@ func (r *run) stopAll() {
 func ChainedPackets(p lab.Plan) (uint64, error) {
 	var n uint64
 	for _, b := range p.Backends {
-		st, err := dataplane.ChainStats(b.PinDir)
+		st, err := decap.ChainStats(b.PinDir)
 		if err != nil {
 			return 0, fmt.Errorf("%s: %w", b.Name, err)
 		}

@@ -27,7 +27,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/testbed/k8stest"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -75,7 +76,7 @@ func TestBackendDaemon(t *testing.T) {
 	run(t, "ip", "-n", ns, "link", "set", "eth0", "up")
 	run(t, "ip", "-n", ns, "link", "set", "eth1", "up")
 	run(t, "ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.ip_forward=1")
-	pin := filepath.Join(dataplane.BPFFSRoot, ns)
+	pin := filepath.Join(bpfobj.BPFFSRoot, ns)
 	t.Cleanup(func() { os.RemoveAll(pin) })
 
 	kubeconfig := cp.RelayT(t, ns)
@@ -277,7 +278,7 @@ func readNATMap(pin string) ([]string, error) {
 	it := m.Iterate()
 	for it.Next(&k, &v) {
 		proto := "tcp"
-		if k[10] == dataplane.ProtoUDP {
+		if k[10] == lb.ProtoUDP {
 			proto = "udp"
 		}
 		vip := netip.AddrFrom4([4]byte(k[0:4]))

@@ -4,7 +4,7 @@
 // EndpointSlices and the Nodes, derives the translations for the
 // endpoints that run on this node and the sets of xlb nodes and previous
 // owners (peers.go), and hands them to an apply function
-// (backendhost.SetNAT and dataplane.SetChain in the backend DaemonSet)
+// (backendhost.SetNAT and decap.SetChain in the backend DaemonSet)
 // after every burst of changes.
 package nodenat
 

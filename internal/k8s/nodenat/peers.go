@@ -12,7 +12,7 @@ import (
 	"github.com/xlbproject/xlb/internal/k8s/history"
 )
 
-// The daisy-chaining sets as the cluster tells them (dataplane.Chain):
+// The daisy-chaining sets as the cluster tells them (decap.Chain):
 //
 //   - From, the xlb nodes whose packets may be chained: the IPv4
 //     InternalIP and ExternalIP of every Node. The agents run on Nodes of

@@ -12,7 +12,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane"
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
@@ -160,13 +160,13 @@ func protocol(p corev1.Protocol) (uint8, bool) {
 	case !ok:
 		return 0, false
 	case proto == config.UDP:
-		return dataplane.ProtoUDP, true
+		return lb.ProtoUDP, true
 	}
-	return dataplane.ProtoTCP, true
+	return lb.ProtoTCP, true
 }
 
 func protoName(p uint8) string {
-	if p == dataplane.ProtoUDP {
+	if p == lb.ProtoUDP {
 		return string(config.UDP)
 	}
 	return string(config.TCP)

@@ -1,0 +1,398 @@
+package lbharness
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+	"github.com/xlbproject/xlb/internal/maglev"
+	"github.com/xlbproject/xlb/testbed/netns"
+)
+
+// BenchResult is one program's cost per packet over several rounds.
+type BenchResult struct {
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	Verdict     string    `json:"verdict"`
+	RoundsNs    []float64 `json:"rounds_ns"`
+	MedianNs    float64   `json:"median_ns"`
+	// MinNs is the fastest round: on a shared machine the least disturbed
+	// one, and the most repeatable estimate of the program's own cost.
+	MinNs float64 `json:"min_ns"`
+	// NetNs is MinNs less the wrapper's own (wrap_only) MinNs.
+	NetNs float64 `json:"net_ns"`
+}
+
+// BenchConfig sets the size of a benchmark run.
+type BenchConfig struct {
+	Backends int    // backends of the benchmarked service
+	Repeat   uint32 // BPF_PROG_TEST_RUN repetitions per round
+	Rounds   int    // rounds, interleaved over the programs
+}
+
+var benchDescriptions = map[string]string{
+	"wrap_only":             "save and restore of the packet front only: the harness cost, subtracted from the others",
+	"floor_parse_tx":        "floor 1: parse Ethernet/IPv4/ports, XDP_TX",
+	"floor_parse_encap":     "floor 2: parse, TTL, IPIP encapsulation to a fixed backend with fixed MACs, XDP_TX; no lookup, no flow hash",
+	"floor_parse_encap_fib": "floor 3: floor 2 with the route to the backend looked up for every packet (bpf_fib_lookup) and its MACs written",
+	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
+}
+
+// RunBenchmark measures the LB program on a VIP hit against its floors
+// with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
+// afterwards) where the backends are reachable through a resolved
+// neighbour, so the full path ends in XDP_TX as on a real node.
+func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
+	env, err := openBenchEnv("xlb-bench", cfg.Backends)
+	if err != nil {
+		return nil, err
+	}
+	defer env.close()
+	ns, objs, vip := env.ns, env.objs, env.vip
+
+	run := []benchProg{
+		{"wrap_only", objs.WrapOnly, xdpVerdictTX},
+		{"floor_parse_tx", objs.FloorParseTx, xdpVerdictTX},
+		{"floor_parse_encap", objs.FloorParseEncap, xdpVerdictTX},
+		{"floor_parse_encap_fib", objs.FloorParseEncapFib, xdpVerdictTX},
+		{"bench_lb", objs.BenchLb, xdpVerdictTX},
+	}
+	out, err := runInterleaved(ns, benchFrame(vip), run, cfg.Rounds, cfg.Repeat)
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].NetNs = out[i].MinNs - out[0].MinNs
+	}
+	// A VIP hit must have been counted as a forward on every round.
+	if err := env.checkForwarded(cfg); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// benchProg is a program an interleaved run measures, and the verdict
+// it must return.
+type benchProg struct {
+	name string
+	prog *ebpf.Program
+	want uint32
+}
+
+// runInterleaved measures progs on frame in namespace ns, on one CPU:
+// each once first, which must return its verdict and leave the packet as
+// it was (the harness restores it), then rounds rounds of repeat runs
+// of each in turn, every run with its verdict. Result i
+// is progs[i]'s rounds, median and best round.
+func runInterleaved(ns string, frame []byte, progs []benchProg, rounds int, repeat uint32) ([]BenchResult, error) {
+	out := make([]BenchResult, len(progs))
+	err := netns.Do(ns, func() error {
+		idx, err := benchThread()
+		if err != nil {
+			return err
+		}
+		for i, p := range progs {
+			v, _, res, err := testRunXDP(p.prog.FD(), frame, idx, 1)
+			if err != nil {
+				return fmt.Errorf("%s: %w", p.name, err)
+			}
+			if v != p.want {
+				return fmt.Errorf("%s: verdict %s, want %s", p.name, xdpVerdictName(v), xdpVerdictName(p.want))
+			}
+			if string(res) != string(frame) {
+				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
+			}
+			out[i] = BenchResult{Name: p.name, Description: benchDescriptions[p.name], Verdict: xdpVerdictName(v)}
+		}
+		for r := range rounds {
+			for i, p := range progs {
+				v, ns, _, err := testRunXDP(p.prog.FD(), frame, idx, repeat)
+				if err != nil {
+					return fmt.Errorf("%s: %w", p.name, err)
+				}
+				if v != p.want {
+					return fmt.Errorf("%s: verdict %s in round %d, want %s", p.name, xdpVerdictName(v), r, xdpVerdictName(p.want))
+				}
+				out[i].RoundsNs = append(out[i].RoundsNs, float64(ns))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for i := range out {
+		out[i].MedianNs = median(out[i].RoundsNs)
+		out[i].MinNs = slices.Min(out[i].RoundsNs)
+	}
+	return out, nil
+}
+
+// benchEnv is where the LB benchmarks run: a namespace of their own
+// (benchNS), the benchmark objects with the node address 10.0.1.2, and
+// the benchmarked service (benchService) on vip.
+type benchEnv struct {
+	ns   string
+	node netip.Addr
+	vip  netip.Addr
+	objs *benchObjects
+	d    *lb.Dataplane
+}
+
+// openBenchEnv makes a benchEnv whose namespace is named prefix and the
+// process ID, with backends backends. close removes it all.
+func openBenchEnv(prefix string, backends int) (*benchEnv, error) {
+	e := &benchEnv{
+		ns:   fmt.Sprintf("%s-%d", prefix, os.Getpid()),
+		node: netip.MustParseAddr("10.0.1.2"),
+		vip:  netip.MustParseAddr("10.99.0.1"),
+	}
+	if err := benchNS(e.ns); err != nil {
+		return nil, err
+	}
+	err := e.load(backends)
+	if err != nil {
+		exec.Command("ip", "netns", "del", e.ns).Run()
+		return nil, err
+	}
+	return e, nil
+}
+
+// load loads the objects and programs the service.
+func (e *benchEnv) load(backends int) error {
+	var err error
+	if e.objs, e.d, err = loadBenchDataplane(e.node); err != nil {
+		return err
+	}
+	if err := benchService(e.d, lb.ServiceKey{VIP: e.vip, Port: 80, Proto: lb.ProtoTCP}, backends); err != nil {
+		e.close()
+		return err
+	}
+	return nil
+}
+
+// checkForwarded says whether the benchmarked service counted every
+// repetition of a run of cfg's size as a forward (checkHits).
+func (e *benchEnv) checkForwarded(cfg BenchConfig) error {
+	c, err := e.d.ServiceCounters(0)
+	if err != nil {
+		return err
+	}
+	return checkHits(e.d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1)
+}
+
+func (e *benchEnv) close() {
+	closeBench(e.objs, e.d)
+	exec.Command("ip", "netns", "del", e.ns).Run()
+}
+
+// benchService programs the benchmarked service, ID 0 on key, over IPIP
+// to backends backends from 10.0.3.10 up (10.0.7.9 for 1024: the route
+// to 10.0.3.0/24 is benchNS's, the one beyond RunMatrix's), through the
+// same code the agent uses.
+func benchService(d *lb.Dataplane, key lb.ServiceKey, backends int) error {
+	bs := make([]maglev.Backend, backends)
+	for i := range bs {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], 0x0a00030a+uint32(i))
+		a := netip.AddrFrom4(b)
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
+		if err := d.UpsertBackend(uint32(i), a); err != nil {
+			return err
+		}
+	}
+	slots, err := maglev.Build(bs, maglev.DefaultSize)
+	if err != nil {
+		return err
+	}
+	table := make([]uint32, len(slots))
+	for i, s := range slots {
+		table[i] = uint32(s)
+	}
+	return d.UpsertService(lb.Service{ID: 0, Key: key, Encap: lb.EncapIPIP, Table: table})
+}
+
+// loadBenchDataplane loads the benchmark programs, with node as the
+// outer source and the default table size, on the maps of an LB data
+// plane (lb.New) that they share, so that services are programmed
+// through the agent's own code.
+func loadBenchDataplane(node netip.Addr) (*benchObjects, *lb.Dataplane, error) {
+	d, err := lb.New(lb.Options{NodeAddr: node, TableSize: maglev.DefaultSize})
+	if err != nil {
+		return nil, nil, fmt.Errorf("load the LB data plane: %w", err)
+	}
+	objs, err := loadBenchOn(d, node)
+	if err != nil {
+		d.Close()
+		return nil, nil, err
+	}
+	return objs, d, nil
+}
+
+// loadBenchOn loads the benchmark programs on the maps of d.
+func loadBenchOn(d *lb.Dataplane, node netip.Addr) (*benchObjects, error) {
+	spec, err := loadBench()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["node_addr"].Set(wire.Addr4(node)); err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
+		return nil, err
+	}
+	spec.Maps["maglev_tables"].InnerMap.MaxEntries = maglev.DefaultSize
+	spec.Maps["chain_tables"].InnerMap.MaxEntries = maglev.DefaultSize + 1
+	var objs benchObjects
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{MapReplacements: d.Maps()}); err != nil {
+		return nil, fmt.Errorf("load benchmark programs: %w", err)
+	}
+	if err := objs.NhGen.Set(uint32(1)); err != nil { // odd, as Open makes it
+		objs.Close()
+		return nil, err
+	}
+	return &objs, nil
+}
+
+// closeBench releases the benchmark programs and the data plane whose
+// maps they use.
+func closeBench(objs *benchObjects, d *lb.Dataplane) {
+	objs.Close()
+	d.Close()
+}
+
+// checkHits says whether every run of the LB program was a VIP hit
+// forwarded: the service counted at least want packets (more when the
+// kernel cut a run short for a signal and it was started again, after
+// the repetitions it did) and no packet took a pass or drop reason.
+func checkHits(d *lb.Dataplane, counted, want uint64) error {
+	if counted < want {
+		return fmt.Errorf("service counted %d packets, want at least %d: the benchmark did not measure VIP hits", counted, want)
+	}
+	reasons, err := d.ReasonCounters()
+	if err != nil {
+		return err
+	}
+	for name, n := range reasons {
+		if n != 0 {
+			return fmt.Errorf("%d packets counted as %s: the benchmark did not measure only VIP hits", n, name)
+		}
+	}
+	return nil
+}
+
+// PairedRatio is the median of a[i]/b[i] over the rounds both have: with
+// the programs interleaved, round i of each met the same disturbances.
+func PairedRatio(a, b []float64) float64 {
+	var q []float64
+	for i := range min(len(a), len(b)) {
+		if b[i] > 0 {
+			q = append(q, a[i]/b[i])
+		}
+	}
+	return median(q)
+}
+
+// PairedDiff is the median over rounds of a's round less b's: what one
+// program takes longer than another, each round against the round that
+// met the same disturbances.
+func PairedDiff(a, b []float64) float64 {
+	var d []float64
+	for i := range min(len(a), len(b)) {
+		d = append(d, a[i]-b[i])
+	}
+	return median(d)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+func benchNS(ns string) error {
+	cmds := [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "link", "add", "veth0", "type", "veth", "peer", "name", "veth1"},
+		{"-n", ns, "link", "set", "veth0", "up"},
+		{"-n", ns, "link", "set", "veth1", "up"},
+		{"-n", ns, "addr", "add", "10.0.1.2/24", "dev", "veth0"},
+		{"-n", ns, "neigh", "add", "10.0.1.1", "lladdr", "02:00:00:00:00:01", "dev", "veth0", "nud", "permanent"},
+		{"-n", ns, "route", "add", "10.0.3.0/24", "via", "10.0.1.1"},
+	}
+	for i, c := range cmds {
+		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
+			if i > 0 {
+				exec.Command("ip", "netns", "del", ns).Run()
+			}
+			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return netns.Do(ns, func() error { return lb.PrepareInterface("veth0") })
+}
+
+// benchFrame is a 64-byte-payload TCP segment from a client to the VIP.
+func benchFrame(vip netip.Addr) []byte {
+	f := make([]byte, 14+20+20+64)
+	copy(f[0:], []byte{0x02, 0, 0, 0, 0, 0x02})
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 0x01})
+	f[12], f[13] = 0x08, 0x00
+	ip := f[14:]
+	ip[0] = 0x45
+	ip[2], ip[3] = 0, byte(len(f)-14)
+	ip[6] = 0x40
+	ip[8] = 64
+	ip[9] = 6
+	copy(ip[12:], []byte{10, 0, 2, 2})
+	v := vip.As4()
+	copy(ip[16:], v[:])
+	var s uint32
+	for i := 0; i < 20; i += 2 {
+		s += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	s = (s & 0xffff) + s>>16
+	s = (s & 0xffff) + s>>16
+	ip[10], ip[11] = byte(^s>>8), byte(^s)
+	tcp := ip[20:]
+	tcp[0], tcp[1] = 0x9c, 0x40 // 40000
+	tcp[2], tcp[3] = 0, 80
+	tcp[12] = 5 << 4
+	tcp[13] = 0x18
+	return f
+}
+
+// benchThread pins the calling thread, inside a benchmark's namespace, to
+// one CPU for the whole run (no migration between rounds, and the per-CPU
+// next-hop cache stays warm as on a NIC queue), and returns the index of
+// the namespace's veth0, the test runs' ingress interface.
+func benchThread() (uint32, error) {
+	var cpus unix.CPUSet
+	cpus.Set(runtime.NumCPU() - 1)
+	if err := unix.SchedSetaffinity(0, &cpus); err != nil {
+		return 0, fmt.Errorf("pin the benchmark to a CPU: %w", err)
+	}
+	iface, err := net.InterfaceByName("veth0")
+	if err != nil {
+		return 0, err
+	}
+	return uint32(iface.Index), nil
+}

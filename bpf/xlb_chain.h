@@ -1,0 +1,422 @@
+/* Daisy chaining on a backend host (Beamer, NSDI'18): when a table slot
+ * moves to this host, connections its previous owner still holds keep
+ * arriving here until every LB instance has the new table and the flows
+ * end. An xlb node adds a hint to GUE (struct xlb_gue_hint): the slot's
+ * previous owner and the one before it, when the slot changed hands and
+ * the generation of the service's table. A TCP packet this host holds no
+ * connection for goes on to the previous owner for a while after the
+ * change, and from there, if that one has none either, to the owner
+ * before; one from an LB instance with an older table than some other
+ * instance already sent is dropped, so that the client retransmits after
+ * the stale instance caught up instead of getting a reset.
+ * docs/operations.md (Backend hosts) has the details. A hint is not
+ * trusted as it comes: a packet is chained only when its outer source is
+ * a known xlb node or backend (chain_from, chain_to) and only to a
+ * previous owner in chain_to, so a forged hint cannot make this host send
+ * a packet to an address of the sender's choice. Anything else that would
+ * have been chained is dropped and counted. */
+#ifndef XLB_CHAIN_H
+#define XLB_CHAIN_H
+
+#include "xlb_backend_maps.h"
+
+/* The TCP header as far as the decision reads it. */
+struct chain_tcphdr {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack_seq;
+	__u8 doff_res;
+	__u8 flags;
+	__be16 window;
+	__sum16 check;
+	__be16 urg_ptr;
+};
+
+#define TCP_FLAG_RST 0x04
+#define TCP_FLAG_SYN 0x02
+#define TCP_FLAG_ACK 0x10
+
+#define AF_INET 2
+#define NSEC_PER_SEC 1000000000ULL
+
+/* The hint's decision when the packet is for the stack. */
+#define CHAIN_DELIVER -1
+
+static __always_inline void chain_count(__u32 stat, __u64 bytes)
+{
+	struct xlb_counter *c = bpf_map_lookup_elem(&chain_stats, &stat);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+	}
+}
+
+static __always_inline int chain_known(void *set, __be32 addr)
+{
+	struct chain_peer_key k = {.prefixlen = 32, .addr = addr};
+
+	return bpf_map_lookup_elem(set, &k) != 0;
+}
+
+/* Whether a packet from src may be chained: sent by a known xlb node, or
+ * by a known backend that chained it here. */
+static __always_inline int chain_trusted(__be32 src)
+{
+	return chain_known(&chain_from, src) || chain_known(&chain_to, src);
+}
+
+static __always_inline struct chain_cfg *chain_config(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&chain_cfg, &zero);
+}
+
+/* Remember gen if it is the newest of its service, and return the newest.
+ * Only a hint from a known source may raise it (when the sets are
+ * configured): a forged generation from the future would turn every
+ * packet without a socket into a silent drop. The source is looked up
+ * only then, so hints of the current generation cost no lookup. Two CPUs
+ * may race and keep the lower of two new generations: that only delays
+ * the stale-instance drop until the next packet of the newer one. */
+static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src, __be32 vip,
+					      __be16 port, __u32 gen)
+{
+	struct chain_svc_key k = {.vip = vip, .port = port, .proto = IPPROTO_TCP};
+	__u32 *seen = bpf_map_lookup_elem(&chain_gens, &k);
+
+	if (seen && gen <= *seen)
+		return *seen;
+	if (cfg && (cfg->flags & CHAIN_CFG_SETS) && !chain_trusted(src))
+		return seen ? *seen : 0;
+	if (!seen) {
+		bpf_map_update_elem(&chain_gens, &k, &gen, BPF_NOEXIST);
+		return gen;
+	}
+	*seen = gen;
+	return gen;
+}
+
+/* Whether a slot that changed owner at `changed` (unix seconds) is still
+ * within the chaining window. */
+static __always_inline int chain_fresh(struct chain_cfg *cfg, __u32 changed)
+{
+	if (!cfg || !cfg->wall_offset_ns || !cfg->window_s)
+		return 0;
+	__u64 now = (bpf_ktime_get_boot_ns() + cfg->wall_offset_ns) / NSEC_PER_SEC;
+	return now < (__u64)changed + cfg->window_s;
+}
+
+/* Whether a packet that would be chained to prev, from outer source src,
+ * must be dropped instead: unless src is known and prev a known previous
+ * owner, it is, and counted. Checked only once a packet would be chained,
+ * so delivered packets cost no lookup. */
+static __always_inline int chain_untrusted(__be32 src)
+{
+	if (chain_trusted(src))
+		return 0;
+	chain_count(CHAIN_DROP_UNTRUSTED_SOURCE, 0);
+	return 1;
+}
+
+static __always_inline int chain_refused(__be32 src, __be32 prev)
+{
+	if (chain_untrusted(src))
+		return 1;
+	if (!chain_known(&chain_to, prev)) {
+		chain_count(CHAIN_DROP_UNKNOWN_OWNER, 0);
+		return 1;
+	}
+	return 0;
+}
+
+/* Whether a local socket takes the packet iph/th (a connection being
+ * opened, established or closing), or a listener when the packet is the
+ * ACK of a SYN cookie the listener sent. A socket in TIME-WAIT does not:
+ * its connection is over, and a packet with its addresses and ports
+ * belongs to a newer connection from the same client port, which went to
+ * another backend (the client reused the port while this host still
+ * held the old connection's TIME-WAIT, as a server that closes first
+ * does). Taken here, that packet would only draw a bare ACK, again on
+ * every retransmission, and the connection would hang; chained, it
+ * reaches the previous owner that holds it. (A late segment of the
+ * closed connection goes on too, and is answered there with a reset: its
+ * client is closing anyway.) netns is the
+ * network namespace to look in: BPF_F_CURRENT_NETNS for this host's own,
+ * or the ID of a pod's. iph and th may lie in the packet (checked by the
+ * caller) or on the stack. Returns the chain_stat that delivers the
+ * packet, or CHAIN_STAT_MAX. */
+static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
+					  struct chain_tcphdr *th, __u64 netns)
+{
+	struct bpf_sock_tuple t = {};
+	struct bpf_sock *sk;
+	__u32 stat = CHAIN_STAT_MAX;
+
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
+	t.ipv4.sport = th->source;
+	t.ipv4.dport = th->dest;
+	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), netns, 0);
+	if (!sk)
+		return stat;
+	if (sk->state == BPF_TCP_TIME_WAIT) {
+		/* not a connection: see above */
+	} else if (sk->state != BPF_TCP_LISTEN) {
+		stat = CHAIN_SOCKET;
+	} else if ((th->flags & (TCP_FLAG_ACK | TCP_FLAG_SYN | TCP_FLAG_RST)) == TCP_FLAG_ACK &&
+		   /* The cookie check reads the fixed TCP header only. */
+		   bpf_tcp_check_syncookie(sk, iph, sizeof(*iph), (void *)th, sizeof(*th)) == 0) {
+		stat = CHAIN_SYNCOOKIE;
+	}
+	bpf_sk_release(sk);
+	return stat;
+}
+
+/* Whether local pod `pod` holds the connection of the packet inner/th
+ * (to VIP:port), looked up as the pod sees it once translated:
+ * client -> pod:targetPort, in the pod's network namespace. CHAIN_STAT_MAX
+ * when it does not, and when that cannot be known: no translation of the
+ * VIP:port to the pod, or no network namespace ID for it. */
+static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *inner,
+					      struct chain_tcphdr *th, __be32 pod)
+{
+	struct nat_svc_key k = {.vip = inner->daddr, .pod = pod, .port = th->dest, .proto = IPPROTO_TCP};
+	__be16 *target = bpf_map_lookup_elem(&nat_svcs, &k);
+	__u32 *netns = bpf_map_lookup_elem(&nat_pod_netns, &pod);
+	struct chain_tcphdr pth;
+	struct iphdr piph;
+
+	if (!target || !netns)
+		return CHAIN_STAT_MAX;
+	/* The SYN cookie, too, was computed over the translated addresses. */
+	__builtin_memcpy(&piph, inner, sizeof(piph));
+	__builtin_memcpy(&pth, th, sizeof(pth));
+	piph.daddr = pod;
+	pth.dest = *target;
+	return chain_socket(ctx, &piph, &pth, *netns);
+}
+
+/* Send the still encapsulated packet on to prev, from the host address it
+ * was sent to, with next (the owner before prev, or 0) as the hint's only
+ * previous owner: every hop uses up one, so a packet is chained at most
+ * twice and never in a loop. The outer UDP checksum becomes 0 (none, as xlb sends it):
+ * the new addresses would break any other. The inner packet is untouched.
+ *
+ * A next hop the kernel has not resolved yet (backends rarely talk to
+ * each other, so the first chained packet to each usually finds none)
+ * goes to the stack instead, re-addressed to prev but still from the xlb
+ * node that sent it: the stack forwards it (`xlb backend` turns on
+ * forwarding on the interface) and resolves the neighbour, and the next
+ * packets take the fast path. With this host as its source the stack
+ * would drop it as a martian. */
+static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					 struct udphdr *udp, struct xlb_gue_hint *hint, __be32 prev,
+					 __be32 next)
+{
+	struct bpf_fib_lookup fib = {};
+	__u16 len = bpf_ntohs(ip->tot_len);
+	long rc;
+
+	fib.family = AF_INET;
+	fib.tos = ip->tos;
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.tot_len = len;
+	fib.ipv4_src = ip->daddr;
+	fib.ipv4_dst = prev;
+	fib.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		hint->prev = next;
+		hint->prev2 = 0;
+		udp->check = 0;
+		ip->daddr = prev;
+		ip->ttl = XLB_OUTER_TTL;
+		ip->check = 0;
+		ip->check = ipv4_csum(ip);
+		chain_count(CHAIN_CHAINED, len);
+		chain_count(CHAIN_NO_NEIGHBOUR, len);
+		return XDP_PASS;
+	}
+	/* Unreachable, forwarding disabled on the interface, or an MTU
+	 * towards prev smaller than the path the packet came by. */
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		chain_count(CHAIN_NO_ROUTE, 0);
+		return XDP_DROP;
+	}
+
+	hint->prev = next;
+	hint->prev2 = 0;
+	udp->check = 0;
+	ip->saddr = ip->daddr;
+	ip->daddr = prev;
+	ip->ttl = XLB_OUTER_TTL;
+	ip->check = 0;
+	ip->check = ipv4_csum(ip);
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	chain_count(CHAIN_CHAINED, len);
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
+}
+
+/* The TCP header of an inner packet whose hint the decision reads, or 0:
+ * no hint at all (an LB instance sends a zero hint for a service without
+ * a chain, or when its lookup fails), a fragment, or a header that the
+ * frame or the inner datagram does not hold (the stack judges it). */
+static __always_inline struct chain_tcphdr *chain_tcp(struct iphdr *ip, struct xlb_gue_hint *hint,
+						      struct iphdr *inner, __u32 inner_len,
+						      void *data_end)
+{
+	struct udphdr *udp = (void *)(ip + 1);
+	__u32 ihl = inner->ihl * 4;
+	struct chain_tcphdr *th;
+
+	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
+		return 0;
+	if (!hint->prev && !hint->prev2 && !hint->generation)
+		return 0;
+	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return 0;
+	th = (void *)inner + ihl;
+	if ((void *)(th + 1) > data_end || ihl + sizeof(*th) > inner_len)
+		return 0;
+	return th;
+}
+
+/* A hinted packet no socket takes, and no previous owner either: dropped
+ * when an LB instance with a newer table of the service has been heard
+ * from (generation 0 means unknown, never stale), else delivered for the
+ * stack to answer. */
+static __always_inline int chain_no_owner(__u32 gen, __u32 newest, __u32 inner_len)
+{
+	if (gen && gen < newest) {
+		chain_count(CHAIN_STALE_DROP, 0);
+		return XDP_DROP;
+	}
+	chain_count(CHAIN_NO_SOCKET, inner_len);
+	return CHAIN_DELIVER;
+}
+
+/* The hint's decision for an inner TCP packet to a local VIP: deliver it
+ * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. */
+static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					struct xlb_gue_hint *hint, struct iphdr *inner, __u32 inner_len,
+					void *data_end)
+{
+	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	struct chain_cfg *cfg;
+	__u32 newest, gen, stat;
+	__be32 prev, next;
+
+	if (!th)
+		return CHAIN_DELIVER;
+	cfg = chain_config();
+	gen = bpf_ntohl(hint->generation);
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	stat = chain_socket(ctx, inner, th, BPF_F_CURRENT_NETNS);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	/* The first previous owner that is not this host; the one after it
+	 * travels on in the hint, for the next hop to try in turn. */
+	prev = hint->prev;
+	next = hint->prev2;
+	if (!prev || bpf_map_lookup_elem(&host_addrs, &prev)) {
+		prev = next;
+		next = 0;
+		if (prev && bpf_map_lookup_elem(&host_addrs, &prev))
+			prev = 0;
+	}
+	if (prev && chain_fresh(cfg, bpf_ntohl(hint->changed))) {
+		if (chain_refused(ip->saddr, prev))
+			return XDP_DROP;
+		return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, next);
+	}
+	return chain_no_owner(gen, newest, inner_len);
+}
+
+/* The same decision for an inner TCP packet tunnelled to local pod *pod
+ * (Kubernetes mode), where the sockets are the pods', each in its own
+ * network namespace, and a previous owner may be another pod of this
+ * node. A previous owner here that holds the connection gets it at once:
+ * *pod becomes that pod, and the caller translates for it (counted as
+ * chained). One elsewhere gets the packet through the fabric, as in the
+ * host mode. A pod whose network namespace is unknown is never chained:
+ * its packet is delivered without a count, as without a hint. */
+static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *eth,
+					    struct iphdr *ip, struct xlb_gue_hint *hint,
+					    struct iphdr *inner, __u32 inner_len, void *data_end,
+					    __be32 *pod)
+{
+	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	struct chain_cfg *cfg;
+	__u32 newest, gen, stat;
+	__be32 prev, prev2;
+
+	if (!th)
+		return CHAIN_DELIVER;
+	cfg = chain_config();
+	gen = bpf_ntohl(hint->generation);
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	if (!bpf_map_lookup_elem(&nat_pod_netns, pod))
+		return CHAIN_DELIVER;
+	stat = chain_pod_socket(ctx, inner, th, *pod);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	prev = hint->prev;
+	prev2 = hint->prev2;
+	if (!chain_fresh(cfg, bpf_ntohl(hint->changed)))
+		return chain_no_owner(gen, newest, inner_len);
+	/* The hint never names the current owner; this host is skipped all
+	 * the same, as in the host mode. A local pod is a known previous
+	 * owner (it is translated for); a packet from an unknown source is
+	 * not handed to it either. */
+	if (prev && prev != *pod && !bpf_map_lookup_elem(&host_addrs, &prev)) {
+		if (!bpf_map_lookup_elem(&nat_pods, &prev)) {
+			if (chain_refused(ip->saddr, prev))
+				return XDP_DROP;
+			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, prev2);
+		}
+		if (chain_pod_socket(ctx, inner, th, prev) != CHAIN_STAT_MAX) {
+			if (chain_untrusted(ip->saddr))
+				return XDP_DROP;
+			chain_count(CHAIN_CHAINED, inner_len);
+			*pod = prev;
+			return CHAIN_DELIVER;
+		}
+	}
+	if (prev2 && prev2 != *pod && !bpf_map_lookup_elem(&host_addrs, &prev2)) {
+		if (!bpf_map_lookup_elem(&nat_pods, &prev2)) {
+			if (chain_refused(ip->saddr, prev2))
+				return XDP_DROP;
+			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev2, 0);
+		}
+		if (chain_pod_socket(ctx, inner, th, prev2) != CHAIN_STAT_MAX) {
+			if (chain_untrusted(ip->saddr))
+				return XDP_DROP;
+			chain_count(CHAIN_CHAINED, inner_len);
+			*pod = prev2;
+			return CHAIN_DELIVER;
+		}
+	}
+	return chain_no_owner(gen, newest, inner_len);
+}
+
+#endif

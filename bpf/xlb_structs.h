@@ -1,0 +1,314 @@
+/* Every layout that xlb's programs and its Go side share: map keys and
+ * values, the Maglev table entry, the GUE hint on the wire, and the enums
+ * whose values are map keys, load-time parameters or slot fields. Go has
+ * no hand-written copy of any of it: xlb_wire.c names each type once for
+ * bpf2go, which generates internal/dataplane/wire. Structs have no implicit
+ * padding, so that Go writes them byte for byte. The maps themselves are
+ * in xlb_maps.h (LB) and xlb_backend_maps.h (backend host).
+ *
+ * Addresses are IPv4 (__be32) throughout; a family-neutral key puts an
+ * address family and a union of IPv4 and IPv6 where the __be32 is, and
+ * the Go side changes with it (wire.Addr4 and its callers). */
+#ifndef XLB_STRUCTS_H
+#define XLB_STRUCTS_H
+
+#include <linux/types.h>
+
+/* ---- Both programs ---- */
+
+/* A packets/bytes pair, per CPU in every counter map. */
+struct xlb_counter {
+	__u64 packets;
+	__u64 bytes;
+};
+
+/* The daisy-chain hint, GUE private data after the base header
+ * (XLB_ENCAP_GUE_HINT, hlen XLB_GUE_HINT_WORDS), every word big-endian:
+ * the slot's previous owner and the one before it (0: none), when the
+ * slot last changed hands and the service's table generation (unix
+ * seconds, 0: never). The LB writes it, a backend host reads it and
+ * rewrites it when it chains. docs/connection-survival.md has the
+ * format. */
+struct xlb_gue_hint {
+	__be32 prev;
+	__be32 prev2;
+	__be32 changed;
+	__be32 generation;
+};
+
+/* ---- The LB program ---- */
+
+/* Every verdict that is not a forward is counted under one reason (the
+ * reasons map's key). wire.ReasonNames follows this order. */
+enum xlb_reason {
+	XLB_PASS_NOT_IPV4 = 0,   /* ARP, IPv6, VLAN, ...: not ours */
+	XLB_PASS_NOT_TCP_UDP,    /* ICMP and other protocols, not to a VIP */
+	XLB_PASS_NO_SERVICE,     /* not addressed to a VIP */
+	XLB_PASS_TTL_EXCEEDED,   /* TTL <= 1: the kernel sends time-exceeded */
+	XLB_PASS_NO_NEIGH,       /* next hop MAC unknown: the kernel forwards and resolves it */
+	XLB_DROP_MALFORMED_ETH,  /* frame shorter than an Ethernet header */
+	XLB_DROP_MALFORMED_IP,   /* truncated header, IHL < 5, bad version or length */
+	XLB_DROP_MALFORMED_L4,   /* L4 header shorter than the ports */
+	XLB_DROP_FRAGMENT,       /* IP fragment addressed to a VIP */
+	XLB_DROP_NO_BACKEND,     /* service without a usable table slot */
+	XLB_DROP_NO_ROUTE,       /* no route to the backend */
+	XLB_DROP_TOO_BIG,        /* exceeds egress MTU after encapsulation, DF clear */
+	XLB_DROP_ENCAP_FAILED,   /* no headroom to add the outer headers */
+	XLB_TX_ICMP_TOO_BIG,     /* answered with ICMP fragmentation-needed (DF set) */
+	XLB_NOTE_IP_OPTIONS,     /* forwarded with its IP options intact (not a drop) */
+	XLB_DROP_VIP_NO_SERVICE, /* to a VIP, but no service for its port or protocol */
+	XLB_NOTE_ICMP_TO_BACKEND,/* ICMP error about a reply, forwarded to the flow's backend (not a drop) */
+	XLB_NOTE_CT_NEW,         /* stateful service: a flow entry created (not a drop) */
+	XLB_NOTE_CT_MIDFLOW_MISS,/* stateful: non-SYN TCP without an entry, evicted or begun elsewhere (not a drop) */
+	XLB_REASON_MAX,
+};
+
+/* The flow hash a program computes (load-time parameter flow_hash);
+ * wire.FlowHash names them. */
+enum xlb_flow_hash {
+	XLB_FLOW_HASH_FMIX64 = 0,
+	XLB_FLOW_HASH_LOOKUP3 = 1,
+};
+
+/* A service's encapsulation (struct svc_slot's encap). GUE_HINT is GUE
+ * with the daisy-chain hint (struct xlb_gue_hint). */
+enum xlb_encap {
+	XLB_ENCAP_IPIP = 1,
+	XLB_ENCAP_GUE = 2,
+	XLB_ENCAP_GUE_HINT = 3,
+};
+
+/* struct svc_slot's flags. STATEFUL: the service's flows keep the backend
+ * their first packet got (conntrack), whatever the table says later. */
+enum xlb_svc_flag {
+	XLB_SVC_STATEFUL = 1,
+};
+
+/* A service index slot. The first 8 bytes are the key (VIP, port,
+ * protocol) plus the encapsulation; vip 0 marks a free slot: port 0 an
+ * empty one (ends a probe), port 0xffff a deleted one (probing goes on).
+ * The control plane fills a slot with vip 0 first and sets vip in a
+ * second write, so a packet never sees a half-written service. */
+struct svc_slot {
+	__be32 vip;
+	__be16 port;
+	__u8 proto;
+	__u8 encap;  /* enum xlb_encap */
+	__u32 id;    /* index into maglev_tables, chain_tables and svc_retired */
+	__u8 flags;  /* enum xlb_svc_flag */
+	__u8 pad[3];
+};
+
+/* The backend registry (id -> address): written and read by the control
+ * plane, which copies addresses into the tables. Of the fast path only
+ * stateful services read it, to check that the backend a flow entry names
+ * still exists and still counts for the service. */
+struct backend {
+	__be32 addr;
+	__u32 owner; /* id + 1 of the service whose table names it; 0: none yet */
+};
+
+/* A Maglev table slot: the backend's id in the low 32 bits and its
+ * address in the high 32 (as the program loads a __be32), so that the
+ * fast path needs no backends lookup. Address 0: no backend. */
+typedef __u64 xlb_table_entry;
+
+static inline __u32 xlb_table_entry_bid(xlb_table_entry e)
+{
+	return (__u32)e;
+}
+
+static inline __be32 xlb_table_entry_addr(xlb_table_entry e)
+{
+	return (__be32)(e >> 32);
+}
+
+/* A slot of a daisy-chained service's chain table: the slot's backend,
+ * as its Maglev table entry has it, with the hint's owners and time. */
+struct chain_entry {
+	__u32 bid;     /* backend id, as in maglev_tables */
+	__be32 addr;   /* its address; 0: no backend (drop) */
+	__be32 prev;   /* previous owner; 0: none */
+	__be32 prev2;  /* the owner before prev; 0: none */
+	__u32 changed; /* unix seconds, host order; 0: never */
+};
+
+/* Flow state of stateful services: a flow as the hash sees it, and the
+ * backend it got. */
+struct ct_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+struct ct_entry {
+	__u32 bid;
+	__be32 addr;
+};
+
+/* A backend's cached next hop, per CPU (xlb_maps.h, backend_stats). */
+struct nh_entry {
+	__u64 stamp; /* jiffies when filled */
+	__u32 gen;
+	__u32 ifindex;
+	/* The new Ethernet header's addresses, destination then source, as
+	 * three words so that writing them takes three stores. */
+	__u32 macs[3];
+	__u16 max_len;
+	__u8 pad0;
+	__u8 pad;
+};
+
+/* Per backend and CPU: its counters and its cached next hop, together so
+ * that one lookup serves both. */
+struct backend_state {
+	struct xlb_counter stats;
+	struct nh_entry nh;
+};
+
+/* ---- The backend-host program ---- */
+
+/* Decapsulation outcomes, for both modes (decap_stats' key); nat_stats
+ * counts what the Kubernetes mode did with the inner packet.
+ * wire.DecapStatNames follows this order. */
+enum decap_stat {
+	DECAP_IPIP = 0,   /* IPIP decapsulated */
+	DECAP_GUE,        /* GUE decapsulated */
+	DECAP_PASS,       /* not a tunnel to this host or a local pod, or an outer frame the
+			   * stack judges (not IPv4, header truncated, IHL < 5, options,
+			   * fragment): passed untouched */
+	DECAP_DROP_INNER, /* tunnel to this host whose payload is malformed (outer length
+			   * beyond the frame, inner header truncated or not IPv4, inner
+			   * length beyond the outer datagram) or not for a local VIP */
+	DECAP_DROP_GUE,   /* GUE we cannot parse (version, control, inner protocol) */
+	DECAP_STAT_MAX,
+};
+
+/* What the hint decided for a TCP packet (chain_stats' key).
+ * wire.ChainStatNames follows this order. Delivered packets also count
+ * under decap_gue; chained and dropped ones only here. */
+enum chain_stat {
+	CHAIN_SYN = 0,      /* delivered: a SYN opens a connection here */
+	CHAIN_SOCKET,       /* delivered: a local socket holds the connection */
+	CHAIN_SYNCOOKIE,    /* delivered: an ACK with a valid SYN cookie */
+	CHAIN_CHAINED,      /* forwarded to the slot's previous owner */
+	CHAIN_STALE_DROP,   /* dropped: sent by an LB instance with an older table */
+	CHAIN_NO_SOCKET,    /* delivered without a socket: the stack answers (a reset) */
+	CHAIN_NO_ROUTE,     /* dropped: no route to the previous owner */
+	CHAIN_NO_NEIGHBOUR, /* chained through the stack: the next hop was not resolved yet */
+	CHAIN_DROP_UNTRUSTED_SOURCE, /* dropped: would be chained, but its outer source is
+				      * neither in chain_from nor in chain_to */
+	CHAIN_DROP_UNKNOWN_OWNER,    /* dropped: would be chained to a previous owner not in
+				      * chain_to */
+	CHAIN_STAT_MAX,
+};
+
+/* BPF has no wall clock: `xlb backend` writes the offset of
+ * CLOCK_REALTIME from CLOCK_BOOTTIME. A zero offset or window turns
+ * chaining off (no hint is ever fresh); `xlb backend` writes a zero
+ * window unless both sets (chain_from, chain_to) are configured. */
+struct chain_cfg {
+	__u64 wall_offset_ns;
+	__u32 window_s; /* how long after a slot's change its hint is followed */
+	__u32 flags;    /* enum chain_cfg_flag */
+};
+
+/* The sets are configured: only a hint from a known source may raise a
+ * service's newest generation (chain_newest_gen). Without them every
+ * hint may, as chaining is off and the stale-instance drop is all the
+ * hints still do. */
+enum chain_cfg_flag {
+	CHAIN_CFG_SETS = 1,
+};
+
+/* An IPv4 prefix of chain_from or chain_to (LPM trie keys). */
+struct chain_peer_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+
+/* A service as chain_gens remembers its newest generation. */
+struct chain_svc_key {
+	__be32 vip;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* What the Kubernetes mode did (nat_stats' key). wire.NATStatNames
+ * follows this order. */
+enum nat_stat {
+	NAT_FWD = 0,            /* VIP:port -> pod:targetPort, decapsulated and passed */
+	NAT_FWD_ICMP,           /* ICMP error about a reply, translated for the pod */
+	NAT_REV_FLOW,           /* reply pod:targetPort -> VIP:port, by its flow record */
+	NAT_REV_FALLBACK,       /* reply translated by the (pod, target port) fallback */
+	NAT_REV_ICMP,           /* ICMP error about a translated flow, translated for the client */
+	NAT_REV_UNTRACKED,      /* TCP/UDP from a pod (or an ICMP error about it), no flow: passed untouched */
+	NAT_REV_FRAGMENT,       /* fragment from a pod: no ports to look up, passed untouched */
+	NAT_REV_DROP_WRITE,     /* a reply's rewrite failed halfway: dropped */
+	NAT_DROP_NO_ENTRY,      /* tunnelled to a local pod, no translation for the inner VIP:port */
+	NAT_DROP_FRAGMENT,      /* inner fragment: no ports to translate */
+	NAT_DROP_MALFORMED,     /* inner packet truncated or inconsistent */
+	NAT_DROP_PROTO,         /* inner neither TCP, UDP nor an ICMP error about a reply */
+	NAT_NOTE_FLOW_FAILED,   /* flow record not written; the packet was still translated */
+	NAT_STAT_MAX,
+};
+
+/* nat_svcs key: a packet tunnelled to `pod` for vip:port/proto. */
+struct nat_svc_key {
+	__be32 vip;
+	__be32 pod;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* nat_flows key: a reply as the pod sends it, pod:target_port -> client. */
+struct nat_flow_key {
+	__be32 pod;
+	__be32 client;
+	__be16 pod_port;
+	__be16 client_port;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* What a reply's source becomes. */
+struct nat_vip {
+	__be32 vip;
+	__be16 port;
+	__u16 pad;
+};
+
+/* nat_rev_ports key: the fallback for replies without a flow record. */
+struct nat_rev_key {
+	__be32 pod;
+	__be16 pod_port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* The sizes the other side relies on: Go writes these byte for byte, and
+ * the wire formats are fixed. internal/dataplane/wire checks its
+ * generated types against the same numbers. */
+_Static_assert(sizeof(struct xlb_counter) == 16, "xlb_counter");
+_Static_assert(sizeof(struct xlb_gue_hint) == 16, "the GUE hint is 4 words on the wire");
+_Static_assert(sizeof(struct svc_slot) == 16, "svc_slot");
+_Static_assert(__builtin_offsetof(struct svc_slot, id) == 8,
+	       "svc_lookup compares the first 8 bytes of a slot as its key");
+_Static_assert(sizeof(struct backend) == 8, "backend");
+_Static_assert(sizeof(xlb_table_entry) == 8, "table entry");
+_Static_assert(sizeof(struct chain_entry) == 20, "chain_entry");
+_Static_assert(sizeof(struct ct_key) == 16 && sizeof(struct ct_entry) == 8, "conntrack");
+_Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
+_Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
+_Static_assert(sizeof(struct chain_peer_key) == 8, "an LPM key: prefix length, then the address");
+_Static_assert(sizeof(struct chain_svc_key) == 8, "chain_svc_key");
+_Static_assert(sizeof(struct nat_svc_key) == 12 && sizeof(struct nat_flow_key) == 16 &&
+		       sizeof(struct nat_vip) == 8 && sizeof(struct nat_rev_key) == 8,
+	       "NAT keys and values");
+
+#endif

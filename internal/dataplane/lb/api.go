@@ -1,0 +1,113 @@
+package lb
+
+import (
+	"net/netip"
+
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+)
+
+// Encap is a service's forwarding mode in the data plane.
+type Encap = wire.Encap
+
+const (
+	EncapIPIP = wire.EncapIPIP
+	EncapGUE  = wire.EncapGUE
+	// EncapGUEHint is GUE whose packets carry the daisy-chain hint of
+	// their table slot (Service.Chain) as GUE private data.
+	EncapGUEHint = wire.EncapGUEHint
+)
+
+// Protocol numbers used in service keys.
+const (
+	ProtoTCP uint8 = 6
+	ProtoUDP uint8 = 17
+)
+
+// ServiceKey is what the XDP program looks packets up by.
+type ServiceKey struct {
+	VIP   netip.Addr
+	Port  uint16
+	Proto uint8
+}
+
+// Service is one service as the data plane sees it: its key, encapsulation
+// and Maglev table. Table holds backend IDs and must have exactly the
+// data plane's table size entries.
+type Service struct {
+	ID    uint32
+	Key   ServiceKey
+	Encap Encap
+	Table []uint32
+	// Chain is the daisy-chain hint of each table slot: nil (no slot
+	// has a previous owner) or exactly the table size entries. Only
+	// EncapGUEHint services send hints; others ignore Chain and
+	// Generation.
+	Chain []ChainSlot
+	// Generation is when the service's backend set last changed, in unix
+	// seconds (0: never). Every hint carries it.
+	Generation uint32
+	// Stateful pins each flow to the backend its first packet got (a
+	// TCP SYN re-picks from the table), for backends that cannot daisy
+	// chain. Flows the conntrack table cannot hold, or that began on
+	// another instance, follow the table.
+	Stateful bool
+	// Origin identifies what the caller built Table from (OriginOf;
+	// zero: unknown). UpsertService records it with the installed
+	// table, and KeepService keeps that table for it.
+	Origin Origin
+	// HintsOrigin identifies, for an EncapGUEHint service, what the
+	// caller built Chain and Generation from (its history), as Origin
+	// does Table. Zero in KeepService: any.
+	HintsOrigin Origin
+}
+
+// Origin identifies what a table was built from, in the caller's terms:
+// equal origins must mean equal tables.
+type Origin [16]byte
+
+// OriginOf is the origin of a table built from what b describes: a
+// 128-bit sum of b, never zero.
+func OriginOf(b []byte) Origin {
+	o := Origin(sum128("xlb table origin v1", len(b), b))
+	if o == (Origin{}) {
+		o[0] = 1
+	}
+	return o
+}
+
+// ChainSlot is a table slot's daisy-chain hint: the slot's previous
+// owner (the zero Addr or 0.0.0.0: none) and when it last changed hands,
+// in unix seconds (0: never).
+type ChainSlot struct {
+	Prev    netip.Addr // the owner before the current one; invalid: none
+	Prev2   netip.Addr // the owner before Prev; invalid: none
+	Changed uint32
+}
+
+// Counters is a packets/bytes pair summed over all CPUs.
+type Counters = bpfobj.Counters
+
+// Options configure Open.
+type Options struct {
+	Interface  string     // XDP attach point
+	NodeAddr   netip.Addr // outer source address of encapsulated packets
+	PinPath    string     // bpffs directory for this agent's maps and link
+	AttachMode string     // auto | native | generic
+	TableSize  uint32     // Maglev table size (prime)
+	// MaxBackends sizes the backend maps (0: DefaultMaxBackends).
+	// Changing it for pinned state migrates the maps (see Load).
+	MaxBackends uint32
+	// ConntrackSize is how many flows of stateful services the LB
+	// remembers (0: DefaultConntrackSize); beyond it the oldest are
+	// forgotten. Changing it for pinned state migrates the maps.
+	ConntrackSize uint32
+	// FlowHash is the flow hash the program computes (the zero value is
+	// the default, fmix64). Pinned state of a program that hashed
+	// otherwise is refused (see bpfobj.PlanAdoption).
+	FlowHash wire.FlowHash
+}
+
+// DefaultConntrackSize is the default Options.ConntrackSize
+// (XLB_CONNTRACK_SIZE in bpf/xlb_consts.h).
+const DefaultConntrackSize = 262144

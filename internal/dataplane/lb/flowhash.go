@@ -1,0 +1,87 @@
+package lb
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"net/netip"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+)
+
+// HashSeed is the fixed flow-hash seed (XLB_HASH_SEED in bpf/xlb_consts.h).
+const HashSeed = 0x786c6231
+
+// hashSeed64 is fmix64's seed (XLB_HASH_SEED64): HashSeed, then lookup3's
+// constant.
+const hashSeed64 = HashSeed<<32 | 0xdeadbeef
+
+// FlowHash is the LB program's default flow hash (xlb_flow_hash in
+// bpf/xlb_lb.h), for tools and tests that predict which table slot a
+// flow takes. Every xlb instance computes the same value for a flow.
+func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
+	return FlowHashOf(wire.FlowHashFmix64, src, dst, sport, dport, proto)
+}
+
+// FlowHashOf is the LB program's flow hash of the given kind.
+func FlowHashOf(kind wire.FlowHash, src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
+	s, d := src.As4(), dst.As4()
+	var p [4]byte
+	binary.BigEndian.PutUint16(p[0:], sport)
+	binary.BigEndian.PutUint16(p[2:], dport)
+	sw, dw, pw := binary.LittleEndian.Uint32(s[:]), binary.LittleEndian.Uint32(d[:]), binary.LittleEndian.Uint32(p[:])
+	if kind == wire.FlowHashLookup3 {
+		return lookup3(sw, dw, pw, proto)
+	}
+	return flowFmix64(sw, dw, pw, proto)
+}
+
+// flowFmix64 is xlb_flow_hash_fmix64 over the words as the program loads
+// them: ports is sport | dport << 16.
+func flowFmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
+	k := uint64(saddr)<<32 | uint64(ports)
+	k ^= uint64(daddr) ^ uint64(proto)<<56 ^ hashSeed64
+	return uint32(fmix64(k))
+}
+
+// fmix64 is MurmurHash3's 64-bit finalizer (fmix64 in bpf/xlb_helpers.h),
+// which the flow hash and the service index's hash both run.
+func fmix64(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
+}
+
+// lookup3 is xlb_flow_hash_lookup3.
+func lookup3(saddr, daddr, ports uint32, proto uint8) uint32 {
+	seed := uint32(HashSeed)
+	init := seed + 0xdeadbeef + (3 << 2) + uint32(proto)
+	a := saddr + init
+	b := daddr + init
+	c := ports + init
+
+	c ^= b
+	c -= bits.RotateLeft32(b, 14)
+	a ^= c
+	a -= bits.RotateLeft32(c, 11)
+	b ^= a
+	b -= bits.RotateLeft32(a, 25)
+	c ^= b
+	c -= bits.RotateLeft32(b, 16)
+	a ^= c
+	a -= bits.RotateLeft32(c, 4)
+	b ^= a
+	b -= bits.RotateLeft32(a, 14)
+	c ^= b
+	c -= bits.RotateLeft32(b, 24)
+	return c
+}
+
+// Slot is the table slot a flow hash selects in a table of size slots:
+// hash * size / 2^32, as the LB program computes it (a range reduction
+// without a division).
+func Slot(hash, size uint32) uint32 {
+	return uint32(uint64(hash) * uint64(size) >> 32)
+}

@@ -1,0 +1,248 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+)
+
+// UpsertService installs or replaces a service. A new table is written
+// into a fresh inner map and swapped in with one update of the outer
+// map, so a packet sees either the old or the new table, never a mix. A
+// new service becomes visible in the service index only once its table
+// is in place. When the installed table already holds exactly these
+// entries (backend IDs and the addresses they carry), as a table recorded
+// by an earlier agent on the same pinned maps may (tables.go), it is
+// kept: no new table, no swap. The table's backends must exist
+// (UpsertBackend) before the call and stay until it returns.
+//
+// An EncapGUEHint service's packets take their backend and hint
+// (Chain, Generation) from its chain table, swapped in the same way and
+// kept when unchanged (chains.go); a service of another encapsulation has
+// none. A stateful service cannot have hints.
+func (d *Dataplane) UpsertService(s Service) error {
+	key, err := d.checkUpsert(s)
+	if err != nil {
+		return err
+	}
+	d.svcMu[s.ID].Lock()
+	defer d.svcMu[s.ID].Unlock()
+
+	// The backends the table names count for the service from now on,
+	// and its entries carry their addresses.
+	named := d.backends.named(s.Table)
+	d.mu.Lock()
+	addrs, err := d.backends.claim(s.ID, named)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	// Without d.mu from here to the swap: filling and swapping take
+	// milliseconds each, which other services' calls can use.
+	entries := tableEntries(s.Table, addrs)
+	if err := d.tables.install(s, entries); err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	// Last the index: packets find the service once its tables are in.
+	return d.index(s, key)
+}
+
+// checkUpsert checks what UpsertService takes and returns the service's
+// index slot key.
+func (d *Dataplane) checkUpsert(s Service) (wire.SvcSlot, error) {
+	key, err := checkService(s)
+	if err != nil {
+		return key, err
+	}
+	if uint32(len(s.Table)) != d.tables.size {
+		return key, fmt.Errorf("service %d: table has %d slots, want %d", s.ID, len(s.Table), d.tables.size)
+	}
+	if s.Encap == EncapGUEHint {
+		if err := d.tables.checkChain(s.Chain); err != nil {
+			return key, fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
+	return key, nil
+}
+
+// checkService checks what UpsertService and KeepService take alike and
+// returns the service's index slot key.
+func checkService(s Service) (wire.SvcSlot, error) {
+	if s.ID >= MaxServices {
+		return wire.SvcSlot{}, fmt.Errorf("service %d: id out of range", s.ID)
+	}
+	if s.Encap != EncapIPIP && s.Encap != EncapGUE && s.Encap != EncapGUEHint {
+		return wire.SvcSlot{}, fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
+	}
+	if s.Encap == EncapGUEHint && s.Stateful {
+		return wire.SvcSlot{}, fmt.Errorf("service %d: a stateful service has no daisy-chaining hints; use EncapGUE", s.ID)
+	}
+	key, err := slotKey(s.Key)
+	if err != nil {
+		return wire.SvcSlot{}, fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	return key, nil
+}
+
+// slotKey is the index slot key of k: its VIP, port and protocol as the
+// program compares them.
+func slotKey(k ServiceKey) (wire.SvcSlot, error) {
+	if !k.VIP.Is4() || k.VIP.IsUnspecified() {
+		return wire.SvcSlot{}, fmt.Errorf("VIP %v is not a usable IPv4 address", k.VIP)
+	}
+	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
+		return wire.SvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
+	}
+	return wire.SvcSlot{Vip: wire.Addr4(k.VIP), Port: wire.Port(k.Port), Proto: k.Proto}, nil
+}
+
+// index writes service s's index slot, key plus its ID, encapsulation and
+// flags, once its table is in place, and drops the hints of a service
+// that has none. Called with service s.ID's lock held, without d.mu: a
+// chain's deletion waits for an RCU grace period.
+func (d *Dataplane) index(s Service, key wire.SvcSlot) error {
+	key.Id, key.Encap = s.ID, uint8(s.Encap)
+	if s.Stateful {
+		key.Flags |= wire.SvcStateful
+	}
+	d.mu.Lock()
+	err := d.svcs.install(key)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("service %d: %w", s.ID, err)
+	}
+	if s.Encap != EncapGUEHint {
+		// Once the index says so, no packet of the service reads its
+		// hints any more.
+		if err := d.tables.dropChain(s.ID); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
+	return nil
+}
+
+// ErrNotKept is KeepService's answer when it cannot vouch for the table
+// a service has: the caller builds the table and upserts it.
+var ErrNotKept = errors.New("no installed table built from this origin")
+
+// KeepService installs service s (key, encapsulation, flags) with the
+// table it has, which the caller need not build, and so need not hold:
+// s.Table and s.Chain are not read. It keeps the table if the record of
+// the installed one says it was built from s.Origin (UpsertService
+// recorded it, with the entries' digest) and if every backend in names,
+// the IDs the table may name, already counts for the service, so that
+// claiming them would change nothing. Otherwise it changes nothing and
+// returns ErrNotKept. A daisy-chained service keeps its chain table (its
+// hints) the same way, if the chain's record says it was built for the
+// same Maglev table (s.Origin) with hints from s.HintsOrigin; with
+// s.HintsOrigin zero, whatever history its hints came from (a restarted
+// agent that no longer knows the history an earlier one recorded keeps
+// that one's hints instead of writing none).
+//
+// It is sound as long as equal origins mean equal tables: the caller's
+// origin must cover everything the table is built from, the table size
+// included, and change whenever how it is built does. An agent restarted
+// on pinned maps then touches no table's half megabyte
+// (docs/benchmarks.md, ctlbench's restart case).
+func (d *Dataplane) KeepService(s Service, names []uint32) error {
+	key, err := checkService(s)
+	if err != nil {
+		return err
+	}
+	if s.Origin == (Origin{}) {
+		return ErrNotKept
+	}
+	d.svcMu[s.ID].Lock()
+	defer d.svcMu[s.ID].Unlock()
+	if !d.tables.builtFrom(s.ID, s.Origin) || s.Encap == EncapGUEHint && !d.tables.chainBuiltFrom(s.ID, s.Origin, s.HintsOrigin) {
+		return ErrNotKept
+	}
+	d.mu.Lock()
+	owned := d.backends.countFor(s.ID, names)
+	d.mu.Unlock()
+	if !owned {
+		return ErrNotKept
+	}
+	return d.index(s, key)
+}
+
+// DeleteService removes a service: first from the index, so no packet
+// finds it, then its tables, and last its claim on its backends and its
+// counters.
+func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
+	k, err := slotKey(key)
+	if err != nil {
+		return err
+	}
+	if id < MaxServices {
+		d.svcMu[id].Lock()
+		defer d.svcMu[id].Unlock()
+	}
+	d.mu.Lock()
+	err = d.svcs.remove(k)
+	d.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	// Without d.mu: like a swap, a delete waits for an RCU grace period.
+	if err := d.tables.delete(id); err != nil {
+		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.backends.release(id); err != nil {
+		return err
+	}
+	return d.svcs.repair()
+}
+
+// Installed is what the data plane holds, for an agent to adopt.
+type Installed struct {
+	// Services are the installed services, without tables or hints.
+	Services []Service
+	// Backends are the installed backends by id.
+	Backends map[uint32]netip.Addr
+	// Owners maps each backend that counts for a service to that
+	// service's ID: the service whose table named it last. Adoption
+	// gives every service back its own backend IDs with it, without
+	// reading the tables, which would cost as much as writing them.
+	Owners map[uint32]uint32
+}
+
+// Installed lists the installed services and backends.
+func (d *Dataplane) Installed() (Installed, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var in Installed
+	for _, s := range d.svcs.list() {
+		in.Services = append(in.Services, Service{
+			ID:       s.Id,
+			Key:      ServiceKey{VIP: wire.AddrFrom4(s.Vip), Port: wire.PortFrom(s.Port), Proto: s.Proto},
+			Encap:    Encap(s.Encap),
+			Stateful: s.Flags&wire.SvcStateful != 0,
+		})
+	}
+	in.Backends, in.Owners = d.backends.list()
+	return in, nil
+}
+
+// Table reads service id's current Maglev table.
+func (d *Dataplane) Table(id uint32) ([]uint32, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tables.table(id)
+}
+
+// Chain reads service id's installed daisy-chain hints: one per table
+// slot, and the generation. A service without hints (not EncapGUEHint, or
+// all of them zero) has none: nil, 0.
+func (d *Dataplane) Chain(id uint32) ([]ChainSlot, uint32, error) {
+	if id >= MaxServices {
+		return nil, 0, fmt.Errorf("chain of service %d: id out of range", id)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.tables.chain(id)
+}

@@ -1,0 +1,212 @@
+package wire
+
+import (
+	"net/netip"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/cilium/ebpf/btf"
+
+	"github.com/xlbproject/xlb/internal/flowhash"
+)
+
+// types are the Go mirrors by the name of their C type.
+var types = map[string]any{
+	"xlb_counter": Counter{}, "xlb_gue_hint": GUEHint{},
+	"svc_slot": SvcSlot{}, "backend": Backend{}, "xlb_table_entry": TableEntry(0), "chain_entry": ChainEntry{},
+	"ct_key": CtKey{}, "ct_entry": CtEntry{}, "nh_entry": NextHop{}, "backend_state": BackendState{},
+	"chain_cfg": ChainCfg{}, "chain_peer_key": ChainPeerKey{}, "chain_svc_key": ChainSvcKey{},
+	"nat_svc_key": NATSvcKey{}, "nat_flow_key": NATFlowKey{}, "nat_vip": NATVIP{}, "nat_rev_key": NATRevKey{},
+}
+
+// TestTypesMatchC holds every Go mirror to its C type in the compiled
+// object: the same size and member offsets, and the sizes the programs'
+// static assertions name.
+func TestTypesMatchC(t *testing.T) {
+	spec, err := loadWire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, v := range types {
+		typ, err := spec.Types.AnyTypeByName(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if err := Layout(v, typ); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+	for _, c := range []struct {
+		v    any
+		size uintptr
+	}{{GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 20}, {SvcSlot{}, 16}, {ChainPeerKey{}, 8}} {
+		if got := reflect.TypeOf(c.v).Size(); got != c.size {
+			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
+		}
+	}
+}
+
+// enum reads the enumerators of a C enum from the compiled object.
+func enum(t *testing.T, name string) []btf.EnumValue {
+	t.Helper()
+	spec, err := loadWire()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e *btf.Enum
+	if err := spec.Types.TypeByName(name, &e); err != nil {
+		t.Fatalf("enum %s: %v", name, err)
+	}
+	return e.Values
+}
+
+// enumNames lists an enum's enumerators without the last one (its
+// count), checking that they number 0, 1, ... and that the count is
+// their number.
+func enumNames(t *testing.T, name string) []string {
+	t.Helper()
+	vals := enum(t, name)
+	var out []string
+	for i, v := range vals {
+		if v.Value != uint64(i) {
+			t.Fatalf("enum %s: %s = %d, want %d", name, v.Name, v.Value, i)
+		}
+		if i < len(vals)-1 {
+			out = append(out, v.Name)
+		}
+	}
+	return out
+}
+
+func lower(names []string, prefix string) []string {
+	out := make([]string, len(names))
+	for i, n := range names {
+		out[i] = strings.ToLower(strings.TrimPrefix(n, prefix))
+	}
+	return out
+}
+
+func TestReasonNamesMatchC(t *testing.T) {
+	got := lower(enumNames(t, "xlb_reason"), "XLB_")
+	if strings.Join(got, ",") != strings.Join(ReasonNames, ",") {
+		t.Fatalf("ReasonNames out of step with enum xlb_reason:\n C: %v\nGo: %v", got, ReasonNames)
+	}
+}
+
+func TestNATStatNamesMatchC(t *testing.T) {
+	got := lower(enumNames(t, "nat_stat"), "")
+	if strings.Join(got, ",") != strings.Join(NATStatNames, ",") {
+		t.Fatalf("NATStatNames out of step with enum nat_stat:\n C: %v\nGo: %v", got, NATStatNames)
+	}
+}
+
+// The decapsulation and chaining counters have names of their own: the
+// enums are fixed here, so that a change to one fails until its names
+// follow.
+func TestDecapNamesMatchC(t *testing.T) {
+	got := lower(enumNames(t, "decap_stat"), "")
+	want := []string{"decap_ipip", "decap_gue", "decap_pass", "decap_drop_inner", "decap_drop_gue"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("enum decap_stat changed: %v; update DecapStatNames (%v) and this test", got, DecapStatNames)
+	}
+	if len(DecapStatNames) != len(got) {
+		t.Fatalf("DecapStatNames has %d names, enum %d", len(DecapStatNames), len(got))
+	}
+}
+
+func TestChainNamesMatchC(t *testing.T) {
+	got := lower(enumNames(t, "chain_stat"), "CHAIN_")
+	want := []string{"syn", "socket", "syncookie", "chained", "stale_drop", "no_socket", "no_route", "no_neighbour",
+		"drop_untrusted_source", "drop_unknown_owner"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("enum chain_stat changed: %v; update ChainStatNames (%v) and this test", got, ChainStatNames)
+	}
+	if len(ChainStatNames) != len(got) {
+		t.Fatalf("ChainStatNames has %d names, enum %d", len(ChainStatNames), len(got))
+	}
+}
+
+// The Go constants are the C enumerators (the generated ones: the test
+// guards the names they are exported under).
+func TestEnumConstants(t *testing.T) {
+	for _, c := range []struct {
+		enum, name string
+		goValue    uint64
+	}{
+		{"xlb_encap", "XLB_ENCAP_IPIP", uint64(EncapIPIP)},
+		{"xlb_encap", "XLB_ENCAP_GUE", uint64(EncapGUE)},
+		{"xlb_encap", "XLB_ENCAP_GUE_HINT", uint64(EncapGUEHint)},
+		{"xlb_svc_flag", "XLB_SVC_STATEFUL", uint64(SvcStateful)},
+		{"chain_cfg_flag", "CHAIN_CFG_SETS", uint64(ChainCfgSets)},
+	} {
+		found := false
+		for _, v := range enum(t, c.enum) {
+			if v.Name == c.name {
+				found = true
+				if v.Value != c.goValue {
+					t.Errorf("%s = %d, Go %d", c.name, v.Value, c.goValue)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("enum %s has no %s", c.enum, c.name)
+		}
+	}
+}
+
+func TestTableEntry(t *testing.T) {
+	e := NewTableEntry(7, Addr4(netip.MustParseAddr("10.0.3.2")))
+	if e.Backend() != 7 || AddrFrom4(e.Addr()) != netip.MustParseAddr("10.0.3.2") {
+		t.Errorf("entry %#x: backend %d, address %v", uint64(e), e.Backend(), AddrFrom4(e.Addr()))
+	}
+	// The program reads the id from the low and the address from the high
+	// 32 bits of the little-endian word: the address's bytes come last.
+	if uint64(e) != 0x0203000a_00000007 {
+		t.Errorf("entry %#x, want 0x0203000a00000007", uint64(e))
+	}
+}
+
+func TestAddrAndPort(t *testing.T) {
+	a := netip.MustParseAddr("10.99.0.1")
+	if Addr4(a) != 0x0100630a || AddrFrom4(Addr4(a)) != a {
+		t.Errorf("Addr4(%v) = %#x", a, Addr4(a))
+	}
+	if Port(80) != 0x5000 || PortFrom(Port(80)) != 80 {
+		t.Errorf("Port(80) = %#x", Port(80))
+	}
+}
+
+// Every flow hash has a name that parses back to it, the default is the
+// zero value (which the LB program's flow_hash starts as), and any other
+// name is an error that names the known ones.
+func TestFlowHashNames(t *testing.T) {
+	for _, v := range enum(t, "xlb_flow_hash") {
+		k := FlowHash(v.Value)
+		if !k.Known() {
+			t.Errorf("%s (%d) has no name", v.Name, v.Value)
+			continue
+		}
+		got, err := flowhash.Parse(k.String())
+		if err != nil || got != k {
+			t.Errorf("Parse(%q) = %v, %v; want %v", k.String(), got, err, k)
+		}
+	}
+	if FlowHashFmix64.String() != flowhash.Fmix64Name || FlowHashLookup3.String() != flowhash.Lookup3Name {
+		t.Errorf("names %q and %q", FlowHashFmix64, FlowHashLookup3)
+	}
+	if FlowHashFmix64 != 0 {
+		t.Errorf("the default, fmix64, is %d: want the zero value", uint32(FlowHashFmix64))
+	}
+	for _, bad := range []string{"", "jhash", "FMIX64", " fmix64", "lookup3 "} {
+		_, err := flowhash.Parse(bad)
+		if err == nil || !strings.Contains(err.Error(), "fmix64") || !strings.Contains(err.Error(), "lookup3") {
+			t.Errorf("Parse(%q): %v, want an error naming the flow hashes", bad, err)
+		}
+	}
+	if FlowHash(7).Known() || FlowHash(7).String() != "flow hash 7" {
+		t.Errorf("an unknown hash: known %v, %q", FlowHash(7).Known(), FlowHash(7))
+	}
+}
+
