@@ -209,4 +209,3 @@ func TestFlowHashNames(t *testing.T) {
 		t.Errorf("an unknown hash: known %v, %q", FlowHash(7).Known(), FlowHash(7))
 	}
 }
-
