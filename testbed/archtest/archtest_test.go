@@ -1,7 +1,8 @@
 // Package archtest holds the module's import graph to its shape: the
 // product (internal/) is built from the product alone. The lab, demo and
 // test tooling (testbed/), the benchmarks (bench/) and the end-to-end
-// tests (test/) import the product, never the reverse.
+// tests (test/) import the product, never the reverse; and README.md's
+// layout table names every package of the tree.
 package archtest
 
 import (
