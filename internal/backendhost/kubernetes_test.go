@@ -19,6 +19,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/maglev"
 	"github.com/xlbproject/xlb/testbed/netns"
 	"github.com/xlbproject/xlb/testbed/testenv"
@@ -182,10 +183,10 @@ func (k *k8sTopology) startLB(t *testing.T) {
 		encap lb.Encap
 		pods  []netip.Addr
 	}{
-		{lb.ServiceKey{VIP: k8sVIP1, Port: 80, Proto: lb.ProtoTCP}, lb.EncapIPIP, k8sPods},
-		{lb.ServiceKey{VIP: k8sVIP2, Port: 80, Proto: lb.ProtoTCP}, lb.EncapGUE, k8sPods},
-		{lb.ServiceKey{VIP: k8sVIP1, Port: 53, Proto: lb.ProtoUDP}, lb.EncapGUE, k8sPods},
-		{lb.ServiceKey{VIP: k8sVIP1, Port: 54, Proto: lb.ProtoUDP}, lb.EncapIPIP, k8sPods[:1]},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 80, Proto: wire.ProtoTCP}, lb.EncapIPIP, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP2, Port: 80, Proto: wire.ProtoTCP}, lb.EncapGUE, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 53, Proto: wire.ProtoUDP}, lb.EncapGUE, k8sPods},
+		{lb.ServiceKey{VIP: k8sVIP1, Port: 54, Proto: wire.ProtoUDP}, lb.EncapIPIP, k8sPods[:1]},
 	} {
 		var members []maglev.Backend
 		var ids []uint32
@@ -303,11 +304,11 @@ func TestKubernetesDataPath(t *testing.T) {
 	var entries []NATEntry
 	for _, pod := range k8sPods {
 		entries = append(entries,
-			NATEntry{k8sVIP1, 80, lb.ProtoTCP, pod, k8sHTTPPort},
-			NATEntry{k8sVIP2, 80, lb.ProtoTCP, pod, k8sHTTPPort}, // two VIPs on one pod port
-			NATEntry{k8sVIP1, 53, lb.ProtoUDP, pod, k8sDNSPort})
+			NATEntry{k8sVIP1, 80, wire.ProtoTCP, pod, k8sHTTPPort},
+			NATEntry{k8sVIP2, 80, wire.ProtoTCP, pod, k8sHTTPPort}, // two VIPs on one pod port
+			NATEntry{k8sVIP1, 53, wire.ProtoUDP, pod, k8sDNSPort})
 	}
-	entries = append(entries, NATEntry{k8sVIP1, 54, lb.ProtoUDP, k8sPods[0], k8sDeadPort})
+	entries = append(entries, NATEntry{k8sVIP1, 54, wire.ProtoUDP, k8sPods[0], k8sDeadPort})
 	t.Cleanup(func() {
 		if _, err := Cleanup(k.nodePin); err != nil {
 			t.Errorf("node cleanup: %v", err)

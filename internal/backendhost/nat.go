@@ -14,7 +14,6 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
-	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
@@ -24,7 +23,7 @@ import (
 type NATEntry struct {
 	VIP        netip.Addr
 	Port       uint16
-	Proto      uint8 // lb.ProtoTCP or lb.ProtoUDP
+	Proto      uint8 // wire.ProtoTCP or wire.ProtoUDP
 	PodIP      netip.Addr
 	TargetPort uint16
 }
@@ -36,9 +35,9 @@ func (e NATEntry) String() string {
 
 func protoName(p uint8) string {
 	switch p {
-	case lb.ProtoTCP:
+	case wire.ProtoTCP:
 		return string(config.TCP)
-	case lb.ProtoUDP:
+	case wire.ProtoUDP:
 		return string(config.UDP)
 	}
 	return strconv.Itoa(int(p))
@@ -61,9 +60,9 @@ func ParseNATEntry(s string) (NATEntry, error) {
 	case err != nil:
 		return NATEntry{}, fmt.Errorf("%q: protocol %q: want tcp or udp", s, proto)
 	case p == config.UDP:
-		e.Proto = lb.ProtoUDP
+		e.Proto = wire.ProtoUDP
 	default:
-		e.Proto = lb.ProtoTCP
+		e.Proto = wire.ProtoTCP
 	}
 	var err error
 	if e.VIP, e.Port, err = parseAddrPort(vipPort, "VIP"); err != nil {
@@ -121,7 +120,7 @@ func (e NATEntry) valid() error {
 		return errors.New("the VIP and the pod IP are the same")
 	case e.Port == 0 || e.TargetPort == 0:
 		return errors.New("port 0: want 1..65535")
-	case e.Proto != lb.ProtoTCP && e.Proto != lb.ProtoUDP:
+	case e.Proto != wire.ProtoTCP && e.Proto != wire.ProtoUDP:
 		return fmt.Errorf("protocol %d: want tcp (6) or udp (17)", e.Proto)
 	}
 	return nil

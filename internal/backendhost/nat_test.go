@@ -11,7 +11,6 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/internal/dataplane/decap"
-	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
@@ -28,10 +27,10 @@ var (
 	fxPod2    = netip.MustParseAddr("10.244.1.3")
 	fxFarPod  = netip.MustParseAddr("10.244.2.2") // a pod on another node
 	fxEntries = []NATEntry{
-		{fxVIP1, 80, lb.ProtoTCP, fxPod1, 8080},
-		{fxVIP1, 80, lb.ProtoTCP, fxPod2, 8080},
-		{fxVIP2, 80, lb.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
-		{fxVIP1, 53, lb.ProtoUDP, fxPod1, 5353},
+		{fxVIP1, 80, wire.ProtoTCP, fxPod1, 8080},
+		{fxVIP1, 80, wire.ProtoTCP, fxPod2, 8080},
+		{fxVIP2, 80, wire.ProtoTCP, fxPod1, 8080}, // a second VIP on the same pod port
+		{fxVIP1, 53, wire.ProtoUDP, fxPod1, 5353},
 	}
 )
 

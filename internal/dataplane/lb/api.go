@@ -20,8 +20,8 @@ const (
 
 // Protocol numbers used in service keys.
 const (
-	ProtoTCP uint8 = 6
-	ProtoUDP uint8 = 17
+	ProtoTCP = wire.ProtoTCP
+	ProtoUDP = wire.ProtoUDP
 )
 
 // ServiceKey is what the XDP program looks packets up by.

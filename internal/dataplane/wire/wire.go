@@ -8,6 +8,12 @@
 // name to its enum. A leaf: the configuration may import it too.
 package wire
 
+// IP protocol numbers, as keys and NAT entries hold them.
+const (
+	ProtoTCP uint8 = 6
+	ProtoUDP uint8 = 17
+)
+
 // The layouts of bpf/xlb_structs.h. An address (__be32) or a port
 // (__be16) is kept as the programs load it on this machine: see Addr4 and
 // Port.

@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
-	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/testbed/k8stest"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -278,7 +278,7 @@ func readNATMap(pin string) ([]string, error) {
 	it := m.Iterate()
 	for it.Next(&k, &v) {
 		proto := "tcp"
-		if k[10] == lb.ProtoUDP {
+		if k[10] == wire.ProtoUDP {
 			proto = "udp"
 		}
 		vip := netip.AddrFrom4([4]byte(k[0:4]))

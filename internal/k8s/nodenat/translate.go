@@ -12,7 +12,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/backendhost"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/internal/k8s/endpoints"
 )
@@ -160,13 +160,13 @@ func protocol(p corev1.Protocol) (uint8, bool) {
 	case !ok:
 		return 0, false
 	case proto == config.UDP:
-		return lb.ProtoUDP, true
+		return wire.ProtoUDP, true
 	}
-	return lb.ProtoTCP, true
+	return wire.ProtoTCP, true
 }
 
 func protoName(p uint8) string {
-	if p == lb.ProtoUDP {
+	if p == wire.ProtoUDP {
 		return string(config.UDP)
 	}
 	return string(config.TCP)
