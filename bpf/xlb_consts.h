@@ -21,17 +21,9 @@
 
 /* Service index: an open-addressing table of XLB_SVC_SLOTS slots (a power
  * of two) where a service sits at most XLB_SVC_PROBES slots after its home
- * slot. svc_hash spreads services like random keys, and random keys
- * overflow a short probe window often: with 1024 services in 4096 slots,
- * 1 configuration in 18 has a service that needs more than 8 probes
- * (simulated), 1 in 19000 more than 16, and replacing services one by one
- * (deleted slots linger as tombstones) failed once in 3 million. With 16
- * slots per service and 16 probes a union bound puts the risk of a
- * configuration of 1024 services below 2e-11 (of XLB_MAX_SERVICES, 16
- * times as many, below 4e-10), and 3 million replacements displaced no
- * service by more than 8 slots. The slots cost 4 MiB; a lookup, hit or
- * miss, almost always reads one slot, so the bound only sizes the
- * unrolled loop.
+ * slot. 16 slots per service keep the risk that a configuration needs a
+ * longer probe negligible (docs/decisions/0001-lb-fast-path.md); a lookup
+ * almost always reads one slot, so the bound only sizes the unrolled loop.
  * A change of the slot count changes the pinned maps' layout, so the agent
  * migrates to fresh maps (internal/dataplane/bpfobj/layout.go); a change of
  * svc_hash alone does not, and internal/dataplane/lb then refuses a pinned

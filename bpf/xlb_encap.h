@@ -24,9 +24,9 @@ static __always_inline int encap_is_gue(__u8 mode)
  * given, else the frame's own header moved to the new front (a packet
  * the kernel is to forward keeps the node's MAC as destination). hint is
  * read in mode XLB_ENCAP_GUE_HINT only. Returns 0 or -1 when there is no
- * headroom. Writing the addresses here rather than over the moved header
- * afterwards saved about 11 ns a packet (bench/lbbench): the copy of the
- * old header, which may overlap the new IP header, went byte by byte. */
+ * headroom. The addresses are written here rather than over the moved
+ * header afterwards: that copy may overlap the new IP header and went
+ * byte by byte (docs/decisions/0001-lb-fast-path.md). */
 static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 saddr, __be32 daddr,
 				      __u32 hash, __u16 inner_len, __u8 tos, __be16 df,
 				      const struct xlb_gue_hint *hint, const __u32 *macs)

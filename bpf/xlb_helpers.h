@@ -83,7 +83,7 @@ static __always_inline __u32 xlb_flow_hash_fmix64(__be32 saddr, __be32 daddr, __
 /* lookup3, xlb's flow hash before fmix64, for clusters that started with
  * it: the final mix of Bob Jenkins' lookup3 over three words built from
  * the 5-tuple and a fixed seed. Its rotations cost BPF three instructions
- * each, which made it about 3 ns slower per packet (docs/benchmarks.md). */
+ * each, which makes it slower than fmix64 (docs/decisions/0001-lb-fast-path.md). */
 static __always_inline __u32 xlb_flow_hash_lookup3(__be32 saddr, __be32 daddr, __be16 sport,
 						    __be16 dport, __u8 proto)
 {

@@ -54,7 +54,7 @@ static __always_inline int drop(__u32 reason)
  * Returns the FIB's verdict, with the MTU above the low 8 bits when the
  * packet needs fragmenting. Out of line on purpose: inlined, the lookup's
  * 64-byte argument and the call kept registers busy on the cached path
- * too, and every packet paid about 3 ns in spills (bench/lbbench). */
+ * too (docs/decisions/0001-lb-fast-path.md). */
 static __noinline long nh_refill(struct xdp_md *ctx, struct nh_entry *nh, __be32 be_addr,
 				 __u32 arg)
 {
@@ -373,8 +373,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	/* The stateful path is taken only after the stateless one's hash:
 	 * tested before it, the branch kept more values alive over the hash
-	 * and cost the stateless path about 1 ns more in spills (measured
-	 * with bench/lbbench; the flag's own load costs nothing measurable). */
+	 * (docs/decisions/0001-lb-fast-path.md). */
 	__u8 stateful = svc->flags & XLB_SVC_STATEFUL;
 
 	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);

@@ -6,8 +6,8 @@
 #include "xlb_helpers.h"
 
 /* Services, looked up without hashing in the kernel: an array lookup is
- * inlined by the verifier, while a hash map lookup cost about 30 ns, a
- * third of the whole path (docs/benchmarks.md). */
+ * inlined by the verifier, a hash map lookup is a call that costs a large
+ * part of the path (docs/decisions/0001-lb-fast-path.md). */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_SVC_SLOTS);

@@ -37,7 +37,7 @@ static __always_inline struct svc_slot *svc_probe_at(__u64 want, __u32 h, int i,
 
 /* The probe past a service's home slot (svc_lookup), out of line: few
  * services sit past their home, and the unrolled loop inlined cost every
- * lookup registers and about 2 ns (bench/lbbench). */
+ * lookup registers (docs/decisions/0001-lb-fast-path.md). */
 static __noinline struct svc_slot *svc_probe(__u64 want, __u32 h)
 {
 	int end;

@@ -99,7 +99,7 @@ func (r *Reconciler) TableCounts() (built, kept uint64) {
 // daisy-chained services may take: 64 tables of the default size, enough
 // for the whole history of a few services. A change to a service then
 // builds one table, the new set's, instead of one per set in its history
-// (each about 2.5 ms at 65537 slots).
+// (docs/decisions/0002-tables.md).
 const chainTablesBytes = 16 << 20
 
 // service is one service as installed in the data plane.

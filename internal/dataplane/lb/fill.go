@@ -14,8 +14,8 @@ import (
 // once, before it is swapped in, and never again. The inner maps are
 // created BPF_F_MMAPABLE, so that writing one is a copy into a shared
 // mapping of its memory: a BatchUpdate instead makes the kernel copy
-// and store every element on its own. For 65537 slots of 8 bytes, on
-// this project's 2-core VM: 0.4-0.6 ms against 20-23 ms.
+// and store every element on its own, many times slower
+// (docs/decisions/0002-tables.md).
 
 // NewFilledTable returns a new inner map for maglev_tables that holds
 // entries, one per slot, as UpsertService makes one before it swaps it

@@ -228,10 +228,9 @@ const digestSize = 16
 // reads them (host byte order: records never leave their host). It is
 // sum128 of the entries; the label changes whenever what is hashed or how
 // does, and an agent then finds no record it can use and rewrites each
-// table once. Label v1 was SHA-256, which took 0.49 ms a 65537-slot table
-// against 0.11 ms now (BenchmarkDigest), and 13 % of the CPU of a cold
-// Apply of 1000 services in a profile of bench/ctlbench; a 128-bit sum of
-// a configuration's own tables needs no cryptographic strength.
+// table once. A configuration's own tables need no cryptographic
+// strength, and label v1's SHA-256 cost several times as much
+// (docs/decisions/0002-tables.md).
 func digest(entries []wire.TableEntry) [digestSize]byte {
 	return sum128("xlb maglev table v2", len(entries), words(entries))
 }
