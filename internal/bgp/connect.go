@@ -18,33 +18,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Why the speaker connects to its peers itself.
-//
-// GoBGP v4 waits before every outgoing connection attempt, the first one
-// included: its connect loop (connectLoop in pkg/server/fsm.go) arms a
-// timer of minConnectRetryInterval (a constant, 2 s) × a random factor
-// from 0.75 to 1 before it dials, and only the attempts after the first
-// use the configured connect-retry interval. No setting shortens the
-// first wait: connect-retry does not apply to it, and the idle hold time
-// before it is already 0 for a new peer. A node that starts would
-// therefore announce nothing for 1.5–2 s, however fast the rest is.
-//
-// GoBGP does take an incoming connection at once, in any state but
-// Idle. So for every peer that is not passive the speaker dials the
-// peer itself (with the same source address, TCP MD5 key and TTL that
-// GoBGP would use), the moment GoBGP's session for it is Active; then it
-// connects to GoBGP's listener from a loopback stand-in address that
-// GoBGP knows as that peer, passive, and relays the bytes both ways
-// until either side closes. GoBGP still runs the whole session (OPEN,
-// timers, UPDATEs, NOTIFICATIONs); the relay only carries it. The
-// loopback leg is signed with a TCP MD5 key that only this process
-// knows, so no other local process can pose as a peer; 127.0.0.0/8
-// cannot arrive from the network.
-//
-// GoBGP's idle hold time still paces reconnections: the relay dials only
-// when GoBGP's session is Active, which after a session ends is 5 s
-// later (GoBGP's holdtimeIdle), so a peer that keeps failing is not
-// hammered.
+// The speaker dials its peers itself and relays each connection into
+// GoBGP's listener from a loopback stand-in address: GoBGP waits 1.5-2 s
+// before its first outgoing attempt, and no setting shortens that, but it
+// takes an incoming connection at once. GoBGP still runs the whole
+// session; docs/decisions/0004-bgp-relay.md has the details.
 const (
 	// relayHost is where GoBGP listens for the relay when it has no
 	// other listener (Options.ListenPort -1), on a port picked at Start.

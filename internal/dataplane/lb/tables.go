@@ -127,10 +127,9 @@ func (t *tableStore) table(id uint32) ([]uint32, error) {
 	return table, nil
 }
 
-// Filling a 65537-slot table and swapping it in costs about 20 ms, most
-// of it in the kernel, so an agent that rewrote every table when it
-// restarts on pinned maps needed half a minute for a thousand services
-// before its first change could reach the data plane. Table records let
+// Filling a table and swapping it in is costly (docs/decisions/0002-tables.md),
+// so an agent restarted on pinned maps must not rewrite every table
+// before its first change can reach the data plane. Table records let
 // UpsertService keep a table that already holds exactly what it is asked
 // to install, without reading it back (a read costs as much as a fill);
 // with what the table was built from recorded too, KeepService keeps it
