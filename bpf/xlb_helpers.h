@@ -13,6 +13,29 @@
 #define __always_inline inline __attribute__((always_inline))
 #endif
 
+/* The union xlb_addr of IPv4 address a, for keys and values that hold
+ * either family; and the IPv4 address in one. */
+#define XLB_ADDR4(a) ((union xlb_addr){ .w = { 0, 0, bpf_htonl(0xffff), (a) } })
+
+static __always_inline __be32 xlb_addr_v4(const union xlb_addr *a)
+{
+	return a->w[3];
+}
+
+static __always_inline int xlb_addr_eq(const union xlb_addr *a, const union xlb_addr *b)
+{
+	return !((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) |
+		 (a->w[3] ^ b->w[3]));
+}
+
+/* Look IPv4 address a up in a map keyed by union xlb_addr. */
+static __always_inline void *lookup_addr4(void *map, __be32 a)
+{
+	union xlb_addr k = XLB_ADDR4(a);
+
+	return bpf_map_lookup_elem(map, &k);
+}
+
 static __always_inline __u16 csum_fold(__u32 sum)
 {
 	sum = (sum & 0xffff) + (sum >> 16);

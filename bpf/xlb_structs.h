@@ -6,15 +6,26 @@
  * padding, so that Go writes them byte for byte. The maps themselves are
  * in xlb_maps.h (LB) and xlb_backend_maps.h (backend host).
  *
- * Addresses are IPv4 (__be32) throughout; a family-neutral key puts an
- * address family and a union of IPv4 and IPv6 where the __be32 is, and
- * the Go side changes with it (wire.Addr4 and its callers). */
+ * An address of either family is a union xlb_addr: IPv6, or IPv4 as an
+ * IPv4-mapped IPv6 address, so that one key holds both families without
+ * a family field and an LPM trie holds prefixes of both. The two layouts
+ * the LB's fast path reads on every packet keep their compact IPv4 form
+ * and mark IPv6 apart (struct svc_slot, xlb_table_entry): an IPv4 packet
+ * reads what it read before. wire.AddrOf and wire.AddrFromKey convert. */
 #ifndef XLB_STRUCTS_H
 #define XLB_STRUCTS_H
 
 #include <linux/types.h>
 
 /* ---- Both programs ---- */
+
+/* An IPv4 or IPv6 address in network order: IPv6 as it is, IPv4 as
+ * ::ffff:a.b.c.d (RFC 4291, 2.5.5.2), its address in w[3]. All zero:
+ * none. bytes comes first so that Go sees the whole address. */
+union xlb_addr {
+	__u8 bytes[16];
+	__be32 w[4];
+};
 
 /* A packets/bytes pair, per CPU in every counter map. */
 struct xlb_counter {
@@ -84,11 +95,21 @@ enum xlb_svc_flag {
 	XLB_SVC_STATEFUL = 1,
 };
 
+/* Marks the protocol of an IPv6 service's slot (svc_slot.proto), so that
+ * no IPv4 key ever equals an IPv6 one in the slot's first word. */
+enum xlb_svc_proto_flag {
+	XLB_SVC_PROTO_V6 = 0x80,
+};
+
 /* A service index slot. The first 8 bytes are the key (VIP, port,
- * protocol) plus the encapsulation; vip 0 marks a free slot: port 0 an
- * empty one (ends a probe), port 0xffff a deleted one (probing goes on).
- * The control plane fills a slot with vip 0 first and sets vip in a
- * second write, so a packet never sees a half-written service. */
+ * protocol) plus the encapsulation: an IPv4 service's whole key, the
+ * word the lookup compares. An IPv6 service has the first 4 bytes of its
+ * VIP in vip, the other 12 in vip6, and XLB_SVC_PROTO_V6 in proto; its
+ * lookup compares vip6 too (no usable IPv6 VIP starts with 4 zero
+ * bytes). vip 0 marks a free slot: port 0 an empty one (ends a probe),
+ * port 0xffff a deleted one (probing goes on). The control plane fills a
+ * slot with vip 0 first and sets vip in a second write, so a packet never
+ * sees a half-written service. */
 struct svc_slot {
 	__be32 vip;
 	__be16 port;
@@ -97,6 +118,8 @@ struct svc_slot {
 	__u32 id;    /* index into maglev_tables, chain_tables and svc_retired */
 	__u8 flags;  /* enum xlb_svc_flag */
 	__u8 pad[3];
+	__be32 vip6[3]; /* an IPv6 VIP's bytes 4..15; 0 for IPv4 */
+	__u32 pad2;
 };
 
 /* The backend registry (id -> address): written and read by the control
@@ -104,14 +127,21 @@ struct svc_slot {
  * stateful services read it, to check that the backend a flow entry names
  * still exists and still counts for the service. */
 struct backend {
-	__be32 addr;
+	union xlb_addr addr; /* 0: unused */
 	__u32 owner; /* id + 1 of the service whose table names it; 0: none yet */
 };
 
-/* A Maglev table slot: the backend's id in the low 32 bits and its
+/* A Maglev table slot: the backend's id in the low 32 bits and its IPv4
  * address in the high 32 (as the program loads a __be32), so that the
- * fast path needs no backends lookup. Address 0: no backend. */
+ * fast path needs no backends lookup. Address 0: no backend, unless the
+ * id carries XLB_TABLE_ENTRY_V6: an IPv6 backend, whose address is in
+ * backends (id without the flag). The IPv4 path reads the entry as it
+ * always did; only its "address 0" branch, rare, tells the two apart. */
 typedef __u64 xlb_table_entry;
+
+enum xlb_table_entry_flag {
+	XLB_TABLE_ENTRY_V6 = 0x80000000u,
+};
 
 static inline __u32 xlb_table_entry_bid(xlb_table_entry e)
 {
@@ -123,21 +153,28 @@ static inline __be32 xlb_table_entry_addr(xlb_table_entry e)
 	return (__be32)(e >> 32);
 }
 
+/* Whether an entry whose address is 0 names an IPv6 backend. */
+static inline int xlb_table_entry_v6(xlb_table_entry e)
+{
+	return ((__u32)e & XLB_TABLE_ENTRY_V6) != 0;
+}
+
 /* A slot of a daisy-chained service's chain table: the slot's backend,
- * as its Maglev table entry has it, with the hint's owners and time. */
+ * as its Maglev table entry has it (with its address of either family),
+ * with the hint's owners and time. */
 struct chain_entry {
-	__u32 bid;     /* backend id, as in maglev_tables */
-	__be32 addr;   /* its address; 0: no backend (drop) */
-	__be32 prev;   /* previous owner; 0: none */
-	__be32 prev2;  /* the owner before prev; 0: none */
-	__u32 changed; /* unix seconds, host order; 0: never */
+	__u32 bid;            /* backend id, as in maglev_tables */
+	__u32 changed;        /* unix seconds, host order; 0: never */
+	union xlb_addr addr;  /* the backend's address; 0: no backend (drop) */
+	union xlb_addr prev;  /* previous owner; 0: none */
+	union xlb_addr prev2; /* the owner before prev; 0: none */
 };
 
 /* Flow state of stateful services: a flow as the hash sees it, and the
  * backend it got. */
 struct ct_key {
-	__be32 saddr;
-	__be32 daddr;
+	union xlb_addr saddr;
+	union xlb_addr daddr;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
@@ -146,10 +183,11 @@ struct ct_key {
 
 struct ct_entry {
 	__u32 bid;
-	__be32 addr;
+	union xlb_addr addr;
 };
 
-/* A backend's cached next hop, per CPU (xlb_maps.h, backend_stats). */
+/* A backend's cached next hop, per CPU (xlb_maps.h, backend_stats): the
+ * FIB's answer for either family, which holds no address. */
 struct nh_entry {
 	__u64 stamp; /* jiffies when filled */
 	__u32 gen;
@@ -224,15 +262,16 @@ enum chain_cfg_flag {
 	CHAIN_CFG_SETS = 1,
 };
 
-/* An IPv4 prefix of chain_from or chain_to (LPM trie keys). */
+/* A prefix of chain_from or chain_to (LPM trie keys): prefixlen counts
+ * over the 128 bits of addr, so an IPv4 /n is 96 + n. */
 struct chain_peer_key {
 	__u32 prefixlen;
-	__be32 addr;
+	union xlb_addr addr;
 };
 
 /* A service as chain_gens remembers its newest generation. */
 struct chain_svc_key {
-	__be32 vip;
+	union xlb_addr vip;
 	__be16 port;
 	__u8 proto;
 	__u8 pad;
@@ -259,8 +298,8 @@ enum nat_stat {
 
 /* nat_svcs key: a packet tunnelled to `pod` for vip:port/proto. */
 struct nat_svc_key {
-	__be32 vip;
-	__be32 pod;
+	union xlb_addr vip;
+	union xlb_addr pod;
 	__be16 port;
 	__u8 proto;
 	__u8 pad;
@@ -268,8 +307,8 @@ struct nat_svc_key {
 
 /* nat_flows key: a reply as the pod sends it, pod:target_port -> client. */
 struct nat_flow_key {
-	__be32 pod;
-	__be32 client;
+	union xlb_addr pod;
+	union xlb_addr client;
 	__be16 pod_port;
 	__be16 client_port;
 	__u8 proto;
@@ -278,14 +317,14 @@ struct nat_flow_key {
 
 /* What a reply's source becomes. */
 struct nat_vip {
-	__be32 vip;
+	union xlb_addr vip;
 	__be16 port;
 	__u16 pad;
 };
 
 /* nat_rev_ports key: the fallback for replies without a flow record. */
 struct nat_rev_key {
-	__be32 pod;
+	union xlb_addr pod;
 	__be16 pod_port;
 	__u8 proto;
 	__u8 pad;
@@ -294,21 +333,22 @@ struct nat_rev_key {
 /* The sizes the other side relies on: Go writes these byte for byte, and
  * the wire formats are fixed. internal/dataplane/wire checks its
  * generated types against the same numbers. */
+_Static_assert(sizeof(union xlb_addr) == 16, "xlb_addr");
 _Static_assert(sizeof(struct xlb_counter) == 16, "xlb_counter");
 _Static_assert(sizeof(struct xlb_gue_hint) == 16, "the GUE hint is 4 words on the wire");
-_Static_assert(sizeof(struct svc_slot) == 16, "svc_slot");
+_Static_assert(sizeof(struct svc_slot) == 32, "svc_slot");
 _Static_assert(__builtin_offsetof(struct svc_slot, id) == 8,
 	       "svc_lookup compares the first 8 bytes of a slot as its key");
-_Static_assert(sizeof(struct backend) == 8, "backend");
+_Static_assert(sizeof(struct backend) == 20, "backend");
 _Static_assert(sizeof(xlb_table_entry) == 8, "table entry");
-_Static_assert(sizeof(struct chain_entry) == 20, "chain_entry");
-_Static_assert(sizeof(struct ct_key) == 16 && sizeof(struct ct_entry) == 8, "conntrack");
+_Static_assert(sizeof(struct chain_entry) == 56, "chain_entry");
+_Static_assert(sizeof(struct ct_key) == 40 && sizeof(struct ct_entry) == 20, "conntrack");
 _Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
 _Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
-_Static_assert(sizeof(struct chain_peer_key) == 8, "an LPM key: prefix length, then the address");
-_Static_assert(sizeof(struct chain_svc_key) == 8, "chain_svc_key");
-_Static_assert(sizeof(struct nat_svc_key) == 12 && sizeof(struct nat_flow_key) == 16 &&
-		       sizeof(struct nat_vip) == 8 && sizeof(struct nat_rev_key) == 8,
+_Static_assert(sizeof(struct chain_peer_key) == 20, "an LPM key: prefix length, then the address");
+_Static_assert(sizeof(struct chain_svc_key) == 20, "chain_svc_key");
+_Static_assert(sizeof(struct nat_svc_key) == 36 && sizeof(struct nat_flow_key) == 40 &&
+		       sizeof(struct nat_vip) == 20 && sizeof(struct nat_rev_key) == 20,
 	       "NAT keys and values");
 
 #endif

@@ -9,6 +9,7 @@
 
 struct xlb_wire_types {
 	/* Both programs */
+	union xlb_addr addr;
 	struct xlb_counter counter;
 	struct xlb_gue_hint gue_hint;
 	/* The LB */
@@ -16,6 +17,8 @@ struct xlb_wire_types {
 	enum xlb_flow_hash flow_hash;
 	enum xlb_encap encap;
 	enum xlb_svc_flag svc_flag;
+	enum xlb_svc_proto_flag svc_proto_flag;
+	enum xlb_table_entry_flag table_entry_flag;
 	struct svc_slot svc_slot;
 	struct backend backend;
 	xlb_table_entry table_entry;

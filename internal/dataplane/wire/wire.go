@@ -8,15 +8,21 @@
 // name to its enum. A leaf: the configuration may import it too.
 package wire
 
+import (
+	"encoding/binary"
+	"net/netip"
+)
+
 // IP protocol numbers, as keys and NAT entries hold them.
 const (
 	ProtoTCP uint8 = 6
 	ProtoUDP uint8 = 17
 )
 
-// The layouts of bpf/xlb_structs.h. An address (__be32) or a port
-// (__be16) is kept as the programs load it on this machine: see Addr4 and
-// Port.
+// The layouts of bpf/xlb_structs.h. An address of either family is an
+// Addr (AddrOf); the LB's compact layouts keep an IPv4 address, and a
+// port (__be16) everywhere, as the programs load it on this machine: see
+// Addr4 and Port.
 type (
 	// Counter is a packets/bytes pair (struct xlb_counter), per CPU in
 	// every counter map.
@@ -44,7 +50,7 @@ type (
 	// ChainCfg is the backend host's daisy-chaining configuration
 	// (struct chain_cfg).
 	ChainCfg = wireChainCfg
-	// ChainPeerKey is an IPv4 prefix of chain_from or chain_to.
+	// ChainPeerKey is a prefix of chain_from or chain_to (PrefixKey).
 	ChainPeerKey = wireChainPeerKey
 	// ChainSvcKey is a service as chain_gens remembers it.
 	ChainSvcKey = wireChainSvcKey
@@ -79,18 +85,72 @@ const SvcStateful = uint8(wireXlbSvcFlagXLB_SVC_STATEFUL)
 // configured (CHAIN_CFG_SETS).
 const ChainCfgSets = uint32(wireChainCfgFlagCHAIN_CFG_SETS)
 
+// SvcProtoV6 marks an IPv6 service's slot key in SvcSlot.Proto
+// (XLB_SVC_PROTO_V6).
+const SvcProtoV6 = uint8(wireXlbSvcProtoFlagXLB_SVC_PROTO_V6)
+
+// SvcKey is the index slot key of service (vip, port, proto), as the
+// program compares it: an IPv4 VIP's address in Vip; an IPv6 VIP's first
+// 4 bytes in Vip, the other 12 in Vip6, and SvcProtoV6 in Proto.
+func SvcKey(vip netip.Addr, port uint16, proto uint8) SvcSlot {
+	s := SvcSlot{Vip: Addr4(vip), Port: Port(port), Proto: proto}
+	if vip.Is6() {
+		b := vip.As16()
+		s.Vip = binary.LittleEndian.Uint32(b[0:4])
+		for i := range s.Vip6 {
+			s.Vip6[i] = binary.LittleEndian.Uint32(b[4+4*i:])
+		}
+		s.Proto |= SvcProtoV6
+	}
+	return s
+}
+
+// Service is the service key a slot holds: its VIP of either family,
+// port and protocol.
+func (s wireSvcSlot) Service() (vip netip.Addr, port uint16, proto uint8) {
+	port, proto = PortFrom(s.Port), s.Proto&^SvcProtoV6
+	if s.Proto&SvcProtoV6 == 0 {
+		return AddrFrom4(s.Vip), port, proto
+	}
+	var b [16]byte
+	binary.LittleEndian.PutUint32(b[0:4], s.Vip)
+	for i, w := range s.Vip6 {
+		binary.LittleEndian.PutUint32(b[4+4*i:], w)
+	}
+	return netip.AddrFrom16(b), port, proto
+}
+
 // TableEntry is a Maglev table slot (xlb_table_entry): a backend's id and
-// its address (as Addr4 stores it) in one 64-bit word, so that the program
-// needs no backend lookup. Address 0: no backend.
+// its IPv4 address (as Addr4 stores it) in one 64-bit word, so that the
+// program needs no backend lookup. Address 0: no backend, unless the id
+// carries TableEntryV6: an IPv6 backend, whose address the program reads
+// from the backend registry.
 type TableEntry = wireXlbTableEntry
 
-// NewTableEntry is the table entry of backend id at address addr.
-func NewTableEntry(id, addr uint32) TableEntry {
-	return TableEntry(uint64(id) | uint64(addr)<<32)
+// TableEntryV6 is the id's flag of an IPv6 backend's entry
+// (XLB_TABLE_ENTRY_V6).
+const TableEntryV6 = uint32(wireXlbTableEntryFlagXLB_TABLE_ENTRY_V6)
+
+// NewTableEntry is the table entry of backend id at address addr (the
+// zero netip.Addr: none).
+func NewTableEntry(id uint32, addr netip.Addr) TableEntry {
+	if addr.Is6() && !addr.Is4In6() {
+		return TableEntry(id | TableEntryV6)
+	}
+	return TableEntry(uint64(id) | uint64(Addr4(addr.Unmap()))<<32)
 }
 
 // Backend is the entry's backend id.
-func (e wireXlbTableEntry) Backend() uint32 { return uint32(e) }
+func (e wireXlbTableEntry) Backend() uint32 {
+	if e.Addr() == 0 {
+		return uint32(e) &^ TableEntryV6
+	}
+	return uint32(e)
+}
 
-// Addr is the entry's backend address, as Addr4 stores it.
+// Addr is the entry's IPv4 backend address, as Addr4 stores it; 0 for no
+// backend or an IPv6 one.
 func (e wireXlbTableEntry) Addr() uint32 { return uint32(e >> 32) }
+
+// V6 says whether the entry names an IPv6 backend.
+func (e wireXlbTableEntry) V6() bool { return e.Addr() == 0 && uint32(e)&TableEntryV6 != 0 }

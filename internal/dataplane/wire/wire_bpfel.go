@@ -15,7 +15,7 @@ import (
 
 type wireBackend struct {
 	_     structs.HostLayout
-	Addr  uint32
+	Addr  wireXlbAddr
 	Owner uint32
 }
 
@@ -41,16 +41,16 @@ const (
 type wireChainEntry struct {
 	_       structs.HostLayout
 	Bid     uint32
-	Addr    uint32
-	Prev    uint32
-	Prev2   uint32
 	Changed uint32
+	Addr    wireXlbAddr
+	Prev    wireXlbAddr
+	Prev2   wireXlbAddr
 }
 
 type wireChainPeerKey struct {
 	_         structs.HostLayout
 	Prefixlen uint32
-	Addr      uint32
+	Addr      wireXlbAddr
 }
 
 type wireChainStat uint32
@@ -71,7 +71,7 @@ const (
 
 type wireChainSvcKey struct {
 	_     structs.HostLayout
-	Vip   uint32
+	Vip   wireXlbAddr
 	Port  uint16
 	Proto uint8
 	Pad   uint8
@@ -80,13 +80,13 @@ type wireChainSvcKey struct {
 type wireCtEntry struct {
 	_    structs.HostLayout
 	Bid  uint32
-	Addr uint32
+	Addr wireXlbAddr
 }
 
 type wireCtKey struct {
 	_     structs.HostLayout
-	Saddr uint32
-	Daddr uint32
+	Saddr wireXlbAddr
+	Daddr wireXlbAddr
 	Sport uint16
 	Dport uint16
 	Proto uint8
@@ -106,8 +106,8 @@ const (
 
 type wireNatFlowKey struct {
 	_          structs.HostLayout
-	Pod        uint32
-	Client     uint32
+	Pod        wireXlbAddr
+	Client     wireXlbAddr
 	PodPort    uint16
 	ClientPort uint16
 	Proto      uint8
@@ -116,7 +116,7 @@ type wireNatFlowKey struct {
 
 type wireNatRevKey struct {
 	_       structs.HostLayout
-	Pod     uint32
+	Pod     wireXlbAddr
 	PodPort uint16
 	Proto   uint8
 	Pad     uint8
@@ -143,8 +143,8 @@ const (
 
 type wireNatSvcKey struct {
 	_     structs.HostLayout
-	Vip   uint32
-	Pod   uint32
+	Vip   wireXlbAddr
+	Pod   wireXlbAddr
 	Port  uint16
 	Proto uint8
 	Pad   uint8
@@ -152,7 +152,7 @@ type wireNatSvcKey struct {
 
 type wireNatVip struct {
 	_    structs.HostLayout
-	Vip  uint32
+	Vip  wireXlbAddr
 	Port uint16
 	Pad  uint16
 }
@@ -177,6 +177,13 @@ type wireSvcSlot struct {
 	Id    uint32
 	Flags uint8
 	Pad   [3]uint8
+	Vip6  [3]uint32
+	Pad2  uint32
+}
+
+type wireXlbAddr struct {
+	_     structs.HostLayout
+	Bytes [16]uint8
 }
 
 type wireXlbCounter struct {
@@ -239,7 +246,19 @@ const (
 	wireXlbSvcFlagXLB_SVC_STATEFUL wireXlbSvcFlag = 1
 )
 
+type wireXlbSvcProtoFlag uint32
+
+const (
+	wireXlbSvcProtoFlagXLB_SVC_PROTO_V6 wireXlbSvcProtoFlag = 128
+)
+
 type wireXlbTableEntry uint64
+
+type wireXlbTableEntryFlag uint32
+
+const (
+	wireXlbTableEntryFlagXLB_TABLE_ENTRY_V6 wireXlbTableEntryFlag = 2147483648
+)
 
 // Names of all BPF objects in the ELF.
 //

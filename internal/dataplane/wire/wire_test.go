@@ -13,7 +13,7 @@ import (
 
 // types are the Go mirrors by the name of their C type.
 var types = map[string]any{
-	"xlb_counter": Counter{}, "xlb_gue_hint": GUEHint{},
+	"xlb_addr": Addr{}, "xlb_counter": Counter{}, "xlb_gue_hint": GUEHint{},
 	"svc_slot": SvcSlot{}, "backend": Backend{}, "xlb_table_entry": TableEntry(0), "chain_entry": ChainEntry{},
 	"ct_key": CtKey{}, "ct_entry": CtEntry{}, "nh_entry": NextHop{}, "backend_state": BackendState{},
 	"chain_cfg": ChainCfg{}, "chain_peer_key": ChainPeerKey{}, "chain_svc_key": ChainSvcKey{},
@@ -41,7 +41,7 @@ func TestTypesMatchC(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		size uintptr
-	}{{GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 20}, {SvcSlot{}, 16}, {ChainPeerKey{}, 8}} {
+	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 20}} {
 		if got := reflect.TypeOf(c.v).Size(); got != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
 		}
@@ -140,6 +140,8 @@ func TestEnumConstants(t *testing.T) {
 		{"xlb_encap", "XLB_ENCAP_GUE_HINT", uint64(EncapGUEHint)},
 		{"xlb_svc_flag", "XLB_SVC_STATEFUL", uint64(SvcStateful)},
 		{"chain_cfg_flag", "CHAIN_CFG_SETS", uint64(ChainCfgSets)},
+		{"xlb_svc_proto_flag", "XLB_SVC_PROTO_V6", uint64(SvcProtoV6)},
+		{"xlb_table_entry_flag", "XLB_TABLE_ENTRY_V6", uint64(TableEntryV6)},
 	} {
 		found := false
 		for _, v := range enum(t, c.enum) {
@@ -157,7 +159,7 @@ func TestEnumConstants(t *testing.T) {
 }
 
 func TestTableEntry(t *testing.T) {
-	e := NewTableEntry(7, Addr4(netip.MustParseAddr("10.0.3.2")))
+	e := NewTableEntry(7, netip.MustParseAddr("10.0.3.2"))
 	if e.Backend() != 7 || AddrFrom4(e.Addr()) != netip.MustParseAddr("10.0.3.2") {
 		t.Errorf("entry %#x: backend %d, address %v", uint64(e), e.Backend(), AddrFrom4(e.Addr()))
 	}
@@ -166,12 +168,95 @@ func TestTableEntry(t *testing.T) {
 	if uint64(e) != 0x0203000a_00000007 {
 		t.Errorf("entry %#x, want 0x0203000a00000007", uint64(e))
 	}
+	if e.V6() {
+		t.Errorf("IPv4 entry %#x says IPv6", uint64(e))
+	}
+	// An IPv6 backend: address 0 with the id's flag, the id unchanged.
+	e6 := NewTableEntry(7, netip.MustParseAddr("fd00::3:2"))
+	if uint64(e6) != 0x80000007 || !e6.V6() || e6.Backend() != 7 || e6.Addr() != 0 {
+		t.Errorf("IPv6 entry %#x: backend %d, v6 %v", uint64(e6), e6.Backend(), e6.V6())
+	}
+	// No backend: address 0, no flag.
+	if none := NewTableEntry(7, netip.Addr{}); uint64(none) != 7 || none.V6() || none.Backend() != 7 {
+		t.Errorf("entry without a backend %#x", uint64(none))
+	}
+}
+
+// An address of either family goes into a map as union xlb_addr holds it
+// (IPv4 mapped into IPv6) and comes back as it was; none is all zero.
+func TestAddrOf(t *testing.T) {
+	for _, c := range []struct {
+		addr string
+		want [16]byte
+	}{
+		{"10.99.0.1", [16]byte{10: 0xff, 11: 0xff, 12: 10, 13: 99, 14: 0, 15: 1}},
+		{"fd00::1", [16]byte{0: 0xfd, 15: 1}},
+		{"2001:db8::", [16]byte{0: 0x20, 1: 0x01, 2: 0x0d, 3: 0xb8}},
+	} {
+		a := netip.MustParseAddr(c.addr)
+		got := AddrOf(a)
+		if got.Bytes != c.want {
+			t.Errorf("AddrOf(%v) = % x, want % x", a, got.Bytes, c.want)
+		}
+		if got.IP() != a {
+			t.Errorf("AddrOf(%v).IP() = %v", a, got.IP())
+		}
+	}
+	// 32.1.13.184 and 2001:db8:: share their first 4 bytes: held apart.
+	if AddrOf(netip.MustParseAddr("32.1.13.184")) == AddrOf(netip.MustParseAddr("2001:db8::")) {
+		t.Error("an IPv4 and an IPv6 address share a key")
+	}
+	if AddrOf(netip.Addr{}) != (Addr{}) || (Addr{}).IP().IsValid() {
+		t.Error("no address is not all zero")
+	}
+}
+
+// A prefix of either family in an LPM key: an IPv4 /n counts 96 + n bits
+// of its mapped address.
+func TestPrefixKey(t *testing.T) {
+	for _, c := range []struct {
+		prefix string
+		bits   uint32
+	}{{"10.0.3.0/24", 120}, {"10.0.3.7/32", 128}, {"fd00:1::/64", 64}, {"0.0.0.0/0", 96}} {
+		p := netip.MustParsePrefix(c.prefix)
+		k := PrefixKey(p)
+		if k.Prefixlen != c.bits || k.Addr != AddrOf(p.Addr()) || k.Prefix() != p {
+			t.Errorf("PrefixKey(%v) = %d %v, back %v", p, k.Prefixlen, k.Addr.IP(), k.Prefix())
+		}
+	}
+}
+
+// An IPv4 service's slot key is the one word the program compares; an
+// IPv6 service's spills into Vip6 and is marked in Proto, so that it
+// never equals an IPv4 key whose VIP has its first 4 bytes.
+func TestSvcKey(t *testing.T) {
+	k := SvcKey(netip.MustParseAddr("10.99.0.1"), 80, ProtoTCP)
+	if k.Vip != 0x0100630a || k.Port != 0x5000 || k.Proto != ProtoTCP || k.Vip6 != [3]uint32{} {
+		t.Errorf("IPv4 key %+v", k)
+	}
+	v6 := netip.MustParseAddr("2001:db8::1")
+	k6 := SvcKey(v6, 80, ProtoTCP)
+	if k6.Vip != 0xb80d0120 || k6.Proto != ProtoTCP|SvcProtoV6 || k6.Vip6 != [3]uint32{0, 0, 0x01000000} {
+		t.Errorf("IPv6 key %+v", k6)
+	}
+	if k4 := SvcKey(netip.MustParseAddr("32.1.13.184"), 80, ProtoTCP); k4.Vip == k6.Vip && k4.Proto == k6.Proto {
+		t.Error("an IPv4 and an IPv6 key share the compared word")
+	}
+	for _, c := range []SvcSlot{k, k6} {
+		vip, port, proto := c.Service()
+		if want := SvcKey(vip, port, proto); want != c {
+			t.Errorf("slot %+v gives back %v %d %d", c, vip, port, proto)
+		}
+	}
 }
 
 func TestAddrAndPort(t *testing.T) {
 	a := netip.MustParseAddr("10.99.0.1")
 	if Addr4(a) != 0x0100630a || AddrFrom4(Addr4(a)) != a {
 		t.Errorf("Addr4(%v) = %#x", a, Addr4(a))
+	}
+	if Addr4(netip.MustParseAddr("fd00::1")) != 0 {
+		t.Error("Addr4 of an IPv6 address is not 0")
 	}
 	if Port(80) != 0x5000 || PortFrom(Port(80)) != 80 {
 		t.Errorf("Port(80) = %#x", Port(80))
