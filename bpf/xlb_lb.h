@@ -9,12 +9,15 @@
 #include "xlb_encap.h"
 
 #define AF_INET 2
+#define AF_INET6 10
 
 #define XLB_TCP_SYN 0x02
 #define XLB_TCP_ACK 0x10
 
-/* Load-time parameters (set by internal/dataplane/lb before loading). */
+/* Load-time parameters (set by internal/dataplane/lb before loading).
+ * node_addr6 is the outer source towards IPv6 backends (none yet). */
 volatile const __be32 node_addr = 0;
+volatile const union xlb_addr node_addr6 = {};
 volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
 /* enum xlb_flow_hash. The verifier knows a frozen constant's value and
  * removes the branch it decides, so the choice costs a packet nothing. */
@@ -49,31 +52,26 @@ static __always_inline int drop(__u32 reason)
 	return XDP_DROP;
 }
 
-/* Fill nh with the next hop towards be_addr from the FIB. arg: the outer
- * packet's length (low 16 bits), its TOS (next 8) and 1 << 24 for GUE.
- * Returns the FIB's verdict, with the MTU above the low 8 bits when the
- * packet needs fragmenting. Out of line on purpose: inlined, the lookup's
- * 64-byte argument and the call kept registers busy on the cached path
- * too (docs/decisions/0001-lb-fast-path.md). */
-static __noinline long nh_refill(struct xdp_md *ctx, struct nh_entry *nh, __be32 be_addr,
-				 __u32 arg)
+/* Fill nh with the next hop that fib (its family and addresses set)
+ * leads to. arg: the outer packet's length (low 16 bits), its TOS (next
+ * 8) and 1 << 24 for GUE. Returns the FIB's verdict, with the MTU above
+ * the low 8 bits when the packet needs fragmenting. What the FIB answers
+ * is the same for both families, and so is the cache. */
+static __always_inline long nh_lookup(struct xdp_md *ctx, struct nh_entry *nh,
+				      struct bpf_fib_lookup *f, __u32 arg)
 {
-	struct bpf_fib_lookup fib = {};
 	__u16 outer_len = arg & 0xffff;
 	__u32 gen = nh_gen;
 	__u64 now = bpf_jiffies64();
 
-	fib.family = AF_INET;
-	fib.tos = (arg >> 16) & 0xff;
-	fib.l4_protocol = (arg >> 24) ? IPPROTO_UDP : IPPROTO_IPIP;
-	fib.tot_len = outer_len;
-	fib.ipv4_src = node_addr;
-	fib.ipv4_dst = be_addr;
-	fib.ifindex = ctx->ingress_ifindex;
+	f->tos = (arg >> 16) & 0xff;
+	f->l4_protocol = (arg >> 24) ? IPPROTO_UDP : IPPROTO_IPIP;
+	f->tot_len = outer_len;
+	f->ifindex = ctx->ingress_ifindex;
 
-	long rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	long rc = bpf_fib_lookup(ctx, f, sizeof(*f), 0);
 	if (rc == BPF_FIB_LKUP_RET_FRAG_NEEDED)
-		return rc | ((long)fib.mtu_result << 8);
+		return rc | ((long)f->mtu_result << 8);
 	if (rc != BPF_FIB_LKUP_RET_SUCCESS)
 		return rc;
 	__u16 max_len = outer_len;
@@ -82,11 +80,27 @@ static __noinline long nh_refill(struct xdp_md *ctx, struct nh_entry *nh, __be32
 		max_len = nh->max_len;
 	nh->stamp = now;
 	nh->gen = gen;
-	nh->ifindex = fib.ifindex;
+	nh->ifindex = f->ifindex;
 	nh->max_len = max_len;
-	__builtin_memcpy((__u8 *)nh->macs, fib.dmac, ETH_ALEN);
-	__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, fib.smac, ETH_ALEN);
+	__builtin_memcpy((__u8 *)nh->macs, f->dmac, ETH_ALEN);
+	__builtin_memcpy((__u8 *)nh->macs + ETH_ALEN, f->smac, ETH_ALEN);
 	return 0;
+}
+
+/* nh_lookup towards IPv4 backend be_addr, from node_addr. Out of line on
+ * purpose: inlined, the lookup's 64-byte argument and the call kept
+ * registers busy on the cached path too
+ * (docs/decisions/0001-lb-fast-path.md). An IPv6 backend's twin sets
+ * AF_INET6, node_addr6 and its address, and calls nh_lookup alike. */
+static __noinline long nh_refill(struct xdp_md *ctx, struct nh_entry *nh, __be32 be_addr,
+				 __u32 arg)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.family = AF_INET;
+	fib.ipv4_src = node_addr;
+	fib.ipv4_dst = be_addr;
+	return nh_lookup(ctx, nh, &fib, arg);
 }
 
 /* Everything after the backend is known: next hop, encapsulation, counters,
@@ -180,6 +194,8 @@ static __always_inline int table_pick(__u32 svc_id, __u32 slot, __u32 *bid, __be
 		return -1;
 	*bid = xlb_table_entry_bid(*entry);
 	*addr = xlb_table_entry_addr(*entry);
+	/* Address 0: no backend, or an IPv6 one (xlb_table_entry_v6), which
+	 * has no path yet. Either way the packet is dropped. */
 	return *addr ? 0 : -1;
 }
 
@@ -203,7 +219,8 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
 {
 	struct backend *be = bpf_map_lookup_elem(&backends, &ct->bid);
 
-	return be && be->addr == ct->addr && be->owner == svc_id + 1;
+	return be && xlb_addr_eq(&be->addr, &ct->addr) &&
+	       be->owner == svc_id + 1;
 }
 
 /* The backend of a stateful service's flow: the one its entry names while
@@ -219,8 +236,8 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 				   __u32 slot, __u32 *bid, __be32 *addr, int *orphan)
 {
 	struct ct_key key = {
-		.saddr = p->flow_src,
-		.daddr = vip,
+		.saddr = XLB_ADDR4(p->flow_src),
+		.daddr = XLB_ADDR4(vip),
 		.sport = p->sport,
 		.dport = p->dport,
 		.proto = p->proto,
@@ -230,12 +247,12 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	int syn = tcp && tcp_syn(p, data_end);
 	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &key);
 
-	if (ct && ct->addr) {
+	if (ct && xlb_addr_v4(&ct->addr)) {
 		int gone = !ct_valid(ct, svc_id);
 
 		if (!(gone && syn)) {
 			*bid = ct->bid;
-			*addr = ct->addr;
+			*addr = xlb_addr_v4(&ct->addr);
 			*orphan = gone;
 			return 0;
 		}
@@ -245,7 +262,7 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	if (table_pick(svc_id, slot, bid, addr))
 		return -1;
 	if (own) {
-		struct ct_entry val = { .bid = *bid, .addr = *addr };
+		struct ct_entry val = { .bid = *bid, .addr = XLB_ADDR4(*addr) };
 
 		if (!bpf_map_update_elem(&conntrack, &key, &val, BPF_ANY))
 			count_reason(XLB_NOTE_CT_NEW);
@@ -287,13 +304,13 @@ static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, voi
 	if (!chain)
 		return drop(XLB_DROP_NO_BACKEND);
 	e = bpf_map_lookup_elem(chain, &slot);
-	if (!e || !e->addr)
+	if (!e || !xlb_addr_v4(&e->addr))
 		return drop(XLB_DROP_NO_BACKEND);
 	__u32 bid = e->bid;
-	__be32 be_addr = e->addr;
+	__be32 be_addr = xlb_addr_v4(&e->addr);
 
-	hint.prev = e->prev;
-	hint.prev2 = e->prev2;
+	hint.prev = xlb_addr_v4(&e->prev);
+	hint.prev2 = xlb_addr_v4(&e->prev2);
 	hint.changed = bpf_htonl(e->changed);
 	e = bpf_map_lookup_elem(chain, &last);
 	if (e)

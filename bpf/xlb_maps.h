@@ -21,7 +21,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XLB_MAX_SERVICES);
-	__type(key, __be32);
+	__type(key, union xlb_addr);
 	__type(value, __u32);
 } vips SEC(".maps");
 
@@ -85,13 +85,21 @@ struct chain_inner {
 	__uint(map_flags, BPF_F_MMAPABLE); /* as maglev_inner */
 	__uint(max_entries, XLB_DEFAULT_TABLE_SIZE + 1);
 	__type(key, __u32);
-	__type(value, struct { __u32 bid; __be32 addr; __be32 prev; __be32 prev2; __u32 changed; });
+	__type(value, struct {
+		__u32 bid;
+		__u32 changed;
+		union xlb_addr addr;
+		union xlb_addr prev;
+		union xlb_addr prev2;
+	});
 };
 
 #define XLB_CHAIN_VALUE typeof(*((struct chain_inner *)0)->value)
 _Static_assert(sizeof(XLB_CHAIN_VALUE) == sizeof(struct chain_entry) &&
 		       __builtin_offsetof(XLB_CHAIN_VALUE, changed) ==
-			       __builtin_offsetof(struct chain_entry, changed),
+			       __builtin_offsetof(struct chain_entry, changed) &&
+		       __builtin_offsetof(XLB_CHAIN_VALUE, prev2) ==
+			       __builtin_offsetof(struct chain_entry, prev2),
 	       "chain_inner's value and struct chain_entry differ");
 #undef XLB_CHAIN_VALUE
 

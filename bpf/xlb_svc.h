@@ -85,7 +85,7 @@ static __always_inline int is_vip(__be32 addr)
 
 	if (!w || !(*w & (1ULL << (bit & 63))))
 		return 0;
-	return bpf_map_lookup_elem(&vips, &addr) != 0;
+	return lookup_addr4(&vips, addr) != 0;
 }
 
 #endif

@@ -34,6 +34,7 @@ const (
 	benchVarFlowHash            = "flow_hash"
 	benchVarNhGen               = "nh_gen"
 	benchVarNodeAddr            = "node_addr"
+	benchVarNodeAddr6           = "node_addr6"
 	benchVarTableSize           = "table_size"
 )
 
@@ -109,6 +110,7 @@ type benchVariableSpecs struct {
 	FlowHash  *ebpf.VariableSpec `ebpf:"flow_hash"`
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
+	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
 
@@ -166,6 +168,7 @@ type benchVariables struct {
 	FlowHash  *ebpf.Variable `ebpf:"flow_hash"`
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
+	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }
 

@@ -90,11 +90,14 @@ type Counters = bpfobj.Counters
 
 // Options configure Open.
 type Options struct {
-	Interface  string     // XDP attach point
-	NodeAddr   netip.Addr // outer source address of encapsulated packets
-	PinPath    string     // bpffs directory for this agent's maps and link
-	AttachMode string     // auto | native | generic
-	TableSize  uint32     // Maglev table size (prime)
+	Interface string     // XDP attach point
+	NodeAddr  netip.Addr // outer source address of encapsulated packets
+	// NodeAddr6 is the outer source towards IPv6 backends (node_addr6);
+	// optional, as nothing is forwarded over IPv6 yet.
+	NodeAddr6  netip.Addr
+	PinPath    string // bpffs directory for this agent's maps and link
+	AttachMode string // auto | native | generic
+	TableSize  uint32 // Maglev table size (prime)
 	// MaxBackends sizes the backend maps (0: DefaultMaxBackends).
 	// Changing it for pinned state migrates the maps (see Load).
 	MaxBackends uint32

@@ -33,19 +33,16 @@ type chainRecord struct {
 }
 
 // chainEntries lays out a service's chain table as the program reads it:
-// its Maglev table's entries with the hints.
-func (t *tableStore) chainEntries(table []wire.TableEntry, chain []ChainSlot, generation uint32) []wire.ChainEntry {
+// its Maglev table's entries, each with its backend's address from addrs
+// (indexed by id, as tableEntries has them), with the hints.
+func (t *tableStore) chainEntries(table []wire.TableEntry, addrs []netip.Addr, chain []ChainSlot, generation uint32) []wire.ChainEntry {
 	entries := make([]wire.ChainEntry, t.size+1)
 	for i, e := range table {
-		entries[i].Bid, entries[i].Addr = e.Backend(), e.Addr()
+		entries[i].Bid, entries[i].Addr = e.Backend(), wire.AddrOf(addrOf(addrs, e.Backend()))
 	}
 	for i, c := range chain {
-		if c.Prev.Is4() {
-			entries[i].Prev = wire.Addr4(c.Prev)
-		}
-		if c.Prev2.Is4() {
-			entries[i].Prev2 = wire.Addr4(c.Prev2)
-		}
+		entries[i].Prev = wire.AddrOf(c.Prev)
+		entries[i].Prev2 = wire.AddrOf(c.Prev2)
 		entries[i].Changed = c.Changed
 	}
 	entries[t.size].Changed = generation
@@ -112,8 +109,8 @@ func (t *tableStore) chainBuiltFrom(id uint32, origin, hints Origin) bool {
 // table, built from origin and hints, keeping the installed inner map
 // when its record says it holds them. Called with service id's lock
 // held, without the data plane's mu.
-func (t *tableStore) installChain(id uint32, table []wire.TableEntry, chain []ChainSlot, generation uint32, origin, hints Origin) error {
-	entries := t.chainEntries(table, chain, generation)
+func (t *tableStore) installChain(id uint32, table []wire.TableEntry, addrs []netip.Addr, chain []ChainSlot, generation uint32, origin, hints Origin) error {
+	entries := t.chainEntries(table, addrs, chain, generation)
 	sum := chainDigest(entries)
 	if rec, ok := t.chainInstalled(id); ok && rec.Sum == sum {
 		if rec.Origin != origin || rec.Hints != hints {
@@ -203,12 +200,8 @@ func (t *tableStore) chain(id uint32) ([]ChainSlot, uint32, error) {
 			generation = e.Changed
 			continue
 		}
-		if e.Prev != 0 {
-			chain[keys[i]].Prev = wire.AddrFrom4(e.Prev)
-		}
-		if e.Prev2 != 0 {
-			chain[keys[i]].Prev2 = wire.AddrFrom4(e.Prev2)
-		}
+		chain[keys[i]].Prev = e.Prev.IP()
+		chain[keys[i]].Prev2 = e.Prev2.IP()
 		chain[keys[i]].Changed = e.Changed
 	}
 	if generation == 0 && !slices.ContainsFunc(chain, func(c ChainSlot) bool { return c != ChainSlot{} }) {

@@ -5,8 +5,6 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
-
-	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // fillTable puts every element where the kernel reads it, and readTable
@@ -48,38 +46,37 @@ func TestFillTable(t *testing.T) {
 			t.Fatalf("readTable: %d slots read, %v; want %d", read, err, n)
 		}
 	})
-	t.Run("chain", func(t *testing.T) {
-		// 20-byte values: the kernel keeps them 24 bytes apart.
-		m, err := newTable("t_chain", uint32(binary.Size(wire.ChainEntry{})), n+1)
+	t.Run("20-byte values", func(t *testing.T) {
+		// 20-byte values (as chain entries had): the kernel keeps them 24
+		// bytes apart.
+		m, err := newTable("t_chain", 20, n+1)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer m.Close()
-		want := func(i int) wire.ChainEntry {
+		want := func(i int) [5]uint32 {
 			u := uint32(i)
-			return wire.ChainEntry{Bid: u, Addr: u ^ 0x0a000000, Prev: u + 1, Prev2: u + 2, Changed: ^u}
+			return [5]uint32{u, u ^ 0x0a000000, u + 1, u + 2, ^u}
 		}
 		if err := fillTable(m, func(dst []byte, i int) {
-			e := want(i)
-			for k, f := range []uint32{e.Bid, e.Addr, e.Prev, e.Prev2, e.Changed} {
+			for k, f := range want(i) {
 				binary.NativeEndian.PutUint32(dst[4*k:], f)
 			}
 		}); err != nil {
 			t.Fatal(err)
 		}
 		for i := range n + 1 {
-			var v wire.ChainEntry
+			var v [5]uint32
 			if err := m.Lookup(uint32(i), &v); err != nil || v != want(i) {
 				t.Fatalf("entry %d: %+v, %v; want %+v", i, v, err, want(i))
 			}
 		}
 		read := 0
 		if err := readTable(m, func(src []byte, i int) {
-			var f [5]uint32
-			for k := range f {
-				f[k] = binary.NativeEndian.Uint32(src[4*k:])
+			var e [5]uint32
+			for k := range e {
+				e[k] = binary.NativeEndian.Uint32(src[4*k:])
 			}
-			e := wire.ChainEntry{Bid: f[0], Addr: f[1], Prev: f[2], Prev2: f[3], Changed: f[4]}
 			if len(src) != 20 || e != want(i) && read < 5 {
 				t.Errorf("readTable: entry %d: %+v (%d bytes), want %+v (20 bytes)", i, e, len(src), want(i))
 			}

@@ -52,13 +52,13 @@ func (s *services) install(key wire.SvcSlot) error {
 		return err
 	}
 	if at < 0 {
-		if err := s.vips.add(s.vipMaps(), key.Vip); err != nil {
+		if err := s.vips.add(s.vipMaps(), vipOf(key)); err != nil {
 			return err
 		}
 	}
 	if err := s.index.upsert(s.slotMap, key); err != nil {
 		if at < 0 {
-			_ = s.vips.remove(s.vipMaps(), key.Vip)
+			_ = s.vips.remove(s.vipMaps(), vipOf(key))
 		}
 		return err
 	}
@@ -72,7 +72,13 @@ func (s *services) remove(key wire.SvcSlot) error {
 	if err := s.index.remove(s.slotMap, key); err != nil || at < 0 {
 		return err
 	}
-	return s.vips.remove(s.vipMaps(), key.Vip)
+	return s.vips.remove(s.vipMaps(), vipOf(key))
+}
+
+// vipOf is the VIP of a slot key.
+func vipOf(key wire.SvcSlot) netip.Addr {
+	vip, _, _ := key.Service()
+	return vip
 }
 
 // repair rewrites the VIP set from the index if a write failed since it
@@ -86,15 +92,16 @@ func (s *services) repair() error {
 
 // resync rewrites the VIP set and its filter from the index.
 func (s *services) resync() error {
-	want := map[uint32]uint32{}
+	want := map[netip.Addr]uint32{}
 	for _, slot := range s.index.services() {
-		want[slot.Vip]++
+		want[vipOf(slot)]++
 	}
-	var inMap []uint32
-	var vip, n uint32
+	var inMap []netip.Addr
+	var vip wire.Addr
+	var n uint32
 	it := s.vipMap.Iterate()
 	for it.Next(&vip, &n) {
-		inMap = append(inMap, vip)
+		inMap = append(inMap, vip.IP())
 	}
 	if err := it.Err(); err != nil {
 		return fmt.Errorf("read VIP set: %w", err)
@@ -143,12 +150,11 @@ func (d *Dataplane) IndexProbes(key ServiceKey) (int, bool) {
 // and whether addr is a VIP. Benchmarks pick addresses for the miss path
 // with it.
 func (d *Dataplane) VIPFilterHit(addr netip.Addr) (bit, vip bool) {
-	w := wire.Addr4(addr)
-	b := vipFilterBit(w)
+	b := vipFilterBit(addr)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.svcs.vips.words != nil {
 		bit = d.svcs.vips.words[b/64]&(1<<(b%64)) != 0
 	}
-	return bit, d.svcs.vips.count[w] != 0
+	return bit, d.svcs.vips.count[addr] != 0
 }

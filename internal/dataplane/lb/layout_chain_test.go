@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,8 +15,9 @@ import (
 )
 
 // preChainSpec is the LB spec as it was before daisy-chain hints and
-// stateful services: no chain_tables nor conntrack, svc_index slots
-// ending in a 32-bit pad, two reasons fewer. Only its maps are used.
+// stateful services: no chain_tables nor conntrack, 16-byte svc_index
+// slots ending in a 32-bit pad, two reasons fewer. Only its maps are
+// used.
 func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
 	t.Helper()
 	spec, err := lbSpec(Options{NodeAddr: fxNode, TableSize: fxTableSize, MaxBackends: DefaultMaxBackends, ConntrackSize: DefaultConntrackSize})
@@ -29,12 +31,14 @@ func preChainSpec(t *testing.T) *ebpf.CollectionSpec {
 	old.Maps["reasons"].MaxEntries = uint32(len(wire.ReasonNames) - 2)
 
 	slot, ok := btf.Copy(old.Maps["svc_index"].Value).(*btf.Struct)
-	if !ok || len(slot.Members) != 7 || slot.Members[5].Name != "flags" {
+	if !ok || len(slot.Members) != 9 || slot.Members[5].Name != "flags" {
 		t.Fatalf("svc_index value is not the expected struct svc_slot: %v", old.Maps["svc_index"].Value)
 	}
 	id := slot.Members[4]
 	slot.Members = append(slot.Members[:5], btf.Member{Name: "pad", Type: id.Type, Offset: id.Offset + 32})
+	slot.Size = 16
 	old.Maps["svc_index"].Value = slot
+	old.Maps["svc_index"].ValueSize = 16
 	return old
 }
 
@@ -73,8 +77,13 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 	f := newFixtureNS(t)
 	pin := testPinPath(t)
 	oldMaps := pinOldState(t, pin, preChainSpec(t))
-	oldSlot := wire.SvcSlot{Vip: wire.Addr4(fxVIP), Port: wire.Port(80), Proto: ProtoTCP, Encap: uint8(EncapIPIP), Id: 1}
-	home := svcHash(oldSlot.Vip, oldSlot.Port, oldSlot.Proto) & (SvcSlots - 1)
+	key := wire.SvcKey(fxVIP, 80, ProtoTCP)
+	var oldSlot [16]byte // vip, port, proto, encap, id, pad
+	binary.LittleEndian.PutUint32(oldSlot[0:], key.Vip)
+	binary.LittleEndian.PutUint16(oldSlot[4:], key.Port)
+	oldSlot[6], oldSlot[7] = key.Proto, uint8(EncapIPIP)
+	binary.LittleEndian.PutUint32(oldSlot[8:], 1)
+	home := svcHash(key.Vip, key.Port, key.Proto) & (SvcSlots - 1)
 	if err := oldMaps["svc_index"].Put(home, oldSlot); err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +119,7 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 	if got := pinnedMapID(t, filepath.Join(pin, "svc_index")); got != oldIndex {
 		t.Errorf("svc_index pin moved before the switch")
 	}
-	var got wire.SvcSlot
+	var got [16]byte
 	if err := oldMaps["svc_index"].Lookup(home, &got); err != nil || got != oldSlot {
 		t.Errorf("old svc_index slot %d: %+v (%v), want it untouched: %+v", home, got, err, oldSlot)
 	}

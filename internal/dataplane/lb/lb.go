@@ -157,6 +157,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if !opts.NodeAddr.Is4() {
 		return opts, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
 	}
+	if opts.NodeAddr6.IsValid() && !opts.NodeAddr6.Is6() {
+		return opts, fmt.Errorf("node IPv6 address %v: not an IPv6 address", opts.NodeAddr6)
+	}
 	if !opts.FlowHash.Known() {
 		return opts, fmt.Errorf("unknown %v", opts.FlowHash)
 	}
@@ -292,7 +295,8 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["backends"].MaxEntries = opts.MaxBackends
 	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
 	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
-	for name, v := range map[string]uint32{"node_addr": wire.Addr4(opts.NodeAddr), "table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
+	for name, v := range map[string]any{"node_addr": wire.Addr4(opts.NodeAddr), "node_addr6": wire.AddrOf(opts.NodeAddr6),
+		"table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}

@@ -30,6 +30,7 @@ const (
 	lbVarFlowHash     = "flow_hash"
 	lbVarNhGen        = "nh_gen"
 	lbVarNodeAddr     = "node_addr"
+	lbVarNodeAddr6    = "node_addr6"
 	lbVarTableSize    = "table_size"
 )
 
@@ -101,6 +102,7 @@ type lbVariableSpecs struct {
 	FlowHash  *ebpf.VariableSpec `ebpf:"flow_hash"`
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
+	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
 
@@ -158,6 +160,7 @@ type lbVariables struct {
 	FlowHash  *ebpf.Variable `ebpf:"flow_hash"`
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
+	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }
 

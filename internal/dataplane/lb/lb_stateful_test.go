@@ -185,14 +185,14 @@ func TestLBStatefulSYNKeepsLiveFlow(t *testing.T) {
 		q.TCPFlags = flags
 		return q.Frame(s.f.MAC)
 	}
-	key := wire.CtKey{Saddr: wire.Addr4(p.Src), Daddr: wire.Addr4(fxVIP), Sport: wire.Port(p.Sport), Dport: wire.Port(8080), Proto: 6}
+	key := wire.CtKey{Saddr: wire.AddrOf(p.Src), Daddr: wire.AddrOf(fxVIP), Sport: wire.Port(p.Sport), Dport: wire.Port(8080), Proto: 6}
 	entry := func() netip.Addr {
 		t.Helper()
 		var e wire.CtEntry
 		if err := s.d.objs.Conntrack.Lookup(&key, &e); err != nil {
 			t.Fatalf("the flow's entry: %v", err)
 		}
-		return wire.AddrFrom4(e.Addr)
+		return e.Addr.IP()
 	}
 	a, b := s.addrs[20], s.addrs[21]
 

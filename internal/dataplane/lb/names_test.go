@@ -58,6 +58,7 @@ func TestLBMapTypesAreWire(t *testing.T) {
 	xdptest.CheckMapTypes(t, spec, []xdptest.MapType{
 		{Map: "svc_index", GoValue: wire.SvcSlot{}},
 		{Map: "backends", GoValue: wire.Backend{}},
+		{Map: "vips", Key: true, GoValue: wire.Addr{}},
 		{Map: "maglev_tables", Inner: true, GoValue: wire.TableEntry(0)},
 		{Map: "chain_tables", Inner: true, GoValue: wire.ChainEntry{}},
 		{Map: "conntrack", Key: true, GoValue: wire.CtKey{}},

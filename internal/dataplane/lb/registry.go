@@ -2,6 +2,7 @@ package lb
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -50,21 +51,21 @@ func (d *Dataplane) BackendCounters(id uint32) (Counters, error) {
 type registry struct {
 	backends, stats, retired *ebpf.Map
 	nhGen                    *ebpf.Variable
-	max                      uint32            // backend IDs the maps hold
-	addrs                    map[uint32]uint32 // mirror of backends: id -> wire address
-	owner                    ownership         // mirror of backends: which service each counts for
+	max                      uint32                // backend IDs the maps hold
+	addrs                    map[uint32]netip.Addr // mirror of backends: id -> address
+	owner                    ownership             // mirror of backends: which service each counts for
 }
 
 func newRegistry(backends, stats, retired *ebpf.Map, nhGen *ebpf.Variable, max uint32) registry {
 	return registry{backends: backends, stats: stats, retired: retired, nhGen: nhGen, max: max,
-		addrs: map[uint32]uint32{}, owner: newOwnership()}
+		addrs: map[uint32]netip.Addr{}, owner: newOwnership()}
 }
 
 // load reads the backends an earlier agent left in the map.
 func (r *registry) load() error {
 	err := bpfobj.EachInArray(r.backends, func(id uint32, be *wire.Backend) {
-		if be.Addr != 0 {
-			r.addrs[id] = be.Addr
+		if a := be.Addr.IP(); a.IsValid() {
+			r.addrs[id] = a
 		}
 		r.owner.set(id, be.Owner)
 	})
@@ -78,17 +79,16 @@ func (r *registry) upsert(id uint32, addr netip.Addr) error {
 	if id >= r.max || !addr.Is4() || addr.IsUnspecified() {
 		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, addr)
 	}
-	w := wire.Addr4(addr)
 	if old, ok := r.addrs[id]; ok {
-		if old == w {
+		if old == addr {
 			return nil
 		}
-		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, wire.AddrFrom4(old))
+		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, old)
 	}
-	if err := r.backends.Put(id, wire.Backend{Addr: w, Owner: r.owner.get(id)}); err != nil {
+	if err := r.backends.Put(id, wire.Backend{Addr: wire.AddrOf(addr), Owner: r.owner.get(id)}); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
-	r.addrs[id] = w
+	r.addrs[id] = addr
 	return r.invalidateNextHops()
 }
 
@@ -129,13 +129,14 @@ func (r *registry) named(table []uint32) []uint32 {
 }
 
 // claim records service svc as the owner of the backends named, those
-// its table names, and returns their addresses indexed by id (0 for an id
-// that has none). A backend that moves from another service takes its
-// history along into that service's retired counters first.
-func (r *registry) claim(svc uint32, named []uint32) ([]uint32, error) {
-	var addrs []uint32
+// its table names, and returns their addresses indexed by id (the zero
+// netip.Addr for an id that has none). A backend that moves from another
+// service takes its history along into that service's retired counters
+// first.
+func (r *registry) claim(svc uint32, named []uint32) ([]netip.Addr, error) {
+	var addrs []netip.Addr
 	if len(named) > 0 {
-		addrs = make([]uint32, slices.Max(named)+1)
+		addrs = make([]netip.Addr, slices.Max(named)+1)
 	}
 	for _, b := range named {
 		addrs[b] = r.addrs[b]
@@ -160,16 +161,20 @@ func (r *registry) claim(svc uint32, named []uint32) ([]uint32, error) {
 // tableEntries is a table as the program reads it: each slot's backend
 // id with the address it has in addrs (indexed by id). An id without one
 // gets address 0: the program drops its packets.
-func tableEntries(table, addrs []uint32) []wire.TableEntry {
+func tableEntries(table []uint32, addrs []netip.Addr) []wire.TableEntry {
 	entries := make([]wire.TableEntry, len(table))
 	for i, id := range table {
-		var addr uint32
-		if int(id) < len(addrs) {
-			addr = addrs[id]
-		}
-		entries[i] = wire.NewTableEntry(id, addr)
+		entries[i] = wire.NewTableEntry(id, addrOf(addrs, id))
 	}
 	return entries
+}
+
+// addrOf is backend id's address in addrs (indexed by id); none beyond.
+func addrOf(addrs []netip.Addr, id uint32) netip.Addr {
+	if int(id) < len(addrs) {
+		return addrs[id]
+	}
+	return netip.Addr{}
 }
 
 // countFor says whether every backend in names exists and counts for
@@ -206,10 +211,7 @@ func (r *registry) release(svc uint32) error {
 // opened, and changed only with it since (the pin path's lock keeps other
 // agents out).
 func (r *registry) list() (addrs map[uint32]netip.Addr, owners map[uint32]uint32) {
-	addrs = make(map[uint32]netip.Addr, len(r.addrs))
-	for id, a := range r.addrs {
-		addrs[id] = wire.AddrFrom4(a)
-	}
+	addrs = maps.Clone(r.addrs)
 	owners = make(map[uint32]uint32, len(r.owner.of))
 	for b, o := range r.owner.of {
 		owners[b] = o - 1
@@ -263,7 +265,7 @@ func (r *registry) retire(b uint32) error {
 }
 
 func (r *registry) setOwner(b, owner uint32) error {
-	if err := r.backends.Put(b, wire.Backend{Addr: r.addrs[b], Owner: owner}); err != nil {
+	if err := r.backends.Put(b, wire.Backend{Addr: wire.AddrOf(r.addrs[b]), Owner: owner}); err != nil {
 		return fmt.Errorf("write backend %d: %w", b, err)
 	}
 	r.owner.set(b, owner)

@@ -42,7 +42,7 @@ func (d *Dataplane) UpsertService(s Service) error {
 	// Without d.mu from here to the swap: filling and swapping take
 	// milliseconds each, which other services' calls can use.
 	entries := tableEntries(s.Table, addrs)
-	if err := d.tables.install(s, entries); err != nil {
+	if err := d.tables.install(s, entries, addrs); err != nil {
 		return fmt.Errorf("service %d: %w", s.ID, err)
 	}
 	// Last the index: packets find the service once its tables are in.
@@ -95,7 +95,7 @@ func slotKey(k ServiceKey) (wire.SvcSlot, error) {
 	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
 		return wire.SvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
 	}
-	return wire.SvcSlot{Vip: wire.Addr4(k.VIP), Port: wire.Port(k.Port), Proto: k.Proto}, nil
+	return wire.SvcKey(k.VIP, k.Port, k.Proto), nil
 }
 
 // index writes service s's index slot, key plus its ID, encapsulation and
@@ -217,9 +217,10 @@ func (d *Dataplane) Installed() (Installed, error) {
 	defer d.mu.Unlock()
 	var in Installed
 	for _, s := range d.svcs.list() {
+		vip, port, proto := s.Service()
 		in.Services = append(in.Services, Service{
 			ID:       s.Id,
-			Key:      ServiceKey{VIP: wire.AddrFrom4(s.Vip), Port: wire.PortFrom(s.Port), Proto: s.Proto},
+			Key:      ServiceKey{VIP: vip, Port: port, Proto: proto},
 			Encap:    Encap(s.Encap),
 			Stateful: s.Flags&wire.SvcStateful != 0,
 		})

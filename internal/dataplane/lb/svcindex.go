@@ -64,15 +64,16 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 			continue
 		}
 		if at, _ := x.find(s); at != i {
+			vip, port, proto := s.Service()
 			return fmt.Errorf("pinned service index: slot %d holds %v:%d (protocol %d), where this xlb does not look for it: an xlb with another service hash wrote the index. Stop the agent that runs, then run `xlb cleanup` (drops established flows)",
-				i, wire.AddrFrom4(s.Vip), wire.PortFrom(s.Port), s.Proto)
+				i, vip, port, proto)
 		}
 	}
 	return nil
 }
 
 func sameKey(a, b wire.SvcSlot) bool {
-	return a.Vip == b.Vip && a.Port == b.Port && a.Proto == b.Proto
+	return a.Vip == b.Vip && a.Port == b.Port && a.Proto == b.Proto && a.Vip6 == b.Vip6
 }
 
 // find returns the slot holding key (or -1) and the first free slot on

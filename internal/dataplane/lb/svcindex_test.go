@@ -143,7 +143,7 @@ func (v *programView) Put(key, value any) error {
 		for k, id := range v.byHome[(idx-j+SvcSlots)%SvcSlots] {
 			if got, ok := v.lookup(k); !ok || got.Id != id {
 				v.t.Fatalf("after writing slot %d: service %d (%v:%d/%d) found %v with id %d",
-					idx, id, wire.AddrFrom4(k.Vip), wire.PortFrom(k.Port), k.Proto, ok, got.Id)
+					idx, id, vipOf(k), wire.PortFrom(k.Port), k.Proto, ok, got.Id)
 			}
 		}
 	}
@@ -403,7 +403,7 @@ func TestServiceIndexCollisions(t *testing.T) {
 	if err := d.UpsertService(Service{ID: 100, Key: ServiceKey{vips[0], 80, ProtoTCP}, Encap: EncapGUE, Table: table}); err != nil {
 		t.Fatal(err)
 	}
-	at, _ := d.svcs.index.find(wire.SvcSlot{Vip: wire.Addr4(vips[0]), Port: wire.Port(80), Proto: ProtoTCP})
+	at, _ := d.svcs.index.find(wire.SvcKey(vips[0], 80, ProtoTCP))
 	if home := int(svcHash(wire.Addr4(vips[0]), wire.Port(80), ProtoTCP) & (SvcSlots - 1)); at != home {
 		t.Errorf("re-added service at slot %d, want its home slot %d", at, home)
 	}

@@ -91,7 +91,7 @@ func TestTableSwapAtomic(t *testing.T) {
 	for tb := range entries {
 		entries[tb] = make([]wire.TableEntry, swapTableSize)
 		for s, id := range tables[tb] {
-			entries[tb][s] = wire.NewTableEntry(id, wire.Addr4(addrs[tb][id%swapBackends]))
+			entries[tb][s] = wire.NewTableEntry(id, addrs[tb][id%swapBackends])
 		}
 	}
 	rewrite := func(tb int) error {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -64,7 +65,7 @@ func (t *tableStore) close() error {
 // install makes entries service s's Maglev table and, for a daisy-chained
 // service, entries with s's hints its chain table: each kept when its
 // record says it holds them already, else filled and swapped in.
-func (t *tableStore) install(s Service, entries []wire.TableEntry) error {
+func (t *tableStore) install(s Service, entries []wire.TableEntry, addrs []netip.Addr) error {
 	sum := digest(entries)
 	var tableErr error
 	var table sync.WaitGroup
@@ -77,7 +78,7 @@ func (t *tableStore) install(s Service, entries []wire.TableEntry) error {
 		// hints, its packets read no Maglev table, and the index changes
 		// after both swaps: so the two may run side by side. Each waits
 		// out an RCU grace period; together they wait about one.
-		if err := t.installChain(s.ID, entries, s.Chain, s.Generation, s.Origin, s.HintsOrigin); err != nil {
+		if err := t.installChain(s.ID, entries, addrs, s.Chain, s.Generation, s.Origin, s.HintsOrigin); err != nil {
 			table.Wait()
 			return err
 		}

@@ -395,7 +395,7 @@ func putForeignTable(t *testing.T, d *Dataplane, id uint32, entries []wire.Table
 func TestDigest(t *testing.T) {
 	base := make([]wire.TableEntry, 5003)
 	for i := range base {
-		base[i] = wire.NewTableEntry(uint32(i%7), 0x0a000302)
+		base[i] = wire.NewTableEntry(uint32(i%7), netip.MustParseAddr("10.0.3.2"))
 	}
 	sum := digest(base)
 	if digest(slices.Clone(base)) != sum {
@@ -489,18 +489,19 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 			t.Errorf("backend %d counts for service %d (%v), want %d", want.Table[0], o, ok, s.ID)
 		}
 	}
-	vips := map[uint32]uint32{}
-	var vip, n uint32
+	vips := map[netip.Addr]uint32{}
+	var vip wire.Addr
+	var n uint32
 	it := d.objs.Vips.Iterate()
 	for it.Next(&vip, &n) {
-		vips[vip] = n
+		vips[vip.IP()] = n
 	}
 	if len(vips) != services/3 {
 		t.Errorf("VIP set %v, want %d VIPs with 3 services each", vips, services/3)
 	}
 	for v, n := range vips {
 		if n != 3 {
-			t.Errorf("VIP %v: %d services, want 3", wire.AddrFrom4(v), n)
+			t.Errorf("VIP %v: %d services, want 3", v, n)
 		}
 	}
 }
@@ -510,7 +511,7 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 func BenchmarkDigest(b *testing.B) {
 	entries := make([]wire.TableEntry, 65537)
 	for i := range entries {
-		entries[i] = wire.NewTableEntry(uint32(i%100), uint32(0x0a000302+i%100))
+		entries[i] = wire.NewTableEntry(uint32(i%100), wire.AddrFrom4(uint32(0x0a000302+i%100)))
 	}
 	b.SetBytes(int64(8 * len(entries)))
 	for b.Loop() {
@@ -523,7 +524,7 @@ func BenchmarkDigest(b *testing.B) {
 func TestChainDigest(t *testing.T) {
 	base := make([]wire.ChainEntry, 1009)
 	for i := range base {
-		base[i] = wire.ChainEntry{Bid: uint32(i % 5), Addr: 0x0a000302, Prev: 0x0a000303, Changed: 100}
+		base[i] = wire.ChainEntry{Bid: uint32(i % 5), Addr: wire.AddrOf(wire.AddrFrom4(0x0a000302)), Prev: wire.AddrOf(wire.AddrFrom4(0x0a000303)), Changed: 100}
 	}
 	sum := chainDigest(base)
 	if chainDigest(slices.Clone(base)) != sum {
@@ -533,8 +534,8 @@ func TestChainDigest(t *testing.T) {
 		name string
 		edit func([]wire.ChainEntry)
 	}{
-		{"a previous owner", func(e []wire.ChainEntry) { e[17].Prev ^= 1 }},
-		{"the owner before that", func(e []wire.ChainEntry) { e[500].Prev2 = 7 }},
+		{"a previous owner", func(e []wire.ChainEntry) { e[17].Prev.Bytes[15] ^= 1 }},
+		{"the owner before that", func(e []wire.ChainEntry) { e[500].Prev2.Bytes[15] = 7 }},
 		{"when a slot changed", func(e []wire.ChainEntry) { e[3].Changed++ }},
 		{"the generation", func(e []wire.ChainEntry) { e[len(e)-1].Changed++ }},
 		{"a backend", func(e []wire.ChainEntry) { e[0].Bid++ }},

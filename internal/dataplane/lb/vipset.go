@@ -3,8 +3,11 @@ package lb
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 
 	"github.com/cilium/ebpf"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // VIP filter geometry (XLB_VIP_FILTER_BITS in bpf/xlb_consts.h).
@@ -13,10 +16,11 @@ const (
 	vipFilterWords = 1 << (vipFilterBits - 6)
 )
 
-// vipFilterBit is vip_filter_bit in bpf/xlb_maps.h: the filter bit of an
-// address given as the program loads it.
-func vipFilterBit(vip uint32) uint32 {
-	h := vip ^ vip>>16
+// vipFilterBit is vip_filter_bit in bpf/xlb_svc.h: the filter bit of an
+// IPv4 address, from the word the program loads.
+func vipFilterBit(vip netip.Addr) uint32 {
+	w := wire.Addr4(vip)
+	h := w ^ w>>16
 	return (h * 0x9e3779b1) >> (32 - vipFilterBits)
 }
 
@@ -27,9 +31,9 @@ func vipFilterBit(vip uint32) uint32 {
 // has it left. Changes are incremental: one service added or removed
 // writes one or two entries, whatever the number of services.
 type vipSet struct {
-	count map[uint32]uint32 // wire VIP -> services on it, as vips holds it
-	onBit map[uint32]uint32 // filter bit -> VIPs that have it
-	words []uint64          // what vip_filter holds
+	count map[netip.Addr]uint32 // VIP -> services on it, as vips holds it
+	onBit map[uint32]uint32     // filter bit -> VIPs that have it
+	words []uint64              // what vip_filter holds
 	// dirty says a write failed, so the maps may differ from the mirror:
 	// the next change rewrites both from the service index instead.
 	dirty bool
@@ -48,13 +52,13 @@ type vipWriter interface {
 
 func (v *vipSet) init() {
 	if v.count == nil {
-		v.count, v.onBit = map[uint32]uint32{}, map[uint32]uint32{}
+		v.count, v.onBit = map[netip.Addr]uint32{}, map[uint32]uint32{}
 		v.words = make([]uint64, vipFilterWords)
 	}
 }
 
 // add records one more service on vip.
-func (v *vipSet) add(m vipMaps, vip uint32) error {
+func (v *vipSet) add(m vipMaps, vip netip.Addr) error {
 	v.init()
 	v.count[vip]++
 	if v.count[vip] == 1 {
@@ -62,14 +66,14 @@ func (v *vipSet) add(m vipMaps, vip uint32) error {
 			return v.failed(err)
 		}
 	}
-	if err := m.vips.Put(vip, v.count[vip]); err != nil {
+	if err := m.vips.Put(wire.AddrOf(vip), v.count[vip]); err != nil {
 		return v.failed(fmt.Errorf("write VIP set: %w", err))
 	}
 	return nil
 }
 
 // remove records one service fewer on vip.
-func (v *vipSet) remove(m vipMaps, vip uint32) error {
+func (v *vipSet) remove(m vipMaps, vip netip.Addr) error {
 	v.init()
 	n := v.count[vip]
 	if n == 0 {
@@ -77,13 +81,13 @@ func (v *vipSet) remove(m vipMaps, vip uint32) error {
 	}
 	if n > 1 {
 		v.count[vip] = n - 1
-		if err := m.vips.Put(vip, n-1); err != nil {
+		if err := m.vips.Put(wire.AddrOf(vip), n-1); err != nil {
 			return v.failed(fmt.Errorf("write VIP set: %w", err))
 		}
 		return nil
 	}
 	delete(v.count, vip)
-	if err := m.vips.Delete(vip); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+	if err := m.vips.Delete(wire.AddrOf(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return v.failed(fmt.Errorf("write VIP set: %w", err))
 	}
 	if err := v.clearBit(m, vipFilterBit(vip)); err != nil {
@@ -125,8 +129,8 @@ func (v *vipSet) writeWord(m vipMaps, word uint32, w uint64) error {
 // reset makes the maps hold exactly want (VIP -> services), whatever they
 // held: an earlier agent's pinned maps, or maps a failed write left apart
 // from the mirror. inMap lists the VIPs the vips map holds now.
-func (v *vipSet) reset(m vipMaps, want map[uint32]uint32, inMap []uint32) error {
-	v.count, v.onBit = map[uint32]uint32{}, map[uint32]uint32{}
+func (v *vipSet) reset(m vipMaps, want map[netip.Addr]uint32, inMap []netip.Addr) error {
+	v.count, v.onBit = map[netip.Addr]uint32{}, map[uint32]uint32{}
 	v.words = make([]uint64, vipFilterWords)
 	v.dirty = true
 	// First the bits of every VIP that is or will be in vips, so none is
@@ -136,7 +140,7 @@ func (v *vipSet) reset(m vipMaps, want map[uint32]uint32, inMap []uint32) error 
 		return err
 	}
 	for vip, n := range want {
-		if err := m.vips.Put(vip, n); err != nil {
+		if err := m.vips.Put(wire.AddrOf(vip), n); err != nil {
 			return fmt.Errorf("write VIP set: %w", err)
 		}
 	}
@@ -144,7 +148,7 @@ func (v *vipSet) reset(m vipMaps, want map[uint32]uint32, inMap []uint32) error 
 		if _, ok := want[vip]; ok {
 			continue
 		}
-		if err := m.vips.Delete(vip); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		if err := m.vips.Delete(wire.AddrOf(vip)); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return fmt.Errorf("write VIP set: %w", err)
 		}
 	}
@@ -186,9 +190,9 @@ func putWords(m slotWriter, words []uint64) error {
 }
 
 // filterWords is the bitmap with the bits of want's VIPs and of extra.
-func filterWords(want map[uint32]uint32, extra []uint32) []uint64 {
+func filterWords(want map[netip.Addr]uint32, extra []netip.Addr) []uint64 {
 	w := make([]uint64, vipFilterWords)
-	set := func(vip uint32) {
+	set := func(vip netip.Addr) {
 		b := vipFilterBit(vip)
 		w[b/64] |= 1 << (b % 64)
 	}

@@ -15,14 +15,17 @@ import (
 // its filter bit set.
 type fakeVIPMaps struct {
 	t      *testing.T
-	vips   map[uint32]uint32
+	vips   map[netip.Addr]uint32
 	words  map[uint32]uint64
 	failAt int // fail the write with this number (1-based); 0: never
 	writes int
 }
 
+// w4 is the IPv4 address whose word, as the program loads it, is v.
+var w4 = wire.AddrFrom4
+
 func newFakeVIPMaps(t *testing.T) *fakeVIPMaps {
-	return &fakeVIPMaps{t: t, vips: map[uint32]uint32{}, words: map[uint32]uint64{}}
+	return &fakeVIPMaps{t: t, vips: map[netip.Addr]uint32{}, words: map[uint32]uint64{}}
 }
 
 func (f *fakeVIPMaps) maps() vipMaps { return vipMaps{vips: fakeVips{f}, filter: fakeFilter{f}} }
@@ -40,7 +43,7 @@ func (f *fakeVIPMaps) check() {
 	for vip := range f.vips {
 		b := vipFilterBit(vip)
 		if f.words[b/64]&(1<<(b%64)) == 0 {
-			f.t.Fatalf("after write %d: VIP %08x is in vips with its filter bit %d clear", f.writes, vip, b)
+			f.t.Fatalf("after write %d: VIP %v is in vips with its filter bit %d clear", f.writes, vip, b)
 		}
 	}
 }
@@ -59,11 +62,11 @@ func (f *fakeVIPMaps) apply(change func()) error {
 type fakeVips struct{ f *fakeVIPMaps }
 
 func (v fakeVips) Put(key, value any) error {
-	return v.f.apply(func() { v.f.vips[key.(uint32)] = value.(uint32) })
+	return v.f.apply(func() { v.f.vips[key.(wire.Addr).IP()] = value.(uint32) })
 }
 
 func (v fakeVips) Delete(key any) error {
-	return v.f.apply(func() { delete(v.f.vips, key.(uint32)) })
+	return v.f.apply(func() { delete(v.f.vips, key.(wire.Addr).IP()) })
 }
 
 type fakeFilter struct{ f *fakeVIPMaps }
@@ -74,13 +77,13 @@ func (w fakeFilter) Put(key, value any) error {
 
 // exactly checks that the maps hold want and only the bits of want's
 // VIPs.
-func (f *fakeVIPMaps) exactly(want map[uint32]uint32) error {
+func (f *fakeVIPMaps) exactly(want map[netip.Addr]uint32) error {
 	if len(f.vips) != len(want) {
 		return fmt.Errorf("vips holds %d VIPs, want %d", len(f.vips), len(want))
 	}
 	for vip, n := range want {
 		if f.vips[vip] != n {
-			return fmt.Errorf("vips[%08x] = %d, want %d", vip, f.vips[vip], n)
+			return fmt.Errorf("vips[%v] = %d, want %d", vip, f.vips[vip], n)
 		}
 	}
 	bits := filterWords(want, nil)
@@ -93,11 +96,11 @@ func (f *fakeVIPMaps) exactly(want map[uint32]uint32) error {
 }
 
 // sharedBitVIPs returns n distinct addresses that share one filter bit.
-func sharedBitVIPs(n int) []uint32 {
-	var out []uint32
+func sharedBitVIPs(n int) []netip.Addr {
+	var out []netip.Addr
 	want := uint32(0)
 	for a := uint32(1); len(out) < n; a++ {
-		vip := 0x0000630a | a<<16 // 10.99.x.y as the program loads it
+		vip := wire.AddrFrom4(0x0000630a | a<<16) // 10.99.x.y
 		if len(out) == 0 {
 			want = vipFilterBit(vip)
 		}
@@ -114,8 +117,8 @@ func sharedBitVIPs(n int) []uint32 {
 func TestVIPSetIncremental(t *testing.T) {
 	f := newFakeVIPMaps(t)
 	var v vipSet
-	vips := append(sharedBitVIPs(3), 0x0100630a, 0x0200630a)
-	want := map[uint32]uint32{}
+	vips := append(sharedBitVIPs(3), w4(0x0100630a), w4(0x0200630a))
+	want := map[netip.Addr]uint32{}
 	rng := rand.New(rand.NewPCG(1, 2))
 	for step := 0; step < 2000; step++ {
 		vip := vips[rng.IntN(len(vips))]
@@ -138,7 +141,7 @@ func TestVIPSetIncremental(t *testing.T) {
 	}
 	// Removing a service of a VIP that has none changes nothing.
 	before := f.writes
-	if err := v.remove(f.maps(), 0x0900630a); err != nil || f.writes != before {
+	if err := v.remove(f.maps(), w4(0x0900630a)); err != nil || f.writes != before {
 		t.Errorf("remove of an unknown VIP: %v, %d writes", err, f.writes-before)
 	}
 }
@@ -150,16 +153,16 @@ func TestVIPSetReset(t *testing.T) {
 	f := newFakeVIPMaps(t)
 	stale := sharedBitVIPs(2)
 	f.vips[stale[0]] = 3
-	f.vips[0x0500630a] = 1
+	f.vips[w4(0x0500630a)] = 1
 	f.words = map[uint32]uint64{}
-	for i, w := range filterWords(map[uint32]uint32{stale[0]: 3, 0x0500630a: 1}, nil) {
+	for i, w := range filterWords(map[netip.Addr]uint32{stale[0]: 3, w4(0x0500630a): 1}, nil) {
 		if w != 0 {
 			f.words[uint32(i)] = w
 		}
 	}
-	want := map[uint32]uint32{stale[1]: 2, 0x0600630a: 1}
+	want := map[netip.Addr]uint32{stale[1]: 2, w4(0x0600630a): 1}
 	var v vipSet
-	if err := v.reset(f.maps(), want, []uint32{stale[0], 0x0500630a}); err != nil {
+	if err := v.reset(f.maps(), want, []netip.Addr{stale[0], w4(0x0500630a)}); err != nil {
 		t.Fatal(err)
 	}
 	if err := f.exactly(want); err != nil {
@@ -175,7 +178,7 @@ func TestVIPSetReset(t *testing.T) {
 	if err := v.remove(f.maps(), stale[1]); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.exactly(map[uint32]uint32{0x0600630a: 1}); err != nil {
+	if err := f.exactly(map[netip.Addr]uint32{w4(0x0600630a): 1}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -186,7 +189,7 @@ func TestVIPSetWriteFailure(t *testing.T) {
 	f := newFakeVIPMaps(t)
 	var v vipSet
 	f.failAt = 2 // the filter word goes in, the VIP does not
-	if err := v.add(f.maps(), 0x0100630a); err == nil {
+	if err := v.add(f.maps(), w4(0x0100630a)); err == nil {
 		t.Fatal("no error from a failed write")
 	}
 	if !v.dirty {
@@ -230,14 +233,14 @@ func TestVIPFilterInProgram(t *testing.T) {
 	var others []netip.Addr
 	for len(others) < 50 {
 		a := netip.AddrFrom4([4]byte{10, byte(100 + rng.IntN(20)), byte(rng.IntN(256)), byte(1 + rng.IntN(254))})
-		if b := vipFilterBit(wire.Addr4(a)); !isVIP[a] && d.svcs.vips.words[b/64]&(1<<(b%64)) == 0 {
+		if b := vipFilterBit(a); !isVIP[a] && d.svcs.vips.words[b/64]&(1<<(b%64)) == 0 {
 			others = append(others, a)
 		}
 	}
 	set := 0
 	for n := uint32(0); n < 1<<20 && set < 5; n++ {
 		a := netip.AddrFrom4([4]byte{10, byte(100 + n>>16), byte(n >> 8), byte(n)})
-		if b := vipFilterBit(wire.Addr4(a)); !isVIP[a] && d.svcs.vips.words[b/64]&(1<<(b%64)) != 0 {
+		if b := vipFilterBit(a); !isVIP[a] && d.svcs.vips.words[b/64]&(1<<(b%64)) != 0 {
 			others = append(others, a)
 			set++
 		}
@@ -258,9 +261,9 @@ func TestVIPFilterInProgram(t *testing.T) {
 		}
 	}
 	// What the fixture's own services set is all that is left.
-	want := map[uint32]uint32{}
+	want := map[netip.Addr]uint32{}
 	for _, s := range d.svcs.index.services() {
-		want[s.Vip]++
+		want[vipOf(s)]++
 	}
 	bits := filterWords(want, nil)
 	for i, w := range bits {
