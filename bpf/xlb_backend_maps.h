@@ -14,7 +14,7 @@
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XLB_NAT_MAX_PODS);
-	__type(key, __be32);
+	__type(key, union xlb_addr);
 	__type(value, __u8);
 } nat_pods SEC(".maps");
 
@@ -25,7 +25,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XLB_NAT_MAX_PODS);
-	__type(key, __be32);
+	__type(key, union xlb_addr);
 	__type(value, __u32);
 } nat_pod_netns SEC(".maps");
 
@@ -72,7 +72,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, 64);
-	__type(key, __be32);
+	__type(key, union xlb_addr);
 	__type(value, __u8);
 } host_addrs SEC(".maps");
 
@@ -81,7 +81,7 @@ struct {
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, XLB_MAX_VIPS);
-	__type(key, __be32);
+	__type(key, union xlb_addr);
 	__type(value, __u8);
 } decap_vips SEC(".maps");
 
@@ -103,7 +103,7 @@ struct {
 	__type(value, struct chain_cfg);
 } chain_cfg SEC(".maps");
 
-/* Who may have a packet chained, and to whom: IPv4 prefixes (struct
+/* Who may have a packet chained, and to whom: prefixes (struct
  * chain_peer_key), written by `xlb backend` (--chain-from, --chain-to,
  * or the cluster). chain_from holds the xlb nodes; chain_to the backends
  * that may be a slot's previous owner, which are sources too, as a

@@ -55,7 +55,7 @@ static __always_inline void chain_count(__u32 stat, __u64 bytes)
 
 static __always_inline int chain_known(void *set, __be32 addr)
 {
-	struct chain_peer_key k = {.prefixlen = 32, .addr = addr};
+	struct chain_peer_key k = {.prefixlen = 128, .addr = XLB_ADDR4(addr)};
 
 	return bpf_map_lookup_elem(set, &k) != 0;
 }
@@ -84,7 +84,7 @@ static __always_inline struct chain_cfg *chain_config(void)
 static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src, __be32 vip,
 					      __be16 port, __u32 gen)
 {
-	struct chain_svc_key k = {.vip = vip, .port = port, .proto = IPPROTO_TCP};
+	struct chain_svc_key k = {.vip = XLB_ADDR4(vip), .port = port, .proto = IPPROTO_TCP};
 	__u32 *seen = bpf_map_lookup_elem(&chain_gens, &k);
 
 	if (seen && gen <= *seen)
@@ -183,9 +183,11 @@ static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
 static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *inner,
 					      struct chain_tcphdr *th, __be32 pod)
 {
-	struct nat_svc_key k = {.vip = inner->daddr, .pod = pod, .port = th->dest, .proto = IPPROTO_TCP};
+	struct nat_svc_key k = {
+		.vip = XLB_ADDR4(inner->daddr), .pod = XLB_ADDR4(pod), .port = th->dest, .proto = IPPROTO_TCP,
+	};
 	__be16 *target = bpf_map_lookup_elem(&nat_svcs, &k);
-	__u32 *netns = bpf_map_lookup_elem(&nat_pod_netns, &pod);
+	__u32 *netns = lookup_addr4(&nat_pod_netns, pod);
 	struct chain_tcphdr pth;
 	struct iphdr piph;
 
@@ -331,10 +333,10 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 	 * travels on in the hint, for the next hop to try in turn. */
 	prev = hint->prev;
 	next = hint->prev2;
-	if (!prev || bpf_map_lookup_elem(&host_addrs, &prev)) {
+	if (!prev || lookup_addr4(&host_addrs, prev)) {
 		prev = next;
 		next = 0;
-		if (prev && bpf_map_lookup_elem(&host_addrs, &prev))
+		if (prev && lookup_addr4(&host_addrs, prev))
 			prev = 0;
 	}
 	if (prev && chain_fresh(cfg, bpf_ntohl(hint->changed))) {
@@ -373,7 +375,7 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 		chain_count(CHAIN_SYN, inner_len);
 		return CHAIN_DELIVER;
 	}
-	if (!bpf_map_lookup_elem(&nat_pod_netns, pod))
+	if (!lookup_addr4(&nat_pod_netns, *pod))
 		return CHAIN_DELIVER;
 	stat = chain_pod_socket(ctx, inner, th, *pod);
 	if (stat != CHAIN_STAT_MAX) {
@@ -388,8 +390,8 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 	 * the same, as in the host mode. A local pod is a known previous
 	 * owner (it is translated for); a packet from an unknown source is
 	 * not handed to it either. */
-	if (prev && prev != *pod && !bpf_map_lookup_elem(&host_addrs, &prev)) {
-		if (!bpf_map_lookup_elem(&nat_pods, &prev)) {
+	if (prev && prev != *pod && !lookup_addr4(&host_addrs, prev)) {
+		if (!lookup_addr4(&nat_pods, prev)) {
 			if (chain_refused(ip->saddr, prev))
 				return XDP_DROP;
 			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, prev2);
@@ -402,8 +404,8 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 			return CHAIN_DELIVER;
 		}
 	}
-	if (prev2 && prev2 != *pod && !bpf_map_lookup_elem(&host_addrs, &prev2)) {
-		if (!bpf_map_lookup_elem(&nat_pods, &prev2)) {
+	if (prev2 && prev2 != *pod && !lookup_addr4(&host_addrs, prev2)) {
+		if (!lookup_addr4(&nat_pods, prev2)) {
 			if (chain_refused(ip->saddr, prev2))
 				return XDP_DROP;
 			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev2, 0);

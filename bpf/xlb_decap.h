@@ -83,8 +83,8 @@ static __always_inline int decap(struct xdp_md *ctx)
 		return verdict(DECAP_PASS, 0, XDP_PASS);
 	}
 	/* Only tunnels get this far, so other traffic costs no lookup. */
-	if (!bpf_map_lookup_elem(&host_addrs, &ip->daddr)) {
-		if (!bpf_map_lookup_elem(&nat_pods, &ip->daddr))
+	if (!lookup_addr4(&host_addrs, ip->daddr)) {
+		if (!lookup_addr4(&nat_pods, ip->daddr))
 			return verdict(DECAP_PASS, 0, XDP_PASS);
 		to_pod = 1;
 	}
@@ -148,7 +148,7 @@ static __always_inline int decap(struct xdp_md *ctx)
 		return verdict(stat, inner_len, XDP_PASS);
 	}
 
-	if (!bpf_map_lookup_elem(&decap_vips, &inner->daddr))
+	if (!lookup_addr4(&decap_vips, inner->daddr))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 	if (hint && inner->protocol == IPPROTO_TCP) {
 		int v = chain_decide(ctx, eth, ip, hint, inner, inner_len, data_end);

@@ -59,13 +59,13 @@ static __always_inline void nat_record(__be32 pod, __be16 target_port, __be32 cl
 				       __be16 client_port, __u8 proto, __be32 vip, __be16 port)
 {
 	struct nat_flow_key k = {
-		.pod = pod, .client = client, .pod_port = target_port,
+		.pod = XLB_ADDR4(pod), .client = XLB_ADDR4(client), .pod_port = target_port,
 		.client_port = client_port, .proto = proto,
 	};
-	struct nat_vip v = {.vip = vip, .port = port};
+	struct nat_vip v = {.vip = XLB_ADDR4(vip), .port = port};
 	struct nat_vip *cur = bpf_map_lookup_elem(&nat_flows, &k);
 
-	if (cur && cur->vip == vip && cur->port == port)
+	if (cur && xlb_addr_eq(&cur->vip, &v.vip) && cur->port == port)
 		return;
 	if (bpf_map_update_elem(&nat_flows, &k, &v, BPF_ANY))
 		nat_count(NAT_NOTE_FLOW_FAILED, 0);
@@ -102,7 +102,9 @@ static __always_inline int nat_forward_icmp(void *data_end, struct iphdr *inner,
 	if ((void *)(qp + 1) > data_end || len < 8 + qihl + sizeof(*qp))
 		return NAT_DROP_MALFORMED;
 
-	struct nat_svc_key k = {.vip = q->saddr, .pod = pod, .port = qp->source, .proto = q->protocol};
+	struct nat_svc_key k = {
+		.vip = XLB_ADDR4(q->saddr), .pod = XLB_ADDR4(pod), .port = qp->source, .proto = q->protocol,
+	};
 	__be16 *tp = bpf_map_lookup_elem(&nat_svcs, &k);
 	if (!tp)
 		return NAT_DROP_NO_ENTRY;
@@ -152,7 +154,9 @@ static __always_inline int nat_forward(void *data_end, struct iphdr *inner, __be
 	if ((void *)(p + 1) > data_end || (void *)(check + 1) > data_end || off + 2 > tot - ihl)
 		return NAT_DROP_MALFORMED;
 
-	struct nat_svc_key k = {.vip = inner->daddr, .pod = pod, .port = p->dest, .proto = inner->protocol};
+	struct nat_svc_key k = {
+		.vip = XLB_ADDR4(inner->daddr), .pod = XLB_ADDR4(pod), .port = p->dest, .proto = inner->protocol,
+	};
 	__be16 *tp = bpf_map_lookup_elem(&nat_svcs, &k);
 	if (!tp)
 		return NAT_DROP_NO_ENTRY;
@@ -197,10 +201,10 @@ static __always_inline int nat_reply_lookup(__be32 pod, __be16 pod_port, __be32 
 					    __u32 *stat)
 {
 	struct nat_flow_key fk = {
-		.pod = pod, .client = client, .pod_port = pod_port,
+		.pod = XLB_ADDR4(pod), .client = XLB_ADDR4(client), .pod_port = pod_port,
 		.client_port = client_port, .proto = proto,
 	};
-	struct nat_rev_key rk = {.pod = pod, .pod_port = pod_port, .proto = proto};
+	struct nat_rev_key rk = {.pod = XLB_ADDR4(pod), .pod_port = pod_port, .proto = proto};
 	struct nat_vip *v = bpf_map_lookup_elem(&nat_flows, &fk);
 
 	*stat = NAT_REV_FLOW;
@@ -239,7 +243,7 @@ static __always_inline int nat_reply_icmp(struct __sk_buff *skb, struct iphdr *i
 		return TC_NEXT;
 	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)) || q.version != 4 || q.ihl < 5 ||
 	    (q.protocol != IPPROTO_TCP && q.protocol != IPPROTO_UDP) ||
-	    !bpf_map_lookup_elem(&nat_pods, &q.daddr))
+	    !lookup_addr4(&nat_pods, q.daddr))
 		return TC_NEXT;
 	qpoff = qoff + q.ihl * 4;
 	if (bpf_skb_load_bytes(skb, qpoff, &qp, sizeof(qp)))
@@ -249,17 +253,18 @@ static __always_inline int nat_reply_icmp(struct __sk_buff *skb, struct iphdr *i
 		return TC_NEXT;
 	}
 
-	__u16 qcheck = csum_apply(q.check, csum_diff32(q.daddr, v.vip));
-	if (bpf_l4_csum_replace(skb, icsum, q.daddr, v.vip, sizeof(v.vip)) ||
+	__be32 vip = xlb_addr_v4(&v.vip);
+	__u16 qcheck = csum_apply(q.check, csum_diff32(q.daddr, vip));
+	if (bpf_l4_csum_replace(skb, icsum, q.daddr, vip, sizeof(vip)) ||
 	    bpf_l4_csum_replace(skb, icsum, q.check, qcheck, sizeof(qcheck)) ||
 	    bpf_l4_csum_replace(skb, icsum, qp.dest, v.port, sizeof(v.port)) ||
 	    bpf_skb_store_bytes(skb, qoff + offsetof(struct iphdr, check), &qcheck, sizeof(qcheck), 0) ||
-	    bpf_skb_store_bytes(skb, qoff + offsetof(struct iphdr, daddr), &v.vip, sizeof(v.vip), 0) ||
+	    bpf_skb_store_bytes(skb, qoff + offsetof(struct iphdr, daddr), &vip, sizeof(vip), 0) ||
 	    bpf_skb_store_bytes(skb, qpoff + offsetof(struct ports, dest), &v.port, sizeof(v.port), 0))
 		goto fail;
 	if (ip->saddr == q.daddr &&
-	    (bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip->saddr, v.vip, sizeof(v.vip)) ||
-	     bpf_skb_store_bytes(skb, IP_SADDR_OFF, &v.vip, sizeof(v.vip), 0)))
+	    (bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip->saddr, vip, sizeof(vip)) ||
+	     bpf_skb_store_bytes(skb, IP_SADDR_OFF, &vip, sizeof(vip), 0)))
 		goto fail;
 	nat_count(NAT_REV_ICMP, bpf_ntohs(ip->tot_len));
 	return TC_NEXT;
@@ -278,6 +283,7 @@ static __always_inline int nat_reply(struct __sk_buff *skb)
 	struct ports p;
 	struct nat_vip v;
 	__u32 l4off, csum, stat;
+	__be32 vip;
 	__u64 udp;
 
 	if (skb->protocol != bpf_htons(ETH_P_IP) ||
@@ -291,7 +297,7 @@ static __always_inline int nat_reply(struct __sk_buff *skb)
 	}
 	if (ip.protocol != IPPROTO_TCP && ip.protocol != IPPROTO_UDP)
 		return TC_NEXT;
-	if (!bpf_map_lookup_elem(&nat_pods, &ip.saddr))
+	if (!lookup_addr4(&nat_pods, ip.saddr))
 		return TC_NEXT;
 	if (ip.frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
 		/* No ports in the later fragments: the reply must not be
@@ -312,11 +318,12 @@ static __always_inline int nat_reply(struct __sk_buff *skb)
 	 * from a pod's TSO included (only the pseudo-header part changes). For
 	 * UDP, BPF_F_MARK_MANGLED_0 keeps a 0 (no checksum) at 0 and sends a
 	 * computed 0 as 0xffff. */
+	vip = xlb_addr_v4(&v.vip);
 	udp = ip.protocol == IPPROTO_UDP ? BPF_F_MARK_MANGLED_0 : 0;
-	if (bpf_l4_csum_replace(skb, csum, ip.saddr, v.vip, BPF_F_PSEUDO_HDR | udp | sizeof(v.vip)) ||
+	if (bpf_l4_csum_replace(skb, csum, ip.saddr, vip, BPF_F_PSEUDO_HDR | udp | sizeof(vip)) ||
 	    bpf_l4_csum_replace(skb, csum, p.source, v.port, udp | sizeof(v.port)) ||
-	    bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip.saddr, v.vip, sizeof(v.vip)) ||
-	    bpf_skb_store_bytes(skb, IP_SADDR_OFF, &v.vip, sizeof(v.vip), 0) ||
+	    bpf_l3_csum_replace(skb, IP_CHECK_OFF, ip.saddr, vip, sizeof(vip)) ||
+	    bpf_skb_store_bytes(skb, IP_SADDR_OFF, &vip, sizeof(vip), 0) ||
 	    bpf_skb_store_bytes(skb, l4off, &v.port, sizeof(v.port), 0)) {
 		nat_count(NAT_REV_DROP_WRITE, 0);
 		return TC_SHOT;

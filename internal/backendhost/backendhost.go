@@ -23,6 +23,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/decap"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // Options describe one backend host set-up.
@@ -276,11 +277,11 @@ func pinnedVIPs(pinPath string) ([]netip.Addr, error) {
 	}
 	defer m.Close()
 	var out []netip.Addr
-	var k [4]byte
+	var k wire.Addr
 	var v uint8
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, netip.AddrFrom4(k))
+		out = append(out, k.IP())
 	}
 	return out, it.Err()
 }

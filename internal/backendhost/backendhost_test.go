@@ -231,7 +231,7 @@ func TestSetupNAT(t *testing.T) {
 		t.Errorf("egress programs after a second set-up: %v (the link should be reused)", again)
 	}
 	svcs, err := pinnedSvcs(pin)
-	if err != nil || len(svcs) != 1 || svcs[wire.NATSvcKey{Vip: wire.Addr4(fxVIP1), Pod: wire.Addr4(pod), Port: wire.Port(80), Proto: 6}] != wire.Port(9090) {
+	if err != nil || len(svcs) != 1 || svcs[wire.NATSvcKey{Vip: wire.AddrOf(fxVIP1), Pod: wire.AddrOf(pod), Port: wire.Port(80), Proto: 6}] != wire.Port(9090) {
 		t.Errorf("translations after the second set-up: %v, %v", svcs, err)
 	}
 

@@ -157,7 +157,7 @@ func TestSetNATPodNetns(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer m.Close()
-	got, err := readMap[[4]byte, uint32](m)
+	got, err := readMap[wire.Addr, uint32](m)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func TestSetNATPodNetns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got, _ = readMap[[4]byte, uint32](m); len(got) != 1 || got[pod.As4()] != uint32(want) {
+	if got, _ = readMap[wire.Addr, uint32](m); len(got) != 1 || got[wire.AddrOf(pod)] != uint32(want) {
 		t.Errorf("%s holds %v, want %v -> %d", natNetnsMap, got, pod, want)
 	}
 }

@@ -240,11 +240,11 @@ func (m *natMaps) close() {
 // apply writes the difference between the maps and entries (validated).
 func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) {
 	svcs := map[wire.NATSvcKey]uint16{}
-	pods := map[uint32]bool{}
+	pods := map[wire.Addr]bool{}
 	rev := map[wire.NATRevKey]wire.NATVIP{}
 	ambiguous := map[wire.NATRevKey]bool{}
 	for _, e := range entries {
-		k := wire.NATSvcKey{Vip: wire.Addr4(e.VIP), Pod: wire.Addr4(e.PodIP), Port: wire.Port(e.Port), Proto: e.Proto}
+		k := wire.NATSvcKey{Vip: wire.AddrOf(e.VIP), Pod: wire.AddrOf(e.PodIP), Port: wire.Port(e.Port), Proto: e.Proto}
 		svcs[k] = wire.Port(e.TargetPort)
 		pods[k.Pod] = true
 		rk := wire.NATRevKey{Pod: k.Pod, PodPort: wire.Port(e.TargetPort), Proto: e.Proto}
@@ -271,7 +271,7 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 	if err != nil {
 		return NATChange{}, fmt.Errorf("read %s: %w", natSvcsMap, err)
 	}
-	curPods, err := readMap[uint32, uint8](m.pods)
+	curPods, err := readMap[wire.Addr, uint8](m.pods)
 	if err != nil {
 		return NATChange{}, fmt.Errorf("read %s: %w", natPodsMap, err)
 	}
@@ -298,21 +298,21 @@ func (m *natMaps) apply(entries []NATEntry, opts NATOptions) (NATChange, error) 
 	if err := syncMap(m.rev, curRev, rev); err != nil {
 		return ch, fmt.Errorf("write reply fallback: %w", err)
 	}
-	podSet := map[uint32]uint8{}
+	podSet := map[wire.Addr]uint8{}
 	for p := range pods {
 		podSet[p] = 1
 	}
 	// A pod's network namespace ID is there before the pod is local.
 	if m.netns != nil {
-		netns := map[uint32]uint32{}
+		netns := map[wire.Addr]uint32{}
 		for p := range pods {
-			if id, ok := PodNetnsID(wire.AddrFrom4(p)); ok {
+			if id, ok := PodNetnsID(p.IP()); ok {
 				netns[p] = id
 			} else {
 				ch.NoNetns++
 			}
 		}
-		curNetns, err := readMap[uint32, uint32](m.netns)
+		curNetns, err := readMap[wire.Addr, uint32](m.netns)
 		if err != nil {
 			return ch, fmt.Errorf("read %s: %w", natNetnsMap, err)
 		}
@@ -349,8 +349,8 @@ func PinnedNAT(pinPath string) ([]NATEntry, error) {
 	}
 	out := make([]NATEntry, 0, len(svcs))
 	for k, tp := range svcs {
-		out = append(out, NATEntry{VIP: wire.AddrFrom4(k.Vip), Port: wire.PortFrom(k.Port), Proto: k.Proto,
-			PodIP: wire.AddrFrom4(k.Pod), TargetPort: wire.PortFrom(tp)})
+		out = append(out, NATEntry{VIP: k.Vip.IP(), Port: wire.PortFrom(k.Port), Proto: k.Proto,
+			PodIP: k.Pod.IP(), TargetPort: wire.PortFrom(tp)})
 	}
 	return out, nil
 }

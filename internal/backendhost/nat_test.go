@@ -69,10 +69,10 @@ func newNATFixture(t *testing.T, opts NATOptions) *natFixture {
 			c.Close()
 		}
 	})
-	if err := f.objs.HostAddrs.Put(fxNode.As4(), uint8(1)); err != nil {
+	if err := f.objs.HostAddrs.Put(wire.AddrOf(fxNode), uint8(1)); err != nil {
 		t.Fatal(err)
 	}
-	if err := f.objs.DecapVips.Put(fxVIP1.As4(), uint8(1)); err != nil {
+	if err := f.objs.DecapVips.Put(wire.AddrOf(fxVIP1), uint8(1)); err != nil {
 		t.Fatal(err)
 	}
 	f.nat = &natMaps{pods: f.objs.NatPods, svcs: f.objs.NatSvcs, rev: f.objs.NatRev}
@@ -145,13 +145,13 @@ func (f *natFixture) expectCounts(t *testing.T, want []string, fn func()) {
 func (f *natFixture) flow(t *testing.T, pod netip.Addr, podPort uint16, client netip.Addr, clientPort uint16, proto uint8) (wire.NATVIP, bool) {
 	t.Helper()
 	var v wire.NATVIP
-	k := wire.NATFlowKey{Pod: wire.Addr4(pod), Client: wire.Addr4(client), PodPort: wire.Port(podPort), ClientPort: wire.Port(clientPort), Proto: proto}
+	k := wire.NATFlowKey{Pod: wire.AddrOf(pod), Client: wire.AddrOf(client), PodPort: wire.Port(podPort), ClientPort: wire.Port(clientPort), Proto: proto}
 	err := f.objs.NatFlows.Lookup(k, &v)
 	return v, err == nil
 }
 
 func vipOf(a netip.Addr, port uint16) wire.NATVIP {
-	return wire.NATVIP{Vip: wire.Addr4(a), Port: wire.Port(port)}
+	return wire.NATVIP{Vip: wire.AddrOf(a), Port: wire.Port(port)}
 }
 
 // udpZeroAfter returns a UDP payload for which the checksum of the
@@ -520,15 +520,15 @@ func TestNATApply(t *testing.T) {
 		svcs, _ := readMap[wire.NATSvcKey, uint16](f.nat.svcs)
 		want := map[wire.NATSvcKey]uint16{}
 		for _, x := range s.entries {
-			want[wire.NATSvcKey{Vip: wire.Addr4(x.VIP), Pod: wire.Addr4(x.PodIP), Port: wire.Port(x.Port), Proto: x.Proto}] = wire.Port(x.TargetPort)
+			want[wire.NATSvcKey{Vip: wire.AddrOf(x.VIP), Pod: wire.AddrOf(x.PodIP), Port: wire.Port(x.Port), Proto: x.Proto}] = wire.Port(x.TargetPort)
 		}
 		if !reflect.DeepEqual(svcs, want) {
 			t.Errorf("step %d: nat_svcs %v, want %v", i, svcs, want)
 		}
-		pods, _ := readMap[[4]byte, uint8](f.nat.pods)
-		wantPods := map[[4]byte]uint8{}
+		pods, _ := readMap[wire.Addr, uint8](f.nat.pods)
+		wantPods := map[wire.Addr]uint8{}
 		for _, p := range s.pods {
-			wantPods[p.As4()] = 1
+			wantPods[wire.AddrOf(p)] = 1
 		}
 		if !reflect.DeepEqual(pods, wantPods) {
 			t.Errorf("step %d: nat_pods %v, want %v", i, pods, wantPods)

@@ -115,7 +115,7 @@ func Setup(opts Options) (string, error) {
 		return "", fmt.Errorf("parse embedded backend object: %w", err)
 	}
 	bpfobj.PinMaps(spec)
-	copies, err := planBackendAdoption(spec, opts.PinPath)
+	copies, entries, err := planBackendAdoption(spec, opts.PinPath)
 	if err != nil {
 		return "", err
 	}
@@ -125,6 +125,9 @@ func Setup(opts Options) (string, error) {
 	}
 	defer objs.Close()
 	if err := restoreCounters(&objs, copies); err != nil {
+		return "", err
+	}
+	if err := restoreEntries(&objs, entries); err != nil {
 		return "", err
 	}
 	if err := configureDecap(&objs.backendMaps, opts.HostAddrs, opts.VIPs, opts.Chain); err != nil {
@@ -167,12 +170,12 @@ func configureDecap(maps *backendMaps, hostAddrs, vips []netip.Addr, c Chain) er
 
 // setAddrs makes the set map m hold exactly addrs.
 func setAddrs(m *ebpf.Map, addrs []netip.Addr) error {
-	want := map[uint32]bool{}
+	want := map[wire.Addr]bool{}
 	for _, a := range addrs {
 		if !a.Is4() {
 			return fmt.Errorf("%v is not an IPv4 address", a)
 		}
-		want[wire.Addr4(a)] = true
+		want[wire.AddrOf(a)] = true
 	}
 	return syncSet(m, want)
 }
@@ -265,12 +268,11 @@ func syncSet[K comparable](m *ebpf.Map, want map[K]bool) error {
 	return nil
 }
 
-// setPrefixes makes the LPM trie m hold exactly prefixes (IPv4).
+// setPrefixes makes the LPM trie m hold exactly prefixes.
 func setPrefixes(m *ebpf.Map, prefixes []netip.Prefix) error {
 	want := map[wire.ChainPeerKey]bool{}
 	for _, p := range prefixes {
-		p = p.Masked()
-		want[wire.ChainPeerKey{Prefixlen: uint32(p.Bits()), Addr: wire.Addr4(p.Addr())}] = true
+		want[wire.PrefixKey(p)] = true
 	}
 	return syncSet(m, want)
 }

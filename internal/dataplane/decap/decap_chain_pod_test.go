@@ -87,27 +87,21 @@ func translateFor(t testing.TB, objs *backendObjects, pods []*podNS, withNetns .
 		if err := objs.NatSvcs.Put(k, be16bytes(podPort)); err != nil {
 			t.Fatal(err)
 		}
-		if err := objs.NatPods.Put(p.addr.As4(), uint8(1)); err != nil {
+		if err := objs.NatPods.Put(wire.AddrOf(p.addr), uint8(1)); err != nil {
 			t.Fatal(err)
 		}
-		_ = objs.NatPodNetns.Delete(p.addr.As4())
+		_ = objs.NatPodNetns.Delete(wire.AddrOf(p.addr))
 	}
 	for _, p := range withNetns {
-		if err := objs.NatPodNetns.Put(p.addr.As4(), p.nsid); err != nil {
+		if err := objs.NatPodNetns.Put(wire.AddrOf(p.addr), p.nsid); err != nil {
 			t.Fatal(err)
 		}
 	}
 }
 
-// natSvcKeyOf mirrors struct nat_svc_key for a TCP VIP:port and a pod.
-func natSvcKeyOf(vip, pod netip.Addr, port uint16) [12]byte {
-	var k [12]byte
-	v, p := vip.As4(), pod.As4()
-	copy(k[0:], v[:])
-	copy(k[4:], p[:])
-	binary.BigEndian.PutUint16(k[8:], port)
-	k[10] = 6
-	return k
+// natSvcKeyOf is the nat_svc_key of a TCP VIP:port and a pod.
+func natSvcKeyOf(vip, pod netip.Addr, port uint16) wire.NATSvcKey {
+	return wire.NATSvcKey{Vip: wire.AddrOf(vip), Pod: wire.AddrOf(pod), Port: wire.Port(port), Proto: wire.ProtoTCP}
 }
 
 func be16bytes(v uint16) [2]byte {

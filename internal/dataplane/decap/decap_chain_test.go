@@ -758,7 +758,7 @@ func pinnedPrefixes(t *testing.T, pin, name string) []netip.Prefix {
 	var v uint8
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		out = append(out, netip.PrefixFrom(wire.AddrFrom4(k.Addr), int(k.Prefixlen)))
+		out = append(out, k.Prefix())
 	}
 	if err := it.Err(); err != nil {
 		t.Fatal(err)

@@ -48,21 +48,21 @@ func FuzzBackendProgram(f *testing.F) {
 		if err := objs.NatSvcs.Put(natSvcKeyOf(fxVIP, p.addr, 53), be16bytes(5353)); err != nil {
 			f.Fatal(err)
 		}
-		// UDP: nat_svc_key's protocol byte is 17.
+		// UDP: nat_svc_key's protocol is 17.
 		k := natSvcKeyOf(fxVIP, p.addr, 53)
-		k[10] = 17
+		k.Proto = wire.ProtoUDP
 		if err := objs.NatSvcs.Put(k, be16bytes(5353)); err != nil {
 			f.Fatal(err)
 		}
 	}
 	// A reply flow of pod1 and the fallback for pod2's port: the reply
 	// program's both lookups find something.
-	flow := wire.NATFlowKey{Pod: wire.Addr4(fxPod1), Client: wire.Addr4(fxClient), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
-	if err := objs.NatFlows.Put(flow, wire.NATVIP{Vip: wire.Addr4(fxVIP), Port: wire16(80)}); err != nil {
+	flow := wire.NATFlowKey{Pod: wire.AddrOf(fxPod1), Client: wire.AddrOf(fxClient), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
+	if err := objs.NatFlows.Put(flow, wire.NATVIP{Vip: wire.AddrOf(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
-	rev := wire.NATRevKey{Pod: wire.Addr4(fxPod2), PodPort: wire16(podPort), Proto: 6}
-	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.Addr4(fxVIP), Port: wire16(80)}); err != nil {
+	rev := wire.NATRevKey{Pod: wire.AddrOf(fxPod2), PodPort: wire16(podPort), Proto: 6}
+	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.AddrOf(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
 	// Fuzzing workers are ended without running cleanups: drop the

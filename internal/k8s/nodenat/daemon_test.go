@@ -9,7 +9,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -271,19 +270,17 @@ func readNATMap(pin string) ([]string, error) {
 	}
 	defer m.Close()
 	var (
-		k   [12]byte
+		k   wire.NATSvcKey
 		v   [2]byte
 		out []string
 	)
 	it := m.Iterate()
 	for it.Next(&k, &v) {
 		proto := "tcp"
-		if k[10] == wire.ProtoUDP {
+		if k.Proto == wire.ProtoUDP {
 			proto = "udp"
 		}
-		vip := netip.AddrFrom4([4]byte(k[0:4]))
-		pod := netip.AddrFrom4([4]byte(k[4:8]))
-		out = append(out, fmt.Sprintf("%v:%d/%s=%v:%d", vip, binary.BigEndian.Uint16(k[8:10]), proto, pod, binary.BigEndian.Uint16(v[:])))
+		out = append(out, fmt.Sprintf("%v:%d/%s=%v:%d", k.Vip.IP(), wire.PortFrom(k.Port), proto, k.Pod.IP(), binary.BigEndian.Uint16(v[:])))
 	}
 	slices.Sort(out)
 	return out, it.Err()
