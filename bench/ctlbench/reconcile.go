@@ -302,7 +302,7 @@ func measureSwap(size uint32, runs int) (SwapCost, error) {
 	defer outer.Close()
 	vals := make([]wire.TableEntry, size)
 	for i := range vals {
-		vals[i] = wire.NewTableEntry(uint32(i%100), uint32(i))
+		vals[i] = wire.NewTableEntry(uint32(i%100), wire.AddrFrom4(uint32(i)))
 	}
 	var fill, put []float64
 	for i := range runs {

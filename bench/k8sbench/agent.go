@@ -21,6 +21,7 @@ import (
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
 
@@ -191,17 +192,6 @@ func (a *agentProc) stop(grace time.Duration) error {
 	}
 }
 
-// svcSlot is one entry of the pinned svc_index map (struct svc_slot of
-// bpf/xlb_maps.h): a service's key in wire order and its ID.
-type svcSlot struct {
-	VIP   uint32 // network byte order, loaded little-endian
-	Port  uint16 // network byte order, loaded little-endian
-	Proto uint8
-	Encap uint8
-	ID    uint32
-	Pad   uint32
-}
-
 // serviceIDs reads the pinned service index under pin: the data-plane ID
 // of every service by VIP, for TCP port port.
 func serviceIDs(pin string, port uint16) (map[netip.Addr]uint32, error) {
@@ -211,33 +201,25 @@ func serviceIDs(pin string, port uint16) (map[netip.Addr]uint32, error) {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	defer m.Close()
-	if m.KeySize() != 4 || m.ValueSize() != uint32(binary.Size(svcSlot{})) {
-		return nil, fmt.Errorf("%s: key %d and value %d bytes, want 4 and %d: the data plane's layout changed; update k8sbench's svcSlot",
-			path, m.KeySize(), m.ValueSize(), binary.Size(svcSlot{}))
+	if m.KeySize() != 4 || m.ValueSize() != uint32(binary.Size(wire.SvcSlot{})) {
+		return nil, fmt.Errorf("%s: key %d and value %d bytes, want 4 and %d: the agent runs another xlb version than this benchmark; build both from one tree",
+			path, m.KeySize(), m.ValueSize(), binary.Size(wire.SvcSlot{}))
 	}
 	out := map[netip.Addr]uint32{}
 	var k uint32
-	var v svcSlot
+	var v wire.SvcSlot
 	it := m.Iterate()
 	for it.Next(&k, &v) {
-		if v.VIP == 0 || v.Proto != syscall.IPPROTO_TCP || wirePort(v.Port) != port {
+		vip, p, proto := v.Service()
+		if v.Vip == 0 || proto != syscall.IPPROTO_TCP || p != port {
 			continue
 		}
-		var b [4]byte
-		binary.LittleEndian.PutUint32(b[:], v.VIP)
-		out[netip.AddrFrom4(b)] = v.ID
+		out[vip] = v.Id
 	}
 	if err := it.Err(); err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	return out, nil
-}
-
-// wirePort converts a port loaded little-endian from the wire.
-func wirePort(v uint16) uint16 {
-	var b [2]byte
-	binary.LittleEndian.PutUint16(b[:], v)
-	return binary.BigEndian.Uint16(b[:])
 }
 
 // procUsage is a process's memory and CPU time at one moment.

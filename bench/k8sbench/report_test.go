@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 func TestParseStatus(t *testing.T) {
@@ -150,8 +151,8 @@ func TestAddresses(t *testing.T) {
 
 func TestWirePort(t *testing.T) {
 	// Port 80 in network byte order, loaded little-endian: 0x5000.
-	if got := wirePort(0x5000); got != 80 {
-		t.Errorf("wirePort(0x5000) = %d, want 80", got)
+	if got := wire.PortFrom(0x5000); got != 80 {
+		t.Errorf("wire.PortFrom(0x5000) = %d, want 80", got)
 	}
 }
 

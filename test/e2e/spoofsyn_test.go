@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/binary"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -13,6 +12,7 @@ import (
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/lb"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 )
@@ -141,13 +141,11 @@ func tableBackends(t *testing.T, node lab.Host, target netip.AddrPort, flows []n
 	out := make([]netip.Addr, len(flows))
 	for i, f := range flows {
 		h := lb.FlowHash(f.Addr(), target.Addr(), f.Port(), target.Port(), lb.ProtoTCP)
-		var v uint64 // backend ID, and above it the address as the program loads it
+		var v wire.TableEntry
 		if err := table.Lookup(lb.Slot(h, table.MaxEntries()), &v); err != nil {
 			t.Fatal(err)
 		}
-		var a [4]byte
-		binary.LittleEndian.PutUint32(a[:], uint32(v>>32))
-		out[i] = netip.AddrFrom4(a)
+		out[i] = wire.AddrFrom4(v.Addr())
 	}
 	return out
 }
