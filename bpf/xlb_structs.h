@@ -11,7 +11,7 @@
  * a family field and an LPM trie holds prefixes of both. The two layouts
  * the LB's fast path reads on every packet keep their compact IPv4 form
  * and mark IPv6 apart (struct svc_slot, xlb_table_entry): an IPv4 packet
- * reads what it read before. wire.AddrOf and wire.AddrFromKey convert. */
+ * reads what it read before. wire.AddrOf and Addr.IP convert. */
 #ifndef XLB_STRUCTS_H
 #define XLB_STRUCTS_H
 
