@@ -626,8 +626,8 @@ func TestNATLayoutsMatchC(t *testing.T) {
 		{natRevMap, false, wire.NATVIP{}},
 		{"nat_flows", true, wire.NATFlowKey{}},
 		{"nat_flows", false, wire.NATVIP{}},
-		{natPodsMap, true, uint32(0)},
-		{natNetnsMap, true, uint32(0)},
+		{natPodsMap, true, wire.Addr{}},
+		{natNetnsMap, true, wire.Addr{}},
 		{natNetnsMap, false, uint32(0)},
 		{natStatsMap, false, wire.Counter{}},
 	} {
