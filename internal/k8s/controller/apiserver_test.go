@@ -71,7 +71,7 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.applyCRDs()
-	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes", "share", "share2"} {
+	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes", "share", "share2", "policy"} {
 		e.createNamespace(ns)
 	}
 	t.Run("Validation", e.testValidation)
@@ -86,6 +86,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("PoolGone", e.testPoolGone)
 	t.Run("NodeAddresses", e.testNodeAddresses)
 	t.Run("Sharing", e.testSharing)
+	t.Run("TrafficPolicy", e.testTrafficPolicy)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
 		return
@@ -798,6 +799,31 @@ func (e *apiEnv) testSharing(t *testing.T) {
 	e.delete(t, "share", "newcomer")
 	e.createService(t, lbService("share", "keep-tcp", shared("dns", "53/TCP")))
 	e.waitIngress(t, "share", "keep-tcp", "10.100.7.0")
+}
+
+// externalTrafficPolicy Local is accepted and said to change nothing,
+// with the healthCheckNodePort that Kubernetes allocated for it; Cluster
+// gets no such Event.
+func (e *apiEnv) testTrafficPolicy(t *testing.T) {
+	e.createService(t, lbService("policy", "cluster", func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	}))
+	e.createService(t, lbService("policy", "local", func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}))
+	hc := e.get(t, "policy", "local").Spec.HealthCheckNodePort
+	if hc == 0 {
+		t.Fatal("the API server allocated no healthCheckNodePort for the Local Service")
+	}
+	msg := e.waitEvent(t, "policy", "local", EventTrafficPolicy, "externalTrafficPolicy Local changes nothing with xlb",
+		"with the client's address", fmt.Sprintf("The healthCheckNodePort %d is not used", hc))
+	t.Logf("local: %s", msg)
+	// Both were looked at (no pool serves the namespace).
+	e.waitEvent(t, "policy", "cluster", EventAllocationFailed, "no auto-assign address pool")
+	evs, err := e.client.CoreV1().Events("policy").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=cluster,reason=" + EventTrafficPolicy})
+	if err != nil || len(evs.Items) != 0 {
+		t.Errorf("Events %s on the Cluster Service: %v, %v; want none", EventTrafficPolicy, evs, err)
+	}
 }
 
 // writers returns the field managers that wrote any Service's status.

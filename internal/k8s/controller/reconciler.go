@@ -57,6 +57,8 @@ type reconciler struct {
 	// uids: the UID of each served Service, for the IPReleased Event
 	// once it is deleted and only its key is left.
 	uids map[string]types.UID
+	// noted: the last ExternalTrafficPolicy Event per Service.
+	noted map[string]string
 }
 
 func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.ServiceLister, nss corelisters.NamespaceLister, pools cache.GenericLister) *reconciler {
@@ -74,6 +76,7 @@ func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.Ser
 		pending:    map[string]bool{},
 		warned:     map[string]warning{},
 		uids:       map[string]types.UID{},
+		noted:      map[string]string{},
 		now:        time.Now,
 	}
 }

@@ -160,6 +160,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.uids, key)
+		delete(r.noted, key)
 		return nil
 	}
 	if err != nil {
@@ -169,9 +170,11 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.uids, key)
+		delete(r.noted, key)
 		return r.unserve(ctx, key, svc)
 	}
 	r.uids[key] = svc.UID
+	r.notePolicy(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
