@@ -44,6 +44,10 @@ const (
 	// The pool: 16 addresses of the lab's VIP prefix, which the router
 	// learns per /32 from the agents.
 	k8sPoolRange = "10.99.0.16/28"
+	// The Service that shares the first one's address, and its port.
+	k8sAdmin     = "admin"
+	k8sAdminPort = 8080
+	k8sSharing   = "web"
 )
 
 // TestKubernetes runs xlb as a Kubernetes load balancer end to end,
@@ -274,6 +278,58 @@ func TestKubernetes(t *testing.T) {
 	if err := lab.WaitNextHops(ctx, p, vip, nodes, 30*time.Second); err != nil {
 		t.Fatal(err)
 	}
+
+	// A second Service of the pods shares the address on another port
+	// (the sharing key of both), with externalTrafficPolicy Local: it
+	// reaches every pod, on both Kubernetes nodes, through the one VIP.
+	// The first Service goes and the address stays, announced, with the
+	// second; the last one goes and the route with it.
+	k.createAdmin()
+	if got := k.waitIngressOf(k8sAdmin, vip.String()); got != vip {
+		t.Fatalf("the sharing Service got %s, want %s", got, vip)
+	}
+	admin := netip.AddrPortFrom(vip, k8sAdminPort)
+	k.waitAdmin(admin)
+	for _, target := range []netip.AddrPort{web, admin} {
+		tally, err := labrun.HTTPLoad(ctx, p.Clients[0].Namespace, target, 200, 8, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("200 new connections to %s: %v", target, tally)
+		if got := tally.Backends(); !slices.Equal(got, allPods) {
+			t.Errorf("%s answered by %v, want every pod %v", target, got, allPods)
+		}
+	}
+	k.waitPoolAssigned(1)
+	k.must(nil, k.cs.CoreV1().Services(k8sNamespace).Delete(ctx, k8sService, metav1.DeleteOptions{}))
+	k.waitFor("the first Service's port gone from the agents", 30*time.Second, func() string {
+		for _, n := range p.Nodes {
+			st, err := api.GetStatus(labrun.Socket(p, n))
+			if err != nil {
+				return err.Error()
+			}
+			if _, ok := servedBackends(st); ok {
+				return n.Name + " still serves " + serviceName(80, "tcp")
+			}
+		}
+		return ""
+	})
+	tally, err = labrun.HTTPLoad(ctx, p.Clients[0].Namespace, admin, 200, 8, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := tally.Backends(); !slices.Equal(got, allPods) {
+		t.Errorf("with the first Service gone, %s answered by %v, want every pod %v", admin, got, allPods)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, nodes, time.Second); err != nil {
+		t.Errorf("with the first Service gone: %v", err)
+	}
+	k.waitPoolAssigned(1)
+	k.must(nil, k.cs.CoreV1().Services(k8sNamespace).Delete(ctx, k8sAdmin, metav1.DeleteOptions{}))
+	if err := lab.WaitNextHops(ctx, p, vip, nil, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	k.waitPoolAssigned(0)
 }
 
 // kubeEnv is TestKubernetes' cluster and lab.
@@ -680,7 +736,8 @@ func (k *kubeEnv) createService() {
 	k.must(k.cs.CoreV1().Services(k8sNamespace).Create(k.ctx, &corev1.Service{
 		// Daisy chaining keeps every connection on its pod while
 		// the pods change below.
-		ObjectMeta: metav1.ObjectMeta{Name: k8sService, Annotations: map[string]string{k8sapi.AnnotationFlows: string(config.FlowsDaisyChain)}},
+		ObjectMeta: metav1.ObjectMeta{Name: k8sService, Annotations: map[string]string{
+			k8sapi.AnnotationFlows: string(config.FlowsDaisyChain), k8sapi.AnnotationSharingKey: k8sSharing}},
 		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
 			Selector: map[string]string{"app": k8sService},
 			Ports: []corev1.ServicePort{
@@ -690,13 +747,68 @@ func (k *kubeEnv) createService() {
 	}, metav1.CreateOptions{}))
 }
 
+// createAdmin creates a Service of the same pods on another port, with
+// the first Service's sharing key and externalTrafficPolicy Local.
+func (k *kubeEnv) createAdmin() {
+	k.t.Helper()
+	class := k8sapi.LoadBalancerClass
+	k.must(k.cs.CoreV1().Services(k8sNamespace).Create(k.ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: k8sAdmin, Annotations: map[string]string{k8sapi.AnnotationSharingKey: k8sSharing}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			Selector:              map[string]string{"app": k8sService},
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports:                 []corev1.ServicePort{{Name: "admin", Port: k8sAdminPort, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP}}},
+	}, metav1.CreateOptions{}))
+}
+
+// waitAdmin waits until both agents serve the sharing Service's port
+// with every pod and each pod's node translates it.
+func (k *kubeEnv) waitAdmin(target netip.AddrPort) {
+	k.t.Helper()
+	name := fmt.Sprintf("%s/%s:%d/tcp", k8sNamespace, k8sAdmin, target.Port())
+	k.waitFor(name+" in every agent and node", 30*time.Second, func() string {
+		for _, n := range k.p.Nodes {
+			st, err := api.GetStatus(labrun.Socket(k.p, n))
+			if err != nil {
+				return err.Error()
+			}
+			i := slices.IndexFunc(st.Services, func(s api.Service) bool { return s.Name == name })
+			if i < 0 || !st.Services[i].Installed || len(st.Services[i].Backends) != len(k.p.Pods) {
+				return n.Name + " does not serve " + name + " with every pod"
+			}
+			if st.Services[i].VIP != target.Addr() {
+				return fmt.Sprintf("%s serves %s at %s", n.Name, name, st.Services[i].VIP)
+			}
+		}
+		for _, pod := range k.p.Pods {
+			h := k.p.Backends[pod.Node]
+			nat, err := backendhost.PinnedNAT(h.PinDir)
+			if err != nil {
+				return err.Error()
+			}
+			if !slices.ContainsFunc(nat, func(e backendhost.NATEntry) bool {
+				return e.VIP == target.Addr() && e.Port == target.Port() && e.PodIP == pod.Addr
+			}) {
+				return fmt.Sprintf("%s does not translate %s to %s", h.Name, target, pod.Name)
+			}
+		}
+		return ""
+	})
+}
+
 // waitIngress waits until the Service's status has an address (want,
 // if not empty) and returns it.
 func (k *kubeEnv) waitIngress(want string) netip.Addr {
 	k.t.Helper()
+	return k.waitIngressOf(k8sService, want)
+}
+
+// waitIngressOf is waitIngress for the Service name.
+func (k *kubeEnv) waitIngressOf(name, want string) netip.Addr {
+	k.t.Helper()
 	var got netip.Addr
-	k.waitFor("the Service's address", 30*time.Second, func() string {
-		s, err := k.cs.CoreV1().Services(k8sNamespace).Get(k.ctx, k8sService, metav1.GetOptions{})
+	k.waitFor(name+"'s address", 30*time.Second, func() string {
+		s, err := k.cs.CoreV1().Services(k8sNamespace).Get(k.ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return err.Error()
 		}

@@ -37,6 +37,11 @@ const (
 	// ReasonNodeAddress: the requested address is a node's own
 	// address (see SetReserved).
 	ReasonNodeAddress Reason = "NodeAddress"
+	// ReasonSharingConflict: the Service has a sharing key, and the
+	// address of the Services with the same key cannot be its own too
+	// (a port in common, another pool requested, a pool that does not
+	// serve it).
+	ReasonSharingConflict Reason = "SharingConflict"
 )
 
 // Error is an allocation failure: a Reason and a message for the user.
@@ -74,6 +79,12 @@ type Request struct {
 	Address netip.Addr
 	// Pool is a requested pool; "" requests none.
 	Pool string
+	// Sharing is the Service's sharing key; "" shares with nobody.
+	// Services of one namespace with the same key may hold one address
+	// when no port of one is a port of another (see share.go).
+	Sharing string
+	// Ports are the Service's ports, which decide whether it may share.
+	Ports []Port
 }
 
 // Allocator remembers which Service holds which address. It is not safe
@@ -83,9 +94,11 @@ type Allocator struct {
 	pools    []*Pool          // accepted, in allocation order
 	byName   map[string]*Pool // accepted
 	rejected map[string]error // pool name → why it is not used
-	holder   map[uint32]string
-	held     map[string]uint32
-	used     map[string]uint64 // pool name → addresses of it held, reserved ones left out
+	// holders: the Services holding each address, sorted (several
+	// only when they share it); held: each Service's holding.
+	holders map[uint32][]string
+	held    map[string]*holding
+	used    map[string]uint64 // pool name → addresses of it held, reserved ones left out
 	// reserved: addresses nobody gets (the nodes' own), with whose
 	// they are; excluded counts those each pool would hand out.
 	reserved map[uint32]string
@@ -97,8 +110,8 @@ func New() *Allocator {
 	return &Allocator{
 		byName:   map[string]*Pool{},
 		rejected: map[string]error{},
-		holder:   map[uint32]string{},
-		held:     map[string]uint32{},
+		holders:  map[uint32][]string{},
+		held:     map[string]*holding{},
 		used:     map[string]uint64{},
 		reserved: map[uint32]string{},
 		excluded: map[string]uint64{},
@@ -186,7 +199,7 @@ func (a *Allocator) ReservedIn(pool string) []netip.Addr {
 // reserved addresses.
 func (a *Allocator) recount() {
 	a.used = map[string]uint64{}
-	for x := range a.holder {
+	for x := range a.holders {
 		if p := a.poolOf(x); p != nil && !a.isReserved(x) {
 			a.used[p.Name]++
 		}
@@ -259,38 +272,46 @@ func (a *Allocator) poolOf(x uint32) *Pool {
 
 // Lookup returns the address the Service key holds.
 func (a *Allocator) Lookup(key string) (netip.Addr, bool) {
-	x, ok := a.held[key]
+	h, ok := a.held[key]
 	if !ok {
 		return netip.Addr{}, false
 	}
-	return fromU32(x), true
+	return fromU32(h.addr), true
 }
 
-// Holder returns the Service holding addr.
-func (a *Allocator) Holder(addr netip.Addr) (string, bool) {
+// Holders returns the Services holding addr, sorted: one, or several
+// that share it.
+func (a *Allocator) Holders(addr netip.Addr) []string {
 	if !addr.Is4() {
-		return "", false
+		return nil
 	}
-	key, ok := a.holder[toU32(addr)]
-	return key, ok
+	return slices.Clone(a.holders[toU32(addr)])
 }
 
 // Plan decides the address a Service should have, without recording it:
 // the caller writes it to the Service and then calls Assign, so that a
 // failed write leaves nothing to undo. An address the Service holds is
 // kept as long as it still fits the request (the requested address, or
-// an address of the requested pool; anything without a request), even if
-// no pool contains it any more: addresses do not move under running
-// Services. Otherwise the requested address, or the lowest free address
-// of the requested pool, or of the first eligible auto-assign pool in
-// allocation order. A reserved address is never planned, not even the
-// one the Service holds. Errors are *Error.
+// an address of the requested pool; anything without a request) and the
+// Services it shares it with (Sharable), even if no pool contains it any
+// more: addresses do not move under running Services. Otherwise the
+// requested address; or, with a sharing key, the address of the other
+// Services with that key, which the Service joins or is refused
+// (ReasonSharingConflict), never given another; or the lowest free
+// address of the requested pool, or of the first eligible auto-assign
+// pool in allocation order. A reserved address is never planned, not
+// even the one the Service holds. Errors are *Error.
 func (a *Allocator) Plan(req Request) (netip.Addr, error) {
-	if x, ok := a.held[req.Key]; ok && a.fits(req, x) && !a.isReserved(x) {
-		return fromU32(x), nil
+	if h, ok := a.held[req.Key]; ok && a.fits(req, h.addr) && !a.isReserved(h.addr) && a.sharable(req, h.addr) == nil {
+		return fromU32(h.addr), nil
 	}
 	if req.Address.IsValid() {
 		return a.planAddress(req)
+	}
+	if req.Sharing != "" {
+		if addr, err, ok := a.planShared(req); ok {
+			return addr, err
+		}
 	}
 	if req.Pool != "" {
 		p, err := a.requestedPool(req)
@@ -388,8 +409,8 @@ func (a *Allocator) planAddress(req Request) (netip.Addr, error) {
 	if !p.contains(x) {
 		return netip.Addr{}, failf(ReasonNotEligible, "requested address %s ends in .0 or .255, which address pool %q leaves out (avoidBuggyIPs)", addr, p.Name)
 	}
-	if key, taken := a.holder[x]; taken && key != req.Key {
-		return netip.Addr{}, failf(ReasonAddressTaken, "requested address %s is taken by Service %s; xlb does not share an address between Services in this version", addr, key)
+	if err := a.sharable(req, x); err != nil {
+		return netip.Addr{}, fmt.Errorf("requested address %w", err)
 	}
 	return addr, nil
 }
@@ -421,7 +442,7 @@ func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
 			if (p.avoidBuggy && buggy(uint32(x))) || a.isReserved(uint32(x)) {
 				continue
 			}
-			if _, taken := a.holder[uint32(x)]; !taken {
+			if _, taken := a.holders[uint32(x)]; !taken {
 				return uint32(x), true
 			}
 		}
@@ -429,26 +450,34 @@ func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
 	return 0, false
 }
 
-// Assign records that key holds addr, releasing the address key held
-// before. It fails (with ReasonAddressTaken) if another Service holds
-// addr. The address need not be in a pool: on a restart the controller
-// assigns what the Services' status says, whatever the pools are now.
-func (a *Allocator) Assign(key string, addr netip.Addr) error {
+// Assign records that the Service of req holds addr, with its sharing
+// key and ports, releasing the address it held before. It fails if
+// others hold addr and the Service may not share it with them
+// (Sharable). The address need not be in a pool: on a restart the
+// controller assigns what the Services' status says, whatever the pools
+// are now.
+func (a *Allocator) Assign(req Request, addr netip.Addr) error {
 	if err := checkV4(addr); err != nil {
 		return failf(ReasonInvalidRequest, "address %s %v", addr, err)
 	}
 	x := toU32(addr)
-	if other, taken := a.holder[x]; taken {
-		if other == key {
-			return nil
-		}
-		return failf(ReasonAddressTaken, "address %s is taken by Service %s; xlb does not share an address between Services in this version", addr, other)
+	if err := a.sharable(req, x); err != nil {
+		return fmt.Errorf("address %w", err)
 	}
-	a.Release(key)
-	a.holder[x] = key
-	a.held[key] = x
-	if p := a.poolOf(x); p != nil && !a.isReserved(x) {
-		a.used[p.Name]++
+	h := &holding{addr: x, namespace: req.Namespace, sharing: req.Sharing, ports: slices.Clone(req.Ports)}
+	if old, ok := a.held[req.Key]; ok && old.addr == x {
+		a.held[req.Key] = h
+		return nil
+	}
+	a.Release(req.Key)
+	a.held[req.Key] = h
+	keys := a.holders[x]
+	i, _ := slices.BinarySearch(keys, req.Key)
+	a.holders[x] = slices.Insert(keys, i, req.Key)
+	if len(keys) == 0 {
+		if p := a.poolOf(x); p != nil && !a.isReserved(x) {
+			a.used[p.Name]++
+		}
 	}
 	return nil
 }
@@ -459,20 +488,27 @@ func (a *Allocator) Allocate(req Request) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	if err := a.Assign(req.Key, addr); err != nil {
+	if err := a.Assign(req, addr); err != nil {
 		return netip.Addr{}, err
 	}
 	return addr, nil
 }
 
-// Release frees the address key holds and returns it.
+// Release frees the address key holds and returns it. The address is
+// free once no other Service holds it (Holders).
 func (a *Allocator) Release(key string) (netip.Addr, bool) {
-	x, ok := a.held[key]
+	h, ok := a.held[key]
 	if !ok {
 		return netip.Addr{}, false
 	}
 	delete(a.held, key)
-	delete(a.holder, x)
+	x := h.addr
+	keys := slices.DeleteFunc(a.holders[x], func(k string) bool { return k == key })
+	if len(keys) > 0 {
+		a.holders[x] = keys
+		return fromU32(x), true
+	}
+	delete(a.holders, x)
 	if p := a.poolOf(x); p != nil && !a.isReserved(x) {
 		a.used[p.Name]--
 	}
@@ -482,15 +518,35 @@ func (a *Allocator) Release(key string) (netip.Addr, bool) {
 // Holdings returns every held address by Service key, sorted by key.
 func (a *Allocator) Holdings() []Holding {
 	out := make([]Holding, 0, len(a.held))
-	for key, x := range a.held {
-		out = append(out, Holding{Key: key, Addr: fromU32(x)})
+	for key, h := range a.held {
+		out = append(out, Holding{Key: key, Addr: fromU32(h.addr), Sharing: h.sharing, Ports: slices.Clone(h.ports)})
 	}
 	slices.SortFunc(out, func(p, q Holding) int { return cmp.Compare(p.Key, q.Key) })
 	return out
 }
 
-// Holding is an address and the Service holding it.
+// HoldingOf returns what the allocator records for the Service key.
+func (a *Allocator) HoldingOf(key string) (Holding, bool) {
+	h, ok := a.held[key]
+	if !ok {
+		return Holding{}, false
+	}
+	return Holding{Key: key, Addr: fromU32(h.addr), Sharing: h.sharing, Ports: slices.Clone(h.ports)}, true
+}
+
+// Holding is an address and the Service holding it, with the sharing
+// key and ports it was assigned with.
 type Holding struct {
-	Key  string
-	Addr netip.Addr
+	Key     string
+	Addr    netip.Addr
+	Sharing string
+	Ports   []Port
+}
+
+// holding is what the allocator records of a Service holding an address.
+type holding struct {
+	addr      uint32
+	namespace string
+	sharing   string
+	ports     []Port
 }

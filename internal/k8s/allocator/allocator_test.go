@@ -3,6 +3,7 @@ package allocator
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,13 @@ func mustPool(t testing.TB, name string, spec api.AddressPoolSpec) *Pool {
 	return p
 }
 
+// keyReq is the request of Service key ("namespace/name") with nothing
+// else asked for.
+func keyReq(key string) Request {
+	ns, _, _ := strings.Cut(key, "/")
+	return Request{Key: key, Namespace: ns}
+}
+
 // newAlloc returns an allocator with pools (oldest first) and addresses
 // held ("ns/name" → address).
 func newAlloc(t testing.TB, pools []*Pool, held map[string]string) *Allocator {
@@ -29,7 +37,7 @@ func newAlloc(t testing.TB, pools []*Pool, held map[string]string) *Allocator {
 		t.Fatalf("SetPools rejected %v", rej)
 	}
 	for key, addr := range held {
-		if err := a.Assign(key, netip.MustParseAddr(addr)); err != nil {
+		if err := a.Assign(keyReq(key), netip.MustParseAddr(addr)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -88,7 +96,7 @@ func TestPlan(t *testing.T) {
 		{name: "requested address already held by the Service", held: map[string]string{"a/s": "10.0.3.1"}, req: withAddr(req("a/s"), "10.0.3.1"), want: "10.0.3.1"},
 		{name: "requested address moves the Service", held: map[string]string{"a/s": "10.0.1.1"}, req: withAddr(req("a/s"), "10.0.3.1"), want: "10.0.3.1"},
 		{name: "requested address taken", held: map[string]string{"b/other": "10.0.3.1"}, req: withAddr(req("a/s"), "10.0.3.1"),
-			reason: ReasonAddressTaken, message: []string{"10.0.3.1 is taken by Service b/other", "does not share"}},
+			reason: ReasonAddressTaken, message: []string{"10.0.3.1 is taken by Service b/other", "share an address only if all of them have the annotation xlb.io/sharing-key"}},
 		{name: "requested address outside every pool", req: withAddr(req("a/s"), "192.0.2.1"),
 			reason: ReasonOutsidePools, message: []string{"192.0.2.1 is outside every address pool"}},
 		{name: "requested IPv6 address", req: withAddr(req("a/s"), "fd00::1"), reason: ReasonInvalidRequest, message: []string{"fd00::1", "IPv6"}},
@@ -268,26 +276,26 @@ func TestAssign(t *testing.T) {
 	ip := netip.MustParseAddr
 	p := mustPool(t, "p", api.AddressPoolSpec{Addresses: []string{"10.0.0.0/30"}})
 	a := newAlloc(t, []*Pool{p}, nil)
-	if err := a.Assign("a/x", ip("10.0.0.1")); err != nil {
+	if err := a.Assign(keyReq("a/x"), ip("10.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Assign("a/x", ip("10.0.0.1")); err != nil {
+	if err := a.Assign(keyReq("a/x"), ip("10.0.0.1")); err != nil {
 		t.Errorf("assigning the same address again: %v", err)
 	}
-	err := a.Assign("a/y", ip("10.0.0.1"))
+	err := a.Assign(keyReq("a/y"), ip("10.0.0.1"))
 	if ReasonOf(err) != ReasonAddressTaken || !strings.Contains(err.Error(), "taken by Service a/x") {
 		t.Errorf("assigning a held address: %v, want taken by a/x", err)
 	}
-	if err := a.Assign("a/x", ip("192.0.2.9")); err != nil {
+	if err := a.Assign(keyReq("a/x"), ip("192.0.2.9")); err != nil {
 		t.Fatalf("moving to an address outside the pools: %v", err)
 	}
-	if h, ok := a.Holder(ip("10.0.0.1")); ok {
+	if h := a.Holders(ip("10.0.0.1")); len(h) > 0 {
 		t.Errorf("10.0.0.1 still held by %s after a/x moved", h)
 	}
 	if used, _, _ := a.Usage("p"); used != 0 {
 		t.Errorf("p used %d, want 0", used)
 	}
-	if err := a.Assign("a/x", ip("fd00::1")); ReasonOf(err) != ReasonInvalidRequest {
+	if err := a.Assign(keyReq("a/x"), ip("fd00::1")); ReasonOf(err) != ReasonInvalidRequest {
 		t.Errorf("assigning IPv6: %v", err)
 	}
 	if got, _ := a.Lookup("a/x"); got != ip("192.0.2.9") {
@@ -320,7 +328,7 @@ func TestRebuild(t *testing.T) {
 	// Assignments first, pools afterwards: the order in which a
 	// restarting controller learns them must not matter.
 	for _, h := range a.Holdings() {
-		if err := b.Assign(h.Key, h.Addr); err != nil {
+		if err := b.Assign(keyReq(h.Key), h.Addr); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -378,15 +386,15 @@ func TestSetReserved(t *testing.T) {
 	if why, ok := a.Reserved(ip("10.0.0.5")); !ok || why != "n2" {
 		t.Errorf("Reserved(10.0.0.5) = %q, %v", why, ok)
 	}
-	if h, ok := a.Holder(ip("10.0.0.1")); !ok || h != "a/held" {
-		t.Errorf("the node address's holder %q, %v: SetReserved must not drop it", h, ok)
+	if h := a.Holders(ip("10.0.0.1")); !slices.Equal(h, []string{"a/held"}) {
+		t.Errorf("the node address's holders %q: SetReserved must not drop it", h)
 	}
 	// Release and Assign keep the counts right around reserved addresses.
 	a.Release("a/held")
 	if u := usage("p"); u != "1/6" {
 		t.Errorf("usage after releasing the node address %s, want 1/6", u)
 	}
-	if err := a.Assign("a/held", ip("10.0.0.1")); err != nil {
+	if err := a.Assign(keyReq("a/held"), ip("10.0.0.1")); err != nil {
 		t.Fatal(err)
 	}
 	if u := usage("p"); u != "1/6" {

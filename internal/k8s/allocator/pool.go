@@ -5,9 +5,9 @@
 // controller's job; the allocator never sees the API server, so its rules
 // can be tested exhaustively.
 //
-// An address is held by at most one Service: sharing an address between
-// Services (as MetalLB's allow-shared-ip does) is not supported in this
-// version.
+// An address is held by one Service, or shared by Services of one
+// namespace that have the same sharing key and no port in common
+// (share.go).
 package allocator
 
 import (

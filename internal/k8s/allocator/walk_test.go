@@ -25,13 +25,33 @@ var candidatePools = []struct {
 	{"f", api.AddressPoolSpec{Addresses: []string{"10.0.0.20/30"}, ServiceAllocation: &api.ServiceAllocation{Priority: 1}}},
 }
 
+// walkPorts are the ports a walk's Services choose from: one number in
+// two protocols, so that ports clash by number and protocol only.
+var walkPorts = []Port{{80, "TCP"}, {443, "TCP"}, {53, "UDP"}, {53, "TCP"}}
+
 // walk applies random operations to an allocator and checks after each
-// that no address is held twice, that usage counts are right, and that
-// every allocation obeys the rules. next supplies the randomness.
+// that no address is held twice but by Services that may share it, that
+// usage counts are right, and that every allocation obeys the rules.
+// next supplies the randomness.
 func walk(t *testing.T, next func(n int) int, steps int) {
 	a := New()
 	keys := []string{"ns1/a", "ns1/b", "ns1/c", "ns2/a", "ns2/b", "ns2/c", "ns3/a", "ns3/b", "ns3/c", "ns3/d"}
 	addr := func() netip.Addr { return fromU32(toU32(netip.MustParseAddr("10.0.0.0")) + uint32(next(270))) }
+	// A Service: no sharing key in a third of the requests, and one or
+	// two ports.
+	service := func(key string) Request {
+		req := Request{Key: key, Namespace: key[:3]}
+		if k := next(3); k > 0 {
+			req.Sharing = fmt.Sprintf("k%d", k)
+		}
+		req.Ports = []Port{walkPorts[next(len(walkPorts))]}
+		if next(2) == 0 {
+			if p := walkPorts[next(len(walkPorts))]; p != req.Ports[0] {
+				req.Ports = append(req.Ports, p)
+			}
+		}
+		return req
+	}
 	for step := range steps {
 		before := a.Holdings()
 		var op string
@@ -73,19 +93,22 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 			}
 		case 2:
 			key, x := keys[next(len(keys))], addr()
-			err := a.Assign(key, x)
-			op = fmt.Sprintf("Assign(%s, %s)", key, x)
-			if h, ok := holderIn(before, x); ok && h != key {
-				if err == nil {
-					t.Fatalf("step %d: %s succeeded though %s holds it", step, op, h)
+			req := service(key)
+			err := a.Assign(req, x)
+			op = fmt.Sprintf("Assign(%+v, %s)", req, x)
+			if mayShare(before, req, x) {
+				if err != nil {
+					t.Fatalf("step %d: %s: %v", step, op, err)
 				}
-			} else if err != nil {
-				t.Fatalf("step %d: %s: %v", step, op, err)
+			} else if err == nil {
+				t.Fatalf("step %d: %s succeeded though %v hold it", step, op, holdersIn(before, x))
+			}
+			if err != nil && fmt.Sprint(before) != fmt.Sprint(a.Holdings()) {
+				t.Fatalf("step %d: failed %s changed the holdings", step, op)
 			}
 		default:
 			key := keys[next(len(keys))]
-			ns := key[:3]
-			req := Request{Key: key, Namespace: ns}
+			req := service(key)
 			switch next(4) {
 			case 0:
 				req.Address = addr()
@@ -110,23 +133,80 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 	}
 }
 
-func holderIn(hs []Holding, x netip.Addr) (string, bool) {
+// holderIn reports whether a Service other than key held x.
+func holderIn(hs []Holding, x netip.Addr, key string) bool {
+	return slices.ContainsFunc(hs, func(h Holding) bool { return h.Addr == x && h.Key != key })
+}
+
+func holdersIn(hs []Holding, x netip.Addr) []string {
+	var out []string
 	for _, h := range hs {
 		if h.Addr == x {
-			return h.Key, true
+			out = append(out, h.Key)
 		}
 	}
-	return "", false
+	return out
+}
+
+// mayShare is the sharing rule, written again from the holdings: every
+// other holder of x is of req's namespace, has req's sharing key (not
+// none) and none of its ports.
+func mayShare(hs []Holding, req Request, x netip.Addr) bool {
+	for _, h := range hs {
+		if h.Addr != x || h.Key == req.Key {
+			continue
+		}
+		if h.Sharing == "" || h.Sharing != req.Sharing || h.Key[:3] != req.Namespace {
+			return false
+		}
+		for _, p := range h.Ports {
+			if slices.Contains(req.Ports, p) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// groupOf lists the addresses that the other Services of req's
+// namespace with its sharing key held.
+func groupOf(hs []Holding, req Request) []netip.Addr {
+	var out []netip.Addr
+	for _, h := range hs {
+		if req.Sharing != "" && h.Key != req.Key && h.Key[:3] == req.Namespace && h.Sharing == req.Sharing && !slices.Contains(out, h.Addr) {
+			out = append(out, h.Addr)
+		}
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return out
+}
+
+// canJoin: req may join the group's address g (the rule of
+// planShared, written again).
+func canJoin(a *Allocator, before []Holding, req Request, g netip.Addr) bool {
+	if _, reserved := a.Reserved(g); reserved {
+		return false
+	}
+	pool := a.PoolOf(g)
+	if pool == "" || req.Pool != "" && pool != req.Pool {
+		return false
+	}
+	for _, q := range a.pools {
+		if q.Name == pool && !eligible(q, req) {
+			return false
+		}
+	}
+	return mayShare(before, req, g)
 }
 
 // checkAllocation checks a successful Allocate against the rules.
 func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, got netip.Addr, step int) {
 	t.Helper()
-	if h, _ := a.Holder(got); h != req.Key {
+	if h := a.Holders(got); !slices.Contains(h, req.Key) {
 		t.Fatalf("step %d: Allocate(%+v) = %s, held by %q", step, req, got, h)
 	}
-	if h, ok := holderIn(before, got); ok && h != req.Key {
-		t.Fatalf("step %d: Allocate(%+v) = %s, which %s held", step, req, got, h)
+	if !mayShare(before, req, got) {
+		t.Fatalf("step %d: Allocate(%+v) = %s, which %v held and may not share", step, req, got, holdersIn(before, got))
 	}
 	if _, ok := a.Reserved(got); ok {
 		t.Fatalf("step %d: Allocate(%+v) = %s, a node's address", step, req, got)
@@ -146,6 +226,25 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 	}
 	if got == prev {
 		return // kept: it fits the request, whatever the pools say now
+	}
+	if req.Address.IsValid() {
+		return
+	}
+	// With a sharing key and others of the key holding addresses: the
+	// lowest of them it may join, never an address of its own.
+	if group := groupOf(before, req); len(group) > 0 {
+		for _, g := range group {
+			if g == got {
+				return
+			}
+			if canJoin(a, before, req, g) {
+				t.Fatalf("step %d: Allocate(%+v) = %s, but it could join the lower %s of its group %v", step, req, got, g, group)
+			}
+		}
+		t.Fatalf("step %d: Allocate(%+v) = %s, not an address of its group %v", step, req, got, group)
+	}
+	if holderIn(before, got, req.Key) {
+		t.Fatalf("step %d: Allocate(%+v) = %s, which %v held", step, req, got, holdersIn(before, got))
 	}
 	if pool == "" {
 		t.Fatalf("step %d: Allocate(%+v) = %s, in no pool", step, req, got)
@@ -180,7 +279,7 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 			if _, reserved := a.Reserved(x); reserved {
 				continue
 			}
-			if _, held := holderIn(before, x); !held {
+			if !holderIn(before, x, "") {
 				t.Fatalf("step %d: Allocate(%+v) = %s, but %s of pool %s was free", step, req, got, x, q.Name)
 			}
 		}
@@ -188,10 +287,25 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 }
 
 // checkNoFree: a failed allocation without a requested address means no
-// pool the Service may use had a free address.
+// pool the Service may use had a free address, or, with a sharing key,
+// that it could join none of its group's addresses.
 func checkNoFree(t *testing.T, a *Allocator, req Request, err error, step int) {
 	t.Helper()
 	if req.Address.IsValid() {
+		if mayShare(a.Holdings(), req, req.Address) && ReasonOf(err) == ReasonAddressTaken {
+			t.Fatalf("step %d: Allocate(%+v): %v, but it may share it", step, req, err)
+		}
+		return
+	}
+	if group := groupOf(a.Holdings(), req); len(group) > 0 {
+		if ReasonOf(err) != ReasonSharingConflict {
+			t.Fatalf("step %d: Allocate(%+v): %v, want a sharing conflict with its group %v", step, req, err, group)
+		}
+		for _, g := range group {
+			if canJoin(a, a.Holdings(), req, g) {
+				t.Fatalf("step %d: Allocate(%+v) failed (%v), but it could join %s of its group", step, req, err, g)
+			}
+		}
 		return
 	}
 	for _, q := range a.pools {
@@ -202,7 +316,7 @@ func checkNoFree(t *testing.T, a *Allocator, req Request, err error, step int) {
 			if _, reserved := a.Reserved(x); reserved {
 				continue
 			}
-			if _, held := a.Holder(x); !held {
+			if len(a.Holders(x)) == 0 {
 				t.Fatalf("step %d: Allocate(%+v) failed (%v) with %s of pool %s free", step, req, err, x, q.Name)
 			}
 		}
@@ -229,17 +343,31 @@ func (p *Pool) all() func(func(netip.Addr) bool) {
 
 func checkInvariants(t *testing.T, a *Allocator, step int, op string) {
 	t.Helper()
-	if len(a.holder) != len(a.held) {
-		t.Fatalf("step %d (%s): %d addresses held by %d Services", step, op, len(a.holder), len(a.held))
-	}
-	for key, x := range a.held {
-		if a.holder[x] != key {
-			t.Fatalf("step %d (%s): %s holds %s, whose holder is %q", step, op, key, fromU32(x), a.holder[x])
+	n := 0
+	for x, keys := range a.holders {
+		n += len(keys)
+		if len(keys) == 0 || !slices.IsSorted(keys) {
+			t.Fatalf("step %d (%s): %s has holders %v", step, op, fromU32(x), keys)
 		}
+		for i, key := range keys {
+			if h := a.held[key]; h == nil || h.addr != x {
+				t.Fatalf("step %d (%s): %s is among the holders of %s, but holds %v", step, op, key, fromU32(x), h)
+			}
+			// Every pair of holders may share.
+			for _, other := range keys[:i] {
+				h, o := a.held[key], a.held[other]
+				if h.sharing == "" || h.sharing != o.sharing || h.namespace != o.namespace || len(commonPorts(h.ports, o.ports)) > 0 {
+					t.Fatalf("step %d (%s): %s (%+v) and %s (%+v) share %s", step, op, key, *h, other, *o, fromU32(x))
+				}
+			}
+		}
+	}
+	if n != len(a.held) {
+		t.Fatalf("step %d (%s): the addresses list %d holders, %d Services hold one", step, op, n, len(a.held))
 	}
 	for _, p := range a.pools {
 		var n, size uint64
-		for x := range a.holder {
+		for x := range a.holders {
 			if _, reserved := a.reserved[x]; p.contains(x) && !reserved {
 				n++
 			}

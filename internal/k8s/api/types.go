@@ -50,6 +50,11 @@ const (
 	// AnnotationAllocatedFrom records, on a Service with an address,
 	// the pool it came from; the controller writes it.
 	AnnotationAllocatedFrom = "xlb.io/allocated-from"
+	// AnnotationSharingKey lets Services share one address: Services
+	// of one namespace with the same value get the same address when
+	// no port (number and protocol) of one is a port of another. A
+	// Service whose ports clash gets no address, and an Event says why.
+	AnnotationSharingKey = "xlb.io/sharing-key"
 )
 
 // Resources of the custom resources, for the dynamic client.

@@ -71,7 +71,7 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.applyCRDs()
-	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes"} {
+	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes", "share", "share2", "policy"} {
 		e.createNamespace(ns)
 	}
 	t.Run("Validation", e.testValidation)
@@ -85,6 +85,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Release", e.testRelease)
 	t.Run("PoolGone", e.testPoolGone)
 	t.Run("NodeAddresses", e.testNodeAddresses)
+	t.Run("Sharing", e.testSharing)
+	t.Run("TrafficPolicy", e.testTrafficPolicy)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
 		return
@@ -685,7 +687,9 @@ func (e *apiEnv) testNodeAddresses(t *testing.T) {
 	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 8, Assigned: 4, Available: 4})
 }
 
-// addresses returns every Service's ingress by "namespace/name".
+// addresses returns every Service's ingress by "namespace/name". Only
+// Services of one namespace with the same sharing key have the same
+// address.
 func (e *apiEnv) addresses(t *testing.T) map[string]string {
 	t.Helper()
 	list, err := e.client.CoreV1().Services("").List(t.Context(), metav1.ListOptions{})
@@ -693,7 +697,7 @@ func (e *apiEnv) addresses(t *testing.T) map[string]string {
 		t.Fatal(err)
 	}
 	out := map[string]string{}
-	seen := map[string]string{}
+	seen := map[string]*corev1.Service{}
 	for _, s := range list.Items {
 		ip := ingressOf(&s)
 		if ip == "" {
@@ -701,12 +705,125 @@ func (e *apiEnv) addresses(t *testing.T) map[string]string {
 		}
 		key := s.Namespace + "/" + s.Name
 		if other, dup := seen[ip]; dup {
-			t.Fatalf("%s is the address of both %s and %s", ip, other, key)
+			k := s.Annotations[api.AnnotationSharingKey]
+			if k == "" || other.Namespace != s.Namespace || other.Annotations[api.AnnotationSharingKey] != k {
+				t.Fatalf("%s is the address of both %s/%s and %s, which may not share it", ip, other.Namespace, other.Name, key)
+			}
 		}
-		seen[ip] = key
+		seen[ip] = &s
 		out[key] = ip
 	}
 	return out
+}
+
+// shared is a Service with a sharing key and ports ("53/UDP").
+func shared(key string, ports ...string) func(*corev1.Service) {
+	return func(s *corev1.Service) {
+		annotate(api.AnnotationSharingKey, key)(s)
+		s.Spec.Ports = nil
+		for _, p := range ports {
+			var n int32
+			var proto string
+			if _, err := fmt.Sscanf(p, "%d/%s", &n, &proto); err != nil {
+				panic(p)
+			}
+			s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: strings.ToLower(p[strings.Index(p, "/")+1:]) + fmt.Sprint(n), Port: n, Protocol: corev1.Protocol(proto)})
+		}
+	}
+}
+
+// Services with one sharing key share an address while their ports
+// differ; one whose ports clash is refused with an Event and gets the
+// address once the clash is gone; a Service that comes to clash gives
+// the address up; the address is free only once the last one leaves.
+func (e *apiEnv) testSharing(t *testing.T) {
+	e.createPool(t, "share", map[string]any{"addresses": []any{"10.100.7.0/30"}, "serviceAllocation": map[string]any{"namespaces": []any{"share", "share2"}}})
+	e.createService(t, lbService("share", "dns-udp", shared("dns", "53/UDP")))
+	e.waitIngress(t, "share", "dns-udp", "10.100.7.0")
+	e.createService(t, lbService("share", "dns-tcp", shared("dns", "53/TCP")))
+	e.waitIngress(t, "share", "dns-tcp", "10.100.7.0")
+	msg := e.waitEvent(t, "share", "dns-tcp", EventAllocated, `allocated 10.100.7.0 from address pool "share", shared with Service share/dns-udp (sharing key "dns")`)
+	t.Logf("dns-tcp: %s", msg)
+	// A requested address, by annotation and by spec.loadBalancerIP,
+	// with the key.
+	e.createService(t, lbService("share", "admin", shared("dns", "8080/TCP"), annotate(api.AnnotationAddresses, "10.100.7.0")))
+	e.createService(t, lbService("share", "web", shared("dns", "80/TCP", "443/TCP"), func(s *corev1.Service) { s.Spec.LoadBalancerIP = "10.100.7.0" }))
+	e.waitIngress(t, "share", "admin", "10.100.7.0")
+	e.waitIngress(t, "share", "web", "10.100.7.0")
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 1, Available: 3})
+
+	// A port in common: refused, with an Event, and no address of its
+	// own either.
+	e.createService(t, lbService("share", "dns-dup", shared("dns", "53/UDP", "5353/UDP")))
+	msg = e.waitEvent(t, "share", "dns-dup", EventAllocationFailed, `the Services with sharing key "dns" in namespace share hold 10.100.7.0`,
+		"shared with Service share/dns-udp", "has port 53/UDP too")
+	t.Logf("dns-dup: %s", msg)
+	// Another key, none, another namespace: addresses of their own.
+	e.createService(t, lbService("share", "other-key", shared("other", "53/TCP")))
+	e.createService(t, lbService("share2", "same-key", shared("dns", "53/TCP")))
+	e.waitIngress(t, "share", "other-key", "10.100.7.1")
+	e.waitIngress(t, "share2", "same-key", "10.100.7.2")
+	if got := ingressOf(e.get(t, "share", "dns-dup")); got != "" {
+		t.Errorf("dns-dup got %q, want nothing", got)
+	}
+
+	// admin takes a port of web's: it gives the address up, web keeps it;
+	// its port back, it has it again.
+	e.modify(t, "share", "admin", func(s *corev1.Service) { s.Spec.Ports[0].Port = 443 })
+	e.waitIngress(t, "share", "admin", "")
+	msg = e.waitEvent(t, "share", "admin", EventSharingConflict, "gave up 10.100.7.0", "shared with Service share/web", "has port 443/TCP too")
+	t.Logf("admin: %s", msg)
+	e.modify(t, "share", "admin", func(s *corev1.Service) { s.Spec.Ports[0].Port = 8080 })
+	e.waitIngress(t, "share", "admin", "10.100.7.0")
+
+	// dns-udp goes: the address stays with the others, and dns-dup,
+	// refused for its port, gets it.
+	e.delete(t, "share", "dns-udp")
+	e.waitEvent(t, "share", "dns-udp", EventReleased, "released 10.100.7.0: the Service was deleted; the address stays with Service share/admin, share/dns-tcp")
+	e.waitIngress(t, "share", "dns-dup", "10.100.7.0")
+	// One by one the rest go; until the last, a new Service gets
+	// another address, and then this one.
+	for _, name := range []string{"dns-dup", "admin", "dns-tcp"} {
+		e.delete(t, "share", name)
+	}
+	e.createService(t, lbService("share", "newcomer"))
+	e.waitIngress(t, "share", "newcomer", "10.100.7.3")
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 4, Available: 0})
+	e.delete(t, "share", "web")
+	e.waitEvent(t, "share", "web", EventReleased, "released 10.100.7.0: the Service was deleted")
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 3, Available: 1})
+	e.createService(t, lbService("share", "last", shared("dns", "53/UDP")))
+	e.waitIngress(t, "share", "last", "10.100.7.0")
+
+	// For the restart: a shared pair stays.
+	e.delete(t, "share", "newcomer")
+	e.createService(t, lbService("share", "keep-tcp", shared("dns", "53/TCP")))
+	e.waitIngress(t, "share", "keep-tcp", "10.100.7.0")
+}
+
+// externalTrafficPolicy Local is accepted and said to change nothing,
+// with the healthCheckNodePort that Kubernetes allocated for it; Cluster
+// gets no such Event.
+func (e *apiEnv) testTrafficPolicy(t *testing.T) {
+	e.createService(t, lbService("policy", "cluster", func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster
+	}))
+	e.createService(t, lbService("policy", "local", func(s *corev1.Service) {
+		s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal
+	}))
+	hc := e.get(t, "policy", "local").Spec.HealthCheckNodePort
+	if hc == 0 {
+		t.Fatal("the API server allocated no healthCheckNodePort for the Local Service")
+	}
+	msg := e.waitEvent(t, "policy", "local", EventTrafficPolicy, "externalTrafficPolicy Local changes nothing with xlb",
+		"with the client's address", fmt.Sprintf("The healthCheckNodePort %d is not used", hc))
+	t.Logf("local: %s", msg)
+	// Both were looked at (no pool serves the namespace).
+	e.waitEvent(t, "policy", "cluster", EventAllocationFailed, "no auto-assign address pool")
+	evs, err := e.client.CoreV1().Events("policy").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=cluster,reason=" + EventTrafficPolicy})
+	if err != nil || len(evs.Items) != 0 {
+		t.Errorf("Events %s on the Cluster Service: %v, %v; want none", EventTrafficPolicy, evs, err)
+	}
 }
 
 // writers returns the field managers that wrote any Service's status.
@@ -756,12 +873,25 @@ func (e *apiEnv) testRestartAndTwoInstances(t *testing.T, a *instance) *instance
 	if h := e.leaseHolder(t); h != "" {
 		t.Errorf("the Lease names %q after a stopped, want nobody (released)", h)
 	}
-	// Created while no controller runs.
+	// Created while no controller runs: a Service of its own, and one
+	// that shares the address of testSharing's pair (the new controller
+	// must know them as sharers, with their ports).
 	e.createPool(t, "restart", map[string]any{"addresses": []any{"10.100.5.0/29"}, "serviceAllocation": map[string]any{"namespaces": []any{"restart"}}})
 	e.createService(t, lbService("restart", "while-down"))
+	sharing := before["share/keep-tcp"] != ""
+	if sharing {
+		e.createService(t, lbService("share", "keep-web", shared("dns", "80/TCP")))
+		e.createService(t, lbService("share", "keep-clash", shared("dns", "53/UDP")))
+	}
 
 	b := e.startInstance("b")
 	e.waitIngress(t, "restart", "while-down", "10.100.5.0")
+	newServices := 1.0
+	if sharing {
+		e.waitIngress(t, "share", "keep-web", "10.100.7.0")
+		e.waitEvent(t, "share", "keep-clash", EventAllocationFailed, "shared with Service share/last", "has port 53/UDP too")
+		newServices = 2
+	}
 	after := e.addresses(t)
 	for key, ip := range before {
 		if after[key] != ip {
@@ -770,7 +900,7 @@ func (e *apiEnv) testRestartAndTwoInstances(t *testing.T, a *instance) *instance
 	}
 	testenv.Eventually(t, waitTime, "b's allocations", func() (bool, string) {
 		got := value(b.metrics.allocations)
-		return got == 1, fmt.Sprintf("%v (want 1: only the new Service)", got)
+		return got == newServices, fmt.Sprintf("%v (want %v: only the new Services)", got, newServices)
 	})
 
 	// A second instance: it waits; b keeps writing.

@@ -57,6 +57,8 @@ type reconciler struct {
 	// uids: the UID of each served Service, for the IPReleased Event
 	// once it is deleted and only its key is left.
 	uids map[string]types.UID
+	// noted: the last ExternalTrafficPolicy Event per Service.
+	noted map[string]string
 }
 
 func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.ServiceLister, nss corelisters.NamespaceLister, pools cache.GenericLister) *reconciler {
@@ -74,6 +76,7 @@ func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.Ser
 		pending:    map[string]bool{},
 		warned:     map[string]warning{},
 		uids:       map[string]types.UID{},
+		noted:      map[string]string{},
 		now:        time.Now,
 	}
 }
@@ -124,9 +127,10 @@ func (r *reconciler) watch(services, namespaces, pools cache.SharedIndexInformer
 }
 
 // rebuild fills the allocator from the caches before any work is done:
-// the pools, and every served Service's address from its status. If two
-// Services claim one address, the older keeps it; the other gets a new
-// one when its turn comes.
+// the pools, and every served Service's address from its status, with
+// its sharing key and ports. If two Services claim one address and may
+// not share it, the older keeps it; the other gets a new one (or, with
+// a sharing key, is refused) when its turn comes.
 func (r *reconciler) rebuild() error {
 	svcs, err := r.services.List(labels.Everything())
 	if err != nil {
@@ -146,7 +150,8 @@ func (r *reconciler) rebuild() error {
 		}
 		key := svc.Namespace + "/" + svc.Name
 		r.uids[key] = svc.UID
-		if err := r.alloc.Assign(key, addr); err != nil {
+		req, _ := r.request(key, svc) // what it requests does not matter here, only who shares
+		if err := r.alloc.Assign(req, addr); err != nil {
 			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err,
 				"fix", "nothing to do if this Service may change address: it gets another from its pools when its turn comes; "+
 					"to avoid it, find out who wrote the address into this Service's status (a Service copied with its status, another load-balancer controller)")

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -36,6 +37,10 @@ const (
 	// EventInvalidPool (Warning, on an AddressPool): the pool is not
 	// used.
 	EventInvalidPool = "InvalidPool"
+	// EventSharingConflict (Warning): the Service gave up a shared
+	// address it may no longer share (a port it now has in common
+	// with another Service on it, another sharing key).
+	EventSharingConflict = "SharingConflict"
 )
 
 // served reports whether xlb gives svc an address.
@@ -66,13 +71,17 @@ func hasIngress(svc *corev1.Service, addr netip.Addr) bool {
 }
 
 // request describes svc to the allocator. The requested address comes
-// from the annotation, else from the deprecated spec.loadBalancerIP.
+// from the annotation, else from the deprecated spec.loadBalancerIP. On
+// an error the request still names the Service, its sharing key and its
+// ports: enough to record an address it holds.
 func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request, error) {
 	req := allocator.Request{
 		Key:       key,
 		Namespace: svc.Namespace,
 		Labels:    svc.Labels,
 		Pool:      strings.TrimSpace(svc.Annotations[api.AnnotationPool]),
+		Sharing:   strings.TrimSpace(svc.Annotations[api.AnnotationSharingKey]),
+		Ports:     ports(svc),
 	}
 	if ns, err := r.namespaces.Get(svc.Namespace); err == nil {
 		req.NamespaceLabels = ns.Labels
@@ -105,6 +114,30 @@ func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request
 	return req, nil
 }
 
+// ports are svc's ports as the allocator compares them for sharing.
+func ports(svc *corev1.Service) []allocator.Port {
+	out := make([]allocator.Port, 0, len(svc.Spec.Ports))
+	for _, p := range svc.Spec.Ports {
+		proto := p.Protocol
+		if proto == "" {
+			proto = corev1.ProtocolTCP
+		}
+		out = append(out, allocator.Port{Port: p.Port, Protocol: string(proto)})
+	}
+	return out
+}
+
+// sharedWith describes, for an Event, the Services other than key that
+// hold addr; "" if none does.
+func (r *reconciler) sharedWith(addr netip.Addr, key string) string {
+	others := slices.DeleteFunc(r.alloc.Holders(addr), func(k string) bool { return k == key })
+	if len(others) == 0 {
+		return ""
+	}
+	h, _ := r.alloc.HoldingOf(others[0])
+	return fmt.Sprintf("Service %s (sharing key %q)", strings.Join(others, ", "), h.Sharing)
+}
+
 // syncService brings one Service's address and status in line.
 func (r *reconciler) syncService(ctx context.Context, key string) error {
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
@@ -120,13 +153,14 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 			// name and UID): `kubectl get events -n NS` lists it
 			// after the Service is gone.
 			ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name, UID: r.uids[key]}
-			r.recorder.Eventf(ref, corev1.EventTypeNormal, EventReleased, "released %s: the Service was deleted", addr)
+			r.recorder.Eventf(ref, corev1.EventTypeNormal, EventReleased, "released %s: the Service was deleted%s", addr, r.stillHeld(addr))
 			r.poolChanged(addr)
 			r.freed()
 		}
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.uids, key)
+		delete(r.noted, key)
 		return nil
 	}
 	if err != nil {
@@ -136,9 +170,11 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.uids, key)
+		delete(r.noted, key)
 		return r.unserve(ctx, key, svc)
 	}
 	r.uids[key] = svc.UID
+	r.notePolicy(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
@@ -147,12 +183,14 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 
 // serve makes sure svc has an address, written to its status.
 func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service) error {
+	req, reqErr := r.request(key, svc)
 	held, has := r.alloc.Lookup(key)
 	if in := ingressAddr(svc); !has && in.IsValid() {
 		// The status names an address the allocator does not know
 		// for this Service (written by someone else): adopt it if
-		// it is free, else the Service needs another one.
-		if err := r.alloc.Assign(key, in); err != nil {
+		// it is free or the Service may share it, else the Service
+		// needs another one.
+		if err := r.alloc.Assign(req, in); err != nil {
 			r.warn(svc, key, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err),
 				fmt.Sprintf("nothing to do if another address suits the Service; to give it %s, free it from the Service that holds it, then request it with the annotation %s", in, api.AnnotationAddresses))
 		} else {
@@ -164,29 +202,43 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 	// An address that is a Node's own is never kept: announced as a
 	// VIP it would take that node off the network. Plan does not plan
 	// it; the Service moves to another address or, if it can have
-	// none, gives it up.
+	// none, gives it up. Nor is a shared address kept by a Service
+	// that may no longer share it (its ports now clash, its sharing
+	// key changed): it moves too, or gives it up, and the others keep
+	// it.
 	nodeWhy, onNode := "", false
+	var shareErr error
 	if has {
 		nodeWhy, onNode = r.alloc.Reserved(held)
+		shareErr = r.alloc.Sharable(req, held)
 	}
 	if !onNode {
 		r.unwarn(key, EventNodeAddress)
 	}
-	req, err := r.request(key, svc)
+	if shareErr == nil {
+		r.unwarn(key, EventSharingConflict)
+	}
+	err := reqErr
 	var addr netip.Addr
 	if err == nil {
 		addr, err = r.alloc.Plan(req)
 	}
 	switch {
-	case err != nil && onNode:
+	case err != nil && (onNode || shareErr != nil):
 		r.alloc.Release(key)
 		r.poolChanged(held)
-		tail := fmt.Sprintf("no other address is free for it: %v", err)
-		if allocator.ReasonOf(err) == allocator.ReasonNodeAddress {
-			tail = fmt.Sprintf("the Service requests this address (annotation %s or spec.loadBalancerIP), so it has none until it requests another or the Node no longer has it", api.AnnotationAddresses)
+		r.freed()
+		if onNode {
+			tail := fmt.Sprintf("no other address is free for it: %v", err)
+			if allocator.ReasonOf(err) == allocator.ReasonNodeAddress {
+				tail = fmt.Sprintf("the Service requests this address (annotation %s or spec.loadBalancerIP), so it has none until it requests another or the Node no longer has it", api.AnnotationAddresses)
+			}
+			r.warn(svc, key, EventNodeAddress, fmt.Sprintf("gave up %s, %s: a VIP equal to a node's address takes that node off the network; %s", held, nodeWhy, tail),
+				fmt.Sprintf("give the Service another address (the annotation %s, or a pool with a free address), or remove %s from the Node if it is not the node's address", api.AnnotationAddresses, held))
+		} else {
+			r.warn(svc, key, EventSharingConflict, fmt.Sprintf("gave up %s: %v; the Services sharing it keep it", held, shareErr),
+				fmt.Sprintf("give the Service ports of its own (or the old ones back), or change its annotation %s for an address of its own", api.AnnotationSharingKey))
 		}
-		r.warn(svc, key, EventNodeAddress, fmt.Sprintf("gave up %s, %s: a VIP equal to a node's address takes that node off the network; %s", held, nodeWhy, tail),
-			fmt.Sprintf("give the Service another address (the annotation %s, or a pool with a free address), or remove %s from the Node if it is not the node's address", api.AnnotationAddresses, held))
 		fallthrough
 	case err != nil && !has:
 		r.pending[key] = true
@@ -217,17 +269,35 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		}
 		svc = updated
 	}
-	if !has || held != addr {
-		if err := r.alloc.Assign(key, addr); err != nil {
+	before, _ := r.alloc.HoldingOf(key)
+	if err := r.alloc.Assign(req, addr); err != nil {
+		if !has || held != addr {
 			return fmt.Errorf("service %s: record %s: %w", key, addr, err) // cannot happen: Plan checked it
 		}
+		// The address is kept though the Service asks for something
+		// else (the failure above): its old record stays.
+	}
+	if after, _ := r.alloc.HoldingOf(key); has && held == addr && !reflect.DeepEqual(before, after) {
+		// Its ports or key changed: a Service refused for a port it
+		// had may now share the address.
+		r.freed()
+	}
+	if !has || held != addr {
 		pool := r.alloc.PoolOf(addr)
-		r.log.Info("address allocated", "service", key, "address", addr, "pool", pool, "previous", held)
+		shared := ""
+		if w := r.sharedWith(addr, key); w != "" {
+			shared = ", shared with " + w
+		}
+		r.log.Info("address allocated", "service", key, "address", addr, "pool", pool, "previous", held, "sharing", req.Sharing)
 		r.metrics.allocated()
-		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventAllocated, "allocated %s from address pool %q", addr, pool)
+		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventAllocated, "allocated %s from address pool %q%s", addr, pool, shared)
 		if onNode {
 			r.warn(svc, key, EventNodeAddress, fmt.Sprintf("moved from %s, %s, to %s: a VIP equal to a node's address takes that node off the network", held, nodeWhy, addr),
 				fmt.Sprintf("nothing to do for the Service; remove %s from the address pools so that no Service is given it", held))
+		}
+		if shareErr != nil {
+			r.warn(svc, key, EventSharingConflict, fmt.Sprintf("moved from %s to %s: %v; the Services sharing %s keep it", held, addr, shareErr, held),
+				fmt.Sprintf("nothing to do if the Service is to have an address of its own; to share %s again, give it the annotation %s of the Services there and ports of its own", held, api.AnnotationSharingKey))
 		}
 		if has {
 			r.poolChanged(held)
@@ -248,6 +318,15 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		return r.patchAnnotation(ctx, svc, &pool)
 	}
 	return nil
+}
+
+// stillHeld tells, for a release Event, that the address stays with
+// the Services that share it; "" when it went back to its pool.
+func (r *reconciler) stillHeld(addr netip.Addr) string {
+	if w := r.sharedWith(addr, ""); w != "" {
+		return "; the address stays with " + w
+	}
+	return ""
 }
 
 // unserve takes back the address of a Service xlb no longer serves
@@ -279,7 +358,7 @@ func (r *reconciler) unserve(ctx context.Context, key string, svc *corev1.Servic
 		r.log.Info("address released", "service", key, "address", held, "why", "the Service is no longer served")
 		r.metrics.released()
 		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventReleased,
-			"released %s: the Service is no longer of type LoadBalancer with loadBalancerClass %s", held, api.LoadBalancerClass)
+			"released %s: the Service is no longer of type LoadBalancer with loadBalancerClass %s%s", held, api.LoadBalancerClass, r.stillHeld(held))
 		r.poolChanged(held)
 		r.freed()
 	}

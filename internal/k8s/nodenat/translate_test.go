@@ -267,6 +267,18 @@ func TestTranslate(t *testing.T) {
 			problems: []string{"default/young: 10.99.0.1:80/tcp is already served by the older Service default/old"},
 		},
 		{
+			name: "Services sharing an address (xlb.io/sharing-key): each its ports, to the same pod",
+			services: []*corev1.Service{
+				service("dns-udp", withPorts(corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolUDP})),
+				service("dns-tcp", withPorts(corev1.ServicePort{Name: "dns", Port: 53, Protocol: corev1.ProtocolTCP})),
+			},
+			slices: []*discoveryv1.EndpointSlice{
+				slice("dns-udp", "u", slicePorts(sport("dns", 5353, corev1.ProtocolUDP)), ep{nodeA, []string{"10.244.1.2"}, condReady}),
+				slice("dns-tcp", "t", slicePorts(sport("dns", 5353, corev1.ProtocolTCP)), ep{nodeA, []string{"10.244.1.2"}, condReady}),
+			},
+			want: []string{"10.99.0.1:53/tcp=10.244.1.2:5353", "10.99.0.1:53/udp=10.244.1.2:5353"},
+		},
+		{
 			// The API server refuses such a Service; a list with two
 			// target ports would make every SetNAT fail.
 			name: "a port listed twice keeps its first target port",

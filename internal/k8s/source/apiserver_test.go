@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/testbed/k8stest"
@@ -130,6 +131,8 @@ func TestAPIServer(t *testing.T) {
 
 	t.Run("Latency", func(t *testing.T) { measureLatency(t, c, w) })
 
+	t.Run("SharedAddress", func(t *testing.T) { sharedAddress(t, c, w) })
+
 	c.label("lb-1", map[string]string{"xlb.io/lb-node": "false"})
 	w.until("the node no longer selected by the BGPPeer", func(cfg *config.Config) string {
 		if cfg.BGP != nil {
@@ -145,6 +148,54 @@ func TestAPIServer(t *testing.T) {
 			return fmt.Sprint(summary(cfg))
 		}
 		return ""
+	})
+}
+
+// sharedAddress: a second Service of web's pods, with
+// externalTrafficPolicy Local, shares web's address as the controller
+// gives it to Services with one sharing key. Both become services of the
+// one VIP, each with its port and every node's endpoints (Local leaves
+// none out: this node, lb-1, has none), and the VIP is one route.
+func sharedAddress(t *testing.T, c *realCluster, w *updates) {
+	const vip = "10.99.0.9"
+	admin := &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: "admin", Namespace: testNS, Annotations: map[string]string{api.AnnotationSharingKey: "web"}},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: ptr(api.LoadBalancerClass), Selector: map[string]string{"app": "web"},
+			ExternalTrafficPolicy: corev1.ServiceExternalTrafficPolicyLocal,
+			Ports:                 []corev1.ServicePort{{Name: "admin", Port: 8443, TargetPort: intstr.FromInt32(8080), Protocol: corev1.ProtocolTCP}}},
+	}
+	c.create(c.cs.CoreV1().Services(testNS).Create(t.Context(), admin, metav1.CreateOptions{}))
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"metadata": map[string]any{"annotations": map[string]any{api.AnnotationSharingKey: "web"}}})
+	c.setIngress("web", vip)
+	c.setIngress("admin", vip)
+	// web-0 on node-a and web-1 on node-b ready, web-3 on node-b
+	// terminating.
+	pods := []string{"10.244.0.10:8080/1", "10.244.1.11:8080/1", "10.244.1.13:8080/0"}
+	w.until("two Services on one address", func(cfg *config.Config) string {
+		for _, name := range []string{testNS + "/web:80/tcp", testNS + "/admin:8443/tcp"} {
+			if why := backends(name, pods...)(cfg); why != "" {
+				return why
+			}
+		}
+		for _, s := range cfg.Services {
+			if s.VIP.String() != vip {
+				return fmt.Sprintf("%s at %s", s.Name, s.VIP)
+			}
+		}
+		return ""
+	})
+	routes := announce.Plan(w.cfg.Services, nil, func(config.Service) bool { return true })
+	if len(routes) != 1 || routes[0].Prefix.String() != vip+"/32" || !routes[0].Serve {
+		t.Errorf("routes %+v, want %s/32 once, served", routes, vip)
+	}
+	if err := c.cs.CoreV1().Services(testNS).Delete(t.Context(), "admin", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	w.until("the sharer gone, web stays", func(cfg *config.Config) string {
+		if len(cfg.Services) != 1 {
+			return fmt.Sprint(summary(cfg))
+		}
+		return backends(testNS+"/web:80/tcp", pods...)(cfg)
 	})
 }
 

@@ -253,6 +253,10 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 		if port.Port < 1 || port.Port > 65535 {
 			continue // the API server never accepts such a port
 		}
+		// Every node's endpoints, whatever spec.externalTrafficPolicy
+		// says: each pod's own node delivers to it with the client's
+		// address, which is what Local asks for elsewhere (the
+		// controller says so in an Event; docs/kubernetes.md).
 		backends := endpoints.Backends(eps, port)
 		if len(backends) == 0 {
 			// Nothing to send to: left out, so its route is

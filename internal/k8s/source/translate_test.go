@@ -114,6 +114,11 @@ func endpoint(c discoveryv1.EndpointConditions, addrs ...string) discoveryv1.End
 	return discoveryv1.Endpoint{Addresses: addrs, Conditions: c}
 }
 
+func onNode(node string, ep discoveryv1.Endpoint) discoveryv1.Endpoint {
+	ep.NodeName = &node
+	return ep
+}
+
 // bgpPeer is a BGPPeer object as the dynamic client returns it.
 func bgpPeer(name string, spec map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{
@@ -361,6 +366,42 @@ func TestServices(t *testing.T) {
 			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "new", "new-1", web, endpoint(condReady, "10.244.9.9"))}},
 			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
 			problems: []string{`Service default/new: port 10.99.0.1:80/tcp (default/new:80/tcp) is not served: 10.99.0.1:80/tcp is already served by service "default/web:80/tcp"`},
+		},
+		{
+			name: "Services sharing an address: services of one VIP, each with its own ports and endpoints",
+			f: fixture{services: []*corev1.Service{
+				service("apps", "dns-udp", withAnnotation(api.AnnotationSharingKey, "dns"), withPorts(port("dns", 53, corev1.ProtocolUDP))),
+				service("apps", "dns-tcp", withAnnotation(api.AnnotationSharingKey, "dns"), withPorts(port("dns", 53, corev1.ProtocolTCP))),
+				service("apps", "admin", withAnnotation(api.AnnotationSharingKey, "dns"), withPorts(port("", 8080, corev1.ProtocolTCP)),
+					withAnnotation(api.AnnotationForwarding, "dsr-gue")),
+			}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("apps", "dns-udp", "dns-udp-1", []discoveryv1.EndpointPort{slicePortOf("dns", 5353, corev1.ProtocolUDP)}, endpoint(condReady, "10.244.1.2", "10.244.2.2")),
+				endpointSlice("apps", "dns-tcp", "dns-tcp-1", []discoveryv1.EndpointPort{slicePortOf("dns", 5353, corev1.ProtocolTCP)}, endpoint(condReady, "10.244.1.2")),
+				endpointSlice("apps", "admin", "admin-1", []discoveryv1.EndpointPort{slicePortOf("", 9000, corev1.ProtocolTCP)}, endpoint(condReady, "10.244.3.3")),
+			}},
+			want: []string{
+				"apps/admin:8080/tcp 10.99.0.1 dsr-gue 10.244.3.3:9000/1",
+				"apps/dns-tcp:53/tcp 10.99.0.1 dsr-ipip 10.244.1.2:5353/1",
+				"apps/dns-udp:53/udp 10.99.0.1 dsr-ipip 10.244.1.2:5353/1,10.244.2.2:5353/1",
+			},
+		},
+		{
+			// The LB nodes send to endpoints on every node whatever
+			// the policy: each pod's own node delivers to it with the
+			// client's address (docs/kubernetes.md), so Local has no
+			// endpoints to leave out. This node (node-1) has none.
+			name: "externalTrafficPolicy Local translates as Cluster: the endpoints of every node",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyLocal }),
+				service("default", "web2", withIngress("10.99.0.2"), func(s *corev1.Service) { s.Spec.ExternalTrafficPolicy = corev1.ServiceExternalTrafficPolicyCluster }),
+			}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web, onNode("node-a", endpoint(condReady, "10.244.1.2")), onNode("node-b", endpoint(condReady, "10.244.2.2"))),
+				endpointSlice("default", "web2", "web2-1", web, onNode("node-a", endpoint(condReady, "10.244.1.2")), onNode("node-b", endpoint(condReady, "10.244.2.2"))),
+			}},
+			want: []string{
+				"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1,10.244.2.2:8080/1",
+				"default/web2:80/tcp 10.99.0.2 dsr-ipip 10.244.1.2:8080/1,10.244.2.2:8080/1",
+			},
 		},
 		{
 			name: "an address the file's rules reject leaves that Service out, not the others",
