@@ -126,6 +126,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		}
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		return nil
 	}
@@ -135,6 +136,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if !r.served(svc) {
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		return r.unserve(ctx, key, svc)
 	}
@@ -142,6 +144,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
+	r.noteAffinity(svc, key)
 	return r.recordHistory(ctx, svc)
 }
 
