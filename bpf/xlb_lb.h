@@ -7,6 +7,7 @@
 #include "xlb_svc.h"
 #include "xlb_parse.h"
 #include "xlb_encap.h"
+#include "xlb_ping.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -22,6 +23,8 @@ volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
 /* enum xlb_flow_hash. The verifier knows a frozen constant's value and
  * removes the branch it decides, so the choice costs a packet nothing. */
 volatile const __u32 flow_hash = XLB_FLOW_HASH_FMIX64;
+/* Answer ICMP echo requests to a VIP (xlb_ping.h); 0: drop them. */
+volatile const __u32 ping_vips = 0;
 
 /* The flow hash every xlb instance of a cluster computes alike. */
 static __always_inline __u32 xlb_flow_hash(__be32 saddr, __be32 daddr, __be16 sport,
@@ -270,6 +273,23 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	return 0;
 }
 
+/* The source port the flow hash sees: none for a service with client-IP
+ * affinity (XLB_SVC_CLIENT_IP), so that every connection of a client,
+ * TCP or UDP, and every ICMP error about one, takes the same slot. */
+static __always_inline __be16 hashed_sport(__be16 sport, __u8 flags)
+{
+	return (flags & XLB_SVC_CLIENT_IP) ? 0 : sport;
+}
+
+/* What the GUE outer source port takes its bits from: the flow hash,
+ * with the source port the hash left out mixed back in, so that the
+ * connections of one client still spread over the backend's receive
+ * queues. Without affinity, the flow hash itself. */
+static __always_inline __u32 tunnel_hash(__u32 hash, __be16 sport, __be16 hsport)
+{
+	return hash ^ (__u32)(sport ^ hsport);
+}
+
 /* hash * size / 2^32 spreads the hash over the table like a modulo,
  * without a division (Lemire's fast range reduction). */
 static __always_inline __u32 flow_slot(__u32 hash)
@@ -321,9 +341,9 @@ static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, voi
 /* The rest of the path for a stateful service: a path of its own, so that
  * the flow key it needs after hashing costs the stateless path nothing. */
 static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, void *data_end,
-					   __be32 vip, __u32 svc_id, __u8 mode)
+					   __be32 vip, __u32 svc_id, __u8 mode, __be16 hsport)
 {
-	__u32 hash = xlb_flow_hash(p->flow_src, vip, p->sport, p->dport, p->proto);
+	__u32 hash = xlb_flow_hash(p->flow_src, vip, hsport, p->dport, p->proto);
 	__u32 slot = flow_slot(hash);
 	__u32 bid;
 	__be32 be_addr;
@@ -331,7 +351,8 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 
 	if (ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan))
 		return drop(XLB_DROP_NO_BACKEND);
-	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, hash, mode, orphan);
+	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, tunnel_hash(hash, p->sport, hsport),
+				 mode, orphan);
 }
 
 static __always_inline int xlb_lb(struct xdp_md *ctx)
@@ -348,6 +369,17 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		/* Pruned by the verifier when off. */
+		if (ping_vips) {
+			enum ping_result r = vip_ping(&p, data_end);
+
+			if (r == PING_REPLY) {
+				count_reason(XLB_TX_PING_REPLY);
+				return XDP_TX;
+			}
+			if (r == PING_REFUSED)
+				return drop(XLB_DROP_PING_REFUSED);
+		}
 		/* ICMP errors about replies go to the backend that sent the
 		 * reply (path MTU discovery needs it); anything else for a VIP
 		 * is dropped: the kernel here has no VIP, and passed up it would
@@ -391,20 +423,24 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	/* The stateful path is taken only after the stateless one's hash:
 	 * tested before it, the branch kept more values alive over the hash
 	 * (docs/decisions/0001-lb-fast-path.md). */
-	__u8 stateful = svc->flags & XLB_SVC_STATEFUL;
+	__u8 flags = svc->flags;
+	__u8 stateful = flags & XLB_SVC_STATEFUL;
+	__be16 hsport = hashed_sport(p.sport, flags);
 
-	__u32 hash = xlb_flow_hash(p.flow_src, vip, p.sport, p.dport, p.proto);
+	__u32 hash = xlb_flow_hash(p.flow_src, vip, hsport, p.dport, p.proto);
 	__u32 slot = flow_slot(hash);
 	__u32 bid;
 	__be32 be_addr;
 
 	if (stateful)
-		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode);
+		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode, hsport);
 	if (mode == XLB_ENCAP_GUE_HINT)
-		return xlb_lb_chained(ctx, &p, data_end, hash, svc_id, slot);
+		return xlb_lb_chained(ctx, &p, data_end, tunnel_hash(hash, p.sport, hsport), svc_id,
+				      slot);
 	if (table_pick(svc_id, slot, &bid, &be_addr))
 		return drop(XLB_DROP_NO_BACKEND);
-	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, hash, mode, 0);
+	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, tunnel_hash(hash, p.sport, hsport),
+				 mode, 0);
 }
 
 #endif

@@ -71,6 +71,9 @@ enum xlb_reason {
 	XLB_NOTE_ICMP_TO_BACKEND,/* ICMP error about a reply, forwarded to the flow's backend (not a drop) */
 	XLB_NOTE_CT_NEW,         /* stateful service: a flow entry created (not a drop) */
 	XLB_NOTE_CT_MIDFLOW_MISS,/* stateful: non-SYN TCP without an entry, evicted or begun elsewhere (not a drop) */
+	XLB_TX_PING_REPLY,       /* ICMP echo request to a VIP, answered by the node (ping_vips) */
+	XLB_DROP_PING_REFUSED,   /* echo request to a VIP not answered (ping_vips): a fragment, IP
+				  * options, or a source no reply may go to (broadcast, multicast, ...) */
 	XLB_REASON_MAX,
 };
 
@@ -90,9 +93,13 @@ enum xlb_encap {
 };
 
 /* struct svc_slot's flags. STATEFUL: the service's flows keep the backend
- * their first packet got (conntrack), whatever the table says later. */
+ * their first packet got (conntrack), whatever the table says later.
+ * CLIENT_IP: client-IP affinity, the flow hash leaves out the client's
+ * source port, so that every connection of a client takes the same table
+ * slot. */
 enum xlb_svc_flag {
 	XLB_SVC_STATEFUL = 1,
+	XLB_SVC_CLIENT_IP = 2,
 };
 
 /* Marks the protocol of an IPv6 service's slot (svc_slot.proto), so that

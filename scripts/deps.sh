@@ -14,6 +14,8 @@ declare -A need=(
 	[ethtool]=/usr/sbin/ethtool
 	[curl]=/usr/bin/curl
 	[wrk]=/usr/bin/wrk
+	# ping, which the end-to-end tests send to a VIP (test/e2e).
+	[iputils-ping]=/usr/bin/ping
 	# BGP peers of the lab and the tests: FRR (zebra, bgpd, bfdd, vtysh)
 	# and gobgpd as the route reflector.
 	[frr]=/usr/lib/frr/bgpd

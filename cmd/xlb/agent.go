@@ -453,5 +453,6 @@ func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (
 		// 0: the data plane's default.
 		ConntrackSize: cfg.Dataplane.ConntrackSize,
 		FlowHash:      flowHash,
+		PingVIPs:      cfg.Dataplane.PingVIPs,
 	}, nil
 }

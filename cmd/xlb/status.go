@@ -67,6 +67,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	if n.FlowHash != "" {
 		// What every node of the cluster must agree on.
 		fmt.Fprintf(w, "; flow hash %s, tables of %d", n.FlowHash, n.TableSize)
+		if !n.PingVIPs {
+			fmt.Fprint(w, "; pings to VIPs dropped")
+		}
 	}
 	fmt.Fprintln(w)
 	c := st.Config
@@ -110,6 +113,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 		fwd := s.Forwarding
 		if s.Flows != "" && s.Flows != string(config.FlowsStateless) {
 			fwd += ", " + s.Flows
+		}
+		if s.Affinity != "" && s.Affinity != string(config.AffinityNone) {
+			fwd += ", affinity " + s.Affinity
 		}
 		if !s.Installed {
 			fwd += " (not installed)"

@@ -13,10 +13,10 @@ func TestPrintStatusHealth(t *testing.T) {
 	now := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
 	st := &api.Status{
 		Version: "v1", Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), AttachMode: "native", PinPath: "/sys/fs/bpf/xlb/1-eth0",
-			FlowHash: "fmix64", TableSize: 65537},
+			FlowHash: "fmix64", TableSize: 65537, PingVIPs: true},
 		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
 		Services: []api.Service{{
-			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-gue", Flows: "daisy-chain",
+			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-gue", Flows: "daisy-chain", Affinity: "client-ip",
 			Installed: true, State: api.StateDown, Counters: api.Counters{Packets: 7, Bytes: 700},
 			Backends: []api.Backend{
 				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: api.Counters{Packets: 5, Bytes: 500},
@@ -52,7 +52,7 @@ func TestPrintStatusHealth(t *testing.T) {
 	}{
 		{"Node:", []string{"Node:", "eth0", "10.0.1.2,", "XDP", "native,", "pinned", "at", "/sys/fs/bpf/xlb/1-eth0;", "flow", "hash", "fmix64,", "tables", "of", "65537"}},
 		{"SERVICE", []string{"SERVICE", "ADDRESS", "FORWARDING", "WEIGHT", "HEALTH", "LAST", "CHECK", "PACKETS", "BYTES", "LAST", "ERROR"}},
-		{"web", []string{"web", "10.99.0.1:80/tcp", "dsr-gue,", "daisy-chain", "down", "7", "700"}},
+		{"web", []string{"web", "10.99.0.1:80/tcp", "dsr-gue,", "daisy-chain,", "affinity", "client-ip", "down", "7", "700"}},
 		{"backend  10.0.3.2:80", []string{"backend", "10.0.3.2:80", "1", "down", "(http)", "300ms", "ago,", "took", "1.2ms", "5", "500", "GET", "http://10.0.3.2:80/:", "status", "503"}},
 		{"backend  10.0.3.3:80", []string{"backend", "10.0.3.3:80", "0", "unknown", "(tcp)", "-", "0", "0"}},
 		{"backend  10.0.3.4:80", []string{"backend", "10.0.3.4:80", "2", "-", "(no", "check)", "-", "0", "0"}},
@@ -200,3 +200,19 @@ func TestPrintStatusConfigLine(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// A node whose data plane drops pings to its VIPs says so on its Node
+// line; one that answers them, the default, says nothing.
+func TestPrintStatusPingVIPs(t *testing.T) {
+	for _, ping := range []bool{true, false} {
+		st := &api.Status{Node: api.Node{Interface: "eth0", FlowHash: "fmix64", TableSize: 65537, PingVIPs: ping}}
+		var b strings.Builder
+		if err := printStatus(&b, st, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		node, _, _ := strings.Cut(b.String(), "\n")
+		if got := strings.HasSuffix(node, "; pings to VIPs dropped"); got == ping {
+			t.Errorf("pingVIPs %v: Node line %q", ping, node)
+		}
+	}
+}

@@ -145,6 +145,7 @@ func newAgent(o Options) (*Agent, error) {
 			PinPath:   o.PinPath,
 			FlowHash:  shape.FlowHash.String(),
 			TableSize: shape.TableSize,
+			PingVIPs:  shape.PingVIPs,
 		},
 		version:    o.Version,
 		dp:         o.Dataplane,
@@ -463,6 +464,7 @@ func (a *Agent) Status() (*api.Status, error) {
 		out := api.Service{
 			Name: s.Name, VIP: s.VIP, Port: s.Port,
 			Protocol: string(s.Protocol), Forwarding: string(s.Forwarding), Flows: s.Flows.Name(),
+			Affinity: s.Affinity.Name(),
 			State:    api.StateUp,
 			Backends: make([]api.Backend, 0, len(s.Backends)),
 		}

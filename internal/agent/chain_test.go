@@ -228,3 +228,22 @@ func BenchmarkChainSlots(b *testing.B) {
 		}
 	})
 }
+
+// Affinity reaches the data plane, and a change of affinity alone is
+// applied: the service is installed again with the flag, and back.
+func TestAffinityApplied(t *testing.T) {
+	r, f := newChainReconciler(t, time.Now())
+	cfg := chainedConfig(nil, "10.0.3.2", "10.0.3.3")
+	cfg.Services[0].Flows = ""
+	mustApply(t, r, cfg)
+	if s := installed(t, f); s.ClientIP {
+		t.Fatalf("a service without affinity installed as %+v", s)
+	}
+	for _, a := range []config.Affinity{config.AffinityClientIP, ""} {
+		cfg.Services[0].Affinity = a
+		mustApply(t, r, cfg)
+		if s := installed(t, f); s.ClientIP != (a == config.AffinityClientIP) {
+			t.Errorf("affinity %q: installed with ClientIP %v", a, s.ClientIP)
+		}
+	}
+}

@@ -100,9 +100,10 @@ func serviceDiff(old, s config.Service) []string {
 		Forwarding     config.Forwarding
 		TranslatePorts bool
 		Flows          config.Flows
+		Affinity       config.Affinity
 	}
 	h := func(s config.Service) head {
-		return head{s.VIP, s.Port, s.Protocol, s.Forwarding, s.TranslatePorts, s.Flows}
+		return head{s.VIP, s.Port, s.Protocol, s.Forwarding, s.TranslatePorts, s.Flows, s.Affinity}
 	}
 	fieldChanges("", reflect.ValueOf(h(old)), reflect.ValueOf(h(s)), &out)
 	if !old.BGP.Equal(s.BGP) {

@@ -273,6 +273,7 @@ type change struct {
 	what     string // the service, for errors
 	encap    lb.Encap
 	stateful bool
+	clientIP bool
 	// past is the history of a daisy-chained service: its
 	// configuration's, or else what the agent saw (service.history).
 	past     []chain.Past
@@ -307,7 +308,7 @@ func (r *Reconciler) plan(s config.Service, key lb.ServiceKey) (*change, error) 
 		}
 		keep[ap] = true
 	}
-	sig := signature(encap, s.Flows, s.Backends, s.History)
+	sig := signature(encap, s.Flows, s.Affinity, s.Backends, s.History)
 	if st != nil && st.installed && st.applied == sig {
 		return nil, nil
 	}
@@ -320,7 +321,7 @@ func (r *Reconciler) plan(s config.Service, key lb.ServiceKey) (*change, error) 
 		r.services[key] = st
 	}
 	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap,
-		stateful: s.Flows == config.FlowsStateful, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
+		stateful: s.Flows == config.FlowsStateful, clientIP: s.Affinity == config.AffinityClientIP, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
 	// Backends first: the new table may name only backends that exist.
 	c.members, c.ids, err = r.members(st, s.Backends)
 	if err == nil && encap == lb.EncapGUEHint {
@@ -465,7 +466,7 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if hints {
 		tables = r.tables
 	}
-	svc := lb.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful,
+	svc := lb.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful, ClientIP: c.clientIP,
 		Origin: tableOrigin(c.members, c.ids, m)}
 	if hints {
 		svc.HintsOrigin = hintsOrigin(c.past)
@@ -875,9 +876,9 @@ func membersSignature(members []maglev.Backend) string {
 // signature identifies everything a service's table and entry are built
 // from, so equal signatures mean an identical installed service. It is
 // never "".
-func signature(encap lb.Encap, flows config.Flows, backends []config.Backend, history []config.Generation) string {
+func signature(encap lb.Encap, flows config.Flows, affinity config.Affinity, backends []config.Backend, history []config.Generation) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "encap=%d flows=%s %s", encap, flows, backendsSignature(backends))
+	fmt.Fprintf(&b, "encap=%d flows=%s affinity=%s %s", encap, flows, affinity, backendsSignature(backends))
 	for _, g := range history {
 		fmt.Fprintf(&b, " until=%d %s", g.Until.Unix(), backendsSignature(g.Backends))
 	}
@@ -889,6 +890,7 @@ func signature(encap lb.Encap, flows config.Flows, backends []config.Backend, hi
 type tableInput struct {
 	encap    lb.Encap
 	flows    config.Flows
+	affinity config.Affinity
 	backends []weighted
 }
 
@@ -902,7 +904,7 @@ func inputOf(encap lb.Encap, s config.Service) *tableInput {
 	if len(s.History) > 0 {
 		return nil
 	}
-	in := &tableInput{encap: encap, flows: s.Flows, backends: make([]weighted, len(s.Backends))}
+	in := &tableInput{encap: encap, flows: s.Flows, affinity: s.Affinity, backends: make([]weighted, len(s.Backends))}
 	for i, b := range s.Backends {
 		in.backends[i] = weighted{netip.AddrPortFrom(b.Address, b.Port), b.Weight}
 	}
@@ -913,7 +915,7 @@ func inputOf(encap lb.Encap, s config.Service) *tableInput {
 // in was made of, in the same order. Then its signature is in's too;
 // otherwise it may still be (another order). A nil in is never the same.
 func (in *tableInput) same(encap lb.Encap, s config.Service) bool {
-	if in == nil || in.encap != encap || in.flows != s.Flows || len(s.History) > 0 || len(in.backends) != len(s.Backends) {
+	if in == nil || in.encap != encap || in.flows != s.Flows || in.affinity != s.Affinity || len(s.History) > 0 || len(in.backends) != len(s.Backends) {
 		return false
 	}
 	for i, b := range s.Backends {

@@ -118,6 +118,9 @@ type Node struct {
 	// cluster must run with the same (a restart applies a change).
 	FlowHash  string `json:"flowHash,omitempty"`
 	TableSize uint32 `json:"tableSize,omitempty"`
+	// PingVIPs: the data plane answers ICMP echo requests to VIPs
+	// (dataplane.pingVIPs; tx_ping_reply counts them).
+	PingVIPs bool `json:"pingVIPs"`
 }
 
 // Reload results.
@@ -157,6 +160,9 @@ type Service struct {
 	// Flows is the service's flows mode: stateless, daisy-chain or
 	// stateful (docs/connection-survival.md).
 	Flows string `json:"flows"`
+	// Affinity is none, or client-ip: every connection of a client goes
+	// to one backend.
+	Affinity string `json:"affinity"`
 	// Installed is false while the data plane does not serve the service
 	// yet (its last apply failed; see Config.Error).
 	Installed bool `json:"installed"`

@@ -42,7 +42,7 @@ func TestLoadFullExample(t *testing.T) {
 	want := &Config{
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
-		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends, FlowHash: FlowHashFmix64},
+		Dataplane: Dataplane{PinPath: "/sys/fs/bpf/xlb", AttachMode: "auto", TableSize: 65537, MaxBackends: DefaultMaxBackends, FlowHash: FlowHashFmix64, PingVIPs: true},
 		BGP: &BGP{
 			ASN: 65001, RouterID: ip("10.0.1.2"), HoldTime: 9 * time.Second, Keepalive: 3 * time.Second,
 			DrainTime: 5 * time.Second, ListenPort: 179,
@@ -137,7 +137,7 @@ func TestDefaults(t *testing.T) {
 	if cfg.API != (API{Socket: DefaultSocket}) {
 		t.Errorf("api = %+v, want socket %s and no metrics", cfg.API, DefaultSocket)
 	}
-	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash}) {
+	if cfg.Dataplane != (Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash, PingVIPs: true}) {
 		t.Errorf("dataplane = %+v, want the defaults", cfg.Dataplane)
 	}
 	if len(cfg.Services) != 1 {

@@ -106,3 +106,71 @@ func TestConntrackSize(t *testing.T) {
 	}
 	wantError(t, minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  conntrackSize: 1000"), 4, "dataplane.conntrackSize", "")
 }
+
+// services[].affinity: client-ip is kept, none is the zero value, and
+// both render back to themselves; any other name is an error at its
+// line that lists the names.
+func TestAffinity(t *testing.T) {
+	for name, want := range map[string]Affinity{"none": "", "client-ip": AffinityClientIP} {
+		cfg, err := Parse(file, []byte(minimalWith("port: 80", "port: 80\n    affinity: "+name)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := cfg.Services[0].Affinity; got != want {
+			t.Errorf("affinity: %s parsed to %q, want %q", name, got, want)
+		}
+		if got := cfg.Services[0].Affinity.Name(); got != name {
+			t.Errorf("affinity: %s is named %q", name, got)
+		}
+		if err := roundTrip(cfg); err != nil {
+			t.Error(err)
+		}
+	}
+	if cfg, err := Parse(file, []byte(minimal)); err != nil || cfg.Services[0].Affinity != "" {
+		t.Errorf("without affinity: %q (%v), want none", cfg.Services[0].Affinity, err)
+	}
+	// With every flows mode: affinity picks the slot, flows keeps it.
+	for _, flows := range []string{"stateful", "daisy-chain"} {
+		y := minimalWith("port: 80", "port: 80\n    forwarding: dsr-gue\n    flows: "+flows+"\n    affinity: client-ip")
+		if cfg, err := Parse(file, []byte(y)); err != nil || cfg.Services[0].Affinity != AffinityClientIP {
+			t.Errorf("flows: %s with affinity: client-ip: %v", flows, err)
+		}
+	}
+	for _, tc := range []struct {
+		name, value, want string
+	}{
+		{"Kubernetes' spelling", "ClientIP", `"ClientIP" is not an affinity; use none (connections spread) or client-ip (a client's connections go to one backend), lower case`},
+		{"upper case", "CLIENT-IP", `"CLIENT-IP" is not an affinity`},
+		{"a timeout", "client-ip/3h", `"client-ip/3h" is not an affinity`},
+		{"empty", `""`, `"" is not an affinity`},
+		{"a number", "1", "expected a string, got the integer 1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantError(t, minimalWith("port: 80", "port: 80\n    affinity: "+tc.value), 7, "services[0].affinity", tc.want)
+		})
+	}
+	wantError(t, minimalWith("port: 80", "port: 80\n    affinity: [client-ip]"), 7, "services[0].affinity", "expected a string")
+}
+
+// dataplane.pingVIPs: on unless written false; anything but a boolean is
+// an error at its line.
+func TestPingVIPs(t *testing.T) {
+	for y, want := range map[string]bool{
+		minimal: true,
+		minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  pingVIPs: false"): false,
+		minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  pingVIPs: true"):  true,
+	} {
+		cfg, err := Parse(file, []byte(y))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.Dataplane.PingVIPs != want {
+			t.Errorf("%q: pingVIPs %v, want %v", y, cfg.Dataplane.PingVIPs, want)
+		}
+		if err := roundTrip(cfg); err != nil {
+			t.Error(err)
+		}
+	}
+	wantError(t, minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  pingVIPs: sometimes"), 4, "dataplane.pingVIPs", "")
+	wantError(t, minimalWith("interface: eth0", "interface: eth0\ndataplane:\n  pingVIPs: 1"), 4, "dataplane.pingVIPs", "")
+}

@@ -121,6 +121,35 @@ func (f Flows) Name() string {
 	return string(f)
 }
 
+// Affinity is what keeps a client's connections together on one backend.
+type Affinity string
+
+const (
+	// AffinityNone: each connection is hashed with its source port, so
+	// a client's connections spread over the backends. Service.Affinity
+	// holds it as "".
+	AffinityNone Affinity = "none"
+	// AffinityClientIP: the flow hash leaves out the source port, so
+	// every connection of a client (TCP or UDP) reaches the same backend
+	// on every node, for as long as the backend set stays the same.
+	AffinityClientIP Affinity = "client-ip"
+)
+
+var affinities = names[Affinity]{what: "an affinity", valid: []Affinity{AffinityNone, AffinityClientIP},
+	use: "none (connections spread) or client-ip (a client's connections go to one backend), lower case"}
+
+// ParseAffinity reads an affinity's name: none or client-ip.
+func ParseAffinity(s string) (Affinity, error) { return affinities.parse(s) }
+
+// Name is the affinity as the documentation and status name it: none
+// for the zero value.
+func (a Affinity) Name() string {
+	if a == "" {
+		return string(AffinityNone)
+	}
+	return string(a)
+}
+
 // CheckType is the kind of a health check.
 type CheckType string
 

@@ -33,7 +33,7 @@ func Render(c *Config) *schema.Document {
 			PinPath:    str(dp.PinPath),
 			AttachMode: schema.Set(string(dp.AttachMode)),
 			TableSize:  schema.SetInt(dp.TableSize), MaxBackends: schema.SetInt(dp.MaxBackends),
-			FlowHash: str(dp.FlowHash),
+			FlowHash: str(dp.FlowHash), PingVIPs: schema.Set(dp.PingVIPs),
 		}),
 	}
 	if dp.ConntrackSize != 0 {
@@ -97,7 +97,7 @@ func renderBGP(b *BGP) schema.BGP {
 func renderService(s Service) schema.Service {
 	fs := schema.Service{Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
 		Protocol: schema.Set(string(s.Protocol)), Forwarding: schema.Set(string(s.Forwarding)), Flows: str(string(s.Flows)),
-		Backends: renderBackends(s.Backends, true)}
+		Affinity: str(string(s.Affinity)), Backends: renderBackends(s.Backends, true)}
 	if s.TranslatePorts {
 		fs.TranslatePorts = schema.Set(true)
 	}

@@ -185,6 +185,15 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 			}
 		}
 	}
+	if g := v.Affinity; valid(g) {
+		switch a, err := ParseAffinity(g.V); {
+		case err != nil:
+			c.errorf(g.At.Value, join(path, "affinity"), "%v", err)
+		case a == AffinityNone: // the zero value
+		default:
+			s.Affinity = a
+		}
+	}
 	if g := v.History; g.Given {
 		if s.Flows != FlowsDaisyChain {
 			c.errorf(g.At.Key, join(path, "history"), "only daisy-chained services use a history; set flows: daisy-chain or remove it")

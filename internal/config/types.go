@@ -28,6 +28,9 @@ const (
 	DefaultAttachMode = AttachAuto
 	DefaultFlowHash   = FlowHashFmix64
 	DefaultWeight     = 1
+	// DefaultPingVIPs: a node answers pings to its VIPs, as a host
+	// answers pings to its own addresses.
+	DefaultPingVIPs = true
 )
 
 // Flow hashes of the data plane (Dataplane.FlowHash), named once in
@@ -115,6 +118,9 @@ type Dataplane struct {
 	// decides each flow's table slot, so every node of a cluster needs
 	// the same one.
 	FlowHash string
+	// PingVIPs: the XDP program answers ICMP echo requests to a VIP
+	// itself; otherwise it drops them.
+	PingVIPs bool
 }
 
 // Service is one load-balanced (VIP, port, protocol).
@@ -133,6 +139,9 @@ type Service struct {
 	// Flows is FlowsDaisyChain or FlowsStateful, or "" for
 	// FlowsStateless (the default).
 	Flows Flows
+	// Affinity is AffinityClientIP, or "" for AffinityNone (the
+	// default).
+	Affinity Affinity
 	// History lists earlier backend sets of a daisy-chained service,
 	// oldest first, each with the time it stopped being current. Written
 	// by whoever changes the backends, it lets every xlb instance, one

@@ -206,7 +206,7 @@ func (c *checker) api(f schema.Field[schema.API], path string) API {
 // dataplane also reports whether tableSize was written, so that a later
 // error can point at it.
 func (c *checker) dataplane(f schema.Field[schema.Dataplane], path string) (Dataplane, bool) {
-	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash}
+	dp := Dataplane{AttachMode: DefaultAttachMode, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash, PingVIPs: DefaultPingVIPs}
 	v := f.V
 	if g := v.PinPath; valid(g) {
 		if why := checkPinPath(g.V); why != "" {
@@ -242,6 +242,9 @@ func (c *checker) dataplane(f schema.Field[schema.Dataplane], path string) (Data
 		} else {
 			dp.FlowHash = g.V
 		}
+	}
+	if g := v.PingVIPs; valid(g) {
+		dp.PingVIPs = g.V
 	}
 	return dp, v.TableSize.Given
 }

@@ -56,6 +56,8 @@ func TestXLB(t *testing.T) {
 	t.Run("HealthChecks", e.testHealthChecks)
 	t.Run("Lossless", e.testLossless)
 	t.Run("Metrics", e.testMetrics)
+	t.Run("ClientIPAffinity", e.testClientIPAffinity)
+	t.Run("PingVIP", e.testPingVIP)
 }
 
 // testCtx bounds a subtest: generous, but below the test binary's

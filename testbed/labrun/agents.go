@@ -1,6 +1,7 @@
 package labrun
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/lab"
 )
 
@@ -179,6 +181,10 @@ func serving(st *api.Status, minGen uint64, services []Service) error {
 		if got.VIP != want.VIP || got.Port != want.Port || got.Protocol != string(want.Protocol) || got.Forwarding != string(want.Forwarding) {
 			return fmt.Errorf("service %q is %s/%s %s, want %s/%s %s", want.Name,
 				netip.AddrPortFrom(got.VIP, got.Port), got.Protocol, got.Forwarding, want.Target(), want.Protocol, want.Forwarding)
+		}
+		// An agent from before affinity existed reports none.
+		if a := cmp.Or(got.Affinity, string(config.AffinityNone)); a != want.Affinity.Name() {
+			return fmt.Errorf("service %q has affinity %s, want %s", want.Name, a, want.Affinity.Name())
 		}
 		if !got.Installed {
 			return fmt.Errorf("service %q is not installed in the data plane", want.Name)

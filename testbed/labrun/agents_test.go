@@ -2,10 +2,12 @@ package labrun
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // statusOf makes the status an agent reports when it serves services.
@@ -38,6 +40,12 @@ func TestServing(t *testing.T) {
 	}{
 		{"started", statusOf(1, all), 1, all, ""},
 		{"newer generation", statusOf(3, less), 2, less, ""},
+		{"affinity not applied yet", statusOf(3, all), 2, withAffinity(all), "service \"web\" has affinity none, want client-ip"},
+		{"affinity applied", func() *api.Status {
+			st := statusOf(3, all)
+			st.Services[0].Affinity = "client-ip"
+			return st
+		}(), 2, withAffinity(all), ""},
 		{"old generation", statusOf(1, all), 2, less, "generation 1, waiting for 2"},
 		{"reload failed", func() *api.Status {
 			st := statusOf(2, all)
@@ -88,4 +96,11 @@ func TestServing(t *testing.T) {
 			}
 		})
 	}
+}
+
+// withAffinity is services with client-IP affinity on the first.
+func withAffinity(services []Service) []Service {
+	out := slices.Clone(services)
+	out[0].Affinity = config.AffinityClientIP
+	return out
 }

@@ -34,6 +34,8 @@ type Service struct {
 	Check *Check
 	// Flows is the service's flows mode ("": stateless).
 	Flows config.Flows
+	// Affinity is the service's affinity ("": none).
+	Affinity config.Affinity
 	// History is a daisy-chained service's earlier backend sets, as a
 	// tool that changes the backends would record them.
 	History []Generation
@@ -145,6 +147,9 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		}
 		if s.Flows != "" {
 			fs.Flows = schema.Set(string(s.Flows))
+		}
+		if s.Affinity != "" {
+			fs.Affinity = schema.Set(string(s.Affinity))
 		}
 		if len(s.History) > 0 {
 			var history []schema.Field[schema.Generation]

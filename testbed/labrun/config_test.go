@@ -42,6 +42,11 @@ func TestRenderConfigParses(t *testing.T) {
 		{"no services", nil},
 		{"health checks", WithCheck(WithCheck(all, "web", &Check{Type: config.CheckHTTP, Path: "/", Interval: 200 * time.Millisecond, Timeout: 150 * time.Millisecond, Rise: 2, Fall: 3}),
 			"echo", &Check{Type: config.CheckTCP, Port: lab.HTTPPort, Interval: 1500 * time.Millisecond})},
+		{"client-IP affinity", func() []Service {
+			s := slices.Clone(all)
+			s[0].Affinity = config.AffinityClientIP
+			return s
+		}()},
 	} {
 		for _, node := range p.Nodes {
 			t.Run(c.name+"/"+node.Name, func(t *testing.T) {
@@ -69,7 +74,8 @@ func TestRenderConfigParses(t *testing.T) {
 						backends = append(backends, be.Address)
 					}
 					if got.Name != want.Name || got.VIP != want.VIP || got.Port != want.Port ||
-						got.Protocol != want.Protocol || got.Forwarding != want.Forwarding || !slices.Equal(backends, want.Backends) {
+						got.Protocol != want.Protocol || got.Forwarding != want.Forwarding || got.Affinity != want.Affinity ||
+						!slices.Equal(backends, want.Backends) {
 						t.Errorf("service %d: %+v, want %+v", i, got, want)
 					}
 					if err := sameCheck(got, want.Check); err != nil {

@@ -48,7 +48,12 @@ var benchDescriptions = map[string]string{
 	"floor_parse_encap":     "floor 2: parse, TTL, IPIP encapsulation to a fixed backend with fixed MACs, XDP_TX; no lookup, no flow hash",
 	"floor_parse_encap_fib": "floor 3: floor 2 with the route to the backend looked up for every packet (bpf_fib_lookup) and its MACs written",
 	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
+	"bench_lb_affinity":     "the full LB path to a service with client-IP affinity (the same backends on port 81): the flow hash without the source port",
 }
+
+// affinityPort is the port of the benchmarked service's twin with
+// client-IP affinity.
+const affinityPort = 81
 
 // RunBenchmark measures the LB program on a VIP hit against its floors
 // with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
@@ -63,11 +68,12 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	ns, objs, vip := env.ns, env.objs, env.vip
 
 	run := []benchProg{
-		{"wrap_only", objs.WrapOnly, xdpVerdictTX},
-		{"floor_parse_tx", objs.FloorParseTx, xdpVerdictTX},
-		{"floor_parse_encap", objs.FloorParseEncap, xdpVerdictTX},
-		{"floor_parse_encap_fib", objs.FloorParseEncapFib, xdpVerdictTX},
-		{"bench_lb", objs.BenchLb, xdpVerdictTX},
+		{"wrap_only", objs.WrapOnly, xdpVerdictTX, nil},
+		{"floor_parse_tx", objs.FloorParseTx, xdpVerdictTX, nil},
+		{"floor_parse_encap", objs.FloorParseEncap, xdpVerdictTX, nil},
+		{"floor_parse_encap_fib", objs.FloorParseEncapFib, xdpVerdictTX, nil},
+		{"bench_lb", objs.BenchLb, xdpVerdictTX, nil},
+		{"bench_lb_affinity", objs.BenchLb, xdpVerdictTX, benchFramePort(vip, affinityPort)},
 	}
 	out, err := runInterleaved(ns, benchFrame(vip), run, cfg.Rounds, cfg.Repeat)
 	if err != nil {
@@ -84,11 +90,12 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 }
 
 // benchProg is a program an interleaved run measures, and the verdict
-// it must return.
+// it must return; frame, when set, is its input instead of the run's.
 type benchProg struct {
-	name string
-	prog *ebpf.Program
-	want uint32
+	name  string
+	prog  *ebpf.Program
+	want  uint32
+	frame []byte
 }
 
 // runInterleaved measures progs on frame in namespace ns, on one CPU:
@@ -103,22 +110,28 @@ func runInterleaved(ns string, frame []byte, progs []benchProg, rounds int, repe
 		if err != nil {
 			return err
 		}
+		input := func(p benchProg) []byte {
+			if p.frame != nil {
+				return p.frame
+			}
+			return frame
+		}
 		for i, p := range progs {
-			v, _, res, err := testRunXDP(p.prog.FD(), frame, idx, 1)
+			v, _, res, err := testRunXDP(p.prog.FD(), input(p), idx, 1)
 			if err != nil {
 				return fmt.Errorf("%s: %w", p.name, err)
 			}
 			if v != p.want {
 				return fmt.Errorf("%s: verdict %s, want %s", p.name, xdpVerdictName(v), xdpVerdictName(p.want))
 			}
-			if string(res) != string(frame) {
+			if string(res) != string(input(p)) {
 				return fmt.Errorf("%s: the harness did not restore the packet", p.name)
 			}
 			out[i] = BenchResult{Name: p.name, Description: benchDescriptions[p.name], Verdict: xdpVerdictName(v)}
 		}
 		for r := range rounds {
 			for i, p := range progs {
-				v, ns, _, err := testRunXDP(p.prog.FD(), frame, idx, repeat)
+				v, ns, _, err := testRunXDP(p.prog.FD(), input(p), idx, repeat)
 				if err != nil {
 					return fmt.Errorf("%s: %w", p.name, err)
 				}
@@ -180,6 +193,12 @@ func (e *benchEnv) load(backends int) error {
 		e.close()
 		return err
 	}
+	// Its twin with affinity, with backend IDs of its own, as the agent
+	// gives each service.
+	if err := benchServiceWith(e.d, 1, lb.ServiceKey{VIP: e.vip, Port: affinityPort, Proto: lb.ProtoTCP}, backends, uint32(backends), true); err != nil {
+		e.close()
+		return err
+	}
 	return nil
 }
 
@@ -203,13 +222,19 @@ func (e *benchEnv) close() {
 // to 10.0.3.0/24 is benchNS's, the one beyond RunMatrix's), through the
 // same code the agent uses.
 func benchService(d *lb.Dataplane, key lb.ServiceKey, backends int) error {
+	return benchServiceWith(d, 0, key, backends, 0, false)
+}
+
+// benchServiceWith is benchService for service id, with backend IDs from
+// idBase up and client-IP affinity set to clientIP.
+func benchServiceWith(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends int, idBase uint32, clientIP bool) error {
 	bs := make([]maglev.Backend, backends)
 	for i := range bs {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], 0x0a00030a+uint32(i))
 		a := netip.AddrFrom4(b)
 		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
+		if err := d.UpsertBackend(idBase+uint32(i), a); err != nil {
 			return err
 		}
 	}
@@ -219,9 +244,9 @@ func benchService(d *lb.Dataplane, key lb.ServiceKey, backends int) error {
 	}
 	table := make([]uint32, len(slots))
 	for i, s := range slots {
-		table[i] = uint32(s)
+		table[i] = idBase + uint32(s)
 	}
-	return d.UpsertService(lb.Service{ID: 0, Key: key, Encap: lb.EncapIPIP, Table: table})
+	return d.UpsertService(lb.Service{ID: id, Key: key, Encap: lb.EncapIPIP, Table: table, ClientIP: clientIP})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the
@@ -351,7 +376,10 @@ func benchNS(ns string) error {
 }
 
 // benchFrame is a 64-byte-payload TCP segment from a client to the VIP.
-func benchFrame(vip netip.Addr) []byte {
+func benchFrame(vip netip.Addr) []byte { return benchFramePort(vip, 80) }
+
+// benchFramePort is benchFrame to another destination port.
+func benchFramePort(vip netip.Addr, port uint16) []byte {
 	f := make([]byte, 14+20+20+64)
 	copy(f[0:], []byte{0x02, 0, 0, 0, 0, 0x02})
 	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 0x01})
@@ -374,7 +402,7 @@ func benchFrame(vip netip.Addr) []byte {
 	ip[10], ip[11] = byte(^s>>8), byte(^s)
 	tcp := ip[20:]
 	tcp[0], tcp[1] = 0x9c, 0x40 // 40000
-	tcp[2], tcp[3] = 0, 80
+	tcp[2], tcp[3] = byte(port>>8), byte(port)
 	tcp[12] = 5 << 4
 	tcp[13] = 0x18
 	return f

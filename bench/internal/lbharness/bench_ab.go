@@ -55,8 +55,8 @@ func RunAB(cfg BenchConfig, path string) ([]BenchResult, error) {
 	defer other.Close()
 
 	progs := []benchProg{
-		{ABFloor, objs.FloorParseEncap, xdpVerdictTX}, {ABLB, objs.BenchLb, xdpVerdictTX},
-		{ABOtherLB, other.Programs["bench_lb"], xdpVerdictTX}, {ABOtherFloor, other.Programs["floor_parse_encap"], xdpVerdictTX},
+		{ABFloor, objs.FloorParseEncap, xdpVerdictTX, nil}, {ABLB, objs.BenchLb, xdpVerdictTX, nil},
+		{ABOtherLB, other.Programs["bench_lb"], xdpVerdictTX, nil}, {ABOtherFloor, other.Programs["floor_parse_encap"], xdpVerdictTX, nil},
 	}
 	out, err := runInterleaved(env.ns, benchFrame(env.vip), progs, cfg.Rounds, cfg.Repeat)
 	if err != nil {

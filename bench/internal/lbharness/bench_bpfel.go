@@ -35,6 +35,7 @@ const (
 	benchVarNhGen               = "nh_gen"
 	benchVarNodeAddr            = "node_addr"
 	benchVarNodeAddr6           = "node_addr6"
+	benchVarPingVips            = "ping_vips"
 	benchVarTableSize           = "table_size"
 )
 
@@ -111,6 +112,7 @@ type benchVariableSpecs struct {
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
+	PingVips  *ebpf.VariableSpec `ebpf:"ping_vips"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
 
@@ -169,6 +171,7 @@ type benchVariables struct {
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
+	PingVips  *ebpf.Variable `ebpf:"ping_vips"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }
 

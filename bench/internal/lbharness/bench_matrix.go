@@ -156,7 +156,7 @@ func runMatrixCase(ns string, c MatrixCase, cfg MatrixConfig) (MatrixResult, err
 		floor, floorName, want = objs.FloorParseTx, "floor_parse_tx", xdpVerdictPass // the LB passes it
 	}
 	out, err := runInterleaved(ns, frame, []benchProg{
-		{"wrap_only", objs.WrapOnly, xdpVerdictTX}, {floorName, floor, xdpVerdictTX}, {"bench_lb", objs.BenchLb, want},
+		{"wrap_only", objs.WrapOnly, xdpVerdictTX, nil}, {floorName, floor, xdpVerdictTX, nil}, {"bench_lb", objs.BenchLb, want, nil},
 	}, cfg.Rounds, cfg.Repeat)
 	if err != nil {
 		return res, err

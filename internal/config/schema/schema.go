@@ -153,6 +153,7 @@ type Dataplane struct {
 	MaxBackends   Field[Int]    `yaml:"maxBackends,omitempty"`
 	ConntrackSize Field[Int]    `yaml:"conntrackSize,omitempty"`
 	FlowHash      Field[string] `yaml:"flowHash,omitempty"`
+	PingVIPs      Field[bool]   `yaml:"pingVIPs,omitempty"`
 }
 
 // BGP is the bgp section.
@@ -206,6 +207,7 @@ type Service struct {
 	Forwarding     Field[string]              `yaml:"forwarding,omitempty"`
 	TranslatePorts Field[bool]                `yaml:"translatePorts,omitempty"`
 	Flows          Field[string]              `yaml:"flows,omitempty"`
+	Affinity       Field[string]              `yaml:"affinity,omitempty"`
 	History        Field[[]Field[Generation]] `yaml:"history,omitempty"`
 	HealthCheck    Field[*Check]              `yaml:"healthCheck,omitempty"`
 	BGP            Field[Route]               `yaml:"bgp,omitempty"`

@@ -52,6 +52,10 @@ type Service struct {
 	// chain. Flows the conntrack table cannot hold, or that began on
 	// another instance, follow the table.
 	Stateful bool
+	// ClientIP is client-IP affinity: the flow hash leaves out the
+	// source port (HashedPort), so every connection of a client takes
+	// the same table slot, on every instance.
+	ClientIP bool
 	// Origin identifies what the caller built Table from (OriginOf;
 	// zero: unknown). UpsertService records it with the installed
 	// table, and KeepService keeps that table for it.
@@ -109,6 +113,9 @@ type Options struct {
 	// the default, fmix64). Pinned state of a program that hashed
 	// otherwise is refused (see bpfobj.PlanAdoption).
 	FlowHash wire.FlowHash
+	// PingVIPs answers ICMP echo requests to a VIP from the program
+	// (ping_vips); false drops them.
+	PingVIPs bool
 }
 
 // DefaultConntrackSize is the default Options.ConntrackSize

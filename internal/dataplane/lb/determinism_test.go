@@ -14,6 +14,13 @@ import (
 // node would.
 func instance(t *testing.T, addrs []netip.Addr, idBase uint32) *Dataplane {
 	t.Helper()
+	return instanceWith(t, addrs, idBase, false)
+}
+
+// instanceWith is instance with the service's client-IP affinity set to
+// clientIP.
+func instanceWith(t *testing.T, addrs []netip.Addr, idBase uint32, clientIP bool) *Dataplane {
+	t.Helper()
 	d, err := New(Options{NodeAddr: fxNode, TableSize: maglev.DefaultSize})
 	if err != nil {
 		t.Fatal(err)
@@ -34,7 +41,7 @@ func instance(t *testing.T, addrs []netip.Addr, idBase uint32) *Dataplane {
 	for i, s := range slots {
 		table[i] = idBase + uint32(s)
 	}
-	if err := d.UpsertService(Service{ID: idBase % MaxServices, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table}); err != nil {
+	if err := d.UpsertService(Service{ID: idBase % MaxServices, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: table, ClientIP: clientIP}); err != nil {
 		t.Fatal(err)
 	}
 	return d

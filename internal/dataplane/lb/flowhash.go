@@ -79,6 +79,28 @@ func lookup3(saddr, daddr, ports uint32, proto uint8) uint32 {
 	return c
 }
 
+// HashedPort is the source port the flow hash of a service sees
+// (hashed_sport in bpf/xlb_lb.h): none with client-IP affinity, so that
+// every connection of a client hashes alike.
+func HashedPort(sport uint16, clientIP bool) uint16 {
+	if clientIP {
+		return 0
+	}
+	return sport
+}
+
+// TunnelPort is the GUE outer source port of a flow whose flow hash is
+// hash (tunnel_hash and encap_ipv4 in bpf/): 14 bits of the hash in the
+// ephemeral range, with the source port mixed back in where client-IP
+// affinity left it out of the hash, so that a client's connections keep
+// their own outer ports.
+func TunnelPort(hash uint32, sport uint16, clientIP bool) uint16 {
+	if clientIP {
+		hash ^= uint32(wire.Port(sport))
+	}
+	return uint16(0xc000 | hash&0x3fff)
+}
+
 // Slot is the table slot a flow hash selects in a table of size slots:
 // hash * size / 2^32, as the LB program computes it (a range reduction
 // without a division).

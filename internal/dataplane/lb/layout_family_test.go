@@ -54,8 +54,8 @@ func TestLayoutMigratesIPv4OnlyState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { d.Close() }()
-	if why := d.Migrated(); why != "map layouts changed: backends, chain_tables, conntrack, svc_index, vips" {
-		t.Errorf("migration reason %q, want the five maps that hold addresses", why)
+	if why := d.Migrated(); why != "map layouts changed: backends, chain_tables, conntrack, reasons, svc_index, vips" {
+		t.Errorf("migration reason %q, want the five maps that hold addresses, and reasons, which has more since", why)
 	}
 	if err := d.UpsertBackend(0, fxBackend); err != nil {
 		t.Fatal(err)

@@ -69,6 +69,7 @@ type Shape struct {
 	MaxBackends   uint32        // backend IDs the maps hold
 	ConntrackSize uint32        // flows the conntrack table holds
 	FlowHash      wire.FlowHash // the flow hash the program computes
+	PingVIPs      bool          // the program answers echo requests to VIPs
 	// AttachMode is how XDP is attached: bpfobj.ModeNative or
 	// ModeGeneric; "" until Attach.
 	AttachMode string
@@ -222,7 +223,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		shape:   Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize, FlowHash: opts.FlowHash},
+		shape:   Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
 		pinPath: opts.PinPath,
 		layout:  bpfobj.SpecLayout(spec),
 	}
@@ -295,8 +296,12 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["backends"].MaxEntries = opts.MaxBackends
 	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
 	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
+	ping := uint32(0)
+	if opts.PingVIPs {
+		ping = 1
+	}
 	for name, v := range map[string]any{"node_addr": wire.Addr4(opts.NodeAddr), "node_addr6": wire.AddrOf(opts.NodeAddr6),
-		"table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash)} {
+		"table_size": opts.TableSize, "flow_hash": uint32(opts.FlowHash), "ping_vips": ping} {
 		if err := spec.Variables[name].Set(v); err != nil {
 			return nil, fmt.Errorf("set %s: %w", name, err)
 		}

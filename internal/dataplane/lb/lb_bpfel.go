@@ -31,6 +31,7 @@ const (
 	lbVarNhGen        = "nh_gen"
 	lbVarNodeAddr     = "node_addr"
 	lbVarNodeAddr6    = "node_addr6"
+	lbVarPingVips     = "ping_vips"
 	lbVarTableSize    = "table_size"
 )
 
@@ -103,6 +104,7 @@ type lbVariableSpecs struct {
 	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
 	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
+	PingVips  *ebpf.VariableSpec `ebpf:"ping_vips"`
 	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
 }
 
@@ -161,6 +163,7 @@ type lbVariables struct {
 	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
 	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
 	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
+	PingVips  *ebpf.Variable `ebpf:"ping_vips"`
 	TableSize *ebpf.Variable `ebpf:"table_size"`
 }
 

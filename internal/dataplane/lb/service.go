@@ -107,6 +107,9 @@ func (d *Dataplane) index(s Service, key wire.SvcSlot) error {
 	if s.Stateful {
 		key.Flags |= wire.SvcStateful
 	}
+	if s.ClientIP {
+		key.Flags |= wire.SvcClientIP
+	}
 	d.mu.Lock()
 	err := d.svcs.install(key)
 	d.mu.Unlock()
@@ -223,6 +226,7 @@ func (d *Dataplane) Installed() (Installed, error) {
 			Key:      ServiceKey{VIP: vip, Port: port, Proto: proto},
 			Encap:    Encap(s.Encap),
 			Stateful: s.Flags&wire.SvcStateful != 0,
+			ClientIP: s.Flags&wire.SvcClientIP != 0,
 		})
 	}
 	in.Backends, in.Owners = d.backends.list()

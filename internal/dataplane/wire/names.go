@@ -26,6 +26,8 @@ var (
 		"note_icmp_to_backend",
 		"note_ct_new",
 		"note_ct_midflow_miss",
+		"tx_ping_reply",
+		"drop_ping_refused",
 	}
 
 	// DecapStatNames name the decapsulation counters (enum decap_stat).

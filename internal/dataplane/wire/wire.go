@@ -81,6 +81,10 @@ const (
 // SvcStateful is SvcSlot's flag of a stateful service (XLB_SVC_STATEFUL).
 const SvcStateful = uint8(wireXlbSvcFlagXLB_SVC_STATEFUL)
 
+// SvcClientIP is SvcSlot's flag of a service with client-IP affinity
+// (XLB_SVC_CLIENT_IP): its flow hash leaves out the source port.
+const SvcClientIP = uint8(wireXlbSvcFlagXLB_SVC_CLIENT_IP)
+
 // ChainCfgSets is ChainCfg's flag that says the chaining sets are
 // configured (CHAIN_CFG_SETS).
 const ChainCfgSets = uint32(wireChainCfgFlagCHAIN_CFG_SETS)

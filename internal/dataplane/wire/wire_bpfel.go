@@ -237,13 +237,16 @@ const (
 	wireXlbReasonXLB_NOTE_ICMP_TO_BACKEND wireXlbReason = 16
 	wireXlbReasonXLB_NOTE_CT_NEW          wireXlbReason = 17
 	wireXlbReasonXLB_NOTE_CT_MIDFLOW_MISS wireXlbReason = 18
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 19
+	wireXlbReasonXLB_TX_PING_REPLY        wireXlbReason = 19
+	wireXlbReasonXLB_DROP_PING_REFUSED    wireXlbReason = 20
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 21
 )
 
 type wireXlbSvcFlag uint32
 
 const (
-	wireXlbSvcFlagXLB_SVC_STATEFUL wireXlbSvcFlag = 1
+	wireXlbSvcFlagXLB_SVC_STATEFUL  wireXlbSvcFlag = 1
+	wireXlbSvcFlagXLB_SVC_CLIENT_IP wireXlbSvcFlag = 2
 )
 
 type wireXlbSvcProtoFlag uint32

@@ -139,6 +139,7 @@ func TestEnumConstants(t *testing.T) {
 		{"xlb_encap", "XLB_ENCAP_GUE", uint64(EncapGUE)},
 		{"xlb_encap", "XLB_ENCAP_GUE_HINT", uint64(EncapGUEHint)},
 		{"xlb_svc_flag", "XLB_SVC_STATEFUL", uint64(SvcStateful)},
+		{"xlb_svc_flag", "XLB_SVC_CLIENT_IP", uint64(SvcClientIP)},
 		{"chain_cfg_flag", "CHAIN_CFG_SETS", uint64(ChainCfgSets)},
 		{"xlb_svc_proto_flag", "XLB_SVC_PROTO_V6", uint64(SvcProtoV6)},
 		{"xlb_table_entry_flag", "XLB_TABLE_ENTRY_V6", uint64(TableEntryV6)},

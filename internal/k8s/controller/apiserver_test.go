@@ -71,7 +71,7 @@ func TestAPIServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.applyCRDs()
-	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes", "share", "share2", "policy"} {
+	for _, ns := range []string{"alloc", "burst", "req", "rel", "restart", "shop", "nodes", "share", "share2", "policy", "aff"} {
 		e.createNamespace(ns)
 	}
 	t.Run("Validation", e.testValidation)
@@ -87,6 +87,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("NodeAddresses", e.testNodeAddresses)
 	t.Run("Sharing", e.testSharing)
 	t.Run("TrafficPolicy", e.testTrafficPolicy)
+	t.Run("AffinityTimeout", e.testAffinityTimeout)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
 		return
@@ -685,6 +686,33 @@ func (e *apiEnv) testNodeAddresses(t *testing.T) {
 		}
 	}
 	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 8, Assigned: 4, Available: 4})
+}
+
+// testAffinityTimeout: a Service with sessionAffinity ClientIP gets a
+// Warning Event that says its timeout is not honoured, with the timeout
+// the API server filled in, and another when the timeout changes; a
+// Service without affinity gets none.
+func (e *apiEnv) testAffinityTimeout(t *testing.T) {
+	e.createPool(t, "aff", map[string]any{"addresses": []any{"10.100.11.0/30"}, "serviceAllocation": map[string]any{"namespaces": []any{"aff"}}})
+	e.createService(t, lbService("aff", "sticky", func(s *corev1.Service) { s.Spec.SessionAffinity = corev1.ServiceAffinityClientIP }))
+	e.createService(t, lbService("aff", "plain"))
+	e.waitIngress(t, "aff", "sticky", "*")
+	e.waitEvent(t, "aff", "sticky", EventAffinityTimeout, "sessionAffinity ClientIP is served without its timeout (sessionAffinityConfig.clientIP.timeoutSeconds: 10800s)")
+	e.modify(t, "aff", "sticky", func(s *corev1.Service) {
+		s.Spec.SessionAffinityConfig.ClientIP.TimeoutSeconds = ptr(int32(60))
+	})
+	e.waitEvent(t, "aff", "sticky", EventAffinityTimeout, "timeoutSeconds: 60s", "keeps no state per client")
+	e.waitIngress(t, "aff", "plain", "*")
+	e.waitEvent(t, "aff", "plain", EventAllocated)
+	list, err := e.client.CoreV1().Events("aff").List(t.Context(), metav1.ListOptions{FieldSelector: "reason=" + EventAffinityTimeout})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ev := range list.Items {
+		if ev.InvolvedObject.Name != "sticky" || ev.Type != corev1.EventTypeWarning {
+			t.Errorf("%s Event of type %s on %s, want Warnings on sticky only", EventAffinityTimeout, ev.Type, ev.InvolvedObject.Name)
+		}
+	}
 }
 
 // addresses returns every Service's ingress by "namespace/name". Only

@@ -159,6 +159,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		}
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
 		return nil
@@ -169,6 +170,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if !r.served(svc) {
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
 		return r.unserve(ctx, key, svc)
@@ -178,6 +180,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
+	r.noteAffinity(svc, key)
 	return r.recordHistory(ctx, svc)
 }
 

@@ -130,6 +130,7 @@ func TestAPIServer(t *testing.T) {
 	w.until("one pod terminating: drained", backends(web, "10.244.0.10:8080/1", "10.244.1.11:8080/1", "10.244.1.13:8080/0"))
 
 	t.Run("Latency", func(t *testing.T) { measureLatency(t, c, w) })
+	t.Run("SessionAffinity", func(t *testing.T) { sessionAffinity(t, c, w) })
 
 	t.Run("SharedAddress", func(t *testing.T) { sharedAddress(t, c, w) })
 
@@ -149,6 +150,40 @@ func TestAPIServer(t *testing.T) {
 		}
 		return ""
 	})
+}
+
+// sessionAffinity sets the Service's spec.sessionAffinity to ClientIP and
+// back, as kubectl would: the source gives its port client-IP affinity,
+// and takes it away again. The API server fills in the timeout
+// (sessionAffinityConfig.clientIP.timeoutSeconds) that xlb cannot honour.
+func sessionAffinity(t *testing.T, c *realCluster, w *updates) {
+	const web = testNS + "/web:80/tcp"
+	affinity := func(want config.Affinity) func(*config.Config) string {
+		return func(cfg *config.Config) string {
+			for _, s := range cfg.Services {
+				if s.Name == web && s.Affinity == want && len(s.Backends) > 0 {
+					return ""
+				}
+			}
+			return fmt.Sprint(summary(cfg))
+		}
+	}
+	if err := affinity("")(w.cfg); err != "" {
+		t.Fatalf("before: %s, want %s without affinity", err, web)
+	}
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"spec": map[string]any{"sessionAffinity": "ClientIP"}})
+	w.until("sessionAffinity ClientIP", affinity(config.AffinityClientIP))
+	svc, err := c.cs.CoreV1().Services(testNS).Get(t.Context(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg := svc.Spec.SessionAffinityConfig; cfg == nil || cfg.ClientIP == nil || cfg.ClientIP.TimeoutSeconds == nil {
+		t.Errorf("the API server wrote no default timeout: %+v", cfg)
+	} else {
+		t.Logf("the API server's default timeoutSeconds: %d", *cfg.ClientIP.TimeoutSeconds)
+	}
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"spec": map[string]any{"sessionAffinity": "None", "sessionAffinityConfig": nil}})
+	w.until("sessionAffinity None", affinity(""))
 }
 
 // sharedAddress: a second Service of web's pods, with

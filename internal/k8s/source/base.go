@@ -34,9 +34,10 @@ func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Ku
 	// Checked as a file is, so that a bad --interface or address is
 	// reported as the file's checks would.
 	return config.ValidateConfig(&config.Config{
-		Node:       config.Node{Interface: iface, Address: addr},
-		API:        config.API{Socket: config.DefaultSocket},
-		Dataplane:  config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash},
+		Node: config.Node{Interface: iface, Address: addr},
+		API:  config.API{Socket: config.DefaultSocket},
+		Dataplane: config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash,
+			PingVIPs: config.DefaultPingVIPs},
 		Kubernetes: &k,
 	}, config.Env{File: "defaults"})
 }

@@ -230,6 +230,13 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 			flows = f
 		}
 	}
+	// ClientIP affinity needs no state: the flow hash leaves out the
+	// source port. Its timeout cannot be honoured without per-client
+	// state; the controller says so in an Event on the Service.
+	var affinity config.Affinity
+	if svc.Spec.SessionAffinity == corev1.ServiceAffinityClientIP {
+		affinity = config.AffinityClientIP
+	}
 	// The endpoint history the leader controller writes: without it
 	// (not written yet, or unreadable), each agent records its own.
 	var hist history.History
@@ -271,6 +278,7 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 			Protocol:       proto,
 			Forwarding:     fwd,
 			Flows:          flows,
+			Affinity:       affinity,
 			TranslatePorts: true,
 			Backends:       backends,
 			History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),

@@ -962,3 +962,36 @@ func TestTranslatedAgreesWithTranslate(t *testing.T) {
 		t.Fatal("no build had translations to keep")
 	}
 }
+
+// TestSessionAffinity: spec.sessionAffinity ClientIP gives every port of
+// the Service client-IP affinity, whatever its timeout (which the
+// controller reports as not honoured); None and the empty field give
+// none.
+func TestSessionAffinity(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP), slicePortOf("dns", 53, corev1.ProtocolUDP)}
+	slices := []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2"))}
+	timeout := int32(60)
+	for _, c := range []struct {
+		affinity corev1.ServiceAffinity
+		config   *corev1.SessionAffinityConfig
+		want     config.Affinity
+	}{
+		{"", nil, ""},
+		{corev1.ServiceAffinityNone, nil, ""},
+		{corev1.ServiceAffinityClientIP, nil, config.AffinityClientIP},
+		{corev1.ServiceAffinityClientIP, &corev1.SessionAffinityConfig{ClientIP: &corev1.ClientIPConfig{TimeoutSeconds: &timeout}}, config.AffinityClientIP},
+	} {
+		svc := service("default", "web", withPorts(port("", 80, corev1.ProtocolTCP), port("dns", 53, corev1.ProtocolUDP)), func(s *corev1.Service) {
+			s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = c.affinity, c.config
+		})
+		out, probs := translateService(svc, slices)
+		if len(out) != 2 || len(probs) != 0 {
+			t.Fatalf("sessionAffinity %q: %d services, problems %v; want 2 and none", c.affinity, len(out), probs)
+		}
+		for _, s := range out {
+			if s.Affinity != c.want {
+				t.Errorf("sessionAffinity %q: %s has affinity %q, want %q", c.affinity, s.Name, s.Affinity, c.want)
+			}
+		}
+	}
+}
