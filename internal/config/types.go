@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
@@ -62,6 +63,13 @@ const (
 	// data plane loads: about 80 bytes per flow.
 	MinConntrackSize = 1024
 	MaxConntrackSize = 1 << 24
+	// MaxSourceRanges is how many source ranges one service may list
+	// (the data plane's binary search over them has a fixed depth).
+	MaxSourceRanges = wire.MaxRanges
+	// MaxDenyPrefixes is how many prefixes the node's deny list
+	// (policy.deny) may hold: the data plane's deny table has room for
+	// one node and one leaf cell per prefix (XLB_DENY_MAX_PREFIXES).
+	MaxDenyPrefixes = 131072
 )
 
 // Config is a validated agent configuration. Every field holds its final

@@ -20,10 +20,13 @@ const (
 	benchMapBackends            = "backends"
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
+	benchMapDeny4               = "deny4"
 	benchMapMaglevTables        = "maglev_tables"
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
+	benchMapSvcRanges4          = "svc_ranges4"
 	benchMapSvcRetired          = "svc_retired"
+	benchMapSvcSrcDrops         = "svc_src_drops"
 	benchMapVipFilter           = "vip_filter"
 	benchMapVips                = "vips"
 	benchProgBenchLb            = "bench_lb"
@@ -95,10 +98,13 @@ type benchMapSpecs struct {
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
+	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -138,10 +144,13 @@ type benchMaps struct {
 	Backends     *ebpf.Map `ebpf:"backends"`
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
+	Deny4        *ebpf.Map `ebpf:"deny4"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
@@ -152,10 +161,13 @@ func (m *benchMaps) Close() error {
 		m.Backends,
 		m.ChainTables,
 		m.Conntrack,
+		m.Deny4,
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,
+		m.SvcRanges4,
 		m.SvcRetired,
+		m.SvcSrcDrops,
 		m.VipFilter,
 		m.Vips,
 	)

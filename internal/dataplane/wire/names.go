@@ -26,6 +26,8 @@ var (
 		"note_icmp_to_backend",
 		"note_ct_new",
 		"note_ct_midflow_miss",
+		"drop_denied",
+		"drop_source_range",
 	}
 
 	// DecapStatNames name the decapsulation counters (enum decap_stat).
