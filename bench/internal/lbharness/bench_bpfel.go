@@ -18,6 +18,7 @@ import (
 const (
 	benchMapBackendStats        = "backend_stats"
 	benchMapBackends            = "backends"
+	benchMapBenchDenyLpm        = "bench_deny_lpm"
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
@@ -30,6 +31,8 @@ const (
 	benchMapVipFilter           = "vip_filter"
 	benchMapVips                = "vips"
 	benchProgBenchLb            = "bench_lb"
+	benchProgFloorDenyLpm       = "floor_deny_lpm"
+	benchProgFloorDenyTable     = "floor_deny_table"
 	benchProgFloorParseEncap    = "floor_parse_encap"
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
@@ -84,6 +87,8 @@ type benchSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
 	BenchLb            *ebpf.ProgramSpec `ebpf:"bench_lb"`
+	FloorDenyLpm       *ebpf.ProgramSpec `ebpf:"floor_deny_lpm"`
+	FloorDenyTable     *ebpf.ProgramSpec `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
 	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
@@ -96,6 +101,7 @@ type benchProgramSpecs struct {
 type benchMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	BenchDenyLpm *ebpf.MapSpec `ebpf:"bench_deny_lpm"`
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
@@ -142,6 +148,7 @@ func (o *benchObjects) Close() error {
 type benchMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	BenchDenyLpm *ebpf.Map `ebpf:"bench_deny_lpm"`
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
@@ -159,6 +166,7 @@ func (m *benchMaps) Close() error {
 	return _BenchClose(
 		m.BackendStats,
 		m.Backends,
+		m.BenchDenyLpm,
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
@@ -189,6 +197,8 @@ type benchVariables struct {
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
 	BenchLb            *ebpf.Program `ebpf:"bench_lb"`
+	FloorDenyLpm       *ebpf.Program `ebpf:"floor_deny_lpm"`
+	FloorDenyTable     *ebpf.Program `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
 	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
@@ -198,6 +208,8 @@ type benchPrograms struct {
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.BenchLb,
+		p.FloorDenyLpm,
+		p.FloorDenyTable,
 		p.FloorParseEncap,
 		p.FloorParseEncapFib,
 		p.FloorParseTx,
