@@ -192,7 +192,7 @@ func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) 
 // a field this does not compare.
 func sameService(a, b Service) bool {
 	return a.Name == b.Name && a.VIP == b.VIP && a.Port == b.Port && a.Protocol == b.Protocol &&
-		a.Forwarding == b.Forwarding && a.TranslatePorts == b.TranslatePorts && a.Flows == b.Flows &&
+		slices.Equal(a.SourceRanges, b.SourceRanges) && a.Forwarding == b.Forwarding && a.TranslatePorts == b.TranslatePorts && a.Flows == b.Flows &&
 		slices.Equal(a.Backends, b.Backends) &&
 		slices.EqualFunc(a.History, b.History, func(x, y Generation) bool {
 			return x.Until.Equal(y.Until) && x.Until.Location() == y.Until.Location() && slices.Equal(x.Backends, y.Backends)

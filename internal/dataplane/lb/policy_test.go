@@ -9,6 +9,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/prefixset"
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 func prefixes(t testing.TB, ss ...string) []netip.Prefix {
@@ -280,8 +281,12 @@ func TestSourceRangesFailClosedAndDeleted(t *testing.T) {
 	expect(t, d, f, "upserted without ranges", "10.0.2.2", "")
 }
 
-// The deny table's map has room for the limit the configuration sets.
+// The deny table's map has room for the limit the configuration sets,
+// and a service's ranges for its.
 func TestDenyListLimit(t *testing.T) {
+	if config.MaxSourceRanges != wire.MaxRanges {
+		t.Errorf("the configuration allows %d source ranges, the data plane holds %d", config.MaxSourceRanges, wire.MaxRanges)
+	}
 	requirePrivileges(t)
 	d, err := New(Options{NodeAddr: fxNode, TableSize: fxTableSize})
 	if err != nil {
