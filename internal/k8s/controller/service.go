@@ -161,6 +161,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, key)
 		delete(r.uids, key)
 		delete(r.noted, key)
+		delete(r.rangesNoted, key)
 		return nil
 	}
 	if err != nil {
@@ -171,10 +172,12 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, key)
 		delete(r.uids, key)
 		delete(r.noted, key)
+		delete(r.rangesNoted, key)
 		return r.unserve(ctx, key, svc)
 	}
 	r.uids[key] = svc.UID
 	r.notePolicy(svc, key)
+	r.noteSourceRanges(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}
