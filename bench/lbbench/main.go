@@ -121,7 +121,7 @@ func main() {
 	ablate := flag.String("ablate", "bench/lbbench/ablations", "directory of patches to bpf/ that each take a part out of the LB path, measured against the real one (\"\" for none; needs clang and git)")
 	bpfDir := flag.String("bpf", "bpf", "the eBPF sources the ablation patches apply to")
 	policy := flag.Bool("policy", true, "also run the policy cases: deny lists of 1/100/10000/100000 prefixes and source ranges, the deny table against an LPM trie")
-	policyOnly := flag.Bool("policy-only", false, "run the policy cases alone (writes bench/results/lb-*.json with them, and their doc section)")
+	policyOnly := flag.Bool("policy-only", false, "run the policy cases alone (writes bench/results/lb-policy-*.json with them, and their doc section)")
 	policyRepeat := flag.Uint("policy-repeat", 100_000, "repetitions per round in the policy cases")
 	policyRounds := flag.Int("policy-rounds", 41, "rounds of the policy cases")
 	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")

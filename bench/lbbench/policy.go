@@ -112,10 +112,11 @@ func policyPlot(path string, r report) error {
 	return pngplot.Lines(path, "Cost per packet by deny list size (best round)", "prefixes in the list", "ns per packet", lines, pngplot.Options{LogX: true})
 }
 
-// writePolicy writes a report of the policy cases alone: JSON, plot and,
-// with doc, its section.
+// writePolicy writes a report of the policy cases alone: JSON (as
+// lb-policy-*.json, so that lb-latest.json keeps the full run's figures,
+// which pktbench reads), plot and, with doc, its section.
 func writePolicy(r report, out, doc, png string) {
-	name, err := benchutil.WriteJSON(out, "lb", time.Now().UTC().Format(benchutil.StampLayout), r)
+	name, err := benchutil.WriteJSON(out, "lb-policy", time.Now().UTC().Format(benchutil.StampLayout), r)
 	if err != nil {
 		fail(err)
 	}
