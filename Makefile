@@ -72,6 +72,7 @@ root-bench: deps
 	$(GO) test -run '^$$' -bench . -benchtime 20x ./internal/maglev/
 	$(GO) run ./bench/lbbench -out bench/results -svg docs/img/bench-lb.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/pktbench -out bench/results -doc docs/benchmarks.md
+	$(GO) run ./bench/policybench -out bench/results -doc docs/benchmarks.md
 	$(GO) run ./bench/httpbench -out bench/results -doc docs/benchmarks.md
 	$(GO) run ./bench/ctlbench -out bench/results -svg docs/img/bench-ctl.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/bgpbench -out bench/results -svg docs/img/bench-bgp.svg -doc docs/benchmarks.md

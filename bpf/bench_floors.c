@@ -133,7 +133,40 @@ static __always_inline int floor_encap_fib(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
+/* The deny list as a kernel LPM trie, for the comparison with the deny
+ * table the LB reads (docs/decisions/0005-policy.md): keys as xlb's
+ * other LPM tries hold them, an IPv4 /n as /96+n of its mapped address. */
+struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, XLB_DENY_MAX_PREFIXES);
+	__type(key, struct chain_peer_key);
+	__type(value, __u8);
+} bench_deny_lpm SEC(".maps");
+
+/* Parse, then ask a deny structure about the source: floor 1 with one
+ * lookup, in the LB's deny table (deny4, as the LB program reads it) or
+ * in the LPM trie above. */
+static __always_inline int floor_deny(struct xdp_md *ctx, const int lpm)
+{
+	struct pkt p = {};
+
+	if (parse_ipv4((void *)(long)ctx->data, (void *)(long)ctx->data_end, &p) != PARSE_OK)
+		return XDP_DROP;
+	if (lpm) {
+		struct chain_peer_key k = { .prefixlen = 128, .addr = XLB_ADDR4(p.ip->saddr) };
+
+		if (bpf_map_lookup_elem(&bench_deny_lpm, &k))
+			return XDP_DROP;
+	} else if (deny_v4(p.ip->saddr)) {
+		return XDP_DROP;
+	}
+	return XDP_TX;
+}
+
 WRAP(wrap_only, XDP_TX)
+WRAP(floor_deny_table, floor_deny(ctx, 0))
+WRAP(floor_deny_lpm, floor_deny(ctx, 1))
 WRAP(floor_parse_tx, floor_parse(ctx))
 WRAP(floor_parse_encap, floor_encap(ctx))
 WRAP(floor_parse_encap_fib, floor_encap_fib(ctx))

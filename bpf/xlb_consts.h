@@ -43,6 +43,18 @@
 #define XLB_VIP_FILTER_BITS 20
 #define XLB_VIP_FILTER_WORDS (1 << (XLB_VIP_FILTER_BITS - 6))
 
+/* Policy (xlb_policy.h). A service's source ranges: at most this many
+ * (after merging overlaps), a power of two: the binary search over them
+ * takes log2 of it steps, whatever the service has. */
+#define XLB_SVC_MAX_RANGES 64
+
+/* The node's deny list: at most this many prefixes. Its table holds at
+ * most one node cell and one leaf cell per prefix beside its root
+ * (XLB_DENY_CELLS in xlb_policy.h). */
+#ifndef XLB_DENY_MAX_PREFIXES
+#define XLB_DENY_MAX_PREFIXES 131072
+#endif
+
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS
 #define XLB_MAX_VIPS 1024

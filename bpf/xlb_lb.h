@@ -8,6 +8,7 @@
 #include "xlb_parse.h"
 #include "xlb_encap.h"
 #include "xlb_ping.h"
+#include "xlb_policy.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -369,6 +370,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		if (deny_v4(p.ip->saddr))
+			return drop(XLB_DROP_DENIED);
 		/* Pruned by the verifier when off. */
 		if (ping_vips) {
 			enum ping_result r = vip_ping(&p, data_end);
@@ -403,21 +406,35 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		/* Non-first fragments carry no ports, so no instance could hash
 		 * them to the backend of their first fragment; first fragments
 		 * go too, as the datagram could never be completed. */
-		if (is_vip(vip))
-			return drop(XLB_DROP_FRAGMENT);
-		return pass(XLB_PASS_NO_SERVICE);
+		if (!is_vip(vip))
+			return pass(XLB_PASS_NO_SERVICE);
+		if (deny_v4(ip->saddr))
+			return drop(XLB_DROP_DENIED);
+		return drop(XLB_DROP_FRAGMENT);
 	}
 
 	struct svc_slot *svc = svc_lookup(vip, p.dport, p.proto);
 	if (!svc) {
-		if (is_vip(vip))
-			return drop(XLB_DROP_VIP_NO_SERVICE);
-		return pass(XLB_PASS_NO_SERVICE);
+		if (!is_vip(vip))
+			return pass(XLB_PASS_NO_SERVICE);
+		if (deny_v4(ip->saddr))
+			return drop(XLB_DROP_DENIED);
+		return drop(XLB_DROP_VIP_NO_SERVICE);
+	}
+	/* Who may reach the service, before anything else is looked up: the
+	 * node's deny list first, then the service's own ranges, which an
+	 * ICMP error passes by the client of the flow it quotes. */
+	if (deny_v4(ip->saddr))
+		return drop(XLB_DROP_DENIED);
+	__u32 svc_id = svc->id;
+
+	if ((svc->flags & XLB_SVC_SOURCE_RANGES) && !source_allowed4(svc_id, p.flow_src)) {
+		count_source_drop(svc_id, p.ip_len);
+		return drop(XLB_DROP_SOURCE_RANGE);
 	}
 	if (ip->ttl <= 1)
 		return pass(XLB_PASS_TTL_EXCEEDED);
 
-	__u32 svc_id = svc->id;
 	__u8 mode = svc->encap;
 
 	/* The stateful path is taken only after the stateless one's hash:

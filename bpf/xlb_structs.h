@@ -16,6 +16,7 @@
 #define XLB_STRUCTS_H
 
 #include <linux/types.h>
+#include "xlb_consts.h"
 
 /* ---- Both programs ---- */
 
@@ -74,6 +75,8 @@ enum xlb_reason {
 	XLB_TX_PING_REPLY,       /* ICMP echo request to a VIP, answered by the node (ping_vips) */
 	XLB_DROP_PING_REFUSED,   /* echo request to a VIP not answered (ping_vips): a fragment, IP
 				  * options, or a source no reply may go to (broadcast, multicast, ...) */
+	XLB_DROP_DENIED,         /* to a VIP from a source in the node's deny list */
+	XLB_DROP_SOURCE_RANGE,   /* to a service from outside its source ranges (also per service: svc_src_drops) */
 	XLB_REASON_MAX,
 };
 
@@ -96,10 +99,12 @@ enum xlb_encap {
  * their first packet got (conntrack), whatever the table says later.
  * CLIENT_IP: client-IP affinity, the flow hash leaves out the client's
  * source port, so that every connection of a client takes the same table
- * slot. */
+ * slot. SOURCE_RANGES: only sources in the service's ranges (svc_ranges4)
+ * reach it; the others are dropped before any table lookup. */
 enum xlb_svc_flag {
 	XLB_SVC_STATEFUL = 1,
 	XLB_SVC_CLIENT_IP = 2,
+	XLB_SVC_SOURCE_RANGES = 4,
 };
 
 /* Marks the protocol of an IPv6 service's slot (svc_slot.proto), so that
@@ -212,6 +217,46 @@ struct nh_entry {
 struct backend_state {
 	struct xlb_counter stats;
 	struct nh_entry nh;
+};
+
+/* ---- The LB program's policy: the node's deny list and the services'
+ * source ranges (xlb_policy.h). IPv4 only so far: an IPv6 family gets
+ * structures of its own beside these (deny6, svc_ranges6), as its
+ * addresses need other strides. ---- */
+
+/* The IPv4 deny table: one array of 32-byte cells, built whole in Go
+ * (internal/dataplane/prefixset) and swapped in whole, in three levels
+ * (a DIR-18-6-8 trie, leaf-pushed, its second level compressed by
+ * popcount as poptrie does):
+ *  - root: cells 0..XLB_DENY_ROOT_CELLS-1 hold one 32-bit entry per /18,
+ *    entry r (the address's top 18 bits) in cell r / 8, word r % 8:
+ *    0 no prefix covers any of it, XLB_DENY_ALL all of it is denied,
+ *    anything else the index of the /18's node cell;
+ *  - node (a /18's 64 /24s): q[0] bit i: /24 i is denied whole; q[1] bit
+ *    i: /24 i has a leaf, which is cell w[4] + the number of bits of q[1]
+ *    below i;
+ *  - leaf (a /24): bit b of the 256-bit map (w[b / 32], bit b % 32): the
+ *    address ending in b is denied.
+ * Every lookup reads at most three cells, whatever the list holds. */
+union xlb_deny_cell {
+	__u32 w[8];
+	__u64 q[4];
+};
+
+/* The deny table's geometry, and the root entry that denies a whole /18. */
+enum xlb_deny_layout {
+	XLB_DENY_ROOT_BITS = 18, /* the root has an entry per /18 */
+	XLB_DENY_NODE_BITS = 6,  /* a node has a bit per /24 of its /18 */
+	XLB_DENY_ALL = 0xffffffffu,
+};
+
+/* A service's IPv4 source ranges: disjoint inclusive intervals [lo, hi]
+ * of host-order addresses, sorted, the last one repeated up to
+ * XLB_SVC_MAX_RANGES, so that a binary search of fixed depth finds the
+ * one an address may be in. */
+struct xlb_ranges4 {
+	__u32 lo[XLB_SVC_MAX_RANGES];
+	__u32 hi[XLB_SVC_MAX_RANGES];
 };
 
 /* ---- The backend-host program ---- */
@@ -352,6 +397,8 @@ _Static_assert(sizeof(struct chain_entry) == 56, "chain_entry");
 _Static_assert(sizeof(struct ct_key) == 40 && sizeof(struct ct_entry) == 20, "conntrack");
 _Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
 _Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
+_Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");
+_Static_assert(sizeof(struct xlb_ranges4) == 8 * XLB_SVC_MAX_RANGES, "ranges");
 _Static_assert(sizeof(struct chain_peer_key) == 20, "an LPM key: prefix length, then the address");
 _Static_assert(sizeof(struct chain_svc_key) == 20, "chain_svc_key");
 _Static_assert(sizeof(struct nat_svc_key) == 36 && sizeof(struct nat_flow_key) == 40 &&

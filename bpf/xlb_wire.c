@@ -27,6 +27,9 @@ struct xlb_wire_types {
 	struct ct_entry ct_entry;
 	struct nh_entry nh_entry;
 	struct backend_state backend_state;
+	union xlb_deny_cell deny_cell;
+	enum xlb_deny_layout deny_layout;
+	struct xlb_ranges4 ranges4;
 	/* The backend host */
 	enum decap_stat decap_stat;
 	enum chain_stat chain_stat;

@@ -441,6 +441,9 @@ func rbacTable(ns, lease, secret string) []access {
 		{"controller", "create", "", "services", "", "shop", "", false},
 		{"controller", "delete", "", "services", "", "shop", "web", false},
 		{"controller", "update", xlb, "addresspools", "", "", "p", false},
+		{"controller", "watch", xlb, "denylists", "", "", "", true},
+		{"controller", "patch", xlb, "denylists", "status", "", "d", true},
+		{"controller", "update", xlb, "denylists", "", "", "d", false},
 		{"controller", "list", xlb, "bgppeers", "", "", "", false},
 		{"controller", "list", "", "pods", "", "", "", false},
 		{"controller", "update", "", "nodes", "", "", "n", false},
@@ -450,6 +453,8 @@ func rbacTable(ns, lease, secret string) []access {
 		{"agent", "watch", disc, "endpointslices", "", "", "", true},
 		{"agent", "watch", "", "nodes", "", "", "", true},
 		{"agent", "watch", xlb, "bgppeers", "", "", "", true},
+		{"agent", "watch", xlb, "denylists", "", "", "", true},
+		{"agent", "patch", xlb, "denylists", "status", "", "d", false},
 		{"agent", "get", "", "secrets", "", ns, secret, named},
 		{"agent", "list", "", "secrets", "", ns, secret, named},
 		{"agent", "watch", "", "secrets", "", ns, secret, named},
@@ -473,6 +478,7 @@ func rbacTable(ns, lease, secret string) []access {
 		{"backend", "watch", "", "nodes", "", "", "", true},
 		{"backend", "update", "", "nodes", "status", "", "worker-1", false},
 		{"backend", "list", xlb, "bgppeers", "", "", "", false},
+		{"backend", "list", xlb, "denylists", "", "", "", false},
 		{"backend", "update", "", "services", "status", "shop", "web", false},
 		{"backend", "create", "", "events", "", "shop", "", false},
 	}
@@ -549,8 +555,8 @@ func testExamples(t *testing.T, k *kube) {
 	for _, o := range objs {
 		kinds[o.GetKind()] = true
 	}
-	if !kinds["AddressPool"] || !kinds["BGPPeer"] {
-		t.Fatalf("50-example.yaml: want an AddressPool and a BGPPeer, got %v", kinds)
+	if !kinds["AddressPool"] || !kinds["BGPPeer"] || !kinds["DenyList"] {
+		t.Fatalf("50-example.yaml: want an AddressPool, a BGPPeer and a DenyList, got %v", kinds)
 	}
 	if err := k.apply(t.Context(), objs); err != nil {
 		t.Errorf("the examples are refused:\n%v", err)
@@ -778,6 +784,30 @@ kind: BGPPeer
 metadata: {name: bad-hold}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1.1, holdTime: 1s}`,
 			[]string{"spec.holdTime", "at least 3s"}, nil},
+		{"deny list host bits", `
+apiVersion: xlb.io/v1alpha1
+kind: DenyList
+metadata: {name: bad-host-bits}
+spec: {prefixes: [192.0.2.0/24, 198.51.100.7/24]}`,
+			[]string{"spec.prefixes[1]", "198.51.100.7/24 has host bits set", "write its network address, 198.51.100.0/24"}, nil},
+		{"deny list IPv6", `
+apiVersion: xlb.io/v1alpha1
+kind: DenyList
+metadata: {name: bad-family}
+spec: {prefixes: ["2001:db8::/32"]}`,
+			[]string{"spec.prefixes[0]", "2001:db8::/32 is an IPv6 CIDR: xlb denies IPv4 sources only"}, nil},
+		{"deny list not a CIDR", `
+apiVersion: xlb.io/v1alpha1
+kind: DenyList
+metadata: {name: bad-cidr}
+spec: {prefixes: [192.0.2.1]}`,
+			[]string{"spec.prefixes[0]", "192.0.2.1 is not a CIDR"}, nil},
+		{"deny list without prefixes", `
+apiVersion: xlb.io/v1alpha1
+kind: DenyList
+metadata: {name: no-prefixes}
+spec: {}`,
+			[]string{"spec.prefixes", "Required value"}, nil},
 		{"peer without my ASN", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer

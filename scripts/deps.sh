@@ -35,6 +35,9 @@ declare -A need=(
 	[haproxy]=/usr/sbin/haproxy
 	[nftables]=/usr/sbin/nft
 	[iptables]=/usr/sbin/iptables
+	# bench/policybench's TCP stream through the node, as the seed report
+	# "eBPF Based Networking" measured it.
+	[iperf3]=/usr/bin/iperf3
 )
 missing=()
 for pkg in "${!need[@]}"; do

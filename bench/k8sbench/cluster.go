@@ -32,10 +32,13 @@ const (
 	svcPort   = 80
 	podPort   = 8080
 	managedBy = "k8sbench.xlb.io"
-	// crdFile is the BGPPeer CRD, which the agent requires, relative
-	// to the repository's root.
-	crdFile = "deploy/crds/xlb.io_bgppeers.yaml"
+	// crdDir holds the BGPPeer and DenyList CRDs, which the agent
+	// requires, relative to the repository's root.
+	crdDir = "deploy/crds"
 )
+
+// crdFiles are the CRDs the agent requires, in crdDir.
+var crdFiles = []string{"xlb.io_bgppeers.yaml", "xlb.io_denylists.yaml"}
 
 // cluster is the control plane and a client with room for the set-up's
 // burst of requests.
@@ -139,14 +142,18 @@ feed:
 	return calls, nil
 }
 
-// installCRD creates the BGPPeer CRD (the agent checks that it is
-// served) and waits until BGPPeers can be listed.
+// installCRD creates the BGPPeer and DenyList CRDs (the agent checks
+// that they are served) and waits until they can be listed.
 func (c *cluster) installCRD(ctx context.Context) error {
-	path, err := findUp(crdFile)
-	if err != nil {
-		return err
+	var paths []string
+	for _, f := range crdFiles {
+		path, err := findUp(filepath.Join(crdDir, f))
+		if err != nil {
+			return err
+		}
+		paths = append(paths, path)
 	}
-	return k8stest.InstallCRDs(ctx, c.dyn, 30*time.Second, path)
+	return k8stest.InstallCRDs(ctx, c.dyn, 30*time.Second, paths...)
 }
 
 // findUp finds rel from the working directory upwards: the repository's

@@ -76,6 +76,11 @@ type report struct {
 	// Ablations are the LB path with one part taken out at a time
 	// (ablate.go), measured after the backend program.
 	Ablations []ablation `json:"ablations,omitempty"`
+	// Policy is the LB path with deny lists of several sizes and with
+	// source ranges, and the deny table against an LPM trie (policy.go).
+	Policy       *lbharness.PolicyReport `json:"policy,omitempty"`
+	PolicyRepeat uint32                  `json:"policy_repeat,omitempty"`
+	PolicyRounds int                     `json:"policy_rounds,omitempty"`
 }
 
 type backendReport struct {
@@ -115,11 +120,31 @@ func main() {
 	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
 	ablate := flag.String("ablate", "bench/lbbench/ablations", "directory of patches to bpf/ that each take a part out of the LB path, measured against the real one (\"\" for none; needs clang and git)")
 	bpfDir := flag.String("bpf", "bpf", "the eBPF sources the ablation patches apply to")
+	policy := flag.Bool("policy", true, "also run the policy cases: deny lists of 1/100/10000/100000 prefixes and source ranges, the deny table against an LPM trie")
+	policyOnly := flag.Bool("policy-only", false, "run the policy cases alone (writes bench/results/lb-policy-*.json with them, and their doc section)")
+	policyRepeat := flag.Uint("policy-repeat", 100_000, "repetitions per round in the policy cases")
+	policyRounds := flag.Int("policy-rounds", 41, "rounds of the policy cases")
 	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")
 	flag.Parse()
 
 	if *against != "" {
 		runAB(*against, *out, *backends, uint32(*repeat), *rounds)
+		return
+	}
+	runPolicy := func(r *report) {
+		fmt.Println("LB program with deny lists and source ranges, the deny table against an LPM trie ...")
+		r.PolicyRepeat, r.PolicyRounds = uint32(*policyRepeat), *policyRounds
+		p, err := lbharness.RunPolicy(lbharness.PolicyConfig{Sizes: lbharness.DefaultPolicySizes, Repeat: r.PolicyRepeat, Rounds: r.PolicyRounds})
+		if err != nil {
+			fail(fmt.Errorf("policy: %w", err))
+		}
+		r.Policy = &p
+	}
+	if *policyOnly {
+		r := report{runInfo: thisRun()}
+		runPolicy(&r)
+		printPolicy(r)
+		writePolicy(r, *out, *doc, policyPNG)
 		return
 	}
 
@@ -178,6 +203,10 @@ func main() {
 		}
 	}
 
+	if *policy {
+		runPolicy(&r)
+	}
+
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
 	fmt.Printf("%-18s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
 	for _, x := range res {
@@ -201,11 +230,26 @@ func main() {
 		}
 	}
 
+	if r.Policy != nil {
+		printPolicy(r)
+	}
+
 	name, err := benchutil.WriteJSON(*out, "lb", time.Now().UTC().Format(benchutil.StampLayout), r)
 	if err != nil {
 		fail(err)
 	}
 	fmt.Println("wrote", name)
+	if *doc != "" && r.Policy != nil {
+		if err := benchutil.RewriteDoc(*doc, policyBegin, policyEnd, policySection(r, filepath.Base(name), policyPNG, *doc)); err != nil {
+			fail(err)
+		}
+	}
+	if r.Policy != nil {
+		if err := policyPlot(policyPNG, r); err != nil {
+			fail(err)
+		}
+		fmt.Println("wrote", policyPNG)
+	}
 	if *doc != "" {
 		if err := rewriteDoc(*doc, r, filepath.Base(name)); err != nil {
 			fail(err)

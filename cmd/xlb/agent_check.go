@@ -103,6 +103,9 @@ func printCheck(w io.Writer, c *api.Check) {
 	for _, b := range c.BGP {
 		lines = append(lines, "bgp: "+b)
 	}
+	for _, p := range c.Policy {
+		lines = append(lines, "policy: "+p)
+	}
 	if len(lines) > 0 {
 		fmt.Fprintf(w, "Against %s (generation %d), a reload would:\n", running, c.Generation)
 		for _, l := range lines {

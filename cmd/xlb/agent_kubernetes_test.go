@@ -53,8 +53,9 @@ func TestAgentKubernetes(t *testing.T) {
 		must(do(ctx, name, types.MergePatchType, []byte(p), metav1.PatchOptions{}, "status"))
 	}
 
-	// The BGPPeer CRD, as deploy/crds has it.
-	if err := k8stest.InstallCRDs(ctx, dyn, 30*time.Second, filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml")); err != nil {
+	// The CRDs the agent reads, as deploy/crds has them.
+	if err := k8stest.InstallCRDs(ctx, dyn, 30*time.Second, filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"),
+		filepath.Join("..", "..", "deploy", "crds", "xlb.io_denylists.yaml")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -121,6 +121,10 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 			fwd += " (not installed)"
 		}
 		fmt.Fprintf(tw, "%s\t%s/%s\t%s\t\t%s\t\t%d\t%d\t\n", s.Name, netip.AddrPortFrom(s.VIP, s.Port), s.Protocol, fwd, orDash(s.State), s.Counters.Packets, s.Counters.Bytes)
+		if len(s.SourceRanges) > 0 || s.SourceRangeDrops.Packets > 0 {
+			// The packets and bytes of this row are the ones turned away.
+			fmt.Fprintf(tw, "  sources\t\t\t\t\t\t%d\t%d\tdropped, not from %s\n", s.SourceRangeDrops.Packets, s.SourceRangeDrops.Bytes, sourcesText(s.SourceRanges))
+		}
 		for _, b := range s.Backends {
 			health, last := backendHealth(b.Health, now)
 			fmt.Fprintf(tw, "  backend\t%s\t\t%d\t%s\t%s\t%d\t%d\t%s\n", netip.AddrPortFrom(b.Address, b.Port), b.Weight,
@@ -137,6 +141,10 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 		if _, err := fmt.Fprintln(w, strings.TrimRight(line, " \n")); err != nil {
 			return err
 		}
+	}
+
+	if p := st.Policy; p.DenyPrefixes > 0 || p.Denied > 0 {
+		fmt.Fprintf(w, "\nDeny list: %d prefixes (policy.deny), %d packets to VIPs denied\n", p.DenyPrefixes, p.Denied)
 	}
 
 	var reasons []string
@@ -297,4 +305,18 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		}
 	}
 	fmt.Fprintln(w)
+}
+
+// sourcesText lists a service's source ranges for the status table: a
+// few by name, then how many more (a service whose ranges were removed
+// may still show what they dropped).
+func sourcesText(ranges []string) string {
+	const shown = 3
+	switch {
+	case len(ranges) == 0:
+		return "(no ranges now)"
+	case len(ranges) <= shown:
+		return strings.Join(ranges, ",")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(ranges[:shown], ","), len(ranges)-shown)
 }

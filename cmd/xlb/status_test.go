@@ -216,3 +216,49 @@ func TestPrintStatusPingVIPs(t *testing.T) {
 		}
 	}
 }
+
+// A service's source ranges and what they turned away, and the deny
+// list, in the text status.
+func TestPrintStatusPolicy(t *testing.T) {
+	now := time.Date(2026, 1, 2, 3, 4, 10, 0, time.UTC)
+	st := &api.Status{
+		Version: "v1", Node: api.Node{Interface: "eth0"},
+		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
+		Services: []api.Service{{
+			Name: "web", VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
+			Installed: true, State: api.StateUp, Counters: api.Counters{Packets: 7, Bytes: 700},
+			SourceRanges:     []string{"10.0.0.0/8", "172.16.0.0/12", "192.0.2.0/24", "198.51.100.0/24"},
+			SourceRangeDrops: api.Counters{Packets: 3, Bytes: 180},
+		}, {
+			Name: "dns", VIP: netip.MustParseAddr("10.99.0.2"), Port: 53, Protocol: "udp", Forwarding: "dsr-gue",
+			Installed: true, State: api.StateUp,
+		}},
+		Reasons: map[string]uint64{"drop_denied": 5, "drop_source_range": 3},
+		Policy:  api.Policy{DenyPrefixes: 2, Denied: 5},
+	}
+	var b strings.Builder
+	if err := printStatus(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"dropped, not from 10.0.0.0/8,172.16.0.0/12,192.0.2.0/24 and 1 more",
+		"Deny list: 2 prefixes (policy.deny), 5 packets to VIPs denied",
+		"drop_denied",
+		"drop_source_range",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the status", want)
+		}
+	}
+	var sources []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "  sources") {
+			sources = append(sources, l)
+		}
+	}
+	if len(sources) != 1 || !strings.Contains(sources[0], " 3 ") || !strings.Contains(sources[0], " 180 ") || !strings.Contains(sources[0], "dropped, not from") {
+		t.Errorf("source lines %q, want web's alone with 3 packets and 180 bytes dropped", sources)
+	}
+}

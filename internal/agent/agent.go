@@ -480,7 +480,14 @@ func (a *Agent) Status() (*api.Status, error) {
 					return nil, fmt.Errorf("service %q: read counters: %w", s.Name, err)
 				}
 				out.Counters = api.Counters(c)
+				if c, err = a.dp.SourceRangeDrops(id); err != nil {
+					return nil, fmt.Errorf("service %q: read source range drops: %w", s.Name, err)
+				}
+				out.SourceRangeDrops = api.Counters(c)
 			}
+		}
+		for _, p := range s.SourceRanges {
+			out.SourceRanges = append(out.SourceRanges, p.String())
 		}
 		for _, b := range s.Backends {
 			ob := api.Backend{Address: b.Address, Port: b.Port, Weight: b.Weight, Health: healthOf(b, snap[TargetKey(s, b)])}
@@ -500,6 +507,7 @@ func (a *Agent) Status() (*api.Status, error) {
 		return nil, fmt.Errorf("read reason counters: %w", err)
 	}
 	st.Reasons = reasons
+	st.Policy = api.Policy{DenyPrefixes: len(cfg.Policy.Deny), Denied: reasons["drop_denied"]}
 	return st, nil
 }
 

@@ -20,6 +20,9 @@ func diffConfigs(old, cfg *config.Config) *api.Check {
 	c := &api.Check{}
 	c.Restart = restartChanges(old, cfg)
 	c.BGP = bgpChanges(old.BGP, cfg.BGP)
+	if what := prefixChanges(old.Policy.Deny, cfg.Policy.Deny, "no source denied"); what != "" {
+		c.Policy = append(c.Policy, "deny: "+what)
+	}
 	before := servicesByName(old)
 	for _, s := range cfg.Services {
 		o := before[s.Name]
@@ -106,6 +109,9 @@ func serviceDiff(old, s config.Service) []string {
 		return head{s.VIP, s.Port, s.Protocol, s.Forwarding, s.TranslatePorts, s.Flows, s.Affinity}
 	}
 	fieldChanges("", reflect.ValueOf(h(old)), reflect.ValueOf(h(s)), &out)
+	if what := prefixChanges(old.SourceRanges, s.SourceRanges, "every source"); what != "" {
+		out = append(out, "sourceRanges: "+what)
+	}
 	if !old.BGP.Equal(s.BGP) {
 		out = append(out, "bgp (the route's attributes) changed")
 	}
@@ -238,4 +244,52 @@ func show(v reflect.Value) string {
 		return s.String()
 	}
 	return fmt.Sprint(v.Interface())
+}
+
+// prefixChanges says how a list of prefixes changes: the prefixes added
+// and removed (a few by name, more by count), or "" when it holds the
+// same prefixes; empty says what an empty list means.
+func prefixChanges(old, cfg []netip.Prefix, empty string) string {
+	had := make(map[netip.Prefix]bool, len(old))
+	for _, p := range old {
+		had[p] = true
+	}
+	has := make(map[netip.Prefix]bool, len(cfg))
+	var added, removed []string
+	for _, p := range cfg {
+		if !has[p] && !had[p] {
+			added = append(added, p.String())
+		}
+		has[p] = true
+	}
+	for _, p := range old {
+		if !has[p] {
+			removed = append(removed, p.String())
+			has[p] = true // once
+		}
+	}
+	if len(added)+len(removed) == 0 {
+		return ""
+	}
+	list := func(verb string, ps []string) string {
+		if len(ps) > 5 {
+			return fmt.Sprintf("%d %s", len(ps), verb)
+		}
+		return verb + " " + strings.Join(ps, ", ")
+	}
+	var parts []string
+	if len(added) > 0 {
+		parts = append(parts, list("added", added))
+	}
+	if len(removed) > 0 {
+		parts = append(parts, list("removed", removed))
+	}
+	what := strings.Join(parts, "; ")
+	switch {
+	case len(old) == 0:
+		what += " (was: " + empty + ")"
+	case len(cfg) == 0:
+		what += " (now: " + empty + ")"
+	}
+	return fmt.Sprintf("%d → %d prefixes: %s", len(old), len(cfg), what)
 }

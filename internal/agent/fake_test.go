@@ -34,6 +34,10 @@ type fakeDP struct {
 	reasons     map[string]uint64
 
 	owners map[uint32]uint32 // backend ID → service ID whose table named it last
+	// deny is the deny list; rangeDrops what each service dropped for
+	// its source ranges.
+	deny       []netip.Prefix
+	rangeDrops map[uint32]lb.Counters
 
 	calls      []string         // "UpsertService 0", in order
 	fail       map[string]error // method → error returned by every call until removed
@@ -58,6 +62,7 @@ func newFake(size, maxServices, maxBackends uint32) *fakeDP {
 		beCounters:  make(map[uint32]lb.Counters),
 		reasons:     map[string]uint64{"pass_not_vip": 7},
 		owners:      make(map[uint32]uint32),
+		rangeDrops:  make(map[uint32]lb.Counters),
 		fail:        make(map[string]error),
 		failKey:     make(map[uint32]error),
 		inflight:    make(map[uint32][]uint32),
@@ -194,6 +199,40 @@ func (f *fakeDP) Installed() (lb.Installed, error) {
 	}
 	in.Backends = maps.Clone(f.backends)
 	return in, f.fail["Installed"]
+}
+
+// SetSourceRanges changes an installed service's ranges.
+func (f *fakeDP) SetSourceRanges(id uint32, key lb.ServiceKey, ranges []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("SetSourceRanges", id); err != nil {
+		return err
+	}
+	s, ok := f.services[id]
+	if !ok || s.Key != key {
+		f.violate("SetSourceRanges %d %v: no such service", id, key)
+		return nil
+	}
+	s.SourceRanges = slices.Clone(ranges)
+	f.services[id] = s
+	return nil
+}
+
+// SetDenyList records the deny list.
+func (f *fakeDP) SetDenyList(prefixes []netip.Prefix) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("SetDenyList", uint32(len(prefixes))); err != nil {
+		return err
+	}
+	f.deny = slices.Clone(prefixes)
+	return nil
+}
+
+func (f *fakeDP) SourceRangeDrops(id uint32) (lb.Counters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.rangeDrops[id], f.fail["SourceRangeDrops"]
 }
 
 // KeepService keeps no table: the fake records none, so the agent builds

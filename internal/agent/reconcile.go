@@ -38,6 +38,11 @@ type Dataplane interface {
 	// again; else it changes nothing and returns lb.ErrNotKept.
 	KeepService(s lb.Service, names []uint32) error
 	DeleteService(id uint32, key lb.ServiceKey) error
+	// SetSourceRanges changes the source ranges of installed service id
+	// alone (UpsertService and KeepService take them with the rest).
+	SetSourceRanges(id uint32, key lb.ServiceKey, ranges []netip.Prefix) error
+	// SetDenyList makes prefixes the node's deny list.
+	SetDenyList(prefixes []netip.Prefix) error
 	// Installed is what the data plane holds, for adoption: with which
 	// service each backend counts for, services that share a backend
 	// address keep their own IDs and counters across a restart.
@@ -45,6 +50,9 @@ type Dataplane interface {
 	ServiceCounters(id uint32) (lb.Counters, error)
 	BackendCounters(id uint32) (lb.Counters, error)
 	ReasonCounters() (map[string]uint64, error)
+	// SourceRangeDrops counts what service id dropped for sources
+	// outside its ranges.
+	SourceRangeDrops(id uint32) (lb.Counters, error)
 	Shape() lb.Shape
 }
 
@@ -86,6 +94,11 @@ type Reconciler struct {
 	// built and upserted, and those whose tables it kept without
 	// building them (KeepService), since it started.
 	built, kept atomic.Uint64
+	// deny is the deny list installed; denyKnown says it is (false until
+	// the first apply: an agent restarted on pinned maps does not know
+	// what an earlier one installed).
+	deny      []netip.Prefix
+	denyKnown bool
 }
 
 // TableCounts returns how many services' tables the Reconciler built and
@@ -134,6 +147,10 @@ type service struct {
 	// history are the earlier member sets of a daisy-chained service that
 	// this agent saw, oldest first, at most config.MaxHistory.
 	history []chain.Past
+	// ranges are the installed source ranges, once rangesKnown (an
+	// adopted service's are not known until written).
+	ranges      []netip.Prefix
+	rangesKnown bool
 }
 
 // adopted reports whether st is a service this Reconciler adopted from
@@ -204,6 +221,15 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 
 	m := r.dp.Shape().TableSize
 	var errs []error
+	// The deny list first: it protects every service, the ones added
+	// below included.
+	if !r.denyKnown || !slices.Equal(r.deny, cfg.Policy.Deny) {
+		if err := r.dp.SetDenyList(cfg.Policy.Deny); err != nil {
+			errs = append(errs, fmt.Errorf("policy.deny: %w", err))
+		} else {
+			r.deny, r.denyKnown = slices.Clone(cfg.Policy.Deny), true
+		}
+	}
 	want := make(map[lb.ServiceKey]bool, len(cfg.Services))
 	type desired struct {
 		svc config.Service
@@ -240,6 +266,8 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 	// services before it free the IDs of their leaving backends once
 	// their new tables are in place, as they would one by one.
 	var wave []*change
+	// Services whose table stays may still have new source ranges.
+	var ranges []desired
 	for _, d := range todo {
 		c, err := r.plan(d.svc, d.key)
 		if errors.Is(err, errNoBackendID) && len(wave) > 0 {
@@ -256,13 +284,33 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 		}
 		if c != nil {
 			wave = append(wave, c)
+		} else {
+			ranges = append(ranges, d)
 		}
 	}
 	errs = append(errs, r.install(wave, m)...)
+	for _, d := range ranges {
+		if err := r.setRanges(r.services[d.key], d.svc.SourceRanges); err != nil {
+			errs = append(errs, fmt.Errorf("service %q (%s): %w", d.svc.Name, d.svc.Key(), err))
+		}
+	}
 	if err := r.deleteOrphans(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// setRanges makes ranges the source ranges of installed service st,
+// unless they are so already.
+func (r *Reconciler) setRanges(st *service, ranges []netip.Prefix) error {
+	if st == nil || !st.installed || st.rangesKnown && slices.Equal(st.ranges, ranges) {
+		return nil
+	}
+	if err := r.dp.SetSourceRanges(st.id, st.key, ranges); err != nil {
+		return fmt.Errorf("source ranges: %w", err)
+	}
+	st.ranges, st.rangesKnown = slices.Clone(ranges), true
+	return nil
 }
 
 // change is a service's new table, planned: its backends have IDs and
@@ -274,6 +322,7 @@ type change struct {
 	encap    lb.Encap
 	stateful bool
 	clientIP bool
+	ranges   []netip.Prefix // source ranges
 	// past is the history of a daisy-chained service: its
 	// configuration's, or else what the agent saw (service.history).
 	past     []chain.Past
@@ -321,7 +370,7 @@ func (r *Reconciler) plan(s config.Service, key lb.ServiceKey) (*change, error) 
 		r.services[key] = st
 	}
 	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap,
-		stateful: s.Flows == config.FlowsStateful, clientIP: s.Affinity == config.AffinityClientIP, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
+		stateful: s.Flows == config.FlowsStateful, clientIP: s.Affinity == config.AffinityClientIP, ranges: s.SourceRanges, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
 	// Backends first: the new table may name only backends that exist.
 	c.members, c.ids, err = r.members(st, s.Backends)
 	if err == nil && encap == lb.EncapGUEHint {
@@ -421,6 +470,7 @@ func (r *Reconciler) replaceInTwoSteps(c *change, m uint32) error {
 	}
 	// Whatever st adopted is overwritten; st.applied says from what.
 	st.installed, st.applied, st.input, st.named = true, "partial", nil, nil
+	st.ranges, st.rangesKnown = slices.Clone(c.ranges), true
 	if err := r.releaseLeaving(st, c.keep); err != nil {
 		return err
 	}
@@ -446,6 +496,7 @@ func (r *Reconciler) install(changes []*change, m uint32) []error {
 		}
 		c.st.installed, c.st.applied, c.st.input, c.st.named = true, c.sig, c.input, nil
 		c.st.members, c.st.membersSig = c.members, membersSignature(c.members)
+		c.st.ranges, c.st.rangesKnown = slices.Clone(c.ranges), true
 		// Only now that the new table is in place may the old backends go.
 		if err := r.releaseLeaving(c.st, c.keep); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", c.what, err))
@@ -466,7 +517,7 @@ func (r *Reconciler) write(c *change, m uint32) error {
 	if hints {
 		tables = r.tables
 	}
-	svc := lb.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful, ClientIP: c.clientIP,
+	svc := lb.Service{ID: c.st.id, Key: c.st.key, Encap: c.encap, Stateful: c.stateful, ClientIP: c.clientIP, SourceRanges: c.ranges,
 		Origin: tableOrigin(c.members, c.ids, m)}
 	if hints {
 		svc.HintsOrigin = hintsOrigin(c.past)

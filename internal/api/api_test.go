@@ -35,6 +35,7 @@ func sampleStatus() *Status {
 		Services: []Service{{
 			Name: `we"b`, VIP: netip.MustParseAddr("10.99.0.1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
 			Installed: true, State: StateUp, Counters: Counters{Packets: 30, Bytes: 3000},
+			SourceRanges: []string{"10.0.0.0/8"}, SourceRangeDrops: Counters{Packets: 6, Bytes: 360},
 			Backends: []Backend{
 				{Address: netip.MustParseAddr("10.0.3.2"), Port: 80, Weight: 1, Counters: Counters{Packets: 20, Bytes: 2000},
 					Health: Health{Check: "http", State: StateUp, Since: time.Date(2026, 1, 2, 3, 0, 0, 0, time.UTC),
@@ -52,7 +53,8 @@ func sampleStatus() *Status {
 					Health: Health{Check: "tcp", State: StateDown, LastCheck: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastError: "i/o timeout", LatencyMs: 500}},
 			},
 		}},
-		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615},
+		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615, "drop_denied": 9, "drop_source_range": 6},
+		Policy:  Policy{DenyPrefixes: 2, Denied: 9},
 		BGP: &BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
 			Peers: []Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Flaps: 2,
 				PrefixesReceived: ptr(12), MaxPrefixes: 10000, BFD: &BFDSession{State: "up", DetectionMs: 300}},
@@ -226,25 +228,28 @@ func TestMetrics(t *testing.T) {
 		}
 	}
 	for name, wantType := range map[string]string{
-		"xlb_service_packets_total":          "counter",
-		"xlb_service_bytes_total":            "counter",
-		"xlb_backend_packets_total":          "counter",
-		"xlb_backend_bytes_total":            "counter",
-		"xlb_dataplane_reason_packets_total": "counter",
-		"xlb_config_reloads_total":           "counter",
-		"xlb_config_generation":              "gauge",
-		"xlb_dataplane_info":                 "gauge",
-		"xlb_service_up":                     "gauge",
-		"xlb_backend_up":                     "gauge",
-		"xlb_health_check_duration_seconds":  "gauge",
-		"xlb_reconcile_duration_seconds":     "histogram",
-		"xlb_bgp_peer_up":                    "gauge",
-		"xlb_bgp_peer_flaps_total":           "counter",
-		"xlb_bgp_peer_prefixes_received":     "gauge",
-		"xlb_bgp_peer_max_prefixes":          "gauge",
-		"xlb_bgp_peer_prefix_limit_exceeded": "gauge",
-		"xlb_bgp_route_announced":            "gauge",
-		"xlb_bfd_session_up":                 "gauge",
+		"xlb_service_packets_total":                      "counter",
+		"xlb_service_bytes_total":                        "counter",
+		"xlb_backend_packets_total":                      "counter",
+		"xlb_backend_bytes_total":                        "counter",
+		"xlb_dataplane_reason_packets_total":             "counter",
+		"xlb_config_reloads_total":                       "counter",
+		"xlb_config_generation":                          "gauge",
+		"xlb_dataplane_info":                             "gauge",
+		"xlb_service_up":                                 "gauge",
+		"xlb_backend_up":                                 "gauge",
+		"xlb_health_check_duration_seconds":              "gauge",
+		"xlb_reconcile_duration_seconds":                 "histogram",
+		"xlb_bgp_peer_up":                                "gauge",
+		"xlb_bgp_peer_flaps_total":                       "counter",
+		"xlb_bgp_peer_prefixes_received":                 "gauge",
+		"xlb_bgp_peer_max_prefixes":                      "gauge",
+		"xlb_bgp_peer_prefix_limit_exceeded":             "gauge",
+		"xlb_bgp_route_announced":                        "gauge",
+		"xlb_bfd_session_up":                             "gauge",
+		"xlb_service_source_range_dropped_packets_total": "counter",
+		"xlb_service_source_range_dropped_bytes_total":   "counter",
+		"xlb_policy_deny_prefixes":                       "gauge",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -290,6 +295,10 @@ func TestMetrics(t *testing.T) {
 		`xlb_bfd_session_up{peer="10.0.1.1"} 1`,
 		`xlb_bgp_route_announced{prefix="10.99.0.1/32"} 1`,
 		`xlb_bgp_route_announced{prefix="10.99.0.2/32"} 0`,
+		`xlb_service_source_range_dropped_packets_total{service="we\"b"} 6`,
+		`xlb_service_source_range_dropped_bytes_total{service="we\"b"} 360`,
+		`xlb_policy_deny_prefixes 2`,
+		`xlb_dataplane_reason_packets_total{reason="drop_denied"} 9`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)
@@ -298,6 +307,10 @@ func TestMetrics(t *testing.T) {
 	// Counters unknown: no sample rather than a 0.
 	if strings.Contains(body, `xlb_bgp_peer_prefixes_received{peer="10.0.1.3"}`) {
 		t.Errorf("prefixes received reported for a peer whose counters are unknown:\n%s", body)
+	}
+	// A service without ranges has no drops to report.
+	if strings.Contains(body, `xlb_service_source_range_dropped_packets_total{service="dns"}`) {
+		t.Errorf("source range drops for a service without ranges:\n%s", body)
 	}
 	// Never probed: no duration to report.
 	if strings.Contains(body, `xlb_health_check_duration_seconds{backend="10.0.3.4:80"`) {

@@ -36,6 +36,8 @@ type Check struct {
 	Removed []string        `json:"removed,omitempty"`
 	Changed []ServiceChange `json:"changed,omitempty"`
 	BGP     []string        `json:"bgp,omitempty"`
+	// Policy lists what changes in the policy section (the deny list).
+	Policy []string `json:"policy,omitempty"`
 	// Restart lists the changed settings that take effect only when the
 	// agent restarts (node, api, dataplane, kubernetes).
 	Restart []string `json:"restart,omitempty"`
@@ -51,7 +53,7 @@ type ServiceChange struct {
 
 // Unchanged reports whether a reload would change nothing.
 func (c *Check) Unchanged() bool {
-	return len(c.Added)+len(c.Removed)+len(c.Changed)+len(c.BGP)+len(c.Restart) == 0
+	return len(c.Added)+len(c.Removed)+len(c.Changed)+len(c.BGP)+len(c.Policy)+len(c.Restart) == 0
 }
 
 // ErrNoCheck means that the agent on the socket does not check files

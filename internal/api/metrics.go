@@ -27,6 +27,9 @@ var (
 	svcBytes         = desc("xlb_service_bytes_total", "Bytes the data plane forwarded for a service, before encapsulation.", "service")
 	bePackets        = desc("xlb_backend_packets_total", "Packets the data plane sent to a backend of a service.", "service", "backend")
 	beBytes          = desc("xlb_backend_bytes_total", "Bytes the data plane sent to a backend of a service, before encapsulation.", "service", "backend")
+	svcRangeDrops    = desc("xlb_service_source_range_dropped_packets_total", "Packets to a service the data plane dropped because their source is outside the service's source ranges.", "service")
+	svcRangeBytes    = desc("xlb_service_source_range_dropped_bytes_total", "Bytes of the packets to a service dropped for a source outside its source ranges.", "service")
+	denyPrefixes     = desc("xlb_policy_deny_prefixes", "Prefixes in the node's deny list (policy.deny); packets to any VIP from them are dropped, counted in xlb_dataplane_reason_packets_total{reason=\"drop_denied\"}.")
 	reasonPackets    = desc("xlb_dataplane_reason_packets_total", "Packets the data plane passed to the kernel or dropped, by reason.", "reason")
 	serviceUp        = desc("xlb_service_up", "Whether a service has a healthy backend with a weight above 0 (1), or none and the node drops its packets (0).", "service")
 	backendUp        = desc("xlb_backend_up", "Whether a backend of a service passes its health checks (1; also before the first probe and without checks) or failed them and gets no new flows (0).", "service", "backend")
@@ -46,7 +49,7 @@ type collector struct{ status StatusFunc }
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
+		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
 		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp} {
 		ch <- d
 	}
@@ -84,6 +87,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		count(svcPackets, s.Counters.Packets, s.Name)
 		count(svcBytes, s.Counters.Bytes, s.Name)
 		gauge(serviceUp, boolValue(s.State != StateDown), s.Name)
+		if len(s.SourceRanges) > 0 || s.SourceRangeDrops.Packets > 0 {
+			count(svcRangeDrops, s.SourceRangeDrops.Packets, s.Name)
+			count(svcRangeBytes, s.SourceRangeDrops.Bytes, s.Name)
+		}
 		for _, b := range s.Backends {
 			be := netip.AddrPortFrom(b.Address, b.Port).String()
 			count(bePackets, b.Counters.Packets, s.Name, be)
@@ -97,6 +104,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	for r, n := range st.Reasons {
 		count(reasonPackets, n, r)
 	}
+	gauge(denyPrefixes, float64(st.Policy.DenyPrefixes))
 	if b := st.BGP; b != nil {
 		for _, p := range b.Peers {
 			gauge(bgpPeerUp, boolValue(p.State == "established"), p.Address.String())

@@ -19,6 +19,8 @@ type Status struct {
 	Config   Config            `json:"config"`
 	Services []Service         `json:"services"`
 	Reasons  map[string]uint64 `json:"reasons"` // data-plane pass/drop reason → packets
+	// Policy is the node-wide policy in force.
+	Policy Policy `json:"policy"`
 	// Reconciles are the durations of bringing the data plane in line
 	// with the configuration and the backends' health, by trigger
 	// (config, health, retry).
@@ -169,9 +171,25 @@ type Service struct {
 	// State is StateDown when every backend with a weight above 0 failed
 	// its health checks: the service's table then names no backend and
 	// the node drops its packets. Otherwise StateUp.
-	State    string    `json:"state"`
-	Counters Counters  `json:"counters"`
-	Backends []Backend `json:"backends"`
+	State    string   `json:"state"`
+	Counters Counters `json:"counters"`
+	// SourceRanges are the only sources that reach the service (CIDRs);
+	// none: every source.
+	SourceRanges []string `json:"sourceRanges,omitempty"`
+	// SourceRangeDrops counts what the node dropped for this service
+	// from sources outside SourceRanges (the reason drop_source_range,
+	// per service).
+	SourceRangeDrops Counters  `json:"sourceRangeDrops"`
+	Backends         []Backend `json:"backends"`
+}
+
+// Policy is the node-wide policy: the deny list.
+type Policy struct {
+	// DenyPrefixes is how many prefixes the deny list holds.
+	DenyPrefixes int `json:"denyPrefixes"`
+	// Denied counts the packets to a VIP the node dropped because the
+	// deny list holds their source (the reason drop_denied).
+	Denied uint64 `json:"denied"`
 }
 
 // Service and backend states.

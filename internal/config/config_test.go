@@ -52,9 +52,11 @@ func TestLoadFullExample(t *testing.T) {
 				{Address: ip("10.0.2.1"), ASN: 65001, Port: 179, HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, Passive: true, MaxPrefixes: DefaultMaxPrefixes},
 			},
 		},
+		Policy: Policy{Deny: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.7/32")}},
 		Services: []Service{
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
+				SourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("172.16.0.0/12")},
 				BGP: RouteAttributes{Communities: []string{"65000:100", "no-export"}, LargeCommunities: []string{"65000:1:2"},
 					LocalPreference: ptr(uint32(200)), MED: ptr(uint32(10))},
 				Backends: []Backend{
@@ -171,6 +173,23 @@ func TestParseValid(t *testing.T) {
 			return expect(!c.Node.Address.IsValid() && c.API.Metrics == "" && c.Dataplane.PinPath == "", "want unset fields")
 		}},
 		{"interface of 15 bytes", "node: {interface: abcdefghijklmno}\n", nil},
+		{"source ranges, overlapping and /0", minimalWith("port: 80", "port: 80\n    sourceRanges: [10.0.0.0/8, 10.1.0.0/16, 10.1.0.0/16, 0.0.0.0/0, 192.0.2.7/32]"), func(c *Config) error {
+			r := c.Services[0].SourceRanges
+			return expect(len(r) == 5 && r[0] == netip.MustParsePrefix("10.0.0.0/8") && r[4] == netip.MustParsePrefix("192.0.2.7/32"), "want the five ranges as written")
+		}},
+		{"empty source ranges: every source", minimalWith("port: 80", "port: 80\n    sourceRanges: []"), func(c *Config) error {
+			return expect(c.Services[0].SourceRanges == nil, "want no ranges")
+		}},
+		{"deny list", "node: {interface: eth0}\npolicy:\n  deny:\n    - 192.0.2.0/24\n    - 192.0.2.128/25\n    - 0.0.0.0/0\n", func(c *Config) error {
+			return expect(len(c.Policy.Deny) == 3 && c.Policy.Deny[2] == netip.MustParsePrefix("0.0.0.0/0"), "want three prefixes")
+		}},
+		{"empty policy", "node: {interface: eth0}\npolicy: {}\n", func(c *Config) error {
+			return expect(c.Policy.Deny == nil, "want no deny list")
+		}},
+		{"null policy", "node: {interface: eth0}\npolicy:\n", nil},
+		{"source ranges at the limit", minimalWith("port: 80", "port: 80\n    sourceRanges: ["+prefixesText(MaxSourceRanges)+"]"), func(c *Config) error {
+			return expect(len(c.Services[0].SourceRanges) == MaxSourceRanges, "want every range")
+		}},
 		{"metrics on every address", "node: {interface: eth0}\napi: {metrics: \":9400\"}\n", nil},
 		{"metrics on localhost", "node: {interface: eth0}\napi: {metrics: localhost:9400}\n", nil},
 		{"metrics on IPv6 loopback", "node: {interface: eth0}\napi: {metrics: \"[::1]:65535\"}\n", nil},
@@ -345,8 +364,24 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- node\n", 1, "", "the top level must be a mapping"},
 		{"missing node", "services: []\n", 1, "node", "required section is missing"},
 		{"unknown top-level field", "node: {interface: eth0}\nservice: []\n", 2, "service", `did you mean "services"?`},
-		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, services"},
+		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, policy, services, kubernetes"},
 		{"duplicate field", "node: {interface: eth0}\nnode: {interface: eth1}\n", 2, "node", "appears twice"},
+
+		// Source ranges and the deny list: each bad entry at its line.
+		{"source range not a CIDR", minimalWith("port: 80", "port: 80\n    sourceRanges:\n      - 10.0.0.0/8\n      - office"), 9, "services[0].sourceRanges[1]", `office is not a CIDR: write a network and its prefix length, e.g. 192.0.2.0/24`},
+		{"source range an address", minimalWith("port: 80", "port: 80\n    sourceRanges: [10.0.0.1]"), 7, "services[0].sourceRanges[0]", "10.0.0.1 is an address, not a CIDR: write 10.0.0.1/32 for it alone"},
+		{"source range with host bits", minimalWith("port: 80", "port: 80\n    sourceRanges: [10.0.0.1/8]"), 7, "services[0].sourceRanges[0]", "10.0.0.1/8 has host bits set: write its network, 10.0.0.0/8, or 10.0.0.1/32 for the one address"},
+		{"source range too long", minimalWith("port: 80", "port: 80\n    sourceRanges: [10.0.0.0/33]"), 7, "services[0].sourceRanges[0]", "is not a CIDR"},
+		{"source range IPv6", minimalWith("port: 80", "port: 80\n    sourceRanges: [\"2001:db8::/32\"]"), 7, "services[0].sourceRanges[0]", "2001:db8::/32 is an IPv6 prefix; the service's VIP is IPv4, and only IPv4 clients reach it: write an IPv4 range"},
+		{"source range IPv4-mapped", minimalWith("port: 80", "port: 80\n    sourceRanges: [\"::ffff:10.0.0.0/104\"]"), 7, "services[0].sourceRanges[0]", "IPv4-mapped IPv6 prefix; write it as IPv4: 10.0.0.0/8"},
+		{"source range a number", minimalWith("port: 80", "port: 80\n    sourceRanges: [10]"), 7, "services[0].sourceRanges[0]", "10 is not a CIDR"},
+		{"source ranges not a list", minimalWith("port: 80", "port: 80\n    sourceRanges: 10.0.0.0/8"), 7, "services[0].sourceRanges", "expected a list"},
+		{"too many source ranges", minimalWith("port: 80", "port: 80\n    sourceRanges: ["+prefixesText(MaxSourceRanges+1)+"]"), 7, "services[0].sourceRanges", "65 source ranges exceed the limit of 64 that a service holds"},
+		{"deny entry with host bits", "node: {interface: eth0}\npolicy:\n  deny:\n    - 192.0.2.0/24\n    - 198.51.100.1/24\n", 5, "policy.deny[1]", "198.51.100.1/24 has host bits set: write its network, 198.51.100.0/24"},
+		{"deny entry IPv6", "node: {interface: eth0}\npolicy:\n  deny: [\"2001:db8::/32\"]\n", 3, "policy.deny[0]", "IPv6 sources cannot be denied yet"},
+		{"deny entry garbage", "node: {interface: eth0}\npolicy:\n  deny: [\"192.0.2.0/24 # attackers\"]\n", 3, "policy.deny[0]", "is not a CIDR"},
+		{"policy misspelt", "node: {interface: eth0}\npolicy:\n  denied: [192.0.2.0/24]\n", 3, "policy.denied", "unknown field; valid fields here: deny"},
+		{"policy a list", "node: {interface: eth0}\npolicy: [192.0.2.0/24]\n", 2, "policy", "expected a mapping such as {deny: [192.0.2.0/24]}"},
 
 		// node
 		{"node is a list", "node: [eth0]\n", 1, "node", "expected a mapping"},
@@ -745,4 +780,32 @@ func TestPrimes(t *testing.T) {
 			t.Errorf("nearestPrimes(%d) = %d, %d; want %d, %d", tc.n, lo, hi, tc.lo, tc.hi)
 		}
 	}
+}
+
+// prefixesText writes n distinct /32 CIDRs, comma-separated.
+func prefixesText(n int) string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("10.%d.%d.1/32", i/256, i%256)
+	}
+	return strings.Join(out, ", ")
+}
+
+// The node's deny list holds at most MaxDenyPrefixes prefixes; one more
+// is refused at the list, with what to do.
+func TestDenyListLimit(t *testing.T) {
+	var b strings.Builder
+	b.WriteString("node: {interface: eth0}\npolicy:\n  deny:\n")
+	for i := range MaxDenyPrefixes {
+		fmt.Fprintf(&b, "    - %d.%d.%d.0/24\n", 1+i>>16, byte(i>>8), byte(i))
+	}
+	cfg, err := Parse(file, []byte(b.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Policy.Deny) != MaxDenyPrefixes {
+		t.Fatalf("%d prefixes, want %d", len(cfg.Policy.Deny), MaxDenyPrefixes)
+	}
+	b.WriteString("    - 203.0.113.0/24\n")
+	wantError(t, b.String(), 3, "policy.deny", fmt.Sprintf("%d deny prefixes exceed the limit of %d that the data plane's deny table holds; aggregate", MaxDenyPrefixes+1, MaxDenyPrefixes))
 }

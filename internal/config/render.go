@@ -48,6 +48,9 @@ func Render(c *Config) *schema.Document {
 			doc.Kubernetes.V.ServeClassless = schema.Set(true)
 		}
 	}
+	if len(c.Policy.Deny) > 0 {
+		doc.Policy = schema.Set(schema.Policy{Deny: prefixTexts(c.Policy.Deny)})
+	}
 	if len(c.Services) > 0 {
 		services := make([]schema.Field[schema.Service], len(c.Services))
 		for i, s := range c.Services {
@@ -98,6 +101,9 @@ func renderService(s Service) schema.Service {
 	fs := schema.Service{Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
 		Protocol: schema.Set(string(s.Protocol)), Forwarding: schema.Set(string(s.Forwarding)), Flows: str(string(s.Flows)),
 		Affinity: str(string(s.Affinity)), Backends: renderBackends(s.Backends, true)}
+	if len(s.SourceRanges) > 0 {
+		fs.SourceRanges = prefixTexts(s.SourceRanges)
+	}
 	if s.TranslatePorts {
 		fs.TranslatePorts = schema.Set(true)
 	}
@@ -179,4 +185,13 @@ func addr(a netip.Addr) schema.Field[schema.Text] {
 		return schema.Field[schema.Text]{}
 	}
 	return schema.Set(schema.Text(a.String()))
+}
+
+// prefixTexts writes a list of prefixes.
+func prefixTexts(ps []netip.Prefix) schema.Field[[]schema.Field[schema.Text]] {
+	out := make([]schema.Field[schema.Text], len(ps))
+	for i, p := range ps {
+		out[i] = schema.Set(schema.Text(p.String()))
+	}
+	return schema.Set(out)
 }

@@ -132,6 +132,10 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		}
 	}
 
+	if g := v.SourceRanges; g.Given {
+		s.SourceRanges = c.sourceRanges(g, join(path, "sourceRanges"))
+	}
+
 	if g := v.Forwarding; valid(g) {
 		if fwd, err := ParseForwarding(g.V); err != nil {
 			c.errorf(g.At.Value, join(path, "forwarding"), "%v", err)

@@ -65,6 +65,14 @@ const (
 	// data plane loads: about 80 bytes per flow.
 	MinConntrackSize = 1024
 	MaxConntrackSize = 1 << 24
+	// MaxSourceRanges is how many source ranges one service may list
+	// (XLB_SVC_MAX_RANGES: the data plane's binary search over them has
+	// a fixed depth).
+	MaxSourceRanges = 64
+	// MaxDenyPrefixes is how many prefixes the node's deny list
+	// (policy.deny) may hold: the data plane's deny table has room for
+	// one node and one leaf cell per prefix (XLB_DENY_MAX_PREFIXES).
+	MaxDenyPrefixes = 131072
 )
 
 // Config is a validated agent configuration. Every field holds its final
@@ -78,7 +86,19 @@ type Config struct {
 	// Kubernetes is nil when the file has no kubernetes section: the
 	// file is then the only source of services and peers.
 	Kubernetes *Kubernetes
-	Services   []Service
+	// Policy says who may reach the node's VIPs.
+	Policy   Policy
+	Services []Service
+}
+
+// Policy is the node-wide policy: it applies to every VIP the node
+// serves.
+type Policy struct {
+	// Deny are the sources whose packets to any VIP the node drops
+	// before anything else is looked up: IPv4 prefixes, network
+	// addresses, as written (overlaps allowed), at most
+	// MaxDenyPrefixes. Nil: none.
+	Deny []netip.Prefix
 }
 
 // Node is the host the agent runs on.
@@ -125,11 +145,16 @@ type Dataplane struct {
 
 // Service is one load-balanced (VIP, port, protocol).
 type Service struct {
-	Name       string
-	VIP        netip.Addr
-	Port       uint16
-	Protocol   Protocol
-	Forwarding Forwarding
+	Name     string
+	VIP      netip.Addr
+	Port     uint16
+	Protocol Protocol
+	// SourceRanges are the only sources that reach the service; the
+	// node drops packets from any other before any table lookup. IPv4
+	// prefixes, network addresses, as written (overlaps allowed), at
+	// most MaxSourceRanges. Nil: every source.
+	SourceRanges []netip.Prefix
+	Forwarding   Forwarding
 	// TranslatePorts: the backends' hosts translate VIP:port to the
 	// backend's address and port (xlb backend's Kubernetes mode), so a
 	// backend's port may differ from Port. The data plane delivers

@@ -159,6 +159,9 @@ func (c *checker) config(doc *schema.Document) *Config {
 	if doc.BGP.Given {
 		cfg.BGP = c.bgp(doc.BGP, "bgp", cfg.Node, doc.Kubernetes.Given)
 	}
+	if doc.Policy.Given {
+		cfg.Policy = c.policy(doc.Policy, "policy")
+	}
 	cfg.Services = c.services(doc.Services, "services", dp, tableSizeSet, doc.BGP.Given)
 	return cfg
 }

@@ -193,6 +193,7 @@ func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) 
 func sameService(a, b Service) bool {
 	return a.Name == b.Name && a.VIP == b.VIP && a.Port == b.Port && a.Protocol == b.Protocol &&
 		a.Forwarding == b.Forwarding && a.TranslatePorts == b.TranslatePorts && a.Flows == b.Flows && a.Affinity == b.Affinity &&
+		slices.Equal(a.SourceRanges, b.SourceRanges) &&
 		slices.Equal(a.Backends, b.Backends) &&
 		slices.EqualFunc(a.History, b.History, func(x, y Generation) bool {
 			return x.Until.Equal(y.Until) && x.Until.Location() == y.Until.Location() && slices.Equal(x.Backends, y.Backends)

@@ -236,6 +236,7 @@ func TestSameServiceCoversEveryField(t *testing.T) {
 		"VIP":            func(s *Service) { s.VIP = netip.MustParseAddr("10.99.0.2") },
 		"Port":           func(s *Service) { s.Port = 81 },
 		"Protocol":       func(s *Service) { s.Protocol = UDP },
+		"SourceRanges":   func(s *Service) { s.SourceRanges = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")} },
 		"Forwarding":     func(s *Service) { s.Forwarding = DSRIPIP },
 		"TranslatePorts": func(s *Service) { s.TranslatePorts = true },
 		"Backends":       func(s *Service) { s.Backends[0].HealthCheck.Rise = 3 },

@@ -103,6 +103,12 @@ func startAgentBinary(p lab.Plan, node lab.Host, binary string) (pid int, err er
 // than before, loaded and applied without error, serving exactly
 // services. It returns the generation each node reports, in node order.
 func Reconfigure(ctx context.Context, p lab.Plan, services []Service) ([]uint64, error) {
+	return ReconfigureWith(ctx, p, services, NodeOptions{})
+}
+
+// ReconfigureWith is Reconfigure with node options, the same for every
+// node.
+func ReconfigureWith(ctx context.Context, p lab.Plan, services []Service, opts NodeOptions) ([]uint64, error) {
 	before := make([]uint64, len(p.Nodes))
 	for i, n := range p.Nodes {
 		st, err := api.GetStatus(Socket(p, n))
@@ -112,7 +118,7 @@ func Reconfigure(ctx context.Context, p lab.Plan, services []Service) ([]uint64,
 		before[i] = st.Config.Generation
 	}
 	for _, n := range p.Nodes {
-		if err := WriteConfig(p, n, services); err != nil {
+		if err := WriteConfigWith(p, n, services, opts); err != nil {
 			return nil, err
 		}
 	}
@@ -197,6 +203,13 @@ func serving(st *api.Status, minGen uint64, services []Service) error {
 		wantBackends := slices.SortedFunc(slices.Values(want.Backends), netip.Addr.Compare)
 		if !slices.Equal(backends, wantBackends) {
 			return fmt.Errorf("service %q has backends %v, want %v", want.Name, backends, wantBackends)
+		}
+		var ranges []string
+		for _, r := range want.SourceRanges {
+			ranges = append(ranges, r.String())
+		}
+		if !slices.Equal(got.SourceRanges, ranges) {
+			return fmt.Errorf("service %q has source ranges %v, want %v", want.Name, got.SourceRanges, ranges)
 		}
 	}
 	return nil

@@ -30,6 +30,9 @@ type Service struct {
 	Protocol   config.Protocol
 	Forwarding config.Forwarding
 	Backends   []netip.Addr
+	// SourceRanges are the only sources that reach the service; none:
+	// every source.
+	SourceRanges []netip.Prefix
 	// Check is the service's health check; nil: none.
 	Check *Check
 	// Flows is the service's flows mode ("": stateless).
@@ -139,6 +142,9 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		doc.BGP = schema.Set(schema.BGP{ASN: schema.SetASN(b.NodeASN), HoldTime: duration(b.HoldTime), DrainTime: schema.SetDuration(DrainTime),
 			Peers: schema.Set([]schema.Field[schema.Peer]{schema.Set(peer)})})
 	}
+	if len(opts.Deny) > 0 {
+		doc.Policy = schema.Set(schema.Policy{Deny: prefixes(opts.Deny)})
+	}
 	for _, s := range services {
 		fs := schema.Service{
 			Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
@@ -150,6 +156,9 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		}
 		if s.Affinity != "" {
 			fs.Affinity = schema.Set(string(s.Affinity))
+		}
+		if len(s.SourceRanges) > 0 {
+			fs.SourceRanges = prefixes(s.SourceRanges)
 		}
 		if len(s.History) > 0 {
 			var history []schema.Field[schema.Generation]
@@ -199,6 +208,15 @@ func backends(addrs []netip.Addr) schema.Field[[]schema.Field[schema.Backend]] {
 	return schema.Set(out)
 }
 
+// prefixes writes a list of prefixes.
+func prefixes(ps []netip.Prefix) schema.Field[[]schema.Field[schema.Text]] {
+	out := make([]schema.Field[schema.Text], len(ps))
+	for i, p := range ps {
+		out[i] = schema.Set(schema.Text(p.String()))
+	}
+	return schema.Set(out)
+}
+
 // DrainTime is the bgp.drainTime of the lab's agents.
 const DrainTime = time.Second
 
@@ -223,6 +241,8 @@ type NodeOptions struct {
 	ConntrackSize uint32
 	// AttachMode is dataplane.attachMode; "": the default (auto).
 	AttachMode config.AttachMode
+	// Deny is policy.deny; none: no deny list.
+	Deny []netip.Prefix
 }
 
 // WriteConfigWith is WriteConfig with node options.

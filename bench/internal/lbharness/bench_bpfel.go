@@ -18,15 +18,21 @@ import (
 const (
 	benchMapBackendStats        = "backend_stats"
 	benchMapBackends            = "backends"
+	benchMapBenchDenyLpm        = "bench_deny_lpm"
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
+	benchMapDeny4               = "deny4"
 	benchMapMaglevTables        = "maglev_tables"
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
+	benchMapSvcRanges4          = "svc_ranges4"
 	benchMapSvcRetired          = "svc_retired"
+	benchMapSvcSrcDrops         = "svc_src_drops"
 	benchMapVipFilter           = "vip_filter"
 	benchMapVips                = "vips"
 	benchProgBenchLb            = "bench_lb"
+	benchProgFloorDenyLpm       = "floor_deny_lpm"
+	benchProgFloorDenyTable     = "floor_deny_table"
 	benchProgFloorParseEncap    = "floor_parse_encap"
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
@@ -82,6 +88,8 @@ type benchSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
 	BenchLb            *ebpf.ProgramSpec `ebpf:"bench_lb"`
+	FloorDenyLpm       *ebpf.ProgramSpec `ebpf:"floor_deny_lpm"`
+	FloorDenyTable     *ebpf.ProgramSpec `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
 	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
@@ -94,12 +102,16 @@ type benchProgramSpecs struct {
 type benchMapSpecs struct {
 	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
+	BenchDenyLpm *ebpf.MapSpec `ebpf:"bench_deny_lpm"`
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
+	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -138,12 +150,16 @@ func (o *benchObjects) Close() error {
 type benchMaps struct {
 	BackendStats *ebpf.Map `ebpf:"backend_stats"`
 	Backends     *ebpf.Map `ebpf:"backends"`
+	BenchDenyLpm *ebpf.Map `ebpf:"bench_deny_lpm"`
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
+	Deny4        *ebpf.Map `ebpf:"deny4"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
@@ -152,12 +168,16 @@ func (m *benchMaps) Close() error {
 	return _BenchClose(
 		m.BackendStats,
 		m.Backends,
+		m.BenchDenyLpm,
 		m.ChainTables,
 		m.Conntrack,
+		m.Deny4,
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,
+		m.SvcRanges4,
 		m.SvcRetired,
+		m.SvcSrcDrops,
 		m.VipFilter,
 		m.Vips,
 	)
@@ -180,6 +200,8 @@ type benchVariables struct {
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
 	BenchLb            *ebpf.Program `ebpf:"bench_lb"`
+	FloorDenyLpm       *ebpf.Program `ebpf:"floor_deny_lpm"`
+	FloorDenyTable     *ebpf.Program `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
 	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
@@ -189,6 +211,8 @@ type benchPrograms struct {
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.BenchLb,
+		p.FloorDenyLpm,
+		p.FloorDenyTable,
 		p.FloorParseEncap,
 		p.FloorParseEncapFib,
 		p.FloorParseTx,

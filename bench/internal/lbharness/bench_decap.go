@@ -384,6 +384,7 @@ func (o *decapBenchObjects) counts() (map[string]uint64, error) {
 }
 
 const (
+	xdpVerdictDrop = 1
 	xdpVerdictPass = 2
 	xdpVerdictTX   = 3
 )

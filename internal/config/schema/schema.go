@@ -122,6 +122,7 @@ type Document struct {
 	API        Field[API]              `yaml:"api,omitempty"`
 	Dataplane  Field[Dataplane]        `yaml:"dataplane,omitempty"`
 	BGP        Field[BGP]              `yaml:"bgp,omitempty"`
+	Policy     Field[Policy]           `yaml:"policy,omitempty"`
 	Services   Field[[]Field[Service]] `yaml:"services,omitempty"`
 	Kubernetes Field[Kubernetes]       `yaml:"kubernetes,omitempty"`
 
@@ -198,12 +199,22 @@ func (BFD) expected() (string, bool) {
 	return "expected a mapping such as {minRx: 300ms, minTx: 300ms, multiplier: 3}, got %s; write bfd: {} for the defaults, or remove bfd to go without", true
 }
 
+// Policy is the policy section: who may reach the node's VIPs.
+type Policy struct {
+	Deny Field[[]Field[Text]] `yaml:"deny,omitempty"`
+}
+
+func (Policy) expected() (string, bool) {
+	return "expected a mapping such as {deny: [192.0.2.0/24]}, got %s", true
+}
+
 // Service is one item of services.
 type Service struct {
 	Name           Field[string]              `yaml:"name,omitempty"`
 	VIP            Field[Text]                `yaml:"vip,omitempty"`
 	Port           Field[Int]                 `yaml:"port,omitempty"`
 	Protocol       Field[string]              `yaml:"protocol,omitempty"`
+	SourceRanges   Field[[]Field[Text]]       `yaml:"sourceRanges,omitempty,flow"`
 	Forwarding     Field[string]              `yaml:"forwarding,omitempty"`
 	TranslatePorts Field[bool]                `yaml:"translatePorts,omitempty"`
 	Flows          Field[string]              `yaml:"flows,omitempty"`

@@ -47,6 +47,11 @@ type Service struct {
 	// Generation is when the service's backend set last changed, in unix
 	// seconds (0: never). Every hint carries it.
 	Generation uint32
+	// SourceRanges are the only sources that reach the service (IPv4
+	// prefixes, at most wire.MaxRanges intervals once merged); none:
+	// every source. They are in place before the service's index slot
+	// says so (SetSourceRanges).
+	SourceRanges []netip.Prefix
 	// Stateful pins each flow to the backend its first packet got (a
 	// TCP SYN re-picks from the table), for backends that cannot daisy
 	// chain. Flows the conntrack table cannot hold, or that began on

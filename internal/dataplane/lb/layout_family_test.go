@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
@@ -54,8 +56,13 @@ func TestLayoutMigratesIPv4OnlyState(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { d.Close() }()
-	if why := d.Migrated(); why != "map layouts changed: backends, chain_tables, conntrack, reasons, svc_index, vips" {
-		t.Errorf("migration reason %q, want the five maps that hold addresses, and reasons, which has more since", why)
+	// The five maps that hold addresses, among those later layouts
+	// changed or added (the policy's maps, the reasons it counts).
+	why := d.Migrated()
+	for _, m := range []string{"backends", "chain_tables", "conntrack", "svc_index", "vips"} {
+		if !strings.HasPrefix(why, "map layouts changed: ") || !slices.Contains(strings.Split(strings.TrimPrefix(why, "map layouts changed: "), ", "), m) {
+			t.Errorf("migration reason %q, want it to name %s with the other maps that hold addresses", why, m)
+		}
 	}
 	if err := d.UpsertBackend(0, fxBackend); err != nil {
 		t.Fatal(err)

@@ -1,11 +1,12 @@
 // Package lb is the LB node's data plane: it loads the XDP program
 // xlb_lb (bpf/xlb_lb.c), pins its maps and link under bpffs, adopts what
 // an earlier agent pinned, and programs the maps. A Dataplane is composed
-// of three parts, each owning its maps: the service index (svc_index and
+// of four parts, each owning its maps: the service index (svc_index and
 // the VIP set in front of it), the backend registry (backend IDs, their
-// addresses, the service each counts for, their counters and next hops)
-// and the table store (the Maglev and chain tables, swapped whole, with
-// the records of what each holds).
+// addresses, the service each counts for, their counters and next hops),
+// the table store (the Maglev and chain tables, swapped whole, with the
+// records of what each holds) and the policy (the node's deny list and
+// the services' source ranges, swapped whole too).
 package lb
 
 import (
@@ -51,6 +52,7 @@ type Dataplane struct {
 	svcs     services   // the service index and the VIP set
 	backends registry   // the backend registry
 	tables   tableStore // the Maglev and chain tables and their records
+	policy   *policy    // the deny list and the services' source ranges
 
 	objs     lbObjects
 	shape    Shape
@@ -255,6 +257,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	o := &d.objs
 	d.svcs = newServices(o.SvcIndex, o.Vips, o.VipFilter)
 	d.backends = newRegistry(o.Backends, o.BackendStats, o.SvcRetired, o.NhGen, opts.MaxBackends)
+	d.policy = newPolicy(o.Deny4, o.SvcRanges4, o.SvcSrcDrops, spec.Maps["deny4"].InnerMap.MaxEntries)
 	if err := d.svcs.load(); err != nil {
 		d.objs.Close()
 		return nil, err

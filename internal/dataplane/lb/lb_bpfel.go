@@ -20,10 +20,13 @@ const (
 	lbMapBackends     = "backends"
 	lbMapChainTables  = "chain_tables"
 	lbMapConntrack    = "conntrack"
+	lbMapDeny4        = "deny4"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
+	lbMapSvcRanges4   = "svc_ranges4"
 	lbMapSvcRetired   = "svc_retired"
+	lbMapSvcSrcDrops  = "svc_src_drops"
 	lbMapVipFilter    = "vip_filter"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
@@ -88,10 +91,13 @@ type lbMapSpecs struct {
 	Backends     *ebpf.MapSpec `ebpf:"backends"`
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
+	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
 	Vips         *ebpf.MapSpec `ebpf:"vips"`
 }
@@ -132,10 +138,13 @@ type lbMaps struct {
 	Backends     *ebpf.Map `ebpf:"backends"`
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
+	Deny4        *ebpf.Map `ebpf:"deny4"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
+	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
+	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
 	Vips         *ebpf.Map `ebpf:"vips"`
 }
@@ -146,10 +155,13 @@ func (m *lbMaps) Close() error {
 		m.Backends,
 		m.ChainTables,
 		m.Conntrack,
+		m.Deny4,
 		m.MaglevTables,
 		m.Reasons,
 		m.SvcIndex,
+		m.SvcRanges4,
 		m.SvcRetired,
+		m.SvcSrcDrops,
 		m.VipFilter,
 		m.Vips,
 	)

@@ -99,9 +99,9 @@ func slotKey(k ServiceKey) (wire.SvcSlot, error) {
 }
 
 // index writes service s's index slot, key plus its ID, encapsulation and
-// flags, once its table is in place, and drops the hints of a service
-// that has none. Called with service s.ID's lock held, without d.mu: a
-// chain's deletion waits for an RCU grace period.
+// flags, once its table and source ranges are in place, and drops the
+// hints of a service that has none. Called with service s.ID's lock held,
+// without d.mu: a chain's deletion waits for an RCU grace period.
 func (d *Dataplane) index(s Service, key wire.SvcSlot) error {
 	key.Id, key.Encap = s.ID, uint8(s.Encap)
 	if s.Stateful {
@@ -110,11 +110,8 @@ func (d *Dataplane) index(s Service, key wire.SvcSlot) error {
 	if s.ClientIP {
 		key.Flags |= wire.SvcClientIP
 	}
-	d.mu.Lock()
-	err := d.svcs.install(key)
-	d.mu.Unlock()
-	if err != nil {
-		return fmt.Errorf("service %d: %w", s.ID, err)
+	if err := d.withRanges(s.ID, s.SourceRanges, key); err != nil {
+		return err
 	}
 	if s.Encap != EncapGUEHint {
 		// Once the index says so, no packet of the service reads its
@@ -172,8 +169,8 @@ func (d *Dataplane) KeepService(s Service, names []uint32) error {
 }
 
 // DeleteService removes a service: first from the index, so no packet
-// finds it, then its tables, and last its claim on its backends and its
-// counters.
+// finds it, then its tables and source ranges, and last its claim on its
+// backends and its counters.
 func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	k, err := slotKey(key)
 	if err != nil {
@@ -192,6 +189,11 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 	// Without d.mu: like a swap, a delete waits for an RCU grace period.
 	if err := d.tables.delete(id); err != nil {
 		return fmt.Errorf("delete service %d: %w", id, err)
+	}
+	if id < MaxServices {
+		if err := d.policy.forget(id); err != nil {
+			return fmt.Errorf("delete service %d: %w", id, err)
+		}
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()

@@ -28,6 +28,8 @@ var (
 		"note_ct_midflow_miss",
 		"tx_ping_reply",
 		"drop_ping_refused",
+		"drop_denied",
+		"drop_source_range",
 	}
 
 	// DecapStatNames name the decapsulation counters (enum decap_stat).

@@ -46,6 +46,12 @@ type (
 	// BackendState is a backend's per-CPU counters and next hop (struct
 	// backend_state).
 	BackendState = wireBackendState
+	// DenyCell is a cell of the IPv4 deny table (union xlb_deny_cell):
+	// eight 32-bit words, or the four 64-bit ones a node's bitmaps are,
+	// low word first.
+	DenyCell = wireXlbDenyCell
+	// Ranges4 is a service's IPv4 source ranges (struct xlb_ranges4).
+	Ranges4 = wireXlbRanges4
 
 	// ChainCfg is the backend host's daisy-chaining configuration
 	// (struct chain_cfg).
@@ -84,6 +90,23 @@ const SvcStateful = uint8(wireXlbSvcFlagXLB_SVC_STATEFUL)
 // SvcClientIP is SvcSlot's flag of a service with client-IP affinity
 // (XLB_SVC_CLIENT_IP): its flow hash leaves out the source port.
 const SvcClientIP = uint8(wireXlbSvcFlagXLB_SVC_CLIENT_IP)
+
+// SvcSourceRanges is SvcSlot's flag of a service that only its source
+// ranges reach (XLB_SVC_SOURCE_RANGES).
+const SvcSourceRanges = uint8(wireXlbSvcFlagXLB_SVC_SOURCE_RANGES)
+
+// MaxRanges is how many source ranges a service's Ranges4 holds
+// (XLB_SVC_MAX_RANGES).
+const MaxRanges = len(Ranges4{}.Lo)
+
+// The deny table's geometry (enum xlb_deny_layout): the root has an
+// entry per /DenyRootBits, a node a bit per /24 of its /DenyRootBits,
+// and a root entry DenyAll denies all of its /DenyRootBits.
+const (
+	DenyRootBits = int(wireXlbDenyLayoutXLB_DENY_ROOT_BITS)
+	DenyNodeBits = int(wireXlbDenyLayoutXLB_DENY_NODE_BITS)
+	DenyAll      = uint32(wireXlbDenyLayoutXLB_DENY_ALL)
+)
 
 // ChainCfgSets is ChainCfg's flag that says the chaining sets are
 // configured (CHAIN_CFG_SETS).

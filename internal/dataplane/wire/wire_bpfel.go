@@ -192,6 +192,19 @@ type wireXlbCounter struct {
 	Bytes   uint64
 }
 
+type wireXlbDenyCell struct {
+	_ structs.HostLayout
+	W [8]uint32
+}
+
+type wireXlbDenyLayout uint32
+
+const (
+	wireXlbDenyLayoutXLB_DENY_ROOT_BITS wireXlbDenyLayout = 18
+	wireXlbDenyLayoutXLB_DENY_NODE_BITS wireXlbDenyLayout = 6
+	wireXlbDenyLayoutXLB_DENY_ALL       wireXlbDenyLayout = 4294967295
+)
+
 type wireXlbEncap uint32
 
 const (
@@ -213,6 +226,12 @@ type wireXlbGueHint struct {
 	Prev2      uint32
 	Changed    uint32
 	Generation uint32
+}
+
+type wireXlbRanges4 struct {
+	_  structs.HostLayout
+	Lo [64]uint32
+	Hi [64]uint32
 }
 
 type wireXlbReason uint32
@@ -239,14 +258,17 @@ const (
 	wireXlbReasonXLB_NOTE_CT_MIDFLOW_MISS wireXlbReason = 18
 	wireXlbReasonXLB_TX_PING_REPLY        wireXlbReason = 19
 	wireXlbReasonXLB_DROP_PING_REFUSED    wireXlbReason = 20
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 21
+	wireXlbReasonXLB_DROP_DENIED          wireXlbReason = 21
+	wireXlbReasonXLB_DROP_SOURCE_RANGE    wireXlbReason = 22
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 23
 )
 
 type wireXlbSvcFlag uint32
 
 const (
-	wireXlbSvcFlagXLB_SVC_STATEFUL  wireXlbSvcFlag = 1
-	wireXlbSvcFlagXLB_SVC_CLIENT_IP wireXlbSvcFlag = 2
+	wireXlbSvcFlagXLB_SVC_STATEFUL      wireXlbSvcFlag = 1
+	wireXlbSvcFlagXLB_SVC_CLIENT_IP     wireXlbSvcFlag = 2
+	wireXlbSvcFlagXLB_SVC_SOURCE_RANGES wireXlbSvcFlag = 4
 )
 
 type wireXlbSvcProtoFlag uint32

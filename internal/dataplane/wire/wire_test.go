@@ -18,6 +18,7 @@ var types = map[string]any{
 	"ct_key": CtKey{}, "ct_entry": CtEntry{}, "nh_entry": NextHop{}, "backend_state": BackendState{},
 	"chain_cfg": ChainCfg{}, "chain_peer_key": ChainPeerKey{}, "chain_svc_key": ChainSvcKey{},
 	"nat_svc_key": NATSvcKey{}, "nat_flow_key": NATFlowKey{}, "nat_vip": NATVIP{}, "nat_rev_key": NATRevKey{},
+	"xlb_deny_cell": DenyCell{}, "xlb_ranges4": Ranges4{},
 }
 
 // TestTypesMatchC holds every Go mirror to its C type in the compiled
@@ -41,7 +42,7 @@ func TestTypesMatchC(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		size uintptr
-	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 20}} {
+	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 20}, {DenyCell{}, 32}, {Ranges4{}, 512}} {
 		if got := reflect.TypeOf(c.v).Size(); got != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
 		}
@@ -140,6 +141,10 @@ func TestEnumConstants(t *testing.T) {
 		{"xlb_encap", "XLB_ENCAP_GUE_HINT", uint64(EncapGUEHint)},
 		{"xlb_svc_flag", "XLB_SVC_STATEFUL", uint64(SvcStateful)},
 		{"xlb_svc_flag", "XLB_SVC_CLIENT_IP", uint64(SvcClientIP)},
+		{"xlb_svc_flag", "XLB_SVC_SOURCE_RANGES", uint64(SvcSourceRanges)},
+		{"xlb_deny_layout", "XLB_DENY_ROOT_BITS", uint64(DenyRootBits)},
+		{"xlb_deny_layout", "XLB_DENY_NODE_BITS", uint64(DenyNodeBits)},
+		{"xlb_deny_layout", "XLB_DENY_ALL", uint64(DenyAll)},
 		{"chain_cfg_flag", "CHAIN_CFG_SETS", uint64(ChainCfgSets)},
 		{"xlb_svc_proto_flag", "XLB_SVC_PROTO_V6", uint64(SvcProtoV6)},
 		{"xlb_table_entry_flag", "XLB_TABLE_ENTRY_V6", uint64(TableEntryV6)},

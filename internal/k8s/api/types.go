@@ -1,8 +1,10 @@
 // Package api holds xlb's Kubernetes API: the names (group, load-balancer
-// class, annotations) and the custom resources AddressPool and BGPPeer, as
-// plain Go types. The controller and the agent read the resources through
-// the dynamic client and convert them with FromUnstructured, so the types
-// need no generated deep-copy code; deploy/crds holds their schemas.
+// class, annotations), the custom resources AddressPool, BGPPeer and
+// DenyList, as plain Go types, and how xlb reads the sources a Service or
+// a DenyList names (ranges.go). The controller and the agent read the
+// resources through the dynamic client and convert them with
+// FromUnstructured, so the types need no generated deep-copy code;
+// deploy/crds holds their schemas.
 package api
 
 import (
@@ -55,12 +57,17 @@ const (
 	// no port (number and protocol) of one is a port of another. A
 	// Service whose ports clash gets no address, and an Event says why.
 	AnnotationSharingKey = "xlb.io/sharing-key"
+	// AnnotationSourceRanges is Kubernetes' legacy annotation for the
+	// sources that may reach a Service of type LoadBalancer, comma
+	// separated; spec.loadBalancerSourceRanges takes precedence.
+	AnnotationSourceRanges = "service.beta.kubernetes.io/load-balancer-source-ranges"
 )
 
 // Resources of the custom resources, for the dynamic client.
 var (
 	AddressPoolResource = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "addresspools"}
 	BGPPeerResource     = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "bgppeers"}
+	DenyListResource    = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "denylists"}
 )
 
 // AddressPool is a cluster-scoped set of addresses the controller hands
@@ -187,8 +194,34 @@ type BFD struct {
 	Multiplier uint8            `json:"multiplier,omitempty"`
 }
 
+// DenyList is a cluster-scoped list of sources that no VIP takes packets
+// from: every xlb node drops them (the union of every DenyList and the
+// file's policy.deny).
+type DenyList struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+	Spec              DenyListSpec   `json:"spec"`
+	Status            DenyListStatus `json:"status,omitempty"`
+}
+
+// DenyListSpec: the sources.
+type DenyListSpec struct {
+	// Prefixes are IPv4 CIDRs in their network form ("192.0.2.0/24").
+	Prefixes []string `json:"prefixes"`
+}
+
+// DenyListStatus is what the controller reports about a list, through
+// the status subresource.
+type DenyListStatus struct {
+	// Prefixes is the number of the list's prefixes the nodes enforce.
+	Prefixes int64 `json:"prefixes"`
+	// Error says what the nodes leave out of the list and why; empty
+	// when they enforce all of it.
+	Error string `json:"error,omitempty"`
+}
+
 // FromUnstructured converts a custom resource read through the dynamic
-// client into out (*AddressPool or *BGPPeer).
+// client into out (*AddressPool, *BGPPeer or *DenyList).
 func FromUnstructured(u *unstructured.Unstructured, out any) error {
 	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.UnstructuredContent(), out); err != nil {
 		return fmt.Errorf("%s %q: %w", u.GetKind(), u.GetName(), err)

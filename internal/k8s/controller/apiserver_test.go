@@ -88,6 +88,8 @@ func TestAPIServer(t *testing.T) {
 	t.Run("Sharing", e.testSharing)
 	t.Run("TrafficPolicy", e.testTrafficPolicy)
 	t.Run("AffinityTimeout", e.testAffinityTimeout)
+	t.Run("DenyLists", e.testDenyLists)
+	t.Run("SourceRanges", e.testSourceRanges)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
 		return
@@ -101,7 +103,7 @@ func TestAPIServer(t *testing.T) {
 // applyCRDs creates deploy/crds as kubectl apply would and waits until
 // they are served.
 func (e *apiEnv) applyCRDs() {
-	files := []string{filepath.Join(crdDir, "xlb.io_addresspools.yaml"), filepath.Join(crdDir, "xlb.io_bgppeers.yaml")}
+	files := []string{filepath.Join(crdDir, "xlb.io_addresspools.yaml"), filepath.Join(crdDir, "xlb.io_bgppeers.yaml"), filepath.Join(crdDir, "xlb.io_denylists.yaml")}
 	if err := k8stest.InstallCRDs(e.t.Context(), e.dyn, 30*time.Second, files...); err != nil {
 		e.t.Fatal(err)
 	}
@@ -851,6 +853,75 @@ func (e *apiEnv) testTrafficPolicy(t *testing.T) {
 	evs, err := e.client.CoreV1().Events("policy").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=cluster,reason=" + EventTrafficPolicy})
 	if err != nil || len(evs.Items) != 0 {
 		t.Errorf("Events %s on the Cluster Service: %v, %v; want none", EventTrafficPolicy, evs, err)
+	}
+}
+
+// A DenyList's status says how many of its prefixes the nodes enforce;
+// the schema refuses what it can see on its own.
+func (e *apiEnv) testDenyLists(t *testing.T) {
+	lists := e.dyn.Resource(api.DenyListResource)
+	create := func(name string, prefixes ...any) error {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": api.Group + "/" + api.Version, "kind": "DenyList",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"prefixes": prefixes},
+		}}
+		_, err := lists.Create(t.Context(), u, metav1.CreateOptions{})
+		return err
+	}
+	for _, tc := range []struct {
+		entry string
+		want  string
+	}{
+		{"10.0.0.1/8", "the CIDR 10.0.0.1/8 has host bits set: write its network address, 10.0.0.0/8"},
+		{"2001:db8::/32", "2001:db8::/32 is an IPv6 CIDR: xlb denies IPv4 sources only"},
+		{"attackers", "attackers is not a CIDR"},
+		{"10.0.0.0/33", "10.0.0.0/33 is not a CIDR"},
+	} {
+		err := create("bad", "192.0.2.0/24", tc.entry)
+		if err == nil || !strings.Contains(err.Error(), "spec.prefixes[1]") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("DenyList with %q: %v; want it refused at spec.prefixes[1] with %q", tc.entry, err, tc.want)
+		}
+	}
+	if err := create("attackers", "192.0.2.0/24", "198.51.100.0/24", "192.0.2.128/25"); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus := func(name string, want api.DenyListStatus) {
+		t.Helper()
+		testenv.Eventually(t, waitTime, "status of DenyList "+name, func() (bool, string) {
+			u, err := lists.Get(t.Context(), name, metav1.GetOptions{})
+			if err != nil {
+				return false, err.Error()
+			}
+			var dl api.DenyList
+			if err := api.FromUnstructured(u, &dl); err != nil {
+				return false, err.Error()
+			}
+			return reflect.DeepEqual(dl.Status, want), fmt.Sprintf("%+v", dl.Status)
+		})
+	}
+	waitStatus("attackers", api.DenyListStatus{Prefixes: 3})
+	patch := []byte(`{"spec":{"prefixes":["203.0.113.0/24"]}}`)
+	if _, err := lists.Patch(t.Context(), "attackers", types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitStatus("attackers", api.DenyListStatus{Prefixes: 1})
+}
+
+// A Service whose source ranges xlb cannot enforce gets a Warning Event
+// saying why its nodes leave it out.
+func (e *apiEnv) testSourceRanges(t *testing.T) {
+	e.createService(t, lbService("policy", "v6-only", func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"2001:db8::/32"}
+	}))
+	e.createService(t, lbService("policy", "ranged", func(s *corev1.Service) {
+		s.Spec.LoadBalancerSourceRanges = []string{"10.0.0.0/8"}
+	}))
+	e.waitEvent(t, "policy", "v6-only", EventInvalidSourceRanges, "spec.loadBalancerSourceRanges holds IPv6 ranges only",
+		"the xlb nodes do not serve the Service until this is corrected")
+	e.waitEvent(t, "policy", "ranged", EventAllocationFailed)
+	evs, err := e.client.CoreV1().Events("policy").List(t.Context(), metav1.ListOptions{FieldSelector: "involvedObject.name=ranged,reason=" + EventInvalidSourceRanges})
+	if err != nil || len(evs.Items) != 0 {
+		t.Errorf("Events %s on a Service with good ranges: %v, %v; want none", EventInvalidSourceRanges, evs, err)
 	}
 }
 

@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -88,20 +89,26 @@ func New(opts Options) (*Controller, error) {
 // syncTimeout bounds the wait for the informers' first lists.
 const syncTimeout = 2 * time.Minute
 
-// Run watches Services, Namespaces, Nodes and AddressPools and allocates until
+// Run watches Services, Namespaces, Nodes, AddressPools and DenyLists
+// (whose statuses it writes) and allocates until
 // ctx ends. Every Run starts from scratch: it lists everything, rebuilds
 // the allocator from the Services' status and only then handles work, so
 // that a new leader continues where the last one stopped. It returns nil
 // when ctx ends and an error when it cannot start (the AddressPool CRD is
 // missing, the caches do not fill).
 func (c *Controller) Run(ctx context.Context) error {
-	// Without the CRD the pool informer would retry its list forever and
+	// Without the CRDs the informers would retry their lists forever and
 	// the controller would wait in silence: say what to do instead.
-	if _, err := c.opts.Dynamic.Resource(api.AddressPoolResource).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
-		if apierrors.IsNotFound(err) {
-			return fmt.Errorf("list AddressPools: %w (is the CRD installed? kubectl apply -f deploy/crds)", err)
+	for _, res := range []struct {
+		what string
+		gvr  schema.GroupVersionResource
+	}{{"AddressPools", api.AddressPoolResource}, {"DenyLists", api.DenyListResource}} {
+		if _, err := c.opts.Dynamic.Resource(res.gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+			if apierrors.IsNotFound(err) {
+				return fmt.Errorf("list %s: %w (is the CRD installed? kubectl apply -f deploy/crds)", res.what, err)
+			}
+			return fmt.Errorf("list %s: %w", res.what, err)
 		}
-		return fmt.Errorf("list AddressPools: %w", err)
 	}
 
 	recorder := c.opts.Recorder
@@ -118,12 +125,14 @@ func (c *Controller) Run(ctx context.Context) error {
 	slices := factory.Discovery().V1().EndpointSlices()
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(c.opts.Dynamic, 0)
 	pools := dynFactory.ForResource(api.AddressPoolResource)
+	denyLists := dynFactory.ForResource(api.DenyListResource)
 	// Of a Node, the controller needs its addresses only.
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0, informers.WithTransform(nodeAddressesOnly))
 	nodes := nodeFactory.Core().V1().Nodes()
 
 	r := newReconciler(c, recorder, services.Lister(), namespaces.Lister(), pools.Lister())
 	r.nodes = nodes.Lister()
+	r.denyLists = denyLists.Lister()
 	defer r.queue.ShutDown()
 	if err := r.watch(services.Informer(), namespaces.Informer(), pools.Informer()); err != nil {
 		return err
@@ -132,6 +141,9 @@ func (c *Controller) Run(ctx context.Context) error {
 		return err
 	}
 	if err := r.watchNodes(nodes.Informer()); err != nil {
+		return err
+	}
+	if err := r.watchDenyLists(denyLists.Informer()); err != nil {
 		return err
 	}
 	factory.Start(ctx.Done())
@@ -144,13 +156,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), services.Informer().HasSynced,
 		namespaces.Informer().HasSynced, pools.Informer().HasSynced, slices.Informer().HasSynced,
-		nodes.Informer().HasSynced)
+		nodes.Informer().HasSynced, denyLists.Informer().HasSynced)
 	cancel()
 	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("the caches of Services, Namespaces, AddressPools, EndpointSlices and Nodes did not fill within %s; "+
+		return fmt.Errorf("the caches of Services, Namespaces, AddressPools, EndpointSlices, Nodes and DenyLists did not fill within %s; "+
 			"check that the controller's ClusterRole lets it list and watch them (deploy/10-rbac.yaml)", syncTimeout)
 	}
 	if err := r.rebuild(); err != nil {
@@ -163,7 +175,7 @@ func (c *Controller) Run(ctx context.Context) error {
 }
 
 // item is a unit of work: one Service, the pool set, one pool's status,
-// or the nodes' addresses.
+// the nodes' addresses, or the DenyLists' statuses.
 type item struct {
 	kind itemKind
 	key  string // a Service's "namespace/name", or a pool's name
@@ -176,6 +188,7 @@ const (
 	poolsItem
 	poolStatusItem
 	nodesItem
+	denyListsItem
 )
 
 // The rate limiter retries a failed item after 5 ms, doubling up to 30 s.
@@ -207,6 +220,8 @@ func (r *reconciler) processNext(ctx context.Context) bool {
 		err = r.syncPoolStatus(ctx, it.key)
 	case nodesItem:
 		err = r.syncNodes()
+	case denyListsItem:
+		err = r.syncDenyLists(ctx)
 	}
 	if err == nil {
 		r.queue.Forget(it)

@@ -59,6 +59,8 @@ func TestCRDsMatchTypes(t *testing.T) {
 		{"xlb.io_addresspools.yaml", "AddressPool", api.AddressPoolResource.Resource,
 			reflect.TypeFor[api.AddressPoolSpec](), reflect.TypeFor[api.AddressPoolStatus]()},
 		{"xlb.io_bgppeers.yaml", "BGPPeer", api.BGPPeerResource.Resource, reflect.TypeFor[api.BGPPeerSpec](), nil},
+		{"xlb.io_denylists.yaml", "DenyList", api.DenyListResource.Resource,
+			reflect.TypeFor[api.DenyListSpec](), reflect.TypeFor[api.DenyListStatus]()},
 	} {
 		t.Run(tt.kind, func(t *testing.T) {
 			crd := readCRD(t, tt.file)
@@ -196,7 +198,7 @@ func asSlice(v any) []any {
 
 // The CRD files parse and say what the controller and docs say.
 func TestCRDPrinterColumns(t *testing.T) {
-	for _, file := range []string{"xlb.io_addresspools.yaml", "xlb.io_bgppeers.yaml"} {
+	for _, file := range []string{"xlb.io_addresspools.yaml", "xlb.io_bgppeers.yaml", "xlb.io_denylists.yaml"} {
 		crd := readCRD(t, file)
 		v := crd["spec"].(map[string]any)["versions"].([]any)[0].(map[string]any)
 		for _, c := range asSlice(v["additionalPrinterColumns"]) {

@@ -35,6 +35,7 @@ type reconciler struct {
 	services   corelisters.ServiceLister
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
+	denyLists  cache.GenericLister
 	nodes      corelisters.NodeLister
 	// nodeAddrs: the Nodes' addresses, which no Service gets; nil
 	// until the first syncNodes.
@@ -59,25 +60,28 @@ type reconciler struct {
 	uids map[string]types.UID
 	// noted: the last ExternalTrafficPolicy Event per Service.
 	noted map[string]string
+	// rangesNoted: the last InvalidSourceRanges Event per Service.
+	rangesNoted map[string]string
 }
 
 func newReconciler(c *Controller, rec record.EventRecorder, svcs corelisters.ServiceLister, nss corelisters.NamespaceLister, pools cache.GenericLister) *reconciler {
 	return &reconciler{
-		opts:       c.opts,
-		log:        c.log,
-		metrics:    c.opts.Metrics,
-		recorder:   rec,
-		queue:      newQueue(),
-		services:   svcs,
-		namespaces: nss,
-		pools:      pools,
-		alloc:      allocator.New(),
-		poolErrors: map[string]error{},
-		pending:    map[string]bool{},
-		warned:     map[string]warning{},
-		uids:       map[string]types.UID{},
-		noted:      map[string]string{},
-		now:        time.Now,
+		opts:        c.opts,
+		log:         c.log,
+		metrics:     c.opts.Metrics,
+		recorder:    rec,
+		queue:       newQueue(),
+		services:    svcs,
+		namespaces:  nss,
+		pools:       pools,
+		alloc:       allocator.New(),
+		poolErrors:  map[string]error{},
+		pending:     map[string]bool{},
+		warned:      map[string]warning{},
+		uids:        map[string]types.UID{},
+		noted:       map[string]string{},
+		rangesNoted: map[string]string{},
+		now:         time.Now,
 	}
 }
 

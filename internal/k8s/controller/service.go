@@ -162,6 +162,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
+		delete(r.rangesNoted, key)
 		return nil
 	}
 	if err != nil {
@@ -173,10 +174,12 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, affinityKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
+		delete(r.rangesNoted, key)
 		return r.unserve(ctx, key, svc)
 	}
 	r.uids[key] = svc.UID
 	r.notePolicy(svc, key)
+	r.noteSourceRanges(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}

@@ -13,6 +13,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/dynamic"
@@ -63,7 +64,7 @@ func TestAPIServer(t *testing.T) {
 	if c.cs, c.dyn, err = cp.Clients(100, 200); err != nil {
 		t.Fatal(err)
 	}
-	c.installBGPPeerCRD()
+	c.installCRDs()
 	c.namespace(testNS)
 	c.namespace("xlb-system")
 	c.node("lb-1", map[string]string{"xlb.io/lb-node": "true"}, "10.0.0.10")
@@ -134,6 +135,8 @@ func TestAPIServer(t *testing.T) {
 
 	t.Run("SharedAddress", func(t *testing.T) { sharedAddress(t, c, w) })
 
+	t.Run("Policy", func(t *testing.T) { policy(t, c, w) })
+
 	c.label("lb-1", map[string]string{"xlb.io/lb-node": "false"})
 	w.until("the node no longer selected by the BGPPeer", func(cfg *config.Config) string {
 		if cfg.BGP != nil {
@@ -184,6 +187,82 @@ func sessionAffinity(t *testing.T, c *realCluster, w *updates) {
 	}
 	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"spec": map[string]any{"sessionAffinity": "None", "sessionAffinityConfig": nil}})
 	w.until("sessionAffinity None", affinity(""))
+}
+
+// policy: web's spec.loadBalancerSourceRanges, then the legacy
+// annotation in their place, become its service's source ranges; ranges
+// that admit no IPv4 client take it out; the DenyLists' prefixes become
+// the node's deny list as they come, change and go.
+func policy(t *testing.T, c *realCluster, w *updates) {
+	const web = testNS + "/web:80/tcp"
+	ranges := func(want ...string) func(*config.Config) string {
+		return func(cfg *config.Config) string {
+			for _, s := range cfg.Services {
+				if s.Name != web {
+					continue
+				}
+				var got []string
+				for _, p := range s.SourceRanges {
+					got = append(got, p.String())
+				}
+				if !slices.Equal(got, want) {
+					return fmt.Sprintf("ranges %v", got)
+				}
+				return ""
+			}
+			return web + " not served"
+		}
+	}
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"spec": map[string]any{"loadBalancerSourceRanges": []any{"10.0.0.0/8", "2001:db8::/32"}}})
+	w.until("spec.loadBalancerSourceRanges", ranges("10.0.0.0/8"))
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{
+		"spec":     map[string]any{"loadBalancerSourceRanges": nil},
+		"metadata": map[string]any{"annotations": map[string]any{api.AnnotationSourceRanges: "192.0.2.0/24, 198.51.100.0/24"}}})
+	w.until("the legacy annotation", ranges("192.0.2.0/24", "198.51.100.0/24"))
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{
+		"spec":     map[string]any{"loadBalancerSourceRanges": []any{"2001:db8::/32"}},
+		"metadata": map[string]any{"annotations": map[string]any{api.AnnotationSourceRanges: nil}}})
+	w.until("IPv6 ranges only: not served", func(cfg *config.Config) string {
+		if why := ranges()(cfg); why != web+" not served" {
+			return why
+		}
+		return ""
+	})
+	patch(c, c.cs.CoreV1().Services(testNS).Patch, "web", map[string]any{"spec": map[string]any{"loadBalancerSourceRanges": nil}})
+	w.until("no ranges: every source", ranges())
+
+	lists := c.dyn.Resource(api.DenyListResource)
+	deny := func(want ...string) func(*config.Config) string {
+		return func(cfg *config.Config) string {
+			var got []string
+			for _, p := range cfg.Policy.Deny {
+				got = append(got, p.String())
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Sprintf("deny %v", got)
+			}
+			return ""
+		}
+	}
+	list := func(name string, prefixes ...any) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": api.Group + "/" + api.Version, "kind": "DenyList",
+			"metadata": map[string]any{"name": name}, "spec": map[string]any{"prefixes": prefixes}}}
+	}
+	c.create(lists.Create(t.Context(), list("attackers", "192.0.2.0/24", "198.51.100.7/32"), metav1.CreateOptions{}))
+	w.until("a DenyList", deny("192.0.2.0/24", "198.51.100.7/32"))
+	// Created a second later, so that it sorts after the first.
+	time.Sleep(time.Second)
+	c.create(lists.Create(t.Context(), list("more", "203.0.113.0/24", "192.0.2.0/24"), metav1.CreateOptions{}))
+	w.until("two DenyLists", deny("192.0.2.0/24", "198.51.100.7/32", "203.0.113.0/24"))
+	patch(c, lists.Patch, "attackers", map[string]any{"spec": map[string]any{"prefixes": []any{"198.51.100.0/24"}}})
+	w.until("a DenyList changed", deny("198.51.100.0/24", "203.0.113.0/24", "192.0.2.0/24"))
+	for _, name := range []string{"attackers", "more"} {
+		if err := lists.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.until("the DenyLists deleted", deny())
 }
 
 // sharedAddress: a second Service of web's pods, with
@@ -354,11 +433,11 @@ func (c *realCluster) create(_ any, err error) {
 	}
 }
 
-// installBGPPeerCRD creates deploy/crds' BGPPeer definition as kubectl
-// apply would, and waits until BGPPeers are served.
-func (c *realCluster) installBGPPeerCRD() {
-	file := filepath.Join("..", "..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml")
-	if err := k8stest.InstallCRDs(c.t.Context(), c.dyn, 30*time.Second, file); err != nil {
+// installCRDs creates deploy/crds' BGPPeer and DenyList definitions as
+// kubectl apply would, and waits until both are served.
+func (c *realCluster) installCRDs() {
+	dir := filepath.Join("..", "..", "..", "deploy", "crds")
+	if err := k8stest.InstallCRDs(c.t.Context(), c.dyn, 30*time.Second, filepath.Join(dir, "xlb.io_bgppeers.yaml"), filepath.Join(dir, "xlb.io_denylists.yaml")); err != nil {
 		c.t.Fatal(err)
 	}
 }

@@ -1,11 +1,12 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
 // Node object, the BGPPeers and the Secrets of their passwords (each by
-// name), and turns
-// them into whole agent configurations: the base configuration (the file,
-// or defaults) with one service per Service port and the peers that select
-// this node. Every configuration passes the file's own checks; a burst of
-// changes becomes one configuration.
+// name) and the DenyLists, and turns them into whole agent
+// configurations: the base configuration (the file, or defaults) with one
+// service per Service port (its source ranges with it), the peers that
+// select this node and the DenyLists' prefixes in its deny list. Every
+// configuration passes the file's own checks; a burst of changes becomes
+// one configuration.
 package source
 
 import (
@@ -15,6 +16,7 @@ import (
 	"log/slog"
 	"maps"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -77,6 +79,7 @@ type Source struct {
 	slices    cache.SharedIndexInformer
 	nodes     cache.SharedIndexInformer
 	peers     cache.SharedIndexInformer
+	denyLists cache.SharedIndexInformer
 	secrets   *secretWatch
 	// refs are the Secrets ("namespace/name") the BGPPeers name: a
 	// change of any other Secret is none of the source's business.
@@ -157,6 +160,7 @@ func New(o Options) (*Source, error) {
 	s.slices = sliceF.Discovery().V1().EndpointSlices().Informer()
 	s.nodes = nodeF.Core().V1().Nodes().Informer()
 	s.peers = dynF.ForResource(api.BGPPeerResource).Informer()
+	s.denyLists = dynF.ForResource(api.DenyListResource).Informer()
 	if err := s.slices.AddIndexers(cache.Indexers{byService: endpoints.ServiceIndex}); err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
@@ -173,6 +177,7 @@ func New(o Options) (*Source, error) {
 		{s.slices, s.sliceOfLoadBalancer},
 		{s.nodes, always},
 		{s.peers, always},
+		{s.denyLists, always},
 	} {
 		if _, err := h.inf.AddEventHandler(s.handler(h.relevant)); err != nil {
 			return nil, fmt.Errorf("kubernetes source: %w", err)
@@ -274,7 +279,7 @@ func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Conf
 	named := []struct {
 		what string
 		inf  cache.SharedIndexInformer
-	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}}
+	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}, {"DenyLists", s.denyLists}}
 	var missing []string
 	for _, n := range named {
 		if !waitUntil(syncCtx, n.inf.HasSynced) {
@@ -314,7 +319,8 @@ func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Conf
 }
 
 // checkAPI fails early, and clearly, when the API server does not serve
-// BGPPeers: the informer would otherwise retry until the timeout.
+// BGPPeers and DenyLists: the informers would otherwise retry until the
+// timeout.
 func (s *Source) checkAPI(ctx context.Context) error {
 	gv := api.BGPPeerResource.GroupVersion().String()
 	var list *metav1.APIResourceList
@@ -331,18 +337,21 @@ func (s *Source) checkAPI(ctx context.Context) error {
 		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
 		}
 	}
-	if err == nil {
-		for _, r := range list.APIResources {
-			if r.Name == api.BGPPeerResource.Resource {
-				return nil
-			}
+	var missing []string
+	for _, want := range []string{api.BGPPeerResource.Resource, api.DenyListResource.Resource} {
+		if err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == want }) {
+			continue
 		}
+		missing = append(missing, want)
 	}
-	why := "it is not served"
+	if len(missing) == 0 {
+		return nil
+	}
+	why := "not served"
 	if err != nil {
 		why = err.Error()
 	}
-	return fmt.Errorf("kubernetes: the API server does not serve %s (%s): %s; install xlb's CustomResourceDefinitions (deploy/crds)", api.BGPPeerResource.Resource, gv, why)
+	return fmt.Errorf("kubernetes: the API server does not serve %s (%s): %s; install xlb's CustomResourceDefinitions (deploy/crds)", strings.Join(missing, " and "), gv, why)
 }
 
 // transient reports an error worth a retry: anything but the API server
@@ -473,6 +482,11 @@ func (s *Source) cluster() cluster {
 	for _, obj := range s.peers.GetStore().List() {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			c.peers = append(c.peers, u)
+		}
+	}
+	for _, obj := range s.denyLists.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.denyLists = append(c.denyLists, u)
 		}
 	}
 	c.secret = s.secrets.get

@@ -26,6 +26,8 @@ type cluster struct {
 	slices func(namespace, name string) []*discoveryv1.EndpointSlice
 	node   *corev1.Node // nil when this node's Node object does not exist
 	peers  []*unstructured.Unstructured
+	// denyLists are the DenyLists, every node's.
+	denyLists []*unstructured.Unstructured
 	// secret returns a Secret; known is false while the cache of its
 	// namespace has not synced, so that a missing Secret is not reported
 	// before it could have been seen.
@@ -81,6 +83,8 @@ func translate(st settings, c cluster) (desired, []problem) {
 // Service among a thousand translates one (BenchmarkTranslate).
 type translated struct {
 	last map[string]translation // by namespace/name
+	// denied is the last build's deny list (denyLists).
+	denied *denied
 }
 
 // translation is one Service's part of a build, and what it came from.
@@ -119,6 +123,7 @@ func (t *translated) translate(st settings, c cluster) (desired, []problem) {
 
 	peerProbs := peers(st, c, &d)
 	probs = append(probs, peerProbs...)
+	probs = append(probs, t.denyLists(st, c, &d)...)
 	return d, probs
 }
 
@@ -249,6 +254,11 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 			hist = h
 		}
 	}
+	ranges, why := sourceRanges(svc)
+	if why != "" {
+		return nil, append(probs, problem{obj, why + "; the Service is not served until this is corrected: no source its ranges leave out may reach it",
+			"correct spec.loadBalancerSourceRanges (or the annotation " + api.AnnotationSourceRanges + " it replaces): at most " + fmt.Sprint(config.MaxSourceRanges) + " IPv4 CIDRs such as 192.0.2.0/24"})
+	}
 	var out []config.Service
 	for _, port := range svc.Spec.Ports {
 		proto, ok := endpoints.Protocol(port.Protocol)
@@ -280,9 +290,20 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 			Flows:          flows,
 			Affinity:       affinity,
 			TranslatePorts: true,
+			SourceRanges:   ranges,
 			Backends:       backends,
 			History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),
 		})
 	}
 	return out, probs
+}
+
+// sourceRanges are the IPv4 sources that may reach svc (nil: every
+// source), or why xlb cannot serve it (api.Ranges.Unservable).
+func sourceRanges(svc *corev1.Service) ([]netip.Prefix, string) {
+	r := api.SourceRanges(svc)
+	if why := r.Unservable(config.MaxSourceRanges); why != "" {
+		return nil, why
+	}
+	return r.IPv4, ""
 }

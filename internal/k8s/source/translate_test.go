@@ -147,6 +147,7 @@ type fixture struct {
 	slices   []*discoveryv1.EndpointSlice
 	node     *corev1.Node
 	peers    []*unstructured.Unstructured
+	lists    []*unstructured.Unstructured // DenyLists
 	secrets  []*corev1.Secret
 	// unknownNS are namespaces whose Secrets have not been read yet.
 	unknownNS []string
@@ -164,8 +165,9 @@ func (f fixture) cluster() cluster {
 			}
 			return out
 		},
-		node:  f.node,
-		peers: f.peers,
+		node:      f.node,
+		peers:     f.peers,
+		denyLists: f.lists,
 		secret: func(ns, name string) (*corev1.Secret, bool) {
 			if slices.Contains(f.unknownNS, ns) {
 				return nil, false

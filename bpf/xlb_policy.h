@@ -1,0 +1,176 @@
+/* Who may reach a VIP: the node's deny list and each service's source
+ * ranges, checked before any table lookup. Both are built in Go and
+ * swapped in whole (one inner map each), so a packet sees the old list or
+ * the new one, never a half-built one; both cost the same whatever they
+ * hold (docs/decisions/0005-policy.md). */
+#ifndef XLB_POLICY_H
+#define XLB_POLICY_H
+
+#include "xlb_maps.h"
+
+/* The deny table's cells: a root of 2^XLB_DENY_ROOT_BITS 32-bit entries,
+ * 8 per cell, then room for one node cell and one leaf cell per prefix.
+ * The inner map has this size whatever the list holds, as a map-in-map's
+ * inner maps share one size (which keeps their lookups inlined). */
+#define XLB_DENY_ROOT_CELLS ((1 << XLB_DENY_ROOT_BITS) / 8)
+#define XLB_DENY_CELLS (XLB_DENY_ROOT_CELLS + 2 * XLB_DENY_MAX_PREFIXES)
+_Static_assert(XLB_DENY_NODE_BITS == 6 && XLB_DENY_ROOT_BITS + XLB_DENY_NODE_BITS == 24,
+	       "a node's bitmaps are 64-bit words, and a leaf is a /24's 256 bits");
+
+/* The deny table of one address family: an inner map swapped whole.
+ * Its size is fixed, as a map-in-map's inner maps share one, which keeps
+ * the lookups inlined. Its value is an anonymous twin of union
+ * xlb_deny_cell, for the reason chain_inner's is (xlb_maps.h). */
+struct deny_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE); /* filled with one copy, as maglev_inner */
+	__uint(max_entries, XLB_DENY_CELLS);
+	__type(key, __u32);
+	__type(value, union {
+		__u32 w[8];
+		__u64 q[4];
+	});
+};
+
+_Static_assert(sizeof(*((struct deny_inner *)0)->value) == sizeof(union xlb_deny_cell),
+	       "deny_inner's value and union xlb_deny_cell differ");
+
+/* The IPv4 deny table at key 0; none: no deny list. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct deny_inner);
+} deny4 SEC(".maps");
+
+/* A service's IPv4 source ranges, one value swapped whole. The value is
+ * named by an anonymous twin of struct xlb_ranges4, for the reason
+ * chain_inner's is (xlb_maps.h). */
+struct ranges_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct {
+		__u32 lo[XLB_SVC_MAX_RANGES];
+		__u32 hi[XLB_SVC_MAX_RANGES];
+	});
+};
+
+_Static_assert(sizeof(*((struct ranges_inner *)0)->value) == sizeof(struct xlb_ranges4),
+	       "ranges_inner's value and struct xlb_ranges4 differ");
+
+/* Source ranges by service ID, for the services whose index slot has
+ * XLB_SVC_SOURCE_RANGES. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XLB_MAX_SERVICES);
+	__type(key, __u32);
+	__array(values, struct ranges_inner);
+} svc_ranges4 SEC(".maps");
+
+/* Packets and bytes dropped per service for a source outside its ranges
+ * (XLB_DROP_SOURCE_RANGE), by service ID. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XLB_MAX_SERVICES);
+	__type(key, __u32);
+	__type(value, struct xlb_counter);
+} svc_src_drops SEC(".maps");
+
+/* Whether the deny table denies host-order IPv4 address a: at most three
+ * inlined array reads. Out of line: a list is optional, and inlined its
+ * registers would cost the path without one (see deny_v4). */
+static __noinline int deny_lookup4(void *table, __u32 a)
+{
+	__u32 r = a >> (32 - XLB_DENY_ROOT_BITS);
+	__u32 k = r >> 3;
+	union xlb_deny_cell *c = bpf_map_lookup_elem(table, &k);
+
+	if (!c)
+		return 0;
+	__u32 e = c->w[r & 7];
+
+	if (e == 0)
+		return 0;
+	if (e == XLB_DENY_ALL)
+		return 1;
+	union xlb_deny_cell *n = bpf_map_lookup_elem(table, &e);
+
+	if (!n)
+		return 1; /* a table that points nowhere: fail closed */
+	__u32 i = (a >> 8) & ((1 << XLB_DENY_NODE_BITS) - 1);
+	__u64 bit = 1ULL << i;
+
+	if (n->q[0] & bit)
+		return 1;
+	__u64 kids = n->q[1];
+
+	if (!(kids & bit))
+		return 0;
+	__u32 leaf = n->w[4] + (__u32)__builtin_popcountll(kids & (bit - 1));
+	union xlb_deny_cell *l = bpf_map_lookup_elem(table, &leaf);
+
+	if (!l)
+		return 1;
+	__u32 b = a & 255;
+
+	return (l->w[b >> 5] >> (b & 31)) & 1;
+}
+
+/* Whether the node's deny list holds IPv4 source saddr. Without a list,
+ * one inlined read of deny4. */
+static __always_inline int deny_v4(__be32 saddr)
+{
+	__u32 zero = 0;
+	void *table = bpf_map_lookup_elem(&deny4, &zero);
+
+	if (!table)
+		return 0;
+	return deny_lookup4(table, bpf_ntohl(saddr));
+}
+
+/* Whether host-order IPv4 address a is in the ranges of one service: a
+ * binary search of fixed depth (log2 XLB_SVC_MAX_RANGES steps) for the
+ * last range starting at or below a. */
+static __noinline int ranges_hold4(struct xlb_ranges4 *r, __u32 a)
+{
+	__u32 i = 0;
+
+#pragma unroll
+	for (__u32 s = XLB_SVC_MAX_RANGES / 2; s; s >>= 1) {
+		if (r->lo[(i + s) & (XLB_SVC_MAX_RANGES - 1)] <= a)
+			i += s;
+	}
+	i &= XLB_SVC_MAX_RANGES - 1;
+	return r->lo[i] <= a && a <= r->hi[i];
+}
+
+/* Whether IPv4 source saddr may reach service svc_id, whose slot says it
+ * has source ranges. A service flagged so whose ranges are missing lets
+ * nobody in: the flag is set only once they are in place. */
+static __always_inline int source_allowed4(__u32 svc_id, __be32 saddr)
+{
+	void *inner = bpf_map_lookup_elem(&svc_ranges4, &svc_id);
+	__u32 zero = 0;
+
+	if (!inner)
+		return 0;
+	struct xlb_ranges4 *r = bpf_map_lookup_elem(inner, &zero);
+
+	if (!r)
+		return 0;
+	return ranges_hold4(r, bpf_ntohl(saddr));
+}
+
+/* Count a packet of service svc_id dropped for its source. */
+static __always_inline void count_source_drop(__u32 svc_id, __u16 len)
+{
+	struct xlb_counter *c = bpf_map_lookup_elem(&svc_src_drops, &svc_id);
+
+	if (c) {
+		c->packets++;
+		c->bytes += len;
+	}
+}
+
+#endif
