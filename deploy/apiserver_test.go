@@ -808,6 +808,25 @@ kind: DenyList
 metadata: {name: no-prefixes}
 spec: {}`,
 			[]string{"spec.prefixes", "Required value"}, nil},
+		{"pool selector operator", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: bad-operator}
+spec:
+  addresses: [10.99.8.0/28]
+  serviceAllocation:
+    serviceSelectors: [{matchExpressions: [{key: tier, operator: Within, values: [web]}]}]`,
+			[]string{"spec.serviceAllocation.serviceSelectors[0].matchExpressions[0].operator", `Unsupported value: "Within"`, `"In", "NotIn", "Exists", "DoesNotExist"`}, nil},
+		{"peer node selector operator", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: bad-operator}
+spec:
+  myASN: 65001
+  peerASN: 65000
+  peerAddress: 10.0.1.1
+  nodeSelectors: [{matchLabels: {rack: r1}}, {matchExpressions: [{key: rack, operator: Exists}, {key: zone, operator: Equals}]}]`,
+			[]string{"spec.nodeSelectors[1].matchExpressions[1].operator", `Unsupported value: "Equals"`, `"In", "NotIn", "Exists", "DoesNotExist"`}, nil},
 		{"peer without my ASN", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
