@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -204,6 +205,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	t.Run("RBAC", func(t *testing.T) { testRBAC(t, k, "xlb-system", "xlb", "xlb-controller", "") })
 	t.Run("StatusWrite", func(t *testing.T) { testStatusWrite(t, k) })
 	t.Run("Examples", func(t *testing.T) { testExamples(t, k) })
+	t.Run("PrinterColumns", func(t *testing.T) { testPrinterColumns(t, k) })
 	t.Run("InvalidResources", func(t *testing.T) { testInvalidResources(t, k) })
 	t.Run("HelmRelease", func(t *testing.T) { testHelmRelease(t, k) })
 }
@@ -596,6 +598,68 @@ func (k *kube) helmConfig(t *testing.T, ns string) *action.Configuration {
 		t.Fatalf("helm: %v", err)
 	}
 	return cfg
+}
+
+// What `kubectl get` shows for the examples' objects: the API server's
+// table of each resource (what kubectl asks for), its columns (those
+// with a priority only with -o wide) and the example's cells.
+func testPrinterColumns(t *testing.T, k *kube) {
+	// A pool's status, as the controller writes it.
+	status := []byte(`{"status":{"size":16,"assigned":3,"available":13}}`)
+	if _, err := k.dyn.Resource(api.AddressPoolResource).Patch(t.Context(), "default", types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		resource, name string
+		want           map[string]string // column: cell
+		wide           []string          // the columns -o wide adds
+	}{
+		{"addresspools", "default",
+			map[string]string{"Addresses": `["10.99.0.0/28","10.99.1.10-10.99.1.20"]`, "Auto Assign": "true", "Assigned": "3", "Available": "13"},
+			[]string{"Error"}},
+		{"bgppeers", "tor",
+			map[string]string{"Peer Address": "10.0.1.1", "Peer ASN": "65000", "My ASN": "65001"},
+			[]string{"Passive", "Port", "Hold Time", "Multihop", "Password Secret"}},
+		{"denylists", "attackers", map[string]string{"Prefixes": "<none>"}, nil},
+	} {
+		raw, err := k.cs.Discovery().RESTClient().Get().AbsPath("/apis", api.Group, api.Version, tc.resource, tc.name).
+			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+		if err != nil {
+			t.Fatalf("%s %s as a table: %v", tc.resource, tc.name, err)
+		}
+		var table metav1.Table
+		if err := json.Unmarshal(raw, &table); err != nil {
+			t.Fatal(err)
+		}
+		if len(table.Rows) != 1 || len(table.Rows[0].Cells) != len(table.ColumnDefinitions) {
+			t.Fatalf("%s: %d rows, want 1 with a cell per column: %s", tc.resource, len(table.Rows), raw)
+		}
+		var header, cells, wide []string
+		for i, c := range table.ColumnDefinitions {
+			cell := fmt.Sprint(table.Rows[0].Cells[i])
+			if table.Rows[0].Cells[i] == nil {
+				cell = "<none>" // as kubectl prints it
+			}
+			if b, err := json.Marshal(table.Rows[0].Cells[i]); err == nil && strings.HasPrefix(string(b), "[") {
+				cell = string(b)
+			}
+			if c.Priority > 0 {
+				wide = append(wide, c.Name)
+			}
+			header, cells = append(header, c.Name), append(cells, cell)
+			if want, ok := tc.want[c.Name]; ok && cell != want {
+				t.Errorf("kubectl get %s %s: column %s shows %s, want %s", tc.resource, tc.name, c.Name, cell, want)
+			}
+			delete(tc.want, c.Name)
+		}
+		for c := range tc.want {
+			t.Errorf("kubectl get %s: no column %s (columns %v)", tc.resource, c, header)
+		}
+		if !slices.Equal(wide, tc.wide) {
+			t.Errorf("kubectl get %s -o wide adds %v, want %v", tc.resource, wide, tc.wide)
+		}
+		t.Logf("kubectl get %s -o wide:\n%s\n%s", tc.resource, strings.Join(header, " | "), strings.Join(cells, " | "))
+	}
 }
 
 // The chart, installed by Helm with other values as release "edge" in

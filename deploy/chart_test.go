@@ -366,7 +366,7 @@ func TestChartStrict(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		_, err = engine.Engine{Strict: true}.Render(ch, rv)
+		_, err = engine.Engine{Strict: true}.RenderWithContext(t.Context(), ch, rv)
 		return err
 	}
 	for name, vals := range map[string]map[string]any{"defaults": nil, "every knob": richValues} {
