@@ -212,11 +212,12 @@ type ServiceAllocation struct {
 	ServiceSelectors []LabelSelector `json:"serviceSelectors,omitempty"`
 }
 
-// LabelSelector is a label query, as metav1.LabelSelector: the same
-// fields, meaning and JSON. The result of matchLabels and
-// matchExpressions are ANDed; an empty selector matches everything.
+// LabelSelector is a label query, as in a Deployment's selector:
+// matchLabels and matchExpressions are ANDed; an empty selector matches
+// everything.
 // ---
-// A type of its own so that its schema can list the operators (markers
+// metav1.LabelSelector's fields, meaning and JSON, in a type of its own
+// so that its schema can list the operators (markers
 // cannot be added to metav1's type, and a CEL rule over the unbounded
 // matchExpressions costs more than the API server allows).
 //
@@ -229,8 +230,11 @@ type LabelSelector struct {
 	MatchExpressions []LabelSelectorRequirement `json:"matchExpressions,omitempty"`
 }
 
-// LabelSelectorRequirement is metav1.LabelSelectorRequirement: a key,
-// an operator and values.
+// LabelSelectorRequirement is one requirement on a label: a key, an
+// operator and values.
+// ---
+// metav1.LabelSelectorRequirement's fields, in order: AsSelector
+// converts one into the other.
 type LabelSelectorRequirement struct {
 	// The label key the requirement applies to.
 	Key string `json:"key"`
