@@ -13,7 +13,7 @@ FUZZ_DATAPLANE ?= 130000x
 FUZZ_BACKEND   ?= 140000x
 FUZZ_BFD       ?= 400000x
 
-.PHONY: all build generate check-generated demo test bench lint deps kube \
+.PHONY: all build generate generate-api check-generated demo test bench lint deps kube \
 	root-demo root-test root-bench clean
 
 all: build
@@ -21,19 +21,35 @@ all: build
 build:
 	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/xlb
 
-# Rebuild the eBPF objects and their Go bindings (needs clang); they are
-# committed so that `go build` needs no clang. The product's are under
-# internal/dataplane/, the benchmark harness's and the lab's XDP_PASS
-# program's beside their Go code.
+# Rebuild the generated files, which are committed:
+# - the eBPF objects and their Go bindings (needs clang), so that
+#   `go build` needs no clang. The product's are under
+#   internal/dataplane/, the benchmark harness's and the lab's XDP_PASS
+#   program's beside their Go code;
+# - from the Go types of xlb's Kubernetes API and their kubebuilder
+#   markers (internal/k8s/api), with controller-gen (a tool of go.mod):
+#   the CRDs of deploy/crds, their copies in the chart's crds/ (Helm
+#   installs CRDs only from there) and the types' deep-copy code.
 GENERATED := internal/dataplane/ bench/internal/lbharness/ testbed/xdppass/
-generate:
+API_TYPES := internal/k8s/api
+CRDS      := deploy/crds
+CHART_CRDS := deploy/helm/xlb/crds
+API_GENERATED := $(CRDS)/ $(CHART_CRDS)/ $(API_TYPES)/zz_generated.deepcopy.go
+generate: generate-api
 	$(GO) generate $(addprefix ./,$(addsuffix ...,$(GENERATED)))
 
-# CI: the committed objects must be what the C sources compile to.
+# The Kubernetes API's files only (no clang needed).
+generate-api:
+	rm -f $(CRDS)/*.yaml $(CHART_CRDS)/*.yaml
+	$(GO) tool controller-gen object paths=./$(API_TYPES)/ \
+		crd:headerFile=$(API_TYPES)/crd_header.txt output:crd:dir=$(CRDS)
+	cp $(CRDS)/*.yaml $(CHART_CRDS)/
+
+# CI: the committed files must be what their sources generate.
 check-generated: generate
-	@git diff --quiet -- $(GENERATED) && [ -z "$$(git ls-files --others --exclude-standard -- $(GENERATED))" ] || { \
-		echo "generated eBPF objects are stale: run 'make generate' and commit"; \
-		git diff --stat -- $(GENERATED); git ls-files --others --exclude-standard -- $(GENERATED); exit 1; }
+	@git diff --quiet -- $(GENERATED) $(API_GENERATED) && [ -z "$$(git ls-files --others --exclude-standard -- $(GENERATED) $(API_GENERATED))" ] || { \
+		echo "generated files are stale (eBPF objects, CRDs or deep-copy code): run 'make generate' and commit"; \
+		git diff --stat -- $(GENERATED) $(API_GENERATED); git ls-files --others --exclude-standard -- $(GENERATED) $(API_GENERATED); exit 1; }
 
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); [ -z "$$out" ] || { echo "gofmt would change: $$out"; exit 1; }

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"helm.sh/helm/v4/pkg/action"
+	helmkube "helm.sh/helm/v4/pkg/kube"
+	ri "helm.sh/helm/v4/pkg/release"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -20,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -170,8 +175,8 @@ func (k *kube) waitEstablished(ctx context.Context, objs []object) error {
 // workloads into Pods, and checks what an operator relies on: everything
 // is accepted, the Pods are admitted, each ServiceAccount can do its job
 // and no more, the examples are valid, invalid pools and peers are
-// refused with a useful message, and the Helm chart's rendering is
-// accepted too.
+// refused with a useful message, and Helm installs the chart as a second
+// release and upgrades it.
 func TestInstallOnAPIServer(t *testing.T) {
 	files, err := installFiles()
 	if err != nil {
@@ -200,6 +205,7 @@ func TestInstallOnAPIServer(t *testing.T) {
 	t.Run("RBAC", func(t *testing.T) { testRBAC(t, k, "xlb-system", "xlb", "xlb-controller", "") })
 	t.Run("StatusWrite", func(t *testing.T) { testStatusWrite(t, k) })
 	t.Run("Examples", func(t *testing.T) { testExamples(t, k) })
+	t.Run("PrinterColumns", func(t *testing.T) { testPrinterColumns(t, k) })
 	t.Run("InvalidResources", func(t *testing.T) { testInvalidResources(t, k) })
 	t.Run("HelmRelease", func(t *testing.T) { testHelmRelease(t, k) })
 }
@@ -563,9 +569,103 @@ func testExamples(t *testing.T, k *kube) {
 	}
 }
 
-// The chart, rendered with other values as release "edge" in namespace
-// "xlb-edge" next to the install of deploy/, is accepted: its names do not
-// collide, and its RBAC follows the release's namespace.
+// edgeValues are the values of release "edge" at its install.
+var edgeValues = map[string]any{
+	"serveClassless":   true,
+	"controller":       map[string]any{"replicas": 1, "leaseName": "edge-controller", "priorityClassName": "system-cluster-critical"},
+	"agent":            map[string]any{"interface": "bond0"},
+	"backend":          map[string]any{"nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
+	"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+	"addressPools": []any{map[string]any{"name": "edge-pool", "spec": map[string]any{
+		"addresses": []any{"10.98.0.0/28"},
+	}}},
+	"bgpPeers": []any{map[string]any{"name": "edge-tor", "spec": map[string]any{
+		"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
+		"passwordSecret": map[string]any{"name": "edge-tor-password"},
+	}}},
+}
+
+// helmConfig is Helm's action configuration for the control plane, as
+// `helm --kube-apiserver --kube-token --kube-ca-file -n ns` makes it,
+// with release records in Secrets (Helm's default).
+func (k *kube) helmConfig(t *testing.T, ns string) *action.Configuration {
+	t.Helper()
+	flags := genericclioptions.NewConfigFlags(false)
+	host, token, ca := k.cfg.Host, k.cfg.BearerToken, k.cfg.CAFile
+	flags.APIServer, flags.BearerToken, flags.CAFile, flags.Namespace = &host, &token, &ca, &ns
+	cfg := action.NewConfiguration()
+	if err := cfg.Init(flags, ns, "secret"); err != nil {
+		t.Fatalf("helm: %v", err)
+	}
+	return cfg
+}
+
+// What `kubectl get` shows for the examples' objects: the API server's
+// table of each resource (what kubectl asks for), its columns (those
+// with a priority only with -o wide) and the example's cells.
+func testPrinterColumns(t *testing.T, k *kube) {
+	// A pool's status, as the controller writes it.
+	status := []byte(`{"status":{"size":16,"assigned":3,"available":13}}`)
+	if _, err := k.dyn.Resource(api.AddressPoolResource).Patch(t.Context(), "default", types.MergePatchType, status, metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		resource, name string
+		want           map[string]string // column: cell
+		wide           []string          // the columns -o wide adds
+	}{
+		{"addresspools", "default",
+			map[string]string{"Addresses": `["10.99.0.0/28","10.99.1.10-10.99.1.20"]`, "Auto Assign": "true", "Assigned": "3", "Available": "13"},
+			[]string{"Error"}},
+		{"bgppeers", "tor",
+			map[string]string{"Peer Address": "10.0.1.1", "Peer ASN": "65000", "My ASN": "65001"},
+			[]string{"Passive", "Port", "Hold Time", "Multihop", "Password Secret"}},
+		{"denylists", "attackers", map[string]string{"Prefixes": "<none>"}, nil},
+	} {
+		raw, err := k.cs.Discovery().RESTClient().Get().AbsPath("/apis", api.Group, api.Version, tc.resource, tc.name).
+			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())
+		if err != nil {
+			t.Fatalf("%s %s as a table: %v", tc.resource, tc.name, err)
+		}
+		var table metav1.Table
+		if err := json.Unmarshal(raw, &table); err != nil {
+			t.Fatal(err)
+		}
+		if len(table.Rows) != 1 || len(table.Rows[0].Cells) != len(table.ColumnDefinitions) {
+			t.Fatalf("%s: %d rows, want 1 with a cell per column: %s", tc.resource, len(table.Rows), raw)
+		}
+		var header, cells, wide []string
+		for i, c := range table.ColumnDefinitions {
+			cell := fmt.Sprint(table.Rows[0].Cells[i])
+			if table.Rows[0].Cells[i] == nil {
+				cell = "<none>" // as kubectl prints it
+			}
+			if b, err := json.Marshal(table.Rows[0].Cells[i]); err == nil && strings.HasPrefix(string(b), "[") {
+				cell = string(b)
+			}
+			if c.Priority > 0 {
+				wide = append(wide, c.Name)
+			}
+			header, cells = append(header, c.Name), append(cells, cell)
+			if want, ok := tc.want[c.Name]; ok && cell != want {
+				t.Errorf("kubectl get %s %s: column %s shows %s, want %s", tc.resource, tc.name, c.Name, cell, want)
+			}
+			delete(tc.want, c.Name)
+		}
+		for c := range tc.want {
+			t.Errorf("kubectl get %s: no column %s (columns %v)", tc.resource, c, header)
+		}
+		if !slices.Equal(wide, tc.wide) {
+			t.Errorf("kubectl get %s -o wide adds %v, want %v", tc.resource, wide, tc.wide)
+		}
+		t.Logf("kubectl get %s -o wide:\n%s\n%s", tc.resource, strings.Join(header, " | "), strings.Join(cells, " | "))
+	}
+}
+
+// The chart, installed by Helm with other values as release "edge" in
+// namespace "xlb-edge" next to the install of deploy/, is accepted: its
+// names do not collide, and its RBAC follows the release's namespace.
+// Then Helm upgrades it with changed values (see testHelmUpgrade).
 func testHelmRelease(t *testing.T, k *kube) {
 	ctx := t.Context()
 	c, err := loadChart(chartDir)
@@ -573,36 +673,28 @@ func testHelmRelease(t *testing.T, k *kube) {
 		t.Fatal(err)
 	}
 	const ns = "xlb-edge"
-	objs, err := c.render(release{Name: "edge", Namespace: ns}, map[string]any{
-		"serveClassless":   true,
-		"controller":       map[string]any{"replicas": 1, "leaseName": "edge-controller", "priorityClassName": "system-cluster-critical"},
-		"agent":            map[string]any{"interface": "bond0"},
-		"backend":          map[string]any{"nodeSelector": map[string]any{"kubernetes.io/os": "linux"}},
-		"imagePullSecrets": []any{map[string]any{"name": "registry"}},
-		"addressPools": []any{map[string]any{"name": "edge-pool", "spec": map[string]any{
-			"addresses": []any{"10.98.0.0/28"},
-		}}},
-		"bgpPeers": []any{map[string]any{"name": "edge-tor", "spec": map[string]any{
-			"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
-			"passwordSecret": map[string]any{"name": "edge-tor-password"},
-		}}},
-	})
+	// helm install edge deploy/helm/xlb -n xlb-edge --create-namespace:
+	// the chart's crds/ first (deploy/crds, see TestChartCRDs, installed
+	// already: Helm leaves existing CRDs alone), then the rest, by
+	// server-side apply.
+	inst := action.NewInstall(k.helmConfig(t, ns))
+	inst.ReleaseName, inst.Namespace, inst.CreateNamespace = "edge", ns, true
+	inst.WaitStrategy = helmkube.HookOnlyStrategy // no kubelet: Pods never run here
+	inst.Timeout = establishTimeout
+	r, err := inst.RunWithContext(ctx, c.Chart, values(edgeValues))
+	if err != nil {
+		t.Fatalf("helm install: %v", err)
+	}
+	objs, err := releaseObjects(r)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// helm install --create-namespace.
-	n := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
-	if _, err := k.cs.CoreV1().Namespaces().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// Helm installs the chart's crds/ first; they are deploy/crds (see
-	// TestChartCRDs), installed already.
-	if err := k.apply(ctx, objs); err != nil {
-		t.Fatalf("the API server refused the chart's rendering:\n%v", err)
+	if err := k.present(ctx, objs); err != nil {
+		t.Errorf("after helm install: %v", err)
 	}
 	for _, key := range []string{"AddressPool /edge-pool", "BGPPeer /edge-tor"} {
 		if !slices.ContainsFunc(objs, func(o object) bool { return o.key() == key }) {
-			t.Errorf("the rendering has no %s", key)
+			t.Errorf("the release has no %s", key)
 		}
 	}
 	testRBAC(t, k, ns, "edge-xlb", "edge-controller", "edge-tor-password")
@@ -622,6 +714,112 @@ func testHelmRelease(t *testing.T, k *kube) {
 		t.Error("the edge release's agent may read the Secrets of xlb-system")
 	}
 	t.Run("AgentSecrets", func(t *testing.T) { testAgentSecrets(t, k, ns) })
+	t.Run("Upgrade", func(t *testing.T) { testHelmUpgrade(t, k, c, ns, objs) })
+}
+
+// present checks that every object of objs exists on the API server.
+func (k *kube) present(ctx context.Context, objs []object) error {
+	var errs []error
+	for _, o := range objs {
+		r, err := k.resource(o)
+		if err == nil {
+			_, err = r.Get(ctx, o.GetName(), metav1.GetOptions{})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s (%s): %w", o.key(), o.from, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// testHelmUpgrade upgrades release "edge" with changed values, as
+// `helm upgrade edge deploy/helm/xlb -n xlb-edge --values ...`: the
+// changes reach the API server (replicas, the leader Lease and the RBAC
+// that names it, a pool's addresses, a new pool, a BGPPeer no longer
+// rendered is deleted) and everything else is still there.
+func testHelmUpgrade(t *testing.T, k *kube, c *helmChart, ns string, installed []object) {
+	ctx := t.Context()
+	changed := values(edgeValues)
+	changed["controller"].(map[string]any)["replicas"] = 3
+	changed["controller"].(map[string]any)["leaseName"] = "edge-leader"
+	changed["agent"].(map[string]any)["bgpPasswordSecrets"] = []any{"edge-tor-password"}
+	changed["addressPools"] = []any{
+		map[string]any{"name": "edge-pool", "spec": map[string]any{"addresses": []any{"10.98.0.0/27"}}},
+		map[string]any{"name": "edge-pool-2", "spec": map[string]any{"addresses": []any{"10.98.1.0/28"}, "autoAssign": false}},
+	}
+	changed["bgpPeers"] = []any{}
+
+	up := action.NewUpgrade(k.helmConfig(t, ns))
+	up.Namespace = ns
+	up.WaitStrategy = helmkube.HookOnlyStrategy
+	up.Timeout = establishTimeout
+	r, err := up.RunWithContext(ctx, "edge", c.Chart, changed)
+	if err != nil {
+		t.Fatalf("helm upgrade: %v", err)
+	}
+	acc, err := ri.NewAccessor(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc.Version() != 2 || acc.Status() != "deployed" {
+		t.Errorf("release after the upgrade: revision %d, status %q; want 2, deployed", acc.Version(), acc.Status())
+	}
+	objs, err := releaseObjects(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := k.present(ctx, objs); err != nil {
+		t.Errorf("after helm upgrade: %v", err)
+	}
+
+	dep, err := k.cs.AppsV1().Deployments(ns).Get(ctx, "edge-xlb-controller", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dep.Spec.Replicas == nil || *dep.Spec.Replicas != 3 {
+		t.Errorf("controller replicas after the upgrade: %v, want 3", dep.Spec.Replicas)
+	}
+	if args := dep.Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, "--lease-name=edge-leader") {
+		t.Errorf("controller args after the upgrade: %v, want --lease-name=edge-leader", args)
+	}
+	// The Role follows the Lease: the new one is granted, the old one no
+	// longer; the agent keeps its Secret, now listed by name.
+	testRBAC(t, k, ns, "edge-xlb", "edge-leader", "edge-tor-password")
+	res, err := k.cs.AuthorizationV1().SubjectAccessReviews().Create(ctx, &authorizationv1.SubjectAccessReview{
+		Spec: authorizationv1.SubjectAccessReviewSpec{
+			User: saUser(ns, "edge-xlb-controller"), Groups: saGroups(ns),
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Verb: "update", Group: "coordination.k8s.io", Resource: "leases", Name: "edge-controller"},
+		}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status.Allowed {
+		t.Error("after the upgrade the controller may still update the old Lease edge-controller")
+	}
+
+	pool, err := k.dyn.Resource(api.AddressPoolResource).Get(ctx, "edge-pool", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, _ := unstructured.NestedStringSlice(pool.Object, "spec", "addresses"); !slices.Equal(got, []string{"10.98.0.0/27"}) {
+		t.Errorf("edge-pool addresses after the upgrade: %v, want [10.98.0.0/27]", got)
+	}
+	if _, err := k.dyn.Resource(api.AddressPoolResource).Get(ctx, "edge-pool-2", metav1.GetOptions{}); err != nil {
+		t.Errorf("the pool the upgrade adds: %v", err)
+	}
+	if _, err := k.dyn.Resource(api.BGPPeerResource).Get(ctx, "edge-tor", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the BGPPeer the upgrade no longer renders: got %v, want NotFound", err)
+	}
+	// What the upgrade did not change is still there, unchanged in kind
+	// and name.
+	for _, o := range installed {
+		if o.key() == "BGPPeer /edge-tor" {
+			continue
+		}
+		if !slices.ContainsFunc(objs, func(n object) bool { return n.key() == o.key() }) {
+			t.Errorf("%s of the install is not in the upgraded release", o.key())
+		}
+	}
 }
 
 // testAgentSecrets runs the agent's Kubernetes source as the edge
@@ -808,6 +1006,25 @@ kind: DenyList
 metadata: {name: no-prefixes}
 spec: {}`,
 			[]string{"spec.prefixes", "Required value"}, nil},
+		{"pool selector operator", `
+apiVersion: xlb.io/v1alpha1
+kind: AddressPool
+metadata: {name: bad-operator}
+spec:
+  addresses: [10.99.8.0/28]
+  serviceAllocation:
+    serviceSelectors: [{matchExpressions: [{key: tier, operator: Within, values: [web]}]}]`,
+			[]string{"spec.serviceAllocation.serviceSelectors[0].matchExpressions[0].operator", `Unsupported value: "Within"`, `"In", "NotIn", "Exists", "DoesNotExist"`}, nil},
+		{"peer node selector operator", `
+apiVersion: xlb.io/v1alpha1
+kind: BGPPeer
+metadata: {name: bad-operator}
+spec:
+  myASN: 65001
+  peerASN: 65000
+  peerAddress: 10.0.1.1
+  nodeSelectors: [{matchLabels: {rack: r1}}, {matchExpressions: [{key: rack, operator: Exists}, {key: zone, operator: Equals}]}]`,
+			[]string{"spec.nodeSelectors[1].matchExpressions[1].operator", `Unsupported value: "Equals"`, `"In", "NotIn", "Exists", "DoesNotExist"`}, nil},
 		{"peer without my ASN", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer

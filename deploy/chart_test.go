@@ -2,17 +2,20 @@ package deploy
 
 import (
 	"bytes"
-	"flag"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
-	"text/template"
-)
 
-var updateChartCRDs = flag.Bool("update-chart-crds", false, "copy deploy/crds/*.yaml into the chart's crds/ before comparing")
+	"helm.sh/helm/v4/pkg/chart/common"
+	"helm.sh/helm/v4/pkg/chart/common/util"
+	chart "helm.sh/helm/v4/pkg/chart/v2"
+	"helm.sh/helm/v4/pkg/chart/v2/lint"
+	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
+	"helm.sh/helm/v4/pkg/engine"
+)
 
 const chartDir = "helm/xlb"
 
@@ -181,10 +184,8 @@ func TestChartRequiredValues(t *testing.T) {
 }
 
 // The chart's crds/ must be byte for byte deploy/crds/: Helm installs CRDs
-// only from a chart's own crds/ directory, so they are copies, and this
-// keeps them in step. Update them with
-//
-//	go test ./deploy -run TestChartCRDs -update-chart-crds
+// only from a chart's own crds/ directory, so they are copies, which
+// `make generate` writes with the CRDs; this keeps them in step.
 func TestChartCRDs(t *testing.T) {
 	src, err := filepath.Glob("crds/*.yaml")
 	if err != nil {
@@ -192,23 +193,6 @@ func TestChartCRDs(t *testing.T) {
 	}
 	if len(src) == 0 {
 		t.Fatal("deploy/crds has no *.yaml")
-	}
-	if *updateChartCRDs {
-		old, _ := filepath.Glob(filepath.Join(chartDir, "crds", "*.yaml"))
-		for _, f := range old {
-			if err := os.Remove(f); err != nil {
-				t.Fatal(err)
-			}
-		}
-		for _, f := range src {
-			data, err := os.ReadFile(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(chartDir, "crds", filepath.Base(f)), data, 0o644); err != nil {
-				t.Fatal(err)
-			}
-		}
 	}
 	copies, err := filepath.Glob(filepath.Join(chartDir, "crds", "*"))
 	if err != nil {
@@ -221,7 +205,7 @@ func TestChartCRDs(t *testing.T) {
 		}
 		return out
 	}
-	const fix = "; run: go test ./deploy -run TestChartCRDs -update-chart-crds"
+	const fix = "; run make generate (or make generate-api) and commit"
 	if !slices.Equal(base(src), base(copies)) {
 		t.Fatalf("deploy/crds has %v, the chart's crds/ %v%s", base(src), base(copies), fix)
 	}
@@ -264,44 +248,136 @@ func TestKustomization(t *testing.T) {
 	}
 }
 
-// The renderer follows Helm's (Sprig's) definitions of the functions the
-// chart uses; these are the cases where a naive version differs.
-func TestHelmFuncs(t *testing.T) {
+// richValues sets every knob of values.yaml to something other than its
+// default; the lint and strict tests render with them.
+var richValues = map[string]any{
+	"image":            map[string]any{"repository": "registry.example/xlb", "tag": "v9", "pullPolicy": "Always"},
+	"imagePullSecrets": []any{map[string]any{"name": "registry"}},
+	"serveClassless":   true,
+	"controller": map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999,
+		"priorityClassName": "system-cluster-critical", "nodeSelector": map[string]any{"role": "control"},
+		"tolerations": []any{map[string]any{"key": "role", "operator": "Equal", "value": "control", "effect": "NoSchedule"}}},
+	"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"xlb.io/lb-node": nil, "role": "lb"},
+		"bgpPasswordSecrets": []any{"tor-password"}, "terminationGracePeriodSeconds": 60,
+		"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}}},
+	"backend":      map[string]any{"interface": "ens5", "metricsPort": 9500, "metricsHost": "127.0.0.1"},
+	"addressPools": []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
+	"bgpPeers": []any{map[string]any{"name": "tor", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.1",
+		"passwordSecret": map[string]any{"name": "tor2-password"}}}},
+}
+
+// `helm lint` finds nothing to warn about, with the default values and
+// with every knob set; and it does find a wrong value.
+func TestChartLint(t *testing.T) {
 	for _, tc := range []struct {
-		tmpl string
-		data any
-		want string
+		name   string
+		values map[string]any
+		want   string // an error lint must report; "" for none
 	}{
-		{`{{ "a\nb" | nindent 2 }}`, nil, "\n  a\n  b"},
-		{`{{ "a\nb" | indent 2 }}`, nil, "  a\n  b"},
-		{`{{ .x | default "d" }}`, map[string]any{"x": ""}, "d"},
-		{`{{ .x | default "d" }}`, map[string]any{"x": false}, "d"},
-		{`{{ .x | default "d" }}`, map[string]any{"x": 0.0}, "d"},
-		{`{{ .x | default "d" }}`, map[string]any{"x": "v"}, "v"},
-		{`{{ .x | quote }}`, map[string]any{"x": 1.0}, `"1"`},
-		{`{{ .x | quote }}`, map[string]any{"x": `a"b`}, `"a\"b"`},
-		{`{{ .x | toYaml }}`, map[string]any{"x": map[string]any{"b": "true", "a": 1.0}}, "a: 1\nb: \"true\""},
-		{`{{ "abcdef" | trunc 3 }}`, nil, "abc"},
-		{`{{ "ab-" | trimSuffix "-" }}`, nil, "ab"},
-		{`{{ contains "xlb" "my-xlb" }}`, nil, "true"},
-		{`{{ (dict "a" 1).a }}`, nil, "1"},
-		{`{{ $d := dict }}{{ $_ := set $d "b" 1 }}{{ $_ := set $d "a" 2 }}{{ keys $d | sortAlpha }}`, nil, "[a b]"},
-		{`{{ required "set x" .x }}`, map[string]any{"x": "v"}, "v"},
-		{`{{ define "p" }}[{{ . }}]{{ end }}{{ include "p" "v" | quote }}`, nil, `"[v]"`},
+		{"defaults", nil, ""},
+		{"every knob", richValues, ""},
+		{"wrong type", map[string]any{"controller": map[string]any{"replicas": "two"}}, "at '/controller/replicas': got string, want integer"},
 	} {
-		tmpl := template.New("t")
-		tmpl.Funcs(helmFuncs(tmpl))
-		if _, err := tmpl.Parse(tc.tmpl); err != nil {
-			t.Errorf("%s: %v", tc.tmpl, err)
+		l := lint.RunAll(chartDir, values(tc.values), "xlb-system", lint.WithKubeVersion(mustKubeVersion(t)))
+		var problems []string
+		for _, m := range l.Messages {
+			if m.Severity >= support.WarningSev {
+				problems = append(problems, m.Error())
+			}
+		}
+		switch {
+		case tc.want == "" && len(problems) > 0:
+			t.Errorf("%s: helm lint:\n%s", tc.name, strings.Join(problems, "\n"))
+		case tc.want != "" && !strings.Contains(strings.Join(problems, "\n"), tc.want):
+			t.Errorf("%s: helm lint reports %q, want an error saying %q", tc.name, problems, tc.want)
+		}
+	}
+}
+
+func mustKubeVersion(t *testing.T) *common.KubeVersion {
+	t.Helper()
+	kv, err := common.ParseKubeVersion(kubeVersion)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kv
+}
+
+// values.schema.json refuses a wrong value before anything is rendered,
+// with a message that names it and says what is wanted.
+func TestChartValuesSchema(t *testing.T) {
+	c, err := loadChart(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		values map[string]any
+		want   string
+	}{
+		{"wrong type", map[string]any{"controller": map[string]any{"replicas": "two"}},
+			"at '/controller/replicas': got string, want integer"},
+		{"fraction", map[string]any{"controller": map[string]any{"replicas": 1.5}},
+			"at '/controller/replicas': got number, want integer"},
+		{"misspelt key", map[string]any{"controler": map[string]any{"replicas": 2}},
+			"additional properties 'controler' not allowed"},
+		{"misspelt nested key", map[string]any{"agent": map[string]any{"interfaces": "bond0"}},
+			"at '/agent': additional properties 'interfaces' not allowed"},
+		{"port out of range", map[string]any{"backend": map[string]any{"metricsPort": 70000}},
+			"at '/backend/metricsPort': maximum: got 70,000, want 65,535"},
+		{"port zero", map[string]any{"controller": map[string]any{"metricsPort": 0}},
+			"at '/controller/metricsPort': minimum: got 0, want 1"},
+		{"bad enum", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}},
+			"at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"},
+		{"host name for an address", map[string]any{"backend": map[string]any{"metricsHost": "metrics.example"}},
+			"'metrics.example' is not valid ipv4"},
+		{"interface name too long", map[string]any{"agent": map[string]any{"interface": "a-very-long-interface-name"}},
+			"at '/agent/interface': maxLength: got 26, want 15"},
+		{"object name", map[string]any{"bgpPeers": []any{map[string]any{"name": "Tor_1", "spec": map[string]any{}}}},
+			"at '/bgpPeers/0/name': 'Tor_1' does not match pattern"},
+		{"resource without spec", map[string]any{"addressPools": []any{map[string]any{"name": "p1"}}},
+			"at '/addressPools/0': missing property 'spec'"},
+	} {
+		_, err := c.render(release{Name: "xlb", Namespace: "xlb-system"}, tc.values)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: rendering with %v: got %v, want an error saying %q", tc.name, tc.values, err, tc.want)
 			continue
 		}
-		var b strings.Builder
-		if err := tmpl.Execute(&b, tc.data); err != nil {
-			t.Errorf("%s: %v", tc.tmpl, err)
-			continue
+		if !strings.Contains(err.Error(), "values don't meet the specifications of the schema") {
+			t.Errorf("%s: %v: not values.schema.json's error", tc.name, err)
 		}
-		if b.String() != tc.want {
-			t.Errorf("%s = %q, want %q", tc.tmpl, b.String(), tc.want)
+	}
+}
+
+// The templates read no value that values.yaml lacks: Helm's engine in
+// strict mode (which fails on a missing key, where the default renders
+// nothing) renders the chart with the default values and with every
+// knob set, and fails on a template with a misspelt value.
+func TestChartStrict(t *testing.T) {
+	c, err := loadChart(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := common.DefaultCapabilities.Copy()
+	caps.KubeVersion = *mustKubeVersion(t)
+	render := func(ch *chart.Chart, vals map[string]any) error {
+		rv, err := util.ToRenderValuesWithSchemaValidation(ch, values(vals),
+			common.ReleaseOptions{Name: "xlb", Namespace: "xlb-system", Revision: 1, IsInstall: true}, caps, false)
+		if err != nil {
+			return err
 		}
+		_, err = engine.Engine{Strict: true}.RenderWithContext(t.Context(), ch, rv)
+		return err
+	}
+	for name, vals := range map[string]map[string]any{"defaults": nil, "every knob": richValues} {
+		if err := render(c.Chart, vals); err != nil {
+			t.Errorf("%s: strict rendering: %v", name, err)
+		}
+	}
+	typo := *c.Chart
+	typo.Templates = append(slices.Clone(c.Templates), &common.File{Name: "templates/typo.yaml",
+		Data: []byte("# {{ .Values.controller.replica }}\n")})
+	if err := render(&typo, nil); err == nil || !strings.Contains(err.Error(), "replica") {
+		t.Errorf("strict rendering of a template reading .Values.controller.replica: got %v, want an error naming it", err)
 	}
 }

@@ -111,6 +111,17 @@ func decodeObjects(name string, data []byte) ([]object, error) {
 	}
 }
 
+func readYAML(path string, out any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // uncommentExamples returns 50-example.yaml with its examples commented
 // in: every line from the first "# apiVersion:" on loses its "# ".
 func uncommentExamples(data []byte) []byte {

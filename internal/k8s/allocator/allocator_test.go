@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/xlbproject/xlb/internal/k8s/api"
 )
 
@@ -46,7 +44,7 @@ func newAlloc(t testing.TB, pools []*Pool, held map[string]string) *Allocator {
 
 func TestPlan(t *testing.T) {
 	ip := netip.MustParseAddr
-	web := metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
+	web := api.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
 	// Tried in this order: "first" (priority 1), "second" (priority 2),
 	// "manual" is never auto-assigned, "team" serves namespace "team"
 	// only, "web" Services labelled tier=web only, "buggy" leaves out .0
@@ -60,7 +58,7 @@ func TestPlan(t *testing.T) {
 			mustPool(t, "team", api.AddressPoolSpec{Addresses: []string{"10.0.4.0/30"}, AutoAssign: ptr(false),
 				ServiceAllocation: &api.ServiceAllocation{Namespaces: []string{"team"}}}),
 			mustPool(t, "web", api.AddressPoolSpec{Addresses: []string{"10.0.5.0/30"}, AutoAssign: ptr(false),
-				ServiceAllocation: &api.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{web}}}),
+				ServiceAllocation: &api.ServiceAllocation{ServiceSelectors: []api.LabelSelector{web}}}),
 			mustPool(t, "buggy", api.AddressPoolSpec{Addresses: []string{"10.0.6.254-10.0.7.1"}, AutoAssign: ptr(false), AvoidBuggyIPs: true}),
 		}
 	}

@@ -17,7 +17,6 @@ import (
 	"slices"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
@@ -150,11 +149,11 @@ func checkV4(a netip.Addr) error {
 	return nil
 }
 
-func selectors(path string, in []metav1.LabelSelector) ([]labels.Selector, []string) {
+func selectors(path string, in []api.LabelSelector) ([]labels.Selector, []string) {
 	var out []labels.Selector
 	var problems []string
 	for i := range in {
-		s, err := metav1.LabelSelectorAsSelector(&in[i])
+		s, err := in[i].AsSelector()
 		if err != nil {
 			problems = append(problems, fmt.Sprintf("%s[%d]: %v", path, i, err))
 			continue

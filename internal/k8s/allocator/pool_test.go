@@ -6,8 +6,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/xlbproject/xlb/internal/k8s/api"
 )
 
@@ -56,7 +54,7 @@ func TestParsePool(t *testing.T) {
 		{name: "negative priority", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.0/28"}, ServiceAllocation: &api.ServiceAllocation{Priority: -1}},
 			wantErrs: []string{"priority -1 is negative"}},
 		{name: "bad selector", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.0/28"}, ServiceAllocation: &api.ServiceAllocation{
-			ServiceSelectors: []metav1.LabelSelector{{}, {MatchExpressions: []metav1.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}}}},
+			ServiceSelectors: []api.LabelSelector{{}, {MatchExpressions: []api.LabelSelectorRequirement{{Key: "a", Operator: "Near"}}}}}},
 			wantErrs: []string{"spec.serviceAllocation.serviceSelectors[1]", "Near"}},
 		{name: "avoid buggy leaves nothing", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.255/32"}, AvoidBuggyIPs: true},
 			wantErrs: []string{"no usable address", "10.99.0.255/32"}},
@@ -142,8 +140,8 @@ func TestSpanCount(t *testing.T) {
 }
 
 func TestEligible(t *testing.T) {
-	sel := func(k, v string) metav1.LabelSelector {
-		return metav1.LabelSelector{MatchLabels: map[string]string{k: v}}
+	sel := func(k, v string) api.LabelSelector {
+		return api.LabelSelector{MatchLabels: map[string]string{k: v}}
 	}
 	tests := []struct {
 		name     string
@@ -157,16 +155,16 @@ func TestEligible(t *testing.T) {
 		{name: "no restriction", ns: "a", want: true},
 		{name: "namespace listed", sa: &api.ServiceAllocation{Namespaces: []string{"a", "b"}}, ns: "b", want: true},
 		{name: "namespace not listed", sa: &api.ServiceAllocation{Namespaces: []string{"a", "b"}}, ns: "c", why: "serves namespaces a, b only"},
-		{name: "namespace labels match one selector", sa: &api.ServiceAllocation{NamespaceSelectors: []metav1.LabelSelector{sel("team", "x"), sel("team", "y")}},
+		{name: "namespace labels match one selector", sa: &api.ServiceAllocation{NamespaceSelectors: []api.LabelSelector{sel("team", "x"), sel("team", "y")}},
 			ns: "c", nsLabels: map[string]string{"team": "y"}, want: true},
-		{name: "namespace labels match none", sa: &api.ServiceAllocation{NamespaceSelectors: []metav1.LabelSelector{sel("team", "x")}},
+		{name: "namespace labels match none", sa: &api.ServiceAllocation{NamespaceSelectors: []api.LabelSelector{sel("team", "x")}},
 			ns: "c", nsLabels: map[string]string{"team": "y"}, why: `labels of namespace "c" match none`},
-		{name: "service labels match", sa: &api.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{sel("tier", "web")}},
+		{name: "service labels match", sa: &api.ServiceAllocation{ServiceSelectors: []api.LabelSelector{sel("tier", "web")}},
 			labels: map[string]string{"tier": "web", "x": "y"}, want: true},
-		{name: "service labels missing", sa: &api.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{sel("tier", "web")}},
+		{name: "service labels missing", sa: &api.ServiceAllocation{ServiceSelectors: []api.LabelSelector{sel("tier", "web")}},
 			why: "this Service's labels match none"},
 		{name: "all restrictions apply together", sa: &api.ServiceAllocation{Namespaces: []string{"a"},
-			ServiceSelectors: []metav1.LabelSelector{sel("tier", "web")}}, ns: "a", why: "serviceSelectors"},
+			ServiceSelectors: []api.LabelSelector{sel("tier", "web")}}, ns: "a", why: "serviceSelectors"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

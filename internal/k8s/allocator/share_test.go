@@ -7,8 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/xlbproject/xlb/internal/k8s/api"
 )
 
@@ -34,13 +32,13 @@ type held struct {
 
 func TestPlanSharing(t *testing.T) {
 	ip := netip.MustParseAddr
-	web := metav1.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
+	web := api.LabelSelector{MatchLabels: map[string]string{"tier": "web"}}
 	pools := func(t *testing.T) []*Pool {
 		return []*Pool{
 			mustPool(t, "auto", api.AddressPoolSpec{Addresses: []string{"10.0.1.0/30"}}),
 			mustPool(t, "manual", api.AddressPoolSpec{Addresses: []string{"10.0.2.0/30"}, AutoAssign: ptr(false)}),
 			mustPool(t, "web", api.AddressPoolSpec{Addresses: []string{"10.0.3.0/30"}, AutoAssign: ptr(false),
-				ServiceAllocation: &api.ServiceAllocation{ServiceSelectors: []metav1.LabelSelector{web}}}),
+				ServiceAllocation: &api.ServiceAllocation{ServiceSelectors: []api.LabelSelector{web}}}),
 		}
 	}
 	dnsUDP := svc("a/dns-udp", "dns", udp53)

@@ -9,6 +9,9 @@ import (
 )
 
 // Ranges are the sources that may reach a Service, as xlb reads them.
+// Not an API type: it needs no deep-copy code.
+//
+// +kubebuilder:object:generate=false
 type Ranges struct {
 	// From names where they come from: "spec.loadBalancerSourceRanges",
 	// the annotation AnnotationSourceRanges, or "" for neither (every

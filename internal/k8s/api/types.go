@@ -1,10 +1,17 @@
 // Package api holds xlb's Kubernetes API: the names (group, load-balancer
 // class, annotations), the custom resources AddressPool, BGPPeer and
-// DenyList, as plain Go types, and how xlb reads the sources a Service or
-// a DenyList names (ranges.go). The controller and the agent read the
-// resources through the dynamic client and convert them with
-// FromUnstructured, so the types need no generated deep-copy code;
-// deploy/crds holds their schemas.
+// DenyList as Go types, and how xlb reads the sources a Service or a
+// DenyList names (ranges.go). The types are the source of truth: their
+// doc comments and kubebuilder markers are what controller-gen turns
+// into the CRDs of deploy/crds and the deep-copy code of
+// zz_generated.deepcopy.go (`make generate`). The controller and the
+// agent read the resources through the dynamic client and convert each
+// object with FromUnstructured, so that one malformed object is reported
+// on its own instead of failing a typed list (docs/kubernetes.md).
+//
+// +kubebuilder:object:generate=true
+// +groupName=xlb.io
+// +versionName=v1alpha1
 package api
 
 import (
@@ -12,6 +19,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
@@ -70,32 +78,68 @@ var (
 	DenyListResource    = schema.GroupVersionResource{Group: Group, Version: Version, Resource: "denylists"}
 )
 
-// AddressPool is a cluster-scoped set of addresses the controller hands
-// to Services of type LoadBalancer.
+// AddressPool is a set of IPv4 addresses that xlb hands to Services of
+// type LoadBalancer.
+// ---
+// Cluster-scoped. The schema rejects what it can see on its own
+// (malformed addresses, host bits, reversed ranges); the controller
+// rejects the rest (pools sharing addresses) in status.error and with an
+// InvalidPool Event, and leaves out the Nodes' own addresses
+// (status.nodeAddresses, a NodeAddressConflict Event).
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=xlb
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
+// +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=".spec.addresses"
+// +kubebuilder:printcolumn:name="Auto Assign",type=boolean,JSONPath=".spec.autoAssign"
+// +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=".spec.serviceAllocation.priority"
+// +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=".status.assigned"
+// +kubebuilder:printcolumn:name="Available",type=integer,JSONPath=".status.available"
+// +kubebuilder:printcolumn:name="Error",type=string,JSONPath=".status.error",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type AddressPool struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              AddressPoolSpec   `json:"spec"`
-	Status            AddressPoolStatus `json:"status,omitempty"`
+	// Which addresses, and which Services may have them.
+	Spec AddressPoolSpec `json:"spec"`
+	// Written by the controller.
+	// +optional
+	Status AddressPoolStatus `json:"status,omitempty"`
+}
+
+// AddressPoolList is a list of AddressPools.
+//
+// +kubebuilder:object:root=true
+type AddressPoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []AddressPool `json:"items"`
 }
 
 // AddressPoolStatus is what the controller reports about a pool, through
 // the status subresource.
 type AddressPoolStatus struct {
-	// Size is the number of addresses the pool hands out (without the
-	// .0 and .255 ones when avoidBuggyIPs is set).
+	// Addresses the pool hands out.
+	// ---
+	// Without the .0 and .255 ones when avoidBuggyIPs is set, and
+	// without the Nodes' addresses.
+	// +optional
 	Size int64 `json:"size"`
-	// Assigned is the number of its addresses Services hold.
+	// Of those, the ones Services hold.
+	// +optional
 	Assigned int64 `json:"assigned"`
-	// Available is Size minus Assigned.
+	// size minus assigned.
+	// +optional
 	Available int64 `json:"available"`
-	// Error says why the controller does not use the pool (an invalid
-	// entry, an overlap with an older pool); empty when it does.
+	// Why the controller does not use the pool; empty when it does.
+	// ---
+	// An invalid entry, an overlap with an older pool.
 	Error string `json:"error,omitempty"`
-	// NodeAddresses are the pool's addresses that are also a Node's
-	// InternalIP or ExternalIP: the pool does not hand them out (Size
-	// leaves them out), as a VIP equal to a node's address takes that
-	// node off the network.
+	// The pool's addresses that are a Node's InternalIP or ExternalIP.
+	// The pool does not hand them out (size leaves them out): a VIP
+	// equal to a node's address takes that node off the network.
+	// +listType=atomic
 	NodeAddresses []NodeAddress `json:"nodeAddresses,omitempty"`
 }
 
@@ -104,119 +148,312 @@ type AddressPoolStatus struct {
 type NodeAddress struct {
 	Address string `json:"address"`
 	Node    string `json:"node"`
-	// Type is InternalIP or ExternalIP.
+	// InternalIP or ExternalIP.
 	Type string `json:"type"`
 }
 
 // AddressPoolSpec: which addresses, and who may have them.
 type AddressPoolSpec struct {
-	// Addresses are CIDRs ("10.99.0.0/28") or inclusive ranges
-	// ("10.99.0.10-10.99.0.20"), IPv4.
+	// IPv4 CIDRs (10.99.0.0/28) or inclusive ranges
+	// (10.99.0.10-10.99.0.20). No address may appear twice, in this pool
+	// or in another one.
+	// ---
+	// The first rule is the pattern, as a rule for a message a user can
+	// act on. The host-bits message names the entry's network: string()
+	// of a computed value has no size bound, which the API server
+	// refuses in a message, so the network is written from substrings
+	// of self and a digit table, with map() binding the prefix length
+	// p, the octet o it cuts and its masked value m.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=31
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])-((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))$')",messageExpression="self + ' is neither an IPv4 CIDR (10.99.0.0/28) nor an IPv4 range (10.99.0.10-10.99.0.20)'"
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains('/') || !isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'the CIDR ' + self + ' has host bits set: write its network address' + (self.contains(':') ? '' : ', ' + [int(self.split('/')[1])].map(p, [int(self.split('/')[0].split('.')[p / 8])].map(o, [o - o % [256, 128, 64, 32, 16, 8, 4, 2][p % 8]].map(m, ['', self.substring(0, self.indexOf('.') + 1), self.substring(0, self.indexOf('.', self.indexOf('.') + 1) + 1), self.substring(0, self.lastIndexOf('.') + 1)][p / 8] + ['', '1', '2'][m / 100] + (m >= 10 ? '0123456789'.substring(m / 10 % 10, m / 10 % 10 + 1) : '') + '0123456789'.substring(m % 10, m % 10 + 1) + ['.0.0.0', '.0.0', '.0', ''][p / 8] + self.substring(self.indexOf('/')))[0])[0])[0])"
+	// +kubebuilder:validation:items:XValidation:rule="!self.contains('-') || self.split('-').size() != 2 || !isIP(self.split('-')[0]) || !isIP(self.split('-')[1]) || ip(self.split('-')[0]).family() != 4 || ip(self.split('-')[1]).family() != 4 || int(self.split('-')[0].split('.')[0]) * 16777216 + int(self.split('-')[0].split('.')[1]) * 65536 + int(self.split('-')[0].split('.')[2]) * 256 + int(self.split('-')[0].split('.')[3]) <= int(self.split('-')[1].split('.')[0]) * 16777216 + int(self.split('-')[1].split('.')[1]) * 65536 + int(self.split('-')[1].split('.')[2]) * 256 + int(self.split('-')[1].split('.')[3])",messageExpression="'the range ' + self + ' starts after it ends: write the lower address first'"
 	Addresses []string `json:"addresses"`
-	// AutoAssign: whether Services that ask for no pool or address
-	// get addresses from this pool. Default true.
+	// Whether Services that request neither an address nor a pool get
+	// addresses from this pool. With false, only Services that name the
+	// pool (annotation xlb.io/address-pool) or request one of its
+	// addresses get them.
+	// +kubebuilder:default=true
 	AutoAssign *bool `json:"autoAssign,omitempty"`
-	// AvoidBuggyIPs leaves out the .0 and .255 addresses.
+	// Leave out the addresses ending in .0 and .255.
 	AvoidBuggyIPs bool `json:"avoidBuggyIPs,omitempty"`
-	// ServiceAllocation restricts the pool to some Services; nil: any.
+	// Which Services may take addresses of the pool, and in which order
+	// pools are tried; unset: any Service.
 	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
 }
 
 // ServiceAllocation says which Services may take addresses of a pool, and
 // in which order pools are tried.
 type ServiceAllocation struct {
-	// Priority: pools with a lower number are tried first; 0 comes
-	// after every positive number.
+	// Pools with a lower positive number are tried first; 0 (the
+	// default) comes after every positive number; equal priorities go by
+	// name.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=2147483647
 	Priority int `json:"priority,omitempty"`
-	// Namespaces: only Services in these namespaces (empty: any).
+	// Only Services in these namespaces (empty: any).
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=set
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespaces []string `json:"namespaces,omitempty"`
-	// NamespaceSelectors: only Services in namespaces with these
-	// labels (any selector matching is enough; empty: any).
-	NamespaceSelectors []metav1.LabelSelector `json:"namespaceSelectors,omitempty"`
-	// ServiceSelectors: only Services with these labels (any selector
-	// matching is enough; empty: any).
-	ServiceSelectors []metav1.LabelSelector `json:"serviceSelectors,omitempty"`
+	// Only Services in namespaces whose labels match one of these
+	// selectors (empty: any).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	NamespaceSelectors []LabelSelector `json:"namespaceSelectors,omitempty"`
+	// Only Services whose labels match one of these selectors (empty:
+	// any).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	ServiceSelectors []LabelSelector `json:"serviceSelectors,omitempty"`
+}
+
+// LabelSelector is a label query, as in a Deployment's selector:
+// matchLabels and matchExpressions are ANDed; an empty selector matches
+// everything.
+// ---
+// metav1.LabelSelector's fields, meaning and JSON, in a type of its own
+// so that its schema can list the operators (markers
+// cannot be added to metav1's type, and a CEL rule over the unbounded
+// matchExpressions costs more than the API server allows).
+//
+// +structType=atomic
+type LabelSelector struct {
+	// Labels the object must have, with these values.
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
+	// Requirements on the object's labels.
+	// +listType=atomic
+	MatchExpressions []LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// LabelSelectorRequirement is one requirement on a label: a key, an
+// operator and values.
+// ---
+// metav1.LabelSelectorRequirement's fields, in order: AsSelector
+// converts one into the other.
+type LabelSelectorRequirement struct {
+	// The label key the requirement applies to.
+	Key string `json:"key"`
+	// In and NotIn need values; Exists and DoesNotExist take none.
+	// +kubebuilder:validation:Enum=In;NotIn;Exists;DoesNotExist
+	Operator metav1.LabelSelectorOperator `json:"operator"`
+	// The values, for In and NotIn.
+	// +listType=atomic
+	Values []string `json:"values,omitempty"`
+}
+
+// AsSelector converts the selector as metav1.LabelSelectorAsSelector
+// does, with its errors.
+func (s *LabelSelector) AsSelector() (labels.Selector, error) {
+	m := metav1.LabelSelector{MatchLabels: s.MatchLabels}
+	for _, r := range s.MatchExpressions {
+		m.MatchExpressions = append(m.MatchExpressions, metav1.LabelSelectorRequirement(r))
+	}
+	return metav1.LabelSelectorAsSelector(&m)
 }
 
 // AutoAssigns reports whether the pool hands out addresses unasked.
 func (s AddressPoolSpec) AutoAssigns() bool { return s.AutoAssign == nil || *s.AutoAssign }
 
-// BGPPeer is a cluster-scoped BGP session that xlb agents open, in
-// MetalLB's spirit: the peer, our AS, and which nodes peer.
+// BGPPeer is a BGP peer of the xlb agents: a session they open to
+// announce the VIPs.
+// ---
+// Cluster-scoped, in MetalLB's spirit: the peer, our AS, and which nodes
+// peer. The agent checks what the schema cannot (a keepalive below the
+// hold time, BFD on a multihop session). It has no status: a session's
+// state is per node, known to that node's agent (xlb status, the
+// xlb_bgp_peer_up metric), and agents write nothing to the API server.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=xlb
+// +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
+// +kubebuilder:printcolumn:name="Peer Address",type=string,JSONPath=".spec.peerAddress"
+// +kubebuilder:printcolumn:name="Peer ASN",type=integer,JSONPath=".spec.peerASN"
+// +kubebuilder:printcolumn:name="My ASN",type=integer,JSONPath=".spec.myASN"
+// +kubebuilder:printcolumn:name="Passive",type=boolean,JSONPath=".spec.passive",priority=1
+// +kubebuilder:printcolumn:name="Port",type=integer,JSONPath=".spec.peerPort",priority=1
+// +kubebuilder:printcolumn:name="Hold Time",type=string,JSONPath=".spec.holdTime",priority=1
+// +kubebuilder:printcolumn:name="Multihop",type=integer,JSONPath=".spec.ebgpMultiHop",priority=1
+// +kubebuilder:printcolumn:name="Password Secret",type=string,JSONPath=".spec.passwordSecret.name",priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type BGPPeer struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	Spec              BGPPeerSpec `json:"spec"`
 }
 
+// BGPPeerList is a list of BGPPeers.
+//
+// +kubebuilder:object:root=true
+type BGPPeerList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []BGPPeer `json:"items"`
+}
+
 // BGPPeerSpec mirrors a peer of the agent's bgp section.
 type BGPPeerSpec struct {
-	// MyASN is the nodes' AS towards this peer.
+	// The nodes' AS number towards this peer (1-4294967295).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
 	MyASN uint32 `json:"myASN"`
-	// PeerASN and PeerAddress name the peer; PeerPort defaults to 179.
-	PeerASN     uint32 `json:"peerASN"`
+	// The peer's AS number (1-4294967295); equal to myASN for iBGP.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=4294967295
+	// +kubebuilder:validation:Format=int64
+	PeerASN uint32 `json:"peerASN"`
+	// The peer's IPv4 address.
+	// ---
+	// A pattern as a rule, for a message a user can act on.
+	// +kubebuilder:validation:MaxLength=15
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$')",messageExpression="self + ' is not an IPv4 address; write e.g. 10.0.1.1'"
 	PeerAddress string `json:"peerAddress"`
-	PeerPort    uint16 `json:"peerPort,omitempty"`
-	// HoldTime and KeepaliveTime, as durations ("9s"); default 90s and
-	// a third of the hold time.
-	HoldTime      *metav1.Duration `json:"holdTime,omitempty"`
+	// The peer's TCP port; default 179.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	PeerPort uint16 `json:"peerPort,omitempty"`
+	// The hold time, as a duration ("9s"); 0s (no keepalives) or at
+	// least 3s; default 90s.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) == duration('0s') || duration(self) >= duration('3s')",message="must be 0s (no keepalives) or at least 3s (RFC 4271)"
+	HoldTime *metav1.Duration `json:"holdTime,omitempty"`
+	// The keepalive interval, as a duration; default a third of the hold
+	// time.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
 	KeepaliveTime *metav1.Duration `json:"keepaliveTime,omitempty"`
-	// EBGPMultiHop: the TTL of the session's packets for an eBGP peer
-	// more than one hop away; 0: directly connected.
+	// The TTL of the session's packets for an eBGP peer more than one
+	// hop away; 0: directly connected.
+	// +kubebuilder:validation:Minimum=0
+	// +kubebuilder:validation:Maximum=255
 	EBGPMultiHop uint8 `json:"ebgpMultiHop,omitempty"`
-	// Passive: wait for the peer to connect.
+	// Wait for the peer to connect.
 	Passive bool `json:"passive,omitempty"`
-	// MaxPrefixes: the most prefixes the peer may send (xlb imports
-	// none); with one more its session is closed and held down for a
-	// while. 0: the agent's default (config.DefaultMaxPrefixes).
+	// The most prefixes the peer may send (1-100000, default 10000). xlb
+	// imports none, but holds what a peer sends while the session lasts;
+	// with one more the session is closed and held down for 30s, twice
+	// as long each time again (at most 10m).
+	// ---
+	// 0 (unset): the agent's default (config.DefaultMaxPrefixes).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100000
+	// +kubebuilder:validation:Format=int64
 	MaxPrefixes uint32 `json:"maxPrefixes,omitempty"`
-	// PasswordSecret holds the TCP MD5 password under the key
-	// "password"; a Secret of type kubernetes.io/basic-auth in the
-	// agent's namespace.
+	// A Secret of type kubernetes.io/basic-auth whose key "password" is
+	// the TCP MD5 password.
 	PasswordSecret *SecretRef `json:"passwordSecret,omitempty"`
-	// BFD enables BFD with the peer.
+	// Enables BFD with the peer.
 	BFD *BFD `json:"bfd,omitempty"`
-	// NodeSelectors: the nodes that peer (any selector matching is
-	// enough; empty: every node running an agent).
-	NodeSelectors []metav1.LabelSelector `json:"nodeSelectors,omitempty"`
+	// The nodes that peer: any selector matching is enough (empty: every
+	// node running an agent).
+	// +kubebuilder:validation:MaxItems=16
+	// +listType=atomic
+	NodeSelectors []LabelSelector `json:"nodeSelectors,omitempty"`
 }
 
 // SecretRef names a Secret.
 type SecretRef struct {
-	Name      string `json:"name"`
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+	// Default: the agent's namespace.
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
 	Namespace string `json:"namespace,omitempty"`
 }
 
 // BFD parameters, as in the agent's peer configuration.
 type BFD struct {
-	MinRx      *metav1.Duration `json:"minRx,omitempty"`
-	MinTx      *metav1.Duration `json:"minTx,omitempty"`
-	Multiplier uint8            `json:"multiplier,omitempty"`
+	// The slowest rate at which this end wants BFD packets, as a
+	// duration ("300ms").
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MinRx *metav1.Duration `json:"minRx,omitempty"`
+	// The fastest rate at which this end sends BFD packets, as a
+	// duration.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	MinTx *metav1.Duration `json:"minTx,omitempty"`
+	// Missed packets before the session is declared down.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	Multiplier uint8 `json:"multiplier,omitempty"`
 }
 
-// DenyList is a cluster-scoped list of sources that no VIP takes packets
-// from: every xlb node drops them (the union of every DenyList and the
-// file's policy.deny).
+// DenyList is a list of sources whose packets to any VIP every xlb node
+// drops.
+// ---
+// Cluster-scoped. Every xlb agent drops packets to any of its node's
+// VIPs from the union of every DenyList's prefixes and its file's
+// policy.deny, before anything else is looked up (docs/kubernetes.md,
+// "Deny lists"). The schema rejects what it can see on its own
+// (malformed CIDRs, host bits, IPv6); the controller reports the rest (a
+// list that would take the nodes over their limit) in status.error and
+// with an InvalidDenyList Event.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:scope=Cluster,categories=xlb
+// +kubebuilder:subresource:status
+// +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
+// +kubebuilder:printcolumn:name="Prefixes",type=integer,JSONPath=".status.prefixes"
+// +kubebuilder:printcolumn:name="Error",type=string,JSONPath=".status.error"
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=".metadata.creationTimestamp"
 type DenyList struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
-	Spec              DenyListSpec   `json:"spec"`
-	Status            DenyListStatus `json:"status,omitempty"`
+	// The sources.
+	Spec DenyListSpec `json:"spec"`
+	// Written by the controller.
+	// +optional
+	Status DenyListStatus `json:"status,omitempty"`
+}
+
+// DenyListList is a list of DenyLists.
+//
+// +kubebuilder:object:root=true
+type DenyListList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []DenyList `json:"items"`
 }
 
 // DenyListSpec: the sources.
 type DenyListSpec struct {
-	// Prefixes are IPv4 CIDRs in their network form ("192.0.2.0/24").
+	// IPv4 CIDRs in their network form (192.0.2.0/24, 198.51.100.7/32).
+	// Overlaps are fine. At most 50000 in one list, which keeps the
+	// object within what the API server stores; split a longer list over
+	// several DenyLists. All DenyLists and the agents' policy.deny
+	// together hold at most 131072 prefixes.
+	// ---
+	// The host-bits message is built as AddressPoolSpec.Addresses' is.
+	// +kubebuilder:validation:MaxItems=50000
+	// +listType=atomic
+	// +kubebuilder:validation:items:MaxLength=43
+	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",messageExpression="self + ' is not a CIDR: write a network and its prefix length, e.g. 192.0.2.0/24'"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).ip().family() == 4",messageExpression="self + ' is an IPv6 CIDR: xlb denies IPv4 sources only'"
+	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'the CIDR ' + self + ' has host bits set: write its network address' + (self.contains(':') ? '' : ', ' + [int(self.split('/')[1])].map(p, [int(self.split('/')[0].split('.')[p / 8])].map(o, [o - o % [256, 128, 64, 32, 16, 8, 4, 2][p % 8]].map(m, ['', self.substring(0, self.indexOf('.') + 1), self.substring(0, self.indexOf('.', self.indexOf('.') + 1) + 1), self.substring(0, self.lastIndexOf('.') + 1)][p / 8] + ['', '1', '2'][m / 100] + (m >= 10 ? '0123456789'.substring(m / 10 % 10, m / 10 % 10 + 1) : '') + '0123456789'.substring(m % 10, m % 10 + 1) + ['.0.0.0', '.0.0', '.0', ''][p / 8] + self.substring(self.indexOf('/')))[0])[0])[0])"
 	Prefixes []string `json:"prefixes"`
 }
 
 // DenyListStatus is what the controller reports about a list, through
 // the status subresource.
 type DenyListStatus struct {
-	// Prefixes is the number of the list's prefixes the nodes enforce.
+	// The list's prefixes the nodes enforce.
+	// +optional
 	Prefixes int64 `json:"prefixes"`
-	// Error says what the nodes leave out of the list and why; empty
-	// when they enforce all of it.
+	// What the nodes leave out of the list, and why; empty when they
+	// enforce all of it.
 	Error string `json:"error,omitempty"`
 }
 

@@ -102,8 +102,6 @@ func compare(t *testing.T, path string, s map[string]any, typ reflect.Type, stri
 		if want("string") && s["pattern"] == nil {
 			t.Errorf("%s: a duration without a pattern", path)
 		}
-	case typ == reflect.TypeFor[metav1.LabelSelector]():
-		compare(t, path, s, reflect.TypeFor[labelSelector](), strict)
 	case typ.Kind() == reflect.Struct:
 		if !want("object") {
 			return
@@ -165,17 +163,6 @@ func compare(t *testing.T, path string, s map[string]any, typ reflect.Type, stri
 	default:
 		t.Errorf("%s: Go type %s not handled by the test", path, typ)
 	}
-}
-
-// labelSelector is metav1.LabelSelector as its schema says (the real
-// type's Operator is a named string).
-type labelSelector struct {
-	MatchLabels      map[string]string `json:"matchLabels,omitempty"`
-	MatchExpressions []struct {
-		Key      string   `json:"key"`
-		Operator string   `json:"operator"`
-		Values   []string `json:"values,omitempty"`
-	} `json:"matchExpressions,omitempty"`
 }
 
 func intRange(typ reflect.Type) (lo, hi float64) {

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -120,12 +119,12 @@ func asnFrom(base *config.BGP) string {
 
 // selects reports whether any of the selectors matches the node's labels;
 // no selectors select every node.
-func selects(sels []metav1.LabelSelector, node labels.Set) (bool, error) {
+func selects(sels []api.LabelSelector, node labels.Set) (bool, error) {
 	if len(sels) == 0 {
 		return true, nil
 	}
 	for i := range sels {
-		s, err := metav1.LabelSelectorAsSelector(&sels[i])
+		s, err := sels[i].AsSelector()
 		if err != nil {
 			return false, fmt.Errorf("[%d]: %w", i, err)
 		}
