@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/prometheus/model/labels"
+	"github.com/prometheus/common/model"
 	"github.com/prometheus/prometheus/promql/parser"
 
 	"github.com/xlbproject/xlb/internal/api"
@@ -142,9 +142,8 @@ func (s metricSet) checkExpr(expr string, legendLabels ...string) (problems []st
 	if err != nil {
 		return []string{fmt.Sprintf("does not parse: %v", err)}, nil
 	}
-	// Labels of the series each subexpression can return.
-	var exprLabels func(parser.Node) map[string]bool
-	exprLabels = func(n parser.Node) map[string]bool {
+	// The labels of every metric below n.
+	exprLabels := func(n parser.Node) map[string]bool {
 		out := map[string]bool{}
 		parser.Inspect(n, func(n parser.Node, _ []parser.Node) error {
 			if vs, ok := n.(*parser.VectorSelector); ok {
@@ -175,7 +174,7 @@ func (s metricSet) checkExpr(expr string, legendLabels ...string) (problems []st
 				return nil
 			}
 			for _, m := range n.LabelMatchers {
-				if m.Name != labels.MetricName && !slices.Contains(l, m.Name) && !slices.Contains(scrapeLabels, m.Name) {
+				if m.Name != model.MetricNameLabel && !slices.Contains(l, m.Name) && !slices.Contains(scrapeLabels, m.Name) {
 					problems = append(problems, fmt.Sprintf("%s has no label %q", n.Name, m.Name))
 				}
 			}
