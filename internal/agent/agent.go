@@ -459,7 +459,9 @@ func (a *Agent) Status() (*api.Status, error) {
 	a.mu.Unlock()
 	snap := a.prober.Snapshot()
 
-	st.Node.AttachMode = a.dp.Shape().AttachMode
+	shape := a.dp.Shape()
+	st.Node.AttachMode = shape.AttachMode
+	st.Conntrack.Size = shape.ConntrackSize
 	for _, s := range cfg.Services {
 		out := api.Service{
 			Name: s.Name, VIP: s.VIP, Port: s.Port,
@@ -507,6 +509,9 @@ func (a *Agent) Status() (*api.Status, error) {
 		return nil, fmt.Errorf("read reason counters: %w", err)
 	}
 	st.Reasons = reasons
+	if st.Conntrack.Flows, err = a.dp.ConntrackEntries(); err != nil {
+		return nil, err
+	}
 	st.Policy = api.Policy{DenyPrefixes: len(cfg.Policy.Deny), Denied: reasons["drop_denied"]}
 	return st, nil
 }

@@ -32,6 +32,9 @@ type fakeDP struct {
 	svcCounters map[uint32]lb.Counters
 	beCounters  map[uint32]lb.Counters
 	reasons     map[string]uint64
+	// ctFlows and ctSize are the conntrack table's fill and size.
+	ctFlows int
+	ctSize  uint32
 
 	owners map[uint32]uint32 // backend ID → service ID whose table named it last
 	// deny is the deny list; rangeDrops what each service dropped for
@@ -261,8 +264,14 @@ func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
 	return out, f.fail["ReasonCounters"]
 }
 
+func (f *fakeDP) ConntrackEntries() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.ctFlows, f.fail["ConntrackEntries"]
+}
+
 func (f *fakeDP) Shape() lb.Shape {
-	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, FlowHash: wire.FlowHashFmix64, AttachMode: "generic"}
+	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, ConntrackSize: f.ctSize, FlowHash: wire.FlowHashFmix64, AttachMode: "generic"}
 }
 
 // mutations returns the calls since mark that change the data plane.

@@ -50,6 +50,8 @@ type Dataplane interface {
 	ServiceCounters(id uint32) (lb.Counters, error)
 	BackendCounters(id uint32) (lb.Counters, error)
 	ReasonCounters() (map[string]uint64, error)
+	// ConntrackEntries counts the flows in the stateful services' table.
+	ConntrackEntries() (int, error)
 	// SourceRangeDrops counts what service id dropped for sources
 	// outside its ranges.
 	SourceRangeDrops(id uint32) (lb.Counters, error)

@@ -57,3 +57,22 @@ func TestStatusSaysWhatRuns(t *testing.T) {
 		t.Errorf("after a good reload: %+v", st.Config)
 	}
 }
+
+// TestStatusConntrack: the status reports the conntrack table's fill and
+// size as the data plane does, and fails rather than report a fill it
+// could not read.
+func TestStatusConntrack(t *testing.T) {
+	a, f, _ := testAgent(t, baseConfig(), nil)
+	f.mu.Lock()
+	f.ctFlows, f.ctSize = 1200, 4096
+	f.mu.Unlock()
+	if st := status(t, a); st.Conntrack != (api.Conntrack{Flows: 1200, Size: 4096}) {
+		t.Errorf("conntrack %+v, want 1200 flows of 4096", st.Conntrack)
+	}
+	f.mu.Lock()
+	f.fail["ConntrackEntries"] = errInjected
+	f.mu.Unlock()
+	if _, err := a.Status(); !errors.Is(err, errInjected) {
+		t.Errorf("err = %v, want the data plane's error", err)
+	}
+}

@@ -53,8 +53,9 @@ func sampleStatus() *Status {
 					Health: Health{Check: "tcp", State: StateDown, LastCheck: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC), LastError: "i/o timeout", LatencyMs: 500}},
 			},
 		}},
-		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615, "drop_denied": 9, "drop_source_range": 6},
-		Policy:  Policy{DenyPrefixes: 2, Denied: 9},
+		Reasons:   map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615, "drop_denied": 9, "drop_source_range": 6},
+		Policy:    Policy{DenyPrefixes: 2, Denied: 9},
+		Conntrack: Conntrack{Flows: 1500, Size: 262144},
 		BGP: &BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
 			Peers: []Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Flaps: 2,
 				PrefixesReceived: ptr(12), MaxPrefixes: 10000, BFD: &BFDSession{State: "up", DetectionMs: 300}},
@@ -250,6 +251,8 @@ func TestMetrics(t *testing.T) {
 		"xlb_service_source_range_dropped_packets_total": "counter",
 		"xlb_service_source_range_dropped_bytes_total":   "counter",
 		"xlb_policy_deny_prefixes":                       "gauge",
+		"xlb_conntrack_flows":                            "gauge",
+		"xlb_conntrack_flows_capacity":                   "gauge",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -298,6 +301,8 @@ func TestMetrics(t *testing.T) {
 		`xlb_service_source_range_dropped_packets_total{service="we\"b"} 6`,
 		`xlb_service_source_range_dropped_bytes_total{service="we\"b"} 360`,
 		`xlb_policy_deny_prefixes 2`,
+		`xlb_conntrack_flows 1500`,
+		`xlb_conntrack_flows_capacity 262144`,
 		`xlb_dataplane_reason_packets_total{reason="drop_denied"} 9`,
 	} {
 		if !strings.Contains(body, want+"\n") {

@@ -30,6 +30,8 @@ var (
 	svcRangeDrops    = desc("xlb_service_source_range_dropped_packets_total", "Packets to a service the data plane dropped because their source is outside the service's source ranges.", "service")
 	svcRangeBytes    = desc("xlb_service_source_range_dropped_bytes_total", "Bytes of the packets to a service dropped for a source outside its source ranges.", "service")
 	denyPrefixes     = desc("xlb_policy_deny_prefixes", "Prefixes in the node's deny list (policy.deny); packets to any VIP from them are dropped, counted in xlb_dataplane_reason_packets_total{reason=\"drop_denied\"}.")
+	conntrackFlows   = desc("xlb_conntrack_flows", "Flows in the flow table of the stateful services (flows: stateful); recent flows, not open connections: a full table evicts the oldest.")
+	conntrackSize    = desc("xlb_conntrack_flows_capacity", "Flows the flow table of the stateful services holds at most (dataplane.conntrackSize).")
 	reasonPackets    = desc("xlb_dataplane_reason_packets_total", "Packets the data plane passed to the kernel or dropped, by reason.", "reason")
 	serviceUp        = desc("xlb_service_up", "Whether a service has a healthy backend with a weight above 0 (1), or none and the node drops its packets (0).", "service")
 	backendUp        = desc("xlb_backend_up", "Whether a backend of a service passes its health checks (1; also before the first probe and without checks) or failed them and gets no new flows (0).", "service", "backend")
@@ -47,9 +49,14 @@ var (
 // collector turns a Status into metrics at scrape time.
 type collector struct{ status StatusFunc }
 
+// Collector returns the collector behind GET /metrics, for tools that list
+// or check the agent's metrics (deploy/monitoring's tests read its
+// descriptions).
+func Collector(status StatusFunc) prometheus.Collector { return collector{status} }
+
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
+		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, conntrackFlows, conntrackSize, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
 		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp} {
 		ch <- d
 	}
@@ -105,6 +112,8 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		count(reasonPackets, n, r)
 	}
 	gauge(denyPrefixes, float64(st.Policy.DenyPrefixes))
+	gauge(conntrackFlows, float64(st.Conntrack.Flows))
+	gauge(conntrackSize, float64(st.Conntrack.Size))
 	if b := st.BGP; b != nil {
 		for _, p := range b.Peers {
 			gauge(bgpPeerUp, boolValue(p.State == "established"), p.Address.String())

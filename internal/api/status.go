@@ -21,6 +21,8 @@ type Status struct {
 	Reasons  map[string]uint64 `json:"reasons"` // data-plane pass/drop reason → packets
 	// Policy is the node-wide policy in force.
 	Policy Policy `json:"policy"`
+	// Conntrack is the flow table of the stateful services.
+	Conntrack Conntrack `json:"conntrack"`
 	// Reconciles are the durations of bringing the data plane in line
 	// with the configuration and the backends' health, by trigger
 	// (config, health, retry).
@@ -181,6 +183,17 @@ type Service struct {
 	// per service).
 	SourceRangeDrops Counters  `json:"sourceRangeDrops"`
 	Backends         []Backend `json:"backends"`
+}
+
+// Conntrack is the LB node's flow table of the services with flows:
+// stateful. Being an LRU, a full table evicts its oldest flows, whose next
+// packets take the service's table again.
+type Conntrack struct {
+	// Flows it holds: recent flows, not open connections (an entry stays
+	// until the full table evicts it).
+	Flows int `json:"flows"`
+	// Size is how many it holds at most (dataplane.conntrackSize).
+	Size uint32 `json:"size"`
 }
 
 // Policy is the node-wide policy: the deny list.
