@@ -5,8 +5,11 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
@@ -945,5 +948,88 @@ func TestLBNATStaleEmbryonicGivesPortUp(t *testing.T) {
 	x.setLast(k2, true, monotonicNow()-uint64(10*time.Second))
 	if v, _, r := x.run(segment(tuple{clientAt(3), vip(53), 17}, 0, nil).Frame(x.f.MAC)); v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
 		t.Errorf("the port of an answered session: %s %v, want drop_nat_no_port", verdictNames[v], r)
+	}
+}
+
+// TestLBNATSessionsCarriedOnMigration: another NATSessions changes the
+// maps' layout, and the migration carries the sessions over (as many as
+// fit): those of the old maps when the new ones are made, and those the
+// old program opened until the switch; after it the new program
+// translates them all both ways. A table too small for them keeps what
+// fits and says how many did not.
+func TestLBNATSessionsCarriedOnMigration(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	pin := testPinPath(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize, NATSessions: 4096}
+	d, err := openIn(t, f.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &natFixture{d: d, f: f, t: t}
+	x.setup()
+	var clients []tuple
+	var toBE []tuple
+	for i := range 3 {
+		c := tuple{clientAt(uint16(40000 + i)), vip(80), 6}
+		src := x.source(segment(c, tcpSYN, nil).Frame(f.MAC))
+		be := tuple{src, natBackends[30], 6}
+		x.expectForward("SYN-ACK", segment(be.reverse(), tcpSYN|tcpACK, nil).Frame(f.MAC), c.reverse())
+		clients, toBE = append(clients, c), append(toBE, be)
+	}
+	u := tuple{clientAt(5000), vip(53), 17}
+	uBE := tuple{x.source(segment(u, 0, nil).Frame(f.MAC)), natBackends[31], 17}
+	d.Close()
+
+	opts.NATSessions = 8192
+	d, err = loadIn(t, f.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { d.Close() }()
+	if why := d.Migrated(); !strings.Contains(why, "nat_rev") || !strings.Contains(why, "4 NAT sessions carried over") {
+		t.Errorf("migration reason %q, want the NAT maps and 4 sessions carried over", why)
+	}
+	// The old program, still attached, opens one more session.
+	old, err := ebpf.NewProgramFromID(ebpf.ProgramID(xdpProgID(t, f.Name, "veth0")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := tuple{clientAt(41000), vip(80), 6}
+	if v, out := f.Run(t, old, segment(late, tcpSYN, nil).Frame(f.MAC)); v != xdpTX {
+		t.Fatalf("the old program: %s", verdictNames[v])
+	} else {
+		toBE = append(toBE, tuple{netip.AddrPortFrom(fxNode, binary.BigEndian.Uint16(out[34:])), natBackends[30], 6})
+		clients = append(clients, late)
+	}
+	old.Close()
+	x.d = d
+	x.setup()
+	if err := d.Attach(); err != nil {
+		t.Fatal(err)
+	}
+	if carried, lost := d.CarriedSessions(); carried != 5 || lost != 0 {
+		t.Errorf("carried %d, lost %d: want 5 and 0", carried, lost)
+	}
+	for i, c := range clients {
+		x.expectForward("a carried session's client", segment(c, tcpACK, nil).Frame(f.MAC), toBE[i])
+		x.expectForward("a carried session's backend", segment(toBE[i].reverse(), tcpACK, nil).Frame(f.MAC), c.reverse())
+	}
+	x.expectForward("the carried embryonic session's answer", segment(uBE.reverse(), 0, nil).Frame(f.MAC), u.reverse())
+	d.Close()
+
+	// Shrunk below what it holds: the rest is lost, and said so.
+	opts.NATSessions = 2
+	d, err = openIn(t, f.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Five sessions, all established by now (the late one and the UDP
+	// one were answered through the new program).
+	if carried, lost := d.CarriedSessions(); carried != 2 || lost != 3 {
+		t.Errorf("into a table of 2: carried %d, lost %d, want 2 and 3", carried, lost)
+	}
+	if why := d.Migrated(); !strings.Contains(why, "3 did not fit") {
+		t.Errorf("migration reason %q, want it to say 3 sessions did not fit", why)
 	}
 }

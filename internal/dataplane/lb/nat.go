@@ -82,6 +82,10 @@ type natState struct {
 	gauges  sessionCounts
 	walked  time.Time
 	dnatOld map[wire.NATBackendKey]bool
+	// carry is the NAT state a migration carries over, from Load to
+	// Attach; carried and lost count its sessions.
+	carry         *natCarry
+	carried, lost int
 }
 
 // sessionCounts are sessions in use, and of them those not answered.
