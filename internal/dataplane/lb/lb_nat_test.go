@@ -1094,3 +1094,31 @@ func TestLBNATAllocationAt90PercentFill(t *testing.T) {
 		t.Errorf("%.2f%% of new sessions failed at 90%% fill, want below 1%%", 100*rate)
 	}
 }
+
+// TestLBNATStaleForwardEntry: a forward entry whose claim is gone (an LRU
+// eviction of an embryonic one does that) is never used with its port
+// again, even after another client claimed the port: the first client's
+// next packet opens a session of its own, or fails to, and is never sent
+// from the other client's port.
+func TestLBNATStaleForwardEntry(t *testing.T) {
+	x := newNATFixture(t)
+	a := tuple{clientAt(1000), vip(53), 17}
+	src := x.source(segment(a, 0, nil).Frame(x.f.MAC))
+	if err := x.d.objs.NatRevSyn.Delete(sessionKey(src, natBackends[31], 17)); err != nil {
+		t.Fatal(err)
+	}
+	// Only that port left: the next client takes it.
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: src.Port(), PortMax: src.Port()}); err != nil {
+		t.Fatal(err)
+	}
+	b := tuple{clientAt(2000), vip(53), 17}
+	if got := x.source(segment(b, 0, nil).Frame(x.f.MAC)); got != src {
+		t.Fatalf("the second client got %v, want the freed port %v", got, src)
+	}
+	v, out, r := x.run(segment(a, 0, []byte("again")).Frame(x.f.MAC))
+	if v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
+		t.Errorf("the first client, its claim gone and the port another's: %s %v from %v:%d, want drop_nat_no_port",
+			verdictNames[v], r, netip.AddrFrom4([4]byte(out[26:30])), binary.BigEndian.Uint16(out[34:]))
+	}
+	x.expectForward("the port's owner's reply", segment(tuple{natBackends[31], src, 17}, 0, nil).Frame(x.f.MAC), b.reverse())
+}
