@@ -1180,3 +1180,46 @@ func TestLBNATDNATBackends(t *testing.T) {
 		t.Errorf("settings %+v (%v), want the dnat lookups off", c, err)
 	}
 }
+
+// TestLBNATClientIPAffinity: a NAT service picks a new session's backend
+// with the Maglev hash exactly as DSR does, client-IP affinity included:
+// two connections of a client whose ports the plain hash sends to
+// different backends reach one backend with affinity.
+func TestLBNATClientIPAffinity(t *testing.T) {
+	x := newNATFixture(t)
+	table := make([]uint32, fxTableSize)
+	for i := range table {
+		table[i] = 30
+		if i%2 == 1 {
+			table[i] = 35
+		}
+	}
+	backendOf := func(sport uint16, clientIP bool) uint32 {
+		return table[Slot(FlowHash(fxClient, fxVIP, HashedPort(sport, clientIP), 80, 6), fxTableSize)]
+	}
+	// Two ports of the client that the plain hash sends apart.
+	p1, p2 := uint16(40000), uint16(40001)
+	for backendOf(p2, false) == backendOf(p1, false) {
+		p2++
+	}
+	for _, clientIP := range []bool{false, true} {
+		if err := x.d.UpsertService(Service{ID: 40, Key: natTCP, Encap: EncapNAT, Table: table, ClientIP: clientIP}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []uint16{p1, p2} {
+			c := tuple{clientAt(p), vip(80), 6}
+			if clientIP {
+				c.src = netip.AddrPortFrom(fxClient, p+1000) // new connections
+			}
+			want := backendOf(c.src.Port(), clientIP)
+			v, out, r := x.run(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+			got := netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[30:34])), binary.BigEndian.Uint16(out[36:]))
+			if (v != xdpTX && v != xdpRedirect) || got != natBackends[want] {
+				t.Errorf("affinity %v, client port %d: %s %v to %v, want backend %d (%v)", clientIP, c.src.Port(), verdictNames[v], r, got, want, natBackends[want])
+			}
+		}
+	}
+	if backendOf(p1+1000, true) != backendOf(p2+1000, true) {
+		t.Fatal("with affinity the two ports hash apart: the test is wrong")
+	}
+}
