@@ -53,6 +53,7 @@ type Dataplane struct {
 	backends registry   // the backend registry
 	tables   tableStore // the Maglev and chain tables and their records
 	policy   *policy    // the deny list and the services' source ranges
+	nat      natState   // the NAT settings and the sessions' sweep
 
 	objs     lbObjects
 	shape    Shape
@@ -70,6 +71,7 @@ type Shape struct {
 	TableSize     uint32        // Maglev table slots
 	MaxBackends   uint32        // backend IDs the maps hold
 	ConntrackSize uint32        // flows the conntrack table holds
+	NATSessions   uint32        // NAT sessions the node holds
 	FlowHash      wire.FlowHash // the flow hash the program computes
 	PingVIPs      bool          // the program answers echo requests to VIPs
 	// AttachMode is how XDP is attached: bpfobj.ModeNative or
@@ -157,6 +159,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.ConntrackSize == 0 {
 		opts.ConntrackSize = DefaultConntrackSize
 	}
+	if opts.NATSessions == 0 {
+		opts.NATSessions = DefaultNATSessions
+	}
 	if !opts.NodeAddr.Is4() {
 		return opts, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
 	}
@@ -186,6 +191,16 @@ func (d *Dataplane) Attach() error {
 		return err
 	}
 	d.link, d.shape.AttachMode = l, mode
+	if c := d.nat.carry; c != nil {
+		// The sessions the old program opened since Load.
+		err := c.carry(d)
+		d.nat.carried, d.nat.lost = c.carried, c.lost
+		c.close()
+		d.nat.carry = nil
+		if err != nil {
+			return err
+		}
+	}
 	if d.migrate.Migrate {
 		for name, m := range d.Maps() {
 			if err := bpfobj.ReplacePin(m, filepath.Join(d.pinPath, name)); err != nil {
@@ -225,7 +240,8 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		shape:   Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
+		shape: Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize,
+			NATSessions: opts.NATSessions, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
 		pinPath: opts.PinPath,
 		layout:  bpfobj.SpecLayout(spec),
 	}
@@ -274,6 +290,21 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.closeMaps()
 		return nil, err
 	}
+	if pin && d.migrate.Migrate {
+		if d.nat.carry, err = openCarry(opts.PinPath, spec); err == nil {
+			err = d.nat.carry.carry(d)
+		}
+		if err != nil {
+			d.closeMaps()
+			return nil, err
+		}
+		d.nat.carried, d.nat.lost = d.nat.carry.carried, d.nat.carry.lost
+		d.migrate.Reason += d.nat.carry.summary()
+	}
+	if err := d.initNAT(); err != nil {
+		d.closeMaps()
+		return nil, err
+	}
 	// Next hops cached per backend in pinned state by an earlier program
 	// must not count as fresh: start the generation somewhere new.
 	if err := d.objs.NhGen.Set(rand.Uint32() | 1); err != nil {
@@ -299,6 +330,14 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["backends"].MaxEntries = opts.MaxBackends
 	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
 	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
+	sessions := opts.NATSessions
+	if sessions == 0 {
+		sessions = DefaultNATSessions
+	}
+	for name, n := range map[string]uint32{"nat_fwd": sessions, "nat_rev": sessions,
+		"nat_fwd_syn": embryonicSessions(sessions), "nat_rev_syn": embryonicSessions(sessions)} {
+		spec.Maps[name].MaxEntries = n
+	}
 	ping := uint32(0)
 	if opts.PingVIPs {
 		ping = 1
@@ -332,5 +371,9 @@ func (d *Dataplane) Close() error {
 
 // closeMaps releases the handles of the program and its maps.
 func (d *Dataplane) closeMaps() error {
+	if d.nat.carry != nil {
+		d.nat.carry.close()
+		d.nat.carry = nil
+	}
 	return errors.Join(d.objs.Close(), d.tables.close())
 }
