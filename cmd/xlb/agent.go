@@ -386,7 +386,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
 		"address", nodeAddr, "pinPath", pinPath)
 
-	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))
+	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check), api.WithSessions(a.Sessions))
 	if err != nil {
 		return err
 	}
@@ -454,5 +454,6 @@ func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (
 		ConntrackSize: cfg.Dataplane.ConntrackSize,
 		FlowHash:      flowHash,
 		PingVIPs:      cfg.Dataplane.PingVIPs,
+		NATSessions:   cfg.NAT.Sessions,
 	}, nil
 }

@@ -106,6 +106,9 @@ func printCheck(w io.Writer, c *api.Check) {
 	for _, p := range c.Policy {
 		lines = append(lines, "policy: "+p)
 	}
+	for _, n := range c.NAT {
+		lines = append(lines, "set "+n)
+	}
 	if len(lines) > 0 {
 		fmt.Fprintf(w, "Against %s (generation %d), a reload would:\n", running, c.Generation)
 		for _, l := range lines {

@@ -121,6 +121,8 @@ type Options struct {
 	// PingVIPs answers ICMP echo requests to a VIP from the program
 	// (ping_vips); false drops them.
 	PingVIPs bool
+	// NATSessions: sessions the node holds (0: DefaultNATSessions).
+	NATSessions uint32
 }
 
 // DefaultConntrackSize is the default Options.ConntrackSize

@@ -72,6 +72,7 @@ type Shape struct {
 	ConntrackSize uint32        // flows the conntrack table holds
 	FlowHash      wire.FlowHash // the flow hash the program computes
 	PingVIPs      bool          // the program answers echo requests to VIPs
+	NATSessions   uint32        // sessions the NAT session table holds
 	// AttachMode is how XDP is attached: bpfobj.ModeNative or
 	// ModeGeneric; "" until Attach.
 	AttachMode string

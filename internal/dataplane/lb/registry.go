@@ -15,10 +15,10 @@ import (
 // UpsertBackend registers backend id with its address. Tables carry the
 // address of each backend they name (copied when the table is written),
 // so an id keeps its address until DeleteBackend frees it.
-func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
+func (d *Dataplane) UpsertBackend(id uint32, ap netip.AddrPort) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.backends.upsert(id, addr)
+	return d.backends.upsert(id, ap.Addr())
 }
 
 // DeleteBackend clears backend id and its counters. Tables must no longer
