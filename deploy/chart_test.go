@@ -89,7 +89,8 @@ func TestChartValues(t *testing.T) {
 		"serveClassless": true,
 		"controller":     map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999},
 		"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"},
-			"bgpPasswordSecrets": []any{"tor-password", "other-peer"}},
+			"bgpPasswordSecrets": []any{"tor-password", "other-peer"},
+			"nat":                map[string]any{"ports": "40000-49999", "sessions": 4096, "timeouts": map[string]any{"udp": "30s", "tcpEstablished": "2h"}}},
 		"addressPools": []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
 		"bgpPeers": []any{
 			map[string]any{"name": "tor", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.1"}},
@@ -144,7 +145,8 @@ func TestChartValues(t *testing.T) {
 			map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{"edge-lease"}, "verbs": []any{"get", "update"}},
 		}},
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "containers", "0", "args"},
-			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0"}},
+			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0",
+				"--nat-ports=40000-49999", "--nat-sessions=4096", "--nat-timeouts=tcpEstablished=2h,udp=30s"}},
 		{"DaemonSet lb/edge-xlb-backend", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=[$(POD_IP)]:9402"}},
 		// Helm merges maps: the default selector stays unless set to null.
@@ -337,6 +339,12 @@ func TestChartValuesSchema(t *testing.T) {
 			"at '/bgpPeers/0/name': 'Tor_1' does not match pattern"},
 		{"resource without spec", map[string]any{"addressPools": []any{map[string]any{"name": "p1"}}},
 			"at '/addressPools/0': missing property 'spec'"},
+		{"nat timeout without unit", map[string]any{"agent": map[string]any{"nat": map[string]any{"timeouts": map[string]any{"udp": "30"}}}},
+			"at '/agent/nat/timeouts/udp': '30' does not match pattern"},
+		{"nat sessions too few", map[string]any{"agent": map[string]any{"nat": map[string]any{"sessions": 100}}},
+			"at '/agent/nat/sessions'"},
+		{"monitoring misspelt", map[string]any{"monitoring": map[string]any{"prometheusRules": map[string]any{"enabled": true}}},
+			"at '/monitoring': additional properties 'prometheusRules' not allowed"},
 	} {
 		_, err := c.render(release{Name: "xlb", Namespace: "xlb-system"}, tc.values)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {

@@ -18,23 +18,6 @@ import (
 	"github.com/xlbproject/xlb/internal/k8s/controller"
 )
 
-// pendingMetrics are metrics the rules and the dashboard name before the
-// agent registers them: the NAT session table's, which issue 23's branch
-// adds under exactly these names. The test accepts them while they are
-// unregistered, and fails once one is registered, so that the list is
-// emptied when that branch is merged.
-var pendingMetrics = []string{
-	"xlb_nat_sessions",
-	"xlb_nat_sessions_capacity",
-	"xlb_nat_sessions_embryonic",
-	"xlb_nat_allocation_failures_total",
-	"xlb_nat_expired_total",
-	"xlb_nat_reverse_misses_total",
-	"xlb_nat_no_reply_total",
-	"xlb_nat_fragments_dropped_total",
-	"xlb_nat_icmp_translated_total",
-}
-
 // scrapeLabels are the labels Prometheus adds to every scraped series.
 var scrapeLabels = []string{"job", "instance"}
 
@@ -167,8 +150,6 @@ func (s metricSet) checkExpr(expr string, legendLabels ...string) (problems []st
 			names = append(names, n.Name)
 			l, ok := s.lookup(n.Name)
 			switch {
-			case !ok && slices.Contains(pendingMetrics, n.Name):
-				return nil
 			case !ok:
 				problems = append(problems, fmt.Sprintf("metric %s is not registered by the agent or the controller", n.Name))
 				return nil
@@ -278,17 +259,6 @@ func (s metricSet) outputLabels(e parser.Expr) (out map[string]bool, known bool)
 		return in, known
 	}
 	return nil, false
-}
-
-// TestPendingMetricsNotRegistered: a pending metric that the code
-// registers no longer needs its exemption.
-func TestPendingMetricsNotRegistered(t *testing.T) {
-	set := registered(t)
-	for _, name := range pendingMetrics {
-		if _, ok := set[name]; ok {
-			t.Errorf("%s is registered now: remove it from pendingMetrics in %s", name, "metrics_test.go")
-		}
-	}
 }
 
 // TestCheckExprCatchesMistakes: the reference check is not vacuous.

@@ -149,7 +149,7 @@ const DefaultNATSessions = 262144
 // backend the node holds when it holds n sessions: an eighth, at least
 // 1024 (n if smaller). A session leaves that table as soon as its
 // backend answers, within a round trip to the backend, so a small table
-// is enough to ride out a SYN flood (docs/decisions/0007-nat-sessions.md).
+// is enough to ride out a SYN flood (docs/decisions/0006-nat-sessions.md).
 func embryonicSessions(n uint32) uint32 {
 	return max(n/8, min(n, 1024))
 }
