@@ -15,6 +15,7 @@ import (
 	"helm.sh/helm/v4/pkg/chart/v2/lint"
 	"helm.sh/helm/v4/pkg/chart/v2/lint/support"
 	"helm.sh/helm/v4/pkg/engine"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 const chartDir = "helm/xlb"
@@ -88,7 +89,7 @@ func TestChartValues(t *testing.T) {
 		"image":          map[string]any{"repository": "registry.example/xlb", "tag": "v9"},
 		"serveClassless": true,
 		"controller":     map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999},
-		"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"},
+		"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"}, "metricsPort": 9500,
 			"bgpPasswordSecrets": []any{"tor-password", "other-peer"},
 			"nat":                map[string]any{"ports": "40000-49999", "sessions": 4096, "timeouts": map[string]any{"udp": "30s", "tcpEstablished": "2h"}}},
 		"addressPools": []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
@@ -145,7 +146,7 @@ func TestChartValues(t *testing.T) {
 			map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{"edge-lease"}, "verbs": []any{"get", "update"}},
 		}},
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "containers", "0", "args"},
-			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0",
+			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0", "--metrics=[$(HOST_IP)]:9500",
 				"--nat-ports=40000-49999", "--nat-sessions=4096", "--nat-timeouts=tcpEstablished=2h,udp=30s"}},
 		{"DaemonSet lb/edge-xlb-backend", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=[$(POD_IP)]:9402"}},
@@ -166,6 +167,60 @@ func TestChartValues(t *testing.T) {
 		got := get(tc.key, tc.fields...)
 		if d := diff("", tc.want, got); len(d) > 0 {
 			t.Errorf("%s %s: %v (want vs got)", tc.key, strings.Join(tc.fields, "."), d)
+		}
+	}
+}
+
+// agent.metricsPort passes --metrics on the node's address (the host IP
+// from the downward API) and declares the port for Prometheus; 0 or ""
+// passes neither, nor the HOST_IP it would need.
+func TestChartAgentMetricsPort(t *testing.T) {
+	c, err := loadChart(chartDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostIP := map[string]any{"name": "HOST_IP", "valueFrom": map[string]any{"fieldRef": map[string]any{"fieldPath": "status.hostIP"}}}
+	for _, tc := range []struct {
+		name  string
+		port  any // nil: the default
+		arg   string
+		ports []any
+	}{
+		{"default", nil, "--metrics=[$(HOST_IP)]:9400", []any{map[string]any{"name": "metrics", "containerPort": 9400.0, "protocol": "TCP"}}},
+		{"another port", 9500, "--metrics=[$(HOST_IP)]:9500", []any{map[string]any{"name": "metrics", "containerPort": 9500.0, "protocol": "TCP"}}},
+		{"zero", 0, "", nil},
+		{"empty", "", "", nil},
+	} {
+		var vals map[string]any
+		if tc.port != nil {
+			vals = map[string]any{"agent": map[string]any{"metricsPort": tc.port}}
+		}
+		objs, err := c.render(release{Name: "xlb", Namespace: "xlb-system"}, vals)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		i := slices.IndexFunc(objs, func(o object) bool { return o.key() == "DaemonSet xlb-system/xlb-agent" })
+		if i < 0 {
+			t.Fatal("no agent DaemonSet")
+		}
+		containers, _, _ := unstructured.NestedSlice(objs[i].Object, "spec", "template", "spec", "containers")
+		ctr := containers[0].(map[string]any)
+		args := stringList(ctr["args"])
+		metrics := slices.IndexFunc(args, func(a string) bool { return strings.HasPrefix(a, "--metrics") })
+		switch {
+		case tc.arg == "" && metrics >= 0:
+			t.Errorf("%s: args %v, want no --metrics", tc.name, args)
+		case tc.arg != "" && (metrics < 0 || args[metrics] != tc.arg):
+			t.Errorf("%s: args %v, want %s", tc.name, args, tc.arg)
+		}
+		if got, ok := ctr["ports"]; tc.ports == nil && ok {
+			t.Errorf("%s: ports %v, want none", tc.name, got)
+		} else if d := diff("", tc.ports, got); tc.ports != nil && len(d) > 0 {
+			t.Errorf("%s: ports: %v (want vs got)", tc.name, d)
+		}
+		env, _ := ctr["env"].([]any)
+		if has := slices.ContainsFunc(env, func(e any) bool { return len(diff("", hostIP, e)) == 0 }); has != (tc.arg != "") {
+			t.Errorf("%s: env %v: HOST_IP from status.hostIP %v, want %v", tc.name, env, has, tc.arg != "")
 		}
 	}
 }
@@ -259,7 +314,7 @@ var richValues = map[string]any{
 	"controller": map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999,
 		"priorityClassName": "system-cluster-critical", "nodeSelector": map[string]any{"role": "control"},
 		"tolerations": []any{map[string]any{"key": "role", "operator": "Equal", "value": "control", "effect": "NoSchedule"}}},
-	"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"xlb.io/lb-node": nil, "role": "lb"},
+	"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"xlb.io/lb-node": nil, "role": "lb"}, "metricsPort": 9500,
 		"bgpPasswordSecrets": []any{"tor-password"}, "terminationGracePeriodSeconds": 60,
 		"resources": map[string]any{"requests": map[string]any{"cpu": "200m", "memory": "256Mi"}, "limits": map[string]any{"memory": "1Gi"}}},
 	"backend":      map[string]any{"interface": "ens5", "metricsPort": 9500, "metricsHost": "127.0.0.1"},
@@ -329,6 +384,10 @@ func TestChartValuesSchema(t *testing.T) {
 			"at '/backend/metricsPort': maximum: got 70,000, want 65,535"},
 		{"port zero", map[string]any{"controller": map[string]any{"metricsPort": 0}},
 			"at '/controller/metricsPort': minimum: got 0, want 1"},
+		{"agent port out of range", map[string]any{"agent": map[string]any{"metricsPort": 70000}},
+			"at '/agent/metricsPort': maximum: got 70,000, want 65,535"},
+		{"agent port as a string", map[string]any{"agent": map[string]any{"metricsPort": "9400"}},
+			"at '/agent/metricsPort': got string, want integer"},
 		{"bad enum", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}},
 			"at '/image/pullPolicy': value must be one of 'Always', 'IfNotPresent', 'Never'"},
 		{"host name for an address", map[string]any{"backend": map[string]any{"metricsHost": "metrics.example"}},

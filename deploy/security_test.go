@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"errors"
+	"fmt"
 	"maps"
 	"net"
 	"os"
@@ -98,15 +99,44 @@ func checkPodSecurity(t *testing.T, objs []object) {
 					}
 				}
 				if hostNetwork {
-					for _, a := range stringList(c["args"]) {
-						if v, ok := strings.CutPrefix(a, "--metrics-addr="); ok {
-							if err := namedHost(v); err != nil {
-								t.Errorf("%s: --metrics-addr=%s: %v (host network: that is every address of the node)", cw, v, err)
-							}
-						}
-					}
+					checkHostPorts(t, cw, c)
 				}
 			}
+		}
+	}
+}
+
+// listenFlags are the flags of xlb's commands that open a TCP listener:
+// the backend's and the controller's --metrics-addr, the agent's
+// --metrics.
+var listenFlags = []string{"--metrics-addr=", "--metrics="}
+
+// checkHostPorts checks a container on the host network: each listener
+// its args open is on a named address, not every address of the node
+// (the VIPs on lo included), and each port it declares is one of them.
+func checkHostPorts(t *testing.T, where string, c map[string]any) {
+	t.Helper()
+	listens := map[string]bool{}
+	for _, a := range stringList(c["args"]) {
+		for _, f := range listenFlags {
+			v, ok := strings.CutPrefix(a, f)
+			if !ok {
+				continue
+			}
+			if err := namedHost(v); err != nil {
+				t.Errorf("%s: %s%s: %v (host network: that is every address of the node)", where, f, v, err)
+			}
+			if _, port, err := net.SplitHostPort(v); err == nil {
+				listens[port] = true
+			}
+		}
+	}
+	ports, _, _ := unstructured.NestedSlice(c, "ports")
+	for _, p := range ports {
+		p, _ := p.(map[string]any)
+		port := fmt.Sprint(p["containerPort"])
+		if !listens[port] {
+			t.Errorf("%s: declares port %s, which none of its listeners (%v) opens", where, port, listenFlags)
 		}
 	}
 }
@@ -150,7 +180,8 @@ func TestPodSecurity(t *testing.T) {
 	}
 	for _, values := range []map[string]any{
 		nil,
-		{"backend": map[string]any{"metricsHost": "127.0.0.1", "metricsPort": 9999}, "agent": map[string]any{"interface": "bond0"}},
+		{"backend": map[string]any{"metricsHost": "127.0.0.1", "metricsPort": 9999}, "agent": map[string]any{"interface": "bond0", "metricsPort": 9500}},
+		{"agent": map[string]any{"metricsPort": 0}},
 	} {
 		rendered, err := c.render(release{Name: "xlb", Namespace: "xlb-system"}, values)
 		if err != nil {

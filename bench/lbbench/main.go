@@ -117,7 +117,7 @@ func main() {
 	matrix := flag.Bool("matrix", true, "also run the matrix: TCP and UDP, 1/16/1024 backends, 1/100/10000 services, the miss path")
 	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
 	matrixRounds := flag.Int("matrix-rounds", 41, "rounds per matrix case")
-	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix (\"\" for none)")
+	png := flag.String("png", "docs/img/bench-lb-matrix.png", "plot of the matrix; the policy cases' plot goes beside it, as "+policyPNG+" (\"\" for neither)")
 	ablate := flag.String("ablate", "bench/lbbench/ablations", "directory of patches to bpf/ that each take a part out of the LB path, measured against the real one (\"\" for none; needs clang and git)")
 	bpfDir := flag.String("bpf", "bpf", "the eBPF sources the ablation patches apply to")
 	policy := flag.Bool("policy", true, "also run the policy cases: deny lists of 1/100/10000/100000 prefixes and source ranges, the deny table against an LPM trie")
@@ -126,6 +126,7 @@ func main() {
 	policyRounds := flag.Int("policy-rounds", 41, "rounds of the policy cases")
 	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")
 	flag.Parse()
+	policyFile := policyPlotPath(*png)
 
 	if *against != "" {
 		runAB(*against, *out, *backends, uint32(*repeat), *rounds)
@@ -144,7 +145,7 @@ func main() {
 		r := report{runInfo: thisRun()}
 		runPolicy(&r)
 		printPolicy(r)
-		writePolicy(r, *out, *doc, policyPNG)
+		writePolicy(r, *out, *doc, policyFile)
 		return
 	}
 
@@ -244,15 +245,12 @@ func main() {
 	}
 	fmt.Println("wrote", name)
 	if *doc != "" && r.Policy != nil {
-		if err := benchutil.RewriteDoc(*doc, policyBegin, policyEnd, policySection(r, filepath.Base(name), policyPNG, *doc)); err != nil {
+		if err := benchutil.RewriteDoc(*doc, policyBegin, policyEnd, policySection(r, filepath.Base(name), policyFile, *doc)); err != nil {
 			fail(err)
 		}
 	}
 	if r.Policy != nil {
-		if err := policyPlot(policyPNG, r); err != nil {
-			fail(err)
-		}
-		fmt.Println("wrote", policyPNG)
+		writePolicyPlot(policyFile, r)
 	}
 	if *doc != "" {
 		if err := rewriteDoc(*doc, r, filepath.Base(name)); err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -138,6 +139,45 @@ func TestAblateSection(t *testing.T) {
 	for _, want := range []string{"| The service lookup | `1-svc` | 29 | 32 | 3.5 | 1.76x |", "leaves the LB path 4.8 ns over this run's floor 2 (16 ns) on best rounds; the real path takes 16 ns more"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
+		}
+	}
+}
+
+// TestPolicyPlotFollowsPNG: the policy cases' plot goes beside -png's,
+// and -png "" writes no plot at all (it used to rewrite the tracked
+// docs/img/bench-lb-policy.png regardless).
+func TestPolicyPlotFollowsPNG(t *testing.T) {
+	t.Chdir(t.TempDir())
+	r := report{Policy: &lbharness.PolicyReport{}}
+	for _, name := range []string{"bench_lb", "floor_deny_table", "floor_deny_lpm"} {
+		for i, n := range []int{1, 100, 10000} {
+			r.Policy.Results = append(r.Policy.Results, lbharness.PolicyResult{BenchResult: lbharness.BenchResult{Name: name, MinNs: float64(40 + i)}, Prefixes: n})
+		}
+	}
+	pngs := func() []string {
+		var out []string
+		err := filepath.WalkDir(".", func(p string, d os.DirEntry, err error) error {
+			if err == nil && strings.HasSuffix(p, ".png") {
+				out = append(out, p)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		png  string
+		want []string
+	}{
+		{"", nil},
+		{"docs/img/bench-lb-matrix.png", []string{"docs/img/bench-lb-policy.png"}},
+		{"elsewhere/m.png", []string{"docs/img/bench-lb-policy.png", "elsewhere/bench-lb-policy.png"}},
+	} {
+		writePolicy(r, "results", "", policyPlotPath(tc.png))
+		if got := pngs(); !slices.Equal(got, tc.want) {
+			t.Errorf("-png %q: the plots are %v, want %v", tc.png, got, tc.want)
 		}
 	}
 }

@@ -39,14 +39,15 @@ const sourceFile = "file"
 const kubernetesSyncTimeout = time.Minute
 
 const agentUsage = `usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]
-       xlb agent --source kubernetes [--config FILE | --interface IF --nat-… ] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
+       xlb agent --source kubernetes [--config FILE | --interface IF --metrics HOST:PORT --nat-… ] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
        xlb agent --check --config FILE [--socket PATH]
 
 With --config FILE the file holds the whole configuration. With --source
 kubernetes (or a kubernetes section in the file) the Services of type
 LoadBalancer and the BGPPeers of the cluster are added to it; without a
 file the agent runs as in the DaemonSet, with every default but those
---interface and the --nat-… flags (the file's nat section) set.
+--interface, --metrics (the file's api.metrics) and the --nat-… flags
+(the file's nat section) set.
 
 With --check the agent does not run: FILE is checked as the running agent
 would check it on a reload (through its API socket) and what a reload
@@ -59,6 +60,7 @@ func runAgent(args []string) error {
 	from := fs.String("source", "", "where services and peers come from: `file` or kubernetes (default: kubernetes if the file has a kubernetes section, else file)")
 	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: the file's kubernetes.kubeconfig, else the pod's service account)")
 	iface := fs.String("interface", "", "with --source kubernetes and no --config: the `interface` XDP attaches to (default: the one holding the Node's InternalIP)")
+	metrics := fs.String("metrics", "", "with --source kubernetes and no --config: serve /metrics over TCP on `HOST:PORT` too, e.g. 10.0.1.2:9400 (api.metrics; default: on the API socket only)")
 	classless := fs.Bool("serve-classless", false, "with --source kubernetes: also serve Services of type LoadBalancer without a loadBalancerClass (default: the file's kubernetes.serveClassless, else false)")
 	natAddress := fs.String("nat-address", "", "with --source kubernetes and no --config: the source `address` of full-NAT sessions (nat.address; default: the Node's InternalIP)")
 	natPorts := fs.String("nat-ports", "", "with --source kubernetes and no --config: the source ports of full-NAT sessions, `MIN-MAX` (nat.ports; default 20000-32767)")
@@ -93,6 +95,12 @@ func runAgent(args []string) error {
 		return errUsage
 	}
 	kf.nat = nat
+	if set["metrics"] {
+		if kf.metrics, err = metricsFlag(*metrics); err != nil {
+			fmt.Fprintln(os.Stderr, "xlb agent:", err)
+			return errUsage
+		}
+	}
 	switch {
 	case *check:
 		if err := checkFlags(*cfgPath, set); err != nil {
@@ -144,9 +152,24 @@ func runAgent(args []string) error {
 type kubeFlags struct {
 	kubeconfig, iface string
 	classless         *bool // nil unless given: the file's setting holds
+	// metrics is the api.metrics of an agent without a file; "" unless
+	// --metrics is given.
+	metrics string
 	// nat is the nat section of an agent without a file; nil unless a
 	// --nat-… flag is given.
 	nat *config.NATConfig
+}
+
+// metricsFlag checks --metrics as the file's api.metrics is checked;
+// unlike the field, the flag may not be empty.
+func metricsFlag(addr string) (string, error) {
+	if addr == "" {
+		return "", errors.New("--metrics needs HOST:PORT, e.g. 10.0.1.2:9400 (the node's address) or 127.0.0.1:9400; leave the flag out to serve /metrics on the API socket only")
+	}
+	if why := config.CheckMetrics(addr); why != "" {
+		return "", fmt.Errorf("--metrics: %s", why)
+	}
+	return addr, nil
 }
 
 // natFlags reads the --nat-… flags (those set names) into a nat
@@ -215,12 +238,14 @@ func useKubernetes(from, path string, cfg *config.Config, kf kubeFlags) (bool, e
 	switch {
 	case !kube && cfg == nil:
 		return false, errors.New("--source file needs --config FILE")
-	case !kube && (kf.kubeconfig != "" || kf.iface != "" || kf.classless != nil || kf.nat != nil):
-		return false, errors.New("--kubeconfig, --interface, --serve-classless and --nat-… apply to --source kubernetes only")
+	case !kube && (kf.kubeconfig != "" || kf.iface != "" || kf.metrics != "" || kf.classless != nil || kf.nat != nil):
+		return false, errors.New("--kubeconfig, --interface, --metrics, --serve-classless and --nat-… apply to --source kubernetes only")
 	case kube && cfg == nil && from == "":
 		return false, errors.New("give --config FILE, or --source kubernetes to run with the cluster's configuration alone")
 	case kube && cfg != nil && kf.iface != "":
 		return false, fmt.Errorf("--interface replaces the node section of a missing file; with --config, set node.interface in %s", path)
+	case kube && cfg != nil && kf.metrics != "":
+		return false, fmt.Errorf("--metrics replaces api.metrics of a missing file; with --config, set api.metrics in %s", path)
 	case kube && cfg != nil && kf.nat != nil:
 		return false, fmt.Errorf("--nat-… replace the nat section of a missing file; with --config, set the nat section in %s", path)
 	}
@@ -265,6 +290,8 @@ func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *c
 		if base, err = source.DaemonSetBase(ctx, client, k, kf.iface, nat); err != nil {
 			return nil, nil, err
 		}
+		// Checked with the flags already.
+		base.API.Metrics = kf.metrics
 	}
 	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log, Host: agent.LocalHost})
 	if err != nil {

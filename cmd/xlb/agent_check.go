@@ -129,7 +129,7 @@ func checkFlags(cfgPath string, set map[string]bool) error {
 	if cfgPath == "" {
 		return errors.New("--check needs --config FILE")
 	}
-	for _, f := range []string{"source", "kubeconfig", "interface", "serve-classless", "nat-address", "nat-ports", "nat-sessions", "nat-timeouts"} {
+	for _, f := range []string{"source", "kubeconfig", "interface", "metrics", "serve-classless", "nat-address", "nat-ports", "nat-sessions", "nat-timeouts"} {
 		if set[f] {
 			return fmt.Errorf("--%s has no use with --check: the file alone is checked (against the running agent, if one answers)", f)
 		}

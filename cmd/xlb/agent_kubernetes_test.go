@@ -4,6 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,8 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/testbed/k8stest"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -30,7 +35,9 @@ import (
 // section, in a network namespace of its own, against a real API server:
 // the Service's pods become backends in the data plane (seen through the
 // agent's API), a BGPPeer becomes a BGP peer, an edit of the file adds its
-// service to the cluster's, and SIGTERM ends the agent cleanly.
+// service to the cluster's, and SIGTERM ends the agent cleanly. Then an
+// agent without a file, as the DaemonSet runs it, serves /metrics on the
+// Node's address (--metrics), where Prometheus scrapes it.
 func TestAgentKubernetes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a Kubernetes control plane and an agent; skipped with -short")
@@ -208,8 +215,98 @@ func TestAgentKubernetes(t *testing.T) {
 			t.Errorf("the agent's exit: %v", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Error("the agent did not exit within 30s of SIGTERM")
+		t.Fatal("the agent did not exit within 30s of SIGTERM")
 	}
+
+	daemonSetMetrics(t, cs, bin, ns, kubeconfig, pinPath)
+}
+
+// daemonSetMetrics runs the agent in namespace ns as the DaemonSet of
+// deploy/ does: no file, the Node's InternalIP (10.0.0.10 on v0) as its
+// address, and --metrics=[NODE ADDRESS]:9400 as the DaemonSet passes it
+// from status.hostIP. Prometheus must find the agent's series there, the
+// cluster's Service among them. The agent before it (whose pins are at
+// pinPath) has stopped.
+func daemonSetMetrics(t *testing.T, cs kubernetes.Interface, bin, ns, kubeconfig, pinPath string) {
+	ctx := t.Context()
+	// The previous agent's program leaves v0.
+	run(t, bin, "cleanup", "--pin-path", pinPath)
+	if _, err := cs.CoreV1().Nodes().Patch(ctx, "lb-1", types.MergePatchType,
+		[]byte(`{"status":{"addresses":[{"type":"InternalIP","address":"10.0.0.10"}]}}`), metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	var defaultPins string
+	if err := netns.Do(ns, func() (err error) {
+		defaultPins, err = bpfobj.DefaultPinPath("", "v0")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = exec.Command(bin, "cleanup", "--pin-path", defaultPins).Run() })
+
+	// Without a file the API socket is /run/xlb/xlb.sock: a mount
+	// namespace of the agent's own, with a tmpfs on /run/xlb, keeps it
+	// (and its lock) off the host's. bpffs stays the host's.
+	if err := os.MkdirAll("/run/xlb", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const metricsAddr = "10.0.0.10:9400"
+	agent := exec.Command(bin, netns.ExecCommand, ns, "--", "unshare", "--mount", "--propagation", "private", "--",
+		"sh", "-c", `mount -t tmpfs -o mode=0700 xlb-test /run/xlb && exec "$@"`, "sh",
+		bin, "agent", "--source=kubernetes", "--kubeconfig="+kubeconfig, "--metrics=[10.0.0.10]:9400")
+	agent.Env = append(os.Environ(), "NODE_NAME=lb-1", "POD_NAMESPACE=default")
+	agent.Stdout, agent.Stderr = t.Output(), t.Output()
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- agent.Wait() }()
+	stopped := false
+	t.Cleanup(func() {
+		if !stopped {
+			_ = agent.Process.Kill()
+			<-exited
+		}
+	})
+
+	// Connections are made inside ns, as from a Prometheus on another
+	// node.
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, network, addr string) (conn net.Conn, err error) {
+			err = netns.Do(ns, func() error {
+				conn, err = (&net.Dialer{Timeout: 2 * time.Second}).DialContext(ctx, network, addr)
+				return err
+			})
+			return conn, err
+		},
+	}}
+	t.Cleanup(client.CloseIdleConnections)
+	want := []string{`xlb_build_info{version="`, `xlb_service_up{service="default/web:80/tcp"} 1`}
+	waitUntil(t, "the agent's metrics on "+metricsAddr, func() string {
+		select {
+		case err := <-exited:
+			stopped = true
+			t.Fatalf("the agent exited: %v", err)
+		default:
+		}
+		resp, err := client.Get("http://" + metricsAddr + "/metrics")
+		if err != nil {
+			return err.Error()
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return fmt.Sprintf("GET /metrics: %s, %v", resp.Status, err)
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(strings.Split(string(body), "\n"), func(l string) bool { return strings.HasPrefix(l, w) }) {
+				return "no series " + w
+			}
+		}
+		return ""
+	})
+	// Killed by the cleanup: SIGTERM was the first agent's to show, and
+	// it would add the default BGP drain time here.
 }
 
 func run(t *testing.T, argv ...string) {

@@ -35,6 +35,10 @@ func TestUseKubernetes(t *testing.T) {
 		{"--nat-… without a file", "kubernetes", nil, kubeFlags{nat: &config.NATConfig{Sessions: 4096}}, true, ""},
 		{"--nat-… with a file", "kubernetes", plain, kubeFlags{nat: &config.NATConfig{Sessions: 4096}}, false, "with --config, set the nat section in agent.yaml"},
 		{"--nat-… for a file", "file", plain, kubeFlags{nat: &config.NATConfig{Sessions: 4096}}, false, "apply to --source kubernetes only"},
+		{"--metrics without a file", "kubernetes", nil, kubeFlags{metrics: "10.0.0.10:9400"}, true, ""},
+		{"--metrics with a file", "kubernetes", plain, kubeFlags{metrics: "10.0.0.10:9400"}, false, "with --config, set api.metrics in agent.yaml"},
+		{"--metrics with a kubernetes section", "", withSection, kubeFlags{metrics: "10.0.0.10:9400"}, false, "with --config, set api.metrics in agent.yaml"},
+		{"--metrics for a file", "file", plain, kubeFlags{metrics: "10.0.0.10:9400"}, false, "apply to --source kubernetes only"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +93,28 @@ func TestNATFlags(t *testing.T) {
 		}
 		if _, err := natFlags(tc.address, tc.ports, tc.sessions, tc.timeouts, set); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%+v: %v, want an error containing %q", tc, err, tc.want)
+		}
+	}
+}
+
+// --metrics is checked as api.metrics is (config.CheckMetrics), with the
+// flag named; it may not be empty.
+func TestMetricsFlag(t *testing.T) {
+	for _, ok := range []string{"10.0.0.10:9400", "[10.0.0.10]:9400", "[fd00::2]:9400", "127.0.0.1:1", ":9400", "localhost:65535"} {
+		if got, err := metricsFlag(ok); err != nil || got != ok {
+			t.Errorf("%q: %q, %v; want it as given", ok, got, err)
+		}
+	}
+	for _, tc := range []struct{ addr, want string }{
+		{"", "--metrics needs HOST:PORT"},
+		{"10.0.0.10", `--metrics: "10.0.0.10" is not host:port`},
+		{"10.0.0.10:0", `--metrics: "10.0.0.10:0" has port "0"; the port must be a number in 1..65535`},
+		{"10.0.0.10:prometheus", "the port must be a number"},
+		{"node-1:9400", `has host "node-1"; the host must be an IP address, localhost, or empty`},
+		{"$(HOST_IP):9400", `has host "$(HOST_IP)"`},
+	} {
+		if _, err := metricsFlag(tc.addr); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v, want an error containing %q", tc.addr, err, tc.want)
 		}
 	}
 }

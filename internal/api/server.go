@@ -90,7 +90,7 @@ func Serve(ln net.Listener, metricsAddr string, status StatusFunc, log *slog.Log
 	if metricsAddr != "" {
 		var err error
 		if mln, err = net.Listen("tcp", metricsAddr); err != nil {
-			return nil, fmt.Errorf("metrics: listen on %s: %w (check api.metrics; is the port taken?)", metricsAddr, err)
+			return nil, fmt.Errorf("metrics: listen on %s: %w (check api.metrics, or --metrics without a file: is the address this host's, is the port taken?)", metricsAddr, err)
 		}
 		s.metrics = mln.Addr()
 	}

@@ -113,10 +113,12 @@ func checkAbs(p string) string {
 	return ""
 }
 
-// checkMetrics accepts host:port where host is empty (every address),
-// localhost or an IP address, and port is numeric: the agent listens on
-// it, so a name that needs DNS or /etc/services has no place here.
-func checkMetrics(s string) string {
+// CheckMetrics says why s is not an address for api.metrics ("" when it
+// is one, and for ""): host:port where host is empty (every address),
+// localhost or an IP address, and port is numeric. The agent listens on
+// it, so a name that needs DNS or /etc/services has no place here. The
+// agent's --metrics flag is checked by it too.
+func CheckMetrics(s string) string {
 	if s == "" {
 		return ""
 	}

@@ -202,7 +202,7 @@ func (c *checker) api(f schema.Field[schema.API], path string) API {
 		}
 	}
 	if g := f.V.Metrics; valid(g) {
-		if why := checkMetrics(string(g.V)); why != "" {
+		if why := CheckMetrics(string(g.V)); why != "" {
 			c.errorf(g.At.Value, join(path, "metrics"), "%s", why)
 		} else {
 			a.Metrics = string(g.V)
