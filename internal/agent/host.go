@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -60,7 +62,8 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 }
 
 // LocalHost reads the IPv4 addresses configured in the calling thread's
-// network namespace, by interface, for the checks of config.Host.
+// network namespace, by interface, and the source ports its own
+// connections take, for the checks of config.Host.
 // Only IPv4: VIPs, backends and the node address are IPv4.
 func LocalHost() (*config.Host, error) {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
@@ -92,7 +95,37 @@ func LocalHost() (*config.Host, error) {
 		}
 		h.Interfaces[name] = append(h.Interfaces[name], ip.Unmap())
 	}
+	// Unknown when it cannot be read: nat.ports is then not checked
+	// against it.
+	h.LocalPorts, _ = localPorts()
 	return h, nil
+}
+
+// localPortRange is where the kernel says which source ports the
+// calling thread's network namespace gives its own connections.
+const localPortRange = "/proc/sys/net/ipv4/ip_local_port_range"
+
+// localPorts reads net.ipv4.ip_local_port_range.
+func localPorts() (config.PortRange, error) {
+	b, err := os.ReadFile(localPortRange)
+	if err != nil {
+		return config.PortRange{}, err
+	}
+	return parseLocalPorts(string(b))
+}
+
+// parseLocalPorts reads the two numbers of ip_local_port_range.
+func parseLocalPorts(s string) (config.PortRange, error) {
+	f := strings.Fields(s)
+	if len(f) != 2 {
+		return config.PortRange{}, fmt.Errorf("%s: %q is not two ports", localPortRange, s)
+	}
+	lo, err1 := strconv.ParseUint(f[0], 10, 16)
+	hi, err2 := strconv.ParseUint(f[1], 10, 16)
+	if err1 != nil || err2 != nil || lo > hi {
+		return config.PortRange{}, fmt.Errorf("%s: %q is not a range of ports", localPortRange, s)
+	}
+	return config.PortRange{Min: uint16(lo), Max: uint16(hi)}, nil
 }
 
 // LoadFile loads the configuration file at path and checks it against

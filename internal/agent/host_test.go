@@ -79,3 +79,49 @@ func TestReloadRefusesNodeAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestLoadChecksNATPorts: the agent reads the namespace's
+// net.ipv4.ip_local_port_range with its addresses, so a file whose full
+// NAT would allocate the ports of the node's own connections fails where
+// the agent reads it (start, reload, --check), and passes once the range
+// is narrowed.
+func TestLoadChecksNATPorts(t *testing.T) {
+	ns := hostNamespace(t)
+	path := filepath.Join(t.TempDir(), "agent.yaml")
+	const file = "node:\n  interface: veth0\nservices:\n  - name: app\n    vip: 10.99.0.1\n    port: 443\n    forwarding: nat\n    backends:\n      - {address: 10.0.3.2, port: 8443}\n"
+	if err := os.WriteFile(path, []byte(file), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	load := func(portRange string) (*config.Config, error) {
+		var cfg *config.Config
+		err := netns.Do(ns, func() error {
+			// A file of /proc/sys/net is the namespace of whoever opens it.
+			if err := os.WriteFile(localPortRange, []byte(portRange), 0o644); err != nil {
+				return err
+			}
+			var err error
+			cfg, err = LoadFile(path)
+			return err
+		})
+		return cfg, err
+	}
+	_, err := load("1024 65535")
+	want := path + ":7: services[0].forwarding: forwarding nat takes source ports from nat.ports 20000-32767, which overlap this host's net.ipv4.ip_local_port_range 1024-65535"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("range 1024-65535: %v\nwant an error containing %q", err, want)
+	}
+	if cfg, err := load("32768 60999"); err != nil || cfg.Services[0].Forwarding != config.NAT {
+		t.Errorf("range 32768-60999: %v", err)
+	}
+}
+
+func TestParseLocalPorts(t *testing.T) {
+	if r, err := parseLocalPorts("32768\t60999\n"); err != nil || r != (config.PortRange{Min: 32768, Max: 60999}) {
+		t.Errorf("32768 60999: %v, %v", r, err)
+	}
+	for _, bad := range []string{"", "32768", "60999 32768", "1 70000", "a b"} {
+		if _, err := parseLocalPorts(bad); err == nil {
+			t.Errorf("%q: no error", bad)
+		}
+	}
+}

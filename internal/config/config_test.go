@@ -39,6 +39,7 @@ func TestLoadFullExample(t *testing.T) {
 	healthz := webCheck
 	healthz.Path = "/healthz"
 	dnsCheck := HealthCheck{Type: CheckTCP, Port: 53, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2}
+	appCheck := HealthCheck{Type: CheckTCP, Port: 8443, Interval: time.Second, Timeout: time.Second, Rise: 2, Fall: 2}
 	want := &Config{
 		Node:      Node{Interface: "eth0", Address: ip("10.0.1.2")},
 		API:       API{Socket: "/run/xlb/xlb.sock", Metrics: "127.0.0.1:9400"},
@@ -53,6 +54,8 @@ func TestLoadFullExample(t *testing.T) {
 			},
 		},
 		Policy: Policy{Deny: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.7/32")}},
+		NAT: NATConfig{Address: ip("10.0.1.2"), Ports: PortRange{20000, 32767}, Sessions: 262144,
+			Timeouts: NATTimeouts{TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute}},
 		Services: []Service{
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,
@@ -70,6 +73,13 @@ func TestLoadFullExample(t *testing.T) {
 				Backends: []Backend{
 					{Address: ip("10.0.3.2"), Port: 53, Weight: 1, HealthCheck: dnsCheck},
 					{Address: ip("10.0.3.3"), Port: 53, Weight: 1, HealthCheck: dnsCheck},
+				},
+			},
+			{
+				Name: "app", VIP: ip("10.99.0.3"), Port: 443, Protocol: TCP, Forwarding: NAT,
+				Backends: []Backend{
+					{Address: ip("10.0.4.2"), Port: 8443, Weight: 1, HealthCheck: appCheck},
+					{Address: ip("10.0.4.3"), Port: 8443, Weight: 1, HealthCheck: appCheck},
 				},
 			},
 		},
@@ -364,7 +374,7 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- node\n", 1, "", "the top level must be a mapping"},
 		{"missing node", "services: []\n", 1, "node", "required section is missing"},
 		{"unknown top-level field", "node: {interface: eth0}\nservice: []\n", 2, "service", `did you mean "services"?`},
-		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, policy, services, kubernetes"},
+		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, policy, nat, services, kubernetes"},
 		{"duplicate field", "node: {interface: eth0}\nnode: {interface: eth1}\n", 2, "node", "appears twice"},
 
 		// Source ranges and the deny list: each bad entry at its line.
@@ -456,7 +466,7 @@ func TestParseErrors(t *testing.T) {
 		{"port as a float", minimalWith("port: 80", "port: 80.5"), 6, "services[0].port", "expected a whole number, got the number 80.5"},
 		{"port as a list", minimalWith("port: 80", "port: [80]"), 6, "services[0].port", "expected a whole number, got a list"},
 		{"protocol", minimalWith("port: 80", "port: 80\n    protocol: TCP"), 7, "services[0].protocol", `"TCP" is not a protocol; use tcp or udp`},
-		{"forwarding", minimalWith("port: 80", "port: 80\n    forwarding: nat"), 7, "services[0].forwarding", "use dsr-ipip or dsr-gue"},
+		{"forwarding", minimalWith("port: 80", "port: 80\n    forwarding: snat"), 7, "services[0].forwarding", `"snat" is not a forwarding mode; use dsr-ipip, dsr-gue, nat or dnat`},
 
 		// healthCheck
 		{"healthCheck is a string", withCheck("http", ""), 7, "services[0].healthCheck", "expected a mapping such as {type: http"},

@@ -39,6 +39,9 @@ func FuzzParse(f *testing.F) {
 			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, bgp: *r, backends: [{address: 10.0.3.2}]}\n  - {name: c, vip: 10.99.0.1, port: 81, backends: [{address: 10.0.3.2}]}\n",
 		"node: {interface: eth0}\nbgp: {asn: 65001, holdTime: 30s, peers: []}\nkubernetes: {kubeconfig: /k, nodeName: n.a, secretNamespace: lb, serveClassless: true}\nservices:\n" +
 			"  - {name: default/web:80/tcp, vip: 10.99.0.1, port: 80, translatePorts: true, backends: [{address: 10.244.1.2, port: 8080}, {address: 10.244.1.3, port: 8080, weight: 0}]}\n",
+		"node: {interface: eth0, address: 10.0.1.2}\nnat: {address: 10.0.1.3, ports: 40000-41023, sessions: 1024, timeouts: {tcpSyn: 1s, tcpEstablished: 24h, tcpClosing: 2s, udp: 30s}}\nservices:\n" +
+			"  - {name: a, vip: 10.99.0.1, port: 80, forwarding: nat, affinity: client-ip, backends: [{address: 10.0.3.2, port: 8080}, {address: 10.0.3.3, port: 8081}]}\n" +
+			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, forwarding: dnat, backends: [{address: 10.0.3.2, port: 5353}]}\n",
 		"node: {interface: eth0}\nservices:\n  - name: a\n    vip: 10.99.0.1\n    port: 80\n    healthCheck: {type: http, path: /h, expectStatus: \"200-204\", interval: 200ms, timeout: 150ms, rise: 1, fall: 3}\n    backends: [{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}, {address: 10.0.3.3, healthCheck: {interval: 1s}}]\n",
 	}
 	for _, s := range seeds {
@@ -134,8 +137,17 @@ func invariants(c *Config) error {
 			bad("services[%d]: invalid or duplicate name %q", i, s.Name)
 		}
 		names[s.Name] = true
-		if !unicast4(s.VIP) || s.Port == 0 || (s.Protocol != TCP && s.Protocol != UDP) || (s.Forwarding != DSRIPIP && s.Forwarding != DSRGUE) {
+		nat := s.Forwarding == "nat" || s.Forwarding == "dnat"
+		if !unicast4(s.VIP) || s.Port == 0 || (s.Protocol != TCP && s.Protocol != UDP) || (s.Forwarding != DSRIPIP && s.Forwarding != DSRGUE && !nat) {
 			bad("services[%d]: invalid %+v", i, s)
+		}
+		// A NAT service holds a session per connection, on the node
+		// that rewrites to the backend's own port.
+		if nat && (s.Flows != "" || s.TranslatePorts || len(s.History) > 0) {
+			bad("services[%d]: forwarding %s with flows %q, translatePorts %v", i, s.Forwarding, s.Flows, s.TranslatePorts)
+		}
+		if s.VIP == c.NAT.Address {
+			bad("services[%d]: VIP %v is nat.address", i, s.VIP)
 		}
 		if keys[s.Key()] {
 			bad("services[%d]: duplicate key %v", i, s.Key())
@@ -148,7 +160,7 @@ func invariants(c *Config) error {
 		addrs := map[netip.Addr]bool{}
 		active := false
 		for j, b := range s.Backends {
-			if !unicast4(b.Address) || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts || b.Weight > 65535 {
+			if !unicast4(b.Address) || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts && !nat || b.Weight > 65535 || b.Address == c.NAT.Address {
 				bad("services[%d].backends[%d]: invalid or duplicate %+v", i, j, b)
 			}
 			addrs[b.Address] = true
@@ -163,6 +175,21 @@ func invariants(c *Config) error {
 	}
 	if total > int(c.Dataplane.MaxBackends) {
 		bad("%d backends", total)
+	}
+	n := c.NAT
+	if a := n.Address; a.IsValid() && !unicast4(a) {
+		bad("invalid nat address %v", a)
+	}
+	if n.Ports.Min < 1024 || n.Ports.Max < n.Ports.Min || int(n.Ports.Max)-int(n.Ports.Min)+1 < 1024 {
+		bad("invalid nat ports %+v", n.Ports)
+	}
+	if n.Sessions < 1024 || n.Sessions > 1<<24 {
+		bad("invalid nat sessions %d", n.Sessions)
+	}
+	for _, d := range []time.Duration{n.Timeouts.TCPSyn, n.Timeouts.TCPEstablished, n.Timeouts.TCPClosing, n.Timeouts.UDP} {
+		if d < time.Second || d > 24*time.Hour {
+			bad("invalid nat timeouts %+v", n.Timeouts)
+		}
 	}
 	if err := bgpInvariants(c); err != nil {
 		errs = append(errs, err)

@@ -8,9 +8,12 @@ import (
 
 // Host is what the checks know of the machine a configuration is for,
 // beyond the file: the addresses configured on its interfaces (in the
-// agent's network namespace). A VIP that is one of them would take the
+// agent's network namespace), and the source ports of its own
+// connections. A VIP that is one of the addresses would take the
 // node's own traffic (BGP, BFD, health-check replies, SSH) into the load
-// balancer, where every port but the service's is dropped. The agent
+// balancer, where every port but the service's is dropped; full NAT
+// allocating one of those ports would take a reply to the node's own
+// connection for a session's. The agent
 // reads the host when it loads a file (at start, at every reload, with
 // --check) and for every configuration it builds from a cluster;
 // Load, Parse and Validate check a file by itself, without a host.
@@ -19,6 +22,10 @@ type Host struct {
 	// kernel's order: the first IPv4 address of node.interface is the
 	// node address when the file sets none.
 	Interfaces map[string][]netip.Addr
+	// LocalPorts is the host's net.ipv4.ip_local_port_range: the source
+	// ports of the node's own connections (health checks, BGP), which
+	// nat.ports must leave alone. The zero value: unknown.
+	LocalPorts PortRange
 }
 
 // NodeAddress is the node address of n on h: n.Address, else the first
@@ -58,5 +65,5 @@ func (h *Host) equal(o *Host) bool {
 	if h == nil || o == nil {
 		return h == o
 	}
-	return maps.EqualFunc(h.Interfaces, o.Interfaces, slices.Equal)
+	return h.LocalPorts == o.LocalPorts && maps.EqualFunc(h.Interfaces, o.Interfaces, slices.Equal)
 }

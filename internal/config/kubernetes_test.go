@@ -181,6 +181,7 @@ func TestKubernetesConfigRoundTrip(t *testing.T) {
 		API:        API{Socket: DefaultSocket},
 		Dataplane:  Dataplane{AttachMode: AttachAuto, TableSize: DefaultTableSize, MaxBackends: DefaultMaxBackends, FlowHash: DefaultFlowHash},
 		Kubernetes: &Kubernetes{NodeName: "node-1", SecretNamespace: "xlb-system", ServeClassless: true},
+		NAT:        DefaultNAT(),
 		BGP: &BGP{ASN: 65001, HoldTime: DefaultHoldTime, Keepalive: DefaultHoldTime / 3, DrainTime: DefaultDrainTime,
 			Peers: []Peer{{Address: ip("10.0.1.1"), ASN: 65000, Port: 179, Password: "s3cret: #x", HoldTime: 90e9, Keepalive: 30e9, MaxPrefixes: DefaultMaxPrefixes}}},
 		Services: []Service{{Name: KubernetesServiceName("default", "web", 80, TCP), VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP,

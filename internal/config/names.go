@@ -80,12 +80,27 @@ type Forwarding string
 const (
 	DSRIPIP Forwarding = "dsr-ipip"
 	DSRGUE  Forwarding = "dsr-gue"
+	// NAT: the node rewrites the destination to the backend's address
+	// and port and the source to its own address (nat.address) and a
+	// port it allocates, so the backend needs nothing and replies to the
+	// node, which translates them back from its session table.
+	NAT Forwarding = "nat"
+	// DNAT: the destination alone is rewritten; the backend sees the
+	// client's address, and its route to the clients must go through
+	// the node.
+	DNAT Forwarding = "dnat"
 )
 
-var forwardings = names[Forwarding]{what: "a forwarding mode", valid: []Forwarding{DSRIPIP, DSRGUE}}
+var forwardings = names[Forwarding]{what: "a forwarding mode", valid: []Forwarding{DSRIPIP, DSRGUE, NAT, DNAT}}
 
-// ParseForwarding reads a forwarding mode's name: dsr-ipip or dsr-gue.
+// ParseForwarding reads a forwarding mode's name: dsr-ipip, dsr-gue,
+// nat or dnat.
 func ParseForwarding(s string) (Forwarding, error) { return forwardings.parse(s) }
+
+// Translates reports whether the node itself rewrites packets to the
+// backend's address and port (nat, dnat), holding a session per
+// connection, instead of tunnelling them unchanged (DSR).
+func (f Forwarding) Translates() bool { return f == NAT || f == DNAT }
 
 // Flows is what keeps a service's established connections on their
 // backend when the backend set changes (docs/connection-survival.md).

@@ -9,7 +9,7 @@ import (
 // error that says what was expected and what to write.
 func TestNames(t *testing.T) {
 	checkNames(t, ParseProtocol, []Protocol{TCP, UDP}, "TCP", `"TCP" is not a protocol; use tcp or udp (lower case)`)
-	checkNames(t, ParseForwarding, []Forwarding{DSRIPIP, DSRGUE}, "nat", `"nat" is not a forwarding mode; use dsr-ipip or dsr-gue`)
+	checkNames(t, ParseForwarding, []Forwarding{DSRIPIP, DSRGUE, NAT, DNAT}, "NAT", `"NAT" is not a forwarding mode; use dsr-ipip, dsr-gue, nat or dnat`)
 	checkNames(t, ParseFlows, []Flows{FlowsStateless, FlowsDaisyChain, FlowsStateful}, "", `"" is not a flows mode; use stateless, daisy-chain or stateful`)
 	checkNames(t, ParseCheckType, []CheckType{CheckTCP, CheckHTTP, CheckNone}, "HTTP",
 		`"HTTP" is not a check type; use tcp (connect), http (GET with an expected status) or none (not probed), lower case`)

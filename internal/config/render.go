@@ -51,6 +51,9 @@ func Render(c *Config) *schema.Document {
 	if len(c.Policy.Deny) > 0 {
 		doc.Policy = schema.Set(schema.Policy{Deny: prefixTexts(c.Policy.Deny)})
 	}
+	if n := c.NAT; n != (NATConfig{}) && n != DefaultNAT() {
+		doc.NAT = schema.Set(renderNAT(n))
+	}
 	if len(c.Services) > 0 {
 		services := make([]schema.Field[schema.Service], len(c.Services))
 		for i, s := range c.Services {
@@ -59,6 +62,29 @@ func Render(c *Config) *schema.Document {
 		doc.Services = schema.Set(services)
 	}
 	return doc
+}
+
+// renderNAT writes the nat section. A zero field, as a configuration
+// built in code may leave one, is left out: its default applies.
+func renderNAT(n NATConfig) schema.NAT {
+	out := schema.NAT{Address: addr(n.Address)}
+	if n.Ports != (PortRange{}) {
+		out.Ports = schema.Set(schema.Text(n.Ports.String()))
+	}
+	if n.Sessions != 0 {
+		out.Sessions = schema.SetInt(n.Sessions)
+	}
+	dur := func(d time.Duration) schema.Field[schema.Duration] {
+		if d == 0 {
+			return schema.Field[schema.Duration]{}
+		}
+		return schema.SetDuration(d)
+	}
+	if t := n.Timeouts; t != (NATTimeouts{}) {
+		out.Timeouts = schema.Set(schema.NATTimeouts{TCPSyn: dur(t.TCPSyn), TCPEstablished: dur(t.TCPEstablished),
+			TCPClosing: dur(t.TCPClosing), UDP: dur(t.UDP)})
+	}
+	return out
 }
 
 func renderBGP(b *BGP) schema.BGP {

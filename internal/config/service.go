@@ -35,9 +35,21 @@ type svcCtx struct {
 	tableSize    uint32
 	tableSizeSet bool
 	skipBackends bool // over MaxBackends already
+	nat          natCtx
 }
 
-func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path string, dp Dataplane, tableSizeSet, hasBGP bool) []Service {
+// natCtx is what checking the services needs of the nat section.
+type natCtx struct {
+	// addr is nat.address when it is not the node address (invalid
+	// otherwise), written at line.
+	addr netip.Addr
+	line schema.Line
+	// clash is why a service cannot have forwarding nat on this host
+	// (natPorts); "" when it can.
+	clash string
+}
+
+func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path string, dp Dataplane, tableSizeSet, hasBGP bool, nat natCtx) []Service {
 	items := f.V
 	if len(items) > MaxServices {
 		c.errorf(f.At.Key, path, "%d services exceed the limit of %d (MaxServices) that one agent can serve; remove some", len(items), MaxServices)
@@ -49,7 +61,7 @@ func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path 
 		return nil
 	}
 	ctx := svcCtx{names: map[string]serviceAt{}, keys: map[Key]serviceAt{}, vips: map[netip.Addr]serviceAt{}, routes: map[netip.Addr]routeAt{},
-		hasBGP: hasBGP, tableSize: dp.TableSize, tableSizeSet: tableSizeSet}
+		hasBGP: hasBGP, tableSize: dp.TableSize, tableSizeSet: tableSizeSet, nat: nat}
 	out := make([]Service, 0, len(items))
 	total := 0 // backend entries over all services
 	for i, item := range items {
@@ -76,6 +88,12 @@ func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path 
 		if at, ok := ctx.vips[p.addr]; ok {
 			c.errorf(p.line, p.path, "%s is the VIP of %s; a backend is a real server's own address: packets tunnelled to a VIP would come back to the load balancers instead of reaching a server: write the server's own address", p.addr, at)
 		}
+		if p.addr == nat.addr {
+			c.errorf(p.line, p.path, "%s is nat.address, the address this node's NAT sessions come from; a backend is another host: write that host's address", p.addr)
+		}
+	}
+	if at, ok := ctx.vips[nat.addr]; ok {
+		c.errorf(nat.line, "nat.address", "%s is the VIP of %s; nat.address is this node's own address, which backends reply to: write an address of this node, or remove nat.address for the node address", nat.addr, at)
 	}
 	if ctx.skipBackends {
 		c.errorf(f.At.Key, path, "%d backend entries over all services exceed the limit of %d (dataplane.maxBackends) that the data plane holds; every backend of every service is one entry, drained ones included: raise dataplane.maxBackends (at most %d) or remove some", total, dp.MaxBackends, MaxBackends)
@@ -136,18 +154,27 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		s.SourceRanges = c.sourceRanges(g, join(path, "sourceRanges"))
 	}
 
+	fwdBad := v.Forwarding.Bad
 	if g := v.Forwarding; valid(g) {
 		if fwd, err := ParseForwarding(g.V); err != nil {
 			c.errorf(g.At.Value, join(path, "forwarding"), "%v", err)
+			fwdBad = true
 		} else {
 			s.Forwarding = fwd
+			if fwd == NAT && ctx.nat.clash != "" {
+				c.errorf(g.At.Value, join(path, "forwarding"), "%s", ctx.nat.clash)
+			}
 		}
 	}
 
-	// An invalid translatePorts is reported once, not again at every
-	// backend port that it would have allowed.
+	// An invalid translatePorts or forwarding is reported once, not
+	// again at every backend port that it would have allowed. nat and
+	// dnat rewrite packets to each backend's own port.
 	s.TranslatePorts = v.TranslatePorts.V
-	translate := s.TranslatePorts || v.TranslatePorts.Bad
+	translate := s.TranslatePorts || v.TranslatePorts.Bad || fwdBad || s.Forwarding.Translates()
+	if g := v.TranslatePorts; s.TranslatePorts && s.Forwarding.Translates() {
+		c.errorf(g.At.Value, join(path, "translatePorts"), "forwarding %s rewrites packets to each backend's own address and port on this node; translatePorts is for DSR backends whose hosts translate VIP:port themselves (xlb backend's Kubernetes mode): remove it", s.Forwarding)
+	}
 
 	var check *checkSpec
 	if g := v.HealthCheck; g.Given {
@@ -182,6 +209,14 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		case err != nil:
 			c.errorf(g.At.Value, join(path, "flows"), "%v", err)
 		case flows == FlowsStateless: // the zero value
+		case s.Forwarding.Translates():
+			// A NAT service's node keeps every connection on its
+			// backend through its session table already.
+			fix := "remove flows: the session table keeps each connection on its backend (on this node); flows: stateful is for DSR services"
+			if flows == FlowsDaisyChain {
+				fix = "remove flows, or set forwarding: dsr-gue to daisy-chain with xlb backend on the backends"
+			}
+			c.errorf(g.At.Value, join(path, "flows"), "forwarding %s holds a session per connection on the node, which is stateful by nature; %s", s.Forwarding, fix)
 		default:
 			s.Flows = flows
 			if flows == FlowsDaisyChain && s.Forwarding != DSRGUE {
@@ -270,7 +305,7 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 		if v.Port.Given {
 			if n, ok := c.integer(v.Port, join(p, "port"), 1, 65535); ok {
 				if servicePort != 0 && uint16(n) != servicePort && !translate {
-					c.errorf(v.Port.At.Value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d", n, servicePort, servicePort)
+					c.errorf(v.Port.At.Value, join(p, "port"), "%d differs from the service port %d; DSR delivers the packet with VIP:port unchanged, so it cannot translate ports: remove port or set it to %d, or set forwarding: nat (or dnat), which rewrites to the backend's port", n, servicePort, servicePort)
 				}
 				b.Port = uint16(n)
 			}

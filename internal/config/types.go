@@ -87,8 +87,98 @@ type Config struct {
 	// file is then the only source of services and peers.
 	Kubernetes *Kubernetes
 	// Policy says who may reach the node's VIPs.
-	Policy   Policy
+	Policy Policy
+	// NAT holds the node-wide settings of the services with forwarding
+	// nat or dnat; every field has its default when the file has no nat
+	// section.
+	NAT      NATConfig
 	Services []Service
+}
+
+// NAT defaults and limits (the nat section).
+const (
+	// DefaultNATPorts lies below the ports Linux takes for its own
+	// connections by default (net.ipv4.ip_local_port_range 32768-60999).
+	DefaultNATPortMin = 20000
+	DefaultNATPortMax = 32767
+	// MinNATPort keeps the host's well-known services' ports out of the
+	// range; MinNATPorts is the fewest ports a range may hold: each
+	// backend address, port and protocol has that many sessions at most.
+	MinNATPort  = 1024
+	MinNATPorts = 1024
+	// DefaultNATSessions, MinNATSessions and MaxNATSessions size the
+	// session table, allocated whole when the data plane loads.
+	DefaultNATSessions = 262144
+	MinNATSessions     = 1024
+	MaxNATSessions     = 1 << 24
+
+	DefaultNATTCPSyn         = 5 * time.Second
+	DefaultNATTCPEstablished = time.Hour
+	DefaultNATTCPClosing     = 10 * time.Second
+	DefaultNATUDP            = 60 * time.Second
+	// MinNATTimeout and MaxNATTimeout bound every timeout: below a
+	// second a session would end between two packets of a live
+	// connection; above a day an idle one holds its port for nothing.
+	MinNATTimeout = time.Second
+	MaxNATTimeout = 24 * time.Hour
+)
+
+// NATConfig is the node's settings for the services with forwarding nat or
+// dnat: the source address and ports of full-NAT sessions, the size of
+// the session table and how long an idle session lives.
+type NATConfig struct {
+	// Address is the source of full-NAT sessions towards the backends,
+	// whose replies come back to it. Invalid (zero): the node address.
+	Address netip.Addr
+	// Ports are the source ports allocated on Address, per backend
+	// address, port and protocol: MinNATPort..65535, at least
+	// MinNATPorts of them, none of the host's ip_local_port_range.
+	Ports PortRange
+	// Sessions is how many sessions the node holds,
+	// MinNATSessions..MaxNATSessions; fixed when the data plane loads.
+	Sessions uint32
+	Timeouts NATTimeouts
+}
+
+// NATTimeouts are how long an idle session lives, by state; each
+// MinNATTimeout..MaxNATTimeout.
+type NATTimeouts struct {
+	TCPSyn         time.Duration // a TCP session the backend has not answered yet
+	TCPEstablished time.Duration // an established TCP session
+	TCPClosing     time.Duration // a TCP session after FIN or RST
+	UDP            time.Duration // a UDP session
+}
+
+// DefaultNAT is the nat section's value when the file has none.
+func DefaultNAT() NATConfig {
+	return NATConfig{
+		Ports:    PortRange{Min: DefaultNATPortMin, Max: DefaultNATPortMax},
+		Sessions: DefaultNATSessions,
+		Timeouts: NATTimeouts{TCPSyn: DefaultNATTCPSyn, TCPEstablished: DefaultNATTCPEstablished,
+			TCPClosing: DefaultNATTCPClosing, UDP: DefaultNATUDP},
+	}
+}
+
+// PortRange is an inclusive range of ports, written MIN-MAX. The zero
+// value is no range.
+type PortRange struct {
+	Min, Max uint16
+}
+
+// String writes r as MIN-MAX.
+func (r PortRange) String() string { return fmt.Sprintf("%d-%d", r.Min, r.Max) }
+
+// Len is how many ports r holds.
+func (r PortRange) Len() int {
+	if r.Max < r.Min || r == (PortRange{}) {
+		return 0
+	}
+	return int(r.Max) - int(r.Min) + 1
+}
+
+// Overlaps reports whether r and o share a port.
+func (r PortRange) Overlaps(o PortRange) bool {
+	return r.Len() > 0 && o.Len() > 0 && r.Min <= o.Max && o.Min <= r.Max
 }
 
 // Policy is the node-wide policy: it applies to every VIP the node

@@ -162,7 +162,12 @@ func (c *checker) config(doc *schema.Document) *Config {
 	if doc.Policy.Given {
 		cfg.Policy = c.policy(doc.Policy, "policy")
 	}
-	cfg.Services = c.services(doc.Services, "services", dp, tableSizeSet, doc.BGP.Given)
+	cfg.NAT = c.nat(doc.NAT, "nat")
+	nat := natCtx{clash: c.natPorts(doc.NAT, "nat", cfg.NAT)}
+	if a := cfg.NAT.Address; a.IsValid() && a != c.nodeAddr {
+		nat.addr, nat.line = a, doc.NAT.V.Address.At.Value
+	}
+	cfg.Services = c.services(doc.Services, "services", dp, tableSizeSet, doc.BGP.Given, nat)
 	return cfg
 }
 

@@ -123,6 +123,7 @@ type Document struct {
 	Dataplane  Field[Dataplane]        `yaml:"dataplane,omitempty"`
 	BGP        Field[BGP]              `yaml:"bgp,omitempty"`
 	Policy     Field[Policy]           `yaml:"policy,omitempty"`
+	NAT        Field[NAT]              `yaml:"nat,omitempty"`
 	Services   Field[[]Field[Service]] `yaml:"services,omitempty"`
 	Kubernetes Field[Kubernetes]       `yaml:"kubernetes,omitempty"`
 
@@ -206,6 +207,31 @@ type Policy struct {
 
 func (Policy) expected() (string, bool) {
 	return "expected a mapping such as {deny: [192.0.2.0/24]}, got %s", true
+}
+
+// NAT is the nat section: the node's settings for services with
+// forwarding nat or dnat.
+type NAT struct {
+	Address  Field[Text]        `yaml:"address,omitempty"`
+	Ports    Field[Text]        `yaml:"ports,omitempty"`
+	Sessions Field[Int]         `yaml:"sessions,omitempty"`
+	Timeouts Field[NATTimeouts] `yaml:"timeouts,omitempty"`
+}
+
+func (NAT) expected() (string, bool) {
+	return "expected a mapping such as {address: 10.0.1.2, ports: 20000-32767, sessions: 262144}, got %s", true
+}
+
+// NATTimeouts is the nat section's timeouts field.
+type NATTimeouts struct {
+	TCPSyn         Field[Duration] `yaml:"tcpSyn,omitempty"`
+	TCPEstablished Field[Duration] `yaml:"tcpEstablished,omitempty"`
+	TCPClosing     Field[Duration] `yaml:"tcpClosing,omitempty"`
+	UDP            Field[Duration] `yaml:"udp,omitempty"`
+}
+
+func (NATTimeouts) expected() (string, bool) {
+	return "expected a mapping such as {tcpSyn: 5s, tcpEstablished: 1h, tcpClosing: 10s, udp: 60s}, got %s", true
 }
 
 // Service is one item of services.
