@@ -1,5 +1,5 @@
 // Command httpbench measures HTTP requests per second and latency
-// through xlb (dsr-ipip, dsr-gue) and the alternatives: nftables DNAT,
+// through xlb (dsr-ipip, dsr-gue, nat, dnat) and the alternatives: nftables DNAT,
 // iptables DNAT, nginx as an L4 proxy, HAProxy in TCP mode, and the
 // backends directly; with 1, 2, 4 and 8 backends, keep-alive and a new
 // connection per request (the dissertation's Figure 4.6), and latency at
@@ -326,6 +326,7 @@ func summary(r *Report) string {
 		fmt.Fprintf(&b, "\nrequests/s, %s:\n%s", modeTitle(mode), r.rpsTable(mode))
 	}
 	fmt.Fprintf(&b, "\n%s\n%s", r.ratioTable(), r.targetSummary())
+	fmt.Fprintf(&b, "\n%s\n%s", r.natRatioTable(), r.natTargetSummary())
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "\n%s", r.latencyTable())
 	}

@@ -104,7 +104,7 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err := checkSpread(run.Served, l.n, run.Requests); err != nil {
 		return run, fmt.Errorf("%s, %s, %d backends: %w", p.Name, mode, l.n, err)
 	}
-	if (p.Key == keyIPIP || p.Key == keyGUE) && run.XDPPackets < uint64(run.Requests) {
+	if xlbKey(p.Key) && run.XDPPackets < uint64(run.Requests) {
 		return run, fmt.Errorf("%s, %s: the node's XDP program forwarded %d packets for %d requests: the requests did not go through xlb",
 			p.Name, mode, run.XDPPackets, run.Requests)
 	}
@@ -227,4 +227,4 @@ func order(ps []Path, k int) []Path {
 }
 
 // latencyTargets are the paths of the latency runs.
-var latencyPaths = []string{keyGUE, keyNft, keyDirect}
+var latencyPaths = []string{keyGUE, keyNAT, keyNft, keyDirect}
