@@ -18,10 +18,10 @@ import (
 
 // Flood is what HPingFlood sent.
 type Flood struct {
-	Command  string        // the command line, as run in the namespace
-	Packets  uint64        // frames the client's interface sent meanwhile
-	Took     time.Duration // from hping3's start to its end
-	Output   string        // the end of hping3's output
+	Command   string        // the command line, as run in the namespace
+	Packets   uint64        // frames the client's interface sent meanwhile
+	Took      time.Duration // from hping3's start to its end
+	Output    string        // the end of hping3's output
 	Unstopped bool          // hping3 outlived its timeout and was killed by PID
 }
 
