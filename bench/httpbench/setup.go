@@ -149,7 +149,11 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	for _, p := range paths() {
 		nodes = max(nodes, p.node+1)
 	}
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic})
+	// The backends' replies of the nat and dnat paths are rewritten by
+	// the node's XDP program and sent on: they must leave the backend
+	// with complete checksums, as from a real NIC (see docs/lab.md). The
+	// same for every path.
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true})
 	if err != nil {
 		return nil, err
 	}
@@ -157,7 +161,7 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab (lab.Spec.FullBackendChecksums): namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
 		prefix, nodes, labBackends, p.VIPs[0], p.VIPs[1]))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {
@@ -257,15 +261,6 @@ func (l *benchLab) network(ctx context.Context) error {
 			continue
 		}
 		if err := l.sysctls(n.Namespace, ports...); err != nil {
-			return err
-		}
-	}
-	// The backends' replies of the nat and dnat paths are rewritten by
-	// the node's XDP program and sent on: they must leave the backend
-	// with complete checksums, as from a real NIC (see docs/lab.md). The
-	// same for every path.
-	for _, h := range l.p.Backends {
-		if _, err := l.run(ctx, h.Namespace, "ethtool", "-K", h.Interface, "tx", "off"); err != nil {
 			return err
 		}
 	}

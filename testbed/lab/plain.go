@@ -143,13 +143,14 @@ func SetHealthy(p Plan, h Host, healthy bool) error {
 	return nil
 }
 
-// backendChecksums turns off transmit checksum offload on the plain
-// backends and pods, as fullChecksums does on the clients: their replies
-// reach an xlb node, whose XDP program rewrites them for the client and
-// sends them on, and a veth's half-done (CHECKSUM_PARTIAL) checksum
-// would arrive at the client unfinished.
+// backendChecksums turns off transmit checksum offload on the backends
+// and pods of a lab with PlainBackends or FullBackendChecksums, as
+// fullChecksums does on the clients: the replies of a NAT service reach
+// an xlb node, whose XDP program rewrites them for the client and sends
+// them on, and a veth's half-done (CHECKSUM_PARTIAL) checksum would
+// arrive at the client unfinished.
 func backendChecksums(ctx context.Context, p Plan) error {
-	if !p.Spec.PlainBackends {
+	if !p.Spec.PlainBackends && !p.Spec.FullBackendChecksums {
 		return nil
 	}
 	hs, _ := p.serverHosts()

@@ -132,6 +132,12 @@ type Spec struct {
 	// embedded server does, adds PeerHeader, and serves HealthPath as
 	// SetHealthy says.
 	PlainBackends bool `json:"plainBackends,omitempty"`
+	// FullBackendChecksums turns off transmit checksum offload on the
+	// backends (and pods) without making them plain: what a lab needs
+	// whose backends serve DSR and NAT services alike, as the node's
+	// program rewrites the NAT replies and sends them on. PlainBackends
+	// implies it.
+	FullBackendChecksums bool `json:"fullBackendChecksums,omitempty"`
 	// RepliesVia names a node (node1, ...) through which the router
 	// sends every backend's (or pod's) replies to the clients
 	// (RouteReplies): what a forwarding: dnat service needs. "": none.
