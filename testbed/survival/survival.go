@@ -66,12 +66,12 @@ type Result struct {
 	Flows string `json:"flows"`
 	// Forwarding is the service's forwarding mode.
 	Forwarding string   `json:"forwarding,omitempty"`
-	Conns    int      `json:"connections"`
-	Broken   int      `json:"broken"`
-	Requests int      `json:"requests"`
-	Chained  uint64   `json:"chained"`
-	Steps    []Step   `json:"steps"`
-	Errors   []string `json:"errors,omitempty"` // the first few broken connections
+	Conns      int      `json:"connections"`
+	Broken     int      `json:"broken"`
+	Requests   int      `json:"requests"`
+	Chained    uint64   `json:"chained"`
+	Steps      []Step   `json:"steps"`
+	Errors     []string `json:"errors,omitempty"` // the first few broken connections
 	// Impossible lists answers from another backend than a connection's
 	// first: TCP cannot do that, so the measurement itself is wrong.
 	Impossible []string `json:"impossible,omitempty"`
