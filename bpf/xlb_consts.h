@@ -95,6 +95,43 @@
 #define XLB_CONNTRACK_SIZE 262144
 #endif
 
+/* NAT sessions (xlb_lbnat.h). The established tables hold
+ * XLB_NAT_SESSIONS sessions, the embryonic ones (no reply from the
+ * backend yet) XLB_NAT_EMBRYONIC; both are load-time sizes
+ * (internal/dataplane/lb Options.NATSessions, the embryonic ones an
+ * eighth of it). docs/decisions/0006-nat-sessions.md has the figures. */
+#ifndef XLB_NAT_SESSIONS
+#define XLB_NAT_SESSIONS 262144
+#endif
+#ifndef XLB_NAT_EMBRYONIC
+#define XLB_NAT_EMBRYONIC (XLB_NAT_SESSIONS / 8)
+#endif
+
+/* Ports a new full-NAT session tries, each drawn from the flow's hash
+ * over the configured range, before it gives up: at a fill f of one
+ * backend's ports, a session fails with probability about f^TRIES. */
+#define XLB_NAT_PORT_TRIES 64
+
+/* A session's timestamp is rewritten only once it is this much older
+ * than the packet (about 67 ms), so that the packets of a busy session
+ * do not all write the shared cache line. */
+#define XLB_NAT_TOUCH_NS (1ULL << 26)
+
+/* An embryonic session unanswered for this long (1 s) gives its port up
+ * to a new session that draws it: a backend answers within a round trip,
+ * and a SYN flood would otherwise hold a backend's whole port range for
+ * the SYN timeout. */
+#define XLB_NAT_SYN_STALE_NS 1000000000ULL
+
+/* Seed of the hash that draws a session's candidate ports. */
+#define XLB_NAT_PORT_SEED 0x6c626e6174706f72ULL /* "lbnatpor" */
+
+/* dnat backends (address, port, protocol) whose packets the reverse path
+ * looks up. */
+#ifndef XLB_NAT_DNAT_BACKENDS
+#define XLB_NAT_DNAT_BACKENDS 16384
+#endif
+
 /* ---- The backend-host program ---- */
 
 /* Daisy chaining: services (VIP, port) whose newest table generation is

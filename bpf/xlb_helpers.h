@@ -54,6 +54,37 @@ static __always_inline __u16 ipv4_csum(struct iphdr *ip)
 	return csum_fold(sum);
 }
 
+/* Incremental checksum update (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
+ * One's-complement sums do not depend on byte order, so the raw 16-bit
+ * halves of network-order fields go in as they are. A diff is the sum of
+ * ~old + new over the changed words; several diffs add up before one
+ * csum_apply. */
+static __always_inline __u32 csum_diff32(__be32 from, __be32 to)
+{
+	return (__u32)(__u16)~from + (__u16)(~from >> 16) + (__u16)to + (__u16)(to >> 16);
+}
+
+static __always_inline __u32 csum_diff16(__u16 from, __u16 to)
+{
+	return (__u32)(__u16)~from + to;
+}
+
+static __always_inline __u16 csum_apply(__u16 check, __u32 diff)
+{
+	__u32 s = (__u32)(__u16)~check + diff;
+
+	s = (s & 0xffff) + (s >> 16);
+	s = (s & 0xffff) + (s >> 16);
+	return (__u16)~s;
+}
+
+/* Where TCP and UDP keep their checksum, from the start of their header,
+ * and how many header bytes that needs; 0 for other protocols. */
+static __always_inline __u32 l4_csum_off(__u8 proto)
+{
+	return proto == IPPROTO_TCP ? 16 : proto == IPPROTO_UDP ? 6 : 0;
+}
+
 /* Decrement TTL and patch the checksum incrementally (RFC 1624), as the
  * kernel's ip_decrease_ttl does. */
 static __always_inline void ipv4_decrease_ttl(struct iphdr *ip)

@@ -356,6 +356,9 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 				 mode, orphan);
 }
 
+/* NAT and DNAT services: their own path, built on the helpers above. */
+#include "xlb_lbnat.h"
+
 static __always_inline int xlb_lb(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -368,8 +371,17 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_IPV4:
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
-		if (!is_vip(p.ip->daddr))
+		if (!is_vip(p.ip->daddr)) {
+			/* An ICMP error about a NAT session's packet to its
+			 * backend goes back to the session's client. */
+			if (p.ip->protocol == IPPROTO_ICMP && lbnat_on()) {
+				int v = xlb_lb_nat_reply_icmp(ctx);
+
+				if (v >= 0)
+					return v;
+			}
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		}
 		if (deny_v4(p.ip->saddr))
 			return drop(XLB_DROP_DENIED);
 		/* Pruned by the verifier when off. */
@@ -410,13 +422,22 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 			return pass(XLB_PASS_NO_SERVICE);
 		if (deny_v4(ip->saddr))
 			return drop(XLB_DROP_DENIED);
+		lbnat_count_fragment(ctx);
 		return drop(XLB_DROP_FRAGMENT);
 	}
 
 	struct svc_slot *svc = svc_lookup(vip, p.dport, p.proto);
 	if (!svc) {
-		if (!is_vip(vip))
+		if (!is_vip(vip)) {
+			/* A NAT session's reply comes back to the node. */
+			if (lbnat_on()) {
+				int v = xlb_lb_nat_reply(ctx);
+
+				if (v >= 0)
+					return v;
+			}
 			return pass(XLB_PASS_NO_SERVICE);
+		}
 		if (deny_v4(ip->saddr))
 			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_VIP_NO_SERVICE);
@@ -451,9 +472,13 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 
 	if (stateful)
 		return xlb_lb_stateful(ctx, &p, data_end, vip, svc_id, mode, hsport);
-	if (mode == XLB_ENCAP_GUE_HINT)
-		return xlb_lb_chained(ctx, &p, data_end, tunnel_hash(hash, p.sport, hsport), svc_id,
-				      slot);
+	/* One test for the rarer modes, so that IPIP and GUE pay no more. */
+	if (mode > XLB_ENCAP_GUE) {
+		if (mode == XLB_ENCAP_GUE_HINT)
+			return xlb_lb_chained(ctx, &p, data_end, tunnel_hash(hash, p.sport, hsport),
+					      svc_id, slot);
+		return xlb_lb_nat(ctx, svc, hash);
+	}
 	if (table_pick(svc_id, slot, &bid, &be_addr))
 		return drop(XLB_DROP_NO_BACKEND);
 	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, tunnel_hash(hash, p.sport, hsport),

@@ -121,6 +121,102 @@ struct {
 	__type(value, struct ct_entry);
 } conntrack SEC(".maps");
 
+/* NAT sessions (xlb_lbnat.h). A session is its reverse entry (the reply's
+ * 5-tuple -> struct lbnat_session), which is also the claim of its port:
+ * inserted with BPF_NOEXIST, so that no two sessions share a backend-side
+ * 5-tuple; its forward entry (the client's 5-tuple -> the reverse key)
+ * finds it from the client's side. Sessions the backend has not answered
+ * yet (embryonic) live in LRU maps of their own, the others in plain
+ * hashes that never evict: a SYN flood churns the first and cannot touch
+ * the second. The first reply moves a session over. The plain hashes
+ * allocate on use, so a node without NAT services pays little for them.
+ * docs/decisions/0006-nat-sessions.md. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, XLB_NAT_SESSIONS);
+	__type(key, struct lbnat_key);
+	__type(value, struct lbnat_key);
+} nat_fwd SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, XLB_NAT_SESSIONS);
+	__type(key, struct lbnat_key);
+	__type(value, struct lbnat_session);
+} nat_rev SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XLB_NAT_EMBRYONIC);
+	__type(key, struct lbnat_key);
+	__type(value, struct lbnat_key);
+} nat_fwd_syn SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, XLB_NAT_EMBRYONIC);
+	__type(key, struct lbnat_key);
+	__type(value, struct lbnat_session);
+} nat_rev_syn SEC(".maps");
+
+/* The node's NAT settings, pinned, so that a new program has them before
+ * its agent writes them. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lbnat_cfg);
+} nat_cfg SEC(".maps");
+
+/* The dnat backends whose packets are replies to look up: the program
+ * adds a backend when it opens a session to it, the control plane removes
+ * those that no service names and no session uses. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XLB_NAT_DNAT_BACKENDS);
+	__type(key, struct lbnat_be_key);
+	__type(value, __u8);
+} nat_dnat_be SEC(".maps");
+
+/* Scratch space of the NAT path, per CPU: a packet's keys and a new
+ * session do not fit on the stack beside the rest of the path (BPF allows
+ * 512 bytes for the whole call chain). The control plane never reads it. */
+struct lbnat_scratch {
+	struct lbnat_key fk;     /* the client's packet */
+	struct lbnat_key rk;     /* its session's reverse key */
+	struct lbnat_session s;  /* a session being opened */
+	struct nh_entry nh;      /* a next hop cached nowhere (generation 0) */
+	__u64 h;                 /* the port hash of the flow being opened */
+	__u32 range;             /* ports to draw from; 0: the claim as it is (dnat) */
+	__u32 ok;                /* a claim was made */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lbnat_scratch);
+} nat_scratch SEC(".maps");
+
+/* What the NAT path did, by enum lbnat_stat. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, LBNAT_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} nat_counters SEC(".maps");
+
+/* What the control plane's sweep of the sessions did, by enum
+ * lbnat_stat (expired, no reply, ended); the program never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, LBNAT_STAT_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} nat_swept SEC(".maps");
+
 /* A service's packets and bytes are the sum of its backends' (every
  * backend id belongs to one service, recorded in struct backend), so the
  * fast path counts once per packet. What backends that are gone had

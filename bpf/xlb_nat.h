@@ -22,37 +22,6 @@ static __always_inline void nat_count(__u32 stat, __u64 bytes)
 	}
 }
 
-/* Incremental checksum update (RFC 1624, eqn. 3: HC' = ~(~HC + ~m + m')).
- * One's-complement sums do not depend on byte order, so the raw 16-bit
- * halves of network-order fields go in as they are. A diff is the sum of
- * ~old + new over the changed words; several diffs add up before one
- * csum_apply. */
-static __always_inline __u32 csum_diff32(__be32 from, __be32 to)
-{
-	return (__u32)(__u16)~from + (__u16)(~from >> 16) + (__u16)to + (__u16)(to >> 16);
-}
-
-static __always_inline __u32 csum_diff16(__u16 from, __u16 to)
-{
-	return (__u32)(__u16)~from + to;
-}
-
-static __always_inline __u16 csum_apply(__u16 check, __u32 diff)
-{
-	__u32 s = (__u32)(__u16)~check + diff;
-
-	s = (s & 0xffff) + (s >> 16);
-	s = (s & 0xffff) + (s >> 16);
-	return (__u16)~s;
-}
-
-/* Where TCP and UDP keep their checksum, from the start of their header,
- * and how many header bytes that needs; 0 for other protocols. */
-static __always_inline __u32 l4_csum_off(__u8 proto)
-{
-	return proto == IPPROTO_TCP ? 16 : proto == IPPROTO_UDP ? 6 : 0;
-}
-
 /* Remember the flow for its replies. A lookup refreshes an LRU entry, so
  * only a missing or changed record costs an update. */
 static __always_inline void nat_record(__be32 pod, __be16 target_port, __be32 client,

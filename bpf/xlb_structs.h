@@ -77,6 +77,8 @@ enum xlb_reason {
 				  * options, or a source no reply may go to (broadcast, multicast, ...) */
 	XLB_DROP_DENIED,         /* to a VIP from a source in the node's deny list */
 	XLB_DROP_SOURCE_RANGE,   /* to a service from outside its source ranges (also per service: svc_src_drops) */
+	XLB_DROP_NAT_NO_SESSION, /* NAT service: TCP other than a SYN, or an ICMP error, without a session */
+	XLB_DROP_NAT_NO_PORT,    /* NAT service: no free port (or no room) for a new session */
 	XLB_REASON_MAX,
 };
 
@@ -88,11 +90,17 @@ enum xlb_flow_hash {
 };
 
 /* A service's encapsulation (struct svc_slot's encap). GUE_HINT is GUE
- * with the daisy-chain hint (struct xlb_gue_hint). */
+ * with the daisy-chain hint (struct xlb_gue_hint). NAT and DNAT are no
+ * encapsulation: the node rewrites the packet to the backend's address
+ * and port, with a session for the replies (xlb_lbnat.h); NAT rewrites
+ * the source to the node's NAT address and a port it allocates, DNAT
+ * keeps the client's. */
 enum xlb_encap {
 	XLB_ENCAP_IPIP = 1,
 	XLB_ENCAP_GUE = 2,
 	XLB_ENCAP_GUE_HINT = 3,
+	XLB_ENCAP_NAT = 4,
+	XLB_ENCAP_DNAT = 5,
 };
 
 /* struct svc_slot's flags. STATEFUL: the service's flows keep the backend
@@ -134,13 +142,17 @@ struct svc_slot {
 	__u32 pad2;
 };
 
-/* The backend registry (id -> address): written and read by the control
- * plane, which copies addresses into the tables. Of the fast path only
+/* The backend registry (id -> address and port): written and read by the
+ * control plane, which copies addresses into the tables. Of the fast path
  * stateful services read it, to check that the backend a flow entry names
- * still exists and still counts for the service. */
+ * still exists and still counts for the service, and NAT services, for
+ * the port a new session goes to (DSR services deliver to VIP:port and
+ * ignore it). */
 struct backend {
 	union xlb_addr addr; /* 0: unused */
 	__u32 owner; /* id + 1 of the service whose table names it; 0: none yet */
+	__be16 port; /* what NAT services rewrite the destination port to */
+	__u16 pad;
 };
 
 /* A Maglev table slot: the backend's id in the low 32 bits and its IPv4
@@ -257,6 +269,103 @@ enum xlb_deny_layout {
 struct xlb_ranges4 {
 	__u32 lo[XLB_SVC_MAX_RANGES];
 	__u32 hi[XLB_SVC_MAX_RANGES];
+};
+
+/* ---- The LB program's NAT sessions (xlb_lbnat.h) ---- */
+
+/* A packet's 5-tuple as it arrives, the key of a session in either
+ * direction: client -> VIP:port in the forward tables (nat_fwd,
+ * nat_fwd_syn), backend -> NAT address:allocated port (or -> client, for
+ * dnat) in the reverse ones (nat_rev, nat_rev_syn), where it is also the
+ * port's claim: no two sessions ever hold the same reverse key. A forward
+ * entry's value is its session's reverse key. */
+struct lbnat_key {
+	union xlb_addr src;
+	union xlb_addr dst;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 pad[3];
+};
+
+/* A session's state; its timeout follows it (struct lbnat_cfg). */
+enum lbnat_state {
+	LBNAT_SYN = 1,         /* TCP: no reply from the backend since the SYN */
+	LBNAT_ESTABLISHED = 2, /* TCP: the backend answered */
+	LBNAT_CLOSING = 3,     /* TCP: a FIN or an RST went by, either way */
+	LBNAT_UDP = 4,         /* UDP, whether answered or not */
+};
+
+/* struct lbnat_session's flags. */
+enum lbnat_flag {
+	LBNAT_REPLIED = 1, /* the backend answered since the session (re)opened */
+	LBNAT_DNAT = 2,    /* the client's address is kept (XLB_ENCAP_DNAT) */
+};
+
+/* A session, the value of a reverse key: what a reply is rewritten to
+ * (VIP:port -> client), the backend it goes to and its state. The next
+ * hop towards the client is cached in it, as replies of one session all
+ * go there; the CPUs share it (a refill by one and a read by another of
+ * the same next hop race only when the next hop changed). */
+struct lbnat_session {
+	union xlb_addr client;
+	union xlb_addr vip;
+	__be16 client_port;
+	__be16 vip_port;
+	__u32 backend_id;  /* the backend id the session began with (counters) */
+	__u64 last;        /* bpf_ktime_get_coarse_ns of the last packet, either way */
+	__u8 state;        /* enum lbnat_state */
+	__u8 flags;        /* enum lbnat_flag */
+	__u8 pad[6];
+	struct nh_entry nh; /* the next hop towards the client */
+};
+
+/* The node-wide NAT settings (nat_cfg, one entry), written whole by the
+ * control plane. Timeouts in nanoseconds. */
+struct lbnat_cfg {
+	union xlb_addr addr; /* the source of full-NAT sessions; 0: none can begin */
+	__u16 port_min;      /* the ports allocated on addr, host order, inclusive */
+	__u16 port_max;
+	__u32 flags;         /* enum lbnat_cfg_flag */
+	__u64 tcp_syn_ns;
+	__u64 tcp_established_ns;
+	__u64 tcp_closing_ns;
+	__u64 udp_ns;
+};
+
+/* lbnat_cfg's flags. DNAT: replies of dnat sessions may pass, addressed
+ * to their clients: packets whose source is in nat_dnat_be are looked up. */
+enum lbnat_cfg_flag {
+	LBNAT_CFG_DNAT = 1,
+};
+
+/* nat_dnat_be key: a dnat backend's address, port and protocol, whose
+ * packets the reverse path looks up (sessions' backends). */
+struct lbnat_be_key {
+	union xlb_addr addr;
+	__be16 port;
+	__u8 proto;
+	__u8 pad;
+};
+
+/* What the NAT path did (nat_counters' key; nat_swept holds what the
+ * control plane's sweep did, under the same keys). wire.LBNATStatNames
+ * follows this order. */
+enum lbnat_stat {
+	LBNAT_CREATED = 0,     /* sessions created */
+	LBNAT_ALLOC_FAILED,    /* no free port, or no room, for a new session */
+	LBNAT_EXPIRED,         /* sessions found past their timeout, and removed */
+	LBNAT_NO_REPLY,        /* of those, sessions the backend never answered */
+	LBNAT_REV_MISS,        /* packets from a backend-looking tuple without a session: passed */
+	LBNAT_FRAGMENT,        /* fragments to a NAT service (first fragments: ports known): dropped */
+	LBNAT_ICMP,            /* ICMP errors about a session translated, either way */
+	LBNAT_PROMOTED,        /* sessions moved to the established tables by the backend's first reply */
+	LBNAT_PROMOTE_FAILED,  /* the established tables full: the session stays embryonic */
+	LBNAT_FWD,             /* packets translated client -> backend */
+	LBNAT_REV,             /* packets translated backend -> client */
+	LBNAT_ENDED,           /* sessions ended by the control plane (a backend failed its health check) */
+	LBNAT_RECLAIMED,       /* embryonic sessions whose port a new session took, unanswered for XLB_NAT_SYN_STALE_NS */
+	LBNAT_STAT_MAX,
 };
 
 /* ---- The backend-host program ---- */
@@ -391,12 +500,15 @@ _Static_assert(sizeof(struct xlb_gue_hint) == 16, "the GUE hint is 4 words on th
 _Static_assert(sizeof(struct svc_slot) == 32, "svc_slot");
 _Static_assert(__builtin_offsetof(struct svc_slot, id) == 8,
 	       "svc_lookup compares the first 8 bytes of a slot as its key");
-_Static_assert(sizeof(struct backend) == 20, "backend");
+_Static_assert(sizeof(struct backend) == 24, "backend");
 _Static_assert(sizeof(xlb_table_entry) == 8, "table entry");
 _Static_assert(sizeof(struct chain_entry) == 56, "chain_entry");
 _Static_assert(sizeof(struct ct_key) == 40 && sizeof(struct ct_entry) == 20, "conntrack");
 _Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
 _Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
+_Static_assert(sizeof(struct lbnat_key) == 40 && sizeof(struct lbnat_session) == 88 &&
+		       sizeof(struct lbnat_cfg) == 56 && sizeof(struct lbnat_be_key) == 20,
+	       "NAT sessions");
 _Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");
 _Static_assert(sizeof(struct xlb_ranges4) == 8 * XLB_SVC_MAX_RANGES, "ranges");
 _Static_assert(sizeof(struct chain_peer_key) == 20, "an LPM key: prefix length, then the address");

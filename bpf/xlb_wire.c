@@ -30,6 +30,14 @@ struct xlb_wire_types {
 	union xlb_deny_cell deny_cell;
 	enum xlb_deny_layout deny_layout;
 	struct xlb_ranges4 ranges4;
+	struct lbnat_key lbnat_key;
+	struct lbnat_session lbnat_session;
+	struct lbnat_cfg lbnat_cfg;
+	struct lbnat_be_key lbnat_be_key;
+	enum lbnat_state lbnat_state;
+	enum lbnat_flag lbnat_flag;
+	enum lbnat_cfg_flag lbnat_cfg_flag;
+	enum lbnat_stat lbnat_stat;
 	/* The backend host */
 	enum decap_stat decap_stat;
 	enum chain_stat chain_stat;

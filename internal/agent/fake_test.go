@@ -80,7 +80,8 @@ func (f *fakeDP) violate(format string, args ...any) {
 	f.violations = append(f.violations, fmt.Sprintf(format, args...))
 }
 
-func (f *fakeDP) UpsertBackend(id uint32, addr netip.Addr) error {
+func (f *fakeDP) UpsertBackend(id uint32, ap netip.AddrPort) error {
+	addr := ap.Addr()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("UpsertBackend", id); err != nil {

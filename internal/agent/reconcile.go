@@ -30,7 +30,7 @@ import (
 // Dataplane is what the agent needs from the data plane; *lb.Dataplane
 // implements it. Tests use a fake.
 type Dataplane interface {
-	UpsertBackend(id uint32, addr netip.Addr) error
+	UpsertBackend(id uint32, ap netip.AddrPort) error
 	DeleteBackend(id uint32) error
 	UpsertService(s lb.Service) error
 	// KeepService installs s with the tables it has, if their records
@@ -714,7 +714,7 @@ func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
 	if !ok {
 		return 0, fmt.Errorf("%w: all %d are in use (dataplane.maxBackends); remove backends or services, or raise the limit", errNoBackendID, r.backendIDs.limit)
 	}
-	if err := r.dp.UpsertBackend(id, ap.Addr()); err != nil {
+	if err := r.dp.UpsertBackend(id, ap); err != nil {
 		r.backendIDs.free(id)
 		return 0, fmt.Errorf("write backend ID %d: %w", id, err)
 	}

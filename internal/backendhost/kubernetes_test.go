@@ -191,7 +191,7 @@ func (k *k8sTopology) startLB(t *testing.T) {
 		var members []maglev.Backend
 		var ids []uint32
 		for _, p := range s.pods {
-			if err := d.UpsertBackend(nextID, p); err != nil {
+			if err := d.UpsertBackend(nextID, netip.AddrPortFrom(p, 0)); err != nil {
 				t.Fatal(err)
 			}
 			members = append(members, maglev.Backend{Key: p.String(), Weight: 1})

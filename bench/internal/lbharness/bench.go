@@ -234,7 +234,7 @@ func benchServiceWith(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends in
 		binary.BigEndian.PutUint32(b[:], 0x0a00030a+uint32(i))
 		a := netip.AddrFrom4(b)
 		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(idBase+uint32(i), a); err != nil {
+		if err := d.UpsertBackend(idBase+uint32(i), netip.AddrPortFrom(a, 80)); err != nil {
 			return err
 		}
 	}

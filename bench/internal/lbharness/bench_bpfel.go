@@ -23,6 +23,15 @@ const (
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
 	benchMapMaglevTables        = "maglev_tables"
+	benchMapNatCfg              = "nat_cfg"
+	benchMapNatCounters         = "nat_counters"
+	benchMapNatDnatBe           = "nat_dnat_be"
+	benchMapNatFwd              = "nat_fwd"
+	benchMapNatFwdSyn           = "nat_fwd_syn"
+	benchMapNatRev              = "nat_rev"
+	benchMapNatRevSyn           = "nat_rev_syn"
+	benchMapNatScratch          = "nat_scratch"
+	benchMapNatSwept            = "nat_swept"
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
 	benchMapSvcRanges4          = "svc_ranges4"
@@ -107,6 +116,15 @@ type benchMapSpecs struct {
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
+	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
+	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
+	NatDnatBe    *ebpf.MapSpec `ebpf:"nat_dnat_be"`
+	NatFwd       *ebpf.MapSpec `ebpf:"nat_fwd"`
+	NatFwdSyn    *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
+	NatRev       *ebpf.MapSpec `ebpf:"nat_rev"`
+	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
+	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
+	NatSwept     *ebpf.MapSpec `ebpf:"nat_swept"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
@@ -155,6 +173,15 @@ type benchMaps struct {
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
+	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
+	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
+	NatDnatBe    *ebpf.Map `ebpf:"nat_dnat_be"`
+	NatFwd       *ebpf.Map `ebpf:"nat_fwd"`
+	NatFwdSyn    *ebpf.Map `ebpf:"nat_fwd_syn"`
+	NatRev       *ebpf.Map `ebpf:"nat_rev"`
+	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
+	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
+	NatSwept     *ebpf.Map `ebpf:"nat_swept"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
@@ -173,6 +200,15 @@ func (m *benchMaps) Close() error {
 		m.Conntrack,
 		m.Deny4,
 		m.MaglevTables,
+		m.NatCfg,
+		m.NatCounters,
+		m.NatDnatBe,
+		m.NatFwd,
+		m.NatFwdSyn,
+		m.NatRev,
+		m.NatRevSyn,
+		m.NatScratch,
+		m.NatSwept,
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,

@@ -16,6 +16,14 @@ const (
 	// EncapGUEHint is GUE whose packets carry the daisy-chain hint of
 	// their table slot (Service.Chain) as GUE private data.
 	EncapGUEHint = wire.EncapGUEHint
+	// EncapNAT is full NAT: the destination becomes the backend's
+	// address and port, the source NATConfig.Address and a port the
+	// node allocates, so that the backend needs nothing and its replies
+	// come back to this node (nat.go).
+	EncapNAT = wire.EncapNAT
+	// EncapDNAT rewrites the destination only: the client's address is
+	// kept, and the backend's replies must route through the node.
+	EncapDNAT = wire.EncapDNAT
 )
 
 // Protocol numbers used in service keys.
@@ -121,8 +129,27 @@ type Options struct {
 	// PingVIPs answers ICMP echo requests to a VIP from the program
 	// (ping_vips); false drops them.
 	PingVIPs bool
+	// NATSessions is how many sessions of NAT and DNAT services the node
+	// holds (0: DefaultNATSessions), and an eighth of it (at least 1024,
+	// at most NATSessions) how many not yet answered by their backend.
+	// Changing it for pinned state migrates the maps, sessions included
+	// (as many as fit).
+	NATSessions uint32
 }
 
 // DefaultConntrackSize is the default Options.ConntrackSize
 // (XLB_CONNTRACK_SIZE in bpf/xlb_consts.h).
 const DefaultConntrackSize = 262144
+
+// DefaultNATSessions is the default Options.NATSessions
+// (XLB_NAT_SESSIONS in bpf/xlb_consts.h).
+const DefaultNATSessions = 262144
+
+// embryonicSessions is how many sessions not yet answered by their
+// backend the node holds when it holds n sessions: an eighth, at least
+// 1024 (n if smaller). A session leaves that table as soon as its
+// backend answers, within a round trip to the backend, so a small table
+// is enough to ride out a SYN flood (docs/decisions/0006-nat-sessions.md).
+func embryonicSessions(n uint32) uint32 {
+	return max(n/8, min(n, 1024))
+}

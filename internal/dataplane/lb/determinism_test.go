@@ -29,7 +29,7 @@ func instanceWith(t *testing.T, addrs []netip.Addr, idBase uint32, clientIP bool
 	bs := make([]maglev.Backend, len(addrs))
 	for i, a := range addrs {
 		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(idBase+uint32(i), a); err != nil {
+		if err := d.UpsertBackend(idBase+uint32(i), apOf(a)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -71,3 +71,7 @@ func ownersOf(d *Dataplane) (map[uint32]uint32, error) {
 	in, err := d.Installed()
 	return in.Owners, err
 }
+
+// apOf is backend address a as UpsertBackend takes it, for services that
+// ignore the port (DSR) or take the service's own (port 0).
+func apOf(a netip.Addr) netip.AddrPort { return netip.AddrPortFrom(a, 0) }

@@ -101,7 +101,7 @@ func TestLayoutMigratesPreChainState(t *testing.T) {
 	if svcs, err := servicesOf(d); err != nil || len(svcs) != 0 {
 		t.Errorf("migrated maps hold services %v (%v), want fresh ones", svcs, err)
 	}
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	chain := make([]ChainSlot, fxTableSize)
@@ -185,7 +185,7 @@ func TestLayoutMigratesUnmappableTables(t *testing.T) {
 	if why := d.Migrated(); why != "map layouts changed: chain_tables, maglev_tables" {
 		t.Errorf("migration reason %q, want the two outer maps of tables", why)
 	}
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	chain := make([]ChainSlot, fxTableSize)

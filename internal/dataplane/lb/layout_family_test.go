@@ -64,7 +64,7 @@ func TestLayoutMigratesIPv4OnlyState(t *testing.T) {
 			t.Errorf("migration reason %q, want it to name %s with the other maps that hold addresses", why, m)
 		}
 	}
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.UpsertService(Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {

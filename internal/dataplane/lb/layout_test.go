@@ -167,7 +167,7 @@ func TestLayoutMigration(t *testing.T) {
 	if d.Migrated() != "" {
 		t.Errorf("fresh state reported as migrated: %s", d.Migrated())
 	}
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	if err := d.UpsertService(Service{ID: 1, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {
@@ -203,7 +203,7 @@ func TestLayoutMigration(t *testing.T) {
 	if svcs, err := servicesOf(d); err != nil || len(svcs) != 0 {
 		t.Errorf("migrated maps hold services %v (%v), want fresh ones", svcs, err)
 	}
-	if err := d.UpsertBackend(DefaultMaxBackends+5, fxBackend); err != nil {
+	if err := d.UpsertBackend(DefaultMaxBackends+5, apOf(fxBackend)); err != nil {
 		t.Fatalf("a backend ID beyond the old size: %v", err)
 	}
 	// Until Attach, the old program and its maps serve, pinned as before.

@@ -53,6 +53,7 @@ type Dataplane struct {
 	backends registry   // the backend registry
 	tables   tableStore // the Maglev and chain tables and their records
 	policy   *policy    // the deny list and the services' source ranges
+	nat      natState   // the NAT settings and the sessions' sweep
 
 	objs     lbObjects
 	shape    Shape
@@ -70,6 +71,7 @@ type Shape struct {
 	TableSize     uint32        // Maglev table slots
 	MaxBackends   uint32        // backend IDs the maps hold
 	ConntrackSize uint32        // flows the conntrack table holds
+	NATSessions   uint32        // NAT sessions the node holds
 	FlowHash      wire.FlowHash // the flow hash the program computes
 	PingVIPs      bool          // the program answers echo requests to VIPs
 	// AttachMode is how XDP is attached: bpfobj.ModeNative or
@@ -157,6 +159,9 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.ConntrackSize == 0 {
 		opts.ConntrackSize = DefaultConntrackSize
 	}
+	if opts.NATSessions == 0 {
+		opts.NATSessions = DefaultNATSessions
+	}
 	if !opts.NodeAddr.Is4() {
 		return opts, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
 	}
@@ -225,7 +230,8 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		return nil, err
 	}
 	d := &Dataplane{
-		shape:   Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
+		shape: Shape{TableSize: opts.TableSize, MaxBackends: opts.MaxBackends, ConntrackSize: opts.ConntrackSize,
+			NATSessions: opts.NATSessions, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
 		pinPath: opts.PinPath,
 		layout:  bpfobj.SpecLayout(spec),
 	}
@@ -274,6 +280,10 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.closeMaps()
 		return nil, err
 	}
+	if err := d.initNAT(); err != nil {
+		d.closeMaps()
+		return nil, err
+	}
 	// Next hops cached per backend in pinned state by an earlier program
 	// must not count as fresh: start the generation somewhere new.
 	if err := d.objs.NhGen.Set(rand.Uint32() | 1); err != nil {
@@ -299,6 +309,14 @@ func lbSpec(opts Options) (*ebpf.CollectionSpec, error) {
 	spec.Maps["backends"].MaxEntries = opts.MaxBackends
 	spec.Maps["backend_stats"].MaxEntries = opts.MaxBackends
 	spec.Maps["conntrack"].MaxEntries = opts.ConntrackSize
+	sessions := opts.NATSessions
+	if sessions == 0 {
+		sessions = DefaultNATSessions
+	}
+	for name, n := range map[string]uint32{"nat_fwd": sessions, "nat_rev": sessions,
+		"nat_fwd_syn": embryonicSessions(sessions), "nat_rev_syn": embryonicSessions(sessions)} {
+		spec.Maps[name].MaxEntries = n
+	}
 	ping := uint32(0)
 	if opts.PingVIPs {
 		ping = 1

@@ -22,6 +22,15 @@ const (
 	lbMapConntrack    = "conntrack"
 	lbMapDeny4        = "deny4"
 	lbMapMaglevTables = "maglev_tables"
+	lbMapNatCfg       = "nat_cfg"
+	lbMapNatCounters  = "nat_counters"
+	lbMapNatDnatBe    = "nat_dnat_be"
+	lbMapNatFwd       = "nat_fwd"
+	lbMapNatFwdSyn    = "nat_fwd_syn"
+	lbMapNatRev       = "nat_rev"
+	lbMapNatRevSyn    = "nat_rev_syn"
+	lbMapNatScratch   = "nat_scratch"
+	lbMapNatSwept     = "nat_swept"
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
 	lbMapSvcRanges4   = "svc_ranges4"
@@ -93,6 +102,15 @@ type lbMapSpecs struct {
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
+	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
+	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
+	NatDnatBe    *ebpf.MapSpec `ebpf:"nat_dnat_be"`
+	NatFwd       *ebpf.MapSpec `ebpf:"nat_fwd"`
+	NatFwdSyn    *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
+	NatRev       *ebpf.MapSpec `ebpf:"nat_rev"`
+	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
+	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
+	NatSwept     *ebpf.MapSpec `ebpf:"nat_swept"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
@@ -140,6 +158,15 @@ type lbMaps struct {
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
+	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
+	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
+	NatDnatBe    *ebpf.Map `ebpf:"nat_dnat_be"`
+	NatFwd       *ebpf.Map `ebpf:"nat_fwd"`
+	NatFwdSyn    *ebpf.Map `ebpf:"nat_fwd_syn"`
+	NatRev       *ebpf.Map `ebpf:"nat_rev"`
+	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
+	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
+	NatSwept     *ebpf.Map `ebpf:"nat_swept"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
@@ -157,6 +184,15 @@ func (m *lbMaps) Close() error {
 		m.Conntrack,
 		m.Deny4,
 		m.MaglevTables,
+		m.NatCfg,
+		m.NatCounters,
+		m.NatDnatBe,
+		m.NatFwd,
+		m.NatFwdSyn,
+		m.NatRev,
+		m.NatRevSyn,
+		m.NatScratch,
+		m.NatSwept,
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,

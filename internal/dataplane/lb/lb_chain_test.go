@@ -26,7 +26,7 @@ func newHintService(t *testing.T, d *Dataplane) hintService {
 	t.Helper()
 	addrs := map[uint32]netip.Addr{20: netip.MustParseAddr("10.0.3.20"), 21: netip.MustParseAddr("10.0.3.21")}
 	for id, a := range addrs {
-		if err := d.UpsertBackend(id, a); err != nil {
+		if err := d.UpsertBackend(id, apOf(a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -298,7 +298,7 @@ func TestLBGUEHintInvalid(t *testing.T) {
 // hint, and the ICMP reply announces the MTU less those.
 func TestLBGUEHintTooBig(t *testing.T) {
 	d, f := newFixtureLB(t)
-	if err := d.UpsertBackend(22, fxSmallMTU); err != nil { // route MTU 1400
+	if err := d.UpsertBackend(22, apOf(fxSmallMTU)); err != nil { // route MTU 1400
 		t.Fatal(err)
 	}
 	table := make([]uint32, fxTableSize)

@@ -20,7 +20,7 @@ func newPingLB(t *testing.T, ping bool) (*Dataplane, *fixtureNS) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { d.Close() })
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	splitless := make([]uint32, fxTableSize)

@@ -28,7 +28,7 @@ func newStatefulFixture(t *testing.T, key ServiceKey) *statefulFixture {
 		20: netip.MustParseAddr("10.0.3.20"), 21: netip.MustParseAddr("10.0.3.21"),
 	}}
 	for id, a := range s.addrs {
-		if err := d.UpsertBackend(id, a); err != nil {
+		if err := d.UpsertBackend(id, apOf(a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -142,7 +142,7 @@ func TestLBStatefulTCP(t *testing.T) {
 	if got, r := s.send(t, flow(2000, tcpACK)); got != s.addrs[21] || len(r) != 0 {
 		t.Errorf("flow of a deleted backend: to %v reasons %v, want still %v and none", got, r, s.addrs[21])
 	}
-	if err := s.d.UpsertBackend(21, s.addrs[20]); err != nil {
+	if err := s.d.UpsertBackend(21, apOf(s.addrs[20])); err != nil {
 		t.Fatal(err)
 	}
 	before, err := s.d.BackendCounters(21)

@@ -38,7 +38,7 @@ func newFixtureLBHashing(t testing.TB, kind wire.FlowHash) (*Dataplane, *fixture
 	t.Cleanup(func() { d.Close() })
 	// One backend id per (service, backend), as the agent allocates them.
 	for id, addr := range []netip.Addr{fxBackend, fxRedirBE, fxNoNeighBE, fxSmallMTU, fxNoRouteBE, fxBackend, fxSmallMTU} {
-		if err := d.UpsertBackend(uint32(id), addr); err != nil {
+		if err := d.UpsertBackend(uint32(id), apOf(addr)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -577,7 +577,7 @@ func TestLBICMPErrorQuoteWithinDatagram(t *testing.T) {
 func TestServiceCountersOutliveBackends(t *testing.T) {
 	d, f := newFixtureLB(t)
 	for id, a := range map[uint32]string{20: "10.0.3.20", 21: "10.0.3.21"} {
-		if err := d.UpsertBackend(id, netip.MustParseAddr(a)); err != nil {
+		if err := d.UpsertBackend(id, apOf(netip.MustParseAddr(a))); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -34,6 +34,21 @@ func TestLimitsMatchC(t *testing.T) {
 	if n := spec.Maps["conntrack"].MaxEntries; n != DefaultConntrackSize {
 		t.Errorf("conntrack map %d entries, DefaultConntrackSize %d", n, DefaultConntrackSize)
 	}
+	for _, name := range []string{"nat_fwd", "nat_rev"} {
+		if n := spec.Maps[name].MaxEntries; n != DefaultNATSessions {
+			t.Errorf("%s map %d entries, DefaultNATSessions %d", name, n, DefaultNATSessions)
+		}
+	}
+	for _, name := range []string{"nat_fwd_syn", "nat_rev_syn"} {
+		if n := spec.Maps[name].MaxEntries; n != embryonicSessions(DefaultNATSessions) {
+			t.Errorf("%s map %d entries, embryonicSessions %d", name, n, embryonicSessions(DefaultNATSessions))
+		}
+	}
+	for _, name := range []string{"nat_counters", "nat_swept"} {
+		if n := spec.Maps[name].MaxEntries; int(n) != len(wire.LBNATStatNames) {
+			t.Errorf("%s map %d entries, LBNATStatNames %d", name, n, len(wire.LBNATStatNames))
+		}
+	}
 	if n := spec.Maps["chain_tables"].MaxEntries; n != MaxServices {
 		t.Errorf("chain_tables map %d entries, MaxServices %d", n, MaxServices)
 	}
@@ -65,5 +80,15 @@ func TestLBMapTypesAreWire(t *testing.T) {
 		{Map: "conntrack", GoValue: wire.CtEntry{}},
 		{Map: "backend_stats", GoValue: wire.BackendState{}},
 		{Map: "svc_retired", GoValue: wire.Counter{}},
+		{Map: "nat_fwd", Key: true, GoValue: wire.SessionKey{}},
+		{Map: "nat_fwd", GoValue: wire.SessionKey{}},
+		{Map: "nat_rev", Key: true, GoValue: wire.SessionKey{}},
+		{Map: "nat_rev", GoValue: wire.Session{}},
+		{Map: "nat_fwd_syn", Key: true, GoValue: wire.SessionKey{}},
+		{Map: "nat_fwd_syn", GoValue: wire.SessionKey{}},
+		{Map: "nat_rev_syn", Key: true, GoValue: wire.SessionKey{}},
+		{Map: "nat_rev_syn", GoValue: wire.Session{}},
+		{Map: "nat_cfg", GoValue: wire.NATCfg{}},
+		{Map: "nat_dnat_be", Key: true, GoValue: wire.NATBackendKey{}},
 	})
 }

@@ -72,7 +72,7 @@ func TestOpenPinAdoptCleanup(t *testing.T) {
 		t.Errorf("attach mode %q, want native on veth", d.Shape().AttachMode)
 	}
 	table := make([]uint32, fxTableSize)
-	if err := d.UpsertBackend(0, fxBackend); err != nil {
+	if err := d.UpsertBackend(0, apOf(fxBackend)); err != nil {
 		t.Fatal(err)
 	}
 	svc := Service{ID: 3, Key: ServiceKey{fxVIP, 80, ProtoTCP}, Encap: EncapGUE, Table: table}

@@ -12,13 +12,16 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
-// UpsertBackend registers backend id with its address. Tables carry the
-// address of each backend they name (copied when the table is written),
-// so an id keeps its address until DeleteBackend frees it.
-func (d *Dataplane) UpsertBackend(id uint32, addr netip.Addr) error {
+// UpsertBackend registers backend id with its address and port. Tables
+// carry the address of each backend they name (copied when the table is
+// written), so an id keeps its address and port until DeleteBackend frees
+// it. DSR services ignore the port (they deliver to VIP:port); NAT and
+// DNAT services rewrite the destination to it (port 0: the service's
+// own).
+func (d *Dataplane) UpsertBackend(id uint32, ap netip.AddrPort) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.backends.upsert(id, addr)
+	return d.backends.upsert(id, ap)
 }
 
 // DeleteBackend clears backend id and its counters. Tables must no longer
@@ -51,21 +54,21 @@ func (d *Dataplane) BackendCounters(id uint32) (Counters, error) {
 type registry struct {
 	backends, stats, retired *ebpf.Map
 	nhGen                    *ebpf.Variable
-	max                      uint32                // backend IDs the maps hold
-	addrs                    map[uint32]netip.Addr // mirror of backends: id -> address
-	owner                    ownership             // mirror of backends: which service each counts for
+	max                      uint32                    // backend IDs the maps hold
+	addrs                    map[uint32]netip.AddrPort // mirror of backends: id -> address and port
+	owner                    ownership                 // mirror of backends: which service each counts for
 }
 
 func newRegistry(backends, stats, retired *ebpf.Map, nhGen *ebpf.Variable, max uint32) registry {
 	return registry{backends: backends, stats: stats, retired: retired, nhGen: nhGen, max: max,
-		addrs: map[uint32]netip.Addr{}, owner: newOwnership()}
+		addrs: map[uint32]netip.AddrPort{}, owner: newOwnership()}
 }
 
 // load reads the backends an earlier agent left in the map.
 func (r *registry) load() error {
 	err := bpfobj.EachInArray(r.backends, func(id uint32, be *wire.Backend) {
 		if a := be.Addr.IP(); a.IsValid() {
-			r.addrs[id] = a
+			r.addrs[id] = netip.AddrPortFrom(a, wire.PortFrom(be.Port))
 		}
 		r.owner.set(id, be.Owner)
 	})
@@ -75,21 +78,26 @@ func (r *registry) load() error {
 	return nil
 }
 
-func (r *registry) upsert(id uint32, addr netip.Addr) error {
-	if id >= r.max || !addr.Is4() || addr.IsUnspecified() {
-		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, addr)
+func (r *registry) upsert(id uint32, ap netip.AddrPort) error {
+	if id >= r.max || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
+		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, ap)
 	}
 	if old, ok := r.addrs[id]; ok {
-		if old == addr {
+		if old == ap {
 			return nil
 		}
 		return fmt.Errorf("backend %d already has address %v: delete it before reusing the id", id, old)
 	}
-	if err := r.backends.Put(id, wire.Backend{Addr: wire.AddrOf(addr), Owner: r.owner.get(id)}); err != nil {
+	if err := r.backends.Put(id, backendEntry(ap, r.owner.get(id))); err != nil {
 		return fmt.Errorf("write backend %d: %w", id, err)
 	}
-	r.addrs[id] = addr
+	r.addrs[id] = ap
 	return r.invalidateNextHops()
+}
+
+// backendEntry is the registry's entry of backend ap owned by owner.
+func backendEntry(ap netip.AddrPort, owner uint32) wire.Backend {
+	return wire.Backend{Addr: wire.AddrOf(ap.Addr()), Owner: owner, Port: wire.Port(ap.Port())}
 }
 
 func (r *registry) delete(id uint32) error {
@@ -139,7 +147,7 @@ func (r *registry) claim(svc uint32, named []uint32) ([]netip.Addr, error) {
 		addrs = make([]netip.Addr, slices.Max(named)+1)
 	}
 	for _, b := range named {
-		addrs[b] = r.addrs[b]
+		addrs[b] = r.addrs[b].Addr()
 		if _, ok := r.addrs[b]; !ok || r.owner.get(b) == svc+1 {
 			continue
 		}
@@ -210,7 +218,7 @@ func (r *registry) release(svc uint32) error {
 // mirrors hold what the map holds: read from it when the data plane was
 // opened, and changed only with it since (the pin path's lock keeps other
 // agents out).
-func (r *registry) list() (addrs map[uint32]netip.Addr, owners map[uint32]uint32) {
+func (r *registry) list() (addrs map[uint32]netip.AddrPort, owners map[uint32]uint32) {
 	addrs = maps.Clone(r.addrs)
 	owners = make(map[uint32]uint32, len(r.owner.of))
 	for b, o := range r.owner.of {
@@ -265,7 +273,7 @@ func (r *registry) retire(b uint32) error {
 }
 
 func (r *registry) setOwner(b, owner uint32) error {
-	if err := r.backends.Put(b, wire.Backend{Addr: wire.AddrOf(r.addrs[b]), Owner: owner}); err != nil {
+	if err := r.backends.Put(b, backendEntry(r.addrs[b], owner)); err != nil {
 		return fmt.Errorf("write backend %d: %w", b, err)
 	}
 	r.owner.set(b, owner)

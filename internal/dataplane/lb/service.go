@@ -73,11 +73,16 @@ func checkService(s Service) (wire.SvcSlot, error) {
 	if s.ID >= MaxServices {
 		return wire.SvcSlot{}, fmt.Errorf("service %d: id out of range", s.ID)
 	}
-	if s.Encap != EncapIPIP && s.Encap != EncapGUE && s.Encap != EncapGUEHint {
+	switch s.Encap {
+	case EncapIPIP, EncapGUE, EncapGUEHint, EncapNAT, EncapDNAT:
+	default:
 		return wire.SvcSlot{}, fmt.Errorf("service %d: unknown encapsulation %d", s.ID, s.Encap)
 	}
 	if s.Encap == EncapGUEHint && s.Stateful {
 		return wire.SvcSlot{}, fmt.Errorf("service %d: a stateful service has no daisy-chaining hints; use EncapGUE", s.ID)
+	}
+	if (s.Encap == EncapNAT || s.Encap == EncapDNAT) && s.Stateful {
+		return wire.SvcSlot{}, fmt.Errorf("service %d: a NAT service keeps a session per connection already; it cannot also be stateful", s.ID)
 	}
 	key, err := slotKey(s.Key)
 	if err != nil {
@@ -103,6 +108,13 @@ func slotKey(k ServiceKey) (wire.SvcSlot, error) {
 // hints of a service that has none. Called with service s.ID's lock held,
 // without d.mu: a chain's deletion waits for an RCU grace period.
 func (d *Dataplane) index(s Service, key wire.SvcSlot) error {
+	if s.Encap == EncapDNAT {
+		// Its replies pass the node as transit traffic, which the
+		// program looks up only from now on.
+		if err := d.enableDNAT(); err != nil {
+			return fmt.Errorf("service %d: %w", s.ID, err)
+		}
+	}
 	key.Id, key.Encap = s.ID, uint8(s.Encap)
 	if s.Stateful {
 		key.Flags |= wire.SvcStateful
@@ -207,8 +219,12 @@ func (d *Dataplane) DeleteService(id uint32, key ServiceKey) error {
 type Installed struct {
 	// Services are the installed services, without tables or hints.
 	Services []Service
-	// Backends are the installed backends by id.
+	// Backends are the installed backends' addresses by id.
 	Backends map[uint32]netip.Addr
+	// AddrPorts are the installed backends' addresses with their ports
+	// by id (what UpsertBackend was given): a NAT service's backend is
+	// an address and a port.
+	AddrPorts map[uint32]netip.AddrPort
 	// Owners maps each backend that counts for a service to that
 	// service's ID: the service whose table named it last. Adoption
 	// gives every service back its own backend IDs with it, without
@@ -231,7 +247,11 @@ func (d *Dataplane) Installed() (Installed, error) {
 			ClientIP: s.Flags&wire.SvcClientIP != 0,
 		})
 	}
-	in.Backends, in.Owners = d.backends.list()
+	in.AddrPorts, in.Owners = d.backends.list()
+	in.Backends = make(map[uint32]netip.Addr, len(in.AddrPorts))
+	for id, ap := range in.AddrPorts {
+		in.Backends[id] = ap.Addr()
+	}
 	return in, nil
 }
 

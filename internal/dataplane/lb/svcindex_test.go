@@ -527,7 +527,7 @@ func TestServiceIndexPatternsInProgram(t *testing.T) {
 	backend := func(id uint32) netip.Addr { return ipv4(10<<24 | 3<<8 | 10 + id) } // 10.0.3.10+id
 	var carriers []wire.SvcSlot
 	for id := range uint32(tables) {
-		if err := d.UpsertBackend(id, backend(id)); err != nil {
+		if err := d.UpsertBackend(id, apOf(backend(id))); err != nil {
 			t.Fatal(err)
 		}
 		table := make([]uint32, fxTableSize)

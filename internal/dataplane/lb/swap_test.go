@@ -70,7 +70,7 @@ func TestTableSwapAtomic(t *testing.T) {
 		for i := range swapBackends {
 			id := uint32(tb*swapBackends + i)
 			addrs[tb][i] = netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + 10*tb + i)}) // via the router: XDP_TX
-			if err := d.UpsertBackend(id, addrs[tb][i]); err != nil {
+			if err := d.UpsertBackend(id, apOf(addrs[tb][i])); err != nil {
 				t.Fatal(err)
 			}
 		}

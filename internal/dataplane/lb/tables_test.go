@@ -45,7 +45,7 @@ func newRecordFixture(t *testing.T, addrs ...netip.Addr) *recordFixture {
 	x.w = w
 	t.Cleanup(func() { w.Close() })
 	for i, a := range addrs {
-		if err := x.d.UpsertBackend(uint32(i), a); err != nil {
+		if err := x.d.UpsertBackend(uint32(i), apOf(a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -138,7 +138,7 @@ func TestUpsertServiceKeepsRecordedTable(t *testing.T) {
 	// no record (an xlb from before records): written again.
 	entries := make([]wire.TableEntry, fxTableSize)
 	for i, id := range tableB {
-		entries[i] = wire.NewTableEntry(id, d.backends.addrs[id])
+		entries[i] = wire.NewTableEntry(id, d.backends.addrs[id].Addr())
 	}
 	foreign := putForeignTable(t, d, 5, entries)
 	if got := upsert(d, tableB, EncapGUE); got == foreign {
@@ -285,7 +285,7 @@ func TestKeepService(t *testing.T) {
 	// A table swapped in by something that keeps no records.
 	entries := make([]wire.TableEntry, fxTableSize)
 	for i, id := range tableA {
-		entries[i] = wire.NewTableEntry(id, d.backends.addrs[id])
+		entries[i] = wire.NewTableEntry(id, d.backends.addrs[id].Addr())
 	}
 	putForeignTable(t, d, 5, entries)
 	keep("a foreign table", originA, EncapIPIP, names, false)
@@ -431,7 +431,7 @@ func TestUpsertServiceConcurrent(t *testing.T) {
 	// Service i: variant 0 sends every slot to backend 2i over IPIP,
 	// variant 1 to backend 2i+1 over GUE.
 	for b := range uint32(2 * services) {
-		if err := d.UpsertBackend(b, netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + b)})); err != nil {
+		if err := d.UpsertBackend(b, apOf(netip.AddrFrom4([4]byte{10, 0, 3, byte(10 + b)}))); err != nil {
 			t.Fatal(err)
 		}
 	}

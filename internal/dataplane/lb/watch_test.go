@@ -29,7 +29,7 @@ func TestTableWatch(t *testing.T) {
 	}
 	other := netip.MustParseAddr("10.0.3.3")
 	for i, a := range []netip.Addr{fxBackend, other} {
-		if err := d.UpsertBackend(uint32(i), a); err != nil {
+		if err := d.UpsertBackend(uint32(i), apOf(a)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -60,7 +60,7 @@ func TestTableWatch(t *testing.T) {
 	}
 
 	// A backend write alone is no table change.
-	if err := d.UpsertBackend(2, netip.MustParseAddr("10.0.3.4")); err != nil {
+	if err := d.UpsertBackend(2, apOf(netip.MustParseAddr("10.0.3.4"))); err != nil {
 		t.Fatal(err)
 	}
 	if id, _ := w.TableID(5); id != first {

@@ -30,6 +30,14 @@ var (
 		"drop_ping_refused",
 		"drop_denied",
 		"drop_source_range",
+		"drop_nat_no_session",
+		"drop_nat_no_port",
+	}
+
+	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).
+	LBNATStatNames = []string{
+		"created", "alloc_failed", "expired", "no_reply", "reverse_miss", "fragment", "icmp_translated",
+		"promoted", "promote_failed", "forward", "reverse", "ended", "reclaimed",
 	}
 
 	// DecapStatNames name the decapsulation counters (enum decap_stat).

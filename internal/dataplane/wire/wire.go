@@ -52,6 +52,18 @@ type (
 	DenyCell = wireXlbDenyCell
 	// Ranges4 is a service's IPv4 source ranges (struct xlb_ranges4).
 	Ranges4 = wireXlbRanges4
+	// SessionKey is a NAT session's key in either direction (struct
+	// lbnat_key): a packet's 5-tuple as it arrives; the forward tables'
+	// value too, the session's reverse key.
+	SessionKey = wireLbnatKey
+	// Session is a NAT session, the reverse tables' value (struct
+	// lbnat_session).
+	Session = wireLbnatSession
+	// NATCfg is the node's NAT settings (struct lbnat_cfg).
+	NATCfg = wireLbnatCfg
+	// NATBackendKey is a dnat backend whose packets the reverse path
+	// looks up (struct lbnat_be_key).
+	NATBackendKey = wireLbnatBeKey
 
 	// ChainCfg is the backend host's daisy-chaining configuration
 	// (struct chain_cfg).
@@ -82,6 +94,49 @@ const (
 	// EncapGUEHint is GUE whose packets carry the daisy-chain hint of
 	// their table slot (GUEHint) as GUE private data.
 	EncapGUEHint Encap = wireXlbEncapXLB_ENCAP_GUE_HINT
+	// EncapNAT rewrites a client's packet to the backend's address and
+	// port and its source to the node's NAT address and a port of its
+	// own, with a session for the replies.
+	EncapNAT Encap = wireXlbEncapXLB_ENCAP_NAT
+	// EncapDNAT rewrites the destination only: the backend sees the
+	// client's address, and its replies must route through the node.
+	EncapDNAT Encap = wireXlbEncapXLB_ENCAP_DNAT
+)
+
+// A NAT session's state (Session.State, enum lbnat_state).
+const (
+	SessionSyn         = uint8(wireLbnatStateLBNAT_SYN)
+	SessionEstablished = uint8(wireLbnatStateLBNAT_ESTABLISHED)
+	SessionClosing     = uint8(wireLbnatStateLBNAT_CLOSING)
+	SessionUDP         = uint8(wireLbnatStateLBNAT_UDP)
+)
+
+// A NAT session's flags (Session.Flags, enum lbnat_flag): the backend
+// answered; the client's address is kept (dnat).
+const (
+	SessionReplied = uint8(wireLbnatFlagLBNAT_REPLIED)
+	SessionDNAT    = uint8(wireLbnatFlagLBNAT_DNAT)
+)
+
+// NATCfgDNAT is NATCfg's flag that makes the reverse path look up the
+// packets of the dnat backends in nat_dnat_be (LBNAT_CFG_DNAT).
+const NATCfgDNAT = uint32(wireLbnatCfgFlagLBNAT_CFG_DNAT)
+
+// The NAT counters (enum lbnat_stat) the control plane reads or adds to
+// by name; LBNATStatNames names them all.
+const (
+	LBNATCreated       = uint32(wireLbnatStatLBNAT_CREATED)
+	LBNATAllocFailed   = uint32(wireLbnatStatLBNAT_ALLOC_FAILED)
+	LBNATExpired       = uint32(wireLbnatStatLBNAT_EXPIRED)
+	LBNATNoReply       = uint32(wireLbnatStatLBNAT_NO_REPLY)
+	LBNATRevMiss       = uint32(wireLbnatStatLBNAT_REV_MISS)
+	LBNATFragment      = uint32(wireLbnatStatLBNAT_FRAGMENT)
+	LBNATICMP          = uint32(wireLbnatStatLBNAT_ICMP)
+	LBNATPromoted      = uint32(wireLbnatStatLBNAT_PROMOTED)
+	LBNATPromoteFailed = uint32(wireLbnatStatLBNAT_PROMOTE_FAILED)
+	LBNATFwd           = uint32(wireLbnatStatLBNAT_FWD)
+	LBNATRev           = uint32(wireLbnatStatLBNAT_REV)
+	LBNATEnded         = uint32(wireLbnatStatLBNAT_ENDED)
 )
 
 // SvcStateful is SvcSlot's flag of a stateful service (XLB_SVC_STATEFUL).

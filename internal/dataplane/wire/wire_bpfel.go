@@ -17,6 +17,8 @@ type wireBackend struct {
 	_     structs.HostLayout
 	Addr  wireXlbAddr
 	Owner uint32
+	Port  uint16
+	Pad   uint16
 }
 
 type wireBackendState struct {
@@ -102,6 +104,91 @@ const (
 	wireDecapStatDECAP_DROP_INNER wireDecapStat = 3
 	wireDecapStatDECAP_DROP_GUE   wireDecapStat = 4
 	wireDecapStatDECAP_STAT_MAX   wireDecapStat = 5
+)
+
+type wireLbnatBeKey struct {
+	_     structs.HostLayout
+	Addr  wireXlbAddr
+	Port  uint16
+	Proto uint8
+	Pad   uint8
+}
+
+type wireLbnatCfg struct {
+	_                structs.HostLayout
+	Addr             wireXlbAddr
+	PortMin          uint16
+	PortMax          uint16
+	Flags            uint32
+	TcpSynNs         uint64
+	TcpEstablishedNs uint64
+	TcpClosingNs     uint64
+	UdpNs            uint64
+}
+
+type wireLbnatCfgFlag uint32
+
+const (
+	wireLbnatCfgFlagLBNAT_CFG_DNAT wireLbnatCfgFlag = 1
+)
+
+type wireLbnatFlag uint32
+
+const (
+	wireLbnatFlagLBNAT_REPLIED wireLbnatFlag = 1
+	wireLbnatFlagLBNAT_DNAT    wireLbnatFlag = 2
+)
+
+type wireLbnatKey struct {
+	_     structs.HostLayout
+	Src   wireXlbAddr
+	Dst   wireXlbAddr
+	Sport uint16
+	Dport uint16
+	Proto uint8
+	Pad   [3]uint8
+}
+
+type wireLbnatSession struct {
+	_          structs.HostLayout
+	Client     wireXlbAddr
+	Vip        wireXlbAddr
+	ClientPort uint16
+	VipPort    uint16
+	BackendId  uint32
+	Last       uint64
+	State      uint8
+	Flags      uint8
+	Pad        [6]uint8
+	Nh         wireNhEntry
+}
+
+type wireLbnatStat uint32
+
+const (
+	wireLbnatStatLBNAT_CREATED        wireLbnatStat = 0
+	wireLbnatStatLBNAT_ALLOC_FAILED   wireLbnatStat = 1
+	wireLbnatStatLBNAT_EXPIRED        wireLbnatStat = 2
+	wireLbnatStatLBNAT_NO_REPLY       wireLbnatStat = 3
+	wireLbnatStatLBNAT_REV_MISS       wireLbnatStat = 4
+	wireLbnatStatLBNAT_FRAGMENT       wireLbnatStat = 5
+	wireLbnatStatLBNAT_ICMP           wireLbnatStat = 6
+	wireLbnatStatLBNAT_PROMOTED       wireLbnatStat = 7
+	wireLbnatStatLBNAT_PROMOTE_FAILED wireLbnatStat = 8
+	wireLbnatStatLBNAT_FWD            wireLbnatStat = 9
+	wireLbnatStatLBNAT_REV            wireLbnatStat = 10
+	wireLbnatStatLBNAT_ENDED          wireLbnatStat = 11
+	wireLbnatStatLBNAT_RECLAIMED      wireLbnatStat = 12
+	wireLbnatStatLBNAT_STAT_MAX       wireLbnatStat = 13
+)
+
+type wireLbnatState uint32
+
+const (
+	wireLbnatStateLBNAT_SYN         wireLbnatState = 1
+	wireLbnatStateLBNAT_ESTABLISHED wireLbnatState = 2
+	wireLbnatStateLBNAT_CLOSING     wireLbnatState = 3
+	wireLbnatStateLBNAT_UDP         wireLbnatState = 4
 )
 
 type wireNatFlowKey struct {
@@ -211,6 +298,8 @@ const (
 	wireXlbEncapXLB_ENCAP_IPIP     wireXlbEncap = 1
 	wireXlbEncapXLB_ENCAP_GUE      wireXlbEncap = 2
 	wireXlbEncapXLB_ENCAP_GUE_HINT wireXlbEncap = 3
+	wireXlbEncapXLB_ENCAP_NAT      wireXlbEncap = 4
+	wireXlbEncapXLB_ENCAP_DNAT     wireXlbEncap = 5
 )
 
 type wireXlbFlowHash uint32
@@ -260,7 +349,9 @@ const (
 	wireXlbReasonXLB_DROP_PING_REFUSED    wireXlbReason = 20
 	wireXlbReasonXLB_DROP_DENIED          wireXlbReason = 21
 	wireXlbReasonXLB_DROP_SOURCE_RANGE    wireXlbReason = 22
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 23
+	wireXlbReasonXLB_DROP_NAT_NO_SESSION  wireXlbReason = 23
+	wireXlbReasonXLB_DROP_NAT_NO_PORT     wireXlbReason = 24
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 25
 )
 
 type wireXlbSvcFlag uint32

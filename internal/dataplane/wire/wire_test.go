@@ -19,6 +19,7 @@ var types = map[string]any{
 	"chain_cfg": ChainCfg{}, "chain_peer_key": ChainPeerKey{}, "chain_svc_key": ChainSvcKey{},
 	"nat_svc_key": NATSvcKey{}, "nat_flow_key": NATFlowKey{}, "nat_vip": NATVIP{}, "nat_rev_key": NATRevKey{},
 	"xlb_deny_cell": DenyCell{}, "xlb_ranges4": Ranges4{},
+	"lbnat_key": SessionKey{}, "lbnat_session": Session{}, "lbnat_cfg": NATCfg{}, "lbnat_be_key": NATBackendKey{},
 }
 
 // TestTypesMatchC holds every Go mirror to its C type in the compiled
@@ -42,7 +43,8 @@ func TestTypesMatchC(t *testing.T) {
 	for _, c := range []struct {
 		v    any
 		size uintptr
-	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 20}, {DenyCell{}, 32}, {Ranges4{}, 512}} {
+	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 24},
+		{SessionKey{}, 40}, {Session{}, 88}, {NATCfg{}, 56}, {NATBackendKey{}, 20}, {DenyCell{}, 32}, {Ranges4{}, 512}} {
 		if got := reflect.TypeOf(c.v).Size(); got != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
 		}
@@ -103,6 +105,18 @@ func TestNATStatNamesMatchC(t *testing.T) {
 	}
 }
 
+func TestLBNATStatNamesMatchC(t *testing.T) {
+	got := lower(enumNames(t, "lbnat_stat"), "LBNAT_")
+	want := []string{"created", "alloc_failed", "expired", "no_reply", "rev_miss", "fragment", "icmp",
+		"promoted", "promote_failed", "fwd", "rev", "ended", "reclaimed"}
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("enum lbnat_stat changed: %v; update LBNATStatNames (%v) and this test", got, LBNATStatNames)
+	}
+	if len(LBNATStatNames) != len(got) {
+		t.Fatalf("LBNATStatNames has %d names, enum %d", len(LBNATStatNames), len(got))
+	}
+}
+
 // The decapsulation and chaining counters have names of their own: the
 // enums are fixed here, so that a change to one fails until its names
 // follow.
@@ -139,6 +153,27 @@ func TestEnumConstants(t *testing.T) {
 		{"xlb_encap", "XLB_ENCAP_IPIP", uint64(EncapIPIP)},
 		{"xlb_encap", "XLB_ENCAP_GUE", uint64(EncapGUE)},
 		{"xlb_encap", "XLB_ENCAP_GUE_HINT", uint64(EncapGUEHint)},
+		{"xlb_encap", "XLB_ENCAP_NAT", uint64(EncapNAT)},
+		{"xlb_encap", "XLB_ENCAP_DNAT", uint64(EncapDNAT)},
+		{"lbnat_state", "LBNAT_SYN", uint64(SessionSyn)},
+		{"lbnat_state", "LBNAT_ESTABLISHED", uint64(SessionEstablished)},
+		{"lbnat_state", "LBNAT_CLOSING", uint64(SessionClosing)},
+		{"lbnat_state", "LBNAT_UDP", uint64(SessionUDP)},
+		{"lbnat_flag", "LBNAT_REPLIED", uint64(SessionReplied)},
+		{"lbnat_flag", "LBNAT_DNAT", uint64(SessionDNAT)},
+		{"lbnat_cfg_flag", "LBNAT_CFG_DNAT", uint64(NATCfgDNAT)},
+		{"lbnat_stat", "LBNAT_CREATED", uint64(LBNATCreated)},
+		{"lbnat_stat", "LBNAT_ALLOC_FAILED", uint64(LBNATAllocFailed)},
+		{"lbnat_stat", "LBNAT_EXPIRED", uint64(LBNATExpired)},
+		{"lbnat_stat", "LBNAT_NO_REPLY", uint64(LBNATNoReply)},
+		{"lbnat_stat", "LBNAT_REV_MISS", uint64(LBNATRevMiss)},
+		{"lbnat_stat", "LBNAT_FRAGMENT", uint64(LBNATFragment)},
+		{"lbnat_stat", "LBNAT_ICMP", uint64(LBNATICMP)},
+		{"lbnat_stat", "LBNAT_PROMOTED", uint64(LBNATPromoted)},
+		{"lbnat_stat", "LBNAT_PROMOTE_FAILED", uint64(LBNATPromoteFailed)},
+		{"lbnat_stat", "LBNAT_FWD", uint64(LBNATFwd)},
+		{"lbnat_stat", "LBNAT_REV", uint64(LBNATRev)},
+		{"lbnat_stat", "LBNAT_ENDED", uint64(LBNATEnded)},
 		{"xlb_svc_flag", "XLB_SVC_STATEFUL", uint64(SvcStateful)},
 		{"xlb_svc_flag", "XLB_SVC_CLIENT_IP", uint64(SvcClientIP)},
 		{"xlb_svc_flag", "XLB_SVC_SOURCE_RANGES", uint64(SvcSourceRanges)},

@@ -1,0 +1,878 @@
+/* NAT forwarding of the LB program (services of XLB_ENCAP_NAT and
+ * XLB_ENCAP_DNAT): the node rewrites a client's packet to the backend's
+ * address and port (and, for NAT, its source to the node's NAT address and
+ * a port it allocates), keeps a session, and rewrites the backend's
+ * replies back to VIP:port -> client. Not to be confused with xlb_nat.h,
+ * the backend host's Kubernetes translation. xlb_lb.h includes this after
+ * its own helpers; the maps are in xlb_maps.h, the layouts in
+ * xlb_structs.h. docs/decisions/0006-nat-sessions.md says why it is built
+ * this way. */
+#ifndef XLB_LBNAT_H
+#define XLB_LBNAT_H
+
+#define XLB_TCP_FIN 0x01
+#define XLB_TCP_RST 0x04
+
+static __always_inline void lbnat_count(__u32 stat)
+{
+	__u64 *n = bpf_map_lookup_elem(&nat_counters, &stat);
+
+	if (n)
+		*n += 1;
+}
+
+static __always_inline struct lbnat_cfg *lbnat_config(void)
+{
+	__u32 k = 0;
+
+	return bpf_map_lookup_elem(&nat_cfg, &k);
+}
+
+static __always_inline __u64 lbnat_timeout(const struct lbnat_cfg *c, __u8 state)
+{
+	if (state == LBNAT_ESTABLISHED)
+		return c->tcp_established_ns;
+	if (state == LBNAT_CLOSING)
+		return c->tcp_closing_ns;
+	if (state == LBNAT_UDP)
+		return c->udp_ns;
+	return c->tcp_syn_ns;
+}
+
+/* Whether session s is past its timeout at now. Signed: another CPU may
+ * have stamped it a moment after this one read the clock. */
+static __always_inline int lbnat_expired(const struct lbnat_cfg *c, const struct lbnat_session *s,
+					 __u64 now)
+{
+	return (__s64)(now - s->last) > (__s64)lbnat_timeout(c, s->state);
+}
+
+static __always_inline int lbnat_key_eq(const struct lbnat_key *a, const struct lbnat_key *b)
+{
+	const __u64 *x = (const __u64 *)a, *y = (const __u64 *)b;
+
+	return !((x[0] ^ y[0]) | (x[1] ^ y[1]) | (x[2] ^ y[2]) | (x[3] ^ y[3]) | (x[4] ^ y[4]));
+}
+
+/* The forward key of session s: the client's packet as it arrives. */
+static __always_inline void lbnat_fwd_key(struct lbnat_key *fk, const struct lbnat_session *s,
+					  __u8 proto)
+{
+	fk->src = s->client;
+	fk->dst = s->vip;
+	fk->sport = s->client_port;
+	fk->dport = s->vip_port;
+	fk->proto = proto;
+}
+
+/* Whether session s is the one forward key fk names. */
+static __always_inline int lbnat_owns(const struct lbnat_session *s, const struct lbnat_key *fk)
+{
+	return xlb_addr_eq(&s->client, &fk->src) && xlb_addr_eq(&s->vip, &fk->dst) &&
+	       s->client_port == fk->sport && s->vip_port == fk->dport;
+}
+
+/* Remove session (rk, s) from the established tables or the embryonic
+ * ones: its forward entry first, and only if it still names rk (a newer
+ * session of the same client may have taken it), then its claim. */
+static __always_inline void lbnat_remove(const struct lbnat_key *rk, const struct lbnat_session *s,
+					 const int est)
+{
+	struct lbnat_key fk = {};
+	struct lbnat_key *v;
+
+	lbnat_fwd_key(&fk, s, rk->proto);
+	if (est) {
+		v = bpf_map_lookup_elem(&nat_fwd, &fk);
+		if (v && lbnat_key_eq(v, rk))
+			bpf_map_delete_elem(&nat_fwd, &fk);
+		bpf_map_delete_elem(&nat_rev, rk);
+	} else {
+		v = bpf_map_lookup_elem(&nat_fwd_syn, &fk);
+		if (v && lbnat_key_eq(v, rk))
+			bpf_map_delete_elem(&nat_fwd_syn, &fk);
+		bpf_map_delete_elem(&nat_rev_syn, rk);
+	}
+}
+
+/* An expired session is gone: the packet path removes it when it meets
+ * it, so that nothing depends on the control plane's sweep. */
+static __always_inline void lbnat_reap(const struct lbnat_key *rk, const struct lbnat_session *s,
+				       const int est)
+{
+	__u8 replied = s->flags & LBNAT_REPLIED;
+
+	lbnat_remove(rk, s, est);
+	lbnat_count(LBNAT_EXPIRED);
+	if (!replied)
+		lbnat_count(LBNAT_NO_REPLY);
+}
+
+/* The session a client's packet (forward key fk) belongs to, with its
+ * reverse key in *rk and in *est whether it is established. A forward
+ * entry whose claim is gone or names another client is never used again:
+ * it is deleted, and the packet counts as one without a session. */
+static __always_inline struct lbnat_session *lbnat_find(const struct lbnat_key *fk,
+							struct lbnat_key *rk, int *est)
+{
+	struct lbnat_key *v = bpf_map_lookup_elem(&nat_fwd, fk);
+	int fwd_est = 1;
+	struct lbnat_session *s;
+
+	if (!v) {
+		v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
+		fwd_est = 0;
+		if (!v)
+			return 0;
+	}
+	*rk = *v;
+	*est = 1;
+	s = bpf_map_lookup_elem(&nat_rev, rk);
+	if (!s) {
+		*est = 0;
+		s = bpf_map_lookup_elem(&nat_rev_syn, rk);
+	}
+	if (s && rk->proto == fk->proto && lbnat_owns(s, fk))
+		return s;
+	if (fwd_est)
+		bpf_map_delete_elem(&nat_fwd, fk);
+	else
+		bpf_map_delete_elem(&nat_fwd_syn, fk);
+	return 0;
+}
+
+/* The ports of the packet's transport header and where its checksum is,
+ * with the TCP flags (0 for UDP): all inside the frame and the datagram.
+ * Returns 0, or -1 for a header too short to hold them. */
+static __always_inline int lbnat_l4(struct pkt *p, void *data_end, struct ports **pp,
+				    __sum16 **check, __u8 *flags)
+{
+	__u8 *l4 = (void *)p->ip + p->ip->ihl * 4;
+	void *dgram_end = (void *)p->ip + p->ip_len;
+
+	if (p->proto == IPPROTO_TCP) {
+		if ((void *)(l4 + 18) > data_end || (void *)(l4 + 18) > dgram_end)
+			return -1;
+		*flags = l4[13];
+		*check = (void *)(l4 + 16);
+	} else {
+		if ((void *)(l4 + 8) > data_end || (void *)(l4 + 8) > dgram_end)
+			return -1;
+		*flags = 0;
+		*check = (void *)(l4 + 6);
+	}
+	*pp = (void *)l4;
+	return 0;
+}
+
+/* Rewrite the packet to nsrc:nsport -> ndst:ndport, its IPv4 and
+ * transport checksums updated (RFC 1624) and its TTL decremented. A UDP
+ * checksum 0 (none) stays 0, a computed 0 goes out as 0xffff (RFC 768). */
+static __always_inline void lbnat_rewrite(struct iphdr *ip, struct ports *pp, __sum16 *check,
+					  __be32 nsrc, __be16 nsport, __be32 ndst, __be16 ndport)
+{
+	__u32 d = csum_diff32(ip->saddr, nsrc) + csum_diff32(ip->daddr, ndst);
+	int udp = ip->protocol == IPPROTO_UDP;
+
+	if (!udp || *check) {
+		__u16 c = csum_apply(*check, d + csum_diff16(pp->source, nsport) +
+						     csum_diff16(pp->dest, ndport));
+
+		if (udp && !c)
+			c = 0xffff;
+		*check = c;
+	}
+	ip->check = csum_apply(ip->check, d);
+	ip->saddr = nsrc;
+	ip->daddr = ndst;
+	pp->source = nsport;
+	pp->dest = ndport;
+	ipv4_decrease_ttl(ip);
+}
+
+/* The next hop towards dst, through next-hop cache nh (a backend's
+ * per-CPU one, a session's, or a blank one that always asks the FIB), for
+ * a packet not rewritten yet. Returns 0 when it is known (its MACs in nh),
+ * 1 when it is not resolved (the kernel is to forward the packet), or,
+ * counted, -(verdict + 1) for the packet instead: a drop, or XDP_TX of an
+ * ICMP fragmentation-needed that quotes the packet as it arrived when it
+ * does not fit the route and may not be fragmented. icmp: the packet is
+ * an ICMP error, never answered with another. */
+static __always_inline int lbnat_next_hop(struct xdp_md *ctx, struct nh_entry *nh, __be32 dst,
+					  struct iphdr *ip, __u16 len, int icmp)
+{
+	__u64 now = bpf_jiffies64();
+
+	if (nh->gen == nh_gen && len <= nh->max_len && now - nh->stamp < XLB_NH_MAX_AGE)
+		return 0;
+	long rc = nh_refill(ctx, nh, dst, len | ((__u32)ip->tos << 16));
+
+	if ((rc & 0xff) == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
+		if (icmp || !(ip->frag_off & bpf_htons(IP_DF))) {
+			count_reason(XLB_DROP_TOO_BIG);
+			return -(XDP_DROP + 1);
+		}
+		if (icmp_frag_needed(ctx, node_addr, rc >> 8)) {
+			count_reason(XLB_DROP_ENCAP_FAILED);
+			return -(XDP_DROP + 1);
+		}
+		count_reason(XLB_TX_ICMP_TOO_BIG);
+		return -(XDP_TX + 1);
+	}
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
+		return 1;
+	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		count_reason(XLB_DROP_NO_ROUTE);
+		return -(XDP_DROP + 1);
+	}
+	return 0;
+}
+
+/* The verdict for a rewritten packet whose next hop lbnat_next_hop found
+ * (how: 0 or 1). */
+static __always_inline int lbnat_emit(struct xdp_md *ctx, struct ethhdr *eth, struct nh_entry *nh,
+				      int how)
+{
+	if (how)
+		/* The kernel forwards it and resolves the neighbour. */
+		return pass(XLB_PASS_NO_NEIGH);
+	__u32 *w = (__u32 *)eth;
+
+	w[0] = nh->macs[0];
+	w[1] = nh->macs[1];
+	w[2] = nh->macs[2];
+	if (nh->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(nh->ifindex, 0);
+}
+
+/* Where the packets of session (rk, bid) of service svc_id go: backend
+ * bid's next-hop cache and counters while bid still stands for the
+ * session's backend in the service, else none (a drained backend whose id
+ * may already be another's: its sessions go on, past the id's cache and
+ * counters). */
+static __always_inline struct backend_state *lbnat_backend(const struct lbnat_key *rk, __u32 bid,
+							    __u32 svc_id, __be16 vport)
+{
+	struct backend *b = bpf_map_lookup_elem(&backends, &bid);
+
+	if (!b || !xlb_addr_eq(&b->addr, &rk->src) || b->owner != svc_id + 1 ||
+	    (b->port ? b->port : vport) != rk->sport)
+		return 0;
+	return bpf_map_lookup_elem(&backend_stats, &bid);
+}
+
+/* ---- Opening a session ---- */
+
+static __always_inline struct lbnat_scratch *lbnat_scratch(void)
+{
+	__u32 k = 0;
+
+	return bpf_map_lookup_elem(&nat_scratch, &k);
+}
+
+/* Set key k to the 5-tuple given, its padding zero (keys are hashed whole). */
+static __always_inline void lbnat_set_key(struct lbnat_key *k, __be32 src, __be32 dst, __be16 sport,
+					  __be16 dport, __u8 proto)
+{
+	k->src = XLB_ADDR4(src);
+	k->dst = XLB_ADDR4(dst);
+	k->sport = sport;
+	k->dport = dport;
+	k->proto = proto;
+	k->pad[0] = k->pad[1] = k->pad[2] = 0;
+}
+
+/* Candidate i of the flow with port hash h: a port drawn from the hash
+ * over [min, min + range). internal/dataplane/lb (natPort) has it in Go. */
+static __always_inline __u16 lbnat_candidate(__u64 h, __u32 i, __u16 min, __u32 range)
+{
+	__u32 x = (__u32)fmix64(h + (__u64)i * 0x9e3779b97f4a7c15ULL);
+
+	return min + (__u16)(((__u64)x * range) >> 32);
+}
+
+/* Whether claim rk is free at now, reclaiming it from an expired session
+ * or from an embryonic one its backend left unanswered for
+ * XLB_NAT_SYN_STALE_NS. */
+static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const struct lbnat_key *rk,
+					    __u64 now)
+{
+	struct lbnat_session *o = bpf_map_lookup_elem(&nat_rev, rk);
+
+	if (o) {
+		if (!lbnat_expired(c, o, now))
+			return 0;
+		lbnat_reap(rk, o, 1);
+	}
+	o = bpf_map_lookup_elem(&nat_rev_syn, rk);
+	if (o) {
+		if (lbnat_expired(c, o, now)) {
+			lbnat_reap(rk, o, 0);
+		} else if (!(o->flags & LBNAT_REPLIED) && (__s64)(now - o->last) > (__s64)XLB_NAT_SYN_STALE_NS) {
+			lbnat_remove(rk, o, 0);
+			lbnat_count(LBNAT_RECLAIMED);
+		} else {
+			return 0;
+		}
+	}
+	return 1;
+}
+
+/* Candidate i of the claim being made (bpf_loop: the verifier checks the
+ * body once, whatever XLB_NAT_PORT_TRIES is). Returns 1 once it holds a
+ * claim. */
+static long lbnat_try_port(__u64 i, void *unused)
+{
+	struct lbnat_scratch *x = lbnat_scratch();
+	const struct lbnat_cfg *c = lbnat_config();
+
+	if (!x || !c)
+		return 1;
+	if (x->range)
+		x->rk.dport = bpf_htons(lbnat_candidate(x->h, i, c->port_min, x->range));
+	/* Looked up before the insert: a failed insert into a full LRU map
+	 * may evict another session to make room first. */
+	if (!lbnat_claim_free(c, &x->rk, x->s.last))
+		return 0;
+	if (bpf_map_update_elem(&nat_rev_syn, &x->rk, &x->s, BPF_NOEXIST))
+		return 0;
+	/* A session promoted to the established table between the lookup
+	 * and the insert holds this claim there: give it back. */
+	if (bpf_map_lookup_elem(&nat_rev, &x->rk)) {
+		bpf_map_delete_elem(&nat_rev_syn, &x->rk);
+		return 0;
+	}
+	x->ok = 1;
+	return 1;
+}
+
+/* The hash a flow's candidate ports are drawn from: the flow hash's
+ * fmix64 over the whole 5-tuple under a seed of its own, so that a
+ * client's connections get other ports even with client-IP affinity. */
+static __always_inline __u64 lbnat_port_hash(__be32 saddr, __be32 daddr, __be16 sport,
+					     __be16 dport, __u8 proto)
+{
+	__u64 k = ((__u64)saddr << 32) | ((__u32)sport | ((__u32)dport << 16));
+
+	k ^= (__u64)daddr ^ ((__u64)proto << 56) ^ XLB_NAT_PORT_SEED;
+	return fmix64(k);
+}
+
+/* Open a session for the client's packet x->fk of service svc: the
+ * backend from the service's Maglev table exactly as DSR picks it, a
+ * claim on a free port (NAT) or on the client's own tuple (DNAT), then the
+ * forward entry, both in the embryonic tables. Returns 0 with the claim in
+ * x->rk and the backend id in *bid, or the reason to drop the packet. */
+static __always_inline int lbnat_open(struct lbnat_scratch *x, __u32 *bid,
+				      const struct svc_slot *svc, __u32 hash,
+				      const struct lbnat_cfg *c, __u64 now, int tcp)
+{
+	const struct lbnat_key *fk = &x->fk;
+	__be32 be_addr;
+	int dnat = svc->encap == XLB_ENCAP_DNAT;
+
+	if (table_pick(svc->id, flow_slot(hash), bid, &be_addr))
+		return XLB_DROP_NO_BACKEND;
+	struct backend *b = bpf_map_lookup_elem(&backends, bid);
+	if (!b)
+		return XLB_DROP_NO_BACKEND;
+
+	/* Port 0: the backend takes the service's own port. */
+	__be16 bport = b->port ? b->port : fk->dport;
+
+	x->range = 0;
+	x->ok = 0;
+	if (dnat) {
+		lbnat_set_key(&x->rk, be_addr, xlb_addr_v4(&fk->src), bport, fk->sport, fk->proto);
+	} else {
+		if (!xlb_addr_v4(&c->addr) || c->port_max < c->port_min) {
+			lbnat_count(LBNAT_ALLOC_FAILED);
+			return XLB_DROP_NAT_NO_PORT;
+		}
+		lbnat_set_key(&x->rk, be_addr, xlb_addr_v4(&c->addr), bport, 0, fk->proto);
+		x->range = (__u32)c->port_max - c->port_min + 1;
+		x->h = lbnat_port_hash(xlb_addr_v4(&fk->src), xlb_addr_v4(&fk->dst), fk->sport,
+				       fk->dport, fk->proto);
+	}
+	__builtin_memset(&x->s, 0, sizeof(x->s));
+	x->s.client = fk->src;
+	x->s.vip = fk->dst;
+	x->s.client_port = fk->sport;
+	x->s.vip_port = fk->dport;
+	x->s.backend_id = *bid;
+	x->s.last = now;
+	x->s.state = tcp ? LBNAT_SYN : LBNAT_UDP;
+	x->s.flags = dnat ? LBNAT_DNAT : 0;
+
+	bpf_loop(dnat ? 1 : XLB_NAT_PORT_TRIES, lbnat_try_port, 0, 0);
+	if (!x->ok) {
+		lbnat_count(LBNAT_ALLOC_FAILED);
+		return XLB_DROP_NAT_NO_PORT;
+	}
+	if (bpf_map_update_elem(&nat_fwd_syn, fk, &x->rk, BPF_ANY)) {
+		bpf_map_delete_elem(&nat_rev_syn, &x->rk);
+		lbnat_count(LBNAT_ALLOC_FAILED);
+		return XLB_DROP_NAT_NO_PORT;
+	}
+	if (dnat) {
+		/* Replies to the client pass this node only as transit
+		 * traffic: the reverse path looks up packets from this
+		 * backend from now on. */
+		struct lbnat_be_key bk = { .addr = x->rk.src, .port = bport, .proto = fk->proto };
+		__u8 one = 1;
+
+		if (!bpf_map_lookup_elem(&nat_dnat_be, &bk))
+			bpf_map_update_elem(&nat_dnat_be, &bk, &one, BPF_NOEXIST);
+	}
+	lbnat_count(LBNAT_CREATED);
+	return 0;
+}
+
+/* A client's TCP segment on session s: FIN or RST closes it; a SYN on a
+ * closing session opens the tuple again, with the same backend and port
+ * (as a stack reuses a tuple after TIME_WAIT). The timestamp is written
+ * only when it has aged, so that a busy session's packets do not all
+ * write its cache line. */
+static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int tcp, __u64 now,
+					int syn)
+{
+	if (tcp) {
+		if (flags & (XLB_TCP_FIN | XLB_TCP_RST)) {
+			if (s->state != LBNAT_CLOSING)
+				s->state = LBNAT_CLOSING;
+		} else if (syn && s->state == LBNAT_CLOSING) {
+			s->state = LBNAT_SYN;
+			s->flags &= ~LBNAT_REPLIED;
+		}
+	}
+	if (now - s->last > XLB_NAT_TOUCH_NS && (__s64)(now - s->last) > 0)
+		s->last = now;
+}
+
+/* ---- Client to backend ---- */
+
+/* An ICMP error to the VIP about a reply the session's backend sent
+ * (p's flow is the quoted one, turned to the client's direction): the
+ * backend must see it about its own packet, backend:port -> NAT
+ * address:port (or the client, for dnat), addressed to it, and for NAT
+ * coming from the NAT address, since a backend of a full-NAT service may
+ * have no route to the router that sent it. Its checksums follow: the
+ * outer IPv4 one, the quoted IPv4 header's, and the ICMP one over the
+ * quote. The quoted transport checksum is left alone, as no stack reads
+ * it in an error. */
+static __always_inline int lbnat_fwd_icmp(struct xdp_md *ctx, struct pkt *p, const struct svc_slot *svc,
+					  const struct lbnat_cfg *c, struct lbnat_scratch *x)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *ip = p->ip;
+	__u8 *icmp = (void *)ip + ip->ihl * 4;
+	struct iphdr *q = (void *)(icmp + 8);
+	struct ports *qp;
+	int est;
+
+	/* parse_icmp_error checked these; the verifier wants them again. */
+	if ((void *)(q + 1) > data_end)
+		return drop(XLB_DROP_MALFORMED_L4);
+	qp = (void *)q + q->ihl * 4;
+	if ((void *)(qp + 1) > data_end)
+		return drop(XLB_DROP_MALFORMED_L4);
+
+	lbnat_set_key(&x->fk, p->flow_src, ip->daddr, p->sport, p->dport, p->proto);
+	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+	if (!s)
+		return drop(XLB_DROP_NAT_NO_SESSION);
+	if (lbnat_expired(c, s, bpf_ktime_get_coarse_ns())) {
+		lbnat_reap(&x->rk, s, est);
+		return drop(XLB_DROP_NAT_NO_SESSION);
+	}
+	struct lbnat_key *rk = &x->rk;
+	__be32 be = xlb_addr_v4(&rk->src);
+	struct backend_state *bst = lbnat_backend(rk, s->backend_id, svc->id, p->dport);
+	struct nh_entry *nh = &x->nh;
+
+	if (bst)
+		nh = &bst->nh;
+	else
+		x->nh.gen = 0;
+	int how = lbnat_next_hop(ctx, nh, be, ip, p->ip_len, 1);
+
+	if (how < 0)
+		return -how - 1;
+
+	/* The quote: VIP:port -> client:port becomes backend:port ->
+	 * source:port, where source is what the backend sees. */
+	__be32 qsrc = xlb_addr_v4(&rk->src), qdst = xlb_addr_v4(&rk->dst);
+	__be16 qsport = rk->sport, qdport = rk->dport;
+	__u32 qd = csum_diff32(q->saddr, qsrc) + csum_diff32(q->daddr, qdst);
+	__u16 qcheck = csum_apply(q->check, qd);
+	__u32 icmp_d = qd + csum_diff16(q->check, qcheck) + csum_diff16(qp->source, qsport) +
+		       csum_diff16(qp->dest, qdport);
+	__sum16 *icheck = (void *)(icmp + 2);
+
+	q->check = qcheck;
+	q->saddr = qsrc;
+	q->daddr = qdst;
+	qp->source = qsport;
+	qp->dest = qdport;
+	*icheck = csum_apply(*icheck, icmp_d);
+
+	__be32 osrc = (svc->encap == XLB_ENCAP_DNAT) ? ip->saddr : xlb_addr_v4(&c->addr);
+	__u32 d = csum_diff32(ip->saddr, osrc) + csum_diff32(ip->daddr, be);
+
+	ip->check = csum_apply(ip->check, d);
+	ip->saddr = osrc;
+	ip->daddr = be;
+	ipv4_decrease_ttl(ip);
+	lbnat_count(LBNAT_ICMP);
+	count_reason(XLB_NOTE_ICMP_TO_BACKEND);
+	return lbnat_emit(ctx, p->eth, nh, how);
+}
+
+/* The rest of the path for a NAT or DNAT service's packet, client to
+ * backend: its session, or a new one if the packet may open one (a TCP
+ * SYN without ACK, any UDP datagram); a TCP segment without a session is
+ * dropped, as a backend would only answer it with a reset. Out of line:
+ * the DSR path does not pay for its registers. */
+static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc, __u32 hash)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt pk = {}, *p = &pk;
+	const struct lbnat_cfg *c = lbnat_config();
+
+	/* Parsed again rather than handed over: a pointer to the caller's
+	 * parse would keep it on the stack, and cost the DSR path. */
+	int r = parse_ipv4((void *)(long)ctx->data, data_end, p);
+
+	if (r == PARSE_NOT_TCP_UDP && !parse_icmp_error(p, data_end))
+		r = PARSE_OK;
+	if (r != PARSE_OK || !c)
+		return drop(XLB_DROP_NAT_NO_PORT);
+	struct iphdr *ip = p->ip;
+
+	struct lbnat_scratch *x = lbnat_scratch();
+
+	if (!x)
+		return drop(XLB_DROP_NAT_NO_PORT);
+	if (ip->protocol == IPPROTO_ICMP)
+		return lbnat_fwd_icmp(ctx, p, svc, c, x);
+
+	struct ports *pp;
+	__sum16 *check;
+	__u8 flags;
+
+	if (lbnat_l4(p, data_end, &pp, &check, &flags))
+		return drop(XLB_DROP_MALFORMED_L4);
+	int tcp = p->proto == IPPROTO_TCP;
+	int syn = tcp && (flags & (XLB_TCP_SYN | XLB_TCP_ACK)) == XLB_TCP_SYN;
+	__u32 bid;
+	int est;
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	lbnat_set_key(&x->fk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
+	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+
+	if (s && lbnat_expired(c, s, now)) {
+		lbnat_reap(&x->rk, s, est);
+		s = 0;
+	}
+	if (s) {
+		lbnat_touch(s, flags, tcp, now, syn);
+		bid = s->backend_id;
+	} else {
+		if (tcp && !syn)
+			return drop(XLB_DROP_NAT_NO_SESSION);
+		int why = lbnat_open(x, &bid, svc, hash, c, now, tcp);
+
+		if (why)
+			return drop(why);
+	}
+
+	struct lbnat_key *rk = &x->rk;
+	__be32 be = xlb_addr_v4(&rk->src);
+	struct backend_state *bst = lbnat_backend(rk, bid, svc->id, p->dport);
+	struct nh_entry *nh = &x->nh;
+
+	if (bst)
+		nh = &bst->nh;
+	else
+		x->nh.gen = 0;
+	__u16 len = p->ip_len;
+	int how = lbnat_next_hop(ctx, nh, be, ip, len, 0);
+
+	if (how < 0)
+		return -how - 1;
+	if (__builtin_expect(p->options, 0))
+		count_reason(XLB_NOTE_IP_OPTIONS);
+	lbnat_rewrite(ip, pp, check, xlb_addr_v4(&rk->dst), rk->dport, be, rk->sport);
+	if (bst) {
+		bst->stats.packets++;
+		bst->stats.bytes += len;
+	}
+	lbnat_count(LBNAT_FWD);
+	return lbnat_emit(ctx, p->eth, nh, how);
+}
+
+/* ---- Backend to client ---- */
+
+/* Move session (rk, s) from the embryonic tables to the established ones
+ * on the backend's first reply: the claim first, then the forward entry,
+ * and only then are the embryonic entries removed, so that a packet of
+ * either direction finds the session all along. Returns the session as
+ * it now is (s itself when it could not move: the established tables are
+ * full, and it stays embryonic). */
+static __always_inline struct lbnat_session *lbnat_promote(const struct lbnat_key *rk,
+							   struct lbnat_session *s,
+							   struct lbnat_key *fk)
+{
+	struct lbnat_session *e;
+
+	__builtin_memset(fk, 0, sizeof(*fk));
+	lbnat_fwd_key(fk, s, rk->proto);
+	if (bpf_map_update_elem(&nat_rev, rk, s, BPF_NOEXIST)) {
+		/* Another CPU moved it first, or there is no room. */
+		e = bpf_map_lookup_elem(&nat_rev, rk);
+		if (e)
+			return e;
+		lbnat_count(LBNAT_PROMOTE_FAILED);
+		return s;
+	}
+	if (bpf_map_update_elem(&nat_fwd, fk, rk, BPF_ANY)) {
+		bpf_map_delete_elem(&nat_rev, rk);
+		lbnat_count(LBNAT_PROMOTE_FAILED);
+		return s;
+	}
+	struct lbnat_key *v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
+
+	if (v && lbnat_key_eq(v, rk))
+		bpf_map_delete_elem(&nat_fwd_syn, fk);
+	bpf_map_delete_elem(&nat_rev_syn, rk);
+	lbnat_count(LBNAT_PROMOTED);
+	e = bpf_map_lookup_elem(&nat_rev, rk);
+	return e ? e : s;
+}
+
+/* Whether a packet to daddr:dport (or, for dnat, from backend
+ * saddr:sport) may be a session's reply: only the NAT address's allocated
+ * range, and the dnat backends in nat_dnat_be, are ever looked up, so the
+ * node's own connections on other ports are never claimed. */
+static __always_inline int lbnat_reply_tuple(const struct lbnat_cfg *c, __be32 saddr, __be16 sport,
+					     __be32 daddr, __be16 dport, __u8 proto)
+{
+	if (daddr == xlb_addr_v4(&c->addr) && daddr) {
+		__u16 port = bpf_ntohs(dport);
+
+		if (port >= c->port_min && port <= c->port_max)
+			return 1;
+	}
+	if (c->flags & LBNAT_CFG_DNAT) {
+		struct lbnat_be_key bk = { .addr = XLB_ADDR4(saddr), .port = sport, .proto = proto };
+
+		return bpf_map_lookup_elem(&nat_dnat_be, &bk) != 0;
+	}
+	return 0;
+}
+
+/* The session of reply key rk, with *est saying where; an expired one is
+ * removed and not returned. */
+static __always_inline struct lbnat_session *lbnat_find_reply(const struct lbnat_cfg *c,
+							      const struct lbnat_key *rk, int *est,
+							      __u64 now)
+{
+	struct lbnat_session *s = bpf_map_lookup_elem(&nat_rev, rk);
+
+	*est = 1;
+	if (!s) {
+		*est = 0;
+		s = bpf_map_lookup_elem(&nat_rev_syn, rk);
+		if (!s)
+			return 0;
+	}
+	if (lbnat_expired(c, s, now)) {
+		lbnat_reap(rk, s, *est);
+		return 0;
+	}
+	return s;
+}
+
+/* An ICMP error about a packet this node sent a backend (fragmentation
+ * needed on the way to it, port unreachable from it, ...), addressed to
+ * the NAT address or, for dnat, to the client: the client must see it
+ * about its own packet, client:port -> VIP:port, addressed to it and from
+ * the VIP. Returns the verdict, or -1 when it is no session's error (the
+ * caller goes on with the packet untouched). */
+static __noinline int xlb_lb_nat_reply_icmp(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt pk = {}, *p = &pk;
+	struct iphdr *q;
+	struct ports *qp;
+	const struct lbnat_cfg *c = lbnat_config();
+
+	if (parse_ipv4((void *)(long)ctx->data, data_end, p) != PARSE_NOT_TCP_UDP || !c ||
+	    p->fragment || p->ip->protocol != IPPROTO_ICMP)
+		return -1;
+	struct iphdr *ip = p->ip;
+	void *dgram_end = (void *)ip + p->ip_len;
+	__u8 *icmp = (void *)ip + ip->ihl * 4;
+
+	if (past_datagram(icmp + 8, dgram_end, data_end))
+		return -1;
+	if (icmp[0] != ICMP_DEST_UNREACH && icmp[0] != ICMP_TIME_EXCEEDED &&
+	    icmp[0] != ICMP_PARAMETERPROB)
+		return -1;
+	q = (void *)(icmp + 8);
+	if (past_datagram(q + 1, dgram_end, data_end) || q->ihl < 5)
+		return -1;
+	if (q->protocol != IPPROTO_TCP && q->protocol != IPPROTO_UDP)
+		return -1;
+	qp = (void *)q + q->ihl * 4;
+	if (past_datagram(qp + 1, dgram_end, data_end))
+		return -1;
+	/* The quoted packet went node -> backend: its reply's key is the
+	 * quote turned around. */
+	if (!lbnat_reply_tuple(c, q->daddr, qp->dest, q->saddr, qp->source, q->protocol))
+		return -1;
+	struct lbnat_scratch *x = lbnat_scratch();
+	int est;
+
+	if (!x)
+		return -1;
+	lbnat_set_key(&x->rk, q->daddr, q->saddr, qp->dest, qp->source, q->protocol);
+	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, bpf_ktime_get_coarse_ns());
+
+	if (!s) {
+		lbnat_count(LBNAT_REV_MISS);
+		return pass(XLB_PASS_NOT_TCP_UDP);
+	}
+	if (ip->ttl <= 1)
+		return pass(XLB_PASS_TTL_EXCEEDED);
+	__be32 client = xlb_addr_v4(&s->client), vip = xlb_addr_v4(&s->vip);
+	int how = lbnat_next_hop(ctx, &s->nh, client, ip, p->ip_len, 1);
+
+	if (how < 0)
+		return -how - 1;
+
+	__u32 qd = csum_diff32(q->saddr, client) + csum_diff32(q->daddr, vip);
+	__u16 qcheck = csum_apply(q->check, qd);
+	__u32 icmp_d = qd + csum_diff16(q->check, qcheck) +
+		       csum_diff16(qp->source, s->client_port) + csum_diff16(qp->dest, s->vip_port);
+	__sum16 *icheck = (void *)(icmp + 2);
+
+	q->check = qcheck;
+	q->saddr = client;
+	q->daddr = vip;
+	qp->source = s->client_port;
+	qp->dest = s->vip_port;
+	*icheck = csum_apply(*icheck, icmp_d);
+
+	__u32 d = csum_diff32(ip->saddr, vip) + csum_diff32(ip->daddr, client);
+
+	ip->check = csum_apply(ip->check, d);
+	ip->saddr = vip;
+	ip->daddr = client;
+	ipv4_decrease_ttl(ip);
+	lbnat_count(LBNAT_ICMP);
+	return lbnat_emit(ctx, p->eth, &s->nh, how);
+}
+
+/* A backend's reply, or what looks like one (lbnat_reply_tuple): found
+ * by its own 5-tuple, rewritten to come from VIP:port and go to the
+ * client, and sent there. The first reply moves the session to the
+ * established tables. Returns the verdict, or -1 when the packet is no
+ * candidate at all (the caller goes on with it untouched). A candidate
+ * without a session goes to the kernel untouched and is counted. */
+static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt pk = {}, *p = &pk;
+	const struct lbnat_cfg *c = lbnat_config();
+
+	if (parse_ipv4((void *)(long)ctx->data, data_end, p) != PARSE_OK || p->fragment || !c)
+		return -1;
+	struct iphdr *ip = p->ip;
+
+	if (!lbnat_reply_tuple(c, ip->saddr, p->sport, ip->daddr, p->dport, p->proto))
+		return -1;
+	struct lbnat_scratch *x = lbnat_scratch();
+	int est;
+	__u64 now = bpf_ktime_get_coarse_ns();
+
+	if (!x)
+		return -1;
+	lbnat_set_key(&x->rk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
+	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, now);
+
+	if (!s) {
+		lbnat_count(LBNAT_REV_MISS);
+		return pass(XLB_PASS_NO_SERVICE);
+	}
+	if (ip->ttl <= 1)
+		return pass(XLB_PASS_TTL_EXCEEDED);
+
+	struct ports *pp;
+	__sum16 *check;
+	__u8 flags;
+
+	if (lbnat_l4(p, data_end, &pp, &check, &flags))
+		return drop(XLB_DROP_MALFORMED_L4);
+	if (p->proto == IPPROTO_TCP) {
+		if (flags & (XLB_TCP_FIN | XLB_TCP_RST)) {
+			if (s->state != LBNAT_CLOSING)
+				s->state = LBNAT_CLOSING;
+		} else if (s->state == LBNAT_SYN) {
+			s->state = LBNAT_ESTABLISHED;
+		}
+	}
+	if (!(s->flags & LBNAT_REPLIED))
+		s->flags |= LBNAT_REPLIED;
+	if (now - s->last > XLB_NAT_TOUCH_NS && (__s64)(now - s->last) > 0)
+		s->last = now;
+	if (!est)
+		s = lbnat_promote(&x->rk, s, &x->fk);
+
+	__be32 client = xlb_addr_v4(&s->client);
+	__u16 len = p->ip_len;
+	int how = lbnat_next_hop(ctx, &s->nh, client, ip, len, 0);
+
+	if (how < 0)
+		return -how - 1;
+	if (__builtin_expect(p->options, 0))
+		count_reason(XLB_NOTE_IP_OPTIONS);
+	lbnat_rewrite(ip, pp, check, xlb_addr_v4(&s->vip), s->vip_port, client, s->client_port);
+	lbnat_count(LBNAT_REV);
+	return lbnat_emit(ctx, p->eth, &s->nh, how);
+}
+
+/* Whether the node has any NAT state at all: a NAT address or dnat
+ * backends. One inlined array read for a packet that is no service's. */
+static __always_inline int lbnat_on(void)
+{
+	const struct lbnat_cfg *c = lbnat_config();
+
+	return c && (xlb_addr_v4(&c->addr) | (c->flags & LBNAT_CFG_DNAT));
+}
+
+/* Count a first fragment to a NAT service (its ports are there; later
+ * fragments have none and count only as drop_fragment). */
+static __noinline void lbnat_count_fragment(struct xdp_md *ctx)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt p = {};
+
+	if (parse_ipv4((void *)(long)ctx->data, data_end, &p) != PARSE_OK)
+		return;
+	struct iphdr *ip = p.ip;
+	struct ports *l4 = (void *)ip + ip->ihl * 4;
+
+	if (ip->frag_off & bpf_htons(IP_OFFSET))
+		return;
+	if ((void *)(l4 + 1) > data_end || (void *)(l4 + 1) > (void *)ip + p.ip_len)
+		return;
+	struct svc_slot *svc = svc_lookup(ip->daddr, l4->dest, ip->protocol);
+
+	if (svc && (svc->encap == XLB_ENCAP_NAT || svc->encap == XLB_ENCAP_DNAT))
+		lbnat_count(LBNAT_FRAGMENT);
+}
+
+#endif

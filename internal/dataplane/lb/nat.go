@@ -1,0 +1,578 @@
+package lb
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
+)
+
+// NAT and DNAT services keep a session per connection in the program's
+// maps (bpf/xlb_lbnat.h): the established tables nat_fwd (client's
+// 5-tuple -> the session's reverse key) and nat_rev (reverse key, the
+// reply's 5-tuple and the port's claim -> the session), and their
+// embryonic twins nat_fwd_syn and nat_rev_syn, LRU maps for sessions
+// whose backend has not answered yet. The program opens, moves, stamps
+// and expires sessions by itself; this file configures it (SetNAT), reads
+// what it did, and sweeps what expired off the packet path.
+// docs/decisions/0006-nat-sessions.md has the design and its figures.
+
+// NATConfig is node-wide and hot: SetNAT may be called at start and on
+// every reload.
+type NATConfig struct {
+	Address          netip.Addr    // source of full-NAT sessions towards backends (the node's own address)
+	PortMin, PortMax uint16        // the ports allocated on Address, per backend addr:port and protocol
+	TCPSyn           time.Duration // a TCP session that has not seen the backend's reply
+	TCPEstablished   time.Duration // idle established TCP
+	TCPClosing       time.Duration // after FIN or RST
+	UDP              time.Duration // idle UDP
+}
+
+// The NAT settings a zero field of NATConfig stands for, and what a new
+// program starts with until SetNAT (the configuration's defaults).
+const (
+	defaultNATPortMin        = 20000
+	defaultNATPortMax        = 32767
+	defaultNATTCPSyn         = 5 * time.Second
+	defaultNATTCPEstablished = time.Hour
+	defaultNATTCPClosing     = 10 * time.Second
+	defaultNATUDP            = 60 * time.Second
+)
+
+// NATCounters are the node-wide NAT counters and gauges.
+type NATCounters struct {
+	Sessions       uint64 // in use now (established and embryonic)
+	Embryonic      uint64 // in use now, no reply from the backend yet
+	Created        uint64
+	AllocFailures  uint64 // no free port (or no room) for a new session
+	Expired        uint64 // ended by their timeout
+	ReverseMisses  uint64 // packets from a backend address:port with no session (passed to the kernel)
+	NoReply        uint64 // sessions that expired without one reply from the backend (dnat: the route back does not go through the node)
+	Fragments      uint64 // IP fragments to NAT services, dropped
+	ICMPTranslated uint64
+}
+
+// Session is one NAT session, for `xlb status --sessions`.
+type Session struct {
+	Protocol  uint8 // 6 or 17
+	Client    netip.AddrPort
+	VIP       netip.AddrPort
+	Backend   netip.AddrPort
+	BackendID uint32
+	Source    netip.AddrPort // what the backend sees as the source: NATConfig.Address:port (nat) or Client (dnat)
+	State     string         // "syn", "established", "closing", "udp"
+	Replied   bool           // the backend has answered
+	Idle      time.Duration
+}
+
+// natState is the data plane's side of the sessions: the settings as
+// written, and what the last sweep saw.
+type natState struct {
+	// mu serialises the sweeps and the writes of nat_cfg; taken after
+	// the data plane's mu when both are held.
+	mu  sync.Mutex
+	cfg wire.NATCfg
+	// gauges are the session counts of the last walk, and when it was.
+	gauges  sessionCounts
+	walked  time.Time
+	dnatOld map[wire.NATBackendKey]bool
+}
+
+// sessionCounts are sessions in use, and of them those not answered.
+type sessionCounts struct{ sessions, embryonic uint64 }
+
+// gaugesFresh is how old the gauges of the last walk may be for
+// NATCounters to report them instead of walking again: the agent sweeps
+// every second.
+const gaugesFresh = 2 * time.Second
+
+// monotonicNow is the program's clock (bpf_ktime_get_coarse_ns), in
+// nanoseconds.
+func monotonicNow() uint64 {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC_COARSE, &ts); err != nil {
+		// Not on Linux, or a kernel without it: the fine clock is the
+		// same clock, a tick ahead at most.
+		_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	}
+	return uint64(ts.Nano())
+}
+
+// initNAT reads the settings the pinned nat_cfg holds; fresh maps get the
+// default timeouts, so that dnat sessions work before SetNAT.
+func (d *Dataplane) initNAT() error {
+	var c wire.NATCfg
+	if err := d.objs.NatCfg.Lookup(uint32(0), &c); err != nil {
+		return fmt.Errorf("read NAT settings: %w", err)
+	}
+	if c == (wire.NATCfg{}) {
+		c = natCfg(NATConfig{}, 0)
+		if err := d.objs.NatCfg.Put(uint32(0), c); err != nil {
+			return fmt.Errorf("write NAT settings: %w", err)
+		}
+	}
+	d.nat.cfg = c
+	return nil
+}
+
+// natCfg is c as the program reads it, with flags; zero fields take
+// their defaults. c is checked.
+func natCfg(c NATConfig, flags uint32) wire.NATCfg {
+	or := func(v, def time.Duration) uint64 {
+		if v == 0 {
+			v = def
+		}
+		return uint64(v.Nanoseconds())
+	}
+	w := wire.NATCfg{
+		PortMin: c.PortMin, PortMax: c.PortMax, Flags: flags,
+		TcpSynNs:         or(c.TCPSyn, defaultNATTCPSyn),
+		TcpEstablishedNs: or(c.TCPEstablished, defaultNATTCPEstablished),
+		TcpClosingNs:     or(c.TCPClosing, defaultNATTCPClosing),
+		UdpNs:            or(c.UDP, defaultNATUDP),
+	}
+	if c.Address.IsValid() {
+		w.Addr = wire.AddrOf(c.Address)
+	}
+	if w.PortMin == 0 && w.PortMax == 0 {
+		w.PortMin, w.PortMax = defaultNATPortMin, defaultNATPortMax
+	}
+	return w
+}
+
+// SetNAT makes c the node's NAT settings, at once for every packet. An
+// invalid Address (the zero netip.Addr) opens no full-NAT session (dnat
+// needs none); zero ports or durations take the defaults (20000-32767,
+// 5s, 1h, 10s, 60s). Sessions keep the address and port they were given:
+// one whose port a new range leaves out, or whose address is no longer
+// the NAT address, no longer gets its replies.
+func (d *Dataplane) SetNAT(c NATConfig) error {
+	if c.Address.IsValid() && (!c.Address.Is4() || c.Address.IsUnspecified()) {
+		return fmt.Errorf("NAT address %v: a usable IPv4 address is required", c.Address)
+	}
+	if (c.PortMin != 0 || c.PortMax != 0) && (c.PortMin == 0 || c.PortMin > c.PortMax) {
+		return fmt.Errorf("NAT ports %d-%d: want 1 <= min <= max", c.PortMin, c.PortMax)
+	}
+	for name, v := range map[string]time.Duration{"tcpSyn": c.TCPSyn, "tcpEstablished": c.TCPEstablished, "tcpClosing": c.TCPClosing, "udp": c.UDP} {
+		if v < 0 {
+			return fmt.Errorf("NAT timeout %s %v: must not be negative", name, v)
+		}
+	}
+	d.nat.mu.Lock()
+	defer d.nat.mu.Unlock()
+	return d.writeNATCfg(natCfg(c, d.nat.cfg.Flags))
+}
+
+// writeNATCfg writes the settings whole. Called with nat.mu held.
+func (d *Dataplane) writeNATCfg(c wire.NATCfg) error {
+	if err := d.objs.NatCfg.Put(uint32(0), c); err != nil {
+		return fmt.Errorf("write NAT settings: %w", err)
+	}
+	d.nat.cfg = c
+	return nil
+}
+
+// enableDNAT makes the reverse path look up the packets of the dnat
+// backends, before a dnat service can open its first session.
+func (d *Dataplane) enableDNAT() error {
+	d.nat.mu.Lock()
+	defer d.nat.mu.Unlock()
+	if d.nat.cfg.Flags&wire.NATCfgDNAT != 0 {
+		return nil
+	}
+	c := d.nat.cfg
+	c.Flags |= wire.NATCfgDNAT
+	return d.writeNATCfg(c)
+}
+
+// NATCounters returns the node-wide NAT counters, and the sessions in use
+// as the last sweep (ExpireSessions) counted them, or as a count of its
+// own when none ran in the last two seconds.
+func (d *Dataplane) NATCounters() (NATCounters, error) {
+	st, err := d.natStats()
+	if err != nil {
+		return NATCounters{}, err
+	}
+	d.nat.mu.Lock()
+	g, fresh := d.nat.gauges, time.Since(d.nat.walked) < gaugesFresh
+	d.nat.mu.Unlock()
+	if !fresh {
+		if g, err = d.countSessions(); err != nil {
+			return NATCounters{}, err
+		}
+	}
+	return NATCounters{
+		Sessions:       g.sessions,
+		Embryonic:      g.embryonic,
+		Created:        st[wire.LBNATCreated],
+		AllocFailures:  st[wire.LBNATAllocFailed] + st[wire.LBNATPromoteFailed],
+		Expired:        st[wire.LBNATExpired],
+		ReverseMisses:  st[wire.LBNATRevMiss],
+		NoReply:        st[wire.LBNATNoReply],
+		Fragments:      st[wire.LBNATFragment],
+		ICMPTranslated: st[wire.LBNATICMP],
+	}, nil
+}
+
+// NATStatCounters returns every NAT counter by name (wire.LBNATStatNames):
+// the program's, summed over the CPUs, plus the sweeps'.
+func (d *Dataplane) NATStatCounters() (map[string]uint64, error) {
+	st, err := d.natStats()
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]uint64, len(st))
+	for i, name := range wire.LBNATStatNames {
+		out[name] = st[i]
+	}
+	return out, nil
+}
+
+// natStats sums each NAT counter over the CPUs and adds the sweeps'.
+func (d *Dataplane) natStats() ([]uint64, error) {
+	out := make([]uint64, len(wire.LBNATStatNames))
+	for i, name := range wire.LBNATStatNames {
+		var per []uint64
+		if err := d.objs.NatCounters.Lookup(uint32(i), &per); err != nil {
+			return nil, fmt.Errorf("read NAT counter %s: %w", name, err)
+		}
+		for _, n := range per {
+			out[i] += n
+		}
+		var swept uint64
+		if err := d.objs.NatSwept.Lookup(uint32(i), &swept); err != nil {
+			return nil, fmt.Errorf("read NAT counter %s: %w", name, err)
+		}
+		out[i] += swept
+	}
+	return out, nil
+}
+
+// addSwept adds n to the sweeps' counter stat. Called with nat.mu held:
+// the sweeps are its only writers.
+func (d *Dataplane) addSwept(stat uint32, n uint64) error {
+	if n == 0 {
+		return nil
+	}
+	var v uint64
+	if err := d.objs.NatSwept.Lookup(stat, &v); err != nil {
+		return fmt.Errorf("read NAT counter %s: %w", wire.LBNATStatNames[stat], err)
+	}
+	if err := d.objs.NatSwept.Put(stat, v+n); err != nil {
+		return fmt.Errorf("write NAT counter %s: %w", wire.LBNATStatNames[stat], err)
+	}
+	return nil
+}
+
+// sessionTables are the session tables, established first: each reverse
+// table with the forward table of its sessions.
+func (d *Dataplane) sessionTables() [2]struct{ fwd, rev *ebpf.Map } {
+	return [2]struct{ fwd, rev *ebpf.Map }{
+		{d.objs.NatFwd, d.objs.NatRev},
+		{d.objs.NatFwdSyn, d.objs.NatRevSyn},
+	}
+}
+
+// walkSessions calls fn with every session of reverse table m, read in
+// batches. fn must not keep k or v.
+func walkSessions(m *ebpf.Map, fn func(k *wire.SessionKey, v *wire.Session)) error {
+	const batch = 4096
+	keys := make([]wire.SessionKey, batch)
+	vals := make([]wire.Session, batch)
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+		for i := range n {
+			fn(&keys[i], &vals[i])
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("read sessions of %v: %w", m, err)
+		}
+	}
+}
+
+// forwardKey is the forward key of session (k, v).
+func forwardKey(k *wire.SessionKey, v *wire.Session) wire.SessionKey {
+	return wire.SessionKey{Src: v.Client, Dst: v.Vip, Sport: v.ClientPort, Dport: v.VipPort, Proto: k.Proto}
+}
+
+// removeSession deletes session k from reverse table rev and its forward
+// entry from fwd, if that still names k: forward entry first, as the
+// program does. It says whether this call removed the session.
+func removeSession(fwd, rev *ebpf.Map, k *wire.SessionKey, v *wire.Session) (bool, error) {
+	fk := forwardKey(k, v)
+	var cur wire.SessionKey
+	if err := fwd.Lookup(&fk, &cur); err == nil && cur == *k {
+		if err := fwd.Delete(&fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, fmt.Errorf("delete session: %w", err)
+		}
+	}
+	if err := rev.Delete(k); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, nil
+		}
+		return false, fmt.Errorf("delete session: %w", err)
+	}
+	return true, nil
+}
+
+// timeout is the timeout of a session in state, by the settings c.
+func timeout(c *wire.NATCfg, state uint8) uint64 {
+	switch state {
+	case wire.SessionEstablished:
+		return c.TcpEstablishedNs
+	case wire.SessionClosing:
+		return c.TcpClosingNs
+	case wire.SessionUDP:
+		return c.UdpNs
+	}
+	return c.TcpSynNs
+}
+
+// expired says whether session v is past its timeout at now, as the
+// program decides it.
+func expired(c *wire.NATCfg, v *wire.Session, now uint64) bool {
+	return int64(now-v.Last) > int64(timeout(c, v.State))
+}
+
+// ExpireSessions removes sessions whose timeout passed (the packet path
+// already treats them as gone; this reclaims their memory) and returns
+// how many. The agent calls it periodically, off the packet path. Its
+// walk also counts the sessions in use (NATCounters), and lets go of the
+// dnat backends no service names and no session uses any more.
+func (d *Dataplane) ExpireSessions() (int, error) {
+	d.nat.mu.Lock()
+	defer d.nat.mu.Unlock()
+	c := d.nat.cfg
+	now := monotonicNow()
+	var g sessionCounts
+	live := map[wire.NATBackendKey]bool{}
+	type victim struct {
+		k wire.SessionKey
+		v wire.Session
+	}
+	removed, noReply := 0, uint64(0)
+	for _, t := range d.sessionTables() {
+		var old []victim
+		err := walkSessions(t.rev, func(k *wire.SessionKey, v *wire.Session) {
+			if expired(&c, v, now) {
+				old = append(old, victim{*k, *v})
+				return
+			}
+			g.sessions++
+			if v.Flags&wire.SessionReplied == 0 {
+				g.embryonic++
+			}
+			if v.Flags&wire.SessionDNAT != 0 {
+				live[wire.NATBackendKey{Addr: k.Src, Port: k.Sport, Proto: k.Proto}] = true
+			}
+		})
+		if err != nil {
+			return removed, err
+		}
+		for _, o := range old {
+			// A packet may have renewed it since the walk read it.
+			var cur wire.Session
+			if err := t.rev.Lookup(&o.k, &cur); err != nil || !expired(&c, &cur, monotonicNow()) {
+				continue
+			}
+			ok, err := removeSession(t.fwd, t.rev, &o.k, &cur)
+			if err != nil {
+				return removed, err
+			}
+			if ok {
+				removed++
+				if cur.Flags&wire.SessionReplied == 0 {
+					noReply++
+				}
+			}
+		}
+	}
+	if err := d.addSwept(wire.LBNATExpired, uint64(removed)); err != nil {
+		return removed, err
+	}
+	if err := d.addSwept(wire.LBNATNoReply, noReply); err != nil {
+		return removed, err
+	}
+	d.nat.gauges, d.nat.walked = g, time.Now()
+	return removed, d.sweepDNATBackends(live)
+}
+
+// countSessions walks the sessions to count them (NATCounters between
+// sweeps).
+func (d *Dataplane) countSessions() (sessionCounts, error) {
+	var g sessionCounts
+	for _, t := range d.sessionTables() {
+		err := walkSessions(t.rev, func(_ *wire.SessionKey, v *wire.Session) {
+			g.sessions++
+			if v.Flags&wire.SessionReplied == 0 {
+				g.embryonic++
+			}
+		})
+		if err != nil {
+			return g, err
+		}
+	}
+	return g, nil
+}
+
+// sweepDNATBackends removes from nat_dnat_be the backends that no dnat
+// service names and that no session in live uses, once two sweeps in a
+// row found them so (a session the program opened from a table being
+// replaced, after this sweep read its bucket, is seen by the next), and
+// turns the dnat lookups off when none is left and no dnat service is
+// installed. Called with nat.mu held.
+func (d *Dataplane) sweepDNATBackends(live map[wire.NATBackendKey]bool) error {
+	d.mu.Lock()
+	named, anyDNAT := d.dnatBackends()
+	d.mu.Unlock()
+	var keys []wire.NATBackendKey
+	var k wire.NATBackendKey
+	var one uint8
+	it := d.objs.NatDnatBe.Iterate()
+	for it.Next(&k, &one) {
+		keys = append(keys, k)
+	}
+	if err := it.Err(); err != nil {
+		return fmt.Errorf("read dnat backends: %w", err)
+	}
+	stale := map[wire.NATBackendKey]bool{}
+	left := 0
+	for _, k := range keys {
+		if named[k] || live[k] {
+			left++
+			continue
+		}
+		if !d.nat.dnatOld[k] {
+			stale[k] = true
+			left++
+			continue
+		}
+		if err := d.objs.NatDnatBe.Delete(&k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("delete dnat backend: %w", err)
+		}
+	}
+	d.nat.dnatOld = stale
+	if left == 0 && !anyDNAT && d.nat.cfg.Flags&wire.NATCfgDNAT != 0 {
+		c := d.nat.cfg
+		c.Flags &^= wire.NATCfgDNAT
+		return d.writeNATCfg(c)
+	}
+	return nil
+}
+
+// dnatBackends is the set of backends the installed dnat services name,
+// as nat_dnat_be holds them, and whether any dnat service is installed.
+// Called with mu held.
+func (d *Dataplane) dnatBackends() (map[wire.NATBackendKey]bool, bool) {
+	out := map[wire.NATBackendKey]bool{}
+	anyDNAT := false
+	for _, s := range d.svcs.list() {
+		if wire.Encap(s.Encap) != EncapDNAT {
+			continue
+		}
+		anyDNAT = true
+		for _, b := range d.backends.owner.backends(s.Id + 1) {
+			ap := d.backends.addrs[b]
+			port := wire.Port(ap.Port())
+			if ap.Port() == 0 {
+				port = s.Port
+			}
+			out[wire.NATBackendKey{Addr: wire.AddrOf(ap.Addr()), Port: port, Proto: s.Proto}] = true
+		}
+	}
+	return out, anyDNAT
+}
+
+// EndBackendSessions ends the sessions of backend id at once (it failed
+// its health check) and returns how many; a backend that merely leaves the
+// configuration (drain) keeps its sessions until they end. Only sessions
+// that went to the address and port id has now are ended: a session of a
+// backend that left, whose id was given to another since, is not id's.
+func (d *Dataplane) EndBackendSessions(id uint32) (int, error) {
+	d.mu.Lock()
+	ap, ok := d.backends.addrs[id]
+	d.mu.Unlock()
+	if !ok {
+		return 0, fmt.Errorf("end sessions of backend %d: no such backend", id)
+	}
+	addr := wire.AddrOf(ap.Addr())
+	d.nat.mu.Lock()
+	defer d.nat.mu.Unlock()
+	ended := 0
+	for _, t := range d.sessionTables() {
+		var mine []wire.SessionKey
+		var vals []wire.Session
+		err := walkSessions(t.rev, func(k *wire.SessionKey, v *wire.Session) {
+			port := ap.Port()
+			if port == 0 {
+				port = wire.PortFrom(v.VipPort)
+			}
+			if v.BackendId == id && k.Src == addr && k.Sport == wire.Port(port) {
+				mine = append(mine, *k)
+				vals = append(vals, *v)
+			}
+		})
+		if err != nil {
+			return ended, err
+		}
+		for i := range mine {
+			ok, err := removeSession(t.fwd, t.rev, &mine[i], &vals[i])
+			if err != nil {
+				return ended, err
+			}
+			if ok {
+				ended++
+			}
+		}
+	}
+	return ended, d.addSwept(wire.LBNATEnded, uint64(ended))
+}
+
+// stateNames name the session states for Session.State.
+var stateNames = map[uint8]string{
+	wire.SessionSyn: "syn", wire.SessionEstablished: "established", wire.SessionClosing: "closing", wire.SessionUDP: "udp",
+}
+
+// Sessions lists up to max sessions of the service vip:port/proto (max
+// <= 0: all of them), established ones first.
+func (d *Dataplane) Sessions(vip netip.Addr, port uint16, proto uint8, max int) ([]Session, error) {
+	want, wport := wire.AddrOf(vip.Unmap()), wire.Port(port)
+	now := monotonicNow()
+	var out []Session
+	for _, t := range d.sessionTables() {
+		err := walkSessions(t.rev, func(k *wire.SessionKey, v *wire.Session) {
+			if max > 0 && len(out) >= max || v.Vip != want || v.VipPort != wport || k.Proto != proto {
+				return
+			}
+			idle := time.Duration(0)
+			if now > v.Last {
+				idle = time.Duration(now - v.Last)
+			}
+			out = append(out, Session{
+				Protocol:  k.Proto,
+				Client:    netip.AddrPortFrom(v.Client.IP(), wire.PortFrom(v.ClientPort)),
+				VIP:       netip.AddrPortFrom(v.Vip.IP(), wire.PortFrom(v.VipPort)),
+				Backend:   netip.AddrPortFrom(k.Src.IP(), wire.PortFrom(k.Sport)),
+				BackendID: v.BackendId,
+				Source:    netip.AddrPortFrom(k.Dst.IP(), wire.PortFrom(k.Dport)),
+				State:     stateNames[v.State],
+				Replied:   v.Flags&wire.SessionReplied != 0,
+				Idle:      idle,
+			})
+		})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
