@@ -689,7 +689,7 @@ func testAgentSecrets(t *testing.T, k *kube, ns string) {
 	}
 
 	// The agent's own way: its Kubernetes source, as the DaemonSet runs it.
-	base, err := source.DaemonSetBase(ctx, agent, config.Kubernetes{NodeName: "edge-lb", SecretNamespace: ns}, "eth0")
+	base, err := source.DaemonSetBase(ctx, agent, config.Kubernetes{NodeName: "edge-lb", SecretNamespace: ns}, "eth0", config.NATConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -86,7 +86,8 @@ func TestChartValues(t *testing.T) {
 		"serveClassless": true,
 		"controller":     map[string]any{"replicas": 3, "leaseName": "edge-lease", "metricsPort": 9999},
 		"agent": map[string]any{"interface": "bond0", "nodeSelector": map[string]any{"role": "lb"},
-			"bgpPasswordSecrets": []any{"tor-password", "other-peer"}},
+			"bgpPasswordSecrets": []any{"tor-password", "other-peer"},
+			"nat":                map[string]any{"ports": "40000-49999", "sessions": 4096, "timeouts": map[string]any{"udp": "30s", "tcpEstablished": "2h"}}},
 		"addressPools": []any{map[string]any{"name": "p1", "spec": map[string]any{"addresses": []any{"10.99.0.0/28"}}}},
 		"bgpPeers": []any{
 			map[string]any{"name": "tor", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.1"}},
@@ -141,7 +142,8 @@ func TestChartValues(t *testing.T) {
 			map[string]any{"apiGroups": []any{"coordination.k8s.io"}, "resources": []any{"leases"}, "resourceNames": []any{"edge-lease"}, "verbs": []any{"get", "update"}},
 		}},
 		{"DaemonSet lb/edge-xlb-agent", []string{"spec", "template", "spec", "containers", "0", "args"},
-			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0"}},
+			[]any{"agent", "--source=kubernetes", "--serve-classless=true", "--interface=bond0",
+				"--nat-ports=40000-49999", "--nat-sessions=4096", "--nat-timeouts=tcpEstablished=2h,udp=30s"}},
 		{"DaemonSet lb/edge-xlb-backend", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"backend", "--source=kubernetes", "--interface=eth0", "--serve-classless=true", "--metrics-addr=[$(POD_IP)]:9402"}},
 		// Helm merges maps: the default selector stays unless set to null.

@@ -76,7 +76,8 @@ func TestManifestFlagsExist(t *testing.T) {
 	}
 	// Values that switch on the optional flags.
 	rendered, err := c.render(release{Name: "xlb", Namespace: "xlb-system"}, map[string]any{
-		"agent": map[string]any{"interface": "eth1"},
+		"agent": map[string]any{"interface": "eth1", "nat": map[string]any{"address": "10.0.0.12", "ports": "40000-49999", "sessions": 4096,
+			"timeouts": map[string]any{"tcpSyn": "3s"}}},
 	})
 	if err != nil {
 		t.Fatal(err)

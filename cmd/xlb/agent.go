@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -38,13 +39,14 @@ const sourceFile = "file"
 const kubernetesSyncTimeout = time.Minute
 
 const agentUsage = `usage: xlb agent --config FILE [--log-format text|json] [--log-level debug|info|warn|error]
-       xlb agent --source kubernetes [--config FILE | --interface IF] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
+       xlb agent --source kubernetes [--config FILE | --interface IF --nat-… ] [--kubeconfig FILE] [--serve-classless] [--log-format …] [--log-level …]
        xlb agent --check --config FILE [--socket PATH]
 
 With --config FILE the file holds the whole configuration. With --source
 kubernetes (or a kubernetes section in the file) the Services of type
 LoadBalancer and the BGPPeers of the cluster are added to it; without a
-file the agent runs as in the DaemonSet, with every default.
+file the agent runs as in the DaemonSet, with every default but those
+--interface and the --nat-… flags (the file's nat section) set.
 
 With --check the agent does not run: FILE is checked as the running agent
 would check it on a reload (through its API socket) and what a reload
@@ -58,6 +60,10 @@ func runAgent(args []string) error {
 	kubeconfig := fs.String("kubeconfig", "", "with --source kubernetes: kubeconfig `file` (default: the file's kubernetes.kubeconfig, else the pod's service account)")
 	iface := fs.String("interface", "", "with --source kubernetes and no --config: the `interface` XDP attaches to (default: the one holding the Node's InternalIP)")
 	classless := fs.Bool("serve-classless", false, "with --source kubernetes: also serve Services of type LoadBalancer without a loadBalancerClass (default: the file's kubernetes.serveClassless, else false)")
+	natAddress := fs.String("nat-address", "", "with --source kubernetes and no --config: the source `address` of full-NAT sessions (nat.address; default: the Node's InternalIP)")
+	natPorts := fs.String("nat-ports", "", "with --source kubernetes and no --config: the source ports of full-NAT sessions, `MIN-MAX` (nat.ports; default 20000-32767)")
+	natSessions := fs.Uint("nat-sessions", 0, "with --source kubernetes and no --config: the `number` of NAT sessions the node holds (nat.sessions; default 262144)")
+	natTimeouts := fs.String("nat-timeouts", "", "with --source kubernetes and no --config: idle timeouts of NAT sessions, any of `tcpSyn=5s,tcpEstablished=1h,tcpClosing=10s,udp=60s` (nat.timeouts)")
 	check := fs.Bool("check", false, "check the --config file as the agent would, print what a reload would change against the running agent, and exit (0: valid)")
 	socket := fs.String("socket", "", "with --check: the running agent's API `socket` (default: the file's api.socket)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -81,6 +87,12 @@ func runAgent(args []string) error {
 			kf.classless = classless
 		}
 	})
+	nat, err := natFlags(*natAddress, *natPorts, *natSessions, *natTimeouts, set)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xlb agent:", err)
+		return errUsage
+	}
+	kf.nat = nat
 	switch {
 	case *check:
 		if err := checkFlags(*cfgPath, set); err != nil {
@@ -132,6 +144,56 @@ func runAgent(args []string) error {
 type kubeFlags struct {
 	kubeconfig, iface string
 	classless         *bool // nil unless given: the file's setting holds
+	// nat is the nat section of an agent without a file; nil unless a
+	// --nat-… flag is given.
+	nat *config.NATConfig
+}
+
+// natFlags reads the --nat-… flags (those set names) into a nat
+// section, whose other fields are zero (their defaults); nil when none
+// is given.
+func natFlags(address, ports string, sessions uint, timeouts string, set map[string]bool) (*config.NATConfig, error) {
+	if !set["nat-address"] && !set["nat-ports"] && !set["nat-sessions"] && !set["nat-timeouts"] {
+		return nil, nil
+	}
+	var n config.NATConfig
+	if set["nat-address"] {
+		a, err := netip.ParseAddr(address)
+		if err != nil || !a.Is4() || a.IsUnspecified() || a.IsLoopback() || a.IsMulticast() {
+			return nil, fmt.Errorf("--nat-address %q: give a unicast IPv4 address of this node, which backends reply to", address)
+		}
+		n.Address = a
+	}
+	if set["nat-ports"] {
+		r, why := config.ParsePortRange(ports)
+		if why != "" {
+			return nil, fmt.Errorf("--nat-ports: %s", why)
+		}
+		n.Ports = r
+	}
+	if set["nat-sessions"] {
+		if sessions < config.MinNATSessions || sessions > config.MaxNATSessions {
+			return nil, fmt.Errorf("--nat-sessions %d: give %d..%d", sessions, config.MinNATSessions, config.MaxNATSessions)
+		}
+		n.Sessions = uint32(sessions)
+	}
+	if set["nat-timeouts"] {
+		t := &n.Timeouts
+		fields := map[string]*time.Duration{"tcpSyn": &t.TCPSyn, "tcpEstablished": &t.TCPEstablished, "tcpClosing": &t.TCPClosing, "udp": &t.UDP}
+		for _, kv := range strings.Split(timeouts, ",") {
+			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+			to, known := fields[k]
+			if !ok || !known {
+				return nil, fmt.Errorf("--nat-timeouts %q: %q is not NAME=DURATION with NAME tcpSyn, tcpEstablished, tcpClosing or udp, e.g. tcpEstablished=2h,udp=30s", timeouts, kv)
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil || d < config.MinNATTimeout || d > config.MaxNATTimeout {
+				return nil, fmt.Errorf("--nat-timeouts: %s=%s: give a duration from %s to 24h, e.g. %s=30s", k, v, config.MinNATTimeout, k)
+			}
+			*to = d
+		}
+	}
+	return &n, nil
 }
 
 // useKubernetes decides the source from the flags and the file (nil
@@ -153,12 +215,14 @@ func useKubernetes(from, path string, cfg *config.Config, kf kubeFlags) (bool, e
 	switch {
 	case !kube && cfg == nil:
 		return false, errors.New("--source file needs --config FILE")
-	case !kube && (kf.kubeconfig != "" || kf.iface != "" || kf.classless != nil):
-		return false, errors.New("--kubeconfig, --interface and --serve-classless apply to --source kubernetes only")
+	case !kube && (kf.kubeconfig != "" || kf.iface != "" || kf.classless != nil || kf.nat != nil):
+		return false, errors.New("--kubeconfig, --interface, --serve-classless and --nat-… apply to --source kubernetes only")
 	case kube && cfg == nil && from == "":
 		return false, errors.New("give --config FILE, or --source kubernetes to run with the cluster's configuration alone")
 	case kube && cfg != nil && kf.iface != "":
 		return false, fmt.Errorf("--interface replaces the node section of a missing file; with --config, set node.interface in %s", path)
+	case kube && cfg != nil && kf.nat != nil:
+		return false, fmt.Errorf("--nat-… replace the nat section of a missing file; with --config, set the nat section in %s", path)
 	}
 	return kube, nil
 }
@@ -194,7 +258,11 @@ func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *c
 		if err != nil {
 			return nil, nil, err
 		}
-		if base, err = source.DaemonSetBase(ctx, client, k, kf.iface); err != nil {
+		var nat config.NATConfig
+		if kf.nat != nil {
+			nat = *kf.nat
+		}
+		if base, err = source.DaemonSetBase(ctx, client, k, kf.iface, nat); err != nil {
 			return nil, nil, err
 		}
 	}
@@ -386,7 +454,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
 		"address", nodeAddr, "pinPath", pinPath)
 
-	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check))
+	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check), api.WithSessions(a.Sessions))
 	if err != nil {
 		return err
 	}
@@ -454,5 +522,6 @@ func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (
 		ConntrackSize: cfg.Dataplane.ConntrackSize,
 		FlowHash:      flowHash,
 		PingVIPs:      cfg.Dataplane.PingVIPs,
+		NATSessions:   cfg.NAT.Sessions,
 	}, nil
 }

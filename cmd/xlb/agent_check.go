@@ -106,6 +106,9 @@ func printCheck(w io.Writer, c *api.Check) {
 	for _, p := range c.Policy {
 		lines = append(lines, "policy: "+p)
 	}
+	for _, n := range c.NAT {
+		lines = append(lines, "set "+n)
+	}
 	if len(lines) > 0 {
 		fmt.Fprintf(w, "Against %s (generation %d), a reload would:\n", running, c.Generation)
 		for _, l := range lines {
@@ -126,7 +129,7 @@ func checkFlags(cfgPath string, set map[string]bool) error {
 	if cfgPath == "" {
 		return errors.New("--check needs --config FILE")
 	}
-	for _, f := range []string{"source", "kubeconfig", "interface", "serve-classless"} {
+	for _, f := range []string{"source", "kubeconfig", "interface", "serve-classless", "nat-address", "nat-ports", "nat-sessions", "nat-timeouts"} {
 		if set[f] {
 			return fmt.Errorf("--%s has no use with --check: the file alone is checked (against the running agent, if one answers)", f)
 		}

@@ -24,11 +24,35 @@ func runStatus(args []string) error {
 	asJSON := fset.Bool("json", false, "print the status as JSON")
 	socket := fset.String("socket", "", "the agent's API `socket` (default "+config.DefaultSocket+")")
 	cfgPath := fset.String("config", "", "take the socket from the agent's configuration `file`")
+	sessions := fset.String("sessions", "", "list a sample of the NAT sessions of the services at `VIP[:PORT[/PROTOCOL]]`")
+	sample := fset.Int("max", api.DefaultSessionSample, "with --sessions: list at most `N` sessions of each service")
 	if err := fset.Parse(args); err != nil {
 		return err
 	}
+	maxSet := false
+	fset.Visit(func(f *flag.Flag) { maxSet = maxSet || f.Name == "max" })
+	const usage = "usage: xlb status [--json] [--socket PATH | --config FILE] [--sessions VIP[:PORT[/PROTOCOL]] [--max N]]"
 	if fset.NArg() > 0 || (*socket != "" && *cfgPath != "") {
-		fmt.Fprintln(os.Stderr, "usage: xlb status [--json] [--socket PATH | --config FILE]")
+		fmt.Fprintln(os.Stderr, usage)
+		return errUsage
+	}
+	var q *api.SessionQuery
+	switch {
+	case *sessions != "":
+		sq, err := api.ParseSessionQuery(*sessions)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "xlb status: --sessions", err)
+			return errUsage
+		}
+		if *sample < 1 || *sample > api.MaxSessionSample {
+			fmt.Fprintf(os.Stderr, "xlb status: --max %d: give 1..%d\n", *sample, api.MaxSessionSample)
+			return errUsage
+		}
+		sq.Max = *sample
+		q = &sq
+	case maxSet:
+		fmt.Fprintln(os.Stderr, "xlb status: --max applies to --sessions only")
+		fmt.Fprintln(os.Stderr, usage)
 		return errUsage
 	}
 	path := *socket
@@ -43,6 +67,9 @@ func runStatus(args []string) error {
 		path = config.DefaultSocket
 	}
 
+	if q != nil {
+		return runSessions(path, *q, *asJSON)
+	}
 	st, err := api.GetStatus(path)
 	switch {
 	case errors.Is(err, api.ErrNotRunning):
@@ -146,6 +173,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	if p := st.Policy; p.DenyPrefixes > 0 || p.Denied > 0 {
 		fmt.Fprintf(w, "\nDeny list: %d prefixes (policy.deny), %d packets to VIPs denied\n", p.DenyPrefixes, p.Denied)
 	}
+	if st.NAT != nil {
+		printNAT(w, st.NAT, st.Services)
+	}
 
 	var reasons []string
 	for _, r := range slices.Sorted(maps.Keys(st.Reasons)) {
@@ -163,6 +193,76 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 		fmt.Fprintf(tw, "%s\t%d\n", r, st.Reasons[r])
 	}
 	return tw.Flush()
+}
+
+// printNAT writes the NAT session table's line and what its counters
+// say needs doing.
+func printNAT(w io.Writer, n *api.NAT, services []api.Service) {
+	pct := 0.0
+	if n.Capacity > 0 {
+		pct = 100 * float64(n.Sessions) / float64(n.Capacity)
+	}
+	fmt.Fprintf(w, "\nNAT:      %d/%d sessions (%.1f%%), %d embryonic; from %s ports %s\n", n.Sessions, n.Capacity, pct, n.Embryonic, n.Address, n.Ports)
+	fmt.Fprintf(w, "          created %d, expired %d (%d without a reply), allocation failures %d, reverse misses %d, fragments dropped %d, ICMP translated %d\n",
+		n.Created, n.Expired, n.NoReply, n.AllocFailures, n.ReverseMisses, n.FragmentsDropped, n.ICMPTranslated)
+	if n.NoReply > 0 && slices.ContainsFunc(services, func(s api.Service) bool { return s.Forwarding == string(config.DNAT) }) {
+		fmt.Fprintln(w, "          sessions without a reply: a dnat backend's route to its clients must go through this node (its replies keep the client's address); check the backends' routes")
+	}
+	if n.AllocFailures > 0 {
+		fmt.Fprintln(w, "          allocation failures: new connections found no free port or no room; widen nat.ports (each backend address, port and protocol has one session per port) or raise nat.sessions (a restart)")
+	}
+	if n.ExpireError != "" {
+		fmt.Fprintln(w, "          reclaiming expired sessions fails: "+oneLine(n.ExpireError))
+	}
+}
+
+// runSessions prints a sample of the NAT sessions q names.
+func runSessions(socket string, q api.SessionQuery, asJSON bool) error {
+	out, err := api.GetSessions(socket, q)
+	switch {
+	case errors.Is(err, api.ErrNotRunning):
+		return fmt.Errorf("%w: start it with `xlb agent --config FILE`, or point to its socket with --socket PATH or --config FILE", err)
+	case errors.Is(err, api.ErrNoSessions):
+		return fmt.Errorf("%w: upgrade the agent", err)
+	case err != nil:
+		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(os.Stdout)
+		enc.SetIndent("", "  ")
+		return enc.Encode(out)
+	}
+	return printSessions(os.Stdout, out)
+}
+
+// printSessions writes the sessions of each service as a table.
+func printSessions(w io.Writer, out *api.Sessions) error {
+	for i, s := range out.Services {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		more := ""
+		if s.More {
+			more = fmt.Sprintf(" (the first %d; it has more)", len(s.Sessions))
+		}
+		fmt.Fprintf(w, "%s %s/%s, %s: %d sessions%s\n", s.Name, netip.AddrPortFrom(s.VIP, s.Port), s.Protocol, s.Forwarding, len(s.Sessions), more)
+		if len(s.Sessions) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "CLIENT\tBACKEND\tBACKEND SEES\tSTATE\tREPLIED\tIDLE")
+		for _, x := range s.Sessions {
+			replied := "no"
+			if x.Replied {
+				replied = "yes"
+			}
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", x.Client, x.Backend, x.Source, x.State, replied, roundAgo(x.Idle()))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // backendHealth formats a backend's health for the HEALTH and LAST CHECK

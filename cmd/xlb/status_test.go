@@ -1,7 +1,10 @@
 package main
 
 import (
+	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -260,5 +263,102 @@ func TestPrintStatusPolicy(t *testing.T) {
 	}
 	if len(sources) != 1 || !strings.Contains(sources[0], " 3 ") || !strings.Contains(sources[0], " 180 ") || !strings.Contains(sources[0], "dropped, not from") {
 		t.Errorf("source lines %q, want web's alone with 3 packets and 180 bytes dropped", sources)
+	}
+}
+
+// The NAT session table in the text status: use against capacity, the
+// counters, and what a no-reply or allocation failure asks for; none of
+// it without a NAT service.
+func TestPrintStatusNAT(t *testing.T) {
+	st := &api.Status{
+		Version: "v1", Node: api.Node{Interface: "eth0"},
+		Config: api.Config{Path: "x.yaml", Generation: 1, Result: api.ResultOK},
+		Services: []api.Service{{Name: "app", VIP: netip.MustParseAddr("10.99.0.3"), Port: 443, Protocol: "tcp", Forwarding: "nat", Installed: true, State: api.StateUp},
+			{Name: "db", VIP: netip.MustParseAddr("10.99.0.4"), Port: 5432, Protocol: "tcp", Forwarding: "dnat", Installed: true, State: api.StateUp}},
+		NAT: &api.NAT{Address: netip.MustParseAddr("10.0.1.2"), Ports: "20000-32767", Sessions: 1024, Embryonic: 12, Capacity: 4096, Created: 5000,
+			AllocFailures: 2, Expired: 3976, NoReply: 40, ReverseMisses: 9, FragmentsDropped: 1, ICMPTranslated: 3, ExpireError: "map busy"},
+	}
+	var b strings.Builder
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	t.Logf("\n%s", out)
+	for _, want := range []string{
+		"app      10.99.0.3:443/tcp   nat",
+		"db       10.99.0.4:5432/tcp  dnat",
+		"NAT:      1024/4096 sessions (25.0%), 12 embryonic; from 10.0.1.2 ports 20000-32767",
+		"created 5000, expired 3976 (40 without a reply), allocation failures 2, reverse misses 9, fragments dropped 1, ICMP translated 3",
+		"sessions without a reply: a dnat backend's route to its clients must go through this node",
+		"allocation failures: new connections found no free port or no room; widen nat.ports",
+		"reclaiming expired sessions fails: map busy",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("no %q in the status", want)
+		}
+	}
+	st.NAT = nil
+	b.Reset()
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "NAT:") {
+		t.Errorf("a NAT line without a session table:\n%s", b.String())
+	}
+}
+
+func TestPrintSessions(t *testing.T) {
+	out := &api.Sessions{Services: []api.ServiceSessions{
+		{Name: "app", VIP: netip.MustParseAddr("10.99.0.3"), Port: 443, Protocol: "tcp", Forwarding: "nat", More: true, Sessions: []api.Session{
+			{Client: netip.MustParseAddrPort("192.0.2.1:40000"), Backend: netip.MustParseAddrPort("10.0.4.2:8443"), Source: netip.MustParseAddrPort("10.0.1.2:20001"),
+				State: "established", Replied: true, IdleSeconds: 1.25},
+			{Client: netip.MustParseAddrPort("192.0.2.7:51000"), Backend: netip.MustParseAddrPort("10.0.4.3:8443"), Source: netip.MustParseAddrPort("10.0.1.2:20002"),
+				State: "syn", IdleSeconds: 0.5},
+		}},
+		{Name: "dns", VIP: netip.MustParseAddr("10.99.0.3"), Port: 53, Protocol: "udp", Forwarding: "dnat"},
+	}}
+	var b strings.Builder
+	if err := printSessions(&b, out); err != nil {
+		t.Fatal(err)
+	}
+	got := b.String()
+	t.Logf("\n%s", got)
+	want := `app 10.99.0.3:443/tcp, nat: 2 sessions (the first 2; it has more)
+CLIENT           BACKEND        BACKEND SEES    STATE        REPLIED  IDLE
+192.0.2.1:40000  10.0.4.2:8443  10.0.1.2:20001  established  yes      1.3s
+192.0.2.7:51000  10.0.4.3:8443  10.0.1.2:20002  syn          no       500ms
+
+dns 10.99.0.3:53/udp, dnat: 0 sessions
+`
+	if got != want {
+		t.Errorf("got\n%s\nwant\n%s", got, want)
+	}
+}
+
+// --sessions takes VIP[:PORT[/PROTOCOL]], --max only with it; both are
+// checked before the agent is asked.
+func TestStatusSessionsUsage(t *testing.T) {
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	old := os.Stderr
+	os.Stderr = devnull
+	defer func() { os.Stderr = old }()
+	socket := filepath.Join(t.TempDir(), "none.sock")
+	for _, args := range [][]string{
+		{"--sessions", "10.99.0.x"},
+		{"--sessions", "10.99.0.1/tcp"},
+		{"--sessions", "10.99.0.1:80", "--max", "0"},
+		{"--max", "5"},
+	} {
+		if err := runStatus(append([]string{"--socket", socket}, args...)); err != errUsage {
+			t.Errorf("xlb status %q: %v, want the usage", args, err)
+		}
+	}
+	// A valid query reaches for the agent.
+	if err := runStatus([]string{"--socket", socket, "--sessions", "10.99.0.1:53/udp", "--max", "5"}); !errors.Is(err, api.ErrNotRunning) {
+		t.Errorf("a valid query: %v, want that no agent runs", err)
 	}
 }

@@ -66,6 +66,8 @@ type Agent struct {
 	warm       func([]netip.Addr, *slog.Logger)
 	pollEvery  time.Duration // how often a failed apply is due for a retry
 	retryEvery time.Duration
+	// expireEvery is how often the expired NAT sessions are reclaimed.
+	expireEvery time.Duration
 
 	applyMu sync.Mutex // serialises reloads, retries and health changes
 	// states are the backends' health states as last logged, by target key.
@@ -104,6 +106,9 @@ type Agent struct {
 	// healthy backend by it.
 	down    map[string]bool
 	svcDown map[string]bool
+	// expireErr is why reclaiming expired NAT sessions failed last; ""
+	// when it works.
+	expireErr string
 }
 
 // New adopts the data plane's state and applies o.Config. A failure to
@@ -132,6 +137,7 @@ func newAgent(o Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
+	rec.nodeAddr = o.NodeAddr
 	prober := o.Prober
 	if prober == nil {
 		prober = health.New(log)
@@ -147,23 +153,24 @@ func newAgent(o Options) (*Agent, error) {
 			TableSize: shape.TableSize,
 			PingVIPs:  shape.PingVIPs,
 		},
-		version:    o.Version,
-		dp:         o.Dataplane,
-		rec:        rec,
-		prober:     prober,
-		log:        log,
-		parse:      ParseFile,
-		warm:       warmNeighbours,
-		pollEvery:  500 * time.Millisecond,
-		retryEvery: 5 * time.Second,
-		cfg:        o.Config,
-		generation: 1,
-		lastReload: time.Now(),
-		reloads:    map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
-		timings:    newTimings(),
-		routes:     o.Routes,
-		fileIsBase: o.FileIsBase,
-		runCtx:     context.Background(),
+		version:     o.Version,
+		dp:          o.Dataplane,
+		rec:         rec,
+		prober:      prober,
+		log:         log,
+		parse:       ParseFile,
+		warm:        warmNeighbours,
+		pollEvery:   500 * time.Millisecond,
+		retryEvery:  5 * time.Second,
+		expireEvery: time.Second,
+		cfg:         o.Config,
+		generation:  1,
+		lastReload:  time.Now(),
+		reloads:     map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
+		timings:     newTimings(),
+		routes:      o.Routes,
+		fileIsBase:  o.FileIsBase,
+		runCtx:      context.Background(),
 	}
 	if o.Source != nil {
 		a.updates = o.Source.Updates()
@@ -205,6 +212,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	probing, stopProbing := context.WithCancel(ctx)
 	var wg sync.WaitGroup
 	wg.Go(func() { a.prober.Run(probing) })
+	wg.Go(func() { a.expireSessions(probing) })
 	defer func() {
 		stopProbing()
 		wg.Wait()
@@ -413,6 +421,9 @@ func (a *Agent) warnRestartOnly(old, cfg *config.Config) {
 		{"node", old.Node != cfg.Node},
 		{"api", old.API != cfg.API},
 		{"dataplane", old.Dataplane != cfg.Dataplane},
+		// The session table is allocated whole when the data plane
+		// loads; the rest of the nat section applies at once.
+		{"nat.sessions", old.NAT.Sessions != cfg.NAT.Sessions},
 	} {
 		if c.changed {
 			a.log.Warn("a setting changed that only takes effect when the agent restarts", "section", c.field,
@@ -508,6 +519,11 @@ func (a *Agent) Status() (*api.Status, error) {
 	}
 	st.Reasons = reasons
 	st.Policy = api.Policy{DenyPrefixes: len(cfg.Policy.Deny), Denied: reasons["drop_denied"]}
+	if UsesNAT(cfg) {
+		if st.NAT, err = a.natStatus(cfg); err != nil {
+			return nil, err
+		}
+	}
 	return st, nil
 }
 

@@ -118,7 +118,7 @@ func tableAddrs(f *fakeDP, s lb.Service) []netip.Addr {
 	defer f.mu.Unlock()
 	out := make([]netip.Addr, len(s.Table))
 	for i, id := range s.Table {
-		out[i] = f.backends[id]
+		out[i] = f.backends[id].Addr()
 	}
 	return out
 }

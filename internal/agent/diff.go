@@ -23,6 +23,10 @@ func diffConfigs(old, cfg *config.Config) *api.Check {
 	if what := prefixChanges(old.Policy.Deny, cfg.Policy.Deny, "no source denied"); what != "" {
 		c.Policy = append(c.Policy, "deny: "+what)
 	}
+	// The nat section but its table size applies at once.
+	o, n := old.NAT, cfg.NAT
+	o.Sessions, n.Sessions = 0, 0
+	fieldChanges("nat.", reflect.ValueOf(o), reflect.ValueOf(n), &c.NAT)
 	before := servicesByName(old)
 	for _, s := range cfg.Services {
 		o := before[s.Name]
@@ -50,6 +54,9 @@ func restartChanges(old, cfg *config.Config) []string {
 	fieldChanges("node.", reflect.ValueOf(old.Node), reflect.ValueOf(cfg.Node), &out)
 	fieldChanges("api.", reflect.ValueOf(old.API), reflect.ValueOf(cfg.API), &out)
 	fieldChanges("dataplane.", reflect.ValueOf(old.Dataplane), reflect.ValueOf(cfg.Dataplane), &out)
+	if old.NAT.Sessions != cfg.NAT.Sessions {
+		out = append(out, fmt.Sprintf("nat.sessions: %d → %d", old.NAT.Sessions, cfg.NAT.Sessions))
+	}
 	return out
 }
 
@@ -195,7 +202,7 @@ func fieldChanges(prefix string, a, b reflect.Value, out *[]string) {
 		case f.Name == "Password":
 			*out = append(*out, name+": changed")
 		case x.Kind() == reflect.Pointer && x.Type().Elem().Kind() == reflect.Struct,
-			x.Kind() == reflect.Struct && x.Type() != reflect.TypeFor[time.Time]() && x.Type() != reflect.TypeFor[netip.Addr]():
+			x.Kind() == reflect.Struct && x.Type() != reflect.TypeFor[time.Time]() && x.Type() != reflect.TypeFor[netip.Addr]() && x.Type() != reflect.TypeFor[config.PortRange]():
 			fieldChanges(name+".", x, y, out)
 		default:
 			*out = append(*out, fmt.Sprintf("%s: %s → %s", name, show(x), show(y)))
@@ -208,6 +215,7 @@ func fieldChanges(prefix string, a, b reflect.Value, out *[]string) {
 var fileNames = map[string]string{
 	"StatusMin": "expectStatus (lowest)", "StatusMax": "expectStatus (highest)",
 	"HealthCheck": "healthCheck",
+	"TCPSyn":      "tcpSyn", "TCPEstablished": "tcpEstablished", "TCPClosing": "tcpClosing",
 }
 
 // fileName is a Go field's name in the file: RouterID → routerID,

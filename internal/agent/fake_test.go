@@ -28,7 +28,7 @@ type fakeDP struct {
 	maxServices uint32
 	maxBackends uint32
 	services    map[uint32]lb.Service
-	backends    map[uint32]netip.Addr
+	backends    map[uint32]netip.AddrPort
 	svcCounters map[uint32]lb.Counters
 	beCounters  map[uint32]lb.Counters
 	reasons     map[string]uint64
@@ -51,13 +51,20 @@ type fakeDP struct {
 	// swapHook, if set, runs in UpsertService between its checks and the
 	// swap, without the lock.
 	swapHook func(id uint32)
+
+	// nat is the last SetNAT's; natCounters and sessions are what the
+	// NAT methods report; expires counts ExpireSessions calls.
+	nat         lb.NATConfig
+	natCounters lb.NATCounters
+	sessions    map[lb.ServiceKey][]lb.Session
+	expires     int
 }
 
 func newFake(size, maxServices, maxBackends uint32) *fakeDP {
 	return &fakeDP{
 		size: size, maxServices: maxServices, maxBackends: maxBackends,
 		services:    make(map[uint32]lb.Service),
-		backends:    make(map[uint32]netip.Addr),
+		backends:    make(map[uint32]netip.AddrPort),
 		svcCounters: make(map[uint32]lb.Counters),
 		beCounters:  make(map[uint32]lb.Counters),
 		reasons:     map[string]uint64{"pass_not_vip": 7},
@@ -66,6 +73,7 @@ func newFake(size, maxServices, maxBackends uint32) *fakeDP {
 		fail:        make(map[string]error),
 		failKey:     make(map[uint32]error),
 		inflight:    make(map[uint32][]uint32),
+		sessions:    make(map[lb.ServiceKey][]lb.Session),
 	}
 }
 
@@ -80,8 +88,9 @@ func (f *fakeDP) violate(format string, args ...any) {
 	f.violations = append(f.violations, fmt.Sprintf(format, args...))
 }
 
+// UpsertBackend refuses, as the real one, another address or port for
+// an ID that has one; the agent never moves an ID to another address.
 func (f *fakeDP) UpsertBackend(id uint32, ap netip.AddrPort) error {
-	addr := ap.Addr()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.record("UpsertBackend", id); err != nil {
@@ -90,10 +99,13 @@ func (f *fakeDP) UpsertBackend(id uint32, ap netip.AddrPort) error {
 	if id >= f.maxBackends {
 		f.violate("UpsertBackend: ID %d out of range", id)
 	}
-	if old, ok := f.backends[id]; ok && old != addr {
-		f.violate("UpsertBackend %d: overwrites %s with %s", id, old, addr)
+	if old, ok := f.backends[id]; ok && old != ap {
+		if old.Addr() != ap.Addr() {
+			f.violate("UpsertBackend %d: overwrites %s with %s", id, old, ap)
+		}
+		return fmt.Errorf("backend %d already has address %s: delete it before reusing the id", id, old)
 	}
-	f.backends[id] = addr
+	f.backends[id] = ap
 	return nil
 }
 
@@ -198,7 +210,10 @@ func (f *fakeDP) Installed() (lb.Installed, error) {
 	for _, s := range f.services {
 		in.Services = append(in.Services, lb.Service{ID: s.ID, Key: s.Key, Encap: s.Encap})
 	}
-	in.Backends = maps.Clone(f.backends)
+	in.Backends = make(map[uint32]netip.Addr, len(f.backends))
+	for id, ap := range f.backends {
+		in.Backends[id] = ap.Addr()
+	}
 	return in, f.fail["Installed"]
 }
 
@@ -263,7 +278,63 @@ func (f *fakeDP) ReasonCounters() (map[string]uint64, error) {
 }
 
 func (f *fakeDP) Shape() lb.Shape {
-	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, FlowHash: wire.FlowHashFmix64, AttachMode: "generic"}
+	return lb.Shape{TableSize: f.size, MaxBackends: f.maxBackends, FlowHash: wire.FlowHashFmix64, AttachMode: "generic", NATSessions: 4096}
+}
+
+// SetNAT records the NAT settings.
+func (f *fakeDP) SetNAT(c lb.NATConfig) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("SetNAT", uint32(c.PortMin)); err != nil {
+		return err
+	}
+	f.nat = c
+	return nil
+}
+
+func (f *fakeDP) NATCounters() (lb.NATCounters, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.natCounters, f.fail["NATCounters"]
+}
+
+// Sessions lists up to max of the sessions set for the service.
+func (f *fakeDP) Sessions(vip netip.Addr, port uint16, proto uint8, max int) ([]lb.Session, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.fail["Sessions"]; err != nil {
+		return nil, err
+	}
+	list := f.sessions[lb.ServiceKey{VIP: vip, Port: port, Proto: proto}]
+	return slices.Clone(list[:min(len(list), max)]), nil
+}
+
+// EndBackendSessions records the call and ends the backend's sessions.
+func (f *fakeDP) EndBackendSessions(id uint32) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.record("EndBackendSessions", id); err != nil {
+		return 0, err
+	}
+	if _, ok := f.backends[id]; !ok {
+		f.violate("EndBackendSessions %d: no such backend", id)
+	}
+	n := 0
+	for k, list := range f.sessions {
+		before := len(list)
+		f.sessions[k] = slices.DeleteFunc(list, func(s lb.Session) bool { return s.BackendID == id })
+		n += before - len(f.sessions[k])
+	}
+	return n, nil
+}
+
+// ExpireSessions counts its calls apart from the others: it runs every
+// expireEvery and changes no configuration.
+func (f *fakeDP) ExpireSessions() (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.expires++
+	return 0, f.fail["ExpireSessions"]
 }
 
 // mutations returns the calls since mark that change the data plane.

@@ -244,10 +244,12 @@ func (a *Agent) program(trigger string, cfg *config.Config, snap map[string]heal
 	svcDown := servicesDown(cfg, down)
 	a.mu.Lock()
 	a.lastApply = time.Now()
+	wasDown := a.down
 	a.down = down
 	prevDown := a.svcDown
 	a.svcDown = svcDown
 	a.mu.Unlock()
+	a.endSessions(cfg, wasDown, down)
 	a.logServices(prevDown, svcDown)
 	a.syncRoutes(cfg, svcDown)
 	return err

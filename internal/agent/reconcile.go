@@ -30,6 +30,8 @@ import (
 // Dataplane is what the agent needs from the data plane; *lb.Dataplane
 // implements it. Tests use a fake.
 type Dataplane interface {
+	// UpsertBackend writes backend id with its address and port; NAT
+	// services rewrite to the port, DSR services ignore it.
 	UpsertBackend(id uint32, ap netip.AddrPort) error
 	DeleteBackend(id uint32) error
 	UpsertService(s lb.Service) error
@@ -54,6 +56,15 @@ type Dataplane interface {
 	// outside its ranges.
 	SourceRangeDrops(id uint32) (lb.Counters, error)
 	Shape() lb.Shape
+	// SetNAT gives the NAT services their node-wide settings; hot.
+	SetNAT(c lb.NATConfig) error
+	NATCounters() (lb.NATCounters, error)
+	// Sessions lists up to max NAT sessions of one service.
+	Sessions(vip netip.Addr, port uint16, proto uint8, max int) ([]lb.Session, error)
+	// EndBackendSessions ends the NAT sessions of backend id at once.
+	EndBackendSessions(id uint32) (int, error)
+	// ExpireSessions reclaims the NAT sessions whose timeout passed.
+	ExpireSessions() (int, error)
 }
 
 var _ Dataplane = (*lb.Dataplane)(nil)
@@ -99,6 +110,14 @@ type Reconciler struct {
 	// what an earlier one installed).
 	deny      []netip.Prefix
 	denyKnown bool
+	// nodeAddr is the node's address: the NAT source when nat.address
+	// is not set. nat is the NAT configuration installed, once
+	// natKnown; natWarned the last failure to install it that was
+	// logged rather than returned (no service needed it).
+	nodeAddr  netip.Addr
+	nat       lb.NATConfig
+	natKnown  bool
+	natWarned string
 }
 
 // TableCounts returns how many services' tables the Reconciler built and
@@ -230,6 +249,10 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 			r.deny, r.denyKnown = slices.Clone(cfg.Policy.Deny), true
 		}
 	}
+	// The NAT settings next: the NAT services added below use them.
+	if err := r.setNAT(cfg); err != nil {
+		errs = append(errs, err)
+	}
 	want := make(map[lb.ServiceKey]bool, len(cfg.Services))
 	type desired struct {
 		svc config.Service
@@ -298,6 +321,47 @@ func (r *Reconciler) Apply(cfg *config.Config) error {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// setNAT installs cfg's NAT settings, unless they are installed
+// already. A failure fails the apply only if a service needs them (one
+// with forwarding nat or dnat); otherwise it is logged, once per
+// failure, and retried by the next apply.
+func (r *Reconciler) setNAT(cfg *config.Config) error {
+	want := natConfigOf(cfg.NAT, r.nodeAddr)
+	if r.natKnown && r.nat == want {
+		return nil
+	}
+	err := r.dp.SetNAT(want)
+	switch {
+	case err == nil:
+		r.nat, r.natKnown, r.natWarned = want, true, ""
+		return nil
+	case UsesNAT(cfg):
+		return fmt.Errorf("nat: %w", err)
+	case err.Error() != r.natWarned:
+		r.natWarned = err.Error()
+		r.log.Warn("the data plane did not take the nat settings; no service uses them yet", "error", err,
+			"fix", "nothing to do until a service has forwarding nat or dnat; the agent tries again at every apply, and such a service's apply fails until the settings go in")
+	}
+	return nil
+}
+
+// natConfigOf is the data plane's form of the nat section; the node
+// address is the source when nat.address is not set.
+func natConfigOf(n config.NATConfig, nodeAddr netip.Addr) lb.NATConfig {
+	addr := n.Address
+	if !addr.IsValid() {
+		addr = nodeAddr
+	}
+	t := n.Timeouts
+	return lb.NATConfig{Address: addr, PortMin: n.Ports.Min, PortMax: n.Ports.Max,
+		TCPSyn: t.TCPSyn, TCPEstablished: t.TCPEstablished, TCPClosing: t.TCPClosing, UDP: t.UDP}
+}
+
+// UsesNAT reports whether a service of cfg has forwarding nat or dnat.
+func UsesNAT(cfg *config.Config) bool {
+	return slices.ContainsFunc(cfg.Services, func(s config.Service) bool { return s.Forwarding.Translates() })
 }
 
 // setRanges makes ranges the source ranges of installed service st,
@@ -372,7 +436,7 @@ func (r *Reconciler) plan(s config.Service, key lb.ServiceKey) (*change, error) 
 	c := &change{st: st, name: s.Name, what: fmt.Sprintf("service %q (%s)", s.Name, s.Key()), encap: encap,
 		stateful: s.Flows == config.FlowsStateful, clientIP: s.Affinity == config.AffinityClientIP, ranges: s.SourceRanges, backends: s.Backends, keep: keep, sig: sig, input: inputOf(encap, s)}
 	// Backends first: the new table may name only backends that exist.
-	c.members, c.ids, err = r.members(st, s.Backends)
+	c.members, c.ids, err = r.members(st, s.Backends, translates(encap))
 	if err == nil && encap == lb.EncapGUEHint {
 		c.past = r.history(st, s, c.members)
 	}
@@ -464,7 +528,7 @@ func (r *Reconciler) replaceInTwoSteps(c *change, m uint32) error {
 	first.members, first.ids, _ = r.members(st, slices.DeleteFunc(slices.Clone(c.backends), func(b config.Backend) bool {
 		_, ok := st.backends[netip.AddrPortFrom(b.Address, b.Port)]
 		return !ok
-	}))
+	}), translates(c.encap))
 	if err := r.write(&first, m); err != nil {
 		return err
 	}
@@ -475,7 +539,7 @@ func (r *Reconciler) replaceInTwoSteps(c *change, m uint32) error {
 		return err
 	}
 	var err error
-	c.members, c.ids, err = r.members(st, c.backends)
+	c.members, c.ids, err = r.members(st, c.backends, translates(c.encap))
 	return err
 }
 
@@ -598,13 +662,14 @@ func defaultWorkers() int {
 }
 
 // members returns the Maglev members of service st for backends and their
-// data-plane IDs, giving new backends an ID.
-func (r *Reconciler) members(st *service, backends []config.Backend) ([]maglev.Backend, []uint32, error) {
+// data-plane IDs, giving new backends an ID. nat: the service rewrites
+// to each backend's port (see backendID).
+func (r *Reconciler) members(st *service, backends []config.Backend, nat bool) ([]maglev.Backend, []uint32, error) {
 	members := make([]maglev.Backend, 0, len(backends))
 	ids := make([]uint32, 0, len(backends))
 	for _, b := range backends {
 		ap := netip.AddrPortFrom(b.Address, b.Port)
-		id, err := r.backendID(st, ap)
+		id, err := r.backendID(st, ap, nat)
 		if err != nil {
 			return nil, nil, fmt.Errorf("backend %s: %w", ap, err)
 		}
@@ -701,14 +766,22 @@ var errNoBackendID = errors.New("no free backend ID")
 
 // backendID returns the ID of backend ap of service st, writing a new
 // backend to the data plane if st has none for ap yet. An adopted backend
-// with the same address is reused, which keeps its counters.
-func (r *Reconciler) backendID(st *service, ap netip.AddrPort) (uint32, error) {
+// with the same address is reused, which keeps its counters (and a NAT
+// service's sessions, which name it). The data plane reports adopted
+// backends by address: for a service that rewrites to the backend's
+// port (nat), the adopted one is written again with ap, which the data
+// plane refuses if it holds another port; then it stays an orphan and
+// the backend gets a new ID.
+func (r *Reconciler) backendID(st *service, ap netip.AddrPort, nat bool) (uint32, error) {
 	if id, ok := st.backends[ap]; ok {
 		return id, nil
 	}
 	if id, ok := r.claimOrphan(st, ap.Addr()); ok {
-		st.backends[ap] = id
-		return id, nil
+		if !nat || r.dp.UpsertBackend(id, ap) == nil {
+			st.backends[ap] = id
+			return id, nil
+		}
+		r.orphans.add(id, ap.Addr())
 	}
 	id, ok := r.backendIDs.alloc()
 	if !ok {
@@ -1001,6 +1074,12 @@ func serviceKey(s config.Service) (lb.ServiceKey, error) {
 
 func encapOf(f config.Forwarding, flows config.Flows) (lb.Encap, error) {
 	switch {
+	case f.Translates() && flows != "" && flows != config.FlowsStateless:
+		return 0, fmt.Errorf("forwarding %s holds a session per connection: it takes no flows mode, not %q", f, flows)
+	case f == config.NAT:
+		return lb.EncapNAT, nil
+	case f == config.DNAT:
+		return lb.EncapDNAT, nil
 	case flows == config.FlowsDaisyChain && f == config.DSRGUE:
 		return lb.EncapGUEHint, nil
 	case flows == config.FlowsDaisyChain:
@@ -1010,8 +1089,12 @@ func encapOf(f config.Forwarding, flows config.Flows) (lb.Encap, error) {
 	case f == config.DSRGUE:
 		return lb.EncapGUE, nil
 	}
-	return 0, fmt.Errorf("unknown forwarding %q (want %s or %s)", f, config.DSRIPIP, config.DSRGUE)
+	return 0, fmt.Errorf("unknown forwarding %q (want %s, %s, %s or %s)", f, config.DSRIPIP, config.DSRGUE, config.NAT, config.DNAT)
 }
+
+// translates reports whether encap rewrites packets to the backend's
+// address and port on the node (nat, dnat).
+func translates(encap lb.Encap) bool { return encap == lb.EncapNAT || encap == lb.EncapDNAT }
 
 // formatKey prints a data-plane key like config.Key does: VIP:port/proto.
 func formatKey(k lb.ServiceKey) string {

@@ -55,6 +55,8 @@ func sampleStatus() *Status {
 		}},
 		Reasons: map[string]uint64{"drop_no_backend": 4, "pass_not_vip": 18446744073709551615, "drop_denied": 9, "drop_source_range": 6},
 		Policy:  Policy{DenyPrefixes: 2, Denied: 9},
+		NAT: &NAT{Address: netip.MustParseAddr("10.0.1.2"), Ports: "20000-32767", Sessions: 120, Embryonic: 7, Capacity: 262144, Created: 900,
+			AllocFailures: 3, Expired: 780, NoReply: 11, ReverseMisses: 5, FragmentsDropped: 2, ICMPTranslated: 4},
 		BGP: &BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2"), NextHop: netip.MustParseAddr("10.0.1.2"),
 			Peers: []Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000, State: "established", Flaps: 2,
 				PrefixesReceived: ptr(12), MaxPrefixes: 10000, BFD: &BFDSession{State: "up", DetectionMs: 300}},
@@ -250,6 +252,15 @@ func TestMetrics(t *testing.T) {
 		"xlb_service_source_range_dropped_packets_total": "counter",
 		"xlb_service_source_range_dropped_bytes_total":   "counter",
 		"xlb_policy_deny_prefixes":                       "gauge",
+		"xlb_nat_sessions":                               "gauge",
+		"xlb_nat_sessions_capacity":                      "gauge",
+		"xlb_nat_sessions_embryonic":                     "gauge",
+		"xlb_nat_allocation_failures_total":              "counter",
+		"xlb_nat_expired_total":                          "counter",
+		"xlb_nat_reverse_misses_total":                   "counter",
+		"xlb_nat_no_reply_total":                         "counter",
+		"xlb_nat_fragments_dropped_total":                "counter",
+		"xlb_nat_icmp_translated_total":                  "counter",
 	} {
 		if help[name] == "" {
 			t.Errorf("%s has no HELP", name)
@@ -299,6 +310,15 @@ func TestMetrics(t *testing.T) {
 		`xlb_service_source_range_dropped_bytes_total{service="we\"b"} 360`,
 		`xlb_policy_deny_prefixes 2`,
 		`xlb_dataplane_reason_packets_total{reason="drop_denied"} 9`,
+		`xlb_nat_sessions 120`,
+		`xlb_nat_sessions_capacity 262144`,
+		`xlb_nat_sessions_embryonic 7`,
+		`xlb_nat_allocation_failures_total 3`,
+		`xlb_nat_expired_total 780`,
+		`xlb_nat_reverse_misses_total 5`,
+		`xlb_nat_no_reply_total 11`,
+		`xlb_nat_fragments_dropped_total 2`,
+		`xlb_nat_icmp_translated_total 4`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("missing %q in:\n%s", want, body)
@@ -324,6 +344,17 @@ func TestMetrics(t *testing.T) {
 	}}}
 	if body2, _ := scrape(t, unix, "http://xlb/metrics"); body2 != body {
 		t.Errorf("the socket's metrics differ from the TCP ones:\n%s", body2)
+	}
+}
+
+// Without a NAT service there is no session table to report.
+func TestMetricsWithoutNAT(t *testing.T) {
+	st := sampleStatus()
+	st.NAT = nil
+	srv, _ := serve(t, "127.0.0.1:0", func() (*Status, error) { return st, nil })
+	body, _ := scrape(t, http.DefaultClient, "http://"+srv.MetricsAddr().String()+"/metrics")
+	if strings.Contains(body, "\nxlb_nat_") {
+		t.Errorf("NAT metrics without a NAT service:\n%s", body)
 	}
 }
 

@@ -38,6 +38,9 @@ type Check struct {
 	BGP     []string        `json:"bgp,omitempty"`
 	// Policy lists what changes in the policy section (the deny list).
 	Policy []string `json:"policy,omitempty"`
+	// NAT lists what changes in the nat section that a reload applies
+	// (all but nat.sessions, which Restart lists).
+	NAT []string `json:"nat,omitempty"`
 	// Restart lists the changed settings that take effect only when the
 	// agent restarts (node, api, dataplane, kubernetes).
 	Restart []string `json:"restart,omitempty"`
@@ -53,7 +56,7 @@ type ServiceChange struct {
 
 // Unchanged reports whether a reload would change nothing.
 func (c *Check) Unchanged() bool {
-	return len(c.Added)+len(c.Removed)+len(c.Changed)+len(c.BGP)+len(c.Policy)+len(c.Restart) == 0
+	return len(c.Added)+len(c.Removed)+len(c.Changed)+len(c.BGP)+len(c.Policy)+len(c.NAT)+len(c.Restart) == 0
 }
 
 // ErrNoCheck means that the agent on the socket does not check files

@@ -41,6 +41,15 @@ var (
 	bgpPeerOverLimit = desc("xlb_bgp_peer_prefix_limit_exceeded", "Whether the BGP session with a peer is held down because the peer sent more than maxPrefixes prefixes (1) or not (0).", "peer")
 	bgpRoute         = desc("xlb_bgp_route_announced", "Whether this node announces a VIP (1) or withdrew it because it cannot serve it (0).", "prefix")
 	bfdUp            = desc("xlb_bfd_session_up", "Whether the BFD session guarding a BGP peer is up (1) or not (0).", "peer")
+	natSessions      = desc("xlb_nat_sessions", "NAT sessions in use on the node (forwarding nat and dnat), embryonic ones included.")
+	natCapacity      = desc("xlb_nat_sessions_capacity", "NAT sessions the node's session table holds (nat.sessions).")
+	natEmbryonic     = desc("xlb_nat_sessions_embryonic", "NAT sessions in use that have not seen a reply from their backend yet.")
+	natAllocFailures = desc("xlb_nat_allocation_failures_total", "New connections to NAT services that got no session (no free port on the NAT address, or no room in the table); their packets were dropped.")
+	natExpired       = desc("xlb_nat_expired_total", "NAT sessions ended by their idle timeout.")
+	natReverseMisses = desc("xlb_nat_reverse_misses_total", "Packets from a backend address and port of a NAT service that matched no session, passed to the kernel.")
+	natNoReply       = desc("xlb_nat_no_reply_total", "NAT sessions that expired without one reply from their backend; with dnat, the backend's route to the client does not go through the node.")
+	natFragments     = desc("xlb_nat_fragments_dropped_total", "IP fragments to NAT services, dropped.")
+	natICMP          = desc("xlb_nat_icmp_translated_total", "ICMP errors about NAT sessions translated for the other side.")
 	reconcileSeconds = desc("xlb_reconcile_duration_seconds", "Time taken to bring the data plane in line with the configuration and the backends' health, by what triggered it (config: start or reload; health: a backend's health changed; retry: after a failed apply).", "trigger")
 )
 
@@ -50,7 +59,8 @@ type collector struct{ status StatusFunc }
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
 		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
-		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp} {
+		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp,
+		natSessions, natCapacity, natEmbryonic, natAllocFailures, natExpired, natReverseMisses, natNoReply, natFragments, natICMP} {
 		ch <- d
 	}
 }
@@ -105,6 +115,18 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		count(reasonPackets, n, r)
 	}
 	gauge(denyPrefixes, float64(st.Policy.DenyPrefixes))
+	// Present while a service has forwarding nat or dnat.
+	if n := st.NAT; n != nil {
+		gauge(natSessions, float64(n.Sessions))
+		gauge(natCapacity, float64(n.Capacity))
+		gauge(natEmbryonic, float64(n.Embryonic))
+		count(natAllocFailures, n.AllocFailures)
+		count(natExpired, n.Expired)
+		count(natReverseMisses, n.ReverseMisses)
+		count(natNoReply, n.NoReply)
+		count(natFragments, n.FragmentsDropped)
+		count(natICMP, n.ICMPTranslated)
+	}
 	if b := st.BGP; b != nil {
 		for _, p := range b.Peers {
 			gauge(bgpPeerUp, boolValue(p.State == "established"), p.Address.String())

@@ -21,6 +21,9 @@ type Status struct {
 	Reasons  map[string]uint64 `json:"reasons"` // data-plane pass/drop reason → packets
 	// Policy is the node-wide policy in force.
 	Policy Policy `json:"policy"`
+	// NAT is the node's NAT session table; nil while no service has
+	// forwarding nat or dnat.
+	NAT *NAT `json:"nat,omitempty"`
 	// Reconciles are the durations of bringing the data plane in line
 	// with the configuration and the backends' health, by trigger
 	// (config, health, retry).
@@ -190,6 +193,40 @@ type Policy struct {
 	// Denied counts the packets to a VIP the node dropped because the
 	// deny list holds their source (the reason drop_denied).
 	Denied uint64 `json:"denied"`
+}
+
+// NAT is the node's NAT session table, for the services with
+// forwarding nat or dnat: its settings and counters.
+type NAT struct {
+	// Address and Ports are where full-NAT sessions come from
+	// (nat.address, or the node address, and nat.ports).
+	Address netip.Addr `json:"address"`
+	Ports   string     `json:"ports"`
+	// Sessions are in use now, Embryonic of them without a reply from
+	// the backend yet; Capacity is how many the table holds.
+	Sessions  uint64 `json:"sessions"`
+	Embryonic uint64 `json:"embryonic"`
+	Capacity  uint64 `json:"capacity"`
+	// Counters since the data plane was loaded.
+	Created uint64 `json:"created"`
+	// AllocFailures: new connections without a session (no free port
+	// or no room); their packets were dropped.
+	AllocFailures uint64 `json:"allocationFailures"`
+	// Expired sessions ended by their timeout; NoReply of them never
+	// saw a reply from the backend (with dnat: the backend's route to
+	// the client does not go through the node).
+	Expired uint64 `json:"expired"`
+	NoReply uint64 `json:"noReply"`
+	// ReverseMisses are packets from a backend address and port with no
+	// session, passed to the kernel.
+	ReverseMisses uint64 `json:"reverseMisses"`
+	// FragmentsDropped are IP fragments to NAT services, dropped.
+	FragmentsDropped uint64 `json:"fragmentsDropped"`
+	// ICMPTranslated are ICMP errors translated for a session.
+	ICMPTranslated uint64 `json:"icmpTranslated"`
+	// ExpireError says why reclaiming expired sessions failed last; ""
+	// when it works.
+	ExpireError string `json:"expireError,omitempty"`
 }
 
 // Service and backend states.

@@ -35,7 +35,10 @@ const (
 	// AnnotationPool names the AddressPool to allocate from.
 	AnnotationPool = "xlb.io/address-pool"
 	// AnnotationForwarding is the forwarding mode of the Service's
-	// ports: dsr-ipip (default) or dsr-gue.
+	// ports: dsr-ipip (default) or dsr-gue, or nat or dnat, where the
+	// load-balancer node rewrites packets to the pods itself (no
+	// translation on the pods' nodes). A value that is none of these
+	// leaves the Service's mode as it was, with a Warning Event.
 	AnnotationForwarding = "xlb.io/forwarding"
 	// AnnotationFlows is what keeps the Service's established
 	// connections on their pod when the endpoints change: stateless

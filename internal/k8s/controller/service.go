@@ -160,6 +160,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.warned, affinityKey(key))
+		delete(r.warned, forwardingKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
 		delete(r.rangesNoted, key)
@@ -172,6 +173,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.pending, key)
 		delete(r.warned, key)
 		delete(r.warned, affinityKey(key))
+		delete(r.warned, forwardingKey(key))
 		delete(r.uids, key)
 		delete(r.noted, key)
 		delete(r.rangesNoted, key)
@@ -180,6 +182,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	r.uids[key] = svc.UID
 	r.notePolicy(svc, key)
 	r.noteSourceRanges(svc, key)
+	r.noteForwarding(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}

@@ -104,6 +104,12 @@ func translate(in input) ([]backendhost.NATEntry, []problem) {
 		if len(vips) == 0 {
 			continue // no address assigned yet: nothing reaches the node
 		}
+		if fwd, _, err := api.ForwardingOf(svc); err == nil && fwd.Translates() {
+			// The load-balancer node rewrites to the pods itself: no
+			// tunnel reaches this node for them. (A value that names no
+			// mode may leave the Service forwarded by DSR: translated.)
+			continue
+		}
 		name := svc.Namespace + "/" + svc.Name
 		var eps []*discoveryv1.EndpointSlice
 		if in.slices != nil {

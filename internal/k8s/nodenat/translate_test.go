@@ -48,6 +48,15 @@ func withIngress(ips ...string) svcOpt {
 	}
 }
 
+func withAnnotation(k, v string) svcOpt {
+	return func(s *corev1.Service) {
+		if s.Annotations == nil {
+			s.Annotations = map[string]string{}
+		}
+		s.Annotations[k] = v
+	}
+}
+
 func withClass(c *string) svcOpt { return func(s *corev1.Service) { s.Spec.LoadBalancerClass = c } }
 
 func withType(t corev1.ServiceType) svcOpt { return func(s *corev1.Service) { s.Spec.Type = t } }
@@ -172,6 +181,25 @@ func TestTranslate(t *testing.T) {
 			name:     "SCTP is not translated",
 			services: []*corev1.Service{service("web", withPorts(corev1.ServicePort{Name: "s", Port: 80, Protocol: corev1.ProtocolSCTP}))},
 			slices:   []*discoveryv1.EndpointSlice{slice("web", "web-1", slicePorts(sport("s", 8080, corev1.ProtocolSCTP)), ep{nodeA, []string{"10.244.1.2"}, condReady})},
+		},
+		{
+			// The load-balancer node rewrites to the pods itself; a
+			// value that names no mode may leave a Service forwarded
+			// by DSR, so it is translated.
+			name: "nat and dnat Services are not translated here",
+			services: []*corev1.Service{
+				service("nat", withAnnotation(api.AnnotationForwarding, "nat"), withIngress("10.99.0.2")),
+				service("dnat", withAnnotation(api.AnnotationForwarding, "dnat"), withIngress("10.99.0.3")),
+				service("gue", withAnnotation(api.AnnotationForwarding, "dsr-gue"), withIngress("10.99.0.4")),
+				service("typo", withAnnotation(api.AnnotationForwarding, "natt"), withIngress("10.99.0.5")),
+			},
+			slices: []*discoveryv1.EndpointSlice{
+				slice("nat", "nat-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}),
+				slice("dnat", "dnat-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}),
+				slice("gue", "gue-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}),
+				slice("typo", "typo-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}),
+			},
+			want: []string{"10.99.0.4:80/tcp=10.244.1.2:8080", "10.99.0.5:80/tcp=10.244.1.2:8080"},
 		},
 		{
 			name:     "no ingress IP yet",

@@ -77,7 +77,7 @@ func TestAPIServer(t *testing.T) {
 	c.create(c.dyn.Resource(api.BGPPeerResource).Create(t.Context(), peer, metav1.CreateOptions{}))
 
 	// The DaemonSet's base: every default, the node's InternalIP.
-	base, err := DaemonSetBase(t.Context(), c.cs, config.Kubernetes{NodeName: "lb-1", SecretNamespace: "xlb-system"}, "eth0")
+	base, err := DaemonSetBase(t.Context(), c.cs, config.Kubernetes{NodeName: "lb-1", SecretNamespace: "xlb-system"}, "eth0", config.NATConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,8 +16,10 @@ import (
 // DaemonSetBase is the base configuration of an agent started without a
 // file, as a DaemonSet runs it: every default, the node address is the
 // Node's InternalIP, and XDP attaches to iface, or when that is "" to the
-// interface that holds the InternalIP. k must have its defaults resolved.
-func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Kubernetes, iface string) (*config.Config, error) {
+// interface that holds the InternalIP. nat is the nat section (the
+// agent's flags); its zero fields take their defaults. k must have its
+// defaults resolved.
+func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Kubernetes, iface string, nat config.NATConfig) (*config.Config, error) {
 	node, err := client.CoreV1().Nodes().Get(ctx, k.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes: read this node's Node object %q: %w; set NODE_NAME to spec.nodeName (the DaemonSet does)", k.NodeName, err)
@@ -39,6 +41,7 @@ func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Ku
 		Dataplane: config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash,
 			PingVIPs: config.DefaultPingVIPs},
 		Kubernetes: &k,
+		NAT:        nat,
 	}, config.Env{File: "defaults"})
 }
 

@@ -39,7 +39,7 @@ func TestDaemonSetBase(t *testing.T) {
 			if tc.node != nil {
 				cs = fake.NewClientset(tc.node)
 			}
-			cfg, err := DaemonSetBase(t.Context(), cs, k, tc.iface)
+			cfg, err := DaemonSetBase(t.Context(), cs, k, tc.iface, config.NATConfig{})
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error %v, want one containing %q", err, tc.wantErr)
@@ -61,5 +61,29 @@ func TestInterfaceWith(t *testing.T) {
 	name, err := interfaceWith(netip.MustParseAddr("127.0.0.1"))
 	if err != nil || name != "lo" {
 		t.Errorf("interfaceWith(127.0.0.1) = %q, %v; want lo", name, err)
+	}
+}
+
+// The agent's nat flags reach the base configuration: the fields given,
+// and every default for the rest; a value a file would refuse is
+// refused.
+func TestDaemonSetBaseNAT(t *testing.T) {
+	k := config.Kubernetes{NodeName: "node-1", SecretNamespace: "xlb-system"}
+	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
+		Status: corev1.NodeStatus{Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "10.0.0.10"}}}}
+	cfg, err := DaemonSetBase(t.Context(), fake.NewClientset(node), k, "eth0", config.NATConfig{})
+	if err != nil || cfg.NAT != config.DefaultNAT() {
+		t.Fatalf("no nat flags: %+v, %v; want the defaults", cfg, err)
+	}
+	nat := config.NATConfig{Address: netip.MustParseAddr("10.0.0.12"), Ports: config.PortRange{Min: 40000, Max: 49999}}
+	cfg, err = DaemonSetBase(t.Context(), fake.NewClientset(node), k, "eth0", nat)
+	want := config.DefaultNAT()
+	want.Address, want.Ports = nat.Address, nat.Ports
+	if err != nil || cfg.NAT != want {
+		t.Errorf("nat flags: %+v, %v; want %+v", cfg.NAT, err, want)
+	}
+	nat.Sessions = 10
+	if _, err := DaemonSetBase(t.Context(), fake.NewClientset(node), k, "eth0", nat); err == nil || !strings.Contains(err.Error(), "nat.sessions: 10 is out of range 1024..16777216") {
+		t.Errorf("10 sessions: %v", err)
 	}
 }

@@ -171,8 +171,14 @@ func (t *translated) services(st settings, c cluster) ([]config.Service, []strin
 		key := svc.Namespace + "/" + svc.Name
 		tr, ok := t.last[key]
 		if !ok || !tr.same(svc, eps) {
+			// A forwarding annotation that names no mode leaves the
+			// Service as it was forwarded (prev), or dsr-ipip.
+			prev := config.Forwarding("")
+			if len(tr.out) > 0 {
+				prev = tr.out[0].Forwarding
+			}
 			tr = translation{svc: svc, slices: eps}
-			tr.out, tr.probs = translateService(svc, eps)
+			tr.out, tr.probs = translateService(svc, eps, prev)
 		}
 		next[key] = tr
 		out = append(out, tr.out...)
@@ -198,9 +204,28 @@ func badAnnotation[T ~string](obj, annotation, v string, err error, def T) probl
 		fmt.Sprintf("set the annotation %s to %s, or remove it for %s", annotation, ne.List(), def)}
 }
 
+// badForwarding is the problem of a forwarding annotation whose value v
+// names no mode (err); the Service keeps fwd, which it had (kept) or
+// which is the default.
+func badForwarding(obj, v string, err error, fwd config.Forwarding, kept bool) problem {
+	what := fmt.Sprintf("annotation %s: %v", api.AnnotationForwarding, err)
+	var ne *config.NameError
+	if errors.As(err, &ne) {
+		what = fmt.Sprintf("annotation %s: %q is not %s (%s)", api.AnnotationForwarding, v, ne.What, ne.List())
+	}
+	if kept {
+		what += fmt.Sprintf("; the Service keeps forwarding %s, as before, until it is corrected", fwd)
+	} else {
+		what += fmt.Sprintf("; the Service is forwarded %s, the default, until it is corrected", fwd)
+	}
+	return problem{obj, what, fmt.Sprintf("set the annotation %s to dsr-ipip, dsr-gue, nat or dnat, or remove it for dsr-ipip", api.AnnotationForwarding)}
+}
+
 // translateService translates the ports of one served Service with
-// endpoints eps: what it returns depends on these two alone.
-func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]config.Service, []problem) {
+// endpoints eps: what it returns depends on these two alone, and on
+// prev, the forwarding mode its last translation had ("": none), which
+// a forwarding annotation that names no mode keeps.
+func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, prev config.Forwarding) ([]config.Service, []problem) {
 	var probs []problem
 	vip, ok := ingressIP(svc)
 	if !ok {
@@ -208,14 +233,15 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 		return nil, nil
 	}
 	obj := "Service " + svc.Namespace + "/" + svc.Name
-	fwd := config.DSRIPIP
-	fwdSet := false
-	if v, ok := svc.Annotations[api.AnnotationForwarding]; ok {
-		f, err := config.ParseForwarding(strings.TrimSpace(v))
-		if err != nil {
-			return nil, append(probs, badAnnotation(obj, api.AnnotationForwarding, v, err, config.DSRIPIP))
-		}
-		fwd, fwdSet = f, true
+	fwd, fwdSet, err := api.ForwardingOf(svc)
+	switch {
+	case err != nil:
+		// Not served at all would break its connections for a typo;
+		// the controller's Warning Event says the same.
+		fwd, fwdSet = cmp.Or(prev, config.DSRIPIP), false
+		probs = append(probs, badForwarding(obj, svc.Annotations[api.AnnotationForwarding], err, fwd, prev != ""))
+	case !fwdSet:
+		fwd = config.DSRIPIP
 	}
 	var flows config.Flows
 	if v, ok := svc.Annotations[api.AnnotationFlows]; ok {
@@ -231,6 +257,10 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 				return nil, probs
 			}
 			flows, fwd = f, config.DSRGUE
+		case f == config.FlowsStateful && fwd.Translates():
+			// NAT holds a session per connection on the node.
+			return nil, append(probs, problem{obj, fmt.Sprintf("annotation %s: forwarding %s holds a session per connection on the load-balancer node, which is stateful by nature, and takes no flows mode, but %s says %s; the Service is not served until it is corrected", api.AnnotationFlows, fwd, api.AnnotationFlows, f),
+				fmt.Sprintf("remove the annotation %s (the session keeps each connection on its pod), or set %s to dsr-ipip or dsr-gue", api.AnnotationFlows, api.AnnotationForwarding)})
 		case f != config.FlowsStateless:
 			flows = f
 		}
@@ -282,14 +312,16 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice) ([]
 			continue
 		}
 		out = append(out, config.Service{
-			Name:           config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
-			VIP:            vip,
-			Port:           uint16(port.Port),
-			Protocol:       proto,
-			Forwarding:     fwd,
-			Flows:          flows,
-			Affinity:       affinity,
-			TranslatePorts: true,
+			Name:       config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
+			VIP:        vip,
+			Port:       uint16(port.Port),
+			Protocol:   proto,
+			Forwarding: fwd,
+			Flows:      flows,
+			Affinity:   affinity,
+			// The pods' nodes translate VIP:port to the pods for
+			// DSR; with NAT the load-balancer node does.
+			TranslatePorts: !fwd.Translates(),
 			SourceRanges:   ranges,
 			Backends:       backends,
 			History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),

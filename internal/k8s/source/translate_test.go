@@ -329,10 +329,31 @@ func TestServices(t *testing.T) {
 			name: "forwarding annotation",
 			f: fixture{services: []*corev1.Service{
 				service("default", "web", withAnnotation(api.AnnotationForwarding, "dsr-gue")),
-				service("default", "bad", withIngress("10.99.0.3"), withAnnotation(api.AnnotationForwarding, "nat")),
+				service("default", "bad", withIngress("10.99.0.3"), withAnnotation(api.AnnotationForwarding, "natt")),
 			}, slices: []*discoveryv1.EndpointSlice{readyWeb, endpointSlice("default", "bad", "bad-1", web, endpoint(condReady, "10.244.1.2"))}},
-			want:     []string{"default/web:80/tcp 10.99.0.1 dsr-gue 10.244.1.2:8080/1"},
-			problems: []string{`Service default/bad: annotation xlb.io/forwarding: "nat" is not a forwarding mode (dsr-ipip or dsr-gue); the Service is not served until it is corrected`},
+			want:     []string{"default/bad:80/tcp 10.99.0.3 dsr-ipip 10.244.1.2:8080/1", "default/web:80/tcp 10.99.0.1 dsr-gue 10.244.1.2:8080/1"},
+			problems: []string{`Service default/bad: annotation xlb.io/forwarding: "natt" is not a forwarding mode (dsr-ipip, dsr-gue, nat or dnat); the Service is forwarded dsr-ipip, the default, until it is corrected`},
+		},
+		{
+			// The load-balancer node rewrites to the pods itself: no
+			// translation on the pods' nodes.
+			name: "nat and dnat annotations: the pods' addresses and target ports",
+			f: fixture{services: []*corev1.Service{
+				service("default", "web", withAnnotation(api.AnnotationForwarding, "nat")),
+				service("default", "db", withIngress("10.99.0.3"), withAnnotation(api.AnnotationForwarding, " dnat "), withAnnotation(api.AnnotationFlows, "stateless")),
+				service("default", "sticky", withIngress("10.99.0.4"), withAnnotation(api.AnnotationForwarding, "nat"), withAnnotation(api.AnnotationFlows, "stateful")),
+				service("default", "chain", withIngress("10.99.0.5"), withAnnotation(api.AnnotationForwarding, "dnat"), withAnnotation(api.AnnotationFlows, "daisy-chain")),
+			}, slices: []*discoveryv1.EndpointSlice{
+				endpointSlice("default", "web", "web-1", web, endpoint(condReady, "10.244.1.2"), endpoint(condDraining, "10.244.1.3")),
+				endpointSlice("default", "db", "db-1", []discoveryv1.EndpointPort{slicePortOf("", 5432, corev1.ProtocolTCP)}, endpoint(condReady, "10.244.2.2")),
+				endpointSlice("default", "sticky", "sticky-1", web, endpoint(condReady, "10.244.1.2")),
+				endpointSlice("default", "chain", "chain-1", web, endpoint(condReady, "10.244.1.2")),
+			}},
+			want: []string{"default/db:80/tcp 10.99.0.3 dnat 10.244.2.2:5432/1", "default/web:80/tcp 10.99.0.1 nat 10.244.1.2:8080/1,10.244.1.3:8080/0"},
+			problems: []string{
+				`Service default/sticky: annotation xlb.io/flows: forwarding nat holds a session per connection on the load-balancer node, which is stateful by nature, and takes no flows mode, but xlb.io/flows says stateful; the Service is not served until it is corrected`,
+				`Service default/chain: annotation xlb.io/flows: daisy-chain needs forwarding dsr-gue (the hint travels in the GUE header), but xlb.io/forwarding says dnat; the Service is not served until it is corrected`,
+			},
 		},
 		{
 			name: "flows annotation",
@@ -428,8 +449,8 @@ func TestServices(t *testing.T) {
 			}
 			checkProblems(t, probs, tc.problems)
 			for _, s := range cfg.Services {
-				if !s.TranslatePorts || s.Backends[0].HealthCheck.Type != config.CheckNone {
-					t.Errorf("service %s: want translatePorts and no health check, got %+v", s.Name, s)
+				if s.TranslatePorts == s.Forwarding.Translates() || s.Backends[0].HealthCheck.Type != config.CheckNone {
+					t.Errorf("service %s: want translatePorts unless nat or dnat, and no health check, got %+v", s.Name, s)
 				}
 			}
 		})
@@ -893,7 +914,9 @@ func TestEndpointHistory(t *testing.T) {
 // (Services and EndpointSlices replaced by new objects, added and
 // deleted, listed in changing orders, classless Services served or not),
 // a translation that keeps the last build's Services gives exactly what
-// a translation from scratch gives.
+// a translation from scratch gives. (A forwarding annotation that names
+// no mode is the exception, by design: it keeps the last build's mode,
+// TestBadForwardingKeepsMode.)
 func TestTranslatedAgreesWithTranslate(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	web := []discoveryv1.EndpointPort{slicePortOf("", 80, corev1.ProtocolTCP), slicePortOf("", 53, corev1.ProtocolUDP)}
@@ -901,7 +924,7 @@ func TestTranslatedAgreesWithTranslate(t *testing.T) {
 		opts := []svcOpt{withIngress(fmt.Sprint("10.99.0.", 1+rng.IntN(20))), createdAt(t0.Add(time.Duration(rng.IntN(5)) * time.Second))}
 		switch rng.IntN(8) {
 		case 0:
-			opts = append(opts, withAnnotation(api.AnnotationForwarding, []string{"dsr-gue", "nat"}[rng.IntN(2)]))
+			opts = append(opts, withAnnotation(api.AnnotationForwarding, []string{"dsr-gue", "nat", "dnat"}[rng.IntN(3)]))
 		case 1:
 			opts = append(opts, withAnnotation(api.AnnotationFlows, []string{"daisy-chain", "stateful", "sticky"}[rng.IntN(3)]))
 		case 2:
@@ -986,7 +1009,7 @@ func TestSessionAffinity(t *testing.T) {
 		svc := service("default", "web", withPorts(port("", 80, corev1.ProtocolTCP), port("dns", 53, corev1.ProtocolUDP)), func(s *corev1.Service) {
 			s.Spec.SessionAffinity, s.Spec.SessionAffinityConfig = c.affinity, c.config
 		})
-		out, probs := translateService(svc, slices)
+		out, probs := translateService(svc, slices, "")
 		if len(out) != 2 || len(probs) != 0 {
 			t.Fatalf("sessionAffinity %q: %d services, problems %v; want 2 and none", c.affinity, len(out), probs)
 		}
@@ -995,5 +1018,49 @@ func TestSessionAffinity(t *testing.T) {
 				t.Errorf("sessionAffinity %q: %s has affinity %q, want %q", c.affinity, s.Name, s.Affinity, c.want)
 			}
 		}
+	}
+}
+
+// TestBadForwardingKeepsMode: a forwarding annotation that comes to name
+// no mode leaves the Service forwarded as it was, through later changes
+// of its endpoints too, with a problem that says so; corrected, it takes
+// the new mode. A Service first seen with a bad value gets dsr-ipip.
+func TestBadForwardingKeepsMode(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	slice := func(addrs ...string) *discoveryv1.EndpointSlice {
+		return endpointSlice("default", "web", "web-1", web, endpoint(condReady, addrs...))
+	}
+	base := parseBase(t, "")
+	st := settings{base: base, secretNamespace: base.Kubernetes.SecretNamespace}
+	var memo translated
+	build := func(fwd string, eps *discoveryv1.EndpointSlice) (config.Service, []string) {
+		t.Helper()
+		f := fixture{services: []*corev1.Service{service("default", "web", withAnnotation(api.AnnotationForwarding, fwd))}, slices: []*discoveryv1.EndpointSlice{eps}}
+		d, probs := memo.translate(st, f.cluster())
+		if len(d.cfg.Services) != 1 {
+			t.Fatalf("forwarding %q: %d services, problems %v", fwd, len(d.cfg.Services), probs)
+		}
+		var out []string
+		for _, p := range probs {
+			out = append(out, p.String())
+		}
+		return d.cfg.Services[0], out
+	}
+	if s, probs := build("nat", slice("10.244.1.2")); s.Forwarding != config.NAT || s.TranslatePorts || len(probs) != 0 {
+		t.Fatalf("nat: %+v, %v", s, probs)
+	}
+	want := `Service default/web: annotation xlb.io/forwarding: "nta" is not a forwarding mode (dsr-ipip, dsr-gue, nat or dnat); the Service keeps forwarding nat, as before, until it is corrected`
+	for _, eps := range []*discoveryv1.EndpointSlice{slice("10.244.1.2"), slice("10.244.1.2", "10.244.1.3")} {
+		s, probs := build("nta", eps)
+		if s.Forwarding != config.NAT || s.TranslatePorts || !slices.Equal(probs, []string{want}) {
+			t.Errorf("a bad value after nat, %d endpoints: %s (translatePorts %v), %q; want nat and %q", len(s.Backends), s.Forwarding, s.TranslatePorts, probs, want)
+		}
+	}
+	if s, probs := build("dsr-gue", slice("10.244.1.2")); s.Forwarding != config.DSRGUE || !s.TranslatePorts || len(probs) != 0 {
+		t.Errorf("corrected to dsr-gue: %+v, %v", s, probs)
+	}
+	memo = translated{}
+	if s, probs := build("nta", slice("10.244.1.2")); s.Forwarding != config.DSRIPIP || len(probs) != 1 || !strings.HasSuffix(probs[0], "the Service is forwarded dsr-ipip, the default, until it is corrected") {
+		t.Errorf("first seen with a bad value: %s, %v", s.Forwarding, probs)
 	}
 }
