@@ -202,6 +202,17 @@ func (r *run) sequence(opts Options) (Result, error) {
 		case <-time.After(opts.Pause):
 		}
 	}
+	// A connection the last change broke fails its next request, which
+	// may take a whole labrun.RequestTimeout: a node without its session
+	// (stateful, nat) drops the packet, and the client waits. Stopping
+	// the load before that would not count it.
+	if settle := labrun.RequestTimeout + opts.Every - opts.Pause; settle > 0 {
+		select {
+		case <-r.ctx.Done():
+			return Result{}, context.Cause(r.ctx)
+		case <-time.After(settle):
+		}
+	}
 	res := load.Stop()
 	if err := mark("end"); err != nil {
 		return Result{}, err
