@@ -10,6 +10,7 @@ LDFLAGS := -X main.version=$(VERSION)
 FUZZ_CONFIG    ?= 60000x
 FUZZ_MAGLEV    ?= 200000x
 FUZZ_DATAPLANE ?= 130000x
+FUZZ_NAT       ?= 100000x
 FUZZ_BACKEND   ?= 140000x
 FUZZ_BFD       ?= 400000x
 
@@ -65,6 +66,7 @@ root-test: deps build kube lint check-generated
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZ_CONFIG) -fuzzminimizetime 2s ./internal/config/
 	$(GO) test -run '^$$' -fuzz '^FuzzBuild$$' -fuzztime $(FUZZ_MAGLEV) -fuzzminimizetime 2s ./internal/maglev/
 	$(GO) test -run '^$$' -fuzz '^FuzzLBProgram$$' -fuzztime $(FUZZ_DATAPLANE) -fuzzminimizetime 2s ./internal/dataplane/lb/
+	$(GO) test -run '^$$' -fuzz '^FuzzLBNAT$$' -fuzztime $(FUZZ_NAT) -fuzzminimizetime 2s ./internal/dataplane/lb/
 	$(GO) test -run '^$$' -fuzz '^FuzzBackendProgram$$' -fuzztime $(FUZZ_BACKEND) -fuzzminimizetime 2s ./internal/dataplane/decap/
 	$(GO) test -run '^$$' -fuzz '^FuzzDecode$$' -fuzztime $(FUZZ_BFD) -fuzzminimizetime 2s ./internal/bfd/
 

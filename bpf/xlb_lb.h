@@ -477,6 +477,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		if (mode == XLB_ENCAP_GUE_HINT)
 			return xlb_lb_chained(ctx, &p, data_end, tunnel_hash(hash, p.sport, hsport),
 					      svc_id, slot);
+		if (ip->protocol == IPPROTO_ICMP)
+			return xlb_lb_nat_icmp(ctx, svc);
 		return xlb_lb_nat(ctx, svc, hash);
 	}
 	if (table_pick(svc_id, slot, &bid, &be_addr))

@@ -74,23 +74,24 @@ static __always_inline int lbnat_owns(const struct lbnat_session *s, const struc
 
 /* Remove session (rk, s) from the established tables or the embryonic
  * ones: its forward entry first, and only if it still names rk (a newer
- * session of the same client may have taken it), then its claim. */
+ * session of the same client may have taken it), then its claim. fk is
+ * room for the forward key (the stack has little to spare). */
 static __always_inline void lbnat_remove(const struct lbnat_key *rk, const struct lbnat_session *s,
-					 const int est)
+					 const int est, struct lbnat_key *fk)
 {
-	struct lbnat_key fk = {};
 	struct lbnat_key *v;
 
-	lbnat_fwd_key(&fk, s, rk->proto);
+	lbnat_fwd_key(fk, s, rk->proto);
+	fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
 	if (est) {
-		v = bpf_map_lookup_elem(&nat_fwd, &fk);
+		v = bpf_map_lookup_elem(&nat_fwd, fk);
 		if (v && lbnat_key_eq(v, rk))
-			bpf_map_delete_elem(&nat_fwd, &fk);
+			bpf_map_delete_elem(&nat_fwd, fk);
 		bpf_map_delete_elem(&nat_rev, rk);
 	} else {
-		v = bpf_map_lookup_elem(&nat_fwd_syn, &fk);
+		v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
 		if (v && lbnat_key_eq(v, rk))
-			bpf_map_delete_elem(&nat_fwd_syn, &fk);
+			bpf_map_delete_elem(&nat_fwd_syn, fk);
 		bpf_map_delete_elem(&nat_rev_syn, rk);
 	}
 }
@@ -98,11 +99,11 @@ static __always_inline void lbnat_remove(const struct lbnat_key *rk, const struc
 /* An expired session is gone: the packet path removes it when it meets
  * it, so that nothing depends on the control plane's sweep. */
 static __always_inline void lbnat_reap(const struct lbnat_key *rk, const struct lbnat_session *s,
-				       const int est)
+				       const int est, struct lbnat_key *fk)
 {
 	__u8 replied = s->flags & LBNAT_REPLIED;
 
-	lbnat_remove(rk, s, est);
+	lbnat_remove(rk, s, est, fk);
 	lbnat_count(LBNAT_EXPIRED);
 	if (!replied)
 		lbnat_count(LBNAT_NO_REPLY);
@@ -199,13 +200,20 @@ static __always_inline void lbnat_rewrite(struct iphdr *ip, struct ports *pp, __
  * does not fit the route and may not be fragmented. icmp: the packet is
  * an ICMP error, never answered with another. */
 static __always_inline int lbnat_next_hop(struct xdp_md *ctx, struct nh_entry *nh, __be32 dst,
-					  struct iphdr *ip, __u16 len, int icmp)
+					  struct iphdr *ip, __u16 len, int icmp,
+					  struct bpf_fib_lookup *fib)
 {
 	__u64 now = bpf_jiffies64();
 
 	if (nh->gen == nh_gen && len <= nh->max_len && now - nh->stamp < XLB_NH_MAX_AGE)
 		return 0;
-	long rc = nh_refill(ctx, nh, dst, len | ((__u32)ip->tos << 16));
+	/* nh_refill's own frame would not fit beside the NAT path's: the
+	 * FIB's argument lives in the scratch map. */
+	__builtin_memset(fib, 0, sizeof(*fib));
+	fib->family = AF_INET;
+	fib->ipv4_src = node_addr;
+	fib->ipv4_dst = dst;
+	long rc = nh_lookup(ctx, nh, fib, len | ((__u32)ip->tos << 16));
 
 	if ((rc & 0xff) == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 		if (icmp || !(ip->frag_off & bpf_htons(IP_DF))) {
@@ -296,21 +304,21 @@ static __always_inline __u16 lbnat_candidate(__u64 h, __u32 i, __u16 min, __u32 
  * or from an embryonic one its backend left unanswered for
  * XLB_NAT_SYN_STALE_NS. */
 static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const struct lbnat_key *rk,
-					    __u64 now)
+					    __u64 now, struct lbnat_key *tmp)
 {
 	struct lbnat_session *o = bpf_map_lookup_elem(&nat_rev, rk);
 
 	if (o) {
 		if (!lbnat_expired(c, o, now))
 			return 0;
-		lbnat_reap(rk, o, 1);
+		lbnat_reap(rk, o, 1, tmp);
 	}
 	o = bpf_map_lookup_elem(&nat_rev_syn, rk);
 	if (o) {
 		if (lbnat_expired(c, o, now)) {
-			lbnat_reap(rk, o, 0);
+			lbnat_reap(rk, o, 0, tmp);
 		} else if (!(o->flags & LBNAT_REPLIED) && (__s64)(now - o->last) > (__s64)XLB_NAT_SYN_STALE_NS) {
-			lbnat_remove(rk, o, 0);
+			lbnat_remove(rk, o, 0, tmp);
 			lbnat_count(LBNAT_RECLAIMED);
 		} else {
 			return 0;
@@ -333,7 +341,7 @@ static long lbnat_try_port(__u64 i, void *unused)
 		x->rk.dport = bpf_htons(lbnat_candidate(x->h, i, c->port_min, x->range));
 	/* Looked up before the insert: a failed insert into a full LRU map
 	 * may evict another session to make room first. */
-	if (!lbnat_claim_free(c, &x->rk, x->s.last))
+	if (!lbnat_claim_free(c, &x->rk, x->s.last, &x->tmp))
 		return 0;
 	if (bpf_map_update_elem(&nat_rev_syn, &x->rk, &x->s, BPF_NOEXIST))
 		return 0;
@@ -359,24 +367,31 @@ static __always_inline __u64 lbnat_port_hash(__be32 saddr, __be32 daddr, __be16 
 	return fmix64(k);
 }
 
-/* Open a session for the client's packet x->fk of service svc: the
+/* Open a session for the client's packet x->fk of service svc at now: the
  * backend from the service's Maglev table exactly as DSR picks it, a
  * claim on a free port (NAT) or on the client's own tuple (DNAT), then the
  * forward entry, both in the embryonic tables. Returns 0 with the claim in
- * x->rk and the backend id in *bid, or the reason to drop the packet. */
-static __always_inline int lbnat_open(struct lbnat_scratch *x, __u32 *bid,
-				      const struct svc_slot *svc, __u32 hash,
-				      const struct lbnat_cfg *c, __u64 now, int tcp)
+ * x->rk and the session in x->s, or the reason to drop the packet. Out of
+ * line, so that the hit path's frame stays small: the call chain has 512
+ * bytes of stack in all. */
+static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot *svc, __u32 hash,
+				 __u64 now, int tcp)
 {
 	const struct lbnat_key *fk = &x->fk;
-	__be32 be_addr;
+	const struct lbnat_cfg *c = lbnat_config();
 	int dnat = svc->encap == XLB_ENCAP_DNAT;
 
-	if (table_pick(svc->id, flow_slot(hash), bid, &be_addr))
+	if (!c)
+		return XLB_DROP_NAT_NO_PORT;
+	/* The backend's id and address go straight into the scratch space:
+	 * every byte of stack here counts. */
+	__builtin_memset(&x->s, 0, sizeof(x->s));
+	if (table_pick(svc->id, flow_slot(hash), &x->s.backend_id, &x->be))
 		return XLB_DROP_NO_BACKEND;
-	struct backend *b = bpf_map_lookup_elem(&backends, bid);
+	struct backend *b = bpf_map_lookup_elem(&backends, &x->s.backend_id);
 	if (!b)
 		return XLB_DROP_NO_BACKEND;
+	__be32 be_addr = x->be;
 
 	/* Port 0: the backend takes the service's own port. */
 	__be16 bport = b->port ? b->port : fk->dport;
@@ -395,12 +410,10 @@ static __always_inline int lbnat_open(struct lbnat_scratch *x, __u32 *bid,
 		x->h = lbnat_port_hash(xlb_addr_v4(&fk->src), xlb_addr_v4(&fk->dst), fk->sport,
 				       fk->dport, fk->proto);
 	}
-	__builtin_memset(&x->s, 0, sizeof(x->s));
 	x->s.client = fk->src;
 	x->s.vip = fk->dst;
 	x->s.client_port = fk->sport;
 	x->s.vip_port = fk->dport;
-	x->s.backend_id = *bid;
 	x->s.last = now;
 	x->s.state = tcp ? LBNAT_SYN : LBNAT_UDP;
 	x->s.flags = dnat ? LBNAT_DNAT : 0;
@@ -419,11 +432,15 @@ static __always_inline int lbnat_open(struct lbnat_scratch *x, __u32 *bid,
 		/* Replies to the client pass this node only as transit
 		 * traffic: the reverse path looks up packets from this
 		 * backend from now on. */
-		struct lbnat_be_key bk = { .addr = x->rk.src, .port = bport, .proto = fk->proto };
-		__u8 one = 1;
+		struct lbnat_be_key *bk = &x->bk;
 
-		if (!bpf_map_lookup_elem(&nat_dnat_be, &bk))
-			bpf_map_update_elem(&nat_dnat_be, &bk, &one, BPF_NOEXIST);
+		bk->addr = x->rk.src;
+		bk->port = bport;
+		bk->proto = fk->proto;
+		bk->pad = 0;
+		x->one = 1;
+		if (!bpf_map_lookup_elem(&nat_dnat_be, bk))
+			bpf_map_update_elem(&nat_dnat_be, bk, &x->one, BPF_NOEXIST);
 	}
 	lbnat_count(LBNAT_CREATED);
 	return 0;
@@ -461,10 +478,16 @@ static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int
  * outer IPv4 one, the quoted IPv4 header's, and the ICMP one over the
  * quote. The quoted transport checksum is left alone, as no stack reads
  * it in an error. */
-static __always_inline int lbnat_fwd_icmp(struct xdp_md *ctx, struct pkt *p, const struct svc_slot *svc,
-					  const struct lbnat_cfg *c, struct lbnat_scratch *x)
+static __noinline int xlb_lb_nat_icmp(struct xdp_md *ctx, const struct svc_slot *svc)
 {
 	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt pk = {}, *p = &pk;
+	const struct lbnat_cfg *c = lbnat_config();
+	struct lbnat_scratch *x = lbnat_scratch();
+
+	if (parse_ipv4((void *)(long)ctx->data, data_end, p) != PARSE_NOT_TCP_UDP ||
+	    parse_icmp_error(p, data_end) || !c || !x)
+		return drop(XLB_DROP_NAT_NO_SESSION);
 	struct iphdr *ip = p->ip;
 	__u8 *icmp = (void *)ip + ip->ihl * 4;
 	struct iphdr *q = (void *)(icmp + 8);
@@ -483,7 +506,7 @@ static __always_inline int lbnat_fwd_icmp(struct xdp_md *ctx, struct pkt *p, con
 	if (!s)
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	if (lbnat_expired(c, s, bpf_ktime_get_coarse_ns())) {
-		lbnat_reap(&x->rk, s, est);
+		lbnat_reap(&x->rk, s, est, &x->fk);
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	}
 	struct lbnat_key *rk = &x->rk;
@@ -495,7 +518,7 @@ static __always_inline int lbnat_fwd_icmp(struct xdp_md *ctx, struct pkt *p, con
 		nh = &bst->nh;
 	else
 		x->nh.gen = 0;
-	int how = lbnat_next_hop(ctx, nh, be, ip, p->ip_len, 1);
+	int how = lbnat_next_hop(ctx, nh, be, ip, p->ip_len, 1, &x->fib);
 
 	if (how < 0)
 		return -how - 1;
@@ -539,23 +562,13 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	void *data_end = (void *)(long)ctx->data_end;
 	struct pkt pk = {}, *p = &pk;
 	const struct lbnat_cfg *c = lbnat_config();
+	struct lbnat_scratch *x = lbnat_scratch();
 
 	/* Parsed again rather than handed over: a pointer to the caller's
 	 * parse would keep it on the stack, and cost the DSR path. */
-	int r = parse_ipv4((void *)(long)ctx->data, data_end, p);
-
-	if (r == PARSE_NOT_TCP_UDP && !parse_icmp_error(p, data_end))
-		r = PARSE_OK;
-	if (r != PARSE_OK || !c)
+	if (parse_ipv4((void *)(long)ctx->data, data_end, p) != PARSE_OK || !c || !x)
 		return drop(XLB_DROP_NAT_NO_PORT);
 	struct iphdr *ip = p->ip;
-
-	struct lbnat_scratch *x = lbnat_scratch();
-
-	if (!x)
-		return drop(XLB_DROP_NAT_NO_PORT);
-	if (ip->protocol == IPPROTO_ICMP)
-		return lbnat_fwd_icmp(ctx, p, svc, c, x);
 
 	struct ports *pp;
 	__sum16 *check;
@@ -573,7 +586,7 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
 
 	if (s && lbnat_expired(c, s, now)) {
-		lbnat_reap(&x->rk, s, est);
+		lbnat_reap(&x->rk, s, est, &x->fk);
 		s = 0;
 	}
 	if (s) {
@@ -582,10 +595,11 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	} else {
 		if (tcp && !syn)
 			return drop(XLB_DROP_NAT_NO_SESSION);
-		int why = lbnat_open(x, &bid, svc, hash, c, now, tcp);
+		int why = lbnat_open(x, svc, hash, now, tcp);
 
 		if (why)
 			return drop(why);
+		bid = x->s.backend_id;
 	}
 
 	struct lbnat_key *rk = &x->rk;
@@ -598,7 +612,7 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	else
 		x->nh.gen = 0;
 	__u16 len = p->ip_len;
-	int how = lbnat_next_hop(ctx, nh, be, ip, len, 0);
+	int how = lbnat_next_hop(ctx, nh, be, ip, len, 0, &x->fib);
 
 	if (how < 0)
 		return -how - 1;
@@ -677,7 +691,7 @@ static __always_inline int lbnat_reply_tuple(const struct lbnat_cfg *c, __be32 s
  * removed and not returned. */
 static __always_inline struct lbnat_session *lbnat_find_reply(const struct lbnat_cfg *c,
 							      const struct lbnat_key *rk, int *est,
-							      __u64 now)
+							      __u64 now, struct lbnat_key *fk)
 {
 	struct lbnat_session *s = bpf_map_lookup_elem(&nat_rev, rk);
 
@@ -689,7 +703,7 @@ static __always_inline struct lbnat_session *lbnat_find_reply(const struct lbnat
 			return 0;
 	}
 	if (lbnat_expired(c, s, now)) {
-		lbnat_reap(rk, s, *est);
+		lbnat_reap(rk, s, *est, fk);
 		return 0;
 	}
 	return s;
@@ -739,7 +753,7 @@ static __noinline int xlb_lb_nat_reply_icmp(struct xdp_md *ctx)
 	if (!x)
 		return -1;
 	lbnat_set_key(&x->rk, q->daddr, q->saddr, qp->dest, qp->source, q->protocol);
-	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, bpf_ktime_get_coarse_ns());
+	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, bpf_ktime_get_coarse_ns(), &x->fk);
 
 	if (!s) {
 		lbnat_count(LBNAT_REV_MISS);
@@ -748,7 +762,7 @@ static __noinline int xlb_lb_nat_reply_icmp(struct xdp_md *ctx)
 	if (ip->ttl <= 1)
 		return pass(XLB_PASS_TTL_EXCEEDED);
 	__be32 client = xlb_addr_v4(&s->client), vip = xlb_addr_v4(&s->vip);
-	int how = lbnat_next_hop(ctx, &s->nh, client, ip, p->ip_len, 1);
+	int how = lbnat_next_hop(ctx, &s->nh, client, ip, p->ip_len, 1, &x->fib);
 
 	if (how < 0)
 		return -how - 1;
@@ -801,7 +815,7 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 	if (!x)
 		return -1;
 	lbnat_set_key(&x->rk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
-	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, now);
+	struct lbnat_session *s = lbnat_find_reply(c, &x->rk, &est, now, &x->fk);
 
 	if (!s) {
 		lbnat_count(LBNAT_REV_MISS);
@@ -833,7 +847,7 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 
 	__be32 client = xlb_addr_v4(&s->client);
 	__u16 len = p->ip_len;
-	int how = lbnat_next_hop(ctx, &s->nh, client, ip, len, 0);
+	int how = lbnat_next_hop(ctx, &s->nh, client, ip, len, 0, &x->fib);
 
 	if (how < 0)
 		return -how - 1;

@@ -186,11 +186,17 @@ struct {
 struct lbnat_scratch {
 	struct lbnat_key fk;     /* the client's packet */
 	struct lbnat_key rk;     /* its session's reverse key */
+	struct lbnat_key tmp;    /* another session's forward key, while a claim is made */
+	struct lbnat_be_key bk;  /* a dnat backend being recorded */
 	struct lbnat_session s;  /* a session being opened */
 	struct nh_entry nh;      /* a next hop cached nowhere (generation 0) */
+	struct bpf_fib_lookup fib; /* the FIB's argument */
 	__u64 h;                 /* the port hash of the flow being opened */
 	__u32 range;             /* ports to draw from; 0: the claim as it is (dnat) */
 	__u32 ok;                /* a claim was made */
+	__be32 be;               /* the backend's address, as the table gives it */
+	__u8 one;                /* nat_dnat_be's value */
+	__u8 pad[3];
 };
 
 struct {

@@ -208,12 +208,16 @@ func main() {
 	}
 
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
-	fmt.Printf("%-18s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
+	fmt.Printf("%-21s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
 	for _, x := range res {
-		fmt.Printf("%-18s %8.1f %10.1f %8.1f  %s\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
+		fmt.Printf("%-21s %8.1f %10.1f %8.1f  %s\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
 	}
 	fmt.Printf("full LB / parse+encap floor: %.2fx (best rounds), %.2fx (medians), %.2fx (paired rounds), %.2fx net of the harness; target <= %.2fx; / floor with a route lookup: %.2fx\n",
 		r.RatioRaw, r.RatioMedian, r.RatioPaired, r.RatioNet, r.Target, r.RatioFib)
+	if f, rev := by["bench_lb_nat_fwd"], by["bench_lb_nat_rev"]; f.MinNs > 0 {
+		fmt.Printf("NAT session hit: client to backend %.1f ns, backend to client %.1f ns (best rounds; %.2fx and %.2fx the DSR path, paired)\n",
+			f.MinNs, rev.MinNs, lbharness.PairedRatio(f.RoundsNs, by["bench_lb"].RoundsNs), lbharness.PairedRatio(rev.RoundsNs, by["bench_lb"].RoundsNs))
+	}
 	fmt.Printf("\nbackend program (xlb_decap)\n%-24s %8s %10s %8s  %s\n", "case", "min ns", "median ns", "net ns", "what")
 	for _, x := range back {
 		fmt.Printf("%-24s %8.1f %10.1f %8.1f  %s\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)

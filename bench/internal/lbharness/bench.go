@@ -49,11 +49,17 @@ var benchDescriptions = map[string]string{
 	"floor_parse_encap_fib": "floor 3: floor 2 with the route to the backend looked up for every packet (bpf_fib_lookup) and its MACs written",
 	"bench_lb":              "the full LB path: service index, Maglev slot, next hop (cached FIB result), counters, IPIP, XDP_TX",
 	"bench_lb_affinity":     "the full LB path to a service with client-IP affinity (the same backends on port 81): the flow hash without the source port",
+	"bench_lb_nat_fwd":      "a NAT service's session hit, client to backend (the same backends on port 8080): session lookup, rewrite of addresses, ports and checksums, next hop (cached), counters, XDP_TX",
+	"bench_lb_nat_rev":      "the same session's reply, backend to client: session lookup by the reply's 5-tuple, rewrite, next hop cached in the session, XDP_TX",
 }
 
 // affinityPort is the port of the benchmarked service's twin with
 // client-IP affinity.
 const affinityPort = 81
+
+// natPort is the port of the benchmarked service's NAT twin, and the port
+// its backends listen on.
+const natPort = 8080
 
 // RunBenchmark measures the LB program on a VIP hit against its floors
 // with BPF_PROG_TEST_RUN, in a network namespace of its own (removed
@@ -74,9 +80,14 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		{"floor_parse_encap_fib", objs.FloorParseEncapFib, xdpVerdictTX, nil},
 		{"bench_lb", objs.BenchLb, xdpVerdictTX, nil},
 		{"bench_lb_affinity", objs.BenchLb, xdpVerdictTX, benchFramePort(vip, affinityPort)},
+		{"bench_lb_nat_fwd", objs.BenchLb, xdpVerdictTX, benchFramePort(vip, natPort)},
+		{"bench_lb_nat_rev", objs.BenchLb, xdpVerdictTX, env.natReply},
 	}
 	out, err := runInterleaved(ns, benchFrame(vip), run, cfg.Rounds, cfg.Repeat)
 	if err != nil {
+		return nil, err
+	}
+	if err := env.checkNAT(cfg); err != nil {
 		return nil, err
 	}
 	for i := range out {
@@ -162,6 +173,9 @@ type benchEnv struct {
 	vip  netip.Addr
 	objs *benchObjects
 	d    *lb.Dataplane
+	// natReply is a reply of the NAT twin's one session, from its
+	// backend to the node.
+	natReply []byte
 }
 
 // openBenchEnv makes a benchEnv whose namespace is named prefix and the
@@ -199,6 +213,64 @@ func (e *benchEnv) load(backends int) error {
 		e.close()
 		return err
 	}
+	if err := e.natService(backends); err != nil {
+		e.close()
+		return err
+	}
+	return nil
+}
+
+// natService programs the NAT twin of the benchmarked service, ID 2 on
+// port natPort, with backend IDs of its own at the same addresses, port
+// natPort, and opens the one session the NAT cases measure: the
+// benchmark frame's SYN, answered by its backend.
+func (e *benchEnv) natService(backends int) error {
+	if err := e.d.SetNAT(lb.NATConfig{Address: e.node, PortMin: 20000, PortMax: 32767}); err != nil {
+		return err
+	}
+	key := lb.ServiceKey{VIP: e.vip, Port: natPort, Proto: lb.ProtoTCP}
+	if err := benchServiceOf(e.d, 2, key, backends, 2*uint32(backends), false, lb.EncapNAT, natPort); err != nil {
+		return err
+	}
+	syn := benchFramePort(e.vip, natPort)
+	syn[14+20+13] = 0x02
+	setTCPChecksum(syn)
+	var sessions []lb.Session
+	err := netns.Do(e.ns, func() error {
+		idx, err := benchThread()
+		if err != nil {
+			return err
+		}
+		if v, _, _, err := testRunXDP(e.objs.BenchLb.FD(), syn, idx, 1); err != nil || v != xdpVerdictTX {
+			return fmt.Errorf("the NAT case's SYN: verdict %s, %v", xdpVerdictName(v), err)
+		}
+		if sessions, err = e.d.Sessions(e.vip, natPort, lb.ProtoTCP, 1); err != nil || len(sessions) != 1 {
+			return fmt.Errorf("the NAT case's session: %v, %v", sessions, err)
+		}
+		s := sessions[0]
+		e.natReply = benchReply(s.Backend, s.Source)
+		synAck := append([]byte(nil), e.natReply...)
+		synAck[14+20+13] = 0x12
+		setTCPChecksum(synAck)
+		if v, _, _, err := testRunXDP(e.objs.BenchLb.FD(), synAck, idx, 1); err != nil || v != xdpVerdictTX {
+			return fmt.Errorf("the NAT case's SYN-ACK: verdict %s, %v", xdpVerdictName(v), err)
+		}
+		return nil
+	})
+	return err
+}
+
+// checkNAT says whether every run of the NAT cases translated the one
+// session, both ways.
+func (e *benchEnv) checkNAT(cfg BenchConfig) error {
+	st, err := e.d.NATStatCounters()
+	if err != nil {
+		return err
+	}
+	want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1
+	if st["forward"] < want || st["reverse"] < want || st["created"] != 1 {
+		return fmt.Errorf("NAT counters %v: want one session, and at least %d packets each way", st, want)
+	}
 	return nil
 }
 
@@ -228,13 +300,19 @@ func benchService(d *lb.Dataplane, key lb.ServiceKey, backends int) error {
 // benchServiceWith is benchService for service id, with backend IDs from
 // idBase up and client-IP affinity set to clientIP.
 func benchServiceWith(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends int, idBase uint32, clientIP bool) error {
+	return benchServiceOf(d, id, key, backends, idBase, clientIP, lb.EncapIPIP, 80)
+}
+
+// benchServiceOf is benchServiceWith for a service of encapsulation
+// encap whose backends listen on port.
+func benchServiceOf(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends int, idBase uint32, clientIP bool, encap lb.Encap, port uint16) error {
 	bs := make([]maglev.Backend, backends)
 	for i := range bs {
 		var b [4]byte
 		binary.BigEndian.PutUint32(b[:], 0x0a00030a+uint32(i))
 		a := netip.AddrFrom4(b)
-		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
-		if err := d.UpsertBackend(idBase+uint32(i), netip.AddrPortFrom(a, 80)); err != nil {
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, port).String(), Weight: 1}
+		if err := d.UpsertBackend(idBase+uint32(i), netip.AddrPortFrom(a, port)); err != nil {
 			return err
 		}
 	}
@@ -246,7 +324,7 @@ func benchServiceWith(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends in
 	for i, s := range slots {
 		table[i] = idBase + uint32(s)
 	}
-	return d.UpsertService(lb.Service{ID: id, Key: key, Encap: lb.EncapIPIP, Table: table, ClientIP: clientIP})
+	return d.UpsertService(lb.Service{ID: id, Key: key, Encap: encap, Table: table, ClientIP: clientIP})
 }
 
 // loadBenchDataplane loads the benchmark programs, with node as the
@@ -363,6 +441,8 @@ func benchNS(ns string) error {
 		{"-n", ns, "addr", "add", "10.0.1.2/24", "dev", "veth0"},
 		{"-n", ns, "neigh", "add", "10.0.1.1", "lladdr", "02:00:00:00:00:01", "dev", "veth0", "nud", "permanent"},
 		{"-n", ns, "route", "add", "10.0.3.0/24", "via", "10.0.1.1"},
+		// The clients, where NAT replies go.
+		{"-n", ns, "route", "add", "10.0.2.0/24", "via", "10.0.1.1"},
 	}
 	for i, c := range cmds {
 		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
@@ -406,6 +486,43 @@ func benchFramePort(vip netip.Addr, port uint16) []byte {
 	tcp[12] = 5 << 4
 	tcp[13] = 0x18
 	return f
+}
+
+// benchReply is a 64-byte-payload TCP segment from a NAT session's
+// backend to its source on the node, as the backend replies.
+func benchReply(from, to netip.AddrPort) []byte {
+	f := benchFramePort(to.Addr(), to.Port())
+	s := from.Addr().As4()
+	copy(f[14+12:], s[:])
+	f[14+20], f[14+21] = byte(from.Port()>>8), byte(from.Port())
+	f[14+10], f[14+11] = 0, 0
+	var sum uint32
+	for i := 0; i < 20; i += 2 {
+		sum += uint32(f[14+i])<<8 | uint32(f[14+i+1])
+	}
+	sum = (sum & 0xffff) + sum>>16
+	sum = (sum & 0xffff) + sum>>16
+	f[14+10], f[14+11] = byte(^sum>>8), byte(^sum)
+	setTCPChecksum(f)
+	return f
+}
+
+// setTCPChecksum computes the TCP checksum of frame from scratch.
+func setTCPChecksum(f []byte) {
+	ip := f[14:]
+	tcp := ip[20:]
+	tcp[16], tcp[17] = 0, 0
+	sum := uint32(6) + uint32(len(tcp))
+	for i := 12; i < 20; i += 2 {
+		sum += uint32(ip[i])<<8 | uint32(ip[i+1])
+	}
+	for i := 0; i+1 < len(tcp); i += 2 {
+		sum += uint32(tcp[i])<<8 | uint32(tcp[i+1])
+	}
+	for sum > 0xffff {
+		sum = (sum & 0xffff) + sum>>16
+	}
+	tcp[16], tcp[17] = byte(^sum>>8), byte(^sum)
 }
 
 // benchThread pins the calling thread, inside a benchmark's namespace, to

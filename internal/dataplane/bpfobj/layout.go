@@ -76,9 +76,14 @@ func SpecLayout(spec *ebpf.CollectionSpec) Layout {
 		if strings.HasPrefix(name, ".") {
 			continue
 		}
-		l[name] = sha256.Sum256([]byte(describeMap(m)))
+		l[name] = Fingerprint(m)
 	}
 	return l
+}
+
+// Fingerprint is map spec m's entry in a layout record.
+func Fingerprint(m *ebpf.MapSpec) [sha256.Size]byte {
+	return sha256.Sum256([]byte(describeMap(m)))
 }
 
 func describeMap(m *ebpf.MapSpec) string {

@@ -191,6 +191,16 @@ func (d *Dataplane) Attach() error {
 		return err
 	}
 	d.link, d.shape.AttachMode = l, mode
+	if c := d.nat.carry; c != nil {
+		// The sessions the old program opened since Load.
+		err := c.carry(d)
+		d.nat.carried, d.nat.lost = c.carried, c.lost
+		c.close()
+		d.nat.carry = nil
+		if err != nil {
+			return err
+		}
+	}
 	if d.migrate.Migrate {
 		for name, m := range d.Maps() {
 			if err := bpfobj.ReplacePin(m, filepath.Join(d.pinPath, name)); err != nil {
@@ -280,6 +290,17 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 		d.closeMaps()
 		return nil, err
 	}
+	if pin && d.migrate.Migrate {
+		if d.nat.carry, err = openCarry(opts.PinPath, spec); err == nil {
+			err = d.nat.carry.carry(d)
+		}
+		if err != nil {
+			d.closeMaps()
+			return nil, err
+		}
+		d.nat.carried, d.nat.lost = d.nat.carry.carried, d.nat.carry.lost
+		d.migrate.Reason += d.nat.carry.summary()
+	}
 	if err := d.initNAT(); err != nil {
 		d.closeMaps()
 		return nil, err
@@ -350,5 +371,9 @@ func (d *Dataplane) Close() error {
 
 // closeMaps releases the handles of the program and its maps.
 func (d *Dataplane) closeMaps() error {
+	if d.nat.carry != nil {
+		d.nat.carry.close()
+		d.nat.carry = nil
+	}
 	return errors.Join(d.objs.Close(), d.tables.close())
 }

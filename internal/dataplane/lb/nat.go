@@ -78,18 +78,24 @@ type natState struct {
 	// the data plane's mu when both are held.
 	mu  sync.Mutex
 	cfg wire.NATCfg
-	// gauges are the session counts of the last walk, and when it was.
+	// gauges are the session counts of the last complete sweep; swept
+	// is when ExpireSessions last ran, sweep where it stands.
 	gauges  sessionCounts
-	walked  time.Time
+	swept   time.Time
+	sweep   sweep
 	dnatOld map[wire.NATBackendKey]bool
+	// carry is the NAT state a migration carries over, from Load to
+	// Attach; carried and lost count its sessions.
+	carry         *natCarry
+	carried, lost int
 }
 
 // sessionCounts are sessions in use, and of them those not answered.
 type sessionCounts struct{ sessions, embryonic uint64 }
 
-// gaugesFresh is how old the gauges of the last walk may be for
-// NATCounters to report them instead of walking again: the agent sweeps
-// every second.
+// gaugesFresh is how long ago a sweep may have run for NATCounters to
+// report the gauges of the last complete one instead of counting: the
+// agent sweeps every second.
 const gaugesFresh = 2 * time.Second
 
 // monotonicNow is the program's clock (bpf_ktime_get_coarse_ns), in
@@ -192,15 +198,15 @@ func (d *Dataplane) enableDNAT() error {
 }
 
 // NATCounters returns the node-wide NAT counters, and the sessions in use
-// as the last sweep (ExpireSessions) counted them, or as a count of its
-// own when none ran in the last two seconds.
+// as the last complete sweep (ExpireSessions) counted them while sweeps
+// run, or as a count of its own when none ran in the last two seconds.
 func (d *Dataplane) NATCounters() (NATCounters, error) {
 	st, err := d.natStats()
 	if err != nil {
 		return NATCounters{}, err
 	}
 	d.nat.mu.Lock()
-	g, fresh := d.nat.gauges, time.Since(d.nat.walked) < gaugesFresh
+	g, fresh := d.nat.gauges, time.Since(d.nat.swept) < gaugesFresh
 	d.nat.mu.Unlock()
 	if !fresh {
 		if g, err = d.countSessions(); err != nil {
@@ -282,22 +288,36 @@ func (d *Dataplane) sessionTables() [2]struct{ fwd, rev *ebpf.Map } {
 // walkSessions calls fn with every session of reverse table m, read in
 // batches. fn must not keep k or v.
 func walkSessions(m *ebpf.Map, fn func(k *wire.SessionKey, v *wire.Session)) error {
-	const batch = 4096
-	keys := make([]wire.SessionKey, batch)
-	vals := make([]wire.Session, batch)
 	var cursor ebpf.MapBatchCursor
-	for {
-		n, err := m.BatchLookup(&cursor, keys, vals, nil)
+	_, err := walkSome(m, &cursor, -1, fn)
+	return err
+}
+
+// sessionBatch is how many sessions one read of a table returns.
+const sessionBatch = 4096
+
+// walkSome calls fn with the sessions of reverse table m from cursor on,
+// in batches, until about limit of them were read (limit < 0: all) or
+// the table ends. It says whether it ended; the cursor then starts over.
+func walkSome(m *ebpf.Map, cursor *ebpf.MapBatchCursor, limit int, fn func(k *wire.SessionKey, v *wire.Session)) (bool, error) {
+	keys := make([]wire.SessionKey, sessionBatch)
+	vals := make([]wire.Session, sessionBatch)
+	for read := 0; limit < 0 || read < limit; {
+		n, err := m.BatchLookup(cursor, keys, vals, nil)
 		for i := range n {
 			fn(&keys[i], &vals[i])
 		}
+		read += n
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return nil
+			*cursor = ebpf.MapBatchCursor{}
+			return true, nil
 		}
 		if err != nil {
-			return fmt.Errorf("read sessions of %v: %w", m, err)
+			*cursor = ebpf.MapBatchCursor{}
+			return false, fmt.Errorf("read sessions of %v: %w", m, err)
 		}
 	}
+	return false, nil
 }
 
 // forwardKey is the forward key of session (k, v).
@@ -344,41 +364,68 @@ func expired(c *wire.NATCfg, v *wire.Session, now uint64) bool {
 	return int64(now-v.Last) > int64(timeout(c, v.State))
 }
 
+// sweepBudget is about how many sessions one ExpireSessions reads: a
+// full default table (262144 established sessions) takes several calls,
+// so that the agent's sweep every second costs a bounded share of a CPU
+// (docs/decisions/0006-nat-sessions.md has the figures).
+const sweepBudget = 65536
+
+// sweep is where the sweep of the session tables stands: it goes through
+// them a budget at a time, and what it counts and finds in use holds once
+// a cycle through both completed.
+type sweep struct {
+	cursor  [2]ebpf.MapBatchCursor
+	done    [2]bool
+	pending sessionCounts
+	live    map[wire.NATBackendKey]bool
+}
+
 // ExpireSessions removes sessions whose timeout passed (the packet path
 // already treats them as gone; this reclaims their memory) and returns
-// how many. The agent calls it periodically, off the packet path. Its
-// walk also counts the sessions in use (NATCounters), and lets go of the
-// dnat backends no service names and no session uses any more.
+// how many. The agent calls it periodically, off the packet path. Each
+// call reads about sweepBudget sessions, where the last one stopped, so a
+// large table takes several calls to go through. A completed pass counts
+// the sessions in use (NATCounters) and lets go of the dnat backends no
+// service names and no session uses any more.
 func (d *Dataplane) ExpireSessions() (int, error) {
 	d.nat.mu.Lock()
 	defer d.nat.mu.Unlock()
+	sw := &d.nat.sweep
+	if sw.live == nil {
+		sw.live = map[wire.NATBackendKey]bool{}
+	}
 	c := d.nat.cfg
 	now := monotonicNow()
-	var g sessionCounts
-	live := map[wire.NATBackendKey]bool{}
 	type victim struct {
 		k wire.SessionKey
 		v wire.Session
 	}
-	removed, noReply := 0, uint64(0)
-	for _, t := range d.sessionTables() {
+	removed, noReply, budget := 0, uint64(0), sweepBudget
+	for i, t := range d.sessionTables() {
+		if sw.done[i] {
+			continue
+		}
 		var old []victim
-		err := walkSessions(t.rev, func(k *wire.SessionKey, v *wire.Session) {
+		read := 0
+		done, err := walkSome(t.rev, &sw.cursor[i], budget, func(k *wire.SessionKey, v *wire.Session) {
+			read++
 			if expired(&c, v, now) {
 				old = append(old, victim{*k, *v})
 				return
 			}
-			g.sessions++
+			sw.pending.sessions++
 			if v.Flags&wire.SessionReplied == 0 {
-				g.embryonic++
+				sw.pending.embryonic++
 			}
 			if v.Flags&wire.SessionDNAT != 0 {
-				live[wire.NATBackendKey{Addr: k.Src, Port: k.Sport, Proto: k.Proto}] = true
+				sw.live[wire.NATBackendKey{Addr: k.Src, Port: k.Sport, Proto: k.Proto}] = true
 			}
 		})
 		if err != nil {
 			return removed, err
 		}
+		sw.done[i] = done
+		budget -= read
 		for _, o := range old {
 			// A packet may have renewed it since the walk read it.
 			var cur wire.Session
@@ -396,6 +443,9 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 				}
 			}
 		}
+		if budget <= 0 {
+			break
+		}
 	}
 	if err := d.addSwept(wire.LBNATExpired, uint64(removed)); err != nil {
 		return removed, err
@@ -403,7 +453,13 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 	if err := d.addSwept(wire.LBNATNoReply, noReply); err != nil {
 		return removed, err
 	}
-	d.nat.gauges, d.nat.walked = g, time.Now()
+	d.nat.swept = time.Now()
+	if !sw.done[0] || !sw.done[1] {
+		return removed, nil
+	}
+	d.nat.gauges = sw.pending
+	live := sw.live
+	*sw = sweep{live: map[wire.NATBackendKey]bool{}}
 	return removed, d.sweepDNATBackends(live)
 }
 
@@ -426,9 +482,10 @@ func (d *Dataplane) countSessions() (sessionCounts, error) {
 }
 
 // sweepDNATBackends removes from nat_dnat_be the backends that no dnat
-// service names and that no session in live uses, once two sweeps in a
-// row found them so (a session the program opened from a table being
-// replaced, after this sweep read its bucket, is seen by the next), and
+// service names and that no session in live uses, once two complete
+// sweeps in a row found them so (a session the program opened from a
+// table being replaced, after a sweep read its bucket, is seen by the
+// next), and
 // turns the dnat lookups off when none is left and no dnat service is
 // installed. Called with nat.mu held.
 func (d *Dataplane) sweepDNATBackends(live map[wire.NATBackendKey]bool) error {
