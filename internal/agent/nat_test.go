@@ -146,7 +146,7 @@ func TestNATAdoptionChecksPort(t *testing.T) {
 	}
 	mustApply(t, r2, cfg)
 	verify(t, f, r2, cfg)
-	if _, after, _ := r2.ids(keyOf(t, cfg.Services[0])); !maps_equal(before, after) {
+	if _, after, _ := r2.ids(keyOf(t, cfg.Services[0])); !sameIDs(before, after) {
 		t.Errorf("restarted: IDs %v, want %v", after, before)
 	}
 
@@ -170,7 +170,7 @@ func TestNATAdoptionChecksPort(t *testing.T) {
 	}
 }
 
-func maps_equal(a, b map[netip.AddrPort]uint32) bool {
+func sameIDs(a, b map[netip.AddrPort]uint32) bool {
 	if len(a) != len(b) {
 		return false
 	}
