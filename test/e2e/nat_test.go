@@ -441,7 +441,7 @@ const natFloodTime = 10 * time.Second
 // connections stay busy. The flood's sessions fill the port range and
 // fail to allocate beyond it, but no established session is evicted:
 // every connection that breaks must still have its session, and may
-// only break if packets were dropped on the way (above some 150,000
+// only break if packets were dropped on the way (at 250,000
 // SYNs a second the node's veth ring overflows, and the connections'
 // packets are dropped with the flood's). The flood's sessions, which no
 // client ever acknowledged, end after tcpSyn, and new connections work
