@@ -1122,3 +1122,104 @@ func TestLBNATStaleForwardEntry(t *testing.T) {
 	}
 	x.expectForward("the port's owner's reply", segment(tuple{natBackends[31], src, 17}, 0, nil).Frame(x.f.MAC), b.reverse())
 }
+
+// TestLBNATDNATBackends: the reverse path looks up transit packets only
+// from the dnat backends a session went to; the sweep lets a backend go
+// once no dnat service names it and two complete passes found no session
+// of it, and turns the lookups off when no dnat service is left.
+func TestLBNATDNATBackends(t *testing.T) {
+	x := newNATFixture(t)
+	d := tuple{clientAt(40001), vip(81), 6}
+	x.expectForward("DNAT SYN", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{d.src, natBackends[32], 6})
+	be := wire.NATBackendKey{Addr: wire.AddrOf(fxBackend), Port: wire.Port(8081), Proto: 6}
+	var one uint8
+	if err := x.d.objs.NatDnatBe.Lookup(&be, &one); err != nil {
+		t.Fatalf("the dnat backend after its first session: %v", err)
+	}
+	for _, c := range []struct {
+		what string
+		from netip.AddrPort
+		miss uint64
+	}{
+		{"from the dnat backend, of no session", natBackends[32], 1},
+		{"from another port of its host", netip.AddrPortFrom(fxBackend, 22), 0},
+	} {
+		in := segment(tuple{c.from, clientAt(55555), 6}, tcpACK, nil).Frame(x.f.MAC)
+		var v uint32
+		var out []byte
+		delta := x.natDelta(func() { v, out, _ = x.run(in) })
+		if v != xdpPass || !bytes.Equal(out, in) || delta["reverse_miss"] != c.miss {
+			t.Errorf("%s: %s, NAT %v, want it passed untouched with %d reverse miss", c.what, verdictNames[v], delta, c.miss)
+		}
+	}
+
+	// The dnat services leave; the session ends.
+	if err := x.d.DeleteService(42, dnatTCP); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.d.DeleteService(43, dnatUDP); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := x.d.EndBackendSessions(32); err != nil || n != 1 {
+		t.Fatalf("EndBackendSessions: %d, %v", n, err)
+	}
+	if _, err := x.d.ExpireSessions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.d.objs.NatDnatBe.Lookup(&be, &one); err != nil {
+		t.Errorf("the backend went after one pass: %v, want it kept until a second", err)
+	}
+	if _, err := x.d.ExpireSessions(); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.d.objs.NatDnatBe.Lookup(&be, &one); err == nil {
+		t.Error("the backend is still looked up after two passes without a service or a session")
+	}
+	var c wire.NATCfg
+	if err := x.d.objs.NatCfg.Lookup(uint32(0), &c); err != nil || c.Flags&wire.NATCfgDNAT != 0 {
+		t.Errorf("settings %+v (%v), want the dnat lookups off", c, err)
+	}
+}
+
+// TestLBNATClientIPAffinity: a NAT service picks a new session's backend
+// with the Maglev hash exactly as DSR does, client-IP affinity included:
+// two connections of a client whose ports the plain hash sends to
+// different backends reach one backend with affinity.
+func TestLBNATClientIPAffinity(t *testing.T) {
+	x := newNATFixture(t)
+	table := make([]uint32, fxTableSize)
+	for i := range table {
+		table[i] = 30
+		if i%2 == 1 {
+			table[i] = 35
+		}
+	}
+	backendOf := func(sport uint16, clientIP bool) uint32 {
+		return table[Slot(FlowHash(fxClient, fxVIP, HashedPort(sport, clientIP), 80, 6), fxTableSize)]
+	}
+	// Two ports of the client that the plain hash sends apart.
+	p1, p2 := uint16(40000), uint16(40001)
+	for backendOf(p2, false) == backendOf(p1, false) {
+		p2++
+	}
+	for _, clientIP := range []bool{false, true} {
+		if err := x.d.UpsertService(Service{ID: 40, Key: natTCP, Encap: EncapNAT, Table: table, ClientIP: clientIP}); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []uint16{p1, p2} {
+			c := tuple{clientAt(p), vip(80), 6}
+			if clientIP {
+				c.src = netip.AddrPortFrom(fxClient, p+1000) // new connections
+			}
+			want := backendOf(c.src.Port(), clientIP)
+			v, out, r := x.run(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+			got := netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[30:34])), binary.BigEndian.Uint16(out[36:]))
+			if (v != xdpTX && v != xdpRedirect) || got != natBackends[want] {
+				t.Errorf("affinity %v, client port %d: %s %v to %v, want backend %d (%v)", clientIP, c.src.Port(), verdictNames[v], r, got, want, natBackends[want])
+			}
+		}
+	}
+	if backendOf(p1+1000, true) != backendOf(p2+1000, true) {
+		t.Fatal("with affinity the two ports hash apart: the test is wrong")
+	}
+}

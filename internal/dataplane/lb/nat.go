@@ -74,13 +74,15 @@ type Session struct {
 // natState is the data plane's side of the sessions: the settings as
 // written, and what the last sweep saw.
 type natState struct {
-	// mu serialises the sweeps and the writes of nat_cfg; taken after
+	// mu serialises the sweeps and the writes of nat_cfg; taken before
 	// the data plane's mu when both are held.
 	mu  sync.Mutex
 	cfg wire.NATCfg
-	// gauges are the session counts of the last complete sweep; swept
-	// is when ExpireSessions last ran, sweep where it stands.
+	// gauges are the session counts of the last complete sweep, and
+	// counted when it completed; swept is when ExpireSessions last ran,
+	// sweep where it stands.
 	gauges  sessionCounts
+	counted time.Time
 	swept   time.Time
 	sweep   sweep
 	dnatOld map[wire.NATBackendKey]bool
@@ -94,9 +96,13 @@ type natState struct {
 type sessionCounts struct{ sessions, embryonic uint64 }
 
 // gaugesFresh is how long ago a sweep may have run for NATCounters to
-// report the gauges of the last complete one instead of counting: the
-// agent sweeps every second.
-const gaugesFresh = 2 * time.Second
+// report the gauges of the last complete one instead of counting (the
+// agent sweeps every second), and gaugesOld how long ago that one may
+// have completed (a full default table takes a few sweeps).
+const (
+	gaugesFresh = 2 * time.Second
+	gaugesOld   = 15 * time.Second
+)
 
 // monotonicNow is the program's clock (bpf_ktime_get_coarse_ns), in
 // nanoseconds.
@@ -206,7 +212,8 @@ func (d *Dataplane) NATCounters() (NATCounters, error) {
 		return NATCounters{}, err
 	}
 	d.nat.mu.Lock()
-	g, fresh := d.nat.gauges, time.Since(d.nat.swept) < gaugesFresh
+	g := d.nat.gauges
+	fresh := time.Since(d.nat.swept) < gaugesFresh && time.Since(d.nat.counted) < gaugesOld
 	d.nat.mu.Unlock()
 	if !fresh {
 		if g, err = d.countSessions(); err != nil {
@@ -457,7 +464,7 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 	if !sw.done[0] || !sw.done[1] {
 		return removed, nil
 	}
-	d.nat.gauges = sw.pending
+	d.nat.gauges, d.nat.counted = sw.pending, time.Now()
 	live := sw.live
 	*sw = sweep{live: map[wire.NATBackendKey]bool{}}
 	return removed, d.sweepDNATBackends(live)
