@@ -75,6 +75,13 @@ func markdown(r *Report, jsonPath string, img images) string {
 	if t := r.natTargetSummary(); t != "" {
 		w("The targets of xlb's NAT mode (issue 23), which carries the replies through the node as DNAT and the proxies do: xlb nat at least 1.2x nftables DNAT with a new connection per request and 1.0x with keep-alive, and 1.5x HAProxy in both; xlb dnat is shown beside it.\n\n")
 		w("%s\n%s\n", r.natRatioTable(), t)
+		var fails uint64
+		for _, x := range r.Runs {
+			if x.Round > 0 && (x.Path == keyNAT || x.Path == keyDNAT) {
+				fails += x.NATAllocFailures
+			}
+		}
+		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port.\n\n", natPortMin, natPortMax, fails)
 	}
 
 	if len(r.Latency) > 0 {

@@ -224,8 +224,12 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					if err != nil {
 						return err
 					}
-					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s)",
-						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop))
+					nat := ""
+					if run.NATAllocFailures > 0 {
+						nat = fmt.Sprintf("; %d NAT allocation failures", run.NATAllocFailures)
+					}
+					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
+						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)
 				}
 			}
 		}

@@ -786,3 +786,20 @@ func (l *benchLab) xdpPackets(p Path) (uint64, error) {
 	}
 	return 0, fmt.Errorf("the agent of %s has no service on %s", node.Name, p.VIP)
 }
+
+// natFailures is the allocation failures of the xlb node's NAT session
+// table so far, 0 for paths other than xlb nat and dnat.
+func (l *benchLab) natFailures(p Path) (uint64, error) {
+	if p.Key != keyNAT && p.Key != keyDNAT {
+		return 0, nil
+	}
+	node := l.p.Nodes[p.node]
+	st, err := api.GetStatus(labrun.Socket(l.p, node))
+	if err != nil {
+		return 0, err
+	}
+	if st.NAT == nil {
+		return 0, fmt.Errorf("the agent of %s reports no NAT session table", node.Name)
+	}
+	return st.NAT.AllocFailures, nil
+}
