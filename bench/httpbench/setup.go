@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/lab"
@@ -62,6 +64,10 @@ const (
 	natPortMin, natPortMax = 1024, 60999
 	nodeLocalPorts         = "61000 65535"
 )
+
+// natClosing is a little more than how long a nat or dnat session lasts
+// after its connection ended (nat.timeouts.tcpClosing, the default).
+const natClosing = config.DefaultNATTCPClosing + 2*time.Second
 
 // dnatRuleTable is the router's routing table for the dnat path's
 // replies.
@@ -533,6 +539,18 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	} else if _, err := labrun.ReconfigureWith(ctx, sub, svcs, opts); err != nil {
 		return cs, err
 	}
+	// A new connection from a client port whose nat session is still
+	// closing reopens that session, to its backend (as a stack reuses a
+	// tuple after TIME_WAIT), which need no longer be in use: with fewer
+	// backends than before, let the sessions of the others end first.
+	if l.agentSvcs != nil && n < l.n {
+		l.progress("%s: waiting %s for the xlb nat and dnat sessions of the backends left out to end", backendsLabel(n), natClosing)
+		select {
+		case <-ctx.Done():
+			return cs, ctx.Err()
+		case <-time.After(natClosing):
+		}
+	}
 	l.agentSvcs = svcs
 	b, err := os.ReadFile(labrun.ConfigPath(l.p, node))
 	if err != nil {
@@ -541,7 +559,16 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	cs.Agent = string(b)
 
 	// nftables and iptables: load the rules for n backends, replacing the
-	// previous ones.
+	// previous ones, and forget the connections of the previous ones. A
+	// conntrack entry in TIME_WAIT outlives its rules by two minutes, and
+	// takes a new SYN from the same client port (which the client reuses
+	// within seconds at these rates) to the old backend, one that may no
+	// longer be in use.
+	for _, key := range []string{keyNft, keyIptables} {
+		if err := l.flushConntrack(l.path(key).Node); err != nil {
+			return cs, err
+		}
+	}
 	cs.Nft = nftRules(l.path(keyNft).VIP, addrs)
 	if err := l.applyFile(ctx, keyNft, "nft.rules", cs.Nft, "nft", "-f"); err != nil {
 		return cs, err
@@ -802,4 +829,16 @@ func (l *benchLab) natFailures(p Path) (uint64, error) {
 		return 0, fmt.Errorf("the agent of %s reports no NAT session table", node.Name)
 	}
 	return st.NAT.AllocFailures, nil
+}
+
+// flushConntrack empties namespace ns's conntrack table, as `conntrack
+// -F` would, over netlink.
+func (l *benchLab) flushConntrack(ns string) error {
+	l.setup = append(l.setup, "ip netns exec "+ns+" conntrack -F  # over netlink")
+	return netns.Do(ns, func() error {
+		if err := netlink.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			return fmt.Errorf("namespace %s: flush conntrack: %w", ns, err)
+		}
+		return nil
+	})
 }
