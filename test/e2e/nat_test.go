@@ -241,8 +241,8 @@ func TestNATAgentRestart(t *testing.T) {
 	if r.Broken != 0 {
 		t.Errorf("%d of %d connections broke across the agent's SIGKILL and restart", r.Broken, r.Conns)
 	}
-	if sessions < conns {
-		t.Errorf("%d sessions with %d connections open", sessions, conns)
+	if sessions < conns || after.Sessions < conns {
+		t.Errorf("%d sessions before the restart and %d after it, with %d connections open", sessions, after.Sessions, conns)
 	}
 	// Each connection asked every `every` from before the kill to the
 	// end: at least half of that.
