@@ -38,6 +38,9 @@ declare -A need=(
 	# bench/policybench's TCP stream through the node, as the seed report
 	# "eBPF Based Networking" measured it.
 	[iperf3]=/usr/bin/iperf3
+	# The SYN flood of the NAT end-to-end test (test/e2e/nat_test.go):
+	# hping3 --flood --rand-source from a client namespace.
+	[hping3]=/usr/sbin/hping3
 )
 missing=()
 for pkg in "${!need[@]}"; do

@@ -31,8 +31,8 @@ func body(name string, addr netip.Addr) string { return name + " " + addr.String
 // dissertation's nginx pods ran one; eight backends already make eight
 // workers on two cores), keep-alive with keepaliveRequests requests per
 // connection, a fixed answer naming the backend on port 80 of every
-// address (its own and the VIPs on its loopback), stub_status on the
-// loopback. dir holds its pid file and temporary directories.
+// address (its own and the VIPs on its loopback) and on dnatPort,
+// stub_status on the loopback. dir holds its pid file and temporary directories.
 func backendNginx(name string, addr netip.Addr, dir string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by bench/httpbench for backend %s.\n", name)
@@ -44,7 +44,7 @@ func backendNginx(name string, addr netip.Addr, dir string) string {
 	for _, t := range []string{"client_body", "proxy", "fastcgi", "uwsgi", "scgi"} {
 		fmt.Fprintf(&b, "    %s_temp_path %s/%s;\n", t, dir, t)
 	}
-	b.WriteString("    server {\n        listen 80 backlog=4096;\n")
+	fmt.Fprintf(&b, "    server {\n        listen 80 backlog=4096;\n        listen %d backlog=4096;\n", dnatPort)
 	fmt.Fprintf(&b, "        location / {\n            add_header X-Backend %s;\n            return 200 %q;\n        }\n    }\n",
 		name, body(name, addr))
 	fmt.Fprintf(&b, "    server {\n        listen 127.0.0.1:%d;\n        location / {\n            stub_status;\n        }\n    }\n}\n", statusPort)

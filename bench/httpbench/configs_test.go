@@ -152,7 +152,7 @@ func TestPaths(t *testing.T) {
 			t.Errorf("%s: VIP %s used twice", p.Key, p.VIP)
 		}
 		seen[p.VIP] = true
-		xlb := p.Key == keyIPIP || p.Key == keyGUE
+		xlb := xlbKey(p.Key)
 		if xlb != (p.node == 0) {
 			t.Errorf("%s: node %d", p.Key, p.node)
 		}

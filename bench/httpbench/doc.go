@@ -44,7 +44,8 @@ func markdown(r *Report, jsonPath string, img images) string {
 		w("| %s | %s | %s | %s |\n", p.Name, node, vip, p.How)
 	}
 	w("\nThe DNAT paths masquerade: the backends' default route is the router, not the node, so without it their replies would reach the client untranslated, from the wrong address. kube-proxy does the same for traffic from outside the cluster (`externalTrafficPolicy: Cluster`), and it keeps the other paths' routing as it is. ")
-	w("For every path the client's transmit checksum offload is off (the lab does it for xlb, see docs/lab.md), the backends' decapsulation program stays attached (plain packets pass it after a header check), and the router's veth ports carry the lab's `XDP_PASS` programs.\n\n")
+	w("xlb nat carries the replies back through the node too, but translates them in XDP with a session per connection instead of conntrack; xlb dnat keeps the client's address, so its backends answer on port %d and a rule on the router (`from` the backend segment, `sport %d`, `to` the client segment) sends those replies through the node, as the dissertation's IPVS-NAT set-up made the director the backends' gateway; the other paths' replies are not affected. ", dnatPort, dnatPort)
+	w("For every path the client's and the backends' transmit checksum offload is off (a veth hands on half-done checksums, which an XDP program that rewrites a packet and sends it on cannot complete; the lab does it for the clients, see docs/lab.md), the backends' decapsulation program stays attached (plain packets pass it after a header check), and the router's veth ports carry the lab's `XDP_PASS` programs.\n\n")
 
 	w("The client is wrk, `%s`, with `-H 'Connection: close'` for a new connection per request, and for *direct* a Lua script that connects wrk's thread *i* to backend *i* mod *n*. ",
 		shellJoin(wrkArgs(r.Wrk, r.Wrk.Duration, modeKeepAlive, "", "http://VIP/")))
@@ -71,6 +72,17 @@ func markdown(r *Report, jsonPath string, img images) string {
 	w("### Ratios and targets\n\n")
 	w("The issue's targets for xlb: at least 1.0x nftables DNAT, 2x the nginx proxy and 0.9x direct, in every mode and with every backend count.\n\n")
 	w("%s\n%s\n", r.ratioTable(), r.targetSummary())
+	if t := r.natTargetSummary(); t != "" {
+		w("The targets of xlb's NAT mode (issue 23), which carries the replies through the node as DNAT and the proxies do: xlb nat at least 1.2x nftables DNAT with a new connection per request and 1.0x with keep-alive, and 1.5x HAProxy in both; xlb dnat is shown beside it.\n\n")
+		w("%s\n%s\n", r.natRatioTable(), t)
+		var fails uint64
+		for _, x := range r.Runs {
+			if x.Round > 0 && (x.Path == keyNAT || x.Path == keyDNAT) {
+				fails += x.NATAllocFailures
+			}
+		}
+		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port.\n\n", natPortMin, natPortMax, fails)
+	}
 
 	if len(r.Latency) > 0 {
 		w("### Latency at fixed request rates\n\n")
@@ -182,14 +194,14 @@ func (r *Report) limits() string {
 	// xlb: what the XDP program itself costs.
 	var pprLo, pprHi, pps float64 = math.Inf(1), 0, 0
 	for _, x := range r.Runs {
-		if x.Round > 0 && x.XDPPackets > 0 && x.Requests > 0 && x.Seconds > 0 {
+		if x.Round > 0 && x.XDPPackets > 0 && x.Requests > 0 && x.Seconds > 0 && slices.Contains(xlbPaths, x.Path) {
 			ppr := float64(x.XDPPackets) / float64(x.Requests)
 			pprLo, pprHi = math.Min(pprLo, ppr), math.Max(pprHi, ppr)
 			pps = math.Max(pps, float64(x.XDPPackets)/x.Seconds)
 		}
 	}
 	if pps > 0 {
-		w("**xlb.** The node's XDP program forwarded %.1f–%.1f packets per request (keep-alive: the GET and the client's ACKs; new connections add the handshake and the teardown), at most %.0f packets/s in any run: even at 100 ns a packet (the LB program costs about 60, [above](#lb-program-nanoseconds-per-packet)) that is %.1f%% of one core. The rest of xlb's cost is the kernel moving the packets: two more veth crossings through the router and the node, and the backends' decapsulation. With direct server return the replies skip the node.",
+		w("**xlb with direct server return.** The node's XDP program forwarded %.1f–%.1f packets per request (keep-alive: the GET and the client's ACKs; new connections add the handshake and the teardown), at most %.0f packets/s in any run: even at 100 ns a packet (the LB program costs about 60, [above](#lb-program-nanoseconds-per-packet)) that is %.1f%% of one core. The rest of xlb's cost is the kernel moving the packets: two more veth crossings through the router and the node, and the backends' decapsulation. With direct server return the replies skip the node.",
 			pprLo, pprHi, pps, 100*pps*100e-9)
 		n := slices.Max(r.BackendCounts)
 		for _, mode := range r.Modes {
@@ -204,7 +216,21 @@ func (r *Report) limits() string {
 		w("\n\n")
 	}
 
-	w("**DNAT and the proxies** carry every reply back through the node, with conntrack (DNAT) or a second TCP connection per client connection (nginx, HAProxy: two sockets, a user-space copy, and their own CPU, shown above as the LB node's processes).\n\n")
+	w("**DNAT and the proxies** carry every reply back through the node, with conntrack (DNAT) or a second TCP connection per client connection (nginx, HAProxy: two sockets, a user-space copy, and their own CPU, shown above as the LB node's processes). xlb nat and dnat carry them too, but each packet is rewritten in XDP on the node's interface and sent back out of it: no conntrack, no netfilter, no trip up the node's stack.")
+	if n := slices.Max(r.BackendCounts); len(r.Modes) > 0 {
+		var parts []string
+		for _, mode := range r.Modes {
+			x, _ := r.best(keyNAT, mode, n)
+			d, _ := r.best(keyNft, mode, n)
+			if x != nil && d != nil {
+				parts = append(parts, fmt.Sprintf("%s %.2fx", mode, r.labCost(x)/r.labCost(d)))
+			}
+		}
+		if len(parts) > 0 {
+			w(" Per request (%s), xlb nat cost the lab this much of the CPU time of nftables DNAT: %s.", backendsLabel(n), strings.Join(parts, ", "))
+		}
+	}
+	w("\n\n")
 
 	// The targets: on a machine where everything shares the CPUs, rates
 	// go inversely with the CPU time per request.

@@ -1,5 +1,5 @@
 // Command httpbench measures HTTP requests per second and latency
-// through xlb (dsr-ipip, dsr-gue) and the alternatives: nftables DNAT,
+// through xlb (dsr-ipip, dsr-gue, nat, dnat) and the alternatives: nftables DNAT,
 // iptables DNAT, nginx as an L4 proxy, HAProxy in TCP mode, and the
 // backends directly; with 1, 2, 4 and 8 backends, keep-alive and a new
 // connection per request (the dissertation's Figure 4.6), and latency at
@@ -224,8 +224,12 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					if err != nil {
 						return err
 					}
-					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s)",
-						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop))
+					nat := ""
+					if run.NATAllocFailures > 0 {
+						nat = fmt.Sprintf("; %d NAT allocation failures", run.NATAllocFailures)
+					}
+					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
+						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)
 				}
 			}
 		}
@@ -326,6 +330,7 @@ func summary(r *Report) string {
 		fmt.Fprintf(&b, "\nrequests/s, %s:\n%s", modeTitle(mode), r.rpsTable(mode))
 	}
 	fmt.Fprintf(&b, "\n%s\n%s", r.ratioTable(), r.targetSummary())
+	fmt.Fprintf(&b, "\n%s\n%s", r.natRatioTable(), r.natTargetSummary())
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "\n%s", r.latencyTable())
 	}

@@ -29,7 +29,11 @@ type Run struct {
 	// XDPPackets is the packets the xlb node's XDP program forwarded
 	// for the service during the run (xlb paths only).
 	XDPPackets uint64 `json:"xdp_packets,omitempty"`
-	CPU        CPUUse `json:"cpu"`
+	// NATAllocFailures is the connections the node found no free port or
+	// room for during the run (xlb nat and dnat: their SYNs were dropped,
+	// and the client retried).
+	NATAllocFailures uint64 `json:"nat_allocation_failures,omitempty"`
+	CPU              CPUUse `json:"cpu"`
 }
 
 // LatencyRun is one run of the constant-rate client.
@@ -67,6 +71,10 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err != nil {
 		return run, err
 	}
+	nat0, err := l.natFailures(p)
+	if err != nil {
+		return run, err
+	}
 	s0, err := takeSample()
 	if err != nil {
 		return run, err
@@ -94,6 +102,11 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 		return run, err
 	}
 	run.XDPPackets = xdp1 - xdp0
+	nat1, err := l.natFailures(p)
+	if err != nil {
+		return run, err
+	}
+	run.NATAllocFailures = nat1 - nat0
 	run.Served = servedDelta(before, after)
 	if run.WrkResult, err = parseWrk(out.String()); err != nil {
 		return run, fmt.Errorf("%s: wrk's output: %w:\n%s", run.Command, err, out.String())
@@ -104,7 +117,7 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err := checkSpread(run.Served, l.n, run.Requests); err != nil {
 		return run, fmt.Errorf("%s, %s, %d backends: %w", p.Name, mode, l.n, err)
 	}
-	if (p.Key == keyIPIP || p.Key == keyGUE) && run.XDPPackets < uint64(run.Requests) {
+	if xlbKey(p.Key) && run.XDPPackets < uint64(run.Requests) {
 		return run, fmt.Errorf("%s, %s: the node's XDP program forwarded %d packets for %d requests: the requests did not go through xlb",
 			p.Name, mode, run.XDPPackets, run.Requests)
 	}
@@ -227,4 +240,4 @@ func order(ps []Path, k int) []Path {
 }
 
 // latencyTargets are the paths of the latency runs.
-var latencyPaths = []string{keyGUE, keyNft, keyDirect}
+var latencyPaths = []string{keyGUE, keyNAT, keyNft, keyDirect}

@@ -130,7 +130,7 @@ func (r *Report) plotModel(path string) error {
 		xs = append(xs, float64(n))
 	}
 	var lines []pngplot.Line
-	for _, key := range []string{keyGUE, keyNft, keyNginx, keyDirect} {
+	for _, key := range []string{keyGUE, keyNAT, keyNft, keyNginx, keyDirect} {
 		l := pngplot.Line{Name: "measured: " + r.pathName(key), Points: true}
 		for _, n := range r.BackendCounts {
 			if v := r.bestRPS(key, modeKeepAlive, n); !math.IsNaN(v) && v > 0 {

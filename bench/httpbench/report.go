@@ -71,6 +71,113 @@ var targets = []struct {
 // xlbPaths are the paths the targets are about.
 var xlbPaths = []string{keyIPIP, keyGUE}
 
+// natTargets are the targets of xlb's NAT mode (issue 23), which carries
+// the replies through the node as DNAT and the proxies do: per mode, the
+// least ratio of xlb nat's rate to the reference's.
+var natTargets = []struct {
+	Ref string
+	Min map[string]float64
+}{
+	{keyNft, map[string]float64{modeClose: 1.2, modeKeepAlive: 1.0}},
+	{keyHAProxy, map[string]float64{modeClose: 1.5, modeKeepAlive: 1.5}},
+}
+
+// natPaths are the NAT paths, against the natTargets' references;
+// only xlb nat has targets, xlb dnat is shown beside it.
+var natPaths = []string{keyNAT, keyDNAT}
+
+// natRatioTable is, for each mode and backend count, each NAT path's
+// ratio to each NAT target's reference; xlb nat's marked met (✓) or
+// missed (✗).
+func (r *Report) natRatioTable() string {
+	var b strings.Builder
+	b.WriteString("| mode | backends |")
+	for _, x := range natPaths {
+		for _, t := range natTargets {
+			if x == keyNAT {
+				fmt.Fprintf(&b, " %s / %s (≥ %s) |", r.pathName(x), r.pathName(t.Ref), minText(t.Min, r.Modes))
+			} else {
+				fmt.Fprintf(&b, " %s / %s |", r.pathName(x), r.pathName(t.Ref))
+			}
+		}
+	}
+	b.WriteString("\n|---|---:|" + strings.Repeat("---:|", len(natPaths)*len(natTargets)) + "\n")
+	for _, mode := range r.Modes {
+		for _, n := range r.BackendCounts {
+			fmt.Fprintf(&b, "| %s | %d |", mode, n)
+			for _, x := range natPaths {
+				for _, t := range natTargets {
+					v := r.ratio(x, t.Ref, mode, n)
+					mark := ""
+					if !math.IsNaN(v) && x == keyNAT {
+						mark = map[bool]string{true: " ✓", false: " ✗"}[v >= t.Min[mode]]
+					}
+					fmt.Fprintf(&b, " %s%s%s |", fmtRatio(v), star(r.disturbed(mode, n, x, t.Ref)), mark)
+				}
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+// minText writes a per-mode target: "1.5x", or "1.2x close, 1.0x keepalive".
+func minText(m map[string]float64, modes []string) string {
+	var parts []string
+	same := true
+	for _, mode := range modes {
+		parts = append(parts, fmt.Sprintf("%.1fx %s", m[mode], mode))
+		same = same && m[mode] == m[modes[0]]
+	}
+	if same && len(modes) > 0 {
+		return fmt.Sprintf("%.1fx", m[modes[0]])
+	}
+	return strings.Join(parts, ", ")
+}
+
+// natTargetSummary says, per NAT target, in how many cells xlb nat met
+// it, and which missed.
+func (r *Report) natTargetSummary() string {
+	var lines []string
+	for _, t := range natTargets {
+		met, all, disturbed := 0, 0, 0
+		var missed []string
+		for _, mode := range r.Modes {
+			for _, n := range r.BackendCounts {
+				v := r.ratio(keyNAT, t.Ref, mode, n)
+				if math.IsNaN(v) {
+					continue
+				}
+				all++
+				d := r.disturbed(mode, n, keyNAT, t.Ref)
+				if d {
+					disturbed++
+				}
+				if v >= t.Min[mode] {
+					met++
+				} else {
+					missed = append(missed, fmt.Sprintf("%s with %d: %s%s", mode, n, fmtRatio(v), star(d)))
+				}
+			}
+		}
+		if all == 0 {
+			continue
+		}
+		s := fmt.Sprintf("- %s ≥ %s %s: **met in %d of %d**", r.pathName(keyNAT), minText(t.Min, r.Modes), r.pathName(t.Ref), met, all)
+		if len(missed) > 0 {
+			s += " (missed: " + strings.Join(missed, "; ") + ")"
+		}
+		if disturbed > 0 {
+			s += fmt.Sprintf("; %d of the %d compare a disturbed round", disturbed, all)
+		}
+		lines = append(lines, s+".")
+	}
+	if len(lines) == 0 {
+		return ""
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
 // quiet says whether run x ran while other processes on the machine
 // used at most QuietCores.
 func (r *Report) quiet(c CPUUse) bool { return c.Other <= r.QuietCores }

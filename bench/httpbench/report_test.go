@@ -31,6 +31,7 @@ func testReport() *Report {
 	rps := map[string][2]float64{ // keep-alive, new connection; ×1 with 1 backend, ×1.1 with 4
 		keyIPIP: {40000, 9000}, keyGUE: {38000, 8500}, keyNft: {39000, 7000}, keyIptables: {41000, 7500},
 		keyNginx: {19000, 4000}, keyHAProxy: {18000, 4200}, keyDirect: {44000, 9500},
+		keyNAT: {40000, 8500}, keyDNAT: {41000, 8000},
 	}
 	for _, p := range r.Paths {
 		for m, mode := range r.Modes {
@@ -125,6 +126,33 @@ func TestRatioTableAndTargets(t *testing.T) {
 	} {
 		if !strings.Contains(sum, want) {
 			t.Errorf("target summary lacks %q:\n%s", want, sum)
+		}
+	}
+}
+
+func TestNATTargets(t *testing.T) {
+	r := testReport()
+	table := r.natRatioTable()
+	// nat/nft: keep-alive 40000/39000 = 1.03 ≥ 1.0 ✓, new-connection
+	// 8500/7000 = 1.21 ≥ 1.2 ✓; nat/HAProxy: 2.22 ✓, 2.02 ✓; dnat unmarked.
+	for _, want := range []string{
+		"xlb nat / nftables DNAT (≥ 1.0x keep-alive, 1.2x new-connection)",
+		"xlb nat / HAProxy tcp (≥ 1.5x)",
+		"| keep-alive | 1 | 1.03x ✓ | 2.22x ✓ | 1.05x | 2.28x |",
+		"| new-connection | 4 | 1.21x ✓ | 2.02x ✓ | 1.14x | 1.90x |",
+	} {
+		if !strings.Contains(table, want) {
+			t.Errorf("NAT ratio table lacks\n%s\nin\n%s", want, table)
+		}
+	}
+	r.Runs = append(r.Runs, Run{Path: keyNft, Mode: modeClose, Backends: 1, Round: 1, WrkResult: WrkResult{RPS: 8000}})
+	sum := r.natTargetSummary()
+	for _, want := range []string{
+		"xlb nat ≥ 1.0x keep-alive, 1.2x new-connection nftables DNAT: **met in 3 of 4** (missed: new-connection with 1: 1.06x).",
+		"xlb nat ≥ 1.5x HAProxy tcp: **met in 4 of 4**.",
+	} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("NAT target summary lacks %q:\n%s", want, sum)
 		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/lab"
@@ -30,12 +32,17 @@ import (
 // by the router to its own node, so the paths never share a namespace:
 // no path runs with another's conntrack, netfilter hooks or XDP program.
 //
-//	client1 ── router ──┬── node1  xlb agent (XDP): VIP .1 dsr-ipip, VIP .2 dsr-gue
+//	client1 ── router ──┬── node1  xlb agent (XDP): VIP .1 dsr-ipip, VIP .2 dsr-gue, VIP .7 nat, VIP .8 dnat
 //	                    ├── node2  nftables DNAT:   VIP .3
 //	                    ├── node3  iptables DNAT:   VIP .4
 //	                    ├── node4  nginx stream:    VIP .5 (on lo)
 //	                    ├── node5  HAProxy tcp:     VIP .6 (on lo)
-//	                    └── be1 … be8  nginx on :80 (VIPs .1 and .2 on lo, decapsulation attached)
+//	                    └── be1 … be8  nginx on :80 and :8080 (VIPs .1 and .2 on lo, decapsulation attached)
+//
+// The dnat path's backends answer on dnatPort, and the router sends what
+// comes from that port to the client through node1 (a policy rule): a
+// dnat service keeps the client's address, so its replies must pass the
+// node. The other paths' replies route as before.
 
 // stalePrefix starts the lab's name, followed by the run's PID.
 const stalePrefix = "xhb"
@@ -44,10 +51,39 @@ const stalePrefix = "xhb"
 // measured.
 const labBackends = 8
 
+// dnatPort is the backends' port of the dnat path: the router tells its
+// replies from the other paths' by it.
+const dnatPort = 8080
+
+// The nat section of node1's agent: sessions on the node's address and
+// ports natPortMin to natPortMax, and node1's own ephemeral ports above
+// them, so that nothing the node itself opens meets a session. The new-
+// connection runs open thousands of connections a second, each session
+// lingering tcpClosing after its end: the range is as wide as it goes.
+const (
+	natPortMin, natPortMax = 1024, 60999
+	nodeLocalPorts         = "61000 65535"
+)
+
+// natClosing is a little more than how long a nat or dnat session lasts
+// after its connection ended (nat.timeouts.tcpClosing, the default).
+const natClosing = config.DefaultNATTCPClosing + 2*time.Second
+
+// dnatRuleTable is the router's routing table for the dnat path's
+// replies.
+const dnatRuleTable = "100"
+
+// xlbKey says whether path key goes through the xlb agent.
+func xlbKey(key string) bool {
+	return key == keyIPIP || key == keyGUE || key == keyNAT || key == keyDNAT
+}
+
 // Path keys.
 const (
 	keyIPIP     = "xlb-ipip"
 	keyGUE      = "xlb-gue"
+	keyNAT      = "xlb-nat"
+	keyDNAT     = "xlb-dnat"
 	keyNft      = "nft"
 	keyIptables = "iptables"
 	keyNginx    = "nginx"
@@ -76,6 +112,10 @@ func paths() []Path {
 			How: "xlb agent on the node: XDP picks the backend (Maglev), IPIP to it; the backend's XDP program decapsulates, the VIP is on its lo, the reply goes straight to the client"},
 		{Key: keyGUE, Name: "xlb dsr-gue", VIP: v(2), node: 0,
 			How: "the same agent and node, GUE (UDP) encapsulation"},
+		{Key: keyNAT, Name: "xlb nat", VIP: v(7), node: 0,
+			How: "the same agent and node, forwarding nat: XDP rewrites the client's packet to the backend, from the node's address and a port of its own (a session per connection), and the backend's reply back to VIP → client"},
+		{Key: keyDNAT, Name: "xlb dnat", VIP: v(8), node: 0,
+			How: "the same agent and node, forwarding dnat: only the destination is rewritten (to backend port " + strconv.Itoa(dnatPort) + "); the router sends the backends' replies from that port through the node, whose XDP program rewrites their source to the VIP"},
 		{Key: keyNft, Name: "nftables DNAT", VIP: v(3), node: 1,
 			How: "nftables DNAT on the node (numgen random over the backends, as kube-proxy's nftables mode) and masquerade, so replies return through the node"},
 		{Key: keyIptables, Name: "iptables DNAT", VIP: v(4), node: 2,
@@ -115,7 +155,11 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	for _, p := range paths() {
 		nodes = max(nodes, p.node+1)
 	}
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic})
+	// The backends' replies of the nat and dnat paths are rewritten by
+	// the node's XDP program and sent on: they must leave the backend
+	// with complete checksums, as from a real NIC (see docs/lab.md). The
+	// same for every path.
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true})
 	if err != nil {
 		return nil, err
 	}
@@ -123,7 +167,7 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab (lab.Spec.FullBackendChecksums): namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
 		prefix, nodes, labBackends, p.VIPs[0], p.VIPs[1]))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {
@@ -195,15 +239,33 @@ func (l *benchLab) network(ctx context.Context) error {
 			}
 		}
 	}
+	// The dnat path's replies: from the backends' dnatPort to the
+	// client, through the xlb node.
+	xlbNode := l.p.Nodes[l.path(keyDNAT).node]
+	for _, args := range [][]string{
+		{"ip", "-n", l.p.Router, "route", "replace", l.p.ClientSegment.Subnet.String(), "via", xlbNode.Addr.String(), "table", dnatRuleTable},
+		{"ip", "-n", l.p.Router, "rule", "add", "priority", "100", "from", l.p.BackendSegment.Subnet.String(), "to", l.p.ClientSegment.Subnet.String(),
+			"ipproto", "tcp", "sport", strconv.Itoa(dnatPort), "iif", l.p.BackendSegment.Bridge, "lookup", dnatRuleTable},
+	} {
+		if _, err := l.run(ctx, "", args...); err != nil {
+			return err
+		}
+	}
 	// The client opens thousands of connections a second in the
 	// new-connection runs, as do the proxies towards the backends: the
 	// whole port range, and TIME_WAIT ports reused (timestamps keep it
-	// safe).
+	// safe). The xlb node keeps the range for its NAT sessions.
 	ports := []string{"ipv4/ip_local_port_range", "1024 65535", "ipv4/tcp_tw_reuse", "1"}
 	if err := l.sysctls(l.p.Clients[0].Namespace, ports...); err != nil {
 		return err
 	}
 	for _, n := range l.p.Nodes {
+		if n.Name == xlbNode.Name {
+			if err := l.sysctls(n.Namespace, "ipv4/ip_local_port_range", nodeLocalPorts); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := l.sysctls(n.Namespace, ports...); err != nil {
 			return err
 		}
@@ -460,19 +522,34 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	svcs := []labrun.Service{
 		{Name: "web-ipip", VIP: l.path(keyIPIP).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: addrs},
 		{Name: "web-gue", VIP: l.path(keyGUE).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DSRGUE, Backends: slices.Clone(addrs)},
+		{Name: "web-nat", VIP: l.path(keyNAT).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.NAT, Backends: slices.Clone(addrs)},
+		{Name: "web-dnat", VIP: l.path(keyDNAT).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DNAT, Backends: slices.Clone(addrs), BackendPort: dnatPort},
 	}
+	opts := labrun.NodeOptions{NAT: &labrun.NAT{PortMin: natPortMin, PortMax: natPortMax}}
 	sub := l.p
 	sub.Nodes = []lab.Host{node}
 	if l.agentSvcs == nil {
-		if err := labrun.WriteConfig(l.p, node, svcs); err != nil {
+		if err := labrun.WriteConfigWith(l.p, node, svcs, opts); err != nil {
 			return cs, err
 		}
 		l.setup = append(l.setup, "ip netns exec "+node.Namespace+" "+l.xlb+" agent --config "+labrun.ConfigPath(l.p, node))
 		if _, err := labrun.StartAgent(ctx, l.p, node, svcs); err != nil {
 			return cs, err
 		}
-	} else if _, err := labrun.Reconfigure(ctx, sub, svcs); err != nil {
+	} else if _, err := labrun.ReconfigureWith(ctx, sub, svcs, opts); err != nil {
 		return cs, err
+	}
+	// A new connection from a client port whose nat session is still
+	// closing reopens that session, to its backend (as a stack reuses a
+	// tuple after TIME_WAIT), which need no longer be in use: with fewer
+	// backends than before, let the sessions of the others end first.
+	if l.agentSvcs != nil && n < l.n {
+		l.progress("%s: waiting %s for the xlb nat and dnat sessions of the backends left out to end", backendsLabel(n), natClosing)
+		select {
+		case <-ctx.Done():
+			return cs, ctx.Err()
+		case <-time.After(natClosing):
+		}
 	}
 	l.agentSvcs = svcs
 	b, err := os.ReadFile(labrun.ConfigPath(l.p, node))
@@ -482,7 +559,16 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	cs.Agent = string(b)
 
 	// nftables and iptables: load the rules for n backends, replacing the
-	// previous ones.
+	// previous ones, and forget the connections of the previous ones. A
+	// conntrack entry in TIME_WAIT outlives its rules by two minutes, and
+	// takes a new SYN from the same client port (which the client reuses
+	// within seconds at these rates) to the old backend, one that may no
+	// longer be in use.
+	for _, key := range []string{keyNft, keyIptables} {
+		if err := l.flushConntrack(l.path(key).Node); err != nil {
+			return cs, err
+		}
+	}
 	cs.Nft = nftRules(l.path(keyNft).VIP, addrs)
 	if err := l.applyFile(ctx, keyNft, "nft.rules", cs.Nft, "nft", "-f"); err != nil {
 		return cs, err
@@ -712,7 +798,7 @@ func parseStubStatus(page string) (int, error) {
 // xdpPackets is the packets the agent's data plane counted for path p's
 // service, 0 for other paths.
 func (l *benchLab) xdpPackets(p Path) (uint64, error) {
-	if p.Key != keyIPIP && p.Key != keyGUE {
+	if !xlbKey(p.Key) {
 		return 0, nil
 	}
 	node := l.p.Nodes[p.node]
@@ -726,4 +812,33 @@ func (l *benchLab) xdpPackets(p Path) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("the agent of %s has no service on %s", node.Name, p.VIP)
+}
+
+// natFailures is the allocation failures of the xlb node's NAT session
+// table so far, 0 for paths other than xlb nat and dnat.
+func (l *benchLab) natFailures(p Path) (uint64, error) {
+	if p.Key != keyNAT && p.Key != keyDNAT {
+		return 0, nil
+	}
+	node := l.p.Nodes[p.node]
+	st, err := api.GetStatus(labrun.Socket(l.p, node))
+	if err != nil {
+		return 0, err
+	}
+	if st.NAT == nil {
+		return 0, fmt.Errorf("the agent of %s reports no NAT session table", node.Name)
+	}
+	return st.NAT.AllocFailures, nil
+}
+
+// flushConntrack empties namespace ns's conntrack table, as `conntrack
+// -F` would, over netlink.
+func (l *benchLab) flushConntrack(ns string) error {
+	l.setup = append(l.setup, "ip netns exec "+ns+" conntrack -F  # over netlink")
+	return netns.Do(ns, func() error {
+		if err := netlink.ConntrackTableFlush(netlink.ConntrackTable); err != nil {
+			return fmt.Errorf("namespace %s: flush conntrack: %w", ns, err)
+		}
+		return nil
+	})
 }

@@ -1,8 +1,9 @@
 // Command survivalbench runs Beamer's connection-survival experiment
-// (testbed/survival) for each flows mode in one lab, and writes the
-// results as JSON (with the machine, the kernel and the command) and as a
-// section of docs/connection-survival.md: connections broken per mode,
-// and packets the backends chained after each change. `make bench` runs
+// (testbed/survival) for each flows mode, and for forwarding nat, in one
+// lab, and writes the results as JSON (with the machine, the kernel and
+// the command) and as a section of docs/connection-survival.md:
+// connections broken per mode and per change, and packets the backends
+// chained after each change. `make bench` runs
 // it, as root. It removes the lab it creates, also after a failure or
 // Ctrl-C, and what an earlier run that was killed left behind.
 package main
@@ -122,18 +123,40 @@ func measure(ctx context.Context, xlb string, r *Report, opts survival.Options, 
 		return fmt.Errorf("lab: %w", err)
 	}
 	opts.Logf = func(format string, args ...any) { progress(format, args...) }
-	for _, flows := range []config.Flows{config.FlowsDaisyChain, config.FlowsStateless, config.FlowsStateful} {
-		res, err := survival.Run(ctx, p, flows, opts)
+	for _, m := range modes {
+		o := opts
+		o.Forwarding = m.forwarding
+		res, err := survival.Run(ctx, p, m.flows, o)
 		if err != nil {
-			return fmt.Errorf("%s: %w", flows, err)
+			return fmt.Errorf("%s: %w", m.name(), err)
 		}
 		if len(res.Impossible) > 0 {
-			return fmt.Errorf("%s: %s: the measurement is wrong", flows, res.Impossible[0])
+			return fmt.Errorf("%s: %s: the measurement is wrong", m.name(), res.Impossible[0])
 		}
-		progress("%s: %d of %d connections broken, %d requests, %d packets chained", res.Flows, res.Broken, res.Conns, res.Requests, res.Chained)
+		progress("%s: %d of %d connections broken, %d requests, %d packets chained", res.Mode(), res.Broken, res.Conns, res.Requests, res.Chained)
 		r.Results = append(r.Results, res)
 	}
 	return nil
+}
+
+// mode is one run: a flows mode with dsr-gue, or a NAT forwarding mode.
+type mode struct {
+	flows      config.Flows
+	forwarding config.Forwarding
+}
+
+func (m mode) name() string {
+	if m.forwarding != "" {
+		return string(m.forwarding)
+	}
+	return m.flows.Name()
+}
+
+// modes are the runs: each flows mode with dsr-gue, then forwarding nat,
+// whose sessions live on the node that saw a connection's first packet.
+var modes = []mode{
+	{flows: config.FlowsDaisyChain}, {flows: config.FlowsStateless}, {flows: config.FlowsStateful},
+	{forwarding: config.NAT},
 }
 
 func pct(part, whole int) string {
@@ -147,15 +170,37 @@ func pct(part, whole int) string {
 // and packets chained after each change.
 func table(r *Report) string {
 	var b strings.Builder
-	b.WriteString("| flows | connections | broken | requests | packets chained |\n|---|---|---|---|---|\n")
+	b.WriteString("| flows (forwarding) | connections | broken | requests | packets chained |\n|---|---|---|---|---|\n")
 	for _, res := range r.Results {
-		fmt.Fprintf(&b, "| %s | %d | %d (%s) | %d | %d |\n", res.Flows, res.Conns, res.Broken, pct(res.Broken, res.Conns), res.Requests, res.Chained)
+		mode := res.Flows + " (" + res.Forwarding + ")"
+		if config.Forwarding(res.Forwarding).Translates() {
+			mode = "– (" + res.Forwarding + ")"
+		}
+		fmt.Fprintf(&b, "| %s | %d | %d (%s) | %d | %d |\n", mode, res.Conns, res.Broken, pct(res.Broken, res.Conns), res.Requests, res.Chained)
+	}
+	b.WriteString("\nConnections broken, by the change that was the latest when their failed request started:\n\n| change |")
+	for _, res := range r.Results {
+		fmt.Fprintf(&b, " %s |", res.Mode())
+	}
+	b.WriteString("\n|---|" + strings.Repeat("---:|", len(r.Results)) + "\n")
+	if len(r.Results) > 0 {
+		for i, s := range r.Results[0].Steps {
+			fmt.Fprintf(&b, "| %s |", s.What)
+			for _, res := range r.Results {
+				if i < len(res.Steps) {
+					fmt.Fprintf(&b, " %d |", res.Steps[i].Broken)
+				} else {
+					b.WriteString(" – |")
+				}
+			}
+			b.WriteString("\n")
+		}
 	}
 	for _, res := range r.Results {
 		if res.Chained == 0 {
 			continue
 		}
-		fmt.Fprintf(&b, "\nPackets the backends chained (%s), by the change that was the latest:\n\n| change | packets chained |\n|---|---|\n", res.Flows)
+		fmt.Fprintf(&b, "\nPackets the backends chained (%s), by the change that was the latest:\n\n| change | packets chained |\n|---|---|\n", res.Mode())
 		for _, s := range res.Steps {
 			fmt.Fprintf(&b, "| %s | %d |\n", s.What, s.Chained)
 		}

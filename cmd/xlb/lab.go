@@ -76,6 +76,9 @@ func labUp(args []string) error {
 	reflector := fs.Bool("reflector", false, "put a gobgpd route reflector between the nodes and the router (needs --router frr)")
 	bfd := fs.Bool("bfd", false, "run BFD between the router and the nodes, 100ms x 3 (needs --router embedded, frr or bird)")
 	pods := fs.Int("pods", 0, "make the backends Kubernetes nodes with this many pod namespaces each (servers in the pods on ports 8080 and 5353; run `xlb backend --source kubernetes` or --nat on the nodes)")
+	plain := fs.Bool("plain-backends", false, "backends (or pods) run nothing but nginx: no `xlb backend`, no VIP, for services with forwarding nat or dnat")
+	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
+	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -92,7 +95,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia})
 	if err != nil {
 		return err
 	}

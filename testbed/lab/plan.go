@@ -125,6 +125,23 @@ type Spec struct {
 	// --vip`: whoever uses the lab runs the node's translation (`xlb
 	// backend --source kubernetes` or --nat).
 	Pods int `json:"pods,omitempty"`
+	// PlainBackends makes the backends (with Pods: the pods) run nothing
+	// but nginx, as hosts that a NAT service (forwarding: nat or dnat)
+	// reaches: no `xlb backend`, no VIP on their loopback, no UDP echo,
+	// transmit checksum offload off (see plain.go). nginx answers as the
+	// embedded server does, adds PeerHeader, and serves HealthPath as
+	// SetHealthy says.
+	PlainBackends bool `json:"plainBackends,omitempty"`
+	// FullBackendChecksums turns off transmit checksum offload on the
+	// backends (and pods) without making them plain: what a lab needs
+	// whose backends serve DSR and NAT services alike, as the node's
+	// program rewrites the NAT replies and sends them on. PlainBackends
+	// implies it.
+	FullBackendChecksums bool `json:"fullBackendChecksums,omitempty"`
+	// RepliesVia names a node (node1, ...) through which the router
+	// sends every backend's (or pod's) replies to the clients
+	// (RouteReplies): what a forwarding: dnat service needs. "": none.
+	RepliesVia string `json:"repliesVia,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -329,6 +346,11 @@ func NewPlan(s Spec) (Plan, error) {
 	}
 	if s.Pods < 0 || s.Pods > MaxPods {
 		return Plan{}, fmt.Errorf("lab %q: %d pods per backend: want 0 to %d", s.Prefix, s.Pods, MaxPods)
+	}
+	if s.RepliesVia != "" {
+		if k, err := strconv.Atoi(strings.TrimPrefix(s.RepliesVia, "node")); !strings.HasPrefix(s.RepliesVia, "node") || err != nil || k < 1 || k > s.Nodes {
+			return Plan{}, fmt.Errorf("lab %q: replies via %q: want a node of the lab, node1 to node%d", s.Prefix, s.RepliesVia, s.Nodes)
+		}
 	}
 
 	p := Plan{

@@ -95,10 +95,12 @@ func build(ctx context.Context, p Plan) error {
 		{"pods", setUpPods},
 		{"sysctls", setSysctlsAll},
 		{"client checksums", fullChecksums},
+		{"backend checksums", backendChecksums},
 		{"VIP route", setStaticRoute},
 		{"XDP_PASS on router ports", attachPass},
 		{"backend decapsulation", setUpDecap},
 		{"backend servers", startServers},
+		{"reply routes", routeRepliesAll},
 		{p.Spec.Router + " router", startRouter},
 	}
 	for _, st := range steps {
@@ -286,9 +288,10 @@ func attachPass(_ context.Context, p Plan) error {
 // decapsulation program attached and pinned under the host's pin dir,
 // daisy chaining from the lab's xlb nodes to its backends. Backends that
 // are Kubernetes nodes (Spec.Pods) are left to the user of the lab, who
-// runs their translation.
+// runs their translation; plain backends (Spec.PlainBackends) get
+// nothing.
 func setUpDecap(ctx context.Context, p Plan) error {
-	if p.Spec.SkipDecap || p.Spec.Pods > 0 {
+	if p.Spec.SkipDecap || p.Spec.Pods > 0 || p.Spec.PlainBackends {
 		return nil
 	}
 	for _, h := range p.Backends {
@@ -326,8 +329,12 @@ func ChainArgs(p Plan) []string {
 func ServerName(h Host) string { return "serve-" + h.Name }
 
 // startServers starts the servers of the backends, or of the pods in a
-// Kubernetes lab (Spec.Pods) on the pods' own ports.
+// Kubernetes lab (Spec.Pods) on the pods' own ports: the embedded
+// server, or nginx for plain backends.
 func startServers(ctx context.Context, p Plan) error {
+	if p.Spec.PlainBackends {
+		return startPlainServers(ctx, p)
+	}
 	prefix := p.Spec.Prefix
 	servers, httpPort, udpPort := p.Backends, HTTPPort, UDPPort
 	if len(p.Pods) > 0 {

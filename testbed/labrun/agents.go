@@ -200,7 +200,7 @@ func serving(st *api.Status, minGen uint64, services []Service) error {
 			backends = append(backends, b.Address)
 		}
 		slices.SortFunc(backends, netip.Addr.Compare)
-		wantBackends := slices.SortedFunc(slices.Values(want.Backends), netip.Addr.Compare)
+		wantBackends := slices.SortedFunc(slices.Values(append(slices.Clone(want.Backends), want.Drained...)), netip.Addr.Compare)
 		if !slices.Equal(backends, wantBackends) {
 			return fmt.Errorf("service %q has backends %v, want %v", want.Name, backends, wantBackends)
 		}

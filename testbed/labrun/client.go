@@ -71,12 +71,27 @@ func (c *HTTPConn) Close() error { return c.conn.Close() }
 // after the answer. The answer must be status 200 with the backend's
 // name both in the body and in the X-Backend header.
 func (c *HTTPConn) Get(ctx context.Context, last bool) (string, error) {
+	a, err := c.Ask(ctx, last)
+	return a.Backend, err
+}
+
+// Answer is what a lab backend answered.
+type Answer struct {
+	Backend string
+	// Peer is the source the backend saw the connection come from
+	// (lab.PeerHeader); invalid from a backend that does not say
+	// (only plain backends do).
+	Peer netip.AddrPort
+}
+
+// Ask is Get, returning the whole answer.
+func (c *HTTPConn) Ask(ctx context.Context, last bool) (Answer, error) {
 	deadline := time.Now().Add(RequestTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	if err := c.conn.SetDeadline(deadline); err != nil {
-		return "", err
+		return Answer{}, err
 	}
 	// Cancelling ctx interrupts a blocked read or write.
 	stop := context.AfterFunc(ctx, func() { _ = c.conn.SetDeadline(time.Now()) })
@@ -87,25 +102,31 @@ func (c *HTTPConn) Get(ctx context.Context, last bool) (string, error) {
 		req += "Connection: close\r\n"
 	}
 	if _, err := io.WriteString(c.conn, req+"\r\n"); err != nil {
-		return "", c.fail(ctx, "send the request", err)
+		return Answer{}, c.fail(ctx, "send the request", err)
 	}
 	resp, err := http.ReadResponse(c.r, nil)
 	if err != nil {
-		return "", c.fail(ctx, "read the answer", err)
+		return Answer{}, c.fail(ctx, "read the answer", err)
 	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	resp.Body.Close()
 	if err != nil {
-		return "", c.fail(ctx, "read the answer", err)
+		return Answer{}, c.fail(ctx, "read the answer", err)
 	}
 	name := resp.Header.Get(BackendHeader)
 	switch {
 	case resp.StatusCode != http.StatusOK:
-		return "", fmt.Errorf("GET http://%s/: status %s", c.target, resp.Status)
+		return Answer{}, fmt.Errorf("GET http://%s/: status %s", c.target, resp.Status)
 	case name == "" || string(body) != name+"\n":
-		return "", fmt.Errorf("GET http://%s/: %s %q with body %q: not an answer of a lab backend", c.target, BackendHeader, name, body)
+		return Answer{}, fmt.Errorf("GET http://%s/: %s %q with body %q: not an answer of a lab backend", c.target, BackendHeader, name, body)
 	}
-	return name, nil
+	a := Answer{Backend: name}
+	if peer := resp.Header.Get(lab.PeerHeader); peer != "" {
+		if a.Peer, err = netip.ParseAddrPort(peer); err != nil {
+			return Answer{}, fmt.Errorf("GET http://%s/: %s %q: %w", c.target, lab.PeerHeader, peer, err)
+		}
+	}
+	return a, nil
 }
 
 func (c *HTTPConn) fail(ctx context.Context, what string, err error) error {

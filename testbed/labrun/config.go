@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -42,6 +43,12 @@ type Service struct {
 	// History is a daisy-chained service's earlier backend sets, as a
 	// tool that changes the backends would record them.
 	History []Generation
+	// BackendPort is the port of every backend, which forwarding nat and
+	// dnat rewrite the destination to; 0: the service's port.
+	BackendPort uint16
+	// Drained are backends kept in the service with weight 0: they get
+	// no new connections, and a NAT service keeps their open ones.
+	Drained []netip.Addr
 }
 
 // Generation is a backend set that was a service's until Until.
@@ -149,7 +156,7 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		fs := schema.Service{
 			Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
 			Protocol: schema.Set(string(s.Protocol)), Forwarding: schema.Set(string(s.Forwarding)),
-			Backends: backends(s.Backends),
+			Backends: weightedBackends(s.Backends, s.Drained, s.BackendPort),
 		}
 		if s.Flows != "" {
 			fs.Flows = schema.Set(string(s.Flows))
@@ -195,7 +202,27 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 	if err := enc.Close(); err != nil {
 		return nil, fmt.Errorf("%s: encode configuration: %w", node.Name, err)
 	}
+	if opts.NAT != nil {
+		buf.WriteString(opts.NAT.yaml())
+	}
 	return buf.Bytes(), nil
+}
+
+// weightedBackends writes the backends of a service: addrs with the
+// default weight, drained with weight 0, each on port (0: the service's).
+func weightedBackends(addrs, drained []netip.Addr, port uint16) schema.Field[[]schema.Field[schema.Backend]] {
+	out := make([]schema.Field[schema.Backend], 0, len(addrs)+len(drained))
+	for i, a := range append(slices.Clone(addrs), drained...) {
+		b := schema.Backend{Address: schema.Set(schema.Text(a.String()))}
+		if port != 0 {
+			b.Port = schema.SetInt(port)
+		}
+		if i >= len(addrs) {
+			b.Weight = schema.SetInt(0)
+		}
+		out = append(out, schema.Set(b))
+	}
+	return schema.Set(out)
 }
 
 // backends writes a list of backends by address, each on the service's
@@ -243,6 +270,52 @@ type NodeOptions struct {
 	AttachMode config.AttachMode
 	// Deny is policy.deny; none: no deny list.
 	Deny []netip.Prefix
+	// NAT is the node's nat section (forwarding nat and dnat); nil:
+	// none, the agent's defaults.
+	NAT *NAT
+}
+
+// NAT is the node-wide nat section of an agent's configuration; zero
+// fields are left out, so the agent's defaults apply.
+type NAT struct {
+	Address netip.Addr // the source of full-NAT sessions; default node.address
+	// PortMin and PortMax are the ports allocated on Address.
+	PortMin, PortMax uint16
+	Sessions         uint32 // the session table's size
+	// Timeouts of a session.
+	TCPSyn, TCPEstablished, TCPClosing, UDP time.Duration
+}
+
+// yaml writes the nat section. It is text rather than the schema's
+// types, so that the lab writes exactly the documented keys.
+func (n NAT) yaml() string {
+	var b strings.Builder
+	b.WriteString("nat:\n")
+	if n.Address.IsValid() {
+		fmt.Fprintf(&b, "  address: %s\n", n.Address)
+	}
+	if n.PortMin != 0 || n.PortMax != 0 {
+		fmt.Fprintf(&b, "  ports: %d-%d\n", n.PortMin, n.PortMax)
+	}
+	if n.Sessions != 0 {
+		fmt.Fprintf(&b, "  sessions: %d\n", n.Sessions)
+	}
+	var ts []string
+	for _, t := range []struct {
+		key string
+		d   time.Duration
+	}{{"tcpSyn", n.TCPSyn}, {"tcpEstablished", n.TCPEstablished}, {"tcpClosing", n.TCPClosing}, {"udp", n.UDP}} {
+		if t.d != 0 {
+			ts = append(ts, t.key+": "+t.d.String())
+		}
+	}
+	if len(ts) > 0 {
+		fmt.Fprintf(&b, "  timeouts: {%s}\n", strings.Join(ts, ", "))
+	}
+	if b.Len() == len("nat:\n") {
+		return "nat: {}\n"
+	}
+	return b.String()
 }
 
 // WriteConfigWith is WriteConfig with node options.

@@ -175,3 +175,51 @@ func sameCheck(got config.Service, c *Check) error {
 	}
 	return nil
 }
+
+// Drained backends are written with weight 0 and every backend on
+// BackendPort; the nat section is the agent's.
+func TestRenderNATService(t *testing.T) {
+	p := testPlan(t)
+	node := p.Nodes[0]
+	a, b, c := p.Backends[0].Addr, p.Backends[1].Addr, p.Backends[2].Addr
+	svc := Service{Name: "web", VIP: p.VIPs[0], Port: 8000, Protocol: config.TCP, Forwarding: config.NAT,
+		Backends: []netip.Addr{a, b}, Drained: []netip.Addr{c}, BackendPort: 80}
+	nat := NAT{PortMin: 20000, PortMax: 29999, Sessions: 4096, TCPSyn: 2 * time.Second, TCPEstablished: time.Minute, TCPClosing: 3 * time.Second, UDP: 30 * time.Second}
+	out, err := renderConfig(p, node, []Service{svc}, NodeOptions{NAT: &nat})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(node.Name+".yaml", out)
+	if err != nil {
+		t.Fatalf("the agent rejects the file: %v\n%s", err, out)
+	}
+	s := cfg.Services[0]
+	got := map[netip.Addr][2]uint32{}
+	for _, be := range s.Backends {
+		got[be.Address] = [2]uint32{uint32(be.Port), be.Weight}
+	}
+	want := map[netip.Addr][2]uint32{a: {80, config.DefaultWeight}, b: {80, config.DefaultWeight}, c: {80, 0}}
+	if s.Forwarding != config.NAT || len(got) != len(want) || got[a] != want[a] || got[b] != want[b] || got[c] != want[c] {
+		t.Errorf("%s, backends (port, weight) %v, want nat, %v\n%s", s.Forwarding, got, want, out)
+	}
+	n := cfg.NAT
+	if n.Ports != (config.PortRange{Min: 20000, Max: 29999}) || n.Sessions != 4096 ||
+		n.Timeouts != (config.NATTimeouts{TCPSyn: 2 * time.Second, TCPEstablished: time.Minute, TCPClosing: 3 * time.Second, UDP: 30 * time.Second}) {
+		t.Errorf("nat %+v\n%s", n, out)
+	}
+}
+
+func TestNATSection(t *testing.T) {
+	for _, tc := range []struct {
+		nat  NAT
+		want string
+	}{
+		{NAT{}, "nat: {}\n"},
+		{NAT{Address: netip.MustParseAddr("10.0.1.2"), PortMin: 20000, PortMax: 20999, Sessions: 4096, TCPSyn: 2 * time.Second, UDP: time.Minute},
+			"nat:\n  address: 10.0.1.2\n  ports: 20000-20999\n  sessions: 4096\n  timeouts: {tcpSyn: 2s, udp: 1m0s}\n"},
+	} {
+		if got := tc.nat.yaml(); got != tc.want {
+			t.Errorf("%+v: got\n%s\nwant\n%s", tc.nat, got, tc.want)
+		}
+	}
+}

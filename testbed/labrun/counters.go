@@ -271,3 +271,29 @@ func delta(now, before uint64) uint64 {
 	}
 	return now - before
 }
+
+// Drops reads, for every interface of every namespace of lab p (the
+// router's ports and bridges included), the packets the kernel dropped
+// on it, received and sent, keyed "namespace/interface". A veth whose
+// peer runs XDP drops what overflows the peer's ring as sent-and-dropped.
+func Drops(p lab.Plan) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	for _, ns := range p.Namespaces() {
+		err := netns.Do(ns, func() error {
+			links, err := netlink.LinkList()
+			if err != nil {
+				return err
+			}
+			for _, l := range links {
+				if s := l.Attrs().Statistics; s != nil {
+					out[ns+"/"+l.Attrs().Name] = s.RxDropped + s.TxDropped + s.RxMissedErrors + s.RxFifoErrors + s.TxFifoErrors
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("interfaces of %s: %w", ns, err)
+		}
+	}
+	return out, nil
+}

@@ -32,9 +32,11 @@ const (
 )
 
 // Spec is the lab the experiment needs: clients, three xlb nodes (the
-// third starts late) and four backends behind the embedded router.
+// third starts late) and four backends behind the embedded router. The
+// backends send complete checksums, as the NAT run's replies pass a
+// node that rewrites them.
 func Spec(prefix, binary string) lab.Spec {
-	return lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 4, Binary: binary, Router: lab.RouterEmbedded}
+	return lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 4, Binary: binary, Router: lab.RouterEmbedded, FullBackendChecksums: true}
 }
 
 // Options tune a run.
@@ -44,27 +46,47 @@ type Options struct {
 	Pause time.Duration // after each change (DefaultPause)
 	// Logf, if set, reports progress.
 	Logf func(format string, args ...any)
+	// Forwarding is the service's forwarding mode; "": dsr-gue. With nat
+	// or dnat the flows mode must be "" (a NAT service keeps a session
+	// per connection on the node that saw its first packet).
+	Forwarding config.Forwarding
 }
 
-// Step is one change of the sequence and what the backends chained while
-// it was the latest.
+// Step is one change of the sequence and what happened while it was
+// the latest: the packets the backends chained, and the connections
+// whose failed request started then.
 type Step struct {
 	What    string `json:"what"`
 	Chained uint64 `json:"chained"`
+	Broken  int    `json:"broken"`
 }
 
 // Result is one run.
 type Result struct {
-	Flows    string   `json:"flows"`
-	Conns    int      `json:"connections"`
-	Broken   int      `json:"broken"`
-	Requests int      `json:"requests"`
-	Chained  uint64   `json:"chained"`
-	Steps    []Step   `json:"steps"`
-	Errors   []string `json:"errors,omitempty"` // the first few broken connections
+	Flows string `json:"flows"`
+	// Forwarding is the service's forwarding mode.
+	Forwarding string   `json:"forwarding,omitempty"`
+	Conns      int      `json:"connections"`
+	Broken     int      `json:"broken"`
+	Requests   int      `json:"requests"`
+	Chained    uint64   `json:"chained"`
+	Steps      []Step   `json:"steps"`
+	Errors     []string `json:"errors,omitempty"` // the first few broken connections
 	// Impossible lists answers from another backend than a connection's
 	// first: TCP cannot do that, so the measurement itself is wrong.
 	Impossible []string `json:"impossible,omitempty"`
+	// brokenAt are the start times of the failed requests, one per
+	// broken connection.
+	brokenAt []time.Time
+}
+
+// Mode names the run: its flows mode, or its forwarding mode if that is
+// nat or dnat.
+func (r Result) Mode() string {
+	if f := config.Forwarding(r.Forwarding); f.Translates() {
+		return string(f)
+	}
+	return r.Flows
 }
 
 // Run runs the sequence for one flows mode in lab p (see Spec), with no
@@ -90,11 +112,18 @@ func Run(ctx context.Context, p lab.Plan, flows config.Flows, opts Options) (Res
 	for _, b := range p.Backends {
 		r.all = append(r.all, b.Addr)
 	}
-	r.svc = labrun.Service{Name: "web", VIP: p.VIPs[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRGUE,
+	fwd := opts.Forwarding
+	if fwd == "" {
+		fwd = config.DSRGUE
+	}
+	if fwd.Translates() && flows != "" {
+		return Result{}, fmt.Errorf("forwarding %s with flows %s: a NAT service takes no flows mode", fwd, flows)
+	}
+	r.svc = labrun.Service{Name: "web", VIP: p.VIPs[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: fwd,
 		Flows: flows, Backends: r.all}
 	defer r.stopAll()
 	res, err := r.sequence(opts)
-	res.Flows = flows.Name()
+	res.Flows, res.Forwarding = flows.Name(), string(fwd)
 	return res, err
 }
 
@@ -114,7 +143,9 @@ func (r *run) sequence(opts Options) (Result, error) {
 		return Result{}, err
 	}
 	var steps []Step
+	var starts []time.Time
 	mark := func(what string) error {
+		starts = append(starts, time.Now())
 		now, err := ChainedPackets(r.p)
 		if err != nil {
 			return err
@@ -171,6 +202,17 @@ func (r *run) sequence(opts Options) (Result, error) {
 		case <-time.After(opts.Pause):
 		}
 	}
+	// A connection the last change broke fails its next request, which
+	// may take a whole labrun.RequestTimeout: a node without its session
+	// (stateful, nat) drops the packet, and the client waits. Stopping
+	// the load before that would not count it.
+	if settle := labrun.RequestTimeout + opts.Every - opts.Pause; settle > 0 {
+		select {
+		case <-r.ctx.Done():
+			return Result{}, context.Cause(r.ctx)
+		case <-time.After(settle):
+		}
+	}
 	res := load.Stop()
 	if err := mark("end"); err != nil {
 		return Result{}, err
@@ -178,6 +220,15 @@ func (r *run) sequence(opts Options) (Result, error) {
 	res.Steps = steps[:len(steps)-1]
 	for _, s := range res.Steps {
 		res.Chained += s.Chained
+	}
+	// Each broken connection counts for the step during which its
+	// failed request started.
+	for _, at := range res.brokenAt {
+		i := len(res.Steps) - 1
+		for i > 0 && at.Before(starts[i]) {
+			i--
+		}
+		res.Steps[i].Broken++
 	}
 	return res, nil
 }
@@ -322,6 +373,7 @@ func (l *Load) run(i int, c *labrun.HTTPConn) {
 			l.mu.Lock()
 			defer l.mu.Unlock()
 			l.res.Broken++
+			l.res.brokenAt = append(l.res.brokenAt, start)
 			if len(l.res.Errors) < 5 {
 				l.res.Errors = append(l.res.Errors, fmt.Sprintf("connection %d to %s, after %d requests, at %s: %v", i, first, n, start.Format("15:04:05.000"), err))
 			}
