@@ -117,10 +117,11 @@
  * do not all write the shared cache line. */
 #define XLB_NAT_TOUCH_NS (1ULL << 26)
 
-/* An embryonic session unanswered for this long (1 s) gives its port up
- * to a new session that draws it: a backend answers within a round trip,
- * and a SYN flood would otherwise hold a backend's whole port range for
- * the SYN timeout. */
+/* An embryonic session idle this long (1 s), answered or not, gives its
+ * port up to a new session that draws it: a backend answers within a
+ * round trip and a client acknowledges within another, and a SYN flood,
+ * answered by the backend or not, would otherwise hold a backend's whole
+ * port range for the SYN timeout. */
 #define XLB_NAT_SYN_STALE_NS 1000000000ULL
 
 /* Seed of the hash that draws a session's candidate ports. */

@@ -301,8 +301,9 @@ static __always_inline __u16 lbnat_candidate(__u64 h, __u32 i, __u16 min, __u32 
 }
 
 /* Whether claim rk is free at now, reclaiming it from an expired session
- * or from an embryonic one its backend left unanswered for
- * XLB_NAT_SYN_STALE_NS. */
+ * or from an embryonic one (unanswered, or answered and not acknowledged
+ * by its client) that saw no packet for XLB_NAT_SYN_STALE_NS: a flood of
+ * spoofed sources, answered or not, holds ports for a second at most. */
 static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const struct lbnat_key *rk,
 					    __u64 now, struct lbnat_key *tmp)
 {
@@ -317,7 +318,7 @@ static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const str
 	if (o) {
 		if (lbnat_expired(c, o, now)) {
 			lbnat_reap(rk, o, 0, tmp);
-		} else if (!(o->flags & LBNAT_REPLIED) && (__s64)(now - o->last) > (__s64)XLB_NAT_SYN_STALE_NS) {
+		} else if ((__s64)(now - o->last) > (__s64)XLB_NAT_SYN_STALE_NS) {
 			lbnat_remove(rk, o, 0, tmp);
 			lbnat_count(LBNAT_RECLAIMED);
 		} else {
@@ -325,6 +326,16 @@ static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const str
 		}
 	}
 	return 1;
+}
+
+/* A full memory barrier (a value-returning atomic: x86 xchg, arm64
+ * swpal) between an insert into one session table and a look into the
+ * other, so that of two CPUs racing for one claim across the tables at
+ * least one sees the other's entry. x->ok is its word: it is 0 until a
+ * claim is made, and nothing else reads it meanwhile. */
+static __always_inline void lbnat_fence(struct lbnat_scratch *x)
+{
+	__atomic_exchange_n(&x->ok, 0, __ATOMIC_SEQ_CST);
 }
 
 /* Candidate i of the claim being made (bpf_loop: the verifier checks the
@@ -346,7 +357,9 @@ static long lbnat_try_port(__u64 i, void *unused)
 	if (bpf_map_update_elem(&nat_rev_syn, &x->rk, &x->s, BPF_NOEXIST))
 		return 0;
 	/* A session promoted to the established table between the lookup
-	 * and the insert holds this claim there: give it back. */
+	 * and the insert (the stale one just reclaimed, say) holds this
+	 * claim there: give it back. */
+	lbnat_fence(x);
 	if (bpf_map_lookup_elem(&nat_rev, &x->rk)) {
 		bpf_map_delete_elem(&nat_rev_syn, &x->rk);
 		return 0;
@@ -446,11 +459,22 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 	return 0;
 }
 
-/* A client's TCP segment on session s: FIN or RST closes it; a SYN on a
- * closing session opens the tuple again, with the same backend and port
- * (as a stack reuses a tuple after TIME_WAIT). The timestamp is written
- * only when it has aged, so that a busy session's packets do not all
- * write its cache line. */
+/* Whether a client's packet (TCP flags, 0 for UDP) on session s
+ * establishes it: the first one after the backend's reply that is not a
+ * SYN or an RST, for TCP the ACK of the SYN-ACK. A spoofed source never
+ * sees the reply, so its sessions stay embryonic, in the tables a flood
+ * churns, however the backend answers (SYN cookies answer every SYN). */
+static __always_inline int lbnat_establishes(const struct lbnat_session *s, __u8 flags, int tcp)
+{
+	return (s->flags & LBNAT_REPLIED) &&
+	       (!tcp || (flags & (XLB_TCP_SYN | XLB_TCP_RST | XLB_TCP_ACK)) == XLB_TCP_ACK);
+}
+
+/* A client's TCP segment on session s: FIN or RST closes it; its ACK of
+ * the backend's reply establishes it; a SYN on a closing session opens
+ * the tuple again, with the same backend and port (as a stack reuses a
+ * tuple after TIME_WAIT). The timestamp is written only when it has aged,
+ * so that a busy session's packets do not all write its cache line. */
 static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int tcp, __u64 now,
 					int syn)
 {
@@ -458,6 +482,9 @@ static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int
 		if (flags & (XLB_TCP_FIN | XLB_TCP_RST)) {
 			if (s->state != LBNAT_CLOSING)
 				s->state = LBNAT_CLOSING;
+		} else if (s->state == LBNAT_SYN) {
+			if (lbnat_establishes(s, flags, tcp))
+				s->state = LBNAT_ESTABLISHED;
 		} else if (syn && s->state == LBNAT_CLOSING) {
 			s->state = LBNAT_SYN;
 			s->flags &= ~LBNAT_REPLIED;
@@ -468,6 +495,50 @@ static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int
 }
 
 /* ---- Client to backend ---- */
+
+/* Move the session of claim x->rk and client packet x->fk from the
+ * embryonic tables to the established ones (lbnat_establishes): the claim
+ * first, then a second look that the embryonic claim is still this
+ * client's (a new session may have reclaimed it as stale meanwhile: then
+ * the claim is the other's, and the copy goes), then the forward entry,
+ * and only then are the embryonic entries removed, so that a packet of
+ * either direction finds the session all along and the claim is never
+ * without a holder. Returns 0, the session moved or (the established
+ * tables full) left embryonic, or -1 when it is gone. Out of line: the
+ * forward path's frame stays as small as the session's opening needs. */
+static __noinline int lbnat_promote(struct lbnat_scratch *x)
+{
+	struct lbnat_session *s = bpf_map_lookup_elem(&nat_rev_syn, &x->rk);
+	struct lbnat_key *v;
+
+	if (!s || !lbnat_owns(s, &x->fk))
+		return -1;
+	if (bpf_map_update_elem(&nat_rev, &x->rk, s, BPF_NOEXIST)) {
+		/* Another CPU moved it first, or there is no room. */
+		s = bpf_map_lookup_elem(&nat_rev, &x->rk);
+		if (s)
+			return lbnat_owns(s, &x->fk) ? 0 : -1;
+		lbnat_count(LBNAT_PROMOTE_FAILED);
+		return 0;
+	}
+	lbnat_fence(x);
+	s = bpf_map_lookup_elem(&nat_rev_syn, &x->rk);
+	if (s && !lbnat_owns(s, &x->fk)) {
+		bpf_map_delete_elem(&nat_rev, &x->rk);
+		return -1;
+	}
+	if (bpf_map_update_elem(&nat_fwd, &x->fk, &x->rk, BPF_ANY)) {
+		bpf_map_delete_elem(&nat_rev, &x->rk);
+		lbnat_count(LBNAT_PROMOTE_FAILED);
+		return 0;
+	}
+	v = bpf_map_lookup_elem(&nat_fwd_syn, &x->fk);
+	if (v && lbnat_key_eq(v, &x->rk))
+		bpf_map_delete_elem(&nat_fwd_syn, &x->fk);
+	bpf_map_delete_elem(&nat_rev_syn, &x->rk);
+	lbnat_count(LBNAT_PROMOTED);
+	return 0;
+}
 
 /* An ICMP error to the VIP about a reply the session's backend sent
  * (p's flow is the quoted one, turned to the client's direction): the
@@ -592,7 +663,12 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	if (s) {
 		lbnat_touch(s, flags, tcp, now, syn);
 		bid = s->backend_id;
-	} else {
+		/* The client's answer to its backend's reply: established. A
+		 * session gone meanwhile (its port reclaimed) is no session. */
+		if (!est && lbnat_establishes(s, flags, tcp) && lbnat_promote(x))
+			s = 0;
+	}
+	if (!s) {
 		if (tcp && !syn)
 			return drop(XLB_DROP_NAT_NO_SESSION);
 		int why = lbnat_open(x, svc, hash, now, tcp);
@@ -628,43 +704,6 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 }
 
 /* ---- Backend to client ---- */
-
-/* Move session (rk, s) from the embryonic tables to the established ones
- * on the backend's first reply: the claim first, then the forward entry,
- * and only then are the embryonic entries removed, so that a packet of
- * either direction finds the session all along. Returns the session as
- * it now is (s itself when it could not move: the established tables are
- * full, and it stays embryonic). */
-static __always_inline struct lbnat_session *lbnat_promote(const struct lbnat_key *rk,
-							   struct lbnat_session *s,
-							   struct lbnat_key *fk)
-{
-	struct lbnat_session *e;
-
-	__builtin_memset(fk, 0, sizeof(*fk));
-	lbnat_fwd_key(fk, s, rk->proto);
-	if (bpf_map_update_elem(&nat_rev, rk, s, BPF_NOEXIST)) {
-		/* Another CPU moved it first, or there is no room. */
-		e = bpf_map_lookup_elem(&nat_rev, rk);
-		if (e)
-			return e;
-		lbnat_count(LBNAT_PROMOTE_FAILED);
-		return s;
-	}
-	if (bpf_map_update_elem(&nat_fwd, fk, rk, BPF_ANY)) {
-		bpf_map_delete_elem(&nat_rev, rk);
-		lbnat_count(LBNAT_PROMOTE_FAILED);
-		return s;
-	}
-	struct lbnat_key *v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
-
-	if (v && lbnat_key_eq(v, rk))
-		bpf_map_delete_elem(&nat_fwd_syn, fk);
-	bpf_map_delete_elem(&nat_rev_syn, rk);
-	lbnat_count(LBNAT_PROMOTED);
-	e = bpf_map_lookup_elem(&nat_rev, rk);
-	return e ? e : s;
-}
 
 /* Whether a packet to daddr:dport (or, for dnat, from backend
  * saddr:sport) may be a session's reply: only the NAT address's allocated
@@ -792,8 +831,7 @@ static __noinline int xlb_lb_nat_reply_icmp(struct xdp_md *ctx)
 
 /* A backend's reply, or what looks like one (lbnat_reply_tuple): found
  * by its own 5-tuple, rewritten to come from VIP:port and go to the
- * client, and sent there. The first reply moves the session to the
- * established tables. Returns the verdict, or -1 when the packet is no
+ * client, and sent there. Returns the verdict, or -1 when the packet is no
  * candidate at all (the caller goes on with it untouched). A candidate
  * without a session goes to the kernel untouched and is counted. */
 static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
@@ -830,20 +868,15 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 
 	if (lbnat_l4(p, data_end, &pp, &check, &flags))
 		return drop(XLB_DROP_MALFORMED_L4);
-	if (p->proto == IPPROTO_TCP) {
-		if (flags & (XLB_TCP_FIN | XLB_TCP_RST)) {
-			if (s->state != LBNAT_CLOSING)
-				s->state = LBNAT_CLOSING;
-		} else if (s->state == LBNAT_SYN) {
-			s->state = LBNAT_ESTABLISHED;
-		}
-	}
+	/* The reply marks the session answered, and no more: the client's
+	 * next packet establishes it (lbnat_establishes). */
+	if (p->proto == IPPROTO_TCP && (flags & (XLB_TCP_FIN | XLB_TCP_RST)) &&
+	    s->state != LBNAT_CLOSING)
+		s->state = LBNAT_CLOSING;
 	if (!(s->flags & LBNAT_REPLIED))
 		s->flags |= LBNAT_REPLIED;
 	if (now - s->last > XLB_NAT_TOUCH_NS && (__s64)(now - s->last) > 0)
 		s->last = now;
-	if (!est)
-		s = lbnat_promote(&x->rk, s, &x->fk);
 
 	__be32 client = xlb_addr_v4(&s->client);
 	__u16 len = p->ip_len;

@@ -125,10 +125,12 @@ struct {
  * 5-tuple -> struct lbnat_session), which is also the claim of its port:
  * inserted with BPF_NOEXIST, so that no two sessions share a backend-side
  * 5-tuple; its forward entry (the client's 5-tuple -> the reverse key)
- * finds it from the client's side. Sessions the backend has not answered
- * yet (embryonic) live in LRU maps of their own, the others in plain
- * hashes that never evict: a SYN flood churns the first and cannot touch
- * the second. The first reply moves a session over. The plain hashes
+ * finds it from the client's side. Sessions not established yet
+ * (embryonic: unanswered, or answered and not acknowledged by the client)
+ * live in LRU maps of their own, the others in plain hashes that never
+ * evict: a SYN flood churns the first and cannot touch the second. The
+ * client's first packet after the backend's reply moves a session over
+ * (a spoofed source never sends one). The plain hashes
  * allocate on use, so a node without NAT services pays little for them.
  * docs/decisions/0007-nat-sessions.md. */
 struct {

@@ -290,8 +290,8 @@ struct lbnat_key {
 
 /* A session's state; its timeout follows it (struct lbnat_cfg). */
 enum lbnat_state {
-	LBNAT_SYN = 1,         /* TCP: no reply from the backend since the SYN */
-	LBNAT_ESTABLISHED = 2, /* TCP: the backend answered */
+	LBNAT_SYN = 1,         /* TCP: not established since the SYN (answered or not: LBNAT_REPLIED) */
+	LBNAT_ESTABLISHED = 2, /* TCP: the client acknowledged the backend's answer */
 	LBNAT_CLOSING = 3,     /* TCP: a FIN or an RST went by, either way */
 	LBNAT_UDP = 4,         /* UDP, whether answered or not */
 };
@@ -359,12 +359,12 @@ enum lbnat_stat {
 	LBNAT_REV_MISS,        /* packets from a backend-looking tuple without a session: passed */
 	LBNAT_FRAGMENT,        /* fragments to a NAT service (first fragments: ports known): dropped */
 	LBNAT_ICMP,            /* ICMP errors about a session translated, either way */
-	LBNAT_PROMOTED,        /* sessions moved to the established tables by the backend's first reply */
+	LBNAT_PROMOTED,        /* sessions moved to the established tables by the client's packet after the backend's reply */
 	LBNAT_PROMOTE_FAILED,  /* the established tables full: the session stays embryonic */
 	LBNAT_FWD,             /* packets translated client -> backend */
 	LBNAT_REV,             /* packets translated backend -> client */
 	LBNAT_ENDED,           /* sessions ended by the control plane (a backend failed its health check) */
-	LBNAT_RECLAIMED,       /* embryonic sessions whose port a new session took, unanswered for XLB_NAT_SYN_STALE_NS */
+	LBNAT_RECLAIMED,       /* embryonic sessions whose port a new session took, idle for XLB_NAT_SYN_STALE_NS */
 	LBNAT_STAT_MAX,
 };
 

@@ -45,7 +45,7 @@ var (
 	bfdUp            = desc("xlb_bfd_session_up", "Whether the BFD session guarding a BGP peer is up (1) or not (0).", "peer")
 	natSessions      = desc("xlb_nat_sessions", "NAT sessions in use on the node (forwarding nat and dnat), embryonic ones included.")
 	natCapacity      = desc("xlb_nat_sessions_capacity", "NAT sessions the node's session table holds (nat.sessions).")
-	natEmbryonic     = desc("xlb_nat_sessions_embryonic", "NAT sessions in use that have not seen a reply from their backend yet.")
+	natEmbryonic     = desc("xlb_nat_sessions_embryonic", "NAT sessions in use not established yet: no reply from their backend, or no packet from their client since.")
 	natAllocFailures = desc("xlb_nat_allocation_failures_total", "New connections to NAT services that got no session (no free port on the NAT address, or no room in the table); their packets were dropped.")
 	natExpired       = desc("xlb_nat_expired_total", "NAT sessions ended by their idle timeout.")
 	natReverseMisses = desc("xlb_nat_reverse_misses_total", "Packets from a backend address and port of a NAT service that matched no session, passed to the kernel.")

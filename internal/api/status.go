@@ -215,8 +215,9 @@ type NAT struct {
 	// (nat.address, or the node address, and nat.ports).
 	Address netip.Addr `json:"address"`
 	Ports   string     `json:"ports"`
-	// Sessions are in use now, Embryonic of them without a reply from
-	// the backend yet; Capacity is how many the table holds.
+	// Sessions are in use now, Embryonic of them not established yet
+	// (no reply from the backend, or no client packet since); Capacity
+	// is how many the table holds.
 	Sessions  uint64 `json:"sessions"`
 	Embryonic uint64 `json:"embryonic"`
 	Capacity  uint64 `json:"capacity"`

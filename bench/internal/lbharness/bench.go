@@ -223,7 +223,7 @@ func (e *benchEnv) load(backends int) error {
 // natService programs the NAT twin of the benchmarked service, ID 2 on
 // port natPort, with backend IDs of its own at the same addresses, port
 // natPort, and opens the one session the NAT cases measure: the
-// benchmark frame's SYN, answered by its backend.
+// benchmark frame's SYN, answered by its backend, and its ACK.
 func (e *benchEnv) natService(backends int) error {
 	if err := e.d.SetNAT(lb.NATConfig{Address: e.node, PortMin: 20000, PortMax: 32767}); err != nil {
 		return err
@@ -255,21 +255,26 @@ func (e *benchEnv) natService(backends int) error {
 		if v, _, _, err := testRunXDP(e.objs.BenchLb.FD(), synAck, idx, 1); err != nil || v != xdpVerdictTX {
 			return fmt.Errorf("the NAT case's SYN-ACK: verdict %s, %v", xdpVerdictName(v), err)
 		}
+		// The client's ACK establishes the session: the cases measure
+		// the established tables.
+		if v, _, _, err := testRunXDP(e.objs.BenchLb.FD(), benchFramePort(e.vip, natPort), idx, 1); err != nil || v != xdpVerdictTX {
+			return fmt.Errorf("the NAT case's ACK: verdict %s, %v", xdpVerdictName(v), err)
+		}
 		return nil
 	})
 	return err
 }
 
 // checkNAT says whether every run of the NAT cases translated the one
-// session, both ways.
+// session, established, both ways.
 func (e *benchEnv) checkNAT(cfg BenchConfig) error {
 	st, err := e.d.NATStatCounters()
 	if err != nil {
 		return err
 	}
 	want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1
-	if st["forward"] < want || st["reverse"] < want || st["created"] != 1 {
-		return fmt.Errorf("NAT counters %v: want one session, and at least %d packets each way", st, want)
+	if st["forward"] < want || st["reverse"] < want || st["created"] != 1 || st["promoted"] != 1 {
+		return fmt.Errorf("NAT counters %v: want one session, established, and at least %d packets each way", st, want)
 	}
 	return nil
 }

@@ -177,6 +177,7 @@ func newNATFuzzFixture(tb testing.TB) *natFixture {
 	c := tuple{clientAt(40000), vip(80), 6}
 	src := x.source(segment(c, tcpSYN, nil).Frame(f.MAC))
 	x.run(segment(tuple{natBackends[30], src, 6}, tcpSYN|tcpACK, nil).Frame(f.MAC))
+	x.run(segment(c, tcpACK, nil).Frame(f.MAC))
 	x.run(segment(tuple{clientAt(5001), vip(54), 17}, 0, nil).Frame(f.MAC))
 	x.run(segment(tuple{clientAt(40000), vip(82), 6}, tcpSYN, nil).Frame(f.MAC))
 	return x

@@ -245,9 +245,10 @@ func vip(port uint16) netip.AddrPort { return netip.AddrPortFrom(fxVIP, port) }
 
 // TestLBNATTranslations: every translation, both ways, TCP and UDP, NAT
 // and DNAT, each frame equal byte for byte to a reference built from
-// scratch in Go (its checksums computed anew, not patched); the session's
-// first reply moves it to the established tables; the port a session
-// gets is the flow's first candidate.
+// scratch in Go (its checksums computed anew, not patched); the client's
+// first packet after its backend's reply moves the session to the
+// established tables, the reply alone does not; the port a session gets
+// is the flow's first candidate.
 func TestLBNATTranslations(t *testing.T) {
 	x := newNATFixture(t)
 	node := func(p uint16) netip.AddrPort { return netip.AddrPortFrom(fxNode, p) }
@@ -265,10 +266,15 @@ func TestLBNATTranslations(t *testing.T) {
 	delta = x.natDelta(func() {
 		x.expectForward("SYN-ACK", segment(toBE.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
 	})
-	if delta["promoted"] != 1 || delta["reverse"] != 1 {
-		t.Errorf("SYN-ACK: NAT counters moved %v, want promoted and reverse", delta)
+	if delta["promoted"] != 0 || delta["reverse"] != 1 {
+		t.Errorf("SYN-ACK: NAT counters moved %v, want reverse and no promotion", delta)
 	}
-	x.expectForward("ACK with data", segment(c, tcpACK, []byte("GET / HTTP/1.1\r\n\r\n")).Frame(x.f.MAC), toBE)
+	delta = x.natDelta(func() {
+		x.expectForward("ACK with data", segment(c, tcpACK, []byte("GET / HTTP/1.1\r\n\r\n")).Frame(x.f.MAC), toBE)
+	})
+	if delta["promoted"] != 1 || delta["forward"] != 1 {
+		t.Errorf("the client's ACK: NAT counters moved %v, want promoted and forward", delta)
+	}
 	x.expectForward("reply data", segment(toBE.reverse(), tcpACK, bytes.Repeat([]byte("x"), 333)).Frame(x.f.MAC), c.reverse())
 
 	// Full NAT, UDP, with a checksum and with none.
@@ -290,10 +296,12 @@ func TestLBNATTranslations(t *testing.T) {
 	dBE := tuple{d.src, natBackends[32], 6}
 	x.expectForward("DNAT SYN", segment(d, tcpSYN, nil).Frame(x.f.MAC), dBE)
 	x.expectForward("DNAT SYN-ACK", segment(dBE.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), d.reverse())
+	x.expectForward("DNAT ACK", segment(d, tcpACK, nil).Frame(x.f.MAC), dBE)
 	du := tuple{clientAt(5001), vip(54), 17}
 	duBE := tuple{du.src, natBackends[33], 17}
 	x.expectForward("DNAT UDP", segment(du, 0, []byte("q")).Frame(x.f.MAC), duBE)
 	x.expectForward("DNAT UDP answer", segment(duBE.reverse(), 0, []byte("a")).Frame(x.f.MAC), du.reverse())
+	x.expectForward("DNAT UDP again", segment(du, 0, []byte("q2")).Frame(x.f.MAC), duBE)
 
 	sessions, err := x.d.Sessions(fxVIP, 80, ProtoTCP, 0)
 	if err != nil {
@@ -475,7 +483,7 @@ func TestLBNATExpiry(t *testing.T) {
 	if err := x.d.SetNAT(cfg); err != nil {
 		t.Fatal(err)
 	}
-	open := func(c tuple, reply bool, fin bool) (wire.SessionKey, tuple) {
+	open := func(c tuple, reply, ack, fin bool) (wire.SessionKey, tuple) {
 		t.Helper()
 		flags := uint8(0)
 		if c.proto == 6 {
@@ -496,6 +504,15 @@ func TestLBNATExpiry(t *testing.T) {
 				t.Fatalf("reply: %s %v", verdictNames[v], r)
 			}
 		}
+		if ack {
+			f := uint8(0)
+			if c.proto == 6 {
+				f = tcpACK
+			}
+			if v, _, r := x.run(segment(c, f, nil).Frame(x.f.MAC)); v != xdpTX {
+				t.Fatalf("the client's ACK: %s %v", verdictNames[v], r)
+			}
+		}
 		if fin {
 			if v, _, r := x.run(segment(c, tcpACK|0x01, nil).Frame(x.f.MAC)); v != xdpTX {
 				t.Fatalf("FIN: %s %v", verdictNames[v], r)
@@ -504,18 +521,20 @@ func TestLBNATExpiry(t *testing.T) {
 		return sessionKey(src, be, c.proto), back
 	}
 	for i, c := range []struct {
-		state          string
-		proto          uint8
-		reply, fin     bool
-		timeout        time.Duration
-		established    bool
-		wantStateAfter string
+		state           string
+		proto           uint8
+		reply, ack, fin bool
+		timeout         time.Duration
+		established     bool
+		wantStateAfter  string
 	}{
-		{"syn", 6, false, false, cfg.TCPSyn, false, "syn"},
-		{"established", 6, true, false, cfg.TCPEstablished, true, "established"},
-		{"closing", 6, true, true, cfg.TCPClosing, true, "closing"},
-		{"udp", 17, true, false, cfg.UDP, true, "udp"},
-		{"udp without a reply", 17, false, false, cfg.UDP, false, "udp"},
+		{"syn", 6, false, false, false, cfg.TCPSyn, false, "syn"},
+		{"syn answered, not acknowledged", 6, true, false, false, cfg.TCPSyn, false, "syn"},
+		{"established", 6, true, true, false, cfg.TCPEstablished, true, "established"},
+		{"closing", 6, true, true, true, cfg.TCPClosing, true, "closing"},
+		{"udp", 17, true, true, false, cfg.UDP, true, "udp"},
+		{"udp answered, the client silent since", 17, true, false, false, cfg.UDP, false, "udp"},
+		{"udp without a reply", 17, false, false, false, cfg.UDP, false, "udp"},
 	} {
 		port := uint16(42000 + i)
 		svc := vip(80)
@@ -523,7 +542,7 @@ func TestLBNATExpiry(t *testing.T) {
 			svc = vip(53)
 		}
 		cl := tuple{clientAt(port), svc, c.proto}
-		k, back := open(cl, c.reply, c.fin)
+		k, back := open(cl, c.reply, c.ack, c.fin)
 		got, err := x.d.Sessions(fxVIP, svc.Port(), c.proto, 0)
 		if err != nil {
 			t.Fatal(err)
@@ -538,15 +557,20 @@ func TestLBNATExpiry(t *testing.T) {
 			t.Fatalf("%s: session state %q, want %q", c.state, state, c.wantStateAfter)
 		}
 
-		// Just within its timeout: alive (a client's packet, which
-		// changes no state: a reply would answer a syn session).
+		// Just within its timeout: alive (a packet that changes no
+		// state: a reply would answer a syn session, a client's
+		// packet after a reply would establish it).
 		x.setLast(k, c.established, monotonicNow()-uint64(c.timeout-time.Second))
-		again := uint8(tcpACK)
-		if !c.reply {
-			again = tcpSYN
-		}
-		if got := x.source(segment(cl, again, nil).Frame(x.f.MAC)); got != netip.AddrPortFrom(fxNode, wire.PortFrom(k.Dport)) {
-			t.Errorf("%s: the client a second before the timeout: source %v, want the session's", c.state, got)
+		if c.reply && !c.ack {
+			x.expectForward(c.state+": the backend a second before the timeout", segment(back, tcpACK, nil).Frame(x.f.MAC), cl.reverse())
+		} else {
+			again := uint8(tcpACK)
+			if !c.reply {
+				again = tcpSYN
+			}
+			if got := x.source(segment(cl, again, nil).Frame(x.f.MAC)); got != netip.AddrPortFrom(fxNode, wire.PortFrom(k.Dport)) {
+				t.Errorf("%s: the client a second before the timeout: source %v, want the session's", c.state, got)
+			}
 		}
 		// Just past it: gone, with no sweep.
 		x.setLast(k, c.established, monotonicNow()-uint64(c.timeout+time.Second))
@@ -568,9 +592,9 @@ func TestLBNATExpiry(t *testing.T) {
 	}
 
 	// The sweep: sessions past their timeout are removed, the others kept.
-	live, _ := open(tuple{clientAt(43000), vip(80), 6}, true, false)
-	old, _ := open(tuple{clientAt(43001), vip(80), 6}, true, false)
-	silent, _ := open(tuple{clientAt(43002), vip(53), 17}, false, false)
+	live, _ := open(tuple{clientAt(43000), vip(80), 6}, true, true, false)
+	old, _ := open(tuple{clientAt(43001), vip(80), 6}, true, true, false)
+	silent, _ := open(tuple{clientAt(43002), vip(53), 17}, false, false, false)
 	x.setLast(old, true, monotonicNow()-uint64(cfg.TCPEstablished+time.Second))
 	x.setLast(silent, false, monotonicNow()-uint64(cfg.UDP+time.Second))
 	before, _ := x.d.NATCounters()
@@ -841,7 +865,8 @@ func TestLBNATDrainAndEnd(t *testing.T) {
 
 // TestLBNATSynFlood: SYNs that no backend answers, three times as many
 // as the embryonic table holds, churn that table and cannot touch an
-// established session: its packets keep their port both ways.
+// established session (answered, and acknowledged by its client): its
+// packets keep their port both ways.
 func TestLBNATSynFlood(t *testing.T) {
 	x := newNATFixtureWith(t, Options{NATSessions: 4096})
 	if got := x.d.Shape().NATSessions; got != 4096 {
@@ -856,6 +881,7 @@ func TestLBNATSynFlood(t *testing.T) {
 	asrc := x.source(segment(a, tcpSYN, nil).Frame(x.f.MAC))
 	toA := tuple{asrc, natBackends[30], 6}
 	x.expectForward("SYN-ACK", segment(toA.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), a.reverse())
+	x.expectForward("ACK", segment(a, tcpACK, nil).Frame(x.f.MAC), toA)
 
 	flood := 3 * int(embryonic)
 	delta := x.natDelta(func() {
@@ -921,9 +947,11 @@ func TestLBNATSessionsSurviveRestart(t *testing.T) {
 	}
 }
 
-// TestLBNATStaleEmbryonicGivesPortUp: an embryonic session its backend
-// has left unanswered for a second gives its port up to a new session
-// that needs it; a younger one keeps it, as does an answered one.
+// TestLBNATStaleEmbryonicGivesPortUp: an embryonic session idle for a
+// second gives its port up to a new session that needs it, whether its
+// backend left it unanswered or answered it and its client never
+// acknowledged (a flood answered by SYN cookies); a younger one keeps
+// it, as does an established one however old.
 func TestLBNATStaleEmbryonicGivesPortUp(t *testing.T) {
 	x := newNATFixture(t)
 	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: 30000, PortMax: 30000}); err != nil {
@@ -942,12 +970,25 @@ func TestLBNATStaleEmbryonicGivesPortUp(t *testing.T) {
 	if got != src || delta["reclaimed"] != 1 || delta["created"] != 1 {
 		t.Errorf("after 2 s unanswered: the second client got %v, NAT %v, want the port %v reclaimed", got, delta, src)
 	}
-	// Answered, it keeps its port however old.
-	x.run(segment(tuple{natBackends[31], src, 17}, 0, nil).Frame(x.f.MAC))
-	k2 := sessionKey(src, natBackends[31], 17)
-	x.setLast(k2, true, monotonicNow()-uint64(10*time.Second))
-	if v, _, r := x.run(segment(tuple{clientAt(3), vip(53), 17}, 0, nil).Frame(x.f.MAC)); v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
-		t.Errorf("the port of an answered session: %s %v, want drop_nat_no_port", verdictNames[v], r)
+	// Answered, and the client silent since: embryonic still, and
+	// given up once idle for a second.
+	x.expectForward("the answer", segment(tuple{natBackends[31], src, 17}, 0, nil).Frame(x.f.MAC), tuple{vip(53), clientAt(2), 17})
+	third := segment(tuple{clientAt(3), vip(53), 17}, 0, nil).Frame(x.f.MAC)
+	if v, _, r := x.run(third); v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
+		t.Fatalf("the port held by a fresh answered session: %s %v, want drop_nat_no_port", verdictNames[v], r)
+	}
+	x.setLast(k, false, monotonicNow()-uint64(2*time.Second))
+	delta = x.natDelta(func() { got = x.source(third) })
+	if got != src || delta["reclaimed"] != 1 {
+		t.Errorf("answered, unacknowledged and 2 s idle: the third client got %v, NAT %v, want the port %v reclaimed", got, delta, src)
+	}
+	// Established (answered, then the client again), it keeps its port
+	// however old.
+	x.expectForward("the answer", segment(tuple{natBackends[31], src, 17}, 0, nil).Frame(x.f.MAC), tuple{vip(53), clientAt(3), 17})
+	x.expectForward("the client again", third, tuple{src, natBackends[31], 17})
+	x.setLast(k, true, monotonicNow()-uint64(10*time.Second))
+	if v, _, r := x.run(segment(tuple{clientAt(4), vip(53), 17}, 0, nil).Frame(x.f.MAC)); v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
+		t.Errorf("the port of an established session: %s %v, want drop_nat_no_port", verdictNames[v], r)
 	}
 }
 
@@ -975,6 +1016,7 @@ func TestLBNATSessionsCarriedOnMigration(t *testing.T) {
 		src := x.source(segment(c, tcpSYN, nil).Frame(f.MAC))
 		be := tuple{src, natBackends[30], 6}
 		x.expectForward("SYN-ACK", segment(be.reverse(), tcpSYN|tcpACK, nil).Frame(f.MAC), c.reverse())
+		x.expectForward("ACK", segment(c, tcpACK, nil).Frame(f.MAC), be)
 		clients, toBE = append(clients, c), append(toBE, be)
 	}
 	u := tuple{clientAt(5000), vip(53), 17}
@@ -1014,8 +1056,10 @@ func TestLBNATSessionsCarriedOnMigration(t *testing.T) {
 	for i, c := range clients {
 		x.expectForward("a carried session's client", segment(c, tcpACK, nil).Frame(f.MAC), toBE[i])
 		x.expectForward("a carried session's backend", segment(toBE[i].reverse(), tcpACK, nil).Frame(f.MAC), c.reverse())
+		x.expectForward("a carried session's client again", segment(c, tcpACK, nil).Frame(f.MAC), toBE[i])
 	}
 	x.expectForward("the carried embryonic session's answer", segment(uBE.reverse(), 0, nil).Frame(f.MAC), u.reverse())
+	x.expectForward("the carried embryonic session's client again", segment(u, 0, nil).Frame(f.MAC), uBE)
 	d.Close()
 
 	// Shrunk below what it holds: the rest is lost, and said so.
@@ -1025,7 +1069,8 @@ func TestLBNATSessionsCarriedOnMigration(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Five sessions, all established by now (the late one and the UDP
-	// one were answered through the new program).
+	// one were answered, and their clients sent again, through the new
+	// program).
 	if carried, lost := d.CarriedSessions(); carried != 2 || lost != 3 {
 		t.Errorf("into a table of 2: carried %d, lost %d, want 2 and 3", carried, lost)
 	}
@@ -1053,7 +1098,8 @@ func (x *natFixture) deleteSession(c tuple) {
 // session draws XLB_NAT_PORT_TRIES (64) ports from its flow's hash, so
 // about 0.9^64 = 0.12% should fail. The sessions that fill the range
 // (answered, so that none gives its port up) and the ones tried are
-// opened by the program from SYNs of distinct clients; each tried one is
+// opened by the program from SYNs of distinct clients (the fill's
+// answered and acknowledged: established); each tried one is
 // removed again, so the fill stays at 90%.
 // The figure goes to docs/decisions/0007-nat-sessions.md; the test holds
 // it below 1% (8 tries, say, would fail 43%).
@@ -1073,6 +1119,9 @@ func TestLBNATAllocationAt90PercentFill(t *testing.T) {
 		src := x.source(segment(client(i), tcpSYN, nil).Frame(x.f.MAC))
 		if v, _, r := x.run(segment(tuple{natBackends[30], src, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC)); v != xdpTX {
 			t.Fatalf("filling: session %d: %s %v", i, verdictNames[v], r)
+		}
+		if v, _, r := x.run(segment(client(i), tcpACK, nil).Frame(x.f.MAC)); v != xdpTX {
+			t.Fatalf("filling: session %d's ACK: %s %v", i, verdictNames[v], r)
 		}
 	}
 	failed := 0
@@ -1221,5 +1270,152 @@ func TestLBNATClientIPAffinity(t *testing.T) {
 	}
 	if backendOf(p1+1000, true) != backendOf(p2+1000, true) {
 		t.Fatal("with affinity the two ports hash apart: the test is wrong")
+	}
+}
+
+// revCount is how many sessions reverse table m holds.
+func revCount(t testing.TB, m *ebpf.Map) int {
+	t.Helper()
+	n := 0
+	if err := walkSessions(m, func(*wire.SessionKey, *wire.Session) { n++ }); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// TestLBNATAnsweredNotAcknowledged: a SYN answered by its backend whose
+// client never acknowledges the SYN-ACK (a spoofed source, the backend
+// answering with SYN cookies) leaves an embryonic session: answered, in
+// the embryonic tables, under the syn timeout, after which it is gone and
+// its port free for another client. The client's ACK establishes it.
+func TestLBNATAnsweredNotAcknowledged(t *testing.T) {
+	x := newNATFixture(t)
+	cfg := NATConfig{Address: fxNode, PortMin: 30000, PortMax: 30000, TCPSyn: 3 * time.Second}
+	if err := x.d.SetNAT(cfg); err != nil {
+		t.Fatal(err)
+	}
+	c := tuple{clientAt(45000), vip(80), 6}
+	src := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+	toBE := tuple{src, natBackends[30], 6}
+	k := sessionKey(src, natBackends[30], 6)
+	delta := x.natDelta(func() {
+		x.expectForward("SYN-ACK", segment(toBE.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
+	})
+	if delta["promoted"] != 0 {
+		t.Errorf("the SYN-ACK promoted the session: NAT %v", delta)
+	}
+	var s wire.Session
+	if err := x.d.objs.NatRev.Lookup(&k, &s); err == nil {
+		t.Errorf("answered, not acknowledged: the session is in the established table: %+v", s)
+	}
+	if err := x.d.objs.NatRevSyn.Lookup(&k, &s); err != nil {
+		t.Fatalf("answered, not acknowledged: not in the embryonic table: %v", err)
+	}
+	ss, err := x.d.Sessions(fxVIP, 80, ProtoTCP, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ss) != 1 || ss[0].State != "syn" || !ss[0].Replied {
+		t.Errorf("sessions %+v, want one in state syn, answered", ss)
+	}
+	if n, err := x.d.NATCounters(); err != nil || n.Sessions != 1 || n.Embryonic != 1 {
+		t.Errorf("NATCounters %+v (%v), want 1 session, embryonic", n, err)
+	}
+	// A retransmitted SYN establishes nothing.
+	x.expectForward("the client's SYN again", segment(c, tcpSYN, nil).Frame(x.f.MAC), toBE)
+	if err := x.d.objs.NatRevSyn.Lookup(&k, &s); err != nil || s.State != wire.SessionSyn {
+		t.Errorf("after a retransmitted SYN: %+v (%v), want it embryonic in state syn", s, err)
+	}
+
+	// Past the syn timeout it is gone, and its port (the range's only
+	// one) is another client's.
+	other := segment(tuple{clientAt(45001), vip(80), 6}, tcpSYN, nil).Frame(x.f.MAC)
+	if v, _, r := x.run(other); v != xdpDrop || !sameReasons(r, "drop_nat_no_port") {
+		t.Fatalf("another client while the session is fresh: %s %v, want drop_nat_no_port", verdictNames[v], r)
+	}
+	x.setLast(k, false, monotonicNow()-uint64(cfg.TCPSyn+time.Second))
+	var got netip.AddrPort
+	delta = x.natDelta(func() { got = x.source(other) })
+	if got != src || delta["expired"] != 1 || delta["no_reply"] != 0 {
+		t.Errorf("past the syn timeout: another client got %v, NAT %v, want the port %v and one expired (answered)", got, delta, src)
+	}
+	if v, _, r := x.run(segment(c, tcpACK, nil).Frame(x.f.MAC)); v != xdpDrop || !sameReasons(r, "drop_nat_no_session") {
+		t.Errorf("the expired session's ACK: %s %v, want drop_nat_no_session", verdictNames[v], r)
+	}
+
+	// Acknowledged, it is established.
+	d := tuple{clientAt(45001), vip(80), 6}
+	x.expectForward("SYN-ACK", segment(toBE.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), d.reverse())
+	delta = x.natDelta(func() { x.expectForward("ACK", segment(d, tcpACK, nil).Frame(x.f.MAC), toBE) })
+	if delta["promoted"] != 1 {
+		t.Errorf("the client's ACK: NAT %v, want promoted", delta)
+	}
+	if err := x.d.objs.NatRev.Lookup(&k, &s); err != nil || s.State != wire.SessionEstablished {
+		t.Errorf("acknowledged: %+v (%v), want it established in the established table", s, err)
+	}
+	if revCount(t, x.d.objs.NatRevSyn) != 0 {
+		t.Error("acknowledged: the embryonic table still holds a session")
+	}
+}
+
+// TestLBNATAnsweredSynFlood: a flood of SYNs from spoofed sources, each
+// answered by the backend (SYN cookies) and never acknowledged, three
+// times as many as the embryonic table holds and more than the port range,
+// stays in the embryonic tables: the established tables hold only the
+// established session, which keeps its port both ways, every flood SYN
+// finds a port, and so does a new client after the flood.
+func TestLBNATAnsweredSynFlood(t *testing.T) {
+	x := newNATFixtureWith(t, Options{NATSessions: 4096})
+	const ports = 2000
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: 20000, PortMax: 20000 + ports - 1}); err != nil {
+		t.Fatal(err)
+	}
+	embryonic := int(embryonicSessions(4096))
+	a := tuple{clientAt(40000), vip(80), 6}
+	toA := tuple{x.source(segment(a, tcpSYN, nil).Frame(x.f.MAC)), natBackends[30], 6}
+	x.expectForward("SYN-ACK", segment(toA.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), a.reverse())
+	x.expectForward("ACK", segment(a, tcpACK, nil).Frame(x.f.MAC), toA)
+
+	flood := 3 * embryonic
+	if flood <= ports {
+		t.Fatalf("a flood of %d does not exceed the %d ports", flood, ports)
+	}
+	dropped := 0
+	delta := x.natDelta(func() {
+		for i := range flood {
+			src := netip.AddrPortFrom(netip.AddrFrom4([4]byte{10, 0, 2, byte(10 + i%200)}), uint16(1024+i))
+			v, out, _ := x.run(segment(tuple{src, vip(80), 6}, tcpSYN, nil).Frame(x.f.MAC))
+			if v != xdpTX {
+				dropped++
+				continue
+			}
+			nat := netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[26:30])), binary.BigEndian.Uint16(out[34:]))
+			if v, _, r := x.run(segment(tuple{natBackends[30], nat, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC)); v != xdpTX {
+				t.Fatalf("flood SYN-ACK %d: %s %v", i, verdictNames[v], r)
+			}
+		}
+	})
+	if dropped != 0 || delta["promoted"] != 0 {
+		t.Errorf("the flood: %d of %d SYNs found no port, %d sessions promoted (NAT %v), want none of either", dropped, flood, delta["promoted"], delta)
+	}
+	if n := revCount(t, x.d.objs.NatRev); n != 1 {
+		t.Errorf("the established tables hold %d sessions after the flood, want the one established", n)
+	}
+	if n := revCount(t, x.d.objs.NatRevSyn); n > embryonic {
+		t.Errorf("the embryonic table holds %d sessions, more than its %d places", n, embryonic)
+	}
+	x.expectForward("the established session's client", segment(a, tcpACK, []byte("still here")).Frame(x.f.MAC), toA)
+	x.expectForward("the established session's backend", segment(toA.reverse(), tcpACK, []byte("so am I")).Frame(x.f.MAC), a.reverse())
+
+	b := tuple{netip.AddrPortFrom(netip.MustParseAddr("10.0.2.250"), 50000), vip(80), 6}
+	v, out, r := x.run(segment(b, tcpSYN, nil).Frame(x.f.MAC))
+	if v != xdpTX {
+		t.Fatalf("a new client after the flood: %s %v, want a port", verdictNames[v], r)
+	}
+	toB := tuple{netip.AddrPortFrom(fxNode, binary.BigEndian.Uint16(out[34:])), natBackends[30], 6}
+	x.expectForward("the new client's SYN-ACK", segment(toB.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), b.reverse())
+	x.expectForward("the new client's ACK", segment(b, tcpACK, nil).Frame(x.f.MAC), toB)
+	if n := revCount(t, x.d.objs.NatRev); n != 2 {
+		t.Errorf("the established tables hold %d sessions, want 2", n)
 	}
 }

@@ -17,8 +17,10 @@ import (
 // maps (bpf/xlb_lbnat.h): the established tables nat_fwd (client's
 // 5-tuple -> the session's reverse key) and nat_rev (reverse key, the
 // reply's 5-tuple and the port's claim -> the session), and their
-// embryonic twins nat_fwd_syn and nat_rev_syn, LRU maps for sessions
-// whose backend has not answered yet. The program opens, moves, stamps
+// embryonic twins nat_fwd_syn and nat_rev_syn, LRU maps for sessions not
+// established yet: their backend has not answered, or their client has
+// sent nothing since it did (a spoofed source never does). The program
+// opens, moves, stamps
 // and expires sessions by itself; this file configures it (SetNAT), reads
 // what it did, and sweeps what expired off the packet path.
 // docs/decisions/0007-nat-sessions.md has the design and its figures.
@@ -48,7 +50,7 @@ const (
 // NATCounters are the node-wide NAT counters and gauges.
 type NATCounters struct {
 	Sessions       uint64 // in use now (established and embryonic)
-	Embryonic      uint64 // in use now, no reply from the backend yet
+	Embryonic      uint64 // in use now, not established: no reply from the backend yet, or no packet from the client since
 	Created        uint64
 	AllocFailures  uint64 // no free port (or no room) for a new session
 	Expired        uint64 // ended by their timeout
@@ -66,7 +68,7 @@ type Session struct {
 	Backend   netip.AddrPort
 	BackendID uint32
 	Source    netip.AddrPort // what the backend sees as the source: NATConfig.Address:port (nat) or Client (dnat)
-	State     string         // "syn", "established", "closing", "udp"
+	State     string         // "syn" (TCP, not established: answered or not, see Replied), "established", "closing", "udp"
 	Replied   bool           // the backend has answered
 	Idle      time.Duration
 }
@@ -92,7 +94,8 @@ type natState struct {
 	carried, lost int
 }
 
-// sessionCounts are sessions in use, and of them those not answered.
+// sessionCounts are sessions in use, and of them the embryonic ones (in
+// the embryonic tables).
 type sessionCounts struct{ sessions, embryonic uint64 }
 
 // gaugesFresh is how long ago a sweep may have run for NATCounters to
@@ -283,6 +286,9 @@ func (d *Dataplane) addSwept(stat uint32, n uint64) error {
 	return nil
 }
 
+// embryonicTables is the embryonic tables' index in sessionTables.
+const embryonicTables = 1
+
 // sessionTables are the session tables, established first: each reverse
 // table with the forward table of its sessions.
 func (d *Dataplane) sessionTables() [2]struct{ fwd, rev *ebpf.Map } {
@@ -421,7 +427,7 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 				return
 			}
 			sw.pending.sessions++
-			if v.Flags&wire.SessionReplied == 0 {
+			if i == embryonicTables {
 				sw.pending.embryonic++
 			}
 			if v.Flags&wire.SessionDNAT != 0 {
@@ -474,10 +480,10 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 // sweeps).
 func (d *Dataplane) countSessions() (sessionCounts, error) {
 	var g sessionCounts
-	for _, t := range d.sessionTables() {
-		err := walkSessions(t.rev, func(_ *wire.SessionKey, v *wire.Session) {
+	for i, t := range d.sessionTables() {
+		err := walkSessions(t.rev, func(_ *wire.SessionKey, _ *wire.Session) {
 			g.sessions++
-			if v.Flags&wire.SessionReplied == 0 {
+			if i == embryonicTables {
 				g.embryonic++
 			}
 		})

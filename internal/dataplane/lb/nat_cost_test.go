@@ -41,7 +41,7 @@ func memlock(t testing.TB, m *ebpf.Map) int {
 // TestLBNATMemoryPerSession measures what an established session costs
 // the kernel's accounting (docs/decisions/0007-nat-sessions.md): the
 // growth of the two established tables' memlock over 2000 sessions the
-// program opened and promoted, and what the tables hold before any (their
+// program opened and established (SYN, SYN-ACK, ACK), and what the tables hold before any (their
 // buckets) and the embryonic tables, allocated whole at load. The
 // figures are logged; the test holds a session to the size of its two
 // entries' keys and values at least, and below 1 KiB.
@@ -58,6 +58,9 @@ func TestLBNATMemoryPerSession(t *testing.T) {
 		src := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC))
 		if v, _, r := x.run(segment(tuple{natBackends[30], src, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC)); v != xdpTX {
 			t.Fatalf("session %d: %s %v", i, verdictNames[v], r)
+		}
+		if v, _, r := x.run(segment(c, tcpACK, nil).Frame(x.f.MAC)); v != xdpTX {
+			t.Fatalf("session %d's ACK: %s %v", i, verdictNames[v], r)
 		}
 	}
 	per := float64(memlock(t, fwd)+memlock(t, rev)-before) / n
