@@ -532,11 +532,9 @@ func TestNATSYNFlood(t *testing.T) {
 	}
 	// The flood's sessions never see the clients' ACK: they should end
 	// after tcpSyn, and their ports be free again for new connections.
-	// They do not yet: the backend's SYN-ACK makes a session established
-	// (docs/connection-survival.md, "A SYN flood against a NAT service").
-	// Measured and reported until the data plane waits for the client's
-	// ACK; requirePortsBack turns it into a failure.
-	const requirePortsBack = false
+	// (docs/connection-survival.md, "A SYN flood against a NAT
+	// service").
+	const requirePortsBack = true
 	report := t.Logf
 	if requirePortsBack {
 		report = t.Errorf
