@@ -471,12 +471,11 @@ static __always_inline int lbnat_establishes(const struct lbnat_session *s, __u8
 }
 
 /* A client's TCP segment on session s: FIN or RST closes it; its ACK of
- * the backend's reply establishes it; a SYN on a closing session opens
- * the tuple again, with the same backend and port (as a stack reuses a
- * tuple after TIME_WAIT). The timestamp is written only when it has aged,
- * so that a busy session's packets do not all write its cache line. */
-static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int tcp, __u64 now,
-					int syn)
+ * the backend's reply establishes it (a SYN on a closing session never
+ * gets here: it ends the session, xlb_lb_nat). The timestamp is written
+ * only when it has aged, so that a busy session's packets do not all
+ * write its cache line. */
+static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int tcp, __u64 now)
 {
 	if (tcp) {
 		if (flags & (XLB_TCP_FIN | XLB_TCP_RST)) {
@@ -485,9 +484,6 @@ static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int
 		} else if (s->state == LBNAT_SYN) {
 			if (lbnat_establishes(s, flags, tcp))
 				s->state = LBNAT_ESTABLISHED;
-		} else if (syn && s->state == LBNAT_CLOSING) {
-			s->state = LBNAT_SYN;
-			s->flags &= ~LBNAT_REPLIED;
 		}
 	}
 	if (now - s->last > XLB_NAT_TOUCH_NS && (__s64)(now - s->last) > 0)
@@ -660,8 +656,18 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 		lbnat_reap(&x->rk, s, est, &x->fk);
 		s = 0;
 	}
+	/* A SYN on a closing session is a new connection from a reused
+	 * port: the old session ends and the new one opens as any other,
+	 * from the service's table as it is now, so that a drained backend
+	 * gets no new connection. A SYN on a syn session is a retransmission,
+	 * one on an established session goes where the session goes
+	 * (docs/decisions/0007-nat-sessions.md). */
+	if (s && syn && s->state == LBNAT_CLOSING) {
+		lbnat_remove(&x->rk, s, est, &x->fk);
+		s = 0;
+	}
 	if (s) {
-		lbnat_touch(s, flags, tcp, now, syn);
+		lbnat_touch(s, flags, tcp, now);
 		bid = s->backend_id;
 		/* The client's answer to its backend's reply: established. A
 		 * session gone meanwhile (its port reclaimed) is no session. */

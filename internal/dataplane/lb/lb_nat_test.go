@@ -615,23 +615,123 @@ func TestLBNATExpiry(t *testing.T) {
 	}
 }
 
-// TestLBNATReopenAfterClose: a SYN on a closing session opens the tuple
-// again with the same backend and port; the session waits for the
-// backend's answer again.
-func TestLBNATReopenAfterClose(t *testing.T) {
-	x := newNATFixture(t)
-	c := tuple{clientAt(44000), vip(80), 6}
+// closeSession takes client c's TCP session through SYN, SYN-ACK, ACK
+// (established) and a FIN each way (closing), and returns its NAT source.
+func (x *natFixture) closeSession(c tuple, be netip.AddrPort) netip.AddrPort {
+	x.t.Helper()
 	src := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC))
-	back := tuple{natBackends[30], src, 6}
-	x.run(segment(back, tcpSYN|tcpACK, nil).Frame(x.f.MAC))
-	x.run(segment(c, tcpACK|0x01, nil).Frame(x.f.MAC))
-	if got := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC)); got != src {
-		t.Errorf("SYN after FIN: source %v, want the session's %v", got, src)
+	back := tuple{be, src, 6}
+	x.expectForward("SYN-ACK", segment(back, tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
+	x.expectForward("ACK", segment(c, tcpACK, nil).Frame(x.f.MAC), back.reverse())
+	x.expectForward("the client's FIN", segment(c, tcpACK|tcpFIN, nil).Frame(x.f.MAC), back.reverse())
+	x.expectForward("the backend's FIN", segment(back, tcpACK|tcpFIN, nil).Frame(x.f.MAC), c.reverse())
+	var s wire.Session
+	k := sessionKey(src, be, 6)
+	if err := x.d.objs.NatRev.Lookup(&k, &s); err != nil || s.State != wire.SessionClosing {
+		x.t.Fatalf("after a FIN each way: %+v (%v), want an established-table session in state closing", s, err)
+	}
+	return src
+}
+
+// sessionTables says which tables hold reverse key k (the claim) and
+// which forward entry client c has and what it names.
+func (x *natFixture) sessionTables(k wire.SessionKey, c tuple) (rev, revSyn bool, fwd, fwdSyn *wire.SessionKey) {
+	x.t.Helper()
+	var s wire.Session
+	rev = x.d.objs.NatRev.Lookup(&k, &s) == nil
+	revSyn = x.d.objs.NatRevSyn.Lookup(&k, &s) == nil
+	fk := wire.SessionKey{Src: wire.AddrOf(c.src.Addr()), Dst: wire.AddrOf(c.dst.Addr()), Sport: wire.Port(c.src.Port()), Dport: wire.Port(c.dst.Port()), Proto: c.proto}
+	var v wire.SessionKey
+	if x.d.objs.NatFwd.Lookup(&fk, &v) == nil {
+		fwd = &wire.SessionKey{}
+		*fwd = v
+	}
+	if x.d.objs.NatFwdSyn.Lookup(&fk, &v) == nil {
+		fwdSyn = &wire.SessionKey{}
+		*fwdSyn = v
+	}
+	return rev, revSyn, fwd, fwdSyn
+}
+
+// TestLBNATSynAfterClose: a SYN from the tuple of a closing session (a
+// client reusing its port within tcpClosing) is a new connection: the
+// old session ends, in every table, and a new one opens from the
+// service's table as it is now, so a backend drained since gets no new
+// connection, and the old session's backend-side tuple is free for
+// another client. With the backend still in the table, the new session
+// goes to it, embryonic and unanswered. A SYN on an established session
+// goes where the session goes; a retransmitted SYN keeps its embryonic
+// session's backend and port even when the table changed.
+func TestLBNATSynAfterClose(t *testing.T) {
+	x := newNATFixture(t)
+	// One port: a session's claim is the range's only one, so whether
+	// the old tuple is free shows in whether another client gets it.
+	const port = 30000
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: port, PortMax: port}); err != nil {
+		t.Fatal(err)
+	}
+	a, b := natBackends[30], natBackends[35]
+	nodePort := netip.AddrPortFrom(fxNode, port)
+
+	// The backend still in the table: a fresh session to it.
+	c := tuple{clientAt(44000), vip(80), 6}
+	src := x.closeSession(c, a)
+	old := sessionKey(src, a, 6)
+	x.expectForward("SYN after the close, the backend in the table", segment(c, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+	rev, revSyn, fwd, fwdSyn := x.sessionTables(old, c)
+	if rev || !revSyn || fwd != nil || fwdSyn == nil || *fwdSyn != old {
+		t.Errorf("SYN after the close: claim in the established table %v, embryonic %v; forward entries %v, %v; want a new session in the embryonic tables only", rev, revSyn, fwd, fwdSyn)
 	}
 	ss, _ := x.d.Sessions(fxVIP, 80, ProtoTCP, 0)
 	if len(ss) != 1 || ss[0].State != "syn" || ss[0].Replied {
-		t.Errorf("sessions %+v, want one, reopened, waiting for a reply", ss)
+		t.Errorf("sessions %+v, want one, new, waiting for a reply", ss)
 	}
+	// It is a session as any other: answered and acknowledged, established.
+	x.expectForward("SYN-ACK", segment(tuple{a, src, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
+	x.expectForward("ACK", segment(c, tcpACK, nil).Frame(x.f.MAC), tuple{src, a, 6})
+	if rev, revSyn, fwd, fwdSyn := x.sessionTables(old, c); !rev || revSyn || fwd == nil || fwdSyn != nil {
+		t.Errorf("the new session acknowledged: claim established %v, embryonic %v, forward %v, %v; want it established", rev, revSyn, fwd, fwdSyn)
+	}
+
+	// A SYN on an established session (a client that lost its
+	// connection and reuses the port) goes where the session goes, which
+	// stays established: its backend answers the stale tuple with an ACK,
+	// the client with a reset, which closes the session.
+	x.point(40, natTCP, EncapNAT, 35)
+	x.expectForward("SYN on an established session, the table changed", segment(c, tcpSYN, nil).Frame(x.f.MAC), tuple{src, a, 6})
+	var s wire.Session
+	if err := x.d.objs.NatRev.Lookup(&old, &s); err != nil || s.State != wire.SessionEstablished {
+		t.Errorf("after a SYN on an established session: %+v (%v), want it established", s, err)
+	}
+
+	// The backend drained (the table names b now): the client's SYN
+	// after the close goes to b, and a's tuple is free.
+	x.expectForward("the client's RST", segment(c, tcpRST, nil).Frame(x.f.MAC), tuple{src, a, 6})
+	v, out, r := x.run(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+	if v != xdpRedirect || len(r) != 0 {
+		t.Fatalf("SYN after the close, the backend drained: %s %v, want a redirect to %v", verdictNames[v], r, b)
+	}
+	gotSrc := netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[26:30])), binary.BigEndian.Uint16(out[34:]))
+	gotDst := netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[30:34])), binary.BigEndian.Uint16(out[36:]))
+	if gotSrc != nodePort || gotDst != b {
+		t.Fatalf("SYN after the close, the backend drained: %v -> %v, want %v -> %v", gotSrc, gotDst, nodePort, b)
+	}
+	toB := sessionKey(nodePort, b, 6)
+	if rev, revSyn, fwd, fwdSyn := x.sessionTables(old, c); rev || revSyn || fwd != nil {
+		t.Errorf("the old session after the SYN: claim established %v, embryonic %v, forward %v; want it gone", rev, revSyn, fwd)
+	} else if fwdSyn == nil || *fwdSyn != toB {
+		t.Errorf("the client's forward entry names %v, want the new session %v", fwdSyn, toB)
+	}
+	x.point(40, natTCP, EncapNAT, 30)
+	d := tuple{clientAt(44001), vip(80), 6}
+	x.expectForward("another client, to the drained session's backend", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+
+	// A retransmitted SYN keeps its embryonic session, backend and port,
+	// even with the table changed since.
+	x.point(40, natTCP, EncapNAT, 35)
+	x.expectForward("d's SYN again, the table changed", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+	x.expectForward("d's SYN-ACK", segment(tuple{a, nodePort, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC), d.reverse())
+	x.expectForward("d's SYN again, answered", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
 }
 
 // icmpError builds an ICMP error (type, code, the rest-of-header word:
