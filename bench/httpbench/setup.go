@@ -65,10 +65,6 @@ const (
 	nodeLocalPorts         = "61000 65535"
 )
 
-// natClosing is a little more than how long a nat or dnat session lasts
-// after its connection ended (nat.timeouts.tcpClosing, the default).
-const natClosing = config.DefaultNATTCPClosing + 2*time.Second
-
 // dnatRuleTable is the router's routing table for the dnat path's
 // replies.
 const dnatRuleTable = "100"
@@ -538,18 +534,6 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 		}
 	} else if _, err := labrun.ReconfigureWith(ctx, sub, svcs, opts); err != nil {
 		return cs, err
-	}
-	// A new connection from a client port whose nat session is still
-	// closing reopens that session, to its backend (as a stack reuses a
-	// tuple after TIME_WAIT), which need no longer be in use: with fewer
-	// backends than before, let the sessions of the others end first.
-	if l.agentSvcs != nil && n < l.n {
-		l.progress("%s: waiting %s for the xlb nat and dnat sessions of the backends left out to end", backendsLabel(n), natClosing)
-		select {
-		case <-ctx.Done():
-			return cs, ctx.Err()
-		case <-time.After(natClosing):
-		}
 	}
 	l.agentSvcs = svcs
 	b, err := os.ReadFile(labrun.ConfigPath(l.p, node))
