@@ -112,6 +112,18 @@
  * backend's ports, a session fails with probability about f^TRIES. */
 #define XLB_NAT_PORT_TRIES 64
 
+/* A backend's range known full (xlb_lbnat.h, nat_port_hint): after
+ * XLB_NAT_HINT_FAILS searches of XLB_NAT_PORT_TRIES in a row failed on a
+ * CPU, its new sessions there try XLB_NAT_FAST_TRIES ports only, until
+ * one finds a port or XLB_NAT_HINT_NS (100 ms) passed since the last full
+ * search failed: a SYN flood that filled the range costs a few lookups a
+ * SYN, not a hundred. XLB_NAT_HINT_SLOTS hint slots per CPU, by backend
+ * ID. */
+#define XLB_NAT_FAST_TRIES 4
+#define XLB_NAT_HINT_FAILS 2
+#define XLB_NAT_HINT_NS 100000000ULL
+#define XLB_NAT_HINT_SLOTS 1024
+
 /* A session's timestamp is rewritten only once it is this much older
  * than the packet (about 67 ms), so that the packets of a busy session
  * do not all write the shared cache line. */

@@ -380,6 +380,61 @@ static __always_inline __u64 lbnat_port_hash(__be32 saddr, __be32 daddr, __be16 
 	return fmix64(k);
 }
 
+/* The hint slot of backend bid, on this CPU. */
+static __always_inline struct lbnat_port_hint *lbnat_hint(__u32 bid)
+{
+	__u32 k = bid % XLB_NAT_HINT_SLOTS;
+
+	return bpf_map_lookup_elem(&nat_port_hint, &k);
+}
+
+/* How many ports a new session to backend bid tries at now: a few while
+ * its range is known full on this CPU (nat_port_hint), else all. Two full
+ * searches must fail in a row first, so that the rare failure at a high
+ * fill (0.1% at 90%) does not make the next sessions fail as well. */
+static __always_inline __u32 lbnat_tries(__u32 bid, __u64 now)
+{
+	struct lbnat_port_hint *h = lbnat_hint(bid);
+
+	if (h && h->backend == bid + 1 && h->fails >= XLB_NAT_HINT_FAILS &&
+	    now - h->stamp < XLB_NAT_HINT_NS)
+		return XLB_NAT_FAST_TRIES;
+	return XLB_NAT_PORT_TRIES;
+}
+
+/* Record how a search of tries ports for backend bid at now went. A
+ * failed full search counts towards the hint; a failed short one leaves
+ * it alone, so that a full search is made again XLB_NAT_HINT_NS after the
+ * last one. A port found in a short search makes the next session search
+ * in full (and one more failure makes it short again); in a full search,
+ * it clears the hint. */
+static __always_inline void lbnat_hint_update(__u32 bid, __u64 now, __u32 tries, int ok)
+{
+	struct lbnat_port_hint *h = lbnat_hint(bid);
+
+	if (!h)
+		return;
+	if (tries != XLB_NAT_PORT_TRIES) {
+		if (ok)
+			h->fails = XLB_NAT_HINT_FAILS - 1;
+		else
+			lbnat_count(LBNAT_ALLOC_FAST_FAIL);
+		return;
+	}
+	if (ok) {
+		if (h->backend == bid + 1 && h->fails)
+			h->fails = 0;
+		return;
+	}
+	if (h->backend == bid + 1 && now - h->stamp < XLB_NAT_HINT_NS) {
+		h->fails++;
+	} else {
+		h->backend = bid + 1;
+		h->fails = 1;
+	}
+	h->stamp = now;
+}
+
 /* Open a session for the client's packet x->fk of service svc at now: the
  * backend from the service's Maglev table exactly as DSR picks it, a
  * claim on a free port (NAT) or on the client's own tuple (DNAT), then the
@@ -431,7 +486,11 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 	x->s.state = tcp ? LBNAT_SYN : LBNAT_UDP;
 	x->s.flags = dnat ? LBNAT_DNAT : 0;
 
-	bpf_loop(dnat ? 1 : XLB_NAT_PORT_TRIES, lbnat_try_port, 0, 0);
+	__u32 tries = dnat ? 1 : lbnat_tries(x->s.backend_id, now);
+
+	bpf_loop(tries, lbnat_try_port, 0, 0);
+	if (!dnat)
+		lbnat_hint_update(x->s.backend_id, now, tries, x->ok);
 	if (!x->ok) {
 		lbnat_count(LBNAT_ALLOC_FAILED);
 		return XLB_DROP_NAT_NO_PORT;

@@ -208,6 +208,23 @@ struct {
 	__type(value, struct lbnat_scratch);
 } nat_scratch SEC(".maps");
 
+/* Recent failures of port allocation per backend, per CPU (lbnat_open):
+ * slot backend ID % XLB_NAT_HINT_SLOTS. A hint only: a slot shared by two
+ * backends serves the last that failed. The control plane never reads
+ * it. */
+struct lbnat_port_hint {
+	__u64 stamp;    /* when the last full search failed (coarse clock) */
+	__u32 backend;  /* the backend ID the slot is about, plus one; 0: none */
+	__u32 fails;    /* full searches failed in a row */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, XLB_NAT_HINT_SLOTS);
+	__type(key, __u32);
+	__type(value, struct lbnat_port_hint);
+} nat_port_hint SEC(".maps");
+
 /* What the NAT path did, by enum lbnat_stat. */
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);

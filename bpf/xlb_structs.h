@@ -365,6 +365,7 @@ enum lbnat_stat {
 	LBNAT_REV,             /* packets translated backend -> client */
 	LBNAT_ENDED,           /* sessions ended by the control plane (a backend failed its health check) */
 	LBNAT_RECLAIMED,       /* embryonic sessions whose port a new session took, idle for XLB_NAT_SYN_STALE_NS */
+	LBNAT_ALLOC_FAST_FAIL, /* of the allocation failures, those that tried XLB_NAT_FAST_TRIES ports only: the range known full */
 	LBNAT_STAT_MAX,
 };
 

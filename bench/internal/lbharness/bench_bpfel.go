@@ -28,6 +28,7 @@ const (
 	benchMapNatDnatBe           = "nat_dnat_be"
 	benchMapNatFwd              = "nat_fwd"
 	benchMapNatFwdSyn           = "nat_fwd_syn"
+	benchMapNatPortHint         = "nat_port_hint"
 	benchMapNatRev              = "nat_rev"
 	benchMapNatRevSyn           = "nat_rev_syn"
 	benchMapNatScratch          = "nat_scratch"
@@ -121,6 +122,7 @@ type benchMapSpecs struct {
 	NatDnatBe    *ebpf.MapSpec `ebpf:"nat_dnat_be"`
 	NatFwd       *ebpf.MapSpec `ebpf:"nat_fwd"`
 	NatFwdSyn    *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
+	NatPortHint  *ebpf.MapSpec `ebpf:"nat_port_hint"`
 	NatRev       *ebpf.MapSpec `ebpf:"nat_rev"`
 	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
@@ -178,6 +180,7 @@ type benchMaps struct {
 	NatDnatBe    *ebpf.Map `ebpf:"nat_dnat_be"`
 	NatFwd       *ebpf.Map `ebpf:"nat_fwd"`
 	NatFwdSyn    *ebpf.Map `ebpf:"nat_fwd_syn"`
+	NatPortHint  *ebpf.Map `ebpf:"nat_port_hint"`
 	NatRev       *ebpf.Map `ebpf:"nat_rev"`
 	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
@@ -205,6 +208,7 @@ func (m *benchMaps) Close() error {
 		m.NatDnatBe,
 		m.NatFwd,
 		m.NatFwdSyn,
+		m.NatPortHint,
 		m.NatRev,
 		m.NatRevSyn,
 		m.NatScratch,

@@ -27,6 +27,7 @@ const (
 	lbMapNatDnatBe    = "nat_dnat_be"
 	lbMapNatFwd       = "nat_fwd"
 	lbMapNatFwdSyn    = "nat_fwd_syn"
+	lbMapNatPortHint  = "nat_port_hint"
 	lbMapNatRev       = "nat_rev"
 	lbMapNatRevSyn    = "nat_rev_syn"
 	lbMapNatScratch   = "nat_scratch"
@@ -107,6 +108,7 @@ type lbMapSpecs struct {
 	NatDnatBe    *ebpf.MapSpec `ebpf:"nat_dnat_be"`
 	NatFwd       *ebpf.MapSpec `ebpf:"nat_fwd"`
 	NatFwdSyn    *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
+	NatPortHint  *ebpf.MapSpec `ebpf:"nat_port_hint"`
 	NatRev       *ebpf.MapSpec `ebpf:"nat_rev"`
 	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
@@ -163,6 +165,7 @@ type lbMaps struct {
 	NatDnatBe    *ebpf.Map `ebpf:"nat_dnat_be"`
 	NatFwd       *ebpf.Map `ebpf:"nat_fwd"`
 	NatFwdSyn    *ebpf.Map `ebpf:"nat_fwd_syn"`
+	NatPortHint  *ebpf.Map `ebpf:"nat_port_hint"`
 	NatRev       *ebpf.Map `ebpf:"nat_rev"`
 	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
@@ -189,6 +192,7 @@ func (m *lbMaps) Close() error {
 		m.NatDnatBe,
 		m.NatFwd,
 		m.NatFwdSyn,
+		m.NatPortHint,
 		m.NatRev,
 		m.NatRevSyn,
 		m.NatScratch,

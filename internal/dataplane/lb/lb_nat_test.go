@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func newNATFixture(t *testing.T) *natFixture {
 
 // newNATFixtureWith is newNATFixture on a data plane loaded with opts
 // (its node address and table size are the fixture's).
-func newNATFixtureWith(t *testing.T, opts Options) *natFixture {
+func newNATFixtureWith(t testing.TB, opts Options) *natFixture {
 	t.Helper()
 	requirePrivileges(t)
 	f := newFixtureNS(t)
@@ -1517,5 +1518,80 @@ func TestLBNATAnsweredSynFlood(t *testing.T) {
 	x.expectForward("the new client's ACK", segment(b, tcpACK, nil).Frame(x.f.MAC), toB)
 	if n := revCount(t, x.d.objs.NatRev); n != 2 {
 		t.Errorf("the established tables hold %d sessions, want 2", n)
+	}
+}
+
+// TestLBNATFullRangeFailsFast: once two full searches in a row found no
+// port of a backend's range on a CPU, new sessions there try
+// XLB_NAT_FAST_TRIES (4) candidates only, counted alloc_fast_fail (a free
+// tenth candidate is not found); a port found that way makes the next
+// search a full one again, and so does the hint's age (100 ms).
+func TestLBNATFullRangeFailsFast(t *testing.T) {
+	x := newNATFixture(t)
+	all := make([]uint16, 0, natPortMax-natPortMin+1)
+	for p := natPortMin; p <= natPortMax; p++ {
+		all = append(all, p)
+	}
+	x.fillPorts(all)
+	claim := func(p uint16) wire.SessionKey { return sessionKey(netip.AddrPortFrom(fxNode, p), natBackends[30], 6) }
+	free := func(p uint16) {
+		t.Helper()
+		k := claim(p)
+		if err := x.d.objs.NatRev.Delete(&k); err != nil {
+			t.Fatalf("free port %d: %v", p, err)
+		}
+	}
+	// syn sends client c's SYN and checks whether it failed, and if so
+	// whether fast.
+	syn := func(what string, c tuple, wantOK, wantFast bool) netip.AddrPort {
+		t.Helper()
+		var v uint32
+		var out []byte
+		delta := x.natDelta(func() { v, out, _ = x.run(segment(c, tcpSYN, nil).Frame(x.f.MAC)) })
+		switch {
+		case wantOK && (v != xdpTX || delta["alloc_failed"] != 0):
+			t.Fatalf("%s: verdict %s, NAT counters %v; want it forwarded", what, verdictNames[v], delta)
+		case !wantOK && (v != xdpDrop || delta["alloc_failed"] != 1):
+			t.Fatalf("%s: verdict %s, NAT counters %v; want a drop, alloc_failed", what, verdictNames[v], delta)
+		case (delta["alloc_fast_fail"] == 1) != (!wantOK && wantFast):
+			t.Fatalf("%s: NAT counters %v; want alloc_fast_fail %v", what, delta, !wantOK && wantFast)
+		}
+		if !wantOK {
+			return netip.AddrPort{}
+		}
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[26:30])), binary.BigEndian.Uint16(out[34:]))
+	}
+	cl := func(port uint16) tuple { return tuple{clientAt(port), vip(80), 6} }
+
+	syn("first SYN at a full range", cl(1), false, false)
+	syn("second SYN", cl(2), false, false)
+	syn("third SYN", cl(3), false, true)
+
+	// A client whose tenth candidate is free, its first four taken: not
+	// found while the range is known full.
+	var d tuple
+	var tenth uint16
+	for port := uint16(100); ; port++ {
+		d, tenth = cl(port), natCandidate(cl(port), 10, natPortMin, natPortMax)
+		if !slices.ContainsFunc([]uint32{0, 1, 2, 3}, func(i uint32) bool { return natCandidate(d, i, natPortMin, natPortMax) == tenth }) {
+			break
+		}
+	}
+	free(tenth)
+	syn("a SYN whose tenth candidate is free", d, false, true)
+	x.fillPorts([]uint16{tenth})
+
+	// A port found by a short search: the next search is a full one.
+	e := cl(200)
+	free(natCandidate(e, 0, natPortMin, natPortMax))
+	syn("a SYN whose first candidate is free", e, true, true)
+	syn("the SYN after it", cl(201), false, false)
+	syn("and the one after that", cl(202), false, true)
+
+	// The hint ages: the client with the free tenth candidate finds it.
+	time.Sleep(150 * time.Millisecond)
+	free(tenth)
+	if got := syn("the SYN with a free tenth candidate, 150 ms on", d, true, false); got.Port() != tenth {
+		t.Errorf("the client got %v, want its tenth candidate %d", got, tenth)
 	}
 }

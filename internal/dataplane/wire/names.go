@@ -37,7 +37,7 @@ var (
 	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).
 	LBNATStatNames = []string{
 		"created", "alloc_failed", "expired", "no_reply", "reverse_miss", "fragment", "icmp_translated",
-		"promoted", "promote_failed", "forward", "reverse", "ended", "reclaimed",
+		"promoted", "promote_failed", "forward", "reverse", "ended", "reclaimed", "alloc_fast_fail",
 	}
 
 	// DecapStatNames name the decapsulation counters (enum decap_stat).

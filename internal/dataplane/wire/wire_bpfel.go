@@ -166,20 +166,21 @@ type wireLbnatSession struct {
 type wireLbnatStat uint32
 
 const (
-	wireLbnatStatLBNAT_CREATED        wireLbnatStat = 0
-	wireLbnatStatLBNAT_ALLOC_FAILED   wireLbnatStat = 1
-	wireLbnatStatLBNAT_EXPIRED        wireLbnatStat = 2
-	wireLbnatStatLBNAT_NO_REPLY       wireLbnatStat = 3
-	wireLbnatStatLBNAT_REV_MISS       wireLbnatStat = 4
-	wireLbnatStatLBNAT_FRAGMENT       wireLbnatStat = 5
-	wireLbnatStatLBNAT_ICMP           wireLbnatStat = 6
-	wireLbnatStatLBNAT_PROMOTED       wireLbnatStat = 7
-	wireLbnatStatLBNAT_PROMOTE_FAILED wireLbnatStat = 8
-	wireLbnatStatLBNAT_FWD            wireLbnatStat = 9
-	wireLbnatStatLBNAT_REV            wireLbnatStat = 10
-	wireLbnatStatLBNAT_ENDED          wireLbnatStat = 11
-	wireLbnatStatLBNAT_RECLAIMED      wireLbnatStat = 12
-	wireLbnatStatLBNAT_STAT_MAX       wireLbnatStat = 13
+	wireLbnatStatLBNAT_CREATED         wireLbnatStat = 0
+	wireLbnatStatLBNAT_ALLOC_FAILED    wireLbnatStat = 1
+	wireLbnatStatLBNAT_EXPIRED         wireLbnatStat = 2
+	wireLbnatStatLBNAT_NO_REPLY        wireLbnatStat = 3
+	wireLbnatStatLBNAT_REV_MISS        wireLbnatStat = 4
+	wireLbnatStatLBNAT_FRAGMENT        wireLbnatStat = 5
+	wireLbnatStatLBNAT_ICMP            wireLbnatStat = 6
+	wireLbnatStatLBNAT_PROMOTED        wireLbnatStat = 7
+	wireLbnatStatLBNAT_PROMOTE_FAILED  wireLbnatStat = 8
+	wireLbnatStatLBNAT_FWD             wireLbnatStat = 9
+	wireLbnatStatLBNAT_REV             wireLbnatStat = 10
+	wireLbnatStatLBNAT_ENDED           wireLbnatStat = 11
+	wireLbnatStatLBNAT_RECLAIMED       wireLbnatStat = 12
+	wireLbnatStatLBNAT_ALLOC_FAST_FAIL wireLbnatStat = 13
+	wireLbnatStatLBNAT_STAT_MAX        wireLbnatStat = 14
 )
 
 type wireLbnatState uint32

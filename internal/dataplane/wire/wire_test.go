@@ -108,7 +108,7 @@ func TestNATStatNamesMatchC(t *testing.T) {
 func TestLBNATStatNamesMatchC(t *testing.T) {
 	got := lower(enumNames(t, "lbnat_stat"), "LBNAT_")
 	want := []string{"created", "alloc_failed", "expired", "no_reply", "rev_miss", "fragment", "icmp",
-		"promoted", "promote_failed", "fwd", "rev", "ended", "reclaimed"}
+		"promoted", "promote_failed", "fwd", "rev", "ended", "reclaimed", "alloc_fast_fail"}
 	if strings.Join(got, ",") != strings.Join(want, ",") {
 		t.Fatalf("enum lbnat_stat changed: %v; update LBNATStatNames (%v) and this test", got, LBNATStatNames)
 	}
