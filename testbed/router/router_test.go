@@ -399,7 +399,7 @@ func TestRouterMultipath(t *testing.T) {
 	for k := range sp {
 		start := time.Now()
 		sp[k].do(t, "announce")
-		d := fv.waitNexthops(t, vip, nodes(seq(1, k+1)...), start, 5*time.Second)
+		d := fv.waitNexthops(t, vip, nodes(seq(1, k+1)...), start, 20*time.Second)
 		t.Logf("node%d announces: route has %d next hop(s) after %v", k+1, k+1, d)
 	}
 
@@ -430,10 +430,10 @@ func TestRouterMultipath(t *testing.T) {
 	// A withdrawal takes that next hop out; announcing again brings it back.
 	start := time.Now()
 	sp[2].do(t, "withdraw")
-	t.Logf("node3 withdraws: 2 next hops after %v", fv.waitNexthops(t, vip, nodes(1, 2), start, 5*time.Second))
+	t.Logf("node3 withdraws: 2 next hops after %v", fv.waitNexthops(t, vip, nodes(1, 2), start, 20*time.Second))
 	start = time.Now()
 	sp[2].do(t, "announce")
-	t.Logf("node3 announces again: 3 next hops after %v", fv.waitNexthops(t, vip, nodes(1, 2, 3), start, 5*time.Second))
+	t.Logf("node3 announces again: 3 next hops after %v", fv.waitNexthops(t, vip, nodes(1, 2, 3), start, 20*time.Second))
 
 	// node2 vanishes without a word (its link goes down): only the hold
 	// timer can tell.
@@ -458,14 +458,14 @@ func TestRouterMultipath(t *testing.T) {
 	if resp.StatusCode != http.StatusNoContent {
 		t.Fatalf("POST peers/%s/failed: %s", nodeIP(3), resp.Status)
 	}
-	t.Logf("PeerFailed(node3): 1 next hop after %v", fv.waitNexthops(t, vip, nodes(1), start, 2*time.Second))
+	t.Logf("PeerFailed(node3): 1 next hop after %v", fv.waitNexthops(t, vip, nodes(1), start, 10*time.Second))
 	sp[2].expect(t, "up", 20*time.Second)
 	t.Logf("node3 re-established: 2 next hops after %v", fv.waitNexthops(t, vip, nodes(1, 3), start, 20*time.Second))
 
 	// Leaving: node1 shuts down cleanly, node3's process dies.
 	start = time.Now()
 	sp[0].stop(t)
-	t.Logf("node1 stops: 1 next hop after %v", fv.waitNexthops(t, vip, nodes(3), start, 5*time.Second))
+	t.Logf("node1 stops: 1 next hop after %v", fv.waitNexthops(t, vip, nodes(3), start, 20*time.Second))
 	start = time.Now()
 	sp[2].kill()
 	t.Logf("node3 killed: route gone after %v", fv.waitNexthops(t, vip, nil, start, 3*holdSecs*time.Second))
@@ -505,7 +505,7 @@ func TestRouterRestart(t *testing.T) {
 		s.expect(t, "up", 20*time.Second)
 		s.do(t, "announce")
 	}
-	fv.waitNexthops(t, vip, nodes(1, 2), time.Now(), 5*time.Second)
+	fv.waitNexthops(t, vip, nodes(1, 2), time.Now(), 20*time.Second)
 
 	// A crash leaves the routes behind; add one more stale route of the
 	// router's protocol that nobody will announce, and a foreign route
@@ -546,7 +546,7 @@ func TestRouterRestart(t *testing.T) {
 	for _, s := range sp {
 		s.expect(t, "up", 20*time.Second)
 	}
-	t.Logf("route rebuilt after restart in %v", fv.waitNexthops(t, vip, nodes(1, 2), start, 10*time.Second))
+	t.Logf("route rebuilt after restart in %v", fv.waitNexthops(t, vip, nodes(1, 2), start, 20*time.Second))
 
 	// A clean stop takes the router's routes with it, and only those.
 	rp2.kill(syscall.SIGTERM)
