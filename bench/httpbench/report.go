@@ -140,42 +140,48 @@ func minText(m map[string]float64, modes []string) string {
 func (r *Report) natTargetSummary() string {
 	var lines []string
 	for _, t := range natTargets {
-		met, all, disturbed := 0, 0, 0
-		var missed []string
-		for _, mode := range r.Modes {
-			for _, n := range r.BackendCounts {
-				v := r.ratio(keyNAT, t.Ref, mode, n)
-				if math.IsNaN(v) {
-					continue
-				}
-				all++
-				d := r.disturbed(mode, n, keyNAT, t.Ref)
-				if d {
-					disturbed++
-				}
-				if v >= t.Min[mode] {
-					met++
-				} else {
-					missed = append(missed, fmt.Sprintf("%s with %d: %s%s", mode, n, fmtRatio(v), star(d)))
-				}
-			}
+		if s, all := r.targetLine(keyNAT, t.Ref, minText(t.Min, r.Modes), func(mode string) float64 { return t.Min[mode] }); all > 0 {
+			lines = append(lines, s)
 		}
-		if all == 0 {
-			continue
-		}
-		s := fmt.Sprintf("- %s ≥ %s %s: **met in %d of %d**", r.pathName(keyNAT), minText(t.Min, r.Modes), r.pathName(t.Ref), met, all)
-		if len(missed) > 0 {
-			s += " (missed: " + strings.Join(missed, "; ") + ")"
-		}
-		if disturbed > 0 {
-			s += fmt.Sprintf("; %d of the %d compare a disturbed round", disturbed, all)
-		}
-		lines = append(lines, s+".")
 	}
 	if len(lines) == 0 {
 		return ""
 	}
 	return strings.Join(lines, "\n") + "\n"
+}
+
+// targetLine says in how many cells (mode × backend count) path x's rate
+// reached min(mode) times ref's, which missed, and how many compare a
+// disturbed round; all is how many cells had both paths.
+func (r *Report) targetLine(x, ref, minLabel string, min func(mode string) float64) (line string, all int) {
+	met, disturbed := 0, 0
+	var missed []string
+	for _, mode := range r.Modes {
+		for _, n := range r.BackendCounts {
+			v := r.ratio(x, ref, mode, n)
+			if math.IsNaN(v) {
+				continue
+			}
+			all++
+			d := r.disturbed(mode, n, x, ref)
+			if d {
+				disturbed++
+			}
+			if v >= min(mode) {
+				met++
+			} else {
+				missed = append(missed, fmt.Sprintf("%s with %d: %s%s", mode, n, fmtRatio(v), star(d)))
+			}
+		}
+	}
+	s := fmt.Sprintf("- %s ≥ %s %s: **met in %d of %d**", r.pathName(x), minLabel, r.pathName(ref), met, all)
+	if len(missed) > 0 {
+		s += " (missed: " + strings.Join(missed, "; ") + ")"
+	}
+	if disturbed > 0 {
+		s += fmt.Sprintf("; %d of the %d compare a disturbed round", disturbed, all)
+	}
+	return s + ".", all
 }
 
 // quiet says whether run x ran while other processes on the machine
@@ -343,34 +349,8 @@ func (r *Report) targetSummary() string {
 	var lines []string
 	for _, x := range xlbPaths {
 		for _, t := range targets {
-			met, all, disturbed := 0, 0, 0
-			var missed []string
-			for _, mode := range r.Modes {
-				for _, n := range r.BackendCounts {
-					v := r.ratio(x, t.Ref, mode, n)
-					if math.IsNaN(v) {
-						continue
-					}
-					all++
-					d := r.disturbed(mode, n, x, t.Ref)
-					if d {
-						disturbed++
-					}
-					if v >= t.Min {
-						met++
-					} else {
-						missed = append(missed, fmt.Sprintf("%s with %d: %s%s", mode, n, fmtRatio(v), star(d)))
-					}
-				}
-			}
-			s := fmt.Sprintf("- %s ≥ %.1fx %s: **met in %d of %d**", r.pathName(x), t.Min, r.pathName(t.Ref), met, all)
-			if len(missed) > 0 {
-				s += " (missed: " + strings.Join(missed, "; ") + ")"
-			}
-			if disturbed > 0 {
-				s += fmt.Sprintf("; %d of the %d compare a disturbed round", disturbed, all)
-			}
-			lines = append(lines, s+".")
+			s, _ := r.targetLine(x, t.Ref, fmt.Sprintf("%.1fx", t.Min), func(string) float64 { return t.Min })
+			lines = append(lines, s)
 		}
 	}
 	return strings.Join(lines, "\n") + "\n"
