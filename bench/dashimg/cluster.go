@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
 	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // controllerJob is the job label of the controller's series.
@@ -41,7 +41,7 @@ type cluster struct {
 	client      *kubernetes.Clientset
 	dyn         *dynamic.DynamicClient
 	ctl         *exec.Cmd
-	ctlDone     chan struct{}
+	ctlDone     <-chan error
 	metricsAddr string
 	logPath     string
 }
@@ -109,21 +109,8 @@ func (c *cluster) startController(xlb string) error {
 	cmd := exec.Command(xlb, "controller", "--kubeconfig", c.cp.Kubeconfig, "--namespace", "xlb-system", "--identity", "dashimg",
 		"--metrics-addr", c.metricsAddr, "--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	// The death signal follows the thread that forked: keep it until the
-	// controller has exited.
-	started, done := make(chan error), make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err == nil {
-			_ = cmd.Wait()
-			close(done)
-		}
-	}()
-	if err := <-started; err != nil {
+	done, err := testenv.StartTied(cmd)
+	if err != nil {
 		return fmt.Errorf("start xlb controller: %w", err)
 	}
 	c.ctl, c.ctlDone = cmd, done

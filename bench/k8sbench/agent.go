@@ -11,7 +11,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,6 +22,7 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // stalePrefix starts the names of the namespace and the pin path of a
@@ -133,30 +133,18 @@ func startAgent(bin, ns, cfg, logPath string) (*agentProc, error) {
 	}
 	cmd := exec.Command(bin, netns.ExecCommand, ns, "--", bin, "agent", "--config", cfg, "--log-format", "json")
 	cmd.Stdout, cmd.Stderr = out, out
-	// If this program dies, the kernel kills the agent with it.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	a := &agentProc{done: make(chan struct{})}
-	// The death signal follows the thread that forked the child, and Go
-	// ends threads (the relay's namespace helpers discard theirs): hold
-	// the forking thread until the agent has exited.
-	started := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		a.started = time.Now()
-		err := cmd.Start()
-		started <- err
-		if err != nil {
-			return
-		}
-		a.err = cmd.Wait()
-		out.Close()
-		close(a.done)
-	}()
-	if err := <-started; err != nil {
+	a := &agentProc{done: make(chan struct{}), started: time.Now()}
+	// If this program dies, the agent dies with it.
+	waited, err := testenv.StartTied(cmd)
+	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start the agent: %w", err)
 	}
+	go func() {
+		a.err = <-waited
+		out.Close()
+		close(a.done)
+	}()
 	a.pid = cmd.Process.Pid
 	return a, nil
 }

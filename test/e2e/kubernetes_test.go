@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"syscall"
@@ -34,6 +33,7 @@ import (
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 	"github.com/xlbproject/xlb/testbed/survival"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // The Kubernetes objects of TestKubernetes.
@@ -420,25 +420,16 @@ func (k *kubeEnv) startController() {
 		"--identity", fmt.Sprintf("e2e-%d", k.ctlN), "--metrics-addr", "",
 		"--lease-duration", "4s", "--renew-deadline", "3s", "--retry-period", "500ms")
 	cmd.Stdout, cmd.Stderr = logf, logf
-	// The controller dies with the test binary, whatever ends it. The
-	// death signal follows the thread that forked it, and Go ends
-	// threads (netns helpers lock and leave them): hold that thread
-	// until the controller has exited.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	started, done := make(chan error), make(chan struct{})
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err == nil {
-			_ = cmd.Wait()
-			close(done)
-		}
-	}()
-	if err := <-started; err != nil {
+	// The controller dies with the test binary, whatever ends it.
+	waited, err := testenv.StartTied(cmd)
+	if err != nil {
 		k.t.Fatal(err)
 	}
+	done := make(chan struct{})
+	go func() {
+		<-waited
+		close(done)
+	}()
 	k.ctl = cmd
 	k.t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)

@@ -10,10 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // portAttempts bounds the restarts of a process that lost a race for
@@ -72,32 +73,19 @@ func startProcess(dir, name, bin string, args []string) (*process, error) {
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = out, out
-	// If the test binary dies (a timeout panic, a kill), the kernel
-	// kills the children with it rather than leaving them running.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p := &process{name: name, logFile: logFile, cmd: cmd, done: make(chan struct{})}
-
-	// The death signal follows the thread that forked the child, not the
-	// process, and Go ends threads (a goroutine that exits while locked
-	// to one, as netns helpers do). Hold the forking thread until the
-	// child has exited.
-	started := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err != nil {
-			return
-		}
-		p.err = cmd.Wait()
-		out.Close()
-		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	// If the test binary dies (a timeout panic, a kill), the children die
+	// with it rather than being left running.
+	waited, err := testenv.StartTied(cmd)
+	if err != nil {
 		out.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
+	go func() {
+		p.err = <-waited
+		out.Close()
+		close(p.done)
+	}()
 	return p, nil
 }
 

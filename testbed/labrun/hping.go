@@ -7,13 +7,13 @@ import (
 	"fmt"
 	"net/netip"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // Flood is what HPingFlood sent.
@@ -61,21 +61,11 @@ func HPingFlood(ctx context.Context, client lab.Host, target netip.AddrPort, d t
 	cmd.Stdout, cmd.Stderr = &out, &out
 	// Its own process group, so that the kill below reaches timeout and
 	// hping3 both, and nothing else.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	start := time.Now()
-	// The death signal follows the thread that forked hping3: hold that
-	// thread until it has exited, so that it dies with this process.
-	started, done := make(chan error, 1), make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		defer runtime.UnlockOSThread()
-		err := cmd.Start()
-		started <- err
-		if err == nil {
-			done <- cmd.Wait()
-		}
-	}()
-	if err := <-started; err != nil {
+	// It dies with this process, whatever ends it.
+	done, err := testenv.StartTied(cmd)
+	if err != nil {
 		return f, fmt.Errorf("%s in %s: %w", f.Command, client.Namespace, err)
 	}
 	var waitErr error
