@@ -124,6 +124,20 @@
 #define XLB_NAT_HINT_NS 100000000ULL
 #define XLB_NAT_HINT_SLOTS 1024
 
+/* A backend that sent the first FIN keeps the connection in TIME_WAIT
+ * (60 s on Linux) after the node forgot the session (tcpClosing); a new
+ * session that drew the same port to it would meet that socket, which
+ * refuses a SYN whose TCP timestamp is older (another client's clock) and
+ * makes the client retransmit a second later. So the first
+ * XLB_NAT_TW_TRIES candidates of a full search skip a port whose claim
+ * a backend closed less than tcpTimeWait ago; the later ones take it as
+ * before, so a busy range loses no capacity. nat_tw has
+ * XLB_NAT_TW_SLOTS slots, a claim's by its hash: a slot shared by two
+ * claims holds the later close, which only makes a port look busy. */
+#define XLB_NAT_TW_TRIES 32
+#define XLB_NAT_TW_SLOTS 262144
+#define XLB_NAT_TW_SHIFT 20 /* nat_tw's clock: about a millisecond a tick */
+
 /* A session's timestamp is rewritten only once it is this much older
  * than the packet (about 67 ms), so that the packets of a busy session
  * do not all write the shared cache line. */

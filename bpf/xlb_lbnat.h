@@ -338,6 +338,43 @@ static __always_inline void lbnat_fence(struct lbnat_scratch *x)
 	__atomic_exchange_n(&x->ok, 0, __ATOMIC_SEQ_CST);
 }
 
+/* nat_tw's slot of claim rk (a full-NAT claim: its NAT address is the
+ * node's one, so the backend's address, both ports and the protocol
+ * tell claims apart). */
+static __always_inline __u32 *lbnat_tw_slot(const struct lbnat_key *rk)
+{
+	__u64 k = ((__u64)xlb_addr_v4(&rk->src) << 32) |
+		  ((__u32)rk->sport | ((__u32)rk->dport << 16));
+	__u32 i = (__u32)fmix64(k ^ ((__u64)rk->proto << 56) ^ XLB_NAT_PORT_SEED) &
+		  (XLB_NAT_TW_SLOTS - 1);
+
+	return bpf_map_lookup_elem(&nat_tw, &i);
+}
+
+/* The backend of claim rk sent the connection's first FIN at now: it
+ * keeps the connection in TIME_WAIT from here. */
+static __always_inline void lbnat_tw_mark(const struct lbnat_key *rk, __u64 now)
+{
+	__u32 *t = lbnat_tw_slot(rk);
+	__u32 v = (__u32)(now >> XLB_NAT_TW_SHIFT);
+
+	if (t)
+		*t = v ? v : 1;
+}
+
+/* Whether the backend of claim rk may still hold a connection on it in
+ * TIME_WAIT at now. */
+static __always_inline int lbnat_tw_busy(const struct lbnat_cfg *c, const struct lbnat_key *rk,
+					 __u64 now)
+{
+	__u32 *t = lbnat_tw_slot(rk);
+
+	if (!t || !*t)
+		return 0;
+	return (__s32)((__u32)(now >> XLB_NAT_TW_SHIFT) - *t) <
+	       (__s32)(c->tcp_time_wait_ns >> XLB_NAT_TW_SHIFT);
+}
+
 /* Candidate i of the claim being made (bpf_loop: the verifier checks the
  * body once, whatever XLB_NAT_PORT_TRIES is). Returns 1 once it holds a
  * claim. */
@@ -350,6 +387,8 @@ static long lbnat_try_port(__u64 i, void *unused)
 		return 1;
 	if (x->range)
 		x->rk.dport = bpf_htons(lbnat_candidate(x->h, i, c->port_min, x->range));
+	if (i < x->strict && lbnat_tw_busy(c, &x->rk, x->s.last))
+		return 0;
 	/* Looked up before the insert: a failed insert into a full LRU map
 	 * may evict another session to make room first. */
 	if (!lbnat_claim_free(c, &x->rk, x->s.last, &x->tmp))
@@ -466,6 +505,7 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 
 	x->range = 0;
 	x->ok = 0;
+	x->strict = 0;
 	if (dnat) {
 		lbnat_set_key(&x->rk, be_addr, xlb_addr_v4(&fk->src), bport, fk->sport, fk->proto);
 	} else {
@@ -487,6 +527,10 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 	x->s.flags = dnat ? LBNAT_DNAT : 0;
 
 	__u32 tries = dnat ? 1 : lbnat_tries(x->s.backend_id, now);
+
+	/* A short search (a full range) takes any free port. */
+	if (tcp && !dnat && tries == XLB_NAT_PORT_TRIES && c->tcp_time_wait_ns)
+		x->strict = XLB_NAT_TW_TRIES;
 
 	bpf_loop(tries, lbnat_try_port, 0, 0);
 	if (!dnat)
@@ -936,8 +980,12 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 	/* The reply marks the session answered, and no more: the client's
 	 * next packet establishes it (lbnat_establishes). */
 	if (p->proto == IPPROTO_TCP && (flags & (XLB_TCP_FIN | XLB_TCP_RST)) &&
-	    s->state != LBNAT_CLOSING)
+	    s->state != LBNAT_CLOSING) {
 		s->state = LBNAT_CLOSING;
+		/* The backend closes first: its TIME_WAIT starts now. */
+		if ((flags & XLB_TCP_FIN) && !(s->flags & LBNAT_DNAT))
+			lbnat_tw_mark(&x->rk, now);
+	}
 	if (!(s->flags & LBNAT_REPLIED))
 		s->flags |= LBNAT_REPLIED;
 	if (now - s->last > XLB_NAT_TOUCH_NS && (__s64)(now - s->last) > 0)

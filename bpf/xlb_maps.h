@@ -198,7 +198,8 @@ struct lbnat_scratch {
 	__u32 ok;                /* a claim was made */
 	__be32 be;               /* the backend's address, as the table gives it */
 	__u8 one;                /* nat_dnat_be's value */
-	__u8 pad[3];
+	__u8 strict;             /* candidates below this skip ports in a backend's TIME_WAIT */
+	__u8 pad[2];
 };
 
 struct {
@@ -224,6 +225,16 @@ struct {
 	__type(key, __u32);
 	__type(value, struct lbnat_port_hint);
 } nat_port_hint SEC(".maps");
+
+/* When a backend last closed first on a claim, by the claim's hash
+ * (XLB_NAT_TW_SLOTS; the clock >> XLB_NAT_TW_SHIFT, 0: never). A hint
+ * for the port search (xlb_consts.h): the control plane never reads it. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XLB_NAT_TW_SLOTS);
+	__type(key, __u32);
+	__type(value, __u32);
+} nat_tw SEC(".maps");
 
 /* What the NAT path did, by enum lbnat_stat. */
 struct {

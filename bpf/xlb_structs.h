@@ -331,6 +331,7 @@ struct lbnat_cfg {
 	__u64 tcp_established_ns;
 	__u64 tcp_closing_ns;
 	__u64 udp_ns;
+	__u64 tcp_time_wait_ns; /* how long a backend that closed first keeps TIME_WAIT; 0: not known */
 };
 
 /* lbnat_cfg's flags. DNAT: replies of dnat sessions may pass, addressed
@@ -508,7 +509,7 @@ _Static_assert(sizeof(struct ct_key) == 40 && sizeof(struct ct_entry) == 20, "co
 _Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
 _Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
 _Static_assert(sizeof(struct lbnat_key) == 40 && sizeof(struct lbnat_session) == 88 &&
-		       sizeof(struct lbnat_cfg) == 56 && sizeof(struct lbnat_be_key) == 20,
+		       sizeof(struct lbnat_cfg) == 64 && sizeof(struct lbnat_be_key) == 20,
 	       "NAT sessions");
 _Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");
 _Static_assert(sizeof(struct xlb_ranges4) == 8 * XLB_SVC_MAX_RANGES, "ranges");

@@ -81,7 +81,8 @@ func markdown(r *Report, jsonPath string, img images) string {
 				fails += x.NATAllocFailures
 			}
 		}
-		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port.\n\n", natPortMin, natPortMax, fails)
+		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port. ", natPortMin, natPortMax, fails)
+		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); the client's SYN retransmits over the rounds counted show whether that happened: %s.\n\n", r.synRetransSummary())
 	}
 
 	if len(r.Latency) > 0 {
@@ -303,4 +304,33 @@ func fmtCostRatio(r *Report, a, b, mode string, n int) string {
 		return "–"
 	}
 	return fmt.Sprintf("%.2f", r.labCost(x)/r.labCost(y))
+}
+
+// synRetransSummary is the client's SYN retransmits of each proxying
+// path over all the rounds counted, by mode.
+func (r *Report) synRetransSummary() string {
+	var parts []string
+	for _, p := range r.Paths {
+		if p.Key == keyDirect {
+			continue
+		}
+		var by []string
+		for _, mode := range r.Modes {
+			var n uint64
+			rounds := 0
+			for _, x := range r.Runs {
+				if x.Round > 0 && x.Path == p.Key && x.Mode == mode {
+					n += x.SYNRetrans
+					rounds++
+				}
+			}
+			if rounds > 0 {
+				by = append(by, fmt.Sprintf("%d %s", n, mode))
+			}
+		}
+		if len(by) > 0 {
+			parts = append(parts, p.Name+" "+strings.Join(by, ", "))
+		}
+	}
+	return strings.Join(parts, "; ")
 }

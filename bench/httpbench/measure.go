@@ -33,7 +33,11 @@ type Run struct {
 	// room for during the run (xlb nat and dnat: their SYNs were dropped,
 	// and the client retried).
 	NATAllocFailures uint64 `json:"nat_allocation_failures,omitempty"`
-	CPU              CPUUse `json:"cpu"`
+	// SYNRetrans is the SYNs the client's stack sent again during the
+	// run (TcpExt TCPSynRetrans): connections that waited a second or
+	// more for their handshake.
+	SYNRetrans uint64 `json:"syn_retransmits"`
+	CPU        CPUUse `json:"cpu"`
 }
 
 // LatencyRun is one run of the constant-rate client.
@@ -75,6 +79,10 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err != nil {
 		return run, err
 	}
+	syn0, err := l.synRetrans()
+	if err != nil {
+		return run, err
+	}
 	s0, err := takeSample()
 	if err != nil {
 		return run, err
@@ -107,6 +115,11 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 		return run, err
 	}
 	run.NATAllocFailures = nat1 - nat0
+	syn1, err := l.synRetrans()
+	if err != nil {
+		return run, err
+	}
+	run.SYNRetrans = syn1 - syn0
 	run.Served = servedDelta(before, after)
 	if run.WrkResult, err = parseWrk(out.String()); err != nil {
 		return run, fmt.Errorf("%s: wrk's output: %w:\n%s", run.Command, err, out.String())

@@ -1,14 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/xlbproject/xlb/bench/internal/benchutil"
+	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // testReport is a run of every path with 1 and 4 backends, two rounds,
@@ -284,5 +287,57 @@ func TestParseFlags(t *testing.T) {
 	cfg := "# CONFIG_FOO is not set\nCONFIG_IRQ_TIME_ACCOUNTING=y\n"
 	if configValue(cfg, "CONFIG_IRQ_TIME_ACCOUNTING") != "y" || configValue(cfg, "CONFIG_FOO") != "n" {
 		t.Error("configValue")
+	}
+}
+
+func TestNetstatField(t *testing.T) {
+	text := "TcpExt: SyncookiesSent TCPSynRetrans TCPOrigDataSent\nTcpExt: 0 17 250\nIpExt: InNoRoutes TCPSynRetrans\nIpExt: 3 9\n"
+	if n, err := netstatField(text, "TcpExt", "TCPSynRetrans"); err != nil || n != 17 {
+		t.Errorf("TcpExt TCPSynRetrans = %d, %v; want 17", n, err)
+	}
+	if n, err := netstatField(text, "IpExt", "InNoRoutes"); err != nil || n != 3 {
+		t.Errorf("IpExt InNoRoutes = %d, %v; want 3", n, err)
+	}
+	if _, err := netstatField(text, "TcpExt", "Missing"); err == nil {
+		t.Error("a missing field gave no error")
+	}
+}
+
+// TestSYNRetransFromNamespace: /proc/thread-self/net, which synRetrans
+// reads, follows the namespace netns.Do joined (or every round would read
+// the host's counters): a link made in a namespace of its own shows there
+// and not on the host.
+func TestSYNRetransFromNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (network namespaces)")
+	}
+	ns := fmt.Sprintf("xlbhb%d", os.Getpid())
+	if out, err := exec.Command("ip", "netns", "add", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	defer exec.Command("ip", "netns", "del", ns).Run()
+	const link = "xlbhbprobe"
+	if out, err := exec.Command("ip", "-n", ns, "link", "add", link, "type", "veth", "peer", "name", link+"p").CombinedOutput(); err != nil {
+		t.Fatalf("ip link add: %v: %s", err, out)
+	}
+	var dev, netstat []byte
+	if err := netns.Do(ns, func() (err error) {
+		if dev, err = os.ReadFile("/proc/thread-self/net/dev"); err != nil {
+			return err
+		}
+		netstat, err = os.ReadFile("/proc/thread-self/net/netstat")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	host, err := os.ReadFile("/proc/thread-self/net/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(dev), link) || strings.Contains(string(host), link) {
+		t.Errorf("the namespace's /proc/thread-self/net/dev:\n%s\nthe host's:\n%s\nwant %s in the first only", dev, host, link)
+	}
+	if n, err := netstatField(string(netstat), "TcpExt", "TCPSynRetrans"); err != nil || n != 0 {
+		t.Errorf("TCPSynRetrans in a fresh namespace: %d (%v), want 0", n, err)
 	}
 }

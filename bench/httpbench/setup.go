@@ -815,6 +815,43 @@ func (l *benchLab) natFailures(p Path) (uint64, error) {
 	return st.NAT.AllocFailures, nil
 }
 
+// synRetrans is the client namespace's TcpExt TCPSynRetrans so far.
+func (l *benchLab) synRetrans() (uint64, error) {
+	var text []byte
+	err := netns.Do(l.p.Clients[0].Namespace, func() (err error) {
+		// /proc/net follows the reading thread's network namespace.
+		text, err = os.ReadFile("/proc/thread-self/net/netstat")
+		return err
+	})
+	if err != nil {
+		return 0, fmt.Errorf("client namespace: %w", err)
+	}
+	return netstatField(string(text), "TcpExt", "TCPSynRetrans")
+}
+
+// netstatField is field name of section sect in a /proc/net/netstat
+// text: a line of names and a line of values, each led by "sect:".
+func netstatField(text, sect, name string) (uint64, error) {
+	var names []string
+	for _, line := range strings.Split(text, "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 || f[0] != sect+":" {
+			continue
+		}
+		if names == nil {
+			names = f[1:]
+			continue
+		}
+		for i, n := range names {
+			if n == name && i+1 < len(f) {
+				return strconv.ParseUint(f[i+1], 10, 64)
+			}
+		}
+		break
+	}
+	return 0, fmt.Errorf("/proc/net/netstat has no %s %s", sect, name)
+}
+
 // flushConntrack empties namespace ns's conntrack table, as `conntrack
 // -F` would, over netlink.
 func (l *benchLab) flushConntrack(ns string) error {

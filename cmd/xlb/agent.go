@@ -65,7 +65,7 @@ func runAgent(args []string) error {
 	natAddress := fs.String("nat-address", "", "with --source kubernetes and no --config: the source `address` of full-NAT sessions (nat.address; default: the Node's InternalIP)")
 	natPorts := fs.String("nat-ports", "", "with --source kubernetes and no --config: the source ports of full-NAT sessions, `MIN-MAX` (nat.ports; default 20000-32767)")
 	natSessions := fs.Uint("nat-sessions", 0, "with --source kubernetes and no --config: the `number` of NAT sessions the node holds (nat.sessions; default 262144)")
-	natTimeouts := fs.String("nat-timeouts", "", "with --source kubernetes and no --config: idle timeouts of NAT sessions, any of `tcpSyn=5s,tcpEstablished=1h,tcpClosing=10s,udp=60s` (nat.timeouts)")
+	natTimeouts := fs.String("nat-timeouts", "", "with --source kubernetes and no --config: idle timeouts of NAT sessions, any of `tcpSyn=5s,tcpEstablished=1h,tcpClosing=10s,udp=60s,tcpTimeWait=60s` (nat.timeouts)")
 	check := fs.Bool("check", false, "check the --config file as the agent would, print what a reload would change against the running agent, and exit (0: valid)")
 	socket := fs.String("socket", "", "with --check: the running agent's API `socket` (default: the file's api.socket)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
@@ -202,12 +202,12 @@ func natFlags(address, ports string, sessions uint, timeouts string, set map[str
 	}
 	if set["nat-timeouts"] {
 		t := &n.Timeouts
-		fields := map[string]*time.Duration{"tcpSyn": &t.TCPSyn, "tcpEstablished": &t.TCPEstablished, "tcpClosing": &t.TCPClosing, "udp": &t.UDP}
+		fields := map[string]*time.Duration{"tcpSyn": &t.TCPSyn, "tcpEstablished": &t.TCPEstablished, "tcpClosing": &t.TCPClosing, "udp": &t.UDP, "tcpTimeWait": &t.TCPTimeWait}
 		for _, kv := range strings.Split(timeouts, ",") {
 			k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 			to, known := fields[k]
 			if !ok || !known {
-				return nil, fmt.Errorf("--nat-timeouts %q: %q is not NAME=DURATION with NAME tcpSyn, tcpEstablished, tcpClosing or udp, e.g. tcpEstablished=2h,udp=30s", timeouts, kv)
+				return nil, fmt.Errorf("--nat-timeouts %q: %q is not NAME=DURATION with NAME tcpSyn, tcpEstablished, tcpClosing, udp or tcpTimeWait, e.g. tcpEstablished=2h,udp=30s", timeouts, kv)
 			}
 			d, err := time.ParseDuration(v)
 			if err != nil || d < config.MinNATTimeout || d > config.MaxNATTimeout {

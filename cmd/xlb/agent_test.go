@@ -83,7 +83,7 @@ func TestNATFlags(t *testing.T) {
 		{"", "20000", 0, "", "--nat-ports: 20000 is not a port range"},
 		{"", "80-2000", 0, "", "--nat-ports: 80-2000 starts below port 1024"},
 		{"", "", 100, "", "--nat-sessions 100: give 1024..16777216"},
-		{"", "", 0, "tcp=1h", `"tcp=1h" is not NAME=DURATION with NAME tcpSyn, tcpEstablished, tcpClosing or udp`},
+		{"", "", 0, "tcp=1h", `"tcp=1h" is not NAME=DURATION with NAME tcpSyn, tcpEstablished, tcpClosing, udp or tcpTimeWait`},
 		{"", "", 0, "udp=500ms", "--nat-timeouts: udp=500ms: give a duration from 1s to 24h"},
 		{"", "", 0, "udp=soon", "--nat-timeouts: udp=soon"},
 	} {

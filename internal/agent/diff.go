@@ -216,6 +216,7 @@ var fileNames = map[string]string{
 	"StatusMin": "expectStatus (lowest)", "StatusMax": "expectStatus (highest)",
 	"HealthCheck": "healthCheck",
 	"TCPSyn":      "tcpSyn", "TCPEstablished": "tcpEstablished", "TCPClosing": "tcpClosing",
+	"TCPTimeWait": "tcpTimeWait",
 }
 
 // fileName is a Go field's name in the file: RouterID → routerID,

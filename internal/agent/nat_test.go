@@ -87,7 +87,7 @@ func TestSetNAT(t *testing.T) {
 	cfg := natConfig()
 	mustApply(t, r, cfg)
 	want := lb.NATConfig{Address: netip.MustParseAddr("10.0.1.2"), PortMin: 20000, PortMax: 32767,
-		TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute}
+		TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute, TCPTimeWait: time.Minute}
 	if f.nat != want || count(f.calls, "SetNAT") != 1 {
 		t.Fatalf("after the first apply: %d SetNAT calls, %+v; want one with %+v", count(f.calls, "SetNAT"), f.nat, want)
 	}

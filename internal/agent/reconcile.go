@@ -358,7 +358,7 @@ func natConfigOf(n config.NATConfig, nodeAddr netip.Addr) lb.NATConfig {
 	}
 	t := n.Timeouts
 	return lb.NATConfig{Address: addr, PortMin: n.Ports.Min, PortMax: n.Ports.Max,
-		TCPSyn: t.TCPSyn, TCPEstablished: t.TCPEstablished, TCPClosing: t.TCPClosing, UDP: t.UDP}
+		TCPSyn: t.TCPSyn, TCPEstablished: t.TCPEstablished, TCPClosing: t.TCPClosing, UDP: t.UDP, TCPTimeWait: t.TCPTimeWait}
 }
 
 // UsesNAT reports whether a service of cfg has forwarding nat or dnat.

@@ -55,7 +55,7 @@ func TestLoadFullExample(t *testing.T) {
 		},
 		Policy: Policy{Deny: []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.7/32")}},
 		NAT: NATConfig{Address: ip("10.0.1.2"), Ports: PortRange{20000, 32767}, Sessions: 262144,
-			Timeouts: NATTimeouts{TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute}},
+			Timeouts: NATTimeouts{TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute, TCPTimeWait: time.Minute}},
 		Services: []Service{
 			{
 				Name: "web", VIP: ip("10.99.0.1"), Port: 80, Protocol: TCP, Forwarding: DSRIPIP,

@@ -186,7 +186,7 @@ func invariants(c *Config) error {
 	if n.Sessions < 1024 || n.Sessions > 1<<24 {
 		bad("invalid nat sessions %d", n.Sessions)
 	}
-	for _, d := range []time.Duration{n.Timeouts.TCPSyn, n.Timeouts.TCPEstablished, n.Timeouts.TCPClosing, n.Timeouts.UDP} {
+	for _, d := range []time.Duration{n.Timeouts.TCPSyn, n.Timeouts.TCPEstablished, n.Timeouts.TCPClosing, n.Timeouts.UDP, n.Timeouts.TCPTimeWait} {
 		if d < time.Second || d > 24*time.Hour {
 			bad("invalid nat timeouts %+v", n.Timeouts)
 		}

@@ -47,13 +47,17 @@ func (c *checker) nat(f schema.Field[schema.NAT], path string) NATConfig {
 			{t.TCPEstablished, "tcpEstablished", &n.Timeouts.TCPEstablished},
 			{t.TCPClosing, "tcpClosing", &n.Timeouts.TCPClosing},
 			{t.UDP, "udp", &n.Timeouts.UDP},
+			{t.TCPTimeWait, "tcpTimeWait", &n.Timeouts.TCPTimeWait},
 		} {
 			if !valid(d.f) {
 				continue
 			}
 			if x := d.f.V.D; x < MinNATTimeout || x > MaxNATTimeout {
-				c.errorf(d.f.At.Value, join(p, d.name), "%s is out of range %s..%s: shorter, a session would end between two packets of a live connection; longer, an idle one holds its port and table entry for nothing",
-					d.f.V, MinNATTimeout, "24h")
+				why := "shorter, a session would end between two packets of a live connection; longer, an idle one holds its port and table entry for nothing"
+				if d.name == "tcpTimeWait" {
+					why = "give the backends' TIME_WAIT (60s on Linux, up to 240s on Windows)"
+				}
+				c.errorf(d.f.At.Value, join(p, d.name), "%s is out of range %s..%s: %s", d.f.V, MinNATTimeout, "24h", why)
 				continue
 			}
 			*d.to = d.f.V.D

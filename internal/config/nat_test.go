@@ -34,7 +34,7 @@ func TestNATDefaults(t *testing.T) {
 			t.Errorf("%s: nat = %+v, want the defaults %+v", mode, cfg.NAT, DefaultNAT())
 		}
 		want := NATConfig{Ports: PortRange{20000, 32767}, Sessions: 262144,
-			Timeouts: NATTimeouts{TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute}}
+			Timeouts: NATTimeouts{TCPSyn: 5 * time.Second, TCPEstablished: time.Hour, TCPClosing: 10 * time.Second, UDP: time.Minute, TCPTimeWait: time.Minute}}
 		if DefaultNAT() != want {
 			t.Errorf("DefaultNAT() = %+v, want the documented %+v", DefaultNAT(), want)
 		}
@@ -63,7 +63,7 @@ func TestNATSection(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := NATConfig{Address: netip.MustParseAddr("10.0.1.3"), Ports: PortRange{40000, 49999}, Sessions: 4096,
-		Timeouts: NATTimeouts{TCPSyn: DefaultNATTCPSyn, TCPEstablished: 2 * time.Hour, TCPClosing: DefaultNATTCPClosing, UDP: 30 * time.Second}}
+		Timeouts: NATTimeouts{TCPSyn: DefaultNATTCPSyn, TCPEstablished: 2 * time.Hour, TCPClosing: DefaultNATTCPClosing, UDP: 30 * time.Second, TCPTimeWait: DefaultNATTCPTimeWait}}
 	if cfg.NAT != want {
 		t.Errorf("nat = %+v, want %+v", cfg.NAT, want)
 	}
@@ -104,11 +104,12 @@ func TestNATErrors(t *testing.T) {
 		{"beyond 65535", withNAT("  ports: 60000-70000\n"), 4, "nat.ports", "60000-70000 goes beyond port 65535"},
 		{"sessions too few", withNAT("  sessions: 1000\n"), 4, "nat.sessions", "1000 is out of range 1024..16777216"},
 		{"sessions too many", withNAT("  sessions: 16777217\n"), 4, "nat.sessions", "16777217 is out of range 1024..16777216"},
-		{"timeouts not a mapping", withNAT("  timeouts: 5s\n"), 4, "nat.timeouts", "expected a mapping such as {tcpSyn: 5s, tcpEstablished: 1h, tcpClosing: 10s, udp: 60s}"},
+		{"timeouts not a mapping", withNAT("  timeouts: 5s\n"), 4, "nat.timeouts", "expected a mapping such as {tcpSyn: 5s, tcpEstablished: 1h, tcpClosing: 10s, udp: 60s, tcpTimeWait: 60s}"},
 		{"timeout too short", withNAT("  timeouts:\n    tcpSyn: 500ms\n"), 5, "nat.timeouts.tcpSyn", "500ms is out of range 1s..24h"},
 		{"timeout too long", withNAT("  timeouts:\n    udp: 25h\n"), 5, "nat.timeouts.udp", "25h is out of range 1s..24h"},
+		{"tcpTimeWait too long", withNAT("  timeouts:\n    tcpTimeWait: 48h\n"), 5, "nat.timeouts.tcpTimeWait", "48h is out of range 1s..24h: give the backends' TIME_WAIT"},
 		{"timeout without unit", withNAT("  timeouts:\n    tcpClosing: 10\n"), 5, "nat.timeouts.tcpClosing", "expected a duration with a unit"},
-		{"unknown timeout", withNAT("  timeouts:\n    tcp: 1h\n"), 5, "nat.timeouts.tcp", "unknown field; valid fields here: tcpSyn, tcpEstablished, tcpClosing, udp"},
+		{"unknown timeout", withNAT("  timeouts:\n    tcp: 1h\n"), 5, "nat.timeouts.tcp", "unknown field; valid fields here: tcpSyn, tcpEstablished, tcpClosing, udp, tcpTimeWait"},
 		{"address is a VIP", withNAT("  address: 10.99.0.1\n"), 4, "nat.address", `10.99.0.1 is the VIP of service "web" (services[0], line 7); nat.address is this node's own address`},
 		{"backend at the address", withNAT("  address: 10.0.3.2\n"), 10, "services[0].backends[0].address", "10.0.3.2 is nat.address, the address this node's NAT sessions come from"},
 	}

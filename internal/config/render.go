@@ -82,7 +82,7 @@ func renderNAT(n NATConfig) schema.NAT {
 	}
 	if t := n.Timeouts; t != (NATTimeouts{}) {
 		out.Timeouts = schema.Set(schema.NATTimeouts{TCPSyn: dur(t.TCPSyn), TCPEstablished: dur(t.TCPEstablished),
-			TCPClosing: dur(t.TCPClosing), UDP: dur(t.UDP)})
+			TCPClosing: dur(t.TCPClosing), UDP: dur(t.UDP), TCPTimeWait: dur(t.TCPTimeWait)})
 	}
 	return out
 }

@@ -116,6 +116,8 @@ const (
 	DefaultNATTCPEstablished = time.Hour
 	DefaultNATTCPClosing     = 10 * time.Second
 	DefaultNATUDP            = 60 * time.Second
+	// DefaultNATTCPTimeWait is Linux's TIME_WAIT (TCP_TIMEWAIT_LEN).
+	DefaultNATTCPTimeWait = 60 * time.Second
 	// MinNATTimeout and MaxNATTimeout bound every timeout: below a
 	// second a session would end between two packets of a live
 	// connection; above a day an idle one holds its port for nothing.
@@ -147,6 +149,10 @@ type NATTimeouts struct {
 	TCPEstablished time.Duration // an established TCP session
 	TCPClosing     time.Duration // a TCP session after FIN or RST
 	UDP            time.Duration // a UDP session
+	// TCPTimeWait is how long a backend that closed a connection first
+	// keeps it in TIME_WAIT: the node gives that port to a new session
+	// to the backend only if it finds no other free one meanwhile.
+	TCPTimeWait time.Duration
 }
 
 // DefaultNAT is the nat section's value when the file has none.
@@ -155,7 +161,7 @@ func DefaultNAT() NATConfig {
 		Ports:    PortRange{Min: DefaultNATPortMin, Max: DefaultNATPortMax},
 		Sessions: DefaultNATSessions,
 		Timeouts: NATTimeouts{TCPSyn: DefaultNATTCPSyn, TCPEstablished: DefaultNATTCPEstablished,
-			TCPClosing: DefaultNATTCPClosing, UDP: DefaultNATUDP},
+			TCPClosing: DefaultNATTCPClosing, UDP: DefaultNATUDP, TCPTimeWait: DefaultNATTCPTimeWait},
 	}
 }
 

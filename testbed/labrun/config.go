@@ -283,7 +283,7 @@ type NAT struct {
 	PortMin, PortMax uint16
 	Sessions         uint32 // the session table's size
 	// Timeouts of a session.
-	TCPSyn, TCPEstablished, TCPClosing, UDP time.Duration
+	TCPSyn, TCPEstablished, TCPClosing, UDP, TCPTimeWait time.Duration
 }
 
 // yaml writes the nat section. It is text rather than the schema's
@@ -304,7 +304,7 @@ func (n NAT) yaml() string {
 	for _, t := range []struct {
 		key string
 		d   time.Duration
-	}{{"tcpSyn", n.TCPSyn}, {"tcpEstablished", n.TCPEstablished}, {"tcpClosing", n.TCPClosing}, {"udp", n.UDP}} {
+	}{{"tcpSyn", n.TCPSyn}, {"tcpEstablished", n.TCPEstablished}, {"tcpClosing", n.TCPClosing}, {"udp", n.UDP}, {"tcpTimeWait", n.TCPTimeWait}} {
 		if t.d != 0 {
 			ts = append(ts, t.key+": "+t.d.String())
 		}

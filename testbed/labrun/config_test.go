@@ -204,7 +204,7 @@ func TestRenderNATService(t *testing.T) {
 	}
 	n := cfg.NAT
 	if n.Ports != (config.PortRange{Min: 20000, Max: 29999}) || n.Sessions != 4096 ||
-		n.Timeouts != (config.NATTimeouts{TCPSyn: 2 * time.Second, TCPEstablished: time.Minute, TCPClosing: 3 * time.Second, UDP: 30 * time.Second}) {
+		n.Timeouts != (config.NATTimeouts{TCPSyn: 2 * time.Second, TCPEstablished: time.Minute, TCPClosing: 3 * time.Second, UDP: 30 * time.Second, TCPTimeWait: config.DefaultNATTCPTimeWait}) {
 		t.Errorf("nat %+v\n%s", n, out)
 	}
 }

@@ -33,6 +33,7 @@ const (
 	benchMapNatRevSyn           = "nat_rev_syn"
 	benchMapNatScratch          = "nat_scratch"
 	benchMapNatSwept            = "nat_swept"
+	benchMapNatTw               = "nat_tw"
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
 	benchMapSvcRanges4          = "svc_ranges4"
@@ -127,6 +128,7 @@ type benchMapSpecs struct {
 	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
 	NatSwept     *ebpf.MapSpec `ebpf:"nat_swept"`
+	NatTw        *ebpf.MapSpec `ebpf:"nat_tw"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
@@ -185,6 +187,7 @@ type benchMaps struct {
 	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
 	NatSwept     *ebpf.Map `ebpf:"nat_swept"`
+	NatTw        *ebpf.Map `ebpf:"nat_tw"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
@@ -213,6 +216,7 @@ func (m *benchMaps) Close() error {
 		m.NatRevSyn,
 		m.NatScratch,
 		m.NatSwept,
+		m.NatTw,
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,

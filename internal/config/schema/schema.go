@@ -228,10 +228,11 @@ type NATTimeouts struct {
 	TCPEstablished Field[Duration] `yaml:"tcpEstablished,omitempty"`
 	TCPClosing     Field[Duration] `yaml:"tcpClosing,omitempty"`
 	UDP            Field[Duration] `yaml:"udp,omitempty"`
+	TCPTimeWait    Field[Duration] `yaml:"tcpTimeWait,omitempty"`
 }
 
 func (NATTimeouts) expected() (string, bool) {
-	return "expected a mapping such as {tcpSyn: 5s, tcpEstablished: 1h, tcpClosing: 10s, udp: 60s}, got %s", true
+	return "expected a mapping such as {tcpSyn: 5s, tcpEstablished: 1h, tcpClosing: 10s, udp: 60s, tcpTimeWait: 60s}, got %s", true
 }
 
 // Service is one item of services.

@@ -1595,3 +1595,82 @@ func TestLBNATFullRangeFailsFast(t *testing.T) {
 		t.Errorf("the client got %v, want its tenth candidate %d", got, tenth)
 	}
 }
+
+// closeSessionBackendFirst takes client c's TCP session through SYN,
+// SYN-ACK, ACK and the backend's FIN (its active close: it keeps the
+// connection in TIME_WAIT), then the client's, and returns its NAT
+// source.
+func (x *natFixture) closeSessionBackendFirst(c tuple, be netip.AddrPort) netip.AddrPort {
+	x.t.Helper()
+	src := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+	back := tuple{be, src, 6}
+	x.expectForward("SYN-ACK", segment(back, tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
+	x.expectForward("ACK", segment(c, tcpACK, nil).Frame(x.f.MAC), back.reverse())
+	x.expectForward("the backend's FIN", segment(back, tcpACK|tcpFIN, nil).Frame(x.f.MAC), c.reverse())
+	x.expectForward("the client's FIN", segment(c, tcpACK|tcpFIN, nil).Frame(x.f.MAC), back.reverse())
+	return src
+}
+
+// TestLBNATBackendTimeWait: a port whose backend closed first (and so
+// holds the connection in TIME_WAIT for tcpTimeWait) is not given to a
+// new session to that backend once the old session expired, while the
+// search finds another free port; a port the client closed first is. With
+// no other port free, the search takes it all the same, so the hint
+// costs no capacity; a short tcpTimeWait turns it off.
+func TestLBNATBackendTimeWait(t *testing.T) {
+	x := newNATFixture(t)
+	a := natBackends[30]
+	expire := func(src netip.AddrPort) {
+		t.Helper()
+		x.setLast(sessionKey(src, a, 6), true, monotonicNow()-uint64(11*time.Second))
+	}
+	synFrom := func(c tuple) uint16 {
+		t.Helper()
+		return x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC)).Port()
+	}
+
+	// The backend closed first: the same client tuple, back after
+	// tcpClosing, draws the same first candidate and takes the next.
+	c := tuple{clientAt(45000), vip(80), 6}
+	src := x.closeSessionBackendFirst(c, a)
+	if p0 := natCandidate(c, 0, natPortMin, natPortMax); src.Port() != p0 {
+		t.Fatalf("premise: the first session got port %d, want its first candidate %d", src.Port(), p0)
+	}
+	expire(src)
+	if got, want := synFrom(c), natCandidate(c, 1, natPortMin, natPortMax); got != want {
+		t.Errorf("after the backend closed first: port %d, want the second candidate %d (the first, %d, is in the backend's TIME_WAIT)", got, want, src.Port())
+	}
+
+	// The client closed first: its port is taken again at once.
+	d := tuple{clientAt(45001), vip(80), 6}
+	src = x.closeSession(d, a)
+	expire(src)
+	if got := synFrom(d); got != src.Port() {
+		t.Errorf("after the client closed first: port %d, want its first candidate %d again", got, src.Port())
+	}
+
+	// A short tcpTimeWait: the backend's close holds nothing.
+	e := tuple{clientAt(45002), vip(80), 6}
+	src = x.closeSessionBackendFirst(e, a)
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: natPortMin, PortMax: natPortMax, TCPTimeWait: time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	expire(src)
+	if got := synFrom(e); got != src.Port() {
+		t.Errorf("tcpTimeWait 1ms: port %d, want the first candidate %d again", got, src.Port())
+	}
+
+	// One port in the range, its backend in TIME_WAIT: a new session
+	// still gets it.
+	const port = 30000
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: port, PortMax: port}); err != nil {
+		t.Fatal(err)
+	}
+	f := tuple{clientAt(45003), vip(80), 6}
+	src = x.closeSessionBackendFirst(f, a)
+	expire(src)
+	g := tuple{clientAt(45004), vip(80), 6}
+	if got := synFrom(g); got != port {
+		t.Errorf("the range's only port in TIME_WAIT: port %d, want %d", got, port)
+	}
+}

@@ -32,6 +32,7 @@ const (
 	lbMapNatRevSyn    = "nat_rev_syn"
 	lbMapNatScratch   = "nat_scratch"
 	lbMapNatSwept     = "nat_swept"
+	lbMapNatTw        = "nat_tw"
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
 	lbMapSvcRanges4   = "svc_ranges4"
@@ -113,6 +114,7 @@ type lbMapSpecs struct {
 	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
 	NatSwept     *ebpf.MapSpec `ebpf:"nat_swept"`
+	NatTw        *ebpf.MapSpec `ebpf:"nat_tw"`
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
@@ -170,6 +172,7 @@ type lbMaps struct {
 	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
 	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
 	NatSwept     *ebpf.Map `ebpf:"nat_swept"`
+	NatTw        *ebpf.Map `ebpf:"nat_tw"`
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
@@ -197,6 +200,7 @@ func (m *lbMaps) Close() error {
 		m.NatRevSyn,
 		m.NatScratch,
 		m.NatSwept,
+		m.NatTw,
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,

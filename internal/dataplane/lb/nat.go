@@ -34,6 +34,10 @@ type NATConfig struct {
 	TCPEstablished   time.Duration // idle established TCP
 	TCPClosing       time.Duration // after FIN or RST
 	UDP              time.Duration // idle UDP
+	// TCPTimeWait is how long a backend that closed first keeps the
+	// connection in TIME_WAIT: its port goes to a new session to that
+	// backend meanwhile only if the search finds no other free one.
+	TCPTimeWait time.Duration
 }
 
 // The NAT settings a zero field of NATConfig stands for, and what a new
@@ -45,6 +49,7 @@ const (
 	defaultNATTCPEstablished = time.Hour
 	defaultNATTCPClosing     = 10 * time.Second
 	defaultNATUDP            = 60 * time.Second
+	defaultNATTCPTimeWait    = 60 * time.Second
 )
 
 // NATCounters are the node-wide NAT counters and gauges.
@@ -151,6 +156,7 @@ func natCfg(c NATConfig, flags uint32) wire.NATCfg {
 		TcpEstablishedNs: or(c.TCPEstablished, defaultNATTCPEstablished),
 		TcpClosingNs:     or(c.TCPClosing, defaultNATTCPClosing),
 		UdpNs:            or(c.UDP, defaultNATUDP),
+		TcpTimeWaitNs:    or(c.TCPTimeWait, defaultNATTCPTimeWait),
 	}
 	if c.Address.IsValid() {
 		w.Addr = wire.AddrOf(c.Address)
@@ -164,7 +170,7 @@ func natCfg(c NATConfig, flags uint32) wire.NATCfg {
 // SetNAT makes c the node's NAT settings, at once for every packet. An
 // invalid Address (the zero netip.Addr) opens no full-NAT session (dnat
 // needs none); zero ports or durations take the defaults (20000-32767,
-// 5s, 1h, 10s, 60s). Sessions keep the address and port they were given:
+// 5s, 1h, 10s, 60s, 60s). Sessions keep the address and port they were given:
 // one whose port a new range leaves out, or whose address is no longer
 // the NAT address, no longer gets its replies.
 func (d *Dataplane) SetNAT(c NATConfig) error {
@@ -174,7 +180,7 @@ func (d *Dataplane) SetNAT(c NATConfig) error {
 	if (c.PortMin != 0 || c.PortMax != 0) && (c.PortMin == 0 || c.PortMin > c.PortMax) {
 		return fmt.Errorf("NAT ports %d-%d: want 1 <= min <= max", c.PortMin, c.PortMax)
 	}
-	for name, v := range map[string]time.Duration{"tcpSyn": c.TCPSyn, "tcpEstablished": c.TCPEstablished, "tcpClosing": c.TCPClosing, "udp": c.UDP} {
+	for name, v := range map[string]time.Duration{"tcpSyn": c.TCPSyn, "tcpEstablished": c.TCPEstablished, "tcpClosing": c.TCPClosing, "udp": c.UDP, "tcpTimeWait": c.TCPTimeWait} {
 		if v < 0 {
 			return fmt.Errorf("NAT timeout %s %v: must not be negative", name, v)
 		}

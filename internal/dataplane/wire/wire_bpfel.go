@@ -124,6 +124,7 @@ type wireLbnatCfg struct {
 	TcpEstablishedNs uint64
 	TcpClosingNs     uint64
 	UdpNs            uint64
+	TcpTimeWaitNs    uint64
 }
 
 type wireLbnatCfgFlag uint32
