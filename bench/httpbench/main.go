@@ -19,6 +19,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -49,6 +50,22 @@ type options struct {
 	// make, latencyRetries how many disturbed constant-rate runs may run
 	// again.
 	extraRounds, extraRuns, latencyRetries int
+	// only are the paths measured (keys); nil: every path.
+	only []string
+}
+
+// measured are the lab's paths that o measures.
+func (o options) measured(ps []Path) []Path {
+	if o.only == nil {
+		return ps
+	}
+	var out []Path
+	for _, p := range ps {
+		if slices.Contains(o.only, p.Key) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // quietCores is the most CPU that other processes may use during a run
@@ -81,6 +98,7 @@ func run() error {
 	latDuration := flag.Duration("latency-duration", 4*time.Second, "length of each constant-rate run")
 	xlbBin := flag.String("xlb", "", "xlb binary for the lab (default: build ./cmd/xlb)")
 	budget := flag.Duration("timeout", 14*time.Minute, "give up (and clean up) after this long")
+	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy; \"\": all); a development run, whose document section lacks the others")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
 
@@ -99,6 +117,18 @@ func run() error {
 	}
 	if o.rates, err = parseRates(*rates); err != nil {
 		return fmt.Errorf("-rates: %w", err)
+	}
+	if *only != "" {
+		known := map[string]bool{}
+		for _, p := range paths() {
+			known[p.Key] = true
+		}
+		for _, k := range strings.Split(*only, ",") {
+			if !known[k] {
+				return fmt.Errorf("-paths: %q is no path; the paths are %s", k, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
+			}
+			o.only = append(o.only, k)
+		}
 	}
 	if *quick {
 		o.backends, o.rounds, o.wrk.Duration = []int{1, 4}, 1, 2*time.Second
@@ -194,7 +224,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 		r.Configs = append(r.Configs, cs)
 		progress("%s: every path answers from every backend in use", backendsLabel(n))
 		for _, mode := range o.modes {
-			for _, p := range order(l.paths, series) {
+			for _, p := range order(o.measured(l.paths), series) {
 				run, err := l.wrkRun(ctx, o.wrk, p, mode, o.warmup, 0)
 				r.Runs = append(r.Runs, run)
 				if err != nil {
@@ -207,7 +237,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 			for round := 1; round <= o.rounds+o.extraRounds; round++ {
 				series++
 				var ps []Path
-				for _, p := range order(l.paths, series) {
+				for _, p := range order(o.measured(l.paths), series) {
 					if round <= o.rounds || !r.hasQuiet(p.Key, mode, n) {
 						ps = append(ps, p)
 					}
@@ -227,6 +257,9 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					nat := ""
 					if run.NATAllocFailures > 0 {
 						nat = fmt.Sprintf("; %d NAT allocation failures", run.NATAllocFailures)
+					}
+					if run.SYNRetrans > 0 {
+						nat += fmt.Sprintf("; %d SYN retransmits", run.SYNRetrans)
 					}
 					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
 						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)

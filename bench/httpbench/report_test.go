@@ -141,8 +141,8 @@ func TestNATTargets(t *testing.T) {
 	for _, want := range []string{
 		"xlb nat / nftables DNAT (≥ 1.0x keep-alive, 1.2x new-connection)",
 		"xlb nat / HAProxy tcp (≥ 1.5x)",
-		"| keep-alive | 1 | 1.03x ✓ | 2.22x ✓ | 1.05x | 2.28x |",
-		"| new-connection | 4 | 1.21x ✓ | 2.02x ✓ | 1.14x | 1.90x |",
+		"| keep-alive | 1 | 1.03x ✓ | 2.22x ✓ | 1.03x ✓ (2) | 2.22x ✓ (2) | 1.05x | 2.28x |",
+		"| new-connection | 4 | 1.21x ✓ | 2.02x ✓ | 1.21x ✓ (2) | 2.02x ✓ (2) | 1.14x | 1.90x |",
 	} {
 		if !strings.Contains(table, want) {
 			t.Errorf("NAT ratio table lacks\n%s\nin\n%s", want, table)
@@ -339,5 +339,30 @@ func TestSYNRetransFromNamespace(t *testing.T) {
 	}
 	if n, err := netstatField(string(netstat), "TcpExt", "TCPSynRetrans"); err != nil || n != 0 {
 		t.Errorf("TCPSynRetrans in a fresh namespace: %d (%v), want 0", n, err)
+	}
+}
+
+// TestPairedRatio: the median of the per-round ratios, over the rounds
+// both paths ran; the warm-up and unpaired rounds do not count.
+func TestPairedRatio(t *testing.T) {
+	run := func(path string, round int, rps float64) Run {
+		return Run{Path: path, Mode: modeClose, Backends: 8, Round: round, WrkResult: WrkResult{RPS: rps}}
+	}
+	r := &Report{Runs: []Run{
+		run(keyNAT, 0, 1), run(keyNft, 0, 100), // warm-up
+		run(keyNAT, 1, 120), run(keyNft, 1, 100), // 1.2
+		run(keyNAT, 2, 90), run(keyNft, 2, 100), // 0.9
+		run(keyNAT, 3, 260), run(keyNft, 3, 200), // 1.3
+		run(keyNAT, 4, 500), // no pair
+	}}
+	if v, n := r.pairedRatio(keyNAT, keyNft, modeClose, 8); n != 3 || math.Abs(v-1.2) > 1e-9 {
+		t.Errorf("three pairs: %v over %d, want 1.2 over 3", v, n)
+	}
+	r.Runs = append(r.Runs, run(keyNft, 4, 1000)) // 0.5
+	if v, n := r.pairedRatio(keyNAT, keyNft, modeClose, 8); n != 4 || math.Abs(v-1.05) > 1e-9 {
+		t.Errorf("four pairs: %v over %d, want 1.05 (the mean of the middle two) over 4", v, n)
+	}
+	if v, n := r.pairedRatio(keyNAT, keyHAProxy, modeClose, 8); n != 0 || !math.IsNaN(v) {
+		t.Errorf("no pair: %v over %d, want NaN over 0", v, n)
 	}
 }
