@@ -82,7 +82,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 			}
 		}
 		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port. ", natPortMin, natPortMax, fails)
-		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); the client's SYN retransmits over the rounds counted show whether that happened: %s.\n\n", r.synRetransSummary())
+		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); over the rounds counted, the client's SYN retransmits / the backends' SYNs refused by a TIME_WAIT socket (PAWSTimewait) / dropped by a full accept queue show whether that happened: %s.\n\n", r.synRetransSummary())
 	}
 
 	if len(r.Latency) > 0 {
@@ -306,8 +306,9 @@ func fmtCostRatio(r *Report, a, b, mode string, n int) string {
 	return fmt.Sprintf("%.2f", r.labCost(x)/r.labCost(y))
 }
 
-// synRetransSummary is the client's SYN retransmits of each proxying
-// path over all the rounds counted, by mode.
+// synRetransSummary is, for each proxying path over all the rounds
+// counted, by mode: the client's SYN retransmits, and the backends' SYNs
+// refused by TIME_WAIT sockets and dropped by full accept queues.
 func (r *Report) synRetransSummary() string {
 	var parts []string
 	for _, p := range r.Paths {
@@ -316,16 +317,18 @@ func (r *Report) synRetransSummary() string {
 		}
 		var by []string
 		for _, mode := range r.Modes {
-			var n uint64
+			var re, paws, drops uint64
 			rounds := 0
 			for _, x := range r.Runs {
 				if x.Round > 0 && x.Path == p.Key && x.Mode == mode {
-					n += x.SYNRetrans
+					re += x.SYNRetrans
+					paws += x.BackendPAWS
+					drops += x.BackendListenDrops
 					rounds++
 				}
 			}
 			if rounds > 0 {
-				by = append(by, fmt.Sprintf("%d %s", n, mode))
+				by = append(by, fmt.Sprintf("%s %d/%d/%d", mode, re, paws, drops))
 			}
 		}
 		if len(by) > 0 {

@@ -258,8 +258,8 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					if run.NATAllocFailures > 0 {
 						nat = fmt.Sprintf("; %d NAT allocation failures", run.NATAllocFailures)
 					}
-					if run.SYNRetrans > 0 {
-						nat += fmt.Sprintf("; %d SYN retransmits", run.SYNRetrans)
+					if run.SYNRetrans+run.BackendPAWS+run.BackendListenDrops > 0 {
+						nat += fmt.Sprintf("; SYN retransmits %d, backends' PAWS refusals %d, listen drops %d", run.SYNRetrans, run.BackendPAWS, run.BackendListenDrops)
 					}
 					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
 						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)

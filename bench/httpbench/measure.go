@@ -35,8 +35,13 @@ type Run struct {
 	NATAllocFailures uint64 `json:"nat_allocation_failures,omitempty"`
 	// SYNRetrans is the SYNs the client's stack sent again during the
 	// run (TcpExt TCPSynRetrans): connections that waited a second or
-	// more for their handshake.
-	SYNRetrans uint64 `json:"syn_retransmits"`
+	// more for their handshake. BackendPAWS is the SYNs the backends
+	// refused because a TIME_WAIT socket held the tuple with a newer TCP
+	// timestamp (PAWSTimewait), BackendListenDrops those their full
+	// accept queues dropped (ListenDrops).
+	SYNRetrans         uint64 `json:"syn_retransmits"`
+	BackendPAWS        uint64 `json:"backend_paws_timewait"`
+	BackendListenDrops uint64 `json:"backend_listen_drops"`
 	CPU        CPUUse `json:"cpu"`
 }
 
@@ -79,7 +84,7 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err != nil {
 		return run, err
 	}
-	syn0, err := l.synRetrans()
+	syn0, err := l.synCounters()
 	if err != nil {
 		return run, err
 	}
@@ -115,11 +120,13 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 		return run, err
 	}
 	run.NATAllocFailures = nat1 - nat0
-	syn1, err := l.synRetrans()
+	syn1, err := l.synCounters()
 	if err != nil {
 		return run, err
 	}
-	run.SYNRetrans = syn1 - syn0
+	run.SYNRetrans = syn1.retrans - syn0.retrans
+	run.BackendPAWS = syn1.paws - syn0.paws
+	run.BackendListenDrops = syn1.listenDrops - syn0.listenDrops
 	run.Served = servedDelta(before, after)
 	if run.WrkResult, err = parseWrk(out.String()); err != nil {
 		return run, fmt.Errorf("%s: wrk's output: %w:\n%s", run.Command, err, out.String())

@@ -815,18 +815,48 @@ func (l *benchLab) natFailures(p Path) (uint64, error) {
 	return st.NAT.AllocFailures, nil
 }
 
-// synRetrans is the client namespace's TcpExt TCPSynRetrans so far.
-func (l *benchLab) synRetrans() (uint64, error) {
-	var text []byte
-	err := netns.Do(l.p.Clients[0].Namespace, func() (err error) {
-		// /proc/net follows the reading thread's network namespace.
-		text, err = os.ReadFile("/proc/thread-self/net/netstat")
-		return err
-	})
-	if err != nil {
-		return 0, fmt.Errorf("client namespace: %w", err)
+// synCounters are the client's SYN retransmits (TcpExt TCPSynRetrans)
+// and the backends' SYNs refused by a TIME_WAIT socket (PAWSTimewait) or
+// dropped by a full accept queue (ListenDrops), so far.
+type synCounters struct{ retrans, paws, listenDrops uint64 }
+
+func (l *benchLab) synCounters() (synCounters, error) {
+	var c synCounters
+	read := func(ns string) (text string, err error) {
+		err = netns.Do(ns, func() error {
+			// /proc/net follows the reading thread's network namespace.
+			b, err := os.ReadFile("/proc/thread-self/net/netstat")
+			text = string(b)
+			return err
+		})
+		if err != nil {
+			err = fmt.Errorf("namespace %s: %w", ns, err)
+		}
+		return text, err
 	}
-	return netstatField(string(text), "TcpExt", "TCPSynRetrans")
+	text, err := read(l.p.Clients[0].Namespace)
+	if err != nil {
+		return c, err
+	}
+	if c.retrans, err = netstatField(text, "TcpExt", "TCPSynRetrans"); err != nil {
+		return c, err
+	}
+	for _, h := range l.p.Backends {
+		if text, err = read(h.Namespace); err != nil {
+			return c, err
+		}
+		for _, f := range []struct {
+			name string
+			to   *uint64
+		}{{"PAWSTimewait", &c.paws}, {"ListenDrops", &c.listenDrops}} {
+			n, err := netstatField(text, "TcpExt", f.name)
+			if err != nil {
+				return c, err
+			}
+			*f.to += n
+		}
+	}
+	return c, nil
 }
 
 // netstatField is field name of section sect in a /proc/net/netstat
