@@ -42,7 +42,7 @@ type Run struct {
 	SYNRetrans         uint64 `json:"syn_retransmits"`
 	BackendPAWS        uint64 `json:"backend_paws_timewait"`
 	BackendListenDrops uint64 `json:"backend_listen_drops"`
-	CPU        CPUUse `json:"cpu"`
+	CPU                CPUUse `json:"cpu"`
 }
 
 // LatencyRun is one run of the constant-rate client.
