@@ -128,10 +128,11 @@
  * (60 s on Linux) after the node forgot the session (tcpClosing); a new
  * session that drew the same port to it would meet that socket, which
  * refuses a SYN whose TCP timestamp is older (another client's clock) and
- * makes the client retransmit a second later. So the first
- * XLB_NAT_TW_TRIES candidates of a full search skip a port whose claim
- * a backend closed less than tcpTimeWait ago; the later ones take it as
- * before, so a busy range loses no capacity. nat_tw has
+ * makes the client retransmit a second later. So a full search first
+ * tries its first XLB_NAT_TW_TRIES candidates skipping any port whose
+ * claim a backend closed less than tcpTimeWait ago, and then, if none
+ * was free, all XLB_NAT_PORT_TRIES as before, taking any free port: a
+ * busy range loses no capacity. nat_tw has
  * XLB_NAT_TW_SLOTS slots, a claim's by its hash: a slot shared by two
  * claims holds the later close, which only makes a port look busy. */
 #define XLB_NAT_TW_TRIES 32

@@ -385,9 +385,15 @@ static long lbnat_try_port(__u64 i, void *unused)
 
 	if (!x || !c)
 		return 1;
+	/* The first x->strict steps try the first candidates, skipping the
+	 * ports in a backend's TIME_WAIT; the rest try every candidate
+	 * from the first, taking any free port. */
+	int strict = i < x->strict;
+	__u32 k = strict ? (__u32)i : (__u32)i - x->strict;
+
 	if (x->range)
-		x->rk.dport = bpf_htons(lbnat_candidate(x->h, i, c->port_min, x->range));
-	if (i < x->strict && lbnat_tw_busy(c, &x->rk, x->s.last))
+		x->rk.dport = bpf_htons(lbnat_candidate(x->h, k, c->port_min, x->range));
+	if (strict && lbnat_tw_busy(c, &x->rk, x->s.last))
 		return 0;
 	/* Looked up before the insert: a failed insert into a full LRU map
 	 * may evict another session to make room first. */
@@ -532,7 +538,7 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 	if (tcp && !dnat && tries == XLB_NAT_PORT_TRIES && c->tcp_time_wait_ns)
 		x->strict = XLB_NAT_TW_TRIES;
 
-	bpf_loop(tries, lbnat_try_port, 0, 0);
+	bpf_loop(tries + x->strict, lbnat_try_port, 0, 0);
 	if (!dnat)
 		lbnat_hint_update(x->s.backend_id, now, tries, x->ok);
 	if (!x->ok) {

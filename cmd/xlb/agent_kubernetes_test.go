@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"os"
@@ -247,7 +249,13 @@ func daemonSetMetrics(t *testing.T, cs kubernetes.Interface, bin, ns, kubeconfig
 	// Without a file the API socket is /run/xlb/xlb.sock: a mount
 	// namespace of the agent's own, with a tmpfs on /run/xlb, keeps it
 	// (and its lock) off the host's. bpffs stays the host's.
-	if err := os.MkdirAll("/run/xlb", 0o700); err != nil {
+	// The mount point is made only if missing, and then removed.
+	if _, err := os.Stat("/run/xlb"); errors.Is(err, fs.ErrNotExist) {
+		if err := os.Mkdir("/run/xlb", 0o700); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove("/run/xlb") })
+	} else if err != nil {
 		t.Fatal(err)
 	}
 	const metricsAddr = "10.0.0.10:9400"

@@ -1660,6 +1660,23 @@ func TestLBNATBackendTimeWait(t *testing.T) {
 		t.Errorf("tcpTimeWait 1ms: port %d, want the first candidate %d again", got, src.Port())
 	}
 
+	// Every port looks in TIME_WAIT: the search, finding none free
+	// among its first candidates, tries them all again from the first
+	// and takes it.
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: natPortMin, PortMax: natPortMax}); err != nil {
+		t.Fatal(err)
+	}
+	stamp := uint32(monotonicNow() >> 20)
+	for i := uint32(0); i < x.d.objs.NatTw.MaxEntries(); i++ {
+		if err := x.d.objs.NatTw.Put(i, stamp); err != nil {
+			t.Fatal(err)
+		}
+	}
+	h := tuple{clientAt(45005), vip(80), 6}
+	if got, want := synFrom(h), natCandidate(h, 0, natPortMin, natPortMax); got != want {
+		t.Errorf("every port in TIME_WAIT: port %d, want the first candidate %d", got, want)
+	}
+
 	// One port in the range, its backend in TIME_WAIT: a new session
 	// still gets it.
 	const port = 30000
