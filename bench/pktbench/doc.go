@@ -109,6 +109,9 @@ func signedNs(v float64) string {
 	return fmt.Sprintf("%+.0f", v)
 }
 
+// nodeProg labels the node's XDP program in the statistics.
+const nodeProg = "node1/eth0"
+
 // bpfColumns are the programs the statistics table shows, in path order,
 // with their headings.
 var bpfColumns = []struct{ key, head string }{
@@ -250,7 +253,8 @@ func natSection(r *Report) string {
 	}
 	fmt.Fprintf(&b, "\nEach round ends with these, each direction in a run of its own of %d frames after %d that warm up, measured as above. *Forward*: the client's frames to the VIP, counted at the backends' sockets, as in the main table; the run opens a session (or conntrack entry) per flow. *Reverse*: the same generator runs on backend 1's `eth0` (CPU 0) and sends the replies of the sessions that the forward run opened to backend 1, from its port %d: pktbench lists them after the forward run — xlb's from the agent (`GET /v1/sessions`, what `xlb status --sessions VIP --json` prints: the node's address and the port it allocated for nat, the client's address and port for dnat), nftables-masq's as the reply tuples of the node's conntrack entries (the masquerade draws its ports at random) — and the program draws each frame's destination port from a table of them (%d slots in an array map that it reads directly). The client has a never-read socket on each of its %d source ports, which counts a reply that reaches it as delivered. The reverse direction has floors of its own, backend 1's frames to those client ports: *direct* through the router only, and *routed* through the node as a plain router (the router sends them to the node as it does dnat's replies, and the node's kernel forwards them back). The forward rows of direct and routed are the main table's, from the same rounds. *Over routed* is the path CPU per packet above routed's in the same direction and round: what the translation adds to a node that only routes.\n\n",
 		r.Settings.NATPackets, r.Settings.Warmup, servicePort, portSlots, r.Settings.Flows)
-	b.WriteString("| variant | direction | pps delivered (min–max) | loss (max) | path CPU ns/packet | packets per CPU-second | / nftables-masq per CPU | ns over routed |\n|---|---|---:|---:|---:|---:|---:|---:|\n")
+	fmt.Fprintf(&b, "The last column is the node's XDP program, from a separate run of %d frames per variant and direction with BPF run-time statistics on (as in the table of the programs above): ns per run, and runs per delivered packet in brackets.\n\n", r.Settings.NATStatsPackets)
+	b.WriteString("| variant | direction | pps delivered (min–max) | loss (max) | path CPU ns/packet | packets per CPU-second | / nftables-masq per CPU | ns over routed | xlb on node1/eth0 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
 	for _, s := range r.NAT {
 		vs := "–"
 		if s.CoreVsNFTMasq > 0 {
@@ -260,8 +264,12 @@ func natSection(r *Report) string {
 		if s.Variant != vRouted {
 			over = signedNs(s.OverRoutedNs)
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | %s (%s–%s) | %.2f%% | %.0f | %s | %s | %s |\n",
-			s.Variant, s.Direction, kilo(s.PPS), kilo(s.PPSMin), kilo(s.PPSMax), s.LossPct, s.NsPerPkt, kilo(s.PPSPerCore), vs, over)
+		prog := "–"
+		if x, ok := s.BPF[nodeProg]; ok && x.RunsPerPacket >= 0.01 {
+			prog = fmt.Sprintf("%.0f (%.2f)", x.NsPerRun, x.RunsPerPacket)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s (%s–%s) | %.2f%% | %.0f | %s | %s | %s | %s |\n",
+			s.Variant, s.Direction, kilo(s.PPS), kilo(s.PPSMin), kilo(s.PPSMax), s.LossPct, s.NsPerPkt, kilo(s.PPSPerCore), vs, over, prog)
 	}
 	b.WriteString("\n" + natNote(r))
 	return b.String()
@@ -291,8 +299,14 @@ func natNote(r *Report) string {
 		if !okF || !okR {
 			continue
 		}
-		fmt.Fprintf(&b, " `%s`: %.0f ns per packet reverse against %.0f forward (%+.0f ns, median of the per-round differences); over a node that only routes it added %+.0f ns to a reply and %+.0f ns to a request.",
+		fmt.Fprintf(&b, " `%s`: %.0f ns per packet reverse against %.0f forward (%+.0f ns, median of the per-round differences); over a node that only routes it added %+.0f ns to a reply and %+.0f ns to a request",
 			v, rv.NsPerPkt, f.NsPerPkt, rv.ReverseOverForwardNs, rv.OverRoutedNs, f.OverRoutedNs)
+		pf, okF := f.BPF[nodeProg]
+		pr, okR := rv.BPF[nodeProg]
+		if okF && okR && pf.RunsPerPacket >= 0.01 && pr.RunsPerPacket >= 0.01 {
+			fmt.Fprintf(&b, ", and its XDP program took %.0f ns per reply and %.0f ns per request", pr.NsPerRun, pf.NsPerRun)
+		}
+		b.WriteString(".")
 	}
 	var misses, fails uint64
 	var xlbRev int

@@ -5,7 +5,11 @@
 // dsr-ipip), with nftables and iptables DNAT on the node (what
 // kube-proxy does), with the node as a plain router, and without the
 // node (the floor). Then it measures one and two processing cores with
-// one and two queues on the node's veth.
+// one and two queues on the node's veth. The NAT variants (xlb nat and
+// dnat, nftables DNAT with masquerade) are measured in each direction:
+// the client's requests, and then a backend's replies in the sessions
+// those opened, sent by the same generator from the backend's veth and
+// counted at the client's sockets.
 //
 // The generator is an XDP program run with BPF_PROG_TEST_RUN in
 // live-frames mode on the client's veth: every frame leaves the client
@@ -58,10 +62,10 @@ func main() {
 func sizes(quick bool) Settings {
 	if quick {
 		return Settings{Rounds: 1, Packets: 150_000, Warmup: 20_000, StatsPackets: 50_000,
-			CoreRounds: 1, CorePackets: 150_000, NATPackets: 100_000, TimeoutS: 10}
+			CoreRounds: 1, CorePackets: 150_000, NATPackets: 100_000, NATStatsPackets: 50_000, TimeoutS: 10}
 	}
 	return Settings{Rounds: 3, Packets: 600_000, Warmup: 20_000, StatsPackets: 200_000,
-		CoreRounds: 2, CorePackets: 400_000, NATPackets: 200_000, TimeoutS: 20}
+		CoreRounds: 2, CorePackets: 400_000, NATPackets: 200_000, NATStatsPackets: 100_000, TimeoutS: 20}
 }
 
 func run() error {
@@ -195,11 +199,11 @@ func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, natOnly
 
 	if natOnly {
 		for round := 1; round <= r.Settings.Rounds; round++ {
-			if err := m.natVariants(ctx, round); err != nil {
+			if err := m.natVariants(ctx, sectionNAT, round); err != nil {
 				return err
 			}
 		}
-		return nil
+		return m.natVariants(ctx, sectionNATStats, 0)
 	}
 	for round := 1; round <= r.Settings.Rounds; round++ {
 		// Alternate which half comes first, so that neither always
@@ -218,7 +222,7 @@ func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, natOnly
 		}
 		// The NAT variants come after both halves, so the others run as
 		// they always have.
-		if err := m.natVariants(ctx, round); err != nil {
+		if err := m.natVariants(ctx, sectionNAT, round); err != nil {
 			return err
 		}
 	}
@@ -227,6 +231,9 @@ func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, natOnly
 		return err
 	}
 	if err := m.xlbVariants(ctx, sectionStats, 0, []int{0}); err != nil {
+		return err
+	}
+	if err := m.natVariants(ctx, sectionNATStats, 0); err != nil {
 		return err
 	}
 	if maxCPUs() < 2 {
@@ -256,6 +263,8 @@ func (m *measurer) opts(section, variant string, round int, cpus []int, xlbSocke
 		o.Packets = m.set.CorePackets
 	case sectionNAT:
 		o.Packets = m.set.NATPackets
+	case sectionNATStats:
+		o.Packets, o.Stats = m.set.NATStatsPackets, true
 	}
 	return o
 }

@@ -174,19 +174,23 @@ func (pa *path) natServices() []labrun.Service {
 }
 
 // natVariants runs the NAT variants of a round, each forward and then
-// reverse: xlb-nat and xlb-dnat with one agent, then nftables-masq.
-func (m *measurer) natVariants(ctx context.Context, round int) error {
+// reverse: the reverse floors, xlb-nat and xlb-dnat with one agent,
+// then nftables-masq. In section sectionNATStats it leaves out the
+// floors, which have no program on the node.
+func (m *measurer) natVariants(ctx context.Context, section string, round int) error {
 	pa := m.pa
 	if err := pa.openClientSinks(); err != nil {
 		return err
 	}
-	if err := m.reverseFloors(ctx, round); err != nil {
-		return err
+	if section == sectionNAT {
+		if err := m.reverseFloors(ctx, round); err != nil {
+			return err
+		}
 	}
 	err := m.withNATAgent(ctx, func(socket string) error {
 		for _, v := range []string{vXLBNAT, vXLBDNAT} {
 			vip := pa.dst(v).Dst
-			err := m.natPair(ctx, v, round, socket, func() ([]replyTuple, error) { return sessionReplies(socket, vip) })
+			err := m.natPair(ctx, section, v, round, socket, func() ([]replyTuple, error) { return sessionReplies(socket, vip) })
 			if err != nil {
 				return err
 			}
@@ -200,7 +204,7 @@ func (m *measurer) natVariants(ctx context.Context, round int) error {
 	if err != nil {
 		return errors.Join(fmt.Errorf("%s: %w", vNFTMasq, err), undo())
 	}
-	err = m.natPair(ctx, vNFTMasq, round, "", func() ([]replyTuple, error) { return conntrackReplies(pa.node.Namespace) })
+	err = m.natPair(ctx, section, vNFTMasq, round, "", func() ([]replyTuple, error) { return conntrackReplies(pa.node.Namespace) })
 	if uerr := undo(); uerr != nil {
 		err = errors.Join(err, fmt.Errorf("%s: remove its rules: %w", vNFTMasq, uerr))
 	}
@@ -241,8 +245,8 @@ func (m *measurer) reverseFloors(ctx context.Context, round int) (err error) {
 
 // natPair measures variant v forward, then its first backend's replies
 // in the sessions that the forward run opened, which replies lists.
-func (m *measurer) natPair(ctx context.Context, v string, round int, socket string, replies func() ([]replyTuple, error)) error {
-	o := m.opts(sectionNAT, v, round, []int{0}, socket)
+func (m *measurer) natPair(ctx context.Context, section, v string, round int, socket string, replies func() ([]replyTuple, error)) error {
+	o := m.opts(section, v, round, []int{0}, socket)
 	o.Direction = dirForward
 	if err := m.oneFlow(ctx, m.pa.forward(v), o); err != nil {
 		return err

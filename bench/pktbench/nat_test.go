@@ -120,6 +120,10 @@ func TestSummarizeNAT(t *testing.T) {
 			natRun(vXLBNAT, dirForward, round, 140_000/busy, 4800+float64(round)), natRun(vXLBNAT, dirReverse, round, 110_000/busy, 6200),
 			natRun(vNFTMasq, dirForward, round, 100_000/busy, 6400), natRun(vNFTMasq, dirReverse, round, 90_000/busy, 7000))
 	}
+	for dir, ns := range map[string]float64{dirForward: 120, dirReverse: 150} {
+		runs = append(runs, Run{Section: sectionNATStats, Variant: vXLBNAT, Direction: dir, Delivered: 1, PPS: 1,
+			BPF: map[string]BPFRun{"node1/eth0": {Runs: 10, NsPerRun: ns, RunsPerPacket: 1}}})
+	}
 	got := summarizeNAT(runs)
 	var rows []string
 	for _, s := range got {
@@ -130,6 +134,9 @@ func TestSummarizeNAT(t *testing.T) {
 		t.Fatalf("rows %q, want %q", rows, wantRows)
 	}
 	f, r := got[4], got[5]
+	if f.BPF["node1/eth0"].NsPerRun != 120 || r.BPF["node1/eth0"].NsPerRun != 150 || got[7].BPF != nil {
+		t.Errorf("BPF figures not taken from the statistics runs of the same variant and direction: %v, %v, %v", f.BPF, r.BPF, got[7].BPF)
+	}
 	if f.Rounds != 2 || f.NsPerPkt != 4801.5 || f.OverRoutedNs != -198.5 || f.PPS != 105_000 || f.PPSMin != 70_000 {
 		t.Errorf("xlb-nat forward %+v", f)
 	}
@@ -153,6 +160,7 @@ func TestSummarizeNAT(t *testing.T) {
 		"### NAT: forward and reverse", "| `xlb-nat` | reverse | 82k (55k–110k) | 0.00% | 6200 | 161k | 1.13x | +200 |",
 		"| `routed` | reverse | 90k (60k–120k) | 0.00% | 6000 | 167k | 1.17x | – |",
 		"`xlb-nat`: 6200 ns per packet reverse against 4802 forward (+1398 ns", "added +200 ns to a reply and -198 ns to a request",
+		"its XDP program took 150 ns per reply and 120 ns per request.", "| +200 | 150 (1.00) |", "| +1000 | – |",
 		"200000 frames after 20000",
 	} {
 		if !strings.Contains(md, want) {

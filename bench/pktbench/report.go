@@ -17,8 +17,10 @@ const (
 	sectionVariants = "variants"
 	sectionStats    = "bpf-stats"
 	sectionCores    = "cores"
-	// sectionNAT is the NAT variants', each direction separately.
-	sectionNAT = "nat"
+	// sectionNAT is the NAT variants', each direction separately;
+	// sectionNATStats one run of each with BPF statistics on.
+	sectionNAT      = "nat"
+	sectionNATStats = "nat-bpf-stats"
 )
 
 // Report is what a run writes to bench/results/pkt-<stamp>.json.
@@ -58,12 +60,14 @@ type Settings struct {
 	StatsPackets uint64 `json:"packets_per_stats_run"`
 	CoreRounds   int    `json:"core_rounds"`
 	CorePackets  uint64 `json:"packets_per_core_run"`
-	// NATPackets are the frames of each NAT run, each direction.
-	NATPackets uint64  `json:"packets_per_nat_run,omitempty"`
-	TimeoutS   float64 `json:"timeout_per_run_s"`
-	FrameBytes int     `json:"frame_bytes"`
-	Flows      int     `json:"flows"`
-	PathQueues int     `json:"path_queues"`
+	// NATPackets are the frames of each NAT run, each direction;
+	// NATStatsPackets of each NAT statistics run.
+	NATPackets      uint64  `json:"packets_per_nat_run,omitempty"`
+	NATStatsPackets uint64  `json:"packets_per_nat_stats_run,omitempty"`
+	TimeoutS        float64 `json:"timeout_per_run_s"`
+	FrameBytes      int     `json:"frame_bytes"`
+	Flows           int     `json:"flows"`
+	PathQueues      int     `json:"path_queues"`
 }
 
 // Run is one measurement: frames of one variant from one or more
@@ -404,6 +408,8 @@ type NATSummary struct {
 	// variant's in the same direction and round: what the translation
 	// adds to a node that only routes.
 	OverRoutedNs float64 `json:"ns_per_packet_over_routed"`
+	// BPF is the statistics run's per-program cost (the NAT variants).
+	BPF map[string]BPFRun `json:"bpf,omitempty"`
 }
 
 // medianOr0 is the median, 0 of nothing (JSON has no NaN).
@@ -475,10 +481,16 @@ func summarizeNAT(runs []Run) []NATSummary {
 			if len(pps) == 0 {
 				continue
 			}
-			out = append(out, NATSummary{Variant: v, Direction: dir, Rounds: len(pps),
+			s := NATSummary{Variant: v, Direction: dir, Rounds: len(pps),
 				PPS: math.Round(median(pps)), PPSMin: slices.Min(pps), PPSMax: slices.Max(pps),
 				NsPerPkt: round1(median(ns)), PPSPerCore: math.Round(median(core)), LossPct: slices.Max(loss),
-				CoreVsNFTMasq: round2(medianOr0(vsNFT)), ReverseOverForwardNs: round1(medianOr0(overFwd)), OverRoutedNs: round1(medianOr0(overRouted))})
+				CoreVsNFTMasq: round2(medianOr0(vsNFT)), ReverseOverForwardNs: round1(medianOr0(overFwd)), OverRoutedNs: round1(medianOr0(overRouted))}
+			for _, r := range runs {
+				if r.Section == sectionNATStats && r.Variant == v && r.Direction == dir {
+					s.BPF = r.BPF
+				}
+			}
+			out = append(out, s)
 		}
 	}
 	return out
