@@ -256,9 +256,9 @@ type flow struct {
 	spec frameSpec
 	// ns and ifname are the generator's namespace and interface.
 	ns, ifname string
-	// dports, if set, are the destination ports the generator draws
-	// each frame's from (see portTable), instead of varying the source
-	// port.
+	// dports, if set, are the ports the generator draws each frame's
+	// destination port from (see portTable), instead of varying the
+	// source port.
 	dports []uint16
 	// reverse: the frames go to the client and are counted at its
 	// sockets, not at the backends'.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/vishvananda/netlink"
 
@@ -243,30 +244,74 @@ func (m *measurer) reverseFloors(ctx context.Context, round int) (err error) {
 	return m.oneFlow(ctx, fl, o)
 }
 
-// natPair measures variant v forward, then its first backend's replies
-// in the sessions that the forward run opened, which replies lists.
+// natOpenFrames is how many frames open the sessions before a NAT
+// variant's runs: 12 per flow leave each flow without a frame with
+// probability e^-12, so that all 4096 get a session.
+const natOpenFrames = 12 << sportBits
+
+// natPair measures NAT variant v in both directions, in the state of a
+// flow that has seen traffic both ways: the client's frames open a
+// session (or conntrack entry) per flow; replies lists them; the replies
+// of backend 1's sessions are measured (reverse); backend 2 answers its
+// sessions too, unmeasured; and then the client's frames are measured
+// (forward), every session having seen replies.
 func (m *measurer) natPair(ctx context.Context, section, v string, round int, socket string, replies func() ([]replyTuple, error)) error {
+	pa := m.pa
 	o := m.opts(section, v, round, []int{0}, socket)
-	o.Direction = dirForward
-	if err := m.oneFlow(ctx, m.pa.forward(v), o); err != nil {
-		return err
+	fwd := pa.forward(v)
+	if err := pa.prime(ctx, fwd, natOpenFrames, o); err != nil {
+		return fmt.Errorf("%s: open the sessions: %w", v, err)
 	}
 	rs, err := replies()
 	if err != nil {
 		return fmt.Errorf("%s: %w", v, err)
 	}
-	from := m.pa.backends[0]
-	dst, ports, err := replyTargets(netip.AddrPortFrom(from.Addr, servicePort), rs)
-	if err != nil {
-		return fmt.Errorf("%s: %w", v, err)
+	var revs []flow
+	for _, b := range pa.backends {
+		dst, ports, err := replyTargets(netip.AddrPortFrom(b.Addr, servicePort), rs)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		fl, err := pa.reverse(b, dst, ports)
+		if err != nil {
+			return fmt.Errorf("%s: %w", v, err)
+		}
+		m.progress("%s: %s answers %d sessions at %s, ports %d–%d", v, b.Name, len(ports), dst, ports[0], ports[len(ports)-1])
+		revs = append(revs, fl)
 	}
-	fl, err := m.pa.reverse(from, dst, ports)
-	if err != nil {
-		return fmt.Errorf("%s: %w", v, err)
-	}
-	m.progress("%s: reverse: %d replies of %s to %s, %d ports (%d–%d)", v, len(ports), from.Name, dst, len(ports), ports[0], ports[len(ports)-1])
 	o.Direction = dirReverse
-	return m.oneFlow(ctx, fl, o)
+	if err := m.oneFlow(ctx, revs[0], o); err != nil {
+		return err
+	}
+	for _, fl := range revs[1:] {
+		if err := pa.prime(ctx, fl, uint64(max(o.Warmup, 12*uint64(len(fl.dports)))), o); err != nil {
+			return fmt.Errorf("%s: the other backends' replies: %w", v, err)
+		}
+	}
+	o.Direction = dirForward
+	return m.oneFlow(ctx, fwd, o)
+}
+
+// prime sends n frames of fl from o's CPUs without measuring them: what
+// opens sessions, or answers them, before a measured run.
+func (pa *path) prime(ctx context.Context, fl flow, n uint64, o runOpts) error {
+	frame, err := udpFrame(fl.spec)
+	if err != nil {
+		return err
+	}
+	gen, err := newGenerator(frame, fl.dports)
+	if err != nil {
+		return err
+	}
+	defer gen.Close()
+	sr, err := gen.send(ctx, frame, sendOpts{NS: fl.ns, Ifname: fl.ifname, CPUs: o.CPUs, Count: n, MaxChunk: 1 << 18, Deadline: time.Now().Add(o.Timeout)})
+	if err != nil {
+		return err
+	}
+	if sr.Sent < n {
+		return fmt.Errorf("sent %d of %d frames within %s", sr.Sent, n, o.Timeout)
+	}
+	return nil
 }
 
 // withNATAgent starts the node's agent with the NAT services, routes the

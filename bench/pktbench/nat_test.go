@@ -161,7 +161,7 @@ func TestSummarizeNAT(t *testing.T) {
 		"| `routed` | reverse | 90k (60k–120k) | 0.00% | 6000 | 167k | 1.17x | – |",
 		"`xlb-nat`: 6200 ns per packet reverse against 4802 forward (+1398 ns", "added +200 ns to a reply and -198 ns to a request",
 		"its XDP program took 150 ns per reply and 120 ns per request.", "| +200 | 150 (1.00) |", "| +1000 | – |",
-		"200000 frames after 20000",
+		"200000 frames after 20000 that warm up", "sends 49152 frames to the VIP (12 per flow",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("the NAT section lacks %q:\n%s", want, md)
