@@ -109,6 +109,9 @@ func signedNs(v float64) string {
 	return fmt.Sprintf("%+.0f", v)
 }
 
+// nodeProg labels the node's XDP program in the statistics.
+const nodeProg = "node1/eth0"
+
 // bpfColumns are the programs the statistics table shows, in path order,
 // with their headings.
 var bpfColumns = []struct{ key, head string }{
@@ -174,6 +177,7 @@ func markdown(r *Report, jsonPath string, imgs plotFiles) string {
 		b.WriteString("\n")
 	}
 	b.WriteString(bpfNote(r))
+	b.WriteString(natSection(r))
 
 	if len(r.Cores) > 0 {
 		b.WriteString("\n### Cores\n\n")
@@ -232,6 +236,93 @@ func headline(r *Report) string {
 		fmt.Fprintf(&b, "So xlb cost the path %.0f ns per packet more than a node that only routes, and nftables DNAT %.0f ns more.", x.OverRoutedNs, n.OverRoutedNs)
 	}
 	b.WriteString("\n")
+	return b.String()
+}
+
+// natSection is the NAT variants' subsection: how each direction is
+// sent and counted, the table, and what the reverse direction costs.
+func natSection(r *Report) string {
+	if len(r.NAT) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("\n### NAT: forward and reverse\n\n")
+	b.WriteString("| variant | the path |\n|---|---|\n")
+	for _, v := range natVariantOrder {
+		fmt.Fprintf(&b, "| `%s` | %s |\n", v, natVariantWhat[v])
+	}
+	fmt.Fprintf(&b, "\nEach round ends with these, measured as above, each direction in a run of its own of %d frames after %d that warm up, in the state of flows with traffic both ways. For each variant the client first sends %d frames to the VIP (%d per flow, not measured), which open a session (or conntrack entry) per flow, and pktbench lists them: xlb's from the agent (`GET /v1/sessions`, what `xlb status --sessions VIP --json` prints: the node's address and the port it allocated for nat, the client's address and port for dnat), nftables-masq's as the reply tuples of the node's conntrack entries (the masquerade draws its ports at random). Then *reverse* is measured: the same generator runs on backend 1's `eth0` (CPU 0) and sends the replies of backend 1's sessions, from its port %d to the address and ports they name, drawing each frame's destination port from a table of them (%d slots in an array map that it reads directly); the client has a never-read socket on each of its %d source ports, which counts a reply that reaches it as delivered. Backend 2 then answers its own sessions (not measured), and *forward* is measured last, every session having seen replies: the client's frames to the VIP, counted at the backends' sockets as in the main table. The reverse direction has floors of its own, backend 1's frames to the client's ports: *direct* through the router only, and *routed* through the node as a plain router (the router sends them to the node as it does dnat's replies, and the node's kernel forwards them back). The forward rows of direct and routed are the main table's, from the same rounds. *Over routed* is the path CPU per packet above routed's in the same direction and round: what the translation adds to a node that only routes.\n\n",
+		r.Settings.NATPackets, r.Settings.Warmup, natOpenFrames, natOpenFrames>>sportBits, servicePort, portSlots, r.Settings.Flows)
+	fmt.Fprintf(&b, "The last column is the node's XDP program, from a separate run of %d frames per variant and direction with BPF run-time statistics on (as in the table of the programs above): ns per run, and runs per delivered packet in brackets.\n\n", r.Settings.NATStatsPackets)
+	b.WriteString("| variant | direction | pps delivered (min–max) | loss (max) | path CPU ns/packet | packets per CPU-second | / nftables-masq per CPU | ns over routed | xlb on node1/eth0 |\n|---|---|---:|---:|---:|---:|---:|---:|---:|\n")
+	for _, s := range r.NAT {
+		vs := "–"
+		if s.CoreVsNFTMasq > 0 {
+			vs = ratio(s.CoreVsNFTMasq)
+		}
+		over := "–"
+		if s.Variant != vRouted {
+			over = signedNs(s.OverRoutedNs)
+		}
+		prog := "–"
+		if x, ok := s.BPF[nodeProg]; ok && x.RunsPerPacket >= 0.01 {
+			prog = fmt.Sprintf("%.0f (%.2f)", x.NsPerRun, x.RunsPerPacket)
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | %s (%s–%s) | %.2f%% | %.0f | %s | %s | %s | %s |\n",
+			s.Variant, s.Direction, kilo(s.PPS), kilo(s.PPSMin), kilo(s.PPSMax), s.LossPct, s.NsPerPkt, kilo(s.PPSPerCore), vs, over, prog)
+	}
+	b.WriteString("\n" + natNote(r))
+	return b.String()
+}
+
+func natSummaryOf(r *Report, v, dir string) (NATSummary, bool) {
+	i := slices.IndexFunc(r.NAT, func(s NATSummary) bool { return s.Variant == v && s.Direction == dir })
+	if i < 0 {
+		return NATSummary{}, false
+	}
+	return r.NAT[i], true
+}
+
+// natNote says what the reverse direction cost each NAT variant, with
+// the run's numbers.
+func natNote(r *Report) string {
+	var b strings.Builder
+	b.WriteString("What the reverse direction costs.")
+	if df, ok1 := natSummaryOf(r, vDirect, dirForward); ok1 {
+		if dr, ok2 := natSummaryOf(r, vDirect, dirReverse); ok2 {
+			fmt.Fprintf(&b, " The reverse path costs %+.0f ns per packet against the forward one before any node is in it (direct: %.0f ns reverse, %.0f forward; the two paths differ in more than their direction: other interfaces, other XDP programs, another receiving socket table), so a NAT variant's two directions compare through their floors (*over routed*), not as raw figures.", dr.NsPerPkt-df.NsPerPkt, dr.NsPerPkt, df.NsPerPkt)
+		}
+	}
+	for _, v := range natVariantOrder {
+		f, okF := natSummaryOf(r, v, dirForward)
+		rv, okR := natSummaryOf(r, v, dirReverse)
+		if !okF || !okR {
+			continue
+		}
+		fmt.Fprintf(&b, " `%s`: %.0f ns per packet reverse against %.0f forward (%+.0f ns, median of the per-round differences); over a node that only routes it added %+.0f ns to a reply and %+.0f ns to a request",
+			v, rv.NsPerPkt, f.NsPerPkt, rv.ReverseOverForwardNs, rv.OverRoutedNs, f.OverRoutedNs)
+		pf, okF := f.BPF[nodeProg]
+		pr, okR := rv.BPF[nodeProg]
+		if okF && okR && pf.RunsPerPacket >= 0.01 && pr.RunsPerPacket >= 0.01 {
+			fmt.Fprintf(&b, ", and its XDP program took %.0f ns per reply and %.0f ns per request", pr.NsPerRun, pf.NsPerRun)
+		}
+		b.WriteString(".")
+	}
+	var misses, fails uint64
+	var xlbRev int
+	for _, run := range natRuns(r.Runs) {
+		if run.XLB != nil && run.XLB.NAT != nil {
+			fails += run.XLB.NAT.AllocFailures
+			if run.Direction == dirReverse {
+				misses += run.XLB.NAT.ReverseMisses
+				xlbRev++
+			}
+		}
+	}
+	if xlbRev > 0 {
+		fmt.Fprintf(&b, " In xlb's %d reverse runs its program found no session for %d replies (reverse misses, passed to the kernel), and its NAT runs counted %d allocation failures.", xlbRev, misses, fails)
+	}
+	b.WriteString(" The reverse runs cover backend 1's sessions, about half of them; backend 2's replies take the same path.\n")
 	return b.String()
 }
 
@@ -355,7 +446,7 @@ func limits(r *Report) string {
 	b.WriteString(" The wall-clock rate moves with that other work from run to run; the CPU time per packet much less, which is why both are given and the ratios are taken round by round.\n\n")
 	b.WriteString("**veth, not a NIC.** XDP on a veth sees packets the kernel has already built as skbs (the router sent them), so here xlb's program runs after the work that XDP on a NIC's driver comes before (allocating the skb), and the veth converts between skb and XDP frame on the way in and out. What xlb saves on a real node's NIC is therefore not shown here. Line rate plays no part: a veth has none, and minimum-size frames make the per-packet costs dominate.\n\n")
 	fmt.Fprintf(&b, "**Long flows, one service.** The %d flows are long-lived: a DNAT rule set runs once per flow, when conntrack creates the entry, and every later packet costs a conntrack lookup and the address rewrite. So nftables and iptables come out alike: what differs between their rule sets (a verdict map against chains walked rule by rule) would show with many services and many new flows per second, which this benchmark does not measure. xlb keeps no per-flow state for these (stateless) services, so it has no conntrack cost to pay.\n\n", r.Settings.Flows)
-	b.WriteString("**Not measured.** Replies (UDP, direct server return: the backends send none here), TCP, packets larger than the minimum, more than one node, and a generator on a machine of its own. The backends' sockets are never read, so their application costs nothing.\n")
+	b.WriteString("**Not measured.** Replies of the DSR and DNAT variants of the main table (UDP, direct server return: the backends send none there; the NAT variants' replies are measured above), TCP, packets larger than the minimum, more than one node, and a generator on a machine of its own. The backends' sockets are never read, so their application costs nothing.\n")
 	return b.String()
 }
 
@@ -365,6 +456,12 @@ func consoleTable(r *Report) string {
 	fmt.Fprintf(&b, "\n%-9s %10s %8s %10s %12s %8s %8s %9s %9s\n", "variant", "pps", "loss%", "ns/pkt", "pkt/CPU-s", "/direct", "/nft", "+direct", "+routed")
 	for _, s := range r.Summary {
 		fmt.Fprintf(&b, "%-9s %10.0f %8.2f %10.0f %12.0f %8.2f %8.2f %9.0f %9.0f\n", s.Variant, s.PPS, s.LossPct, s.NsPerPkt, s.PPSPerCore, s.PPSVsDirect, s.PPSVsNFT, s.OverDirectNs, s.OverRoutedNs)
+	}
+	if len(r.NAT) > 0 {
+		fmt.Fprintf(&b, "\n%-13s %-8s %10s %8s %10s %12s %8s %9s %9s\n", "NAT variant", "dir", "pps", "loss%", "ns/pkt", "pkt/CPU-s", "/nft-msq", "+routed", "rev-fwd")
+		for _, s := range r.NAT {
+			fmt.Fprintf(&b, "%-13s %-8s %10.0f %8.2f %10.0f %12.0f %8.2f %9.0f %9.0f\n", s.Variant, s.Direction, s.PPS, s.LossPct, s.NsPerPkt, s.PPSPerCore, s.CoreVsNFTMasq, s.OverRoutedNs, s.ReverseOverForwardNs)
+		}
 	}
 	if len(r.Cores) > 0 {
 		fmt.Fprintf(&b, "\n%-9s %6s %5s %10s %8s %8s %10s\n", "variant", "queues", "cores", "pps", "/1 core", "loss%", "ns/pkt")

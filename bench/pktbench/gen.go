@@ -25,6 +25,7 @@ const (
 	udpLen       = 8
 	minFrame     = 60
 	udpSportOff  = ethLen + ipv4Len // offset of the UDP source port
+	udpDportOff  = udpSportOff + 2  // offset of the UDP destination port
 	templateTTL  = 64
 	ipProtoUDP   = 17
 	etherTypeIP4 = 0x0800
@@ -95,10 +96,35 @@ func ipChecksum(h []byte) uint16 {
 // payload bytes, whole 8-byte words.
 const headerWords = (udpSportOff + udpLen + 7) / 8
 
+// portSlots is the size of a generator's port table: a power of two,
+// so that a random number masked to it picks a slot, and as many slots
+// as the forward frames have source ports (flows).
+const portSlots = 1 << sportBits
+
+// portTable spreads ports over the portSlots slots of a generator's
+// table, slot i holding ports[i mod len(ports)], each in network byte
+// order: the bytes of the table map's one value. With a number of ports
+// that does not divide portSlots, the first portSlots mod len(ports)
+// ports get one slot more than the others.
+func portTable(ports []uint16) ([]byte, error) {
+	if len(ports) == 0 || len(ports) > portSlots {
+		return nil, fmt.Errorf("%d destination ports: want 1 to %d", len(ports), portSlots)
+	}
+	b := make([]byte, 2*portSlots)
+	for i := range portSlots {
+		binary.BigEndian.PutUint16(b[2*i:], ports[i%len(ports)])
+	}
+	return b, nil
+}
+
 // generatorInsns is the generator's XDP program: write the template's
 // headers into the frame, give it a random source port in the generated
 // range, count it in the per-CPU array counter (key 0), and return
-// XDP_TX. In a live-frames test run XDP_TX sends the frame out of the
+// XDP_TX. With a port table (tableFD >= 0, an array map whose one value
+// is portTable's bytes) it gives the frame a random destination port
+// from the table instead and leaves the template's source port: the
+// replies of sessions that exist. In a live-frames test run XDP_TX sends
+// the frame out of the run's ingress interface. In a live-frames test run XDP_TX sends the frame out of the
 // run's ingress interface.
 //
 // Why it writes the whole header every time: in live-frames mode the
@@ -107,7 +133,7 @@ const headerWords = (udpSportOff + udpLen + 7) / 8
 // addresses at every hop, TTL and checksum at every router). Without the
 // rewrite only the first frames of each page reach the backend
 // (measured: 128 of 32768).
-func generatorInsns(frame []byte, counterFD int) (asm.Instructions, error) {
+func generatorInsns(frame []byte, counterFD, tableFD int) (asm.Instructions, error) {
 	const xdpDrop, xdpTX = 1, 3
 	if len(frame) < headerWords*8 {
 		return nil, fmt.Errorf("frame of %d bytes: want at least %d", len(frame), headerWords*8)
@@ -128,11 +154,24 @@ func generatorInsns(frame []byte, counterFD int) (asm.Instructions, error) {
 			asm.LoadImm(asm.R5, int64(w), asm.DWord),
 			asm.StoreMem(asm.R2, int16(8*i), asm.R5, asm.DWord))
 	}
+	if tableFD < 0 {
+		insns = append(insns,
+			asm.And.Imm(asm.R7, 1<<sportBits-1),
+			asm.Add.Imm(asm.R7, sportBase),
+			asm.HostTo(asm.BE, asm.R7, asm.Half),
+			asm.StoreMem(asm.R2, udpSportOff, asm.R7, asm.Half))
+	} else {
+		// The table's slot is read straight from the map's value (no
+		// helper call); the mask bounds the offset for the verifier.
+		insns = append(insns,
+			asm.And.Imm(asm.R7, portSlots-1),
+			asm.LSh.Imm(asm.R7, 1),
+			asm.LoadMapValue(asm.R1, tableFD, 0),
+			asm.Add.Reg(asm.R1, asm.R7),
+			asm.LoadMem(asm.R7, asm.R1, 0, asm.Half),
+			asm.StoreMem(asm.R2, udpDportOff, asm.R7, asm.Half))
+	}
 	insns = append(insns,
-		asm.And.Imm(asm.R7, 1<<sportBits-1),
-		asm.Add.Imm(asm.R7, sportBase),
-		asm.HostTo(asm.BE, asm.R7, asm.Half),
-		asm.StoreMem(asm.R2, udpSportOff, asm.R7, asm.Half),
 		asm.LoadMapPtr(asm.R1, counterFD),
 		asm.Mov.Reg(asm.R2, asm.RFP),
 		asm.Add.Imm(asm.R2, -4),
@@ -150,34 +189,60 @@ func generatorInsns(frame []byte, counterFD int) (asm.Instructions, error) {
 	return insns, nil
 }
 
-// generator is the loaded generator program and its counter.
+// generator is the loaded generator program, its counter and its port
+// table (nil without one).
 type generator struct {
 	prog    *ebpf.Program
 	counter *ebpf.Map
+	table   *ebpf.Map
 }
 
-// newGenerator loads a generator program for frame (see udpFrame).
-func newGenerator(frame []byte) (*generator, error) {
-	counter, err := ebpf.NewMap(&ebpf.MapSpec{Name: "xpb_sent", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1})
-	if err != nil {
+// newGenerator loads a generator program for frame (see udpFrame). With
+// dports it draws each frame's destination port from them (see
+// portTable); without, its source port from the generated range.
+func newGenerator(frame []byte, dports []uint16) (g *generator, err error) {
+	g = &generator{}
+	defer func() {
+		if err != nil {
+			g.Close()
+		}
+	}()
+	if g.counter, err = ebpf.NewMap(&ebpf.MapSpec{Name: "xpb_sent", Type: ebpf.PerCPUArray, KeySize: 4, ValueSize: 8, MaxEntries: 1}); err != nil {
 		return nil, fmt.Errorf("generator counter map: %w", err)
 	}
-	insns, err := generatorInsns(frame, counter.FD())
+	tableFD := -1
+	if dports != nil {
+		b, err := portTable(dports)
+		if err != nil {
+			return nil, err
+		}
+		if g.table, err = ebpf.NewMap(&ebpf.MapSpec{Name: "xpb_ports", Type: ebpf.Array, KeySize: 4, ValueSize: uint32(len(b)), MaxEntries: 1}); err != nil {
+			return nil, fmt.Errorf("generator port table map: %w", err)
+		}
+		if err := g.table.Put(uint32(0), b); err != nil {
+			return nil, fmt.Errorf("generator port table: %w", err)
+		}
+		tableFD = g.table.FD()
+	}
+	insns, err := generatorInsns(frame, g.counter.FD(), tableFD)
 	if err != nil {
-		counter.Close()
 		return nil, err
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{Name: "xpb_gen", Type: ebpf.XDP, License: "GPL", Instructions: insns})
-	if err != nil {
-		counter.Close()
+	if g.prog, err = ebpf.NewProgram(&ebpf.ProgramSpec{Name: "xpb_gen", Type: ebpf.XDP, License: "GPL", Instructions: insns}); err != nil {
 		return nil, fmt.Errorf("generator program: %w", err)
 	}
-	return &generator{prog: prog, counter: counter}, nil
+	return g, nil
 }
 
 func (g *generator) Close() {
-	g.prog.Close()
-	g.counter.Close()
+	if g.prog != nil {
+		g.prog.Close()
+	}
+	for _, m := range []*ebpf.Map{g.counter, g.table} {
+		if m != nil {
+			m.Close()
+		}
+	}
 }
 
 // sent is the number of frames the program has sent, over all CPUs.

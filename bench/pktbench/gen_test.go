@@ -5,9 +5,13 @@ import (
 	"encoding/binary"
 	"net"
 	"net/netip"
+	"slices"
 	"testing"
 
+	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+
+	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 func testSpec() frameSpec {
@@ -82,7 +86,7 @@ func TestGeneratorInsnsWriteTheTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	insns, err := generatorInsns(f, 3)
+	insns, err := generatorInsns(f, 3, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +125,7 @@ func TestGeneratorInsnsWriteTheTemplate(t *testing.T) {
 }
 
 func TestGeneratorInsnsRejectsShortFrame(t *testing.T) {
-	if _, err := generatorInsns(make([]byte, 20), 3); err == nil {
+	if _, err := generatorInsns(make([]byte, 20), 3, -1); err == nil {
 		t.Fatal("no error for a frame shorter than the headers")
 	}
 }
@@ -150,5 +154,129 @@ func TestShellLine(t *testing.T) {
 	want := `ip netns exec ns1 sh -c 'echo 1 > /sys/x; echo '\''a'\''' ''`
 	if got != want {
 		t.Fatalf("got  %s\nwant %s", got, want)
+	}
+}
+
+func TestPortTable(t *testing.T) {
+	b, err := portTable([]uint16{20000, 20001, 443})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) != 2*portSlots {
+		t.Fatalf("%d bytes, want %d", len(b), 2*portSlots)
+	}
+	count := map[uint16]int{}
+	for i := range portSlots {
+		p := binary.BigEndian.Uint16(b[2*i:]) // network byte order
+		if want := []uint16{20000, 20001, 443}[i%3]; p != want {
+			t.Fatalf("slot %d: port %d, want %d", i, p, want)
+		}
+		count[p]++
+	}
+	// 4096 = 3*1365 + 1: the first port has one slot more.
+	if count[20000] != 1366 || count[20001] != 1365 || count[443] != 1365 {
+		t.Errorf("slots per port %v", count)
+	}
+	for _, ports := range [][]uint16{nil, make([]uint16, portSlots+1)} {
+		if _, err := portTable(ports); err == nil {
+			t.Errorf("%d ports: no error", len(ports))
+		}
+	}
+}
+
+func TestGeneratorInsnsPortTable(t *testing.T) {
+	f, err := udpFrame(testSpec())
+	if err != nil {
+		t.Fatal(err)
+	}
+	insns, err := generatorInsns(f, 3, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// With a table the program writes the destination port, never the
+	// source port, and reads the table's value directly (no helper).
+	var dport, sport, tableLoads int
+	for _, ins := range insns {
+		if ins.OpCode.Class().IsStore() && ins.Dst == asm.R2 && ins.OpCode.Size() == asm.Half {
+			switch ins.Offset {
+			case udpDportOff:
+				dport++
+			case udpSportOff:
+				sport++
+			}
+		}
+		if ins.IsLoadFromMap() && ins.Src == asm.PseudoMapValue {
+			tableLoads++
+		}
+	}
+	if dport != 1 || sport != 0 || tableLoads != 1 {
+		t.Errorf("destination port stores %d, source port stores %d, table loads %d; want 1, 0, 1", dport, sport, tableLoads)
+	}
+	var buf bytes.Buffer
+	if err := insns.Marshal(&buf, binary.LittleEndian); err != nil {
+		t.Fatalf("marshal: %v", err)
+	}
+}
+
+// TestGeneratorInKernel loads the generator in both modes and runs it on
+// the template (BPF_PROG_TEST_RUN, not live): every frame leaves with
+// the template's headers and a port from the right set, the verifier
+// accepts the table read, and the counter counts.
+func TestGeneratorInKernel(t *testing.T) {
+	if !testenv.Privileged() {
+		t.Skip("needs root: loads BPF programs")
+	}
+	spec := testSpec()
+	f, err := udpFrame(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := []uint16{20000, 20007, 31999}
+	for _, mode := range []struct {
+		name   string
+		dports []uint16
+	}{{"source ports", nil}, {"port table", table}} {
+		t.Run(mode.name, func(t *testing.T) {
+			g, err := newGenerator(f, mode.dports)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer g.Close()
+			seen := map[uint16]bool{}
+			const runs = 200
+			for range runs {
+				out := make([]byte, len(f))
+				ret, err := g.prog.Run(&ebpf.RunOptions{Data: f, DataOut: out})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ret != 3 { // XDP_TX
+					t.Fatalf("returned %d, want XDP_TX", ret)
+				}
+				sp, dp := binary.BigEndian.Uint16(out[udpSportOff:]), binary.BigEndian.Uint16(out[udpDportOff:])
+				if mode.dports == nil {
+					if dp != spec.Dport || sp < sportBase || sp >= sportBase+1<<sportBits {
+						t.Fatalf("ports %d → %d: want a source port in the flows' range and %d", sp, dp, spec.Dport)
+					}
+					seen[sp] = true
+				} else {
+					if sp != spec.Sport || !slices.Contains(table, dp) {
+						t.Fatalf("ports %d → %d: want %d → one of %v", sp, dp, spec.Sport, table)
+					}
+					seen[dp] = true
+				}
+				// Everything else is the template's.
+				copy(out[udpSportOff:udpSportOff+4], f[udpSportOff:udpSportOff+4])
+				if !bytes.Equal(out, f) {
+					t.Fatalf("frame\n%x\nwant the template\n%x", out, f)
+				}
+			}
+			if mode.dports != nil && len(seen) != len(table) || mode.dports == nil && len(seen) < 100 {
+				t.Errorf("%d different ports in %d frames", len(seen), runs)
+			}
+			if n, err := g.sent(); err != nil || n != runs {
+				t.Errorf("counter %d (%v), want %d", n, err, runs)
+			}
+		})
 	}
 }

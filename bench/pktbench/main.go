@@ -5,7 +5,11 @@
 // dsr-ipip), with nftables and iptables DNAT on the node (what
 // kube-proxy does), with the node as a plain router, and without the
 // node (the floor). Then it measures one and two processing cores with
-// one and two queues on the node's veth.
+// one and two queues on the node's veth. The NAT variants (xlb nat and
+// dnat, nftables DNAT with masquerade) are measured in each direction:
+// the client's requests, and then a backend's replies in the sessions
+// those opened, sent by the same generator from the backend's veth and
+// counted at the client's sockets.
 //
 // The generator is an XDP program run with BPF_PROG_TEST_RUN in
 // live-frames mode on the client's veth: every frame leaves the client
@@ -58,10 +62,10 @@ func main() {
 func sizes(quick bool) Settings {
 	if quick {
 		return Settings{Rounds: 1, Packets: 150_000, Warmup: 20_000, StatsPackets: 50_000,
-			CoreRounds: 1, CorePackets: 150_000, TimeoutS: 10}
+			CoreRounds: 1, CorePackets: 150_000, NATPackets: 100_000, NATStatsPackets: 50_000, TimeoutS: 10}
 	}
 	return Settings{Rounds: 3, Packets: 600_000, Warmup: 20_000, StatsPackets: 200_000,
-		CoreRounds: 2, CorePackets: 400_000, TimeoutS: 20}
+		CoreRounds: 2, CorePackets: 400_000, NATPackets: 200_000, NATStatsPackets: 100_000, TimeoutS: 20}
 }
 
 func run() error {
@@ -70,9 +74,13 @@ func run() error {
 	img := flag.String("img", "docs/img", "directory for the plots (\"\": none)")
 	xlbBin := flag.String("xlb", "", "xlb binary (default: build it)")
 	quick := flag.Bool("quick", false, "a short development run: one round, fewer packets")
-	budget := flag.Duration("budget", 0, "the whole run's time limit (default 8m, 3m with -quick)")
+	budget := flag.Duration("budget", 0, "the whole run's time limit (default 11m, 4m with -quick)")
 	render := flag.String("render", "", "measure nothing: render the plots and the document section from this JSON result")
+	natOnly := flag.Bool("nat-only", false, "measure the NAT variants only and write no document section or plots (a development run)")
 	flag.Parse()
+	if *natOnly {
+		*doc, *img = "", ""
+	}
 	if *render != "" {
 		return rerender(*render, *doc, *img)
 	}
@@ -80,9 +88,9 @@ func run() error {
 		return errors.New("needs root: it builds network namespaces and loads BPF programs (run `make bench`, or sudo)")
 	}
 	if *budget == 0 {
-		*budget = 8 * time.Minute
+		*budget = 11 * time.Minute
 		if *quick {
-			*budget = 3 * time.Minute
+			*budget = 4 * time.Minute
 		}
 	}
 	run := benchutil.Begin("pktbench", stalePrefix, *budget)
@@ -101,13 +109,14 @@ func run() error {
 	defer remove()
 	r.Commands = append(r.Commands, cmds...)
 	log := &cmdLog{}
-	err = measureAll(ctx, xlb, r, log, progress)
+	err = measureAll(ctx, xlb, r, log, *natOnly, progress)
 	r.Commands = append(r.Commands, log.lines...)
 	if err != nil {
 		return err
 	}
 	r.Summary = summarize(r.Runs)
 	r.Cores = summarizeCores(r.Runs)
+	r.NAT = summarizeNAT(r.Runs)
 	r.LBBench = readLBBench(filepath.Join(*out, "lb-latest.json"))
 	r.Seconds = benchutil.Round3(time.Since(start).Seconds())
 	r.Machine.LoadEnd = benchutil.LoadAvg()
@@ -157,13 +166,13 @@ func rerender(jsonPath, doc, img string) error {
 	if len(r.Runs) == 0 {
 		return fmt.Errorf("%s: no runs", jsonPath)
 	}
-	r.Summary, r.Cores = summarize(r.Runs), summarizeCores(r.Runs)
+	r.Summary, r.Cores, r.NAT = summarize(r.Runs), summarizeCores(r.Runs), summarizeNAT(r.Runs)
 	return publish(&r, jsonPath, doc, img, func(format string, args ...any) { fmt.Printf(format+"\n", args...) })
 }
 
 // measureAll brings the lab up, runs every section and takes the lab
 // down whatever happens.
-func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, progress func(string, ...any)) (err error) {
+func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, natOnly bool, progress func(string, ...any)) (err error) {
 	prefix := stalePrefix + strconv.Itoa(os.Getpid())
 	progress("lab %s: up (1 client, static router, 1 xlb node, 2 backends)", prefix)
 	defer func() {
@@ -188,6 +197,14 @@ func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, progres
 	}
 	m := &measurer{pa: pa, set: r.Settings, softirqd: softirqd, r: r, progress: progress}
 
+	if natOnly {
+		for round := 1; round <= r.Settings.Rounds; round++ {
+			if err := m.natVariants(ctx, sectionNAT, round); err != nil {
+				return err
+			}
+		}
+		return m.natVariants(ctx, sectionNATStats, 0)
+	}
 	for round := 1; round <= r.Settings.Rounds; round++ {
 		// Alternate which half comes first, so that neither always
 		// runs right after a lab change or an agent start.
@@ -203,12 +220,20 @@ func measureAll(ctx context.Context, xlb string, r *Report, log *cmdLog, progres
 				return err
 			}
 		}
+		// The NAT variants come after both halves, so the others run as
+		// they always have.
+		if err := m.natVariants(ctx, sectionNAT, round); err != nil {
+			return err
+		}
 	}
 	progress("BPF run-time statistics: one run per variant")
 	if err := m.kernelVariants(ctx, sectionStats, 0, []int{0}); err != nil {
 		return err
 	}
 	if err := m.xlbVariants(ctx, sectionStats, 0, []int{0}); err != nil {
+		return err
+	}
+	if err := m.natVariants(ctx, sectionNATStats, 0); err != nil {
 		return err
 	}
 	if maxCPUs() < 2 {
@@ -236,6 +261,10 @@ func (m *measurer) opts(section, variant string, round int, cpus []int, xlbSocke
 		o.Packets, o.Stats = m.set.StatsPackets, true
 	case sectionCores:
 		o.Packets = m.set.CorePackets
+	case sectionNAT:
+		o.Packets = m.set.NATPackets
+	case sectionNATStats:
+		o.Packets, o.Stats = m.set.NATStatsPackets, true
 	}
 	return o
 }
@@ -248,18 +277,27 @@ func (m *measurer) nodeQueues() int {
 }
 
 func (m *measurer) one(ctx context.Context, o runOpts) error {
+	return m.oneFlow(ctx, m.pa.forward(o.Variant), o)
+}
+
+// oneFlow measures one run of fl and records it.
+func (m *measurer) oneFlow(ctx context.Context, fl flow, o runOpts) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	run, err := m.pa.measure(ctx, m.pa.dst(o.Variant), o, m.softirqd)
+	run, err := m.pa.measure(ctx, fl, o, m.softirqd)
 	if err != nil {
 		return fmt.Errorf("%s: %w", o.Variant, err)
 	}
 	if run.Delivered == 0 {
-		return fmt.Errorf("%s: nothing reached the backends (sent %d): the path is broken; see the counters: %+v", o.Variant, run.Sent, run.Links)
+		to := "the backends"
+		if fl.reverse {
+			to = "the client"
+		}
+		return fmt.Errorf("%s: nothing reached %s (sent %d): the path is broken; see the counters: %+v", o.Variant, to, run.Sent, run.Links)
 	}
 	tag := fmt.Sprintf("round %d", o.Round)
-	if o.Section != sectionVariants {
+	if o.Section != sectionVariants && o.Section != sectionNAT {
 		tag = o.Section
 	}
 	m.progress("%s: %s", tag, run)

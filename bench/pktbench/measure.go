@@ -63,6 +63,7 @@ type snapshot struct {
 	cpus      map[int]cpuTimes
 	softirqd  map[int]uint64 // ksoftirqd/N's run time, ns
 	backends  []snmp
+	client    snmp
 	node      snmp
 	router    snmp
 	links     map[string]linkCounters
@@ -166,6 +167,9 @@ func (pa *path) take(softirqd map[int]int, progs map[string]*ebpf.Program, xlbSo
 		}
 		s.backends = append(s.backends, sn)
 	}
+	if s.client, err = readSNMP(pa.client.Namespace); err != nil {
+		return s, err
+	}
 	if s.node, err = readSNMP(pa.node.Namespace); err != nil {
 		return s, err
 	}
@@ -242,23 +246,57 @@ type runOpts struct {
 	Stats bool
 	// XLBSocket is the agent's API socket while an agent runs.
 	XLBSocket string
+	// Direction is a NAT variant's: dirForward or dirReverse; "" for
+	// the others (forward).
+	Direction string
 }
 
-// measure sends o.Packets frames to dst (after o.Warmup frames that
-// resolve neighbours, fill caches and create conntrack entries) and
-// returns what the counters saw.
-func (pa *path) measure(ctx context.Context, dst frameSpec, o runOpts, softirqd map[int]int) (Run, error) {
-	r := Run{Section: o.Section, Variant: o.Variant, Round: o.Round, Cores: len(o.CPUs), CPUs: o.CPUs, NodeQueues: o.NodeQueues, Stats: o.Stats}
-	frame, err := udpFrame(dst)
+// flow says where a run's frames start and where they are counted.
+type flow struct {
+	spec frameSpec
+	// ns and ifname are the generator's namespace and interface.
+	ns, ifname string
+	// dports, if set, are the ports the generator draws each frame's
+	// destination port from (see portTable), instead of varying the
+	// source port.
+	dports []uint16
+	// reverse: the frames go to the client and are counted at its
+	// sockets, not at the backends'.
+	reverse bool
+}
+
+// forward is a variant's flow from the client to its destination.
+func (pa *path) forward(variant string) flow {
+	return flow{spec: pa.dst(variant), ns: pa.client.Namespace, ifname: pa.client.Interface}
+}
+
+// countedIn lists the namespaces whose sockets count fl's frames.
+func (pa *path) countedIn(fl flow) []string {
+	if fl.reverse {
+		return []string{pa.client.Namespace}
+	}
+	var out []string
+	for _, h := range pa.backends {
+		out = append(out, h.Namespace)
+	}
+	return out
+}
+
+// measure sends o.Packets frames of fl (after o.Warmup frames that
+// resolve neighbours, fill caches and create conntrack entries and
+// sessions) and returns what the counters saw.
+func (pa *path) measure(ctx context.Context, fl flow, o runOpts, softirqd map[int]int) (Run, error) {
+	r := Run{Section: o.Section, Variant: o.Variant, Direction: o.Direction, Round: o.Round, Cores: len(o.CPUs), CPUs: o.CPUs, NodeQueues: o.NodeQueues, Stats: o.Stats}
+	frame, err := udpFrame(fl.spec)
 	if err != nil {
 		return r, err
 	}
-	gen, err := newGenerator(frame)
+	gen, err := newGenerator(frame, fl.dports)
 	if err != nil {
 		return r, err
 	}
 	defer gen.Close()
-	send := sendOpts{NS: pa.client.Namespace, Ifname: pa.client.Interface, CPUs: o.CPUs, MaxChunk: 1 << 18}
+	send := sendOpts{NS: fl.ns, Ifname: fl.ifname, CPUs: o.CPUs, MaxChunk: 1 << 18}
 	if o.Warmup > 0 {
 		send.Count, send.Deadline = o.Warmup, time.Now().Add(o.Timeout)
 		if _, err := gen.send(ctx, frame, send); err != nil {
@@ -268,8 +306,8 @@ func (pa *path) measure(ctx context.Context, dst frameSpec, o runOpts, softirqd 
 	quiet := func() error {
 		return waitQuiet(ctx, 50*time.Millisecond, 3*time.Second, func() (uint64, error) {
 			var n uint64
-			for _, h := range pa.backends {
-				s, err := readSNMP(h.Namespace)
+			for _, ns := range pa.countedIn(fl) {
+				s, err := readSNMP(ns)
 				if err != nil {
 					return 0, err
 				}

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,9 @@ type path struct {
 	// client segment: the generated frames' Ethernet addresses.
 	srcMAC, dstMAC net.HardwareAddr
 	sinks          []*net.UDPConn
+	// clientSinks are the client's sockets for the NAT variants'
+	// reverse runs (openClientSinks).
+	clientSinks []*net.UDPConn
 	// log records every command pktbench ran, for the report.
 	log *cmdLog
 }
@@ -280,10 +284,10 @@ func sink(ns string) (*net.UDPConn, error) {
 }
 
 func (pa *path) closeSinks() {
-	for _, c := range pa.sinks {
+	for _, c := range slices.Concat(pa.sinks, pa.clientSinks) {
 		c.Close()
 	}
-	pa.sinks = nil
+	pa.sinks, pa.clientSinks = nil, nil
 }
 
 func linkMAC(ns, dev string) (net.HardwareAddr, error) {

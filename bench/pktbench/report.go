@@ -17,6 +17,10 @@ const (
 	sectionVariants = "variants"
 	sectionStats    = "bpf-stats"
 	sectionCores    = "cores"
+	// sectionNAT is the NAT variants', each direction separately;
+	// sectionNATStats one run of each with BPF statistics on.
+	sectionNAT      = "nat"
+	sectionNATStats = "nat-bpf-stats"
 )
 
 // Report is what a run writes to bench/results/pkt-<stamp>.json.
@@ -32,6 +36,8 @@ type Report struct {
 	// Summary and Cores are derived from Runs.
 	Summary []Summary    `json:"summary"`
 	Cores   []CoreResult `json:"cores"`
+	// NAT is derived from the runs of sectionNAT.
+	NAT     []NATSummary `json:"nat,omitempty"`
 	Seconds float64      `json:"seconds"`
 	// LBBench is the LB program's cost per packet that bench/lbbench
 	// measured (its latest result beside ours), for comparison; nil
@@ -48,16 +54,20 @@ type LBBenchRef struct {
 
 // Settings are a run's sizes.
 type Settings struct {
-	Rounds       int     `json:"rounds"`
-	Packets      uint64  `json:"packets_per_run"`
-	Warmup       uint64  `json:"warmup_packets"`
-	StatsPackets uint64  `json:"packets_per_stats_run"`
-	CoreRounds   int     `json:"core_rounds"`
-	CorePackets  uint64  `json:"packets_per_core_run"`
-	TimeoutS     float64 `json:"timeout_per_run_s"`
-	FrameBytes   int     `json:"frame_bytes"`
-	Flows        int     `json:"flows"`
-	PathQueues   int     `json:"path_queues"`
+	Rounds       int    `json:"rounds"`
+	Packets      uint64 `json:"packets_per_run"`
+	Warmup       uint64 `json:"warmup_packets"`
+	StatsPackets uint64 `json:"packets_per_stats_run"`
+	CoreRounds   int    `json:"core_rounds"`
+	CorePackets  uint64 `json:"packets_per_core_run"`
+	// NATPackets are the frames of each NAT run, each direction;
+	// NATStatsPackets of each NAT statistics run.
+	NATPackets      uint64  `json:"packets_per_nat_run,omitempty"`
+	NATStatsPackets uint64  `json:"packets_per_nat_stats_run,omitempty"`
+	TimeoutS        float64 `json:"timeout_per_run_s"`
+	FrameBytes      int     `json:"frame_bytes"`
+	Flows           int     `json:"flows"`
+	PathQueues      int     `json:"path_queues"`
 }
 
 // Run is one measurement: frames of one variant from one or more
@@ -68,7 +78,11 @@ type Run struct {
 	// sectionCores.
 	Section string `json:"section"`
 	Variant string `json:"variant"`
-	Round   int    `json:"round"`
+	// Direction is a NAT variant's (sectionNAT): dirForward, frames
+	// from the client counted at the backends' sockets, or dirReverse,
+	// frames from backend 1 to the client counted at the client's.
+	Direction string `json:"direction,omitempty"`
+	Round     int    `json:"round"`
 	// Cores is the number of generator threads, each pinned to its CPU
 	// (CPUs). Every packet is processed on the CPU that sent it.
 	Cores      int   `json:"cores"`
@@ -76,12 +90,14 @@ type Run struct {
 	NodeQueues int   `json:"node_queues"`
 	Stats      bool  `json:"bpf_stats"`
 
-	Sent       uint64   `json:"sent"`
-	Delivered  uint64   `json:"delivered"`
+	Sent      uint64 `json:"sent"`
+	Delivered uint64 `json:"delivered"`
+	// PerBackend is what each backend's sockets got (forward runs).
 	PerBackend []uint64 `json:"delivered_per_backend"`
-	// NoPorts counts datagrams the backends' UDP layer found no socket
-	// for: should stay 0 (a GUE packet the backend failed to
-	// decapsulate would land here).
+	// NoPorts counts datagrams the receiving UDP layer (the backends',
+	// or the client's in a reverse run) found no socket for: should
+	// stay 0 (a GUE packet the backend failed to decapsulate would land
+	// here).
 	NoPorts uint64  `json:"backend_udp_noports"`
 	LossPct float64 `json:"loss_pct"`
 
@@ -134,6 +150,18 @@ type IPDelta struct {
 type XLBDelta struct {
 	Forwarded uint64            `json:"forwarded"`
 	Reasons   map[string]uint64 `json:"reasons,omitempty"`
+	// NAT is what the NAT session table counted (NAT variants).
+	NAT *NATDelta `json:"nat,omitempty"`
+}
+
+// NATDelta is what the agent's NAT counters saw during a run: sessions
+// created, packets dropped for want of one, reverse packets that matched
+// none (passed to the kernel), and the sessions in use at the end.
+type NATDelta struct {
+	Created       uint64 `json:"created"`
+	AllocFailures uint64 `json:"allocation_failures"`
+	ReverseMisses uint64 `json:"reverse_misses"`
+	SessionsAfter uint64 `json:"sessions_after"`
 }
 
 // BPFRun is one program's statistics during a run.
@@ -149,11 +177,16 @@ func fill(r *Run, sr sendResult, before, after snapshot) {
 	r.Sent = sr.Sent
 	r.Calls = sr.Calls
 	r.ElapsedS = benchutil.Round3(sr.Elapsed.Seconds())
-	for i := range after.backends {
-		d := delta(after.backends[i].UDP.delivered(), before.backends[i].UDP.delivered())
-		r.PerBackend = append(r.PerBackend, d)
-		r.Delivered += d
-		r.NoPorts += delta(after.backends[i].UDP.NoPorts, before.backends[i].UDP.NoPorts)
+	if r.Direction == dirReverse {
+		r.Delivered = delta(after.client.UDP.delivered(), before.client.UDP.delivered())
+		r.NoPorts = delta(after.client.UDP.NoPorts, before.client.UDP.NoPorts)
+	} else {
+		for i := range after.backends {
+			d := delta(after.backends[i].UDP.delivered(), before.backends[i].UDP.delivered())
+			r.PerBackend = append(r.PerBackend, d)
+			r.Delivered += d
+			r.NoPorts += delta(after.backends[i].UDP.NoPorts, before.backends[i].UDP.NoPorts)
+		}
 	}
 	if r.Sent > 0 {
 		r.LossPct = round2(100 * (1 - float64(r.Delivered)/float64(r.Sent)))
@@ -214,6 +247,10 @@ func fill(r *Run, sr sendResult, before, after snapshot) {
 			if d := delta(v, before.xlbStatus.Reasons[k]); d > 0 {
 				x.Reasons[k] = d
 			}
+		}
+		if a, b := after.xlbStatus.NAT, before.xlbStatus.NAT; a != nil && b != nil {
+			x.NAT = &NATDelta{Created: delta(a.Created, b.Created), AllocFailures: delta(a.AllocFailures, b.AllocFailures),
+				ReverseMisses: delta(a.ReverseMisses, b.ReverseMisses), SessionsAfter: a.Sessions}
 		}
 		r.XLB = x
 	}
@@ -347,6 +384,118 @@ func summarize(runs []Run) []Summary {
 	return out
 }
 
+// NATSummary is one NAT variant in one direction over the rounds:
+// medians, and ratios taken round by round against the runs of the same
+// round.
+type NATSummary struct {
+	Variant    string  `json:"variant"`
+	Direction  string  `json:"direction"`
+	Rounds     int     `json:"rounds"`
+	PPS        float64 `json:"pps_delivered_median"`
+	PPSMin     float64 `json:"pps_delivered_min"`
+	PPSMax     float64 `json:"pps_delivered_max"`
+	NsPerPkt   float64 `json:"path_cpu_ns_per_packet_median"`
+	PPSPerCore float64 `json:"packets_per_cpu_second_median"`
+	LossPct    float64 `json:"loss_pct_max"`
+	// CoreVsNFTMasq is the packets per CPU-second over nftables-masq's
+	// in the same direction. This and the two below are 0 where they do
+	// not apply (nftables-masq itself; the other direction).
+	CoreVsNFTMasq float64 `json:"per_cpu_ratio_to_nftables_masq"`
+	// ReverseOverForwardNs (reverse rows) is the path CPU per packet
+	// above the same variant's forward run of the same round.
+	ReverseOverForwardNs float64 `json:"reverse_ns_over_forward"`
+	// OverRoutedNs is the path CPU per packet above the routed
+	// variant's in the same direction and round: what the translation
+	// adds to a node that only routes.
+	OverRoutedNs float64 `json:"ns_per_packet_over_routed"`
+	// BPF is the statistics run's per-program cost (the NAT variants).
+	BPF map[string]BPFRun `json:"bpf,omitempty"`
+}
+
+// medianOr0 is the median, 0 of nothing (JSON has no NaN).
+func medianOr0(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	return median(v)
+}
+
+func natRuns(runs []Run) []Run {
+	return slices.DeleteFunc(slices.Clone(runs), func(r Run) bool { return r.Section != sectionNAT })
+}
+
+// natRows are the rows of the NAT table, each forward and reverse: the
+// floors first (their forward runs are the main comparison's).
+var natRows = append([]string{vDirect, vRouted}, natVariantOrder...)
+
+// summarizeNAT derives a NATSummary per row of natRows and direction.
+// The forward runs of direct and routed are the main comparison's of
+// the same round; their reverse runs, and both of the NAT variants', are
+// sectionNAT's.
+func summarizeNAT(runs []Run) []NATSummary {
+	type key struct{ v, dir string }
+	byRound := map[int]map[key]Run{}
+	add := func(r Run, dir string) {
+		if byRound[r.Round] == nil {
+			byRound[r.Round] = map[key]Run{}
+		}
+		byRound[r.Round][key{r.Variant, dir}] = r
+	}
+	hasNAT := false
+	for _, r := range runs {
+		switch {
+		case r.Section == sectionNAT:
+			add(r, r.Direction)
+			hasNAT = true
+		case r.Section == sectionVariants && (r.Variant == vDirect || r.Variant == vRouted):
+			add(r, dirForward)
+		}
+	}
+	if !hasNAT {
+		return nil
+	}
+	var out []NATSummary
+	for _, v := range natRows {
+		for _, dir := range []string{dirForward, dirReverse} {
+			var pps, ns, core, loss, vsNFT, overFwd, overRouted []float64
+			for _, round := range slices.Sorted(maps.Keys(byRound)) {
+				rs := byRound[round]
+				r, ok := rs[key{v, dir}]
+				if !ok || r.Delivered == 0 {
+					continue
+				}
+				pps = append(pps, r.PPS)
+				ns = append(ns, r.NsPerPkt)
+				core = append(core, r.PPSPerCore)
+				loss = append(loss, r.LossPct)
+				if n, ok := rs[key{vNFTMasq, dir}]; ok && n.Delivered > 0 && v != vNFTMasq {
+					vsNFT = append(vsNFT, r.PPSPerCore/n.PPSPerCore)
+				}
+				if f, ok := rs[key{v, dirForward}]; ok && f.Delivered > 0 && dir == dirReverse {
+					overFwd = append(overFwd, r.NsPerPkt-f.NsPerPkt)
+				}
+				if rt, ok := rs[key{vRouted, dir}]; ok && rt.Delivered > 0 {
+					overRouted = append(overRouted, r.NsPerPkt-rt.NsPerPkt)
+				}
+			}
+			if len(pps) == 0 {
+				continue
+			}
+			s := NATSummary{Variant: v, Direction: dir, Rounds: len(pps),
+				PPS: math.Round(median(pps)), PPSMin: slices.Min(pps), PPSMax: slices.Max(pps),
+				NsPerPkt: round1(median(ns)), PPSPerCore: math.Round(median(core)), LossPct: slices.Max(loss),
+				CoreVsNFTMasq: round2(medianOr0(vsNFT)), ReverseOverForwardNs: round1(medianOr0(overFwd)), OverRoutedNs: round1(medianOr0(overRouted))}
+			for _, r := range runs {
+				if r.Section == sectionNATStats && r.Variant == v && r.Direction == dir {
+					s.BPF = r.BPF
+				}
+			}
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
 // CoreResult is one variant with a number of generator cores and node
 // queues, over the core rounds.
 type CoreResult struct {
@@ -416,10 +565,17 @@ func summarizeCores(runs []Run) []CoreResult {
 // progress formats one run for the console.
 func (r Run) String() string {
 	var b strings.Builder
+	name := r.Variant
+	if r.Direction != "" {
+		name += " " + r.Direction
+	}
 	fmt.Fprintf(&b, "%-9s cores %d queues %d: sent %d delivered %d (loss %.2f%%), %.0f pps, path %.0f ns/packet (%.0f per CPU-second)",
-		r.Variant, r.Cores, r.NodeQueues, r.Sent, r.Delivered, r.LossPct, r.PPS, r.NsPerPkt, r.PPSPerCore)
+		name, r.Cores, r.NodeQueues, r.Sent, r.Delivered, r.LossPct, r.PPS, r.NsPerPkt, r.PPSPerCore)
 	if r.XLB != nil {
 		fmt.Fprintf(&b, ", xlb forwarded %d", r.XLB.Forwarded)
+		if n := r.XLB.NAT; n != nil {
+			fmt.Fprintf(&b, " (NAT: %d sessions created, %d reverse misses, %d allocation failures)", n.Created, n.ReverseMisses, n.AllocFailures)
+		}
 	}
 	if r.NoPorts > 0 {
 		fmt.Fprintf(&b, ", %d to no socket", r.NoPorts)

@@ -27,6 +27,29 @@ const (
 
 var variantOrder = []string{vDirect, vRouted, vXLBGUE, vXLBIPIP, vXLBGen, vNFT, vIPTables}
 
+// The NAT variants, measured in each direction: forward (client to
+// VIP, counted at the backends) and reverse (a backend's replies in the
+// sessions the forward run opened, counted at the client).
+const (
+	vXLBNAT  = "xlb-nat"
+	vXLBDNAT = "xlb-dnat"
+	vNFTMasq = "nftables-masq"
+)
+
+var natVariantOrder = []string{vXLBNAT, vXLBDNAT, vNFTMasq}
+
+// The directions of a NAT variant's runs.
+const (
+	dirForward = "forward"
+	dirReverse = "reverse"
+)
+
+var natVariantWhat = map[string]string{
+	vXLBNAT:  "xlb agent on the node, service VIP:7777/udp with `forwarding: nat`: XDP rewrites the destination to the backend and the source to the node's address and a port it allocates, and the backends' replies to that port back to VIP → client; every packet goes back out with XDP_TX",
+	vXLBDNAT: "the same agent, a second service (the lab's second VIP) with `forwarding: dnat`: only the destination is rewritten, the backends see the client's address, and a policy rule on the router (`lab.RouteReplies`) sends what the backends send to the client segment through the node, whose program rewrites the source back to the VIP",
+	vNFTMasq: "no xlb; the `nftables` rules plus a postrouting chain that masquerades what was DNATed (`ct status dnat masquerade fully-random`, as kube-proxy does for traffic from outside the cluster), so the replies come back to the node's address and conntrack translates them",
+}
+
 // variantWhat says in one line what each variant's path is.
 var variantWhat = map[string]string{
 	vDirect:   "no load balancer, no node: client → router → backend, frames addressed to backend 1 (the floor)",
@@ -64,6 +87,14 @@ func nftRules(vip netip.Addr, backends []lab.Host) string {
 `, vip, servicePort, len(backends), eps.String(), chains.String())
 }
 
+// nftMasqRules is the nftables-masq variant's rule set: nftRules, and
+// the masquerade of the connections it translated.
+func nftMasqRules(vip netip.Addr, backends []lab.Host) string {
+	r := nftRules(vip, backends)
+	i := strings.LastIndex(r, "}")
+	return r[:i] + "\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n\t\tct status dnat masquerade fully-random\n\t}\n}\n"
+}
+
 // iptablesRules is the iptables variant's rule set, for
 // iptables-restore: each endpoint but the last is chosen with
 // probability 1/(endpoints left), as kube-proxy writes it.
@@ -93,8 +124,11 @@ func iptablesRules(vip netip.Addr, backends []lab.Host) string {
 // dst is where a variant's frames go.
 func (pa *path) dst(variant string) frameSpec {
 	to := pa.plan.VIPs[0]
-	if variant == vDirect {
+	switch variant {
+	case vDirect:
 		to = pa.backends[0].Addr
+	case vXLBDNAT:
+		to = pa.plan.VIPs[1] // the NAT agent's second service (natServices)
 	}
 	return frameSpec{SrcMAC: pa.srcMAC, DstMAC: pa.dstMAC, Src: pa.client.Addr, Dst: to, Sport: sportBase, Dport: servicePort}
 }
@@ -107,11 +141,14 @@ func (pa *path) kernelSetUp(ctx context.Context, variant string) (func() error, 
 	switch variant {
 	case vDirect, vRouted:
 		return none, nil
-	case vNFT:
+	case vNFT, vNFTMasq:
 		if err := flushConntrack(ns); err != nil {
 			return none, err
 		}
 		rules := nftRules(pa.plan.VIPs[0], pa.backends)
+		if variant == vNFTMasq {
+			rules = nftMasqRules(pa.plan.VIPs[0], pa.backends)
+		}
 		pa.log.add("# nftables rules (nft -f -):\n%s", rules)
 		if _, err := pa.log.run(ctx, rules, "ip", "netns", "exec", ns, "nft", "-f", "-"); err != nil {
 			return none, err
@@ -152,7 +189,11 @@ func (pa *path) xlbServices(fwd config.Forwarding) []labrun.Service {
 // startAgent writes the node's configuration and starts its agent, and
 // returns its API socket.
 func (pa *path) startAgent(ctx context.Context, fwd config.Forwarding, attach config.AttachMode) (string, error) {
-	svcs := pa.xlbServices(fwd)
+	return pa.startAgentWith(ctx, pa.xlbServices(fwd), attach)
+}
+
+// startAgentWith is startAgent with the services svcs.
+func (pa *path) startAgentWith(ctx context.Context, svcs []labrun.Service, attach config.AttachMode) (string, error) {
 	if err := labrun.WriteConfigWith(pa.plan, pa.node, svcs, labrun.NodeOptions{AttachMode: attach}); err != nil {
 		return "", err
 	}
