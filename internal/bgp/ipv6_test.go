@@ -3,8 +3,12 @@ package bgp
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -158,4 +162,162 @@ func TestSpeakerIPv6ECMPAgainstFRR(t *testing.T) {
 		return true, out
 	})
 	t.Logf("router: %s", run(t, "ip", "-n", rtr, "-6", "route", "show", vip.String()))
+}
+
+// bird is BIRD 2 running in a namespace, its control socket in dir.
+type bird struct {
+	dir string
+}
+
+// startBIRD runs BIRD in the foreground in ns with conf (bird.conf
+// syntax); it is killed, by its PID, when the test ends.
+func startBIRD(t *testing.T, ns, conf string) *bird {
+	t.Helper()
+	requireBinary(t, "/usr/sbin/bird", "bird2")
+	requireBinary(t, "birdc", "bird2")
+	b := &bird{dir: t.TempDir()}
+	path := filepath.Join(b.dir, "bird.conf")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	logFile, err := os.Create(filepath.Join(b.dir, "bird.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("ip", "netns", "exec", ns, "/usr/sbin/bird", "-f", "-c", path, "-s", b.socket(), "-P", filepath.Join(b.dir, "bird.pid"))
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	release, err := startPinned(cmd)
+	if err != nil {
+		t.Fatalf("start bird: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); release(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(3 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		logFile.Close()
+		if t.Failed() {
+			out, _ := b.birdc("show", "protocols", "all")
+			log, _ := os.ReadFile(logFile.Name())
+			t.Logf("BIRD protocols:\n%s\nBIRD log:\n%s", out, tail(string(log), 40))
+		}
+	})
+	testenv.Eventually(t, 10*time.Second, "BIRD control socket", func() (bool, string) {
+		out, err := b.birdc("show", "status")
+		return err == nil, out
+	})
+	return b
+}
+
+func (b *bird) socket() string { return filepath.Join(b.dir, "bird.ctl") }
+
+func (b *bird) birdc(args ...string) (string, error) {
+	out, err := exec.Command("birdc", append([]string{"-s", b.socket()}, args...)...).CombinedOutput()
+	return string(out), err
+}
+
+// route returns `birdc show route for PREFIX all`, "" when BIRD has no
+// route to exactly p.
+func (b *bird) route(t *testing.T, p netip.Prefix) string {
+	t.Helper()
+	out, err := b.birdc("show", "route", p.String(), "all")
+	if strings.Contains(out, "Network not found") {
+		return "" // birdc exits 1 then
+	}
+	if err != nil {
+		t.Fatalf("birdc show route %s all: %v\n%s", p, err, out)
+	}
+	if !strings.Contains(out, p.String()) {
+		return ""
+	}
+	return out
+}
+
+// IPv6 VIPs against BIRD, over an IPv4 session (both families on it)
+// and over an IPv6 session, with the IPv4 VIP beside them.
+func TestSpeakerIPv6AgainstBIRD(t *testing.T) {
+	requireRoot(t)
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		subnet int
+		v6     bool
+	}{
+		{"over IPv4 session", 8, false},
+		{"over IPv6 session", 9, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			node, rtr := newNamespace(t, "node"), newNamespace(t, "bird")
+			nodeIP, rtrIP := mustAddr(fmt.Sprintf("10.251.%d.2", tc.subnet)), mustAddr(fmt.Sprintf("10.251.%d.1", tc.subnet))
+			nodeIP6, rtrIP6 := mustAddr(fmt.Sprintf("fd00:251:%d::2", tc.subnet)), mustAddr(fmt.Sprintf("fd00:251:%d::1", tc.subnet))
+			connect(t, node, "eth0", []string{nodeIP.String(), nodeIP6.String()}, rtr, "eth0", []string{rtrIP.String(), rtrIP6.String()})
+			local, neighbor, peer := rtrIP, nodeIP, rtrIP
+			if tc.v6 {
+				local, neighbor, peer = rtrIP6, nodeIP6, rtrIP6
+			}
+			b := startBIRD(t, rtr, fmt.Sprintf(`log stderr all;
+router id %s;
+protocol device {
+}
+protocol bgp xlb {
+	local %s as 65000;
+	neighbor %s as 65001;
+	password "s3cret";
+	hold time 9;
+	keepalive time 3;
+	ipv4 {
+		import all;
+		export none;
+	};
+	ipv6 {
+		import all;
+		export none;
+	};
+}
+`, rtrIP, local, neighbor))
+
+			sp := startSpeaker(t, node, helperOptions{ASN: 65001, NextHop: nodeIP, NextHop6: nodeIP6, Peers: []Peer{
+				{Address: peer, ASN: 65000, Password: "s3cret", HoldTime: 9 * time.Second},
+			}})
+			waitEstablished(t, sp, peer, 20*time.Second)
+
+			vip4 := mustPrefix(fmt.Sprintf("10.99.%d.1/32", tc.subnet))
+			vip6 := mustPrefix(fmt.Sprintf("fd00:99:%d::1/128", tc.subnet))
+			attrs := Attributes{Communities: []string{"65000:100"}, LargeCommunities: []string{"65000:1:2"}, MED: u32(50)}
+			for _, vip := range []netip.Prefix{vip4, vip6} {
+				if err := sp.Announce(vip, attrs); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for vip, nh := range map[netip.Prefix]netip.Addr{vip4: nodeIP, vip6: nodeIP6} {
+				testenv.Eventually(t, 10*time.Second, vip.String()+" in BIRD", func() (bool, string) {
+					out := b.route(t, vip)
+					return strings.Contains(out, "BGP.next_hop: "+nh.String()) && strings.Contains(out, "via "+nh.String()+" on eth0") &&
+						strings.Contains(out, "BGP.med: 50") && strings.Contains(out, "BGP.community: (65000,100)") &&
+						strings.Contains(out, "BGP.large_community: (65000, 1, 2)"), out
+				})
+			}
+			t.Logf("BIRD: %s", b.route(t, vip6))
+			if err := sp.Withdraw(vip6); err != nil {
+				t.Fatal(err)
+			}
+			testenv.Eventually(t, 10*time.Second, "IPv6 route gone from BIRD", func() (bool, string) {
+				out := b.route(t, vip6)
+				return out == "", out
+			})
+			if b.route(t, vip4) == "" {
+				t.Errorf("%s gone from BIRD with the IPv6 route", vip4)
+			}
+			if p := sp.peer(peer); p.State != StateEstablished || p.Flaps != 0 {
+				t.Errorf("after withdraw: %+v, want still established", p)
+			}
+		})
+	}
 }
