@@ -17,18 +17,21 @@ import (
 
 // IPv6 VIPs against FRR: announced as /128s in IPv6 unicast with the
 // node's IPv6 address as next hop, over an IPv4 session (both families
-// on one session) and over an IPv6 session; the IPv4 VIP beside them
-// as before.
+// on one session) and over an IPv6 session, one the node opens and one
+// FRR opens to the node's listener (with TCP MD5 on it); the IPv4 VIP
+// beside them as before.
 func TestSpeakerIPv6AgainstFRR(t *testing.T) {
 	requireRoot(t)
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		subnet int // third octet / fourth group of the link's addresses
-		v6     bool
+		name    string
+		subnet  int // third octet / fourth group of the link's addresses
+		v6      bool
+		passive bool
 	}{
-		{"over IPv4 session", 5, false},
-		{"over IPv6 session", 6, true},
+		{"over IPv4 session", 5, false, false},
+		{"over IPv6 session", 6, true, false},
+		{"over IPv6 session, passive", 7, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -41,7 +44,11 @@ func TestSpeakerIPv6AgainstFRR(t *testing.T) {
 				neighbor, peer = nodeIP6, rtrIP6
 			}
 			// traditional defaults activate IPv4 unicast on every
-			// neighbour; IPv6 unicast is activated here.
+			// neighbour; IPv6 unicast is activated here. FRR refuses
+			// to set up an IPv6 session until its interface has a
+			// link-local address (which goes through duplicate address
+			// detection first), and by default then retries only every
+			// 120 s: it is told to retry every second.
 			f := startFRR(t, rtr, fmt.Sprintf(`frr defaults traditional
 hostname xlb-test-frr
 router bgp 65000
@@ -51,16 +58,17 @@ router bgp 65000
  neighbor %s remote-as 65001
  neighbor %s password s3cret
  neighbor %s timers 3 9
+ neighbor %s timers connect 1
  address-family ipv6 unicast
   neighbor %s activate
  exit-address-family
 !
-`, rtrIP, neighbor, neighbor, neighbor, neighbor))
+`, rtrIP, neighbor, neighbor, neighbor, neighbor, neighbor))
 
 			sp := startSpeaker(t, node, helperOptions{ASN: 65001, NextHop: nodeIP, NextHop6: nodeIP6, Peers: []Peer{
-				{Address: peer, ASN: 65000, Password: "s3cret", HoldTime: 9 * time.Second},
+				{Address: peer, ASN: 65000, Password: "s3cret", HoldTime: 9 * time.Second, Passive: tc.passive},
 			}})
-			waitEstablished(t, sp, peer, 20*time.Second)
+			waitEstablished(t, sp, peer, 30*time.Second)
 
 			vip4 := mustPrefix(fmt.Sprintf("10.99.%d.1/32", tc.subnet))
 			vip6 := mustPrefix(fmt.Sprintf("fd00:99:%d::1/128", tc.subnet))
