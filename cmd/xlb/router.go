@@ -25,6 +25,7 @@ func labRouter(args []string) error {
 	asn := fs.Uint("asn", 0, "the router's AS number (required)")
 	routerID := fs.String("router-id", "", "BGP router ID, an IPv4 address (default: --listen)")
 	listen := fs.String("listen", "", "IPv4 address to accept BGP sessions on (required)")
+	listen6 := fs.String("listen6", "", "IPv6 `address` to accept BGP sessions on too (needed for IPv6 --neighbors)")
 	port := fs.Int("port", 179, "TCP port to accept BGP sessions on")
 	neighbors := fs.String("neighbors", "", "comma-separated `prefixes` xlb nodes may connect from, without configuring each (required)")
 	peerASN := fs.Uint("peer-asn", 0, "the nodes' AS number: eBGP (default: --asn, iBGP)")
@@ -50,6 +51,11 @@ func labRouter(args []string) error {
 	if cfg.Listen, err = addrFlag("listen", *listen); err != nil {
 		return err
 	}
+	if *listen6 != "" {
+		if cfg.Listen6, err = netip.ParseAddr(*listen6); err != nil || !cfg.Listen6.Is6() {
+			return fmt.Errorf("--listen6 %q: want an IPv6 address", *listen6)
+		}
+	}
 	if *routerID != "" {
 		if cfg.RouterID, err = addrFlag("router-id", *routerID); err != nil {
 			return err
@@ -61,7 +67,7 @@ func labRouter(args []string) error {
 		}
 		p, err := netip.ParsePrefix(s)
 		if err != nil {
-			return fmt.Errorf("--neighbors %q: %q is not a prefix (e.g. 10.0.1.0/24)", *neighbors, s)
+			return fmt.Errorf("--neighbors %q: %q is not a prefix (e.g. 10.0.1.0/24 or fd00:1::/64)", *neighbors, s)
 		}
 		cfg.Neighbors = append(cfg.Neighbors, p)
 	}

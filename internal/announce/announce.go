@@ -1,6 +1,6 @@
 // Package announce keeps this node's BGP announcements in step with what
-// its data plane can serve: a VIP is announced (VIP/32, next hop = the
-// node) while at least one of its services is installed and has a
+// its data plane can serve: a VIP is announced (VIP/32 with next hop =
+// the node's IPv4 address, VIP/128 with its IPv6 address) while at least one of its services is installed and has a
 // healthy backend, and withdrawn otherwise. It runs the BGP speaker and,
 // for the peers that ask for it, BFD: a peer whose BFD session goes down
 // has its BGP session taken down at once, instead of after the hold time.
@@ -55,7 +55,8 @@ type speaker interface {
 // Announcer owns the node's BGP speaker and BFD sessions.
 type Announcer struct {
 	log      *slog.Logger
-	node     netip.Addr
+	node     netip.Addr // IPv4; invalid if the node has none
+	node6    netip.Addr // IPv6; invalid if the node has none
 	asn      uint32
 	routerID netip.Addr
 	sp       speaker
@@ -63,8 +64,10 @@ type Announcer struct {
 	// retryFirst and retryMax are RetryFirst and RetryMax; tests shorten them.
 	retryFirst, retryMax time.Duration
 
-	mu    sync.Mutex
-	bfd   *bfd.Manager              // nil until a peer asks for BFD
+	mu sync.Mutex
+	// bfd holds a Manager per family (bfd4, bfd6), nil until a peer of
+	// that family asks for BFD.
+	bfd   [2]*bfd.Manager
 	bfdOf map[netip.Addr]bfd.Config // peers with BFD, by address
 	want  map[netip.Prefix]bgp.Attributes
 	why   map[netip.Prefix]string // why a configured VIP is not announced
@@ -87,9 +90,11 @@ type Announcer struct {
 // release is a pending PeerUp; a new one for the same peer replaces it.
 type release struct{ timer *time.Timer }
 
-// New prepares an announcer for cfg on a node whose address is node (the
-// next hop of every route, and the source of every session).
-func New(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Announcer, error) {
+// New prepares an announcer for cfg on a node whose addresses are node
+// (IPv4) and node6 (IPv6), either invalid when the node has none of that
+// family: the next hops of the routes of each family, and the sources of
+// the sessions (BGP and BFD) to peers of each family.
+func New(cfg *config.BGP, node, node6 netip.Addr, log *slog.Logger) (*Announcer, error) {
 	if cfg == nil {
 		return nil, errors.New("announce: no bgp configuration")
 	}
@@ -101,12 +106,14 @@ func New(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Announcer, error)
 	if listen == 0 {
 		listen = -1 // config: 0 means no listener; bgp.Options: -1 does
 	}
-	sp, err := bgp.New(bgp.Options{ASN: cfg.ASN, RouterID: rid, NextHop: node, ListenPort: listen,
+	sp, err := bgp.New(bgp.Options{ASN: cfg.ASN, RouterID: rid, NextHop: node, NextHop6: node6, ListenPort: listen,
 		Peers: peers(cfg), Logger: log})
 	if err != nil {
 		return nil, fmt.Errorf("bgp: %w", err)
 	}
-	return newAnnouncer(cfg, node, rid, sp, log), nil
+	a := newAnnouncer(cfg, node, rid, sp, log)
+	a.node6 = node6
+	return a, nil
 }
 
 func newAnnouncer(cfg *config.BGP, node, routerID netip.Addr, sp speaker, log *slog.Logger) *Announcer {
@@ -147,32 +154,58 @@ func (a *Announcer) Start(ctx context.Context) error {
 	return a.syncBFD(ctx)
 }
 
-// syncBFD makes the BFD sessions match bfdOf. The caller holds mu.
+var familyNames = [2]string{"IPv4", "IPv6"}
+
+// family is the index of addr's family in Announcer.bfd.
+func family(addr netip.Addr) int {
+	if addr.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// syncBFD makes the BFD sessions match bfdOf: each family's sessions
+// run from the node's address of that family. The caller holds mu.
 func (a *Announcer) syncBFD(ctx context.Context) error {
-	if a.bfd == nil {
-		if len(a.bfdOf) == 0 {
-			return nil
-		}
-		m, err := bfd.NewManager(a.node, a.log)
-		if err != nil {
-			return fmt.Errorf("start BFD on %s: %w", a.node, err)
-		}
-		a.bfd = m
-		go a.followBFD(ctx, m.Events())
-	}
 	var errs []error
-	for _, s := range a.bfd.Sessions() {
-		if _, ok := a.bfdOf[s.Peer]; !ok {
-			if err := a.bfd.Remove(s.Peer); err != nil && !errors.Is(err, bfd.ErrUnknownPeer) {
-				errs = append(errs, err)
+	for fam, local := range []netip.Addr{a.node, a.node6} {
+		m := a.bfd[fam]
+		if m == nil {
+			wanted := false
+			for p := range a.bfdOf {
+				wanted = wanted || family(p) == fam
 			}
-			// BFD no longer guards the peer: it must not stay held down.
-			a.release(s.Peer, a.retryFirst)
+			if !wanted {
+				continue
+			}
+			if !local.IsValid() {
+				errs = append(errs, fmt.Errorf("BFD: a peer is %s, but the node has no %s address to run BFD from", familyNames[fam], familyNames[fam]))
+				continue
+			}
+			var err error
+			if m, err = bfd.NewManager(local, a.log); err != nil {
+				errs = append(errs, fmt.Errorf("start BFD on %s: %w", local, err))
+				continue
+			}
+			a.bfd[fam] = m
+			go a.followBFD(ctx, m.Events())
 		}
-	}
-	for peer, c := range a.bfdOf {
-		if err := a.bfd.Add(peer, c); err != nil {
-			errs = append(errs, fmt.Errorf("BFD with %s: %w", peer, err))
+		for _, s := range m.Sessions() {
+			if _, ok := a.bfdOf[s.Peer]; !ok {
+				if err := m.Remove(s.Peer); err != nil && !errors.Is(err, bfd.ErrUnknownPeer) {
+					errs = append(errs, err)
+				}
+				// BFD no longer guards the peer: it must not stay held down.
+				a.release(s.Peer, a.retryFirst)
+			}
+		}
+		for peer, c := range a.bfdOf {
+			if family(peer) != fam {
+				continue
+			}
+			if err := m.Add(peer, c); err != nil {
+				errs = append(errs, fmt.Errorf("BFD with %s: %w", peer, err))
+			}
 		}
 	}
 	return errors.Join(errs...)
@@ -359,7 +392,11 @@ func (a *Announcer) reconcile() error {
 		}
 		a.out[p] = attrs
 		if !had {
-			a.log.Info("route announced", "prefix", p, "nextHop", a.node)
+			nh := a.node
+			if !p.Addr().Is4() {
+				nh = a.node6
+			}
+			a.log.Info("route announced", "prefix", p, "nextHop", nh)
 		}
 	}
 	a.failed = failed
@@ -450,23 +487,27 @@ func (a *Announcer) Shutdown(ctx context.Context) error {
 	defer cancel()
 	err = errors.Join(err, a.sp.Stop(stopCtx))
 	a.mu.Lock()
-	m := a.bfd
-	a.bfd = nil
+	ms := a.bfd
+	a.bfd = [2]*bfd.Manager{}
 	a.mu.Unlock()
-	if m != nil {
-		err = errors.Join(err, m.Close())
+	for _, m := range ms {
+		if m != nil {
+			err = errors.Join(err, m.Close())
+		}
 	}
 	return err
 }
 
 // Status reports peers (with their BFD sessions) and routes.
 func (a *Announcer) Status() *api.BGP {
-	st := &api.BGP{ASN: a.asn, RouterID: a.routerID, NextHop: a.node}
+	st := &api.BGP{ASN: a.asn, RouterID: a.routerID, NextHop: a.node, NextHop6: a.node6}
 	a.mu.Lock()
-	var sessions map[netip.Addr]bfd.SessionStatus
-	if a.bfd != nil {
-		sessions = map[netip.Addr]bfd.SessionStatus{}
-		for _, s := range a.bfd.Sessions() {
+	sessions := map[netip.Addr]bfd.SessionStatus{}
+	for _, m := range a.bfd {
+		if m == nil {
+			continue
+		}
+		for _, s := range m.Sessions() {
 			sessions[s.Peer] = s
 		}
 	}

@@ -352,7 +352,7 @@ services:
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, err := New(cfg.BGP, cfg.Node.Address, quietLogger())
+	a, err := New(cfg.BGP, cfg.Node.Address, netip.Addr{}, quietLogger())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func Plan(services []config.Service, down map[string]bool, installed func(config
 	for _, s := range services {
 		r := byVIP[s.VIP]
 		if r == nil {
-			r = &Route{Prefix: netip.PrefixFrom(s.VIP, 32), Attrs: s.BGP, Why: "no service of this VIP is programmed"}
+			r = &Route{Prefix: netip.PrefixFrom(s.VIP, s.VIP.BitLen()), Attrs: s.BGP, Why: "no service of this VIP is programmed"}
 			byVIP[s.VIP] = r
 			order = append(order, s.VIP)
 		}
@@ -86,13 +86,14 @@ type announcer interface {
 	Status() *api.BGP
 }
 
-// NewRoutes prepares the announcements of a node whose address is node,
-// with the bgp section of the first configuration (nil: none yet). An
-// announcer for that section is created at once, so that what keeps it
-// from being created stops the agent's start.
-func NewRoutes(cfg *config.BGP, node netip.Addr, log *slog.Logger) (*Routes, error) {
+// NewRoutes prepares the announcements of a node whose addresses are
+// node (IPv4) and node6 (IPv6; either may be invalid: none of that
+// family), with the bgp section of the first configuration (nil: none
+// yet). An announcer for that section is created at once, so that what
+// keeps it from being created stops the agent's start.
+func NewRoutes(cfg *config.BGP, node, node6 netip.Addr, log *slog.Logger) (*Routes, error) {
 	r := &Routes{log: log, want: cfg}
-	r.open = func(c *config.BGP) (announcer, error) { return New(c, node, log) }
+	r.open = func(c *config.BGP) (announcer, error) { return New(c, node, node6, log) }
 	if cfg != nil {
 		a, err := r.open(cfg)
 		if err != nil {

@@ -71,7 +71,7 @@ func TestRoutes(t *testing.T) {
 	var journal []string
 	n := 0
 	var failStart bool
-	r, err := NewRoutes(nil, netip.MustParseAddr("10.0.0.10"), slog.New(slog.NewTextHandler(io.Discard, nil)))
+	r, err := NewRoutes(nil, netip.MustParseAddr("10.0.0.10"), netip.Addr{}, slog.New(slog.NewTextHandler(io.Discard, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,6 +147,7 @@ func TestPlan(t *testing.T) {
 	services := []config.Service{
 		svc("web", "10.99.0.1", 1, 1), svc("down", "10.99.0.2", 1), svc("drained", "10.99.0.3", 0),
 		svc("shared-down", "10.99.0.4", 1), svc("shared-up", "10.99.0.4", 1), svc("missing", "10.99.0.5", 1),
+		svc("web6", "fd00:99::1", 1),
 	}
 	down := map[string]bool{"down": true, "shared-down": true}
 	got := Plan(services, down, func(s config.Service) bool { return s.Name != "missing" })
@@ -156,6 +157,7 @@ func TestPlan(t *testing.T) {
 		{Prefix: netip.MustParsePrefix("10.99.0.3/32"), Attrs: services[0].BGP, Why: "every backend is drained (weight 0)"},
 		{Prefix: netip.MustParsePrefix("10.99.0.4/32"), Attrs: services[0].BGP, Serve: true},
 		{Prefix: netip.MustParsePrefix("10.99.0.5/32"), Attrs: services[0].BGP, Why: "no service of this VIP is programmed"},
+		{Prefix: netip.MustParsePrefix("fd00:99::1/128"), Attrs: services[0].BGP, Serve: true},
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("got\n%+v\nwant\n%+v", got, want)

@@ -39,6 +39,8 @@ type BGP struct {
 	ASN      uint32     `json:"asn"`
 	RouterID netip.Addr `json:"routerID"`
 	NextHop  netip.Addr `json:"nextHop"`
+	// NextHop6 is the next hop of the IPv6 routes; absent without one.
+	NextHop6 netip.Addr `json:"nextHop6,omitzero"`
 	Peers    []Peer     `json:"peers"`
 	Routes   []Route    `json:"routes"`
 }

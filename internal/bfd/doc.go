@@ -1,5 +1,6 @@
 // Package bfd is xlb's own Bidirectional Forwarding Detection: RFC 5880
-// in asynchronous mode, single hop over UDP and IPv4 as in RFC 5881. A
+// in asynchronous mode, single hop over UDP and IPv4 or IPv6 as in RFC
+// 5881. A
 // Manager runs one session per BGP peer that asks for it and reports
 // state changes, so that the agent can take a BGP session down as soon
 // as BFD declares the peer down, in well under a second instead of the

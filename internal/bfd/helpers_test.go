@@ -77,6 +77,7 @@ type nsPair struct {
 	ns     [2]string
 	ifname [2]string
 	addr   [2]netip.Addr
+	addr6  [2]netip.Addr // fd00:250:N::1 and ::2 of fd00:250:N::/64
 }
 
 var nsSeq atomic.Int32
@@ -93,6 +94,10 @@ func newNSPair(t *testing.T) *nsPair {
 			netip.AddrFrom4([4]byte{10, 250, byte(seq), 1}),
 			netip.AddrFrom4([4]byte{10, 250, byte(seq), 2}),
 		},
+		addr6: [2]netip.Addr{
+			netip.MustParseAddr(fmt.Sprintf("fd00:250:%d::1", seq)),
+			netip.MustParseAddr(fmt.Sprintf("fd00:250:%d::2", seq)),
+		},
 	}
 	t.Cleanup(func() {
 		for _, ns := range p.ns {
@@ -108,18 +113,27 @@ func newNSPair(t *testing.T) *nsPair {
 	run(t, "ip", "link", "add", p.ifname[0], "netns", p.ns[0], "type", "veth", "peer", "name", p.ifname[1], "netns", p.ns[1])
 	for i := range 2 {
 		run(t, "ip", "-n", p.ns[i], "addr", "add", p.addr[i].String()+"/24", "dev", p.ifname[i])
+		// nodad: usable at once, as the IPv4 address is.
+		run(t, "ip", "-n", p.ns[i], "addr", "add", p.addr6[i].String()+"/64", "dev", p.ifname[i], "nodad")
 		run(t, "ip", "-n", p.ns[i], "link", "set", p.ifname[i], "up")
 		run(t, "ip", "-n", p.ns[i], "link", "set", "lo", "up")
 	}
 	return p
 }
 
-// manager starts a Manager on side i of the pair, inside its namespace.
+// manager starts a Manager on side i of the pair, inside its namespace,
+// on its IPv4 address.
 func (p *nsPair) manager(t *testing.T, i int) *Manager {
+	t.Helper()
+	return p.managerOn(t, i, p.addr[i])
+}
+
+// managerOn starts a Manager on side i of the pair on local.
+func (p *nsPair) managerOn(t *testing.T, i int, local netip.Addr) *Manager {
 	t.Helper()
 	var m *Manager
 	err := netns.Do(p.ns[i], func() (err error) {
-		m, err = NewManager(p.addr[i], testLogger(t, p.ns[i]))
+		m, err = NewManager(local, testLogger(t, p.ns[i]))
 		return err
 	})
 	if err != nil {

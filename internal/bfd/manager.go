@@ -67,7 +67,8 @@ type SessionStatus struct {
 }
 
 // Manager runs BFD sessions (RFC 5880 asynchronous mode, RFC 5881 single
-// hop over IPv4) from one local address. All methods are safe for
+// hop) from one local address, IPv4 or IPv6, to peers of that family
+// (a node with both runs a Manager per family). All methods are safe for
 // concurrent use.
 //
 // Sockets: one shared socket receives for every session on local:3784
@@ -76,12 +77,14 @@ type SessionStatus struct {
 // 49152–65535, as RFC 5881 §4 recommends, so the peer and any firewall
 // between can tell sessions apart and a session's port is freed with it.
 // Received packets are checked for TTL 255 (GTSM, RFC 5082) through
-// IP_RECVTTL; sent ones carry TTL 255 and TOS 0xc0.
+// IP_RECVTTL, or hop limit 255 through IPV6_RECVHOPLIMIT; sent ones carry
+// TTL (hop limit) 255 and TOS (traffic class) 0xc0.
 //
 // Not implemented: authentication (packets with the A bit are
 // discarded), Demand mode (we never ask for it, and keep sending
 // periodically when the peer asks), the Echo function (we advertise a
-// Required Min Echo RX Interval of 0), multihop (RFC 5883) and IPv6.
+// Required Min Echo RX Interval of 0), multihop (RFC 5883) and sessions
+// over IPv6 link-local addresses.
 type Manager struct {
 	local  netip.Addr
 	log    *slog.Logger
@@ -100,12 +103,15 @@ type Manager struct {
 
 // NewManager binds local:3784 in the calling thread's network namespace;
 // every session's socket is opened in that namespace too. local must be
-// an IPv4 address assigned to this host (or net.ipv4.ip_nonlocal_bind
-// must be set).
+// an address assigned to this host (or net.ipv4.ip_nonlocal_bind, for
+// IPv6 net.ipv6.ip_nonlocal_bind, must be set).
 func NewManager(local netip.Addr, log *slog.Logger) (*Manager, error) {
 	local = local.Unmap()
-	if !local.Is4() || local.IsUnspecified() || local.IsMulticast() {
-		return nil, fmt.Errorf("bfd local address %v: want a unicast IPv4 address", local)
+	switch {
+	case !local.IsValid() || local.IsUnspecified() || local.IsMulticast():
+		return nil, fmt.Errorf("bfd local address %v: want a unicast IPv4 or IPv6 address", local)
+	case local.Zone() != "" || local.IsLinkLocalUnicast():
+		return nil, fmt.Errorf("bfd local address %v: link-local; use the node's global (or unique local) address", local)
 	}
 	if log == nil {
 		log = slog.Default()
@@ -139,8 +145,8 @@ func NewManager(local netip.Addr, log *slog.Logger) (*Manager, error) {
 // take the defaults.
 func (m *Manager) Add(peer netip.Addr, cfg Config) error {
 	peer = peer.Unmap()
-	if !peer.Is4() || peer.IsUnspecified() || peer.IsMulticast() || peer == m.local {
-		return fmt.Errorf("bfd peer %v: want a unicast IPv4 address other than the local %v", peer, m.local)
+	if !peer.IsValid() || peer.Is4() != m.local.Is4() || peer.IsUnspecified() || peer.IsMulticast() || peer.IsLinkLocalUnicast() || peer == m.local {
+		return fmt.Errorf("bfd peer %v: want a unicast %s address other than the local %v", peer, family(m.local), m.local)
 	}
 	if err := cfg.Validate(); err != nil {
 		return fmt.Errorf("bfd peer %v: %w", peer, err)
@@ -367,4 +373,12 @@ func (m *Manager) dropped(kind int) uint64 {
 	m.drops.mu.Lock()
 	defer m.drops.mu.Unlock()
 	return m.drops.n[kind]
+}
+
+// family names addr's address family for messages.
+func family(addr netip.Addr) string {
+	if addr.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }

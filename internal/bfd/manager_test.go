@@ -125,7 +125,7 @@ type rawPeer struct {
 }
 
 func newRawPeer(t *testing.T, from, to netip.Addr) *rawPeer {
-	conn, err := net.ListenUDP("udp4", net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)))
+	conn, err := net.ListenUDP(udpNetwork(from), net.UDPAddrFromAddrPort(netip.AddrPortFrom(from, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,11 @@ func (r *rawPeer) send(b []byte, ttl int) {
 	if err != nil {
 		r.t.Fatal(err)
 	}
-	if err := setsockopt(rc, syscall.IPPROTO_IP, unix.IP_TTL, ttl); err != nil {
+	level, opt := syscall.IPPROTO_IP, unix.IP_TTL
+	if r.to.Addr().Is6() {
+		level, opt = syscall.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS
+	}
+	if err := setsockopt(rc, level, opt, ttl); err != nil {
 		r.t.Fatal(err)
 	}
 	if _, err := r.conn.WriteToUDPAddrPort(b, r.to); err != nil {
@@ -206,8 +210,11 @@ func TestManagerReceptionChecks(t *testing.T) {
 }
 
 func TestManagerRejectsBadInput(t *testing.T) {
-	if _, err := NewManager(netip.MustParseAddr("::1"), nil); err == nil {
-		t.Fatal("NewManager accepted an IPv6 address")
+	for _, a := range []netip.Addr{netip.IPv6Unspecified(), netip.MustParseAddr("ff02::1"), netip.MustParseAddr("fe80::1")} {
+		if m, err := NewManager(a, nil); err == nil {
+			m.Close()
+			t.Errorf("NewManager accepted %s", a)
+		}
 	}
 	local, peer := loopbackPair()
 	m := newManager(t, local, "m")

@@ -16,7 +16,7 @@ import (
 )
 
 // RFC 5881 §4: control packets go to port 3784, from a source port in
-// 49152–65535, with TTL 255.
+// 49152–65535, with TTL (IPv6: hop limit) 255.
 const (
 	Port         = 3784
 	minSrcPort   = 49152
@@ -28,14 +28,25 @@ const (
 	tosCS6 = 0xc0
 )
 
+// udpNetwork is the network name of a UDP socket of addr's family.
+func udpNetwork(addr netip.Addr) string {
+	if addr.Is4() {
+		return "udp4"
+	}
+	return "udp6"
+}
+
 // listenRx opens the socket every session receives on: local:3784, with
-// the TTL of each packet delivered as a control message.
+// the TTL (IPv6: hop limit) of each packet delivered as a control message.
 func listenRx(local netip.Addr) (*net.UDPConn, error) {
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
-		return setsockopt(c, unix.IPPROTO_IP, unix.IP_RECVTTL, 1)
+		if local.Is4() {
+			return setsockopt(c, unix.IPPROTO_IP, unix.IP_RECVTTL, 1)
+		}
+		return setsockopt(c, unix.IPPROTO_IPV6, unix.IPV6_RECVHOPLIMIT, 1)
 	}}
 	addr := netip.AddrPortFrom(local, Port).String()
-	pc, err := lc.ListenPacket(context.Background(), "udp4", addr)
+	pc, err := lc.ListenPacket(context.Background(), udpNetwork(local), addr)
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
@@ -47,9 +58,15 @@ func listenRx(local netip.Addr) (*net.UDPConn, error) {
 // one, so we pick the port ourselves), connected to peer:3784.
 func dialTx(local, peer netip.Addr) (*net.UDPConn, error) {
 	d := net.Dialer{Control: func(_, _ string, c syscall.RawConn) error {
+		if local.Is4() {
+			return errors.Join(
+				setsockopt(c, unix.IPPROTO_IP, unix.IP_TTL, gtsmTTL),
+				setsockopt(c, unix.IPPROTO_IP, unix.IP_TOS, tosCS6),
+			)
+		}
 		return errors.Join(
-			setsockopt(c, unix.IPPROTO_IP, unix.IP_TTL, gtsmTTL),
-			setsockopt(c, unix.IPPROTO_IP, unix.IP_TOS, tosCS6),
+			setsockopt(c, unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, gtsmTTL),
+			setsockopt(c, unix.IPPROTO_IPV6, unix.IPV6_TCLASS, tosCS6),
 		)
 	}}
 	remote := netip.AddrPortFrom(peer, Port).String()
@@ -58,7 +75,7 @@ func dialTx(local, peer netip.Addr) (*net.UDPConn, error) {
 		port := uint16(minSrcPort + rand.IntN(maxSrcPort-minSrcPort+1))
 		d.LocalAddr = net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, port))
 		var c net.Conn
-		c, err = d.Dial("udp4", remote)
+		c, err = d.Dial(udpNetwork(local), remote)
 		if err == nil {
 			return c.(*net.UDPConn), nil
 		}
@@ -83,14 +100,17 @@ func setsockopt(c syscall.RawConn, level, opt, value int) error {
 }
 
 // receivedTTL finds the IP_TTL control message that IP_RECVTTL asks the
-// kernel for.
+// kernel for, or the IPV6_HOPLIMIT one of IPV6_RECVHOPLIMIT (an int
+// either way).
 func receivedTTL(oob []byte) (int, bool) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return 0, false
 	}
 	for _, m := range msgs {
-		if m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL && len(m.Data) >= 4 {
+		ttl := m.Header.Level == unix.IPPROTO_IP && m.Header.Type == unix.IP_TTL
+		hops := m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_HOPLIMIT
+		if (ttl || hops) && len(m.Data) >= 4 {
 			return int(binary.NativeEndian.Uint32(m.Data)), true
 		}
 	}

@@ -160,14 +160,14 @@ func (s *Speaker) runConnector(ctx context.Context, r *peerRecord, c *connector)
 func (s *Speaker) connectOnce(ctx context.Context, r *peerRecord, c *connector) error {
 	p := c.peer
 	dctx, cancel := context.WithTimeout(ctx, dialTimeout)
-	peerConn, err := dialPeer(dctx, s.opts.NextHop, p, s.opts.ASN)
+	peerConn, err := dialPeer(dctx, s.opts.localAddr(p.Address), p, s.opts.ASN)
 	cancel()
 	if err != nil {
 		if ctx.Err() == nil {
 			s.log.Debug("bgp connect failed", "peer", p.Address, "err", err)
 			s.mu.Lock()
 			if r.conn == c && r.state != StateEstablished && r.forcedDown == "" {
-				s.peerError(r, connectErrorText(err.Error(), p, s.opts.NextHop))
+				s.peerError(r, connectErrorText(err.Error(), p, s.opts.localAddr(p.Address)))
 			}
 			s.mu.Unlock()
 		}
@@ -207,8 +207,8 @@ func (s *Speaker) notePeerRejection(r *peerRecord, c *connector, code, subcode u
 }
 
 // dialPeer opens a TCP connection to peer p as GoBGP would: from local,
-// with p's TCP MD5 key, TTL 1 on eBGP (p.Multihop if set), no TCP
-// keepalives (BGP has its own).
+// with p's TCP MD5 key, TTL (hop limit) 1 on eBGP (p.Multihop if set),
+// no TCP keepalives (BGP has its own).
 func dialPeer(ctx context.Context, local netip.Addr, p Peer, localASN uint32) (*net.TCPConn, error) {
 	ttl := 0
 	if p.ASN != localASN {
@@ -236,7 +236,7 @@ func dialTCP(ctx context.Context, local netip.Addr, remote netip.AddrPort, md5Ke
 					serr = unix.SetsockoptTCPMD5Sig(int(fd), unix.IPPROTO_TCP, unix.TCP_MD5SIG, md5Sig(remote.Addr(), md5Key))
 				}
 				if serr == nil && ttl > 0 {
-					serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, ttl)
+					serr = setTTL(int(fd), remote.Addr(), ttl)
 				}
 			})
 			if err != nil {
@@ -245,7 +245,11 @@ func dialTCP(ctx context.Context, local netip.Addr, remote netip.AddrPort, md5Ke
 			return serr
 		},
 	}
-	conn, err := d.DialContext(ctx, "tcp4", net.JoinHostPort(remote.Addr().String(), strconv.Itoa(int(remote.Port()))))
+	network := "tcp4"
+	if remote.Addr().Is6() {
+		network = "tcp6"
+	}
+	conn, err := d.DialContext(ctx, network, net.JoinHostPort(remote.Addr().String(), strconv.Itoa(int(remote.Port()))))
 	if err != nil {
 		return nil, err
 	}
@@ -339,4 +343,13 @@ func readRawMessage(r io.Reader) (msg []byte, whole bool, err error) {
 		return buf[:gobgp.BGP_HEADER_LENGTH+m], false, err
 	}
 	return buf, true, nil
+}
+
+// setTTL sets the TTL (IPv4) or unicast hop limit (IPv6) of a socket that
+// talks to remote.
+func setTTL(fd int, remote netip.Addr, ttl int) error {
+	if remote.Is4() {
+		return unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_TTL, ttl)
+	}
+	return unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_UNICAST_HOPS, ttl)
 }

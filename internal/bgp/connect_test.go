@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -231,7 +232,7 @@ func readAll(t *testing.T, c *net.TCPConn) []byte {
 }
 
 func TestRelaySession(t *testing.T) {
-	open, err := openMessage(65000, 9*time.Second, mustAddr("10.0.1.1"))
+	open, err := openMessage(65000, 9*time.Second, mustAddr("10.0.1.1"), true, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -368,6 +369,32 @@ func TestAPIPeer(t *testing.T) {
 	}
 	if tc := relayed.Timers.Config; tc.HoldTime != 6 || tc.KeepaliveInterval != 2 {
 		t.Errorf("relayed Timers = %+v", tc)
+	}
+
+	families := func(ap *api.Peer) (out []string) {
+		for _, af := range ap.AfiSafis {
+			out = append(out, fmt.Sprintf("%s/%d", af.Config.Family.Afi, af.PrefixLimits.MaxPrefixes))
+		}
+		return out
+	}
+	if got := families(native); !slices.Equal(got, []string{"AFI_IP/0"}) {
+		t.Errorf("IPv4-only node: families %v, want IPv4 unicast alone", got)
+	}
+	// A dual-stack node: both families on a session of either family,
+	// each with the peer's prefix limit; an IPv6 peer's session is
+	// sourced from the node's IPv6 address.
+	s6, err := New(Options{ASN: 65001, NextHop: mustAddr("10.0.1.2"), NextHop6: mustAddr("2001:db8::2"), Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p6 := Peer{Address: mustAddr("2001:db8::1"), ASN: 65000, MaxPrefixes: 7}
+	for _, peer := range []Peer{{Address: mustAddr("10.0.1.1"), ASN: 65000, MaxPrefixes: 7}, p6} {
+		if got := families(s6.apiPeer(peer, false, nil, netip.Addr{})); !slices.Equal(got, []string{"AFI_IP/7", "AFI_IP6/7"}) {
+			t.Errorf("dual-stack node, peer %s: families %v, want IPv4 and IPv6 unicast", peer.Address, got)
+		}
+	}
+	if tr := s6.apiPeer(p6, false, nil, netip.Addr{}).Transport; tr.LocalAddress != "2001:db8::2" {
+		t.Errorf("IPv6 peer: local address %s, want the node's IPv6 address", tr.LocalAddress)
 	}
 
 	// Without multihop an eBGP session is TTL-limited to 1 hop.

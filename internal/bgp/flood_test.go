@@ -108,7 +108,7 @@ func (f *floodPeer) counts() (sessions, sentAll int) {
 
 func (f *floodPeer) session(c net.Conn) {
 	defer c.Close()
-	open, err := openMessage(f.asn, 9*time.Second, f.addr)
+	open, err := openMessage(f.asn, 9*time.Second, f.addr, true, false)
 	if err != nil {
 		f.t.Errorf("flood peer: %v", err)
 		return

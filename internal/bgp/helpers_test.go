@@ -46,6 +46,7 @@ type helperOptions struct {
 	ASN        uint32
 	RouterID   netip.Addr
 	NextHop    netip.Addr
+	NextHop6   netip.Addr
 	ListenPort int
 	Peers      []Peer
 	// PrefixLimitRetry: Options.PrefixLimitRetry.
@@ -112,7 +113,7 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 			if o.Quiet {
 				level.Set(slog.LevelDebug)
 			}
-			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, ListenPort: o.ListenPort, Peers: o.Peers,
+			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, NextHop6: o.NextHop6, ListenPort: o.ListenPort, Peers: o.Peers,
 				PrefixLimitRetry: o.PrefixLimitRetry, Logger: log})
 			if err == nil {
 				err = sp.Start(context.Background())
@@ -540,16 +541,22 @@ func newNamespace(t testing.TB, role string) string {
 }
 
 // connect joins two namespaces with a veth pair and gives each end its
-// addresses (the first of each list is the primary, all in a /24).
+// addresses (the first of each family is the primary; IPv4 in a /24,
+// IPv6 in a /64, usable at once: no duplicate address detection).
 func connect(t testing.TB, nsA, ifA string, addrsA []string, nsB, ifB string, addrsB []string) {
 	t.Helper()
 	run(t, "ip", "-n", nsA, "link", "add", ifA, "type", "veth", "peer", "name", ifB, "netns", nsB)
-	for _, a := range addrsA {
-		run(t, "ip", "-n", nsA, "addr", "add", a+"/24", "dev", ifA)
+	addAddrs := func(ns, dev string, addrs []string) {
+		for _, a := range addrs {
+			if strings.Contains(a, ":") {
+				run(t, "ip", "-n", ns, "addr", "add", a+"/64", "dev", dev, "nodad")
+			} else {
+				run(t, "ip", "-n", ns, "addr", "add", a+"/24", "dev", dev)
+			}
+		}
 	}
-	for _, b := range addrsB {
-		run(t, "ip", "-n", nsB, "addr", "add", b+"/24", "dev", ifB)
-	}
+	addAddrs(nsA, ifA, addrsA)
+	addAddrs(nsB, ifB, addrsB)
 	run(t, "ip", "-n", nsA, "link", "set", ifA, "up")
 	run(t, "ip", "-n", nsB, "link", "set", ifB, "up")
 }

@@ -133,7 +133,7 @@ func (s *Speaker) noteGoBGPLog(addr netip.Addr, ev gobgpLogEvent) {
 	switch ev.kind {
 	case logConnectFailed:
 		if r.state != StateEstablished && r.forcedDown == "" {
-			s.peerError(r, connectErrorText(ev.err, r.cfg, s.opts.NextHop))
+			s.peerError(r, connectErrorText(ev.err, r.cfg, s.opts.localAddr(r.cfg.Address)))
 		}
 	case logSentNotification:
 		// A Cease from us is our own doing (PeerDown, SetPeers, Stop,

@@ -43,13 +43,20 @@ const (
 type Options struct {
 	// ASN is the local autonomous system number.
 	ASN uint32
-	// RouterID is the BGP identifier, an IPv4 address. Default: NextHop.
+	// RouterID is the BGP identifier, an IPv4 address. Default: NextHop;
+	// required when the node has no IPv4 address.
 	RouterID netip.Addr
-	// NextHop is the node's address: the next hop of every announced route
-	// and the local address every session is sourced from. IPv4.
+	// NextHop is the node's IPv4 address: the next hop of every announced
+	// IPv4 route and the local address of every session to an IPv4 peer.
+	// It may be left out when NextHop6 is set.
 	NextHop netip.Addr
+	// NextHop6 is the node's IPv6 address: the next hop of every announced
+	// IPv6 route and the local address of every session to an IPv6 peer.
+	// Optional. With both set, every session carries both address
+	// families (multiprotocol BGP, RFC 4760), whatever its own family.
+	NextHop6 netip.Addr
 	// ListenPort is the TCP port for incoming sessions, bound on NextHop
-	// only. 0 picks the default: 179 when a peer is Passive, else -1.
+	// and NextHop6 only. 0 picks the default: 179 when a peer is Passive, else -1.
 	// -1 opens no listening socket on the network (peers must then not
 	// be Passive); the speaker then listens on 127.0.0.1 only, on a port
 	// the kernel picks, for the sessions it opens itself (connect.go).
@@ -69,7 +76,8 @@ type Options struct {
 
 // Peer is one BGP neighbour: the upstream router or a route reflector.
 type Peer struct {
-	// Address is the neighbour's IPv4 address.
+	// Address is the neighbour's IPv4 or IPv6 address; the node needs an
+	// address of the same family (Options.NextHop or NextHop6).
 	Address netip.Addr
 	// ASN is the neighbour's ASN; equal to Options.ASN means iBGP.
 	ASN uint32
@@ -115,20 +123,27 @@ func (p Peer) withDefaults() Peer {
 }
 
 // validate checks one peer, already with defaults, of a speaker with the
-// given local ASN and next hop.
-func (p Peer) validate(localASN uint32, nextHop netip.Addr) error {
+// given local ASN and next hops (either may be invalid: no address of
+// that family).
+func (p Peer) validate(localASN uint32, nextHop, nextHop6 netip.Addr) error {
 	switch {
 	case !p.Address.IsValid():
 		return errors.New("address is missing")
-	case !p.Address.Is4():
-		return fmt.Errorf("address %s: only IPv4 peers are supported", p.Address)
+	case p.Address.Is4In6():
+		return fmt.Errorf("address %s is IPv4-mapped; write the IPv4 address (%s)", p.Address, p.Address.Unmap())
+	case p.Address.Zone() != "" || p.Address.IsLinkLocalUnicast():
+		return fmt.Errorf("address %s is link-local; peer with a global (or unique local) address of the router", p.Address)
 	case p.Address.IsUnspecified() || p.Address.IsMulticast():
 		return fmt.Errorf("address %s is not a unicast address", p.Address)
 	case p.Address.IsLoopback():
 		// Also: the speaker uses 127.0.0.0/8 itself (connect.go).
 		return fmt.Errorf("address %s is a loopback address; a BGP peer must be another host", p.Address)
-	case p.Address == nextHop:
-		return fmt.Errorf("address %s is the node's own address (nextHop)", p.Address)
+	case p.Address == nextHop || p.Address == nextHop6:
+		return fmt.Errorf("address %s is the node's own address", p.Address)
+	case p.Address.Is4() && !nextHop.IsValid():
+		return fmt.Errorf("address %s is IPv4, but the node has no IPv4 address to reach it from (node.address)", p.Address)
+	case p.Address.Is6() && !nextHop6.IsValid():
+		return fmt.Errorf("address %s is IPv6, but the node has no IPv6 address to reach it from (node.address6)", p.Address)
 	}
 	if err := validateASN(p.ASN); err != nil {
 		return err
@@ -174,7 +189,7 @@ func validateTimers(hold, keepalive time.Duration) error {
 // withDefaults fills in defaults; validate must pass first for the
 // result to be meaningful.
 func (o Options) withDefaults() Options {
-	if !o.RouterID.IsValid() {
+	if !o.RouterID.IsValid() && o.NextHop.IsValid() {
 		o.RouterID = o.NextHop
 	}
 	if o.Logger == nil {
@@ -205,12 +220,20 @@ func (o Options) validate() error {
 		return err
 	}
 	switch {
-	case !o.NextHop.IsValid():
+	case !o.NextHop.IsValid() && !o.NextHop6.IsValid():
 		return errors.New("nextHop (the node address) is missing")
-	case !o.NextHop.Is4():
-		return fmt.Errorf("nextHop %s: only IPv4 is supported", o.NextHop)
+	case o.NextHop.IsValid() && !o.NextHop.Is4():
+		return fmt.Errorf("nextHop %s: want the node's IPv4 address (its IPv6 address is nextHop6)", o.NextHop)
 	case o.NextHop.IsUnspecified() || o.NextHop.IsMulticast() || o.NextHop.IsLoopback():
 		return fmt.Errorf("nextHop %s: must be a unicast address that peers can reach", o.NextHop)
+	case o.NextHop6.IsValid() && (!o.NextHop6.Is6() || o.NextHop6.Is4In6()):
+		return fmt.Errorf("nextHop6 %s: want the node's IPv6 address (its IPv4 address is nextHop)", o.NextHop6)
+	case o.NextHop6.Zone() != "" || o.NextHop6.IsLinkLocalUnicast():
+		return fmt.Errorf("nextHop6 %s: link-local; routers need a global (or unique local) next hop", o.NextHop6)
+	case o.NextHop6.IsUnspecified() || o.NextHop6.IsMulticast() || o.NextHop6.IsLoopback():
+		return fmt.Errorf("nextHop6 %s: must be a unicast address that peers can reach", o.NextHop6)
+	case !o.RouterID.IsValid():
+		return errors.New("routerID is missing: the node has no IPv4 address to take it from, and a BGP identifier is 32 bits (set bgp.routerID to an IPv4 address unique among the routers)")
 	}
 	if !o.RouterID.Is4() || o.RouterID.IsUnspecified() {
 		return fmt.Errorf("routerID %s: must be a non-zero IPv4 address", o.RouterID)
@@ -221,14 +244,14 @@ func (o Options) validate() error {
 	if o.ListenPort < -1 || o.ListenPort > 65535 {
 		return fmt.Errorf("listenPort %d: want 1-65535, 0 for the default or -1 to not listen", o.ListenPort)
 	}
-	return validatePeers(o.Peers, o.ASN, o.NextHop, o.ListenPort)
+	return validatePeers(o.Peers, o.ASN, o.NextHop, o.NextHop6, o.ListenPort)
 }
 
 // validatePeers checks a whole peer list (with defaults) for a speaker.
-func validatePeers(peers []Peer, asn uint32, nextHop netip.Addr, listenPort int) error {
+func validatePeers(peers []Peer, asn uint32, nextHop, nextHop6 netip.Addr, listenPort int) error {
 	seen := make(map[netip.Addr]bool, len(peers))
 	for i, p := range peers {
-		if err := p.validate(asn, nextHop); err != nil {
+		if err := p.validate(asn, nextHop, nextHop6); err != nil {
 			return fmt.Errorf("peers[%d] (%s): %w", i, p.Address, err)
 		}
 		if seen[p.Address] {
@@ -240,4 +263,19 @@ func validatePeers(peers []Peer, asn uint32, nextHop netip.Addr, listenPort int)
 		}
 	}
 	return nil
+}
+
+// localAddr is the node address a session to peer is sourced from: the
+// node's address of the peer's family.
+func (o Options) localAddr(peer netip.Addr) netip.Addr {
+	if peer.Is4() {
+		return o.NextHop
+	}
+	return o.NextHop6
+}
+
+// nextHopFor is the next hop of an announced prefix: the node's address
+// of the prefix's family (invalid if it has none).
+func (o Options) nextHopFor(p netip.Prefix) netip.Addr {
+	return o.localAddr(p.Addr())
 }

@@ -67,14 +67,35 @@ func TestOptionValidation(t *testing.T) {
 		{"no asn", with(func(o *Options) { o.ASN = 0 }), "asn is missing"},
 		{"as_trans", with(func(o *Options) { o.ASN = 23456 }), "AS_TRANS"},
 		{"no next hop", with(func(o *Options) { o.NextHop = netip.Addr{} }), "nextHop (the node address) is missing"},
-		{"ipv6 next hop", with(func(o *Options) { o.NextHop = mustAddr("2001:db8::1") }), "only IPv4"},
+		{"ipv6 next hop", with(func(o *Options) { o.NextHop = mustAddr("2001:db8::1") }), "nextHop 2001:db8::1: want the node's IPv4 address (its IPv6 address is nextHop6)"},
+		{"dual stack", with(func(o *Options) { o.NextHop6 = mustAddr("2001:db8::1") }), ""},
+		{"ipv6 only", with(func(o *Options) {
+			o.NextHop, o.NextHop6, o.RouterID = netip.Addr{}, mustAddr("2001:db8::1"), mustAddr("10.9.9.9")
+			o.Peers[0].Address = mustAddr("2001:db8::2")
+		}), ""},
+		{"ipv6 only without router id", with(func(o *Options) {
+			o.NextHop, o.NextHop6 = netip.Addr{}, mustAddr("2001:db8::1")
+			o.Peers = nil
+		}), "routerID is missing: the node has no IPv4 address"},
+		{"ipv4 next hop6", with(func(o *Options) { o.NextHop6 = mustAddr("10.0.1.9") }), "nextHop6 10.0.1.9: want the node's IPv6 address"},
+		{"mapped next hop6", with(func(o *Options) { o.NextHop6 = mustAddr("::ffff:10.0.1.9") }), "nextHop6 ::ffff:10.0.1.9: want the node's IPv6 address"},
+		{"link-local next hop6", with(func(o *Options) { o.NextHop6 = mustAddr("fe80::1") }), "nextHop6 fe80::1: link-local"},
+		{"loopback next hop6", with(func(o *Options) { o.NextHop6 = mustAddr("::1") }), "nextHop6 ::1: must be a unicast address"},
 		{"loopback next hop", with(func(o *Options) { o.NextHop = mustAddr("127.0.0.1") }), "unicast address that peers can reach"},
 		{"ipv6 router id", with(func(o *Options) { o.RouterID = mustAddr("::1") }), "routerID ::1"},
 		{"bad listen port", with(func(o *Options) { o.ListenPort = 70000 }), "listenPort 70000"},
 		{"passive without listener", with(func(o *Options) { o.ListenPort = -1; o.Peers[0].Passive = true }), "passive, but the speaker does not listen"},
 		{"passive with listener", with(func(o *Options) { o.ListenPort = 1790; o.Peers[0].Passive = true }), ""},
 		{"peer without address", withPeer(func(p *Peer) { p.Address = netip.Addr{} }), "peers[0] (invalid IP): address is missing"},
-		{"ipv6 peer", withPeer(func(p *Peer) { p.Address = mustAddr("2001:db8::2") }), "only IPv4 peers"},
+		{"ipv6 peer without ipv6 address", withPeer(func(p *Peer) { p.Address = mustAddr("2001:db8::2") }),
+			"address 2001:db8::2 is IPv6, but the node has no IPv6 address to reach it from (node.address6)"},
+		{"ipv6 peer", with(func(o *Options) { o.NextHop6 = mustAddr("2001:db8::1"); o.Peers[0].Address = mustAddr("2001:db8::2") }), ""},
+		{"ipv4 peer without ipv4 address", with(func(o *Options) {
+			o.NextHop, o.NextHop6, o.RouterID = netip.Addr{}, mustAddr("2001:db8::1"), mustAddr("10.9.9.9")
+		}), "address 10.0.1.1 is IPv4, but the node has no IPv4 address to reach it from (node.address)"},
+		{"ipv6 peer is us", with(func(o *Options) { o.NextHop6 = mustAddr("2001:db8::1"); o.Peers[0].Address = o.NextHop6 }), "node's own address"},
+		{"mapped peer", withPeer(func(p *Peer) { p.Address = mustAddr("::ffff:10.0.1.1") }), "IPv4-mapped; write the IPv4 address (10.0.1.1)"},
+		{"link-local peer", with(func(o *Options) { o.NextHop6 = mustAddr("2001:db8::1"); o.Peers[0].Address = mustAddr("fe80::1") }), "fe80::1 is link-local"},
 		{"peer is us", withPeer(func(p *Peer) { p.Address = nh }), "node's own address"},
 		{"loopback peer", withPeer(func(p *Peer) { p.Address = mustAddr("127.100.0.1") }), "loopback address"},
 		{"peer without asn", withPeer(func(p *Peer) { p.ASN = 0 }), "peers[0] (10.0.1.1): asn is missing"},

@@ -37,7 +37,7 @@ const (
 // probeOpen returns the NOTIFICATION the peer answers our OPEN with, in
 // words, or "" when the peer accepts the OPEN. A peer that closes the
 // connection without a word is an error, like one that cannot be reached.
-func probeOpen(ctx context.Context, local netip.Addr, p Peer, localASN uint32, routerID netip.Addr) (string, error) {
+func probeOpen(ctx context.Context, local netip.Addr, p Peer, localASN uint32, routerID netip.Addr, ipv4, ipv6 bool) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, probeTimeout)
 	defer cancel()
 	ttl := 0
@@ -56,7 +56,7 @@ func probeOpen(ctx context.Context, local netip.Addr, p Peer, localASN uint32, r
 					serr = unix.SetsockoptTCPMD5Sig(int(fd), unix.IPPROTO_TCP, unix.TCP_MD5SIG, md5Sig(p.Address, p.Password))
 				}
 				if serr == nil && ttl > 0 {
-					serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_TTL, ttl)
+					serr = setTTL(int(fd), p.Address, ttl)
 				}
 			})
 			if err != nil {
@@ -73,7 +73,7 @@ func probeOpen(ctx context.Context, local netip.Addr, p Peer, localASN uint32, r
 	deadline, _ := ctx.Deadline()
 	_ = conn.SetDeadline(deadline)
 
-	open, err := openMessage(localASN, p.HoldTime, routerID)
+	open, err := openMessage(localASN, p.HoldTime, routerID, ipv4, ipv6)
 	if err != nil {
 		return "", err
 	}
@@ -106,17 +106,21 @@ func probeOpen(ctx context.Context, local netip.Addr, p Peer, localASN uint32, r
 	return "", nil
 }
 
-// openMessage is the OPEN GoBGP sends for an IPv4 unicast session.
-func openMessage(asn uint32, hold time.Duration, routerID netip.Addr) ([]byte, error) {
+// openMessage is the OPEN GoBGP sends for a session with IPv4 unicast
+// and/or IPv6 unicast (Speaker.afiSafis).
+func openMessage(asn uint32, hold time.Duration, routerID netip.Addr, ipv4, ipv6 bool) ([]byte, error) {
 	as2 := uint16(asTrans)
 	if asn <= 0xFFFF {
 		as2 = uint16(asn)
 	}
-	caps := []gobgp.ParameterCapabilityInterface{
-		gobgp.NewCapMultiProtocol(gobgp.RF_IPv4_UC),
-		gobgp.NewCapRouteRefresh(),
-		gobgp.NewCapFourOctetASNumber(asn),
+	var caps []gobgp.ParameterCapabilityInterface
+	if ipv4 {
+		caps = append(caps, gobgp.NewCapMultiProtocol(gobgp.RF_IPv4_UC))
 	}
+	if ipv6 {
+		caps = append(caps, gobgp.NewCapMultiProtocol(gobgp.RF_IPv6_UC))
+	}
+	caps = append(caps, gobgp.NewCapRouteRefresh(), gobgp.NewCapFourOctetASNumber(asn))
 	m, err := gobgp.NewBGPOpenMessage(as2, uint16(hold/time.Second), routerID,
 		[]gobgp.OptionParameterInterface{gobgp.NewOptionParameterCapability(caps)})
 	if err != nil {
@@ -142,11 +146,19 @@ func readMessage(r io.Reader) (*gobgp.BGPMessage, error) {
 	return gobgp.ParseBGPMessage(buf)
 }
 
+// md5Sig is the TCP_MD5SIG option for peer: its address as a sockaddr_in
+// or sockaddr_in6 in a sockaddr_storage, and the key.
 func md5Sig(peer netip.Addr, key string) *unix.TCPMD5Sig {
 	s := &unix.TCPMD5Sig{Keylen: uint16(len(key))}
-	s.Addr.Family = unix.AF_INET
-	a := peer.As4()
-	copy(s.Addr.Data[2:6], a[:]) // sockaddr_in: port, then address
+	if peer.Is4() {
+		s.Addr.Family = unix.AF_INET
+		a := peer.As4()
+		copy(s.Addr.Data[2:6], a[:]) // sockaddr_in: port, then address
+	} else {
+		s.Addr.Family = unix.AF_INET6
+		a := peer.As16()
+		copy(s.Addr.Data[6:22], a[:]) // sockaddr_in6: port, flow info, then address
+	}
 	copy(s.Key[:], key)
 	return s
 }

@@ -102,7 +102,7 @@ func TestProbeOpen(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ap, res := fakePeer(t, tc.answer...)
 			p := Peer{Address: ap.Addr(), Port: ap.Port(), ASN: 65000, HoldTime: 9 * time.Second}
-			got, err := probeOpen(context.Background(), mustAddr("127.0.0.1"), p, tc.localASN, routerID)
+			got, err := probeOpen(context.Background(), mustAddr("127.0.0.1"), p, tc.localASN, routerID, true, false)
 			if (err != nil) != tc.wantErr || got != tc.want {
 				t.Errorf("probeOpen = %q, %v; want %q (error: %v)", got, err, tc.want, tc.wantErr)
 			}

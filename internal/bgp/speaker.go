@@ -1,6 +1,7 @@
 // Package bgp announces xlb's service addresses over BGP. A Speaker wraps
 // an embedded GoBGP server: it announces each VIP with next hop = the
-// node's own address to any number of peers (the upstream router or a
+// node's own address of the VIP's family (IPv4 or IPv6 unicast, over
+// sessions of either family) to any number of peers (the upstream router or a
 // route reflector, iBGP or eBGP), withdraws it again, follows every
 // session's state through GoBGP's event stream, and lets an external
 // failure detector (xlb's BFD) force a session down and up. It takes no
@@ -152,14 +153,16 @@ func (s *Speaker) Start(ctx context.Context) error {
 		}
 	}
 	s.log.Info("bgp speaker started", "asn", opts.ASN, "routerID", opts.RouterID, "nextHop", opts.NextHop,
-		"peers", len(opts.Peers), "routes", len(routes), "listenPort", opts.ListenPort)
+		"nextHop6", opts.NextHop6, "peers", len(opts.Peers), "routes", len(routes), "listenPort", opts.ListenPort)
 	return errors.Join(errs...)
 }
 
 // startServer starts an embedded GoBGP server for opts and, unless it
 // cannot, the listener its connectors hand sessions to: GoBGP's own
 // listener on NextHop where it has one (ListenPort > 0), else one on
-// relayHost, on a free port. relay is nil when GoBGP must dial itself.
+// relayHost, on a free port (also beside NextHop6 on ListenPort when the
+// node has no IPv4 address: the stand-ins are IPv4). relay is nil when
+// GoBGP must dial itself.
 func (s *Speaker) startServer(ctx context.Context, opts Options) (*server.BgpServer, *relayConfig, error) {
 	key, err := newRelayKey()
 	if err != nil {
@@ -185,11 +188,20 @@ func (s *Speaker) startServer(ctx context.Context, opts Options) (*server.BgpSer
 		return srv, nil
 	}
 	if opts.ListenPort > 0 {
-		srv, err := start(opts.ListenPort, []string{opts.NextHop.String()})
+		var addrs []string
+		target := opts.NextHop
+		if !target.IsValid() {
+			target = netip.MustParseAddr(relayHost)
+		}
+		addrs = append(addrs, target.String())
+		if opts.NextHop6.IsValid() {
+			addrs = append(addrs, opts.NextHop6.String())
+		}
+		srv, err := start(opts.ListenPort, addrs)
 		if err != nil {
 			return nil, nil, err
 		}
-		return srv, &relayConfig{target: netip.AddrPortFrom(opts.NextHop, uint16(opts.ListenPort)), key: key}, nil
+		return srv, &relayConfig{target: netip.AddrPortFrom(target, uint16(opts.ListenPort)), key: key}, nil
 	}
 	var lastErr error
 	for range 3 {
@@ -290,13 +302,23 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	return nil
 }
 
-// Announce announces prefix with next hop = the node address to every
-// peer. Calling it again with the same attributes does nothing; with
+// Announce announces prefix with next hop = the node address of its
+// family (Options.NextHop or NextHop6) to every peer whose session
+// carries that family. Calling it again with the same attributes does nothing; with
 // other attributes it re-announces (an implicit withdrawal of the old
 // ones). Before Start it only records the route, which Start announces.
 func (s *Speaker) Announce(prefix netip.Prefix, attrs Attributes) error {
 	if err := checkPrefix(prefix); err != nil {
 		return err
+	}
+	s.mu.Lock()
+	nh := s.opts.nextHopFor(prefix)
+	s.mu.Unlock()
+	if !nh.IsValid() {
+		if prefix.Addr().Is4() {
+			return fmt.Errorf("bgp: announce %s: the node has no IPv4 address to announce it with as next hop (set node.address)", prefix)
+		}
+		return fmt.Errorf("bgp: announce %s: the node has no IPv6 address to announce it with as next hop (set node.address6)", prefix)
 	}
 	parsed, err := attrs.parse()
 	if err != nil {
@@ -386,8 +408,9 @@ func (s *Speaker) Announced() []Route {
 	defer s.mu.Unlock()
 	out := make([]Route, 0, len(s.routes))
 	for p, a := range s.routes {
-		out = append(out, Route{Prefix: p, NextHop: s.opts.NextHop, Attributes: a.attributes()})
+		out = append(out, Route{Prefix: p, NextHop: s.opts.nextHopFor(p), Attributes: a.attributes()})
 	}
+	// IPv4 first (netip orders by family), then by address.
 	slices.SortFunc(out, func(a, b Route) int { return a.Prefix.Addr().Compare(b.Prefix.Addr()) })
 	return out
 }
@@ -396,23 +419,36 @@ func checkPrefix(p netip.Prefix) error {
 	switch {
 	case !p.IsValid():
 		return errors.New("bgp: invalid prefix")
-	case !p.Addr().Is4():
-		return fmt.Errorf("bgp: prefix %s: only IPv4 is supported", p)
+	case p.Addr().Is4In6():
+		return fmt.Errorf("bgp: prefix %s is IPv4-mapped; announce the IPv4 prefix", p)
+	case p.Addr().Zone() != "":
+		return fmt.Errorf("bgp: prefix %s has a zone", p)
 	case p != p.Masked():
 		return fmt.Errorf("bgp: prefix %s has host bits set (did you mean %s?)", p, p.Masked())
 	}
 	return nil
 }
 
-// apiPath builds GoBGP's form of a route.
+// apiPath builds GoBGP's form of a route: IPv4 unicast with a NEXT_HOP
+// attribute, or IPv6 unicast with the prefix and next hop in an
+// MP_REACH_NLRI attribute (RFC 4760). GoBGP keeps the next hop of a
+// local route on every session, eBGP or iBGP, as it is set.
 func (s *Speaker) apiPath(prefix netip.Prefix, a parsedAttrs) (*apiutil.Path, error) {
 	nlri, err := gobgp.NewIPAddrPrefix(prefix)
 	if err != nil {
 		return nil, fmt.Errorf("prefix %s: %w", prefix, err)
 	}
-	nh, err := gobgp.NewPathAttributeNextHop(s.opts.NextHop)
+	nextHop := s.opts.nextHopFor(prefix)
+	family := gobgp.RF_IPv4_UC
+	var nh gobgp.PathAttributeInterface
+	if prefix.Addr().Is4() {
+		nh, err = gobgp.NewPathAttributeNextHop(nextHop)
+	} else {
+		family = gobgp.RF_IPv6_UC
+		nh, err = gobgp.NewPathAttributeMpReachNLRI(family, []gobgp.PathNLRI{{NLRI: nlri}}, nextHop)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("next hop %s: %w", s.opts.NextHop, err)
+		return nil, fmt.Errorf("next hop %s: %w", nextHop, err)
 	}
 	attrs := []gobgp.PathAttributeInterface{
 		gobgp.NewPathAttributeOrigin(gobgp.BGP_ORIGIN_ATTR_TYPE_IGP),
@@ -434,7 +470,7 @@ func (s *Speaker) apiPath(prefix netip.Prefix, a parsedAttrs) (*apiutil.Path, er
 	if a.localPref != nil {
 		attrs = append(attrs, gobgp.NewPathAttributeLocalPref(*a.localPref))
 	}
-	return &apiutil.Path{Family: gobgp.RF_IPv4_UC, Nlri: nlri, Attrs: attrs}, nil
+	return &apiutil.Path{Family: family, Nlri: nlri, Attrs: attrs}, nil
 }
 
 func (s *Speaker) addPath(srv *server.BgpServer, prefix netip.Prefix, a parsedAttrs) error {
@@ -445,7 +481,7 @@ func (s *Speaker) addPath(srv *server.BgpServer, prefix netip.Prefix, a parsedAt
 	if err != nil {
 		return fmt.Errorf("announce %s: %w", prefix, err)
 	}
-	s.log.Info("bgp route announced", "prefix", prefix, "nextHop", s.opts.NextHop)
+	s.log.Info("bgp route announced", "prefix", prefix, "nextHop", s.opts.nextHopFor(prefix))
 	return nil
 }
 
@@ -468,17 +504,12 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn ne
 			KeepaliveInterval: uint64(p.Keepalive / time.Second),
 		}},
 		Transport: &api.Transport{
-			LocalAddress: s.opts.NextHop.String(),
+			LocalAddress: s.opts.localAddr(p.Address).String(),
 			RemotePort:   uint32(p.Port),
 			PassiveMode:  p.Passive,
 		},
 		EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
-		// IPv4 unicast, as GoBGP would pick for an IPv4 neighbour,
-		// named here for its prefix limit.
-		AfiSafis: []*api.AfiSafi{{
-			Config:       &api.AfiSafiConfig{Family: ipv4Unicast, Enabled: true},
-			PrefixLimits: &api.PrefixLimit{Family: ipv4Unicast, MaxPrefixes: p.MaxPrefixes},
-		}},
+		AfiSafis:     s.afiSafis(p),
 	}
 	if relay != nil {
 		ap.Conf.NeighborAddress = standIn.String()
@@ -490,7 +521,32 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn ne
 	return ap
 }
 
-var ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+var (
+	ipv4Unicast = &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}
+	ipv6Unicast = &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}
+)
+
+// afiSafis are the address families of a session: unicast of each family
+// the node has an address of, whatever the session's own family, so that
+// one session per router carries both (the peer may accept only some;
+// BGP then sends only those). They are named explicitly, also for IPv4
+// alone, for their prefix limits (GoBGP counts each family on its own).
+func (s *Speaker) afiSafis(p Peer) []*api.AfiSafi {
+	var out []*api.AfiSafi
+	add := func(f *api.Family) {
+		out = append(out, &api.AfiSafi{
+			Config:       &api.AfiSafiConfig{Family: f, Enabled: true},
+			PrefixLimits: &api.PrefixLimit{Family: f, MaxPrefixes: p.MaxPrefixes},
+		})
+	}
+	if s.opts.NextHop.IsValid() {
+		add(ipv4Unicast)
+	}
+	if s.opts.NextHop6.IsValid() {
+		add(ipv6Unicast)
+	}
+	return out
+}
 
 // addPeer configures p in GoBGP: relayed, with a connector of its own,
 // unless p is passive or the speaker has no relay.
@@ -596,7 +652,7 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	for i, p := range peers {
 		next[i] = p.withDefaults()
 	}
-	if err := validatePeers(next, opts.ASN, opts.NextHop, opts.ListenPort); err != nil {
+	if err := validatePeers(next, opts.ASN, opts.NextHop, opts.NextHop6, opts.ListenPort); err != nil {
 		return fmt.Errorf("bgp: %w", err)
 	}
 	old := make(map[netip.Addr]Peer, len(opts.Peers))

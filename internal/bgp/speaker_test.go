@@ -35,7 +35,9 @@ func TestAnnounceRejectsBadInput(t *testing.T) {
 		wantErr string
 	}{
 		{netip.Prefix{}, Attributes{}, "invalid prefix"},
-		{mustPrefix("2001:db8::1/128"), Attributes{}, "only IPv4"},
+		{mustPrefix("2001:db8::1/128"), Attributes{}, "bgp: announce 2001:db8::1/128: the node has no IPv6 address to announce it with as next hop (set node.address6)"},
+		{mustPrefix("::ffff:10.99.0.1/128"), Attributes{}, "IPv4-mapped"},
+		{mustPrefix("2001:db8::1/64"), Attributes{}, "host bits set (did you mean 2001:db8::/64?)"},
 		{mustPrefix("10.99.0.1/24"), Attributes{}, "host bits set (did you mean 10.99.0.0/24?)"},
 		{mustPrefix("10.99.0.1/32"), Attributes{Communities: []string{"x"}}, `announce 10.99.0.1/32: communities[0]: community "x"`},
 	} {

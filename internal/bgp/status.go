@@ -59,7 +59,8 @@ type PeerStatus struct {
 type Counters struct {
 	// At is when GoBGP reported them.
 	At time.Time
-	// PrefixesSent and PrefixesReceived count the IPv4 unicast routes
+	// PrefixesSent and PrefixesReceived count the unicast routes (both
+	// families)
 	// advertised to the peer and those it sent that GoBGP holds (its
 	// Adj-RIB-In, which MaxPrefixes bounds; none of them is imported).
 	PrefixesSent, PrefixesReceived int
@@ -363,7 +364,8 @@ func (s *Speaker) startProbe(srv *server.BgpServer, p Peer) {
 		case <-ctx.Done():
 			return
 		}
-		text, err := probeOpen(ctx, s.opts.NextHop, p, s.opts.ASN, s.opts.RouterID)
+		text, err := probeOpen(ctx, s.opts.localAddr(p.Address), p, s.opts.ASN, s.opts.RouterID,
+			s.opts.NextHop.IsValid(), s.opts.NextHop6.IsValid())
 		s.mu.Lock()
 		defer s.mu.Unlock()
 		r := s.peers[p.Address]

@@ -38,7 +38,15 @@ type frr struct {
 }
 
 // startFRR starts zebra and bgpd in ns and applies conf (frr.conf syntax).
+// The routes bgpd learns stay out of the namespace's kernel table.
 func startFRR(t *testing.T, ns, conf string) *frr {
+	t.Helper()
+	return startFRRDaemons(t, ns, conf, false)
+}
+
+// startFRRDaemons is startFRR; with fib, bgpd has zebra install the
+// routes it learns in the namespace's kernel table.
+func startFRRDaemons(t *testing.T, ns, conf string, fib bool) *frr {
 	t.Helper()
 	requireBinary(t, filepath.Join(frrDir, "bgpd"), "frr")
 	// The daemons drop to user frr, which must own the directory and
@@ -67,7 +75,7 @@ func startFRR(t *testing.T, ns, conf string) *frr {
 		pidFile := filepath.Join(dir, d.name+".pid")
 		args := []string{"netns", "exec", ns, filepath.Join(frrDir, d.name), "-d", "-f", empty, "-i", pidFile,
 			"-z", zserv, "--vty_socket", dir, "--log", "file:" + filepath.Join(dir, d.name+".log")}
-		if d.name == "bgpd" {
+		if d.name == "bgpd" && !fib {
 			args = append(args, "-n") // keep learned routes out of the namespace's kernel table
 		}
 		// Registered before the start: a daemon that forks and then
@@ -128,7 +136,16 @@ func killPidFile(t *testing.T, path string) {
 	t.Logf("killed %s (pid %d) with SIGKILL", filepath.Base(path), pid)
 }
 
-// frrRoute is what `show ip bgp PREFIX json` says about the best path.
+// frrShowBGP is FRR's show command for the BGP table of p's family.
+func frrShowBGP(p netip.Prefix) string {
+	if p.Addr().Is4() {
+		return "show ip bgp"
+	}
+	return "show bgp ipv6 unicast"
+}
+
+// frrRoute is what `show ip bgp PREFIX json` (`show bgp ipv6 unicast
+// PREFIX json` for IPv6) says about the best path.
 type frrRoute struct {
 	NextHop     string
 	Communities string
@@ -157,9 +174,10 @@ func (f *frr) route(t *testing.T, p netip.Prefix) (frrRoute, bool) {
 			} `json:"bestpath"`
 		} `json:"paths"`
 	}
-	raw := f.vtysh(t, "show ip bgp "+p.String()+" json")
+	cmd := frrShowBGP(p) + " " + p.String() + " json"
+	raw := f.vtysh(t, cmd)
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		t.Fatalf("show ip bgp %s json: %v\n%s", p, err, raw)
+		t.Fatalf("%s: %v\n%s", cmd, err, raw)
 	}
 	for _, path := range out.Paths {
 		if path.BestPath == nil || !path.BestPath.Overall || len(path.Nexthops) == 0 {
@@ -177,15 +195,17 @@ func (f *frr) route(t *testing.T, p netip.Prefix) (frrRoute, bool) {
 	return frrRoute{}, false
 }
 
-// inTable reports whether `show ip bgp json` lists p.
+// inTable reports whether `show ip bgp json` (`show bgp ipv6 unicast
+// json` for IPv6) lists p.
 func (f *frr) inTable(t *testing.T, p netip.Prefix) bool {
 	t.Helper()
 	var out struct {
 		Routes map[string]json.RawMessage `json:"routes"`
 	}
-	raw := f.vtysh(t, "show ip bgp json")
+	cmd := frrShowBGP(p) + " json"
+	raw := f.vtysh(t, cmd)
 	if err := json.Unmarshal([]byte(raw), &out); err != nil {
-		t.Fatalf("show ip bgp json: %v\n%s", err, raw)
+		t.Fatalf("%s: %v\n%s", cmd, err, raw)
 	}
 	_, ok := out.Routes[p.String()]
 	return ok

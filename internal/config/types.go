@@ -205,6 +205,8 @@ type Node struct {
 	// when the file leaves it out: the agent then takes the interface's
 	// first IPv4 address.
 	Address netip.Addr
+	// Address6 is the node's IPv6 address (node.address6); invalid when absent.
+	Address6 netip.Addr
 }
 
 // API is the local API.

@@ -40,7 +40,6 @@ func birdPIDFile(prefix string) string    { return filepath.Join(BIRDDir(prefix)
 // merges the equally good paths of a VIP into one multipath route.
 func birdConfig(p Plan) string {
 	gw := p.NodeSegment.Gateway()
-	hold := int(p.BGP.HoldTime / time.Second)
 	var b strings.Builder
 	fmt.Fprintf(&b, "# BIRD of xlb lab %q, written by `xlb lab up`.\n", p.Spec.Prefix)
 	// BIRD runs in the foreground; its standard error is the lab's log
@@ -60,6 +59,13 @@ func birdConfig(p Plan) string {
 	b.WriteString("\tipv4 {\n\t\timport none;\n\t\texport all;\n\t};\n")
 	fmt.Fprintf(&b, "\tmerge paths on limit %d;\n", maximumPaths)
 	b.WriteString("}\n\n")
+	if p.VIPPrefix6.IsValid() {
+		// A kernel protocol has one channel: IPv6 needs its own.
+		b.WriteString("protocol kernel {\n")
+		b.WriteString("\tipv6 {\n\t\timport none;\n\t\texport all;\n\t};\n")
+		fmt.Fprintf(&b, "\tmerge paths on limit %d;\n", maximumPaths)
+		b.WriteString("}\n\n")
+	}
 
 	if bfd := p.BGP.BFD; bfd != nil {
 		b.WriteString("# BFD towards the nodes, on the node segment's bridge.\n")
@@ -72,10 +78,29 @@ func birdConfig(p Plan) string {
 	}
 
 	b.WriteString("# The xlb nodes: any address of the node segment, eBGP.\n")
-	fmt.Fprintf(&b, "protocol bgp %s {\n", birdProtocol)
-	fmt.Fprintf(&b, "\tlocal %s as %d;\n", gw, p.BGP.RouterASN)
-	fmt.Fprintf(&b, "\tneighbor range %s as %d;\n", p.NodeSegment.Subnet.Masked(), p.BGP.NodeASN)
-	fmt.Fprintf(&b, "\tdynamic name %q;\n", birdProtocol)
+	birdNodes(&b, p, birdProtocol, gw, p.NodeSegment.Subnet)
+	if s6 := p.NodeSegment.Subnet6; s6.IsValid() {
+		// A BGP protocol has one local address: the nodes' IPv6
+		// sessions need their own.
+		b.WriteString("\n# The xlb nodes' IPv6 sessions, from the node segment's IPv6 subnet.\n")
+		birdNodes(&b, p, birdProtocol6, p.NodeSegment.Gateway6(), s6)
+	}
+	return b.String()
+}
+
+// birdProtocol6 names the dynamic BGP protocol of the nodes' IPv6
+// sessions (Plan.NodeSegment.Subnet6).
+const birdProtocol6 = "xlbv6"
+
+// birdNodes writes the dynamic BGP protocol name that accepts the nodes
+// from subnet on local: IPv4 unicast, and IPv6 unicast in a lab with
+// IPv6 VIPs, over its sessions whatever their family.
+func birdNodes(b *strings.Builder, p Plan, name string, local netip.Addr, subnet netip.Prefix) {
+	hold := int(p.BGP.HoldTime / time.Second)
+	fmt.Fprintf(b, "protocol bgp %s {\n", name)
+	fmt.Fprintf(b, "\tlocal %s as %d;\n", local, p.BGP.RouterASN)
+	fmt.Fprintf(b, "\tneighbor range %s as %d;\n", subnet.Masked(), p.BGP.NodeASN)
+	fmt.Fprintf(b, "\tdynamic name %q;\n", name)
 	// The nodes connect; a node's session that went down waits for it
 	// instead of calling a node that does not listen.
 	b.WriteString("\tpassive on;\n")
@@ -83,15 +108,20 @@ func birdConfig(p Plan) string {
 	// node for a while: 60 s at first by default, more on repeats. A
 	// lab node that hung and resumed is back after a second.
 	b.WriteString("\terror wait time 1, 5;\n")
-	fmt.Fprintf(&b, "\thold time %d;\n", hold)
-	fmt.Fprintf(&b, "\tkeepalive time %d;\n", hold/3)
+	fmt.Fprintf(b, "\thold time %d;\n", hold)
+	fmt.Fprintf(b, "\tkeepalive time %d;\n", hold/3)
 	if p.BGP.BFD != nil {
 		b.WriteString("\tbfd on;\n")
 	}
 	b.WriteString("\tipv4 {\n")
-	fmt.Fprintf(&b, "\t\timport where net ~ [ %s+ ];\n", p.VIPPrefix.Masked())
-	b.WriteString("\t\texport none;\n\t};\n}\n")
-	return b.String()
+	fmt.Fprintf(b, "\t\timport where net ~ [ %s+ ];\n", p.VIPPrefix.Masked())
+	b.WriteString("\t\texport none;\n\t};\n")
+	if p.VIPPrefix6.IsValid() {
+		b.WriteString("\tipv6 {\n")
+		fmt.Fprintf(b, "\t\timport where net ~ [ %s+ ];\n", p.VIPPrefix6.Masked())
+		b.WriteString("\t\texport none;\n\t};\n")
+	}
+	b.WriteString("}\n")
 }
 
 // startBIRD writes bird.conf and runs BIRD in the foreground in the

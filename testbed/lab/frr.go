@@ -79,12 +79,24 @@ func frrConfig(p Plan) string {
 			fmt.Fprintf(&b, " neighbor %s bfd profile xlb-lab\n", neighbor)
 		}
 		fmt.Fprintf(&b, " bgp listen range %s peer-group %s\n", p.NodeSegment.Subnet.Masked(), neighbor)
+		if s6 := p.NodeSegment.Subnet6; s6.IsValid() {
+			fmt.Fprintf(&b, " bgp listen range %s peer-group %s\n", s6.Masked(), neighbor)
+		}
 	}
-	b.WriteString(" !\n address-family ipv4 unicast\n")
-	fmt.Fprintf(&b, "  neighbor %s activate\n", neighbor)
-	fmt.Fprintf(&b, "  maximum-paths %d\n", maximumPaths)
-	fmt.Fprintf(&b, "  maximum-paths ibgp %d\n", maximumPaths)
-	b.WriteString(" exit-address-family\nexit\n!\n")
+	families := []string{"ipv4"}
+	if p.VIPPrefix6.IsValid() {
+		// Over every session, of either family: the nodes offer IPv6
+		// unicast beside IPv4 when they have an IPv6 address.
+		families = append(families, "ipv6")
+	}
+	for _, f := range families {
+		fmt.Fprintf(&b, " !\n address-family %s unicast\n", f)
+		fmt.Fprintf(&b, "  neighbor %s activate\n", neighbor)
+		fmt.Fprintf(&b, "  maximum-paths %d\n", maximumPaths)
+		fmt.Fprintf(&b, "  maximum-paths ibgp %d\n", maximumPaths)
+		b.WriteString(" exit-address-family\n")
+	}
+	b.WriteString("exit\n!\n")
 	if bfd := p.BGP.BFD; bfd != nil {
 		b.WriteString("bfd\n profile xlb-lab\n")
 		fmt.Fprintf(&b, "  detect-multiplier %d\n", bfd.Multiplier)

@@ -204,11 +204,22 @@ type Segment struct {
 	PeerPrefix string       `json:"peerPrefix"` // router-side veth of host k is PeerPrefix+k
 	Subnet     netip.Prefix `json:"subnet"`
 	MTU        int          `json:"mtu"`
+	// Subnet6 is the segment's IPv6 subnet; invalid in an IPv4-only lab.
+	Subnet6 netip.Prefix `json:"subnet6,omitzero"`
 }
 
 // Gateway is the router's address on the segment, every host's default
 // route.
 func (s Segment) Gateway() netip.Addr { return s.Subnet.Addr().Next() }
+
+// Gateway6 is the router's IPv6 address on the segment; invalid without
+// Subnet6.
+func (s Segment) Gateway6() netip.Addr {
+	if !s.Subnet6.IsValid() {
+		return netip.Addr{}
+	}
+	return s.Subnet6.Masked().Addr().Next()
+}
 
 // Host is one client, xlb node or backend: a namespace with one interface.
 type Host struct {
@@ -233,6 +244,11 @@ type Plan struct {
 	// addresses in it that backends accept.
 	VIPPrefix netip.Prefix `json:"vipPrefix"`
 	VIPs      []netip.Addr `json:"vips"`
+	// VIPPrefix6 holds the IPv6 VIPs, routed like VIPPrefix; invalid in
+	// an IPv4-only lab. The routers accept IPv6 unicast from the nodes
+	// (over their IPv4 sessions, and over IPv6 ones from
+	// NodeSegment.Subnet6) only when it is set.
+	VIPPrefix6 netip.Prefix `json:"vipPrefix6,omitzero"`
 
 	ClientSegment  Segment `json:"clientSegment"`
 	NodeSegment    Segment `json:"nodeSegment"`

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,11 @@ func embeddedArgs(p Plan) []string {
 		"--peer-asn", strconv.FormatUint(uint64(p.BGP.NodeASN), 10),
 		"--hold-time", p.BGP.HoldTime.String(),
 		"--status", RouterSocket(p.Spec.Prefix),
+	}
+	if s6 := p.NodeSegment.Subnet6; s6.IsValid() {
+		args = append(args, "--listen6", p.NodeSegment.Gateway6().String())
+		i := slices.Index(args, "--neighbors") + 1
+		args[i] += "," + s6.Masked().String()
 	}
 	if b := p.BGP.BFD; b != nil {
 		args = append(args, "--bfd", fmt.Sprintf("%s,%s,%d", b.MinRx, b.MinTx, b.Multiplier))

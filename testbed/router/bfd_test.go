@@ -227,3 +227,57 @@ func describePeers(st Status) []string {
 	}
 	return out
 }
+
+// TestRouterBFDIPv6: with --listen6 the router runs BFD over IPv6 with a
+// node whose session is IPv6, beside BFD over IPv4 with a node whose
+// session is IPv4; both announce one IPv6 VIP. The frozen IPv6 node
+// leaves the route within a few BFD detection times.
+func TestRouterBFDIPv6(t *testing.T) {
+	testenv.RequireRoot(t, "router namespace tests")
+	t.Parallel()
+	l := newLab(t, "c", 2)
+	dir := t.TempDir()
+	rp := startRouter(t, l, dir, nodeASN, "--bfd", fmt.Sprintf("%s,%s,%d", bfdEvery, bfdEvery, bfdMult),
+		"--listen6", routerIP6.String(), "--neighbors", segment.String()+","+segment6.String())
+	fv := openFIBView(t, l.router)
+	detection := bfdMult * bfdEvery
+	vip6 := netip.MustParsePrefix("fd00:99::2/128")
+	every := uint64(bfdEvery / time.Millisecond)
+	sp := []*speaker{
+		startSpeakerSpec(t, l.nodes[0], speakerSpec{local: nodeIP6(1), asn: nodeASN, router: routerIP6, rASN: routerASN,
+			prefix: vip6, hold: holdSecs, bfdMs: every}),
+		startSpeakerSpec(t, l.nodes[1], speakerSpec{local: nodeIP(2), asn: nodeASN, router: routerIP, rASN: routerASN,
+			prefix: vip6, hold: holdSecs, bfdMs: every, nexthop: nodeIP6(2)}),
+	}
+	for k := range sp {
+		sp[k].expect(t, "up", 20*time.Second)
+		sp[k].do(t, "announce")
+	}
+	fv.waitNexthops(t, vip6, []netip.Addr{nodeIP6(1), nodeIP6(2)}, time.Now(), 5*time.Second)
+	waitStatus(t, rp, 10*time.Second, "both BFD sessions up", func(st Status) bool {
+		for _, a := range []netip.Addr{nodeIP6(1), nodeIP(2)} {
+			if b := peerBFD(st, a); b == nil || b.State != "Up" || b.RemoteState != "Up" {
+				return false
+			}
+		}
+		return true
+	})
+
+	start := time.Now()
+	if err := sp[0].cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sp[0].cmd.Process.Signal(syscall.SIGCONT) }()
+	d := fv.waitNexthops(t, vip6, []netip.Addr{nodeIP6(2)}, start, 3*holdSecs*time.Second)
+	t.Logf("IPv6 node frozen: out of the kernel route after %v (BFD detection time %v, hold time %ds)", d, detection, holdSecs)
+	if hi := 3 * detection; d > hi {
+		t.Errorf("the frozen node left the route after %v, want within %v (3× the BFD detection time)", d, hi)
+	}
+	st := waitStatus(t, rp, 5*time.Second, "the IPv6 node's BFD session down", func(st Status) bool {
+		b := peerBFD(st, nodeIP6(1))
+		return b != nil && b.State != "Up"
+	})
+	if b := peerBFD(st, nodeIP6(1)); b.Diag != bfd.DiagDetectionTimeExpired.String() {
+		t.Errorf("IPv6 node's BFD status %+v, want diag %q", *b, bfd.DiagDetectionTimeExpired)
+	}
+}

@@ -241,17 +241,23 @@ func ipNetToPrefix(n *net.IPNet, fam int) (netip.Prefix, bool) {
 	return netip.PrefixFrom(a.Unmap(), ones), true
 }
 
-// enableForwarding makes the namespace a router that spreads flows over
-// all next hops of a multipath route by their L4 hash (policy 1: the
-// 5-tuple), not just by addresses, so that many clients' connections to
-// one VIP spread over the xlb nodes even from a single client address.
-// /proc/sys/net is the calling process's namespace.
+// enableForwarding makes the namespace a router of both families that
+// spreads flows over all next hops of a multipath route by their L4 hash
+// (policy 1: the 5-tuple), not just by addresses, so that many clients'
+// connections to one VIP spread over the xlb nodes even from a single
+// client address. /proc/sys/net is the calling process's namespace.
 func enableForwarding() error {
 	for _, s := range []struct{ key, value string }{
 		{"ipv4/ip_forward", "1"},
 		{"ipv4/fib_multipath_hash_policy", "1"},
+		{"ipv6/conf/all/forwarding", "1"},
+		{"ipv6/fib_multipath_hash_policy", "1"},
 	} {
-		if err := os.WriteFile("/proc/sys/net/"+s.key, []byte(s.value), 0o644); err != nil {
+		err := os.WriteFile("/proc/sys/net/"+s.key, []byte(s.value), 0o644)
+		if errors.Is(err, os.ErrNotExist) && strings.HasPrefix(s.key, "ipv6/") {
+			continue // a kernel without IPv6 routes IPv4 alone
+		}
+		if err != nil {
 			return fmt.Errorf("sysctl net/%s=%s: %w", s.key, s.value, err)
 		}
 	}

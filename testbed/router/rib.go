@@ -69,18 +69,29 @@ func selectNexthops(paths []candidate, failed map[netip.Addr]bool) []netip.Addr 
 	return normalize(hops)
 }
 
-// ribRoutes reads the multipath set of every IPv4 unicast prefix from the
-// global RIB and returns the next hops each should be routed over.
+// ribRoutes reads the multipath set of every IPv4 and IPv6 unicast
+// prefix from the global RIB and returns the next hops each should be
+// routed over.
 func ribRoutes(s *server.BgpServer, failed map[netip.Addr]bool) (map[netip.Prefix][]netip.Addr, error) {
 	routes := make(map[netip.Prefix][]netip.Addr)
+	for _, fam := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
+		if err := ribFamily(s, fam, failed, routes); err != nil {
+			return nil, err
+		}
+	}
+	return routes, nil
+}
+
+// ribFamily adds the routes of one address family to routes.
+func ribFamily(s *server.BgpServer, fam bgp.Family, failed map[netip.Addr]bool, routes map[netip.Prefix][]netip.Addr) error {
 	var bad error
 	err := s.ListPath(apiutil.ListPathRequest{
 		TableType: api.TableType_TABLE_TYPE_GLOBAL,
-		Family:    bgp.RF_IPv4_UC,
+		Family:    fam,
 	}, func(nlri bgp.NLRI, paths []*apiutil.Path) {
 		n, ok := nlri.(*bgp.IPAddrPrefix)
 		if !ok {
-			bad = fmt.Errorf("unexpected NLRI %T (%v) in the IPv4 unicast table", nlri, nlri)
+			bad = fmt.Errorf("unexpected NLRI %T (%v) in the %s table", nlri, nlri, fam)
 			return
 		}
 		cands := make([]candidate, 0, len(paths))
@@ -95,9 +106,9 @@ func ribRoutes(s *server.BgpServer, failed map[netip.Addr]bool) (map[netip.Prefi
 		}
 	})
 	if err != nil {
-		return nil, fmt.Errorf("read the BGP table: %w", err)
+		return fmt.Errorf("read the BGP table (%s): %w", fam, err)
 	}
-	return routes, bad
+	return bad
 }
 
 // nexthopOf returns a path's next hop: the NEXT_HOP attribute for IPv4,

@@ -1,8 +1,8 @@
 // Package router is the upstream router of xlb's lab and demo: a GoBGP
 // speaker that accepts sessions from any xlb node in a neighbour range
-// and installs every prefix it learns into its network namespace's
-// kernel FIB as one multipath route over all the nodes that announce it,
-// as a data-centre router with ECMP would. With Config.BFD it also runs
+// and installs every prefix it learns (IPv4 and IPv6 unicast) into its
+// network namespace's kernel FIB as one multipath route over all the
+// nodes that announce it, as a data-centre router with ECMP would. With Config.BFD it also runs
 // BFD with every node and takes a node that stops answering out of the
 // FIB within the detection time (bfd.go).
 //
@@ -47,10 +47,14 @@ type Config struct {
 	ASN      uint32     // the router's AS number (required)
 	RouterID netip.Addr // BGP identifier; default: Listen
 	Listen   netip.Addr // address to accept sessions on (required, IPv4)
-	Port     int        // TCP port; default 179
+	// Listen6 is an IPv6 address to accept sessions on too (optional);
+	// IPv6 neighbour ranges need it. Every session, of either family,
+	// carries IPv4 and IPv6 unicast as far as the node agrees.
+	Listen6 netip.Addr
+	Port    int // TCP port; default 179
 	// Neighbors are the prefixes nodes may connect from; any address in
 	// them gets a session without configuration (GoBGP dynamic
-	// neighbours).
+	// neighbours). IPv6 prefixes need Listen6.
 	Neighbors []netip.Prefix
 	// PeerASN is the nodes' AS number: another ASN makes the sessions
 	// eBGP; 0 means the router's own, iBGP.
@@ -59,8 +63,9 @@ type Config struct {
 	// StatusSocket, if set, is the path of a unix socket serving the
 	// status as JSON over HTTP (see ReadStatus).
 	StatusSocket string
-	// BFD, if set, runs a BFD session (internal/bfd, from Listen) with
-	// every peer once its BGP session is established; a session that
+	// BFD, if set, runs a BFD session (internal/bfd, from Listen, or
+	// Listen6 for an IPv6 peer) with every peer once its BGP session is
+	// established; a session that
 	// was Up and goes Down takes the peer out as PeerFailed does (see
 	// bfd.go). Zero fields take the bfd package's defaults.
 	BFD   *bfd.Config
@@ -138,9 +143,15 @@ func New(cfg Config) (*Router, error) {
 	if len(cfg.Neighbors) == 0 {
 		return nil, errors.New("router: no neighbour range: nodes could not connect (e.g. 10.0.1.0/24)")
 	}
+	if cfg.Listen6.IsValid() && (!cfg.Listen6.Is6() || cfg.Listen6.Is4In6() || cfg.Listen6.IsLinkLocalUnicast() || cfg.Listen6.IsUnspecified()) {
+		return nil, fmt.Errorf("router: IPv6 listen address %q: want a global (or unique local) IPv6 address", cfg.Listen6)
+	}
 	for _, p := range cfg.Neighbors {
-		if !p.IsValid() || !p.Addr().Is4() {
-			return nil, fmt.Errorf("router: neighbour range %q: want an IPv4 prefix", p)
+		switch {
+		case !p.IsValid() || p.Addr().Is4In6():
+			return nil, fmt.Errorf("router: neighbour range %q: want an IPv4 or IPv6 prefix", p)
+		case p.Addr().Is6() && !cfg.Listen6.IsValid():
+			return nil, fmt.Errorf("router: neighbour range %s is IPv6, but the router has no IPv6 listen address (Listen6, --listen6)", p)
 		}
 	}
 	if cfg.PeerASN == 0 {
@@ -203,7 +214,7 @@ func (r *Router) Run(ctx context.Context) (err error) {
 	// BFD before BGP: the first established session gets its BFD
 	// session at once.
 	if r.cfg.BFD != nil {
-		b, berr := startBFD(r.cfg.Listen, *r.cfg.BFD, r.log)
+		b, berr := startBFD(r.cfg.Listen, r.cfg.Listen6, *r.cfg.BFD, r.log)
 		if berr != nil {
 			return berr
 		}
@@ -259,7 +270,7 @@ func (r *Router) Run(ctx context.Context) (err error) {
 	go r.syncLoop(watchCtx, syncDone)
 	r.kick(time.Now())
 	attrs := []any{"asn", r.cfg.ASN, "peerASN", r.cfg.PeerASN, "routerID", r.cfg.RouterID,
-		"listen", netip.AddrPortFrom(r.cfg.Listen, uint16(r.cfg.Port)), "neighbors", r.cfg.Neighbors,
+		"listen", netip.AddrPortFrom(r.cfg.Listen, uint16(r.cfg.Port)), "listen6", r.cfg.Listen6, "neighbors", r.cfg.Neighbors,
 		"holdTime", r.cfg.HoldTime, "protocol", Protocol}
 	if b := r.cfg.BFD; b != nil {
 		attrs = append(attrs, "bfdMinRx", b.MinRx, "bfdMinTx", b.MinTx, "bfdMultiplier", b.Multiplier)
@@ -292,11 +303,15 @@ func (r *Router) Run(ctx context.Context) (err error) {
 // neighbour range: subscribing first means no session's paths can come
 // before the router listens for them.
 func (r *Router) startBGP(ctx, watchCtx context.Context, s *server.BgpServer) error {
+	listen := []string{r.cfg.Listen.String()}
+	if r.cfg.Listen6.IsValid() {
+		listen = append(listen, r.cfg.Listen6.String())
+	}
 	if err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn:              r.cfg.ASN,
 		RouterId:         r.cfg.RouterID.String(),
 		ListenPort:       int32(r.cfg.Port),
-		ListenAddresses:  []string{r.cfg.Listen.String()},
+		ListenAddresses:  listen,
 		UseMultiplePaths: true, // see rib.go
 	}}); err != nil {
 		return fmt.Errorf("start BGP on %s port %d: %w", r.cfg.Listen, r.cfg.Port, err)
@@ -316,10 +331,12 @@ func (r *Router) startBGP(ctx, watchCtx context.Context, s *server.BgpServer) er
 	if err := s.AddPeerGroup(ctx, &api.AddPeerGroupRequest{PeerGroup: &api.PeerGroup{
 		Conf:   &api.PeerGroupConf{PeerGroupName: peerGroup, PeerAsn: r.cfg.PeerASN},
 		Timers: &api.Timers{Config: &api.TimersConfig{HoldTime: hold, KeepaliveInterval: max(hold/3, 1)}},
-		AfiSafis: []*api.AfiSafi{{Config: &api.AfiSafiConfig{
-			Family:  &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST},
-			Enabled: true,
-		}}},
+		// Both families on every session: a node offers IPv6 unicast
+		// when it has an IPv6 address, over an IPv4 session as well.
+		AfiSafis: []*api.AfiSafi{
+			{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, Enabled: true}},
+			{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}, Enabled: true}},
+		},
 	}}); err != nil {
 		return fmt.Errorf("add BGP peer group: %w", err)
 	}

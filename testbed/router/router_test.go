@@ -58,9 +58,16 @@ var (
 	routerIP  = netip.MustParseAddr("10.252.0.1")
 	segment   = netip.MustParsePrefix("10.252.0.0/24")
 	testProto = Protocol
+	// The segment's IPv6 addresses: the router's and node k's.
+	routerIP6 = netip.MustParseAddr("fd00:252::1")
+	segment6  = netip.MustParsePrefix("fd00:252::/64")
 )
 
 func nodeIP(k int) netip.Addr { return netip.AddrFrom4([4]byte{10, 252, 0, byte(1 + k)}) }
+
+func nodeIP6(k int) netip.Addr {
+	return netip.AddrFrom16([16]byte{0: 0xfd, 2: 0x02, 3: 0x52, 15: byte(1 + k)})
+}
 
 // lab is a router namespace with a bridge and n node namespaces, one
 // veth each onto the bridge.
@@ -92,6 +99,8 @@ func newLab(t *testing.T, tag string, n int) lab {
 	ipc(t, "-n", l.router, "link", "set", "lo", "up")
 	ipc(t, "-n", l.router, "link", "add", "br0", "type", "bridge")
 	ipc(t, "-n", l.router, "addr", "add", netip.PrefixFrom(routerIP, segment.Bits()).String(), "dev", "br0")
+	// nodad: the IPv6 addresses are usable at once, as the IPv4 ones are.
+	ipc(t, "-n", l.router, "addr", "add", netip.PrefixFrom(routerIP6, segment6.Bits()).String(), "dev", "br0", "nodad")
 	ipc(t, "-n", l.router, "link", "set", "br0", "up")
 	for k, ns := range l.nodes {
 		port := fmt.Sprintf("p%d", k+1)
@@ -100,6 +109,7 @@ func newLab(t *testing.T, tag string, n int) lab {
 		ipc(t, "-n", l.router, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", ns)
 		ipc(t, "-n", l.router, "link", "set", port, "master", "br0", "up")
 		ipc(t, "-n", ns, "addr", "add", netip.PrefixFrom(nodeIP(k+1), segment.Bits()).String(), "dev", "eth0")
+		ipc(t, "-n", ns, "addr", "add", netip.PrefixFrom(nodeIP6(k+1), segment6.Bits()).String(), "dev", "eth0", "nodad")
 		ipc(t, "-n", ns, "link", "set", "eth0", "up")
 	}
 	return l
@@ -317,7 +327,7 @@ func openFIBView(t *testing.T, ns string) fibView {
 // route returns the next hops and protocol of the main table's route to
 // p, or no next hops if there is none.
 func (v fibView) route(p netip.Prefix) ([]netip.Addr, int, error) {
-	routes, err := v.h.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Dst: prefixToIPNet(p), Table: unix.RT_TABLE_MAIN},
+	routes, err := v.h.RouteListFiltered(family(p.Addr()), &netlink.Route{Dst: prefixToIPNet(p), Table: unix.RT_TABLE_MAIN},
 		netlink.RT_FILTER_DST|netlink.RT_FILTER_TABLE)
 	if err != nil || len(routes) == 0 {
 		return nil, 0, err
@@ -562,4 +572,78 @@ func TestRouterRestart(t *testing.T) {
 	if _, err := os.Stat(rp2.socket); err == nil {
 		t.Errorf("status socket %s left after a clean stop", rp2.socket)
 	}
+}
+
+// TestRouterIPv6Multipath: two nodes announce the same IPv6 VIP, one
+// over an IPv4 session (IPv6 unicast beside IPv4 unicast), one over an
+// IPv6 session; the router installs one IPv6 route over both nodes' IPv6
+// addresses, and follows a withdrawal and a node that stops.
+func TestRouterIPv6Multipath(t *testing.T) {
+	testenv.RequireRoot(t, "router namespace tests")
+	t.Parallel()
+	l := newLab(t, "6", 2)
+	dir := t.TempDir()
+	rp := startRouter(t, l, dir, nodeASN, "--listen6", routerIP6.String(), "--neighbors", segment.String()+","+segment6.String())
+	fv := openFIBView(t, l.router)
+	var policy []byte
+	if err := netns.Do(l.router, func() (err error) {
+		policy, err = os.ReadFile("/proc/sys/net/ipv6/fib_multipath_hash_policy")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(policy)) != "1" {
+		t.Errorf("router namespace net.ipv6.fib_multipath_hash_policy = %q, want 1", policy)
+	}
+
+	vip6 := netip.MustParsePrefix("fd00:99::1/128")
+	sp := []*speaker{
+		startSpeakerSpec(t, l.nodes[0], speakerSpec{local: nodeIP(1), asn: nodeASN, router: routerIP, rASN: routerASN,
+			prefix: vip6, hold: holdSecs, nexthop: nodeIP6(1)}),
+		startSpeakerSpec(t, l.nodes[1], speakerSpec{local: nodeIP6(2), asn: nodeASN, router: routerIP6, rASN: routerASN,
+			prefix: vip6, hold: holdSecs}),
+	}
+	for k := range sp {
+		sp[k].expect(t, "up", 20*time.Second)
+	}
+	for k := range sp {
+		start := time.Now()
+		sp[k].do(t, "announce")
+		want := []netip.Addr{nodeIP6(1), nodeIP6(2)}[:k+1]
+		t.Logf("node%d announces: route has %d next hop(s) after %v", k+1, k+1, fv.waitNexthops(t, vip6, want, start, 20*time.Second))
+	}
+	var st Status
+	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		var err error
+		if st, err = ReadStatus(context.Background(), rp.socket); err != nil {
+			t.Fatal(err)
+		}
+		if len(st.Routes) == 1 && len(st.Routes[0].Nexthops) == 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	if len(st.Routes) != 1 || st.Routes[0].Prefix != vip6 || !slices.Equal(st.Routes[0].Nexthops, []netip.Addr{nodeIP6(1), nodeIP6(2)}) {
+		t.Errorf("status routes = %+v, want %s via %s and %s", st.Routes, vip6, nodeIP6(1), nodeIP6(2))
+	}
+	if st.Listen6 != netip.AddrPortFrom(routerIP6, 179) {
+		t.Errorf("status listen6 = %s, want %s", st.Listen6, netip.AddrPortFrom(routerIP6, 179))
+	}
+	var out []byte
+	if err := netns.Do(l.router, func() (err error) {
+		out, err = exec.Command("ip", "-6", "route", "show", vip6.String()).CombinedOutput()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("router: ip -6 route show %s:\n%s", vip6, out)
+
+	start := time.Now()
+	sp[0].do(t, "withdraw")
+	t.Logf("node1 withdraws: 1 next hop after %v", fv.waitNexthops(t, vip6, []netip.Addr{nodeIP6(2)}, start, 20*time.Second))
+	start = time.Now()
+	sp[0].do(t, "announce")
+	fv.waitNexthops(t, vip6, []netip.Addr{nodeIP6(1), nodeIP6(2)}, start, 20*time.Second)
+	start = time.Now()
+	sp[1].stop(t)
+	t.Logf("node2 stops: 1 next hop after %v", fv.waitNexthops(t, vip6, []netip.Addr{nodeIP6(1)}, start, 20*time.Second))
 }

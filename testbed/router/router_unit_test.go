@@ -27,7 +27,15 @@ func TestNewValidates(t *testing.T) {
 		{"IPv6 router ID", func(c *Config) { c.RouterID = netip.MustParseAddr("fd00::1") }, "router ID"},
 		{"bad port", func(c *Config) { c.Port = 70000 }, "port 70000"},
 		{"no neighbours", func(c *Config) { c.Neighbors = nil }, "no neighbour range"},
-		{"IPv6 neighbours", func(c *Config) { c.Neighbors = []netip.Prefix{pfx("fd00::/64")} }, "neighbour range"},
+		{"IPv6 neighbours without listen6", func(c *Config) { c.Neighbors = []netip.Prefix{pfx("fd00::/64")} },
+			"neighbour range fd00::/64 is IPv6, but the router has no IPv6 listen address"},
+		{"IPv6 neighbours", func(c *Config) {
+			c.Listen6 = netip.MustParseAddr("fd00::1")
+			c.Neighbors = append(c.Neighbors, pfx("fd00::/64"))
+		}, ""},
+		{"IPv4 listen6", func(c *Config) { c.Listen6 = netip.MustParseAddr("10.0.1.2") }, "IPv6 listen address"},
+		{"link-local listen6", func(c *Config) { c.Listen6 = netip.MustParseAddr("fe80::1") }, "IPv6 listen address"},
+		{"mapped neighbours", func(c *Config) { c.Neighbors = []netip.Prefix{pfx("::ffff:10.0.1.0/120")} }, "want an IPv4 or IPv6 prefix"},
 		{"hold time too short", func(c *Config) { c.HoldTime = 2 * time.Second }, "hold time 2s"},
 		{"hold time fraction", func(c *Config) { c.HoldTime = 3500 * time.Millisecond }, "whole seconds"},
 		{"hold time 3s", func(c *Config) { c.HoldTime = 3 * time.Second }, ""},

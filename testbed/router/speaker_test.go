@@ -24,11 +24,14 @@ import (
 // running tests (see TestMain): a GoBGP library speaker, as an xlb node
 // embeds one, in a process of its own so that all of its sockets live in
 // the node's namespace. Its value is "LOCAL ASN ROUTER ROUTER_ASN PREFIX
-// HOLD_SECONDS BFD_MS": with BFD_MS > 0 it also runs xlb's BFD towards the
-// router (every BFD_MS milliseconds, multiplier 3), as an xlb node
-// configured for BFD does, and at end of input stops BFD (AdminDown)
-// before BGP. It reads commands from standard input, one a line:
-// "announce" (PREFIX with next hop LOCAL), "withdraw"; and writes "ok
+// HOLD_SECONDS BFD_MS [NEXTHOP]": with BFD_MS > 0 it also runs xlb's BFD
+// towards the router (every BFD_MS milliseconds, multiplier 3), as an xlb
+// node configured for BFD does, and at end of input stops BFD (AdminDown)
+// before BGP. LOCAL and ROUTER are the session's addresses (either
+// family); NEXTHOP, LOCAL by default, is PREFIX's next hop (an IPv6
+// PREFIX goes in MP_REACH_NLRI, and the session then also carries IPv6
+// unicast). It reads commands from standard input, one a line:
+// "announce" (PREFIX with next hop NEXTHOP), "withdraw"; and writes "ok
 // CMD" or "err CMD: why" after each, "up" and "down" as the session to
 // the router changes. At end of input it stops cleanly (a Cease
 // notification), as a node shutting down does.
@@ -39,18 +42,31 @@ type speakerSpec struct {
 	asn, rASN     uint32
 	prefix        netip.Prefix
 	hold          uint64
-	bfdMs         uint64 // 0: no BFD
+	bfdMs         uint64     // 0: no BFD
+	nexthop       netip.Addr // invalid: local
 }
 
 func (s speakerSpec) String() string {
-	return fmt.Sprintf("%s %d %s %d %s %d %d", s.local, s.asn, s.router, s.rASN, s.prefix, s.hold, s.bfdMs)
+	out := fmt.Sprintf("%s %d %s %d %s %d %d", s.local, s.asn, s.router, s.rASN, s.prefix, s.hold, s.bfdMs)
+	if s.nexthop.IsValid() {
+		out += " " + s.nexthop.String()
+	}
+	return out
 }
 
 func parseSpeakerSpec(v string) (speakerSpec, error) {
 	var s speakerSpec
 	f := strings.Fields(v)
-	if len(f) != 7 {
-		return s, fmt.Errorf("%s=%q: want 7 fields", speakerEnv, v)
+	if len(f) != 7 && len(f) != 8 {
+		return s, fmt.Errorf("%s=%q: want 7 or 8 fields", speakerEnv, v)
+	}
+	s.nexthop = netip.Addr{}
+	if len(f) == 8 {
+		a, err := netip.ParseAddr(f[7])
+		if err != nil {
+			return s, err
+		}
+		s.nexthop = a
 	}
 	var err error
 	var n uint64
@@ -96,8 +112,14 @@ func speakerMain(v string) int {
 	s := server.NewBgpServer()
 	go s.Serve()
 	defer s.Stop()
+	routerID := spec.local
+	if routerID.Is6() {
+		// A BGP identifier is 32 bits: the last four bytes will do.
+		b := routerID.As16()
+		routerID = netip.AddrFrom4([4]byte(b[12:]))
+	}
 	if err := s.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
-		Asn: spec.asn, RouterId: spec.local.String(), ListenPort: -1,
+		Asn: spec.asn, RouterId: routerID.String(), ListenPort: -1,
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, "start:", err)
 		return 1
@@ -119,12 +141,15 @@ func speakerMain(v string) int {
 		fmt.Fprintln(os.Stderr, "watch:", err)
 		return 1
 	}
-	ipv4 := []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, Enabled: true}}}
+	families := []*api.AfiSafi{{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}, Enabled: true}}}
+	if spec.prefix.Addr().Is6() {
+		families = append(families, &api.AfiSafi{Config: &api.AfiSafiConfig{Family: &api.Family{Afi: api.Family_AFI_IP6, Safi: api.Family_SAFI_UNICAST}, Enabled: true}})
+	}
 	if err := s.AddPeer(ctx, &api.AddPeerRequest{Peer: &api.Peer{
 		Conf:      &api.PeerConf{NeighborAddress: spec.router.String(), PeerAsn: spec.rASN},
 		Timers:    &api.Timers{Config: &api.TimersConfig{HoldTime: spec.hold, KeepaliveInterval: max(spec.hold/3, 1), ConnectRetry: 1}},
 		Transport: &api.Transport{LocalAddress: spec.local.String()},
-		AfiSafis:  ipv4,
+		AfiSafis:  families,
 	}}); err != nil {
 		fmt.Fprintln(os.Stderr, "add peer:", err)
 		return 1
@@ -153,7 +178,17 @@ func speakerMain(v string) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	nh, err := bgp.NewPathAttributeNextHop(spec.local)
+	nexthop, family := spec.local, bgp.RF_IPv4_UC
+	if spec.nexthop.IsValid() {
+		nexthop = spec.nexthop
+	}
+	var nh bgp.PathAttributeInterface
+	if spec.prefix.Addr().Is4() {
+		nh, err = bgp.NewPathAttributeNextHop(nexthop)
+	} else {
+		family = bgp.RF_IPv6_UC
+		nh, err = bgp.NewPathAttributeMpReachNLRI(family, []bgp.PathNLRI{{NLRI: nlri}}, nexthop)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -165,7 +200,7 @@ func speakerMain(v string) int {
 		switch cmd {
 		case "announce":
 			_, err = s.AddPath(apiutil.AddPathRequest{Paths: []*apiutil.Path{{
-				Family: bgp.RF_IPv4_UC,
+				Family: family,
 				Nlri:   nlri,
 				Attrs:  []bgp.PathAttributeInterface{bgp.NewPathAttributeOrigin(bgp.BGP_ORIGIN_ATTR_TYPE_IGP), nh},
 			}}})

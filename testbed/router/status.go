@@ -21,7 +21,8 @@ type Status struct {
 	PeerASN  uint32         `json:"peerASN"`
 	RouterID netip.Addr     `json:"routerID"`
 	Listen   netip.AddrPort `json:"listen"`
-	Protocol int            `json:"protocol"` // rtm_protocol of its kernel routes
+	Listen6  netip.AddrPort `json:"listen6,omitzero"` // absent without Config.Listen6
+	Protocol int            `json:"protocol"`         // rtm_protocol of its kernel routes
 	Peers    []PeerStatus   `json:"peers"`
 	Routes   []RouteStatus  `json:"routes"`
 }
@@ -74,6 +75,9 @@ func (r *Router) Status() Status {
 		Protocol: Protocol,
 		Peers:    []PeerStatus{},
 		Routes:   []RouteStatus{},
+	}
+	if r.cfg.Listen6.IsValid() {
+		st.Listen6 = netip.AddrPortFrom(r.cfg.Listen6, uint16(r.cfg.Port))
 	}
 	for a, p := range r.peers {
 		st.Peers = append(st.Peers, PeerStatus{Address: a, ASN: p.asn, State: stateName(p.state), Since: p.since, Failed: r.failed[a], BFD: sessions[a]})
