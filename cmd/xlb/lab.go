@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 	"text/tabwriter"
@@ -79,8 +80,14 @@ func labUp(args []string) error {
 	plain := fs.Bool("plain-backends", false, "backends (or pods) run nothing but nginx: no `xlb backend`, no VIP, for services with forwarding nat or dnat")
 	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
 	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
+	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector, which have no IPv6 yet)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	explicit := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
+	if !explicit["ipv6"] && (*pods > 0 || *plain || *reflector) {
+		*ipv6 = false
 	}
 	if *pods < 0 || *pods > lab.MaxPods {
 		return fmt.Errorf("--pods %d: want 0 to %d", *pods, lab.MaxPods)
@@ -95,7 +102,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6})
 	if err != nil {
 		return err
 	}
@@ -109,18 +116,28 @@ func printPlan(p lab.Plan) {
 	fmt.Fprintln(tw, "HOST\tNAMESPACE\tADDRESS\tGATEWAY")
 	for _, h := range p.Hosts() {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", h.Name, h.Namespace, h.Addr, h.Gateway)
+		if h.Addr6.IsValid() {
+			fmt.Fprintf(tw, "\t\t%s\t%s\n", h.Addr6, h.Gateway6)
+		}
 	}
 	for _, pod := range p.Pods {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s (via %s)\n", pod.Name, pod.Namespace, pod.Addr, pod.Gateway, p.Backends[pod.Node].Name)
 	}
 	tw.Flush()
 	var vips []string
-	for _, v := range p.VIPs {
+	for _, v := range slices.Concat(p.VIPs, p.VIPs6) {
 		vips = append(vips, v.String())
 	}
 	var nodes []string
 	for _, n := range p.Nodes {
 		nodes = append(nodes, n.Addr.String())
+		if n.Addr6.IsValid() {
+			nodes = append(nodes, n.Addr6.String())
+		}
+	}
+	routed := p.VIPPrefix.String()
+	if p.VIPPrefix6.IsValid() {
+		routed += " and " + p.VIPPrefix6.String()
 	}
 	if b := p.BGP; b != nil {
 		fmt.Printf("\nrouter %s (%s) routes each VIP over the nodes that announce it over BGP; backends accept VIPs %s.\n",
@@ -135,10 +152,13 @@ func printPlan(p lab.Plan) {
 		fmt.Println(".")
 	} else {
 		fmt.Printf("\nrouter %s routes %s over %s; backends accept VIPs %s.\n",
-			p.Router, p.VIPPrefix, strings.Join(nodes, ", "), strings.Join(vips, ", "))
+			p.Router, routed, strings.Join(nodes, ", "), strings.Join(vips, ", "))
 	}
-	fmt.Printf("No xlb agent runs yet. Try:\n  ip netns exec %s curl -s http://%s/\n  xlb lab status --prefix %s\n  xlb lab down --prefix %s\n",
-		p.Clients[0].Namespace, p.Backends[0].Addr, p.Spec.Prefix, p.Spec.Prefix)
+	fmt.Printf("No xlb agent runs yet. Try:\n  ip netns exec %s curl -s http://%s/\n", p.Clients[0].Namespace, p.Backends[0].Addr)
+	if a6 := p.Backends[0].Addr6; a6.IsValid() {
+		fmt.Printf("  ip netns exec %s curl -s http://[%s]/\n", p.Clients[0].Namespace, a6)
+	}
+	fmt.Printf("  xlb lab status --prefix %s\n  xlb lab down --prefix %s\n", p.Spec.Prefix, p.Spec.Prefix)
 }
 
 func labDown(args []string) error {
@@ -176,11 +196,13 @@ func labServe(args []string) error {
 	name := fs.String("name", "", "backend name to answer with (required)")
 	httpAddr := fs.String("http", "", "HTTP listen address, e.g. 0.0.0.0:80")
 	udpAddr := fs.String("udp", "", "UDP echo listen address, e.g. 0.0.0.0:9000")
+	http6Addr := fs.String("http6", "", "IPv6 HTTP listen address beside --http, e.g. [::]:80")
+	udp6Addr := fs.String("udp6", "", "IPv6 UDP echo listen address beside --udp, e.g. [::]:9000")
 	control := fs.String("control", "", "unix socket `path` to stop, start or hang the HTTP server on (POST /http/stop|start|hang)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return lab.Serve(ctx, lab.ServeOptions{Name: *name, HTTP: *httpAddr, UDP: *udpAddr, Control: *control})
+	return lab.Serve(ctx, lab.ServeOptions{Name: *name, HTTP: *httpAddr, UDP: *udpAddr, HTTP6: *http6Addr, UDP6: *udp6Addr, Control: *control})
 }

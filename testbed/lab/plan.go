@@ -72,6 +72,22 @@ const (
 // vipPrefix is where the VIPs live; the router routes it to the nodes.
 var vipPrefix = netip.MustParsePrefix("10.99.0.0/24")
 
+// DefaultVIPs6 are the IPv6 service addresses of a dual-stack lab
+// (Spec.IPv6), in vipPrefix6, accepted by the backends like DefaultVIPs.
+var DefaultVIPs6 = []string{"fd00:99::1", "fd00:99::2"}
+
+// vipPrefix6 holds the IPv6 VIPs of a dual-stack lab.
+var vipPrefix6 = netip.MustParsePrefix("fd00:99::/64")
+
+// The segments' IPv6 subnets in a dual-stack lab: unique local
+// addresses (RFC 4193), the third group naming the segment as the third
+// byte of its IPv4 subnet does.
+var (
+	clientSubnet6  = netip.MustParsePrefix("fd00:10:2::/64")
+	nodeSubnet6    = netip.MustParsePrefix("fd00:10:1::/64")
+	backendSubnet6 = netip.MustParsePrefix("fd00:10:3::/64")
+)
+
 // The three segments. Node and backend segments carry a larger MTU, like a
 // data-centre fabric, so that 1500-byte client packets still fit after
 // 20-32 bytes of encapsulation.
@@ -142,6 +158,13 @@ type Spec struct {
 	// sends every backend's (or pod's) replies to the clients
 	// (RouteReplies): what a forwarding: dnat service needs. "": none.
 	RepliesVia string `json:"repliesVia,omitempty"`
+	// IPv6 makes the lab dual stack: every segment gets an IPv6 subnet
+	// beside its IPv4 one, every host an IPv6 address and default
+	// route, the router IPv6 VIPs (VIPPrefix6) to route to the nodes,
+	// and the backends accept the IPv6 VIPs too. The zero value is the
+	// IPv4-only lab, which tests and benchmarks compare across
+	// versions.
+	IPv6 bool `json:"ipv6,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -232,6 +255,10 @@ type Host struct {
 	MTU       int        `json:"mtu"`
 	// PinDir is where BPF objects of this host go: <lab pin dir>/<Namespace>.
 	PinDir string `json:"pinDir"`
+	// Addr6 and Gateway6 are the host's IPv6 address and default
+	// gateway in a dual-stack lab; invalid otherwise.
+	Addr6    netip.Addr `json:"addr6,omitzero"`
+	Gateway6 netip.Addr `json:"gateway6,omitzero"`
 }
 
 // Plan is the complete, deterministic layout of a lab.
@@ -249,6 +276,9 @@ type Plan struct {
 	// (over their IPv4 sessions, and over IPv6 ones from
 	// NodeSegment.Subnet6) only when it is set.
 	VIPPrefix6 netip.Prefix `json:"vipPrefix6,omitzero"`
+	// VIPs6 are the IPv6 VIPs the backends accept, in VIPPrefix6; none
+	// in an IPv4-only lab.
+	VIPs6 []netip.Addr `json:"vips6,omitempty"`
 
 	ClientSegment  Segment `json:"clientSegment"`
 	NodeSegment    Segment `json:"nodeSegment"`
@@ -386,9 +416,22 @@ func NewPlan(s Spec) (Plan, error) {
 		}
 		p.VIPs = append(p.VIPs, a)
 	}
-	p.Clients = hosts(p, clientSegment, "client", s.Clients)
-	p.Nodes = hosts(p, nodeSegment, "node", s.Nodes)
-	p.Backends = hosts(p, backendSegment, "be", s.Backends)
+	if s.IPv6 {
+		p.VIPPrefix6 = vipPrefix6
+		p.ClientSegment.Subnet6 = clientSubnet6
+		p.NodeSegment.Subnet6 = nodeSubnet6
+		p.BackendSegment.Subnet6 = backendSubnet6
+		for _, v := range DefaultVIPs6 {
+			a, err := netip.ParseAddr(v)
+			if err != nil || !vipPrefix6.Contains(a) {
+				return Plan{}, fmt.Errorf("VIP %q: not an address in %s", v, vipPrefix6)
+			}
+			p.VIPs6 = append(p.VIPs6, a)
+		}
+	}
+	p.Clients = hosts(p, p.ClientSegment, "client", s.Clients)
+	p.Nodes = hosts(p, p.NodeSegment, "node", s.Nodes)
+	p.Backends = hosts(p, p.BackendSegment, "be", s.Backends)
 	if s.Reflector {
 		p.Reflector = reflectorHost(p)
 	}
@@ -413,6 +456,12 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
 	case s.Reflector && s.BFD:
 		return fmt.Errorf("lab %q: BFD with a route reflector: the nodes' sessions end at gobgpd, which has no BFD; leave out one of them", s.Prefix)
+	case s.IPv6 && s.Reflector:
+		return fmt.Errorf("lab %q: IPv6 with a route reflector: the lab's gobgpd reflects IPv4 unicast only; leave out one of them", s.Prefix)
+	case s.IPv6 && s.Pods > 0:
+		return fmt.Errorf("lab %q: IPv6 with pods: the lab's pods are IPv4 only; leave out one of them", s.Prefix)
+	case s.IPv6 && s.PlainBackends:
+		return fmt.Errorf("lab %q: IPv6 with plain backends: they serve forwarding nat and dnat, which are IPv4 only; leave out one of them", s.Prefix)
 	case s.Reflector && s.Nodes > MaxHosts-1:
 		return fmt.Errorf("lab %q: %d nodes: with a route reflector at most %d (it takes the segment's last address)", s.Prefix, s.Nodes, MaxHosts-1)
 	}
@@ -438,9 +487,12 @@ func bgpPlan(p Plan) *BGP {
 
 func hosts(p Plan, seg Segment, role string, n int) []Host {
 	hs := make([]Host, n)
-	addr := seg.Gateway()
+	addr, addr6 := seg.Gateway(), seg.Gateway6()
 	for i := range hs {
 		addr = addr.Next()
+		if addr6.IsValid() {
+			addr6 = addr6.Next()
+		}
 		k := strconv.Itoa(i + 1)
 		ns := p.Spec.Prefix + "-" + role + k
 		hs[i] = Host{
@@ -452,6 +504,8 @@ func hosts(p Plan, seg Segment, role string, n int) []Host {
 			Peer:      seg.PeerPrefix + k,
 			MTU:       seg.MTU,
 			PinDir:    filepath.Join(p.PinDir, ns),
+			Addr6:     addr6,
+			Gateway6:  seg.Gateway6(),
 		}
 	}
 	return hs

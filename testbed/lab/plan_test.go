@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -249,5 +250,79 @@ func TestProcStat(t *testing.T) {
 	}
 	if alive(os.Getpid(), start+1) {
 		t.Error("alive ignores the start time")
+	}
+}
+
+// A dual-stack plan: IPv6 subnets beside the IPv4 ones, every host's
+// IPv6 address and gateway, the IPv6 VIPs; the IPv4 layout is that of
+// the IPv4-only plan, and combinations without IPv6 support are refused.
+func TestNewPlanIPv6(t *testing.T) {
+	p4, err := NewPlan(Spec{Prefix: "t6", Nodes: 3, Binary: "/bin/true", Router: RouterFRR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := NewPlan(Spec{Prefix: "t6", Nodes: 3, Binary: "/bin/true", Router: RouterFRR, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		seg           Segment
+		subnet, gw    string
+		hosts         []Host
+		first, second string
+	}{
+		{p.ClientSegment, "fd00:10:2::/64", "fd00:10:2::1", p.Clients, "fd00:10:2::2", ""},
+		{p.NodeSegment, "fd00:10:1::/64", "fd00:10:1::1", p.Nodes, "fd00:10:1::2", "fd00:10:1::3"},
+		{p.BackendSegment, "fd00:10:3::/64", "fd00:10:3::1", p.Backends, "fd00:10:3::2", "fd00:10:3::3"},
+	} {
+		if c.seg.Subnet6.String() != c.subnet || c.seg.Gateway6().String() != c.gw {
+			t.Errorf("segment %s: IPv6 subnet %s gateway %s, want %s %s", c.seg.Name, c.seg.Subnet6, c.seg.Gateway6(), c.subnet, c.gw)
+		}
+		if h := c.hosts[0]; h.Addr6.String() != c.first || h.Gateway6.String() != c.gw {
+			t.Errorf("%s: IPv6 %s via %s, want %s via %s", h.Name, h.Addr6, h.Gateway6, c.first, c.gw)
+		}
+		if c.second != "" && c.hosts[1].Addr6.String() != c.second {
+			t.Errorf("%s: IPv6 %s, want %s", c.hosts[1].Name, c.hosts[1].Addr6, c.second)
+		}
+	}
+	if p.VIPPrefix6.String() != "fd00:99::/64" || !slices.Equal(p.VIPs6, []netip.Addr{netip.MustParseAddr("fd00:99::1"), netip.MustParseAddr("fd00:99::2")}) {
+		t.Errorf("IPv6 VIPs %v in %s", p.VIPs6, p.VIPPrefix6)
+	}
+	// The IPv4 layout does not change.
+	for i, h := range p.Hosts() {
+		h4 := p4.Hosts()[i]
+		if h.Addr != h4.Addr || h.Gateway != h4.Gateway || h.Namespace != h4.Namespace {
+			t.Errorf("%s: IPv4 %s via %s in %s, the IPv4-only plan has %s via %s in %s", h.Name, h.Addr, h.Gateway, h.Namespace, h4.Addr, h4.Gateway, h4.Namespace)
+		}
+		if h4.Addr6.IsValid() || h4.Gateway6.IsValid() {
+			t.Errorf("%s has an IPv6 address in the IPv4-only plan: %s", h4.Name, h4.Addr6)
+		}
+	}
+	if p4.VIPPrefix6.IsValid() || len(p4.VIPs6) > 0 || p4.NodeSegment.Subnet6.IsValid() {
+		t.Errorf("the IPv4-only plan has IPv6 VIPs %v in %s, node subnet %s", p4.VIPs6, p4.VIPPrefix6, p4.NodeSegment.Subnet6)
+	}
+	// The routers' configurations take the plan's IPv6 parts.
+	if conf := frrConfig(p); !strings.Contains(conf, "bgp listen range fd00:10:1::/64 peer-group XLB") || !strings.Contains(conf, "address-family ipv6 unicast") {
+		t.Errorf("frr.conf of the dual-stack plan lacks its IPv6 parts:\n%s", conf)
+	}
+	// A recorded Spec gives the same plan back (Load).
+	b, err := json.Marshal(p.Spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s Spec
+	if err := json.Unmarshal(b, &s); err != nil || !s.IPv6 {
+		t.Fatalf("Spec after JSON: %+v, %v", s, err)
+	}
+
+	for _, s := range []Spec{
+		{Router: RouterFRR, Reflector: true},
+		{Pods: 2},
+		{PlainBackends: true},
+	} {
+		s.Prefix, s.Binary, s.IPv6 = "t6", "/bin/true", true
+		if _, err := NewPlan(s); err == nil || !strings.Contains(err.Error(), "IPv6 with") {
+			t.Errorf("NewPlan(%+v) = %v, want it refused", s, err)
+		}
 	}
 }

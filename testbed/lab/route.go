@@ -34,18 +34,18 @@ func SetNodes(prefix string, nodes []int) error {
 	if p.Spec.Router != RouterStatic {
 		return fmt.Errorf("lab %q: its %s router learns the VIPs' next hops from the nodes over BGP; SetNodes works with the static router only", prefix, p.Spec.Router)
 	}
-	var addrs []netip.Addr
+	var hosts []Host
 	for _, k := range nodes {
 		if k < 1 || k > len(p.Nodes) {
 			return fmt.Errorf("lab %q: no node %d (it has nodes 1 to %d)", prefix, k, len(p.Nodes))
 		}
-		a := p.Nodes[k-1].Addr
-		if slices.Contains(addrs, a) {
+		h := p.Nodes[k-1]
+		if slices.ContainsFunc(hosts, func(o Host) bool { return o.Name == h.Name }) {
 			return fmt.Errorf("lab %q: node %d given twice", prefix, k)
 		}
-		addrs = append(addrs, a)
+		hosts = append(hosts, h)
 	}
-	return setRoute(context.Background(), p, addrs)
+	return setRoutes(context.Background(), p, hosts)
 }
 
 // setStaticRoute routes the VIP prefix over all nodes, for the static
@@ -54,22 +54,31 @@ func setStaticRoute(ctx context.Context, p Plan) error {
 	if p.Spec.Router != RouterStatic {
 		return nil
 	}
-	return setRoute(ctx, p, allNodes(p))
+	return setRoutes(ctx, p, p.Nodes)
 }
 
-func allNodes(p Plan) []netip.Addr {
-	var addrs []netip.Addr
-	for _, n := range p.Nodes {
+// setRoutes points the VIP prefix at the given nodes' addresses and, in
+// a dual-stack lab, the IPv6 VIP prefix at their IPv6 addresses.
+func setRoutes(ctx context.Context, p Plan, nodes []Host) error {
+	var addrs, addrs6 []netip.Addr
+	for _, n := range nodes {
 		addrs = append(addrs, n.Addr)
+		addrs6 = append(addrs6, n.Addr6)
 	}
-	return addrs
+	if err := setRoute(ctx, p, p.VIPPrefix, addrs); err != nil {
+		return err
+	}
+	if !p.VIPPrefix6.IsValid() {
+		return nil
+	}
+	return setRoute(ctx, p, p.VIPPrefix6, addrs6)
 }
 
-// setRoute points the VIP prefix at the given next hops; `ip route
-// replace` swaps the route in one netlink message, so no packet sees the
-// prefix unrouted while the set changes.
-func setRoute(ctx context.Context, p Plan, nexthops []netip.Addr) error {
-	dst := p.VIPPrefix.String()
+// setRoute points dst at the given next hops; `ip route replace` swaps
+// the route in one netlink message, so no packet sees the prefix
+// unrouted while the set changes.
+func setRoute(ctx context.Context, p Plan, prefix netip.Prefix, nexthops []netip.Addr) error {
+	dst := prefix.String()
 	if len(nexthops) == 0 {
 		_, err := ip(ctx, "-n", p.Router, "route", "del", dst, "proto", "static")
 		if err != nil && strings.Contains(err.Error(), "No such process") {
@@ -85,9 +94,9 @@ func setRoute(ctx context.Context, p Plan, nexthops []netip.Addr) error {
 	return err
 }
 
-// Nexthops returns the next hops of the router's route to the whole VIP
-// prefix (the one Up and SetNodes install); none if there is no such
-// route.
+// Nexthops returns the next hops of the router's route to the whole
+// (IPv4) VIP prefix (the one Up and SetNodes install); none if there is
+// no such route.
 func Nexthops(prefix string) ([]netip.Addr, error) {
 	p, err := Load(prefix)
 	if err != nil {
@@ -107,7 +116,11 @@ func Nexthops(prefix string) ([]netip.Addr, error) {
 
 // vipRoutes lists the router's routes to destinations within vips.
 func vipRoutes(ctx context.Context, router string, vips netip.Prefix) ([]Route, error) {
-	out, err := ip(ctx, "-j", "-n", router, "route", "show", "root", vips.String())
+	family := "-4"
+	if !vips.Addr().Is4() {
+		family = "-6"
+	}
+	out, err := ip(ctx, "-j", family, "-n", router, "route", "show", "root", vips.String())
 	if err != nil {
 		return nil, err
 	}
@@ -225,7 +238,11 @@ func WaitNextHops(ctx context.Context, p Plan, vip netip.Addr, want []netip.Addr
 // namespace. It lists the table instead of asking the kernel for the
 // route to vip, which would name one next hop of a multipath route.
 func kernelNextHops(vip netip.Addr) ([]netip.Addr, error) {
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
+	family := netlink.FAMILY_V4
+	if !vip.Is4() {
+		family = netlink.FAMILY_V6
+	}
+	routes, err := netlink.RouteListFiltered(family, &netlink.Route{Table: unix.RT_TABLE_MAIN}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list routes: %w", err)
 	}

@@ -30,6 +30,9 @@ type ServeOptions struct {
 	// HTTP and UDP are listen addresses; either may be empty to leave
 	// that server out.
 	HTTP, UDP string
+	// HTTP6 and UDP6 are IPv6 listen addresses of the same servers
+	// (IPv6 only: the IPv4 ones keep their own sockets); empty: none.
+	HTTP6, UDP6 string
 	// Control, if not empty, is the path of a unix socket on which the
 	// HTTP server can be stopped, started and made to hang (see
 	// SetHTTPMode), so that tests can fail a backend's health checks.
@@ -55,18 +58,34 @@ func Serve(ctx context.Context, o ServeOptions) error {
 	}
 	// Bind everything before serving, so a bad address fails at once and
 	// a TCP connection that succeeds means UDP is bound too.
-	var udp *net.UDPConn
-	if o.UDP != "" {
-		var err error
-		if udp, err = listenUDP(o.UDP); err != nil {
+	if o.HTTP6 != "" && o.HTTP == "" {
+		return errors.New("serve: an IPv6 HTTP address needs an IPv4 one beside it")
+	}
+	var udps []*net.UDPConn
+	for _, a := range []struct {
+		addr string
+		six  bool
+	}{{o.UDP, false}, {o.UDP6, true}} {
+		if a.addr == "" {
+			continue
+		}
+		udp, err := listenUDP(a.addr, a.six)
+		if err != nil {
 			return err
 		}
 		defer udp.Close()
+		udps = append(udps, udp)
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	var web *switchedHTTP
 	if o.HTTP != "" {
-		web = &switchedHTTP{name: o.Name, addr: o.HTTP, handler: nameHandler(o.Name), errc: errc}
+		addrs := []string{o.HTTP}
+		if o.HTTP6 != "" {
+			// IPv6 first: once the IPv4 port answers (what the lab
+			// waits for), everything is bound.
+			addrs = []string{o.HTTP6, o.HTTP}
+		}
+		web = &switchedHTTP{name: o.Name, addrs: addrs, handler: nameHandler(o.Name), errc: errc}
 		if err := web.set(HTTPStart); err != nil {
 			return err
 		}
@@ -79,7 +98,7 @@ func Serve(ctx context.Context, o ServeOptions) error {
 		}
 		defer stop()
 	}
-	if udp != nil {
+	for _, udp := range udps {
 		go func() { errc <- echo(udp, o.Name) }()
 		slog.Info("serving UDP echo", "name", o.Name, "addr", udp.LocalAddr())
 	}
@@ -107,10 +126,10 @@ const (
 )
 
 // switchedHTTP is an HTTP server that can be stopped, started again on
-// the same address, and made to hang.
+// the same addresses, and made to hang.
 type switchedHTTP struct {
 	name    string
-	addr    string
+	addrs   []string
 	handler http.Handler
 	errc    chan<- error // a failure of the running server
 
@@ -149,27 +168,41 @@ func (h *switchedHTTP) set(mode HTTPMode) error {
 			// when a server process dies.
 			_ = h.srv.Close()
 			h.srv = nil
-			slog.Info("HTTP stopped", "name", h.name, "addr", h.addr)
+			slog.Info("HTTP stopped", "name", h.name, "addrs", h.addrs)
 		}
 	case HTTPStart, HTTPHang:
 		if h.srv == nil {
-			// Go sets SO_REUSEADDR: the address is free again at once
-			// although connections of the last run linger in TIME_WAIT.
-			ln, err := net.Listen("tcp", h.addr)
-			if err != nil {
-				return fmt.Errorf("serve: HTTP: %w", err)
+			var lns []net.Listener
+			for _, addr := range h.addrs {
+				// Go sets SO_REUSEADDR: the address is free again at
+				// once although connections of the last run linger in
+				// TIME_WAIT. tcp6 is IPv6 only, beside the IPv4 socket.
+				network := "tcp4"
+				if strings.HasPrefix(addr, "[") {
+					network = "tcp6"
+				}
+				ln, err := net.Listen(network, addr)
+				if err != nil {
+					for _, l := range lns {
+						l.Close()
+					}
+					return fmt.Errorf("serve: HTTP: %w", err)
+				}
+				lns = append(lns, ln)
 			}
 			srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: time.Minute}
 			h.srv = srv
-			go func() {
-				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					select {
-					case h.errc <- fmt.Errorf("serve: HTTP: %w", err):
-					default: // Serve has returned with an earlier error
+			for _, ln := range lns {
+				go func() {
+					if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+						select {
+						case h.errc <- fmt.Errorf("serve: HTTP: %w", err):
+						default: // Serve has returned with an earlier error
+						}
 					}
-				}
-			}()
-			slog.Info("serving HTTP", "name", h.name, "addr", ln.Addr())
+				}()
+				slog.Info("serving HTTP", "name", h.name, "addr", ln.Addr())
+			}
 		}
 		if mode == HTTPHang && h.hanging == nil {
 			h.hanging = make(chan struct{})
@@ -261,20 +294,25 @@ func nameHandler(name string) http.Handler {
 	})
 }
 
-// listenUDP binds addr with IP_PKTINFO on, so that each datagram reports
-// the address it was sent to.
-func listenUDP(addr string) (*net.UDPConn, error) {
+// listenUDP binds addr with IP_PKTINFO (IPV6_RECVPKTINFO for an IPv6
+// socket, six) on, so that each datagram reports the address it was
+// sent to.
+func listenUDP(addr string, six bool) (*net.UDPConn, error) {
+	network, level, opt := "udp4", unix.IPPROTO_IP, unix.IP_PKTINFO
+	if six {
+		network, level, opt = "udp6", unix.IPPROTO_IPV6, unix.IPV6_RECVPKTINFO
+	}
 	lc := net.ListenConfig{Control: func(_, _ string, c syscall.RawConn) error {
 		var serr error
 		err := c.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_IP, unix.IP_PKTINFO, 1)
+			serr = unix.SetsockoptInt(int(fd), level, opt, 1)
 		})
 		if err == nil {
 			err = serr
 		}
 		return err
 	}}
-	pc, err := lc.ListenPacket(context.Background(), "udp4", addr)
+	pc, err := lc.ListenPacket(context.Background(), network, addr)
 	if err != nil {
 		return nil, fmt.Errorf("serve: UDP: %w", err)
 	}
@@ -299,7 +337,11 @@ func echo(c *net.UDPConn, name string) error {
 		// Broadcast and multicast destinations cannot be a source; the
 		// kernel then picks one.
 		if dst, ok := pktinfoDst(oob[:oobn]); ok && (dst.IsGlobalUnicast() || dst.IsLoopback()) {
-			ctl = unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: dst.As4()})
+			if dst.Is4() {
+				ctl = unix.PktInfo4(&unix.Inet4Pktinfo{Spec_dst: dst.As4()})
+			} else {
+				ctl = unix.PktInfo6(&unix.Inet6Pktinfo{Addr: dst.As16()})
+			}
 		}
 		if _, _, err := c.WriteMsgUDPAddrPort(reply, ctl, from); err != nil {
 			// One unanswerable client must not stop the echo.
@@ -308,13 +350,20 @@ func echo(c *net.UDPConn, name string) error {
 	}
 }
 
-// pktinfoDst finds the destination address in IP_PKTINFO control data.
+// pktinfoDst finds the destination address in IP_PKTINFO or
+// IPV6_PKTINFO control data.
 func pktinfoDst(oob []byte) (netip.Addr, bool) {
 	msgs, err := unix.ParseSocketControlMessage(oob)
 	if err != nil {
 		return netip.Addr{}, false
 	}
 	for _, m := range msgs {
+		if m.Header.Level == unix.IPPROTO_IPV6 && m.Header.Type == unix.IPV6_PKTINFO && len(m.Data) >= unix.SizeofInet6Pktinfo {
+			// struct in6_pktinfo: the destination address first.
+			var dst [16]byte
+			copy(dst[:], m.Data[:16])
+			return netip.AddrFrom16(dst), true
+		}
 		if m.Header.Level != unix.IPPROTO_IP || m.Header.Type != unix.IP_PKTINFO || len(m.Data) < unix.SizeofInet4Pktinfo {
 			continue
 		}

@@ -7,12 +7,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // freePort returns a port that was free on the loopback a moment ago.
@@ -159,6 +162,64 @@ func TestServeUDPRepliesFromDestination(t *testing.T) {
 				time.Sleep(50 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// With HTTP6 and UDP6 the same servers answer over IPv6 on their own
+// sockets, beside the IPv4 ones on the same ports; the UDP echo reads
+// the IPv6 destination (IPV6_PKTINFO) to answer from it.
+func TestServeIPv6(t *testing.T) {
+	if c, err := net.ListenPacket("udp6", "[::1]:0"); err != nil {
+		t.Skipf("no IPv6 loopback: %v", err)
+	} else {
+		c.Close()
+	}
+	port, uport := freePort(t, "tcp"), freePort(t, "udp")
+	startServeWith(t, ServeOptions{Name: "be6", HTTP: "127.0.0.1:" + port, HTTP6: "[::1]:" + port,
+		UDP: "127.0.0.1:" + uport, UDP6: "[::]:" + uport})
+	client := &http.Client{Timeout: 5 * time.Second}
+	defer client.CloseIdleConnections()
+	for _, host := range []string{"127.0.0.1", "[::1]"} {
+		resp, err := client.Get("http://" + host + ":" + port + "/")
+		if err != nil {
+			t.Fatalf("GET over %s: %v", host, err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if string(body) != "be6\n" {
+			t.Errorf("GET over %s: %q, want \"be6\\n\"", host, body)
+		}
+	}
+	for _, dst := range []string{"127.0.0.1", "::1"} {
+		c, err := net.Dial("udp", net.JoinHostPort(dst, uport))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		buf := make([]byte, 2048)
+		for i := 0; ; i++ {
+			if _, err := c.Write([]byte("hi")); err != nil {
+				t.Fatal(err)
+			}
+			c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+			n, err := c.Read(buf)
+			if err == nil {
+				if got := string(buf[:n]); got != "be6:hi" {
+					t.Errorf("UDP over %s: reply %q, want \"be6:hi\"", dst, got)
+				}
+				break
+			}
+			if i == 10 {
+				t.Fatalf("no UDP reply over %s: %v", dst, err)
+			}
+		}
+	}
+	// pktinfoDst reads the destination of IPV6_PKTINFO.
+	want := netip.MustParseAddr("fd00:99::2")
+	a := want.As16()
+	oob := unix.PktInfo6(&unix.Inet6Pktinfo{Addr: a, Ifindex: 3})
+	if got, ok := pktinfoDst(oob); !ok || got != want {
+		t.Errorf("pktinfoDst(IPV6_PKTINFO for %s) = %s, %v", want, got, ok)
 	}
 }
 

@@ -56,7 +56,8 @@ type NamespaceStatus struct {
 	Interfaces []InterfaceStatus `json:"interfaces"`
 }
 
-// InterfaceStatus is one interface and its IPv4 addresses.
+// InterfaceStatus is one interface and its IPv4 and global IPv6
+// addresses.
 type InterfaceStatus struct {
 	Name   string         `json:"name"`
 	State  string         `json:"state"`
@@ -114,6 +115,13 @@ func ReadStatus(prefix string) (Status, error) {
 		if st.Routes, err = vipRoutes(ctx, p.Router, p.VIPPrefix); err != nil {
 			return st, err
 		}
+		if p.VIPPrefix6.IsValid() {
+			routes6, err := vipRoutes(ctx, p.Router, p.VIPPrefix6)
+			if err != nil {
+				return st, err
+			}
+			st.Routes = append(st.Routes, routes6...)
+		}
 		st.Router, st.Reflector, st.BGP = p.Spec.Router, p.Spec.Reflector, p.BGP
 		// A router that does not answer is part of the status, not a
 		// failure to read it.
@@ -166,7 +174,9 @@ func parseInterfaces(b []byte) ([]InterfaceStatus, error) {
 	for _, r := range raw {
 		i := InterfaceStatus{Name: r.Name, State: r.State, MTU: r.MTU, Master: r.Master, XDP: len(r.XDP) > 0, Addrs: []netip.Prefix{}}
 		for _, a := range r.AddrInfo {
-			if a.Family != "inet" {
+			// IPv6 link-local addresses and ::1 are on every
+			// interface, or loopback, and say nothing about the lab.
+			if a.Family != "inet" && (a.Family != "inet6" || strings.HasPrefix(a.Local, "fe80:") || a.Local == "::1") {
 				continue
 			}
 			addr, err := netip.ParseAddr(a.Local)

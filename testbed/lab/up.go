@@ -165,8 +165,26 @@ func addNamespaces(ctx context.Context, p Plan) error {
 		if _, err := ip(ctx, "-n", ns, "link", "set", "lo", "up"); err != nil {
 			return err
 		}
+		if p.Spec.IPv6 {
+			if err := noDAD(ns); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
+}
+
+// noDAD turns duplicate address detection off for the interfaces that
+// namespace ns gets from now on: in a lab every address is unique by
+// plan, and an address in DAD (a second or more) can be neither a
+// packet's source nor a BGP session's. The lab's own addresses are
+// added with nodad as well; this covers the link-local ones.
+func noDAD(ns string) error {
+	err := setSysctls(ns, []sysctl{{"ipv6/conf/all/accept_dad", "0"}, {"ipv6/conf/default/accept_dad", "0"}})
+	if err != nil && errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w (the kernel has no IPv6: boot it without ipv6.disable=1, or build the lab without --ipv6)", err)
+	}
+	return err
 }
 
 // setUpRouter makes one bridge per segment in the router namespace, with
@@ -181,6 +199,12 @@ func setUpRouter(ctx context.Context, p Plan) error {
 			{"link", "set", seg.Bridge, "up"},
 		} {
 			if _, err := ip(ctx, append([]string{"-n", p.Router}, args...)...); err != nil {
+				return err
+			}
+		}
+		if seg.Subnet6.IsValid() {
+			gw6 := netip.PrefixFrom(seg.Gateway6(), seg.Subnet6.Bits()).String()
+			if _, err := ip(ctx, "-n", p.Router, "addr", "add", gw6, "dev", seg.Bridge, "nodad"); err != nil {
 				return err
 			}
 		}
@@ -215,6 +239,18 @@ func setUpHosts(ctx context.Context, p Plan) error {
 					return fmt.Errorf("%s: %w", h.Name, err)
 				}
 			}
+			if !h.Addr6.IsValid() {
+				continue
+			}
+			addr6 := netip.PrefixFrom(h.Addr6, g.seg.Subnet6.Bits()).String()
+			for _, args := range [][]string{
+				{"-n", h.Namespace, "addr", "add", addr6, "dev", h.Interface, "nodad"},
+				{"-n", h.Namespace, "-6", "route", "add", "default", "via", h.Gateway6.String()},
+			} {
+				if _, err := ip(ctx, args...); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
 		}
 	}
 	return nil
@@ -226,6 +262,9 @@ func setSysctlsAll(_ context.Context, p Plan) error {
 		// Hash on the L4 5-tuple, so flows of one client spread over
 		// the nodes (the default hashes on addresses only).
 		{"ipv4/fib_multipath_hash_policy", "1"},
+	}
+	if p.Spec.IPv6 {
+		router = append(router, sysctl{"ipv6/conf/all/forwarding", "1"}, sysctl{"ipv6/fib_multipath_hash_policy", "1"})
 	}
 	if err := setSysctls(p.Router, router); err != nil {
 		return err
@@ -240,6 +279,11 @@ func setSysctlsAll(_ context.Context, p Plan) error {
 			// neighbour unresolved) go up to the kernel, which forwards
 			// them; their outer source is the node's own address.
 			{"ipv4/conf/" + n.Interface + "/accept_local", "1"},
+		}
+		if p.Spec.IPv6 {
+			// IPv6 has no martian check on a local source: forwarding
+			// is all such packets need.
+			node = append(node, sysctl{"ipv6/conf/all/forwarding", "1"})
 		}
 		if err := setSysctls(n.Namespace, node); err != nil {
 			return err
@@ -296,7 +340,7 @@ func setUpDecap(ctx context.Context, p Plan) error {
 	}
 	for _, h := range p.Backends {
 		args := []string{p.Spec.Binary, "backend", "--interface", h.Interface}
-		for _, v := range p.VIPs {
+		for _, v := range slices.Concat(p.VIPs, p.VIPs6) {
 			args = append(args, "--vip", v.String())
 		}
 		args = append(args, ChainArgs(p)...)
@@ -344,11 +388,16 @@ func startServers(ctx context.Context, p Plan) error {
 		}
 	}
 	for _, h := range servers {
-		_, err := StartProcess(prefix, h.Namespace, ServerName(h), p.Spec.Binary, "lab", "serve",
+		args := []string{p.Spec.Binary, "lab", "serve",
 			"--name", h.Name,
 			"--http", net.JoinHostPort("0.0.0.0", strconv.Itoa(httpPort)),
 			"--udp", net.JoinHostPort("0.0.0.0", strconv.Itoa(udpPort)),
-			"--control", ControlSocket(prefix, h))
+			"--control", ControlSocket(prefix, h)}
+		if p.Spec.IPv6 {
+			args = append(args, "--http6", net.JoinHostPort("::", strconv.Itoa(httpPort)),
+				"--udp6", net.JoinHostPort("::", strconv.Itoa(udpPort)))
+		}
+		_, err := StartProcess(prefix, h.Namespace, ServerName(h), args...)
 		if err != nil {
 			return err
 		}
