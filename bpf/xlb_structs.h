@@ -79,6 +79,11 @@ enum xlb_reason {
 	XLB_DROP_SOURCE_RANGE,   /* to a service from outside its source ranges (also per service: svc_src_drops) */
 	XLB_DROP_NAT_NO_SESSION, /* NAT service: TCP other than a SYN, or an ICMP error, without a session */
 	XLB_DROP_NAT_NO_PORT,    /* NAT service: no free port (or no room) for a new session */
+	XLB_PASS_IPV6_EXT,       /* IPv6 not to a VIP with a fragment header or an extension header
+				  * xlb does not skip: passed untouched */
+	XLB_DROP_IPV6_EXT,       /* IPv6 to a VIP with an extension header xlb does not skip (a
+				  * routing header with segments left, too many, ...); fragments
+				  * to a VIP count under drop_fragment */
 	XLB_REASON_MAX,
 };
 

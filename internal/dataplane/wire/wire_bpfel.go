@@ -352,7 +352,9 @@ const (
 	wireXlbReasonXLB_DROP_SOURCE_RANGE    wireXlbReason = 22
 	wireXlbReasonXLB_DROP_NAT_NO_SESSION  wireXlbReason = 23
 	wireXlbReasonXLB_DROP_NAT_NO_PORT     wireXlbReason = 24
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 25
+	wireXlbReasonXLB_PASS_IPV6EXT         wireXlbReason = 25
+	wireXlbReasonXLB_DROP_IPV6EXT         wireXlbReason = 26
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 27
 )
 
 type wireXlbSvcFlag uint32
