@@ -296,9 +296,7 @@ static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile unio
 	struct ethhdr *eth, *old_eth;
 	struct ipv6hdr *ip6, *orig;
 	struct icmp6hdr_too_big *icmp;
-	unsigned char mac[ETH_ALEN];
 	__u32 quote = inner_len < XLB_ICMP6_QUOTE ? inner_len & ~1u : XLB_ICMP6_QUOTE;
-	__be32 src[4], dst[4];
 
 	if (bpf_xdp_adjust_head(ctx, -add))
 		return -1;
@@ -312,31 +310,33 @@ static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile unio
 	if ((void *)(orig + 1) > data_end || quote < sizeof(*orig))
 		return -1;
 
-	src[0] = saddr->w[0];
-	src[1] = saddr->w[1];
-	src[2] = saddr->w[2];
-	src[3] = saddr->w[3];
-	__builtin_memcpy(dst, orig->saddr, 16);
-	__builtin_memcpy(mac, old_eth->h_source, ETH_ALEN);
+	/* New and old Ethernet headers do not overlap (add > 14). */
+	__builtin_memcpy(eth->h_dest, old_eth->h_source, ETH_ALEN);
 	__builtin_memcpy(eth->h_source, old_eth->h_dest, ETH_ALEN);
-	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
 	eth->h_proto = bpf_htons(ETH_P_IPV6);
 
 	ip6->vtf = bpf_htonl(0x60000000);
 	ip6->payload_len = bpf_htons(sizeof(*icmp) + quote);
 	ip6->nexthdr = IPPROTO_ICMPV6;
 	ip6->hop_limit = XLB_OUTER_TTL;
-	__builtin_memcpy(ip6->saddr, src, 16);
-	__builtin_memcpy(ip6->daddr, dst, 16);
+	/* The new headers end where the original packet's begins: its
+	 * source is intact. */
+	ip6->saddr[0] = saddr->w[0];
+	ip6->saddr[1] = saddr->w[1];
+	ip6->saddr[2] = saddr->w[2];
+	ip6->saddr[3] = saddr->w[3];
+	__builtin_memcpy(ip6->daddr, orig->saddr, 16);
 
 	icmp->type = ICMPV6_PKT_TOOBIG;
 	icmp->code = 0;
 	icmp->checksum = 0;
 	icmp->mtu = bpf_htonl(mtu);
 
-	__u32 sum = icmp6_pseudo_sum(src, dst, sizeof(*icmp) + quote);
+	__u32 sum = icmp6_pseudo_sum(ip6->saddr, ip6->daddr, sizeof(*icmp) + quote);
 	__u16 *w = (__u16 *)icmp;
-#pragma unroll
+	/* A loop the verifier walks rather than one unrolled: unrolled,
+	 * its spills took more stack than the call chain has. */
+#pragma clang loop unroll(disable)
 	for (int i = 0; i < (8 + XLB_ICMP6_QUOTE) / 2; i++) {
 		if (i >= (8 + quote) / 2)
 			break;

@@ -46,6 +46,25 @@ static __noinline long nh_refill6(struct xdp_md *ctx, struct nh_entry *nh,
 	return nh_lookup(ctx, nh, &fib, arg);
 }
 
+/* Answer a packet too big for its tunnel (see xlb_forward_x), one
+ * function per family, out of line: their stack would not fit the call
+ * chain of xlb_lb6. */
+static __noinline int too_big6(struct xdp_md *ctx, __u32 mtu, __u16 inner_len)
+{
+	if (icmp6_too_big(ctx, &node_addr6, mtu, inner_len))
+		return drop(XLB_DROP_ENCAP_FAILED);
+	count_reason(XLB_TX_ICMP_TOO_BIG);
+	return XDP_TX;
+}
+
+static __noinline int too_big4(struct xdp_md *ctx, __u32 mtu)
+{
+	if (icmp_frag_needed(ctx, node_addr, mtu))
+		return drop(XLB_DROP_ENCAP_FAILED);
+	count_reason(XLB_TX_ICMP_TOO_BIG);
+	return XDP_TX;
+}
+
 /* xlb_forward for the pairs that involve IPv6: the inner packet (IPv6 if
  * inner6, else IPv4) is the frame's, behind its Ethernet header, of
  * inner_len bytes; be is the backend's address, whose family is the
@@ -53,8 +72,7 @@ static __noinline long nh_refill6(struct xdp_md *ctx, struct nh_entry *nh,
  * "too big" answer (ICMPv6 Packet Too Big for an IPv6 packet, which no
  * router fragments), TTL or hop limit, encapsulation, counters. */
 static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 inner_len,
-					 __u32 bid, const union xlb_addr *be, __u32 hash,
-					 const __u8 mode)
+					 __u32 bid, const union xlb_addr *be, __u32 hash, __u8 mode)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -104,11 +122,7 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 
 			if (!df)
 				return drop(XLB_DROP_TOO_BIG);
-			if (inner6 ? icmp6_too_big(ctx, &node_addr6, mtu, inner_len)
-				   : icmp_frag_needed(ctx, node_addr, mtu))
-				return drop(XLB_DROP_ENCAP_FAILED);
-			count_reason(XLB_TX_ICMP_TOO_BIG);
-			return XDP_TX;
+			return inner6 ? too_big6(ctx, mtu, inner_len) : too_big4(ctx, mtu);
 		}
 		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
 			no_neigh = 1;
@@ -224,7 +238,7 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct pkt6 p = {};
-	__be32 vip[4];
+	const __be32 *vip;
 
 	switch (parse_ipv6(data + sizeof(struct ethhdr), data_end, &p)) {
 	case PARSE6_OK:
@@ -236,17 +250,14 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	case PARSE6_FRAGMENT:
 		/* As for IPv4: no instance could hash a later fragment to
 		 * the backend of the first. */
-		__builtin_memcpy(vip, p.ip6->daddr, 16);
-		if (!is_vip6(vip))
+		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
 		return drop(XLB_DROP_FRAGMENT);
 	case PARSE6_EXT:
-		__builtin_memcpy(vip, p.ip6->daddr, 16);
-		if (!is_vip6(vip))
+		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
 		return drop(XLB_DROP_IPV6_EXT);
 	default: /* PARSE6_NOT_TCP_UDP */
-		__builtin_memcpy(vip, p.ip6->daddr, 16);
 		if (p.nexthdr == IPPROTO_ICMPV6) {
 			int type = icmp6_type(&p, data_end);
 
@@ -254,7 +265,7 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 			if (type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST)
 				return pass(XLB_PASS_NOT_TCP_UDP);
 		}
-		if (!is_vip6(vip))
+		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
 		/* ICMPv6 errors about replies go to the backend that sent the
 		 * reply; anything else for a VIP is dropped (xlb_lb says why). */
@@ -265,7 +276,7 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 
 	struct ipv6hdr *ip6 = p.ip6;
 
-	__builtin_memcpy(vip, ip6->daddr, 16);
+	vip = ip6->daddr;
 	struct svc_slot *svc = svc_lookup6(vip, p.dport, p.proto);
 	if (!svc) {
 		if (!is_vip6(vip))
@@ -290,10 +301,9 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 
 	if (!e || entry_backend(*e, &bid, &be))
 		return drop(XLB_DROP_NO_BACKEND);
-	hash = tunnel_hash(hash, p.sport, hsport);
-	if (mode == XLB_ENCAP_GUE)
-		return xlb_forward_x(ctx, 1, p.ip_len, bid, &be, hash, XLB_ENCAP_GUE);
-	return xlb_forward_x(ctx, 1, p.ip_len, bid, &be, hash, XLB_ENCAP_IPIP);
+	/* One copy for both modes: two would not fit the stack of a call
+	 * chain that begins in xlb_lb. */
+	return xlb_forward_x(ctx, 1, p.ip_len, bid, &be, tunnel_hash(hash, p.sport, hsport), mode);
 }
 
 #endif

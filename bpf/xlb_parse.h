@@ -125,8 +125,9 @@ static __always_inline int parse_icmp_error(struct pkt *p, void *data_end)
 struct pkt6 {
 	struct ipv6hdr *ip6;
 	/* The flow, as the client sent it (for an ICMPv6 error about a
-	 * reply, the flow of the quoted packet). */
-	__be32 flow_src[4];
+	 * reply, the flow of the quoted packet): its client's address, in
+	 * the packet. */
+	const __be32 *flow_src;
 	__be16 sport;
 	__be16 dport;
 	__u8 proto;
@@ -194,7 +195,7 @@ static __always_inline int parse_ipv6(struct ipv6hdr *ip6, void *data_end, struc
 	struct ports *l4 = (void *)ip6 + off;
 	if (past_datagram(l4 + 1, dgram_end, data_end))
 		return PARSE6_BAD_L4;
-	__builtin_memcpy(p->flow_src, ip6->saddr, 16);
+	p->flow_src = ip6->saddr;
 	p->sport = l4->source;
 	p->dport = l4->dest;
 	p->proto = nh;
@@ -245,7 +246,7 @@ static __always_inline int parse_icmp6_error(struct pkt6 *p, void *data_end)
 	l4 = (void *)(in + 1);
 	if (past_datagram(l4 + 1, dgram_end, data_end))
 		return -1;
-	__builtin_memcpy(p->flow_src, in->daddr, 16);
+	p->flow_src = in->daddr;
 	p->sport = l4->dest;
 	p->dport = l4->source;
 	p->proto = in->nexthdr;

@@ -132,7 +132,7 @@ static __noinline struct svc_slot *svc_probe6(__u64 want, const __be32 *vip, __u
 	return 0;
 }
 
-/* svc_lookup for an IPv6 VIP (its 16 bytes at vip, on the stack). */
+/* svc_lookup for an IPv6 VIP (its 16 bytes at vip, in the packet). */
 static __always_inline struct svc_slot *svc_lookup6(const __be32 *vip, __be16 port, __u8 proto)
 {
 	__u64 want = (__u64)vip[0] | ((__u64)port << 32) |
@@ -144,7 +144,7 @@ static __always_inline struct svc_slot *svc_lookup6(const __be32 *vip, __be16 po
 	return end ? s : svc_probe6(want, vip, h);
 }
 
-/* is_vip for an IPv6 address: its filter bit is the IPv4 one of its
+/* is_vip for an IPv6 address (in the packet): its filter bit is the IPv4 one of its
  * four words folded into one. */
 static __always_inline int is_vip6(const __be32 *addr)
 {
@@ -154,10 +154,8 @@ static __always_inline int is_vip6(const __be32 *addr)
 
 	if (!w || !(*w & (1ULL << (bit & 63))))
 		return 0;
-	union xlb_addr k;
-
-	__builtin_memcpy(&k, addr, 16);
-	return bpf_map_lookup_elem(&vips, &k) != 0;
+	/* The address in the packet is the key as it is (union xlb_addr). */
+	return bpf_map_lookup_elem(&vips, addr) != 0;
 }
 
 #endif

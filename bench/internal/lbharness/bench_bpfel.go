@@ -44,6 +44,7 @@ const (
 	benchProgFloorDenyLpm       = "floor_deny_lpm"
 	benchProgFloorDenyTable     = "floor_deny_table"
 	benchProgFloorParseEncap    = "floor_parse_encap"
+	benchProgFloorParseEncap6   = "floor_parse_encap6"
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
 	benchProgWrapOnly           = "wrap_only"
@@ -101,6 +102,7 @@ type benchProgramSpecs struct {
 	FloorDenyLpm       *ebpf.ProgramSpec `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.ProgramSpec `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
+	FloorParseEncap6   *ebpf.ProgramSpec `ebpf:"floor_parse_encap6"`
 	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.ProgramSpec `ebpf:"wrap_only"`
@@ -243,6 +245,7 @@ type benchPrograms struct {
 	FloorDenyLpm       *ebpf.Program `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.Program `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
+	FloorParseEncap6   *ebpf.Program `ebpf:"floor_parse_encap6"`
 	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.Program `ebpf:"wrap_only"`
@@ -254,6 +257,7 @@ func (p *benchPrograms) Close() error {
 		p.FloorDenyLpm,
 		p.FloorDenyTable,
 		p.FloorParseEncap,
+		p.FloorParseEncap6,
 		p.FloorParseEncapFib,
 		p.FloorParseTx,
 		p.WrapOnly,
