@@ -739,3 +739,53 @@ func checkEmitted6(t *testing.T, out []byte, allowed map[netip.Addr]bool) {
 		t.Fatalf("emitted next header %d", ip[6])
 	}
 }
+
+// TestLB6ServiceLifecycle: an IPv6 service is listed as installed with
+// its VIP, and once deleted its packets pass as anyone's, while an IPv6
+// service that shares the VIP's first 4 bytes and port is untouched.
+func TestLB6ServiceLifecycle(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	// fd00:99::1 and fd00:99::2 share the first 4 bytes (vip) and port 80.
+	in, err := d.Installed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, s := range in.Services {
+		if s.ID == 0 {
+			found = s.Key == fx6Services[0].key && s.Encap == EncapIPIP
+		}
+	}
+	if !found || in.Backends[0] != fxBackend6 {
+		t.Fatalf("installed services %+v, backends %v: want service 0 on %v and backend 0 %v", in.Services, in.Backends, fx6Services[0].key, fxBackend6)
+	}
+	if err := d.DeleteService(0, fx6Services[0].key); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		dst     netip.Addr
+		dport   uint16
+		verdict uint32
+		reason  string
+	}{
+		{fxVIP6, 80, xdpDrop, "drop_vip_no_service"}, // the VIP has other services
+		{netip.MustParseAddr("fd00:99::2"), 80, xdpRedirect, ""},
+	} {
+		var v uint32
+		delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, tcp6To(c.dst, c.dport).frame(f.MAC)) })
+		if v != c.verdict || (c.reason != "" && delta[c.reason] != 1) {
+			t.Errorf("%v:%d after the delete: verdict %s reasons %v, want %s %s", c.dst, c.dport, verdictNames[v], delta, verdictNames[c.verdict], c.reason)
+		}
+	}
+	// The last service of a VIP gone, the VIP is anyone's address.
+	for id := 1; id <= 3; id++ {
+		if err := d.DeleteService(uint32(id), fx6Services[id].key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var v uint32
+	delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, tcp6To(fxVIP6, 80).frame(f.MAC)) })
+	if v != xdpPass || delta["pass_no_service"] != 1 {
+		t.Errorf("to %v without services: verdict %s reasons %v, want PASS pass_no_service", fxVIP6, verdictNames[v], delta)
+	}
+}
