@@ -374,7 +374,7 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		break;
 	case PARSE_NOT_IPV4:
 		if (p.eth->h_proto == bpf_htons(ETH_P_IPV6))
-			return xlb_lb6(ctx);
+			return xlb_lb6_reply(ctx);
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr)) {

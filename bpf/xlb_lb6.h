@@ -25,26 +25,75 @@ static __always_inline __u32 xlb_flow_hash6(const __be32 *saddr, const __be32 *d
 	return (__u32)fmix64(k);
 }
 
+/* Per-CPU room for what the IPv6 path would otherwise keep on its stack,
+ * which the call chain of xlb_lb6 has no more of: a stateful service's
+ * flow key and entry, and an orphan's uncached next hop. Not shared with
+ * Go. */
+struct lb6_scratch {
+	struct ct_key key;
+	struct ct_entry val;
+	__u32 pad;
+	struct nh_entry nh;
+	struct bpf_fib_lookup fib;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct lb6_scratch);
+} lb6_scratch SEC(".maps");
+
+static __always_inline struct lb6_scratch *scratch6(void)
+{
+	__u32 zero = 0;
+
+	return bpf_map_lookup_elem(&lb6_scratch, &zero);
+}
+
 /* Whether a is an IPv4 address (IPv4-mapped). */
 static __always_inline int xlb_addr_is4(const union xlb_addr *a)
 {
 	return !(a->w[0] | a->w[1] | (a->w[2] ^ bpf_htonl(0xffff)));
 }
 
-/* nh_refill towards an IPv6 backend, from node_addr6. */
-static __noinline long nh_refill6(struct xdp_md *ctx, struct nh_entry *nh,
-				  const union xlb_addr *be, __u32 arg)
+/* nh_refill for xlb_forward_x: towards a backend of either family (be),
+ * from node_addr or node_addr6. The lookup's argument is in the
+ * scratch, not on the stack: xlb_lb6's call chain has no room for it. */
+static __noinline long nh_refill_x(struct xdp_md *ctx, struct nh_entry *nh,
+				   const union xlb_addr *be, __u32 arg)
 {
-	struct bpf_fib_lookup fib = {};
+	struct lb6_scratch *sc = scratch6();
 
-	fib.family = AF_INET6;
-	fib.ipv6_src[0] = node_addr6.w[0];
-	fib.ipv6_src[1] = node_addr6.w[1];
-	fib.ipv6_src[2] = node_addr6.w[2];
-	fib.ipv6_src[3] = node_addr6.w[3];
-	__builtin_memcpy(fib.ipv6_dst, be, 16);
-	return nh_lookup(ctx, nh, &fib, arg);
+	if (!sc)
+		return BPF_FIB_LKUP_RET_NOT_FWDED;
+	struct bpf_fib_lookup *fib = &sc->fib;
+
+	__builtin_memset(fib, 0, sizeof(*fib));
+	if (xlb_addr_is4(be)) {
+		fib->family = AF_INET;
+		fib->ipv4_src = node_addr;
+		fib->ipv4_dst = be->w[3];
+	} else {
+		/* No IPv6 address, no IPv6 backend (the control plane refuses
+		 * them): no route. */
+		if (!(node_addr6.w[0] | node_addr6.w[1] | node_addr6.w[2] | node_addr6.w[3]))
+			return BPF_FIB_LKUP_RET_NOT_FWDED;
+		fib->family = AF_INET6;
+		fib->ipv6_src[0] = node_addr6.w[0];
+		fib->ipv6_src[1] = node_addr6.w[1];
+		fib->ipv6_src[2] = node_addr6.w[2];
+		fib->ipv6_src[3] = node_addr6.w[3];
+		__builtin_memcpy(fib->ipv6_dst, be, 16);
+	}
+	return nh_lookup(ctx, nh, fib, arg);
 }
+
+/* xlb_lb6's answer "too big for the tunnel, an ICMPv6 Packet Too Big
+ * with this MTU is due", which xlb_lb6's caller sends (xlb_lb6_reply):
+ * sent from within xlb_lb6, its stack would not fit the call chain. An
+ * XDP verdict is below 256. */
+#define XLB_TOO_BIG_DEFERRED(mtu) ((int)(((mtu) & 0xffff) << 8) | 0xff)
 
 /* Answer a packet too big for its tunnel (see xlb_forward_x), one
  * function per family, out of line: their stack would not fit the call
@@ -72,7 +121,8 @@ static __noinline int too_big4(struct xdp_md *ctx, __u32 mtu)
  * "too big" answer (ICMPv6 Packet Too Big for an IPv6 packet, which no
  * router fragments), TTL or hop limit, encapsulation, counters. */
 static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 inner_len,
-					 __u32 bid, const union xlb_addr *be, __u32 hash, __u8 mode)
+					 __u32 bid, const union xlb_addr *be, __u32 hash, __u8 mode,
+					 int orphan, const int defer_too_big)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -81,7 +131,7 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	__u16 overhead = encap_overhead(mode) + (outer6 ? XLB_OUTER6_EXTRA : 0);
 	__u16 outer_len = inner_len + overhead;
 	__u32 gen = nh_gen;
-	struct backend_state *bst = bpf_map_lookup_elem(&backend_stats, &bid);
+	struct backend_state *bst = orphan ? 0 : bpf_map_lookup_elem(&backend_stats, &bid);
 	int no_neigh = 0;
 	__u8 tos;
 	__be16 df;
@@ -101,27 +151,33 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 		tos = ip->tos;
 		df = ip->frag_off & bpf_htons(IP_DF);
 	}
-	if (!bst)
-		return drop(XLB_DROP_NO_ROUTE);
-	struct nh_entry *nh = &bst->nh;
+	struct nh_entry *nh;
+
+	if (bst) {
+		nh = &bst->nh;
+	} else {
+		/* An orphan (xlb_forward says what it is) goes through the FIB
+		 * every time: generation 0 never matches. */
+		struct lb6_scratch *sc = orphan ? scratch6() : 0;
+
+		if (!sc)
+			return drop(XLB_DROP_NO_ROUTE);
+		nh = &sc->nh;
+		nh->gen = 0;
+	}
 	__u64 now = bpf_jiffies64();
 
 	if (nh->gen != gen || outer_len > nh->max_len || now - nh->stamp >= XLB_NH_MAX_AGE) {
-		__u32 arg = outer_len | (encap_is_gue(mode) ? 1u << 24 : 0);
-		long rc;
-
-		if (outer6) {
-			if (!node_addr6.w[0] && !node_addr6.w[1] && !node_addr6.w[2] && !node_addr6.w[3])
-				return drop(XLB_DROP_NO_ROUTE);
-			rc = nh_refill6(ctx, nh, be, arg);
-		} else {
-			rc = nh_refill(ctx, nh, be->w[3], arg | ((__u32)tos << 16));
-		}
+		__u32 arg = outer_len | (encap_is_gue(mode) ? 1u << 24 : 0) |
+			    (outer6 ? 0 : (__u32)tos << 16);
+		long rc = nh_refill_x(ctx, nh, be, arg);
 		if ((rc & 0xff) == BPF_FIB_LKUP_RET_FRAG_NEEDED) {
 			__u32 mtu = (rc >> 8) - overhead;
 
 			if (!df)
 				return drop(XLB_DROP_TOO_BIG);
+			if (defer_too_big)
+				return XLB_TOO_BIG_DEFERRED(mtu);
 			return inner6 ? too_big6(ctx, mtu, inner_len) : too_big4(ctx, mtu);
 		}
 		if (rc == BPF_FIB_LKUP_RET_NO_NEIGH)
@@ -165,8 +221,10 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 		      df, no_neigh ? 0 : nh->macs))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
-	bst->stats.packets++;
-	bst->stats.bytes += inner_len;
+	if (bst) {
+		bst->stats.packets++;
+		bst->stats.bytes += inner_len;
+	}
 	if (no_neigh)
 		return pass(XLB_PASS_NO_NEIGH);
 	if (nh->ifindex == ctx->ingress_ifindex)
@@ -225,8 +283,66 @@ static __noinline int xlb_lb_to6(struct xdp_md *ctx, __u32 svc_id, __u32 slot, _
 	__u16 inner_len = bpf_ntohs(ip->tot_len); /* parse_ipv4 checked it */
 
 	if (encap_is_gue(mode))
-		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE);
-	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP);
+		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0);
+	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0);
+}
+
+/* A stateful service's backend for an IPv6 flow. */
+struct pick6 {
+	union xlb_addr be;
+	__u32 bid;
+};
+
+/* ct_pick for IPv6, out of line (its stack would not fit xlb_lb6's call
+ * chain), with its key and entry in the per-CPU scratch. Hashes the
+ * flow itself (hsport: hashed_sport). Leaves the backend in the
+ * scratch's val and returns 0, 1 for an orphan (ct_valid), or -1 when
+ * the flow has neither an entry nor a backend in the table. */
+static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id, __be16 hsport)
+{
+	void *data_end = (void *)(long)ctx->data_end;
+	struct lb6_scratch *sc = scratch6();
+	struct ipv6hdr *ip6 = p->ip6;
+
+	if (!sc)
+		return -1;
+	__builtin_memcpy(&sc->key.saddr, p->flow_src, 16);
+	__builtin_memcpy(&sc->key.daddr, ip6->daddr, 16);
+	sc->key.sport = p->sport;
+	sc->key.dport = p->dport;
+	sc->key.proto = p->proto;
+	sc->key.pad[0] = sc->key.pad[1] = sc->key.pad[2] = 0;
+
+	int own = p->nexthdr != IPPROTO_ICMPV6; /* not an ICMPv6 error */
+	int tcp = own && p->proto == IPPROTO_TCP;
+	int syn = 0;
+
+	if (tcp) {
+		__u8 *th = (void *)ip6 + p->l4_off;
+
+		if ((void *)(th + 14) <= data_end)
+			syn = (th[13] & (XLB_TCP_SYN | XLB_TCP_ACK)) == XLB_TCP_SYN;
+	}
+	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &sc->key);
+
+	if (ct && (ct->addr.w[0] | ct->addr.w[1] | ct->addr.w[2] | ct->addr.w[3])) {
+		int gone = !ct_valid(ct, svc_id);
+
+		if (!(gone && syn)) {
+			sc->val = *ct;
+			return gone;
+		}
+	} else if (tcp && !syn) {
+		count_reason(XLB_NOTE_CT_MIDFLOW_MISS);
+	}
+	__u32 hash = xlb_flow_hash6(p->flow_src, ip6->daddr, hsport, p->dport, p->proto);
+	xlb_table_entry *e = table_entry(svc_id, flow_slot(hash));
+
+	if (!e || entry_backend(*e, &sc->val.bid, &sc->val.addr))
+		return -1;
+	if (own && !bpf_map_update_elem(&conntrack, &sc->key, &sc->val, BPF_ANY))
+		count_reason(XLB_NOTE_CT_NEW);
+	return 0;
 }
 
 /* The LB path of an IPv6 frame, out of line so that the IPv4 path keeps
@@ -289,21 +405,50 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	__u8 mode = svc->encap;
 	__u8 flags = svc->flags;
 	__be16 hsport = hashed_sport(p.sport, flags);
-	__u32 hash = xlb_flow_hash6(p.flow_src, vip, hsport, p.dport, p.proto);
+	struct pick6 pick;
+	int orphan = 0;
 
 	/* The control plane gives IPv6 services none of these yet. */
-	if ((flags & (XLB_SVC_STATEFUL | XLB_SVC_SOURCE_RANGES)) || mode > XLB_ENCAP_GUE)
+	if ((flags & XLB_SVC_SOURCE_RANGES) || mode > XLB_ENCAP_GUE)
 		return drop(XLB_DROP_NO_BACKEND);
+	/* The stateful path before the hash, so that fewer values live
+	 * across its call (the stack, again). */
+	if (flags & XLB_SVC_STATEFUL) {
+		orphan = ct6_pick(ctx, &p, svc->id, hsport);
+		struct lb6_scratch *sc = scratch6();
 
-	xlb_table_entry *e = table_entry(svc->id, flow_slot(hash));
-	union xlb_addr be;
-	__u32 bid;
+		if (orphan < 0 || !sc)
+			return drop(XLB_DROP_NO_BACKEND);
+		pick.bid = sc->val.bid;
+		pick.be = sc->val.addr;
+	}
+	__u32 hash = xlb_flow_hash6(p.flow_src, vip, hsport, p.dport, p.proto);
 
-	if (!e || entry_backend(*e, &bid, &be))
-		return drop(XLB_DROP_NO_BACKEND);
+	if (!(flags & XLB_SVC_STATEFUL)) {
+		xlb_table_entry *e = table_entry(svc->id, flow_slot(hash));
+
+		if (!e || entry_backend(*e, &pick.bid, &pick.be))
+			return drop(XLB_DROP_NO_BACKEND);
+	}
 	/* One copy for both modes: two would not fit the stack of a call
 	 * chain that begins in xlb_lb. */
-	return xlb_forward_x(ctx, 1, p.ip_len, bid, &be, tunnel_hash(hash, p.sport, hsport), mode);
+	return xlb_forward_x(ctx, 1, p.ip_len, pick.bid, &pick.be,
+			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
+}
+
+/* xlb_lb6, and the Packet Too Big it leaves to its caller. */
+static __always_inline int xlb_lb6_reply(struct xdp_md *ctx)
+{
+	int v = xlb_lb6(ctx);
+
+	if (v < 256)
+		return v;
+	void *data = (void *)(long)ctx->data;
+	struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
+
+	if ((void *)(ip6 + 1) > (void *)(long)ctx->data_end)
+		return drop(XLB_DROP_MALFORMED_IP);
+	return too_big6(ctx, (__u32)v >> 8, sizeof(*ip6) + bpf_ntohs(ip6->payload_len));
 }
 
 #endif

@@ -610,7 +610,6 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		{Service{Encap: EncapNAT}, "NAT"},
 		{Service{Encap: EncapDNAT}, "NAT"},
 		{Service{Encap: EncapGUEHint}, "hints"},
-		{Service{Encap: EncapGUE, Stateful: true}, "stateful"},
 		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}}, "source ranges"},
 	} {
 		s := c.svc
@@ -787,5 +786,99 @@ func TestLB6ServiceLifecycle(t *testing.T) {
 	delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, tcp6To(fxVIP6, 80).frame(f.MAC)) })
 	if v != xdpPass || delta["pass_no_service"] != 1 {
 		t.Errorf("to %v without services: verdict %s reasons %v, want PASS pass_no_service", fxVIP6, verdictNames[v], delta)
+	}
+}
+
+// TestLB6Stateful: a stateful IPv6 service keeps a flow on the backend
+// its first packet got when the table moves; a new flow follows the
+// table; a SYN of a flow whose backend left the configuration re-picks,
+// and its other packets go on to the backend that left (an orphan), as
+// for IPv4 (TestLBStatefulTCP). An ICMPv6 error about a flow follows its
+// entry and makes none.
+func TestLB6Stateful(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	addrs := map[uint32]netip.Addr{20: netip.MustParseAddr("fd00:3::20"), 21: netip.MustParseAddr("fd00:3::21")}
+	for id, a := range addrs {
+		if err := d.UpsertBackend(id, apOf(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	svc := Service{ID: 12, Key: ServiceKey{netip.MustParseAddr("fd00:99::12"), 80, ProtoTCP}, Encap: EncapIPIP, Stateful: true}
+	point := func(id uint32) {
+		svc.Table = make([]uint32, fxTableSize)
+		for i := range svc.Table {
+			svc.Table[i] = id
+		}
+		if err := d.UpsertService(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	segment := func(sport uint16, flags uint8) []byte {
+		p := tcp6To(svc.Key.VIP, 80)
+		p.Sport = sport
+		fr := p.frame(f.MAC)
+		fr[14+40+13] = flags // the checksum is not checked
+		return fr
+	}
+	send := func(fr []byte) (netip.Addr, map[string]uint64) {
+		t.Helper()
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, fr) })
+		if v != xdpTX {
+			t.Fatalf("verdict %s reasons %v, want TX", verdictNames[v], delta)
+		}
+		return netip.AddrFrom16([16]byte(out[14+24 : 14+40])), delta
+	}
+	entries := func() int {
+		n, err := d.ConntrackEntries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	point(20)
+	if be, r := send(segment(41000, tcpSYN)); be != addrs[20] || r["note_ct_new"] != 1 {
+		t.Fatalf("SYN went to %v with reasons %v, want %v and note_ct_new", be, r, addrs[20])
+	}
+	point(21)
+	if be, r := send(segment(41000, tcpACK)); be != addrs[20] || len(r) != 0 {
+		t.Fatalf("the flow's ACK after the table moved went to %v (reasons %v), want its backend %v", be, r, addrs[20])
+	}
+	if be, _ := send(icmp6About(f.MAC, 2, svc.Key.VIP, fxClient6, 80, 41000)); be != addrs[20] {
+		t.Fatalf("an ICMPv6 error about the flow went to %v, want the flow's backend %v", be, addrs[20])
+	}
+	if n := entries(); n != 1 {
+		t.Fatalf("%d flow entries, want 1 (an ICMPv6 error makes none)", n)
+	}
+	if be, r := send(segment(41001, tcpSYN)); be != addrs[21] || r["note_ct_new"] != 1 {
+		t.Fatalf("a new flow went to %v with reasons %v, want the table's %v", be, r, addrs[21])
+	}
+	if be, r := send(segment(41002, tcpACK)); be != addrs[21] || r["note_ct_midflow_miss"] != 1 {
+		t.Fatalf("an ACK without an entry went to %v with reasons %v, want the table's %v and note_ct_midflow_miss", be, r, addrs[21])
+	}
+
+	// Backend 20 leaves the configuration: its flow's packets go on to
+	// it, past its counters; the flow's SYN re-picks.
+	before, err := d.BackendCounters(21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.DeleteBackend(20); err != nil {
+		t.Fatal(err)
+	}
+	if be, _ := send(segment(41000, tcpACK)); be != addrs[20] {
+		t.Fatalf("the orphan's ACK went to %v, want the backend that left, %v", be, addrs[20])
+	}
+	if be, r := send(segment(41000, tcpSYN)); be != addrs[21] || r["note_ct_new"] != 1 {
+		t.Fatalf("the orphan's SYN went to %v with reasons %v, want the table's %v", be, r, addrs[21])
+	}
+	after, err := d.BackendCounters(21)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Packets != before.Packets+1 {
+		t.Errorf("backend 21 counted %d packets, want %d (only the re-picked SYN)", after.Packets-before.Packets, 1)
 	}
 }

@@ -21,6 +21,7 @@ const (
 	lbMapChainTables  = "chain_tables"
 	lbMapConntrack    = "conntrack"
 	lbMapDeny4        = "deny4"
+	lbMapLb6Scratch   = "lb6_scratch"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapNatCfg       = "nat_cfg"
 	lbMapNatCounters  = "nat_counters"
@@ -102,6 +103,7 @@ type lbMapSpecs struct {
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
@@ -159,6 +161,7 @@ type lbMaps struct {
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
@@ -186,6 +189,7 @@ func (m *lbMaps) Close() error {
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
+		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,
 		m.NatCounters,

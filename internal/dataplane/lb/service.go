@@ -107,8 +107,6 @@ func checkService6(s Service) error {
 		return errors.New("NAT and DNAT take IPv4 VIPs only; use dsr-ipip or dsr-gue for an IPv6 VIP")
 	case s.Encap == EncapGUEHint:
 		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
-	case s.Stateful:
-		return errors.New("stateful services are IPv4 only; leave an IPv6 VIP stateless")
 	case len(s.SourceRanges) > 0:
 		return errors.New("source ranges are enforced for IPv4 VIPs only; remove them from the IPv6 service, or use the node's firewall")
 	}
@@ -118,8 +116,9 @@ func checkService6(s Service) error {
 // checkFamilies checks that service s can reach the backends named (the
 // IDs its table names) in its encapsulation, per the family matrix of
 // docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
-// outer header, which needs the node's IPv6 address, and only the
-// stateless IPIP and GUE paths have one. Called with d.mu held.
+// outer header, which needs the node's IPv6 address, and only the IPIP
+// and GUE paths have one (for an IPv4 VIP, the stateless ones). Called
+// with d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 	for _, b := range named {
 		a := d.backends.addrs[b].Addr()
@@ -131,8 +130,8 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: NAT and DNAT reach IPv4 backends only", s.ID, b, a)
 		case s.Encap == EncapGUEHint:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: daisy-chaining hints are IPv4 only; use dsr-gue", s.ID, b, a)
-		case s.Stateful:
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: stateful services reach IPv4 backends only", s.ID, b, a)
+		case s.Stateful && s.Key.VIP.Is4():
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a stateful service on an IPv4 VIP reaches IPv4 backends only; make it stateless, or give it an IPv6 VIP", s.ID, b, a)
 		case !d.node6:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6, and the node has no IPv6 address to send from: set the node's IPv6 address or remove the backend", s.ID, b, a)
 		}
