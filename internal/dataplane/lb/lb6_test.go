@@ -3,6 +3,7 @@ package lb
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -880,5 +881,35 @@ func TestLB6Stateful(t *testing.T) {
 	}
 	if after.Packets != before.Packets+1 {
 		t.Errorf("backend 21 counted %d packets, want %d (only the re-picked SYN)", after.Packets-before.Packets, 1)
+	}
+}
+
+// slotRecorder stands in for the svc_index map: it keeps what is written.
+type slotRecorder struct{ n int }
+
+func (r *slotRecorder) Put(key, value any) error { r.n++; return nil }
+
+// TestServiceIndexFitsIPv6Prefix: the index's home slot of an IPv6
+// service mixes the whole VIP (svc_hash6), so that MaxServices VIPs of
+// one /64 on one port spread as random keys do. Hashed as IPv4 keys are,
+// by the first 4 bytes of the VIP, they would all share one home slot and
+// the 17th would find no free slot within the probe bound.
+func TestServiceIndexFitsIPv6Prefix(t *testing.T) {
+	m, n := float64(SvcSlots), float64(MaxServices)
+	minHomes := int(0.97 * m * (1 - math.Pow(1-1/m, n)))
+	var x svcIndex
+	homes := map[uint32]bool{}
+	for i := range MaxServices {
+		b := fxVIP6.As16()
+		binary.BigEndian.PutUint32(b[12:], uint32(i+1))
+		s := mustSlotKey(t, ServiceKey{netip.AddrFrom16(b), 80, ProtoTCP})
+		s.Id, s.Encap = uint32(i), uint8(EncapIPIP)
+		if err := x.upsert(&slotRecorder{}, s); err != nil {
+			t.Fatalf("service %d of %d (%v): %v", i+1, MaxServices, netip.AddrFrom16(b), err)
+		}
+		homes[slotHash(s)&(SvcSlots-1)] = true
+	}
+	if len(homes) < minHomes {
+		t.Errorf("%d IPv6 services of one /64 on %d home slots, want at least %d", MaxServices, len(homes), minHomes)
 	}
 }
