@@ -399,6 +399,12 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 			return pass(XLB_PASS_NO_SERVICE);
 		return drop(XLB_DROP_VIP_NO_SERVICE);
 	}
+	/* The service's source ranges (an ICMPv6 error passes them by the
+	 * client of the flow it quotes); the node's deny list is IPv4 only. */
+	if ((svc->flags & XLB_SVC_SOURCE_RANGES) && !source_allowed6(svc->id, p.flow_src)) {
+		count_source_drop(svc->id, p.ip_len);
+		return drop(XLB_DROP_SOURCE_RANGE);
+	}
 	if (ip6->hop_limit <= 1)
 		return pass(XLB_PASS_TTL_EXCEEDED);
 
@@ -408,8 +414,8 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	struct pick6 pick;
 	int orphan = 0;
 
-	/* The control plane gives IPv6 services none of these yet. */
-	if ((flags & XLB_SVC_SOURCE_RANGES) || mode > XLB_ENCAP_GUE)
+	/* The control plane gives IPv6 services neither hints nor NAT. */
+	if (mode > XLB_ENCAP_GUE)
 		return drop(XLB_DROP_NO_BACKEND);
 	/* The stateful path before the hash, so that fewer values live
 	 * across its call (the stack, again). */

@@ -276,6 +276,16 @@ struct xlb_ranges4 {
 	__u32 hi[XLB_SVC_MAX_RANGES];
 };
 
+/* A service's IPv6 source ranges, as struct xlb_ranges4 holds IPv4
+ * ones: intervals [lo, hi] of addresses as 128-bit numbers, each as its
+ * high and low 64 bits in host order. */
+struct xlb_ranges6 {
+	__u64 lo_hi[XLB_SVC_MAX_RANGES];
+	__u64 lo_lo[XLB_SVC_MAX_RANGES];
+	__u64 hi_hi[XLB_SVC_MAX_RANGES];
+	__u64 hi_lo[XLB_SVC_MAX_RANGES];
+};
+
 /* ---- The LB program's NAT sessions (xlb_lbnat.h) ---- */
 
 /* A packet's 5-tuple as it arrives, the key of a session in either
@@ -517,6 +527,7 @@ _Static_assert(sizeof(struct lbnat_key) == 40 && sizeof(struct lbnat_session) ==
 	       "NAT sessions");
 _Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");
 _Static_assert(sizeof(struct xlb_ranges4) == 8 * XLB_SVC_MAX_RANGES, "ranges");
+_Static_assert(sizeof(struct xlb_ranges6) == 32 * XLB_SVC_MAX_RANGES, "ranges6");
 _Static_assert(sizeof(struct chain_peer_key) == 20, "an LPM key: prefix length, then the address");
 _Static_assert(sizeof(struct chain_svc_key) == 20, "chain_svc_key");
 _Static_assert(sizeof(struct nat_svc_key) == 36 && sizeof(struct nat_flow_key) == 40 &&

@@ -37,6 +37,7 @@ const (
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
 	benchMapSvcRanges4          = "svc_ranges4"
+	benchMapSvcRanges6          = "svc_ranges6"
 	benchMapSvcRetired          = "svc_retired"
 	benchMapSvcSrcDrops         = "svc_src_drops"
 	benchMapVipFilter           = "vip_filter"
@@ -134,6 +135,7 @@ type benchMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.MapSpec `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
@@ -193,6 +195,7 @@ type benchMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.Map `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
@@ -222,6 +225,7 @@ func (m *benchMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,
+		m.SvcRanges6,
 		m.SvcRetired,
 		m.SvcSrcDrops,
 		m.VipFilter,

@@ -56,7 +56,7 @@ type Service struct {
 	// seconds (0: never). Every hint carries it.
 	Generation uint32
 	// SourceRanges are the only sources that reach the service (IPv4
-	// prefixes, for an IPv4 VIP only, at most wire.MaxRanges intervals once merged); none:
+	// prefixes for an IPv4 VIP, IPv6 ones for an IPv6 VIP, at most wire.MaxRanges intervals once merged); none:
 	// every source. They are in place before the service's index slot
 	// says so (SetSourceRanges).
 	SourceRanges []netip.Prefix

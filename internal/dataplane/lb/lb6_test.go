@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math"
+	"math/rand/v2"
 	"net"
 	"net/netip"
 	"os/exec"
@@ -611,7 +612,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		{Service{Encap: EncapNAT}, "NAT"},
 		{Service{Encap: EncapDNAT}, "NAT"},
 		{Service{Encap: EncapGUEHint}, "hints"},
-		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("fd00::/8")}}, "source ranges"},
+		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPv4 prefix"},
 	} {
 		s := c.svc
 		s.ID, s.Key, s.Table = 2, ServiceKey{fxVIP6, 80, ProtoTCP}, table
@@ -911,5 +912,122 @@ func TestServiceIndexFitsIPv6Prefix(t *testing.T) {
 	}
 	if len(homes) < minHomes {
 		t.Errorf("%d IPv6 services of one /64 on %d home slots, want at least %d", MaxServices, len(homes), minHomes)
+	}
+}
+
+// TestLB6SourceRanges: an IPv6 service with source ranges forwards what
+// comes from them, an ICMPv6 error by the client of the flow it quotes,
+// and drops the rest before any table is read, counted for the service.
+func TestLB6SourceRanges(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	key := fx6Services[0].key
+	err := d.SetSourceRanges(0, key, []netip.Prefix{
+		netip.MustParsePrefix("fd00:2::/64"), netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("fd00:2:0:1::5/128"),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	from := func(src string) []byte {
+		p := tcp6To(fxVIP6, 80)
+		p.Src = netip.MustParseAddr(src)
+		return p.frame(f.MAC)
+	}
+	for _, c := range []struct {
+		name    string
+		frame   []byte
+		verdict uint32
+	}{
+		{"in the /64", from("fd00:2::2"), xdpTX},
+		{"last address of the /64", from("fd00:2::ffff:ffff:ffff:ffff"), xdpTX},
+		{"the /128", from("fd00:2:0:1::5"), xdpTX},
+		{"next to the /128", from("fd00:2:0:1::6"), xdpDrop},
+		{"in the /32", from("2001:db8:ffff::1"), xdpTX},
+		{"below the /32", from("2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"), xdpDrop},
+		{"after the /32", from("2001:db9::"), xdpDrop},
+		{"elsewhere", from("fd00:3::9"), xdpDrop},
+		{"ICMPv6 error about an allowed client's flow", icmp6About(f.MAC, 2, fxVIP6, fxClient6, 80, 40000), xdpTX},
+		{"ICMPv6 error about another's", icmp6About(f.MAC, 2, fxVIP6, netip.MustParseAddr("fd00:3::9"), 80, 40000), xdpDrop},
+	} {
+		var v uint32
+		delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, c.frame) })
+		if v != c.verdict || (v == xdpDrop) != (delta["drop_source_range"] == 1) {
+			t.Errorf("%s: verdict %s reasons %v, want %s", c.name, verdictNames[v], delta, verdictNames[c.verdict])
+		}
+	}
+	drops, err := d.SourceRangeDrops(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if drops.Packets != 5 {
+		t.Errorf("the service counted %d packets dropped for their source, want 5", drops.Packets)
+	}
+	// No ranges: everyone again.
+	if err := d.SetSourceRanges(0, key, nil); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := f.Run(t, d.objs.XlbLbProg, from("fd00:3::9")); v != xdpTX {
+		t.Errorf("without ranges: verdict %s, want TX", verdictNames[v])
+	}
+}
+
+// TestRanges6: ranges6 holds exactly the addresses its prefixes cover,
+// as source_allowed6 searches it, for random prefixes (merged, nested,
+// adjacent) and the addresses around their edges.
+func TestRanges6(t *testing.T) {
+	rng := rand.New(rand.NewPCG(6, 6))
+	for round := range 200 {
+		var ps []netip.Prefix
+		for range 1 + rng.IntN(20) {
+			var b [16]byte
+			b[0], b[1] = 0x20, 0x01
+			b[2] = byte(rng.IntN(4))
+			for i := 3; i < 16; i++ {
+				b[i] = byte(rng.IntN(3))
+			}
+			ps = append(ps, netip.PrefixFrom(netip.AddrFrom16(b), 20+rng.IntN(109)).Masked())
+		}
+		r, err := ranges6(ps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holds := func(a netip.Addr) bool { // source_allowed6
+			v := u128Of(a)
+			le := func(i int, hi bool) bool {
+				if hi {
+					return v.cmp(u128{r.HiHi[i], r.HiLo[i]}) <= 0
+				}
+				return (u128{r.LoHi[i], r.LoLo[i]}).cmp(v) <= 0
+			}
+			i := 0
+			for s := wire.MaxRanges / 2; s > 0; s >>= 1 {
+				if le((i+s)&(wire.MaxRanges-1), false) {
+					i += s
+				}
+			}
+			i &= wire.MaxRanges - 1
+			return le(i, false) && le(i, true)
+		}
+		for _, p := range ps {
+			first := p.Addr()
+			s := span6Of(p)
+			last := netip.AddrFrom16(func() (b [16]byte) {
+				for i := range 8 {
+					b[i], b[8+i] = byte(s.hi.hi>>(56-8*i)), byte(s.hi.lo>>(56-8*i))
+				}
+				return
+			}())
+			for _, a := range []netip.Addr{first, last, first.Prev(), last.Next()} {
+				if !a.IsValid() {
+					continue
+				}
+				want := false
+				for _, q := range ps {
+					want = want || q.Contains(a)
+				}
+				if got := holds(a); got != want {
+					t.Fatalf("round %d, prefixes %v: %v held %v, want %v", round, ps, a, got, want)
+				}
+			}
+		}
 	}
 }

@@ -36,6 +36,7 @@ const (
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
 	lbMapSvcRanges4   = "svc_ranges4"
+	lbMapSvcRanges6   = "svc_ranges6"
 	lbMapSvcRetired   = "svc_retired"
 	lbMapSvcSrcDrops  = "svc_src_drops"
 	lbMapVipFilter    = "vip_filter"
@@ -118,6 +119,7 @@ type lbMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.MapSpec `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
@@ -176,6 +178,7 @@ type lbMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.Map `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
@@ -204,6 +207,7 @@ func (m *lbMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,
+		m.SvcRanges6,
 		m.SvcRetired,
 		m.SvcSrcDrops,
 		m.VipFilter,

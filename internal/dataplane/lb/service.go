@@ -107,8 +107,6 @@ func checkService6(s Service) error {
 		return errors.New("NAT and DNAT take IPv4 VIPs only; use dsr-ipip or dsr-gue for an IPv6 VIP")
 	case s.Encap == EncapGUEHint:
 		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
-	case len(s.SourceRanges) > 0:
-		return errors.New("source ranges are enforced for IPv4 VIPs only; remove them from the IPv6 service, or use the node's firewall")
 	}
 	return nil
 }

@@ -324,6 +324,14 @@ type wireXlbRanges4 struct {
 	Hi [64]uint32
 }
 
+type wireXlbRanges6 struct {
+	_    structs.HostLayout
+	LoHi [64]uint64
+	LoLo [64]uint64
+	HiHi [64]uint64
+	HiLo [64]uint64
+}
+
 type wireXlbReason uint32
 
 const (
