@@ -7,10 +7,26 @@
 
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
+#define IPPROTO_HOPOPTS 0
 #define IPPROTO_ICMP 1
 #define IPPROTO_IPIP 4
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_IPV6 41
+#define IPPROTO_ROUTING 43
+#define IPPROTO_FRAGMENT 44
+#define IPPROTO_ICMPV6 58
+#define IPPROTO_DSTOPTS 60
+
+/* ICMPv6 (RFC 4443, RFC 4861): the errors, and the neighbour discovery
+ * types, which xlb passes untouched. */
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
+#define ICMPV6_PARAMPROB 4
+#define ICMPV6_ND_FIRST 133 /* router solicitation */
+#define ICMPV6_ND_LAST 137  /* redirect */
 
 #define IP_MF 0x2000
 #define IP_DF 0x4000
@@ -42,6 +58,17 @@ struct iphdr {
 	__be32 daddr;
 };
 
+/* IPv6's fixed header. The first word holds version (4 bits), traffic
+ * class (8) and flow label (20), in network order. */
+struct ipv6hdr {
+	__be32 vtf;
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__be32 saddr[4];
+	__be32 daddr[4];
+};
+
 /* TCP and UDP both start with the two ports; that is all xlb reads. */
 struct ports {
 	__be16 source;
@@ -70,6 +97,13 @@ struct icmphdr_frag {
 	__sum16 checksum;
 	__be16 unused;
 	__be16 mtu;
+};
+
+struct icmp6hdr_too_big {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 mtu;
 };
 
 #endif
