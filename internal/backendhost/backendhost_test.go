@@ -131,8 +131,19 @@ func TestSetupRefusesBadInput(t *testing.T) {
 	if _, err := Setup(Options{Interface: "eth0"}); err == nil || !strings.Contains(err.Error(), "--vip") {
 		t.Errorf("no VIPs: %v", err)
 	}
-	if _, err := Setup(Options{Interface: "eth0", VIPs: []netip.Addr{netip.MustParseAddr("::1")}}); err == nil || !strings.Contains(err.Error(), "IPv4") {
-		t.Errorf("IPv6 VIP: %v", err)
+	// IPv6 VIPs no load balancer tunnels to are refused, saying why,
+	// before anything is touched (the interface is not even looked up).
+	for vip, want := range map[string]string{
+		"::1":              "is the loopback address",
+		"fe80::1":          "is link-local",
+		"ff05::2":          "is a multicast address",
+		"::":               "is the unspecified address",
+		"::ffff:10.99.0.1": "give the IPv4 address 10.99.0.1 instead",
+	} {
+		_, err := Setup(Options{Interface: "no-such-interface", VIPs: []netip.Addr{fxVIP1, netip.MustParseAddr(vip)}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("VIP %s: %v, want %q", vip, err, want)
+		}
 	}
 }
 

@@ -193,7 +193,7 @@ func setAddrs(m *ebpf.Map, addrs []netip.Addr) error {
 // CheckVIP says why a cannot be a VIP of a backend host, or nil. An IPv4
 // VIP is taken as it comes; an IPv6 one must be an address a client can
 // reach the host at through a load balancer: not IPv4-mapped (give the
-// IPv4 address), not link-local, multicast or unspecified.
+// IPv4 address), not link-local, multicast, loopback or unspecified.
 func CheckVIP(a netip.Addr) error {
 	switch {
 	case !a.IsValid():
@@ -206,6 +206,8 @@ func CheckVIP(a netip.Addr) error {
 		return fmt.Errorf("VIP %v is the unspecified address: give the address clients connect to", a)
 	case a.IsMulticast():
 		return fmt.Errorf("VIP %v is a multicast address: a VIP is a unicast address", a)
+	case a.IsLoopback():
+		return fmt.Errorf("VIP %v is the loopback address, which no packet from outside the host may carry: give the address clients connect to", a)
 	case a.IsLinkLocalUnicast():
 		return fmt.Errorf("VIP %v is link-local (fe80::/10), which no load balancer forwards to: give a global or unique local (fd00::/8) address", a)
 	case a.Zone() != "":
