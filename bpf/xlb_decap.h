@@ -101,7 +101,8 @@ static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, struct xlb_
  * or 6, strip bytes after the outer header at l3, whose datagram is
  * outer_len bytes long: checked, then translated for the pod, chained or
  * delivered as it is. ip is the outer header when it is IPv4 (0: IPv6),
- * which is when a hint is followed and a pod translated for. */
+ * which is when a hint is followed (its previous owners are IPv4
+ * addresses) and a pod translated for. */
 static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, void *l3,
 				       struct iphdr *ip, __u32 strip, __u32 outer_len, int family,
 				       __u32 stat, struct xlb_gue_hint *hint, int to_pod,
@@ -129,6 +130,12 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 		}
 		if (addr6_mapped(inner6->daddr) || !lookup_addr6(&decap_vips, inner6->daddr))
 			return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
+		if (ip && hint) {
+			int v = chain_decide6(ctx, eth, ip, hint, inner6, inner_len, data_end);
+
+			if (v != CHAIN_DELIVER)
+				return v;
+		}
 		/* The stack takes the inner packet as it came: tell it its
 		 * family, which may differ from the outer one. */
 		eth->h_proto = bpf_htons(ETH_P_IPV6);
@@ -168,8 +175,6 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 
 	if (!lookup_addr4(&decap_vips, inner->daddr))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
-	/* Only an IPv4 outer header can be chained on: the hint's previous
-	 * owners are IPv4 addresses. */
 	if (ip && hint && inner->protocol == IPPROTO_TCP) {
 		int v = chain_decide(ctx, eth, ip, hint, inner, inner_len, data_end);
 

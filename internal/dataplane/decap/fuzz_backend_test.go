@@ -82,7 +82,7 @@ func FuzzBackendProgram(f *testing.F) {
 		decap, reply := runBackendFrame(f, fx, objs, s)
 		seen[decap], seen[reply] = true, true
 	}
-	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "translated for a pod",
+	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
 		"reply unchanged", "reply translated", "ICMP error translated"} {
 		if !seen[k] {
 			f.Errorf("no seed gives %q (seen: %v): add one", k, seen)
@@ -171,7 +171,38 @@ func backendSeeds(fx *fixtureNS, conn uint16, pod1, pod2 *podNS) [][]byte {
 	inICMP[24], inICMP[25] = 0, 0
 	binary.BigEndian.PutUint16(inICMP[24:], csum(inICMP[14:34]))
 	out = append(out, encapsulate(inICMP, fxPod1, wire.GUEPort, []byte{0, 4, 0, 0}), encapsulate(inICMP, fxPod1, 0, nil))
-	return out
+	return append(out, backendSeeds6(fx)...)
+}
+
+// backendSeeds6 are IPv6 frames: tunnels of every family pair to this
+// host (IPv6 VIP inside, or the IPv4 one under an IPv6 outer header),
+// with extension headers, to a pod, and neighbour discovery.
+func backendSeeds6(fx *fixtureNS) [][]byte {
+	tcp6 := seg{src: fxClient6, dst: fxVIP6, sport: 40000, dport: 80, proto: nhTCP, seq: 1000, flags: 0x02}.datagram()
+	udp6 := seg{src: fxClient6, dst: fxVIP6, sport: 5353, dport: 53, proto: nhUDP, payload: []byte("q")}.datagram()
+	tcp4 := seg{src: fxClient, dst: fxVIP, sport: 40000, dport: 80, proto: nhTCP, seq: 1000}.datagram()
+	ack6 := seg{src: fxClient6, dst: fxVIP6, sport: 40001, dport: 80, proto: nhTCP, seq: 1000, ack: 1, flags: 0x10}.datagram()
+	now := uint32(time.Now().Unix())
+	var none netip.Addr
+	var out [][]byte
+	// Hinted, over IPv4: chained, through the stack, or refused.
+	for _, h := range [][]byte{hintGUE6(chainPrevTX, none, now, now), hintGUE6(chainPrevNoNeigh, chainPrevTX, now, now),
+		hintGUE6(chainUnknown, none, now, now), hintGUE6(none, none, now, now-1)} {
+		out = append(out, ethFrame(fx.MAC, tunnel{dst: fxBackend, gue: h}.wrap(ack6)), ethFrame(fx.MAC, tunnel{dst: fxBackend6, gue: h}.wrap(ack6)))
+	}
+	for _, tn := range []tunnel{
+		{dst: fxBackend6}, {dst: fxBackend}, {dst: fxBackend6, gue: gue6}, {dst: fxBackend6, gue: gueV1},
+		{dst: fxBackend6, gue: gue6Hint}, {dst: fxBackend, gue: gue6}, {dst: fxBackend, gue: gue6Hint},
+		{dst: fxBackend6, ext: []extHdr{{nhHop, 8}, {nhDst, 16}}}, {dst: fxBackend6, gue: gue6, ext: []extHdr{{nhDst, 8}}},
+		{dst: fxPod1}, {dst: fxPod1, gue: gue6}, {dst: fxOther6},
+	} {
+		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp6)), ethFrame(fx.MAC, tn.wrap(udp6)))
+	}
+	for _, tn := range []tunnel{{dst: fxBackend6}, {dst: fxBackend6, gue: gue4}, {dst: fxBackend6, ext: []extHdr{{nhDst, 8}}}} {
+		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp4)))
+	}
+	ns := append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, fxBackend6.AsSlice()...)
+	return append(out, ethFrame(fx.MAC, ipDatagram(fxNode6, netip.MustParseAddr("ff02::1:ff00:2"), nhICMP6, nil, ns)), ethFrame(fx.MAC, tcp6))
 }
 
 func wire16(v uint16) uint16 {
@@ -203,7 +234,7 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 }
 
 var (
-	fuzzHosts = []netip.Addr{fxBackend}
+	fuzzHosts = []netip.Addr{fxBackend, fxBackend6}
 	fuzzPods  = []netip.Addr{fxPod1, fxPod2}
 )
 
@@ -289,16 +320,40 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 }
 
 // checkDecapsulated asserts that out, shorter than frame, is frame's
-// inner packet: to a local VIP unchanged, or to a local pod translated.
+// inner packet: to a local VIP unchanged, or to a local pod translated,
+// with the Ethernet type of its family.
 func checkDecapsulated(t testing.TB, frame, out []byte) string {
 	t.Helper()
 	strip := len(frame) - len(out)
-	validStrip := strip == 20 || strip == 28 || strip >= 32 && strip <= 32+31*4 && (strip-32)%4 == 0
-	if !validStrip || !bytes.Equal(out[:14], frame[:14]) || len(out) < 14+20 {
+	var validStrip bool
+	var dst netip.Addr
+	if binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+		// The IPv6 header, options in 8-byte units, UDP and GUE.
+		validStrip = strip >= 40 && strip <= 40+2*2048+8+4+31*4 && strip%4 == 0
+		if len(frame) >= 14+40 {
+			dst = netip.AddrFrom16([16]byte(frame[14+24 : 14+40]))
+		}
+	} else {
+		validStrip = strip == 20 || strip == 28 || strip >= 32 && strip <= 32+31*4 && (strip-32)%4 == 0
+		dst = wireAddr(frame[14+16:])
+	}
+	if !validStrip || !bytes.Equal(out[:12], frame[:12]) || len(out) < 14+20 {
 		t.Fatalf("passed %d of %d bytes: no tunnel header of xlb's stripped", len(out), len(frame))
 	}
-	dst := wireAddr(frame[14+16:])
 	inner, orig := out[14:], frame[14+strip:]
+	inner6 := orig[0]>>4 == 6
+	if et := binary.BigEndian.Uint16(out[12:]); inner6 != (et == 0x86dd) || !inner6 && et != 0x0800 {
+		t.Fatalf("passed an IPv%d packet with Ethernet type %#04x", orig[0]>>4, et)
+	}
+	if inner6 {
+		if len(orig) < 40 || 40+int(binary.BigEndian.Uint16(orig[4:])) > len(orig) {
+			t.Fatalf("passed an IPv6 packet cut short: %x", orig)
+		}
+		if !slices.Contains(fuzzHosts, dst) || !bytes.Equal(inner, orig) || netip.AddrFrom16([16]byte(orig[24:40])) != fxVIP6 {
+			t.Fatalf("decapsulated an IPv6 packet (tunnel to %v): changed, or not to the VIP (%x)", dst, orig[24:40])
+		}
+		return "decapsulated IPv6"
+	}
 	innerLen := int(binary.BigEndian.Uint16(orig[2:]))
 	if innerLen > len(orig) || innerLen < 20 {
 		t.Fatalf("passed an inner packet of length %d in %d bytes", innerLen, len(orig))
