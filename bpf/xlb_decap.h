@@ -1,6 +1,6 @@
 /* Decapsulation on a backend host: IP-in-IP and GUE from an xlb node,
- * over IPv4 or IPv6, with IPv4 or IPv6 inside, to a local VIP, or (over
- * IPv4, to an IPv4 VIP: Kubernetes mode) a local pod. */
+ * over IPv4 or IPv6, with IPv4 or IPv6 inside, to a local VIP, or
+ * (Kubernetes mode) a local pod of the inner packet's family. */
 #ifndef XLB_DECAP_H
 #define XLB_DECAP_H
 
@@ -102,11 +102,12 @@ static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, struct xlb_
  * outer_len bytes long: checked, then translated for the pod, chained or
  * delivered as it is. ip is the outer header when it is IPv4 (0: IPv6),
  * which is when a hint is followed (its previous owners are IPv4
- * addresses) and a pod translated for. */
+ * addresses) and an IPv4 pod translated for; pod6 the IPv6 pod a tunnel
+ * over IPv6 is for (0: none). A pod is translated for in its own family. */
 static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, void *l3,
 				       struct iphdr *ip, __u32 strip, __u32 outer_len, int family,
 				       __u32 stat, struct xlb_gue_hint *hint, int to_pod,
-				       void *data_end)
+				       const union xlb_addr *pod6, void *data_end)
 {
 	struct iphdr *inner;
 	struct ipv6hdr *inner6;
@@ -124,9 +125,23 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 		if (strip + inner_len > outer_len)
 			return drop_malformed(to_pod);
 		if (to_pod) {
-			/* Pods are translated for IPv4 VIPs only. */
-			nat_count(NAT_DROP_NO_ENTRY, 0);
-			return XDP_DROP;
+			int r;
+
+			/* An IPv6 VIP is translated for an IPv6 pod only. */
+			if (!pod6) {
+				nat_count(NAT_DROP_NO_ENTRY, 0);
+				return XDP_DROP;
+			}
+			r = nat_forward6(data_end, inner6, inner_len, pod6);
+			if (r != NAT_FWD) {
+				nat_count(r, 0);
+				return XDP_DROP;
+			}
+			eth->h_proto = bpf_htons(ETH_P_IPV6);
+			if (strip_outer(ctx, eth, strip, data_end))
+				return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
+			nat_count(r, inner_len);
+			return verdict(stat, inner_len, XDP_PASS);
 		}
 		if (addr6_mapped(inner6->daddr) || !lookup_addr6(&decap_vips, inner6->daddr))
 			return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
@@ -171,6 +186,11 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 			return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
 		nat_count(r, inner_len);
 		return verdict(stat, inner_len, XDP_PASS);
+	}
+	if (to_pod) {
+		/* An IPv4 VIP is translated for an IPv4 pod only. */
+		nat_count(NAT_DROP_NO_ENTRY, 0);
+		return XDP_DROP;
 	}
 
 	if (!lookup_addr4(&decap_vips, inner->daddr))
@@ -242,21 +262,21 @@ static __always_inline int decap4(struct xdp_md *ctx, struct ethhdr *eth, void *
 			return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 		strip = sizeof(*ip) + sizeof(struct udphdr) + glen;
 	}
-	return decap_inner(ctx, eth, ip, ip, strip, outer_len, family, stat, hint, to_pod, data_end);
+	return decap_inner(ctx, eth, ip, ip, strip, outer_len, family, stat, hint, to_pod, 0, data_end);
 }
 
 /* The same for an IPv6 outer header, after the extension headers that
  * carry options only (hop-by-hop first, then destination options); any
- * other (routing, fragment, ...) leaves the packet to the stack. Tunnels
- * to local pods arrive over IPv4 only. */
+ * other (routing, fragment, ...) leaves the packet to the stack. */
 static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *data_end)
 {
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
 	struct guehdr *gue = 0;
 	struct xlb_gue_hint *hint = 0;
 	__u32 off = sizeof(*ip6), strip, glen = 0, stat, outer_len;
+	union xlb_addr pod;
+	int family, to_pod = 0;
 	__u8 nh;
-	int family;
 
 	if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
 		return verdict(DECAP_PASS, 0, XDP_PASS);
@@ -291,11 +311,18 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 	} else {
 		return verdict(DECAP_PASS, 0, XDP_PASS);
 	}
-	if (addr6_mapped(ip6->daddr) || !lookup_addr6(&host_addrs, ip6->daddr))
+	if (addr6_mapped(ip6->daddr))
 		return verdict(DECAP_PASS, 0, XDP_PASS);
+	/* Only tunnels get this far, so other traffic costs no lookup. */
+	if (!lookup_addr6(&host_addrs, ip6->daddr)) {
+		if (!lookup_addr6(&nat_pods, ip6->daddr))
+			return verdict(DECAP_PASS, 0, XDP_PASS);
+		to_pod = 1;
+		__builtin_memcpy(pod.w, ip6->daddr, sizeof(pod.w));
+	}
 	outer_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
 	if ((void *)ip6 + outer_len > data_end)
-		return drop_malformed(0);
+		return drop_malformed(to_pod);
 
 	strip = off;
 	if (gue) {
@@ -304,7 +331,8 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 			return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 		strip = off + sizeof(struct udphdr) + glen;
 	}
-	return decap_inner(ctx, eth, ip6, 0, strip, outer_len, family, stat, hint, 0, data_end);
+	return decap_inner(ctx, eth, ip6, 0, strip, outer_len, family, stat, hint, to_pod,
+			   to_pod ? &pod : 0, data_end);
 }
 
 static __always_inline int decap(struct xdp_md *ctx)

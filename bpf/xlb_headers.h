@@ -14,6 +14,8 @@
 #define IPPROTO_UDP 17
 #define IPPROTO_HOPOPTS 0   /* IPv6 hop-by-hop options */
 #define IPPROTO_IPV6 41     /* IPv6 inside (IPv6-in-IPv4, IPv6-in-IPv6) */
+#define IPPROTO_FRAGMENT 44 /* IPv6 fragment header */
+#define IPPROTO_ICMPV6 58
 #define IPPROTO_DSTOPTS 60  /* IPv6 destination options */
 
 #define IP_MF 0x2000

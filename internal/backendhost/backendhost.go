@@ -116,7 +116,7 @@ func Setup(opts Options) (Result, error) {
 		}
 	}
 	if len(opts.NAT) > 0 {
-		if err := requireForwarding(); err != nil {
+		if err := requireForwarding(slices.ContainsFunc(opts.NAT, func(e NATEntry) bool { return e.PodIP.Is6() })); err != nil {
 			return Result{}, err
 		}
 	}
@@ -191,8 +191,9 @@ func Setup(opts Options) (Result, error) {
 }
 
 // requireForwarding refuses the Kubernetes mode on a host that does not
-// route: translated packets could never reach the pods.
-func requireForwarding() error {
+// route: translated packets could never reach the pods. IPv6 pods need
+// IPv6 forwarding too.
+func requireForwarding(ipv6 bool) error {
 	const p = "/proc/sys/net/ipv4/ip_forward"
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -200,6 +201,16 @@ func requireForwarding() error {
 	}
 	if strings.TrimSpace(string(b)) != "1" {
 		return errors.New("IPv4 forwarding is off (net.ipv4.ip_forward=0): the node could not route translated packets to its pods; enable it, as a CNI with host routing does")
+	}
+	if !ipv6 {
+		return nil
+	}
+	const p6 = "/proc/sys/net/ipv6/conf/all/forwarding"
+	if b, err = os.ReadFile(p6); err != nil {
+		return fmt.Errorf("read %s: %w", p6, err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return errors.New("IPv6 forwarding is off (net.ipv6.conf.all.forwarding=0) and a translation is for an IPv6 pod: the node could not route translated packets to it; enable it, as a dual-stack CNI with host routing does")
 	}
 	return nil
 }
