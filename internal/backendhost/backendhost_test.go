@@ -109,6 +109,17 @@ func TestSetupAndCleanup(t *testing.T) {
 	if got := loVIPs(t, ns); !slices.Equal(got, []netip.Addr{v2, v3}) {
 		t.Errorf("VIPs on lo after re-setup %v, want %v %v", got, v2, v3)
 	}
+	// IPv6 VIPs go on lo as /128s beside them, and leave as the IPv4
+	// ones do.
+	v6a, v6b := netip.MustParseAddr("fd00:99::1"), netip.MustParseAddr("2001:db8:99::2")
+	setup(v2, v3, v6a, v6b)
+	if got := loVIPs6(t, ns); !slices.Equal(got, []netip.Addr{v6b, v6a}) {
+		t.Errorf("IPv6 VIPs on lo %v, want %v %v", got, v6a, v6b)
+	}
+	setup(v2, v3, v6b)
+	if got := loVIPs6(t, ns); !slices.Equal(got, []netip.Addr{v6b}) {
+		t.Errorf("IPv6 VIPs on lo after re-setup %v, want %v", got, v6b)
+	}
 
 	for i := 0; i < 2; i++ { // safe to run twice
 		err := netns.Do(ns, func() error {
@@ -121,6 +132,9 @@ func TestSetupAndCleanup(t *testing.T) {
 	}
 	if got := loVIPs(t, ns); len(got) != 0 {
 		t.Errorf("VIPs left on lo: %v", got)
+	}
+	if got := loVIPs6(t, ns); len(got) != 0 {
+		t.Errorf("IPv6 VIPs left on lo: %v", got)
 	}
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		t.Errorf("pin directory left: %v", err)

@@ -413,7 +413,7 @@ func TestIPv6DecapToSockets(t *testing.T) {
 	}
 }
 
-// loVIPs6 lists the IPv6 /128 addresses on lo in ns (::1 aside).
+// loVIPs6 lists the IPv6 /128 addresses on lo in ns (::1 aside), sorted.
 func loVIPs6(t *testing.T, ns string) []netip.Addr {
 	t.Helper()
 	var out []netip.Addr
@@ -434,6 +434,7 @@ func loVIPs6(t *testing.T, ns string) []netip.Addr {
 	if err != nil {
 		t.Fatal(err)
 	}
+	slices.SortFunc(out, netip.Addr.Compare)
 	return out
 }
 
