@@ -65,6 +65,26 @@ func FuzzBackendProgram(f *testing.F) {
 	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.AddrOf(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
+	// An IPv6 pod, in the maps only (no socket of it is looked up), with
+	// a reply flow and the fallback for its port.
+	for _, proto := range []uint8{wire.ProtoTCP, wire.ProtoUDP} {
+		k := natSvcKeyOf(fxVIP6, fxPod6, 80)
+		k.Proto = proto
+		if err := objs.NatSvcs.Put(k, be16bytes(podPort)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := objs.NatPods.Put(wire.AddrOf(fxPod6), uint8(1)); err != nil {
+		f.Fatal(err)
+	}
+	flow6 := wire.NATFlowKey{Pod: wire.AddrOf(fxPod6), Client: wire.AddrOf(fxClient6), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
+	if err := objs.NatFlows.Put(flow6, wire.NATVIP{Vip: wire.AddrOf(fxVIP6), Port: wire16(80)}); err != nil {
+		f.Fatal(err)
+	}
+	rev6 := wire.NATRevKey{Pod: wire.AddrOf(fxPod6), PodPort: wire16(podPort), Proto: 17}
+	if err := objs.NatRevPorts.Put(rev6, wire.NATVIP{Vip: wire.AddrOf(fxVIP6), Port: wire16(80)}); err != nil {
+		f.Fatal(err)
+	}
 	// Fuzzing workers are ended without running cleanups: drop the
 	// namespaces' names now, so that each lives only as long as the
 	// thread parked in it, and goes with the worker however that ends.
@@ -83,7 +103,7 @@ func FuzzBackendProgram(f *testing.F) {
 		seen[decap], seen[reply] = true, true
 	}
 	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
-		"reply unchanged", "reply translated", "ICMP error translated"} {
+		"translated for an IPv6 pod", "reply unchanged", "reply translated", "IPv6 reply translated", "ICMP error translated"} {
 		if !seen[k] {
 			f.Errorf("no seed gives %q (seen: %v): add one", k, seen)
 		}
@@ -194,12 +214,21 @@ func backendSeeds6(fx *fixtureNS) [][]byte {
 		{dst: fxBackend6}, {dst: fxBackend}, {dst: fxBackend6, gue: gue6}, {dst: fxBackend6, gue: gueV1},
 		{dst: fxBackend6, gue: gue6Hint}, {dst: fxBackend, gue: gue6}, {dst: fxBackend, gue: gue6Hint},
 		{dst: fxBackend6, ext: []extHdr{{nhHop, 8}, {nhDst, 16}}}, {dst: fxBackend6, gue: gue6, ext: []extHdr{{nhDst, 8}}},
-		{dst: fxPod1}, {dst: fxPod1, gue: gue6}, {dst: fxOther6},
+		{dst: fxPod1}, {dst: fxPod1, gue: gue6}, {dst: fxOther6}, {dst: fxPod6}, {dst: fxPod6, gue: gue6},
+		{dst: fxPod6, gue: gueV1, ext: []extHdr{{nhDst, 8}}},
 	} {
 		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp6)), ethFrame(fx.MAC, tn.wrap(udp6)))
 	}
 	for _, tn := range []tunnel{{dst: fxBackend6}, {dst: fxBackend6, gue: gue4}, {dst: fxBackend6, ext: []extHdr{{nhDst, 8}}}} {
 		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp4)))
+	}
+	// Replies of the IPv6 pod: by its flow, by the fallback, untracked.
+	for _, r := range []seg{
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40001, proto: nhTCP, flags: 0x12},
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40002, proto: nhUDP, payload: []byte("a")},
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40003, proto: nhTCP},
+	} {
+		out = append(out, ethFrame(fx.MAC, r.datagram()))
 	}
 	ns := append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, fxBackend6.AsSlice()...)
 	return append(out, ethFrame(fx.MAC, ipDatagram(fxNode6, netip.MustParseAddr("ff02::1:ff00:2"), nhICMP6, nil, ns)), ethFrame(fx.MAC, tcp6))
@@ -234,8 +263,9 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 }
 
 var (
+	fxPod6    = netip.MustParseAddr("fd00:244::2")
 	fuzzHosts = []netip.Addr{fxBackend, fxBackend6}
-	fuzzPods  = []netip.Addr{fxPod1, fxPod2}
+	fuzzPods  = []netip.Addr{fxPod1, fxPod2, fxPod6}
 )
 
 func wireAddr(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
@@ -349,10 +379,27 @@ func checkDecapsulated(t testing.TB, frame, out []byte) string {
 		if len(orig) < 40 || 40+int(binary.BigEndian.Uint16(orig[4:])) > len(orig) {
 			t.Fatalf("passed an IPv6 packet cut short: %x", orig)
 		}
-		if !slices.Contains(fuzzHosts, dst) || !bytes.Equal(inner, orig) || netip.AddrFrom16([16]byte(orig[24:40])) != fxVIP6 {
-			t.Fatalf("decapsulated an IPv6 packet (tunnel to %v): changed, or not to the VIP (%x)", dst, orig[24:40])
+		if slices.Contains(fuzzHosts, dst) {
+			if !bytes.Equal(inner, orig) || netip.AddrFrom16([16]byte(orig[24:40])) != fxVIP6 {
+				t.Fatalf("decapsulated an IPv6 packet (tunnel to %v): changed, or not to the VIP (%x)", dst, orig[24:40])
+			}
+			return "decapsulated IPv6"
 		}
-		return "decapsulated IPv6"
+		// Translated for an IPv6 pod: its address and port, and the
+		// transport checksum, nothing else.
+		if dst != fxPod6 || netip.AddrFrom16([16]byte(inner[24:40])) != fxPod6 || orig[6] != nhTCP && orig[6] != nhUDP {
+			t.Fatalf("passed an IPv6 packet to %x, tunnel to %v: neither this host's VIP nor the IPv6 pod", inner[24:40], dst)
+		}
+		off := 40 + 16
+		if orig[6] == nhUDP {
+			off = 40 + 6
+		}
+		for i := range orig {
+			if orig[i] != inner[i] && !(i >= 24 && i < 40 || i == 42 || i == 43 || i == off || i == off+1) {
+				t.Fatalf("translation for an IPv6 pod changed byte %d: %x -> %x", i, orig[i], inner[i])
+			}
+		}
+		return "translated for an IPv6 pod"
 	}
 	innerLen := int(binary.BigEndian.Uint16(orig[2:]))
 	if innerLen > len(orig) || innerLen < 20 {
@@ -411,6 +458,25 @@ func checkReplyOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 	}
 	if bytes.Equal(out, frame) {
 		return "reply unchanged"
+	}
+	if len(frame) >= 14+40 && binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+		// An IPv6 pod's reply: its source address and port become the
+		// VIP's, the transport checksum follows; nothing else.
+		ip := frame[14:]
+		src, nsrc := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(out[14+8:14+24]))
+		if src != fxPod6 || nsrc != fxVIP6 || ip[6] != nhTCP && ip[6] != nhUDP {
+			t.Fatalf("IPv6 reply from %v (next header %d) became from %v: want the IPv6 pod's TCP or UDP become the VIP's", src, ip[6], nsrc)
+		}
+		off := 14 + 40 + 16
+		if ip[6] == nhUDP {
+			off = 14 + 40 + 6
+		}
+		for i := range frame {
+			if frame[i] != out[i] && !(i >= 14+8 && i < 14+24 || i == 14+40 || i == 14+41 || i == off || i == off+1) {
+				t.Fatalf("reply program changed byte %d of an IPv6 reply: %x -> %x", i, frame[i], out[i])
+			}
+		}
+		return "IPv6 reply translated"
 	}
 	if len(frame) < 34 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
 		t.Fatalf("reply program changed a frame that is no IPv4 packet: %x", frame)
