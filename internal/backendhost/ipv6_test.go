@@ -447,3 +447,98 @@ func decapStatsIn(ns, pin string) (map[string]bpfobj.Counters, error) {
 	})
 	return st, err
 }
+
+// TestIPv6NATToPod: in Kubernetes mode an IPv6 VIP is translated for an
+// IPv6 pod behind the node. A datagram tunnelled to the pod over
+// IPv6-in-IPv6 reaches the pod's socket from the client (the kernel
+// checks the translated checksum), and the pod's answer leaves the node
+// from VIP:53 with a valid checksum, whether the pod computed it or left
+// it to the node.
+func TestIPv6NATToPod(t *testing.T) {
+	testenv.RequireRoot(t, "backend translation test (BPF, network namespaces)")
+	h := newV6Host(t)
+	pod := fmt.Sprintf("xlbtest-v6p-%d", os.Getpid())
+	pod6 := netip.MustParseAddr("fd00:244::2")
+	ipcmd(t, "netns", "add", pod)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", pod).Run() })
+	ipcmd(t, "-n", pod, "link", "set", "lo", "up")
+	ipcmd(t, "-n", h.backend, "link", "add", "hp1", "type", "veth", "peer", "name", "eth0", "netns", pod)
+	ipcmd(t, "-n", h.backend, "addr", "add", "fd00:244::1/64", "dev", "hp1", "nodad")
+	ipcmd(t, "-n", h.backend, "link", "set", "hp1", "up")
+	ipcmd(t, "-n", pod, "addr", "add", "fd00:244::2/64", "dev", "eth0", "nodad")
+	ipcmd(t, "-n", pod, "link", "set", "eth0", "up")
+	ipcmd(t, "-n", pod, "-6", "route", "add", "default", "via", "fd00:244::1")
+	sh(t, "ip", "netns", "exec", pod, "ethtool", "-K", "eth0", "tx", "off")
+	err := netns.Do(h.backend, func() error {
+		for _, p := range []string{"/proc/sys/net/ipv4/ip_forward", "/proc/sys/net/ipv6/conf/all/forwarding"} {
+			if err := os.WriteFile(p, []byte("1"), 0o644); err != nil {
+				return err
+			}
+		}
+		_, err := Setup(Options{Interface: "eth0", PinPath: h.pin, NAT: []NATEntry{{v6VIP, 53, wire.ProtoUDP, pod6, 5353}}})
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc *net.UDPConn
+	err = netns.Do(pod, func() error {
+		var err error
+		pc, err = net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(pod6, 5353)))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	s := h.sender(t)
+	// The node resolves the pod and the node's router before the reply.
+	for _, c := range [][]string{{h.backend, "fd00:3::1"}, {h.backend, "fd00:244::2"}} {
+		testenv.EventuallyTrue(t, 10*time.Second, c[0]+" pings "+c[1], func() bool {
+			return exec.Command("ip", "netns", "exec", c[0], "ping", "-c1", "-W1", c[1]).Run() == nil
+		})
+	}
+
+	// First the pod sends complete checksums; then partial ones, as a
+	// pod's TSO does, which the node finishes when it sends the answer
+	// out of an interface without checksum offload: either way the
+	// answer leaves with a valid checksum over the VIP's address.
+	for i, c := range []struct {
+		name    string
+		ethtool [][]string
+		cport   uint16
+	}{
+		{"complete checksums", nil, 43053},
+		{"partial checksums, finished by the node", [][]string{{pod, "eth0", "on"}, {h.backend, "eth0", "off"}}, 43054},
+	} {
+		for _, e := range c.ethtool {
+			sh(t, "ip", "netns", "exec", e[0], "ethtool", "-K", e[1], "tx", e[2])
+		}
+		q := fmt.Appendf(nil, "query %d over IPv6 to a pod", i)
+		inner := ip6Seg{src: v6Client, dst: v6VIP, sport: c.cport, dport: 53, proto: 17, payload: q}.bytes()
+		s.send(t, h.beMAC, encap(inner, v6Node, pod6, nil, false))
+		_ = pc.SetReadDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 1500)
+		n, from, err := pc.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("%s: the pod's socket received nothing: %v", c.name, err)
+		}
+		if !bytes.Equal(buf[:n], q) || from != netip.AddrPortFrom(v6Client, c.cport) {
+			t.Fatalf("%s: the pod received %q from %v, want %q from %v", c.name, buf[:n], from, q, netip.AddrPortFrom(v6Client, c.cport))
+		}
+		answer := fmt.Appendf(nil, "answer %d from the pod", i)
+		if _, err := pc.WriteToUDPAddrPort(answer, from); err != nil {
+			t.Fatal(err)
+		}
+		reply := s.await(t, "the pod's answer from the VIP", func(d []byte) bool {
+			return d[6] == 17 && len(d) >= 48 && bytes.Equal(d[24:40], v6Client.AsSlice()) && binary.BigEndian.Uint16(d[42:]) == c.cport
+		})
+		if src := netip.AddrFrom16([16]byte(reply[8:24])); src != v6VIP || binary.BigEndian.Uint16(reply[40:]) != 53 {
+			t.Errorf("%s: answer from %v port %d, want %v port 53", c.name, src, binary.BigEndian.Uint16(reply[40:]), v6VIP)
+		}
+		if !bytes.Equal(reply[48:], answer) {
+			t.Errorf("%s: answer %q, want %q", c.name, reply[48:], answer)
+		}
+		t.Run(c.name, func(t *testing.T) { checkDatagram6(t, reply) })
+	}
+}
