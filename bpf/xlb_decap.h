@@ -133,7 +133,7 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 				return XDP_DROP;
 			}
 			r = nat_forward6(data_end, inner6, inner_len, pod6);
-			if (r != NAT_FWD) {
+			if (r != NAT_FWD && r != NAT_FWD_ICMP) {
 				nat_count(r, 0);
 				return XDP_DROP;
 			}

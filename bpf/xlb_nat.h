@@ -54,6 +54,11 @@ static __always_inline int addr6_is_mapped(const union xlb_addr *a)
 	return !a->w[0] && !a->w[1] && a->w[2] == bpf_htonl(0xffff);
 }
 
+static __always_inline int addr6_eq(const __be32 *a, const __be32 *b)
+{
+	return !((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]));
+}
+
 /* The checksum difference (csum_apply's diff) of an IPv6 address from
  * becoming to. */
 static __always_inline __u32 csum_diff128(const __be32 *from, const __be32 *to)
@@ -171,11 +176,58 @@ static __always_inline int nat_forward(void *data_end, struct iphdr *inner, __be
 	return NAT_FWD;
 }
 
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
+#define ICMPV6_PARAMPROB 4
+
+/* nat_forward_icmp for IPv6: an ICMPv6 error to the VIP about a reply
+ * (Packet Too Big, above all), the quote VIP:port -> client. The pod must
+ * see it addressed to itself about podIP:targetPort -> client. The
+ * ICMPv6 checksum covers the pseudo-header, so the new destination enters
+ * it twice (there and in the quote). */
+static __always_inline int nat_forward_icmp6(void *data_end, struct ipv6hdr *inner, __u8 *icmp,
+					     __u32 len, const union xlb_addr *pod)
+{
+	struct ipv6hdr *q;
+	struct ports *qp;
+
+	if ((void *)(icmp + 8) > data_end || len < 8)
+		return NAT_DROP_MALFORMED;
+	if (icmp[0] != ICMPV6_DEST_UNREACH && icmp[0] != ICMPV6_PKT_TOOBIG &&
+	    icmp[0] != ICMPV6_TIME_EXCEED && icmp[0] != ICMPV6_PARAMPROB)
+		return NAT_DROP_PROTO;
+	q = (void *)(icmp + 8);
+	qp = (void *)(q + 1);
+	if ((void *)(qp + 1) > data_end || len < 8 + sizeof(*q) + sizeof(*qp) || q->version != 6)
+		return NAT_DROP_MALFORMED;
+	if (!addr6_eq(q->saddr, inner->daddr) ||
+	    (q->nexthdr != IPPROTO_TCP && q->nexthdr != IPPROTO_UDP))
+		return NAT_DROP_PROTO;
+
+	struct nat_svc_key k = {.pod = *pod, .port = qp->source, .proto = q->nexthdr};
+	__builtin_memcpy(k.vip.w, q->saddr, sizeof(k.vip.w));
+	__be16 *tp = bpf_map_lookup_elem(&nat_svcs, &k);
+	if (!tp)
+		return NAT_DROP_NO_ENTRY;
+	__be16 target = *tp;
+
+	__u32 d = csum_diff128(inner->daddr, pod->w);
+	__sum16 *icheck = (void *)(icmp + 2);
+
+	*icheck = csum_apply(*icheck, d + d + csum_diff16(qp->source, target));
+	__builtin_memcpy(inner->daddr, pod->w, sizeof(pod->w));
+	__builtin_memcpy(q->saddr, pod->w, sizeof(pod->w));
+	qp->source = target;
+	return NAT_FWD_ICMP;
+}
+
 /* The same for an IPv6 packet of inner_len bytes tunnelled to IPv6 pod
  * *pod: TCP or UDP right after the fixed header (IPv6 has no header
- * checksum; the transport one covers the addresses). An ICMPv6 error, or
- * anything behind extension headers, is not translated: dropped as
- * nat_drop_proto (a fragment as nat_drop_fragment). */
+ * checksum; the transport one covers the addresses), or an ICMPv6 error
+ * about a reply. Anything behind extension headers, and other ICMPv6, is
+ * not translated: dropped as nat_drop_proto (a fragment as
+ * nat_drop_fragment). */
 static __always_inline int nat_forward6(void *data_end, struct ipv6hdr *inner, __u32 inner_len,
 					const union xlb_addr *pod)
 {
@@ -185,6 +237,9 @@ static __always_inline int nat_forward6(void *data_end, struct ipv6hdr *inner, _
 		return NAT_DROP_MALFORMED;
 	if (inner->nexthdr == IPPROTO_FRAGMENT)
 		return NAT_DROP_FRAGMENT;
+	if (inner->nexthdr == IPPROTO_ICMPV6)
+		return nat_forward_icmp6(data_end, inner, (void *)(inner + 1), inner_len - sizeof(*inner),
+					 pod);
 	off = l4_csum_off(inner->nexthdr);
 	if (!off)
 		return NAT_DROP_PROTO;
@@ -325,8 +380,62 @@ fail:
 	return TC_SHOT;
 }
 
-/* The reply of an IPv6 pod: TCP or UDP right after the fixed header
- * (anything else leaves untouched, ICMPv6 errors among it). */
+/* nat_reply_icmp for IPv6: an ICMPv6 error leaving the node about a
+ * translated packet, the quote client -> pod:targetPort, becomes one
+ * about client -> VIP:port; its source too when the pod sent it. */
+static __always_inline int nat_reply_icmp6(struct __sk_buff *skb, struct ipv6hdr *ip)
+{
+	struct {
+		__u8 type;
+		__u8 code;
+		__sum16 check;
+		__u32 rest;
+	} icmp;
+	struct ipv6hdr q;
+	struct ports qp;
+	struct nat_vip v;
+	union xlb_addr pod, client;
+	__u32 l4off = ETH_HLEN + sizeof(*ip), qoff = l4off + sizeof(icmp), qpoff = qoff + sizeof(q);
+	__u32 icsum = l4off + 2, stat;
+	__s64 diff;
+
+	if (bpf_skb_load_bytes(skb, l4off, &icmp, sizeof(icmp)) ||
+	    (icmp.type != ICMPV6_DEST_UNREACH && icmp.type != ICMPV6_PKT_TOOBIG &&
+	     icmp.type != ICMPV6_TIME_EXCEED && icmp.type != ICMPV6_PARAMPROB))
+		return TC_NEXT;
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)) || q.version != 6 ||
+	    (q.nexthdr != IPPROTO_TCP && q.nexthdr != IPPROTO_UDP))
+		return TC_NEXT;
+	__builtin_memcpy(pod.w, q.daddr, sizeof(pod.w));
+	if (addr6_is_mapped(&pod) || !bpf_map_lookup_elem(&nat_pods, &pod) ||
+	    bpf_skb_load_bytes(skb, qpoff, &qp, sizeof(qp)))
+		return TC_NEXT;
+	__builtin_memcpy(client.w, q.saddr, sizeof(client.w));
+	if (nat_reply_lookup_addr(&pod, qp.dest, &client, qp.source, q.nexthdr, &v, &stat)) {
+		nat_count(NAT_REV_UNTRACKED, 0);
+		return TC_NEXT;
+	}
+	diff = bpf_csum_diff(pod.w, sizeof(pod.w), v.vip.w, sizeof(v.vip.w), 0);
+	if (diff < 0 || bpf_l4_csum_replace(skb, icsum, 0, diff, 0) ||
+	    bpf_l4_csum_replace(skb, icsum, qp.dest, v.port, sizeof(v.port)) ||
+	    bpf_skb_store_bytes(skb, qoff + offsetof(struct ipv6hdr, daddr), v.vip.w, sizeof(v.vip.w), 0) ||
+	    bpf_skb_store_bytes(skb, qpoff + offsetof(struct ports, dest), &v.port, sizeof(v.port), 0))
+		goto fail;
+	if (addr6_eq(ip->saddr, pod.w) &&
+	    (bpf_l4_csum_replace(skb, icsum, 0, diff, BPF_F_PSEUDO_HDR) ||
+	     bpf_skb_store_bytes(skb, ETH_HLEN + offsetof(struct ipv6hdr, saddr), v.vip.w,
+				 sizeof(v.vip.w), 0)))
+		goto fail;
+	nat_count(NAT_REV_ICMP, sizeof(*ip) + bpf_ntohs(ip->payload_len));
+	return TC_NEXT;
+fail:
+	nat_count(NAT_REV_DROP_WRITE, 0);
+	return TC_SHOT;
+}
+
+/* The reply of an IPv6 pod: TCP or UDP right after the fixed header, or
+ * an ICMPv6 error about a translated packet (anything else leaves
+ * untouched). */
 static __always_inline int nat_reply6(struct __sk_buff *skb)
 {
 	struct ipv6hdr ip;
@@ -339,6 +448,8 @@ static __always_inline int nat_reply6(struct __sk_buff *skb)
 
 	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.version != 6)
 		return TC_NEXT;
+	if (ip.nexthdr == IPPROTO_ICMPV6)
+		return nat_reply_icmp6(skb, &ip);
 	if (ip.nexthdr != IPPROTO_TCP && ip.nexthdr != IPPROTO_UDP && ip.nexthdr != IPPROTO_FRAGMENT)
 		return TC_NEXT;
 	__builtin_memcpy(pod.w, ip.saddr, sizeof(pod.w));

@@ -64,6 +64,20 @@ func checkDatagram6(t *testing.T, d []byte) {
 	}
 }
 
+// icmp6Error builds an ICMPv6 error (type, code) from src to dst quoting
+// quote (an IPv6 datagram, cut to its header and n bytes more).
+func icmp6Error(src, dst netip.Addr, typ, code uint8, quote []byte, n int) []byte {
+	q := quote[:min(len(quote), 40+n)]
+	m := make([]byte, 8, 8+len(q))
+	m[0], m[1] = typ, code
+	if typ == 2 {
+		binary.BigEndian.PutUint32(m[4:], 1400)
+	}
+	m = append(m, q...)
+	binary.BigEndian.PutUint16(m[2:], ^uint16(sum16(m, pseudoSum6(src, dst, 58, len(m)))))
+	return append(ipv6Header(src, dst, 58, len(m)), m...)
+}
+
 // TestNATForward6: an IPv6 packet tunnelled over IPv6 to a local IPv6
 // pod reaches it as client -> pod:targetPort, its checksum right, and its
 // flow is recorded; what cannot be translated is dropped under one
@@ -93,6 +107,16 @@ func TestNATForward6(t *testing.T) {
 	outerLonger := append([]byte{}, toPod...)
 	binary.BigEndian.PutUint16(outerLonger[4:], uint16(len(toPod)-40+1))
 
+	// A Packet Too Big a router on the reply path sends to the VIP about
+	// a reply, and what the pod must see of it; an echo request, which
+	// is no error.
+	router6 := netip.MustParseAddr("fd00:9::1")
+	reply := ip6Seg{src: fxVIP6, dst: fxClient6, sport: 80, dport: 40000, proto: 6, flags: 0x18, payload: make([]byte, 1400)}
+	podReply := ip6Seg{src: fxPod6, dst: fxClient6, sport: 8080, dport: 40000, proto: 6, flags: 0x18, payload: make([]byte, 1400)}
+	tooBig := icmp6Error(router6, fxVIP6, 2, 0, reply.bytes(), 8)
+	tooBigPod := icmp6Error(router6, fxPod6, 2, 0, podReply.bytes(), 8)
+	echo := icmp6Error(fxClient6, fxVIP6, 128, 0, nil, 0)
+
 	cases := []struct {
 		name    string
 		frame   []byte
@@ -100,6 +124,9 @@ func TestNATForward6(t *testing.T) {
 		want    []byte // the datagram handed to the stack; nil: the frame unchanged
 		counts  []string
 	}{
+		{"ICMPv6 Packet Too Big about a reply", encap(tooBig, fxLB6, fxPod6, nil, false), xdpPass, tooBigPod, []string{"decap_ipip", "nat_fwd_icmp"}},
+		{"ICMPv6 echo request to the VIP", encap(echo, fxLB6, fxPod6, nil, false), xdpDrop, nil, []string{"nat_drop_proto"}},
+		{"ICMPv6 error whose quote ends before the ports", encap(icmp6Error(router6, fxVIP6, 2, 0, reply.bytes(), 2), fxLB6, fxPod6, nil, false), xdpDrop, nil, []string{"nat_drop_malformed"}},
 		{"IPv6-in-IPv6 TCP", encap(tcpVIP(40000, 80).bytes(), fxLB6, fxPod6, nil, false), xdpPass, tcpPod(40000).bytes(), []string{"decap_ipip", "nat_fwd"}},
 		{"GUE/IPv6 UDP, after destination options", encap(udpVIP.bytes(), fxLB6, fxPod6, gue6, true), xdpPass, udpPod.bytes(), []string{"decap_gue", "nat_fwd"}},
 		{"host mode still works beside it", encap(tcpVIP(40000, 80).bytes(), fxLB6, fxNode6, nil, false), xdpPass, tcpVIP(40000, 80).bytes(), []string{"decap_ipip"}},
@@ -170,6 +197,15 @@ func TestNATReply6(t *testing.T) {
 	frag[6] = 44
 	icmp6 := tcp(fxPod6, 8080, 40000)
 	icmp6[6] = 58
+	// ICMPv6 errors about the client's translated packet: from the pod
+	// (port unreachable), and from the node itself.
+	toPod := ip6Seg{src: fxClient6, dst: fxPod6, sport: 40053, dport: 5353, proto: 17, payload: []byte("q")}.bytes()
+	// What the client must see quoted: its packet to VIP:53, the quoted
+	// transport checksum left as it was (no stack checks it).
+	toVIP := append([]byte{}, toPod...)
+	copy(toVIP[24:40], fxVIP6.AsSlice())
+	binary.BigEndian.PutUint16(toVIP[42:], 53)
+	toPodNoFlow := ip6Seg{src: fxClient6, dst: fxPod6, sport: 50000, dport: 5353, proto: 17}.bytes()
 
 	for _, c := range []struct {
 		name   string
@@ -178,6 +214,9 @@ func TestNATReply6(t *testing.T) {
 		counts []string
 	}{
 		{"TCP reply", tcp(fxPod6, 8080, 40000), tcp(fxVIP6, 80, 40000), []string{"nat_rev_flow"}},
+		{"port unreachable from the pod", icmp6Error(fxPod6, fxClient6, 1, 4, toPod, 100), icmp6Error(fxVIP6, fxClient6, 1, 4, toVIP, 100), []string{"nat_rev_icmp"}},
+		{"an error from the node keeps its source", icmp6Error(fxNode6, fxClient6, 3, 0, toPod, 100), icmp6Error(fxNode6, fxClient6, 3, 0, toVIP, 100), []string{"nat_rev_icmp"}},
+		{"an error about a packet without a flow", icmp6Error(fxPod6, fxClient6, 1, 4, toPodNoFlow, 100), nil, []string{"nat_rev_untracked"}},
 		{"UDP reply", udp(fxPod6, 5353, 40053), udp(fxVIP6, 53, 40053), []string{"nat_rev_flow"}},
 		{"reply to a direct client (a health check)", tcp(fxPod6, 8080, 50000), nil, []string{"nat_rev_untracked"}},
 		{"fragment from a pod", frag, nil, []string{"nat_rev_fragment"}},

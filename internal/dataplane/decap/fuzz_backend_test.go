@@ -103,7 +103,8 @@ func FuzzBackendProgram(f *testing.F) {
 		seen[decap], seen[reply] = true, true
 	}
 	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
-		"translated for an IPv6 pod", "reply unchanged", "reply translated", "IPv6 reply translated", "ICMP error translated"} {
+		"translated for an IPv6 pod", "ICMPv6 error translated for an IPv6 pod", "reply unchanged", "reply translated", "IPv6 reply translated",
+		"ICMP error translated", "IPv6 ICMP error translated"} {
 		if !seen[k] {
 			f.Errorf("no seed gives %q (seen: %v): add one", k, seen)
 		}
@@ -230,6 +231,18 @@ func backendSeeds6(fx *fixtureNS) [][]byte {
 	} {
 		out = append(out, ethFrame(fx.MAC, r.datagram()))
 	}
+	// ICMPv6 errors: a Packet Too Big to the VIP about the pod's reply,
+	// tunnelled to the pod, and a port unreachable from the pod about
+	// the client's translated packet.
+	icmp6 := func(src, dst netip.Addr, typ uint8, quote []byte) []byte {
+		m := append([]byte{typ, 0, 0, 0, 0, 0, 5, 0xdc}, quote[:min(len(quote), 40+8)]...)
+		binary.BigEndian.PutUint16(m[2:], l4Csum(src, dst, nhICMP6, m))
+		return ipDatagram(src, dst, nhICMP6, nil, m)
+	}
+	fromVIP := seg{src: fxVIP6, dst: fxClient6, sport: 80, dport: 40001, proto: nhTCP}.datagram()
+	toPod := seg{src: fxClient6, dst: fxPod6, sport: 40001, dport: podPort, proto: nhTCP}.datagram()
+	out = append(out, ethFrame(fx.MAC, tunnel{dst: fxPod6}.wrap(icmp6(fxNode6, fxVIP6, 2, fromVIP))),
+		ethFrame(fx.MAC, icmp6(fxPod6, fxClient6, 1, toPod)), ethFrame(fx.MAC, icmp6(fxBackend6, fxClient6, 3, toPod)))
 	ns := append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, fxBackend6.AsSlice()...)
 	return append(out, ethFrame(fx.MAC, ipDatagram(fxNode6, netip.MustParseAddr("ff02::1:ff00:2"), nhICMP6, nil, ns)), ethFrame(fx.MAC, tcp6))
 }
@@ -386,18 +399,27 @@ func checkDecapsulated(t testing.TB, frame, out []byte) string {
 			return "decapsulated IPv6"
 		}
 		// Translated for an IPv6 pod: its address and port, and the
-		// transport checksum, nothing else.
-		if dst != fxPod6 || netip.AddrFrom16([16]byte(inner[24:40])) != fxPod6 || orig[6] != nhTCP && orig[6] != nhUDP {
+		// transport checksum, nothing else; of an ICMPv6 error, the
+		// quote's source address and port too.
+		if dst != fxPod6 || netip.AddrFrom16([16]byte(inner[24:40])) != fxPod6 || orig[6] != nhTCP && orig[6] != nhUDP && orig[6] != nhICMP6 {
 			t.Fatalf("passed an IPv6 packet to %x, tunnel to %v: neither this host's VIP nor the IPv6 pod", inner[24:40], dst)
 		}
-		off := 40 + 16
-		if orig[6] == nhUDP {
-			off = 40 + 6
+		allowed := func(i int) bool {
+			switch orig[6] {
+			case nhTCP:
+				return i == 42 || i == 43 || i == 56 || i == 57
+			case nhUDP:
+				return i == 42 || i == 43 || i == 46 || i == 47
+			}
+			return i == 42 || i == 43 || i >= 48+8 && i < 48+24 || i == 88 || i == 89
 		}
 		for i := range orig {
-			if orig[i] != inner[i] && !(i >= 24 && i < 40 || i == 42 || i == 43 || i == off || i == off+1) {
+			if orig[i] != inner[i] && !(i >= 24 && i < 40 || allowed(i)) {
 				t.Fatalf("translation for an IPv6 pod changed byte %d: %x -> %x", i, orig[i], inner[i])
 			}
+		}
+		if orig[6] == nhICMP6 {
+			return "ICMPv6 error translated for an IPv6 pod"
 		}
 		return "translated for an IPv6 pod"
 	}
@@ -461,9 +483,27 @@ func checkReplyOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 	}
 	if len(frame) >= 14+40 && binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
 		// An IPv6 pod's reply: its source address and port become the
-		// VIP's, the transport checksum follows; nothing else.
+		// VIP's, the transport checksum follows; nothing else. Of an
+		// ICMPv6 error about a packet to the pod: the quote's
+		// destination address and port, the checksum, and the source
+		// if the pod sent it.
 		ip := frame[14:]
 		src, nsrc := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(out[14+8:14+24]))
+		if ip[6] == nhICMP6 {
+			q := 14 + 48
+			if len(frame) < q+44 || netip.AddrFrom16([16]byte(frame[q+24:q+40])) != fxPod6 || netip.AddrFrom16([16]byte(out[q+24:q+40])) != fxVIP6 {
+				t.Fatalf("ICMPv6 error changed, its quote's destination not the IPv6 pod become the VIP: %x -> %x", frame, out)
+			}
+			if src != nsrc && (src != fxPod6 || nsrc != fxVIP6) {
+				t.Fatalf("ICMPv6 error from %v became from %v: only the pod's source becomes the VIP's", src, nsrc)
+			}
+			for i := range frame {
+				if frame[i] != out[i] && !(i >= 14+8 && i < 14+24 || i == 14+42 || i == 14+43 || i >= q+24 && i < q+40 || i == q+42 || i == q+43) {
+					t.Fatalf("reply program changed byte %d of an ICMPv6 error: %x -> %x", i, frame[i], out[i])
+				}
+			}
+			return "IPv6 ICMP error translated"
+		}
 		if src != fxPod6 || nsrc != fxVIP6 || ip[6] != nhTCP && ip[6] != nhUDP {
 			t.Fatalf("IPv6 reply from %v (next header %d) became from %v: want the IPv6 pod's TCP or UDP become the VIP's", src, ip[6], nsrc)
 		}
