@@ -58,15 +58,35 @@ struct iphdr {
 	__be32 daddr;
 };
 
-/* IPv6's fixed header. The first word holds version (4 bits), traffic
- * class (8) and flow label (20), in network order. */
+/* IPv6's fixed header (RFC 8200). The first word holds version (4
+ * bits), traffic class (8) and flow label (20), in network order: the
+ * LB program writes it whole (vtf), the backend program reads the
+ * version alone. */
 struct ipv6hdr {
-	__be32 vtf;
+	union {
+		__be32 vtf;
+		struct {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+			__u8 priority : 4, version : 4;
+#else
+			__u8 version : 4, priority : 4;
+#endif
+			__u8 flow_lbl[3];
+		};
+	};
 	__be16 payload_len;
 	__u8 nexthdr;
 	__u8 hop_limit;
 	__be32 saddr[4];
 	__be32 daddr[4];
+};
+
+/* The start of an IPv6 extension header that has a length: hop-by-hop
+ * and destination options (and routing), hdrlen 8-byte units past the
+ * first 8. */
+struct ipv6_opt_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
 };
 
 /* TCP and UDP both start with the two ports; that is all xlb reads. */
