@@ -37,9 +37,9 @@ func (v *vipList) String() string { return fmt.Sprint([]netip.Addr(*v)) }
 
 func (v *vipList) Set(s string) error {
 	for _, part := range strings.Split(s, ",") {
-		a, err := netip.ParseAddr(strings.TrimSpace(part))
-		if err != nil || !a.Is4() {
-			return fmt.Errorf("%q is not an IPv4 address", part)
+		a, why := config.ParseUnicast(strings.TrimSpace(part))
+		if why != "" {
+			return errors.New(why)
 		}
 		*v = append(*v, a)
 	}

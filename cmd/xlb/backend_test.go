@@ -56,3 +56,22 @@ func TestBackendAttachMode(t *testing.T) {
 		t.Errorf("got %v, want the attach modes", err)
 	}
 }
+
+// TestBackendVIPFlag: --vip takes IPv6 VIPs beside IPv4 ones, and
+// refuses what the configuration refuses as a VIP, saying why.
+func TestBackendVIPFlag(t *testing.T) {
+	var v vipList
+	if err := v.Set("10.99.0.1, 2001:db8:99::1"); err != nil || len(v) != 2 || v[1] != netip.MustParseAddr("2001:db8:99::1") {
+		t.Errorf("got %v, %v; want both VIPs", v, err)
+	}
+	for in, want := range map[string]string{
+		"fe80::1":         "link-local",
+		"::ffff:10.0.0.1": "write it as plain IPv4 (10.0.0.1)",
+		"ff02::1":         "multicast",
+		"vip":             `"vip" is not an IP address`,
+	} {
+		if err := v.Set(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("--vip %s: %v, want %q", in, err, want)
+		}
+	}
+}

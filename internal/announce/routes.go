@@ -28,7 +28,7 @@ func Plan(services []config.Service, down map[string]bool, installed func(config
 	for _, s := range services {
 		r := byVIP[s.VIP]
 		if r == nil {
-			r = &Route{Prefix: netip.PrefixFrom(s.VIP, 32), Attrs: s.BGP, Why: "no service of this VIP is programmed"}
+			r = &Route{Prefix: netip.PrefixFrom(s.VIP, s.VIP.BitLen()), Attrs: s.BGP, Why: "no service of this VIP is programmed"}
 			byVIP[s.VIP] = r
 			order = append(order, s.VIP)
 		}

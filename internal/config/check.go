@@ -69,6 +69,11 @@ func parseUnicast6(s, why4 string) (netip.Addr, string) {
 	return a, ""
 }
 
+// ParseUnicast parses an address of either family as the configuration
+// takes a VIP, a backend or a peer, or says why it is none (the reason
+// quotes s); for the command line's addresses (xlb backend --vip).
+func ParseUnicast(s string) (netip.Addr, string) { return parseUnicast(s) }
+
 // parseUnicast parses an address of either family that can be a VIP, a
 // backend, a peer or a node address. IPv4: as parseUnicast4 says. IPv6:
 // not ::, not multicast, not loopback, not link-local (fe80::/10 is
