@@ -117,8 +117,8 @@ type Bucket struct {
 
 // Node is the host and its data plane.
 type Node struct {
-	Interface  string     `json:"interface"`
-	Address    netip.Addr `json:"address"`
+	Interface string     `json:"interface"`
+	Address   netip.Addr `json:"address"`
 	// Address6 is the node's IPv6 address (node.address6, or the
 	// interface's first global one): the outer source towards IPv6
 	// backends. Absent when the node has none.
