@@ -484,7 +484,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// kernel's neighbours and routes for as long as the agent runs.
 	go dp.WatchNextHops(ctx, log)
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
-		"address", nodeAddr, "pinPath", pinPath)
+		"address", nodeAddr, "address6", nodeAddr6, "pinPath", pinPath)
 
 	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check), api.WithSessions(a.Sessions))
 	if err != nil {

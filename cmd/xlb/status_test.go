@@ -248,6 +248,16 @@ func TestPrintStatusIPv6(t *testing.T) {
 	if !strings.HasPrefix(b.String(), "Node:     eth0 10.0.1.2, XDP") {
 		t.Errorf("IPv4-only Node line changed: %q", b.String())
 	}
+	// An IPv6-only node shows its IPv6 address alone.
+	st.Node.Address, st.Node.Address6 = netip.Addr{}, netip.MustParseAddr("fd00:1::2")
+	b.Reset()
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "Node:     eth0 fd00:1::2, XDP") {
+		t.Errorf("IPv6-only Node line: %q", b.String())
+	}
+	st.Node.Address, st.Node.Address6 = netip.MustParseAddr("10.0.1.2"), netip.Addr{}
 	js, err := json.Marshal(st.Node)
 	if err != nil || strings.Contains(string(js), "address6") {
 		t.Errorf("IPv4-only node in JSON: %s, %v; want no address6", js, err)

@@ -35,8 +35,11 @@ func DefaultPinPath(iface string) (string, error) {
 	return bpfobj.DefaultPinPath("", iface)
 }
 
-// NodeAddress is the node's address: n.Address if set, else the first IPv4
-// address of n.Interface.
+// NodeAddress is the node's IPv4 address: n.Address if set, else the
+// first IPv4 address of n.Interface. A node with IPv6 alone (node.address6,
+// or a global IPv6 address on the interface) has none: invalid, and no
+// error; the configuration's checks then refuse what needs one (IPv4
+// backends, a bgp section without routerID).
 func NodeAddress(n config.Node) (netip.Addr, error) {
 	if n.Address.IsValid() {
 		return n.Address, nil
@@ -49,6 +52,12 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("node.interface %q: list addresses: %w", n.Interface, err)
 	}
+	return pickNodeAddress(n, addrs)
+}
+
+// pickNodeAddress is NodeAddress's choice among the interface's addrs.
+func pickNodeAddress(n config.Node, addrs []net.Addr) (netip.Addr, error) {
+	has6 := n.Address6.IsValid()
 	for _, a := range addrs {
 		ipn, ok := a.(*net.IPNet)
 		if !ok {
@@ -58,8 +67,14 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 			addr, _ := netip.AddrFromSlice(ip4)
 			return addr, nil
 		}
+		if ip, ok := netip.AddrFromSlice(ipn.IP); ok && config.IsGlobal6(ip) {
+			has6 = true
+		}
 	}
-	return netip.Addr{}, fmt.Errorf("node.interface %q has no IPv4 address: add one (ip addr add ADDR/LEN dev %s) or set node.address", n.Interface, n.Interface)
+	if has6 {
+		return netip.Addr{}, nil
+	}
+	return netip.Addr{}, fmt.Errorf("node.interface %q has neither an IPv4 nor a global IPv6 address: add one (ip addr add ADDR/LEN dev %s) or set node.address (or node.address6)", n.Interface, n.Interface)
 }
 
 // NodeAddress6 is the node's IPv6 address: n.Address6 if set, else the

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -152,5 +153,29 @@ func TestFirstGlobal6(t *testing.T) {
 	}
 	if got := firstGlobal6([]netlink.Addr{addr("fe80::1/64", 0)}); got.IsValid() {
 		t.Errorf("link-local only: got %v, want none", got)
+	}
+}
+
+// TestPickNodeAddress: the first IPv4 address is the node address; a
+// node with a global IPv6 address (or node.address6) and no IPv4 has
+// none, which is no error; a node with neither is told what to do.
+func TestPickNodeAddress(t *testing.T) {
+	ipn := func(s string) net.Addr {
+		p := netip.MustParsePrefix(s)
+		return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	}
+	n := config.Node{Interface: "eth0"}
+	if a, err := pickNodeAddress(n, []net.Addr{ipn("fe80::1/64"), ipn("fd00:1::2/64"), ipn("10.0.1.2/24")}); err != nil || a != netip.MustParseAddr("10.0.1.2") {
+		t.Errorf("dual stack: %v, %v; want 10.0.1.2", a, err)
+	}
+	if a, err := pickNodeAddress(n, []net.Addr{ipn("fe80::1/64"), ipn("fd00:1::2/64")}); err != nil || a.IsValid() {
+		t.Errorf("IPv6 only: %v, %v; want none and no error", a, err)
+	}
+	if _, err := pickNodeAddress(n, []net.Addr{ipn("fe80::1/64")}); err == nil || !strings.Contains(err.Error(), `node.interface "eth0" has neither an IPv4 nor a global IPv6 address`) {
+		t.Errorf("link-local only: %v", err)
+	}
+	n.Address6 = netip.MustParseAddr("fd00:1::5")
+	if a, err := pickNodeAddress(n, nil); err != nil || a.IsValid() {
+		t.Errorf("node.address6 and no address on the interface: %v, %v", a, err)
 	}
 }
