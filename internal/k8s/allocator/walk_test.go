@@ -23,6 +23,12 @@ var candidatePools = []struct {
 	{"d", api.AddressPoolSpec{Addresses: []string{"10.0.0.254-10.0.1.1"}, AvoidBuggyIPs: true}},
 	{"e", api.AddressPoolSpec{Addresses: []string{"10.0.0.32/30"}, ServiceAllocation: &api.ServiceAllocation{Namespaces: []string{"ns1"}, Priority: 2}}},
 	{"f", api.AddressPoolSpec{Addresses: []string{"10.0.0.20/30"}, ServiceAllocation: &api.ServiceAllocation{Priority: 1}}},
+	// IPv6 and dual-stack ones: a Service's address of each family
+	// comes from the pools of that family.
+	{"g", api.AddressPoolSpec{Addresses: []string{"fd00::/126", "10.0.0.40/31"}}},
+	{"h", api.AddressPoolSpec{Addresses: []string{"fd00::2-fd00::6"}, ServiceAllocation: &api.ServiceAllocation{Priority: 1}}},
+	{"i", api.AddressPoolSpec{Addresses: []string{"fd00::10/127"}, AutoAssign: ptr(false)}},
+	{"j", api.AddressPoolSpec{Addresses: []string{"fd00::ff-fd00::100"}, AvoidBuggyIPs: true, ServiceAllocation: &api.ServiceAllocation{Namespaces: []string{"ns2"}}}},
 }
 
 // walkPorts are the ports a walk's Services choose from: one number in
@@ -36,11 +42,19 @@ var walkPorts = []Port{{80, "TCP"}, {443, "TCP"}, {53, "UDP"}, {53, "TCP"}}
 func walk(t *testing.T, next func(n int) int, steps int) {
 	a := New()
 	keys := []string{"ns1/a", "ns1/b", "ns1/c", "ns2/a", "ns2/b", "ns2/c", "ns3/a", "ns3/b", "ns3/c", "ns3/d"}
-	addr := func() netip.Addr { return fromU32(toU32(netip.MustParseAddr("10.0.0.0")) + uint32(next(270))) }
+	addr := func() netip.Addr {
+		if next(3) == 0 {
+			b := netip.MustParseAddr("fd00::").As16()
+			n := next(270)
+			b[14], b[15] = byte(n>>8), byte(n)
+			return netip.AddrFrom16(b)
+		}
+		return fromU32(toU32(netip.MustParseAddr("10.0.0.0")) + uint32(next(270)))
+	}
 	// A Service: no sharing key in a third of the requests, and one or
 	// two ports.
 	service := func(key string) Request {
-		req := Request{Key: key, Namespace: key[:3]}
+		req := Request{Key: key, Namespace: key[:3], IPv6: next(3) == 0}
 		if k := next(3); k > 0 {
 			req.Sharing = fmt.Sprintf("k%d", k)
 		}
@@ -85,10 +99,10 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 				t.Fatalf("step %d: %s changed the holdings", step, op)
 			}
 		case 1:
-			key := keys[next(len(keys))]
-			a.Release(key, false)
-			op = "Release " + key
-			if _, ok := a.Lookup(key, false); ok {
+			key, v6 := keys[next(len(keys))], next(2) == 0
+			a.Release(key, v6)
+			op = fmt.Sprintf("Release %s (IPv6 %v)", key, v6)
+			if _, ok := a.Lookup(key, v6); ok {
 				t.Fatalf("step %d: %s still holds an address", step, op)
 			}
 		case 2:
@@ -173,7 +187,7 @@ func mayShare(hs []Holding, req Request, x netip.Addr) bool {
 func groupOf(hs []Holding, req Request) []netip.Addr {
 	var out []netip.Addr
 	for _, h := range hs {
-		if req.Sharing != "" && h.Key != req.Key && h.Key[:3] == req.Namespace && h.Sharing == req.Sharing && !slices.Contains(out, h.Addr) {
+		if req.Sharing != "" && h.Key != req.Key && h.Key[:3] == req.Namespace && h.Sharing == req.Sharing && h.Addr.Is6() == req.IPv6 && !slices.Contains(out, h.Addr) {
 			out = append(out, h.Addr)
 		}
 	}
@@ -211,9 +225,12 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 	if _, ok := a.Reserved(got); ok {
 		t.Fatalf("step %d: Allocate(%+v) = %s, a node's address", step, req, got)
 	}
+	if got.Is6() != req.IPv6 {
+		t.Fatalf("step %d: Allocate(%+v) = %s, of the other family", step, req, got)
+	}
 	var prev netip.Addr
 	for _, h := range before {
-		if h.Key == req.Key {
+		if h.Key == req.Key && h.Addr.Is6() == req.IPv6 {
 			prev = h.Addr
 		}
 	}
@@ -273,6 +290,9 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 			continue
 		}
 		for x := range q.all() {
+			if x.Is6() != req.IPv6 {
+				continue
+			}
 			if x == got {
 				return
 			}
@@ -313,7 +333,7 @@ func checkNoFree(t *testing.T, a *Allocator, req Request, err error, step int) {
 			continue
 		}
 		for x := range q.all() {
-			if _, reserved := a.Reserved(x); reserved {
+			if _, reserved := a.Reserved(x); reserved || x.Is6() != req.IPv6 {
 				continue
 			}
 			if len(a.Holders(x)) == 0 {
@@ -422,7 +442,7 @@ func FuzzWalk(f *testing.F) {
 // FuzzParsePool: no panic on any entry, and an accepted pool contains
 // exactly what its size says at its ends.
 func FuzzParsePool(f *testing.F) {
-	for _, s := range []string{"10.0.0.0/28", "10.0.0.1-10.0.0.9", "1.2.3.4", "::/0", "10.0.0.0/33", "-", "/", "0.0.0.0/0"} {
+	for _, s := range []string{"10.0.0.0/28", "10.0.0.1-10.0.0.9", "1.2.3.4", "::/0", "10.0.0.0/33", "-", "/", "0.0.0.0/0", "2001:db8::/120", "2001:db8::ff-2001:db8::1:0", "::ffff:0.0.0.0/96"} {
 		f.Add(s, false)
 	}
 	f.Fuzz(func(t *testing.T, entry string, avoid bool) {
