@@ -1078,3 +1078,36 @@ func TestBadForwardingKeepsMode(t *testing.T) {
 		t.Errorf("first seen with a bad value: %s, %v", s.Forwarding, probs)
 	}
 }
+
+// A dual-stack Service on a node without an IPv6 address: its IPv4
+// address is served, its IPv6 one left out with a problem saying why and
+// what to do; on a node with one, both are served.
+func TestDualStackOnIPv4OnlyNode(t *testing.T) {
+	base := parseBase(t, "")
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	v6 := endpointSlice("default", "web", "web-6", web, endpoint(condReady, "fd00:244::2"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	f := fixture{
+		services: []*corev1.Service{service("default", "web", withIngress("10.99.0.1", "2001:db8:99::1"))},
+		slices:   []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-4", web, endpoint(condReady, "10.244.1.2")), v6},
+	}
+	only4 := &config.Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.0.10"), netip.MustParseAddr("fe80::10")}}}
+	cfg, probs, err := runOn(t, base, f, only4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summary(cfg), []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("services %q, want %q", got, want)
+	}
+	if len(probs) != 1 || !strings.Contains(probs[0], "default/web:80/tcp/ipv6") || !strings.Contains(probs[0], "fd00:244::2 is IPv6, and the node has no IPv6 address") {
+		t.Errorf("problems %q, want the IPv6 port left out for the node's missing IPv6 address", probs)
+	}
+	dual := &config.Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.0.10"), netip.MustParseAddr("fd00::10")}}}
+	cfg, probs, err = runOn(t, base, f, dual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := summary(cfg); len(got) != 2 || len(probs) != 0 {
+		t.Errorf("on a dual-stack node: services %q, problems %q; want both served", got, probs)
+	}
+}
