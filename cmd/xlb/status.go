@@ -90,7 +90,13 @@ func runStatus(args []string) error {
 // printStatus writes st as text; now is the time the "ago"s count from.
 func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	n := st.Node
-	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
+	var addrs []string
+	for _, a := range []netip.Addr{n.Address, n.Address6} {
+		if a.IsValid() {
+			addrs = append(addrs, a.String())
+		}
+	}
+	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s", n.Interface, strings.Join(addrs, " "), orDash(n.AttachMode), n.PinPath)
 	if n.FlowHash != "" {
 		// What every node of the cluster must agree on.
 		fmt.Fprintf(w, "; flow hash %s, tables of %d", n.FlowHash, n.TableSize)
