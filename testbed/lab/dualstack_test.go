@@ -26,7 +26,7 @@ func TestLabIPv6(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 3, Backends: 2, Binary: xlbBinary, SkipDecap: !decapIPv6, IPv6: true})
+	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 3, Backends: 2, Binary: xlbBinary, IPv6: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,9 +70,6 @@ func TestLabIPv6(t *testing.T) {
 		}
 		if reply, err := udpEcho6(p.Clients[0].Namespace, netip.AddrPortFrom(be.Addr6, UDPPort), "ping"); err != nil || reply != be.Name+":ping" {
 			t.Errorf("UDP echo over IPv6 from %s = %q, %v", be.Name, reply, err)
-		}
-		if !decapIPv6 {
-			continue
 		}
 		lo := ifaces[be.Namespace+"/lo"].Addrs
 		for _, vip := range p.VIPs6 {

@@ -102,6 +102,29 @@ func Services(p lab.Plan) ([]Service, error) {
 	}, nil
 }
 
+// Services6 returns the IPv6 services of a dual-stack lab (lab.Spec.IPv6)
+// over every backend of p, beside Services' IPv4 ones on the same
+// backends and servers: "web6", HTTP on the first IPv6 VIP's port 80 to
+// the backends' IPv6 addresses over IPIP (IPv6-in-IPv6); "echo6", UDP
+// echo on the second IPv6 VIP's port 9000 to the same over GUE (UDP over
+// IPv6); and "web6to4", HTTP on the second IPv6 VIP's port 80 to the
+// backends' IPv4 addresses over IPIP (IPv6-in-IPv4).
+func Services6(p lab.Plan) ([]Service, error) {
+	if len(p.VIPs6) < 2 {
+		return nil, fmt.Errorf("lab %q has %d IPv6 VIPs, want 2 (build it with IPv6)", p.Spec.Prefix, len(p.VIPs6))
+	}
+	var backends, backends4 []netip.Addr
+	for _, b := range p.Backends {
+		backends = append(backends, b.Addr6)
+		backends4 = append(backends4, b.Addr)
+	}
+	return []Service{
+		{Name: "web6", VIP: p.VIPs6[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: backends},
+		{Name: "echo6", VIP: p.VIPs6[1], Port: lab.UDPPort, Protocol: config.UDP, Forwarding: config.DSRGUE, Backends: slices.Clone(backends)},
+		{Name: "web6to4", VIP: p.VIPs6[1], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: backends4},
+	}, nil
+}
+
 // Without returns services with backend addr removed from every service.
 func Without(services []Service, addr netip.Addr) []Service {
 	out := make([]Service, len(services))
@@ -133,8 +156,12 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 	if opts.ConntrackSize != 0 {
 		dp.ConntrackSize = schema.SetInt(opts.ConntrackSize)
 	}
+	sn := schema.Node{Interface: schema.Set(node.Interface), Address: schema.Set(schema.Text(node.Addr.String()))}
+	if node.Addr6.IsValid() {
+		sn.Address6 = schema.Set(schema.Text(node.Addr6.String()))
+	}
 	doc := schema.Document{
-		Node:      schema.Set(schema.Node{Interface: schema.Set(node.Interface), Address: schema.Set(schema.Text(node.Addr.String()))}),
+		Node:      schema.Set(sn),
 		API:       schema.Set(schema.API{Socket: schema.Set(Socket(p, node))}),
 		Dataplane: schema.Set(dp),
 		Services:  schema.Set([]schema.Field[schema.Service]{}),

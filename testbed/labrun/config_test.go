@@ -223,3 +223,64 @@ func TestNATSection(t *testing.T) {
 		}
 	}
 }
+
+// In a dual-stack lab every node's file names its IPv6 address
+// (node.address6), and the agent accepts the IPv6 services beside the
+// IPv4 ones: IPv6 backends over IPIP and GUE, IPv4 backends behind an
+// IPv6 VIP. An IPv4-only lab's file has no address6.
+func TestRenderConfigIPv6(t *testing.T) {
+	p, err := lab.NewPlan(lab.Spec{Prefix: "xlbunit", Nodes: 2, Backends: 4, Binary: "/bin/true", IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4, err := Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, err := Services6(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Services6(testPlan(t)); err == nil {
+		t.Error("Services6 of an IPv4-only lab: no error")
+	}
+	want := map[string]struct {
+		vip      netip.Addr
+		fwd      config.Forwarding
+		backend0 netip.Addr
+	}{
+		"web6":    {p.VIPs6[0], config.DSRIPIP, p.Backends[0].Addr6},
+		"echo6":   {p.VIPs6[1], config.DSRGUE, p.Backends[0].Addr6},
+		"web6to4": {p.VIPs6[1], config.DSRIPIP, p.Backends[0].Addr},
+	}
+	all := slices.Concat(v4, v6)
+	for _, node := range p.Nodes {
+		b, err := renderConfig(p, node, all, NodeOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := config.Parse(node.Name+".yaml", b)
+		if err != nil {
+			t.Fatalf("the agent rejects the file: %v\n%s", err, b)
+		}
+		if cfg.Node.Address6 != node.Addr6 || !node.Addr6.Is6() {
+			t.Errorf("%s: node.address6 %s, want %s", node.Name, cfg.Node.Address6, node.Addr6)
+		}
+		if len(cfg.Services) != len(all) {
+			t.Fatalf("%d services, want %d", len(cfg.Services), len(all))
+		}
+		for _, s := range cfg.Services[len(v4):] {
+			w, ok := want[s.Name]
+			if !ok || s.VIP != w.vip || s.Forwarding != w.fwd || len(s.Backends) != len(p.Backends) || s.Backends[0].Address != w.backend0 {
+				t.Errorf("service %s: VIP %s %s, backends %+v; want %+v", s.Name, s.VIP, s.Forwarding, s.Backends, w)
+			}
+		}
+	}
+	b, err := renderConfig(testPlan(t), testPlan(t).Nodes[0], nil, NodeOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(b), "address6") {
+		t.Errorf("the file of an IPv4-only lab names an IPv6 address:\n%s", b)
+	}
+}
