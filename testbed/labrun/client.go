@@ -46,7 +46,7 @@ func DialHTTP(ctx context.Context, ns string, target netip.AddrPort) (*HTTPConn,
 		// so it adds nothing to the counters that tests compare.
 		d := net.Dialer{KeepAlive: -1}
 		var err error
-		conn, err = d.DialContext(ctx, "tcp4", target.String())
+		conn, err = d.DialContext(ctx, network("tcp", target.Addr()), target.String())
 		return err
 	})
 	if err != nil {
@@ -188,7 +188,7 @@ func UDPEcho(ctx context.Context, ns string, target netip.AddrPort, payload stri
 	var conn *net.UDPConn
 	err := netns.Do(ns, func() error {
 		var err error
-		conn, err = net.ListenUDP("udp4", &net.UDPAddr{})
+		conn, err = net.ListenUDP(network("udp", target.Addr()), &net.UDPAddr{})
 		return err
 	})
 	if err != nil {
@@ -302,4 +302,13 @@ func load(ctx context.Context, n, parallel int, one func(context.Context) (strin
 		return tally, fmt.Errorf("after %d of %d answers: %w", tally.Total(), n, firstErr)
 	}
 	return tally, nil
+}
+
+// network is tcp4 or udp4 (proto) for an IPv4 target, tcp6 or udp6 for
+// an IPv6 one: a client of one family, whatever the namespace has.
+func network(proto string, target netip.Addr) string {
+	if target.Is4() || target.Is4In6() {
+		return proto + "4"
+	}
+	return proto + "6"
 }

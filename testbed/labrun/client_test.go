@@ -213,3 +213,18 @@ func TestHTTPConnGetCancelled(t *testing.T) {
 		t.Errorf("cancelled after %s", el)
 	}
 }
+
+// A client of the target's family: an IPv6 target needs an IPv6 socket.
+func TestNetworkFamily(t *testing.T) {
+	for _, c := range []struct{ proto, addr, want string }{
+		{"tcp", "10.99.0.1", "tcp4"},
+		{"udp", "10.99.0.2", "udp4"},
+		{"tcp", "fd00:99::1", "tcp6"},
+		{"udp", "fd00:99::2", "udp6"},
+		{"tcp", "::ffff:10.99.0.1", "tcp4"},
+	} {
+		if got := network(c.proto, netip.MustParseAddr(c.addr)); got != c.want {
+			t.Errorf("network(%s, %s) = %s, want %s", c.proto, c.addr, got, c.want)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"net/netip"
+	"slices"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/internal/config"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+)
+
+// TestIPv6WithFRR runs agents on two nodes of a dual-stack lab that
+// announce the IPv4 and the IPv6 VIPs to FRR: FRR installs an ECMP route
+// over both nodes' IPv6 next hops, and an IPv6 client reaches every
+// backend through both nodes over IPv6-in-IPv6 (web6), GUE over IPv6
+// (echo6) and IPv6-in-IPv4 (web6to4, IPv4 backends), with the replies
+// going straight from the backends to the client; long-lived IPv6
+// connections survive a node leaving gracefully and coming back.
+func TestIPv6WithFRR(t *testing.T) {
+	needRoot(t)
+	prefix := labPrefix + "v6"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 4, Binary: xlbBinary,
+		Router: lab.RouterFRR, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v4, err := labrun.Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, err := labrun.Services6(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// web6 first: env.web() and liveConns use it.
+	e := &env{p: p, services: slices.Concat(v6, v4), client: p.Clients[0]}
+	web6, echo6, web6to4 := v6[0], v6[1], v6[2]
+	logAgentsOnFailure(t, p)
+
+	var nodes4, nodes6 []netip.Addr
+	for _, n := range p.Nodes {
+		nodes4 = append(nodes4, n.Addr)
+		nodes6 = append(nodes6, n.Addr6)
+	}
+	start := time.Now()
+	if err := labrun.StartAgents(ctx, p, e.services); err != nil {
+		t.Fatal(err)
+	}
+	// One IPv4 session per node carries both families: the IPv6 VIPs
+	// arrive with the nodes' IPv6 addresses as next hops.
+	for _, vip := range p.VIPs6 {
+		if err := lab.WaitNextHops(ctx, p, vip, nodes6, 20*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := lab.WaitNextHops(ctx, p, p.VIPs[0], nodes4, 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("agents started; FRR routes %s and %s via %v, %s via %v after %s", p.VIPs6[0], p.VIPs6[1], nodes6,
+		p.VIPs[0], nodes4, time.Since(start).Round(time.Millisecond))
+
+	allBackends := e.backendNames(v4[0].Backends)
+	for _, c := range []struct {
+		svc labrun.Service
+		n   int
+	}{{web6, 800}, {echo6, 200}, {web6to4, 400}} {
+		before := e.snapshot(t)
+		var tally labrun.Tally
+		if c.svc.Protocol == config.UDP {
+			tally, err = labrun.UDPLoad(ctx, e.client.Namespace, c.svc.Target(), c.n, parallel, nil)
+		} else {
+			tally, err = labrun.HTTPLoad(ctx, e.client.Namespace, c.svc.Target(), c.n, parallel, nil)
+		}
+		if err != nil {
+			t.Fatalf("%s (%s): %v", c.svc.Name, c.svc.Target(), err)
+		}
+		d := e.snapshot(t).Since(before)
+		var perNode []uint64
+		for _, n := range d.Nodes {
+			perNode = append(perNode, n.Services[c.svc.Name])
+		}
+		t.Logf("%s %s %s: %d answers %v; packets forwarded per node %v", c.svc.Name, c.svc.Target(), c.svc.Forwarding, tally.Total(), tally, perNode)
+		checkTally(t, tally, allBackends)
+		if tally.Total() != c.n {
+			t.Errorf("%s: %d answers, want %d", c.svc.Name, tally.Total(), c.n)
+		}
+		for _, name := range allBackends {
+			if tally[name] == 0 {
+				t.Errorf("%s: backend %s got none of %d flows", c.svc.Name, name, c.n)
+			}
+		}
+		for i, f := range perNode {
+			if f == 0 {
+				t.Errorf("%s: %s forwarded none of its packets: the router's IPv6 ECMP route does not spread flows", c.svc.Name, p.Nodes[i].Name)
+			}
+		}
+		if c.svc.Name != web6.Name {
+			continue
+		}
+		b, err := labrun.CheckBypass(d, c.n)
+		t.Logf("web6: client sent %d, received %d packets; nodes forwarded %d; per node %+v; slack %d",
+			b.ClientSent, b.ClientReceived, b.Forwarded, b.Nodes, b.Slack)
+		if err != nil {
+			t.Errorf("IPv6 replies did not bypass the nodes: %v", err)
+		}
+	}
+
+	// Long-lived IPv6 connections while a node leaves gracefully and
+	// comes back: both nodes have the same Maglev table and IPv6 flow
+	// hash, so a flow ECMP moves stays on its backend.
+	const conns = 100
+	stopLive := e.liveConns(t, ctx, conns, 250*time.Millisecond)
+	leaving := p.Nodes[1]
+	pid := e.agentPID(t, leaving)
+	start = time.Now()
+	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, web6.VIP, nodes6[:1], 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s stopped gracefully: the IPv6 route lost it after %s", leaving.Name, time.Since(start).Round(time.Millisecond))
+	waitExit(t, leaving, pid, 10*time.Second)
+	time.Sleep(time.Second) // the live connections all ride node1 now
+	if _, err := labrun.StartAgent(ctx, p, leaving, e.services); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, web6.VIP, nodes6, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	counts, errs := stopLive()
+	for _, err := range errs {
+		t.Errorf("long-lived IPv6 connection broken while a node left and came back: %v", err)
+	}
+	if len(counts) != conns || slices.Min(counts) == 0 {
+		t.Errorf("long-lived IPv6 connections made %v requests", counts)
+	}
+	t.Logf("%d long-lived IPv6 connections to %s: %d to %d requests each, none broken", conns, web6.Target(), slices.Min(counts), slices.Max(counts))
+}
