@@ -66,11 +66,13 @@ func TestDemo(t *testing.T) {
 	}
 	text := out.String()
 	for _, want := range []string{
-		"[6/9] Connections survive be2 leaving and coming back",
+		"[6/10] An IPv6 client: 100 HTTP requests from fd00:10:2::2 to http://[fd00:99::1]/",
+		"direct server return over IPv6",
+		"[7/10] Connections survive be2 leaving and coming back",
 		"web-chained  daisy-chain  60           0",
-		"[7/9] Remove be4",
-		"[8/9] node2 leaves gracefully",
-		"[9/9] node3 hangs",
+		"[8/10] Remove be4",
+		"[9/10] node2 leaves gracefully",
+		"[10/10] node3 hangs",
 		"direct server return",
 		"Tearing down lab \"" + demoPrefix + "\" ... ok",
 		"PASS in ",
@@ -106,7 +108,7 @@ func TestDemoInterrupted(t *testing.T) {
 	var seen bytes.Buffer
 	sc := bufio.NewScanner(io.TeeReader(stdout, &seen))
 	for sc.Scan() {
-		if strings.Contains(sc.Text(), "[3/9]") {
+		if strings.Contains(sc.Text(), "[3/10]") {
 			break
 		}
 	}

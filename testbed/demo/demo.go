@@ -2,7 +2,8 @@
 // nodes and shows, with measured numbers, what xlb does: requests spread
 // over the backends by Maglev and over the nodes by ECMP, replies that
 // bypass the nodes (direct server return), UDP over GUE, and a backend
-// removed from the configuration without restarting anything. It fails,
+// removed from the configuration without restarting anything, and an
+// IPv6 client reaching the same backends. It fails,
 // with the reason, when a measurement contradicts any of that.
 package demo
 
@@ -84,16 +85,17 @@ func Run(ctx context.Context, o Options) (err error) {
 	if os.Geteuid() != 0 {
 		return errors.New("the demo needs root: it creates network namespaces and attaches XDP programs (run it with sudo, or `make demo`)")
 	}
-	d := &run{o: o, out: &printer{w: o.Out, total: 9}}
+	d := &run{o: o, out: &printer{w: o.Out, total: 10}}
 	start := time.Now()
 	d.out.printf("xlb demo in lab %q: 1 client, a router, 3 xlb nodes, 4 backends, each a network namespace.\n", o.Prefix)
 	d.out.printf("Each xlb node announces the VIPs over BGP to the router (embedded, with BFD), which spreads\n")
 	d.out.printf("flows over the nodes (ECMP); each node's XDP program picks a backend with Maglev and tunnels\n")
-	d.out.printf("the packet to it; the backend answers the client directly.\n")
+	d.out.printf("the packet to it; the backend answers the client directly. The lab is dual stack: the same\n")
+	d.out.printf("backends serve an IPv6 VIP too.\n")
 
 	d.out.step("Build the lab")
 	p, err := lab.Up(ctx, lab.Spec{Prefix: o.Prefix, Clients: 1, Nodes: 3, Backends: 4, Binary: o.Binary,
-		Router: lab.RouterEmbedded, BFD: true})
+		Router: lab.RouterEmbedded, BFD: true, IPv6: true})
 	if err != nil {
 		// Up removes what it made itself; a lab that existed before is
 		// not ours to remove.
@@ -112,8 +114,9 @@ func Run(ctx context.Context, o Options) (err error) {
 		}
 		d.teardown(ctx)
 		if err == nil {
-			d.out.printf("\nPASS in %s: every request was answered; all %d backends served; replies bypassed the\n", since(start), len(p.Backends))
-			d.out.printf("xlb nodes; after %s was removed, hot, it got no requests and the others took its share;\n", p.Backends[len(p.Backends)-1].Name)
+			d.out.printf("\nPASS in %s: every request was answered; all %d backends served IPv4 and IPv6 clients;\n", since(start), len(p.Backends))
+			d.out.printf("replies bypassed the xlb nodes; after %s was removed, hot, it got no requests and the\n", p.Backends[len(p.Backends)-1].Name)
+			d.out.printf("others took its share;\n")
 			d.out.printf("connections open while a backend left and came back survived with daisy chaining;\n")
 			d.out.printf("a node that left gracefully and came back, and a hung node, failed no request; the hung node\n")
 			d.out.printf("left the router's route within the BFD detection time.\n")
@@ -123,7 +126,7 @@ func Run(ctx context.Context, o Options) (err error) {
 	d.out.line("%s %s -> router %s -> %s (ECMP) -> %s", p.Clients[0].Name, p.Clients[0].Addr, p.Router,
 		hostList(p.Nodes, true), hostList(p.Backends, false)+fmt.Sprintf(" (%s)", addrRange(p.Backends)))
 
-	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.survive, d.removeBackend, d.nodeLeaves, d.nodeHangs} {
+	for _, s := range []func(context.Context) error{d.startAgents, d.spread, d.bypass, d.udp, d.ipv6, d.survive, d.removeBackend, d.nodeLeaves, d.nodeHangs} {
 		if err := s(ctx); err != nil {
 			return d.out.fail(err)
 		}
@@ -149,6 +152,13 @@ func (d *run) startAgents(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	v6, err := labrun.Services6(d.p)
+	if err != nil {
+		return err
+	}
+	// web6 alone: the IPv6 client's service over the backends' IPv6
+	// addresses (IPv6-in-IPv6).
+	services = append(services, v6[0])
 	d.services = services
 	t := d.out.table()
 	for _, s := range services {
@@ -174,6 +184,120 @@ func (d *run) startAgents(ctx context.Context) error {
 			n.Name, n.Addr, st.Node.Interface, st.Node.AttachMode, filepath.Base(labrun.ConfigPath(d.p, n)), since(start))
 		d.out.line("  %s", routeText(vip, d.p.Nodes[:i+1]))
 	}
+	// The IPv6 VIP rides the same sessions, with the nodes' IPv6
+	// addresses as next hops.
+	vip6 := services[len(services)-1].VIP
+	if err := lab.WaitNextHops(ctx, d.p, vip6, hostAddrs6(d.p.Nodes), 30*time.Second); err != nil {
+		return err
+	}
+	d.out.line("the same BGP sessions carry the IPv6 VIP, with the nodes' IPv6 addresses as next hops:")
+	d.out.line("  %s", routeText6(vip6, d.p.Nodes))
+	return nil
+}
+
+func hostAddrs6(hs []lab.Host) []netip.Addr {
+	out := make([]netip.Addr, len(hs))
+	for i, h := range hs {
+		out[i] = h.Addr6
+	}
+	return out
+}
+
+// routeText6 is routeText for the IPv6 route.
+func routeText6(vip netip.Addr, via []lab.Host) string {
+	parts := []string{vip.String()}
+	for _, h := range via {
+		parts = append(parts, fmt.Sprintf("nexthop via %s (%s)", h.Addr6, h.Name))
+	}
+	return strings.Join(parts, " ")
+}
+
+// ethHeader is the length of an Ethernet header.
+const ethHeader = 14
+
+// ipv6Requests is the size of the IPv6 round: a quarter of the IPv4
+// one, enough to reach every backend and node and to tell the replies
+// from noise, small enough to keep the demo's run time.
+func (d *run) ipv6Requests() int { return max(d.o.Requests/4, MinRequests) }
+
+// ipv6 sends HTTP requests from the client's IPv6 address to the IPv6
+// VIP: the same backends answer, over both nodes, and the replies
+// bypass the nodes as for IPv4.
+func (d *run) ipv6(ctx context.Context) error {
+	web6 := d.services[len(d.services)-1]
+	n := d.ipv6Requests()
+	c := d.p.Clients[0]
+	d.out.step(fmt.Sprintf("An IPv6 client: %d HTTP requests from %s to http://[%s]/ (%s: IPv6-in-IPv6 to the backends' IPv6 addresses)",
+		n, c.Addr6, web6.VIP, web6.Forwarding))
+	before, err := labrun.TakeSnapshot(d.p)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	tally, err := labrun.HTTPLoad(ctx, c.Namespace, web6.Target(), n, parallel, nil)
+	if err != nil {
+		return fmt.Errorf("HTTP requests over IPv6: %w", err)
+	}
+	after, err := labrun.TakeSnapshot(d.p)
+	if err != nil {
+		return err
+	}
+	delta := after.Since(before)
+	d.out.line("ok: %d answers in %s, none failed", tally.Total(), since(start))
+	d.out.blank()
+	t := d.out.table()
+	t.row("BACKEND", "IPv6 ADDRESS", "REQUESTS", "SHARE")
+	for _, b := range d.p.Backends {
+		t.row(b.Name, b.Addr6.String(), fmt.Sprint(tally[b.Name]), percent(tally[b.Name], tally.Total()), bar(tally[b.Name], tally.Total()))
+	}
+	t.flush()
+	d.out.blank()
+	b, bypassErr := labrun.CheckBypass(delta, n)
+	t = d.out.table()
+	t.row("NODE", "XDP FORWARDED", "ETH0 RECEIVED", "ETH0 SENT", "OTHER PACKETS", "ETH0 BYTES IN/OUT")
+	for i, nb := range b.Nodes {
+		l := delta.Nodes[i].Link
+		t.row(nb.Name, fmt.Sprint(nb.Forwarded), fmt.Sprint(nb.Received), fmt.Sprint(nb.Sent), fmt.Sprint(nb.Unexplained()), fmt.Sprintf("%d/%d", l.RxBytes, l.TxBytes))
+	}
+	t.flush()
+	cl := delta.Clients[0].Link
+	var nodesIn uint64
+	var grew []string
+	for i, nb := range b.Nodes {
+		l := delta.Nodes[i].Link
+		nodesIn += l.RxBytes
+		if nb.Forwarded > 0 {
+			grew = append(grew, fmt.Sprintf("%s %.1f", nb.Name, (float64(l.TxBytes)-float64(l.RxBytes))/float64(nb.Forwarded)))
+		}
+	}
+	d.out.line("%s's eth0 sent %d packets (%d bytes) and received %d (%d bytes).", c.Name, cl.TxPackets, cl.TxBytes, cl.RxPackets, cl.RxBytes)
+	d.out.line("The nodes' eth0 received %d bytes in all: the client's requests (%d bytes without their", nodesIn, cl.TxBytes-ethHeader*cl.TxPackets)
+	d.out.line("%d-byte Ethernet headers, which an interface counts in what it sends, not in what it", ethHeader)
+	d.out.line("receives), none of the %d bytes of replies.", cl.RxBytes)
+	d.out.line("Bytes out minus bytes in per forwarded packet: %s: the 40-byte outer IPv6", strings.Join(grew, ", "))
+	d.out.line("header and the Ethernet header.")
+	var errs []error
+	if bypassErr != nil {
+		errs = append(errs, fmt.Errorf("IPv6 replies did not bypass the nodes: %w", bypassErr))
+	}
+	for _, be := range d.p.Backends {
+		if tally[be.Name] == 0 {
+			errs = append(errs, fmt.Errorf("backend %s got none of %d IPv6 requests", be.Name, tally.Total()))
+		}
+	}
+	for _, nd := range delta.Nodes {
+		if nd.Services[web6.Name] == 0 {
+			errs = append(errs, fmt.Errorf("node %s forwarded none of the IPv6 requests: the router does not spread IPv6 flows over the nodes", nd.Name))
+		}
+	}
+	if extra := slices.DeleteFunc(tally.Backends(), func(name string) bool { return d.backend(name).IsValid() }); len(extra) > 0 {
+		errs = append(errs, fmt.Errorf("IPv6 answers from unknown backends %v", extra))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	d.out.line("The same backends answered the IPv6 client, through every node, and their replies went")
+	d.out.line("straight back to it: direct server return over IPv6.")
 	return nil
 }
 
@@ -523,7 +647,10 @@ func (d *run) survive(ctx context.Context) error {
 		services[len(services)-1].History = append(slices.Clone(services[len(services)-1].History),
 			labrun.Generation{Until: time.Now(), Backends: services[len(services)-1].Backends})
 		for i := range services {
-			services[i].Backends = backends
+			// The IPv4 services; web6 keeps its IPv6 backends.
+			if services[i].VIP.Is4() {
+				services[i].Backends = backends
+			}
 		}
 		if _, err := labrun.Reconfigure(ctx, d.p, services); err != nil {
 			return fmt.Errorf("%s: %w", what, err)
@@ -658,7 +785,7 @@ func (d *run) backendNames(addrs []netip.Addr) string {
 	var names []string
 	for _, a := range addrs {
 		for _, b := range d.p.Backends {
-			if b.Addr == a {
+			if b.Addr == a || b.Addr6 == a {
 				names = append(names, b.Name)
 			}
 		}
