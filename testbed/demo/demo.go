@@ -274,8 +274,8 @@ func (d *run) ipv6(ctx context.Context) error {
 	d.out.line("The nodes' eth0 received %d bytes in all: the client's requests (%d bytes without their", nodesIn, cl.TxBytes-ethHeader*cl.TxPackets)
 	d.out.line("%d-byte Ethernet headers, which an interface counts in what it sends, not in what it", ethHeader)
 	d.out.line("receives), none of the %d bytes of replies.", cl.RxBytes)
-	d.out.line("Bytes out minus bytes in per forwarded packet: %s: the 40-byte outer IPv6", strings.Join(grew, ", "))
-	d.out.line("header and the Ethernet header.")
+	d.out.line("Bytes out minus bytes in per forwarded packet (%s): the 40-byte", strings.Join(grew, ", "))
+	d.out.line("outer IPv6 header and the Ethernet header.")
 	var errs []error
 	if bypassErr != nil {
 		errs = append(errs, fmt.Errorf("IPv6 replies did not bypass the nodes: %w", bypassErr))
