@@ -20,14 +20,20 @@ import (
 // (echo6) and IPv6-in-IPv4 (web6to4, IPv4 backends), with the replies
 // going straight from the backends to the client; long-lived IPv6
 // connections survive a node leaving gracefully and coming back.
-func TestIPv6WithFRR(t *testing.T) {
+func TestIPv6WithFRR(t *testing.T) { testIPv6(t, lab.RouterFRR, "v6") }
+
+// TestIPv6WithBIRD is TestIPv6WithFRR with BIRD as the router: its
+// kernel protocol for IPv6 merges the nodes' paths into one route.
+func TestIPv6WithBIRD(t *testing.T) { testIPv6(t, lab.RouterBIRD, "v6b") }
+
+func testIPv6(t *testing.T, router, suffix string) {
 	needRoot(t)
-	prefix := labPrefix + "v6"
+	prefix := labPrefix + suffix
 	useLab(t, prefix)
 	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
 	defer cancel()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 4, Binary: xlbBinary,
-		Router: lab.RouterFRR, IPv6: true})
+		Router: router, IPv6: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +69,7 @@ func TestIPv6WithFRR(t *testing.T) {
 	if err := lab.WaitNextHops(ctx, p, p.VIPs[0], nodes4, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("agents started; FRR routes %s and %s via %v, %s via %v after %s", p.VIPs6[0], p.VIPs6[1], nodes6,
+	t.Logf("agents started; %s routes %s and %s via %v, %s via %v after %s", router, p.VIPs6[0], p.VIPs6[1], nodes6,
 		p.VIPs[0], nodes4, time.Since(start).Round(time.Millisecond))
 
 	allBackends := e.backendNames(v4[0].Backends)

@@ -32,7 +32,9 @@ var labPrefix = fmt.Sprintf("xlbe2e%d", os.Getpid())
 
 // staleRE matches the namespaces of the labs that runs of these tests
 // make, and captures the run's PID and the lab's prefix.
-var staleRE = regexp.MustCompile(`^(xlbe2e([0-9]+)(?:-demo)?)-(?:router|client[0-9]+|node[0-9]+|be[0-9]+(?:-pod[0-9]+)?)$`)
+// A test's own suffix (TestBGPWithFRR's "b", TestIPv6WithBIRD's "v6b")
+// follows the PID.
+var staleRE = regexp.MustCompile(`^(xlbe2e([0-9]+)(?:-demo|[a-z][a-z0-9]*)?)-(?:router|rr|client[0-9]+|node[0-9]+|be[0-9]+(?:-pod[0-9]+)?)$`)
 
 func TestMain(m *testing.M) {
 	os.Exit(func() int {
@@ -148,6 +150,32 @@ func removeStaleLabs() {
 		fmt.Fprintf(os.Stderr, "e2e: removing lab %q left by an earlier run (PID %d is gone)\n", prefix, pid)
 		if err := lab.Down(prefix); err != nil {
 			fmt.Fprintln(os.Stderr, err)
+		}
+	}
+}
+
+// The labs of every test are found again after a crash, whatever the
+// test's suffix, and nobody else's are.
+func TestStaleRE(t *testing.T) {
+	for name, prefix := range map[string]string{
+		"xlbe2e123-router":         "xlbe2e123",
+		"xlbe2e123-demo-node2":     "xlbe2e123-demo",
+		"xlbe2e123b-be4":           "xlbe2e123b",
+		"xlbe2e123v6b-client1":     "xlbe2e123v6b",
+		"xlbe2e123nk-be1-pod2":     "xlbe2e123nk",
+		"xlbe2e123b-rr":            "xlbe2e123b",
+		"xlbe2e-router":            "",
+		"xlb-router":               "",
+		"xlbe2e123b-somethingelse": "",
+	} {
+		m := staleRE.FindStringSubmatch(name)
+		if got := ""; m != nil {
+			got = m[1]
+			if got != prefix {
+				t.Errorf("%s: lab %q, want %q", name, got, prefix)
+			}
+		} else if prefix != "" {
+			t.Errorf("%s: not matched, want lab %q", name, prefix)
 		}
 	}
 }
