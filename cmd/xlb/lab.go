@@ -84,11 +84,9 @@ func labUp(args []string) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	explicit := map[string]bool{}
-	fs.Visit(func(f *flag.Flag) { explicit[f.Name] = true })
-	if !explicit["ipv6"] && (*pods > 0 || *plain || *reflector) {
-		*ipv6 = false
-	}
+	given := false
+	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "ipv6" })
+	*ipv6 = labIPv6(*ipv6, given, *pods, *plain, *reflector)
 	if *pods < 0 || *pods > lab.MaxPods {
 		return fmt.Errorf("--pods %d: want 0 to %d", *pods, lab.MaxPods)
 	}
@@ -108,6 +106,17 @@ func labUp(args []string) error {
 	}
 	printPlan(p)
 	return nil
+}
+
+// labIPv6 says whether `xlb lab up` builds a dual-stack lab: as --ipv6
+// says if it was given (ipv6), else dual stack unless the lab has pods,
+// plain backends or a route reflector, which are IPv4 only (lab.NewPlan
+// refuses them with IPv6, which an explicit --ipv6 gets to see).
+func labIPv6(ipv6, given bool, pods int, plain, reflector bool) bool {
+	if given {
+		return ipv6
+	}
+	return pods == 0 && !plain && !reflector
 }
 
 func printPlan(p lab.Plan) {
