@@ -652,7 +652,10 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 // well-formed packets: encapsulated from the node to a fixture backend,
 // or an ICMP or ICMPv6 "too big" from the node.
 //
-//	go test -fuzz FuzzLBProgram6 -fuzztime 30s ./internal/dataplane/lb/
+//	go test -fuzz FuzzLBProgram6 -fuzztime 30s -fuzzminimizetime 1x ./internal/dataplane/lb/
+//
+// (Without -fuzzminimizetime the engine spent most of a run minimizing
+// the inputs that found new code, which it does not count as executions.)
 func FuzzLBProgram6(f *testing.F) {
 	d, fx := newFixtureLB6(f)
 	// As FuzzLBProgram: the namespace lives as long as its thread.
