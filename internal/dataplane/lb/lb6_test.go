@@ -1036,3 +1036,34 @@ func TestRanges6(t *testing.T) {
 		}
 	}
 }
+
+// TestLB6TooBigWithoutNodeAddr6: a node without an IPv6 address forwards
+// an IPv6 VIP's packets to IPv4 backends, but has no source for a Packet
+// Too Big: one that does not fit the tunnel is dropped (drop_too_big).
+func TestLB6TooBigWithoutNodeAddr6(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	d, err := New(Options{NodeAddr: fxNode, TableSize: fxTableSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.UpsertBackend(0, apOf(fxSmallMTU)); err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.MustParseAddr("fd00:99::5")
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {
+		t.Fatal(err)
+	}
+	small := tcp6To(vip, 80)
+	if v, _ := f.Run(t, d.objs.XlbLbProg, small.frame(f.MAC)); v != xdpTX {
+		t.Fatalf("a packet that fits: verdict %s, want TX", verdictNames[v])
+	}
+	big := tcp6To(vip, 80)
+	big.Payload = make([]byte, 1400-40-20)
+	var v uint32
+	delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, big.frame(f.MAC)) })
+	if v != xdpDrop || delta["drop_too_big"] != 1 || len(delta) != 1 {
+		t.Fatalf("too big: verdict %s reasons %v, want DROP with drop_too_big", verdictNames[v], delta)
+	}
+}
