@@ -100,6 +100,9 @@ static __noinline long nh_refill_x(struct xdp_md *ctx, struct nh_entry *nh,
  * chain of xlb_lb6. */
 static __noinline int too_big6(struct xdp_md *ctx, __u32 mtu, __u16 inner_len)
 {
+	/* Without an IPv6 address the node has no source to answer from. */
+	if (!(node_addr6.w[0] | node_addr6.w[1] | node_addr6.w[2] | node_addr6.w[3]))
+		return drop(XLB_DROP_TOO_BIG);
 	if (icmp6_too_big(ctx, &node_addr6, mtu, inner_len))
 		return drop(XLB_DROP_ENCAP_FAILED);
 	count_reason(XLB_TX_ICMP_TOO_BIG);

@@ -652,7 +652,10 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 // well-formed packets: encapsulated from the node to a fixture backend,
 // or an ICMP or ICMPv6 "too big" from the node.
 //
-//	go test -fuzz FuzzLBProgram6 -fuzztime 30s ./internal/dataplane/lb/
+//	go test -fuzz FuzzLBProgram6 -fuzztime 30s -fuzzminimizetime 1x ./internal/dataplane/lb/
+//
+// (Without -fuzzminimizetime the engine spent most of a run minimizing
+// the inputs that found new code, which it does not count as executions.)
 func FuzzLBProgram6(f *testing.F) {
 	d, fx := newFixtureLB6(f)
 	// As FuzzLBProgram: the namespace lives as long as its thread.
@@ -683,8 +686,10 @@ func FuzzLBProgram6(f *testing.F) {
 		if len(frame) > 3000 {
 			frame = frame[:3000]
 		}
-		// Mostly IPv6: the IPv4 path has its own target.
-		if len(frame) > 14 && frame[12] != 0x08 {
+		// Mostly IPv6: the IPv4 path has its own target. On a copy: a
+		// fuzz target must not change its input.
+		frame = append([]byte(nil), frame...)
+		if frame[12] != 0x08 {
 			frame[12], frame[13] = 0x86, 0xdd
 		}
 		v, out := fx.Run(t, d.objs.XlbLbProg, frame)
@@ -1029,5 +1034,36 @@ func TestRanges6(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestLB6TooBigWithoutNodeAddr6: a node without an IPv6 address forwards
+// an IPv6 VIP's packets to IPv4 backends, but has no source for a Packet
+// Too Big: one that does not fit the tunnel is dropped (drop_too_big).
+func TestLB6TooBigWithoutNodeAddr6(t *testing.T) {
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	d, err := New(Options{NodeAddr: fxNode, TableSize: fxTableSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.UpsertBackend(0, apOf(fxSmallMTU)); err != nil {
+		t.Fatal(err)
+	}
+	vip := netip.MustParseAddr("fd00:99::5")
+	if err := d.UpsertService(Service{ID: 0, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapIPIP, Table: make([]uint32, fxTableSize)}); err != nil {
+		t.Fatal(err)
+	}
+	small := tcp6To(vip, 80)
+	if v, _ := f.Run(t, d.objs.XlbLbProg, small.frame(f.MAC)); v != xdpTX {
+		t.Fatalf("a packet that fits: verdict %s, want TX", verdictNames[v])
+	}
+	big := tcp6To(vip, 80)
+	big.Payload = make([]byte, 1400-40-20)
+	var v uint32
+	delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, big.frame(f.MAC)) })
+	if v != xdpDrop || delta["drop_too_big"] != 1 || len(delta) != 1 {
+		t.Fatalf("too big: verdict %s reasons %v, want DROP with drop_too_big", verdictNames[v], delta)
 	}
 }
