@@ -81,10 +81,10 @@ static __always_inline struct chain_cfg *chain_config(void)
  * only then, so hints of the current generation cost no lookup. Two CPUs
  * may race and keep the lower of two new generations: that only delays
  * the stale-instance drop until the next packet of the newer one. */
-static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src, __be32 vip,
-					      __be16 port, __u32 gen)
+static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src,
+					      const union xlb_addr *vip, __be16 port, __u32 gen)
 {
-	struct chain_svc_key k = {.vip = XLB_ADDR4(vip), .port = port, .proto = IPPROTO_TCP};
+	struct chain_svc_key k = {.vip = *vip, .port = port, .proto = IPPROTO_TCP};
 	__u32 *seen = bpf_map_lookup_elem(&chain_gens, &k);
 
 	if (seen && gen <= *seen)
@@ -146,20 +146,14 @@ static __always_inline int chain_refused(__be32 src, __be32 prev)
  * client is closing anyway.) netns is the
  * network namespace to look in: BPF_F_CURRENT_NETNS for this host's own,
  * or the ID of a pod's. iph and th may lie in the packet (checked by the
- * caller) or on the stack. Returns the chain_stat that delivers the
- * packet, or CHAIN_STAT_MAX. */
-static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
-					  struct chain_tcphdr *th, __u64 netns)
+ * caller) or on the stack. chain_sock_stat takes the socket found (or
+ * 0) and returns the chain_stat that delivers the packet, or
+ * CHAIN_STAT_MAX. */
+static __always_inline __u32 chain_sock_stat(struct bpf_sock *sk, void *iph, __u32 iph_len,
+					     struct chain_tcphdr *th)
 {
-	struct bpf_sock_tuple t = {};
-	struct bpf_sock *sk;
 	__u32 stat = CHAIN_STAT_MAX;
 
-	t.ipv4.saddr = iph->saddr;
-	t.ipv4.daddr = iph->daddr;
-	t.ipv4.sport = th->source;
-	t.ipv4.dport = th->dest;
-	sk = bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), netns, 0);
 	if (!sk)
 		return stat;
 	if (sk->state == BPF_TCP_TIME_WAIT) {
@@ -168,11 +162,38 @@ static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
 		stat = CHAIN_SOCKET;
 	} else if ((th->flags & (TCP_FLAG_ACK | TCP_FLAG_SYN | TCP_FLAG_RST)) == TCP_FLAG_ACK &&
 		   /* The cookie check reads the fixed TCP header only. */
-		   bpf_tcp_check_syncookie(sk, iph, sizeof(*iph), (void *)th, sizeof(*th)) == 0) {
+		   bpf_tcp_check_syncookie(sk, iph, iph_len, (void *)th, sizeof(*th)) == 0) {
 		stat = CHAIN_SYNCOOKIE;
 	}
 	bpf_sk_release(sk);
 	return stat;
+}
+
+static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
+					  struct chain_tcphdr *th, __u64 netns)
+{
+	struct bpf_sock_tuple t = {};
+
+	t.ipv4.saddr = iph->saddr;
+	t.ipv4.daddr = iph->daddr;
+	t.ipv4.sport = th->source;
+	t.ipv4.dport = th->dest;
+	return chain_sock_stat(bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv4), netns, 0), iph,
+			       sizeof(*iph), th);
+}
+
+/* The same for an IPv6 packet, in this host's network namespace. */
+static __always_inline __u32 chain_socket6(struct xdp_md *ctx, struct ipv6hdr *iph,
+					   struct chain_tcphdr *th)
+{
+	struct bpf_sock_tuple t = {};
+
+	__builtin_memcpy(t.ipv6.saddr, iph->saddr, sizeof(t.ipv6.saddr));
+	__builtin_memcpy(t.ipv6.daddr, iph->daddr, sizeof(t.ipv6.daddr));
+	t.ipv6.sport = th->source;
+	t.ipv6.dport = th->dest;
+	return chain_sock_stat(bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0),
+			       iph, sizeof(*iph), th);
 }
 
 /* Whether local pod `pod` holds the connection of the packet inner/th
@@ -269,22 +290,44 @@ static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth,
  * no hint at all (an LB instance sends a zero hint for a service without
  * a chain, or when its lookup fails), a fragment, or a header that the
  * frame or the inner datagram does not hold (the stack judges it). */
+static __always_inline int chain_hinted(struct iphdr *ip, struct xlb_gue_hint *hint, void *data_end)
+{
+	struct udphdr *udp = (void *)(ip + 1);
+
+	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
+		return 0;
+	return hint->prev || hint->prev2 || hint->generation;
+}
+
 static __always_inline struct chain_tcphdr *chain_tcp(struct iphdr *ip, struct xlb_gue_hint *hint,
 						      struct iphdr *inner, __u32 inner_len,
 						      void *data_end)
 {
-	struct udphdr *udp = (void *)(ip + 1);
 	__u32 ihl = inner->ihl * 4;
 	struct chain_tcphdr *th;
 
-	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
-		return 0;
-	if (!hint->prev && !hint->prev2 && !hint->generation)
+	if (!chain_hinted(ip, hint, data_end))
 		return 0;
 	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
 		return 0;
 	th = (void *)inner + ihl;
 	if ((void *)(th + 1) > data_end || ihl + sizeof(*th) > inner_len)
+		return 0;
+	return th;
+}
+
+/* The same for an IPv6 inner packet, whose TCP header follows the fixed
+ * header (a packet with extension headers is not read: the stack judges
+ * it). */
+static __always_inline struct chain_tcphdr *chain_tcp6(struct iphdr *ip, struct xlb_gue_hint *hint,
+						       struct ipv6hdr *inner, __u32 inner_len,
+						       void *data_end)
+{
+	struct chain_tcphdr *th = (void *)(inner + 1);
+
+	if (!chain_hinted(ip, hint, data_end) || inner->nexthdr != IPPROTO_TCP)
+		return 0;
+	if ((void *)(th + 1) > data_end || sizeof(*inner) + sizeof(*th) > inner_len)
 		return 0;
 	return th;
 }
@@ -303,32 +346,15 @@ static __always_inline int chain_no_owner(__u32 gen, __u32 newest, __u32 inner_l
 	return CHAIN_DELIVER;
 }
 
-/* The hint's decision for an inner TCP packet to a local VIP: deliver it
- * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. */
-static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
-					struct xlb_gue_hint *hint, struct iphdr *inner, __u32 inner_len,
-					void *data_end)
+/* What becomes of a hinted packet to a local VIP that no local socket
+ * takes: chained to the first previous owner that is not this host, or,
+ * without one (or once the window is over), chain_no_owner's answer. */
+static __always_inline int chain_to_owner(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					  struct xlb_gue_hint *hint, struct chain_cfg *cfg, __u32 gen,
+					  __u32 newest, __u32 inner_len)
 {
-	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
-	struct chain_cfg *cfg;
-	__u32 newest, gen, stat;
 	__be32 prev, next;
 
-	if (!th)
-		return CHAIN_DELIVER;
-	cfg = chain_config();
-	gen = bpf_ntohl(hint->generation);
-	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
-
-	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
-		chain_count(CHAIN_SYN, inner_len);
-		return CHAIN_DELIVER;
-	}
-	stat = chain_socket(ctx, inner, th, BPF_F_CURRENT_NETNS);
-	if (stat != CHAIN_STAT_MAX) {
-		chain_count(stat, inner_len);
-		return CHAIN_DELIVER;
-	}
 	/* The first previous owner that is not this host; the one after it
 	 * travels on in the hint, for the next hop to try in turn. */
 	prev = hint->prev;
@@ -347,6 +373,67 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 	return chain_no_owner(gen, newest, inner_len);
 }
 
+/* The hint's decision for an inner TCP packet to a local VIP: deliver it
+ * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. */
+static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					struct xlb_gue_hint *hint, struct iphdr *inner, __u32 inner_len,
+					void *data_end)
+{
+	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	union xlb_addr vip;
+	struct chain_cfg *cfg;
+	__u32 newest, gen, stat;
+
+	if (!th)
+		return CHAIN_DELIVER;
+	cfg = chain_config();
+	gen = bpf_ntohl(hint->generation);
+	vip = XLB_ADDR4(inner->daddr);
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	stat = chain_socket(ctx, inner, th, BPF_F_CURRENT_NETNS);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	return chain_to_owner(ctx, eth, ip, hint, cfg, gen, newest, inner_len);
+}
+
+/* The same for an IPv6 packet to a local IPv6 VIP, tunnelled over IPv4
+ * (the hint's previous owners are IPv4 addresses, and so is the outer
+ * header it is chained with). */
+static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
+					 struct xlb_gue_hint *hint, struct ipv6hdr *inner,
+					 __u32 inner_len, void *data_end)
+{
+	struct chain_tcphdr *th = chain_tcp6(ip, hint, inner, inner_len, data_end);
+	union xlb_addr vip;
+	struct chain_cfg *cfg;
+	__u32 newest, gen, stat;
+
+	if (!th)
+		return CHAIN_DELIVER;
+	cfg = chain_config();
+	gen = bpf_ntohl(hint->generation);
+	__builtin_memcpy(vip.w, inner->daddr, sizeof(vip.w));
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	stat = chain_socket6(ctx, inner, th);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	return chain_to_owner(ctx, eth, ip, hint, cfg, gen, newest, inner_len);
+}
+
 /* The same decision for an inner TCP packet tunnelled to local pod *pod
  * (Kubernetes mode), where the sockets are the pods', each in its own
  * network namespace, and a previous owner may be another pod of this
@@ -361,6 +448,7 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 					    __be32 *pod)
 {
 	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	union xlb_addr vip;
 	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
 	__be32 prev, prev2;
@@ -369,7 +457,8 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 		return CHAIN_DELIVER;
 	cfg = chain_config();
 	gen = bpf_ntohl(hint->generation);
-	newest = gen ? chain_newest_gen(cfg, ip->saddr, inner->daddr, th->dest, gen) : 0;
+	vip = XLB_ADDR4(inner->daddr);
+	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);

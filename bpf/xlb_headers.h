@@ -7,10 +7,16 @@
 
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
+#define ETH_P_IPV6 0x86DD
 #define IPPROTO_ICMP 1
 #define IPPROTO_IPIP 4
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
+#define IPPROTO_HOPOPTS 0   /* IPv6 hop-by-hop options */
+#define IPPROTO_IPV6 41     /* IPv6 inside (IPv6-in-IPv4, IPv6-in-IPv6) */
+#define IPPROTO_FRAGMENT 44 /* IPv6 fragment header */
+#define IPPROTO_ICMPV6 58
+#define IPPROTO_DSTOPTS 60  /* IPv6 destination options */
 
 #define IP_MF 0x2000
 #define IP_DF 0x4000
@@ -40,6 +46,30 @@ struct iphdr {
 	__sum16 check;
 	__be32 saddr;
 	__be32 daddr;
+};
+
+/* The fixed IPv6 header (RFC 8200). The addresses are 4 words, as
+ * union xlb_addr and struct bpf_sock_tuple hold them. */
+struct ipv6hdr {
+#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+	__u8 priority : 4, version : 4;
+#else
+	__u8 version : 4, priority : 4;
+#endif
+	__u8 flow_lbl[3];
+	__be16 payload_len;
+	__u8 nexthdr;
+	__u8 hop_limit;
+	__be32 saddr[4];
+	__be32 daddr[4];
+};
+
+/* The start of an IPv6 extension header that has a length: hop-by-hop
+ * and destination options (and routing), hdrlen 8-byte units past the
+ * first 8. */
+struct ipv6_opt_hdr {
+	__u8 nexthdr;
+	__u8 hdrlen;
 };
 
 /* TCP and UDP both start with the two ports; that is all xlb reads. */

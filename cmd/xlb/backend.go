@@ -38,8 +38,11 @@ func (v *vipList) String() string { return fmt.Sprint([]netip.Addr(*v)) }
 func (v *vipList) Set(s string) error {
 	for _, part := range strings.Split(s, ",") {
 		a, err := netip.ParseAddr(strings.TrimSpace(part))
-		if err != nil || !a.Is4() {
-			return fmt.Errorf("%q is not an IPv4 address", part)
+		if err != nil {
+			return fmt.Errorf("%q is not an IPv4 or IPv6 address", part)
+		}
+		if err := decap.CheckVIP(a); err != nil {
+			return err
 		}
 		*v = append(*v, a)
 	}
@@ -99,7 +102,7 @@ func runBackend(args []string) error {
 	fs := flag.NewFlagSet("xlb backend", flag.ContinueOnError)
 	iface := fs.String("interface", "", "interface the tunnelled traffic arrives on (required)")
 	var vips vipList
-	fs.Var(&vips, "vip", "VIP to accept (repeat, or comma-separated)")
+	fs.Var(&vips, "vip", "VIP to accept, IPv4 or IPv6 (repeat, or comma-separated)")
 	var nat natList
 	fs.Var(&nat, "nat", "Kubernetes mode: translate VIP:PORT/PROTO to a local pod, as VIP:PORT/PROTO=PODIP:TARGETPORT (repeat)")
 	fallback := fs.Bool("nat-reply-fallback", false, "translate a pod's reply without a flow record when one VIP:port maps to its port (also rewrites direct traffic to that pod port)")

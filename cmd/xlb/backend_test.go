@@ -56,3 +56,31 @@ func TestBackendAttachMode(t *testing.T) {
 		t.Errorf("got %v, want the attach modes", err)
 	}
 }
+
+// TestVIPList: --vip takes IPv4 and IPv6 addresses, repeated or
+// comma-separated, and refuses what no load balancer tunnels to, saying
+// why.
+func TestVIPList(t *testing.T) {
+	var v vipList
+	for _, s := range []string{"10.99.0.1", "2001:db8::10, fd00:99::1"} {
+		if err := v.Set(s); err != nil {
+			t.Fatalf("Set(%q): %v", s, err)
+		}
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("fd00:99::1")}
+	if !slices.Equal(v, want) {
+		t.Errorf("got %v, want %v", v, want)
+	}
+	for bad, msg := range map[string]string{
+		"vip1":             `"vip1" is not an IPv4 or IPv6 address`,
+		"::ffff:10.99.0.1": "VIP ::ffff:10.99.0.1 is an IPv4-mapped IPv6 address: give the IPv4 address 10.99.0.1 instead",
+		"fe80::1":          "VIP fe80::1 is link-local",
+		"ff02::1":          "VIP ff02::1 is a multicast address",
+		"::":               "VIP :: is the unspecified address",
+	} {
+		var q vipList
+		if err := q.Set(bad); err == nil || !strings.Contains(err.Error(), msg) {
+			t.Errorf("Set(%q): %v, want %q", bad, err, msg)
+		}
+	}
+}

@@ -87,8 +87,8 @@ func Setup(opts Options) (Result, error) {
 		return Result{}, errors.New("no VIP and no translation given: pass --vip ADDR or --nat VIP:PORT/PROTO=PODIP:TARGETPORT (one or more)")
 	}
 	for _, v := range opts.VIPs {
-		if !v.Is4() {
-			return Result{}, fmt.Errorf("VIP %v: only IPv4 is supported", v)
+		if err := decap.CheckVIP(v); err != nil {
+			return Result{}, err
 		}
 	}
 	if err := validateNAT(opts.NAT); err != nil {
@@ -101,12 +101,12 @@ func Setup(opts Options) (Result, error) {
 	if err != nil {
 		return Result{}, fmt.Errorf("interface %q: %w", opts.Interface, err)
 	}
-	hostAddrs, err := ipv4Addrs(iface)
+	hostAddrs, err := hostAddrs(iface)
 	if err != nil {
 		return Result{}, err
 	}
 	if len(hostAddrs) == 0 {
-		return Result{}, fmt.Errorf("interface %s has no IPv4 address: tunnels are addressed to one", opts.Interface)
+		return Result{}, fmt.Errorf("interface %s has no IPv4 address and no global IPv6 address: tunnels are addressed to one; add one, or give the interface the load balancers send to", opts.Interface)
 	}
 	for _, e := range opts.NAT {
 		// The program takes a tunnel to a host address for the VIP-on-lo
@@ -116,7 +116,7 @@ func Setup(opts Options) (Result, error) {
 		}
 	}
 	if len(opts.NAT) > 0 {
-		if err := requireForwarding(); err != nil {
+		if err := requireForwarding(slices.ContainsFunc(opts.NAT, func(e NATEntry) bool { return e.PodIP.Is6() })); err != nil {
 			return Result{}, err
 		}
 	}
@@ -131,7 +131,10 @@ func Setup(opts Options) (Result, error) {
 	if err := bpfobj.EnsurePinFS(pin); err != nil {
 		return Result{}, err
 	}
-	if len(opts.VIPs) > 0 { // nothing on lo to keep quiet about otherwise
+	// Nothing on lo to keep quiet about otherwise. IPv6 needs nothing:
+	// the host answers neighbour solicitations only for addresses of the
+	// interface they arrive on.
+	if slices.ContainsFunc(opts.VIPs, netip.Addr.Is4) {
 		if err := setSysctls(); err != nil {
 			return Result{}, err
 		}
@@ -188,8 +191,9 @@ func Setup(opts Options) (Result, error) {
 }
 
 // requireForwarding refuses the Kubernetes mode on a host that does not
-// route: translated packets could never reach the pods.
-func requireForwarding() error {
+// route: translated packets could never reach the pods. IPv6 pods need
+// IPv6 forwarding too.
+func requireForwarding(ipv6 bool) error {
 	const p = "/proc/sys/net/ipv4/ip_forward"
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -197,6 +201,16 @@ func requireForwarding() error {
 	}
 	if strings.TrimSpace(string(b)) != "1" {
 		return errors.New("IPv4 forwarding is off (net.ipv4.ip_forward=0): the node could not route translated packets to its pods; enable it, as a CNI with host routing does")
+	}
+	if !ipv6 {
+		return nil
+	}
+	const p6 = "/proc/sys/net/ipv6/conf/all/forwarding"
+	if b, err = os.ReadFile(p6); err != nil {
+		return fmt.Errorf("read %s: %w", p6, err)
+	}
+	if strings.TrimSpace(string(b)) != "1" {
+		return errors.New("IPv6 forwarding is off (net.ipv6.conf.all.forwarding=0) and a translation is for an IPv6 pod: the node could not route translated packets to it; enable it, as a dual-stack CNI with host routing does")
 	}
 	return nil
 }
@@ -249,22 +263,35 @@ func setSysctls() error {
 	return nil
 }
 
+// vipAddr is VIP v as an address of lo: a /32 or /128 of host scope.
+// IPv6 has no duplicate address detection on lo to wait for.
 func vipAddr(v netip.Addr) *netlink.Addr {
-	return &netlink.Addr{IPNet: &net.IPNet{IP: v.AsSlice(), Mask: net.CIDRMask(32, 32)}, Scope: int(netlink.SCOPE_HOST)}
+	return &netlink.Addr{IPNet: &net.IPNet{IP: v.AsSlice(), Mask: net.CIDRMask(v.BitLen(), v.BitLen())}, Scope: int(netlink.SCOPE_HOST)}
 }
 
-func ipv4Addrs(iface *net.Interface) ([]netip.Addr, error) {
+// hostAddrs are the addresses of iface a tunnel may be sent to: its IPv4
+// addresses and its IPv6 ones but the link-local ones, which no load
+// balancer's backend has.
+func hostAddrs(iface *net.Interface) ([]netip.Addr, error) {
 	addrs, err := iface.Addrs()
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %s: %w", iface.Name, err)
 	}
 	var out []netip.Addr
 	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP.To4()); ok && n.IP.To4() != nil {
-				out = append(out, ip)
-			}
+		n, ok := a.(*net.IPNet)
+		if !ok {
+			continue
 		}
+		ip, ok := netip.AddrFromSlice(n.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		if ip.Is6() && (ip.IsLinkLocalUnicast() || ip.IsMulticast()) {
+			continue
+		}
+		out = append(out, ip)
 	}
 	return out, nil
 }

@@ -109,6 +109,17 @@ func TestSetupAndCleanup(t *testing.T) {
 	if got := loVIPs(t, ns); !slices.Equal(got, []netip.Addr{v2, v3}) {
 		t.Errorf("VIPs on lo after re-setup %v, want %v %v", got, v2, v3)
 	}
+	// IPv6 VIPs go on lo as /128s beside them, and leave as the IPv4
+	// ones do.
+	v6a, v6b := netip.MustParseAddr("fd00:99::1"), netip.MustParseAddr("2001:db8:99::2")
+	setup(v2, v3, v6a, v6b)
+	if got := loVIPs6(t, ns); !slices.Equal(got, []netip.Addr{v6b, v6a}) {
+		t.Errorf("IPv6 VIPs on lo %v, want %v %v", got, v6a, v6b)
+	}
+	setup(v2, v3, v6b)
+	if got := loVIPs6(t, ns); !slices.Equal(got, []netip.Addr{v6b}) {
+		t.Errorf("IPv6 VIPs on lo after re-setup %v, want %v", got, v6b)
+	}
 
 	for i := 0; i < 2; i++ { // safe to run twice
 		err := netns.Do(ns, func() error {
@@ -122,6 +133,9 @@ func TestSetupAndCleanup(t *testing.T) {
 	if got := loVIPs(t, ns); len(got) != 0 {
 		t.Errorf("VIPs left on lo: %v", got)
 	}
+	if got := loVIPs6(t, ns); len(got) != 0 {
+		t.Errorf("IPv6 VIPs left on lo: %v", got)
+	}
 	if _, err := os.Stat(pin); !os.IsNotExist(err) {
 		t.Errorf("pin directory left: %v", err)
 	}
@@ -131,8 +145,19 @@ func TestSetupRefusesBadInput(t *testing.T) {
 	if _, err := Setup(Options{Interface: "eth0"}); err == nil || !strings.Contains(err.Error(), "--vip") {
 		t.Errorf("no VIPs: %v", err)
 	}
-	if _, err := Setup(Options{Interface: "eth0", VIPs: []netip.Addr{netip.MustParseAddr("::1")}}); err == nil || !strings.Contains(err.Error(), "IPv4") {
-		t.Errorf("IPv6 VIP: %v", err)
+	// IPv6 VIPs no load balancer tunnels to are refused, saying why,
+	// before anything is touched (the interface is not even looked up).
+	for vip, want := range map[string]string{
+		"::1":              "is the loopback address",
+		"fe80::1":          "is link-local",
+		"ff05::2":          "is a multicast address",
+		"::":               "is the unspecified address",
+		"::ffff:10.99.0.1": "give the IPv4 address 10.99.0.1 instead",
+	} {
+		_, err := Setup(Options{Interface: "no-such-interface", VIPs: []netip.Addr{fxVIP1, netip.MustParseAddr(vip)}})
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("VIP %s: %v, want %q", vip, err, want)
+		}
 	}
 }
 

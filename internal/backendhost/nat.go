@@ -14,6 +14,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
+	"github.com/xlbproject/xlb/internal/dataplane/decap"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
@@ -28,9 +29,10 @@ type NATEntry struct {
 	TargetPort uint16
 }
 
-// String formats e the way ParseNATEntry reads it.
+// String formats e the way ParseNATEntry reads it (IPv6 addresses in
+// brackets).
 func (e NATEntry) String() string {
-	return fmt.Sprintf("%v:%d/%s=%v:%d", e.VIP, e.Port, protoName(e.Proto), e.PodIP, e.TargetPort)
+	return fmt.Sprintf("%v/%s=%v", netip.AddrPortFrom(e.VIP, e.Port), protoName(e.Proto), netip.AddrPortFrom(e.PodIP, e.TargetPort))
 }
 
 func protoName(p uint8) string {
@@ -44,9 +46,10 @@ func protoName(p uint8) string {
 }
 
 // ParseNATEntry reads VIP:PORT/PROTO=PODIP:TARGETPORT, e.g.
-// 10.99.0.1:80/tcp=10.244.1.2:8080.
+// 10.99.0.1:80/tcp=10.244.1.2:8080 or, IPv6 in brackets,
+// [fd00:99::1]:80/tcp=[fd00:244::2]:8080.
 func ParseNATEntry(s string) (NATEntry, error) {
-	const form = "want VIP:PORT/PROTO=PODIP:TARGETPORT, e.g. 10.99.0.1:80/tcp=10.244.1.2:8080"
+	const form = "want VIP:PORT/PROTO=PODIP:TARGETPORT, e.g. 10.99.0.1:80/tcp=10.244.1.2:8080 or [fd00:99::1]:80/tcp=[fd00:244::2]:8080"
 	svc, pod, ok := strings.Cut(strings.TrimSpace(s), "=")
 	if !ok {
 		return NATEntry{}, fmt.Errorf("%q: no '=' between the service and the pod (%s)", s, form)
@@ -75,13 +78,19 @@ func ParseNATEntry(s string) (NATEntry, error) {
 }
 
 func parseAddrPort(s, what string) (netip.Addr, uint16, error) {
-	host, port, ok := strings.Cut(s, ":")
-	if !ok {
+	i := strings.LastIndex(s, ":")
+	if i < 0 || strings.HasPrefix(s, "[") && !strings.HasSuffix(s[:i], "]") {
 		return netip.Addr{}, 0, fmt.Errorf("%s %q has no port", what, s)
 	}
+	host, port := s[:i], s[i+1:]
+	if strings.HasPrefix(host, "[") && strings.HasSuffix(host, "]") {
+		host = host[1 : len(host)-1]
+	} else if strings.Contains(host, ":") {
+		return netip.Addr{}, 0, fmt.Errorf("%s %q: write an IPv6 address in brackets, [ADDRESS]:PORT", what, s)
+	}
 	a, err := netip.ParseAddr(host)
-	if err != nil || !a.Is4() {
-		return netip.Addr{}, 0, fmt.Errorf("%s address %q is not an IPv4 address", what, host)
+	if err != nil || a.Zone() != "" {
+		return netip.Addr{}, 0, fmt.Errorf("%s address %q is not an IPv4 or IPv6 address", what, host)
 	}
 	p, err := strconv.ParseUint(port, 10, 16)
 	if err != nil || p == 0 {
@@ -112,16 +121,21 @@ func validateNAT(entries []NATEntry) error {
 
 func (e NATEntry) valid() error {
 	switch {
-	case !e.VIP.Is4() || e.VIP.IsUnspecified():
-		return fmt.Errorf("VIP %v: want an IPv4 address", e.VIP)
-	case !e.PodIP.Is4() || e.PodIP.IsUnspecified():
-		return fmt.Errorf("pod IP %v: want an IPv4 address", e.PodIP)
+	case !e.VIP.IsValid() || e.VIP.IsUnspecified():
+		return fmt.Errorf("VIP %v: want an IPv4 or IPv6 address", e.VIP)
+	case !e.PodIP.IsValid() || e.PodIP.IsUnspecified() || e.PodIP.Is4In6() || e.PodIP.IsMulticast() || e.PodIP.Is6() && e.PodIP.IsLinkLocalUnicast():
+		return fmt.Errorf("pod IP %v: want the pod's IPv4 or IPv6 address (not unspecified, IPv4-mapped, multicast or IPv6 link-local)", e.PodIP)
+	case e.VIP.Is4() != e.PodIP.Is4():
+		return fmt.Errorf("VIP %v and pod IP %v are of different families: a pod is translated for a VIP of its own family (give the pod's address of the VIP's family)", e.VIP, e.PodIP)
 	case e.VIP == e.PodIP:
 		return errors.New("the VIP and the pod IP are the same")
 	case e.Port == 0 || e.TargetPort == 0:
 		return errors.New("port 0: want 1..65535")
 	case e.Proto != wire.ProtoTCP && e.Proto != wire.ProtoUDP:
 		return fmt.Errorf("protocol %d: want tcp (6) or udp (17)", e.Proto)
+	}
+	if e.VIP.Is6() {
+		return decap.CheckVIP(e.VIP)
 	}
 	return nil
 }

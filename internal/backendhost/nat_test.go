@@ -546,6 +546,7 @@ func TestParseNATEntry(t *testing.T) {
 	}{
 		{"10.99.0.1:80/tcp=10.244.1.2:8080", NATEntry{fxVIP1, 80, 6, fxPod1, 8080}},
 		{" 10.99.0.2:53/UDP=10.244.1.3:5353 ", NATEntry{fxVIP2, 53, 17, fxPod2, 5353}},
+		{"[fd00:99::1]:80/tcp=[fd00:244::2]:8080", NATEntry{fxVIP6, 80, 6, fxPod6, 8080}},
 	}
 	for _, c := range good {
 		got, err := ParseNATEntry(c.in)
@@ -562,7 +563,9 @@ func TestParseNATEntry(t *testing.T) {
 		{"10.99.0.1:80/sctp=10.244.1.2:8080", `protocol "sctp"`},
 		{"10.99.0.1/tcp=10.244.1.2:8080", `VIP "10.99.0.1" has no port`},
 		{"10.99.0.1:80/tcp=10.244.1.2", `pod "10.244.1.2" has no port`},
-		{"fd00::1:80/tcp=10.244.1.2:8080", "VIP address"},
+		{"fd00::1:80/tcp=10.244.1.2:8080", `VIP "fd00::1:80": write an IPv6 address in brackets`},
+		{"[fd00::1]/tcp=10.244.1.2:8080", `VIP "[fd00::1]" has no port`},
+		{"[fd00::x]:80/tcp=10.244.1.2:8080", `VIP address "fd00::x"`},
 		{"10.99.0.1:80/tcp=pod:8080", `pod address "pod"`},
 		{"10.99.0.1:0/tcp=10.244.1.2:8080", `VIP port "0"`},
 		{"10.99.0.1:80/tcp=10.244.1.2:70000", `pod port "70000"`},
@@ -583,7 +586,12 @@ func TestValidateNAT(t *testing.T) {
 		{append(fxEntries, fxEntries[0]), ""},
 		{[]NATEntry{{fxVIP1, 80, 6, fxPod1, 8080}, {fxVIP1, 80, 6, fxPod1, 9090}}, "already map to target port 8080"},
 		{[]NATEntry{{fxVIP1, 80, 1, fxPod1, 8080}}, "protocol 1"},
-		{[]NATEntry{{fxVIP1, 80, 6, netip.MustParseAddr("fd00::1"), 8080}}, "pod IP"},
+		{[]NATEntry{{fxVIP1, 80, 6, netip.MustParseAddr("fd00::1"), 8080}}, "are of different families"},
+		{[]NATEntry{{fxVIP6, 80, 6, fxPod6, 8080}}, ""},
+		{[]NATEntry{{fxVIP6, 80, 6, fxPod1, 8080}}, "are of different families"},
+		{[]NATEntry{{fxVIP6, 80, 6, netip.MustParseAddr("fe80::2"), 8080}}, "IPv6 link-local"},
+		{[]NATEntry{{netip.MustParseAddr("fe80::1"), 80, 6, fxPod6, 8080}}, "VIP fe80::1 is link-local"},
+		{[]NATEntry{{netip.MustParseAddr("::ffff:10.99.0.1"), 80, 6, fxPod6, 8080}}, "IPv4-mapped"},
 		{[]NATEntry{{netip.Addr{}, 80, 6, fxPod1, 8080}}, "VIP"},
 		{[]NATEntry{{fxVIP1, 80, 6, fxVIP1, 8080}}, "the same"},
 		{[]NATEntry{{fxVIP1, 80, 6, fxPod1, 0}}, "port 0"},

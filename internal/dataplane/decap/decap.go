@@ -30,8 +30,8 @@ const linkPin = "link"
 // Options configure the decapsulation program.
 type Options struct {
 	Interface  string
-	HostAddrs  []netip.Addr // outer destinations that are this host
-	VIPs       []netip.Addr // inner destinations accepted (configured locally)
+	HostAddrs  []netip.Addr // outer destinations that are this host, IPv4 or IPv6
+	VIPs       []netip.Addr // inner destinations accepted (configured locally), IPv4 or IPv6 (CheckVIP)
 	PinPath    string
 	AttachMode string
 	// Chain configures daisy chaining.
@@ -159,6 +159,11 @@ func configureDecap(maps *backendMaps, hostAddrs, vips []netip.Addr, c Chain) er
 			return errors.New("configure the backend program: a map is missing")
 		}
 	}
+	for _, v := range vips {
+		if err := CheckVIP(v); err != nil {
+			return err
+		}
+	}
 	if err := setAddrs(maps.HostAddrs, hostAddrs); err != nil {
 		return fmt.Errorf("host addresses: %w", err)
 	}
@@ -168,16 +173,47 @@ func configureDecap(maps *backendMaps, hostAddrs, vips []netip.Addr, c Chain) er
 	return setChain(maps, c)
 }
 
-// setAddrs makes the set map m hold exactly addrs.
+// setAddrs makes the set map m hold exactly addrs, of either family.
 func setAddrs(m *ebpf.Map, addrs []netip.Addr) error {
 	want := map[wire.Addr]bool{}
 	for _, a := range addrs {
-		if !a.Is4() {
-			return fmt.Errorf("%v is not an IPv4 address", a)
+		switch {
+		case !a.IsValid():
+			return errors.New("an empty address")
+		case a.Is4In6():
+			// The maps hold IPv4 addresses in this form: it would
+			// stand for the IPv4 address, which no IPv6 packet has.
+			return fmt.Errorf("%v is an IPv4-mapped IPv6 address: give the IPv4 address %v", a, a.Unmap())
 		}
 		want[wire.AddrOf(a)] = true
 	}
 	return syncSet(m, want)
+}
+
+// CheckVIP says why a cannot be a VIP of a backend host, or nil. An IPv4
+// VIP is taken as it comes; an IPv6 one must be an address a client can
+// reach the host at through a load balancer: not IPv4-mapped (give the
+// IPv4 address), not link-local, multicast, loopback or unspecified.
+func CheckVIP(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return errors.New("no address: give an IPv4 or IPv6 address")
+	case a.Is4():
+		return nil
+	case a.Is4In6():
+		return fmt.Errorf("VIP %v is an IPv4-mapped IPv6 address: give the IPv4 address %v instead", a, a.Unmap())
+	case a.IsUnspecified():
+		return fmt.Errorf("VIP %v is the unspecified address: give the address clients connect to", a)
+	case a.IsMulticast():
+		return fmt.Errorf("VIP %v is a multicast address: a VIP is a unicast address", a)
+	case a.IsLoopback():
+		return fmt.Errorf("VIP %v is the loopback address, which no packet from outside the host may carry: give the address clients connect to", a)
+	case a.IsLinkLocalUnicast():
+		return fmt.Errorf("VIP %v is link-local (fe80::/10), which no load balancer forwards to: give a global or unique local (fd00::/8) address", a)
+	case a.Zone() != "":
+		return fmt.Errorf("VIP %v has a zone: give the address without %%%s", a, a.Zone())
+	}
+	return nil
 }
 
 // CheckChainWindow says why w cannot be a daisy-chaining window, or nil.

@@ -17,10 +17,10 @@ func newFixtureDecap(t testing.TB, f *fixtureNS) *backendObjects {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { objs.Close() })
-	if err := setAddrs(objs.HostAddrs, []netip.Addr{fxBackend}); err != nil {
+	if err := setAddrs(objs.HostAddrs, []netip.Addr{fxBackend, fxBackend6}); err != nil {
 		t.Fatal(err)
 	}
-	if err := setAddrs(objs.DecapVips, []netip.Addr{fxVIP}); err != nil {
+	if err := setAddrs(objs.DecapVips, []netip.Addr{fxVIP, fxVIP6}); err != nil {
 		t.Fatal(err)
 	}
 	return &objs
@@ -171,7 +171,8 @@ func TestDecap(t *testing.T) {
 		{"IPIP with Ethernet padding", padded, xdpPass, paddedInner, "decap_ipip"},
 		{"GUE control message", encapsulate(inner, fxBackend, 6080, []byte{0x20, 0, 0, 0}), xdpDrop, nil, "drop_bad_gue"},
 		{"GUE version 2", encapsulate(inner, fxBackend, 6080, []byte{0x80, 4, 0, 0}), xdpDrop, nil, "drop_bad_gue"},
-		{"GUE carrying IPv6", encapsulate(inner, fxBackend, 6080, []byte{0, 41, 0, 0}), xdpDrop, nil, "drop_bad_gue"},
+		{"GUE saying IPv6, carrying IPv4", encapsulate(inner, fxBackend, 6080, []byte{0, 41, 0, 0}), xdpDrop, nil, "drop_bad_inner"},
+		{"GUE carrying UDP", encapsulate(inner, fxBackend, 6080, []byte{0, 17, 0, 0}), xdpDrop, nil, "drop_bad_gue"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

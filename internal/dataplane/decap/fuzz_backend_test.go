@@ -65,6 +65,26 @@ func FuzzBackendProgram(f *testing.F) {
 	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.AddrOf(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
+	// An IPv6 pod, in the maps only (no socket of it is looked up), with
+	// a reply flow and the fallback for its port.
+	for _, proto := range []uint8{wire.ProtoTCP, wire.ProtoUDP} {
+		k := natSvcKeyOf(fxVIP6, fxPod6, 80)
+		k.Proto = proto
+		if err := objs.NatSvcs.Put(k, be16bytes(podPort)); err != nil {
+			f.Fatal(err)
+		}
+	}
+	if err := objs.NatPods.Put(wire.AddrOf(fxPod6), uint8(1)); err != nil {
+		f.Fatal(err)
+	}
+	flow6 := wire.NATFlowKey{Pod: wire.AddrOf(fxPod6), Client: wire.AddrOf(fxClient6), PodPort: wire16(podPort), ClientPort: wire16(40001), Proto: 6}
+	if err := objs.NatFlows.Put(flow6, wire.NATVIP{Vip: wire.AddrOf(fxVIP6), Port: wire16(80)}); err != nil {
+		f.Fatal(err)
+	}
+	rev6 := wire.NATRevKey{Pod: wire.AddrOf(fxPod6), PodPort: wire16(podPort), Proto: 17}
+	if err := objs.NatRevPorts.Put(rev6, wire.NATVIP{Vip: wire.AddrOf(fxVIP6), Port: wire16(80)}); err != nil {
+		f.Fatal(err)
+	}
 	// Fuzzing workers are ended without running cleanups: drop the
 	// namespaces' names now, so that each lives only as long as the
 	// thread parked in it, and goes with the worker however that ends.
@@ -82,8 +102,9 @@ func FuzzBackendProgram(f *testing.F) {
 		decap, reply := runBackendFrame(f, fx, objs, s)
 		seen[decap], seen[reply] = true, true
 	}
-	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "translated for a pod",
-		"reply unchanged", "reply translated", "ICMP error translated"} {
+	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
+		"translated for an IPv6 pod", "ICMPv6 error translated for an IPv6 pod", "reply unchanged", "reply translated", "IPv6 reply translated",
+		"ICMP error translated", "IPv6 ICMP error translated"} {
 		if !seen[k] {
 			f.Errorf("no seed gives %q (seen: %v): add one", k, seen)
 		}
@@ -171,7 +192,59 @@ func backendSeeds(fx *fixtureNS, conn uint16, pod1, pod2 *podNS) [][]byte {
 	inICMP[24], inICMP[25] = 0, 0
 	binary.BigEndian.PutUint16(inICMP[24:], csum(inICMP[14:34]))
 	out = append(out, encapsulate(inICMP, fxPod1, wire.GUEPort, []byte{0, 4, 0, 0}), encapsulate(inICMP, fxPod1, 0, nil))
-	return out
+	return append(out, backendSeeds6(fx)...)
+}
+
+// backendSeeds6 are IPv6 frames: tunnels of every family pair to this
+// host (IPv6 VIP inside, or the IPv4 one under an IPv6 outer header),
+// with extension headers, to a pod, and neighbour discovery.
+func backendSeeds6(fx *fixtureNS) [][]byte {
+	tcp6 := seg{src: fxClient6, dst: fxVIP6, sport: 40000, dport: 80, proto: nhTCP, seq: 1000, flags: 0x02}.datagram()
+	udp6 := seg{src: fxClient6, dst: fxVIP6, sport: 5353, dport: 53, proto: nhUDP, payload: []byte("q")}.datagram()
+	tcp4 := seg{src: fxClient, dst: fxVIP, sport: 40000, dport: 80, proto: nhTCP, seq: 1000}.datagram()
+	ack6 := seg{src: fxClient6, dst: fxVIP6, sport: 40001, dport: 80, proto: nhTCP, seq: 1000, ack: 1, flags: 0x10}.datagram()
+	now := uint32(time.Now().Unix())
+	var none netip.Addr
+	var out [][]byte
+	// Hinted, over IPv4: chained, through the stack, or refused.
+	for _, h := range [][]byte{hintGUE6(chainPrevTX, none, now, now), hintGUE6(chainPrevNoNeigh, chainPrevTX, now, now),
+		hintGUE6(chainUnknown, none, now, now), hintGUE6(none, none, now, now-1)} {
+		out = append(out, ethFrame(fx.MAC, tunnel{dst: fxBackend, gue: h}.wrap(ack6)), ethFrame(fx.MAC, tunnel{dst: fxBackend6, gue: h}.wrap(ack6)))
+	}
+	for _, tn := range []tunnel{
+		{dst: fxBackend6}, {dst: fxBackend}, {dst: fxBackend6, gue: gue6}, {dst: fxBackend6, gue: gueV1},
+		{dst: fxBackend6, gue: gue6Hint}, {dst: fxBackend, gue: gue6}, {dst: fxBackend, gue: gue6Hint},
+		{dst: fxBackend6, ext: []extHdr{{nhHop, 8}, {nhDst, 16}}}, {dst: fxBackend6, gue: gue6, ext: []extHdr{{nhDst, 8}}},
+		{dst: fxPod1}, {dst: fxPod1, gue: gue6}, {dst: fxOther6}, {dst: fxPod6}, {dst: fxPod6, gue: gue6},
+		{dst: fxPod6, gue: gueV1, ext: []extHdr{{nhDst, 8}}},
+	} {
+		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp6)), ethFrame(fx.MAC, tn.wrap(udp6)))
+	}
+	for _, tn := range []tunnel{{dst: fxBackend6}, {dst: fxBackend6, gue: gue4}, {dst: fxBackend6, ext: []extHdr{{nhDst, 8}}}} {
+		out = append(out, ethFrame(fx.MAC, tn.wrap(tcp4)))
+	}
+	// Replies of the IPv6 pod: by its flow, by the fallback, untracked.
+	for _, r := range []seg{
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40001, proto: nhTCP, flags: 0x12},
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40002, proto: nhUDP, payload: []byte("a")},
+		{src: fxPod6, dst: fxClient6, sport: podPort, dport: 40003, proto: nhTCP},
+	} {
+		out = append(out, ethFrame(fx.MAC, r.datagram()))
+	}
+	// ICMPv6 errors: a Packet Too Big to the VIP about the pod's reply,
+	// tunnelled to the pod, and a port unreachable from the pod about
+	// the client's translated packet.
+	icmp6 := func(src, dst netip.Addr, typ uint8, quote []byte) []byte {
+		m := append([]byte{typ, 0, 0, 0, 0, 0, 5, 0xdc}, quote[:min(len(quote), 40+8)]...)
+		binary.BigEndian.PutUint16(m[2:], l4Csum(src, dst, nhICMP6, m))
+		return ipDatagram(src, dst, nhICMP6, nil, m)
+	}
+	fromVIP := seg{src: fxVIP6, dst: fxClient6, sport: 80, dport: 40001, proto: nhTCP}.datagram()
+	toPod := seg{src: fxClient6, dst: fxPod6, sport: 40001, dport: podPort, proto: nhTCP}.datagram()
+	out = append(out, ethFrame(fx.MAC, tunnel{dst: fxPod6}.wrap(icmp6(fxNode6, fxVIP6, 2, fromVIP))),
+		ethFrame(fx.MAC, icmp6(fxPod6, fxClient6, 1, toPod)), ethFrame(fx.MAC, icmp6(fxBackend6, fxClient6, 3, toPod)))
+	ns := append([]byte{135, 0, 0, 0, 0, 0, 0, 0}, fxBackend6.AsSlice()...)
+	return append(out, ethFrame(fx.MAC, ipDatagram(fxNode6, netip.MustParseAddr("ff02::1:ff00:2"), nhICMP6, nil, ns)), ethFrame(fx.MAC, tcp6))
 }
 
 func wire16(v uint16) uint16 {
@@ -203,8 +276,9 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 }
 
 var (
-	fuzzHosts = []netip.Addr{fxBackend}
-	fuzzPods  = []netip.Addr{fxPod1, fxPod2}
+	fxPod6    = netip.MustParseAddr("fd00:244::2")
+	fuzzHosts = []netip.Addr{fxBackend, fxBackend6}
+	fuzzPods  = []netip.Addr{fxPod1, fxPod2, fxPod6}
 )
 
 func wireAddr(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
@@ -289,16 +363,66 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 }
 
 // checkDecapsulated asserts that out, shorter than frame, is frame's
-// inner packet: to a local VIP unchanged, or to a local pod translated.
+// inner packet: to a local VIP unchanged, or to a local pod translated,
+// with the Ethernet type of its family.
 func checkDecapsulated(t testing.TB, frame, out []byte) string {
 	t.Helper()
 	strip := len(frame) - len(out)
-	validStrip := strip == 20 || strip == 28 || strip >= 32 && strip <= 32+31*4 && (strip-32)%4 == 0
-	if !validStrip || !bytes.Equal(out[:14], frame[:14]) || len(out) < 14+20 {
+	var validStrip bool
+	var dst netip.Addr
+	if binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+		// The IPv6 header, options in 8-byte units, UDP and GUE.
+		validStrip = strip >= 40 && strip <= 40+2*2048+8+4+31*4 && strip%4 == 0
+		if len(frame) >= 14+40 {
+			dst = netip.AddrFrom16([16]byte(frame[14+24 : 14+40]))
+		}
+	} else {
+		validStrip = strip == 20 || strip == 28 || strip >= 32 && strip <= 32+31*4 && (strip-32)%4 == 0
+		dst = wireAddr(frame[14+16:])
+	}
+	if !validStrip || !bytes.Equal(out[:12], frame[:12]) || len(out) < 14+20 {
 		t.Fatalf("passed %d of %d bytes: no tunnel header of xlb's stripped", len(out), len(frame))
 	}
-	dst := wireAddr(frame[14+16:])
 	inner, orig := out[14:], frame[14+strip:]
+	inner6 := orig[0]>>4 == 6
+	if et := binary.BigEndian.Uint16(out[12:]); inner6 != (et == 0x86dd) || !inner6 && et != 0x0800 {
+		t.Fatalf("passed an IPv%d packet with Ethernet type %#04x", orig[0]>>4, et)
+	}
+	if inner6 {
+		if len(orig) < 40 || 40+int(binary.BigEndian.Uint16(orig[4:])) > len(orig) {
+			t.Fatalf("passed an IPv6 packet cut short: %x", orig)
+		}
+		if slices.Contains(fuzzHosts, dst) {
+			if !bytes.Equal(inner, orig) || netip.AddrFrom16([16]byte(orig[24:40])) != fxVIP6 {
+				t.Fatalf("decapsulated an IPv6 packet (tunnel to %v): changed, or not to the VIP (%x)", dst, orig[24:40])
+			}
+			return "decapsulated IPv6"
+		}
+		// Translated for an IPv6 pod: its address and port, and the
+		// transport checksum, nothing else; of an ICMPv6 error, the
+		// quote's source address and port too.
+		if dst != fxPod6 || netip.AddrFrom16([16]byte(inner[24:40])) != fxPod6 || orig[6] != nhTCP && orig[6] != nhUDP && orig[6] != nhICMP6 {
+			t.Fatalf("passed an IPv6 packet to %x, tunnel to %v: neither this host's VIP nor the IPv6 pod", inner[24:40], dst)
+		}
+		allowed := func(i int) bool {
+			switch orig[6] {
+			case nhTCP:
+				return i == 42 || i == 43 || i == 56 || i == 57
+			case nhUDP:
+				return i == 42 || i == 43 || i == 46 || i == 47
+			}
+			return i == 42 || i == 43 || i >= 48+8 && i < 48+24 || i == 88 || i == 89
+		}
+		for i := range orig {
+			if orig[i] != inner[i] && !(i >= 24 && i < 40 || allowed(i)) {
+				t.Fatalf("translation for an IPv6 pod changed byte %d: %x -> %x", i, orig[i], inner[i])
+			}
+		}
+		if orig[6] == nhICMP6 {
+			return "ICMPv6 error translated for an IPv6 pod"
+		}
+		return "translated for an IPv6 pod"
+	}
 	innerLen := int(binary.BigEndian.Uint16(orig[2:]))
 	if innerLen > len(orig) || innerLen < 20 {
 		t.Fatalf("passed an inner packet of length %d in %d bytes", innerLen, len(orig))
@@ -356,6 +480,43 @@ func checkReplyOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 	}
 	if bytes.Equal(out, frame) {
 		return "reply unchanged"
+	}
+	if len(frame) >= 14+40 && binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+		// An IPv6 pod's reply: its source address and port become the
+		// VIP's, the transport checksum follows; nothing else. Of an
+		// ICMPv6 error about a packet to the pod: the quote's
+		// destination address and port, the checksum, and the source
+		// if the pod sent it.
+		ip := frame[14:]
+		src, nsrc := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(out[14+8:14+24]))
+		if ip[6] == nhICMP6 {
+			q := 14 + 48
+			if len(frame) < q+44 || netip.AddrFrom16([16]byte(frame[q+24:q+40])) != fxPod6 || netip.AddrFrom16([16]byte(out[q+24:q+40])) != fxVIP6 {
+				t.Fatalf("ICMPv6 error changed, its quote's destination not the IPv6 pod become the VIP: %x -> %x", frame, out)
+			}
+			if src != nsrc && (src != fxPod6 || nsrc != fxVIP6) {
+				t.Fatalf("ICMPv6 error from %v became from %v: only the pod's source becomes the VIP's", src, nsrc)
+			}
+			for i := range frame {
+				if frame[i] != out[i] && !(i >= 14+8 && i < 14+24 || i == 14+42 || i == 14+43 || i >= q+24 && i < q+40 || i == q+42 || i == q+43) {
+					t.Fatalf("reply program changed byte %d of an ICMPv6 error: %x -> %x", i, frame[i], out[i])
+				}
+			}
+			return "IPv6 ICMP error translated"
+		}
+		if src != fxPod6 || nsrc != fxVIP6 || ip[6] != nhTCP && ip[6] != nhUDP {
+			t.Fatalf("IPv6 reply from %v (next header %d) became from %v: want the IPv6 pod's TCP or UDP become the VIP's", src, ip[6], nsrc)
+		}
+		off := 14 + 40 + 16
+		if ip[6] == nhUDP {
+			off = 14 + 40 + 6
+		}
+		for i := range frame {
+			if frame[i] != out[i] && !(i >= 14+8 && i < 14+24 || i == 14+40 || i == 14+41 || i == off || i == off+1) {
+				t.Fatalf("reply program changed byte %d of an IPv6 reply: %x -> %x", i, frame[i], out[i])
+			}
+		}
+		return "IPv6 reply translated"
 	}
 	if len(frame) < 34 || binary.BigEndian.Uint16(frame[12:]) != 0x0800 {
 		t.Fatalf("reply program changed a frame that is no IPv4 packet: %x", frame)
