@@ -957,7 +957,7 @@ apiVersion: xlb.io/v1alpha1
 kind: AddressPool
 metadata: {name: bad-address}
 spec: {addresses: [10.99.0.300/24]}`,
-			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither an IPv4 CIDR"}, nil},
+			[]string{"spec.addresses[0]", "10.99.0.300/24 is neither a CIDR"}, nil},
 		{"pool without addresses", `
 apiVersion: xlb.io/v1alpha1
 kind: AddressPool
@@ -969,7 +969,7 @@ apiVersion: xlb.io/v1alpha1
 kind: BGPPeer
 metadata: {name: bad-address}
 spec: {myASN: 65001, peerASN: 65000, peerAddress: 10.0.1}`,
-			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 address"}, nil},
+			[]string{"spec.peerAddress", "10.0.1 is not an IPv4 or IPv6 address"}, nil},
 		{"peer ASN 0", `
 apiVersion: xlb.io/v1alpha1
 kind: BGPPeer

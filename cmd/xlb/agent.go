@@ -405,6 +405,10 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	if err != nil {
 		return err
 	}
+	nodeAddr6, err := agent.NodeAddress6(cfg.Node)
+	if err != nil {
+		return err
+	}
 	pinPath, err := agent.PinPath(cfg)
 	if err != nil {
 		return err
@@ -422,7 +426,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	defer ln.Close()
 
-	dpOpts, err := dataplaneOptions(cfg, nodeAddr, pinPath)
+	dpOpts, err := dataplaneOptions(cfg, nodeAddr, nodeAddr6, pinPath)
 	if err != nil {
 		return err
 	}
@@ -445,7 +449,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// change the AS at any time, and a reloaded file may add or remove
 	// the section (removed, every route is withdrawn and nothing is
 	// announced; status then shows no BGP).
-	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, cfg.Node.Address6, log)
+	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, nodeAddr6, log)
 	if err != nil {
 		return err
 	}
@@ -454,6 +458,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Config:     cfg,
 		Dataplane:  dp,
 		NodeAddr:   nodeAddr,
+		NodeAddr6:  nodeAddr6,
 		PinPath:    pinPath,
 		Version:    version,
 		Logger:     log,
@@ -479,7 +484,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// kernel's neighbours and routes for as long as the agent runs.
 	go dp.WatchNextHops(ctx, log)
 	log.Info("data plane attached", "interface", cfg.Node.Interface, "mode", dp.Shape().AttachMode,
-		"address", nodeAddr, "pinPath", pinPath)
+		"address", nodeAddr, "address6", nodeAddr6, "pinPath", pinPath)
 
 	srv, err := api.Serve(ln, cfg.API.Metrics, a.Status, log, api.WithCheck(a.Check), api.WithSessions(a.Sessions))
 	if err != nil {
@@ -533,7 +538,7 @@ func newLogger(format, level string) (*slog.Logger, error) {
 // dataplaneOptions are the LB data plane's options for cfg. A flow hash
 // it does not name is an error, as config.Parse makes it: a node that
 // guessed would hash otherwise than the others.
-func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (lb.Options, error) {
+func dataplaneOptions(cfg *config.Config, nodeAddr, nodeAddr6 netip.Addr, pinPath string) (lb.Options, error) {
 	flowHash, err := flowhash.Parse(cfg.Dataplane.FlowHash)
 	if err != nil {
 		return lb.Options{}, fmt.Errorf("dataplane.flowHash: %w", err)
@@ -541,6 +546,7 @@ func dataplaneOptions(cfg *config.Config, nodeAddr netip.Addr, pinPath string) (
 	return lb.Options{
 		Interface:   cfg.Node.Interface,
 		NodeAddr:    nodeAddr,
+		NodeAddr6:   nodeAddr6,
 		PinPath:     pinPath,
 		AttachMode:  string(cfg.Dataplane.AttachMode),
 		TableSize:   cfg.Dataplane.TableSize,

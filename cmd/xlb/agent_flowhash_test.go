@@ -11,8 +11,19 @@ import (
 
 func optionsFor(flowHash string) (wire.FlowHash, error) {
 	cfg := &config.Config{Dataplane: config.Dataplane{FlowHash: flowHash}}
-	opts, err := dataplaneOptions(cfg, netip.MustParseAddr("10.0.1.2"), "/sys/fs/bpf/xlb/test")
+	opts, err := dataplaneOptions(cfg, netip.MustParseAddr("10.0.1.2"), netip.Addr{}, "/sys/fs/bpf/xlb/test")
 	return opts.FlowHash, err
+}
+
+// The node's IPv6 address reaches the data plane as the outer source
+// towards IPv6 backends.
+func TestDataplaneNodeAddr6(t *testing.T) {
+	cfg := &config.Config{Dataplane: config.Dataplane{FlowHash: config.DefaultFlowHash}}
+	a4, a6 := netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00:1::2")
+	opts, err := dataplaneOptions(cfg, a4, a6, "/sys/fs/bpf/xlb/test")
+	if err != nil || opts.NodeAddr != a4 || opts.NodeAddr6 != a6 {
+		t.Errorf("got %v, %v, %v; want %v, %v", opts.NodeAddr, opts.NodeAddr6, err, a4, a6)
+	}
 }
 
 // Each flow hash the configuration accepts loads the program with that

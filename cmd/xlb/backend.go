@@ -37,10 +37,11 @@ func (v *vipList) String() string { return fmt.Sprint([]netip.Addr(*v)) }
 
 func (v *vipList) Set(s string) error {
 	for _, part := range strings.Split(s, ",") {
-		a, err := netip.ParseAddr(strings.TrimSpace(part))
-		if err != nil {
-			return fmt.Errorf("%q is not an IPv4 or IPv6 address", part)
+		a, why := config.ParseUnicast(strings.TrimSpace(part))
+		if why != "" {
+			return errors.New(why)
 		}
+		// What the backend program can serve besides (no loopback).
 		if err := decap.CheckVIP(a); err != nil {
 			return err
 		}

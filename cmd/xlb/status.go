@@ -90,7 +90,13 @@ func runStatus(args []string) error {
 // printStatus writes st as text; now is the time the "ago"s count from.
 func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	n := st.Node
-	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s", n.Interface, n.Address, orDash(n.AttachMode), n.PinPath)
+	var addrs []string
+	for _, a := range []netip.Addr{n.Address, n.Address6} {
+		if a.IsValid() {
+			addrs = append(addrs, a.String())
+		}
+	}
+	fmt.Fprintf(w, "Node:     %s %s, XDP %s, pinned at %s", n.Interface, strings.Join(addrs, " "), orDash(n.AttachMode), n.PinPath)
 	if n.FlowHash != "" {
 		// What every node of the cluster must agree on.
 		fmt.Fprintf(w, "; flow hash %s, tables of %d", n.FlowHash, n.TableSize)
@@ -357,7 +363,16 @@ func peerNotes(p api.Peer, now time.Time) []string {
 
 // printBGP writes the BGP sessions and routes.
 func printBGP(w io.Writer, b *api.BGP, now time.Time) {
-	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, b.NextHop)
+	var hops []string
+	for _, h := range []netip.Addr{b.NextHop, b.NextHop6} {
+		if h.IsValid() {
+			hops = append(hops, h.String())
+		}
+	}
+	if len(hops) == 0 {
+		hops = append(hops, "none")
+	}
+	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, strings.Join(hops, " and "))
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tSINCE\tSENT\tRECEIVED/MAX\tMSGS IN/OUT\tFLAPS\tBFD\tLAST ERROR")

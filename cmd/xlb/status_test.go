@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"net/netip"
 	"os"
@@ -217,6 +218,66 @@ func TestPrintStatusPingVIPs(t *testing.T) {
 		if got := strings.HasSuffix(node, "; pings to VIPs dropped"); got == ping {
 			t.Errorf("pingVIPs %v: Node line %q", ping, node)
 		}
+	}
+}
+
+// A dual-stack node shows both addresses on its Node line, and an IPv6
+// service and backend are written [address]:port.
+func TestPrintStatusIPv6(t *testing.T) {
+	st := &api.Status{
+		Node: api.Node{Interface: "eth0", Address: netip.MustParseAddr("10.0.1.2"), Address6: netip.MustParseAddr("fd00:1::2"), PinPath: "/sys/fs/bpf/xlb"},
+		Services: []api.Service{{Name: "web6", VIP: netip.MustParseAddr("2001:db8:99::1"), Port: 80, Protocol: "tcp", Forwarding: "dsr-ipip",
+			Backends: []api.Backend{{Address: netip.MustParseAddr("fd00:3::2"), Port: 80, Weight: 1}}}},
+	}
+	var b strings.Builder
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"Node:     eth0 10.0.1.2 fd00:1::2, XDP", "[2001:db8:99::1]:80/tcp", "[fd00:3::2]:80"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status lacks %q:\n%s", want, out)
+		}
+	}
+	// Without an IPv6 address, the Node line is as it was.
+	st.Node.Address6 = netip.Addr{}
+	b.Reset()
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "Node:     eth0 10.0.1.2, XDP") {
+		t.Errorf("IPv4-only Node line changed: %q", b.String())
+	}
+	// An IPv6-only node shows its IPv6 address alone.
+	st.Node.Address, st.Node.Address6 = netip.Addr{}, netip.MustParseAddr("fd00:1::2")
+	b.Reset()
+	if err := printStatus(&b, st, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(b.String(), "Node:     eth0 fd00:1::2, XDP") {
+		t.Errorf("IPv6-only Node line: %q", b.String())
+	}
+	// The BGP line names the next hops of both families, or the one there is.
+	for _, c := range []struct {
+		hop, hop6 string
+		want      string
+	}{{"10.0.1.2", "fd00:1::2", "next hop 10.0.1.2 and fd00:1::2\n"}, {"", "fd00:1::2", "next hop fd00:1::2\n"}} {
+		st.BGP = &api.BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2")}
+		st.BGP.NextHop, _ = netip.ParseAddr(c.hop)
+		st.BGP.NextHop6 = netip.MustParseAddr(c.hop6)
+		b.Reset()
+		if err := printStatus(&b, st, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("BGP next hops %q, %q: status lacks %q:\n%s", c.hop, c.hop6, c.want, b.String())
+		}
+	}
+	st.BGP = nil
+	st.Node.Address, st.Node.Address6 = netip.MustParseAddr("10.0.1.2"), netip.Addr{}
+	js, err := json.Marshal(st.Node)
+	if err != nil || strings.Contains(string(js), "address6") {
+		t.Errorf("IPv4-only node in JSON: %s, %v; want no address6", js, err)
 	}
 }
 

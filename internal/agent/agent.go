@@ -30,6 +30,9 @@ type Options struct {
 	Config    *config.Config
 	Dataplane Dataplane
 	NodeAddr  netip.Addr // resolved node address (see NodeAddress)
+	// NodeAddr6 is the resolved IPv6 node address (see NodeAddress6);
+	// invalid when the node has none.
+	NodeAddr6 netip.Addr
 	PinPath   string
 	Version   string
 	Logger    *slog.Logger
@@ -148,6 +151,7 @@ func newAgent(o Options) (*Agent, error) {
 		node: api.Node{
 			Interface: o.Config.Node.Interface,
 			Address:   o.NodeAddr,
+			Address6:  o.NodeAddr6,
 			PinPath:   o.PinPath,
 			FlowHash:  shape.FlowHash.String(),
 			TableSize: shape.TableSize,

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
@@ -34,8 +35,11 @@ func DefaultPinPath(iface string) (string, error) {
 	return bpfobj.DefaultPinPath("", iface)
 }
 
-// NodeAddress is the node's address: n.Address if set, else the first IPv4
-// address of n.Interface.
+// NodeAddress is the node's IPv4 address: n.Address if set, else the
+// first IPv4 address of n.Interface. A node with IPv6 alone (node.address6,
+// or a global IPv6 address on the interface) has none: invalid, and no
+// error; the configuration's checks then refuse what needs one (IPv4
+// backends, a bgp section without routerID).
 func NodeAddress(n config.Node) (netip.Addr, error) {
 	if n.Address.IsValid() {
 		return n.Address, nil
@@ -48,6 +52,12 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("node.interface %q: list addresses: %w", n.Interface, err)
 	}
+	return pickNodeAddress(n, addrs)
+}
+
+// pickNodeAddress is NodeAddress's choice among the interface's addrs.
+func pickNodeAddress(n config.Node, addrs []net.Addr) (netip.Addr, error) {
+	has6 := n.Address6.IsValid()
 	for _, a := range addrs {
 		ipn, ok := a.(*net.IPNet)
 		if !ok {
@@ -57,28 +67,71 @@ func NodeAddress(n config.Node) (netip.Addr, error) {
 			addr, _ := netip.AddrFromSlice(ip4)
 			return addr, nil
 		}
+		if ip, ok := netip.AddrFromSlice(ipn.IP); ok && config.IsGlobal6(ip) {
+			has6 = true
+		}
 	}
-	return netip.Addr{}, fmt.Errorf("node.interface %q has no IPv4 address: add one (ip addr add ADDR/LEN dev %s) or set node.address", n.Interface, n.Interface)
+	if has6 {
+		return netip.Addr{}, nil
+	}
+	return netip.Addr{}, fmt.Errorf("node.interface %q has neither an IPv4 nor a global IPv6 address: add one (ip addr add ADDR/LEN dev %s) or set node.address (or node.address6)", n.Interface, n.Interface)
 }
 
-// LocalHost reads the IPv4 addresses configured in the calling thread's
-// network namespace, by interface, and the source ports its own
+// NodeAddress6 is the node's IPv6 address: n.Address6 if set, else the
+// first global IPv6 address of n.Interface (config.IsGlobal6: unique
+// local ones count, link-local ones do not), in the kernel's order; one
+// that failed duplicate address detection is skipped. Invalid, and no error, when the interface has none: the node
+// then serves no IPv6 backend (the configuration's checks say so).
+func NodeAddress6(n config.Node) (netip.Addr, error) {
+	if n.Address6.IsValid() {
+		return n.Address6, nil
+	}
+	link, err := netlink.LinkByName(n.Interface)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node.interface %q: %w (list the interfaces with `ip link`)", n.Interface, err)
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		return netip.Addr{}, fmt.Errorf("node.interface %q: list IPv6 addresses: %w", n.Interface, err)
+	}
+	return firstGlobal6(addrs), nil
+}
+
+// firstGlobal6 is the first usable global IPv6 address of addrs.
+func firstGlobal6(addrs []netlink.Addr) netip.Addr {
+	for _, a := range addrs {
+		if a.Flags&unix.IFA_F_DADFAILED != 0 || a.IPNet == nil {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(a.IP); ok && config.IsGlobal6(ip) {
+			return ip
+		}
+	}
+	return netip.Addr{}
+}
+
+// LocalHost reads the IPv4 and IPv6 addresses configured in the calling
+// thread's network namespace, by interface, and the source ports its own
 // connections take, for the checks of config.Host.
-// Only IPv4: VIPs, backends and the node address are IPv4.
 func LocalHost() (*config.Host, error) {
-	addrs, err := netlink.AddrList(nil, netlink.FAMILY_V4)
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list this host's addresses: %w", err)
 	}
 	h := &config.Host{Interfaces: map[string][]netip.Addr{}}
 	var names map[int]string // by index, read only for an address without a label
 	for _, a := range addrs {
+		// An IPv6 address that another host holds is not this one's.
+		if a.IPNet == nil || a.Flags&unix.IFA_F_DADFAILED != 0 {
+			continue
+		}
 		ip, ok := netip.AddrFromSlice(a.IP)
 		if !ok {
 			continue
 		}
 		// The kernel labels an IPv4 address with its interface's name,
-		// or with NAME:ALIAS ("ip addr add … label eth0:1").
+		// or with NAME:ALIAS ("ip addr add … label eth0:1"); an IPv6
+		// address has no label, and is named by its interface's index.
 		name, _, _ := strings.Cut(a.Label, ":")
 		if name == "" {
 			if names == nil {

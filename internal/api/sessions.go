@@ -62,7 +62,7 @@ func ParseSessionQuery(s string) (SessionQuery, error) {
 		return q, fmt.Errorf("%q is not a VIP with an optional port; %s", s, form)
 	}
 	if !q.VIP.Is4() {
-		return q, fmt.Errorf("%q: %s is not an IPv4 address, and every VIP is one; %s", s, q.VIP, form)
+		return q, fmt.Errorf("%q: %s is not an IPv4 address, and only IPv4 VIPs have NAT sessions (forwarding nat and dnat are IPv4 only); %s", s, q.VIP, form)
 	}
 	if hasProto && q.Port == 0 {
 		return q, fmt.Errorf("%q names a protocol without a port; %s", s, form)

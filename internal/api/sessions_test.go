@@ -28,7 +28,7 @@ func TestParseSessionQuery(t *testing.T) {
 		"10.99.0.1:70000":   `"10.99.0.1:70000" is not a VIP with an optional port`,
 		"10.99.0.1:53/icmp": `protocol "icmp" is not tcp or udp`,
 		"10.99.0.1/tcp":     `names a protocol without a port`,
-		"fd00::1":           `fd00::1 is not an IPv4 address, and every VIP is one`,
+		"fd00::1":           `fd00::1 is not an IPv4 address, and only IPv4 VIPs have NAT sessions`,
 		"":                  `"" is not a VIP with an optional port`,
 	} {
 		if _, err := ParseSessionQuery(in); err == nil || !strings.Contains(err.Error(), want) {

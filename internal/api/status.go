@@ -119,8 +119,12 @@ type Bucket struct {
 
 // Node is the host and its data plane.
 type Node struct {
-	Interface  string     `json:"interface"`
-	Address    netip.Addr `json:"address"`
+	Interface string     `json:"interface"`
+	Address   netip.Addr `json:"address"`
+	// Address6 is the node's IPv6 address (node.address6, or the
+	// interface's first global one): the outer source towards IPv6
+	// backends. Absent when the node has none.
+	Address6   netip.Addr `json:"address6,omitzero"`
 	AttachMode string     `json:"attachMode"` // native | generic
 	PinPath    string     `json:"pinPath"`
 	// The data plane's flow hash and Maglev table size: every node of a

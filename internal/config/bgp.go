@@ -109,9 +109,9 @@ func (c *checker) peers(f schema.Field[[]schema.Field[schema.Peer]], path string
 		peer := Peer{Port: DefaultBGPPort, MaxPrefixes: DefaultMaxPrefixes}
 
 		if g := v.Address; !g.Given {
-			c.missing(item.At.Node, at("address"), "required: give the neighbour's IPv4 address, e.g. address: 10.0.1.1")
+			c.missing(item.At.Node, at("address"), "required: give the neighbour's IPv4 or IPv6 address, e.g. address: 10.0.1.1")
 		} else if valid(g) {
-			a, why := parseUnicast4(string(g.V))
+			a, why := parseUnicast(string(g.V))
 			switch first, dup := addrs[a]; {
 			case why != "":
 				c.errorf(g.At.Value, at("address"), "%s", why)
@@ -119,6 +119,8 @@ func (c *checker) peers(f schema.Field[[]schema.Field[schema.Peer]], path string
 				c.errorf(g.At.Value, at("address"), "%s is already listed as %s%s; list each neighbour once", a, first.path, lineNote(first.line))
 			case a == node.Address:
 				c.errorf(g.At.Value, at("address"), "%s is this node's own address (node.address); a peer is another router", a)
+			case a == node.Address6:
+				c.errorf(g.At.Value, at("address"), "%s is this node's own IPv6 address (node.address6); a peer is another router", a)
 			default:
 				peer.Address = a
 				addrs[a] = peerAt{path: p, line: g.At.Value}

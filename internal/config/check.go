@@ -38,19 +38,59 @@ var broadcast = netip.AddrFrom4([4]byte{255, 255, 255, 255})
 // parseUnicast4 parses an IPv4 address that can be a VIP, a backend or the
 // node address: not 0.0.0.0, not multicast, not broadcast, not loopback.
 // Link-local and private addresses are fine: labs and clusters use them.
-func parseUnicast4(s string) (netip.Addr, string) {
+// why6 says what to do with an IPv6 address instead.
+func parseUnicast4(s, why6 string) (netip.Addr, string) {
+	if _, err := netip.ParseAddr(s); err != nil && !strings.Contains(s, "/") {
+		return netip.Addr{}, fmt.Sprintf("%q is not an IPv4 address", s)
+	}
+	a, why := parseUnicast(s)
+	switch {
+	case why != "":
+		return a, why
+	case a.Is6():
+		return netip.Addr{}, fmt.Sprintf("%q is an IPv6 address; %s", s, why6)
+	}
+	return a, ""
+}
+
+// parseUnicast6 parses an IPv6 address that can be the node's IPv6
+// address. why4 says what to do with an IPv4 address instead.
+func parseUnicast6(s, why4 string) (netip.Addr, string) {
+	if _, err := netip.ParseAddr(s); err != nil && !strings.Contains(s, "/") {
+		return netip.Addr{}, fmt.Sprintf("%q is not an IPv6 address", s)
+	}
+	a, why := parseUnicast(s)
+	switch {
+	case why != "":
+		return a, why
+	case a.Is4():
+		return netip.Addr{}, fmt.Sprintf("%q is an IPv4 address; %s", s, why4)
+	}
+	return a, ""
+}
+
+// ParseUnicast parses an address of either family as the configuration
+// takes a VIP, a backend or a peer, or says why it is none (the reason
+// quotes s); for the command line's addresses (xlb backend --vip).
+func ParseUnicast(s string) (netip.Addr, string) { return parseUnicast(s) }
+
+// parseUnicast parses an address of either family that can be a VIP, a
+// backend, a peer or a node address. IPv4: as parseUnicast4 says. IPv6:
+// not ::, not multicast, not loopback, not link-local (fe80::/10 is
+// ambiguous without an interface, and neither a route nor a tunnel
+// leads to it), not IPv4-mapped (that is IPv4: written as IPv4).
+func parseUnicast(s string) (netip.Addr, string) {
 	a, err := netip.ParseAddr(s)
 	if err != nil {
 		if p, perr := netip.ParsePrefix(s); perr == nil {
 			return netip.Addr{}, fmt.Sprintf("%q is a prefix, not an address; write the address alone (%s)", s, p.Addr())
 		}
-		return netip.Addr{}, fmt.Sprintf("%q is not an IPv4 address", s)
+		return netip.Addr{}, fmt.Sprintf("%q is not an IP address; write an IPv4 (e.g. 10.99.0.1) or an IPv6 address (e.g. 2001:db8::1)", s)
+	}
+	if a.Is6() {
+		return parseUnicastIPv6(s, a)
 	}
 	switch {
-	case a.Is4In6():
-		return netip.Addr{}, fmt.Sprintf("%q is an IPv4-mapped IPv6 address; write it as plain IPv4 (%s)", s, a.Unmap())
-	case a.Is6():
-		return netip.Addr{}, fmt.Sprintf("%q is an IPv6 address; IPv6 is not supported yet, use an IPv4 address", s)
 	case a.IsUnspecified():
 		return netip.Addr{}, fmt.Sprintf("%s is the unspecified address; use a unicast IPv4 address", a)
 	case a == broadcast:
@@ -59,6 +99,24 @@ func parseUnicast4(s string) (netip.Addr, string) {
 		return netip.Addr{}, fmt.Sprintf("%s is a multicast address (224.0.0.0/4); use a unicast IPv4 address", a)
 	case a.IsLoopback():
 		return netip.Addr{}, fmt.Sprintf("%s is a loopback address (127.0.0.0/8), which never leaves a host; use a unicast IPv4 address", a)
+	}
+	return a, ""
+}
+
+func parseUnicastIPv6(s string, a netip.Addr) (netip.Addr, string) {
+	switch {
+	case a.Is4In6():
+		return netip.Addr{}, fmt.Sprintf("%q is an IPv4-mapped IPv6 address; write it as plain IPv4 (%s)", s, a.Unmap())
+	case a.Zone() != "":
+		return netip.Addr{}, fmt.Sprintf("%q has a zone (%%%s); write the address without one: xlb's addresses are global, not tied to an interface", s, a.Zone())
+	case a.IsUnspecified():
+		return netip.Addr{}, fmt.Sprintf("%s is the unspecified address; use a unicast IPv6 address", a)
+	case a.IsMulticast():
+		return netip.Addr{}, fmt.Sprintf("%s is a multicast address (ff00::/8); use a unicast IPv6 address", a)
+	case a.IsLoopback():
+		return netip.Addr{}, fmt.Sprintf("%s is the loopback address, which never leaves a host; use a unicast IPv6 address", a)
+	case a.IsLinkLocalUnicast():
+		return netip.Addr{}, fmt.Sprintf("%s is a link-local address (fe80::/10), which is only valid on one link and needs an interface to mean anything; use a global or unique local IPv6 address (e.g. 2001:db8::1 or fd00::1)", a)
 	}
 	return a, ""
 }
@@ -72,6 +130,9 @@ const vipRule = "a VIP must be an address that no interface of the node holds: t
 func (c *checker) hostsVIP(a netip.Addr) string {
 	if a == c.nodeAddr {
 		return fmt.Sprintf("%s is this node's own address (%s); %s", a, c.nodeFrom, vipRule)
+	}
+	if a == c.nodeAddr6 {
+		return fmt.Sprintf("%s is this node's own IPv6 address (%s); %s", a, c.nodeFrom6, vipRule)
 	}
 	if iface, ok := c.hostAddrs[a]; ok {
 		return fmt.Sprintf("%s is configured on this host (interface %s); %s", a, iface, vipRule)

@@ -44,6 +44,9 @@ func FuzzParse(f *testing.F) {
 			"  - {name: b, vip: 10.99.0.1, port: 53, protocol: udp, forwarding: dnat, backends: [{address: 10.0.3.2, port: 5353}]}\n",
 		"node: {interface: eth0}\nservices:\n  - name: a\n    vip: 10.99.0.1\n    port: 80\n    healthCheck: {type: http, path: /h, expectStatus: \"200-204\", interval: 200ms, timeout: 150ms, rise: 1, fall: 3}\n    backends: [{address: 10.0.3.2, healthCheck: {type: tcp, port: 22}}, {address: 10.0.3.3, healthCheck: {interval: 1s}}]\n",
 	}
+	seeds = append(seeds, dualStack,
+		"node: {interface: eth0, address6: \"fd00::2\"}\npolicy: {deny: [\"::/0\", \"fe80::/10\"]}\nservices:\n  - {name: a, vip: \"2001:db8::1\", port: 80, sourceRanges: [\"2001:db8::/32\", 10.0.0.0/8], forwarding: nat, backends: [{address: \"fe80::2\"}, {address: \"::ffff:10.0.3.2\"}, {address: \"ff02::1\"}, {address: \"fd00::2\"}]}\n",
+		"node: {interface: eth0}\nbgp: {asn: 1, peers: [{address: \"fd00::1%eth0\", asn: 2}, {address: \"::\", asn: 2}]}\n")
 	for _, s := range seeds {
 		f.Add([]byte(s))
 	}
@@ -104,6 +107,9 @@ func invariants(c *Config) error {
 	if a := c.Node.Address; a.IsValid() && !unicast4(a) {
 		bad("invalid node address %v", a)
 	}
+	if a := c.Node.Address6; a.IsValid() && !unicast6(a) {
+		bad("invalid node IPv6 address %v", a)
+	}
 	if !strings.HasPrefix(c.API.Socket, "/") || len(c.API.Socket) > 107 {
 		bad("invalid socket %q", c.API.Socket)
 	}
@@ -138,13 +144,23 @@ func invariants(c *Config) error {
 		}
 		names[s.Name] = true
 		nat := s.Forwarding == "nat" || s.Forwarding == "dnat"
-		if !unicast4(s.VIP) || s.Port == 0 || (s.Protocol != TCP && s.Protocol != UDP) || (s.Forwarding != DSRIPIP && s.Forwarding != DSRGUE && !nat) {
+		if !unicast(s.VIP) || s.VIP == c.Node.Address6 || s.Port == 0 || (s.Protocol != TCP && s.Protocol != UDP) || (s.Forwarding != DSRIPIP && s.Forwarding != DSRGUE && !nat) {
 			bad("services[%d]: invalid %+v", i, s)
 		}
 		// A NAT service holds a session per connection, on the node
 		// that rewrites to the backend's own port.
 		if nat && (s.Flows != "" || s.TranslatePorts || len(s.History) > 0) {
 			bad("services[%d]: forwarding %s with flows %q, translatePorts %v", i, s.Forwarding, s.Flows, s.TranslatePorts)
+		}
+		// Full NAT and DNAT are IPv4 only, and source ranges are of the
+		// VIP's family.
+		if nat && s.VIP.Is6() {
+			bad("services[%d]: forwarding %s with the IPv6 VIP %v", i, s.Forwarding, s.VIP)
+		}
+		for _, p := range s.SourceRanges {
+			if p.Addr().Is4() != s.VIP.Is4() || p.Masked() != p {
+				bad("services[%d]: source range %v for the VIP %v", i, p, s.VIP)
+			}
 		}
 		if s.VIP == c.NAT.Address {
 			bad("services[%d]: VIP %v is nat.address", i, s.VIP)
@@ -160,7 +176,7 @@ func invariants(c *Config) error {
 		addrs := map[netip.Addr]bool{}
 		active := false
 		for j, b := range s.Backends {
-			if !unicast4(b.Address) || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts && !nat || b.Weight > 65535 || b.Address == c.NAT.Address {
+			if !unicast(b.Address) || nat && !b.Address.Is4() || b.Address == c.Node.Address6 || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts && !nat || b.Weight > 65535 || b.Address == c.NAT.Address {
 				bad("services[%d].backends[%d]: invalid or duplicate %+v", i, j, b)
 			}
 			addrs[b.Address] = true
@@ -276,7 +292,7 @@ func bgpInvariants(c *Config) error {
 	}
 	addrs := map[netip.Addr]bool{}
 	for i, p := range b.Peers {
-		if !unicast4(p.Address) || addrs[p.Address] || p.Address == c.Node.Address {
+		if !unicast(p.Address) || addrs[p.Address] || p.Address == c.Node.Address || p.Address == c.Node.Address6 {
 			bad("bgp.peers[%d]: invalid or duplicate address %v", i, p.Address)
 		}
 		addrs[p.Address] = true
@@ -342,6 +358,20 @@ func checkInvariants(hc HealthCheck) error {
 		return fmt.Errorf("invalid check %+v", hc)
 	}
 	return nil
+}
+
+// unicast reports whether a can be a VIP, a backend or a peer.
+func unicast(a netip.Addr) bool { return unicast4(a) || unicast6(a) }
+
+// unicast6 re-derives the IPv6 rules: no IPv4-mapped, zoned,
+// unspecified, loopback, multicast (ff00::/8) or link-local (fe80::/10)
+// address.
+func unicast6(a netip.Addr) bool {
+	if !a.Is6() || a.Is4In6() || a.Zone() != "" {
+		return false
+	}
+	b := a.As16()
+	return a != netip.IPv6Unspecified() && a != netip.IPv6Loopback() && b[0] != 0xff && !(b[0] == 0xfe && b[1]&0xc0 == 0x80)
 }
 
 func unicast4(a netip.Addr) bool {

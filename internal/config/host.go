@@ -20,7 +20,8 @@ import (
 type Host struct {
 	// Interfaces maps each interface's name to its addresses, in the
 	// kernel's order: the first IPv4 address of node.interface is the
-	// node address when the file sets none.
+	// node address when the file sets none, its first global IPv6
+	// address the node's IPv6 address when the file sets none.
 	Interfaces map[string][]netip.Addr
 	// LocalPorts is the host's net.ipv4.ip_local_port_range: the source
 	// ports of the node's own connections (health checks, BGP), which
@@ -40,6 +41,33 @@ func (h *Host) NodeAddress(n Node) netip.Addr {
 		}
 	}
 	return netip.Addr{}
+}
+
+// NodeAddress6 is the node's IPv6 address on h: n.Address6, else the
+// first global IPv6 address of n.Interface (unique local addresses
+// count: labs and clusters use them); invalid when h does not know one.
+func (h *Host) NodeAddress6(n Node) netip.Addr {
+	if n.Address6.IsValid() || h == nil {
+		return n.Address6
+	}
+	for _, a := range h.Interfaces[n.Interface] {
+		if IsGlobal6(a) {
+			return a
+		}
+	}
+	return netip.Addr{}
+}
+
+// IsGlobal6 reports whether a can be a node's IPv6 address: IPv6, not
+// IPv4-mapped, and global unicast (unique local included), so no
+// link-local, loopback, multicast or unspecified address.
+func IsGlobal6(a netip.Addr) bool {
+	return a.Is6() && !a.Is4In6() && a.Zone() == "" && a.IsGlobalUnicast()
+}
+
+// hasIPv4 reports whether h knows an IPv4 address of interface name.
+func (h *Host) hasIPv4(name string) bool {
+	return h != nil && slices.ContainsFunc(h.Interfaces[name], netip.Addr.Is4)
 }
 
 // holders maps each address of h to the interface that holds it; of

@@ -104,6 +104,15 @@ func KubernetesServiceName(namespace, name string, port uint16, p Protocol) stri
 	return namespace + "/" + name + ":" + strconv.Itoa(int(port)) + "/" + string(p)
 }
 
+// KubernetesServiceName6 is the name of the xlb service for one port of
+// a dual-stack Service's IPv6 address: KubernetesServiceName's with
+// "/ipv6" appended, e.g. default/web:80/tcp/ipv6.
+func KubernetesServiceName6(namespace, name string, port uint16, p Protocol) string {
+	return KubernetesServiceName(namespace, name, port, p) + "/" + ipv6Suffix
+}
+
+const ipv6Suffix = "ipv6"
+
 // checkName accepts a service name: a DNS label, or a name in the form
 // KubernetesServiceName gives.
 func checkName(s string) string {
@@ -111,12 +120,13 @@ func checkName(s string) string {
 		return checkServiceName(s)
 	}
 	if err := parseKubernetesName(s); err != nil {
-		return fmt.Sprintf("%q is not a valid name: %v; a name is a DNS label (1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit), or NAMESPACE/NAME:PORT/PROTOCOL as the Kubernetes source writes it, e.g. default/web:80/tcp", s, err)
+		return fmt.Sprintf("%q is not a valid name: %v; a name is a DNS label (1 to 63 lower-case letters, digits and '-', starting and ending with a letter or digit), or NAMESPACE/NAME:PORT/PROTOCOL[/ipv6] as the Kubernetes source writes it, e.g. default/web:80/tcp", s, err)
 	}
 	return ""
 }
 
-// parseKubernetesName checks the form NAMESPACE/NAME:PORT/PROTOCOL.
+// parseKubernetesName checks the form NAMESPACE/NAME:PORT/PROTOCOL, or
+// NAMESPACE/NAME:PORT/PROTOCOL/ipv6.
 func parseKubernetesName(s string) error {
 	ns, rest, _ := strings.Cut(s, "/")
 	name, rest, ok := strings.Cut(rest, ":")
@@ -127,7 +137,10 @@ func parseKubernetesName(s string) error {
 	if !ok {
 		return errors.New("no '/' before the protocol")
 	}
+	proto, fam, hasFam := strings.Cut(proto, "/")
 	switch {
+	case hasFam && fam != ipv6Suffix:
+		return fmt.Errorf("%q after the protocol is not %s", fam, ipv6Suffix)
 	case !isDNSLabel(ns):
 		return fmt.Errorf("namespace %q is not a DNS label", ns)
 	case !isDNSLabel(name):

@@ -19,7 +19,7 @@ func (c *checker) nat(f schema.Field[schema.NAT], path string) NATConfig {
 	}
 	v := f.V
 	if g := v.Address; valid(g) && g.V != "" {
-		if a, why := parseUnicast4(string(g.V)); why != "" {
+		if a, why := parseUnicast4(string(g.V), "full NAT is IPv4 only: nat.address is an IPv4 address of this node"); why != "" {
 			c.errorf(g.At.Value, join(path, "address"), "%s", why)
 		} else {
 			n.Address = a

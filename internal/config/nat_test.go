@@ -96,6 +96,7 @@ func TestNATErrors(t *testing.T) {
 		{"section is a list", withNAT("  - 1\n"), 4, "nat", "expected a mapping such as {address: 10.0.1.2, ports: 20000-32767, sessions: 262144}"},
 		{"unknown field", withNAT("  port: 20000-32767\n"), 4, "nat.port", `unknown field (did you mean "ports"?)`},
 		{"bad address", withNAT("  address: 10.0.1\n"), 4, "nat.address", `"10.0.1" is not an IPv4 address`},
+		{"IPv6 address", withNAT("  address: \"fd00::2\"\n"), 4, "nat.address", `"fd00::2" is an IPv6 address; full NAT is IPv4 only: nat.address is an IPv4 address of this node`},
 		{"loopback address", withNAT("  address: 127.0.0.1\n"), 4, "nat.address", "loopback"},
 		{"one port", withNAT("  ports: 20000\n"), 4, "nat.ports", `20000 is not a port range; write the first and the last port joined by "-", e.g. 20000-32767`},
 		{"range reversed", withNAT("  ports: 32767-20000\n"), 4, "nat.ports", "32767-20000 starts above its end; write the lower port first: 20000-32767"},

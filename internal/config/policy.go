@@ -15,25 +15,24 @@ func (c *checker) policy(f schema.Field[schema.Policy], path string) Policy {
 	}
 	if g := f.V.Deny; g.Given {
 		p.Deny = c.prefixList(g, join(path, "deny"), "deny prefixes", MaxDenyPrefixes,
-			"the data plane's deny table holds; aggregate neighbouring prefixes into shorter ones",
-			"IPv6 sources cannot be denied yet: xlb serves IPv4 only, so no IPv6 packet reaches a VIP; remove it")
+			"the data plane's deny table holds; aggregate neighbouring prefixes into shorter ones", netip.Addr{})
 	}
 	return p
 }
 
-// sourceRanges checks a service's source ranges.
-func (c *checker) sourceRanges(f schema.Field[[]schema.Field[schema.Text]], path string) []netip.Prefix {
+// sourceRanges checks a service's source ranges; vip is the service's
+// VIP (invalid when it is bad), whose family the ranges must be of.
+func (c *checker) sourceRanges(f schema.Field[[]schema.Field[schema.Text]], path string, vip netip.Addr) []netip.Prefix {
 	return c.prefixList(f, path, "source ranges", MaxSourceRanges,
-		"a service holds; merge neighbouring ranges into shorter prefixes, or move sources every service refuses to policy.deny",
-		"the service's VIP is IPv4, and only IPv4 clients reach it: write an IPv4 range")
+		"a service holds; merge neighbouring ranges into shorter prefixes, or move sources every service refuses to policy.deny", vip)
 }
 
-// prefixList checks a list of IPv4 prefixes: each one a CIDR with no
-// host bits set, at most limit of them. Overlapping and repeated
+// prefixList checks a list of IPv4 and IPv6 prefixes: each one a CIDR
+// with no host bits set, at most limit of them. Overlapping and repeated
 // prefixes are fine: they cover what their union covers. The prefixes
-// are returned as written; nil for an empty list. why6 says what to do
-// about an IPv6 prefix.
-func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, what string, limit int, over, why6 string) []netip.Prefix {
+// are returned as written; nil for an empty list. A valid vip restricts
+// them to its family: a client of the other family never reaches it.
+func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, what string, limit int, over string, vip netip.Addr) []netip.Prefix {
 	if f.Bad {
 		return nil
 	}
@@ -47,8 +46,9 @@ func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, 
 			continue
 		}
 		p, why := parsePrefix(string(item.V))
-		if why == "" && !p.Addr().Is4() {
-			why = fmt.Sprintf("%s is an IPv6 prefix; %s", p, why6)
+		if why == "" && vip.IsValid() && p.Addr().Is4() != vip.Is4() {
+			why = fmt.Sprintf("%s is an %s prefix; the service's VIP %s is %s, and only %s clients reach it: write an %s range, or give the %s clients a service of their own with an %s VIP",
+				p, family(p.Addr()), vip, family(vip), family(vip), family(vip), family(p.Addr()), family(p.Addr()))
 		}
 		if why != "" {
 			c.errorf(item.At.Value, index(path, i), "%s", why)
@@ -57,6 +57,14 @@ func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, 
 		out = append(out, p)
 	}
 	return out
+}
+
+// family names a's address family.
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
 }
 
 // parsePrefix reads a CIDR, or says why s is none that xlb takes: not

@@ -27,7 +27,7 @@ func Marshal(c *Config) ([]byte, error) {
 func Render(c *Config) *schema.Document {
 	dp := c.Dataplane
 	doc := &schema.Document{
-		Node: schema.Set(schema.Node{Interface: schema.Set(c.Node.Interface), Address: addr(c.Node.Address)}),
+		Node: schema.Set(schema.Node{Interface: schema.Set(c.Node.Interface), Address: addr(c.Node.Address), Address6: addr(c.Node.Address6)}),
 		API:  schema.Set(schema.API{Socket: schema.Set(c.API.Socket), Metrics: text(c.API.Metrics)}),
 		Dataplane: schema.Set(schema.Dataplane{
 			PinPath:    str(dp.PinPath),

@@ -121,9 +121,9 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 	}
 
 	if g := v.VIP; !g.Given {
-		c.missing(line, join(path, "vip"), "required: give the service's virtual IPv4 address, e.g. vip: 10.99.0.1")
+		c.missing(line, join(path, "vip"), "required: give the service's virtual IP address, e.g. vip: 10.99.0.1 or vip: 2001:db8:99::1")
 	} else if valid(g) {
-		if a, why := parseUnicast4(string(g.V)); why != "" {
+		if a, why := parseUnicast(string(g.V)); why != "" {
 			c.errorf(g.At.Value, join(path, "vip"), "%s", why)
 		} else if why := c.hostsVIP(a); why != "" {
 			c.errorf(g.At.Value, join(path, "vip"), "%s", why)
@@ -151,7 +151,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 	}
 
 	if g := v.SourceRanges; g.Given {
-		s.SourceRanges = c.sourceRanges(g, join(path, "sourceRanges"))
+		s.SourceRanges = c.sourceRanges(g, join(path, "sourceRanges"), s.VIP)
 	}
 
 	fwdBad := v.Forwarding.Bad
@@ -163,6 +163,9 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 			s.Forwarding = fwd
 			if fwd == NAT && ctx.nat.clash != "" {
 				c.errorf(g.At.Value, join(path, "forwarding"), "%s", ctx.nat.clash)
+			}
+			if fwd.Translates() && s.VIP.Is6() {
+				c.errorf(g.At.Value, join(path, "forwarding"), "%s", natIPv6(fwd, "the VIP "+s.VIP.String()))
 			}
 		}
 	}
@@ -237,7 +240,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		if s.Flows != FlowsDaisyChain {
 			c.errorf(g.At.Key, join(path, "history"), "only daisy-chained services use a history; set flows: daisy-chain or remove it")
 		} else {
-			s.History = c.history(g, join(path, "history"), s.Port, translate)
+			s.History = c.history(g, join(path, "history"), s.Port, translate, s.Forwarding)
 		}
 	}
 
@@ -264,14 +267,41 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		// checking more backends would only cost time.
 		return s, len(g.V)
 	}
-	s.Backends = c.backends(g, join(path, "backends"), s.Port, translate, check)
+	s.Backends = c.backends(g, join(path, "backends"), s.Port, translate, check, s.Forwarding)
 	return s, len(g.V)
+}
+
+// natIPv6 says why a service with forwarding fwd cannot have an IPv6
+// address (what), and what to do.
+func natIPv6(fwd Forwarding, what string) string {
+	return fmt.Sprintf("forwarding %s rewrites IPv4 packets only, and %s is IPv6: full NAT and DNAT are IPv4 only in this release; "+
+		"use forwarding dsr-ipip or dsr-gue for IPv6 (any mix of VIP and backend families), or IPv4 addresses", fwd, what)
+}
+
+// backendFamily says why the node cannot tunnel to backend a ("" when it
+// can): the outer header is of a's family, and its source is the node's
+// address of that family, which must exist. Unknown node addresses (no
+// host to look at) are not held against a backend: the agent finds them
+// when it starts, and the data plane refuses what it cannot send.
+func (c *checker) backendFamily(a netip.Addr) string {
+	switch {
+	case c.host == nil:
+		return ""
+	case a.Is6() && !c.nodeAddr6.IsValid():
+		return fmt.Sprintf("%s is IPv6, and the node has no IPv6 address: node.address6 is not set and node.interface has no global IPv6 address; "+
+			"packets to an IPv6 backend are tunnelled in an IPv6 header from the node's IPv6 address: set node.address6, add a global IPv6 address to the interface, or use an IPv4 backend", a)
+	case a.Is4() && !c.nodeAddr.IsValid():
+		return fmt.Sprintf("%s is IPv4, and the node has no IPv4 address: node.address is not set and node.interface has none; "+
+			"packets to an IPv4 backend are tunnelled in an IPv4 header from the node's IPv4 address: set node.address, add an IPv4 address to the interface, or use an IPv6 backend", a)
+	}
+	return ""
 }
 
 // backends checks a service's backends; check is the service's
 // healthCheck (nil without one), which each backend's own merges over.
 // translate lets a backend's port differ from the service's.
-func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, servicePort uint16, translate bool, check *checkSpec) []Backend {
+// fwd is the service's forwarding: nat and dnat take IPv4 backends only.
+func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, servicePort uint16, translate bool, check *checkSpec, fwd Forwarding) []Backend {
 	type seen struct {
 		index int
 		line  schema.Line
@@ -287,15 +317,21 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 		v := item.V
 		b := Backend{Port: servicePort, Weight: DefaultWeight}
 		if g := v.Address; !g.Given {
-			c.missing(item.At.Node, join(p, "address"), "required: give the backend's IPv4 address, e.g. address: 10.0.3.2")
+			c.missing(item.At.Node, join(p, "address"), "required: give the backend's IP address, e.g. address: 10.0.3.2")
 		} else if valid(g) {
 			at := join(p, "address")
-			if a, why := parseUnicast4(string(g.V)); why != "" {
+			if a, why := parseUnicast(string(g.V)); why != "" {
+				c.errorf(g.At.Value, at, "%s", why)
+			} else if fwd.Translates() && a.Is6() {
+				c.errorf(g.At.Value, at, "%s", natIPv6(fwd, "the backend "+a.String()))
+			} else if why := c.backendFamily(a); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
 			} else if first, dup := addrs[a]; dup {
 				c.errorf(g.At.Value, at, "%s is already listed as %s%s; list each backend once and use weight to give it more traffic", a, index(path, first.index), lineNote(first.line))
 			} else if a == c.nodeAddr {
 				c.errorf(g.At.Value, at, "%s is this node's own address (%s); a backend is another host, which the node tunnels packets to: write that host's address", a, c.nodeFrom)
+			} else if a == c.nodeAddr6 {
+				c.errorf(g.At.Value, at, "%s is this node's own IPv6 address (%s); a backend is another host, which the node tunnels packets to: write that host's address", a, c.nodeFrom6)
 			} else {
 				b.Address = a
 				addrs[a] = seen{index: i, line: g.At.Value}
@@ -335,7 +371,7 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 
 // history checks a daisy-chained service's earlier backend sets and
 // returns them oldest first.
-func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], path string, servicePort uint16, translate bool) []Generation {
+func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], path string, servicePort uint16, translate bool, fwd Forwarding) []Generation {
 	if f.Bad {
 		return nil
 	}
@@ -375,7 +411,7 @@ func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], pat
 		if g.Bad {
 			continue
 		}
-		gen.Backends = c.backends(g, join(p, "backends"), servicePort, translate, nil)
+		gen.Backends = c.backends(g, join(p, "backends"), servicePort, translate, nil, fwd)
 		out = append(out, gen)
 	}
 	slices.SortFunc(out, func(a, b Generation) int { return a.Until.Compare(b.Until) })

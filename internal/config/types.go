@@ -191,8 +191,8 @@ func (r PortRange) Overlaps(o PortRange) bool {
 // serves.
 type Policy struct {
 	// Deny are the sources whose packets to any VIP the node drops
-	// before anything else is looked up: IPv4 prefixes, network
-	// addresses, as written (overlaps allowed), at most
+	// before anything else is looked up: IPv4 and IPv6 prefixes,
+	// network addresses, as written (overlaps allowed), at most
 	// MaxDenyPrefixes. Nil: none.
 	Deny []netip.Prefix
 }
@@ -205,7 +205,10 @@ type Node struct {
 	// when the file leaves it out: the agent then takes the interface's
 	// first IPv4 address.
 	Address netip.Addr
-	// Address6 is the node's IPv6 address (node.address6); invalid when absent.
+	// Address6 is the outer source towards IPv6 backends and the BGP
+	// next hop of IPv6 VIPs. Invalid (zero) when the file leaves it out:
+	// the agent then takes the interface's first global IPv6 address,
+	// if it has one.
 	Address6 netip.Addr
 }
 
@@ -248,9 +251,9 @@ type Service struct {
 	Port     uint16
 	Protocol Protocol
 	// SourceRanges are the only sources that reach the service; the
-	// node drops packets from any other before any table lookup. IPv4
-	// prefixes, network addresses, as written (overlaps allowed), at
-	// most MaxSourceRanges. Nil: every source.
+	// node drops packets from any other before any table lookup.
+	// Prefixes of the VIP's family, network addresses, as written
+	// (overlaps allowed), at most MaxSourceRanges. Nil: every source.
 	SourceRanges []netip.Prefix
 	Forwarding   Forwarding
 	// TranslatePorts: the backends' hosts translate VIP:port to the
@@ -408,7 +411,7 @@ type BGP struct {
 
 // Peer is one BGP neighbour: an upstream router or a route reflector.
 type Peer struct {
-	Address netip.Addr // unicast IPv4, never node.address
+	Address netip.Addr // unicast IPv4 or IPv6, never a node address
 	// ASN is the neighbour's; equal to BGP.ASN means iBGP.
 	ASN  uint32
 	Port uint16 // default DefaultBGPPort

@@ -65,6 +65,11 @@ type checker struct {
 	// IPv4 of node.interface); invalid when neither is known.
 	nodeAddr netip.Addr
 	nodeFrom string // where nodeAddr comes from, for messages
+	// nodeAddr6 is the node's IPv6 address (node.address6, or the
+	// host's first global IPv6 of node.interface); invalid when neither
+	// is known.
+	nodeAddr6 netip.Addr
+	nodeFrom6 string
 	// placed lists every backend address with where it was written, for
 	// the check against every service's VIP once all are known.
 	placed []placedAddr
@@ -150,6 +155,10 @@ func (c *checker) config(doc *schema.Document) *Config {
 	if !cfg.Node.Address.IsValid() {
 		c.nodeFrom = fmt.Sprintf("the first IPv4 address of node.interface %s, which the agent takes when node.address is not set", cfg.Node.Interface)
 	}
+	c.nodeAddr6, c.nodeFrom6 = c.host.NodeAddress6(cfg.Node), "node.address6"
+	if !cfg.Node.Address6.IsValid() {
+		c.nodeFrom6 = fmt.Sprintf("the first global IPv6 address of node.interface %s, which the agent takes when node.address6 is not set", cfg.Node.Interface)
+	}
 	cfg.API = c.api(doc.API, "api")
 	dp, tableSizeSet := c.dataplane(doc.Dataplane, "dataplane")
 	cfg.Dataplane = dp
@@ -158,6 +167,12 @@ func (c *checker) config(doc *schema.Document) *Config {
 	}
 	if doc.BGP.Given {
 		cfg.BGP = c.bgp(doc.BGP, "bgp", cfg.Node, doc.Kubernetes.Given)
+		// The router ID defaults to the node's IPv4 address; a node with
+		// IPv6 alone has none to take.
+		if !doc.BGP.Bad && !cfg.BGP.RouterID.IsValid() && c.host != nil && cfg.Node.Interface != "" && !c.host.hasIPv4(cfg.Node.Interface) {
+			c.missing(doc.BGP.At.Key, "bgp.routerID", "required here: node.interface %s has no IPv4 address and node.address is not set, so there is no default; "+
+				"a BGP router ID is 32 bits, written as an IPv4 address, and needs not be an address of the node: write one unique among the routers, e.g. routerID: 10.0.1.2", cfg.Node.Interface)
+		}
 	}
 	if doc.Policy.Given {
 		cfg.Policy = c.policy(doc.Policy, "policy")
@@ -183,10 +198,17 @@ func (c *checker) node(f schema.Field[schema.Node], path string) Node {
 		}
 	}
 	if g := f.V.Address; valid(g) && g.V != "" {
-		if a, why := parseUnicast4(string(g.V)); why != "" {
+		if a, why := parseUnicast4(string(g.V), "node.address is the node's IPv4 address: write this one in node.address6"); why != "" {
 			c.errorf(g.At.Value, join(path, "address"), "%s", why)
 		} else {
 			n.Address = a
+		}
+	}
+	if g := f.V.Address6; valid(g) && g.V != "" {
+		if a, why := parseUnicast6(string(g.V), "node.address6 is the node's IPv6 address: write this one in node.address"); why != "" {
+			c.errorf(g.At.Value, join(path, "address6"), "%s", why)
+		} else {
+			n.Address6 = a
 		}
 	}
 	return n

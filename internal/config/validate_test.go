@@ -23,7 +23,7 @@ func TestValidateBuiltDocument(t *testing.T) {
 	_, err := Validate(doc, Env{File: "kubernetes"})
 	want := []string{
 		`kubernetes: services[1].name: "web" is already the name of services[0]; service names must be unique`,
-		`kubernetes: services[1].vip: "10.99.0.x" is not an IPv4 address`,
+		`kubernetes: services[1].vip: "10.99.0.x" is not an IP address; write an IPv4 (e.g. 10.99.0.1) or an IPv6 address (e.g. 2001:db8::1)`,
 		`kubernetes: services[1].port: 0 is out of range 1..65535`,
 		`kubernetes: services[1].protocol: "sctp" is not a protocol; use tcp or udp (lower case)`,
 	}

@@ -24,10 +24,20 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(11, 12))
-	addr := func() netip.Addr { return netip.AddrFrom4([4]byte{10, 0, 3, byte(2 + rng.IntN(12))}) }
+	// A quarter of the backends and VIPs are IPv6: the host without an
+	// IPv6 address refuses those backends.
+	addr := func() netip.Addr {
+		if rng.IntN(4) == 0 {
+			return netip.AddrFrom16([16]byte{0xfd, 0, 0, 3, 15: byte(2 + rng.IntN(12))})
+		}
+		return netip.AddrFrom4([4]byte{10, 0, 3, byte(2 + rng.IntN(12))})
+	}
 	var vips []string
 	for i := range 16 {
 		vips = append(vips, fmt.Sprint("10.99.0.", i+1))
+	}
+	for i := range 4 {
+		vips = append(vips, fmt.Sprint("2001:db8:99::", i+1))
 	}
 	newService := func(i int) Service {
 		s := Service{Name: fmt.Sprint("s", i), VIP: netip.MustParseAddr(vips[rng.IntN(len(vips))]), Port: uint16(80 + rng.IntN(3)),
@@ -43,7 +53,7 @@ func TestValidatorAgreesWithValidate(t *testing.T) {
 	}
 	next := len(services)
 	// 10.99.0.16 is one of the VIPs the walk picks.
-	host := &Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.1.2")}, "dummy0": {netip.MustParseAddr("10.99.0.16")}}}
+	host := &Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.1.2"), netip.MustParseAddr("fd00:1::2")}, "dummy0": {netip.MustParseAddr("10.99.0.16")}}}
 	other := &Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.1.2")}, "dummy0": {netip.MustParseAddr("10.99.0.15")}}}
 	v := &Validator{}
 	quick, invalid, over, withAttrs := 0, 0, 0, 0

@@ -53,7 +53,8 @@ type Options struct {
 	// Etcd is the etcd binary. Empty: etcd on PATH (Debian's etcd-server).
 	Etcd string
 	// ServiceCIDR is the service cluster IP range. Empty:
-	// DefaultServiceCIDR.
+	// DefaultServiceCIDR. An IPv4 range, then an IPv6 one after a comma,
+	// make the API server dual-stack.
 	ServiceCIDR string
 	// Log receives progress. Nil: slog.Default().
 	Log *slog.Logger
@@ -308,8 +309,12 @@ func findEtcd(path string) (string, error) {
 	return found, nil
 }
 
+// firstServiceIP is the kubernetes Service's address: the first of
+// the IPv4 range, which comes first ("10.96.0.0/16,fd00:96::/108" makes
+// the API server dual-stack).
 func firstServiceIP(cidr string) (netip.Addr, error) {
-	p, err := netip.ParsePrefix(cidr)
+	first, _, _ := strings.Cut(cidr, ",")
+	p, err := netip.ParsePrefix(first)
 	if err != nil {
 		return netip.Addr{}, fmt.Errorf("service CIDR: %w", err)
 	}

@@ -139,6 +139,7 @@ type Document struct {
 type Node struct {
 	Interface Field[string] `yaml:"interface,omitempty"`
 	Address   Field[Text]   `yaml:"address,omitempty"`
+	Address6  Field[Text]   `yaml:"address6,omitempty"`
 }
 
 // API is the api section.

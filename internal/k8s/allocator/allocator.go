@@ -7,6 +7,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/xlbproject/xlb/internal/k8s/api"
 )
 
 // Reason classifies why an allocation failed; the values are stable (they
@@ -31,8 +33,8 @@ const (
 	// ReasonUnknownPool: the requested pool does not exist or is
 	// invalid.
 	ReasonUnknownPool Reason = "UnknownPool"
-	// ReasonInvalidRequest: the request itself is unusable (IPv6, an
-	// address outside the requested pool).
+	// ReasonInvalidRequest: the request itself is unusable (an address
+	// of the other family, an address outside the requested pool).
 	ReasonInvalidRequest Reason = "InvalidRequest"
 	// ReasonNodeAddress: the requested address is a node's own
 	// address (see SetReserved).
@@ -75,7 +77,12 @@ type Request struct {
 	Namespace       string
 	Labels          map[string]string
 	NamespaceLabels map[string]string
-	// Address is a requested address; the zero Addr requests none.
+	// IPv6: the request is for the Service's IPv6 address; otherwise
+	// for its IPv4 one. A dual-stack Service makes one request of each
+	// family, under one Key: it holds an address of each.
+	IPv6 bool
+	// Address is a requested address, of the request's family; the
+	// zero Addr requests none.
 	Address netip.Addr
 	// Pool is a requested pool; "" requests none.
 	Pool string
@@ -95,14 +102,27 @@ type Allocator struct {
 	byName   map[string]*Pool // accepted
 	rejected map[string]error // pool name → why it is not used
 	// holders: the Services holding each address, sorted (several
-	// only when they share it); held: each Service's holding.
-	holders map[uint32][]string
-	held    map[string]*holding
-	used    map[string]uint64 // pool name → addresses of it held, reserved ones left out
+	// only when they share it); held: each Service's holding of each
+	// family.
+	holders map[netip.Addr][]string
+	held    map[holdKey]*holding
+	used    map[poolFam]uint64 // addresses of each pool's family held, reserved ones left out
 	// reserved: addresses nobody gets (the nodes' own), with whose
 	// they are; excluded counts those each pool would hand out.
-	reserved map[uint32]string
-	excluded map[string]uint64
+	reserved map[netip.Addr]string
+	excluded map[poolFam]uint64
+}
+
+// holdKey is a Service's holding of one family.
+type holdKey struct {
+	key string
+	v6  bool
+}
+
+// poolFam is the addresses of one family of a pool.
+type poolFam struct {
+	pool string
+	v6   bool
 }
 
 // New returns an allocator with no pools and no addresses held.
@@ -110,11 +130,11 @@ func New() *Allocator {
 	return &Allocator{
 		byName:   map[string]*Pool{},
 		rejected: map[string]error{},
-		holders:  map[uint32][]string{},
-		held:     map[string]*holding{},
-		used:     map[string]uint64{},
-		reserved: map[uint32]string{},
-		excluded: map[string]uint64{},
+		holders:  map[netip.Addr][]string{},
+		held:     map[holdKey]*holding{},
+		used:     map[poolFam]uint64{},
+		reserved: map[netip.Addr]string{},
+		excluded: map[poolFam]uint64{},
 	}
 }
 
@@ -160,10 +180,10 @@ func (a *Allocator) SetPools(pools []*Pool, invalid map[string]error) map[string
 // another or released, but Plan no longer plans it, and it counts as
 // used in no pool.
 func (a *Allocator) SetReserved(why map[netip.Addr]string) {
-	a.reserved = make(map[uint32]string, len(why))
+	a.reserved = make(map[netip.Addr]string, len(why))
 	for addr, w := range why {
-		if addr.Is4() {
-			a.reserved[toU32(addr)] = w
+		if addr.IsValid() {
+			a.reserved[addr.Unmap().WithZone("")] = w
 		}
 	}
 	a.recount()
@@ -171,10 +191,7 @@ func (a *Allocator) SetReserved(why map[netip.Addr]string) {
 
 // Reserved reports whether addr is reserved, and whose it is.
 func (a *Allocator) Reserved(addr netip.Addr) (why string, ok bool) {
-	if !addr.Is4() {
-		return "", false
-	}
-	why, ok = a.reserved[toU32(addr)]
+	why, ok = a.reserved[addr]
 	return why, ok
 }
 
@@ -188,7 +205,7 @@ func (a *Allocator) ReservedIn(pool string) []netip.Addr {
 	var out []netip.Addr
 	for x := range a.reserved {
 		if p.contains(x) {
-			out = append(out, fromU32(x))
+			out = append(out, x)
 		}
 	}
 	slices.SortFunc(out, netip.Addr.Compare)
@@ -198,28 +215,30 @@ func (a *Allocator) ReservedIn(pool string) []netip.Addr {
 // recount derives used and excluded from the pools, the holdings and the
 // reserved addresses.
 func (a *Allocator) recount() {
-	a.used = map[string]uint64{}
+	a.used = map[poolFam]uint64{}
 	for x := range a.holders {
 		if p := a.poolOf(x); p != nil && !a.isReserved(x) {
-			a.used[p.Name]++
+			a.used[poolFam{p.Name, x.Is6()}]++
 		}
 	}
-	a.excluded = map[string]uint64{}
+	a.excluded = map[poolFam]uint64{}
 	for x := range a.reserved {
 		if p := a.poolOf(x); p != nil {
-			a.excluded[p.Name]++
+			a.excluded[poolFam{p.Name, x.Is6()}]++
 		}
 	}
 }
 
-func (a *Allocator) isReserved(x uint32) bool {
+func (a *Allocator) isReserved(x netip.Addr) bool {
 	_, ok := a.reserved[x]
 	return ok
 }
 
-// size is the number of addresses p hands out: its own, less the
-// reserved ones.
-func (a *Allocator) size(p *Pool) uint64 { return p.size - a.excluded[p.Name] }
+// size is the number of addresses of one family p hands out: its own,
+// less the reserved ones.
+func (a *Allocator) size(p *Pool, v6 bool) uint64 {
+	return p.SizeOf(v6) - a.excluded[poolFam{p.Name, v6}]
+}
 
 // overlap finds a pool of others sharing an address with p and describes
 // the overlap.
@@ -227,7 +246,7 @@ func overlap(p *Pool, others []*Pool) (string, bool) {
 	for _, o := range others {
 		for _, s := range p.spans {
 			for _, t := range o.spans {
-				if s.lo <= t.hi && t.lo <= s.hi {
+				if s.lo.BitLen() == t.lo.BitLen() && s.lo.Compare(t.hi) <= 0 && t.lo.Compare(s.hi) <= 0 {
 					return fmt.Sprintf("%s overlaps %s of address pool %q", s.text, t.text, o.Name), true
 				}
 			}
@@ -240,28 +259,25 @@ func overlap(p *Pool, others []*Pool) (string, bool) {
 func (a *Allocator) Pools() []*Pool { return slices.Clone(a.pools) }
 
 // Usage returns how many addresses of the named pool are held and how many
-// it hands out (reserved addresses left out of both); ok is false for a
-// pool not in use.
+// it hands out, of both families (reserved addresses left out of both; a
+// size beyond MaxUint64 is MaxUint64); ok is false for a pool not in use.
 func (a *Allocator) Usage(pool string) (used, size uint64, ok bool) {
 	p := a.byName[pool]
 	if p == nil {
 		return 0, 0, false
 	}
-	return a.used[pool], a.size(p), true
+	return a.used[poolFam{pool, false}] + a.used[poolFam{pool, true}], addSat(a.size(p, false), a.size(p, true)), true
 }
 
 // PoolOf returns the name of the pool in use that contains addr, or "".
 func (a *Allocator) PoolOf(addr netip.Addr) string {
-	if !addr.Is4() {
-		return ""
-	}
-	if p := a.poolOf(toU32(addr)); p != nil {
+	if p := a.poolOf(addr); p != nil {
 		return p.Name
 	}
 	return ""
 }
 
-func (a *Allocator) poolOf(x uint32) *Pool {
+func (a *Allocator) poolOf(x netip.Addr) *Pool {
 	for _, p := range a.pools {
 		if p.contains(x) {
 			return p
@@ -270,22 +286,20 @@ func (a *Allocator) poolOf(x uint32) *Pool {
 	return nil
 }
 
-// Lookup returns the address the Service key holds.
-func (a *Allocator) Lookup(key string) (netip.Addr, bool) {
-	h, ok := a.held[key]
+// Lookup returns the address of one family (v6: IPv6) the Service key
+// holds.
+func (a *Allocator) Lookup(key string, v6 bool) (netip.Addr, bool) {
+	h, ok := a.held[holdKey{key, v6}]
 	if !ok {
 		return netip.Addr{}, false
 	}
-	return fromU32(h.addr), true
+	return h.addr, true
 }
 
 // Holders returns the Services holding addr, sorted: one, or several
 // that share it.
 func (a *Allocator) Holders(addr netip.Addr) []string {
-	if !addr.Is4() {
-		return nil
-	}
-	return slices.Clone(a.holders[toU32(addr)])
+	return slices.Clone(a.holders[addr])
 }
 
 // Plan decides the address a Service should have, without recording it:
@@ -301,9 +315,13 @@ func (a *Allocator) Holders(addr netip.Addr) []string {
 // address of the requested pool, or of the first eligible auto-assign
 // pool in allocation order. A reserved address is never planned, not
 // even the one the Service holds. Errors are *Error.
+//
+// The request is for one family (req.IPv6): only pools with addresses
+// of that family count, and a pool is exhausted when its addresses of
+// that family are.
 func (a *Allocator) Plan(req Request) (netip.Addr, error) {
-	if h, ok := a.held[req.Key]; ok && a.fits(req, h.addr) && !a.isReserved(h.addr) && a.sharable(req, h.addr) == nil {
-		return fromU32(h.addr), nil
+	if h, ok := a.held[holdKey{req.Key, req.IPv6}]; ok && a.fits(req, h.addr) && !a.isReserved(h.addr) && a.sharable(req, h.addr) == nil {
+		return h.addr, nil
 	}
 	if req.Address.IsValid() {
 		return a.planAddress(req)
@@ -318,41 +336,67 @@ func (a *Allocator) Plan(req Request) (netip.Addr, error) {
 		if err != nil {
 			return netip.Addr{}, err
 		}
-		x, ok := a.lowestFree(p)
-		if !ok {
-			return netip.Addr{}, failf(ReasonPoolExhausted, "address pool %q is exhausted: all its %d addresses are in use%s", p.Name, a.size(p), a.excludedNote(p))
+		if !p.Has(req.IPv6) {
+			return netip.Addr{}, failf(ReasonNotEligible, "requested address pool %q has no %s addresses (it is an %s pool), and this is the Service's %s address; add %s ranges to it, or request another pool for this family",
+				p.Name, family(req.IPv6), p.Family(), family(req.IPv6), family(req.IPv6))
 		}
-		return fromU32(x), nil
+		x, ok := a.lowestFree(p, req.IPv6)
+		if !ok {
+			return netip.Addr{}, failf(ReasonPoolExhausted, "address pool %q is exhausted: all its %d %saddresses are in use%s", p.Name, a.size(p, req.IPv6), v6Word(req.IPv6), a.excludedNote(p, req.IPv6))
+		}
+		return x, nil
 	}
 	var full []string
 	var why []string
+	hasFamily := false
 	for _, p := range a.pools {
-		if !p.AutoAssign {
+		if !p.AutoAssign || !p.Has(req.IPv6) {
 			continue
 		}
+		hasFamily = true
 		if ok, reason := p.Eligible(req.Namespace, req.NamespaceLabels, req.Labels); !ok {
 			why = append(why, fmt.Sprintf("%q %s", p.Name, reason))
 			continue
 		}
-		if x, ok := a.lowestFree(p); ok {
-			return fromU32(x), nil
+		if x, ok := a.lowestFree(p, req.IPv6); ok {
+			return x, nil
 		}
-		full = append(full, fmt.Sprintf("%q (%d addresses%s)", p.Name, a.size(p), a.excludedNote(p)))
+		full = append(full, fmt.Sprintf("%q (%d %saddresses%s)", p.Name, a.size(p, req.IPv6), v6Word(req.IPv6), a.excludedNote(p, req.IPv6)))
 	}
 	switch {
 	case len(full) > 0:
 		return netip.Addr{}, failf(ReasonPoolExhausted, "every address pool this Service may use is exhausted: %s; add addresses or delete Services", list(full, ", "))
 	case len(why) > 0:
 		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool serves this Service: %s", list(why, "; "))
+	case req.IPv6 && !hasFamily:
+		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool has IPv6 addresses, and the Service asks for an IPv6 address (spec.ipFamilies); add IPv6 ranges (e.g. 2001:db8:99::/120) to an AddressPool, or make the Service IPv4-only")
+	case !hasFamily && len(a.pools) > 0:
+		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool has IPv4 addresses, and the Service asks for an IPv4 address (spec.ipFamilies); add IPv4 ranges to an AddressPool, or make the Service IPv6-only")
 	default:
 		return netip.Addr{}, failf(ReasonNoEligiblePool, "no auto-assign address pool exists; create an AddressPool, or request one with autoAssign: false by name")
 	}
 }
 
+// v6Word qualifies "addresses" in a message about IPv6 ones.
+func v6Word(v6 bool) string {
+	if v6 {
+		return "IPv6 "
+	}
+	return ""
+}
+
+// family names the IPv6 family (v6) or the IPv4 one.
+func family(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
 // excludedNote says, for an exhausted pool, how many of its addresses
 // are nodes' own; "" when none are.
-func (a *Allocator) excludedNote(p *Pool) string {
-	if n := a.excluded[p.Name]; n > 0 {
+func (a *Allocator) excludedNote(p *Pool, v6 bool) string {
+	if n := a.excluded[poolFam{p.Name, v6}]; n > 0 {
 		return fmt.Sprintf(", not counting %d that are nodes' own addresses", n)
 	}
 	return ""
@@ -370,10 +414,10 @@ func list(items []string, sep string) string {
 }
 
 // fits reports whether the held address x still satisfies req.
-func (a *Allocator) fits(req Request, x uint32) bool {
+func (a *Allocator) fits(req Request, x netip.Addr) bool {
 	switch {
 	case req.Address.IsValid():
-		return req.Address.Is4() && toU32(req.Address) == x
+		return req.Address == x
 	case req.Pool != "":
 		p := a.poolOf(x)
 		return p != nil && p.Name == req.Pool
@@ -383,10 +427,14 @@ func (a *Allocator) fits(req Request, x uint32) bool {
 
 func (a *Allocator) planAddress(req Request) (netip.Addr, error) {
 	addr := req.Address
-	if err := checkV4(addr); err != nil {
+	if err := checkAddr(addr); err != nil {
 		return netip.Addr{}, failf(ReasonInvalidRequest, "requested address %s %v", addr, err)
 	}
-	x := toU32(addr)
+	if addr.Is6() != req.IPv6 {
+		return netip.Addr{}, failf(ReasonInvalidRequest, "requested address %s is %s, and this is the Service's %s address; request an address of each family the Service has (spec.ipFamilies), comma separated in annotation %s",
+			addr, family(addr.Is6()), family(req.IPv6), api.AnnotationAddresses)
+	}
+	x := addr
 	if why, ok := a.reserved[x]; ok {
 		return netip.Addr{}, failf(ReasonNodeAddress, "requested address %s is %s, and a VIP equal to a node's address takes that node off the network; request another address", addr, why)
 	}
@@ -429,25 +477,28 @@ func (a *Allocator) requestedPool(req Request) (*Pool, error) {
 	return p, nil
 }
 
-// lowestFree returns the lowest address of p nobody holds.
-func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
-	if a.used[p.Name] >= a.size(p) {
-		return 0, false
+// lowestFree returns the lowest address of one family of p nobody holds.
+func (a *Allocator) lowestFree(p *Pool, v6 bool) (netip.Addr, bool) {
+	if a.used[poolFam{p.Name, v6}] >= a.size(p, v6) {
+		return netip.Addr{}, false
 	}
 	// At most used+1 usable addresses are visited (plus the .0/.255
 	// and reserved ones skipped): the search is as cheap as the pool is
 	// full.
 	for _, s := range p.spans {
-		for x := uint64(s.lo); x <= uint64(s.hi); x++ {
-			if (p.avoidBuggy && buggy(uint32(x))) || a.isReserved(uint32(x)) {
+		if s.lo.Is6() != v6 {
+			continue
+		}
+		for x := s.lo; x.IsValid() && x.Compare(s.hi) <= 0; x = x.Next() {
+			if (p.avoidBuggy && buggy(x)) || a.isReserved(x) {
 				continue
 			}
-			if _, taken := a.holders[uint32(x)]; !taken {
-				return uint32(x), true
+			if _, taken := a.holders[x]; !taken {
+				return x, true
 			}
 		}
 	}
-	return 0, false
+	return netip.Addr{}, false
 }
 
 // Assign records that the Service of req holds addr, with its sharing
@@ -456,27 +507,34 @@ func (a *Allocator) lowestFree(p *Pool) (uint32, bool) {
 // (Sharable). The address need not be in a pool: on a restart the
 // controller assigns what the Services' status says, whatever the pools
 // are now.
+//
+// The holding is of addr's family, whatever req.IPv6 says.
 func (a *Allocator) Assign(req Request, addr netip.Addr) error {
-	if err := checkV4(addr); err != nil {
+	if !addr.IsValid() {
+		return failf(ReasonInvalidRequest, "no address")
+	}
+	if err := checkAddr(addr); err != nil {
 		return failf(ReasonInvalidRequest, "address %s %v", addr, err)
 	}
-	x := toU32(addr)
+	x := addr
+	req.IPv6 = x.Is6()
 	if err := a.sharable(req, x); err != nil {
 		return fmt.Errorf("address %w", err)
 	}
 	h := &holding{addr: x, namespace: req.Namespace, sharing: req.Sharing, ports: slices.Clone(req.Ports)}
-	if old, ok := a.held[req.Key]; ok && old.addr == x {
-		a.held[req.Key] = h
+	hk := holdKey{req.Key, req.IPv6}
+	if old, ok := a.held[hk]; ok && old.addr == x {
+		a.held[hk] = h
 		return nil
 	}
-	a.Release(req.Key)
-	a.held[req.Key] = h
+	a.Release(req.Key, req.IPv6)
+	a.held[hk] = h
 	keys := a.holders[x]
 	i, _ := slices.BinarySearch(keys, req.Key)
 	a.holders[x] = slices.Insert(keys, i, req.Key)
 	if len(keys) == 0 {
 		if p := a.poolOf(x); p != nil && !a.isReserved(x) {
-			a.used[p.Name]++
+			a.used[poolFam{p.Name, x.Is6()}]++
 		}
 	}
 	return nil
@@ -494,44 +552,47 @@ func (a *Allocator) Allocate(req Request) (netip.Addr, error) {
 	return addr, nil
 }
 
-// Release frees the address key holds and returns it. The address is
-// free once no other Service holds it (Holders).
-func (a *Allocator) Release(key string) (netip.Addr, bool) {
-	h, ok := a.held[key]
+// Release frees the address of one family (v6: IPv6) key holds and
+// returns it. The address is free once no other Service holds it
+// (Holders).
+func (a *Allocator) Release(key string, v6 bool) (netip.Addr, bool) {
+	h, ok := a.held[holdKey{key, v6}]
 	if !ok {
 		return netip.Addr{}, false
 	}
-	delete(a.held, key)
+	delete(a.held, holdKey{key, v6})
 	x := h.addr
 	keys := slices.DeleteFunc(a.holders[x], func(k string) bool { return k == key })
 	if len(keys) > 0 {
 		a.holders[x] = keys
-		return fromU32(x), true
+		return x, true
 	}
 	delete(a.holders, x)
 	if p := a.poolOf(x); p != nil && !a.isReserved(x) {
-		a.used[p.Name]--
+		a.used[poolFam{p.Name, x.Is6()}]--
 	}
-	return fromU32(x), true
+	return x, true
 }
 
-// Holdings returns every held address by Service key, sorted by key.
+// Holdings returns every held address by Service key, sorted by key,
+// a Service's IPv4 address before its IPv6 one.
 func (a *Allocator) Holdings() []Holding {
 	out := make([]Holding, 0, len(a.held))
-	for key, h := range a.held {
-		out = append(out, Holding{Key: key, Addr: fromU32(h.addr), Sharing: h.sharing, Ports: slices.Clone(h.ports)})
+	for k, h := range a.held {
+		out = append(out, Holding{Key: k.key, Addr: h.addr, Sharing: h.sharing, Ports: slices.Clone(h.ports)})
 	}
-	slices.SortFunc(out, func(p, q Holding) int { return cmp.Compare(p.Key, q.Key) })
+	slices.SortFunc(out, func(p, q Holding) int { return cmp.Or(cmp.Compare(p.Key, q.Key), p.Addr.Compare(q.Addr)) })
 	return out
 }
 
-// HoldingOf returns what the allocator records for the Service key.
-func (a *Allocator) HoldingOf(key string) (Holding, bool) {
-	h, ok := a.held[key]
+// HoldingOf returns what the allocator records for the Service key's
+// address of one family (v6: IPv6).
+func (a *Allocator) HoldingOf(key string, v6 bool) (Holding, bool) {
+	h, ok := a.held[holdKey{key, v6}]
 	if !ok {
 		return Holding{}, false
 	}
-	return Holding{Key: key, Addr: fromU32(h.addr), Sharing: h.sharing, Ports: slices.Clone(h.ports)}, true
+	return Holding{Key: key, Addr: h.addr, Sharing: h.sharing, Ports: slices.Clone(h.ports)}, true
 }
 
 // Holding is an address and the Service holding it, with the sharing
@@ -545,7 +606,7 @@ type Holding struct {
 
 // holding is what the allocator records of a Service holding an address.
 type holding struct {
-	addr      uint32
+	addr      netip.Addr
 	namespace string
 	sharing   string
 	ports     []Port

@@ -262,7 +262,7 @@ func TestSetPoolsKeepsHoldings(t *testing.T) {
 	if _, err := a.Allocate(Request{Key: "a/z"}); ReasonOf(err) != ReasonPoolExhausted {
 		t.Errorf("allocating from a pool whose addresses are held: %v, want exhausted", err)
 	}
-	if _, ok := a.Release("a/x"); !ok {
+	if _, ok := a.Release("a/x", false); !ok {
 		t.Fatal("Release(a/x) found nothing")
 	}
 	if got, err := a.Allocate(Request{Key: "a/z"}); err != nil || got != ip("10.0.0.0") {
@@ -293,10 +293,10 @@ func TestAssign(t *testing.T) {
 	if used, _, _ := a.Usage("p"); used != 0 {
 		t.Errorf("p used %d, want 0", used)
 	}
-	if err := a.Assign(keyReq("a/x"), ip("fd00::1")); ReasonOf(err) != ReasonInvalidRequest {
-		t.Errorf("assigning IPv6: %v", err)
+	if err := a.Assign(keyReq("a/x"), ip("::ffff:10.0.0.9")); ReasonOf(err) != ReasonInvalidRequest {
+		t.Errorf("assigning an IPv4-mapped address: %v", err)
 	}
-	if got, _ := a.Lookup("a/x"); got != ip("192.0.2.9") {
+	if got, _ := a.Lookup("a/x", false); got != ip("192.0.2.9") {
 		t.Errorf("Lookup = %v after a failed Assign, want 192.0.2.9 kept", got)
 	}
 }
@@ -319,8 +319,8 @@ func TestRebuild(t *testing.T) {
 	if _, err := a.Allocate(Request{Key: "ns/q", Pool: "q"}); err != nil {
 		t.Fatal(err)
 	}
-	a.Release("ns/s2")
-	a.Release("ns/s4")
+	a.Release("ns/s2", false)
+	a.Release("ns/s4", false)
 
 	b := New()
 	// Assignments first, pools afterwards: the order in which a
@@ -388,7 +388,7 @@ func TestSetReserved(t *testing.T) {
 		t.Errorf("the node address's holders %q: SetReserved must not drop it", h)
 	}
 	// Release and Assign keep the counts right around reserved addresses.
-	a.Release("a/held")
+	a.Release("a/held", false)
 	if u := usage("p"); u != "1/6" {
 		t.Errorf("usage after releasing the node address %s, want 1/6", u)
 	}

@@ -12,7 +12,10 @@ package allocator
 
 import (
 	"cmp"
+	"encoding/binary"
 	"fmt"
+	"math"
+	"math/bits"
 	"net/netip"
 	"slices"
 	"strings"
@@ -22,10 +25,10 @@ import (
 	"github.com/xlbproject/xlb/internal/k8s/api"
 )
 
-// span is an inclusive range of IPv4 addresses, as numbers; text is the
+// span is an inclusive range of addresses of one family; text is the
 // pool entry it came from, for messages.
 type span struct {
-	lo, hi uint32
+	lo, hi netip.Addr
 	text   string
 }
 
@@ -39,9 +42,9 @@ type Pool struct {
 	// Priority orders the pools Services get addresses from; see Less.
 	Priority int
 
-	spans        []span // sorted, disjoint
+	spans        []span // sorted (IPv4 first), disjoint
 	avoidBuggy   bool
-	size         uint64
+	size         [2]uint64 // usable addresses by family (index v6), at most MaxUint64
 	namespaces   []string
 	nsSelectors  []labels.Selector
 	svcSelectors []labels.Selector
@@ -53,7 +56,7 @@ func ParsePool(name string, spec api.AddressPoolSpec) (*Pool, error) {
 	p := &Pool{Name: name, AutoAssign: spec.AutoAssigns(), avoidBuggy: spec.AvoidBuggyIPs}
 	var problems []string
 	if len(spec.Addresses) == 0 {
-		problems = append(problems, "spec.addresses is empty: list at least one CIDR (10.99.0.0/28) or range (10.99.0.10-10.99.0.20)")
+		problems = append(problems, "spec.addresses is empty: list at least one CIDR (10.99.0.0/28, 2001:db8:99::/120) or range (10.99.0.10-10.99.0.20)")
 	}
 	for i, entry := range spec.Addresses {
 		s, err := parseEntry(entry)
@@ -63,9 +66,9 @@ func ParsePool(name string, spec api.AddressPoolSpec) (*Pool, error) {
 		}
 		p.spans = append(p.spans, s)
 	}
-	slices.SortFunc(p.spans, func(a, b span) int { return cmp.Compare(a.lo, b.lo) })
+	slices.SortFunc(p.spans, func(a, b span) int { return a.lo.Compare(b.lo) })
 	for i := 1; i < len(p.spans); i++ {
-		if prev, s := p.spans[i-1], p.spans[i]; s.lo <= prev.hi {
+		if prev, s := p.spans[i-1], p.spans[i]; s.lo.BitLen() == prev.hi.BitLen() && s.lo.Compare(prev.hi) <= 0 {
 			problems = append(problems, fmt.Sprintf("spec.addresses: %q overlaps %q; list each address once", s.text, prev.text))
 		}
 	}
@@ -85,9 +88,10 @@ func ParsePool(name string, spec api.AddressPoolSpec) (*Pool, error) {
 		return nil, fmt.Errorf("address pool %q: %s", name, strings.Join(problems, "; "))
 	}
 	for _, s := range p.spans {
-		p.size += s.count(p.avoidBuggy)
+		f := fam(s.lo)
+		p.size[f] = addSat(p.size[f], s.count(p.avoidBuggy))
 	}
-	if p.size == 0 {
+	if p.Size() == 0 {
 		return nil, fmt.Errorf("address pool %q: has no usable address: avoidBuggyIPs leaves out every address of %s", name, p.describe())
 	}
 	return p, nil
@@ -104,15 +108,13 @@ func parseEntry(entry string) (span, error) {
 		if err != nil {
 			return span{}, fmt.Errorf("is not a CIDR (want e.g. 10.99.0.0/28): %v", err)
 		}
-		if err := checkV4(pfx.Addr()); err != nil {
+		if err := checkAddr(pfx.Addr()); err != nil {
 			return span{}, err
 		}
 		if m := pfx.Masked(); m != pfx {
 			return span{}, fmt.Errorf("has host bits set: the network is %s", m)
 		}
-		lo := toU32(pfx.Addr())
-		hi := lo | uint32(uint64(1)<<(32-pfx.Bits())-1)
-		return span{lo: lo, hi: hi, text: text}, nil
+		return span{lo: pfx.Addr(), hi: lastOf(pfx), text: text}, nil
 	case strings.Contains(text, "-"):
 		first, last, _ := strings.Cut(text, "-")
 		var ends [2]netip.Addr
@@ -121,32 +123,63 @@ func parseEntry(entry string) (span, error) {
 			if err != nil {
 				return span{}, fmt.Errorf("is not a range of two addresses (want e.g. 10.99.0.10-10.99.0.20): %q is not an address", strings.TrimSpace(s))
 			}
-			if err := checkV4(a); err != nil {
+			if err := checkAddr(a); err != nil {
 				return span{}, err
 			}
 			ends[i] = a
 		}
+		if ends[0].Is4() != ends[1].Is4() {
+			return span{}, fmt.Errorf("mixes IPv4 and IPv6 (%s, %s); a range is of one family: list a range of each", ends[0], ends[1])
+		}
 		if ends[1].Less(ends[0]) {
 			return span{}, fmt.Errorf("the start %s comes after the end %s; write the lower address first", ends[0], ends[1])
 		}
-		return span{lo: toU32(ends[0]), hi: toU32(ends[1]), text: text}, nil
+		return span{lo: ends[0], hi: ends[1], text: text}, nil
 	default:
-		a, err := netip.ParseAddr(text)
-		if err == nil && a.Is4() {
-			return span{}, fmt.Errorf("is a single address; write it as a CIDR: %s/32", a)
+		if a, err := netip.ParseAddr(text); err == nil && checkAddr(a) == nil {
+			return span{}, fmt.Errorf("is a single address; write it as a CIDR: %s/%d", a, a.BitLen())
 		}
-		return span{}, fmt.Errorf("is neither a CIDR (10.99.0.0/28) nor a range (10.99.0.10-10.99.0.20)")
+		return span{}, fmt.Errorf("is neither a CIDR (10.99.0.0/28, 2001:db8:99::/120) nor a range (10.99.0.10-10.99.0.20)")
 	}
 }
 
-func checkV4(a netip.Addr) error {
+// checkAddr says why a cannot be in a pool: an address with a zone, or
+// an IPv4-mapped one, which is written as IPv4.
+func checkAddr(a netip.Addr) error {
 	switch {
 	case a.Is4In6():
 		return fmt.Errorf("is an IPv4-mapped IPv6 address; write it as plain IPv4 (%s)", a.Unmap())
-	case !a.Is4():
-		return fmt.Errorf("is IPv6, which xlb does not allocate yet; use IPv4")
+	case a.Zone() != "":
+		return fmt.Errorf("has a zone (%%%s); write the address without one", a.Zone())
 	}
 	return nil
+}
+
+// lastOf is the last address of p (masked).
+func lastOf(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// fam is the index of a's family: 0 for IPv4, 1 for IPv6.
+func fam(a netip.Addr) int {
+	if a.Is4() {
+		return 0
+	}
+	return 1
+}
+
+// addSat adds without overflow: an IPv6 pool may hold more addresses
+// than a uint64 counts, and then holds "all of them".
+func addSat(a, b uint64) uint64 {
+	if a+b < a {
+		return math.MaxUint64
+	}
+	return a + b
 }
 
 func selectors(path string, in []api.LabelSelector) ([]labels.Selector, []string) {
@@ -163,37 +196,62 @@ func selectors(path string, in []api.LabelSelector) ([]labels.Selector, []string
 	return out, problems
 }
 
-// Size is the number of addresses the pool hands out.
-func (p *Pool) Size() uint64 { return p.size }
+// Size is the number of addresses the pool hands out (at most
+// MaxUint64).
+func (p *Pool) Size() uint64 { return addSat(p.size[0], p.size[1]) }
+
+// SizeOf is the number of addresses of one family (v6: IPv6) the pool
+// hands out.
+func (p *Pool) SizeOf(v6 bool) uint64 { return p.size[famOf(v6)] }
+
+// Has reports whether the pool has addresses of the IPv6 family (v6) or
+// of the IPv4 one.
+func (p *Pool) Has(v6 bool) bool { return p.size[famOf(v6)] > 0 }
+
+// Family says which families the pool hands out: "IPv4", "IPv6" or
+// "IPv4 and IPv6" (a dual-stack pool, which gives a dual-stack Service
+// both its addresses).
+func (p *Pool) Family() string {
+	switch {
+	case p.Has(false) && p.Has(true):
+		return "IPv4 and IPv6"
+	case p.Has(true):
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+func famOf(v6 bool) int {
+	if v6 {
+		return 1
+	}
+	return 0
+}
 
 // Contains reports whether the pool hands out addr (an address in one of
 // its ranges, and not a .0 or .255 one left out by avoidBuggyIPs).
 func (p *Pool) Contains(addr netip.Addr) bool {
-	if !addr.Is4() {
+	if !addr.IsValid() || addr.Zone() != "" || addr.Is4In6() {
 		return false
 	}
-	return p.contains(toU32(addr))
+	return p.contains(addr)
 }
 
-func (p *Pool) contains(x uint32) bool {
-	i, found := slices.BinarySearchFunc(p.spans, x, func(s span, x uint32) int { return cmp.Compare(s.lo, x) })
+func (p *Pool) contains(x netip.Addr) bool {
+	return p.inRange(x) && !(p.avoidBuggy && buggy(x))
+}
+
+// inRange reports whether x lies in one of the pool's ranges, usable or not.
+func (p *Pool) inRange(x netip.Addr) bool {
+	i, found := slices.BinarySearchFunc(p.spans, x, func(s span, x netip.Addr) int { return s.lo.Compare(x) })
 	if !found {
 		if i == 0 {
 			return false
 		}
 		i--
 	}
-	return x <= p.spans[i].hi && !(p.avoidBuggy && buggy(x))
-}
-
-// inRange reports whether x lies in one of the pool's ranges, usable or not.
-func (p *Pool) inRange(x uint32) bool {
-	for _, s := range p.spans {
-		if s.lo <= x && x <= s.hi {
-			return true
-		}
-	}
-	return false
+	s := p.spans[i]
+	return s.lo.BitLen() == x.BitLen() && x.Compare(s.hi) <= 0
 }
 
 // describe lists the pool's entries as written.
@@ -248,13 +306,24 @@ func compare(a, b *Pool) int {
 	return strings.Compare(a.Name, b.Name)
 }
 
-// count is the number of usable addresses in s.
+// count is the number of usable addresses in s (at most MaxUint64).
 func (s span) count(avoidBuggy bool) uint64 {
-	n := uint64(s.hi) - uint64(s.lo) + 1
+	if s.lo.Is6() {
+		hi, lo := s.hi.As16(), s.lo.As16()
+		hh, hl := binary.BigEndian.Uint64(hi[:8]), binary.BigEndian.Uint64(hi[8:])
+		lh, ll := binary.BigEndian.Uint64(lo[:8]), binary.BigEndian.Uint64(lo[8:])
+		diff, borrow := bits.Sub64(hl, ll, 0)
+		if top, _ := bits.Sub64(hh, lh, borrow); top != 0 || diff == math.MaxUint64 {
+			return math.MaxUint64
+		}
+		return diff + 1
+	}
+	lo, hi := toU32(s.lo), toU32(s.hi)
+	n := uint64(hi) - uint64(lo) + 1
 	if avoidBuggy {
-		n -= buggyUpTo(s.hi)
-		if s.lo > 0 {
-			n += buggyUpTo(s.lo - 1)
+		n -= buggyUpTo(hi)
+		if lo > 0 {
+			n += buggyUpTo(lo - 1)
 		}
 	}
 	return n
@@ -271,9 +340,16 @@ func buggyUpTo(x uint32) uint64 {
 	return n
 }
 
-// buggy: addresses ending in .0 or .255, which some old clients and
-// routers take for network or broadcast addresses.
-func buggy(x uint32) bool { return x&0xff == 0 || x&0xff == 0xff }
+// buggy: IPv4 addresses ending in .0 or .255, which some old clients
+// and routers take for network or broadcast addresses. IPv6 has no such
+// addresses.
+func buggy(x netip.Addr) bool {
+	if !x.Is4() {
+		return false
+	}
+	b := x.As4()
+	return b[3] == 0 || b[3] == 0xff
+}
 
 func toU32(a netip.Addr) uint32 {
 	b := a.As4()

@@ -1,6 +1,7 @@
 package allocator
 
 import (
+	"math"
 	"math/rand/v2"
 	"net/netip"
 	"strings"
@@ -41,7 +42,13 @@ func TestParsePool(t *testing.T) {
 		{name: "empty entry", spec: api.AddressPoolSpec{Addresses: []string{" "}}, wantErrs: []string{`spec.addresses[0] " ": is empty`}},
 		{name: "bad prefix length", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.0/33"}}, wantErrs: []string{`spec.addresses[0] "10.99.0.0/33": is not a CIDR`}},
 		{name: "host bits", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.5/28"}}, wantErrs: []string{"host bits set: the network is 10.99.0.0/28"}},
-		{name: "ipv6 cidr", spec: api.AddressPoolSpec{Addresses: []string{"fd00::/120"}}, wantErrs: []string{"is IPv6"}},
+		{name: "ipv6 cidr", spec: api.AddressPoolSpec{Addresses: []string{"fd00::/120"}}, size: 256, in: []string{"fd00::", "fd00::ff"}, out: []string{"fd00::100", "10.0.0.0"}},
+		{name: "ipv6 range, avoidBuggyIPs applies to IPv4 only", spec: api.AddressPoolSpec{Addresses: []string{"2001:db8::ff-2001:db8::100"}, AvoidBuggyIPs: true}, size: 2, in: []string{"2001:db8::ff", "2001:db8::100"}},
+		{name: "dual-stack pool", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.0/30", "fd00::/126"}}, size: 8, in: []string{"10.99.0.3", "fd00::3"}, out: []string{"fd00::4", "::a63:4"}},
+		{name: "huge ipv6 cidr", spec: api.AddressPoolSpec{Addresses: []string{"2001:db8::/48"}}, size: math.MaxUint64, in: []string{"2001:db8:0:ffff:ffff:ffff:ffff:ffff"}},
+		{name: "range mixing families", spec: api.AddressPoolSpec{Addresses: []string{"10.0.0.1-fd00::1"}}, wantErrs: []string{"mixes IPv4 and IPv6"}},
+		{name: "ipv6 with zone", spec: api.AddressPoolSpec{Addresses: []string{"fd00::1%eth0-fd00::3"}}, wantErrs: []string{"has a zone"}},
+		{name: "single ipv6 address", spec: api.AddressPoolSpec{Addresses: []string{"fd00::7"}}, wantErrs: []string{"write it as a CIDR: fd00::7/128"}},
 		{name: "ipv4-mapped", spec: api.AddressPoolSpec{Addresses: []string{"::ffff:10.0.0.1-::ffff:10.0.0.3"}}, wantErrs: []string{"IPv4-mapped", "(10.0.0.1)"}},
 		{name: "reversed range", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.20-10.99.0.10"}}, wantErrs: []string{"the start 10.99.0.20 comes after the end 10.99.0.10"}},
 		{name: "range end not an address", spec: api.AddressPoolSpec{Addresses: []string{"10.99.0.1-10.99.0"}}, wantErrs: []string{`"10.99.0" is not an address`}},
@@ -124,11 +131,11 @@ func TestSpanCount(t *testing.T) {
 		if hi < lo {
 			hi = ^uint32(0)
 		}
-		s := span{lo: lo, hi: hi}
+		s := span{lo: fromU32(lo), hi: fromU32(hi)}
 		for _, avoid := range []bool{false, true} {
 			var want uint64
 			for x := uint64(lo); x <= uint64(hi); x++ {
-				if !avoid || !buggy(uint32(x)) {
+				if !avoid || !buggy(fromU32(uint32(x))) {
 					want++
 				}
 			}

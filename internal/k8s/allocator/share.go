@@ -29,10 +29,10 @@ func (p Port) String() string { return fmt.Sprintf("%d/%s", p.Port, p.Protocol) 
 // other Services that hold it (another sharing key or none, another
 // namespace, a port in common); nil if it may.
 func (a *Allocator) Sharable(req Request, addr netip.Addr) error {
-	if !addr.Is4() {
+	if !addr.IsValid() {
 		return nil
 	}
-	if err := a.sharable(req, toU32(addr)); err != nil {
+	if err := a.sharable(req, addr); err != nil {
 		return fmt.Errorf("address %w", err)
 	}
 	return nil
@@ -41,23 +41,23 @@ func (a *Allocator) Sharable(req Request, addr netip.Addr) error {
 // sharable reports whether the Service of req may hold x beside the
 // other Services that hold it, and if not, why (an *Error whose message
 // continues "address …", for the caller to prefix).
-func (a *Allocator) sharable(req Request, x uint32) error {
+func (a *Allocator) sharable(req Request, x netip.Addr) error {
 	for _, key := range a.holders[x] {
 		if key == req.Key {
 			continue
 		}
-		h := a.held[key]
+		h := a.held[holdKey{key, x.Is6()}]
 		switch {
 		case h.sharing == "" || req.Sharing == "":
 			return failf(ReasonAddressTaken, "%s is taken by Service %s; Services share an address only if all of them have the annotation %s with the same value, in one namespace",
-				fromU32(x), key, api.AnnotationSharingKey)
+				x, key, api.AnnotationSharingKey)
 		case h.namespace != req.Namespace || h.sharing != req.Sharing:
 			return failf(ReasonAddressTaken, "%s is taken by Service %s, whose sharing key is %q, not %q; Services share an address only with the same sharing key, in one namespace",
-				fromU32(x), key, h.sharing, req.Sharing)
+				x, key, h.sharing, req.Sharing)
 		}
 		if common := commonPorts(h.ports, req.Ports); len(common) > 0 {
 			return failf(ReasonSharingConflict, "%s is shared with Service %s (sharing key %q), which has port %s too: a port of an address serves one Service",
-				fromU32(x), key, h.sharing, strings.Join(common, ", "))
+				x, key, h.sharing, strings.Join(common, ", "))
 		}
 	}
 	return nil
@@ -82,23 +82,23 @@ func commonPorts(a, b []Port) []string {
 // addresses (their status said so on a restart, or one changed its key),
 // the lowest one it may join is taken.
 func (a *Allocator) planShared(req Request) (addr netip.Addr, err error, ok bool) {
-	var group []uint32
-	for key, h := range a.held {
-		if key != req.Key && h.namespace == req.Namespace && h.sharing == req.Sharing && !slices.Contains(group, h.addr) {
+	var group []netip.Addr
+	for k, h := range a.held {
+		if k.key != req.Key && k.v6 == req.IPv6 && h.namespace == req.Namespace && h.sharing == req.Sharing && !slices.Contains(group, h.addr) {
 			group = append(group, h.addr)
 		}
 	}
 	if len(group) == 0 {
 		return netip.Addr{}, nil, false
 	}
-	slices.Sort(group)
+	slices.SortFunc(group, netip.Addr.Compare)
 	var why []string
 	for _, x := range group {
 		if reason := a.joinable(req, x); reason != "" {
 			why = append(why, reason)
 			continue
 		}
-		return fromU32(x), nil, true
+		return x, nil, true
 	}
 	return netip.Addr{}, failf(ReasonSharingConflict, "the Services with sharing key %q in namespace %s hold %s, and this Service cannot join them: %s; "+
 		"give it other ports, or another sharing key (or none) for an address of its own",
@@ -107,8 +107,8 @@ func (a *Allocator) planShared(req Request) (addr netip.Addr, err error, ok bool
 
 // joinable says why the Service of req cannot join the group's address
 // x; "" if it can.
-func (a *Allocator) joinable(req Request, x uint32) string {
-	addr := fromU32(x)
+func (a *Allocator) joinable(req Request, x netip.Addr) string {
+	addr := x
 	if why, ok := a.reserved[x]; ok {
 		return fmt.Sprintf("%s is %s, which no Service may have", addr, why)
 	}
@@ -128,10 +128,10 @@ func (a *Allocator) joinable(req Request, x uint32) string {
 	return ""
 }
 
-func addrs(xs []uint32) []string {
+func addrs(xs []netip.Addr) []string {
 	out := make([]string, len(xs))
 	for i, x := range xs {
-		out[i] = fromU32(x).String()
+		out[i] = x.String()
 	}
 	return out
 }

@@ -178,7 +178,7 @@ func TestShareRelease(t *testing.T) {
 		t.Fatalf("Allocate(a/more): %v, want exhausted", err)
 	}
 	// The first sharer goes: the address stays the other's.
-	if addr, ok := a.Release("a/dns-udp"); !ok || addr != ip("10.0.0.0") {
+	if addr, ok := a.Release("a/dns-udp", false); !ok || addr != ip("10.0.0.0") {
 		t.Fatalf("Release(a/dns-udp) = %v, %v", addr, ok)
 	}
 	if h := a.Holders(ip("10.0.0.0")); !slices.Equal(h, []string{"a/dns-tcp"}) {
@@ -194,8 +194,8 @@ func TestShareRelease(t *testing.T) {
 	if got, err := a.Allocate(udp); err != nil || got != ip("10.0.0.0") {
 		t.Fatalf("Allocate(a/dns-udp) again = %v, %v", got, err)
 	}
-	a.Release("a/dns-udp")
-	a.Release("a/dns-tcp")
+	a.Release("a/dns-udp", false)
+	a.Release("a/dns-tcp", false)
 	if h := a.Holders(ip("10.0.0.0")); len(h) != 0 {
 		t.Errorf("holders after both left %v", h)
 	}
@@ -219,7 +219,7 @@ func TestAssignSharing(t *testing.T) {
 	if err := a.Assign(svc("a/admin", "front", tcp443, Port{8443, "TCP"}), x); err != nil {
 		t.Fatal(err)
 	}
-	if h, _ := a.HoldingOf("a/admin"); fmt.Sprint(h.Ports) != "[443/TCP 8443/TCP]" {
+	if h, _ := a.HoldingOf("a/admin", false); fmt.Sprint(h.Ports) != "[443/TCP 8443/TCP]" {
 		t.Errorf("admin's ports %v after the change", h.Ports)
 	}
 	// admin takes port 80: refused, the record stays.
@@ -227,7 +227,7 @@ func TestAssignSharing(t *testing.T) {
 	if ReasonOf(err) != ReasonSharingConflict || !strings.Contains(err.Error(), "address 10.0.0.1 is shared with Service a/web") {
 		t.Errorf("Assign with web's port: %v, want a sharing conflict", err)
 	}
-	if h, _ := a.HoldingOf("a/admin"); fmt.Sprint(h.Ports) != "[443/TCP 8443/TCP]" || h.Addr != x {
+	if h, _ := a.HoldingOf("a/admin", false); fmt.Sprint(h.Ports) != "[443/TCP 8443/TCP]" || h.Addr != x {
 		t.Errorf("admin's holding %+v after a refused Assign", h)
 	}
 	// Moving one sharer elsewhere leaves the other.

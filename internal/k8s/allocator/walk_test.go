@@ -23,6 +23,12 @@ var candidatePools = []struct {
 	{"d", api.AddressPoolSpec{Addresses: []string{"10.0.0.254-10.0.1.1"}, AvoidBuggyIPs: true}},
 	{"e", api.AddressPoolSpec{Addresses: []string{"10.0.0.32/30"}, ServiceAllocation: &api.ServiceAllocation{Namespaces: []string{"ns1"}, Priority: 2}}},
 	{"f", api.AddressPoolSpec{Addresses: []string{"10.0.0.20/30"}, ServiceAllocation: &api.ServiceAllocation{Priority: 1}}},
+	// IPv6 and dual-stack ones: a Service's address of each family
+	// comes from the pools of that family.
+	{"g", api.AddressPoolSpec{Addresses: []string{"fd00::/126", "10.0.0.40/31"}}},
+	{"h", api.AddressPoolSpec{Addresses: []string{"fd00::2-fd00::6"}, ServiceAllocation: &api.ServiceAllocation{Priority: 1}}},
+	{"i", api.AddressPoolSpec{Addresses: []string{"fd00::10/127"}, AutoAssign: ptr(false)}},
+	{"j", api.AddressPoolSpec{Addresses: []string{"fd00::ff-fd00::100"}, AvoidBuggyIPs: true, ServiceAllocation: &api.ServiceAllocation{Namespaces: []string{"ns2"}}}},
 }
 
 // walkPorts are the ports a walk's Services choose from: one number in
@@ -36,11 +42,19 @@ var walkPorts = []Port{{80, "TCP"}, {443, "TCP"}, {53, "UDP"}, {53, "TCP"}}
 func walk(t *testing.T, next func(n int) int, steps int) {
 	a := New()
 	keys := []string{"ns1/a", "ns1/b", "ns1/c", "ns2/a", "ns2/b", "ns2/c", "ns3/a", "ns3/b", "ns3/c", "ns3/d"}
-	addr := func() netip.Addr { return fromU32(toU32(netip.MustParseAddr("10.0.0.0")) + uint32(next(270))) }
+	addr := func() netip.Addr {
+		if next(3) == 0 {
+			b := netip.MustParseAddr("fd00::").As16()
+			n := next(270)
+			b[14], b[15] = byte(n>>8), byte(n)
+			return netip.AddrFrom16(b)
+		}
+		return fromU32(toU32(netip.MustParseAddr("10.0.0.0")) + uint32(next(270)))
+	}
 	// A Service: no sharing key in a third of the requests, and one or
 	// two ports.
 	service := func(key string) Request {
-		req := Request{Key: key, Namespace: key[:3]}
+		req := Request{Key: key, Namespace: key[:3], IPv6: next(3) == 0}
 		if k := next(3); k > 0 {
 			req.Sharing = fmt.Sprintf("k%d", k)
 		}
@@ -85,10 +99,10 @@ func walk(t *testing.T, next func(n int) int, steps int) {
 				t.Fatalf("step %d: %s changed the holdings", step, op)
 			}
 		case 1:
-			key := keys[next(len(keys))]
-			a.Release(key)
-			op = "Release " + key
-			if _, ok := a.Lookup(key); ok {
+			key, v6 := keys[next(len(keys))], next(2) == 0
+			a.Release(key, v6)
+			op = fmt.Sprintf("Release %s (IPv6 %v)", key, v6)
+			if _, ok := a.Lookup(key, v6); ok {
 				t.Fatalf("step %d: %s still holds an address", step, op)
 			}
 		case 2:
@@ -173,7 +187,7 @@ func mayShare(hs []Holding, req Request, x netip.Addr) bool {
 func groupOf(hs []Holding, req Request) []netip.Addr {
 	var out []netip.Addr
 	for _, h := range hs {
-		if req.Sharing != "" && h.Key != req.Key && h.Key[:3] == req.Namespace && h.Sharing == req.Sharing && !slices.Contains(out, h.Addr) {
+		if req.Sharing != "" && h.Key != req.Key && h.Key[:3] == req.Namespace && h.Sharing == req.Sharing && h.Addr.Is6() == req.IPv6 && !slices.Contains(out, h.Addr) {
 			out = append(out, h.Addr)
 		}
 	}
@@ -211,9 +225,12 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 	if _, ok := a.Reserved(got); ok {
 		t.Fatalf("step %d: Allocate(%+v) = %s, a node's address", step, req, got)
 	}
+	if got.Is6() != req.IPv6 {
+		t.Fatalf("step %d: Allocate(%+v) = %s, of the other family", step, req, got)
+	}
 	var prev netip.Addr
 	for _, h := range before {
-		if h.Key == req.Key {
+		if h.Key == req.Key && h.Addr.Is6() == req.IPv6 {
 			prev = h.Addr
 		}
 	}
@@ -273,6 +290,9 @@ func checkAllocation(t *testing.T, a *Allocator, before []Holding, req Request, 
 			continue
 		}
 		for x := range q.all() {
+			if x.Is6() != req.IPv6 {
+				continue
+			}
 			if x == got {
 				return
 			}
@@ -313,7 +333,7 @@ func checkNoFree(t *testing.T, a *Allocator, req Request, err error, step int) {
 			continue
 		}
 		for x := range q.all() {
-			if _, reserved := a.Reserved(x); reserved {
+			if _, reserved := a.Reserved(x); reserved || x.Is6() != req.IPv6 {
 				continue
 			}
 			if len(a.Holders(x)) == 0 {
@@ -332,8 +352,8 @@ func eligible(p *Pool, req Request) bool {
 func (p *Pool) all() func(func(netip.Addr) bool) {
 	return func(yield func(netip.Addr) bool) {
 		for _, s := range p.spans {
-			for x := uint64(s.lo); x <= uint64(s.hi); x++ {
-				if p.contains(uint32(x)) && !yield(fromU32(uint32(x))) {
+			for x := s.lo; x.IsValid() && x.Compare(s.hi) <= 0; x = x.Next() {
+				if p.contains(x) && !yield(x) {
 					return
 				}
 			}
@@ -347,17 +367,17 @@ func checkInvariants(t *testing.T, a *Allocator, step int, op string) {
 	for x, keys := range a.holders {
 		n += len(keys)
 		if len(keys) == 0 || !slices.IsSorted(keys) {
-			t.Fatalf("step %d (%s): %s has holders %v", step, op, fromU32(x), keys)
+			t.Fatalf("step %d (%s): %s has holders %v", step, op, x, keys)
 		}
 		for i, key := range keys {
-			if h := a.held[key]; h == nil || h.addr != x {
-				t.Fatalf("step %d (%s): %s is among the holders of %s, but holds %v", step, op, key, fromU32(x), h)
+			if h := a.held[holdKey{key, x.Is6()}]; h == nil || h.addr != x {
+				t.Fatalf("step %d (%s): %s is among the holders of %s, but holds %v", step, op, key, x, h)
 			}
 			// Every pair of holders may share.
 			for _, other := range keys[:i] {
-				h, o := a.held[key], a.held[other]
+				h, o := a.held[holdKey{key, x.Is6()}], a.held[holdKey{other, x.Is6()}]
 				if h.sharing == "" || h.sharing != o.sharing || h.namespace != o.namespace || len(commonPorts(h.ports, o.ports)) > 0 {
-					t.Fatalf("step %d (%s): %s (%+v) and %s (%+v) share %s", step, op, key, *h, other, *o, fromU32(x))
+					t.Fatalf("step %d (%s): %s (%+v) and %s (%+v) share %s", step, op, key, *h, other, *o, x)
 				}
 			}
 		}
@@ -422,7 +442,7 @@ func FuzzWalk(f *testing.F) {
 // FuzzParsePool: no panic on any entry, and an accepted pool contains
 // exactly what its size says at its ends.
 func FuzzParsePool(f *testing.F) {
-	for _, s := range []string{"10.0.0.0/28", "10.0.0.1-10.0.0.9", "1.2.3.4", "::/0", "10.0.0.0/33", "-", "/", "0.0.0.0/0"} {
+	for _, s := range []string{"10.0.0.0/28", "10.0.0.1-10.0.0.9", "1.2.3.4", "::/0", "10.0.0.0/33", "-", "/", "0.0.0.0/0", "2001:db8::/120", "2001:db8::ff-2001:db8::1:0", "::ffff:0.0.0.0/96"} {
 		f.Add(s, false)
 	}
 	f.Fuzz(func(t *testing.T, entry string, avoid bool) {
@@ -430,19 +450,19 @@ func FuzzParsePool(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if p.Size() == 0 || p.Size() > 1<<32 {
+		if p.Size() == 0 || p.spans[0].lo.Is4() && p.Size() > 1<<32 {
 			t.Fatalf("%q: size %d", entry, p.Size())
 		}
 		s := p.spans[0]
-		for _, x := range []uint32{s.lo, s.hi} {
-			if want := !(avoid && buggy(x)); p.Contains(fromU32(x)) != want {
-				t.Fatalf("%q: Contains(%s) != %v", entry, fromU32(x), want)
+		for _, x := range []netip.Addr{s.lo, s.hi} {
+			if want := !(avoid && buggy(x)); p.Contains(x) != want {
+				t.Fatalf("%q: Contains(%s) != %v", entry, x, want)
 			}
 		}
-		if s.lo > 0 && p.Contains(fromU32(s.lo-1)) {
+		if prev := s.lo.Prev(); prev.IsValid() && p.Contains(prev) {
 			t.Fatalf("%q: contains the address before it", entry)
 		}
-		if s.hi < ^uint32(0) && p.Contains(fromU32(s.hi+1)) {
+		if next := s.hi.Next(); next.IsValid() && p.Contains(next) {
 			t.Fatalf("%q: contains the address after it", entry)
 		}
 	})

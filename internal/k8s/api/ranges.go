@@ -17,11 +17,11 @@ type Ranges struct {
 	// the annotation AnnotationSourceRanges, or "" for neither (every
 	// source may reach the Service).
 	From string
-	// IPv4 are the IPv4 ranges, in their network form. xlb serves a
-	// Service's IPv4 address only: these are the ones it enforces.
+	// IPv4 and IPv6 are the ranges of each family, in their network
+	// form: the Service's IPv4 address enforces the IPv4 ones, its
+	// IPv6 address (dual stack) the IPv6 ones.
 	IPv4 []netip.Prefix
-	// IPv6 counts the IPv6 ranges, which no IPv4 client is in.
-	IPv6 int
+	IPv6 []netip.Prefix
 	// Bad are the entries that are no CIDR, each with why.
 	Bad []string
 }
@@ -30,19 +30,36 @@ type Ranges struct {
 // those reach it, and none if IPv4 is empty.
 func (r Ranges) Restricted() bool { return r.From != "" }
 
-// Unservable says why xlb cannot serve a Service with these ranges
-// without letting in sources they leave out, "" when it can: an entry
-// that is no CIDR, more IPv4 ranges than a service holds (max), or
-// ranges that admit no IPv4 client (xlb serves the Service's IPv4
-// address).
-func (r Ranges) Unservable(max int) string {
-	switch {
+// Unservable says why xlb cannot serve a Service's IPv4 address with
+// these ranges without letting in sources they leave out, "" when it
+// can (UnservableFor).
+func (r Ranges) Unservable(max int) string { return r.UnservableFor(false, max) }
+
+// Of returns the ranges of the IPv6 family (v6) or the IPv4 one.
+func (r Ranges) Of(v6 bool) []netip.Prefix {
+	if v6 {
+		return r.IPv6
+	}
+	return r.IPv4
+}
+
+// UnservableFor says why xlb cannot serve the Service's address of one
+// family (v6: IPv6) with these ranges without letting in sources they
+// leave out, "" when it can: an entry that is no CIDR, more ranges of
+// the family than a service holds (max), or ranges that admit no client
+// of the family.
+func (r Ranges) UnservableFor(v6 bool, max int) string {
+	fam, other := "IPv4", "IPv6"
+	if v6 {
+		fam, other = other, fam
+	}
+	switch ranges := r.Of(v6); {
 	case len(r.Bad) > 0:
 		return fmt.Sprintf("%s: %s", r.From, strings.Join(r.Bad, "; "))
-	case r.Restricted() && len(r.IPv4) == 0:
-		return fmt.Sprintf("%s holds IPv6 ranges only, and xlb serves the Service's IPv4 address: no IPv4 client may reach it", r.From)
-	case len(r.IPv4) > max:
-		return fmt.Sprintf("%s holds %d IPv4 ranges, more than the %d a service holds", r.From, len(r.IPv4), max)
+	case r.Restricted() && len(ranges) == 0:
+		return fmt.Sprintf("%s holds %s ranges only, and xlb serves the Service's %s address: no %s client may reach it", r.From, other, fam, fam)
+	case len(ranges) > max:
+		return fmt.Sprintf("%s holds %d %s ranges, more than the %d a service holds", r.From, len(ranges), fam, max)
 	}
 	return ""
 }
@@ -74,7 +91,7 @@ func SourceRanges(svc *corev1.Service) Ranges {
 		case p.Addr().Is4():
 			r.IPv4 = append(r.IPv4, p)
 		default:
-			r.IPv6++
+			r.IPv6 = append(r.IPv6, p)
 		}
 	}
 	return r

@@ -50,8 +50,8 @@ func TestSourceRanges(t *testing.T) {
 		for _, p := range r.IPv4 {
 			ipv4 = append(ipv4, p.String())
 		}
-		if r.From != tc.from || strings.Join(ipv4, " ") != tc.ipv4 || r.IPv6 != tc.ipv6 || strings.Join(r.Bad, "; ") != tc.bad {
-			t.Errorf("%s: from %q, IPv4 %v, IPv6 %d, bad %q; want %q, %q, %d, %q", tc.name, r.From, ipv4, r.IPv6, r.Bad, tc.from, tc.ipv4, tc.ipv6, tc.bad)
+		if r.From != tc.from || strings.Join(ipv4, " ") != tc.ipv4 || len(r.IPv6) != tc.ipv6 || strings.Join(r.Bad, "; ") != tc.bad {
+			t.Errorf("%s: from %q, IPv4 %v, IPv6 %d, bad %q; want %q, %q, %d, %q", tc.name, r.From, ipv4, len(r.IPv6), r.Bad, tc.from, tc.ipv4, tc.ipv6, tc.bad)
 		}
 		if got := r.Unservable(2); tc.unservable == "" && got != "" || tc.unservable != "" && !strings.Contains(got, tc.unservable) {
 			t.Errorf("%s: unservable %q, want %q", tc.name, got, tc.unservable)

@@ -95,6 +95,7 @@ var (
 // +kubebuilder:subresource:status
 // +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=".spec.addresses"
+// +kubebuilder:printcolumn:name="Family",type=string,JSONPath=".status.family"
 // +kubebuilder:printcolumn:name="Auto Assign",type=boolean,JSONPath=".spec.autoAssign"
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=".spec.serviceAllocation.priority"
 // +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=".status.assigned"
@@ -123,7 +124,12 @@ type AddressPoolList struct {
 // AddressPoolStatus is what the controller reports about a pool, through
 // the status subresource.
 type AddressPoolStatus struct {
-	// Addresses the pool hands out.
+	// The address families the pool hands out: IPv4, IPv6, or "IPv4
+	// and IPv6" (a dual-stack pool).
+	// +optional
+	Family string `json:"family,omitempty"`
+	// Addresses the pool hands out, of both families (at most
+	// 9223372036854775807: an IPv6 pool may hold more).
 	// ---
 	// Without the .0 and .255 ones when avoidBuggyIPs is set, and
 	// without the Nodes' addresses.
@@ -157,9 +163,11 @@ type NodeAddress struct {
 
 // AddressPoolSpec: which addresses, and who may have them.
 type AddressPoolSpec struct {
-	// IPv4 CIDRs (10.99.0.0/28) or inclusive ranges
-	// (10.99.0.10-10.99.0.20). No address may appear twice, in this pool
-	// or in another one.
+	// IPv4 or IPv6 CIDRs (10.99.0.0/28, 2001:db8:99::/120) or inclusive
+	// ranges of one family (10.99.0.10-10.99.0.20). A pool with entries
+	// of both families is dual-stack: it gives a dual-stack Service both
+	// its addresses; status.family says which it is. No address may
+	// appear twice, in this pool or in another one.
 	// ---
 	// The first rule is the pattern, as a rule for a message a user can
 	// act on. The host-bits message names the entry's network: string()
@@ -170,8 +178,8 @@ type AddressPoolSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	// +kubebuilder:validation:MaxItems=64
 	// +listType=set
-	// +kubebuilder:validation:items:MaxLength=31
-	// +kubebuilder:validation:items:XValidation:rule="self.matches('^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])-((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))$')",messageExpression="self + ' is neither an IPv4 CIDR (10.99.0.0/28) nor an IPv4 range (10.99.0.10-10.99.0.20)'"
+	// +kubebuilder:validation:items:MaxLength=81
+	// +kubebuilder:validation:items:XValidation:rule="self.matches('^(((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])/(3[0-2]|[12]?[0-9])|((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])-((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9]))$') || (self.contains(':') && (self.contains('/') ? isCIDR(self) && cidr(self).ip().family() == 6 : self.split('-').size() == 2 && isIP(self.split('-')[0]) && isIP(self.split('-')[1]) && ip(self.split('-')[0]).family() == 6 && ip(self.split('-')[1]).family() == 6))",messageExpression="self + ' is neither a CIDR (10.99.0.0/28, 2001:db8:99::/120) nor a range of two addresses of one family (10.99.0.10-10.99.0.20)'"
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains('/') || !isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'the CIDR ' + self + ' has host bits set: write its network address' + (self.contains(':') ? '' : ', ' + [int(self.split('/')[1])].map(p, [int(self.split('/')[0].split('.')[p / 8])].map(o, [o - o % [256, 128, 64, 32, 16, 8, 4, 2][p % 8]].map(m, ['', self.substring(0, self.indexOf('.') + 1), self.substring(0, self.indexOf('.', self.indexOf('.') + 1) + 1), self.substring(0, self.lastIndexOf('.') + 1)][p / 8] + ['', '1', '2'][m / 100] + (m >= 10 ? '0123456789'.substring(m / 10 % 10, m / 10 % 10 + 1) : '') + '0123456789'.substring(m % 10, m % 10 + 1) + ['.0.0.0', '.0.0', '.0', ''][p / 8] + self.substring(self.indexOf('/')))[0])[0])[0])"
 	// +kubebuilder:validation:items:XValidation:rule="!self.contains('-') || self.split('-').size() != 2 || !isIP(self.split('-')[0]) || !isIP(self.split('-')[1]) || ip(self.split('-')[0]).family() != 4 || ip(self.split('-')[1]).family() != 4 || int(self.split('-')[0].split('.')[0]) * 16777216 + int(self.split('-')[0].split('.')[1]) * 65536 + int(self.split('-')[0].split('.')[2]) * 256 + int(self.split('-')[0].split('.')[3]) <= int(self.split('-')[1].split('.')[0]) * 16777216 + int(self.split('-')[1].split('.')[1]) * 65536 + int(self.split('-')[1].split('.')[2]) * 256 + int(self.split('-')[1].split('.')[3])",messageExpression="'the range ' + self + ' starts after it ends: write the lower address first'"
 	Addresses []string `json:"addresses"`
@@ -310,11 +318,11 @@ type BGPPeerSpec struct {
 	// +kubebuilder:validation:Maximum=4294967295
 	// +kubebuilder:validation:Format=int64
 	PeerASN uint32 `json:"peerASN"`
-	// The peer's IPv4 address.
+	// The peer's IPv4 or IPv6 address.
 	// ---
 	// A pattern as a rule, for a message a user can act on.
-	// +kubebuilder:validation:MaxLength=15
-	// +kubebuilder:validation:XValidation:rule="self.matches('^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$')",messageExpression="self + ' is not an IPv4 address; write e.g. 10.0.1.1'"
+	// +kubebuilder:validation:MaxLength=39
+	// +kubebuilder:validation:XValidation:rule="self.matches('^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])[.]){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$') || (self.contains(':') && isIP(self) && ip(self).family() == 6)",messageExpression="self + ' is not an IPv4 or IPv6 address; write e.g. 10.0.1.1 or 2001:db8::1'"
 	PeerAddress string `json:"peerAddress"`
 	// The peer's TCP port; default 179.
 	// +kubebuilder:validation:Minimum=1

@@ -280,10 +280,12 @@ func (e *apiEnv) testValidation(t *testing.T) {
 		{"no-spec", nil, []string{"spec: Required value"}},
 		{"no-addresses", map[string]any{}, []string{"spec.addresses: Required value"}},
 		{"empty-addresses", map[string]any{"addresses": []any{}}, []string{"spec.addresses", "at least 1 items"}},
-		{"bad-prefix", map[string]any{"addresses": []any{"10.0.0.0/33"}}, []string{`spec.addresses[0]: Invalid value: "10.0.0.0/33": 10.0.0.0/33 is neither an IPv4 CIDR (10.99.0.0/28) nor an IPv4 range (10.99.0.10-10.99.0.20)`}},
+		{"bad-prefix", map[string]any{"addresses": []any{"10.0.0.0/33"}}, []string{`spec.addresses[0]: Invalid value: "10.0.0.0/33": 10.0.0.0/33 is neither a CIDR (10.99.0.0/28, 2001:db8:99::/120) nor a range of two addresses of one family (10.99.0.10-10.99.0.20)`}},
 		{"single-address", map[string]any{"addresses": []any{"10.0.0.1"}}, []string{`spec.addresses[0]: Invalid value: "10.0.0.1": 10.0.0.1 is neither`}},
-		{"ipv6", map[string]any{"addresses": []any{"fd00::/120"}}, []string{`spec.addresses[0]: Invalid value: "fd00::/120": fd00::/120 is neither`}},
-		{"too-long", map[string]any{"addresses": []any{"10.0.0.1-10.0.0.2-10.0.0.3-10.0.0.4"}}, []string{"spec.addresses[0]: Too long"}},
+		{"ipv6-bad-prefix", map[string]any{"addresses": []any{"fd00::/129"}}, []string{`spec.addresses[0]: Invalid value: "fd00::/129": fd00::/129 is neither`}},
+		{"mixed-range", map[string]any{"addresses": []any{"10.0.0.1-fd00::1"}}, []string{`10.0.0.1-fd00::1 is neither a CIDR`, "of one family"}},
+		{"ipv6-host-bits", map[string]any{"addresses": []any{"fd00::5/120"}}, []string{"the CIDR fd00::5/120 has host bits set: write its network address"}},
+		{"too-long", map[string]any{"addresses": []any{"10.0.0.1-10.0.0.2-10.0.0.3-10.0.0.4-10.0.0.5-10.0.0.6-10.0.0.7-10.0.0.8-10.0.0.9-10.0.0.10"}}, []string{"spec.addresses[0]: Too long"}},
 		{"host-bits", map[string]any{"addresses": []any{"10.0.0.5/28"}}, []string{"the CIDR 10.0.0.5/28 has host bits set: write its network address, 10.0.0.0/28"}},
 		// The network named is this entry's, not a fixed example's.
 		{"host-bits-elsewhere", map[string]any{"addresses": []any{"10.99.9.5/28"}}, []string{"the CIDR 10.99.9.5/28 has host bits set: write its network address, 10.99.9.0/28"}},
@@ -370,7 +372,8 @@ func (e *apiEnv) testValidation(t *testing.T) {
 		{"no-asn", map[string]any{"peerASN": 65000, "peerAddress": "10.0.1.1"}, "spec.myASN: Required value"},
 		{"asn-zero", base(map[string]any{"myASN": 0}), "spec.myASN: Invalid value: 0"},
 		{"asn-too-big", base(map[string]any{"peerASN": int64(4294967296)}), "spec.peerASN: Invalid value: 4294967296"},
-		{"bad-address", base(map[string]any{"peerAddress": "10.0.1"}), `spec.peerAddress: Invalid value: "10.0.1": 10.0.1 is not an IPv4 address`},
+		{"bad-address", base(map[string]any{"peerAddress": "10.0.1"}), `spec.peerAddress: Invalid value: "10.0.1": 10.0.1 is not an IPv4 or IPv6 address`},
+		{"ipv4-mapped-address", base(map[string]any{"peerAddress": "::ffff:10.0.1.1"}), "is not an IPv4 or IPv6 address"},
 		{"bad-port", base(map[string]any{"peerPort": 70000}), "spec.peerPort"},
 		{"bad-duration", base(map[string]any{"holdTime": "9 seconds"}), `spec.holdTime: Invalid value: "9 seconds"`},
 		{"short-hold-time", base(map[string]any{"holdTime": "2s"}), "must be 0s (no keepalives) or at least 3s"},
@@ -395,6 +398,9 @@ func (e *apiEnv) testValidation(t *testing.T) {
 	if err := api.FromUnstructured(peer("full", full), &want); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := peers.Create(t.Context(), peer("ipv6", base(map[string]any{"peerAddress": "2001:db8::1"})), metav1.CreateOptions{}); err != nil {
+		t.Errorf("an IPv6 peer address: %v", err)
+	}
 	created, err = peers.Create(t.Context(), peer("full", full), metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -417,8 +423,8 @@ func (e *apiEnv) testAllocate(t *testing.T) {
 		v := e.get(t, "alloc", "web").Annotations[api.AnnotationAllocatedFrom]
 		return v == "alloc", v
 	})
-	e.waitPoolStatus(t, "alloc", api.AddressPoolStatus{Size: 8, Assigned: 1, Available: 7})
-	e.checkPrinterColumns(t, "alloc", map[string]any{"Addresses": `["10.100.1.0/29"]`, "Auto Assign": true,
+	e.waitPoolStatus(t, "alloc", api.AddressPoolStatus{Family: "IPv4", Size: 8, Assigned: 1, Available: 7})
+	e.checkPrinterColumns(t, "alloc", map[string]any{"Addresses": `["10.100.1.0/29"]`, "Family": "IPv4", "Auto Assign": true,
 		"Assigned": int64(1), "Available": int64(7), "Error": nil})
 
 	// Another class's Service, and one without class, are left alone.
@@ -489,7 +495,7 @@ func (e *apiEnv) testConcurrentCreates(t *testing.T) {
 	for _, name := range without {
 		e.waitEvent(t, "burst", name, EventAllocationFailed, `address pool this Service may use is exhausted: "burst" (8 addresses)`)
 	}
-	e.waitPoolStatus(t, "burst", api.AddressPoolStatus{Size: 8, Assigned: 8, Available: 0})
+	e.waitPoolStatus(t, "burst", api.AddressPoolStatus{Family: "IPv4", Size: 8, Assigned: 8, Available: 0})
 
 	// Three go; three of the waiting get their addresses.
 	byAddr, _ := holders()
@@ -643,7 +649,7 @@ func (e *apiEnv) testNodeAddresses(t *testing.T) {
 	register("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.100.6.1"},
 		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "node-a"})
 	e.createPool(t, "nodes", map[string]any{"addresses": []any{"10.100.6.0/29"}, "serviceAllocation": map[string]any{"namespaces": []any{"nodes"}}})
-	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 7, Available: 7, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Family: "IPv4", Size: 7, Available: 7, NodeAddresses: []api.NodeAddress{
 		{Address: "10.100.6.1", Node: "node-a", Type: "InternalIP"}}})
 	msg := e.waitEvent(t, "", "nodes", EventNodeAddress, "Services do not get 10.100.6.1 (the InternalIP of Node node-a)")
 	t.Logf("pool: %s", msg)
@@ -668,7 +674,7 @@ func (e *apiEnv) testNodeAddresses(t *testing.T) {
 	e.waitIngress(t, "nodes", "pinned", "")
 	msg = e.waitEvent(t, "nodes", "pinned", EventNodeAddress, "gave up 10.100.6.5, the ExternalIP of Node node-c")
 	t.Logf("pinned: %s", msg)
-	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 5, Assigned: 2, Available: 3, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Family: "IPv4", Size: 5, Assigned: 2, Available: 3, NodeAddresses: []api.NodeAddress{
 		{Address: "10.100.6.1", Node: "node-a", Type: "InternalIP"}, {Address: "10.100.6.2", Node: "node-b", Type: "InternalIP"},
 		{Address: "10.100.6.5", Node: "node-c", Type: "ExternalIP"}}})
 
@@ -680,14 +686,14 @@ func (e *apiEnv) testNodeAddresses(t *testing.T) {
 	e.waitIngress(t, "nodes", "pinned", "10.100.6.5")
 	setAddresses("node-a", corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "192.168.0.1"})
 	e.waitIngress(t, "nodes", "asks", "10.100.6.1")
-	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 7, Assigned: 4, Available: 3, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Family: "IPv4", Size: 7, Assigned: 4, Available: 3, NodeAddresses: []api.NodeAddress{
 		{Address: "10.100.6.2", Node: "node-b", Type: "InternalIP"}}})
 	for _, n := range []string{"node-a", "node-b"} {
 		if err := nodes.Delete(t.Context(), n, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Size: 8, Assigned: 4, Available: 4})
+	e.waitPoolStatus(t, "nodes", api.AddressPoolStatus{Family: "IPv4", Size: 8, Assigned: 4, Available: 4})
 }
 
 // testAffinityTimeout: a Service with sessionAffinity ClientIP gets a
@@ -780,7 +786,7 @@ func (e *apiEnv) testSharing(t *testing.T) {
 	e.createService(t, lbService("share", "web", shared("dns", "80/TCP", "443/TCP"), func(s *corev1.Service) { s.Spec.LoadBalancerIP = "10.100.7.0" }))
 	e.waitIngress(t, "share", "admin", "10.100.7.0")
 	e.waitIngress(t, "share", "web", "10.100.7.0")
-	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 1, Available: 3})
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 1, Available: 3})
 
 	// A port in common: refused, with an Event, and no address of its
 	// own either.
@@ -818,10 +824,10 @@ func (e *apiEnv) testSharing(t *testing.T) {
 	}
 	e.createService(t, lbService("share", "newcomer"))
 	e.waitIngress(t, "share", "newcomer", "10.100.7.3")
-	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 4, Available: 0})
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 4, Available: 0})
 	e.delete(t, "share", "web")
 	e.waitEvent(t, "share", "web", EventReleased, "released 10.100.7.0: the Service was deleted")
-	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Size: 4, Assigned: 3, Available: 1})
+	e.waitPoolStatus(t, "share", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 3, Available: 1})
 	e.createService(t, lbService("share", "last", shared("dns", "53/UDP")))
 	e.waitIngress(t, "share", "last", "10.100.7.0")
 

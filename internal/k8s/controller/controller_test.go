@@ -48,7 +48,7 @@ func TestServedServicesGetAddresses(t *testing.T) {
 	e.create(lbService("a", "second"))
 	e.waitIngress("a", "second", "10.99.0.1")
 
-	e.waitPoolStatus("p", api.AddressPoolStatus{Size: 4, Assigned: 2, Available: 2})
+	e.waitPoolStatus("p", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 2, Available: 2})
 	for _, name := range []string{"other-class", "classless", "cluster-ip"} {
 		if s := e.svc("a", name); ingressOf(s) != "" || s.Annotations[api.AnnotationAllocatedFrom] != "" {
 			t.Errorf("service %s is not xlb's but got %q", name, ingressOf(s))
@@ -152,7 +152,7 @@ func TestRequests(t *testing.T) {
 		{"exhausted", annotate(api.AnnotationPool, "manual"), allocator.ReasonPoolExhausted, []string{`address pool "manual" is exhausted`}},
 		{"unknown-pool", annotate(api.AnnotationPool, "nope"), allocator.ReasonUnknownPool, []string{`"nope" does not exist`}},
 		{"wrong-namespace", annotate(api.AnnotationPool, "team"), allocator.ReasonNotEligible, []string{`namespace "a" match none`}},
-		{"ipv6-only", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} }, allocator.ReasonInvalidRequest, []string{"IPv6-only"}},
+		{"ipv6-only", func(s *corev1.Service) { s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol} }, allocator.ReasonNoEligiblePool, []string{"no auto-assign address pool has IPv6 addresses"}},
 	}
 	for _, f := range failures {
 		e.create(lbService("a", f.name, f.change))
@@ -297,7 +297,7 @@ func TestPoolChanges(t *testing.T) {
 	// Now aaa-overlap is valid; the Service keeps its address, which
 	// aaa-overlap contains, and the waiting one gets the next.
 	e.waitIngress("a", "waiting", "10.99.0.1")
-	e.waitPoolStatus("aaa-overlap", api.AddressPoolStatus{Size: 4, Assigned: 2, Available: 2})
+	e.waitPoolStatus("aaa-overlap", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 2, Available: 2})
 	e.waitAnnotation("a", "s", "aaa-overlap")
 
 	if err := pools.Delete(ctx, "aaa-overlap", metav1.DeleteOptions{}); err != nil {
@@ -338,6 +338,7 @@ func TestRequestParsing(t *testing.T) {
 		addr    string
 		pool    string
 		wantErr string
+		v6      bool
 	}{
 		{name: "nothing", svc: lbService("a", "s")},
 		{name: "annotation", svc: lbService("a", "s", annotate(api.AnnotationAddresses, " 10.0.0.1 ")), addr: "10.0.0.1"},
@@ -349,13 +350,17 @@ func TestRequestParsing(t *testing.T) {
 		{name: "dual stack is fine", svc: lbService("a", "s", func(s *corev1.Service) {
 			s.Spec.IPFamilies = []corev1.IPFamily{corev1.IPv6Protocol, corev1.IPv4Protocol}
 		})},
+		{name: "the IPv6 address of a list", svc: lbService("a", "s", annotate(api.AnnotationAddresses, "10.0.0.1, 2001:db8::5")), v6: true, addr: "2001:db8::5"},
+		{name: "the IPv4 address of a list with IPv6 first", svc: lbService("a", "s", annotate(api.AnnotationAddresses, "2001:db8::5,10.0.0.1")), addr: "10.0.0.1"},
+		{name: "no IPv6 address in the list", svc: lbService("a", "s", annotate(api.AnnotationAddresses, "10.0.0.1")), v6: true},
+		{name: "an IPv4 spec field is no IPv6 request", svc: lbService("a", "s", func(s *corev1.Service) { s.Spec.LoadBalancerIP = "10.0.0.3" }), v6: true},
 	}
 	e := newFakeEnv(t, nil)
 	r := newReconciler(&Controller{opts: Options{}}, e.events, nil, nil, nil)
 	r.namespaces = emptyNamespaces{}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			req, err := r.request("a/s", tt.svc)
+			req, err := r.request("a/s", tt.svc, tt.v6)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want %q", err, tt.wantErr)
@@ -372,7 +377,7 @@ func TestRequestParsing(t *testing.T) {
 			if tt.addr != "" {
 				want = netip.MustParseAddr(tt.addr)
 			}
-			if req.Address != want || req.Pool != tt.pool || req.Key != "a/s" || req.Namespace != "a" {
+			if req.Address != want || req.Pool != tt.pool || req.Key != "a/s" || req.Namespace != "a" || req.IPv6 != tt.v6 {
 				t.Errorf("request %+v, want address %v pool %q", req, want, tt.pool)
 			}
 		})

@@ -102,7 +102,7 @@ func (r *reconciler) endpointSets(svc *corev1.Service) history.Sets {
 // API server refuses it and the Service is looked at again, so that no
 // change is lost.
 func (r *reconciler) recordHistory(ctx context.Context, svc *corev1.Service) error {
-	if !daisyChained(svc) || !ingressAddr(svc).IsValid() {
+	if !daisyChained(svc) || !ingressAddr(svc, false).IsValid() {
 		return nil
 	}
 	var h history.History

@@ -58,8 +58,8 @@ func (r *reconciler) watchNodes(nodes cache.SharedIndexInformer) error {
 	return nil
 }
 
-// nodeAddresses lists, by address, the Nodes' IPv4 InternalIPs and
-// ExternalIPs, each list sorted.
+// nodeAddresses lists, by address, the Nodes' InternalIPs and
+// ExternalIPs of both families, each list sorted.
 func nodeAddresses(nodes []*corev1.Node) map[netip.Addr][]api.NodeAddress {
 	out := map[netip.Addr][]api.NodeAddress{}
 	for _, n := range nodes {
@@ -68,8 +68,8 @@ func nodeAddresses(nodes []*corev1.Node) map[netip.Addr][]api.NodeAddress {
 				continue
 			}
 			ip, err := netip.ParseAddr(strings.TrimSpace(a.Address))
-			if err != nil || !ip.Unmap().Is4() {
-				continue // the allocator hands out IPv4 only
+			if err != nil || ip.Zone() != "" {
+				continue
 			}
 			ip = ip.Unmap()
 			na := api.NodeAddress{Address: ip.String(), Node: n.Name, Type: string(a.Type)}

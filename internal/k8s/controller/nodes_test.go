@@ -39,7 +39,7 @@ func TestNodeAddressesAreNotHandedOut(t *testing.T) {
 	e.waitIngress("a", "s0", "10.99.0.0")
 	e.create(lbService("a", "s1"))
 	e.waitIngress("a", "s1", "10.99.0.2") // .1 is n1's
-	e.waitPoolStatus("p", api.AddressPoolStatus{Size: 6, Assigned: 2, Available: 4, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus("p", api.AddressPoolStatus{Family: "IPv4", Size: 6, Assigned: 2, Available: 4, NodeAddresses: []api.NodeAddress{
 		{Address: "10.99.0.1", Node: "n1", Type: "InternalIP"}, {Address: "10.99.0.6", Node: "n1", Type: "ExternalIP"}}})
 	e.waitEvent("p", EventNodeAddress, "Services do not get 10.99.0.1 (the InternalIP of Node n1), 10.99.0.6 (the ExternalIP of Node n1)")
 
@@ -64,7 +64,7 @@ func TestNodeAddressesAreNotHandedOut(t *testing.T) {
 	e.waitIngress("a", "pinned", "")
 	e.waitEvent("a/pinned", EventNodeAddress, "gave up 10.99.0.4, the ExternalIP of Node n3")
 	e.waitEvent("a/pinned", EventAllocationFailed, "requested address 10.99.0.4 is the ExternalIP of Node n3")
-	e.waitPoolStatus("p", api.AddressPoolStatus{Size: 4, Assigned: 2, Available: 2, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus("p", api.AddressPoolStatus{Family: "IPv4", Size: 4, Assigned: 2, Available: 2, NodeAddresses: []api.NodeAddress{
 		{Address: "10.99.0.1", Node: "n1", Type: "InternalIP"}, {Address: "10.99.0.2", Node: "n2", Type: "InternalIP"},
 		{Address: "10.99.0.4", Node: "n3", Type: "ExternalIP"}, {Address: "10.99.0.6", Node: "n1", Type: "ExternalIP"}}})
 
@@ -83,7 +83,7 @@ func TestNodeAddressesAreNotHandedOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.waitIngress("a", "asks", "10.99.0.1")
-	e.waitPoolStatus("p", api.AddressPoolStatus{Size: 6, Assigned: 4, Available: 2, NodeAddresses: []api.NodeAddress{
+	e.waitPoolStatus("p", api.AddressPoolStatus{Family: "IPv4", Size: 6, Assigned: 4, Available: 2, NodeAddresses: []api.NodeAddress{
 		{Address: "10.99.0.2", Node: "n2", Type: "InternalIP"}, {Address: "10.99.0.6", Node: "n1", Type: "ExternalIP"}}})
 	if got := ingressOf(e.svc("a", "asks-spec")); got != "" {
 		t.Errorf("asks-spec got %q, still n1's ExternalIP", got)

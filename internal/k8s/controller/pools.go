@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"reflect"
 
 	corev1 "k8s.io/api/core/v1"
@@ -14,6 +15,15 @@ import (
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
 )
+
+// clampInt64 is n, or MaxInt64 for more: an IPv6 pool may hold more
+// addresses than the status's integers count.
+func clampInt64(n uint64) int64 {
+	if n > math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return int64(n)
+}
 
 // syncPoolStatus writes one AddressPool's status: its size and usage, or
 // why it is not used (with a Warning Event on the pool), and the Node
@@ -40,7 +50,12 @@ func (r *reconciler) syncPoolStatus(ctx context.Context, name string) error {
 			r.recorder.Event(u, corev1.EventTypeWarning, EventInvalidPool, want.Error+"; Services get no address from it")
 		}
 	} else if used, size, ok := r.alloc.Usage(name); ok {
-		want.Size, want.Assigned, want.Available = int64(size), int64(used), int64(size-used)
+		want.Size, want.Assigned, want.Available = clampInt64(size), clampInt64(used), clampInt64(size-used)
+		for _, p := range r.alloc.Pools() {
+			if p.Name == name {
+				want.Family = p.Family()
+			}
+		}
 		delete(r.warned, "pool:"+name)
 		want.NodeAddresses = r.poolNodeAddresses(name)
 	}
@@ -61,7 +76,10 @@ func (r *reconciler) syncPoolStatus(ctx context.Context, name string) error {
 	// A merge patch of the whole status: "error": null removes an old
 	// error. The controller is the status's only writer, so no
 	// resourceVersion is needed.
-	status := map[string]any{"size": want.Size, "assigned": want.Assigned, "available": want.Available, "error": nil, "nodeAddresses": nil}
+	status := map[string]any{"size": want.Size, "assigned": want.Assigned, "available": want.Available, "error": nil, "nodeAddresses": nil, "family": nil}
+	if want.Family != "" {
+		status["family"] = want.Family
+	}
 	if want.Error != "" {
 		status["error"] = want.Error
 	}

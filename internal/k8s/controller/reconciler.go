@@ -148,20 +148,25 @@ func (r *reconciler) rebuild() error {
 	})
 	n := 0
 	for _, svc := range svcs {
-		addr := ingressAddr(svc)
-		if !r.served(svc) || !addr.IsValid() {
+		if !r.served(svc) {
 			continue
 		}
 		key := svc.Namespace + "/" + svc.Name
-		r.uids[key] = svc.UID
-		req, _ := r.request(key, svc) // what it requests does not matter here, only who shares
-		if err := r.alloc.Assign(req, addr); err != nil {
-			r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err,
-				"fix", "nothing to do if this Service may change address: it gets another from its pools when its turn comes; "+
-					"to avoid it, find out who wrote the address into this Service's status (a Service copied with its status, another load-balancer controller)")
-			continue
+		for _, v6 := range []bool{false, true} {
+			addr := ingressAddr(svc, v6)
+			if !addr.IsValid() {
+				continue
+			}
+			r.uids[key] = svc.UID
+			req, _ := r.request(key, svc, v6) // what it requests does not matter here, only who shares
+			if err := r.alloc.Assign(req, addr); err != nil {
+				r.log.Warn("two Services claim one address; the older keeps it", "service", key, "error", err,
+					"fix", "nothing to do if this Service may change address: it gets another from its pools when its turn comes; "+
+						"to avoid it, find out who wrote the address into this Service's status (a Service copied with its status, another load-balancer controller)")
+				continue
+			}
+			n++
 		}
-		n++
 	}
 	if err := r.syncNodes(); err != nil {
 		return err

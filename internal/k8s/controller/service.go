@@ -54,29 +54,75 @@ func (r *reconciler) served(svc *corev1.Service) bool {
 	return r.opts.ServeClassless
 }
 
-// ingressAddr is the address in svc's status: the first ingress IP.
-func ingressAddr(svc *corev1.Service) netip.Addr {
+// ingressAddr is svc's address of one family (v6: IPv6) in its status:
+// the first ingress IP of that family.
+func ingressAddr(svc *corev1.Service, v6 bool) netip.Addr {
 	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if a, err := netip.ParseAddr(in.IP); err == nil {
+		if a, err := netip.ParseAddr(in.IP); err == nil && a.Zone() == "" && !a.Is4In6() && a.Is6() == v6 {
 			return a
 		}
 	}
 	return netip.Addr{}
 }
 
-// hasIngress reports whether svc's status is exactly [{ip: addr}].
-func hasIngress(svc *corev1.Service, addr netip.Addr) bool {
-	in := svc.Status.LoadBalancer.Ingress
-	return len(in) == 1 && in[0].IP == addr.String() && in[0].Hostname == "" && len(in[0].Ports) == 0
+// hasIngress reports whether svc's status lists addr as its only
+// address of addr's family (none of family v6 for the zero addr), with
+// no hostname or ports.
+func hasIngress(svc *corev1.Service, v6 bool, addr netip.Addr) bool {
+	n := 0
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(in.IP)
+		if err != nil || a.Is6() != v6 {
+			if in.Hostname != "" || len(in.Ports) != 0 {
+				return false
+			}
+			continue
+		}
+		if a != addr || in.Hostname != "" || len(in.Ports) != 0 {
+			return false
+		}
+		n++
+	}
+	return n == 1 || n == 0 && !addr.IsValid()
 }
 
-// request describes svc to the allocator. The requested address comes
-// from the annotation, else from the deprecated spec.loadBalancerIP. On
-// an error the request still names the Service, its sharing key and its
+// families are the address families svc asks for, in its order
+// (spec.ipFamilies, which the API server fills for every Service):
+// false for IPv4, true for IPv6. required: spec.ipFamilyPolicy is
+// RequireDualStack, so both must be had or neither is given.
+func families(svc *corev1.Service) (fams []bool, required bool) {
+	for _, f := range svc.Spec.IPFamilies {
+		v6 := f == corev1.IPv6Protocol
+		if (f == corev1.IPv4Protocol || v6) && !slices.Contains(fams, v6) {
+			fams = append(fams, v6)
+		}
+	}
+	if len(fams) == 0 {
+		fams = []bool{false}
+	}
+	p := svc.Spec.IPFamilyPolicy
+	return fams, p != nil && *p == corev1.IPFamilyPolicyRequireDualStack && len(fams) == 2
+}
+
+// familyKey is the key under which warnings about one family of the
+// Service key are remembered: the key itself for IPv4.
+func familyKey(key string, v6 bool) string {
+	if v6 {
+		return key + "#IPv6"
+	}
+	return key
+}
+
+// request describes svc's request for its address of one family (v6:
+// IPv6) to the allocator. The requested address is the annotation's of
+// that family (it lists one address per family, comma separated), else
+// the deprecated spec.loadBalancerIP if it is of that family. On an
+// error the request still names the Service, its sharing key and its
 // ports: enough to record an address it holds.
-func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request, error) {
+func (r *reconciler) request(key string, svc *corev1.Service, v6 bool) (allocator.Request, error) {
 	req := allocator.Request{
 		Key:       key,
+		IPv6:      v6,
 		Namespace: svc.Namespace,
 		Labels:    svc.Labels,
 		Pool:      strings.TrimSpace(svc.Annotations[api.AnnotationPool]),
@@ -86,19 +132,18 @@ func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request
 	if ns, err := r.namespaces.Get(svc.Namespace); err == nil {
 		req.NamespaceLabels = ns.Labels
 	}
-	if len(svc.Spec.IPFamilies) > 0 && !slices.Contains(svc.Spec.IPFamilies, corev1.IPv4Protocol) {
-		return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
-			Msg: "the Service is IPv6-only (spec.ipFamilies), and xlb allocates IPv4 addresses only in this version"}
-	}
 	if v := strings.TrimSpace(svc.Annotations[api.AnnotationAddresses]); v != "" {
-		first, _, _ := strings.Cut(v, ",")
-		first = strings.TrimSpace(first)
-		a, err := netip.ParseAddr(first)
-		if err != nil {
-			return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
-				Msg: fmt.Sprintf("annotation %s: %q is not an IP address; write e.g. 10.99.0.5", api.AnnotationAddresses, first)}
+		for _, e := range strings.Split(v, ",") {
+			e = strings.TrimSpace(e)
+			a, err := netip.ParseAddr(e)
+			if err != nil {
+				return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
+					Msg: fmt.Sprintf("annotation %s: %q is not an IP address; write e.g. 10.99.0.5, or one address of each family for a dual-stack Service: 10.99.0.5,2001:db8:99::5", api.AnnotationAddresses, e)}
+			}
+			if a.Is6() == v6 && !a.Is4In6() && !req.Address.IsValid() {
+				req.Address = a
+			}
 		}
-		req.Address = a
 		return req, nil
 	}
 	// The field is deprecated, and still honoured: Services written for
@@ -109,7 +154,9 @@ func (r *reconciler) request(key string, svc *corev1.Service) (allocator.Request
 			return req, &allocator.Error{Reason: allocator.ReasonInvalidRequest,
 				Msg: fmt.Sprintf("spec.loadBalancerIP %q is not an IP address", v)}
 		}
-		req.Address = a
+		if a.Is6() == v6 {
+			req.Address = a
+		}
 	}
 	return req, nil
 }
@@ -134,7 +181,7 @@ func (r *reconciler) sharedWith(addr netip.Addr, key string) string {
 	if len(others) == 0 {
 		return ""
 	}
-	h, _ := r.alloc.HoldingOf(others[0])
+	h, _ := r.alloc.HoldingOf(others[0], addr.Is6())
 	return fmt.Sprintf("Service %s (sharing key %q)", strings.Join(others, ", "), h.Sharing)
 }
 
@@ -146,19 +193,22 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	}
 	svc, err := r.services.Services(ns).Get(name)
 	if apierrors.IsNotFound(err) {
-		if addr, ok := r.alloc.Release(key); ok {
-			r.log.Info("address released", "service", key, "address", addr, "why", "the Service is gone")
-			r.metrics.released()
-			// The Event names the deleted Service (its namespace,
-			// name and UID): `kubectl get events -n NS` lists it
-			// after the Service is gone.
-			ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name, UID: r.uids[key]}
-			r.recorder.Eventf(ref, corev1.EventTypeNormal, EventReleased, "released %s: the Service was deleted%s", addr, r.stillHeld(addr))
-			r.poolChanged(addr)
-			r.freed()
+		for _, v6 := range []bool{false, true} {
+			if addr, ok := r.alloc.Release(key, v6); ok {
+				r.log.Info("address released", "service", key, "address", addr, "why", "the Service is gone")
+				r.metrics.released()
+				// The Event names the deleted Service (its namespace,
+				// name and UID): `kubectl get events -n NS` lists it
+				// after the Service is gone.
+				ref := &corev1.ObjectReference{Kind: "Service", APIVersion: "v1", Namespace: ns, Name: name, UID: r.uids[key]}
+				r.recorder.Eventf(ref, corev1.EventTypeNormal, EventReleased, "released %s: the Service was deleted%s", addr, r.stillHeld(addr))
+				r.poolChanged(addr)
+				r.freed()
+			}
 		}
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, familyKey(key, true))
 		delete(r.warned, affinityKey(key))
 		delete(r.warned, forwardingKey(key))
 		delete(r.uids, key)
@@ -172,6 +222,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	if !r.served(svc) {
 		delete(r.pending, key)
 		delete(r.warned, key)
+		delete(r.warned, familyKey(key, true))
 		delete(r.warned, affinityKey(key))
 		delete(r.warned, forwardingKey(key))
 		delete(r.uids, key)
@@ -190,17 +241,102 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	return r.recordHistory(ctx, svc)
 }
 
-// serve makes sure svc has an address, written to its status.
+// serve makes sure svc has an address of each family it asks for
+// (spec.ipFamilies), written to its status, and none of another. With
+// spec.ipFamilyPolicy RequireDualStack it gets a new address only if it
+// can have both: never one family silently.
 func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service) error {
-	req, reqErr := r.request(key, svc)
-	held, has := r.alloc.Lookup(key)
-	if in := ingressAddr(svc); !has && in.IsValid() {
+	fams, required := families(svc)
+	for _, v6 := range []bool{false, true} {
+		if slices.Contains(fams, v6) {
+			continue
+		}
+		updated, err := r.dropFamily(ctx, key, svc, v6)
+		if err != nil {
+			return err
+		}
+		svc = updated
+	}
+	if required {
+		for _, v6 := range fams {
+			if _, has := r.alloc.Lookup(key, v6); has {
+				continue
+			}
+			req, err := r.request(key, svc, v6)
+			if err == nil {
+				_, err = r.alloc.Plan(req)
+			}
+			if err != nil {
+				r.pending[key] = true
+				r.fail(svc, familyKey(key, v6), fmt.Errorf("spec.ipFamilyPolicy is RequireDualStack, and the Service can have no %s address: %w; it gets no new address of either family until it can have both: "+
+					"add %s addresses to an AddressPool that serves it, or set spec.ipFamilyPolicy to PreferDualStack (or SingleStack)", family(v6), err, family(v6)))
+				return nil
+			}
+		}
+	}
+	pending := false
+	for i, v6 := range fams {
+		updated, wait, err := r.serveFamily(ctx, key, svc, v6, i == 0)
+		if err != nil {
+			return err
+		}
+		svc, pending = updated, pending || wait
+	}
+	if pending {
+		r.pending[key] = true
+	} else {
+		delete(r.pending, key)
+	}
+	return nil
+}
+
+// family names the IPv6 family (v6) or the IPv4 one.
+func family(v6 bool) string {
+	if v6 {
+		return "IPv6"
+	}
+	return "IPv4"
+}
+
+// dropFamily releases svc's address of a family it no longer asks for
+// (its spec.ipFamilies changed) and takes it out of its status.
+func (r *reconciler) dropFamily(ctx context.Context, key string, svc *corev1.Service, v6 bool) (*corev1.Service, error) {
+	held, has := r.alloc.Lookup(key, v6)
+	if in := ingressAddr(svc, v6); in.IsValid() && (!has || in == held) {
+		updated, err := r.writeIngress(ctx, svc, v6, netip.Addr{})
+		if err != nil {
+			return nil, err
+		}
+		svc = updated
+	}
+	delete(r.warned, familyKey(key, v6))
+	if has {
+		r.alloc.Release(key, v6)
+		r.log.Info("address released", "service", key, "address", held, "why", "the Service no longer asks for an "+family(v6)+" address")
+		r.metrics.released()
+		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventReleased, "released %s: spec.ipFamilies no longer lists %s%s", held, family(v6), r.stillHeld(held))
+		r.poolChanged(held)
+		r.freed()
+	}
+	return svc, nil
+}
+
+// serveFamily makes sure svc has an address of one family (v6: IPv6),
+// written to its status beside that of the other family. It returns the
+// Service as last written, and whether it waits for an address. primary:
+// the family svc lists first, whose pool the annotation
+// api.AnnotationAllocatedFrom names.
+func (r *reconciler) serveFamily(ctx context.Context, key string, svc *corev1.Service, v6, primary bool) (*corev1.Service, bool, error) {
+	wkey := familyKey(key, v6)
+	req, reqErr := r.request(key, svc, v6)
+	held, has := r.alloc.Lookup(key, v6)
+	if in := ingressAddr(svc, v6); !has && in.IsValid() {
 		// The status names an address the allocator does not know
 		// for this Service (written by someone else): adopt it if
 		// it is free or the Service may share it, else the Service
 		// needs another one.
 		if err := r.alloc.Assign(req, in); err != nil {
-			r.warn(svc, key, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err),
+			r.warn(svc, wkey, EventConflict, fmt.Sprintf("the status shows %s, but %v; allocating another address", in, err),
 				fmt.Sprintf("nothing to do if another address suits the Service; to give it %s, free it from the Service that holds it, then request it with the annotation %s", in, api.AnnotationAddresses))
 		} else {
 			held, has = in, true
@@ -222,10 +358,10 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		shareErr = r.alloc.Sharable(req, held)
 	}
 	if !onNode {
-		r.unwarn(key, EventNodeAddress)
+		r.unwarn(wkey, EventNodeAddress)
 	}
 	if shareErr == nil {
-		r.unwarn(key, EventSharingConflict)
+		r.unwarn(wkey, EventSharingConflict)
 	}
 	err := reqErr
 	var addr netip.Addr
@@ -234,7 +370,7 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 	}
 	switch {
 	case err != nil && (onNode || shareErr != nil):
-		r.alloc.Release(key)
+		r.alloc.Release(key, v6)
 		r.poolChanged(held)
 		r.freed()
 		if onNode {
@@ -242,51 +378,49 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 			if allocator.ReasonOf(err) == allocator.ReasonNodeAddress {
 				tail = fmt.Sprintf("the Service requests this address (annotation %s or spec.loadBalancerIP), so it has none until it requests another or the Node no longer has it", api.AnnotationAddresses)
 			}
-			r.warn(svc, key, EventNodeAddress, fmt.Sprintf("gave up %s, %s: a VIP equal to a node's address takes that node off the network; %s", held, nodeWhy, tail),
+			r.warn(svc, wkey, EventNodeAddress, fmt.Sprintf("gave up %s, %s: a VIP equal to a node's address takes that node off the network; %s", held, nodeWhy, tail),
 				fmt.Sprintf("give the Service another address (the annotation %s, or a pool with a free address), or remove %s from the Node if it is not the node's address", api.AnnotationAddresses, held))
 		} else {
-			r.warn(svc, key, EventSharingConflict, fmt.Sprintf("gave up %s: %v; the Services sharing it keep it", held, shareErr),
+			r.warn(svc, wkey, EventSharingConflict, fmt.Sprintf("gave up %s: %v; the Services sharing it keep it", held, shareErr),
 				fmt.Sprintf("give the Service ports of its own (or the old ones back), or change its annotation %s for an address of its own", api.AnnotationSharingKey))
 		}
 		fallthrough
 	case err != nil && !has:
-		r.pending[key] = true
-		r.fail(svc, key, err)
+		r.fail(svc, wkey, err)
 		// A status naming another Service's address must not stay.
-		if len(svc.Status.LoadBalancer.Ingress) > 0 {
-			_, err := r.writeIngress(ctx, svc, netip.Addr{})
-			return err
+		if ingressAddr(svc, v6).IsValid() {
+			updated, err := r.writeIngress(ctx, svc, v6, netip.Addr{})
+			return updated, true, err
 		}
-		return nil
+		return svc, true, nil
 	case err != nil:
 		// The Service asks for something it cannot have: it keeps
 		// what it has, and is told why.
-		r.fail(svc, key, fmt.Errorf("keeping %s: %w", held, err))
+		r.fail(svc, wkey, fmt.Errorf("keeping %s: %w", held, err))
 		addr = held
 	default:
-		r.unwarn(key, EventAllocationFailed)
+		r.unwarn(wkey, EventAllocationFailed)
 	}
-	delete(r.pending, key)
 
-	if !hasIngress(svc, addr) {
+	if !hasIngress(svc, v6, addr) {
 		// The status first: it is the record a restart rebuilds from.
 		// Only then the allocator, so that a failed write leaves
 		// nothing to undo.
-		updated, err := r.writeIngress(ctx, svc, addr)
+		updated, err := r.writeIngress(ctx, svc, v6, addr)
 		if err != nil {
-			return err
+			return nil, false, err
 		}
 		svc = updated
 	}
-	before, _ := r.alloc.HoldingOf(key)
+	before, _ := r.alloc.HoldingOf(key, v6)
 	if err := r.alloc.Assign(req, addr); err != nil {
 		if !has || held != addr {
-			return fmt.Errorf("service %s: record %s: %w", key, addr, err) // cannot happen: Plan checked it
+			return nil, false, fmt.Errorf("service %s: record %s: %w", key, addr, err) // cannot happen: Plan checked it
 		}
 		// The address is kept though the Service asks for something
 		// else (the failure above): its old record stays.
 	}
-	if after, _ := r.alloc.HoldingOf(key); has && held == addr && !reflect.DeepEqual(before, after) {
+	if after, _ := r.alloc.HoldingOf(key, v6); has && held == addr && !reflect.DeepEqual(before, after) {
 		// Its ports or key changed: a Service refused for a port it
 		// had may now share the address.
 		r.freed()
@@ -301,11 +435,11 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 		r.metrics.allocated()
 		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventAllocated, "allocated %s from address pool %q%s", addr, pool, shared)
 		if onNode {
-			r.warn(svc, key, EventNodeAddress, fmt.Sprintf("moved from %s, %s, to %s: a VIP equal to a node's address takes that node off the network", held, nodeWhy, addr),
+			r.warn(svc, wkey, EventNodeAddress, fmt.Sprintf("moved from %s, %s, to %s: a VIP equal to a node's address takes that node off the network", held, nodeWhy, addr),
 				fmt.Sprintf("nothing to do for the Service; remove %s from the address pools so that no Service is given it", held))
 		}
 		if shareErr != nil {
-			r.warn(svc, key, EventSharingConflict, fmt.Sprintf("moved from %s to %s: %v; the Services sharing %s keep it", held, addr, shareErr, held),
+			r.warn(svc, wkey, EventSharingConflict, fmt.Sprintf("moved from %s to %s: %v; the Services sharing %s keep it", held, addr, shareErr, held),
 				fmt.Sprintf("nothing to do if the Service is to have an address of its own; to share %s again, give it the annotation %s of the Services there and ports of its own", held, api.AnnotationSharingKey))
 		}
 		if has {
@@ -316,17 +450,17 @@ func (r *reconciler) serve(ctx context.Context, key string, svc *corev1.Service)
 	}
 	pool := r.alloc.PoolOf(addr)
 	if pool == "" {
-		r.warn(svc, key, EventOutsidePools, fmt.Sprintf("keeps %s, which no address pool contains any more; it stays the Service's address until the Service is deleted or stops being served; add it back to a pool, or request another address", addr),
+		r.warn(svc, wkey, EventOutsidePools, fmt.Sprintf("keeps %s, which no address pool contains any more; it stays the Service's address until the Service is deleted or stops being served; add it back to a pool, or request another address", addr),
 			fmt.Sprintf("add %s back to an AddressPool, or move the Service to another address with the annotation %s or %s", addr, api.AnnotationPool, api.AnnotationAddresses))
-		return nil
+		return svc, false, nil
 	}
-	r.unwarn(key, EventOutsidePools)
+	r.unwarn(wkey, EventOutsidePools)
 	// The annotation last: after a crash between the two writes the
 	// status has the address, and the next run writes the annotation.
-	if svc.Annotations[api.AnnotationAllocatedFrom] != pool {
-		return r.patchAnnotation(ctx, svc, &pool)
+	if primary && svc.Annotations[api.AnnotationAllocatedFrom] != pool {
+		return svc, false, r.patchAnnotation(ctx, svc, &pool)
 	}
-	return nil
+	return svc, false, nil
 }
 
 // stillHeld tells, for a release Event, that the address stays with
@@ -341,17 +475,25 @@ func (r *reconciler) stillHeld(addr netip.Addr) string {
 // unserve takes back the address of a Service xlb no longer serves
 // (deleted, type or class changed) and removes what xlb wrote to it.
 func (r *reconciler) unserve(ctx context.Context, key string, svc *corev1.Service) error {
-	held, has := r.alloc.Lookup(key)
 	// The status is cleared only where no other implementation can have
-	// written it: no class or xlb's, and the address xlb's. (The API
+	// written it: no class or xlb's, and every address xlb's. (The API
 	// server clears it itself when the type changes.)
 	class := svc.Spec.LoadBalancerClass
 	classFree := class == nil || *class == api.LoadBalancerClass
 	_, ours := svc.Annotations[api.AnnotationAllocatedFrom]
-	in := ingressAddr(svc)
-	if classFree && len(svc.Status.LoadBalancer.Ingress) == 1 && in.IsValid() &&
-		((has && in == held) || (!has && ours && r.alloc.PoolOf(in) != "")) {
-		updated, err := r.writeIngress(ctx, svc, netip.Addr{})
+	mine := len(svc.Status.LoadBalancer.Ingress) > 0
+	for _, in := range svc.Status.LoadBalancer.Ingress {
+		a, err := netip.ParseAddr(in.IP)
+		held, has := r.alloc.Lookup(key, err == nil && a.Is6())
+		if err != nil || !((has && a == held) || (!has && ours && r.alloc.PoolOf(a) != "")) {
+			mine = false
+		}
+	}
+	if classFree && mine && len(svc.Status.LoadBalancer.Ingress) <= 2 {
+		updated, err := r.writeIngress(ctx, svc, false, netip.Addr{})
+		if err == nil {
+			updated, err = r.writeIngress(ctx, updated, true, netip.Addr{})
+		}
 		if err != nil {
 			return err
 		}
@@ -362,8 +504,11 @@ func (r *reconciler) unserve(ctx context.Context, key string, svc *corev1.Servic
 			return err
 		}
 	}
-	if has {
-		r.alloc.Release(key)
+	for _, v6 := range []bool{false, true} {
+		held, has := r.alloc.Release(key, v6)
+		if !has {
+			continue
+		}
 		r.log.Info("address released", "service", key, "address", held, "why", "the Service is no longer served")
 		r.metrics.released()
 		r.recorder.Eventf(svc, corev1.EventTypeNormal, EventReleased,
@@ -386,7 +531,7 @@ func (r *reconciler) fail(svc *corev1.Service, key string, err error) {
 	r.warned[key] = warning{EventAllocationFailed, msg}
 	reason := allocator.ReasonOf(err)
 	r.metrics.failed(reason)
-	r.log.Info("allocation failed", "service", key, "reason", reason, "error", msg)
+	r.log.Info("allocation failed", "service", svc.Namespace+"/"+svc.Name, "reason", reason, "error", msg)
 	r.recorder.Event(svc, corev1.EventTypeWarning, EventAllocationFailed, msg)
 }
 
@@ -397,7 +542,7 @@ func (r *reconciler) warn(svc *corev1.Service, key, reason, msg, fix string) {
 		return
 	}
 	r.warned[key] = warning{reason, msg}
-	r.log.Warn(msg, "service", key, "reason", reason, "fix", fix)
+	r.log.Warn(msg, "service", svc.Namespace+"/"+svc.Name, "reason", reason, "fix", fix)
 	r.recorder.Event(svc, corev1.EventTypeWarning, reason, msg)
 }
 
@@ -409,15 +554,28 @@ func (r *reconciler) unwarn(key, reason string) {
 	}
 }
 
-// writeIngress sets status.loadBalancer.ingress to [{ip: addr}], or
-// clears it for the zero addr, through the status subresource. The patch
-// carries the resourceVersion the decision was made on: if the Service
-// changed since, the API server refuses it with a conflict and the
-// Service is looked at again.
-func (r *reconciler) writeIngress(ctx context.Context, svc *corev1.Service, addr netip.Addr) (*corev1.Service, error) {
+// writeIngress makes addr svc's address of one family (v6: IPv6) in
+// status.loadBalancer.ingress, or removes that family's for the zero
+// addr, keeping the other family's address: the list holds at most one
+// of each, in the order of spec.ipFamilies. It writes through the status
+// subresource. The patch carries the resourceVersion the decision was
+// made on: if the Service changed since, the API server refuses it with
+// a conflict and the Service is looked at again.
+func (r *reconciler) writeIngress(ctx context.Context, svc *corev1.Service, v6 bool, addr netip.Addr) (*corev1.Service, error) {
+	byFam := [2]netip.Addr{ingressAddr(svc, false), ingressAddr(svc, true)}
+	byFam[famIndex(v6)] = addr
+	fams, _ := families(svc)
+	if len(fams) == 1 {
+		fams = append(fams, !fams[0])
+	}
 	var ingress []map[string]string
-	if addr.IsValid() {
-		ingress = []map[string]string{{"ip": addr.String()}}
+	for _, f := range fams {
+		if a := byFam[famIndex(f)]; a.IsValid() {
+			ingress = append(ingress, map[string]string{"ip": a.String()})
+		}
+	}
+	if sameIngress(svc.Status.LoadBalancer.Ingress, ingress) {
+		return svc, nil
 	}
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"resourceVersion": svc.ResourceVersion},
@@ -432,6 +590,27 @@ func (r *reconciler) writeIngress(ctx context.Context, svc *corev1.Service, addr
 		return nil, fmt.Errorf("service %s/%s: write status.loadBalancer.ingress: %w", svc.Namespace, svc.Name, err)
 	}
 	return updated, nil
+}
+
+// sameIngress reports whether the status in lists exactly the IPs of
+// want, in order, and nothing else.
+func sameIngress(in []corev1.LoadBalancerIngress, want []map[string]string) bool {
+	if len(in) != len(want) {
+		return false
+	}
+	for i := range in {
+		if in[i].IP != want[i]["ip"] || in[i].Hostname != "" || len(in[i].Ports) != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func famIndex(v6 bool) int {
+	if v6 {
+		return 1
+	}
+	return 0
 }
 
 // patchAnnotation sets the allocated-from annotation to *pool, or removes

@@ -101,9 +101,15 @@ func Listed(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func
 }
 
 func selectEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool, gone bool) []Endpoint {
+	return selectFamily(eps, port, keep, gone, discoveryv1.AddressTypeIPv4)
+}
+
+// selectFamily is selectEndpoints over the slices of one address type,
+// IPv4 or IPv6 (a dual-stack Service has slices of each).
+func selectFamily(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool, gone bool, family discoveryv1.AddressType) []Endpoint {
 	best := map[netip.Addr]Endpoint{}
 	for _, sl := range eps {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+		if sl.AddressType != family {
 			continue
 		}
 		target := SlicePort(sl, port)
@@ -117,7 +123,8 @@ func selectEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, 
 			}
 			for _, s := range ep.Addresses {
 				a, err := netip.ParseAddr(s)
-				if err != nil || !a.Is4() || a.IsUnspecified() {
+				if err != nil || a.IsUnspecified() || a.Zone() != "" || a.Is4In6() ||
+					a.Is4() != (family == discoveryv1.AddressTypeIPv4) {
 					continue
 				}
 				if old, ok := best[a]; ok && (old.State > state || old.State == state && old.Port <= target) {
@@ -165,7 +172,13 @@ func ServiceIndex(obj any) ([]string, error) {
 // and the controller's endpoint history (internal/k8s/history) both come
 // from here, so they name the same sets.
 func Backends(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort) []config.Backend {
-	sel := Select(eps, port, nil)
+	return BackendsOf(eps, port, discoveryv1.AddressTypeIPv4)
+}
+
+// BackendsOf is Backends over the EndpointSlices of one address type
+// (IPv4 or IPv6): the backends of the Service's VIP of that family.
+func BackendsOf(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, family discoveryv1.AddressType) []config.Backend {
+	sel := selectFamily(eps, port, nil, false, family)
 	anyReady := slices.ContainsFunc(sel, func(e Endpoint) bool { return e.State == Ready })
 	out := make([]config.Backend, 0, len(sel))
 	for _, e := range sel {

@@ -33,10 +33,12 @@ func DaemonSetBase(ctx context.Context, client kubernetes.Interface, k config.Ku
 			return nil, fmt.Errorf("kubernetes: %w; name the interface XDP attaches to with --interface", err)
 		}
 	}
+	// A dual-stack Node's IPv6 InternalIP is the node's IPv6 address.
+	addr6, _ := internalIP6(node)
 	// Checked as a file is, so that a bad --interface or address is
 	// reported as the file's checks would.
 	return config.ValidateConfig(&config.Config{
-		Node: config.Node{Interface: iface, Address: addr},
+		Node: config.Node{Interface: iface, Address: addr, Address6: addr6},
 		API:  config.API{Socket: config.DefaultSocket},
 		Dataplane: config.Dataplane{AttachMode: config.DefaultAttachMode, TableSize: config.DefaultTableSize, MaxBackends: config.DefaultMaxBackends, FlowHash: config.DefaultFlowHash,
 			PingVIPs: config.DefaultPingVIPs},
@@ -52,6 +54,19 @@ func internalIP(n *corev1.Node) (netip.Addr, bool) {
 			continue
 		}
 		if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() {
+			return ip, true
+		}
+	}
+	return netip.Addr{}, false
+}
+
+// internalIP6 returns a Node's first global IPv6 InternalIP.
+func internalIP6(n *corev1.Node) (netip.Addr, bool) {
+	for _, a := range n.Status.Addresses {
+		if a.Type != corev1.NodeInternalIP {
+			continue
+		}
+		if ip, err := netip.ParseAddr(a.Address); err == nil && config.IsGlobal6(ip) {
 			return ip, true
 		}
 	}

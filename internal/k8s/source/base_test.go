@@ -25,8 +25,10 @@ func TestDaemonSetBase(t *testing.T) {
 		want    config.Node
 		wantErr string
 	}{
-		{"the first IPv4 InternalIP, on the interface given", withAddrs(corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "192.0.2.1"},
-			internal("fd00::10"), internal("10.0.0.10"), internal("10.0.0.11")), "eth1", config.Node{Interface: "eth1", Address: netip.MustParseAddr("10.0.0.10")}, ""},
+		{"the first IPv4 and IPv6 InternalIPs, on the interface given", withAddrs(corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "192.0.2.1"},
+			internal("fe80::10"), internal("fd00::10"), internal("10.0.0.10"), internal("10.0.0.11"), internal("fd00::11")), "eth1",
+			config.Node{Interface: "eth1", Address: netip.MustParseAddr("10.0.0.10"), Address6: netip.MustParseAddr("fd00::10")}, ""},
+		{"an IPv4-only Node", withAddrs(internal("10.0.0.10")), "eth1", config.Node{Interface: "eth1", Address: netip.MustParseAddr("10.0.0.10")}, ""},
 		{"no Node", nil, "eth0", config.Node{}, `read this node's Node object "node-1"`},
 		{"no IPv4 InternalIP", withAddrs(internal("fd00::10")), "eth0", config.Node{}, "has no IPv4 InternalIP"},
 		// 192.0.2.0/24 (TEST-NET-1) is on no interface of a test machine.

@@ -139,15 +139,21 @@ func served(svc *corev1.Service, classless bool) bool {
 	return classless
 }
 
-// ingressIP returns the first IPv4 address of the Service's
-// status.loadBalancer.ingress, which the controller writes.
-func ingressIP(svc *corev1.Service) (netip.Addr, bool) {
+// ingressIPs returns the first IPv4 and the first IPv6 address of the
+// Service's status.loadBalancer.ingress, which the controller writes
+// (a dual-stack Service has one of each); invalid where there is none.
+func ingressIPs(svc *corev1.Service) (v4, v6 netip.Addr) {
 	for _, in := range svc.Status.LoadBalancer.Ingress {
-		if a, err := netip.ParseAddr(in.IP); err == nil && a.Is4() {
-			return a, true
+		a, err := netip.ParseAddr(in.IP)
+		switch {
+		case err != nil || a.Zone() != "" || a.Is4In6():
+		case a.Is4() && !v4.IsValid():
+			v4 = a
+		case a.Is6() && !v6.IsValid():
+			v6 = a
 		}
 	}
-	return netip.Addr{}, false
+	return v4, v6
 }
 
 // services translates every port of every served Service that has an
@@ -227,8 +233,8 @@ func badForwarding(obj, v string, err error, fwd config.Forwarding, kept bool) p
 // a forwarding annotation that names no mode keeps.
 func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, prev config.Forwarding) ([]config.Service, []problem) {
 	var probs []problem
-	vip, ok := ingressIP(svc)
-	if !ok {
+	vip4, vip6 := ingressIPs(svc)
+	if !vip4.IsValid() && !vip6.IsValid() {
 		// The controller has not assigned an address yet.
 		return nil, nil
 	}
@@ -284,17 +290,55 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, pre
 			hist = h
 		}
 	}
-	ranges, why := sourceRanges(svc)
+	common := config.Service{Forwarding: fwd, Flows: flows, Affinity: affinity,
+		// The pods' nodes translate VIP:port to the pods for DSR;
+		// with NAT the load-balancer node does.
+		TranslatePorts: !fwd.Translates()}
+	var out []config.Service
+	if vip4.IsValid() {
+		s, p := servicePorts(svc, eps, obj, vip4, vip6.IsValid(), common, hist)
+		out, probs = append(out, s...), append(probs, p...)
+	}
+	if vip6.IsValid() {
+		if fwd.Translates() {
+			// The IPv4 address is served; the IPv6 one cannot be.
+			return out, append(probs, problem{obj, fmt.Sprintf("forwarding %s rewrites IPv4 packets only: the Service's IPv6 address %s is not served, its IPv4 address is", fwd, vip6),
+				fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue to serve both addresses, or make the Service IPv4-only (spec.ipFamilies)", api.AnnotationForwarding)})
+		}
+		s, p := servicePorts(svc, eps, obj, vip6, vip4.IsValid(), common, hist)
+		out, probs = append(out, s...), append(probs, p...)
+	}
+	return out, probs
+}
+
+// servicePorts translates the ports of svc at its address vip, of one
+// family, with the endpoints of that family: an IPv6 VIP gets the IPv6
+// endpoints. dual: the Service has an address of the other family too.
+// common holds what every port shares; problems name obj.
+func servicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, obj string, vip netip.Addr, dual bool, common config.Service, hist history.History) ([]config.Service, []problem) {
+	v6 := vip.Is6()
+	ranges, why := sourceRanges(svc, v6)
 	if why != "" {
-		return nil, append(probs, problem{obj, why + "; the Service is not served until this is corrected: no source its ranges leave out may reach it",
-			"correct spec.loadBalancerSourceRanges (or the annotation " + api.AnnotationSourceRanges + " it replaces): at most " + fmt.Sprint(config.MaxSourceRanges) + " IPv4 CIDRs such as 192.0.2.0/24"})
+		what := "the Service is"
+		if dual {
+			what = fmt.Sprintf("the Service's address %s is", vip)
+		}
+		return nil, []problem{{obj, why + "; " + what + " not served until this is corrected: no source its ranges leave out may reach it",
+			"correct spec.loadBalancerSourceRanges (or the annotation " + api.AnnotationSourceRanges + " it replaces): at most " + fmt.Sprint(config.MaxSourceRanges) + " CIDRs of each family such as 192.0.2.0/24 or 2001:db8::/32"}}
+	}
+	family, name := discoveryv1.AddressTypeIPv4, config.KubernetesServiceName
+	if v6 {
+		family, name = discoveryv1.AddressTypeIPv6, config.KubernetesServiceName6
 	}
 	var out []config.Service
+	var probs []problem
 	for _, port := range svc.Spec.Ports {
 		proto, ok := endpoints.Protocol(port.Protocol)
 		if !ok {
-			probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
-				"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
+			if !v6 { // said once, for the Service
+				probs = append(probs, problem{obj, fmt.Sprintf("port %d/%s: xlb balances TCP and UDP only; this port is not served", port.Port, port.Protocol),
+					"serve this port by other means, or remove it from the Service; its TCP and UDP ports are served"})
+			}
 			continue
 		}
 		if port.Port < 1 || port.Port > 65535 {
@@ -304,38 +348,33 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, pre
 		// says: each pod's own node delivers to it with the client's
 		// address, which is what Local asks for elsewhere (the
 		// controller says so in an Event; docs/kubernetes.md).
-		backends := endpoints.Backends(eps, port)
+		backends := endpoints.BackendsOf(eps, port, family)
 		if len(backends) == 0 {
 			// Nothing to send to: left out, so its route is
 			// withdrawn, as for a file service whose backends are
 			// all down.
 			continue
 		}
-		out = append(out, config.Service{
-			Name:       config.KubernetesServiceName(svc.Namespace, svc.Name, uint16(port.Port), proto),
-			VIP:        vip,
-			Port:       uint16(port.Port),
-			Protocol:   proto,
-			Forwarding: fwd,
-			Flows:      flows,
-			Affinity:   affinity,
-			// The pods' nodes translate VIP:port to the pods for
-			// DSR; with NAT the load-balancer node does.
-			TranslatePorts: !fwd.Translates(),
-			SourceRanges:   ranges,
-			Backends:       backends,
-			History:        hist.Generations(history.PortKey(uint16(port.Port), proto)),
-		})
+		s := common
+		s.Name = name(svc.Namespace, svc.Name, uint16(port.Port), proto)
+		s.VIP, s.Port, s.Protocol = vip, uint16(port.Port), proto
+		s.SourceRanges, s.Backends = ranges, backends
+		// The controller's endpoint history is of the IPv4 endpoints.
+		if !v6 {
+			s.History = hist.Generations(history.PortKey(uint16(port.Port), proto))
+		}
+		out = append(out, s)
 	}
 	return out, probs
 }
 
-// sourceRanges are the IPv4 sources that may reach svc (nil: every
-// source), or why xlb cannot serve it (api.Ranges.Unservable).
-func sourceRanges(svc *corev1.Service) ([]netip.Prefix, string) {
+// sourceRanges are the sources of one family (v6: IPv6) that may reach
+// svc's address of that family (nil: every source), or why xlb cannot
+// serve it (api.Ranges.UnservableFor).
+func sourceRanges(svc *corev1.Service, v6 bool) ([]netip.Prefix, string) {
 	r := api.SourceRanges(svc)
-	if why := r.Unservable(config.MaxSourceRanges); why != "" {
+	if why := r.UnservableFor(v6, config.MaxSourceRanges); why != "" {
 		return nil, why
 	}
-	return r.IPv4, ""
+	return r.Of(v6), ""
 }

@@ -285,7 +285,7 @@ func TestServices(t *testing.T) {
 			want: []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"},
 		},
 		{
-			name: "IPv6 slices and addresses are skipped",
+			name: "a dual-stack Service: each address gets the endpoints of its family",
 			f: fixture{services: []*corev1.Service{service("default", "web", withIngress("fd00::1", "10.99.0.7"))}, slices: []*discoveryv1.EndpointSlice{
 				readyWeb,
 				func() *discoveryv1.EndpointSlice {
@@ -294,7 +294,19 @@ func TestServices(t *testing.T) {
 					return s
 				}(),
 			}},
-			want: []string{"default/web:80/tcp 10.99.0.7 dsr-ipip 10.244.1.2:8080/1"},
+			want: []string{"default/web:80/tcp 10.99.0.7 dsr-ipip 10.244.1.2:8080/1", "default/web:80/tcp/ipv6 fd00::1 dsr-ipip fd00::2:8080/1"},
+		},
+		{
+			name: "an IPv6-only Service gets the IPv6 endpoints only",
+			f: fixture{services: []*corev1.Service{service("default", "web", withIngress("2001:db8:99::1"))}, slices: []*discoveryv1.EndpointSlice{
+				readyWeb,
+				func() *discoveryv1.EndpointSlice {
+					s := endpointSlice("default", "web", "web-v6", web, endpoint(condReady, "fd00::2"), endpoint(condReady, "10.244.9.9"), endpoint(condReady, "fe80::1%eth0"))
+					s.AddressType = discoveryv1.AddressTypeIPv6
+					return s
+				}(),
+			}},
+			want: []string{"default/web:80/tcp/ipv6 2001:db8:99::1 dsr-ipip fd00::2:8080/1"},
 		},
 		{
 			name: "a Service without an address yet is ignored",
@@ -688,16 +700,18 @@ func TestPeers(t *testing.T) {
 				bgpPeer("hold", spec("peerAddress", "10.0.0.2", "holdTime", "2s")),
 				bgpPeer("self", spec("peerAddress", "10.0.0.10")),
 				bgpPeer("v6", spec("peerAddress", "fd00::1")),
+				bgpPeer("v6-link-local", spec("peerAddress", "fe80::1")),
 				bgpPeer("garbage", spec("peerAddress", "router")),
 				bgpPeer("pw", spec("peerAddress", "10.0.0.5", "passwordSecret", map[string]any{"name": "long"})),
 				bgpPeer("prefixes", spec("peerAddress", "10.0.0.6", "maxPrefixes", int64(200000))),
 			}, secrets: []*corev1.Secret{secret("xlb-system", "long", map[string]string{"password": strings.Repeat("x", 81)})}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime,
-				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
+				Peers: []config.Peer{{Address: ip("10.0.0.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
+					{Address: ip("fd00::1"), ASN: 65000, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second}}},
 			problems: []string{
 				"BGPPeer hold: peer 10.0.0.2 is left out: spec.holdTime: 2s is out of range; the hold time is 0 (no keepalives) or 3s..65535s",
 				"BGPPeer self: peer 10.0.0.10 is left out: spec.peerAddress: 10.0.0.10 is this node's own address",
-				"BGPPeer v6: peer fd00::1 is left out: spec.peerAddress: \"fd00::1\" is an IPv6 address",
+				"BGPPeer v6-link-local: peer fe80::1 is left out: spec.peerAddress: fe80::1 is a link-local address (fe80::/10)",
 				`BGPPeer garbage: spec.peerAddress "router" is not an IP address`,
 				"BGPPeer pw: peer 10.0.0.5 is left out: spec.passwordSecret: is 81 bytes long; a TCP MD5 key has at most 80",
 				"BGPPeer prefixes: peer 10.0.0.6 is left out: spec.maxPrefixes: 200000 is above the maximum 100000",
@@ -1062,5 +1076,38 @@ func TestBadForwardingKeepsMode(t *testing.T) {
 	memo = translated{}
 	if s, probs := build("nta", slice("10.244.1.2")); s.Forwarding != config.DSRIPIP || len(probs) != 1 || !strings.HasSuffix(probs[0], "the Service is forwarded dsr-ipip, the default, until it is corrected") {
 		t.Errorf("first seen with a bad value: %s, %v", s.Forwarding, probs)
+	}
+}
+
+// A dual-stack Service on a node without an IPv6 address: its IPv4
+// address is served, its IPv6 one left out with a problem saying why and
+// what to do; on a node with one, both are served.
+func TestDualStackOnIPv4OnlyNode(t *testing.T) {
+	base := parseBase(t, "")
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	v6 := endpointSlice("default", "web", "web-6", web, endpoint(condReady, "fd00:244::2"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	f := fixture{
+		services: []*corev1.Service{service("default", "web", withIngress("10.99.0.1", "2001:db8:99::1"))},
+		slices:   []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-4", web, endpoint(condReady, "10.244.1.2")), v6},
+	}
+	only4 := &config.Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.0.10"), netip.MustParseAddr("fe80::10")}}}
+	cfg, probs, err := runOn(t, base, f, only4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summary(cfg), []string{"default/web:80/tcp 10.99.0.1 dsr-ipip 10.244.1.2:8080/1"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("services %q, want %q", got, want)
+	}
+	if len(probs) != 1 || !strings.Contains(probs[0], "default/web:80/tcp/ipv6") || !strings.Contains(probs[0], "fd00:244::2 is IPv6, and the node has no IPv6 address") {
+		t.Errorf("problems %q, want the IPv6 port left out for the node's missing IPv6 address", probs)
+	}
+	dual := &config.Host{Interfaces: map[string][]netip.Addr{"eth0": {netip.MustParseAddr("10.0.0.10"), netip.MustParseAddr("fd00::10")}}}
+	cfg, probs, err = runOn(t, base, f, dual)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := summary(cfg); len(got) != 2 || len(probs) != 0 {
+		t.Errorf("on a dual-stack node: services %q, problems %q; want both served", got, probs)
 	}
 }
