@@ -133,6 +133,32 @@ static __always_inline int floor_encap_fib(struct xdp_md *ctx)
 	return XDP_TX;
 }
 
+/* Floor 2 for IPv6: parse the IPv6 header (and the extension headers
+ * the LB skips) and the ports, hop limit, IPv6-in-IPv6 to a fixed backend
+ * (fd00:3::2) with fixed MACs, XDP_TX: the IPv6 hit path without any
+ * lookup. */
+static __always_inline int floor_encap6(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct pkt6 p = {};
+	union xlb_addr be = { .w = { bpf_htonl(0xfd000003), 0, 0, bpf_htonl(2) } };
+	__u32 macs[3] = { 0x02020202, 0x02020202, 0x02020202 };
+
+	if ((void *)((struct ethhdr *)data + 1) > data_end ||
+	    ((struct ethhdr *)data)->h_proto != bpf_htons(ETH_P_IPV6))
+		return XDP_DROP;
+	if (parse_ipv6(data + sizeof(struct ethhdr), data_end, &p) != PARSE6_OK)
+		return XDP_DROP;
+	__u32 tos = bpf_ntohl(p.ip6->vtf) >> 20;
+
+	p.ip6->hop_limit--;
+	if (encap_any(ctx, XLB_ENCAP_IPIP, 1, 1, node_addr, &node_addr6, &be, 0, p.ip_len,
+		      (__u8)tos, bpf_htons(IP_DF), macs))
+		return XDP_DROP;
+	return XDP_TX;
+}
+
 /* The deny list as a kernel LPM trie, for the comparison with the deny
  * table the LB reads (docs/decisions/0005-policy.md): keys as xlb's
  * other LPM tries hold them, an IPv4 /n as /96+n of its mapped address. */
@@ -170,6 +196,7 @@ WRAP(floor_deny_lpm, floor_deny(ctx, 1))
 WRAP(floor_parse_tx, floor_parse(ctx))
 WRAP(floor_parse_encap, floor_encap(ctx))
 WRAP(floor_parse_encap_fib, floor_encap_fib(ctx))
+WRAP(floor_parse_encap6, floor_encap6(ctx))
 WRAP(bench_lb, xlb_lb(ctx))
 
 char LICENSE[] SEC("license") = "GPL";

@@ -84,6 +84,19 @@
 #define XLB_IPIP_OVERHEAD 20            /* outer IPv4 */
 #define XLB_GUE_OVERHEAD (20 + 8 + 4)   /* outer IPv4 + UDP + GUE */
 
+/* An IPv6 outer header is 20 bytes longer than an IPv4 one. */
+#define XLB_OUTER6_EXTRA 20
+
+/* IPv6 extension headers the LB skips before the ports (hop-by-hop,
+ * destination options, routing with no segments left): at most this
+ * many; a packet with more is passed (XLB_PASS_IPV6_EXT). */
+#define XLB_IPV6_EXT_MAX 4
+
+/* Bytes of the offending packet an ICMPv6 Packet Too Big quotes: its
+ * header, extension headers and ports fit in most cases; RFC 4443 asks
+ * for as much as fits in 1280, but the sender needs only these. */
+#define XLB_ICMP6_QUOTE 128
+
 /* GUE with the daisy-chain hint (Beamer): 16 bytes of GUE private data
  * after the base header, struct xlb_gue_hint in xlb_structs.h. */
 #define XLB_GUE_HINT_WORDS 4

@@ -14,9 +14,19 @@
 #define IPPROTO_UDP 17
 #define IPPROTO_HOPOPTS 0   /* IPv6 hop-by-hop options */
 #define IPPROTO_IPV6 41     /* IPv6 inside (IPv6-in-IPv4, IPv6-in-IPv6) */
+#define IPPROTO_ROUTING 43  /* IPv6 routing header */
 #define IPPROTO_FRAGMENT 44 /* IPv6 fragment header */
 #define IPPROTO_ICMPV6 58
 #define IPPROTO_DSTOPTS 60  /* IPv6 destination options */
+
+/* ICMPv6 (RFC 4443, RFC 4861): the errors, and the neighbour discovery
+ * types, which xlb passes untouched. */
+#define ICMPV6_DEST_UNREACH 1
+#define ICMPV6_PKT_TOOBIG 2
+#define ICMPV6_TIME_EXCEED 3
+#define ICMPV6_PARAMPROB 4
+#define ICMPV6_ND_FIRST 133 /* router solicitation */
+#define ICMPV6_ND_LAST 137  /* redirect */
 
 #define IP_MF 0x2000
 #define IP_DF 0x4000
@@ -48,21 +58,22 @@ struct iphdr {
 	__be32 daddr;
 };
 
-/* The fixed IPv6 header (RFC 8200). The addresses are 4 words, as
- * union xlb_addr and struct bpf_sock_tuple hold them. */
+/* IPv6's fixed header. The first word holds version (4 bits), traffic
+ * class (8) and flow label (20), in network order. */
 struct ipv6hdr {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-	__u8 priority : 4, version : 4;
-#else
-	__u8 version : 4, priority : 4;
-#endif
-	__u8 flow_lbl[3];
+	__be32 vtf;
 	__be16 payload_len;
 	__u8 nexthdr;
 	__u8 hop_limit;
 	__be32 saddr[4];
 	__be32 daddr[4];
 };
+
+/* The IP version of an IPv6 header's first word (6 for IPv6). */
+static inline __attribute__((always_inline)) __u8 ipv6_version(const struct ipv6hdr *h)
+{
+	return *(const __u8 *)h >> 4;
+}
 
 /* The start of an IPv6 extension header that has a length: hop-by-hop
  * and destination options (and routing), hdrlen 8-byte units past the
@@ -100,6 +111,13 @@ struct icmphdr_frag {
 	__sum16 checksum;
 	__be16 unused;
 	__be16 mtu;
+};
+
+struct icmp6hdr_too_big {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 mtu;
 };
 
 #endif

@@ -17,7 +17,7 @@
 #define XLB_TCP_ACK 0x10
 
 /* Load-time parameters (set by internal/dataplane/lb before loading).
- * node_addr6 is the outer source towards IPv6 backends (none yet). */
+ * node_addr6 is the outer source towards IPv6 backends. */
 volatile const __be32 node_addr = 0;
 volatile const union xlb_addr node_addr6 = {};
 volatile const __u32 table_size = XLB_DEFAULT_TABLE_SIZE;
@@ -199,7 +199,8 @@ static __always_inline int table_pick(__u32 svc_id, __u32 slot, __u32 *bid, __be
 	*bid = xlb_table_entry_bid(*entry);
 	*addr = xlb_table_entry_addr(*entry);
 	/* Address 0: no backend, or an IPv6 one (xlb_table_entry_v6), which
-	 * has no path yet. Either way the packet is dropped. */
+	 * the stateless path leaves to xlb_lb_to6; the others drop it (the
+	 * control plane gives them no IPv6 backends). */
 	return *addr ? 0 : -1;
 }
 
@@ -359,6 +360,9 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 /* NAT and DNAT services: their own path, built on the helpers above. */
 #include "xlb_lbnat.h"
 
+/* IPv6, and IPv4 VIPs with IPv6 backends. */
+#include "xlb_lb6.h"
+
 static __always_inline int xlb_lb(struct xdp_md *ctx)
 {
 	void *data = (void *)(long)ctx->data;
@@ -369,6 +373,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_OK:
 		break;
 	case PARSE_NOT_IPV4:
+		if (p.eth->h_proto == bpf_htons(ETH_P_IPV6))
+			return xlb_lb6_reply(ctx);
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr)) {
@@ -482,7 +488,8 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 		return xlb_lb_nat(ctx, svc, hash);
 	}
 	if (table_pick(svc_id, slot, &bid, &be_addr))
-		return drop(XLB_DROP_NO_BACKEND);
+		/* No IPv4 address: an IPv6 backend, or none. */
+		return xlb_lb_to6(ctx, svc_id, slot, tunnel_hash(hash, p.sport, hsport), mode);
 	return xlb_encap_forward(ctx, &p, data_end, bid, be_addr, tunnel_hash(hash, p.sport, hsport),
 				 mode, 0);
 }

@@ -68,6 +68,29 @@ struct {
 	__array(values, struct ranges_inner);
 } svc_ranges4 SEC(".maps");
 
+/* IPv6 source ranges, as svc_ranges4 (struct xlb_ranges6). */
+struct ranges6_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct {
+		__u64 lo_hi[XLB_SVC_MAX_RANGES];
+		__u64 lo_lo[XLB_SVC_MAX_RANGES];
+		__u64 hi_hi[XLB_SVC_MAX_RANGES];
+		__u64 hi_lo[XLB_SVC_MAX_RANGES];
+	});
+};
+
+_Static_assert(sizeof(*((struct ranges6_inner *)0)->value) == sizeof(struct xlb_ranges6),
+	       "ranges6_inner's value and struct xlb_ranges6 differ");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, XLB_MAX_SERVICES);
+	__type(key, __u32);
+	__array(values, struct ranges6_inner);
+} svc_ranges6 SEC(".maps");
+
 /* Packets and bytes dropped per service for a source outside its ranges
  * (XLB_DROP_SOURCE_RANGE), by service ID. */
 struct {
@@ -160,6 +183,42 @@ static __always_inline int source_allowed4(__u32 svc_id, __be32 saddr)
 	if (!r)
 		return 0;
 	return ranges_hold4(r, bpf_ntohl(saddr));
+}
+
+/* a <= b for 128-bit numbers given as high and low halves. */
+static __always_inline int le128(__u64 ah, __u64 al, __u64 bh, __u64 bl)
+{
+	return ah < bh || (ah == bh && al <= bl);
+}
+
+/* Whether IPv6 source src (in the packet) may reach service svc_id,
+ * whose slot says it has source ranges: source_allowed4's binary search
+ * over 128-bit numbers. Out of line: the IPv6 path has no stack left
+ * for it inlined. */
+static __noinline int source_allowed6(__u32 svc_id, const __be32 *src)
+{
+	void *inner = bpf_map_lookup_elem(&svc_ranges6, &svc_id);
+	__u32 zero = 0;
+
+	if (!inner)
+		return 0;
+	struct xlb_ranges6 *r = bpf_map_lookup_elem(inner, &zero);
+
+	if (!r)
+		return 0;
+	__u64 h = ((__u64)bpf_ntohl(src[0]) << 32) | bpf_ntohl(src[1]);
+	__u64 l = ((__u64)bpf_ntohl(src[2]) << 32) | bpf_ntohl(src[3]);
+	__u32 i = 0;
+
+#pragma unroll
+	for (__u32 s = XLB_SVC_MAX_RANGES / 2; s; s >>= 1) {
+		__u32 j = (i + s) & (XLB_SVC_MAX_RANGES - 1);
+
+		if (le128(r->lo_hi[j], r->lo_lo[j], h, l))
+			i += s;
+	}
+	i &= XLB_SVC_MAX_RANGES - 1;
+	return le128(r->lo_hi[i], r->lo_lo[i], h, l) && le128(h, l, r->hi_hi[i], r->hi_lo[i]);
 }
 
 /* Count a packet of service svc_id dropped for its source. */

@@ -79,6 +79,11 @@ enum xlb_reason {
 	XLB_DROP_SOURCE_RANGE,   /* to a service from outside its source ranges (also per service: svc_src_drops) */
 	XLB_DROP_NAT_NO_SESSION, /* NAT service: TCP other than a SYN, or an ICMP error, without a session */
 	XLB_DROP_NAT_NO_PORT,    /* NAT service: no free port (or no room) for a new session */
+	XLB_PASS_IPV6_EXT,       /* IPv6 not to a VIP with a fragment header or an extension header
+				  * xlb does not skip: passed untouched */
+	XLB_DROP_IPV6_EXT,       /* IPv6 to a VIP with an extension header xlb does not skip (a
+				  * routing header with segments left, too many, ...); fragments
+				  * to a VIP count under drop_fragment */
 	XLB_REASON_MAX,
 };
 
@@ -269,6 +274,16 @@ enum xlb_deny_layout {
 struct xlb_ranges4 {
 	__u32 lo[XLB_SVC_MAX_RANGES];
 	__u32 hi[XLB_SVC_MAX_RANGES];
+};
+
+/* A service's IPv6 source ranges, as struct xlb_ranges4 holds IPv4
+ * ones: intervals [lo, hi] of addresses as 128-bit numbers, each as its
+ * high and low 64 bits in host order. */
+struct xlb_ranges6 {
+	__u64 lo_hi[XLB_SVC_MAX_RANGES];
+	__u64 lo_lo[XLB_SVC_MAX_RANGES];
+	__u64 hi_hi[XLB_SVC_MAX_RANGES];
+	__u64 hi_lo[XLB_SVC_MAX_RANGES];
 };
 
 /* ---- The LB program's NAT sessions (xlb_lbnat.h) ---- */
@@ -513,6 +528,7 @@ _Static_assert(sizeof(struct lbnat_key) == 40 && sizeof(struct lbnat_session) ==
 	       "NAT sessions");
 _Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");
 _Static_assert(sizeof(struct xlb_ranges4) == 8 * XLB_SVC_MAX_RANGES, "ranges");
+_Static_assert(sizeof(struct xlb_ranges6) == 32 * XLB_SVC_MAX_RANGES, "ranges6");
 _Static_assert(sizeof(struct chain_peer_key) == 20, "an LPM key: prefix length, then the address");
 _Static_assert(sizeof(struct chain_svc_key) == 20, "chain_svc_key");
 _Static_assert(sizeof(struct nat_svc_key) == 36 && sizeof(struct nat_flow_key) == 40 &&

@@ -30,6 +30,7 @@ struct xlb_wire_types {
 	union xlb_deny_cell deny_cell;
 	enum xlb_deny_layout deny_layout;
 	struct xlb_ranges4 ranges4;
+	struct xlb_ranges6 ranges6;
 	struct lbnat_key lbnat_key;
 	struct lbnat_session lbnat_session;
 	struct lbnat_cfg lbnat_cfg;

@@ -51,7 +51,16 @@ var benchDescriptions = map[string]string{
 	"bench_lb_affinity":     "the full LB path to a service with client-IP affinity (the same backends on port 81): the flow hash without the source port",
 	"bench_lb_nat_fwd":      "a NAT service's session hit, client to backend (the same backends on port 8080): session lookup, rewrite of addresses, ports and checksums, next hop (cached), counters, XDP_TX",
 	"bench_lb_nat_rev":      "the same session's reply, backend to client: session lookup by the reply's 5-tuple, rewrite, next hop cached in the session, XDP_TX",
+	"floor_parse_encap6":    "floor 2 for IPv6: parse Ethernet/IPv6/ports, hop limit, IPv6-in-IPv6 to a fixed backend with fixed MACs, XDP_TX; no lookup, no flow hash",
+	"bench_lb6":             "the full LB path for IPv6: the same service on an IPv6 VIP with IPv6 backends, IPv6-in-IPv6",
 }
+
+// The benchmarked service's IPv6 twin (bench_lb6): service ID 3 on
+// vip6:80, IPv6 backends from fd00:3::10 up, from node6.
+var (
+	node6 = netip.MustParseAddr("fd00:1::2")
+	vip6  = netip.MustParseAddr("fd00:99::1")
+)
 
 // affinityPort is the port of the benchmarked service's twin with
 // client-IP affinity.
@@ -82,6 +91,8 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 		{"bench_lb_affinity", objs.BenchLb, xdpVerdictTX, benchFramePort(vip, affinityPort)},
 		{"bench_lb_nat_fwd", objs.BenchLb, xdpVerdictTX, benchFramePort(vip, natPort)},
 		{"bench_lb_nat_rev", objs.BenchLb, xdpVerdictTX, env.natReply},
+		{"floor_parse_encap6", objs.FloorParseEncap6, xdpVerdictTX, benchFrame6(vip6)},
+		{"bench_lb6", objs.BenchLb, xdpVerdictTX, benchFrame6(vip6)},
 	}
 	out, err := runInterleaved(ns, benchFrame(vip), run, cfg.Rounds, cfg.Repeat)
 	if err != nil {
@@ -95,6 +106,9 @@ func RunBenchmark(cfg BenchConfig) ([]BenchResult, error) {
 	}
 	// A VIP hit must have been counted as a forward on every round.
 	if err := env.checkForwarded(cfg); err != nil {
+		return nil, err
+	}
+	if err := env.checkForwarded6(cfg); err != nil {
 		return nil, err
 	}
 	return out, nil
@@ -217,7 +231,36 @@ func (e *benchEnv) load(backends int) error {
 		e.close()
 		return err
 	}
+	if err := benchService6(e.d, 3, lb.ServiceKey{VIP: vip6, Port: 80, Proto: lb.ProtoTCP}, backends, 3*uint32(backends)); err != nil {
+		e.close()
+		return err
+	}
 	return nil
+}
+
+// benchService6 is benchService's IPv6 twin: service id on key (an IPv6
+// VIP) over IPv6-in-IPv6 to backends backends from fd00:3::10 up, with
+// backend IDs from idBase.
+func benchService6(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends int, idBase uint32) error {
+	bs := make([]maglev.Backend, backends)
+	for i := range bs {
+		b := netip.MustParseAddr("fd00:3::").As16()
+		binary.BigEndian.PutUint16(b[14:], 0x10+uint16(i))
+		a := netip.AddrFrom16(b)
+		bs[i] = maglev.Backend{Key: netip.AddrPortFrom(a, 80).String(), Weight: 1}
+		if err := d.UpsertBackend(idBase+uint32(i), netip.AddrPortFrom(a, 80)); err != nil {
+			return err
+		}
+	}
+	slots, err := maglev.Build(bs, maglev.DefaultSize)
+	if err != nil {
+		return err
+	}
+	table := make([]uint32, len(slots))
+	for i, s := range slots {
+		table[i] = idBase + uint32(s)
+	}
+	return d.UpsertService(lb.Service{ID: id, Key: key, Encap: lb.EncapIPIP, Table: table})
 }
 
 // natService programs the NAT twin of the benchmarked service, ID 2 on
@@ -289,6 +332,18 @@ func (e *benchEnv) checkForwarded(cfg BenchConfig) error {
 	return checkHits(e.d, c.Packets, uint64(cfg.Rounds)*uint64(cfg.Repeat)+1)
 }
 
+// checkForwarded6 is checkForwarded for the IPv6 twin (bench_lb6).
+func (e *benchEnv) checkForwarded6(cfg BenchConfig) error {
+	c, err := e.d.ServiceCounters(3)
+	if err != nil {
+		return err
+	}
+	if want := uint64(cfg.Rounds)*uint64(cfg.Repeat) + 1; c.Packets < want {
+		return fmt.Errorf("the IPv6 service counted %d packets, want at least %d: the benchmark did not measure IPv6 VIP hits", c.Packets, want)
+	}
+	return nil
+}
+
 func (e *benchEnv) close() {
 	closeBench(e.objs, e.d)
 	exec.Command("ip", "netns", "del", e.ns).Run()
@@ -337,7 +392,7 @@ func benchServiceOf(d *lb.Dataplane, id uint32, key lb.ServiceKey, backends int,
 // plane (lb.New) that they share, so that services are programmed
 // through the agent's own code.
 func loadBenchDataplane(node netip.Addr) (*benchObjects, *lb.Dataplane, error) {
-	d, err := lb.New(lb.Options{NodeAddr: node, TableSize: maglev.DefaultSize})
+	d, err := lb.New(lb.Options{NodeAddr: node, NodeAddr6: node6, TableSize: maglev.DefaultSize})
 	if err != nil {
 		return nil, nil, fmt.Errorf("load the LB data plane: %w", err)
 	}
@@ -356,6 +411,9 @@ func loadBenchOn(d *lb.Dataplane, node netip.Addr) (*benchObjects, error) {
 		return nil, err
 	}
 	if err := spec.Variables["node_addr"].Set(wire.Addr4(node)); err != nil {
+		return nil, err
+	}
+	if err := spec.Variables["node_addr6"].Set(wire.AddrOf(node6)); err != nil {
 		return nil, err
 	}
 	if err := spec.Variables["table_size"].Set(uint32(maglev.DefaultSize)); err != nil {
@@ -448,6 +506,10 @@ func benchNS(ns string) error {
 		{"-n", ns, "route", "add", "10.0.3.0/24", "via", "10.0.1.1"},
 		// The clients, where NAT replies go.
 		{"-n", ns, "route", "add", "10.0.2.0/24", "via", "10.0.1.1"},
+		// IPv6 (bench_lb6).
+		{"-n", ns, "addr", "add", "fd00:1::2/64", "dev", "veth0", "nodad"},
+		{"-n", ns, "neigh", "add", "fd00:1::1", "lladdr", "02:00:00:00:00:01", "dev", "veth0", "nud", "permanent"},
+		{"-n", ns, "route", "add", "fd00:3::/64", "via", "fd00:1::1"},
 	}
 	for i, c := range cmds {
 		if out, err := exec.Command("ip", c...).CombinedOutput(); err != nil {
@@ -457,7 +519,34 @@ func benchNS(ns string) error {
 			return fmt.Errorf("ip %s: %v: %s", strings.Join(c, " "), err, out)
 		}
 	}
-	return netns.Do(ns, func() error { return lb.PrepareInterface("veth0") })
+	return netns.Do(ns, func() error {
+		if err := lb.PrepareInterface("veth0"); err != nil {
+			return err
+		}
+		return lb.PrepareInterface6("veth0")
+	})
+}
+
+// benchFrame6 is benchFrame over IPv6: a 64-byte-payload TCP segment
+// from fd00:2::2 to vip.
+func benchFrame6(vip netip.Addr) []byte {
+	f := make([]byte, 14+40+20+64)
+	copy(f[0:], []byte{0x02, 0, 0, 0, 0, 0x02})
+	copy(f[6:], []byte{0x02, 0, 0, 0, 0, 0x01})
+	f[12], f[13] = 0x86, 0xdd
+	ip := f[14:]
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(f)-14-40))
+	ip[6], ip[7] = 6, 64
+	src, dst := netip.MustParseAddr("fd00:2::2").As16(), vip.As16()
+	copy(ip[8:], src[:])
+	copy(ip[24:], dst[:])
+	tcp := ip[40:]
+	tcp[0], tcp[1] = 0x9c, 0x40 // 40000
+	tcp[2], tcp[3] = 0, 80
+	tcp[12] = 5 << 4
+	tcp[13] = 0x18
+	return f
 }
 
 // benchFrame is a 64-byte-payload TCP segment from a client to the VIP.

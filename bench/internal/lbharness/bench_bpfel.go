@@ -22,6 +22,7 @@ const (
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
+	benchMapLb6Scratch          = "lb6_scratch"
 	benchMapMaglevTables        = "maglev_tables"
 	benchMapNatCfg              = "nat_cfg"
 	benchMapNatCounters         = "nat_counters"
@@ -37,6 +38,7 @@ const (
 	benchMapReasons             = "reasons"
 	benchMapSvcIndex            = "svc_index"
 	benchMapSvcRanges4          = "svc_ranges4"
+	benchMapSvcRanges6          = "svc_ranges6"
 	benchMapSvcRetired          = "svc_retired"
 	benchMapSvcSrcDrops         = "svc_src_drops"
 	benchMapVipFilter           = "vip_filter"
@@ -45,6 +47,7 @@ const (
 	benchProgFloorDenyLpm       = "floor_deny_lpm"
 	benchProgFloorDenyTable     = "floor_deny_table"
 	benchProgFloorParseEncap    = "floor_parse_encap"
+	benchProgFloorParseEncap6   = "floor_parse_encap6"
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
 	benchProgWrapOnly           = "wrap_only"
@@ -102,6 +105,7 @@ type benchProgramSpecs struct {
 	FloorDenyLpm       *ebpf.ProgramSpec `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.ProgramSpec `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
+	FloorParseEncap6   *ebpf.ProgramSpec `ebpf:"floor_parse_encap6"`
 	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.ProgramSpec `ebpf:"wrap_only"`
@@ -117,6 +121,7 @@ type benchMapSpecs struct {
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
@@ -132,6 +137,7 @@ type benchMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.MapSpec `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
@@ -176,6 +182,7 @@ type benchMaps struct {
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
@@ -191,6 +198,7 @@ type benchMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.Map `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
@@ -205,6 +213,7 @@ func (m *benchMaps) Close() error {
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
+		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,
 		m.NatCounters,
@@ -220,6 +229,7 @@ func (m *benchMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,
+		m.SvcRanges6,
 		m.SvcRetired,
 		m.SvcSrcDrops,
 		m.VipFilter,
@@ -247,6 +257,7 @@ type benchPrograms struct {
 	FloorDenyLpm       *ebpf.Program `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.Program `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
+	FloorParseEncap6   *ebpf.Program `ebpf:"floor_parse_encap6"`
 	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.Program `ebpf:"wrap_only"`
@@ -258,6 +269,7 @@ func (p *benchPrograms) Close() error {
 		p.FloorDenyLpm,
 		p.FloorDenyTable,
 		p.FloorParseEncap,
+		p.FloorParseEncap6,
 		p.FloorParseEncapFib,
 		p.FloorParseTx,
 		p.WrapOnly,

@@ -56,7 +56,7 @@ type Service struct {
 	// seconds (0: never). Every hint carries it.
 	Generation uint32
 	// SourceRanges are the only sources that reach the service (IPv4
-	// prefixes, at most wire.MaxRanges intervals once merged); none:
+	// prefixes for an IPv4 VIP, IPv6 ones for an IPv6 VIP, at most wire.MaxRanges intervals once merged); none:
 	// every source. They are in place before the service's index slot
 	// says so (SetSourceRanges).
 	SourceRanges []netip.Prefix
@@ -110,7 +110,7 @@ type Options struct {
 	Interface string     // XDP attach point
 	NodeAddr  netip.Addr // outer source address of encapsulated packets
 	// NodeAddr6 is the outer source towards IPv6 backends (node_addr6);
-	// optional, as nothing is forwarded over IPv6 yet.
+	// optional: without it UpsertService refuses IPv6 backends.
 	NodeAddr6  netip.Addr
 	PinPath    string // bpffs directory for this agent's maps and link
 	AttachMode string // auto | native | generic

@@ -23,12 +23,17 @@ func FlowHash(src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
 }
 
 // FlowHashOf is the LB program's flow hash of the given kind.
+// An IPv6 flow (dst IPv6) has one hash whatever kind says (FlowHash6).
 func FlowHashOf(kind wire.FlowHash, src, dst netip.Addr, sport, dport uint16, proto uint8) uint32 {
-	s, d := src.As4(), dst.As4()
 	var p [4]byte
 	binary.BigEndian.PutUint16(p[0:], sport)
 	binary.BigEndian.PutUint16(p[2:], dport)
-	sw, dw, pw := binary.LittleEndian.Uint32(s[:]), binary.LittleEndian.Uint32(d[:]), binary.LittleEndian.Uint32(p[:])
+	pw := binary.LittleEndian.Uint32(p[:])
+	if dst.Is6() {
+		return flowHash6(src.As16(), dst.As16(), pw, proto)
+	}
+	s, d := src.As4(), dst.As4()
+	sw, dw := binary.LittleEndian.Uint32(s[:]), binary.LittleEndian.Uint32(d[:])
 	if kind == wire.FlowHashLookup3 {
 		return lookup3(sw, dw, pw, proto)
 	}
@@ -40,6 +45,18 @@ func FlowHashOf(kind wire.FlowHash, src, dst netip.Addr, sport, dport uint16, pr
 func flowFmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
 	k := uint64(saddr)<<32 | uint64(ports)
 	k ^= uint64(daddr) ^ uint64(proto)<<56 ^ hashSeed64
+	return uint32(fmix64(k))
+}
+
+// flowHash6 is xlb_flow_hash6 (bpf/xlb_lb6.h), the flow hash of IPv6
+// flows: the client's 128 bits through two rounds of fmix64, then ports,
+// protocol and the VIP folded to 32 bits through a third. The words
+// enter as the program loads them (little-endian loads of wire bytes).
+func flowHash6(src, dst [16]byte, ports uint32, proto uint8) uint32 {
+	le := func(b []byte) uint64 { return uint64(binary.LittleEndian.Uint32(b)) }
+	k := fmix64((le(src[0:])|le(src[4:])<<32)^hashSeed64) ^ (le(src[8:]) | le(src[12:])<<32)
+	d := le(dst[0:]) ^ le(dst[4:]) ^ le(dst[8:]) ^ le(dst[12:])
+	k = fmix64(k) ^ uint64(ports) ^ d<<32 ^ uint64(proto)<<56
 	return uint32(fmix64(k))
 }
 

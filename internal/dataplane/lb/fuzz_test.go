@@ -90,7 +90,7 @@ func checkEmitted(t *testing.T, out []byte, allowed map[netip.Addr]bool) {
 		if out[34] != 3 || out[35] != 4 || csum(out[34:]) != 0 {
 			t.Fatalf("bad ICMP reply %x", out[34:])
 		}
-	case 4, 17:
+	case 4, 17, 41: // 41: an IPv6 packet in IPv4 (IPv6 VIP, IPv4 backend)
 		if !allowed[dst] {
 			t.Fatalf("encapsulated to %v, not an allowed backend", dst)
 		}

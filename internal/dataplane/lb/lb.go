@@ -64,6 +64,7 @@ type Dataplane struct {
 	migrate  bpfobj.Migration // how the pinned state was adopted
 	layout   bpfobj.Layout    // of the loaded maps, recorded once attached
 	lock     *os.File         // held while this process owns the pin path
+	node6    bool             // the node has an IPv6 address (node_addr6): IPv6 backends are reachable
 }
 
 // Shape is how the data plane was loaded and attached.
@@ -125,6 +126,12 @@ func Load(opts Options) (*Dataplane, error) {
 		lock.Close()
 		return nil, err
 	}
+	if opts.NodeAddr6.IsValid() {
+		if err := PrepareInterface6(opts.Interface); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 
 	d, err := load(opts, true)
 	if err != nil {
@@ -165,8 +172,8 @@ func (opts Options) withDefaults() (Options, error) {
 	if !opts.NodeAddr.Is4() {
 		return opts, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
 	}
-	if opts.NodeAddr6.IsValid() && !opts.NodeAddr6.Is6() {
-		return opts, fmt.Errorf("node IPv6 address %v: not an IPv6 address", opts.NodeAddr6)
+	if opts.NodeAddr6.IsValid() && (!opts.NodeAddr6.Is6() || usableAddr(opts.NodeAddr6) != nil) {
+		return opts, fmt.Errorf("node IPv6 address %v: not a usable IPv6 address (global or unique local)", opts.NodeAddr6)
 	}
 	if !opts.FlowHash.Known() {
 		return opts, fmt.Errorf("unknown %v", opts.FlowHash)
@@ -244,6 +251,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 			NATSessions: opts.NATSessions, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
 		pinPath: opts.PinPath,
 		layout:  bpfobj.SpecLayout(spec),
+		node6:   opts.NodeAddr6.IsValid(),
 	}
 	var copts ebpf.CollectionOptions
 	if pin {
@@ -273,7 +281,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	o := &d.objs
 	d.svcs = newServices(o.SvcIndex, o.Vips, o.VipFilter)
 	d.backends = newRegistry(o.Backends, o.BackendStats, o.SvcRetired, o.NhGen, opts.MaxBackends)
-	d.policy = newPolicy(o.Deny4, o.SvcRanges4, o.SvcSrcDrops, spec.Maps["deny4"].InnerMap.MaxEntries)
+	d.policy = newPolicy(o.Deny4, o.SvcRanges4, o.SvcRanges6, o.SvcSrcDrops, spec.Maps["deny4"].InnerMap.MaxEntries)
 	if err := d.svcs.load(); err != nil {
 		d.objs.Close()
 		return nil, err

@@ -328,6 +328,7 @@ func TestLBVerdicts(t *testing.T) {
 	ipv6 := make([]byte, 14+40+20)
 	binary.BigEndian.PutUint16(ipv6[12:], 0x86dd)
 	ipv6[14] = 0x60
+	ipv6[19], ipv6[20] = 20, 6 // TCP, to :: (no VIP)
 
 	ethOnly := tcpTo(vip, 80).Frame(f.MAC)[:14]
 	ihl4 := tcpTo(vip, 80).Frame(f.MAC)
@@ -361,7 +362,7 @@ func TestLBVerdicts(t *testing.T) {
 		unchanged bool
 	}{
 		{"ARP", arp, xdpPass, "pass_not_ipv4", true},
-		{"IPv6", ipv6, xdpPass, "pass_not_ipv4", true},
+		{"IPv6 not to a VIP", ipv6, xdpPass, "pass_no_service", true},
 		{"TCP to a non-VIP", tcpTo(other, 80).Frame(f.MAC), xdpPass, "pass_no_service", true},
 		{"TCP to the VIP, other port", tcpTo(vip, 22).Frame(f.MAC), xdpDrop, "drop_vip_no_service", false},
 		{"UDP to the TCP-only port", pkt{Src: fxClient, Dst: vip, Sport: 1, Dport: 80, Proto: 17}.Frame(f.MAC), xdpDrop, "drop_vip_no_service", false},

@@ -21,6 +21,7 @@ const (
 	lbMapChainTables  = "chain_tables"
 	lbMapConntrack    = "conntrack"
 	lbMapDeny4        = "deny4"
+	lbMapLb6Scratch   = "lb6_scratch"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapNatCfg       = "nat_cfg"
 	lbMapNatCounters  = "nat_counters"
@@ -36,6 +37,7 @@ const (
 	lbMapReasons      = "reasons"
 	lbMapSvcIndex     = "svc_index"
 	lbMapSvcRanges4   = "svc_ranges4"
+	lbMapSvcRanges6   = "svc_ranges6"
 	lbMapSvcRetired   = "svc_retired"
 	lbMapSvcSrcDrops  = "svc_src_drops"
 	lbMapVipFilter    = "vip_filter"
@@ -103,6 +105,7 @@ type lbMapSpecs struct {
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
@@ -118,6 +121,7 @@ type lbMapSpecs struct {
 	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
 	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.MapSpec `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
@@ -161,6 +165,7 @@ type lbMaps struct {
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
+	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
 	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
@@ -176,6 +181,7 @@ type lbMaps struct {
 	Reasons      *ebpf.Map `ebpf:"reasons"`
 	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
 	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
+	SvcRanges6   *ebpf.Map `ebpf:"svc_ranges6"`
 	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
 	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
 	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
@@ -189,6 +195,7 @@ func (m *lbMaps) Close() error {
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
+		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,
 		m.NatCounters,
@@ -204,6 +211,7 @@ func (m *lbMaps) Close() error {
 		m.Reasons,
 		m.SvcIndex,
 		m.SvcRanges4,
+		m.SvcRanges6,
 		m.SvcRetired,
 		m.SvcSrcDrops,
 		m.VipFilter,

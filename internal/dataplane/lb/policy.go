@@ -16,7 +16,7 @@ import (
 )
 
 // policy owns the program's policy maps: the node's deny table (deny4),
-// the services' source ranges (svc_ranges4) and what each service
+// the services' source ranges (svc_ranges4, svc_ranges6) and what each service
 // dropped for its source (svc_src_drops). Both structures are inner
 // maps, built whole (internal/dataplane/prefixset) and swapped in with
 // one update, so a packet sees the old list or the new one, never a mix:
@@ -24,7 +24,7 @@ import (
 // waits for an RCU grace period: the methods run without the data
 // plane's mu.
 type policy struct {
-	deny4, ranges4, stats *ebpf.Map
+	deny4, ranges4, ranges6, stats *ebpf.Map
 	// denyCells is the size of the deny table's inner map.
 	denyCells uint32
 
@@ -35,8 +35,8 @@ type policy struct {
 	ranges [MaxServices][]netip.Prefix
 }
 
-func newPolicy(deny4, ranges4, stats *ebpf.Map, denyCells uint32) *policy {
-	return &policy{deny4: deny4, ranges4: ranges4, stats: stats, denyCells: denyCells}
+func newPolicy(deny4, ranges4, ranges6, stats *ebpf.Map, denyCells uint32) *policy {
+	return &policy{deny4: deny4, ranges4: ranges4, ranges6: ranges6, stats: stats, denyCells: denyCells}
 }
 
 // MaxDenyPrefixes is how many prefixes the node's deny list holds
@@ -139,7 +139,7 @@ func (d *Dataplane) SetSourceRanges(id uint32, key ServiceKey, prefixes []netip.
 // with service id's lock held, without d.mu.
 func (d *Dataplane) withRanges(id uint32, prefixes []netip.Prefix, slot wire.SvcSlot) error {
 	if len(prefixes) > 0 {
-		if err := d.policy.setRanges(id, prefixes); err != nil {
+		if err := d.policy.setRanges(id, prefixes, slot.Proto&wire.SvcProtoV6 != 0); err != nil {
 			return fmt.Errorf("service %d: source ranges: %w", id, err)
 		}
 		slot.Flags |= wire.SvcSourceRanges
@@ -159,26 +159,38 @@ func (d *Dataplane) withRanges(id uint32, prefixes []netip.Prefix, slot wire.Svc
 	return nil
 }
 
-// setRanges swaps in service id's source ranges, unless this process
-// installed the same already. Called with service id's lock held.
-func (p *policy) setRanges(id uint32, prefixes []netip.Prefix) error {
+// setRanges swaps in service id's source ranges (of an IPv6 service's
+// if v6), unless this process installed the same already. Called with
+// service id's lock held.
+func (p *policy) setRanges(id uint32, prefixes []netip.Prefix, v6 bool) error {
 	if slices.Equal(p.ranges[id], prefixes) {
 		return nil
 	}
-	r, err := prefixset.Ranges4(prefixes)
-	if err != nil {
-		return err
+	var value any
+	name, size, outer := "xlb_ranges4", unsafe.Sizeof(wire.Ranges4{}), p.ranges4
+	if v6 {
+		r, err := ranges6(prefixes)
+		if err != nil {
+			return err
+		}
+		value, name, size, outer = &r, "xlb_ranges6", unsafe.Sizeof(r), p.ranges6
+	} else {
+		r, err := prefixset.Ranges4(prefixes)
+		if err != nil {
+			return err
+		}
+		value = &r
 	}
-	inner, err := ebpf.NewMap(&ebpf.MapSpec{Name: "xlb_ranges4", Type: ebpf.Array, KeySize: 4,
-		ValueSize: uint32(unsafe.Sizeof(wire.Ranges4{})), MaxEntries: 1})
+	inner, err := ebpf.NewMap(&ebpf.MapSpec{Name: name, Type: ebpf.Array, KeySize: 4,
+		ValueSize: uint32(size), MaxEntries: 1})
 	if err != nil {
 		return fmt.Errorf("create: %w", err)
 	}
 	defer inner.Close()
-	if err := inner.Put(uint32(0), &r); err != nil {
+	if err := inner.Put(uint32(0), value); err != nil {
 		return fmt.Errorf("fill: %w", err)
 	}
-	if err := p.ranges4.Put(id, inner); err != nil {
+	if err := outer.Put(id, inner); err != nil {
 		return fmt.Errorf("swap: %w", err)
 	}
 	p.ranges[id] = slices.Clone(prefixes)
@@ -189,8 +201,10 @@ func (p *policy) setRanges(id uint32, prefixes []netip.Prefix) error {
 // id's lock held, once the index no longer says the service has them.
 func (p *policy) dropRanges(id uint32) error {
 	p.ranges[id] = nil
-	if err := p.ranges4.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-		return fmt.Errorf("remove source ranges: %w", err)
+	for _, m := range []*ebpf.Map{p.ranges4, p.ranges6} {
+		if err := m.Delete(id); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove source ranges: %w", err)
+		}
 	}
 	return nil
 }

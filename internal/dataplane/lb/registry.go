@@ -79,8 +79,11 @@ func (r *registry) load() error {
 }
 
 func (r *registry) upsert(id uint32, ap netip.AddrPort) error {
-	if id >= r.max || !ap.Addr().Is4() || ap.Addr().IsUnspecified() {
-		return fmt.Errorf("backend %d %v: id out of range or not a usable IPv4 address", id, ap)
+	if id >= r.max {
+		return fmt.Errorf("backend %d %v: id out of range", id, ap)
+	}
+	if err := usableAddr(ap.Addr()); err != nil {
+		return fmt.Errorf("backend %d: address %w", id, err)
 	}
 	if old, ok := r.addrs[id]; ok {
 		if old == ap {

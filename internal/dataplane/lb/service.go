@@ -34,6 +34,10 @@ func (d *Dataplane) UpsertService(s Service) error {
 	// and its entries carry their addresses.
 	named := d.backends.named(s.Table)
 	d.mu.Lock()
+	if err := d.checkFamilies(s, named); err != nil {
+		d.mu.Unlock()
+		return err
+	}
 	addrs, err := d.backends.claim(s.ID, named)
 	d.mu.Unlock()
 	if err != nil {
@@ -88,19 +92,87 @@ func checkService(s Service) (wire.SvcSlot, error) {
 	if err != nil {
 		return wire.SvcSlot{}, fmt.Errorf("service %d: %w", s.ID, err)
 	}
+	if s.Key.VIP.Is6() {
+		if err := checkService6(s); err != nil {
+			return wire.SvcSlot{}, fmt.Errorf("service %d (%v): %w", s.ID, s.Key.VIP, err)
+		}
+	}
 	return key, nil
+}
+
+// checkService6 refuses what an IPv6 service cannot have yet.
+func checkService6(s Service) error {
+	switch {
+	case s.Encap == EncapNAT || s.Encap == EncapDNAT:
+		return errors.New("NAT and DNAT take IPv4 VIPs only; use dsr-ipip or dsr-gue for an IPv6 VIP")
+	case s.Encap == EncapGUEHint:
+		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
+	}
+	return nil
+}
+
+// checkFamilies checks that service s can reach the backends named (the
+// IDs its table names) in its encapsulation, per the family matrix of
+// docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
+// outer header, which needs the node's IPv6 address, and only the IPIP
+// and GUE paths have one (for an IPv4 VIP, the stateless ones). Called
+// with d.mu held.
+func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
+	for _, b := range named {
+		a := d.backends.addrs[b].Addr()
+		if !a.Is6() {
+			continue
+		}
+		switch {
+		case s.Encap == EncapNAT || s.Encap == EncapDNAT:
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: NAT and DNAT reach IPv4 backends only", s.ID, b, a)
+		case s.Encap == EncapGUEHint:
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: daisy-chaining hints are IPv4 only; use dsr-gue", s.ID, b, a)
+		case s.Stateful && s.Key.VIP.Is4():
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a stateful service on an IPv4 VIP reaches IPv4 backends only; make it stateless, or give it an IPv6 VIP", s.ID, b, a)
+		case !d.node6:
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6, and the node has no IPv6 address to send from: set the node's IPv6 address or remove the backend", s.ID, b, a)
+		}
+	}
+	return nil
 }
 
 // slotKey is the index slot key of k: its VIP, port and protocol as the
 // program compares them.
 func slotKey(k ServiceKey) (wire.SvcSlot, error) {
-	if !k.VIP.Is4() || k.VIP.IsUnspecified() {
-		return wire.SvcSlot{}, fmt.Errorf("VIP %v is not a usable IPv4 address", k.VIP)
+	if err := usableAddr(k.VIP); err != nil {
+		return wire.SvcSlot{}, fmt.Errorf("VIP %w", err)
 	}
 	if k.Proto != ProtoTCP && k.Proto != ProtoUDP {
 		return wire.SvcSlot{}, fmt.Errorf("protocol %d is not TCP or UDP", k.Proto)
 	}
 	return wire.SvcKey(k.VIP, k.Port, k.Proto), nil
+}
+
+// usableAddr says why a is no VIP or backend address: IPv4 other than
+// 0.0.0.0, or IPv6 other than unspecified, multicast, link-local (which
+// a FIB cannot route without an interface) and IPv4-mapped (which is
+// IPv4, to be given as such). The message starts with the address.
+func usableAddr(a netip.Addr) error {
+	switch {
+	case !a.IsValid():
+		return errors.New("missing: give an IPv4 or IPv6 address")
+	case a.Is4():
+		if a.IsUnspecified() {
+			return fmt.Errorf("%v is not a usable IPv4 address", a)
+		}
+	case a.Zone() != "":
+		return fmt.Errorf("%v has a zone: give a global IPv6 address", a)
+	case a.Is4In6():
+		return fmt.Errorf("%v is an IPv4-mapped IPv6 address: give it as IPv4 (%v)", a, a.Unmap())
+	case a.IsUnspecified():
+		return fmt.Errorf("%v is the unspecified IPv6 address", a)
+	case a.IsMulticast():
+		return fmt.Errorf("%v is an IPv6 multicast address: give a unicast one", a)
+	case a.IsLinkLocalUnicast():
+		return fmt.Errorf("%v is an IPv6 link-local address: give a global (or unique local) one", a)
+	}
+	return nil
 }
 
 // index writes service s's index slot, key plus its ID, encapsulation and

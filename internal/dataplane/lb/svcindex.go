@@ -41,6 +41,18 @@ func svcHash(vip uint32, port uint16, proto uint8) uint32 {
 	return uint32(fmix64(uint64(vip) | uint64(port)<<32 | uint64(proto)<<48))
 }
 
+// slotHash is the home slot of a slot key: svcHash for an IPv4 key,
+// svc_hash6 (bpf/xlb_svc.h) for an IPv6 one, whose other 12 VIP bytes
+// are mixed into the IPv4 hash's word first.
+func slotHash(key wire.SvcSlot) uint32 {
+	if key.Proto&wire.SvcProtoV6 == 0 {
+		return svcHash(key.Vip, key.Port, key.Proto)
+	}
+	first := uint64(key.Vip) | uint64(key.Port)<<32 | uint64(key.Proto)<<48
+	rest := fmix64((uint64(key.Vip6[0])|uint64(key.Vip6[1])<<32)^hashSeed64) ^ uint64(key.Vip6[2])
+	return uint32(fmix64(first ^ rest))
+}
+
 // load reads the index from m. Pinned by an earlier agent, it must have
 // been written with this hash and geometry: a service this program would
 // not find where it sits would be invisible to packets, and this mirror
@@ -80,7 +92,7 @@ func sameKey(a, b wire.SvcSlot) bool {
 // its probe path (or -1).
 func (x *svcIndex) find(key wire.SvcSlot) (at, free int) {
 	at, free = -1, -1
-	h := svcHash(key.Vip, key.Port, key.Proto)
+	h := slotHash(key)
 	for i := uint32(0); i < svcProbes; i++ {
 		idx := int((h + i) & (SvcSlots - 1))
 		s := x.slots[idx]

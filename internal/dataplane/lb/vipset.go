@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -17,9 +18,18 @@ const (
 )
 
 // vipFilterBit is vip_filter_bit in bpf/xlb_svc.h: the filter bit of an
-// IPv4 address, from the word the program loads.
+// IPv4 address, from the word the program loads; of an IPv6 address,
+// from its four words folded into one (is_vip6).
 func vipFilterBit(vip netip.Addr) uint32 {
-	w := wire.Addr4(vip)
+	var w uint32
+	if vip.Is4() {
+		w = wire.Addr4(vip)
+	} else {
+		b := vip.As16()
+		for i := 0; i < 16; i += 4 {
+			w ^= binary.LittleEndian.Uint32(b[i:])
+		}
+	}
 	h := w ^ w>>16
 	return (h * 0x9e3779b1) >> (32 - vipFilterBits)
 }

@@ -32,6 +32,8 @@ var (
 		"drop_source_range",
 		"drop_nat_no_session",
 		"drop_nat_no_port",
+		"pass_ipv6_ext",
+		"drop_ipv6_ext",
 	}
 
 	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).

@@ -52,6 +52,8 @@ type (
 	DenyCell = wireXlbDenyCell
 	// Ranges4 is a service's IPv4 source ranges (struct xlb_ranges4).
 	Ranges4 = wireXlbRanges4
+	// Ranges6 is a service's IPv6 source ranges (struct xlb_ranges6).
+	Ranges6 = wireXlbRanges6
 	// SessionKey is a NAT session's key in either direction (struct
 	// lbnat_key): a packet's 5-tuple as it arrives; the forward tables'
 	// value too, the session's reverse key.

@@ -325,6 +325,14 @@ type wireXlbRanges4 struct {
 	Hi [64]uint32
 }
 
+type wireXlbRanges6 struct {
+	_    structs.HostLayout
+	LoHi [64]uint64
+	LoLo [64]uint64
+	HiHi [64]uint64
+	HiLo [64]uint64
+}
+
 type wireXlbReason uint32
 
 const (
@@ -353,7 +361,9 @@ const (
 	wireXlbReasonXLB_DROP_SOURCE_RANGE    wireXlbReason = 22
 	wireXlbReasonXLB_DROP_NAT_NO_SESSION  wireXlbReason = 23
 	wireXlbReasonXLB_DROP_NAT_NO_PORT     wireXlbReason = 24
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 25
+	wireXlbReasonXLB_PASS_IPV6EXT         wireXlbReason = 25
+	wireXlbReasonXLB_DROP_IPV6EXT         wireXlbReason = 26
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 27
 )
 
 type wireXlbSvcFlag uint32
