@@ -119,7 +119,7 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 	 * within the frame: nothing after it travels on. */
 	if (family == 6) {
 		inner6 = l3 + strip;
-		if ((void *)(inner6 + 1) > data_end || inner6->version != 6)
+		if ((void *)(inner6 + 1) > data_end || ipv6_version(inner6) != 6)
 			return drop_malformed(to_pod);
 		inner_len = sizeof(*inner6) + bpf_ntohs(inner6->payload_len);
 		if (strip + inner_len > outer_len)
@@ -278,7 +278,7 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 	int family, to_pod = 0;
 	__u8 nh;
 
-	if ((void *)(ip6 + 1) > data_end || ip6->version != 6)
+	if ((void *)(ip6 + 1) > data_end || ipv6_version(ip6) != 6)
 		return verdict(DECAP_PASS, 0, XDP_PASS);
 	nh = ip6->nexthdr;
 #pragma unroll

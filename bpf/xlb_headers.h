@@ -8,16 +8,16 @@
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
-#define IPPROTO_HOPOPTS 0
 #define IPPROTO_ICMP 1
 #define IPPROTO_IPIP 4
 #define IPPROTO_TCP 6
 #define IPPROTO_UDP 17
-#define IPPROTO_IPV6 41
-#define IPPROTO_ROUTING 43
-#define IPPROTO_FRAGMENT 44
+#define IPPROTO_HOPOPTS 0   /* IPv6 hop-by-hop options */
+#define IPPROTO_IPV6 41     /* IPv6 inside (IPv6-in-IPv4, IPv6-in-IPv6) */
+#define IPPROTO_ROUTING 43  /* IPv6 routing header */
+#define IPPROTO_FRAGMENT 44 /* IPv6 fragment header */
 #define IPPROTO_ICMPV6 58
-#define IPPROTO_DSTOPTS 60
+#define IPPROTO_DSTOPTS 60  /* IPv6 destination options */
 
 /* ICMPv6 (RFC 4443, RFC 4861): the errors, and the neighbour discovery
  * types, which xlb passes untouched. */
@@ -58,28 +58,22 @@ struct iphdr {
 	__be32 daddr;
 };
 
-/* IPv6's fixed header (RFC 8200). The first word holds version (4
- * bits), traffic class (8) and flow label (20), in network order: the
- * LB program writes it whole (vtf), the backend program reads the
- * version alone. */
+/* IPv6's fixed header. The first word holds version (4 bits), traffic
+ * class (8) and flow label (20), in network order. */
 struct ipv6hdr {
-	union {
-		__be32 vtf;
-		struct {
-#if __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-			__u8 priority : 4, version : 4;
-#else
-			__u8 version : 4, priority : 4;
-#endif
-			__u8 flow_lbl[3];
-		};
-	};
+	__be32 vtf;
 	__be16 payload_len;
 	__u8 nexthdr;
 	__u8 hop_limit;
 	__be32 saddr[4];
 	__be32 daddr[4];
 };
+
+/* The IP version of an IPv6 header's first word (6 for IPv6). */
+static inline __attribute__((always_inline)) __u8 ipv6_version(const struct ipv6hdr *h)
+{
+	return *(const __u8 *)h >> 4;
+}
 
 /* The start of an IPv6 extension header that has a length: hop-by-hop
  * and destination options (and routing), hdrlen 8-byte units past the

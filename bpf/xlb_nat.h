@@ -176,11 +176,6 @@ static __always_inline int nat_forward(void *data_end, struct iphdr *inner, __be
 	return NAT_FWD;
 }
 
-#define ICMPV6_DEST_UNREACH 1
-#define ICMPV6_PKT_TOOBIG 2
-#define ICMPV6_TIME_EXCEED 3
-#define ICMPV6_PARAMPROB 4
-
 /* nat_forward_icmp for IPv6: an ICMPv6 error to the VIP about a reply
  * (Packet Too Big, above all), the quote VIP:port -> client. The pod must
  * see it addressed to itself about podIP:targetPort -> client. The
@@ -199,7 +194,7 @@ static __always_inline int nat_forward_icmp6(void *data_end, struct ipv6hdr *inn
 		return NAT_DROP_PROTO;
 	q = (void *)(icmp + 8);
 	qp = (void *)(q + 1);
-	if ((void *)(qp + 1) > data_end || len < 8 + sizeof(*q) + sizeof(*qp) || q->version != 6)
+	if ((void *)(qp + 1) > data_end || len < 8 + sizeof(*q) + sizeof(*qp) || ipv6_version(q) != 6)
 		return NAT_DROP_MALFORMED;
 	if (!addr6_eq(q->saddr, inner->daddr) ||
 	    (q->nexthdr != IPPROTO_TCP && q->nexthdr != IPPROTO_UDP))
@@ -403,7 +398,7 @@ static __always_inline int nat_reply_icmp6(struct __sk_buff *skb, struct ipv6hdr
 	    (icmp.type != ICMPV6_DEST_UNREACH && icmp.type != ICMPV6_PKT_TOOBIG &&
 	     icmp.type != ICMPV6_TIME_EXCEED && icmp.type != ICMPV6_PARAMPROB))
 		return TC_NEXT;
-	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)) || q.version != 6 ||
+	if (bpf_skb_load_bytes(skb, qoff, &q, sizeof(q)) || ipv6_version(&q) != 6 ||
 	    (q.nexthdr != IPPROTO_TCP && q.nexthdr != IPPROTO_UDP))
 		return TC_NEXT;
 	__builtin_memcpy(pod.w, q.daddr, sizeof(pod.w));
@@ -446,7 +441,7 @@ static __always_inline int nat_reply6(struct __sk_buff *skb)
 	__s64 diff;
 	__u64 udp;
 
-	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ip.version != 6)
+	if (bpf_skb_load_bytes(skb, ETH_HLEN, &ip, sizeof(ip)) || ipv6_version(&ip) != 6)
 		return TC_NEXT;
 	if (ip.nexthdr == IPPROTO_ICMPV6)
 		return nat_reply_icmp6(skb, &ip);

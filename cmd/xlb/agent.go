@@ -449,7 +449,7 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	// change the AS at any time, and a reloaded file may add or remove
 	// the section (removed, every route is withdrawn and nothing is
 	// announced; status then shows no BGP).
-	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, cfg.Node.Address6, log)
+	sp, err := announce.NewRoutes(cfg.BGP, nodeAddr, nodeAddr6, log)
 	if err != nil {
 		return err
 	}

@@ -41,6 +41,7 @@ func (v *vipList) Set(s string) error {
 		if why != "" {
 			return errors.New(why)
 		}
+		// What the backend program can serve besides (no loopback).
 		if err := decap.CheckVIP(a); err != nil {
 			return err
 		}

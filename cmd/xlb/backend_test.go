@@ -57,20 +57,29 @@ func TestBackendAttachMode(t *testing.T) {
 	}
 }
 
-// TestBackendVIPFlag: --vip takes IPv6 VIPs beside IPv4 ones, and
-// refuses what the configuration refuses as a VIP, saying why.
+// TestBackendVIPFlag: --vip takes IPv6 VIPs beside IPv4 ones, repeated
+// or comma-separated, and refuses what the configuration refuses as a
+// VIP, or the backend program cannot serve, saying why.
 func TestBackendVIPFlag(t *testing.T) {
 	var v vipList
-	if err := v.Set("10.99.0.1, 2001:db8:99::1"); err != nil || len(v) != 2 || v[1] != netip.MustParseAddr("2001:db8:99::1") {
-		t.Errorf("got %v, %v; want both VIPs", v, err)
+	for _, s := range []string{"10.99.0.1", "2001:db8::10, fd00:99::1"} {
+		if err := v.Set(s); err != nil {
+			t.Fatalf("Set(%q): %v", s, err)
+		}
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.99.0.1"), netip.MustParseAddr("2001:db8::10"), netip.MustParseAddr("fd00:99::1")}
+	if !slices.Equal(v, want) {
+		t.Errorf("got %v, want %v", v, want)
 	}
 	for in, want := range map[string]string{
 		"fe80::1":         "link-local",
 		"::ffff:10.0.0.1": "write it as plain IPv4 (10.0.0.1)",
 		"ff02::1":         "multicast",
 		"vip":             `"vip" is not an IP address`,
+		"::":              "unspecified",
 	} {
-		if err := v.Set(in); err == nil || !strings.Contains(err.Error(), want) {
+		var q vipList
+		if err := q.Set(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--vip %s: %v, want %q", in, err, want)
 		}
 	}

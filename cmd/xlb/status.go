@@ -363,7 +363,16 @@ func peerNotes(p api.Peer, now time.Time) []string {
 
 // printBGP writes the BGP sessions and routes.
 func printBGP(w io.Writer, b *api.BGP, now time.Time) {
-	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, b.NextHop)
+	var hops []string
+	for _, h := range []netip.Addr{b.NextHop, b.NextHop6} {
+		if h.IsValid() {
+			hops = append(hops, h.String())
+		}
+	}
+	if len(hops) == 0 {
+		hops = append(hops, "none")
+	}
+	fmt.Fprintf(w, "BGP:      AS %d, router ID %s, next hop %s\n", b.ASN, b.RouterID, strings.Join(hops, " and "))
 	var table strings.Builder
 	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PEER\tAS\tSTATE\tSINCE\tSENT\tRECEIVED/MAX\tMSGS IN/OUT\tFLAPS\tBFD\tLAST ERROR")

@@ -257,6 +257,23 @@ func TestPrintStatusIPv6(t *testing.T) {
 	if !strings.HasPrefix(b.String(), "Node:     eth0 fd00:1::2, XDP") {
 		t.Errorf("IPv6-only Node line: %q", b.String())
 	}
+	// The BGP line names the next hops of both families, or the one there is.
+	for _, c := range []struct {
+		hop, hop6 string
+		want      string
+	}{{"10.0.1.2", "fd00:1::2", "next hop 10.0.1.2 and fd00:1::2\n"}, {"", "fd00:1::2", "next hop fd00:1::2\n"}} {
+		st.BGP = &api.BGP{ASN: 65001, RouterID: netip.MustParseAddr("10.0.1.2")}
+		st.BGP.NextHop, _ = netip.ParseAddr(c.hop)
+		st.BGP.NextHop6 = netip.MustParseAddr(c.hop6)
+		b.Reset()
+		if err := printStatus(&b, st, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("BGP next hops %q, %q: status lacks %q:\n%s", c.hop, c.hop6, c.want, b.String())
+		}
+	}
+	st.BGP = nil
 	st.Node.Address, st.Node.Address6 = netip.MustParseAddr("10.0.1.2"), netip.Addr{}
 	js, err := json.Marshal(st.Node)
 	if err != nil || strings.Contains(string(js), "address6") {

@@ -3,6 +3,7 @@ package config
 import (
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -17,7 +18,7 @@ bgp:
     - {address: 10.0.1.1, asn: 65000}
     - {address: "fd00:1::1", asn: 65000}
 policy:
-  deny: [192.0.2.0/24, "2001:db8:bad::/48"]
+  deny: [192.0.2.0/24]
 services:
   - name: web6
     vip: "2001:db8:99::1"
@@ -49,7 +50,7 @@ func TestParseIPv6(t *testing.T) {
 	if cfg.BGP.RouterID != ip("10.0.1.2") {
 		t.Errorf("router ID %v, want node.address", cfg.BGP.RouterID)
 	}
-	if want := []netip.Prefix{pfx("192.0.2.0/24"), pfx("2001:db8:bad::/48")}; !reflect.DeepEqual(cfg.Policy.Deny, want) {
+	if want := []netip.Prefix{pfx("192.0.2.0/24")}; !reflect.DeepEqual(cfg.Policy.Deny, want) {
 		t.Errorf("deny %v, want %v", cfg.Policy.Deny, want)
 	}
 	s := cfg.Services[0]
@@ -62,6 +63,12 @@ func TestParseIPv6(t *testing.T) {
 	}
 	if err := roundTrip(cfg); err != nil {
 		t.Error(err)
+	}
+	// The node's deny table holds IPv4 prefixes only: an IPv6 one is
+	// refused here, not when the agent applies it.
+	_, err = Parse(file, []byte(strings.Replace(dualStack, "deny: [192.0.2.0/24]", `deny: [192.0.2.0/24, "2001:db8:bad::/48"]`, 1)))
+	if err == nil || !strings.Contains(err.Error(), "policy.deny[1]: 2001:db8:bad::/48 is an IPv6 prefix; the node's deny table holds IPv4 prefixes only so far") {
+		t.Errorf("an IPv6 deny prefix: %v", err)
 	}
 }
 
