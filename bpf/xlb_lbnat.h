@@ -341,7 +341,7 @@ static __always_inline void lbnat_fence(struct lbnat_scratch *x)
 /* nat_tw's slot of claim rk (a full-NAT claim: its NAT address is the
  * node's one, so the backend's address, both ports and the protocol
  * tell claims apart). */
-static __always_inline __u32 *lbnat_tw_slot(const struct lbnat_key *rk)
+static __always_inline struct lbnat_tw *lbnat_tw_slot(const struct lbnat_key *rk)
 {
 	__u64 k = ((__u64)xlb_addr_v4(&rk->src) << 32) |
 		  ((__u32)rk->sport | ((__u32)rk->dport << 16));
@@ -351,27 +351,38 @@ static __always_inline __u32 *lbnat_tw_slot(const struct lbnat_key *rk)
 	return bpf_map_lookup_elem(&nat_tw, &i);
 }
 
-/* The backend of claim rk sent the connection's first FIN at now: it
- * keeps the connection in TIME_WAIT from here. */
-static __always_inline void lbnat_tw_mark(const struct lbnat_key *rk, __u64 now)
+/* Who a TIME_WAIT belongs to: the client connection with port hash h
+ * (lbnat_port_hash). */
+static __always_inline __u32 lbnat_tw_owner(__u64 h)
 {
-	__u32 *t = lbnat_tw_slot(rk);
-	__u32 v = (__u32)(now >> XLB_NAT_TW_SHIFT);
-
-	if (t)
-		*t = v ? v : 1;
+	return (__u32)(h >> 32) | 1;
 }
 
-/* Whether the backend of claim rk may still hold a connection on it in
- * TIME_WAIT at now. */
-static __always_inline int lbnat_tw_busy(const struct lbnat_cfg *c, const struct lbnat_key *rk,
-					 __u64 now)
+/* The backend of claim rk sent the first FIN of client connection owner
+ * at now: it keeps the connection in TIME_WAIT from here. */
+static __always_inline void lbnat_tw_mark(const struct lbnat_key *rk, __u64 now, __u32 owner)
 {
-	__u32 *t = lbnat_tw_slot(rk);
+	struct lbnat_tw *t = lbnat_tw_slot(rk);
+	__u32 v = (__u32)(now >> XLB_NAT_TW_SHIFT);
 
-	if (!t || !*t)
+	if (t) {
+		t->stamp = v ? v : 1;
+		t->owner = owner;
+	}
+}
+
+/* Whether the backend of claim rk may still hold another client
+ * connection's TIME_WAIT on it at now. The same client connection (its
+ * address and port) meets its own: its TCP timestamps only grow, and
+ * the backend takes its new SYN, so its port is its best. */
+static __always_inline int lbnat_tw_busy(const struct lbnat_cfg *c, const struct lbnat_key *rk,
+					 __u64 now, __u32 owner)
+{
+	struct lbnat_tw *t = lbnat_tw_slot(rk);
+
+	if (!t || !t->stamp || t->owner == owner)
 		return 0;
-	return (__s32)((__u32)(now >> XLB_NAT_TW_SHIFT) - *t) <
+	return (__s32)((__u32)(now >> XLB_NAT_TW_SHIFT) - t->stamp) <
 	       (__s32)(c->tcp_time_wait_ns >> XLB_NAT_TW_SHIFT);
 }
 
@@ -393,7 +404,7 @@ static long lbnat_try_port(__u64 i, void *unused)
 
 	if (x->range)
 		x->rk.dport = bpf_htons(lbnat_candidate(x->h, k, c->port_min, x->range));
-	if (strict && lbnat_tw_busy(c, &x->rk, x->s.last))
+	if (strict && lbnat_tw_busy(c, &x->rk, x->s.last, lbnat_tw_owner(x->h)))
 		return 0;
 	/* Looked up before the insert: a failed insert into a full LRU map
 	 * may evict another session to make room first. */
@@ -990,7 +1001,10 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 		s->state = LBNAT_CLOSING;
 		/* The backend closes first: its TIME_WAIT starts now. */
 		if ((flags & XLB_TCP_FIN) && !(s->flags & LBNAT_DNAT))
-			lbnat_tw_mark(&x->rk, now);
+			lbnat_tw_mark(&x->rk, now,
+				      lbnat_tw_owner(lbnat_port_hash(
+					      xlb_addr_v4(&s->client), xlb_addr_v4(&s->vip),
+					      s->client_port, s->vip_port, p->proto)));
 	}
 	if (!(s->flags & LBNAT_REPLIED))
 		s->flags |= LBNAT_REPLIED;

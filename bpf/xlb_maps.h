@@ -226,14 +226,19 @@ struct {
 	__type(value, struct lbnat_port_hint);
 } nat_port_hint SEC(".maps");
 
-/* When a backend last closed first on a claim, by the claim's hash
- * (XLB_NAT_TW_SLOTS; the clock >> XLB_NAT_TW_SHIFT, 0: never). A hint
- * for the port search (xlb_consts.h): the control plane never reads it. */
+/* When a backend last closed first on a claim, and for which client
+ * connection, by the claim's hash (XLB_NAT_TW_SLOTS). A hint for the port
+ * search (xlb_consts.h): the control plane never reads it. */
+struct lbnat_tw {
+	__u32 stamp; /* the clock >> XLB_NAT_TW_SHIFT; 0: never */
+	__u32 owner; /* the client connection's port hash, high half, | 1 */
+};
+
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, XLB_NAT_TW_SLOTS);
 	__type(key, __u32);
-	__type(value, __u32);
+	__type(value, struct lbnat_tw);
 } nat_tw SEC(".maps");
 
 /* What the NAT path did, by enum lbnat_stat. */

@@ -1612,11 +1612,13 @@ func (x *natFixture) closeSessionBackendFirst(c tuple, be netip.AddrPort) netip.
 }
 
 // TestLBNATBackendTimeWait: a port whose backend closed first (and so
-// holds the connection in TIME_WAIT for tcpTimeWait) is not given to a
-// new session to that backend once the old session expired, while the
-// search finds another free port; a port the client closed first is. With
-// no other port free, the search takes it all the same, so the hint
-// costs no capacity; a short tcpTimeWait turns it off.
+// holds the connection in TIME_WAIT for tcpTimeWait) is not given to
+// another client connection to that backend once the old session
+// expired, while the search finds another free port; the same client
+// connection (address and port) gets it back, as the backend takes its
+// SYN. A port the client closed first is anyone's. With no other port
+// free, the search takes it all the same, so the hint costs no capacity;
+// a short tcpTimeWait turns it off.
 func TestLBNATBackendTimeWait(t *testing.T) {
 	x := newNATFixture(t)
 	a := natBackends[30]
@@ -1628,25 +1630,41 @@ func TestLBNATBackendTimeWait(t *testing.T) {
 		t.Helper()
 		return x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC)).Port()
 	}
+	// sharing is a client connection whose first candidate is port p.
+	sharing := func(p uint16, from uint16) tuple {
+		t.Helper()
+		for q := from; q != 0; q++ {
+			if c := (tuple{clientAt(q), vip(80), 6}); natCandidate(c, 0, natPortMin, natPortMax) == p {
+				return c
+			}
+		}
+		t.Fatalf("no client port from %d has first candidate %d", from, p)
+		return tuple{}
+	}
 
-	// The backend closed first: the same client tuple, back after
-	// tcpClosing, draws the same first candidate and takes the next.
+	// The backend closed first: the same client connection, back after
+	// tcpClosing, gets its port back; another whose first candidate it
+	// is takes its second.
 	c := tuple{clientAt(45000), vip(80), 6}
 	src := x.closeSessionBackendFirst(c, a)
 	if p0 := natCandidate(c, 0, natPortMin, natPortMax); src.Port() != p0 {
 		t.Fatalf("premise: the first session got port %d, want its first candidate %d", src.Port(), p0)
 	}
 	expire(src)
-	if got, want := synFrom(c), natCandidate(c, 1, natPortMin, natPortMax); got != want {
-		t.Errorf("after the backend closed first: port %d, want the second candidate %d (the first, %d, is in the backend's TIME_WAIT)", got, want, src.Port())
+	other := sharing(src.Port(), 46000)
+	if got, want := synFrom(other), natCandidate(other, 1, natPortMin, natPortMax); got != want {
+		t.Errorf("another client connection after the backend closed first: port %d, want its second candidate %d (the first, %d, is in the backend's TIME_WAIT of %v)", got, want, src.Port(), c.src)
+	}
+	if got := synFrom(c); got != src.Port() {
+		t.Errorf("the same client connection after the backend closed first: port %d, want its own %d again", got, src.Port())
 	}
 
-	// The client closed first: its port is taken again at once.
+	// The client closed first: its port is anyone's at once.
 	d := tuple{clientAt(45001), vip(80), 6}
 	src = x.closeSession(d, a)
 	expire(src)
-	if got := synFrom(d); got != src.Port() {
-		t.Errorf("after the client closed first: port %d, want its first candidate %d again", got, src.Port())
+	if got := synFrom(sharing(src.Port(), 47000)); got != src.Port() {
+		t.Errorf("after the client closed first: another client connection got port %d, want its first candidate %d", got, src.Port())
 	}
 
 	// A short tcpTimeWait: the backend's close holds nothing.
@@ -1656,17 +1674,18 @@ func TestLBNATBackendTimeWait(t *testing.T) {
 		t.Fatal(err)
 	}
 	expire(src)
-	if got := synFrom(e); got != src.Port() {
-		t.Errorf("tcpTimeWait 1ms: port %d, want the first candidate %d again", got, src.Port())
+	if got := synFrom(sharing(src.Port(), 48000)); got != src.Port() {
+		t.Errorf("tcpTimeWait 1ms: port %d, want the first candidate %d", got, src.Port())
 	}
 
-	// Every port looks in TIME_WAIT: the search, finding none free
-	// among its first candidates, tries them all again from the first
-	// and takes it.
+	// Every port looks in another connection's TIME_WAIT: the search,
+	// finding none free among its first candidates, tries them all
+	// again from the first and takes it.
 	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: natPortMin, PortMax: natPortMax}); err != nil {
 		t.Fatal(err)
 	}
-	stamp := uint32(monotonicNow() >> 20)
+	// Owners are odd: 2 is no client connection's.
+	stamp := struct{ Stamp, Owner uint32 }{uint32(monotonicNow() >> 20), 2}
 	for i := uint32(0); i < x.d.objs.NatTw.MaxEntries(); i++ {
 		if err := x.d.objs.NatTw.Put(i, stamp); err != nil {
 			t.Fatal(err)
