@@ -143,7 +143,8 @@
  * refuses a SYN whose TCP timestamp is older (another client's clock) and
  * makes the client retransmit a second later. So a full search first
  * tries its first XLB_NAT_TW_TRIES candidates skipping any port whose
- * claim a backend closed less than tcpTimeWait ago, and then, if none
+ * claim a backend closed on another client connection (address and
+ * port) less than tcpTimeWait ago, and then, if none
  * was free, all XLB_NAT_PORT_TRIES as before, taking any free port: a
  * busy range loses no capacity. nat_tw has
  * XLB_NAT_TW_SLOTS slots, a claim's by its hash: a slot shared by two
