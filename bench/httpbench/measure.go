@@ -35,9 +35,9 @@ type Run struct {
 	NATAllocFailures uint64 `json:"nat_allocation_failures,omitempty"`
 	// SYNRetrans is the SYNs the client's stack sent again during the
 	// run (TcpExt TCPSynRetrans): connections that waited a second or
-	// more for their handshake. BackendPAWS is the SYNs the backends
-	// refused because a TIME_WAIT socket held the tuple with a newer TCP
-	// timestamp (PAWSTimewait), BackendListenDrops those their full
+	// more for their handshake. BackendPAWS is the segments (SYNs
+	// among them) the backends refused because a TIME_WAIT socket held
+	// the tuple with a newer TCP timestamp (PAWSTimewait), BackendListenDrops those their full
 	// accept queues dropped (ListenDrops).
 	SYNRetrans         uint64 `json:"syn_retransmits"`
 	BackendPAWS        uint64 `json:"backend_paws_timewait"`

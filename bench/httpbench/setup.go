@@ -816,8 +816,9 @@ func (l *benchLab) natFailures(p Path) (uint64, error) {
 }
 
 // synCounters are the client's SYN retransmits (TcpExt TCPSynRetrans)
-// and the backends' SYNs refused by a TIME_WAIT socket (PAWSTimewait) or
-// dropped by a full accept queue (ListenDrops), so far.
+// and the backends' segments refused by a TIME_WAIT socket (PAWSTimewait,
+// SYNs among them) or SYNs dropped by a full accept queue (ListenDrops),
+// so far.
 type synCounters struct{ retrans, paws, listenDrops uint64 }
 
 func (l *benchLab) synCounters() (synCounters, error) {
