@@ -134,7 +134,21 @@ func TestBadPeers(t *testing.T) {
 	if g := st[0]; g.Address != good || g.State != StateEstablished || g.Since != before.Since || g.Flaps != 0 {
 		t.Errorf("good peer touched by SetPeers: before %+v, after %+v", before, g)
 	}
-	if r := st[2]; r.State == StateEstablished || !strings.Contains(r.LastError, "bad peer AS") {
-		t.Errorf("unchanged broken peer: %+v", r)
+	// The rejecting peer stays down. Each of its attempts ends with its
+	// NOTIFICATION, but now and then (once in CI, under load) the last
+	// error recorded is the connection's close instead: the rejection
+	// shows again at a later attempt, within a retry interval or two.
+	for deadline := time.Now().Add(15 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		r := sp.Peers()[2]
+		if r.State == StateEstablished {
+			t.Fatalf("unchanged broken peer came up: %+v", r)
+		}
+		if strings.Contains(r.LastError, "bad peer AS") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("unchanged broken peer: %+v, want its last error to say bad peer AS", r)
+			break
+		}
 	}
 }
