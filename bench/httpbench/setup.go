@@ -823,64 +823,34 @@ type synCounters struct{ retrans, paws, listenDrops uint64 }
 
 func (l *benchLab) synCounters() (synCounters, error) {
 	var c synCounters
-	read := func(ns string) (text string, err error) {
-		err = netns.Do(ns, func() error {
-			// /proc/net follows the reading thread's network namespace.
+	// read reads counters of namespace ns's /proc/net/netstat (in
+	// /proc/net/snmp's format) into want, through /proc/thread-self:
+	// /proc/net follows the reading thread's namespace.
+	read := func(ns string, want map[string]*uint64) error {
+		err := netns.Do(ns, func() error {
 			b, err := os.ReadFile("/proc/thread-self/net/netstat")
-			text = string(b)
-			return err
+			if err != nil {
+				return err
+			}
+			return labrun.ParseSNMP(bytes.NewReader(b), want)
 		})
 		if err != nil {
-			err = fmt.Errorf("namespace %s: %w", ns, err)
+			return fmt.Errorf("netstat of namespace %s: %w", ns, err)
 		}
-		return text, err
+		return nil
 	}
-	text, err := read(l.p.Clients[0].Namespace)
-	if err != nil {
-		return c, err
-	}
-	if c.retrans, err = netstatField(text, "TcpExt", "TCPSynRetrans"); err != nil {
+	if err := read(l.p.Clients[0].Namespace, map[string]*uint64{"TcpExt.TCPSynRetrans": &c.retrans}); err != nil {
 		return c, err
 	}
 	for _, h := range l.p.Backends {
-		if text, err = read(h.Namespace); err != nil {
+		var paws, drops uint64
+		if err := read(h.Namespace, map[string]*uint64{"TcpExt.PAWSTimewait": &paws, "TcpExt.ListenDrops": &drops}); err != nil {
 			return c, err
 		}
-		for _, f := range []struct {
-			name string
-			to   *uint64
-		}{{"PAWSTimewait", &c.paws}, {"ListenDrops", &c.listenDrops}} {
-			n, err := netstatField(text, "TcpExt", f.name)
-			if err != nil {
-				return c, err
-			}
-			*f.to += n
-		}
+		c.paws += paws
+		c.listenDrops += drops
 	}
 	return c, nil
-}
-
-// netstatField is field name of section sect in a /proc/net/netstat
-// text: a line of names and a line of values, each led by "sect:".
-func netstatField(text, sect, name string) (uint64, error) {
-	var names []string
-	for _, line := range strings.Split(text, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || f[0] != sect+":" {
-			continue
-		}
-		if names == nil {
-			names = f[1:]
-			continue
-		}
-		for i, n := range names {
-			if n == name && i+1 < len(f) {
-				return strconv.ParseUint(f[i+1], 10, 64)
-			}
-		}
-		break
-	}
-	return 0, fmt.Errorf("/proc/net/netstat has no %s %s", sect, name)
 }
 
 // flushConntrack empties namespace ns's conntrack table, as `conntrack

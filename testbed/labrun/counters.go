@@ -87,9 +87,10 @@ func parseSNMP(r io.Reader) (IPStats, error) {
 	return st, err
 }
 
-// ParseSNMP reads counters of /proc/net/snmp into want, keyed
-// "Proto.Name" (Udp.InDatagrams): per protocol a line of names follows a
-// line of values, both prefixed with "Proto:". Only unsigned counters can
+// ParseSNMP reads counters of /proc/net/snmp (or /proc/net/netstat, of
+// the same format) into want, keyed "Proto.Name" (Udp.InDatagrams): per
+// protocol a line of names follows a line of values, both prefixed with
+// "Proto:". Only unsigned counters can
 // be wanted (MaxConn, printed signed, cannot), and every one wanted must
 // be there.
 func ParseSNMP(r io.Reader, want map[string]*uint64) error {
