@@ -39,10 +39,13 @@ type Run struct {
 	// among them) the backends refused because a TIME_WAIT socket held
 	// the tuple with a newer TCP timestamp (PAWSTimewait), BackendListenDrops those their full
 	// accept queues dropped (ListenDrops).
-	SYNRetrans         uint64 `json:"syn_retransmits"`
-	BackendPAWS        uint64 `json:"backend_paws_timewait"`
-	BackendListenDrops uint64 `json:"backend_listen_drops"`
-	CPU                CPUUse `json:"cpu"`
+	SYNRetrans uint64 `json:"syn_retransmits"`
+	// Drops is the loss counters of the lab that grew during the round
+	// ("namespace/interface/counter +n", dropCounters).
+	Drops              []string `json:"drops,omitempty"`
+	BackendPAWS        uint64   `json:"backend_paws_timewait"`
+	BackendListenDrops uint64   `json:"backend_listen_drops"`
+	CPU                CPUUse   `json:"cpu"`
 }
 
 // LatencyRun is one run of the constant-rate client.
@@ -88,6 +91,10 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	if err != nil {
 		return run, err
 	}
+	drop0, err := l.dropCounters()
+	if err != nil {
+		return run, err
+	}
 	s0, err := takeSample()
 	if err != nil {
 		return run, err
@@ -127,6 +134,11 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	run.SYNRetrans = syn1.retrans - syn0.retrans
 	run.BackendPAWS = syn1.paws - syn0.paws
 	run.BackendListenDrops = syn1.listenDrops - syn0.listenDrops
+	drop1, err := l.dropCounters()
+	if err != nil {
+		return run, err
+	}
+	run.Drops = dropDelta(drop0, drop1)
 	run.Served = servedDelta(before, after)
 	if run.WrkResult, err = parseWrk(out.String()); err != nil {
 		return run, fmt.Errorf("%s: wrk's output: %w:\n%s", run.Command, err, out.String())
