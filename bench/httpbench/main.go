@@ -22,6 +22,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -36,6 +37,8 @@ import (
 
 // options are the measurement's settings.
 type options struct {
+	// nodeQueues is the queues of each node's veth pair (lab.Spec.NodeQueues).
+	nodeQueues      int
 	wrk             wrkSettings
 	warmup          time.Duration
 	rounds          int
@@ -99,6 +102,7 @@ func run() error {
 	xlbBin := flag.String("xlb", "", "xlb binary for the lab (default: build ./cmd/xlb)")
 	budget := flag.Duration("timeout", 20*time.Minute, "give up (and clean up) after this long")
 	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy; \"\": all); a development run, whose document section lacks the others")
+	nodeQueues := flag.Int("node-queues", runtime.NumCPU(), "queues of each LB node's veth pair, a receive queue per CPU as RSS gives a real NIC (1: the lab's default single queue)")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
 
@@ -106,8 +110,9 @@ func run() error {
 		return renderOnly(*render, *img, *doc)
 	}
 	o := options{
-		wrk:    wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
-		warmup: time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
+		nodeQueues: *nodeQueues,
+		wrk:        wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
+		warmup:     time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
 		latencyBackends: 4, latencyDuration: *latDuration, latencyWarmup: time.Second,
 		extraRounds: 2, extraRuns: 28, latencyRetries: 8,
 	}
@@ -164,7 +169,7 @@ func run() error {
 		IRQTimeAccounting: kernelConfig("CONFIG_IRQ_TIME_ACCOUNTING"),
 		Wrk:               o.wrk, Warmup: o.warmup, Rounds: o.rounds, QuietCores: quietCores, BackendCounts: o.backends, Modes: o.modes,
 		LatencyRates: o.rates, LatencyBackends: o.latencyBackends, LatencyDuration: o.latencyDuration, LatencyWarmup: o.latencyWarmup,
-		Paths: paths(),
+		Paths: paths(), NodeQueues: o.nodeQueues,
 	}
 	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {
@@ -203,7 +208,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 			err = errors.Join(err, fmt.Errorf("%w (run `xlb lab down --prefix %s`)", derr, prefix))
 		}
 	}()
-	l, err := upLab(ctx, prefix, xlb, progress)
+	l, err := upLab(ctx, prefix, xlb, o.nodeQueues, progress)
 	if err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}
@@ -263,6 +268,9 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					}
 					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
 						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)
+					if len(run.Drops) > 0 {
+						progress("  lost: %s", strings.Join(run.Drops, ", "))
+					}
 				}
 			}
 		}

@@ -146,7 +146,7 @@ type benchLab struct {
 
 // upLab builds the lab and starts everything but the paths' own
 // programs (those follow the backend count: configure).
-func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any)) (*benchLab, error) {
+func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(string, ...any)) (*benchLab, error) {
 	nodes := 0
 	for _, p := range paths() {
 		nodes = max(nodes, p.node+1)
@@ -155,7 +155,7 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	// the node's XDP program and sent on: they must leave the backend
 	// with complete checksums, as from a real NIC (see docs/lab.md). The
 	// same for every path.
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true})
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true, NodeQueues: queues})
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +163,8 @@ func upLab(ctx context.Context, prefix, xlb string, progress func(string, ...any
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static  # testbed/lab (lab.Spec.FullBackendChecksums): namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend",
-		prefix, nodes, labBackends, p.VIPs[0], p.VIPs[1]))
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static --full-backend-checksums --node-queues %d  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend, a queue per CPU on the nodes' veths",
+		prefix, nodes, labBackends, queues, p.VIPs[0], p.VIPs[1]))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {
 			l.paths[i].Node = p.Nodes[n].Namespace

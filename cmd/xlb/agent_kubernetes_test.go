@@ -244,7 +244,15 @@ func daemonSetMetrics(t *testing.T, cs kubernetes.Interface, bin, ns, kubeconfig
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = exec.Command(bin, "cleanup", "--pin-path", defaultPins).Run() })
+	// The agent makes the default pin path's parent if missing: remove it
+	// then too, if nothing else is in it by the end.
+	_, statErr := os.Stat(filepath.Dir(defaultPins))
+	t.Cleanup(func() {
+		_ = exec.Command(bin, "cleanup", "--pin-path", defaultPins).Run()
+		if errors.Is(statErr, fs.ErrNotExist) {
+			_ = os.Remove(filepath.Dir(defaultPins))
+		}
+	})
 
 	// Without a file the API socket is /run/xlb/xlb.sock: a mount
 	// namespace of the agent's own, with a tmpfs on /run/xlb, keeps it

@@ -41,6 +41,18 @@ func TestPlainNginxConfig(t *testing.T) {
 	}
 }
 
+func TestNewPlanNodeQueues(t *testing.T) {
+	for _, tc := range []struct {
+		n  int
+		ok bool
+	}{{0, true}, {1, true}, {2, true}, {MaxNodeQueues, true}, {-1, false}, {MaxNodeQueues + 1, false}} {
+		_, err := NewPlan(Spec{Prefix: "t3", Binary: "/usr/bin/true", NodeQueues: tc.n})
+		if (err == nil) != tc.ok {
+			t.Errorf("NodeQueues %d: error %v, want ok %v", tc.n, err, tc.ok)
+		}
+	}
+}
+
 func TestNewPlanRepliesVia(t *testing.T) {
 	for _, tc := range []struct {
 		via string
@@ -66,9 +78,21 @@ func TestPlainBackends(t *testing.T) {
 	prefix := testPrefix(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 1, Backends: 2, Binary: xlbBinary, PlainBackends: true, RepliesVia: "node1"})
+	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 1, Backends: 2, Binary: xlbBinary, PlainBackends: true, RepliesVia: "node1", NodeQueues: 2})
 	if err != nil {
 		t.Fatal(err)
+	}
+	// NodeQueues: both ends of the node's veth pair have two queues each
+	// way, the backends' one.
+	for _, c := range []struct{ ns, dev, want string }{
+		{p.Nodes[0].Namespace, p.Nodes[0].Interface, "numtxqueues 2 numrxqueues 2"},
+		{p.Router, p.Nodes[0].Peer, "numtxqueues 2 numrxqueues 2"},
+		{p.Backends[0].Namespace, p.Backends[0].Interface, "numtxqueues 1 numrxqueues 1"},
+	} {
+		out, err := exec.Command("ip", "-n", c.ns, "-d", "link", "show", "dev", c.dev).CombinedOutput()
+		if err != nil || !strings.Contains(string(out), c.want) {
+			t.Errorf("%s in %s: %v: want %q:\n%s", c.dev, c.ns, err, c.want, out)
+		}
 	}
 	client := p.Clients[0]
 	c := httpClientIn(client.Namespace)

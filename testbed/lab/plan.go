@@ -50,6 +50,9 @@ const (
 // backend k gets 10.244.k.(1+j).
 const MaxPods = 253
 
+// MaxNodeQueues bounds Spec.NodeQueues.
+const MaxNodeQueues = 64
+
 // PodGateway is every pod's default gateway, as Calico-style CNIs with
 // host routing do it: a link-local address that the node's end of the
 // pod's veth answers by proxy ARP. No interface holds it.
@@ -165,6 +168,14 @@ type Spec struct {
 	// IPv4-only lab, which tests and benchmarks compare across
 	// versions.
 	IPv6 bool `json:"ipv6,omitempty"`
+	// NodeQueues gives each node's veth pair this many queues each way
+	// (0: one), as a real NIC has a receive queue per CPU that RSS
+	// spreads flows over. A veth whose end runs an XDP program (the
+	// node's, and the router's port with its XDP_PASS) queues what it
+	// receives in a ring of 256 frames per queue and drops what does
+	// not fit; with one queue the frames of every port the router
+	// forwards to a node share that ring.
+	NodeQueues int `json:"nodeQueues,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -392,6 +403,9 @@ func NewPlan(s Spec) (Plan, error) {
 	}
 	if s.Pods < 0 || s.Pods > MaxPods {
 		return Plan{}, fmt.Errorf("lab %q: %d pods per backend: want 0 to %d", s.Prefix, s.Pods, MaxPods)
+	}
+	if s.NodeQueues < 0 || s.NodeQueues > MaxNodeQueues {
+		return Plan{}, fmt.Errorf("lab %q: %d queues per node: want 0 to %d", s.Prefix, s.NodeQueues, MaxNodeQueues)
 	}
 	if s.RepliesVia != "" {
 		if k, err := strconv.Atoi(strings.TrimPrefix(s.RepliesVia, "node")); !strings.HasPrefix(s.RepliesVia, "node") || err != nil || k < 1 || k > s.Nodes {

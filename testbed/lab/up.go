@@ -227,9 +227,13 @@ func setUpHosts(ctx context.Context, p Plan) error {
 	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, nodes}, {p.BackendSegment, p.Backends}} {
 		for _, h := range g.hosts {
 			mtu := strconv.Itoa(h.MTU)
+			q := "1"
+			if g.seg.Bridge == p.NodeSegment.Bridge && p.Spec.NodeQueues > 1 {
+				q = strconv.Itoa(p.Spec.NodeQueues)
+			}
 			addr := netip.PrefixFrom(h.Addr, g.seg.Subnet.Bits()).String()
 			for _, args := range [][]string{
-				{"-n", p.Router, "link", "add", h.Peer, "mtu", mtu, "type", "veth", "peer", "name", h.Interface, "mtu", mtu, "netns", h.Namespace},
+				{"-n", p.Router, "link", "add", h.Peer, "mtu", mtu, "numtxqueues", q, "numrxqueues", q, "type", "veth", "peer", "name", h.Interface, "mtu", mtu, "numtxqueues", q, "numrxqueues", q, "netns", h.Namespace},
 				{"-n", p.Router, "link", "set", h.Peer, "master", g.seg.Bridge, "up"},
 				{"-n", h.Namespace, "addr", "add", addr, "dev", h.Interface},
 				{"-n", h.Namespace, "link", "set", h.Interface, "up"},
