@@ -305,8 +305,10 @@ func (r *Report) familyCell(key, mode string, n int) string {
 }
 
 // familyTable is, per IPv6 path and mode, its best rate over its IPv4
-// twin's for each backend count, and the lab's CPU time per request
-// over the twin's with the most backends; "" without an IPv6 path.
+// twin's for each backend count and the median of its rate over the
+// twin's in the same round (the two run one after the other: order),
+// and the lab's CPU time per request over the twin's with the most
+// backends; "" without an IPv6 path.
 func (r *Report) familyTable() string {
 	var rows []string
 	nMax := 0
@@ -320,7 +322,8 @@ func (r *Report) familyTable() string {
 			}
 			row := fmt.Sprintf("| %s / %s | %s |", p.Name, r.pathName(baseKey(p.Key)), mode)
 			for _, n := range r.BackendCounts {
-				row += fmt.Sprintf(" %s%s |", fmtRatio(r.familyRatio(p.Key, mode, n)), star(r.disturbed(mode, n, p.Key, baseKey(p.Key))))
+				paired, _ := r.pairedRatio(p.Key, baseKey(p.Key), mode, n)
+				row += fmt.Sprintf(" %s%s / %s |", fmtRatio(r.familyRatio(p.Key, mode, n)), star(r.disturbed(mode, n, p.Key, baseKey(p.Key))), fmtRatio(paired))
 			}
 			row += " " + fmtCostRatio(r, p.Key, baseKey(p.Key), mode, nMax) + " |"
 			rows = append(rows, row)
@@ -330,7 +333,7 @@ func (r *Report) familyTable() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("| IPv6 / IPv4 | mode |")
+	b.WriteString("| IPv6 / IPv4: best rounds / median of paired rounds | mode |")
 	for _, n := range r.BackendCounts {
 		fmt.Fprintf(&b, " %s |", backendsLabel(n))
 	}
@@ -379,7 +382,7 @@ func (r *Report) ipv6Section() string {
 		return ""
 	}
 	return "### IPv6 beside IPv4\n\n" +
-		"Each IPv6 path's best rate over its IPv4 twin's, per mode and backend count (\\*: either round was disturbed), and the lab's CPU time per request of the IPv6 path over its twin's (the CPU table below), which the shared machine's other work moves less than the rates. " +
+		"Each IPv6 path's best rate over its IPv4 twin's, per mode and backend count (\\*: either round was disturbed), then the median over the rounds of its rate over its twin's in the same round (a twin runs right before or after its IPv4 path, so a pair shares most of what else the machine did then), and the lab's CPU time per request of the IPv6 path over its twin's (the CPU table below), which the shared machine's other work moves less than the rates. " +
 		"An IPv6 packet's header is 20 bytes longer than IPv4's, and xlb's IPv6 encapsulation adds 40 bytes (IPv6-in-IPv6) or 52 (GUE over IPv6) instead of 20 or 32; the TCP payloads are the same.\n\n" + t + "\n"
 }
 

@@ -218,6 +218,14 @@ func TestAgentServices6(t *testing.T) {
 func TestReportIPv6(t *testing.T) {
 	r := testReport()
 	r.Configs = append(r.Configs, ConfigSet{Backends: 2, Nft: "nft 2\n", IPv6: ConfigSet6{Nft: "nft6 2\n", Iptables: "ip6t 2\n", HAProxy: "hap6 2\n"}})
+	// ip6tables' second keep-alive round with 1 backend: 0.45x its twin's
+	// in that round; its best round still 0.95x the twin's best, the
+	// median of the two pairs 0.70x.
+	for i, x := range r.Runs {
+		if x.Path == keyIptables+v6Suffix && x.Mode == modeKeepAlive && x.Backends == 1 && x.Round == 2 {
+			r.Runs[i].RPS = 0.45 * 41000 * 0.9
+		}
+	}
 	table := r.rpsTable(modeKeepAlive)
 	for _, want := range []string{
 		"| iptables DNAT | 41000 | 45100 |\n| ip6tables DNAT | 38950 (0.95x) | 42845 (0.95x) |\n",
@@ -232,9 +240,9 @@ func TestReportIPv6(t *testing.T) {
 		"**IPv6.** The lab is dual stack",
 		"No IPv6 twin: xlb nat, xlb dnat.",
 		"### IPv6 beside IPv4\n",
-		"| IPv6 / IPv4 | mode | 1 backend | 4 backends | lab CPU per request, IPv6 / IPv4 (4 backends) |",
-		"| ip6tables DNAT / iptables DNAT | keep-alive | 0.95x | 0.95x | ",
-		"| xlb dsr-gue IPv6 / xlb dsr-gue | new-connection | 0.95x | 0.95x | ",
+		"| IPv6 / IPv4: best rounds / median of paired rounds | mode | 1 backend | 4 backends | lab CPU per request, IPv6 / IPv4 (4 backends) |",
+		"| ip6tables DNAT / iptables DNAT | keep-alive | 0.95x / 0.70x | 0.95x / 0.95x | ",
+		"| xlb dsr-gue IPv6 / xlb dsr-gue | new-connection | 0.95x / 0.95x | 0.95x / 0.95x | ",
 		"ip6tables, `ip6tables-legacy-restore`:\n\n```\nip6t 2\n```",
 		"HAProxy over IPv6, `haproxy -db -f`:\n\n```\nhap6 2\n```",
 	} {
