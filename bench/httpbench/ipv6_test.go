@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -262,5 +263,38 @@ func TestReportIPv6(t *testing.T) {
 		if strings.Contains(md, absent) {
 			t.Errorf("a run without IPv6 paths: the section has %q", absent)
 		}
+	}
+}
+
+// TestNATTwinsOneLine: the NAT paths' twins need only their line in
+// ipv6Twins: with it, they follow their IPv4 paths on the agent's node,
+// on fd00:99::7 and ::8, and the agent gets their services, dnat's with
+// the backends' port.
+func TestNATTwinsOneLine(t *testing.T) {
+	saved := ipv6Twins
+	t.Cleanup(func() { ipv6Twins = saved })
+	ipv6Twins = append(slices.Clone(saved), twin{keyNAT, "xlb nat IPv6", "x"}, twin{keyDNAT, "xlb dnat IPv6", "x"})
+	ps := paths()
+	for _, c := range []struct{ key, vip string }{{keyNAT, "fd00:99::7"}, {keyDNAT, "fd00:99::8"}} {
+		i := slices.IndexFunc(ps, func(p Path) bool { return p.Key == c.key+v6Suffix })
+		if i < 1 || ps[i-1].Key != c.key || ps[i].VIP.String() != c.vip || ps[i].node != ps[i-1].node {
+			t.Errorf("%s: %+v", c.key+v6Suffix, ps[max(i, 0)])
+		}
+	}
+	p, err := lab.NewPlan(lab.Spec{Prefix: "xhbunit", Clients: 1, Nodes: 9, Backends: labBackends, Binary: "/bin/true", IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := &benchLab{p: p, paths: ps}
+	var got []string
+	for _, s := range l.agentServices6(1) {
+		got = append(got, fmt.Sprintf("%s %s %s %d %s", s.Name, s.VIP, s.Forwarding, s.BackendPort, s.Backends[0]))
+	}
+	want := []string{
+		"web-ipip-v6 fd00:99::1 dsr-ipip 0 fd00:10:3::2", "web-gue-v6 fd00:99::2 dsr-gue 0 fd00:10:3::2",
+		"web-nat-v6 fd00:99::7 nat 0 fd00:10:3::2", "web-dnat-v6 fd00:99::8 dnat 8080 fd00:10:3::2",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("services:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
