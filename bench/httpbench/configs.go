@@ -31,7 +31,7 @@ func body(name string, addr netip.Addr) string { return name + " " + addr.String
 // dissertation's nginx pods ran one; eight backends already make eight
 // workers on two cores), keep-alive with keepaliveRequests requests per
 // connection, a fixed answer naming the backend on port 80 of every
-// address (its own and the VIPs on its loopback) and on dnatPort,
+// address of both families (its own and the VIPs on its loopback) and on dnatPort,
 // stub_status on the loopback. dir holds its pid file and temporary directories.
 func backendNginx(name string, addr netip.Addr, dir string) string {
 	var b strings.Builder
@@ -45,6 +45,7 @@ func backendNginx(name string, addr netip.Addr, dir string) string {
 		fmt.Fprintf(&b, "    %s_temp_path %s/%s;\n", t, dir, t)
 	}
 	fmt.Fprintf(&b, "    server {\n        listen 80 backlog=4096;\n        listen %d backlog=4096;\n", dnatPort)
+	fmt.Fprintf(&b, "        listen [::]:80 backlog=4096;\n        listen [::]:%d backlog=4096;\n", dnatPort)
 	fmt.Fprintf(&b, "        location / {\n            add_header X-Backend %s;\n            return 200 %q;\n        }\n    }\n",
 		name, body(name, addr))
 	fmt.Fprintf(&b, "    server {\n        listen 127.0.0.1:%d;\n        location / {\n            stub_status;\n        }\n    }\n}\n", statusPort)
@@ -96,19 +97,24 @@ const nftTable = "xhb_dnat"
 // with another backend set leaves no window without rules. Replies must
 // come back through the node to be translated back: the masquerade makes
 // the backends answer the node, as kube-proxy does for traffic from
-// outside the cluster (externalTrafficPolicy: Cluster).
+// outside the cluster (externalTrafficPolicy: Cluster). An IPv6 VIP
+// gets the same rules in an ip6 table.
 func nftRules(vip netip.Addr, backends []netip.Addr) string {
+	family := "ip"
+	if vip.Is6() {
+		family = "ip6"
+	}
 	var b strings.Builder
 	b.WriteString("# Written by bench/httpbench: nftables DNAT on the node.\n")
-	fmt.Fprintf(&b, "add table ip %s\ndelete table ip %s\n", nftTable, nftTable)
-	fmt.Fprintf(&b, "table ip %s {\n", nftTable)
+	fmt.Fprintf(&b, "add table %s %s\ndelete table %s %s\n", family, nftTable, family, nftTable)
+	fmt.Fprintf(&b, "table %s %s {\n", family, nftTable)
 	b.WriteString("\tchain prerouting {\n\t\ttype nat hook prerouting priority dstnat; policy accept;\n")
 	var m []string
 	for i, a := range backends {
 		m = append(m, fmt.Sprintf("%d : %s", i, a))
 	}
-	fmt.Fprintf(&b, "\t\tip daddr %s tcp dport 80 dnat to numgen random mod %d map { %s }\n\t}\n",
-		vip, len(backends), strings.Join(m, ", "))
+	fmt.Fprintf(&b, "\t\t%s daddr %s tcp dport 80 dnat to numgen random mod %d map { %s }\n\t}\n",
+		family, vip, len(backends), strings.Join(m, ", "))
 	b.WriteString("\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat; policy accept;\n")
 	b.WriteString("\t\tct status dnat masquerade\n\t}\n}\n")
 	return b.String()
@@ -118,15 +124,20 @@ func nftRules(vip netip.Addr, backends []netip.Addr) string {
 // builds a service, for iptables-restore: a service chain that jumps to
 // endpoint i with probability 1/(n-i) (so each gets 1/n of the new
 // connections), endpoint chains that DNAT, and the masquerade of
-// translated connections (see nftRules for why).
+// translated connections (see nftRules for why). An IPv6 VIP gets the
+// same rules for ip6tables-legacy-restore.
 func iptablesRules(vip netip.Addr, backends []netip.Addr) string {
+	tool := "iptables-legacy-restore"
+	if vip.Is6() {
+		tool = "ip6tables-legacy-restore"
+	}
 	var b strings.Builder
-	b.WriteString("# Written by bench/httpbench: iptables DNAT on the node (iptables-legacy-restore).\n")
+	fmt.Fprintf(&b, "# Written by bench/httpbench: iptables DNAT on the node (%s).\n", tool)
 	b.WriteString("*nat\n:PREROUTING ACCEPT [0:0]\n:INPUT ACCEPT [0:0]\n:OUTPUT ACCEPT [0:0]\n:POSTROUTING ACCEPT [0:0]\n:XHB-SVC - [0:0]\n")
 	for i := range backends {
 		fmt.Fprintf(&b, ":XHB-SEP-%d - [0:0]\n", i+1)
 	}
-	fmt.Fprintf(&b, "-A PREROUTING -d %s/32 -p tcp -m tcp --dport 80 -j XHB-SVC\n", vip)
+	fmt.Fprintf(&b, "-A PREROUTING -d %s -p tcp -m tcp --dport 80 -j XHB-SVC\n", netip.PrefixFrom(vip, vip.BitLen()))
 	n := len(backends)
 	for i := range backends {
 		if i < n-1 {

@@ -46,6 +46,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 	w("\nThe DNAT paths masquerade: the backends' default route is the router, not the node, so without it their replies would reach the client untranslated, from the wrong address. kube-proxy does the same for traffic from outside the cluster (`externalTrafficPolicy: Cluster`), and it keeps the other paths' routing as it is. ")
 	w("xlb nat carries the replies back through the node too, but translates them in XDP with a session per connection instead of conntrack; xlb dnat keeps the client's address, so its backends answer on port %d and a rule on the router (`from` the backend segment, `sport %d`, `to` the client segment) sends those replies through the node, as the dissertation's IPVS-NAT set-up made the director the backends' gateway; the other paths' replies are not affected. ", dnatPort, dnatPort)
 	w("For every path the client's and the backends' transmit checksum offload is off (a veth hands on half-done checksums, which an XDP program that rewrites a packet and sends it on cannot complete; the lab does it for the clients, see docs/lab.md), the backends' decapsulation program stays attached (plain packets pass it after a header check), and the router's veth ports carry the lab's `XDP_PASS` programs.\n\n")
+	w("%s", r.ipv6Method())
 
 	w("The client is wrk, `%s`, with `-H 'Connection: close'` for a new connection per request, and for *direct* a Lua script that connects wrk's thread *i* to backend *i* mod *n*. ",
 		shellJoin(wrkArgs(r.Wrk, r.Wrk.Duration, modeKeepAlive, "", "http://VIP/")))
@@ -69,6 +70,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 		w("![Requests per second, a new connection per request](%s)\n\n", img.Close)
 	}
 
+	w("%s", r.ipv6Section())
 	w("### Ratios and targets\n\n")
 	w("The issue's targets for xlb: at least 1.0x nftables DNAT, 2x the nginx proxy and 0.9x direct, in every mode and with every backend count.\n\n")
 	w("%s\n%s\n", r.ratioTable(), r.targetSummary())
@@ -133,6 +135,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 		block("HAProxy on node5, `haproxy -db -f`", "", cs.HAProxy)
 		block("the xlb agent on node1", "yaml", cs.Agent)
 		block("wrk's script for direct", "lua", cs.DirectScript)
+		r.ipv6Configs(cs, block)
 	}
 	if r.BackendNginx != "" {
 		w("Backend be1's nginx (the others differ in name and address):\n\n```nginx\n%s```\n\n", r.BackendNginx)
@@ -312,7 +315,7 @@ func fmtCostRatio(r *Report, a, b, mode string, n int) string {
 func (r *Report) synRetransSummary() string {
 	var parts []string
 	for _, p := range r.Paths {
-		if p.Key == keyDirect {
+		if baseKey(p.Key) == keyDirect {
 			continue
 		}
 		var by []string

@@ -1,7 +1,8 @@
 // Command httpbench measures HTTP requests per second and latency
 // through xlb (dsr-ipip, dsr-gue, nat, dnat) and the alternatives: nftables DNAT,
 // iptables DNAT, nginx as an L4 proxy, HAProxy in TCP mode, and the
-// backends directly; with 1, 2, 4 and 8 backends, keep-alive and a new
+// backends directly, each (but nat and dnat) over IPv4 and IPv6 (ipv6.go);
+// with 1, 2, 4 and 8 backends, keep-alive and a new
 // connection per request (the dissertation's Figure 4.6), and latency at
 // fixed request rates from a constant-rate client (Figure 4.7). It
 // writes the results as JSON (with the machine, the kernel, every
@@ -19,7 +20,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"runtime"
@@ -100,8 +100,8 @@ func run() error {
 	rates := flag.String("rates", "1000,2000,3000,4000,6000", "request rates of the constant-rate client (\"\" for none)")
 	latDuration := flag.Duration("latency-duration", 4*time.Second, "length of each constant-rate run")
 	xlbBin := flag.String("xlb", "", "xlb binary for the lab (default: build ./cmd/xlb)")
-	budget := flag.Duration("timeout", 20*time.Minute, "give up (and clean up) after this long")
-	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy; \"\": all); a development run, whose document section lacks the others")
+	budget := flag.Duration("timeout", 40*time.Minute, "give up (and clean up) after this long")
+	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy,nft-v6; ipv4 or ipv6: every path of that family; \"\": all); a development run, whose document section lacks the others")
 	nodeQueues := flag.Int("node-queues", runtime.NumCPU(), "queues of each LB node's veth pair, a receive queue per CPU as RSS gives a real NIC (1: the lab's default single queue)")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
@@ -123,17 +123,8 @@ func run() error {
 	if o.rates, err = parseRates(*rates); err != nil {
 		return fmt.Errorf("-rates: %w", err)
 	}
-	if *only != "" {
-		known := map[string]bool{}
-		for _, p := range paths() {
-			known[p.Key] = true
-		}
-		for _, k := range strings.Split(*only, ",") {
-			if !known[k] {
-				return fmt.Errorf("-paths: %q is no path; the paths are %s", k, strings.Join(slices.Sorted(maps.Keys(known)), ", "))
-			}
-			o.only = append(o.only, k)
-		}
+	if o.only, err = parsePaths(*only, paths()); err != nil {
+		return fmt.Errorf("-paths: %w", err)
 	}
 	if *quick {
 		o.backends, o.rounds, o.wrk.Duration = []int{1, 4}, 1, 2*time.Second
@@ -151,7 +142,7 @@ func run() error {
 	if !testenv.Privileged() {
 		return errors.New("needs root: it builds network namespaces and loads BPF programs (run `make bench`, or sudo)")
 	}
-	for _, tool := range []string{"wrk", "nginx", "haproxy", "nft", "iptables-legacy-restore", "ip"} {
+	for _, tool := range []string{"wrk", "nginx", "haproxy", "nft", "iptables-legacy-restore", "ip6tables-legacy-restore", "ip"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s: %w (install the Debian packages with `make deps`: wrk, nginx-light, libnginx-mod-stream, haproxy, nftables, iptables)", tool, err)
 		}
@@ -201,7 +192,11 @@ func run() error {
 // whatever happens.
 func measure(ctx context.Context, xlb string, r *Report, o options, progress func(string, ...any)) (err error) {
 	prefix := stalePrefix + strconv.Itoa(os.Getpid())
-	progress("lab %s: up (1 client, static router, %d LB nodes, %d backends with nginx)", prefix, len(r.Paths)-2, labBackends)
+	nodes := 0
+	for _, p := range r.Paths {
+		nodes = max(nodes, p.node+1)
+	}
+	progress("lab %s: up (1 client, static router, %d LB nodes, %d backends with nginx)", prefix, nodes, labBackends)
 	defer func() {
 		progress("lab %s: down", prefix)
 		if derr := lab.Down(prefix); derr != nil {

@@ -70,8 +70,8 @@ func (l *benchLab) url(p Path) string {
 // over exactly the backends in use.
 func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode string, d time.Duration, round int) (Run, error) {
 	script := ""
-	if p.Key == keyDirect {
-		script = l.scriptPath()
+	if baseKey(p.Key) == keyDirect {
+		script = l.scriptPathOf(p)
 	}
 	args := wrkArgs(s, d, mode, script, l.url(p))
 	run := Run{Path: p.Key, Mode: mode, Backends: l.n, Round: round, Command: shellJoin(args)}

@@ -373,7 +373,8 @@ func backendsLabel(n int) string {
 }
 
 // rpsTable is the requests per second of every path in mode, one column
-// per backend count, as markdown.
+// per backend count, as markdown; an IPv6 path's row, below its IPv4
+// twin's, adds its ratio to the twin's.
 func (r *Report) rpsTable(mode string) string {
 	var b strings.Builder
 	b.WriteString("| path |")
@@ -384,7 +385,7 @@ func (r *Report) rpsTable(mode string) string {
 	for _, p := range r.Paths {
 		fmt.Fprintf(&b, "| %s |", p.Name)
 		for _, n := range r.BackendCounts {
-			fmt.Fprintf(&b, " %s%s |", fmtRPS(r.bestRPS(p.Key, mode, n)), star(r.disturbed(mode, n, p.Key)))
+			fmt.Fprintf(&b, " %s%s%s |", fmtRPS(r.bestRPS(p.Key, mode, n)), star(r.disturbed(mode, n, p.Key)), r.familyCell(p.Key, mode, n))
 		}
 		b.WriteString("\n")
 	}
@@ -581,6 +582,9 @@ func (r *Report) modelTable() string {
 	b.WriteString("|---|---|---:|---:|---:|---:|\n")
 	for _, mode := range r.Modes {
 		for _, p := range r.Paths {
+			if isV6(p.Key) {
+				continue // the model frames IPv4
+			}
 			m := r.bestRPS(p.Key, mode, n)
 			mp := modelPath(p.Key)
 			g1, g10 := r.modelRate(mode, mp, n, 1e9), r.modelRate(mode, mp, n, 10e9)

@@ -37,7 +37,11 @@ import (
 //	                    ├── node3  iptables DNAT:   VIP .4
 //	                    ├── node4  nginx stream:    VIP .5 (on lo)
 //	                    ├── node5  HAProxy tcp:     VIP .6 (on lo)
+//	                    ├── node6 … node9  the IPv6 twins of node2 … node5 (ipv6.go)
 //	                    └── be1 … be8  nginx on :80 and :8080 (VIPs .1 and .2 on lo, decapsulation attached)
+//
+// The lab is dual stack: each path has an IPv6 twin (ipv6.go) with VIP
+// fd00:99::<the same last byte>; node1's agent serves the xlb twins too.
 //
 // The dnat path's backends answer on dnatPort, and the router sends what
 // comes from that port to the client through node1 (a policy rule): a
@@ -71,6 +75,7 @@ const dnatRuleTable = "100"
 
 // xlbKey says whether path key goes through the xlb agent.
 func xlbKey(key string) bool {
+	key = baseKey(key)
 	return key == keyIPIP || key == keyGUE || key == keyNAT || key == keyDNAT
 }
 
@@ -100,10 +105,11 @@ type Path struct {
 	node int
 }
 
-// paths returns the paths, in the order the report lists them.
+// paths returns the paths, in the order the report lists them: each
+// IPv4 path followed by its IPv6 twin (ipv6.go).
 func paths() []Path {
 	v := func(last byte) netip.Addr { return netip.AddrFrom4([4]byte{10, 99, 0, last}) }
-	return []Path{
+	return withIPv6([]Path{
 		{Key: keyIPIP, Name: "xlb dsr-ipip", VIP: v(1), node: 0,
 			How: "xlb agent on the node: XDP picks the backend (Maglev), IPIP to it; the backend's XDP program decapsulates, the VIP is on its lo, the reply goes straight to the client"},
 		{Key: keyGUE, Name: "xlb dsr-gue", VIP: v(2), node: 0,
@@ -122,7 +128,7 @@ func paths() []Path {
 			How: "HAProxy in TCP mode on the node, 2 threads, round robin; the VIP is on the node's lo"},
 		{Key: keyDirect, Name: "direct", node: -1,
 			How: "no LB: the client sends to the backends' own addresses, wrk thread i to backend i mod n"},
-	}
+	})
 }
 
 // benchLab is the lab and what runs in it.
@@ -155,7 +161,7 @@ func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(st
 	// the node's XDP program and sent on: they must leave the backend
 	// with complete checksums, as from a real NIC (see docs/lab.md). The
 	// same for every path.
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true, NodeQueues: queues})
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true, IPv6: hasIPv6(paths()), NodeQueues: queues})
 	if err != nil {
 		return nil, err
 	}
@@ -163,8 +169,12 @@ func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(st
 	if err := os.MkdirAll(l.dir, 0o755); err != nil {
 		return nil, err
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static --full-backend-checksums --node-queues %d  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s --vip %s` on every backend, `xlb lab serve` on every backend, a queue per CPU on the nodes' veths",
-		prefix, nodes, labBackends, queues, p.VIPs[0], p.VIPs[1]))
+	ipv6 := ""
+	if p.Spec.IPv6 {
+		ipv6 = " --ipv6"
+	}
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static --full-backend-checksums --node-queues %d%s  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s` on every backend, `xlb lab serve` on every backend, a queue per CPU on the nodes' veths",
+		prefix, nodes, labBackends, queues, ipv6, joinAddrs(slices.Concat(p.VIPs, p.VIPs6), " --vip ")))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {
 			l.paths[i].Node = p.Nodes[n].Namespace
@@ -177,6 +187,9 @@ func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(st
 		l.roles[nsInode(netns.Dir, h.Namespace)] = roleNode
 	}
 	if err := l.network(ctx); err != nil {
+		return nil, err
+	}
+	if err := l.network6(ctx); err != nil {
 		return nil, err
 	}
 	if err := l.startBackends(ctx); err != nil {
@@ -222,7 +235,7 @@ func (l *benchLab) sysctls(ns string, kv ...string) error {
 // ephemeral ports for the many connections of the new-connection runs.
 func (l *benchLab) network(ctx context.Context) error {
 	for _, p := range l.paths {
-		if p.node < 0 {
+		if p.node < 0 || isV6(p.Key) {
 			continue
 		}
 		node := l.p.Nodes[p.node]
@@ -505,6 +518,8 @@ type ConfigSet struct {
 	NginxStream  string `json:"nginx_stream_conf"`
 	HAProxy      string `json:"haproxy_cfg"`
 	DirectScript string `json:"wrk_direct_lua"`
+	// IPv6 is the IPv6 paths' (ipv6.go).
+	IPv6 ConfigSet6 `json:"ipv6,omitzero"`
 }
 
 // configure makes every path use the first n backends and checks that
@@ -521,6 +536,7 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 		{Name: "web-nat", VIP: l.path(keyNAT).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.NAT, Backends: slices.Clone(addrs)},
 		{Name: "web-dnat", VIP: l.path(keyDNAT).VIP, Port: 80, Protocol: config.TCP, Forwarding: config.DNAT, Backends: slices.Clone(addrs), BackendPort: dnatPort},
 	}
+	svcs = append(svcs, l.agentServices6(n)...)
 	opts := labrun.NodeOptions{NAT: &labrun.NAT{PortMin: natPortMin, PortMax: natPortMax}}
 	sub := l.p
 	sub.Nodes = []lab.Host{node}
@@ -580,6 +596,9 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	if err := os.WriteFile(l.scriptPath(), []byte(cs.DirectScript), 0o644); err != nil {
 		return cs, err
 	}
+	if cs.IPv6, err = l.configure6(ctx, n); err != nil {
+		return cs, err
+	}
 	l.n = n
 	return cs, l.check(ctx)
 }
@@ -628,11 +647,11 @@ func (l *benchLab) restartProxy(ctx context.Context, key, file string, conf func
 // targets is where the client sends path p's requests: the VIP, or the
 // first n backends.
 func (l *benchLab) targets(p Path, n int) []netip.AddrPort {
-	if p.Key != keyDirect {
+	if baseKey(p.Key) != keyDirect {
 		return []netip.AddrPort{netip.AddrPortFrom(p.VIP, 80)}
 	}
 	var out []netip.AddrPort
-	for _, a := range l.backendAddrs(n) {
+	for _, a := range l.addrsOf(p, n) {
 		out = append(out, netip.AddrPortFrom(a, 80))
 	}
 	return out
@@ -801,7 +820,7 @@ func (l *benchLab) xdpPackets(p Path) (uint64, error) {
 // natFailures is the allocation failures of the xlb node's NAT session
 // table so far, 0 for paths other than xlb nat and dnat.
 func (l *benchLab) natFailures(p Path) (uint64, error) {
-	if p.Key != keyNAT && p.Key != keyDNAT {
+	if b := baseKey(p.Key); b != keyNAT && b != keyDNAT {
 		return 0, nil
 	}
 	node := l.p.Nodes[p.node]
