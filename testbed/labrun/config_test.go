@@ -249,9 +249,10 @@ func TestRenderConfigIPv6(t *testing.T) {
 		fwd      config.Forwarding
 		backend0 netip.Addr
 	}{
-		"web6":    {p.VIPs6[0], config.DSRIPIP, p.Backends[0].Addr6},
-		"echo6":   {p.VIPs6[1], config.DSRGUE, p.Backends[0].Addr6},
-		"web6to4": {p.VIPs6[1], config.DSRIPIP, p.Backends[0].Addr},
+		"web6":     {p.VIPs6[0], config.DSRIPIP, p.Backends[0].Addr6},
+		"echo6":    {p.VIPs6[1], config.DSRGUE, p.Backends[0].Addr6},
+		"web6to4":  {p.VIPs6[1], config.DSRIPIP, p.Backends[0].Addr},
+		"echo6to4": {p.VIPs6[0], config.DSRGUE, p.Backends[0].Addr},
 	}
 	all := slices.Concat(v4, v6)
 	for _, node := range p.Nodes {
@@ -269,6 +270,9 @@ func TestRenderConfigIPv6(t *testing.T) {
 		if len(cfg.Services) != len(all) {
 			t.Fatalf("%d services, want %d", len(cfg.Services), len(all))
 		}
+		if len(v6) != len(want) {
+			t.Errorf("%d IPv6 services, want %d", len(v6), len(want))
+		}
 		for _, s := range cfg.Services[len(v4):] {
 			w, ok := want[s.Name]
 			if !ok || s.VIP != w.vip || s.Forwarding != w.fwd || len(s.Backends) != len(p.Backends) || s.Backends[0].Address != w.backend0 {
@@ -284,3 +288,4 @@ func TestRenderConfigIPv6(t *testing.T) {
 		t.Errorf("the file of an IPv4-only lab names an IPv6 address:\n%s", b)
 	}
 }
+
