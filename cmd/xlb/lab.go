@@ -81,6 +81,7 @@ func labUp(args []string) error {
 	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
 	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
 	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector, which have no IPv6 yet)")
+	peer6 := fs.Bool("peer-ipv6", false, "the nodes peer with the router over IPv6 (BGP and BFD between the IPv6 addresses; both families ride the sessions); needs the dual-stack lab and --router embedded, frr or bird")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -100,7 +101,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, PeerIPv6: *peer6})
 	if err != nil {
 		return err
 	}

@@ -165,6 +165,12 @@ type Spec struct {
 	// IPv4-only lab, which tests and benchmarks compare across
 	// versions.
 	IPv6 bool `json:"ipv6,omitempty"`
+	// PeerIPv6 makes the nodes peer with the router over IPv6 (needs
+	// IPv6 and a BGP router, not the reflector): BGP.PeerAddr is the
+	// router's IPv6 address on the node segment, so each node's session
+	// (and BFD) runs between the IPv6 addresses and carries both
+	// families. The default peers over IPv4, carrying IPv6 the same way.
+	PeerIPv6 bool `json:"peerIPv6,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -456,6 +462,10 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
 	case s.Reflector && s.BFD:
 		return fmt.Errorf("lab %q: BFD with a route reflector: the nodes' sessions end at gobgpd, which has no BFD; leave out one of them", s.Prefix)
+	case s.PeerIPv6 && !s.IPv6:
+		return fmt.Errorf("lab %q: BGP over IPv6 needs a dual-stack lab (--ipv6): the nodes have no IPv6 address to peer from", s.Prefix)
+	case s.PeerIPv6 && s.Router == RouterStatic:
+		return fmt.Errorf("lab %q: BGP over IPv6 needs a BGP router (--router %s, %s or %s); the static router has no sessions", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
 	case s.IPv6 && s.Reflector:
 		return fmt.Errorf("lab %q: IPv6 with a route reflector: the lab's gobgpd reflects IPv4 unicast only; leave out one of them", s.Prefix)
 	case s.IPv6 && s.Pods > 0:
@@ -478,6 +488,9 @@ func bgpPlan(p Plan) *BGP {
 	b := &BGP{NodeASN: NodeASN, PeerAddr: p.NodeSegment.Gateway(), PeerASN: RouterASN, RouterASN: RouterASN, HoldTime: HoldTime}
 	if p.Reflector != nil {
 		b.NodeASN, b.PeerAddr = RouterASN, p.Reflector.Addr
+	}
+	if s.PeerIPv6 {
+		b.PeerAddr = p.NodeSegment.Gateway6()
 	}
 	if s.BFD {
 		b.BFD = &BFD{MinRx: bfdInterval, MinTx: bfdInterval, Multiplier: bfdMultiplier}

@@ -326,3 +326,39 @@ func TestNewPlanIPv6(t *testing.T) {
 		}
 	}
 }
+
+// BGP over IPv6 (Spec.PeerIPv6): the nodes' one peer is the router's
+// IPv6 address on the node segment, whatever the router; without IPv6
+// or a BGP router it is refused, and the default still peers over IPv4.
+func TestNewPlanPeerIPv6(t *testing.T) {
+	for _, router := range []string{RouterEmbedded, RouterFRR, RouterBIRD} {
+		p, err := NewPlan(Spec{Prefix: "t6", Binary: "/bin/true", Router: router, IPv6: true, PeerIPv6: true, BFD: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.BGP == nil || p.BGP.PeerAddr != netip.MustParseAddr("fd00:10:1::1") || p.BGP.BFD == nil {
+			t.Errorf("%s: BGP %+v, want the peer fd00:10:1::1 with BFD", router, p.BGP)
+		}
+		p, err = NewPlan(Spec{Prefix: "t6", Binary: "/bin/true", Router: router, IPv6: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.BGP.PeerAddr != netip.MustParseAddr("10.0.1.1") {
+			t.Errorf("%s without PeerIPv6: peer %s, want 10.0.1.1", router, p.BGP.PeerAddr)
+		}
+	}
+	for _, c := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Router: RouterFRR, PeerIPv6: true}, "BGP over IPv6 needs a dual-stack lab"},
+		{Spec{Router: RouterStatic, IPv6: true, PeerIPv6: true}, "BGP over IPv6 needs a BGP router"},
+		{Spec{IPv6: true, PeerIPv6: true}, "BGP over IPv6 needs a BGP router"},
+	} {
+		s := c.spec
+		s.Prefix, s.Binary = "t6", "/bin/true"
+		if _, err := NewPlan(s); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewPlan(%+v) = %v, want an error that says %q", s, err, c.want)
+		}
+	}
+}
