@@ -421,8 +421,9 @@ func (b *nodeBackend) warnNoNetns(ch backendhost.NATChange) {
 	}
 }
 
-// interfaceAddrs returns the IPv4 addresses of the tunnels' interface:
-// endpoints with one of them are the node itself.
+// interfaceAddrs returns the IPv4 and global IPv6 addresses of the
+// tunnels' interface: an endpoint with one of them is a hostNetwork pod,
+// which the node cannot translate to.
 func interfaceAddrs(name string) ([]netip.Addr, error) {
 	ifc, err := net.InterfaceByName(name)
 	if err != nil {
@@ -432,16 +433,21 @@ func interfaceAddrs(name string) ([]netip.Addr, error) {
 	if err != nil {
 		return nil, fmt.Errorf("addresses of %s: %w", name, err)
 	}
+	return hostAddrsOf(name, addrs)
+}
+
+// hostAddrsOf is interfaceAddrs's choice among addrs.
+func hostAddrsOf(name string, addrs []net.Addr) ([]netip.Addr, error) {
 	var out []netip.Addr
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
-			if ip, ok := netip.AddrFromSlice(n.IP); ok && ip.Unmap().Is4() {
+			if ip, ok := netip.AddrFromSlice(n.IP); ok && (ip.Unmap().Is4() || config.IsGlobal6(ip)) {
 				out = append(out, ip.Unmap())
 			}
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("interface %s has no IPv4 address: the tunnels from the load balancer arrive at one", name)
+		return nil, fmt.Errorf("interface %s has neither an IPv4 nor a global IPv6 address: the tunnels from the load balancer arrive at one", name)
 	}
 	return out, nil
 }

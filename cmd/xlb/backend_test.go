@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -82,5 +83,24 @@ func TestBackendVIPFlag(t *testing.T) {
 		if err := q.Set(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("--vip %s: %v, want %q", in, err, want)
 		}
+	}
+}
+
+// The node's own addresses, which no endpoint is translated to, are its
+// IPv4 and global IPv6 ones: an IPv6 hostNetwork pod is told apart too.
+func TestHostAddrsOf(t *testing.T) {
+	ipn := func(s string) net.Addr {
+		p := netip.MustParsePrefix(s)
+		return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}
+	}
+	got, err := hostAddrsOf("eth0", []net.Addr{ipn("10.0.2.2/24"), ipn("fe80::1/64"), ipn("fd00:10:2::2/64")})
+	if want := []netip.Addr{netip.MustParseAddr("10.0.2.2"), netip.MustParseAddr("fd00:10:2::2")}; err != nil || !slices.Equal(got, want) {
+		t.Errorf("dual stack: %v, %v; want %v", got, err, want)
+	}
+	if got, err := hostAddrsOf("eth0", []net.Addr{ipn("fe80::1/64"), ipn("fd00:10:2::2/64")}); err != nil || len(got) != 1 {
+		t.Errorf("IPv6 only: %v, %v; want the global address", got, err)
+	}
+	if _, err := hostAddrsOf("eth0", []net.Addr{ipn("fe80::1/64")}); err == nil || !strings.Contains(err.Error(), "neither an IPv4 nor a global IPv6 address") {
+		t.Errorf("link-local only: %v", err)
 	}
 }

@@ -81,7 +81,8 @@ func labUp(args []string) error {
 	nodeQueues := fs.Int("node-queues", 0, "queues of each node's veth pair, as a NIC's receive queue per CPU (0: one); each queue of a veth running XDP holds 256 frames")
 	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
 	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
-	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector, which have no IPv6 yet)")
+	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector; --pods with --ipv6 gives the pods IPv6 addresses, the other two have no IPv6 yet)")
+	peer6 := fs.Bool("peer-ipv6", false, "the nodes peer with the router over IPv6 (BGP and BFD between the IPv6 addresses; both families ride the sessions); needs the dual-stack lab and --router embedded, frr or bird")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -101,7 +102,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, NodeQueues: *nodeQueues})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, NodeQueues: *nodeQueues, PeerIPv6: *peer6})
 	if err != nil {
 		return err
 	}
@@ -110,9 +111,10 @@ func labUp(args []string) error {
 }
 
 // labIPv6 says whether `xlb lab up` builds a dual-stack lab: as --ipv6
-// says if it was given (ipv6), else dual stack unless the lab has pods,
-// plain backends or a route reflector, which are IPv4 only (lab.NewPlan
-// refuses them with IPv6, which an explicit --ipv6 gets to see).
+// says if it was given (ipv6), else dual stack unless the lab has pods
+// (dual stack only when asked), plain backends or a route reflector
+// (IPv4 only: lab.NewPlan refuses them with IPv6, which an explicit
+// --ipv6 gets to see).
 func labIPv6(ipv6, given bool, pods int, plain, reflector bool) bool {
 	if given {
 		return ipv6

@@ -118,6 +118,8 @@ func TestIPv6OnHost(t *testing.T) {
 			"set node.address6, add a global IPv6 address to the interface, or use an IPv4 backend"},
 		{"IPv4 backend, no node IPv4", hostOnly6, noAddr + "bgp: {asn: 65001, routerID: 10.0.1.2, peers: [{address: \"fd00:1::1\", asn: 65000}]}\n" + svc("2001:db8:99::1", "10.0.3.2"), 9, "services[0].backends[0].address",
 			"10.0.3.2 is IPv4, and the node has no IPv4 address: node.address is not set and node.interface has none"},
+		{"IPv4 VIP, no node IPv4", hostOnly6, noAddr + svc("10.99.0.1", "fd00:3::2"), 5, "services[0].vip",
+			"10.99.0.1 is IPv4, and the node has no IPv4 address: node.address is not set and node.interface has none; an IPv4 VIP is announced with the node's IPv4 address as next hop"},
 		{"router ID without IPv4", hostOnly6, noAddr + "bgp: {asn: 65001, peers: [{address: \"fd00:1::1\", asn: 65000}]}\n", 3, "bgp.routerID",
 			"required here: node.interface eth0 has no IPv4 address and node.address is not set, so there is no default"},
 		{"VIP is the interface's IPv6 address", hostWith6, noAddr + svc("fd00:1::2", "10.0.3.2"), 5, "services[0].vip",
@@ -139,6 +141,8 @@ func TestIPv6OnHost(t *testing.T) {
 		"IPv6 backend with the interface's IPv6":  {hostWith6, noAddr + svc("10.99.0.1", "fd00:3::2")},
 		"IPv6 backend with node.address6":         {testHost, "node:\n  interface: eth0\n  address6: \"fd00:1::5\"\n" + svc("10.99.0.1", "fd00:3::2")},
 		"IPv6-only node with a router ID":         {hostOnly6, noAddr + "bgp: {asn: 65001, routerID: 10.0.1.2, peers: [{address: \"fd00:1::1\", asn: 65000}]}\n" + svc("2001:db8:99::1", "fd00:3::2")},
+		"IPv6-only node, node.address6 set":       {hostOnly6, "node:\n  interface: eth0\n  address6: \"fd00:1::2\"\n" + svc("2001:db8:99::1", "fd00:3::2")},
+		"IPv4 VIP, node.address set":              {hostOnly6, "node:\n  interface: eth0\n  address: 10.0.1.2\n" + svc("10.99.0.1", "fd00:3::2")},
 		"IPv4 backend of an IPv6 VIP, IPv4 node":  {hostWith6, noAddr + svc("2001:db8:99::1", "10.0.3.2")},
 		"the file alone: node families not known": {nil, noAddr + svc("2001:db8:99::1", "fd00:3::2")},
 	} {

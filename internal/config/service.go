@@ -127,6 +127,8 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 			c.errorf(g.At.Value, join(path, "vip"), "%s", why)
 		} else if why := c.hostsVIP(a); why != "" {
 			c.errorf(g.At.Value, join(path, "vip"), "%s", why)
+		} else if why := c.vipFamily(a); why != "" {
+			c.errorf(g.At.Value, join(path, "vip"), "%s", why)
 		} else {
 			s.VIP = a
 			if _, seen := ctx.vips[a]; !seen {
@@ -295,6 +297,20 @@ func (c *checker) backendFamily(a netip.Addr) string {
 			"packets to an IPv4 backend are tunnelled in an IPv4 header from the node's IPv4 address: set node.address, add an IPv4 address to the interface, or use an IPv6 backend", a)
 	}
 	return ""
+}
+
+// vipFamily says why the node cannot serve VIP a ("" when it can): an
+// IPv4 VIP needs the node's IPv4 address, the next hop BGP announces it
+// with and the source of the program's ICMP errors to IPv4 clients. An
+// IPv6 VIP needs no IPv6 address of the node (its backends may be IPv4),
+// and the announcement reports a missing next hop itself.
+func (c *checker) vipFamily(a netip.Addr) string {
+	if c.host == nil || !a.Is4() || c.nodeAddr.IsValid() {
+		return ""
+	}
+	return fmt.Sprintf("%s is IPv4, and the node has no IPv4 address: node.address is not set and node.interface has none; "+
+		"an IPv4 VIP is announced with the node's IPv4 address as next hop, and the node answers IPv4 clients from it (fragmentation needed): "+
+		"set node.address, add an IPv4 address to the interface, or use an IPv6 VIP on this IPv6-only node", a)
 }
 
 // backends checks a service's backends; check is the service's

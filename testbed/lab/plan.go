@@ -176,6 +176,12 @@ type Spec struct {
 	// not fit; with one queue the frames of every port the router
 	// forwards to a node share that ring.
 	NodeQueues int `json:"nodeQueues,omitempty"`
+	// PeerIPv6 makes the nodes peer with the router over IPv6 (needs
+	// IPv6 and a BGP router, not the reflector): BGP.PeerAddr is the
+	// router's IPv6 address on the node segment, so each node's session
+	// (and BFD) runs between the IPv6 addresses and carries both
+	// families. The default peers over IPv4, carrying IPv6 the same way.
+	PeerIPv6 bool `json:"peerIPv6,omitempty"`
 }
 
 // The kinds of upstream router (Spec.Router).
@@ -325,6 +331,17 @@ func PodCIDR(k int) netip.Prefix {
 	return netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(k + 1), 0}), 24)
 }
 
+// PodCIDR6 is the IPv6 pod range of backend k (0-based) in a dual-stack
+// lab: fd00:244:(k+1)::/64, numbered like PodCIDR.
+func PodCIDR6(k int) netip.Prefix {
+	return netip.PrefixFrom(netip.AddrFrom16([16]byte{0xfd, 0, 0x02, 0x44, 0, byte(k + 1)}), 64)
+}
+
+// PodGateway6 is every pod's IPv6 default gateway in a dual-stack lab:
+// a link-local address that the node's end of each pod's veth holds, as
+// Calico-style CNIs give IPv6 pods a link-local gateway.
+var PodGateway6 = netip.MustParseAddr("fe80::1")
+
 // Hosts returns every host of the plan: clients, nodes, backends.
 func (p Plan) Hosts() []Host {
 	all := make([]Host, 0, len(p.Clients)+len(p.Nodes)+len(p.Backends))
@@ -470,10 +487,12 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
 	case s.Reflector && s.BFD:
 		return fmt.Errorf("lab %q: BFD with a route reflector: the nodes' sessions end at gobgpd, which has no BFD; leave out one of them", s.Prefix)
+	case s.PeerIPv6 && !s.IPv6:
+		return fmt.Errorf("lab %q: BGP over IPv6 needs a dual-stack lab (--ipv6): the nodes have no IPv6 address to peer from", s.Prefix)
+	case s.PeerIPv6 && s.Router == RouterStatic:
+		return fmt.Errorf("lab %q: BGP over IPv6 needs a BGP router (--router %s, %s or %s); the static router has no sessions", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
 	case s.IPv6 && s.Reflector:
 		return fmt.Errorf("lab %q: IPv6 with a route reflector: the lab's gobgpd reflects IPv4 unicast only; leave out one of them", s.Prefix)
-	case s.IPv6 && s.Pods > 0:
-		return fmt.Errorf("lab %q: IPv6 with pods: the lab's pods are IPv4 only; leave out one of them", s.Prefix)
 	case s.IPv6 && s.PlainBackends:
 		return fmt.Errorf("lab %q: IPv6 with plain backends: they serve forwarding nat and dnat, which are IPv4 only; leave out one of them", s.Prefix)
 	case s.Reflector && s.Nodes > MaxHosts-1:
@@ -492,6 +511,9 @@ func bgpPlan(p Plan) *BGP {
 	b := &BGP{NodeASN: NodeASN, PeerAddr: p.NodeSegment.Gateway(), PeerASN: RouterASN, RouterASN: RouterASN, HoldTime: HoldTime}
 	if p.Reflector != nil {
 		b.NodeASN, b.PeerAddr = RouterASN, p.Reflector.Addr
+	}
+	if s.PeerIPv6 {
+		b.PeerAddr = p.NodeSegment.Gateway6()
 	}
 	if s.BFD {
 		b.BFD = &BFD{MinRx: bfdInterval, MinTx: bfdInterval, Multiplier: bfdMultiplier}
@@ -529,12 +551,18 @@ func hosts(p Plan, seg Segment, role string, n int) []Host {
 func pods(p Plan) []Pod {
 	var ps []Pod
 	for k, node := range p.Backends {
-		addr := PodCIDR(k).Addr().Next()
+		addr, addr6 := PodCIDR(k).Addr().Next(), PodCIDR6(k).Addr().Next()
 		for j := 1; j <= p.Spec.Pods; j++ {
-			addr = addr.Next()
+			addr, addr6 = addr.Next(), addr6.Next()
 			name := fmt.Sprintf("%s-pod%d", node.Name, j)
 			ns := p.Spec.Prefix + "-" + name
+			var a6, gw6 netip.Addr
+			if p.Spec.IPv6 {
+				a6, gw6 = addr6, PodGateway6
+			}
 			ps = append(ps, Pod{Node: k, Host: Host{
+				Addr6:     a6,
+				Gateway6:  gw6,
 				Name:      name,
 				Namespace: ns,
 				Interface: HostInterface,

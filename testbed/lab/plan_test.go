@@ -317,12 +317,71 @@ func TestNewPlanIPv6(t *testing.T) {
 
 	for _, s := range []Spec{
 		{Router: RouterFRR, Reflector: true},
-		{Pods: 2},
 		{PlainBackends: true},
 	} {
 		s.Prefix, s.Binary, s.IPv6 = "t6", "/bin/true", true
 		if _, err := NewPlan(s); err == nil || !strings.Contains(err.Error(), "IPv6 with") {
 			t.Errorf("NewPlan(%+v) = %v, want it refused", s, err)
+		}
+	}
+}
+
+// BGP over IPv6 (Spec.PeerIPv6): the nodes' one peer is the router's
+// IPv6 address on the node segment, whatever the router; without IPv6
+// or a BGP router it is refused, and the default still peers over IPv4.
+func TestNewPlanPeerIPv6(t *testing.T) {
+	for _, router := range []string{RouterEmbedded, RouterFRR, RouterBIRD} {
+		p, err := NewPlan(Spec{Prefix: "t6", Binary: "/bin/true", Router: router, IPv6: true, PeerIPv6: true, BFD: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.BGP == nil || p.BGP.PeerAddr != netip.MustParseAddr("fd00:10:1::1") || p.BGP.BFD == nil {
+			t.Errorf("%s: BGP %+v, want the peer fd00:10:1::1 with BFD", router, p.BGP)
+		}
+		p, err = NewPlan(Spec{Prefix: "t6", Binary: "/bin/true", Router: router, IPv6: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.BGP.PeerAddr != netip.MustParseAddr("10.0.1.1") {
+			t.Errorf("%s without PeerIPv6: peer %s, want 10.0.1.1", router, p.BGP.PeerAddr)
+		}
+	}
+	for _, c := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{Router: RouterFRR, PeerIPv6: true}, "BGP over IPv6 needs a dual-stack lab"},
+		{Spec{Router: RouterStatic, IPv6: true, PeerIPv6: true}, "BGP over IPv6 needs a BGP router"},
+		{Spec{IPv6: true, PeerIPv6: true}, "BGP over IPv6 needs a BGP router"},
+	} {
+		s := c.spec
+		s.Prefix, s.Binary = "t6", "/bin/true"
+		if _, err := NewPlan(s); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("NewPlan(%+v) = %v, want an error that says %q", s, err, c.want)
+		}
+	}
+}
+
+// Dual-stack pods: pod j of backend k has fd00:244:k::(1+j) beside
+// 10.244.k.(1+j), and the link-local gateway; IPv4-only pods have none.
+func TestNewPlanPods6(t *testing.T) {
+	p, err := NewPlan(Spec{Prefix: "t6", Backends: 2, Pods: 2, Binary: "/bin/true", IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"be1-pod1": "fd00:244:1::2", "be1-pod2": "fd00:244:1::3", "be2-pod1": "fd00:244:2::2", "be2-pod2": "fd00:244:2::3"}
+	for _, pod := range p.Pods {
+		if pod.Addr6.String() != want[pod.Name] || pod.Gateway6 != PodGateway6 || !PodCIDR6(pod.Node).Contains(pod.Addr6) {
+			t.Errorf("%s: IPv6 %s via %s, want %s via %s in %s", pod.Name, pod.Addr6, pod.Gateway6, want[pod.Name], PodGateway6, PodCIDR6(pod.Node))
+		}
+	}
+	p4, err := NewPlan(Spec{Prefix: "t6", Backends: 2, Pods: 2, Binary: "/bin/true"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pod := range p4.Pods {
+		if pod.Addr6.IsValid() || pod.Gateway6.IsValid() {
+			t.Errorf("%s has IPv6 %s via %s in an IPv4-only lab", pod.Name, pod.Addr6, pod.Gateway6)
 		}
 	}
 }

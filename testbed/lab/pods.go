@@ -11,7 +11,10 @@ import (
 // with host routing does: each pod has only its own address, /32, and a
 // default route via PodGateway over its veth; the node routes the pod's
 // /32 to that veth and answers the pod's ARP for the gateway by proxy
-// ARP; the router routes each node's pod CIDR to the node. Runs after
+// ARP; the router routes each node's pod CIDR to the node. In a
+// dual-stack lab each pod also has an IPv6 /128 with a default route via
+// PodGateway6, which the node's end of its veth holds, and the router
+// routes each node's PodCIDR6 to it. Runs after
 // the namespaces exist and before the sysctls of the other hosts.
 func setUpPods(ctx context.Context, p Plan) error {
 	if len(p.Pods) == 0 {
@@ -25,6 +28,15 @@ func setUpPods(ctx context.Context, p Plan) error {
 		// leave with the VIP as source after the translation, which a
 		// reverse-path filter would take for a spoof.
 		if err := setSysctls(node.Namespace, []sysctl{{"ipv4/ip_forward", "1"}}); err != nil {
+			return err
+		}
+		if !p.Spec.IPv6 {
+			continue
+		}
+		if _, err := ip(ctx, "-n", p.Router, "-6", "route", "add", PodCIDR6(k).String(), "via", node.Addr6.String()); err != nil {
+			return fmt.Errorf("%s: IPv6 pod CIDR: %w", node.Name, err)
+		}
+		if err := setSysctls(node.Namespace, []sysctl{{"ipv6/conf/all/forwarding", "1"}}); err != nil {
 			return err
 		}
 	}
@@ -47,6 +59,22 @@ func setUpPods(ctx context.Context, p Plan) error {
 		}
 		if err := setSysctls(node.Namespace, []sysctl{{"ipv4/conf/" + pod.Peer + "/proxy_arp", "1"}}); err != nil {
 			return err
+		}
+		if !pod.Addr6.IsValid() {
+			continue
+		}
+		// IPv6 has no proxy ARP to lean on: the node's end of the veth
+		// holds the pods' link-local gateway itself.
+		gw6 := pod.Gateway6.String()
+		for _, args := range [][]string{
+			{"-n", node.Namespace, "addr", "add", netip.PrefixFrom(pod.Gateway6, 64).String(), "dev", pod.Peer, "nodad"},
+			{"-n", node.Namespace, "-6", "route", "add", netip.PrefixFrom(pod.Addr6, 128).String(), "dev", pod.Peer},
+			{"-n", pod.Namespace, "addr", "add", netip.PrefixFrom(pod.Addr6, 128).String(), "dev", pod.Interface, "nodad"},
+			{"-n", pod.Namespace, "-6", "route", "add", "default", "via", gw6, "dev", pod.Interface},
+		} {
+			if _, err := ip(ctx, args...); err != nil {
+				return fmt.Errorf("%s: %w", pod.Name, err)
+			}
 		}
 	}
 	for _, node := range p.Backends {

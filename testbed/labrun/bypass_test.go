@@ -76,3 +76,20 @@ func TestUnexplained(t *testing.T) {
 		}
 	}
 }
+
+// Control traffic (BFD, BGP) on a node counts against no reply: within
+// the allowance it is no evidence of replies through the node; replies
+// beyond it still are.
+func TestCheckBypassWithin(t *testing.T) {
+	bfd := batch(1200, 800, []uint64{600, 600}, []uint64{640, 640}, []uint64{640, 640})
+	if _, err := CheckBypass(bfd, 200); err == nil {
+		t.Error("40 control packets per node without an allowance: no error")
+	}
+	if _, err := CheckBypassWithin(bfd, 200, 50); err != nil {
+		t.Errorf("40 control packets per node, 50 allowed: %v", err)
+	}
+	through := batch(1200, 800, []uint64{600, 600}, []uint64{1440, 640}, []uint64{1440, 640})
+	if _, err := CheckBypassWithin(through, 200, 50); err == nil || !strings.Contains(err.Error(), "node1:") {
+		t.Errorf("replies through node1 beside control traffic: %v, want node1 named", err)
+	}
+}

@@ -107,8 +107,10 @@ func Services(p lab.Plan) ([]Service, error) {
 // backends and servers: "web6", HTTP on the first IPv6 VIP's port 80 to
 // the backends' IPv6 addresses over IPIP (IPv6-in-IPv6); "echo6", UDP
 // echo on the second IPv6 VIP's port 9000 to the same over GUE (UDP over
-// IPv6); and "web6to4", HTTP on the second IPv6 VIP's port 80 to the
-// backends' IPv4 addresses over IPIP (IPv6-in-IPv4).
+// IPv6); "web6to4", HTTP on the second IPv6 VIP's port 80 to the
+// backends' IPv4 addresses over IPIP (IPv6-in-IPv4); and "echo6to4", UDP
+// echo on the first IPv6 VIP's port 9000 to the backends' IPv4 addresses
+// over GUE (UDP over IPv4, an IPv6 packet inside).
 func Services6(p lab.Plan) ([]Service, error) {
 	if len(p.VIPs6) < 2 {
 		return nil, fmt.Errorf("lab %q has %d IPv6 VIPs, want 2 (build it with IPv6)", p.Spec.Prefix, len(p.VIPs6))
@@ -122,6 +124,7 @@ func Services6(p lab.Plan) ([]Service, error) {
 		{Name: "web6", VIP: p.VIPs6[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: backends},
 		{Name: "echo6", VIP: p.VIPs6[1], Port: lab.UDPPort, Protocol: config.UDP, Forwarding: config.DSRGUE, Backends: slices.Clone(backends)},
 		{Name: "web6to4", VIP: p.VIPs6[1], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP, Backends: backends4},
+		{Name: "echo6to4", VIP: p.VIPs6[0], Port: lab.UDPPort, Protocol: config.UDP, Forwarding: config.DSRGUE, Backends: slices.Clone(backends4)},
 	}, nil
 }
 
@@ -156,7 +159,10 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 	if opts.ConntrackSize != 0 {
 		dp.ConntrackSize = schema.SetInt(opts.ConntrackSize)
 	}
-	sn := schema.Node{Interface: schema.Set(node.Interface), Address: schema.Set(schema.Text(node.Addr.String()))}
+	sn := schema.Node{Interface: schema.Set(node.Interface)}
+	if !opts.IPv6Only {
+		sn.Address = schema.Set(schema.Text(node.Addr.String()))
+	}
 	if node.Addr6.IsValid() {
 		sn.Address6 = schema.Set(schema.Text(node.Addr6.String()))
 	}
@@ -173,8 +179,14 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		}
 		// drainTime: long enough for the router to act on the
 		// withdrawal, short enough for tests that restart agents.
-		doc.BGP = schema.Set(schema.BGP{ASN: schema.SetASN(b.NodeASN), HoldTime: duration(b.HoldTime), DrainTime: schema.SetDuration(DrainTime),
-			Peers: schema.Set([]schema.Field[schema.Peer]{schema.Set(peer)})})
+		sb := schema.BGP{ASN: schema.SetASN(b.NodeASN), HoldTime: duration(b.HoldTime), DrainTime: schema.SetDuration(DrainTime),
+			Peers: schema.Set([]schema.Field[schema.Peer]{schema.Set(peer)})}
+		if opts.IPv6Only {
+			// No IPv4 address to default to: the plan's IPv4 address of
+			// the node is a router ID unique in the lab.
+			sb.RouterID = schema.Set(schema.Text(node.Addr.String()))
+		}
+		doc.BGP = schema.Set(sb)
 	}
 	if len(opts.Deny) > 0 {
 		doc.Policy = schema.Set(schema.Policy{Deny: prefixes(opts.Deny)})
@@ -300,6 +312,11 @@ type NodeOptions struct {
 	// NAT is the node's nat section (forwarding nat and dnat); nil:
 	// none, the agent's defaults.
 	NAT *NAT
+	// IPv6Only leaves node.address out, for a node whose interface has
+	// no IPv4 address (an IPv6-only node: take it off with
+	// lab.RemoveIPv4 first), and sets bgp.routerID, which has no default
+	// there, to the node's IPv4 address in the plan.
+	IPv6Only bool
 }
 
 // NAT is the node-wide nat section of an agent's configuration; zero

@@ -249,9 +249,10 @@ func TestRenderConfigIPv6(t *testing.T) {
 		fwd      config.Forwarding
 		backend0 netip.Addr
 	}{
-		"web6":    {p.VIPs6[0], config.DSRIPIP, p.Backends[0].Addr6},
-		"echo6":   {p.VIPs6[1], config.DSRGUE, p.Backends[0].Addr6},
-		"web6to4": {p.VIPs6[1], config.DSRIPIP, p.Backends[0].Addr},
+		"web6":     {p.VIPs6[0], config.DSRIPIP, p.Backends[0].Addr6},
+		"echo6":    {p.VIPs6[1], config.DSRGUE, p.Backends[0].Addr6},
+		"web6to4":  {p.VIPs6[1], config.DSRIPIP, p.Backends[0].Addr},
+		"echo6to4": {p.VIPs6[0], config.DSRGUE, p.Backends[0].Addr},
 	}
 	all := slices.Concat(v4, v6)
 	for _, node := range p.Nodes {
@@ -269,6 +270,9 @@ func TestRenderConfigIPv6(t *testing.T) {
 		if len(cfg.Services) != len(all) {
 			t.Fatalf("%d services, want %d", len(cfg.Services), len(all))
 		}
+		if len(v6) != len(want) {
+			t.Errorf("%d IPv6 services, want %d", len(v6), len(want))
+		}
 		for _, s := range cfg.Services[len(v4):] {
 			w, ok := want[s.Name]
 			if !ok || s.VIP != w.vip || s.Forwarding != w.fwd || len(s.Backends) != len(p.Backends) || s.Backends[0].Address != w.backend0 {
@@ -282,5 +286,41 @@ func TestRenderConfigIPv6(t *testing.T) {
 	}
 	if strings.Contains(string(b), "address6") {
 		t.Errorf("the file of an IPv4-only lab names an IPv6 address:\n%s", b)
+	}
+}
+
+// An IPv6-only node's file (NodeOptions.IPv6Only) has no node.address
+// and a router ID; on a host whose interface has no IPv4 address the
+// agent takes it with the IPv6 services over IPv6 backends, and refuses
+// those that need the IPv4 address it lacks.
+func TestRenderConfigIPv6Only(t *testing.T) {
+	p, err := lab.NewPlan(lab.Spec{Prefix: "xlbunit", Nodes: 3, Backends: 2, Binary: "/bin/true", IPv6: true, PeerIPv6: true, Router: lab.RouterFRR})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v6, err := Services6(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := p.Nodes[2]
+	host := &config.Host{Interfaces: map[string][]netip.Addr{node.Interface: {node.Addr6}}}
+	b, err := renderConfig(p, node, v6[:2], NodeOptions{IPv6Only: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.ParseOn(node.Name+".yaml", b, host)
+	if err != nil {
+		t.Fatalf("the agent of an IPv6-only node rejects its file: %v\n%s", err, b)
+	}
+	if cfg.Node.Address.IsValid() || cfg.BGP == nil || cfg.BGP.RouterID != node.Addr || cfg.BGP.Peers[0].Address != p.BGP.PeerAddr {
+		t.Errorf("node %+v, BGP %+v: want no node.address, router ID %s, the peer %s", cfg.Node, cfg.BGP, node.Addr, p.BGP.PeerAddr)
+	}
+	b, err = renderConfig(p, node, v6, NodeOptions{IPv6Only: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = config.ParseOn(node.Name+".yaml", b, host)
+	if err == nil || !strings.Contains(err.Error(), "is IPv4, and the node has no IPv4 address") {
+		t.Errorf("IPv4 backends on an IPv6-only node: %v, want them refused", err)
 	}
 }

@@ -64,6 +64,7 @@ type Dataplane struct {
 	migrate  bpfobj.Migration // how the pinned state was adopted
 	layout   bpfobj.Layout    // of the loaded maps, recorded once attached
 	lock     *os.File         // held while this process owns the pin path
+	node4    bool             // the node has an IPv4 address (node_addr): IPv4 VIPs and backends are served
 	node6    bool             // the node has an IPv6 address (node_addr6): IPv6 backends are reachable
 }
 
@@ -122,9 +123,11 @@ func Load(opts Options) (*Dataplane, error) {
 		lock.Close()
 		return nil, fmt.Errorf("create pin directory: %w", err)
 	}
-	if err := PrepareInterface(opts.Interface); err != nil {
-		lock.Close()
-		return nil, err
+	if opts.NodeAddr.IsValid() {
+		if err := PrepareInterface(opts.Interface); err != nil {
+			lock.Close()
+			return nil, err
+		}
 	}
 	if opts.NodeAddr6.IsValid() {
 		if err := PrepareInterface6(opts.Interface); err != nil {
@@ -169,8 +172,13 @@ func (opts Options) withDefaults() (Options, error) {
 	if opts.NATSessions == 0 {
 		opts.NATSessions = DefaultNATSessions
 	}
-	if !opts.NodeAddr.Is4() {
-		return opts, fmt.Errorf("node address %v: an IPv4 address is required", opts.NodeAddr)
+	// An IPv6-only node (NodeAddr6 alone) serves IPv6 VIPs with IPv6
+	// backends; UpsertService refuses what would need an IPv4 address.
+	switch {
+	case !opts.NodeAddr.IsValid() && !opts.NodeAddr6.IsValid():
+		return opts, errors.New("no node address: give the node's IPv4 address, its IPv6 address, or both")
+	case opts.NodeAddr.IsValid() && (!opts.NodeAddr.Is4() || opts.NodeAddr.IsUnspecified()):
+		return opts, fmt.Errorf("node address %v: not a usable IPv4 address (an IPv6 one is the node's IPv6 address)", opts.NodeAddr)
 	}
 	if opts.NodeAddr6.IsValid() && (!opts.NodeAddr6.Is6() || usableAddr(opts.NodeAddr6) != nil) {
 		return opts, fmt.Errorf("node IPv6 address %v: not a usable IPv6 address (global or unique local)", opts.NodeAddr6)
@@ -251,6 +259,7 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 			NATSessions: opts.NATSessions, FlowHash: opts.FlowHash, PingVIPs: opts.PingVIPs},
 		pinPath: opts.PinPath,
 		layout:  bpfobj.SpecLayout(spec),
+		node4:   opts.NodeAddr.IsValid(),
 		node6:   opts.NodeAddr6.IsValid(),
 	}
 	var copts ebpf.CollectionOptions

@@ -115,11 +115,18 @@ func checkService6(s Service) error {
 // IDs its table names) in its encapsulation, per the family matrix of
 // docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
 // outer header, which needs the node's IPv6 address, and only the IPIP
-// and GUE paths have one (for an IPv4 VIP, the stateless ones). Called
-// with d.mu held.
+// and GUE paths have one (for an IPv4 VIP, the stateless ones); an IPv4
+// backend or VIP needs the node's IPv4 address (an IPv6-only node serves
+// IPv6 alone). Called with d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
+	if s.Key.VIP.Is4() && !d.node4 {
+		return fmt.Errorf("service %d: VIP %v is IPv4, and the node has no IPv4 address: the program answers IPv4 clients from it (fragmentation needed); set the node's IPv4 address or give the service an IPv6 VIP", s.ID, s.Key.VIP)
+	}
 	for _, b := range named {
 		a := d.backends.addrs[b].Addr()
+		if a.Is4() && !d.node4 {
+			return fmt.Errorf("service %d: backend %d (%v) is IPv4, and the node has no IPv4 address to send from: set the node's IPv4 address or remove the backend", s.ID, b, a)
+		}
 		if !a.Is6() {
 			continue
 		}

@@ -100,6 +100,12 @@ func Listed(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func
 	return selectEndpoints(eps, port, keep, true)
 }
 
+// ListedOf is Listed over the slices of one address type, IPv4 or IPv6:
+// a dual-stack Service's endpoints of its VIP's family.
+func ListedOf(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool, family discoveryv1.AddressType) []Endpoint {
+	return selectFamily(eps, port, keep, true, family)
+}
+
 func selectEndpoints(eps []*discoveryv1.EndpointSlice, port corev1.ServicePort, keep func(discoveryv1.Endpoint) bool, gone bool) []Endpoint {
 	return selectFamily(eps, port, keep, gone, discoveryv1.AddressTypeIPv4)
 }

@@ -43,15 +43,16 @@ func served(svc *corev1.Service, classless bool) bool {
 	return classless
 }
 
-// ingressIPs returns the IPv4 addresses of the Service's
-// status.loadBalancer.ingress, in order, without repeats. Every one is
-// translated: an entry the LB never uses costs a map slot, a missing one
-// would drop traffic.
+// ingressIPs returns the addresses of the Service's
+// status.loadBalancer.ingress, IPv4 and IPv6 (a dual-stack Service has
+// one of each), in order, without repeats. Every one is translated: an
+// entry the LB never uses costs a map slot, a missing one would drop
+// traffic.
 func ingressIPs(svc *corev1.Service) []netip.Addr {
 	var out []netip.Addr
 	for _, in := range svc.Status.LoadBalancer.Ingress {
 		a, err := netip.ParseAddr(in.IP)
-		if err != nil || !a.Is4() || a.IsUnspecified() || slices.Contains(out, a) {
+		if err != nil || a.IsUnspecified() || a.Zone() != "" || a.Is4In6() || slices.Contains(out, a) {
 			continue
 		}
 		out = append(out, a)
@@ -66,7 +67,7 @@ type problem struct {
 
 // translate computes the node's translations: for every served Service
 // with an address, every TCP or UDP port, every endpoint the slices list
-// on this node, one entry per VIP. Not only ready ones: a pod that is not
+// on this node, one entry per VIP of the endpoint's family. Not only ready ones: a pod that is not
 // ready yet has its translation by the time it is, before the LB nodes
 // (which follow the slices on their own) start sending to it, and one
 // that turned unready keeps it for the connections it still has. The
@@ -120,8 +121,17 @@ func translate(in input) ([]backendhost.NATEntry, []problem) {
 			if !ok || port.Port < 1 || port.Port > 65535 {
 				continue // SCTP: the LB side reports it; the API rejects bad ports
 			}
-			pods := endpoints.Listed(eps, port, endpoints.OnNode(in.node))
+			// A VIP is translated for the pods of its family: the LB
+			// forwards an IPv6 VIP to the Service's IPv6 endpoints.
+			pods := map[bool][]endpoints.Endpoint{}
 			for _, vip := range vips {
+				if _, ok := pods[vip.Is6()]; !ok {
+					family := discoveryv1.AddressTypeIPv4
+					if vip.Is6() {
+						family = discoveryv1.AddressTypeIPv6
+					}
+					pods[vip.Is6()] = endpoints.ListedOf(eps, port, endpoints.OnNode(in.node), family)
+				}
 				k := svcPort{vip, uint16(port.Port), proto}
 				if o, taken := owner[k]; taken && o != name {
 					probs = append(probs, problem{fmt.Sprintf("Service %s: %v:%d/%s is already served by the older Service %s; not translated", name, vip, port.Port, protoName(proto), o),
@@ -129,7 +139,7 @@ func translate(in input) ([]backendhost.NATEntry, []problem) {
 					continue
 				}
 				owner[k] = name
-				for _, p := range pods {
+				for _, p := range pods[vip.Is6()] {
 					switch {
 					case slices.Contains(in.local, p.Addr):
 						probs = append(probs, problem{fmt.Sprintf("Service %s: endpoint %v is an address of this node (a hostNetwork pod?): the node cannot translate to itself; not translated", name, p.Addr),

@@ -105,6 +105,13 @@ func slice(svc, name string, ports []discoveryv1.EndpointPort, eps ...ep) *disco
 	return sl
 }
 
+// slice6 is an IPv6 EndpointSlice.
+func slice6(svc, name string, ports []discoveryv1.EndpointPort, eps ...ep) *discoveryv1.EndpointSlice {
+	sl := slice(svc, name, ports, eps...)
+	sl.AddressType = discoveryv1.AddressTypeIPv6
+	return sl
+}
+
 func slicesOf(all ...*discoveryv1.EndpointSlice) func(ns, name string) []*discoveryv1.EndpointSlice {
 	return func(ns, name string) []*discoveryv1.EndpointSlice {
 		var out []*discoveryv1.EndpointSlice
@@ -207,12 +214,41 @@ func TestTranslate(t *testing.T) {
 			slices:   []*discoveryv1.EndpointSlice{slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady})},
 		},
 		{
-			name:     "ingress with a hostname or IPv6 only",
+			// Each VIP to the pods of its family, as the LB forwards it.
+			name:     "a dual-stack Service: each address to the endpoints of its family",
+			services: []*corev1.Service{service("web", withIngress("10.99.0.1", "fd00:99::1"))},
+			slices: []*discoveryv1.EndpointSlice{
+				slice("web", "web-v4", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}, ep{nodeB, []string{"10.244.2.2"}, condReady}),
+				slice6("web", "web-v6", httpPort, ep{nodeA, []string{"fd00:244:1::2"}, condNotReady}, ep{nodeB, []string{"fd00:244:2::2"}, condReady}),
+			},
+			want: []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "[fd00:99::1]:80/tcp=[fd00:244:1::2]:8080"},
+		},
+		{
+			name:     "an IPv6-only Service",
+			services: []*corev1.Service{service("web", withIngress("fd00:99::1"))},
+			slices: []*discoveryv1.EndpointSlice{
+				slice6("web", "web-v6", slicePorts(sport("http", 8081, corev1.ProtocolTCP)), ep{nodeA, []string{"fd00:244:1::2", "fd00:244:1::3"}, condReady}),
+				slice("web", "web-v4", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady}),
+			},
+			want: []string{"[fd00:99::1]:80/tcp=[fd00:244:1::2]:8081", "[fd00:99::1]:80/tcp=[fd00:244:1::3]:8081"},
+		},
+		{
+			name:     "an IPv6 hostNetwork endpoint, an IPv6 endpoint at the VIP, bad IPv6 addresses",
+			local:    []string{"10.0.2.2", "fd00:10:2::2"},
+			services: []*corev1.Service{service("web", withIngress("fd00:99::1", "fe80::1%eth0", "::ffff:10.99.0.9"))},
+			slices: []*discoveryv1.EndpointSlice{slice6("web", "web-v6", httpPort,
+				ep{nodeA, []string{"fd00:10:2::2"}, condReady}, ep{nodeA, []string{"fd00:99::1"}, condReady},
+				ep{nodeA, []string{"::", "fe80::2%hp1", "::ffff:10.244.1.2", "fd00:244:1::2"}, condReady})},
+			want:     []string{"[fd00:99::1]:80/tcp=[fd00:244:1::2]:8080"},
+			problems: []string{"endpoint fd00:10:2::2 is an address of this node", "endpoint fd00:99::1 is the Service's own address"},
+		},
+		{
+			name:     "ingress with a hostname, or IPv6 without IPv6 endpoints",
 			services: []*corev1.Service{service("web", withIngress("", "fd00::1", "not-an-ip"))},
 			slices:   []*discoveryv1.EndpointSlice{slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady})},
 		},
 		{
-			name:     "every IPv4 ingress address, once",
+			name:     "every ingress address, once; the IPv6 one has no IPv6 endpoints",
 			services: []*corev1.Service{service("web", withIngress("10.99.0.1", "fd00::1", "10.99.0.2", "10.99.0.1"))},
 			slices:   []*discoveryv1.EndpointSlice{slice("web", "web-1", httpPort, ep{nodeA, []string{"10.244.1.2"}, condReady})},
 			want:     []string{"10.99.0.1:80/tcp=10.244.1.2:8080", "10.99.0.2:80/tcp=10.244.1.2:8080"},
@@ -269,7 +305,7 @@ func TestTranslate(t *testing.T) {
 			want: []string{"10.99.0.1:80/tcp=10.244.1.2:8082", "10.99.0.1:80/tcp=10.244.1.3:8081"},
 		},
 		{
-			name:     "IPv6 slices and bad addresses ignored",
+			name:     "IPv6 slices of an IPv4 Service and bad addresses ignored",
 			services: []*corev1.Service{service("web")},
 			slices: []*discoveryv1.EndpointSlice{
 				func() *discoveryv1.EndpointSlice {

@@ -1,0 +1,216 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/xlbproject/xlb/internal/api"
+	"github.com/xlbproject/xlb/internal/backendhost"
+	k8sapi "github.com/xlbproject/xlb/internal/k8s/api"
+	"github.com/xlbproject/xlb/testbed/k8stest"
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+)
+
+// The dual-stack Service of TestKubernetesDualStack and its pool: one
+// address of each family, both in the lab's VIP prefixes.
+const (
+	k8sDualService = "web6"
+	k8sDualPool    = "lab6"
+)
+
+var k8sDualRanges = []any{"10.99.0.32/28", "fd00:99::20/124"}
+
+// TestKubernetesDualStack runs xlb as the load balancer of a dual-stack
+// Service (spec.ipFamilyPolicy RequireDualStack) against a dual-stack API
+// server, in a lab whose pods have an IPv6 address beside their IPv4 one
+// (lab.Spec.Pods with IPv6): `xlb controller` gives the Service an
+// address of each family from a dual-stack AddressPool; the agents serve
+// the IPv6 address with the pods' IPv6 addresses from the IPv6
+// EndpointSlices and announce it with their IPv6 next hops; `xlb backend
+// --source kubernetes` on the Kubernetes nodes translates it to the
+// pods' IPv6 addresses and target ports. The IPv6 client reaches every
+// pod over HTTP and UDP at the IPv6 address, and the IPv4 one still
+// works beside it.
+func TestKubernetesDualStack(t *testing.T) {
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
+	}
+	cp := k8stest.StartT(t, k8stest.Options{ServiceCIDR: "10.96.0.0/16,fd00:96::/108"})
+	prefix := labPrefix + "kd"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 2, Binary: xlbBinary,
+		Router: lab.RouterEmbedded, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKubeEnv(t, ctx, cp, p)
+	t.Cleanup(func() {
+		if t.Failed() {
+			k.logAgents(60)
+		}
+	})
+	k.applyCRDs()
+	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
+		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
+		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q},{"type":"InternalIP","address":%q}]}}`, h.Addr, h.Addr6)
+		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
+	}
+	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sDualPool, map[string]any{"addresses": k8sDualRanges})
+	b := p.BGP
+	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{
+		"myASN": int64(b.NodeASN), "peerASN": int64(b.PeerASN), "peerAddress": b.PeerAddr.String(), "holdTime": b.HoldTime.String()})
+	k.startController()
+	for _, n := range p.Nodes {
+		k.startAgent(n)
+	}
+	for _, be := range p.Backends {
+		k.startBackend(be)
+	}
+
+	// The pods, each with both addresses as a dual-stack kubelet
+	// reports them; then the Service.
+	for _, pod := range p.Pods {
+		k.must(k.cs.CoreV1().Pods(k8sNamespace).Create(ctx, &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Labels: map[string]string{"app": k8sDualService}},
+			Spec: corev1.PodSpec{NodeName: p.Backends[pod.Node].Name,
+				Containers: []corev1.Container{{Name: "web", Image: "registry.invalid/web",
+					Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: lab.PodHTTPPort}, {Name: "dns", ContainerPort: lab.PodUDPPort, Protocol: corev1.ProtocolUDP}}}}},
+		}, metav1.CreateOptions{}))
+		k.patchPodStatus(pod, fmt.Sprintf(`{"status":{"phase":"Running","podIP":%q,"podIPs":[{"ip":%q},{"ip":%q}],"conditions":[{"type":"Ready","status":"True"}]}}`,
+			pod.Addr, pod.Addr, pod.Addr6))
+	}
+	class := k8sapi.LoadBalancerClass
+	policy := corev1.IPFamilyPolicyRequireDualStack
+	k.must(k.cs.CoreV1().Services(k8sNamespace).Create(ctx, &corev1.Service{
+		ObjectMeta: metav1.ObjectMeta{Name: k8sDualService},
+		Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeLoadBalancer, LoadBalancerClass: &class,
+			IPFamilyPolicy: &policy, IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol, corev1.IPv6Protocol},
+			Selector: map[string]string{"app": k8sDualService},
+			Ports: []corev1.ServicePort{
+				{Name: "http", Port: 80, TargetPort: intstr.FromString("http"), Protocol: corev1.ProtocolTCP},
+				{Name: "dns", Port: 53, TargetPort: intstr.FromInt32(lab.PodUDPPort), Protocol: corev1.ProtocolUDP},
+			}},
+	}, metav1.CreateOptions{}))
+
+	var vip4, vip6 netip.Addr
+	k.waitFor("the Service's two addresses", 30*time.Second, func() string {
+		s, err := k.cs.CoreV1().Services(k8sNamespace).Get(ctx, k8sDualService, metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		ing := s.Status.LoadBalancer.Ingress
+		if len(ing) != 2 {
+			return fmt.Sprintf("ingress %+v", ing)
+		}
+		vip4, err = netip.ParseAddr(ing[0].IP)
+		if err != nil {
+			return err.Error()
+		}
+		if vip6, err = netip.ParseAddr(ing[1].IP); err != nil || !vip4.Is4() || !vip6.Is6() {
+			return fmt.Sprintf("ingress %+v", ing)
+		}
+		return ""
+	})
+	t.Logf("the Service has %s and %s", vip4, vip6)
+
+	// Every agent serves the IPv6 address with every pod's IPv6 address;
+	// every pod's node translates it to the pod.
+	var pods6 []string
+	for _, pod := range p.Pods {
+		pods6 = append(pods6, pod.Addr6.String())
+	}
+	slices.Sort(pods6)
+	k.waitFor("the IPv6 address served with every pod", 30*time.Second, func() string {
+		for _, n := range p.Nodes {
+			st, err := api.GetStatus(labrun.Socket(p, n))
+			if err != nil {
+				return err.Error()
+			}
+			i := slices.IndexFunc(st.Services, func(s api.Service) bool { return s.VIP == vip6 && s.Port == 80 })
+			if i < 0 {
+				return n.Name + " does not serve " + vip6.String()
+			}
+			var got []string
+			for _, be := range st.Services[i].Backends {
+				got = append(got, be.Address.String())
+			}
+			slices.Sort(got)
+			if !st.Services[i].Installed || !slices.Equal(got, pods6) {
+				return fmt.Sprintf("%s serves %s with %v, installed %v", n.Name, st.Services[i].Name, got, st.Services[i].Installed)
+			}
+		}
+		for _, pod := range p.Pods {
+			h := p.Backends[pod.Node]
+			nat, err := backendhost.PinnedNAT(h.PinDir)
+			if err != nil {
+				return err.Error()
+			}
+			for _, port := range []uint16{80, 53} {
+				if !slices.ContainsFunc(nat, func(e backendhost.NATEntry) bool { return e.VIP == vip6 && e.Port == port && e.PodIP == pod.Addr6 }) {
+					return fmt.Sprintf("%s does not translate [%s]:%d to %s: %v", h.Name, vip6, port, pod.Name, nat)
+				}
+			}
+		}
+		return ""
+	})
+	var nodes4, nodes6 []netip.Addr
+	for _, n := range p.Nodes {
+		nodes4 = append(nodes4, n.Addr)
+		nodes6 = append(nodes6, n.Addr6)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip6, nodes6, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip4, nodes4, 20*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	all := podNames(p.Pods)
+	client := p.Clients[0].Namespace
+	for _, c := range []struct {
+		target netip.AddrPort
+		udp    bool
+		n      int
+	}{
+		{netip.AddrPortFrom(vip6, 80), false, 200},
+		{netip.AddrPortFrom(vip6, 53), true, 100},
+		{netip.AddrPortFrom(vip4, 80), false, 100},
+	} {
+		var tally labrun.Tally
+		if c.udp {
+			tally, err = labrun.UDPLoad(ctx, client, c.target, c.n, parallel, nil)
+		} else {
+			tally, err = labrun.HTTPLoad(ctx, client, c.target, c.n, parallel, nil)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", c.target, err)
+		}
+		t.Logf("%s: %d answers %v", c.target, tally.Total(), tally)
+		checkTally(t, tally, all)
+		if tally.Total() != c.n {
+			t.Errorf("%s: %d answers, want %d", c.target, tally.Total(), c.n)
+		}
+		for _, name := range all {
+			if tally[name] == 0 {
+				t.Errorf("%s: pod %s got none of %d requests", c.target, name, c.n)
+			}
+		}
+	}
+	if n := k.natNoEntry(); n != 0 {
+		t.Errorf("the Kubernetes nodes dropped %d packets for want of a translation", n)
+	}
+	t.Logf("node counters: %s", k.counters())
+}
