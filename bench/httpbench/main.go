@@ -22,7 +22,6 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,8 +36,8 @@ import (
 
 // options are the measurement's settings.
 type options struct {
-	// nodeQueues is the queues of each node's veth pair (lab.Spec.NodeQueues).
-	nodeQueues      int
+	// egressQueue is the lab's lab.Spec.EgressQueue.
+	egressQueue     int
 	wrk             wrkSettings
 	warmup          time.Duration
 	rounds          int
@@ -102,7 +101,7 @@ func run() error {
 	xlbBin := flag.String("xlb", "", "xlb binary for the lab (default: build ./cmd/xlb)")
 	budget := flag.Duration("timeout", 40*time.Minute, "give up (and clean up) after this long")
 	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy,nft-v6; ipv4 or ipv6: every path of that family; \"\": all); a development run, whose document section lacks the others")
-	nodeQueues := flag.Int("node-queues", runtime.NumCPU(), "queues of each LB node's veth pair, a receive queue per CPU as RSS gives a real NIC (1: the lab's default single queue)")
+	egressQueue := flag.Int("egress-queue", 1000, "packets of the transmit queue on both ends of every veth of the lab, as a NIC's (0: none, the veth default, which drops what a full XDP ring does not take)")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
 
@@ -110,9 +109,9 @@ func run() error {
 		return renderOnly(*render, *img, *doc)
 	}
 	o := options{
-		nodeQueues: *nodeQueues,
-		wrk:        wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
-		warmup:     time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
+		egressQueue: *egressQueue,
+		wrk:         wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
+		warmup:      time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
 		latencyBackends: 4, latencyDuration: *latDuration, latencyWarmup: time.Second,
 		extraRounds: 2, extraRuns: 28, latencyRetries: 8,
 	}
@@ -160,7 +159,7 @@ func run() error {
 		IRQTimeAccounting: kernelConfig("CONFIG_IRQ_TIME_ACCOUNTING"),
 		Wrk:               o.wrk, Warmup: o.warmup, Rounds: o.rounds, QuietCores: quietCores, BackendCounts: o.backends, Modes: o.modes,
 		LatencyRates: o.rates, LatencyBackends: o.latencyBackends, LatencyDuration: o.latencyDuration, LatencyWarmup: o.latencyWarmup,
-		Paths: paths(), NodeQueues: o.nodeQueues,
+		Paths: paths(), EgressQueue: o.egressQueue,
 	}
 	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {
@@ -203,7 +202,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 			err = errors.Join(err, fmt.Errorf("%w (run `xlb lab down --prefix %s`)", derr, prefix))
 		}
 	}()
-	l, err := upLab(ctx, prefix, xlb, o.nodeQueues, progress)
+	l, err := upLab(ctx, prefix, xlb, o.egressQueue, progress)
 	if err != nil {
 		return fmt.Errorf("lab: %w", err)
 	}

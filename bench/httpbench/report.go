@@ -27,9 +27,9 @@ type Report struct {
 	Command string            `json:"command"`
 	Seconds float64           `json:"seconds"`
 	Quick   bool              `json:"quick,omitempty"`
-	// NodeQueues is the queues of each LB node's veth pair (0: a
-	// result from before the lab had the setting, one queue).
-	NodeQueues int `json:"node_queues,omitempty"`
+	// EgressQueue is the lab's transmit queue on every veth end, in
+	// packets (0: none, as in results from before the setting).
+	EgressQueue int `json:"egress_queue,omitempty"`
 	// IRQTimeAccounting is the kernel's CONFIG_IRQ_TIME_ACCOUNTING: "n"
 	// means softirq time is also charged to the interrupted process.
 	IRQTimeAccounting string `json:"irq_time_accounting,omitempty"`

@@ -152,7 +152,7 @@ type benchLab struct {
 
 // upLab builds the lab and starts everything but the paths' own
 // programs (those follow the backend count: configure).
-func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(string, ...any)) (*benchLab, error) {
+func upLab(ctx context.Context, prefix, xlb string, queue int, progress func(string, ...any)) (*benchLab, error) {
 	nodes := 0
 	for _, p := range paths() {
 		nodes = max(nodes, p.node+1)
@@ -161,7 +161,7 @@ func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(st
 	// the node's XDP program and sent on: they must leave the backend
 	// with complete checksums, as from a real NIC (see docs/lab.md). The
 	// same for every path.
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true, IPv6: hasIPv6(paths()), NodeQueues: queues})
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: nodes, Backends: labBackends, Binary: xlb, Router: lab.RouterStatic, FullBackendChecksums: true, IPv6: hasIPv6(paths()), EgressQueue: queue})
 	if err != nil {
 		return nil, err
 	}
@@ -173,8 +173,8 @@ func upLab(ctx context.Context, prefix, xlb string, queues int, progress func(st
 	if p.Spec.IPv6 {
 		ipv6 = " --ipv6"
 	}
-	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static --full-backend-checksums --node-queues %d%s  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s` on every backend, `xlb lab serve` on every backend, a queue per CPU on the nodes' veths",
-		prefix, nodes, labBackends, queues, ipv6, joinAddrs(slices.Concat(p.VIPs, p.VIPs6), " --vip ")))
+	l.setup = append(l.setup, fmt.Sprintf("xlb lab up --prefix %s --clients 1 --nodes %d --backends %d --router static --full-backend-checksums --egress-queue %d%s  # testbed/lab: namespaces, router, XDP_PASS on the router's ports, `ethtool -K eth0 tx off` on the client and every backend, `xlb backend --vip %s` on every backend, `xlb lab serve` on every backend, a pfifo qdisc on every veth end",
+		prefix, nodes, labBackends, queue, ipv6, joinAddrs(slices.Concat(p.VIPs, p.VIPs6), " --vip ")))
 	for i := range l.paths {
 		if n := l.paths[i].node; n >= 0 {
 			l.paths[i].Node = p.Nodes[n].Namespace

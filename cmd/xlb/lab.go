@@ -78,7 +78,7 @@ func labUp(args []string) error {
 	bfd := fs.Bool("bfd", false, "run BFD between the router and the nodes, 100ms x 3 (needs --router embedded, frr or bird)")
 	pods := fs.Int("pods", 0, "make the backends Kubernetes nodes with this many pod namespaces each (servers in the pods on ports 8080 and 5353; run `xlb backend --source kubernetes` or --nat on the nodes)")
 	plain := fs.Bool("plain-backends", false, "backends (or pods) run nothing but nginx: no `xlb backend`, no VIP, for services with forwarding nat or dnat")
-	nodeQueues := fs.Int("node-queues", 0, "queues of each node's veth pair, as a NIC's receive queue per CPU (0: one); each queue of a veth running XDP holds 256 frames")
+	egressQueue := fs.Int("egress-queue", 0, "a transmit queue of this many packets on both ends of every host's veth (0: none, the veth default): a full XDP ring then stops the queue instead of dropping (kernel 6.16 or later)")
 	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
 	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
 	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector; --pods with --ipv6 gives the pods IPv6 addresses, the other two have no IPv6 yet)")
@@ -102,7 +102,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, NodeQueues: *nodeQueues, PeerIPv6: *peer6})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, EgressQueue: *egressQueue, PeerIPv6: *peer6})
 	if err != nil {
 		return err
 	}

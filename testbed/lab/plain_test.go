@@ -41,14 +41,14 @@ func TestPlainNginxConfig(t *testing.T) {
 	}
 }
 
-func TestNewPlanNodeQueues(t *testing.T) {
+func TestNewPlanEgressQueue(t *testing.T) {
 	for _, tc := range []struct {
 		n  int
 		ok bool
-	}{{0, true}, {1, true}, {2, true}, {MaxNodeQueues, true}, {-1, false}, {MaxNodeQueues + 1, false}} {
-		_, err := NewPlan(Spec{Prefix: "t3", Binary: "/usr/bin/true", NodeQueues: tc.n})
+	}{{0, true}, {1000, true}, {MaxEgressQueue, true}, {-1, false}, {MaxEgressQueue + 1, false}} {
+		_, err := NewPlan(Spec{Prefix: "t3", Binary: "/usr/bin/true", EgressQueue: tc.n})
 		if (err == nil) != tc.ok {
-			t.Errorf("NodeQueues %d: error %v, want ok %v", tc.n, err, tc.ok)
+			t.Errorf("EgressQueue %d: error %v, want ok %v", tc.n, err, tc.ok)
 		}
 	}
 }
@@ -78,20 +78,17 @@ func TestPlainBackends(t *testing.T) {
 	prefix := testPrefix(t, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 1, Backends: 2, Binary: xlbBinary, PlainBackends: true, RepliesVia: "node1", NodeQueues: 2})
+	p, err := Up(ctx, Spec{Prefix: prefix, Nodes: 1, Backends: 2, Binary: xlbBinary, PlainBackends: true, RepliesVia: "node1", EgressQueue: 500})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// NodeQueues: both ends of the node's veth pair have two queues each
-	// way, the backends' one.
-	for _, c := range []struct{ ns, dev, want string }{
-		{p.Nodes[0].Namespace, p.Nodes[0].Interface, "numtxqueues 2 numrxqueues 2"},
-		{p.Router, p.Nodes[0].Peer, "numtxqueues 2 numrxqueues 2"},
-		{p.Backends[0].Namespace, p.Backends[0].Interface, "numtxqueues 1 numrxqueues 1"},
-	} {
-		out, err := exec.Command("ip", "-n", c.ns, "-d", "link", "show", "dev", c.dev).CombinedOutput()
-		if err != nil || !strings.Contains(string(out), c.want) {
-			t.Errorf("%s in %s: %v: want %q:\n%s", c.dev, c.ns, err, c.want, out)
+	// EgressQueue: both ends of every host's veth pair queue 500 packets.
+	for _, h := range p.Hosts() {
+		for _, end := range [][2]string{{p.Router, h.Peer}, {h.Namespace, h.Interface}} {
+			out, err := exec.Command("tc", "-n", end[0], "qdisc", "show", "dev", end[1], "root").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "pfifo") || !strings.Contains(string(out), "limit 500p") {
+				t.Errorf("%s in %s: %v: want a pfifo qdisc of 500 packets:\n%s", end[1], end[0], err, out)
+			}
 		}
 	}
 	client := p.Clients[0]

@@ -50,8 +50,8 @@ const (
 // backend k gets 10.244.k.(1+j).
 const MaxPods = 253
 
-// MaxNodeQueues bounds Spec.NodeQueues.
-const MaxNodeQueues = 64
+// MaxEgressQueue bounds Spec.EgressQueue.
+const MaxEgressQueue = 100000
 
 // PodGateway is every pod's default gateway, as Calico-style CNIs with
 // host routing do it: a link-local address that the node's end of the
@@ -168,14 +168,15 @@ type Spec struct {
 	// IPv4-only lab, which tests and benchmarks compare across
 	// versions.
 	IPv6 bool `json:"ipv6,omitempty"`
-	// NodeQueues gives each node's veth pair this many queues each way
-	// (0: one), as a real NIC has a receive queue per CPU that RSS
-	// spreads flows over. A veth whose end runs an XDP program (the
-	// node's, and the router's port with its XDP_PASS) queues what it
-	// receives in a ring of 256 frames per queue and drops what does
-	// not fit; with one queue the frames of every port the router
-	// forwards to a node share that ring.
-	NodeQueues int `json:"nodeQueues,omitempty"`
+	// EgressQueue gives both ends of every host's veth pair a transmit
+	// queue of this many packets (a pfifo qdisc; 0: none, the veth's
+	// default), as a router's or a host's NIC has one. A veth whose
+	// other end runs an XDP program (an xlb node's or backend's, the
+	// router's XDP_PASS) hands it frames through a ring of 256 and, with
+	// no queue, drops what does not fit: the frames of every port the
+	// router forwards to one node share that ring. With a queue, the
+	// kernel (6.16 and later) stops it while the ring is full instead.
+	EgressQueue int `json:"egressQueue,omitempty"`
 	// PeerIPv6 makes the nodes peer with the router over IPv6 (needs
 	// IPv6 and a BGP router, not the reflector): BGP.PeerAddr is the
 	// router's IPv6 address on the node segment, so each node's session
@@ -421,8 +422,8 @@ func NewPlan(s Spec) (Plan, error) {
 	if s.Pods < 0 || s.Pods > MaxPods {
 		return Plan{}, fmt.Errorf("lab %q: %d pods per backend: want 0 to %d", s.Prefix, s.Pods, MaxPods)
 	}
-	if s.NodeQueues < 0 || s.NodeQueues > MaxNodeQueues {
-		return Plan{}, fmt.Errorf("lab %q: %d queues per node: want 0 to %d", s.Prefix, s.NodeQueues, MaxNodeQueues)
+	if s.EgressQueue < 0 || s.EgressQueue > MaxEgressQueue {
+		return Plan{}, fmt.Errorf("lab %q: an egress queue of %d packets: want 0 (none) to %d", s.Prefix, s.EgressQueue, MaxEgressQueue)
 	}
 	if s.RepliesVia != "" {
 		if k, err := strconv.Atoi(strings.TrimPrefix(s.RepliesVia, "node")); !strings.HasPrefix(s.RepliesVia, "node") || err != nil || k < 1 || k > s.Nodes {

@@ -29,6 +29,16 @@ func ip(ctx context.Context, args ...string) ([]byte, error) {
 	return out, nil
 }
 
+// tc runs iproute2's tc with args; the error carries the command line
+// and tc's own message.
+func tc(ctx context.Context, args ...string) error {
+	cmd := exec.CommandContext(ctx, "tc", args...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("tc %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
 // sysctl is one network sysctl, named by its path under /proc/sys/net.
 type sysctl struct{ key, value string }
 

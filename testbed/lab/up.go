@@ -227,13 +227,9 @@ func setUpHosts(ctx context.Context, p Plan) error {
 	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, nodes}, {p.BackendSegment, p.Backends}} {
 		for _, h := range g.hosts {
 			mtu := strconv.Itoa(h.MTU)
-			q := "1"
-			if g.seg.Bridge == p.NodeSegment.Bridge && p.Spec.NodeQueues > 1 {
-				q = strconv.Itoa(p.Spec.NodeQueues)
-			}
 			addr := netip.PrefixFrom(h.Addr, g.seg.Subnet.Bits()).String()
 			for _, args := range [][]string{
-				{"-n", p.Router, "link", "add", h.Peer, "mtu", mtu, "numtxqueues", q, "numrxqueues", q, "type", "veth", "peer", "name", h.Interface, "mtu", mtu, "numtxqueues", q, "numrxqueues", q, "netns", h.Namespace},
+				{"-n", p.Router, "link", "add", h.Peer, "mtu", mtu, "type", "veth", "peer", "name", h.Interface, "mtu", mtu, "netns", h.Namespace},
 				{"-n", p.Router, "link", "set", h.Peer, "master", g.seg.Bridge, "up"},
 				{"-n", h.Namespace, "addr", "add", addr, "dev", h.Interface},
 				{"-n", h.Namespace, "link", "set", h.Interface, "up"},
@@ -241,6 +237,13 @@ func setUpHosts(ctx context.Context, p Plan) error {
 			} {
 				if _, err := ip(ctx, args...); err != nil {
 					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
+			if q := p.Spec.EgressQueue; q > 0 {
+				for _, end := range [][]string{{p.Router, h.Peer}, {h.Namespace, h.Interface}} {
+					if err := tc(ctx, "-n", end[0], "qdisc", "replace", "dev", end[1], "root", "pfifo", "limit", strconv.Itoa(q)); err != nil {
+						return fmt.Errorf("%s: %w", h.Name, err)
+					}
 				}
 			}
 			if !h.Addr6.IsValid() {
