@@ -19,6 +19,25 @@ static __always_inline int encap_is_gue(__u8 mode)
 	return mode == XLB_ENCAP_GUE || mode == XLB_ENCAP_GUE_HINT;
 }
 
+/* Fill an outer (or reply) IPv4 header of 20 bytes, checksum included:
+ * what every header the program writes from nothing has in common. */
+static __always_inline void ipv4_header(struct iphdr *ip, __u8 tos, __u16 tot_len, __be16 df,
+					__u8 proto, __be32 saddr, __be32 daddr)
+{
+	ip->version = 4;
+	ip->ihl = 5;
+	ip->tos = tos;
+	ip->tot_len = bpf_htons(tot_len);
+	ip->id = 0;
+	ip->frag_off = df;
+	ip->ttl = XLB_OUTER_TTL;
+	ip->protocol = proto;
+	ip->saddr = saddr;
+	ip->daddr = daddr;
+	ip->check = 0;
+	ip->check = ipv4_csum(ip);
+}
+
 /* Prepend the outer headers in front of the IPv4 packet, behind a new
  * Ethernet header: macs (destination then source, three words) when
  * given, else the frame's own header moved to the new front (a packet
@@ -58,16 +77,8 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 		__builtin_memcpy(eth, old_eth, sizeof(*eth));
 	}
 
-	ip->version = 4;
-	ip->ihl = 5;
-	ip->tos = tos;
-	ip->tot_len = bpf_htons(inner_len + overhead);
-	ip->id = 0;
-	ip->frag_off = df;
-	ip->ttl = XLB_OUTER_TTL;
-	ip->saddr = saddr;
-	ip->daddr = daddr;
-	ip->check = 0;
+	ipv4_header(ip, tos, inner_len + overhead, df, encap_is_gue(mode) ? IPPROTO_UDP : IPPROTO_IPIP,
+		    saddr, daddr);
 
 	if (encap_is_gue(mode)) {
 		struct udphdr *udp = (void *)(ip + 1);
@@ -75,7 +86,6 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 
 		if ((void *)(gue + 1) > data_end)
 			return -1;
-		ip->protocol = IPPROTO_UDP;
 		/* Per-flow source port in the ephemeral range: backends spread
 		 * flows over their RX queues by it. Checksum 0: allowed for
 		 * UDP over IPv4, the inner packet has its own. */
@@ -95,10 +105,7 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
 			gue->hlen_c_ver = XLB_GUE_HINT_WORDS;
 			*h = *hint;
 		}
-	} else {
-		ip->protocol = IPPROTO_IPIP;
 	}
-	ip->check = ipv4_csum(ip);
 	return 0;
 }
 
@@ -160,18 +167,7 @@ static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, 
 	} else {
 		struct iphdr *ip = (void *)(eth + 1);
 
-		ip->version = 4;
-		ip->ihl = 5;
-		ip->tos = tos;
-		ip->tot_len = bpf_htons(inner_len + overhead);
-		ip->id = 0;
-		ip->frag_off = df;
-		ip->ttl = XLB_OUTER_TTL;
-		ip->protocol = proto;
-		ip->saddr = saddr4;
-		ip->daddr = daddr->w[3];
-		ip->check = 0;
-		ip->check = ipv4_csum(ip);
+		ipv4_header(ip, tos, inner_len + overhead, df, proto, saddr4, daddr->w[3]);
 		l4 = ip + 1;
 	}
 
@@ -229,18 +225,7 @@ static __always_inline int icmp_frag_needed(struct xdp_md *ctx, __be32 saddr, __
 	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
 	eth->h_proto = bpf_htons(ETH_P_IP);
 
-	ip->version = 4;
-	ip->ihl = 5;
-	ip->tos = 0;
-	ip->tot_len = bpf_htons(add + quote);
-	ip->id = 0;
-	ip->frag_off = 0;
-	ip->ttl = XLB_OUTER_TTL;
-	ip->protocol = IPPROTO_ICMP;
-	ip->saddr = saddr;
-	ip->daddr = orig->saddr;
-	ip->check = 0;
-	ip->check = ipv4_csum(ip);
+	ipv4_header(ip, 0, add + quote, 0, IPPROTO_ICMP, saddr, orig->saddr);
 
 	icmp->type = ICMP_DEST_UNREACH;
 	icmp->code = ICMP_FRAG_NEEDED;
