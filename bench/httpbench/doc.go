@@ -45,7 +45,11 @@ func markdown(r *Report, jsonPath string, img images) string {
 	}
 	w("\nThe DNAT paths masquerade: the backends' default route is the router, not the node, so without it their replies would reach the client untranslated, from the wrong address. kube-proxy does the same for traffic from outside the cluster (`externalTrafficPolicy: Cluster`), and it keeps the other paths' routing as it is. ")
 	w("xlb nat carries the replies back through the node too, but translates them in XDP with a session per connection instead of conntrack; xlb dnat keeps the client's address, so its backends answer on port %d and a rule on the router (`from` the backend segment, `sport %d`, `to` the client segment) sends those replies through the node, as the dissertation's IPVS-NAT set-up made the director the backends' gateway; the other paths' replies are not affected. ", dnatPort, dnatPort)
-	w("For every path the client's and the backends' transmit checksum offload is off (a veth hands on half-done checksums, which an XDP program that rewrites a packet and sends it on cannot complete; the lab does it for the clients, see docs/lab.md), the backends' decapsulation program stays attached (plain packets pass it after a header check), and the router's veth ports carry the lab's `XDP_PASS` programs.\n\n")
+	w("For every path the client's and the backends' transmit checksum offload is off (a veth hands on half-done checksums, which an XDP program that rewrites a packet and sends it on cannot complete; the lab does it for the clients, see docs/lab.md), the backends' decapsulation program stays attached (plain packets pass it after a header check), and the router's veth ports carry the lab's `XDP_PASS` programs.")
+	if r.EgressQueue > 0 {
+		w(" Both ends of every veth have a transmit queue of %d packets (`xlb lab up --egress-queue`), as a NIC has: a veth whose other end runs XDP takes frames through a ring of 256 and, with no queue, drops what does not fit, which a NAT node, fed by every router port, overflowed (docs/lab.md).", r.EgressQueue)
+	}
+	w("\n\n")
 	w("%s", r.ipv6Method())
 
 	w("The client is wrk, `%s`, with `-H 'Connection: close'` for a new connection per request, and for *direct* a Lua script that connects wrk's thread *i* to backend *i* mod *n*. ",
@@ -84,7 +88,8 @@ func markdown(r *Report, jsonPath string, img images) string {
 			}
 		}
 		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port. ", natPortMin, natPortMax, fails)
-		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); over the rounds counted, the client's SYN retransmits / the backends' segments refused by a TIME_WAIT socket's timestamp check (PAWSTimewait: SYNs and others) / SYNs dropped by a full accept queue show whether that happened: %s.\n\n", r.synRetransSummary())
+		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); over the rounds counted, the client's SYN retransmits / the backends' segments refused by a TIME_WAIT socket's timestamp check (PAWSTimewait: SYNs and others) / SYNs dropped by a full accept queue show whether that happened: %s. ", r.synRetransSummary())
+		w("Frames the lab's interfaces dropped (every port's drop counters, and the veth driver's XDP ring and transmit errors) over the same rounds: %s.\n\n", r.lostSummary())
 	}
 
 	if len(r.Latency) > 0 {
@@ -312,6 +317,33 @@ func fmtCostRatio(r *Report, a, b, mode string, n int) string {
 // synRetransSummary is, for each proxying path over all the rounds
 // counted, by mode: the client's SYN retransmits, and the backends' SYNs
 // refused by TIME_WAIT sockets and dropped by full accept queues.
+// lostSummary is the frames the lab dropped during each path's counted
+// rounds, by mode, for the paths that lost any ("none" if none did).
+func (r *Report) lostSummary() string {
+	var parts []string
+	for _, p := range r.Paths {
+		var by []string
+		for _, mode := range r.Modes {
+			var n uint64
+			for _, x := range r.Runs {
+				if x.Round > 0 && x.Path == p.Key && x.Mode == mode {
+					n += lost(x.Drops)
+				}
+			}
+			if n > 0 {
+				by = append(by, fmt.Sprintf("%s %d", mode, n))
+			}
+		}
+		if len(by) > 0 {
+			parts = append(parts, p.Name+" "+strings.Join(by, ", "))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, "; ")
+}
+
 func (r *Report) synRetransSummary() string {
 	var parts []string
 	for _, p := range r.Paths {

@@ -102,16 +102,39 @@ func lossStats(p string, s []byte) map[string]uint64 {
 	return out
 }
 
-// dropDelta is the counters that grew from a to b, as "name +n" sorted
-// by name.
-func dropDelta(a, b map[string]uint64) []string {
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(b)) {
-		if b[k] > a[k] {
-			out = append(out, fmt.Sprintf("%s +%d", k, b[k]-a[k]))
+// dropDelta is how much each counter that grew from a to b grew.
+func dropDelta(a, b map[string]uint64) map[string]uint64 {
+	out := map[string]uint64{}
+	for k, v := range b {
+		if v > a[k] {
+			out[k] = v - a[k]
 		}
 	}
+	if len(out) == 0 {
+		return nil
+	}
 	return out
+}
+
+// dropText shows d as "name +n, ..." sorted by name.
+func dropText(d map[string]uint64) string {
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(d)) {
+		out = append(out, fmt.Sprintf("%s +%d", k, d[k]))
+	}
+	return strings.Join(out, ", ")
+}
+
+// lost is the frames the lab's interfaces dropped in d (the xlb nodes'
+// own drop reasons left out: those are verdicts, not losses).
+func lost(d map[string]uint64) uint64 {
+	var n uint64
+	for k, v := range d {
+		if !strings.Contains(k, "/xlb/") {
+			n += v
+		}
+	}
+	return n
 }
 
 // hostNS is the namespaces of hs.

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"slices"
 	"testing"
 )
 
@@ -33,8 +32,13 @@ func TestDropDelta(t *testing.T) {
 	a := map[string]uint64{"r/n1/tx_dropped": 10, "r/n2/tx_dropped": 4}
 	b := map[string]uint64{"r/n1/tx_dropped": 445, "r/n2/tx_dropped": 4, "n1/xlb/drop_ttl": 2}
 	got := dropDelta(a, b)
-	want := []string{"n1/xlb/drop_ttl +2", "r/n1/tx_dropped +435"}
-	if !slices.Equal(got, want) {
-		t.Fatalf("got %q, want %q", got, want)
+	if s, want := dropText(got), "n1/xlb/drop_ttl +2, r/n1/tx_dropped +435"; s != want {
+		t.Fatalf("got %q, want %q", s, want)
+	}
+	if n := lost(got); n != 435 {
+		t.Errorf("lost %d, want 435 (the node's drop reasons are not losses)", n)
+	}
+	if d := dropDelta(a, a); d != nil {
+		t.Errorf("no growth: got %v, want nil", d)
 	}
 }

@@ -263,7 +263,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					progress("%s, %s, round %d: %-14s %7.0f req/s (p99 %s ms, %.0f%% idle, other processes %.2f cores%s%s)",
 						backendsLabel(n), mode, round, p.Name, run.RPS, fmtMs(run.P99Ms), run.CPU.IdlePct, run.CPU.Other, topText(run.CPU.OtherTop), nat)
 					if len(run.Drops) > 0 {
-						progress("  lost: %s", strings.Join(run.Drops, ", "))
+						progress("  lost: %s", dropText(run.Drops))
 					}
 				}
 			}

@@ -40,12 +40,13 @@ type Run struct {
 	// the tuple with a newer TCP timestamp (PAWSTimewait), BackendListenDrops those their full
 	// accept queues dropped (ListenDrops).
 	SYNRetrans uint64 `json:"syn_retransmits"`
-	// Drops is the loss counters of the lab that grew during the round
-	// ("namespace/interface/counter +n", dropCounters).
-	Drops              []string `json:"drops,omitempty"`
-	BackendPAWS        uint64   `json:"backend_paws_timewait"`
-	BackendListenDrops uint64   `json:"backend_listen_drops"`
-	CPU                CPUUse   `json:"cpu"`
+	// Drops is the loss counters of the lab that grew during the round,
+	// by name ("namespace/interface/counter", dropCounters), and by how
+	// much.
+	Drops              map[string]uint64 `json:"drops,omitempty"`
+	BackendPAWS        uint64            `json:"backend_paws_timewait"`
+	BackendListenDrops uint64            `json:"backend_listen_drops"`
+	CPU                CPUUse            `json:"cpu"`
 }
 
 // LatencyRun is one run of the constant-rate client.
