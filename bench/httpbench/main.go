@@ -159,7 +159,7 @@ func run() error {
 		IRQTimeAccounting: kernelConfig("CONFIG_IRQ_TIME_ACCOUNTING"),
 		Wrk:               o.wrk, Warmup: o.warmup, Rounds: o.rounds, QuietCores: quietCores, BackendCounts: o.backends, Modes: o.modes,
 		LatencyRates: o.rates, LatencyBackends: o.latencyBackends, LatencyDuration: o.latencyDuration, LatencyWarmup: o.latencyWarmup,
-		Paths: paths(), EgressQueue: o.egressQueue,
+		Paths: paths(), EgressQueue: o.egressQueue, DropsRecorded: true,
 	}
 	xlb, cmds, remove, err := benchutil.XLB(*xlbBin, progress)
 	if err != nil {

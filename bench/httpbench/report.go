@@ -30,6 +30,9 @@ type Report struct {
 	// EgressQueue is the lab's transmit queue on every veth end, in
 	// packets (0: none, as in results from before the setting).
 	EgressQueue int `json:"egress_queue,omitempty"`
+	// DropsRecorded says the runs carry the lab's drop counters (Run.Drops;
+	// false in results from before they were recorded).
+	DropsRecorded bool `json:"drops_recorded,omitempty"`
 	// IRQTimeAccounting is the kernel's CONFIG_IRQ_TIME_ACCOUNTING: "n"
 	// means softirq time is also charged to the interrupted process.
 	IRQTimeAccounting string `json:"irq_time_accounting,omitempty"`
