@@ -88,9 +88,9 @@ func markdown(r *Report, jsonPath string, img images) string {
 			}
 		}
 		w("The node allocates the nat path's source ports from %d-%d on its own address, per backend, and a session lingers `tcpClosing` (10 s) after its connection ends; over all the rounds counted, %d connections of xlb nat and dnat found no free port. ", natPortMin, natPortMax, fails)
-		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); over the rounds counted, the client's SYN retransmits / the backends' segments refused by a TIME_WAIT socket's timestamp check (PAWSTimewait: SYNs and others) / SYNs dropped by a full accept queue show whether that happened: %s. ", r.synRetransSummary())
+		w("A port that a backend closed first stays in its TIME_WAIT for 60 s, and a new connection given it may be refused and wait a second ([decision 0007](decisions/0007-nat-sessions.md#a-backends-time_wait)); over the rounds counted, the client's SYN retransmits / the backends' segments refused by a TIME_WAIT socket's timestamp check (PAWSTimewait: SYNs and others) / SYNs dropped by a full accept queue show whether that happened: %s.", r.synRetransSummary())
 		if r.DropsRecorded {
-			w("Frames the lab's interfaces dropped (every port's drop counters, and the veth driver's XDP ring and transmit errors) over the same rounds: %s.", r.lostSummary())
+			w(" Frames the lab's interfaces dropped (every port's drop counters, and the veth driver's XDP ring and transmit errors) over the same rounds: %s.", r.lostSummary())
 		}
 		w("\n\n")
 	}
