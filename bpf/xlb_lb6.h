@@ -348,6 +348,9 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 	return 0;
 }
 
+/* NAT and DNAT services on IPv6 VIPs. */
+#include "xlb_lbnat6.h"
+
 /* The LB path of an IPv6 frame, out of line so that the IPv4 path keeps
  * its registers. Mirrors xlb_lb: what is not a service's passes, except
  * what is addressed to a VIP, which the kernel here does not have and
@@ -371,7 +374,7 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		 * the backend of the first. */
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
-		return drop(XLB_DROP_FRAGMENT);
+		return XLB_LB6_NAT_FRAGMENT; /* counted if a NAT service's, dropped */
 	case PARSE6_EXT:
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
@@ -384,8 +387,13 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 			if (type >= ICMPV6_ND_FIRST && type <= ICMPV6_ND_LAST)
 				return pass(XLB_PASS_NOT_TCP_UDP);
 		}
-		if (!is_vip6(p.ip6->daddr))
+		if (!is_vip6(p.ip6->daddr)) {
+			/* An ICMPv6 error about a NAT session's packet to its
+			 * backend goes back to the session's client. */
+			if (p.nexthdr == IPPROTO_ICMPV6 && lbnat6_on(p.ip6->daddr))
+				return XLB_LB6_NAT_REPLY_ICMP;
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		}
 		/* ICMPv6 errors about replies go to the backend that sent the
 		 * reply; anything else for a VIP is dropped (xlb_lb says why). */
 		if (parse_icmp6_error(&p, data_end))
@@ -399,7 +407,8 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	struct svc_slot *svc = svc_lookup6(vip, p.dport, p.proto);
 	if (!svc) {
 		if (!is_vip6(vip))
-			return pass(XLB_PASS_NO_SERVICE);
+			/* A NAT session's reply comes back to the node. */
+			return lbnat6_on(vip) ? XLB_LB6_NAT_REPLY : pass(XLB_PASS_NO_SERVICE);
 		return drop(XLB_DROP_VIP_NO_SERVICE);
 	}
 	/* The service's source ranges (an ICMPv6 error passes them by the
@@ -417,9 +426,13 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	struct pick6 pick;
 	int orphan = 0;
 
-	/* The control plane gives IPv6 services neither hints nor NAT. */
-	if (mode > XLB_ENCAP_GUE)
+	/* The control plane gives IPv6 services no hints. NAT goes on in
+	 * xlb_lb6's caller (xlb_lbnat6.h). */
+	if (mode > XLB_ENCAP_GUE) {
+		if (mode == XLB_ENCAP_NAT || mode == XLB_ENCAP_DNAT)
+			return p.nexthdr == IPPROTO_ICMPV6 ? XLB_LB6_NAT_ICMP : XLB_LB6_NAT;
 		return drop(XLB_DROP_NO_BACKEND);
+	}
 	/* The stateful path before the hash, so that fewer values live
 	 * across its call (the stack, again). */
 	if (flags & XLB_SVC_STATEFUL) {
@@ -445,13 +458,16 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
 }
 
-/* xlb_lb6, and the Packet Too Big it leaves to its caller. */
+/* xlb_lb6, and what it leaves to its caller: the NAT path, a Packet Too
+ * Big. */
 static __always_inline int xlb_lb6_reply(struct xdp_md *ctx)
 {
 	int v = xlb_lb6(ctx);
 
 	if (v < 256)
 		return v;
+	if ((v & 0xff) == 0xfe)
+		return xlb_lb6_nat_dispatch(ctx, v);
 	void *data = (void *)(long)ctx->data;
 	struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
 

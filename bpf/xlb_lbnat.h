@@ -339,11 +339,14 @@ static __always_inline void lbnat_fence(struct lbnat_scratch *x)
 }
 
 /* nat_tw's slot of claim rk (a full-NAT claim: its NAT address is the
- * node's one, so the backend's address, both ports and the protocol
- * tell claims apart). */
+ * node's one of the family, so the backend's address, both ports and
+ * the protocol tell claims apart). */
 static __always_inline struct lbnat_tw *lbnat_tw_slot(const struct lbnat_key *rk)
 {
-	__u64 k = ((__u64)xlb_addr_v4(&rk->src) << 32) |
+	/* An IPv6 backend's address folded to 32 bits; an IPv4 one (mapped:
+	 * words 0 and 1 zero, word 2 0xffff) as it is. */
+	__be32 a = rk->src.w[3] ^ rk->src.w[0] ^ rk->src.w[1] ^ (rk->src.w[2] ^ bpf_htonl(0xffff));
+	__u64 k = ((__u64)a << 32) |
 		  ((__u32)rk->sport | ((__u32)rk->dport << 16));
 	__u32 i = (__u32)fmix64(k ^ ((__u64)rk->proto << 56) ^ XLB_NAT_PORT_SEED) &
 		  (XLB_NAT_TW_SLOTS - 1);
@@ -491,6 +494,60 @@ static __always_inline void lbnat_hint_update(__u32 bid, __u64 now, __u32 tries,
 	h->stamp = now;
 }
 
+/* The rest of opening a session, for both families: x->rk holds the
+ * claim (a full-NAT one with port 0 and x->range, x->h set), x->s the
+ * session but its client side; fk is x->fk, bport the backend's port.
+ * Claims a port (or the client's tuple, dnat), then the forward entry,
+ * both in the embryonic tables. Returns 0 or the reason to drop. */
+static __always_inline int lbnat_claim(struct lbnat_scratch *x, const struct lbnat_cfg *c,
+				       __be16 bport, __u64 now, int dnat, int tcp)
+{
+	const struct lbnat_key *fk = &x->fk;
+
+	x->s.client = fk->src;
+	x->s.vip = fk->dst;
+	x->s.client_port = fk->sport;
+	x->s.vip_port = fk->dport;
+	x->s.last = now;
+	x->s.state = tcp ? LBNAT_SYN : LBNAT_UDP;
+	x->s.flags = dnat ? LBNAT_DNAT : 0;
+
+	__u32 tries = dnat ? 1 : lbnat_tries(x->s.backend_id, now);
+
+	/* A short search (a full range) takes any free port. */
+	if (tcp && !dnat && tries == XLB_NAT_PORT_TRIES && c->tcp_time_wait_ns)
+		x->strict = XLB_NAT_TW_TRIES;
+
+	bpf_loop(tries + x->strict, lbnat_try_port, 0, 0);
+	if (!dnat)
+		lbnat_hint_update(x->s.backend_id, now, tries, x->ok);
+	if (!x->ok) {
+		lbnat_count(LBNAT_ALLOC_FAILED);
+		return XLB_DROP_NAT_NO_PORT;
+	}
+	if (bpf_map_update_elem(&nat_fwd_syn, fk, &x->rk, BPF_ANY)) {
+		bpf_map_delete_elem(&nat_rev_syn, &x->rk);
+		lbnat_count(LBNAT_ALLOC_FAILED);
+		return XLB_DROP_NAT_NO_PORT;
+	}
+	if (dnat) {
+		/* Replies to the client pass this node only as transit
+		 * traffic: the reverse path looks up packets from this
+		 * backend from now on. */
+		struct lbnat_be_key *bk = &x->bk;
+
+		bk->addr = x->rk.src;
+		bk->port = bport;
+		bk->proto = fk->proto;
+		bk->pad = 0;
+		x->one = 1;
+		if (!bpf_map_lookup_elem(&nat_dnat_be, bk))
+			bpf_map_update_elem(&nat_dnat_be, bk, &x->one, BPF_NOEXIST);
+	}
+	lbnat_count(LBNAT_CREATED);
+	return 0;
+}
+
 /* Open a session for the client's packet x->fk of service svc at now: the
  * backend from the service's Maglev table exactly as DSR picks it, a
  * claim on a free port (NAT) or on the client's own tuple (DNAT), then the
@@ -543,40 +600,7 @@ static __noinline int lbnat_open(struct lbnat_scratch *x, const struct svc_slot 
 	x->s.state = tcp ? LBNAT_SYN : LBNAT_UDP;
 	x->s.flags = dnat ? LBNAT_DNAT : 0;
 
-	__u32 tries = dnat ? 1 : lbnat_tries(x->s.backend_id, now);
-
-	/* A short search (a full range) takes any free port. */
-	if (tcp && !dnat && tries == XLB_NAT_PORT_TRIES && c->tcp_time_wait_ns)
-		x->strict = XLB_NAT_TW_TRIES;
-
-	bpf_loop(tries + x->strict, lbnat_try_port, 0, 0);
-	if (!dnat)
-		lbnat_hint_update(x->s.backend_id, now, tries, x->ok);
-	if (!x->ok) {
-		lbnat_count(LBNAT_ALLOC_FAILED);
-		return XLB_DROP_NAT_NO_PORT;
-	}
-	if (bpf_map_update_elem(&nat_fwd_syn, fk, &x->rk, BPF_ANY)) {
-		bpf_map_delete_elem(&nat_rev_syn, &x->rk);
-		lbnat_count(LBNAT_ALLOC_FAILED);
-		return XLB_DROP_NAT_NO_PORT;
-	}
-	if (dnat) {
-		/* Replies to the client pass this node only as transit
-		 * traffic: the reverse path looks up packets from this
-		 * backend from now on. */
-		struct lbnat_be_key *bk = &x->bk;
-
-		bk->addr = x->rk.src;
-		bk->port = bport;
-		bk->proto = fk->proto;
-		bk->pad = 0;
-		x->one = 1;
-		if (!bpf_map_lookup_elem(&nat_dnat_be, bk))
-			bpf_map_update_elem(&nat_dnat_be, bk, &x->one, BPF_NOEXIST);
-	}
-	lbnat_count(LBNAT_CREATED);
-	return 0;
+	return lbnat_claim(x, c, bport, now, dnat, tcp);
 }
 
 /* Whether a client's packet (TCP flags, 0 for UDP) on session s

@@ -609,8 +609,6 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		svc  Service
 		want string
 	}{
-		{Service{Encap: EncapNAT}, "NAT"},
-		{Service{Encap: EncapDNAT}, "NAT"},
 		{Service{Encap: EncapGUEHint}, "hints"},
 		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPv4 prefix"},
 	} {
@@ -633,7 +631,8 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		want string
 	}{
 		{Service{Encap: EncapIPIP}, "no IPv6 address"},
-		{Service{Encap: EncapNAT}, "NAT"},
+		{Service{Encap: EncapNAT}, "is IPv6 and the VIP 10.99.3.1 is IPv4: NAT and DNAT rewrite addresses within one family (no NAT64)"},
+		{Service{Encap: EncapDNAT}, "no NAT64"},
 		{Service{Encap: EncapGUEHint}, "hints"},
 		{Service{Encap: EncapGUE, Stateful: true}, "stateful"},
 	} {

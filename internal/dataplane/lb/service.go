@@ -102,10 +102,7 @@ func checkService(s Service) (wire.SvcSlot, error) {
 
 // checkService6 refuses what an IPv6 service cannot have yet.
 func checkService6(s Service) error {
-	switch {
-	case s.Encap == EncapNAT || s.Encap == EncapDNAT:
-		return errors.New("NAT and DNAT take IPv4 VIPs only; use dsr-ipip or dsr-gue for an IPv6 VIP")
-	case s.Encap == EncapGUEHint:
+	if s.Encap == EncapGUEHint {
 		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
 	}
 	return nil
@@ -117,13 +114,20 @@ func checkService6(s Service) error {
 // outer header, which needs the node's IPv6 address, and only the IPIP
 // and GUE paths have one (for an IPv4 VIP, the stateless ones); an IPv4
 // backend or VIP needs the node's IPv4 address (an IPv6-only node serves
-// IPv6 alone). Called with d.mu held.
+// IPv6 alone). NAT and DNAT rewrite within one family: their backends
+// are of the VIP's (docs/decisions/0007-nat-sessions.md). Called with
+// d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 	if s.Key.VIP.Is4() && !d.node4 {
 		return fmt.Errorf("service %d: VIP %v is IPv4, and the node has no IPv4 address: the program answers IPv4 clients from it (fragmentation needed); set the node's IPv4 address or give the service an IPv6 VIP", s.ID, s.Key.VIP)
 	}
+	nat := s.Encap == EncapNAT || s.Encap == EncapDNAT
 	for _, b := range named {
 		a := d.backends.addrs[b].Addr()
+		if nat && a.Is6() != s.Key.VIP.Is6() {
+			return fmt.Errorf("service %d: backend %d (%v) is %s and the VIP %v is %s: NAT and DNAT rewrite addresses within one family (no NAT64); "+
+				"give the service backends of its VIP's family, or use dsr-ipip or dsr-gue, which tunnel between families", s.ID, b, a, family(a), s.Key.VIP, family(s.Key.VIP))
+		}
 		if a.Is4() && !d.node4 {
 			return fmt.Errorf("service %d: backend %d (%v) is IPv4, and the node has no IPv4 address to send from: set the node's IPv4 address or remove the backend", s.ID, b, a)
 		}
@@ -131,8 +135,6 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 			continue
 		}
 		switch {
-		case s.Encap == EncapNAT || s.Encap == EncapDNAT:
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: NAT and DNAT reach IPv4 backends only", s.ID, b, a)
 		case s.Encap == EncapGUEHint:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: daisy-chaining hints are IPv4 only; use dsr-gue", s.ID, b, a)
 		case s.Stateful && s.Key.VIP.Is4():
@@ -142,6 +144,14 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 		}
 	}
 	return nil
+}
+
+// family names a's address family for messages.
+func family(a netip.Addr) string {
+	if a.Is6() {
+		return "IPv6"
+	}
+	return "IPv4"
 }
 
 // slotKey is the index slot key of k: its VIP, port and protocol as the
