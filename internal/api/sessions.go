@@ -43,10 +43,11 @@ func (q SessionQuery) String() string {
 }
 
 // ParseSessionQuery reads VIP[:PORT][/PROTOCOL], e.g. 10.99.0.1,
-// 10.99.0.1:443 or 10.99.0.1:53/udp; Max is DefaultSessionSample.
+// 10.99.0.1:443, 10.99.0.1:53/udp, 2001:db8::1 or [2001:db8::1]:443;
+// Max is DefaultSessionSample.
 func ParseSessionQuery(s string) (SessionQuery, error) {
 	q := SessionQuery{Max: DefaultSessionSample}
-	const form = "write VIP, VIP:PORT or VIP:PORT/PROTOCOL, e.g. 10.99.0.1:443 or 10.99.0.1:53/udp"
+	const form = "write VIP, VIP:PORT or VIP:PORT/PROTOCOL, e.g. 10.99.0.1:443, 10.99.0.1:53/udp or [2001:db8::1]:443"
 	rest, proto, hasProto := strings.Cut(s, "/")
 	if hasProto {
 		if proto != "tcp" && proto != "udp" {
@@ -61,8 +62,8 @@ func ParseSessionQuery(s string) (SessionQuery, error) {
 	} else {
 		return q, fmt.Errorf("%q is not a VIP with an optional port; %s", s, form)
 	}
-	if !q.VIP.Is4() {
-		return q, fmt.Errorf("%q: %s is not an IPv4 address, and only IPv4 VIPs have NAT sessions (forwarding nat and dnat are IPv4 only); %s", s, q.VIP, form)
+	if q.VIP.Zone() != "" || q.VIP.Is4In6() {
+		return q, fmt.Errorf("%q: %s is no VIP (a zone, or IPv4-mapped); %s", s, q.VIP, form)
 	}
 	if hasProto && q.Port == 0 {
 		return q, fmt.Errorf("%q names a protocol without a port; %s", s, form)
@@ -125,8 +126,8 @@ func sessionQuery(v url.Values) (SessionQuery, error) {
 	q := SessionQuery{Max: DefaultSessionSample}
 	vip := v.Get("vip")
 	a, err := netip.ParseAddr(vip)
-	if err != nil || !a.Is4() {
-		return q, fmt.Errorf("vip %q is not an IPv4 address; give the VIP whose sessions to list, e.g. ?vip=10.99.0.1&port=443", vip)
+	if err != nil || a.Zone() != "" || a.Is4In6() {
+		return q, fmt.Errorf("vip %q is not an IPv4 or IPv6 address; give the VIP whose sessions to list, e.g. ?vip=10.99.0.1&port=443", vip)
 	}
 	q.VIP = a
 	if p := v.Get("port"); p != "" {

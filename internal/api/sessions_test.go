@@ -16,6 +16,10 @@ func TestParseSessionQuery(t *testing.T) {
 		"10.99.0.1":        {VIP: vip, Max: DefaultSessionSample},
 		"10.99.0.1:443":    {VIP: vip, Port: 443, Max: DefaultSessionSample},
 		"10.99.0.1:53/udp": {VIP: vip, Port: 53, Protocol: "udp", Max: DefaultSessionSample},
+		// IPv6 VIPs have NAT sessions too.
+		"2001:db8::1":          {VIP: netip.MustParseAddr("2001:db8::1"), Max: DefaultSessionSample},
+		"[2001:db8::1]:443":    {VIP: netip.MustParseAddr("2001:db8::1"), Port: 443, Max: DefaultSessionSample},
+		"[2001:db8::1]:53/udp": {VIP: netip.MustParseAddr("2001:db8::1"), Port: 53, Protocol: "udp", Max: DefaultSessionSample},
 	} {
 		got, err := ParseSessionQuery(in)
 		if err != nil || got != want || got.String() != in {
@@ -28,7 +32,7 @@ func TestParseSessionQuery(t *testing.T) {
 		"10.99.0.1:70000":   `"10.99.0.1:70000" is not a VIP with an optional port`,
 		"10.99.0.1:53/icmp": `protocol "icmp" is not tcp or udp`,
 		"10.99.0.1/tcp":     `names a protocol without a port`,
-		"fd00::1":           `fd00::1 is not an IPv4 address, and only IPv4 VIPs have NAT sessions`,
+		"::ffff:10.99.0.1":  `::ffff:10.99.0.1 is no VIP (a zone, or IPv4-mapped)`,
 		"":                  `"" is not a VIP with an optional port`,
 	} {
 		if _, err := ParseSessionQuery(in); err == nil || !strings.Contains(err.Error(), want) {
@@ -74,7 +78,7 @@ func TestSessionsRoundTrip(t *testing.T) {
 		t.Errorf("no NAT service: %v", err)
 	}
 	for query, want := range map[string]string{
-		"vip=10.99.0.x":                       `vip "10.99.0.x" is not an IPv4 address`,
+		"vip=10.99.0.x":                       `vip "10.99.0.x" is not an IPv4 or IPv6 address`,
 		"vip=10.99.0.3&port=0":                `port "0" is not a port (1..65535)`,
 		"vip=10.99.0.3&protocol=tcp":          `protocol "tcp" without a port`,
 		"vip=10.99.0.3&port=80&protocol=sctp": `protocol "sctp" is not tcp or udp`,

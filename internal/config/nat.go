@@ -19,7 +19,7 @@ func (c *checker) nat(f schema.Field[schema.NAT], path string) NATConfig {
 	}
 	v := f.V
 	if g := v.Address; valid(g) && g.V != "" {
-		if a, why := parseUnicast4(string(g.V), "full NAT is IPv4 only: nat.address is an IPv4 address of this node"); why != "" {
+		if a, why := parseUnicast4(string(g.V), "nat.address is the source of IPv4 full NAT, an IPv4 address of this node; IPv6 services' full NAT comes from node.address6"); why != "" {
 			c.errorf(g.At.Value, join(path, "address"), "%s", why)
 		} else {
 			n.Address = a

@@ -54,6 +54,28 @@ func TestNATDefaults(t *testing.T) {
 		9, "services[0].backends[0].port", "or set forwarding: nat (or dnat), which rewrites to the backend's port")
 }
 
+// nat and dnat take an IPv6 VIP with IPv6 backends, and refuse a backend
+// of the other family than the VIP's.
+func TestNATIPv6(t *testing.T) {
+	const v6 = "node: {interface: eth0, address6: \"fd00::2\"}\nservices:\n  - {name: a, vip: \"2001:db8:99::1\", port: 80, forwarding: %s, backends: [{address: \"fd00::3:2\", port: 8080}]}\n"
+	for _, mode := range []Forwarding{NAT, DNAT} {
+		cfg, err := Parse(file, fmt.Appendf(nil, v6, mode))
+		if err != nil {
+			t.Fatalf("%s over IPv6: %v", mode, err)
+		}
+		if s := cfg.Services[0]; s.Forwarding != mode || s.Backends[0].Address != netip.MustParseAddr("fd00::3:2") || s.Backends[0].Port != 8080 {
+			t.Errorf("%s over IPv6: service %+v", mode, s)
+		}
+		if err := roundTrip(cfg); err != nil {
+			t.Errorf("%s: %v", mode, err)
+		}
+		wantError(t, strings.Replace(fmt.Sprintf(v6, mode), `"fd00::3:2"`, "10.0.3.2", 1), 3, "services[0].backends[0].address",
+			fmt.Sprintf("10.0.3.2 is IPv4 and the VIP 2001:db8:99::1 is IPv6: forwarding %s rewrites addresses within one family (no NAT64); give the service backends of its VIP's family, or use forwarding dsr-ipip or dsr-gue", mode))
+		wantError(t, strings.Replace(fmt.Sprintf(v6, mode), `"2001:db8:99::1"`, "10.99.0.1", 1), 3, "services[0].backends[0].address",
+			fmt.Sprintf("fd00::3:2 is IPv6 and the VIP 10.99.0.1 is IPv4: forwarding %s rewrites addresses within one family (no NAT64)", mode))
+	}
+}
+
 // A nat section sets each field; the rest keep their defaults.
 func TestNATSection(t *testing.T) {
 	in := "node:\n  interface: eth0\n  address: 10.0.1.2\nnat:\n  address: 10.0.1.3\n  ports: 40000-49999\n  sessions: 4096\n" +
@@ -96,7 +118,7 @@ func TestNATErrors(t *testing.T) {
 		{"section is a list", withNAT("  - 1\n"), 4, "nat", "expected a mapping such as {address: 10.0.1.2, ports: 20000-32767, sessions: 262144}"},
 		{"unknown field", withNAT("  port: 20000-32767\n"), 4, "nat.port", `unknown field (did you mean "ports"?)`},
 		{"bad address", withNAT("  address: 10.0.1\n"), 4, "nat.address", `"10.0.1" is not an IPv4 address`},
-		{"IPv6 address", withNAT("  address: \"fd00::2\"\n"), 4, "nat.address", `"fd00::2" is an IPv6 address; full NAT is IPv4 only: nat.address is an IPv4 address of this node`},
+		{"IPv6 address", withNAT("  address: \"fd00::2\"\n"), 4, "nat.address", `"fd00::2" is an IPv6 address; nat.address is the source of IPv4 full NAT, an IPv4 address of this node; IPv6 services' full NAT comes from node.address6`},
 		{"loopback address", withNAT("  address: 127.0.0.1\n"), 4, "nat.address", "loopback"},
 		{"one port", withNAT("  ports: 20000\n"), 4, "nat.ports", `20000 is not a port range; write the first and the last port joined by "-", e.g. 20000-32767`},
 		{"range reversed", withNAT("  ports: 32767-20000\n"), 4, "nat.ports", "32767-20000 starts above its end; write the lower port first: 20000-32767"},

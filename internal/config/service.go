@@ -166,9 +166,6 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 			if fwd == NAT && ctx.nat.clash != "" {
 				c.errorf(g.At.Value, join(path, "forwarding"), "%s", ctx.nat.clash)
 			}
-			if fwd.Translates() && s.VIP.Is6() {
-				c.errorf(g.At.Value, join(path, "forwarding"), "%s", natIPv6(fwd, "the VIP "+s.VIP.String()))
-			}
 		}
 	}
 
@@ -242,7 +239,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		if s.Flows != FlowsDaisyChain {
 			c.errorf(g.At.Key, join(path, "history"), "only daisy-chained services use a history; set flows: daisy-chain or remove it")
 		} else {
-			s.History = c.history(g, join(path, "history"), s.Port, translate, s.Forwarding)
+			s.History = c.history(g, join(path, "history"), s.VIP, s.Port, translate, s.Forwarding)
 		}
 	}
 
@@ -269,15 +266,20 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		// checking more backends would only cost time.
 		return s, len(g.V)
 	}
-	s.Backends = c.backends(g, join(path, "backends"), s.Port, translate, check, s.Forwarding)
+	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, check, s.Forwarding)
 	return s, len(g.V)
 }
 
-// natIPv6 says why a service with forwarding fwd cannot have an IPv6
-// address (what), and what to do.
-func natIPv6(fwd Forwarding, what string) string {
-	return fmt.Sprintf("forwarding %s rewrites IPv4 packets only, and %s is IPv6: full NAT and DNAT are IPv4 only in this release; "+
-		"use forwarding dsr-ipip or dsr-gue for IPv6 (any mix of VIP and backend families), or IPv4 addresses", fwd, what)
+// natFamilies says why backend a of a service with forwarding fwd
+// (nat or dnat) on VIP vip cannot be: its family is not the VIP's (""
+// when it is, or the VIP is not known). NAT and DNAT rewrite addresses
+// within one family; there is no NAT64.
+func natFamilies(fwd Forwarding, vip, a netip.Addr) string {
+	if !vip.IsValid() || a.Is6() == vip.Is6() {
+		return ""
+	}
+	return fmt.Sprintf("%s is %s and the VIP %s is %s: forwarding %s rewrites addresses within one family (no NAT64); "+
+		"give the service backends of its VIP's family, or use forwarding dsr-ipip or dsr-gue, which tunnel between families", a, family(a), vip, family(vip), fwd)
 }
 
 // backendFamily says why the node cannot tunnel to backend a ("" when it
@@ -316,8 +318,9 @@ func (c *checker) vipFamily(a netip.Addr) string {
 // backends checks a service's backends; check is the service's
 // healthCheck (nil without one), which each backend's own merges over.
 // translate lets a backend's port differ from the service's.
-// fwd is the service's forwarding: nat and dnat take IPv4 backends only.
-func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, servicePort uint16, translate bool, check *checkSpec, fwd Forwarding) []Backend {
+// fwd is the service's forwarding: nat and dnat take backends of the
+// family of vip (invalid: not known).
+func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, vip netip.Addr, servicePort uint16, translate bool, check *checkSpec, fwd Forwarding) []Backend {
 	type seen struct {
 		index int
 		line  schema.Line
@@ -338,8 +341,8 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 			at := join(p, "address")
 			if a, why := parseUnicast(string(g.V)); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
-			} else if fwd.Translates() && a.Is6() {
-				c.errorf(g.At.Value, at, "%s", natIPv6(fwd, "the backend "+a.String()))
+			} else if why := natFamilies(fwd, vip, a); fwd.Translates() && why != "" {
+				c.errorf(g.At.Value, at, "%s", why)
 			} else if why := c.backendFamily(a); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
 			} else if first, dup := addrs[a]; dup {
@@ -387,7 +390,7 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 
 // history checks a daisy-chained service's earlier backend sets and
 // returns them oldest first.
-func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], path string, servicePort uint16, translate bool, fwd Forwarding) []Generation {
+func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], path string, vip netip.Addr, servicePort uint16, translate bool, fwd Forwarding) []Generation {
 	if f.Bad {
 		return nil
 	}
@@ -427,7 +430,7 @@ func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], pat
 		if g.Bad {
 			continue
 		}
-		gen.Backends = c.backends(g, join(p, "backends"), servicePort, translate, nil, fwd)
+		gen.Backends = c.backends(g, join(p, "backends"), vip, servicePort, translate, nil, fwd)
 		out = append(out, gen)
 	}
 	slices.SortFunc(out, func(a, b Generation) int { return a.Until.Compare(b.Until) })

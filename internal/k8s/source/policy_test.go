@@ -188,7 +188,8 @@ func TestDenyListsReused(t *testing.T) {
 
 // A dual-stack Service's addresses each get the source ranges of their
 // family; ranges of one family only leave the other address unserved,
-// with a problem naming it; nat serves the IPv4 address alone.
+// with a problem naming it; nat serves both addresses, each with the
+// endpoints of its family.
 func TestDualStackRangesAndNAT(t *testing.T) {
 	eps := func(svc string) []*discoveryv1.EndpointSlice {
 		v6 := endpointSlice("shop", svc, svc+"-6", []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}, endpoint(condReady, "fd00:244::5"))
@@ -219,17 +220,20 @@ func TestDualStackRangesAndNAT(t *testing.T) {
 		"shop/both:80/tcp/ipv6": "2001:db8::/32",
 		"shop/v4-ranges:80/tcp": "10.0.0.0/8",
 		"shop/nat:80/tcp":       "",
+		"shop/nat:80/tcp/ipv6":  "",
 	}
 	if !maps.Equal(got, want) {
 		t.Errorf("served with ranges %v, want %v", got, want)
 	}
 	for _, s := range cfg.Services {
+		if s.Name == "shop/nat:80/tcp/ipv6" && (s.Forwarding != config.NAT || s.VIP != netip.MustParseAddr("2001:db8:99::3") || len(s.Backends) != 1 || s.Backends[0].Address != netip.MustParseAddr("fd00:244::5")) {
+			t.Errorf("IPv6 nat service %+v, want nat on VIP 2001:db8:99::3 with backend fd00:244::5", s)
+		}
 		if s.Name == "shop/both:80/tcp/ipv6" && (s.VIP != netip.MustParseAddr("2001:db8:99::1") || len(s.Backends) != 1 || s.Backends[0].Address != netip.MustParseAddr("fd00:244::5")) {
 			t.Errorf("IPv6 service %+v, want VIP 2001:db8:99::1 with backend fd00:244::5", s)
 		}
 	}
 	checkProblems(t, probs, []string{
 		"Service shop/v4-ranges: spec.loadBalancerSourceRanges holds IPv4 ranges only, and xlb serves the Service's IPv6 address: no IPv6 client may reach it; the Service's address 2001:db8:99::2 is not served until this is corrected",
-		"Service shop/nat: forwarding nat rewrites IPv4 packets only: the Service's IPv6 address 2001:db8:99::3 is not served, its IPv4 address is",
 	})
 }

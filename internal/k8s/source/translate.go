@@ -300,11 +300,6 @@ func translateService(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, pre
 		out, probs = append(out, s...), append(probs, p...)
 	}
 	if vip6.IsValid() {
-		if fwd.Translates() {
-			// The IPv4 address is served; the IPv6 one cannot be.
-			return out, append(probs, problem{obj, fmt.Sprintf("forwarding %s rewrites IPv4 packets only: the Service's IPv6 address %s is not served, its IPv4 address is", fwd, vip6),
-				fmt.Sprintf("set the annotation %s to dsr-ipip or dsr-gue to serve both addresses, or make the Service IPv4-only (spec.ipFamilies)", api.AnnotationForwarding)})
-		}
 		s, p := servicePorts(svc, eps, obj, vip6, vip4.IsValid(), common, hist)
 		out, probs = append(out, s...), append(probs, p...)
 	}
