@@ -88,7 +88,7 @@ func labUp(args []string) error {
 	}
 	given := false
 	fs.Visit(func(f *flag.Flag) { given = given || f.Name == "ipv6" })
-	*ipv6 = labIPv6(*ipv6, given, *pods, *plain, *reflector)
+	*ipv6 = labIPv6(*ipv6, given, *pods, *reflector)
 	if *pods < 0 || *pods > lab.MaxPods {
 		return fmt.Errorf("--pods %d: want 0 to %d", *pods, lab.MaxPods)
 	}
@@ -112,14 +112,14 @@ func labUp(args []string) error {
 
 // labIPv6 says whether `xlb lab up` builds a dual-stack lab: as --ipv6
 // says if it was given (ipv6), else dual stack unless the lab has pods
-// (dual stack only when asked), plain backends or a route reflector
-// (IPv4 only: lab.NewPlan refuses them with IPv6, which an explicit
-// --ipv6 gets to see).
-func labIPv6(ipv6, given bool, pods int, plain, reflector bool) bool {
+// (dual stack only when asked) or a route reflector (IPv4 only:
+// lab.NewPlan refuses it with IPv6, which an explicit --ipv6 gets to
+// see).
+func labIPv6(ipv6, given bool, pods int, reflector bool) bool {
 	if given {
 		return ipv6
 	}
-	return pods == 0 && !plain && !reflector
+	return pods == 0 && !reflector
 }
 
 func printPlan(p lab.Plan) {

@@ -15,11 +15,11 @@ func TestLabIPv6Default(t *testing.T) {
 		{"default", true, false, 0, false, false, true},
 		{"--ipv6=false", false, true, 0, false, false, false},
 		{"--pods 2", true, false, 2, false, false, false},
-		{"--plain-backends", true, false, 0, true, false, false},
+		{"--plain-backends", true, false, 0, true, false, true},
 		{"--reflector", true, false, 0, false, true, false},
 		{"--reflector --ipv6", true, true, 0, false, true, true},
 	} {
-		if got := labIPv6(c.ipv6, c.given, c.pods, c.plain, c.reflect); got != c.want {
+		if got := labIPv6(c.ipv6, c.given, c.pods, c.reflect); got != c.want {
 			t.Errorf("%s: dual stack %v, want %v", c.name, got, c.want)
 		}
 	}

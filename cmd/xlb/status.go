@@ -208,7 +208,11 @@ func printNAT(w io.Writer, n *api.NAT, services []api.Service) {
 	if n.Capacity > 0 {
 		pct = 100 * float64(n.Sessions) / float64(n.Capacity)
 	}
-	fmt.Fprintf(w, "\nNAT:      %d/%d sessions (%.1f%%), %d embryonic; from %s ports %s\n", n.Sessions, n.Capacity, pct, n.Embryonic, n.Address, n.Ports)
+	from := n.Address.String()
+	if n.Address6.IsValid() {
+		from += " and " + n.Address6.String()
+	}
+	fmt.Fprintf(w, "\nNAT:      %d/%d sessions (%.1f%%), %d embryonic; from %s ports %s\n", n.Sessions, n.Capacity, pct, n.Embryonic, from, n.Ports)
 	fmt.Fprintf(w, "          created %d, expired %d (%d without a reply), allocation failures %d, reverse misses %d, fragments dropped %d, ICMP translated %d\n",
 		n.Created, n.Expired, n.NoReply, n.AllocFailures, n.ReverseMisses, n.FragmentsDropped, n.ICMPTranslated)
 	if n.NoReply > 0 && slices.ContainsFunc(services, func(s api.Service) bool { return s.Forwarding == string(config.DNAT) }) {

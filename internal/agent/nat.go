@@ -127,7 +127,7 @@ func (a *Agent) natStatus(cfg *config.Config) (*api.NAT, error) {
 	expireErr := a.expireErr
 	a.mu.Unlock()
 	return &api.NAT{
-		Address: nc.Address, Ports: cfg.NAT.Ports.String(),
+		Address: nc.Address, Address6: a.node.Address6, Ports: cfg.NAT.Ports.String(),
 		Sessions: c.Sessions, Embryonic: c.Embryonic, Capacity: capacity,
 		Created: c.Created, AllocFailures: c.AllocFailures, Expired: c.Expired, NoReply: c.NoReply,
 		ReverseMisses: c.ReverseMisses, FragmentsDropped: c.Fragments, ICMPTranslated: c.ICMPTranslated,

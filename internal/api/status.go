@@ -218,9 +218,12 @@ type Policy struct {
 // forwarding nat or dnat: its settings and counters.
 type NAT struct {
 	// Address and Ports are where full-NAT sessions come from
-	// (nat.address, or the node address, and nat.ports).
-	Address netip.Addr `json:"address"`
-	Ports   string     `json:"ports"`
+	// (nat.address, or the node address, and nat.ports); Address6 is
+	// the source of IPv6 services' full NAT (node.address6, the same
+	// ports), invalid when the node has no IPv6 address.
+	Address  netip.Addr `json:"address"`
+	Address6 netip.Addr `json:"address6,omitzero"`
+	Ports    string     `json:"ports"`
 	// Sessions are in use now, Embryonic of them not established yet
 	// (no reply from the backend, or no client packet since); Capacity
 	// is how many the table holds.

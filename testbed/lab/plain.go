@@ -56,8 +56,9 @@ func healthFile(prefix string, h Host) string { return filepath.Join(plainDir(pr
 // what StartProcess recorded and the lab can stop it), every request
 // answered with 200, header BackendHeader: name, PeerHeader with the
 // connection's source, and body "name\n"; HealthPath answered 200 while
-// the health file exists. dir holds its pid and temporary files.
-func plainNginx(name string, port int, dir string) string {
+// the health file exists. dir holds its pid and temporary files. ipv6:
+// it listens on IPv6 too (a dual-stack lab).
+func plainNginx(name string, port int, dir string, ipv6 bool) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Written by xlb lab for plain backend %s (nothing but nginx).\n", name)
 	b.WriteString("daemon off;\nmaster_process off;\nworker_processes 1;\n")
@@ -69,6 +70,9 @@ func plainNginx(name string, port int, dir string) string {
 		fmt.Fprintf(&b, "    %s_temp_path %s/%s;\n", t, dir, t)
 	}
 	fmt.Fprintf(&b, "    server {\n        listen %d backlog=4096;\n", port)
+	if ipv6 {
+		fmt.Fprintf(&b, "        listen [::]:%d backlog=4096 ipv6only=on;\n", port)
+	}
 	fmt.Fprintf(&b, "        location / {\n            add_header %s %s always;\n            add_header %s $remote_addr:$remote_port always;\n            return 200 %q;\n        }\n",
 		BackendHeader, name, PeerHeader, name+"\n")
 	fmt.Fprintf(&b, "        location = %s {\n            if (!-f %s/healthy) {\n                return 503 \"unhealthy\\n\";\n            }\n            return 200 \"ok\\n\";\n        }\n    }\n}\n",
@@ -90,7 +94,7 @@ func startPlainServers(ctx context.Context, p Plan) error {
 			return err
 		}
 		conf := filepath.Join(dir, "nginx.conf")
-		if err := os.WriteFile(conf, []byte(plainNginx(h.Name, port, dir)), 0o644); err != nil {
+		if err := os.WriteFile(conf, []byte(plainNginx(h.Name, port, dir, p.Spec.IPv6)), 0o644); err != nil {
 			return err
 		}
 		if err := SetHealthy(p, h, true); err != nil {
@@ -184,14 +188,21 @@ func replyTable(a netip.Addr) string {
 // own with one route via node. The node's program rewrites the reply's
 // source to the VIP and sends it back to the router, which routes it to
 // the client as usual (the rule matches only what comes from the
-// backends).
+// backends). In a dual-stack lab the same holds for h's IPv6 replies.
 func RouteReplies(ctx context.Context, p Plan, h Host, node Host) error {
 	table := replyTable(h.Addr)
-	for _, args := range [][]string{
+	cmds := [][]string{
 		{"-n", p.Router, "route", "replace", p.ClientSegment.Subnet.String(), "via", node.Addr.String(), "table", table},
 		{"-n", p.Router, "rule", "add", "priority", strconv.Itoa(replyRulePriority), "from", netip.PrefixFrom(h.Addr, 32).String(),
 			"to", p.ClientSegment.Subnet.String(), "iif", p.BackendSegment.Bridge, "lookup", table},
-	} {
+	}
+	if h.Addr6.IsValid() && node.Addr6.IsValid() && p.ClientSegment.Subnet6.IsValid() {
+		cmds = append(cmds,
+			[]string{"-n", p.Router, "-6", "route", "replace", p.ClientSegment.Subnet6.String(), "via", node.Addr6.String(), "table", table},
+			[]string{"-n", p.Router, "-6", "rule", "add", "priority", strconv.Itoa(replyRulePriority), "from", netip.PrefixFrom(h.Addr6, 128).String(),
+				"to", p.ClientSegment.Subnet6.String(), "iif", p.BackendSegment.Bridge, "lookup", table})
+	}
+	for _, args := range cmds {
 		if _, err := ip(ctx, args...); err != nil {
 			return fmt.Errorf("%s's replies via %s: %w", h.Name, node.Name, err)
 		}
@@ -211,6 +222,17 @@ func UnrouteReplies(ctx context.Context, p Plan, h Host) error {
 	}
 	if _, err := ip(ctx, "-n", p.Router, "route", "flush", "table", table); err != nil {
 		return fmt.Errorf("%s's replies: %w", h.Name, err)
+	}
+	if !h.Addr6.IsValid() {
+		return nil
+	}
+	for range 8 {
+		if _, err := ip(ctx, "-n", p.Router, "-6", "rule", "del", "priority", strconv.Itoa(replyRulePriority), "from", netip.PrefixFrom(h.Addr6, 128).String(), "lookup", table); err != nil {
+			break
+		}
+	}
+	if _, err := ip(ctx, "-n", p.Router, "-6", "route", "flush", "table", table); err != nil {
+		return fmt.Errorf("%s's IPv6 replies: %w", h.Name, err)
 	}
 	return nil
 }

@@ -12,10 +12,11 @@ import (
 )
 
 func TestPlainNginxConfig(t *testing.T) {
-	conf := plainNginx("be2", 8080, "/run/x/nginx-be2")
+	conf := plainNginx("be2", 8080, "/run/x/nginx-be2", true)
 	for _, want := range []string{
 		"master_process off;", // one process: its command line stays the recorded one
 		"listen 8080 backlog=4096;",
+		"listen [::]:8080 backlog=4096 ipv6only=on;",
 		"add_header X-Backend be2 always;",
 		"add_header X-Peer $remote_addr:$remote_port always;",
 		`return 200 "be2\n";`,
@@ -33,7 +34,7 @@ func TestPlainNginxConfig(t *testing.T) {
 	}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nginx.conf")
-	if err := os.WriteFile(path, []byte(plainNginx("be2", 8080, dir)), 0o644); err != nil {
+	if err := os.WriteFile(path, []byte(plainNginx("be2", 8080, dir, true)), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command("nginx", "-t", "-q", "-p", dir, "-e", "stderr", "-c", path).CombinedOutput(); err != nil {

@@ -494,8 +494,6 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: BGP over IPv6 needs a BGP router (--router %s, %s or %s); the static router has no sessions", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
 	case s.IPv6 && s.Reflector:
 		return fmt.Errorf("lab %q: IPv6 with a route reflector: the lab's gobgpd reflects IPv4 unicast only; leave out one of them", s.Prefix)
-	case s.IPv6 && s.PlainBackends:
-		return fmt.Errorf("lab %q: IPv6 with plain backends: they serve forwarding nat and dnat, which are IPv4 only; leave out one of them", s.Prefix)
 	case s.Reflector && s.Nodes > MaxHosts-1:
 		return fmt.Errorf("lab %q: %d nodes: with a route reflector at most %d (it takes the segment's last address)", s.Prefix, s.Nodes, MaxHosts-1)
 	}

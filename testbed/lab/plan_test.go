@@ -317,7 +317,6 @@ func TestNewPlanIPv6(t *testing.T) {
 
 	for _, s := range []Spec{
 		{Router: RouterFRR, Reflector: true},
-		{PlainBackends: true},
 	} {
 		s.Prefix, s.Binary, s.IPv6 = "t6", "/bin/true", true
 		if _, err := NewPlan(s); err == nil || !strings.Contains(err.Error(), "IPv6 with") {

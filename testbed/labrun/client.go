@@ -122,11 +122,24 @@ func (c *HTTPConn) Ask(ctx context.Context, last bool) (Answer, error) {
 	}
 	a := Answer{Backend: name}
 	if peer := resp.Header.Get(lab.PeerHeader); peer != "" {
-		if a.Peer, err = netip.ParseAddrPort(peer); err != nil {
+		if a.Peer, err = parsePeer(peer); err != nil {
 			return Answer{}, fmt.Errorf("GET http://%s/: %s %q: %w", c.target, lab.PeerHeader, peer, err)
 		}
 	}
 	return a, nil
+}
+
+// parsePeer reads a plain backend's PeerHeader: nginx writes
+// $remote_addr:$remote_port, an IPv6 address without brackets.
+func parsePeer(s string) (netip.AddrPort, error) {
+	if ap, err := netip.ParseAddrPort(s); err == nil {
+		return ap, nil
+	}
+	i := strings.LastIndexByte(s, ':')
+	if i < 0 {
+		return netip.AddrPort{}, fmt.Errorf("no port in %q", s)
+	}
+	return netip.ParseAddrPort("[" + s[:i] + "]" + s[i:])
 }
 
 func (c *HTTPConn) fail(ctx context.Context, what string, err error) error {
