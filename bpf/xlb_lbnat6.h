@@ -244,13 +244,12 @@ static __noinline int lbnat_open6(struct lbnat_scratch *x, const struct svc_slot
  * with its own frame on the stack). */
 static __noinline int xlb_lb6_nat(struct xdp_md *ctx)
 {
-	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
 	struct pkt6 p = {};
 	const struct lbnat_cfg *c = lbnat_config();
 	struct lbnat_scratch *x = lbnat_scratch();
 
-	if (parse_ipv6(data + sizeof(struct ethhdr), data_end, &p) != PARSE6_OK ||
+	if (parse_ipv6((void *)(long)ctx->data + sizeof(struct ethhdr), data_end, &p) != PARSE6_OK ||
 	    !c || !x)
 		return drop(XLB_DROP_NAT_NO_PORT);
 	struct ipv6hdr *ip6 = p.ip6;
@@ -319,7 +318,7 @@ static __noinline int xlb_lb6_nat(struct xdp_md *ctx)
 		bst->stats.bytes += len;
 	}
 	lbnat_count(LBNAT_FWD);
-	return lbnat_emit(ctx, data, nh, how);
+	return lbnat_emit(ctx, (void *)ip6 - sizeof(struct ethhdr), nh, how);
 }
 
 /* Rewrite an ICMPv6 error's addresses (outer: to nsrc -> ndst) and its
@@ -364,14 +363,11 @@ static __noinline int xlb_lb6_nat_icmp(struct xdp_md *ctx)
 	    parse_icmp6_error(&p, data_end) || !c || !x)
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	struct ipv6hdr *ip6 = p.ip6;
-	struct svc_slot *svc = svc_lookup6(ip6->daddr, p.dport, p.proto);
 	__u8 *icmp = (void *)ip6 + p.l4_off;
 	struct ipv6hdr *q = (void *)(icmp + 8);
 	struct ports *qp = (void *)(q + 1);
 	int est;
 
-	if (!svc)
-		return drop(XLB_DROP_VIP_NO_SERVICE);
 	/* parse_icmp6_error checked these; the verifier wants them again. */
 	if ((void *)(qp + 1) > data_end)
 		return drop(XLB_DROP_MALFORMED_L4);
@@ -384,13 +380,12 @@ static __noinline int xlb_lb6_nat_icmp(struct xdp_md *ctx)
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	}
 	struct lbnat_key *rk = &x->rk;
-	struct backend_state *bst = lbnat_backend(rk, s->backend_id, svc->id, p.dport);
+	/* Errors are rare: their next hop comes from the FIB every time
+	 * (generation 0), which spares this path the service's lookup and
+	 * its stack, which the call chain does not have. */
 	struct nh_entry *nh = &x->nh;
 
-	if (bst)
-		nh = &bst->nh;
-	else
-		x->nh.gen = 0;
+	x->nh.gen = 0;
 	int how = lbnat6_next_hop(ctx, nh, rk->src.w, p.ip_len, 1, &x->fib);
 
 	if (how < 0)
@@ -398,7 +393,7 @@ static __noinline int xlb_lb6_nat_icmp(struct xdp_md *ctx)
 	/* The outer source: the router's for dnat (the backend's route back
 	 * to the client passes the node), node_addr6 for nat (the backend
 	 * may have no route to the router). In the scratch's tmp key. */
-	if (svc->encap == XLB_ENCAP_DNAT)
+	if (s->flags & LBNAT_DNAT)
 		lbnat6_addr(&x->tmp.src, ip6->saddr);
 	else
 		node6_copy(&x->tmp.src);
