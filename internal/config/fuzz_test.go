@@ -152,11 +152,8 @@ func invariants(c *Config) error {
 		if nat && (s.Flows != "" || s.TranslatePorts || len(s.History) > 0) {
 			bad("services[%d]: forwarding %s with flows %q, translatePorts %v", i, s.Forwarding, s.Flows, s.TranslatePorts)
 		}
-		// Full NAT and DNAT are IPv4 only, and source ranges are of the
-		// VIP's family.
-		if nat && s.VIP.Is6() {
-			bad("services[%d]: forwarding %s with the IPv6 VIP %v", i, s.Forwarding, s.VIP)
-		}
+		// Source ranges are of the VIP's family (NAT backends too,
+		// below).
 		for _, p := range s.SourceRanges {
 			if p.Addr().Is4() != s.VIP.Is4() || p.Masked() != p {
 				bad("services[%d]: source range %v for the VIP %v", i, p, s.VIP)
@@ -176,7 +173,7 @@ func invariants(c *Config) error {
 		addrs := map[netip.Addr]bool{}
 		active := false
 		for j, b := range s.Backends {
-			if !unicast(b.Address) || nat && !b.Address.Is4() || b.Address == c.Node.Address6 || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts && !nat || b.Weight > 65535 || b.Address == c.NAT.Address {
+			if !unicast(b.Address) || nat && b.Address.Is4() != s.VIP.Is4() || b.Address == c.Node.Address6 || addrs[b.Address] || b.Port == 0 || b.Port != s.Port && !s.TranslatePorts && !nat || b.Weight > 65535 || b.Address == c.NAT.Address {
 				bad("services[%d].backends[%d]: invalid or duplicate %+v", i, j, b)
 			}
 			addrs[b.Address] = true
