@@ -228,3 +228,23 @@ func TestNetworkFamily(t *testing.T) {
 		}
 	}
 }
+
+// A plain backend's X-Peer is nginx's $remote_addr:$remote_port: an
+// IPv6 address comes without brackets.
+func TestParsePeer(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.1.2:20001":       "10.0.1.2:20001",
+		"fd00:10:1::2:20001":   "[fd00:10:1::2]:20001",
+		"[fd00:10:1::2]:20001": "[fd00:10:1::2]:20001",
+	} {
+		got, err := parsePeer(in)
+		if err != nil || got != netip.MustParseAddrPort(want) {
+			t.Errorf("parsePeer(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "10.0.1.2", "fd00::2:x"} {
+		if got, err := parsePeer(in); err == nil {
+			t.Errorf("parsePeer(%q) = %v, want an error", in, got)
+		}
+	}
+}
