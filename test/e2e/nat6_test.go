@@ -103,8 +103,9 @@ func TestNATForwardingIPv6(t *testing.T) {
 		if s.Source != a.Peer || !s.Replied || s.State != "established" || s.Backend.Port() != lab.HTTPPort || !s.Backend.Addr().Is6() {
 			t.Errorf("%s: session %+v; want source %s (what %s saw), replied, established, an IPv6 backend on port %d", svc.Name, s, a.Peer, a.Backend, lab.HTTPPort)
 		}
-		// The command line lists it too.
-		out, err := exec.Command(xlbBinary, "status", "--socket", labrun.Socket(p, node), "--sessions", svc.Target().String()+"/tcp").CombinedOutput()
+		// The command line lists it too (all of them: the sample of 50
+		// may leave it out among the closed connections' sessions).
+		out, err := exec.Command(xlbBinary, "status", "--socket", labrun.Socket(p, node), "--sessions", svc.Target().String()+"/tcp", "--max", "10000").CombinedOutput()
 		if err != nil || !strings.Contains(string(out), c.LocalAddr().String()) || !strings.Contains(string(out), a.Peer.String()) {
 			t.Errorf("xlb status --sessions %s/tcp (%v) does not list the session of %s seen as %s:\n%s", svc.Target(), err, c.LocalAddr(), a.Peer, out)
 		}
