@@ -39,12 +39,12 @@ type twin struct {
 // ipv6Twins are the IPv4 paths measured over IPv6 too, in the report's
 // order. The xlb twins are services of the same agent; the others get an
 // LB node of their own, as their IPv4 twins have. Adding a path here is
-// all its IPv6 twin needs (the NAT paths wait for forwarding nat and
-// dnat to serve IPv6 VIPs: their line is below, commented out).
+// all its IPv6 twin needs.
 var ipv6Twins = []twin{
 	{keyIPIP, "xlb dsr-ipip IPv6", "the same agent and node, an IPv6 VIP to the backends' IPv6 addresses: IPv6-in-IPv6 to them, decapsulated by the same backend program; the VIP is on the backends' lo, the reply goes straight to the client"},
 	{keyGUE, "xlb dsr-gue IPv6", "the same agent and node, GUE over IPv6 to the backends' IPv6 addresses"},
-	// {keyNAT, "xlb nat IPv6", "the same agent and node, forwarding nat for an IPv6 VIP to the backends' IPv6 addresses"}, {keyDNAT, "xlb dnat IPv6", "the same, forwarding dnat"},
+	{keyNAT, "xlb nat IPv6", "the same agent and node, forwarding nat for an IPv6 VIP to the backends' IPv6 addresses, from the node's IPv6 address"},
+	{keyDNAT, "xlb dnat IPv6", "the same, forwarding dnat; the router sends the backends' IPv6 replies to the client through the node"},
 	{keyNft, "nftables DNAT IPv6", "as nftables DNAT, in an ip6 table, on a node of its own"},
 	{keyIptables, "ip6tables DNAT", "as iptables DNAT, with ip6tables-legacy, on a node of its own"},
 	{keyNginx, "nginx stream IPv6", "as nginx stream, a process of its own on a node of its own, listening on the IPv6 VIP, proxying to the backends' IPv6 addresses"},
@@ -366,7 +366,7 @@ func (r *Report) ipv6Method() string {
 	var b strings.Builder
 	b.WriteString("**IPv6.** The lab is dual stack (`xlb lab up --ipv6`), and each path has an IPv6 twin, measured in the same run with the same settings and listed right below it (IPv6, or ip6tables, in its name): ")
 	fmt.Fprintf(&b, "it sends to an IPv6 VIP in %s with the IPv4 VIP's last byte (fd00:99::1 and ::2 are the VIPs the backends accept, as 10.99.0.1 and .2), routed by the router to the twin's node, and reaches the backends' IPv6 addresses, where the same nginx listens on `[::]:80`. ", vip6Prefix)
-	b.WriteString("xlb's twins are services of the same agent on the same node (IPv6-in-IPv6 and GUE over IPv6 to the backends); the DNAT twins run the same rules in nftables' ip6 family and with ip6tables-legacy, and the proxies' twins are nginx and HAProxy processes of their own listening on the IPv6 VIP, each on a node of its own as its IPv4 twin is; direct's twin connects to the backends' IPv6 addresses. ")
+	b.WriteString("xlb's twins are services of the same agent on the same node (IPv6-in-IPv6 and GUE over IPv6 to the backends, nat from the node's IPv6 address, dnat with the backends' IPv6 replies routed through the node); the DNAT twins run the same rules in nftables' ip6 family and with ip6tables-legacy, and the proxies' twins are nginx and HAProxy processes of their own listening on the IPv6 VIP, each on a node of its own as its IPv4 twin is; direct's twin connects to the backends' IPv6 addresses. ")
 	b.WriteString("An IPv6 row gives, in parentheses, its best rate over its IPv4 twin's; the section [IPv6 beside IPv4](#ipv6-beside-ipv4) has those ratios and the CPU time per request of each pair. The latency runs, the plots and the bandwidth model are of the IPv4 paths only.")
 	if len(without) > 0 {
 		fmt.Fprintf(&b, " No IPv6 twin: %s.", strings.Join(without, ", "))
