@@ -286,7 +286,8 @@ static __always_inline __u32 icmp6_pseudo_sum(const __be32 *src, const __be32 *d
 /* icmp_frag_needed for IPv6: turn the frame (an IPv6 packet too big for
  * the tunnel) into an ICMPv6 Packet Too Big (RFC 4443 3.2) from saddr
  * back to its sender, quoting the first XLB_ICMP6_QUOTE bytes of it (or
- * all of it, when shorter), as a router on the path would. The reply
+ * all of it, when shorter, less an odd last byte), as a router on the
+ * path would. The reply
  * leaves by XDP_TX. Returns 0 or -1. */
 static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile union xlb_addr *saddr,
 					 __u32 mtu, __u16 inner_len)
@@ -332,17 +333,27 @@ static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile unio
 	icmp->checksum = 0;
 	icmp->mtu = bpf_htonl(mtu);
 
+	/* At most 620 words: the 32-bit sum cannot overflow. */
 	__u32 sum = icmp6_pseudo_sum(ip6->saddr, ip6->daddr, sizeof(*icmp) + quote);
 	__u16 *w = (__u16 *)icmp;
+	__u32 words = (8 + quote) / 2;
+
 	/* A loop the verifier walks rather than one unrolled: unrolled,
-	 * its spills took more stack than the call chain has. */
+	 * its spills took more stack than the call chain has. Two bytes a
+	 * step, as the quote may end on any even byte; a Packet Too Big is
+	 * rare, and its sender is waiting for it. */
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < (8 + XLB_ICMP6_QUOTE) / 2; i++) {
-		if (i >= (8 + quote) / 2)
+	for (__u32 i = 0; i < (8 + XLB_ICMP6_QUOTE) / 2; i++) {
+		if (i >= words)
 			break;
-		if ((void *)(w + i + 1) > data_end)
+		__u16 *at = w + i;
+
+		/* Keep the compiler from hoisting the bound out of the loop
+		 * as arithmetic on data_end, which the verifier refuses. */
+		asm volatile("" : "+r"(at));
+		if ((void *)(at + 1) > data_end)
 			return -1;
-		sum += w[i];
+		sum += *at;
 	}
 	icmp->checksum = csum_fold(sum);
 

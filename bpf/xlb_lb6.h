@@ -386,6 +386,17 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		}
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		/* Pruned by the verifier when off. */
+		if (ping_vips) {
+			enum ping_result r = vip_ping6(ctx, &p);
+
+			if (r == PING_REPLY) {
+				count_reason(XLB_TX_PING_REPLY);
+				return XDP_TX;
+			}
+			if (r == PING_REFUSED)
+				return drop(XLB_DROP_PING_REFUSED);
+		}
 		/* ICMPv6 errors about replies go to the backend that sent the
 		 * reply; anything else for a VIP is dropped (xlb_lb says why). */
 		if (parse_icmp6_error(&p, data_end))

@@ -518,7 +518,9 @@ func TestLB6TooBig(t *testing.T) {
 		t.Errorf("ICMPv6 %v -> %v, want %v -> %v", src, dst, fxNode6, fxClient6)
 	}
 	icmp := out[54:]
-	const quote = 128
+	// As much as fits in the IPv6 minimum MTU: 1280 less the error's
+	// IPv6 and ICMPv6 headers (RFC 4443 2.4 (c)).
+	const quote = 1280 - 40 - 8
 	if len(icmp) != 8+quote || int(binary.BigEndian.Uint16(ip[4:])) != 8+quote {
 		t.Fatalf("ICMPv6 length %d (payload length %d), want %d", len(icmp), binary.BigEndian.Uint16(ip[4:]), 8+quote)
 	}
@@ -528,8 +530,7 @@ func TestLB6TooBig(t *testing.T) {
 	if mtu := binary.BigEndian.Uint32(icmp[4:]); mtu != 1400-40 {
 		t.Errorf("MTU %d, want %d (route MTU minus the IPv6 outer header)", mtu, 1400-40)
 	}
-	ph := append(append(append([]byte{}, ip[8:40]...), 0, 0, 0, byte(len(icmp))), 0, 0, 0, 58)
-	if csum(append(ph, icmp...)) != 0 {
+	if csum(append(pseudo6(ip, len(icmp)), icmp...)) != 0 {
 		t.Errorf("ICMPv6 checksum invalid")
 	}
 	if !bytes.Equal(icmp[8:], in[14:14+quote]) {
