@@ -55,6 +55,13 @@
 #define XLB_DENY_MAX_PREFIXES 131072
 #endif
 
+/* The node's IPv6 deny table: at most this many nodes (struct
+ * xlb_deny6_node, 80 bytes each). A prefix takes one node per byte of it
+ * that no other prefix shares (a /48 at most 6, a /128 at most 16). */
+#ifndef XLB_DENY6_NODES
+#define XLB_DENY6_NODES 131072
+#endif
+
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS
 #define XLB_MAX_VIPS 1024

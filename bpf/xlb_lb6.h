@@ -371,10 +371,14 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		 * the backend of the first. */
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_FRAGMENT);
 	case PARSE6_EXT:
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_IPV6_EXT);
 	default: /* PARSE6_NOT_TCP_UDP */
 		if (p.nexthdr == IPPROTO_ICMPV6) {
@@ -386,6 +390,8 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		}
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_NOT_TCP_UDP);
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		/* Pruned by the verifier when off. */
 		if (ping_vips) {
 			enum ping_result r = vip_ping6(ctx, &p);
@@ -411,10 +417,15 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	if (!svc) {
 		if (!is_vip6(vip))
 			return pass(XLB_PASS_NO_SERVICE);
+		if (deny_v6(ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_VIP_NO_SERVICE);
 	}
-	/* The service's source ranges (an ICMPv6 error passes them by the
-	 * client of the flow it quotes); the node's deny list is IPv4 only. */
+	/* Who may reach the service, as on the IPv4 path: the node's deny
+	 * list first, then the service's source ranges (an ICMPv6 error
+	 * passes them by the client of the flow it quotes). */
+	if (deny_v6(ip6->saddr))
+		return drop(XLB_DROP_DENIED);
 	if ((svc->flags & XLB_SVC_SOURCE_RANGES) && !source_allowed6(svc->id, p.flow_src)) {
 		count_source_drop(svc->id, p.ip_len);
 		return drop(XLB_DROP_SOURCE_RANGE);

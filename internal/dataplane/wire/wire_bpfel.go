@@ -281,6 +281,15 @@ type wireXlbCounter struct {
 	Bytes   uint64
 }
 
+type wireXlbDeny6Node struct {
+	_      structs.HostLayout
+	Deny   [4]uint64
+	Kids   [4]uint64
+	First  uint32
+	Before [4]uint16
+	Pad    uint32
+}
+
 type wireXlbDenyCell struct {
 	_ structs.HostLayout
 	W [8]uint32
