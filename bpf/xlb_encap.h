@@ -110,11 +110,14 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
  * inner traffic class and 20 bits of the flow hash as its flow label, so
  * that routers spread flows as they would by ports; GUE over IPv6 sends
  * a zero UDP checksum, which RFC 6935 allows for tunnels (the inner
- * packet has its own). Returns 0 or -1. */
+ * packet has its own). In mode XLB_ENCAP_GUE_HINT the GUE header carries
+ * hint (the control plane gives a hinted service IPv4 backends only: the
+ * hint's owners are IPv4 addresses). Returns 0 or -1. */
 static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, int inner6,
 				     __be32 saddr4, const volatile union xlb_addr *saddr6,
 				     const union xlb_addr *daddr, __u32 hash, __u16 inner_len,
-				     __u8 tos, __be16 df, const __u32 *macs)
+				     __u8 tos, __be16 df, const __u32 *macs,
+				     const struct xlb_gue_hint *hint)
 {
 	int overhead = encap_overhead(mode) + (outer6 ? XLB_OUTER6_EXTRA : 0);
 	int outer_hdr = outer6 ? (int)sizeof(struct ipv6hdr) : (int)sizeof(struct iphdr);
@@ -188,6 +191,14 @@ static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, 
 		gue->hlen_c_ver = 0;
 		gue->proto = inner_proto;
 		gue->flags = 0;
+		if (mode == XLB_ENCAP_GUE_HINT && hint) {
+			struct xlb_gue_hint *h = (void *)(gue + 1);
+
+			if ((void *)(h + 1) > data_end)
+				return -1;
+			gue->hlen_c_ver = XLB_GUE_HINT_WORDS; /* ver 0, C 0 */
+			*h = *hint;
+		}
 	}
 	return 0;
 }

@@ -35,6 +35,7 @@ struct lb6_scratch {
 	__u32 pad;
 	struct nh_entry nh;
 	struct bpf_fib_lookup fib;
+	struct xlb_gue_hint hint; /* a daisy-chained service's (chain_pick6) */
 };
 
 struct {
@@ -125,7 +126,8 @@ static __noinline int too_big4(struct xdp_md *ctx, __u32 mtu)
  * router fragments), TTL or hop limit, encapsulation, counters. */
 static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 inner_len,
 					 __u32 bid, const union xlb_addr *be, __u32 hash, __u8 mode,
-					 int orphan, const int defer_too_big)
+					 int orphan, const int defer_too_big,
+					 const struct xlb_gue_hint *hint)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -221,7 +223,7 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
 	if (encap_any(ctx, mode, outer6, inner6, node_addr, &node_addr6, be, hash, inner_len, tos,
-		      df, no_neigh ? 0 : nh->macs))
+		      df, no_neigh ? 0 : nh->macs, hint))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
 	if (bst) {
@@ -286,8 +288,8 @@ static __noinline int xlb_lb_to6(struct xdp_md *ctx, __u32 svc_id, __u32 slot, _
 	__u16 inner_len = bpf_ntohs(ip->tot_len); /* parse_ipv4 checked it */
 
 	if (encap_is_gue(mode))
-		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0);
-	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0);
+		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0, 0);
+	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0, 0);
 }
 
 /* A stateful service's backend for an IPv6 flow. */
@@ -345,6 +347,35 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 		return -1;
 	if (own && !bpf_map_update_elem(&conntrack, &sc->key, &sc->val, BPF_ANY))
 		count_reason(XLB_NOTE_CT_NEW);
+	return 0;
+}
+
+/* The backend and hint of slot of a daisy-chained IPv6 service, from its
+ * chain table, as xlb_lb_chained reads them for an IPv4 VIP: the hint
+ * goes to the scratch. The hint names IPv4 owners and travels in GUE over
+ * IPv4, which the backend program reads for an inner packet of either
+ * family; the control plane gives such a service IPv4 backends only, and
+ * an entry that names another is dropped. Out of line, for the stack.
+ * Returns 0, or -1 when the slot has no backend. */
+static __noinline int chain_pick6(__u32 svc_id, __u32 slot, struct pick6 *pick)
+{
+	struct lb6_scratch *sc = scratch6();
+	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
+	__u32 last = table_size;
+	struct chain_entry *e;
+
+	if (!sc || !chain)
+		return -1;
+	e = bpf_map_lookup_elem(chain, &slot);
+	if (!e || !xlb_addr_is4(&e->addr) || !e->addr.w[3])
+		return -1;
+	pick->bid = e->bid;
+	pick->be = e->addr;
+	sc->hint.prev = xlb_addr_is4(&e->prev) ? e->prev.w[3] : 0;
+	sc->hint.prev2 = xlb_addr_is4(&e->prev2) ? e->prev2.w[3] : 0;
+	sc->hint.changed = bpf_htonl(e->changed);
+	e = bpf_map_lookup_elem(chain, &last);
+	sc->hint.generation = e ? bpf_htonl(e->changed) : 0;
 	return 0;
 }
 
@@ -439,8 +470,8 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	struct pick6 pick;
 	int orphan = 0;
 
-	/* The control plane gives IPv6 services neither hints nor NAT. */
-	if (mode > XLB_ENCAP_GUE)
+	/* The control plane gives IPv6 services no NAT. */
+	if (mode > XLB_ENCAP_GUE_HINT)
 		return drop(XLB_DROP_NO_BACKEND);
 	/* The stateful path before the hash, so that fewer values live
 	 * across its call (the stack, again). */
@@ -454,17 +485,25 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		pick.be = sc->val.addr;
 	}
 	__u32 hash = xlb_flow_hash6(p.flow_src, vip, hsport, p.dport, p.proto);
+	const struct xlb_gue_hint *hint = 0;
 
-	if (!(flags & XLB_SVC_STATEFUL)) {
+	if (mode == XLB_ENCAP_GUE_HINT) {
+		/* Never stateful (the control plane refuses it). */
+		struct lb6_scratch *sc = scratch6();
+
+		if (!sc || chain_pick6(svc->id, flow_slot(hash), &pick))
+			return drop(XLB_DROP_NO_BACKEND);
+		hint = &sc->hint;
+	} else if (!(flags & XLB_SVC_STATEFUL)) {
 		xlb_table_entry *e = table_entry(svc->id, flow_slot(hash));
 
 		if (!e || entry_backend(*e, &pick.bid, &pick.be))
 			return drop(XLB_DROP_NO_BACKEND);
 	}
-	/* One copy for both modes: two would not fit the stack of a call
-	 * chain that begins in xlb_lb. */
+	/* One copy for every mode: one per mode would not fit the stack of
+	 * a call chain that begins in xlb_lb. */
 	return xlb_forward_x(ctx, 1, p.ip_len, pick.bid, &pick.be,
-			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
+			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1, hint);
 }
 
 /* xlb_lb6, and the Packet Too Big it leaves to its caller. */

@@ -612,7 +612,6 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 	}{
 		{Service{Encap: EncapNAT}, "NAT"},
 		{Service{Encap: EncapDNAT}, "NAT"},
-		{Service{Encap: EncapGUEHint}, "hints"},
 		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPv4 prefix"},
 	} {
 		s := c.svc
@@ -635,7 +634,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 	}{
 		{Service{Encap: EncapIPIP}, "no IPv6 address"},
 		{Service{Encap: EncapNAT}, "NAT"},
-		{Service{Encap: EncapGUEHint}, "hints"},
+		{Service{Encap: EncapGUEHint}, "reaches IPv4 backends only"},
 		{Service{Encap: EncapGUE, Stateful: true}, "stateful"},
 	} {
 		s := c.svc

@@ -105,8 +105,6 @@ func checkService6(s Service) error {
 	switch {
 	case s.Encap == EncapNAT || s.Encap == EncapDNAT:
 		return errors.New("NAT and DNAT take IPv4 VIPs only; use dsr-ipip or dsr-gue for an IPv6 VIP")
-	case s.Encap == EncapGUEHint:
-		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
 	}
 	return nil
 }
@@ -127,7 +125,7 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 		case s.Encap == EncapNAT || s.Encap == EncapDNAT:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: NAT and DNAT reach IPv4 backends only", s.ID, b, a)
 		case s.Encap == EncapGUEHint:
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: daisy-chaining hints are IPv4 only; use dsr-gue", s.ID, b, a)
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a daisy-chaining hint names IPv4 owners and travels over IPv4, so a daisy-chained service reaches IPv4 backends only (its VIP may be of either family); use dsr-gue without daisy chaining, or IPv4 backends", s.ID, b, a)
 		case s.Stateful && s.Key.VIP.Is4():
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a stateful service on an IPv4 VIP reaches IPv4 backends only; make it stateless, or give it an IPv6 VIP", s.ID, b, a)
 		case !d.node6:
