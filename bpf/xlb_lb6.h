@@ -126,8 +126,7 @@ static __noinline int too_big4(struct xdp_md *ctx, __u32 mtu)
  * router fragments), TTL or hop limit, encapsulation, counters. */
 static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 inner_len,
 					 __u32 bid, const union xlb_addr *be, __u32 hash, __u8 mode,
-					 int orphan, const int defer_too_big,
-					 const struct xlb_gue_hint *hint)
+					 int orphan, const int defer_too_big)
 {
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
@@ -222,8 +221,11 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	int pad = (int)avail - (int)inner_len;
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
+	/* A daisy-chained service's hint is in the scratch (chain_pick6). */
+	struct lb6_scratch *hsc = mode == XLB_ENCAP_GUE_HINT ? scratch6() : 0;
+
 	if (encap_any(ctx, mode, outer6, inner6, node_addr, &node_addr6, be, hash, inner_len, tos,
-		      df, no_neigh ? 0 : nh->macs, hint))
+		      df, no_neigh ? 0 : nh->macs, hsc ? &hsc->hint : 0))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
 	if (bst) {
@@ -288,8 +290,64 @@ static __noinline int xlb_lb_to6(struct xdp_md *ctx, __u32 svc_id, __u32 slot, _
 	__u16 inner_len = bpf_ntohs(ip->tot_len); /* parse_ipv4 checked it */
 
 	if (encap_is_gue(mode))
-		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0, 0);
-	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0, 0);
+		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0);
+	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0);
+}
+
+/* ct_pick's way out for a stateful IPv4 flow whose backend is IPv6
+ * (IPv4-in-IPv6): the entry that names it (CT_TO6_ENTRY), or the table's
+ * slot (CT_TO6_TABLE), which the flow's next packets then find in its
+ * entry. ct_pick has counted what it saw; the flow key and entry live in
+ * the scratch, as for an IPv6 flow. Out of line, so that the IPv4
+ * stateful path pays nothing for it; xlb_lb.h says what the arguments
+ * hold. */
+static __noinline int xlb_lb_stateful_to6(struct xdp_md *ctx, __u32 svc, __u32 ports,
+					  __be32 flow_src, __u32 hash)
+{
+	__u32 svc_id = svc & 0x3fff;
+	int from_table = ((svc >> 14) & 3) == CT_TO6_TABLE;
+	__u8 mode = (svc >> 16) & 0xf;
+	__u8 proto = svc >> 24;
+	__be16 sport = ports & 0xffff;
+	/* tunnel_hash: the source port the hash left out, mixed back in. */
+	__u32 th = (svc & CT_TO6_AFFINITY) ? hash ^ sport : hash;
+	struct lb6_scratch *sc = scratch6();
+	struct iphdr *ip = (void *)(long)ctx->data + sizeof(struct ethhdr);
+	int orphan = 0;
+
+	if (!sc)
+		return drop(XLB_DROP_NO_BACKEND);
+	if ((void *)(ip + 1) > (void *)(long)ctx->data_end)
+		return drop(XLB_DROP_MALFORMED_IP);
+	__u16 inner_len = bpf_ntohs(ip->tot_len); /* parse_ipv4 checked it */
+	int own = ip->protocol == proto; /* not an ICMP error */
+
+	sc->key.saddr = XLB_ADDR4(flow_src);
+	sc->key.daddr = XLB_ADDR4(ip->daddr);
+	sc->key.sport = sport;
+	sc->key.dport = ports >> 16;
+	sc->key.proto = proto;
+	sc->key.pad[0] = sc->key.pad[1] = sc->key.pad[2] = 0;
+	if (from_table) {
+		xlb_table_entry *e = table_entry(svc_id, flow_slot(hash));
+
+		if (!e || entry_backend(*e, &sc->val.bid, &sc->val.addr))
+			return drop(XLB_DROP_NO_BACKEND);
+		if (own && !bpf_map_update_elem(&conntrack, &sc->key, &sc->val, BPF_ANY))
+			count_reason(XLB_NOTE_CT_NEW);
+	} else {
+		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &sc->key);
+
+		if (!ct)
+			return drop(XLB_DROP_NO_BACKEND);
+		sc->val = *ct;
+		orphan = !ct_valid(&sc->val, svc_id);
+	}
+	if (encap_is_gue(mode))
+		return xlb_forward_x(ctx, 0, inner_len, sc->val.bid, &sc->val.addr, th, XLB_ENCAP_GUE,
+				     orphan, 0);
+	return xlb_forward_x(ctx, 0, inner_len, sc->val.bid, &sc->val.addr, th, XLB_ENCAP_IPIP,
+			     orphan, 0);
 }
 
 /* A stateful service's backend for an IPv6 flow. */
@@ -351,13 +409,13 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 }
 
 /* The backend and hint of slot of a daisy-chained IPv6 service, from its
- * chain table, as xlb_lb_chained reads them for an IPv4 VIP: the hint
- * goes to the scratch. The hint names IPv4 owners and travels in GUE over
+ * chain table, as xlb_lb_chained reads them for an IPv4 VIP: both go to
+ * the scratch (val, hint). The hint names IPv4 owners and travels in GUE over
  * IPv4, which the backend program reads for an inner packet of either
  * family; the control plane gives such a service IPv4 backends only, and
  * an entry that names another is dropped. Out of line, for the stack.
  * Returns 0, or -1 when the slot has no backend. */
-static __noinline int chain_pick6(__u32 svc_id, __u32 slot, struct pick6 *pick)
+static __noinline int chain_pick6(__u32 svc_id, __u32 slot)
 {
 	struct lb6_scratch *sc = scratch6();
 	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
@@ -369,8 +427,8 @@ static __noinline int chain_pick6(__u32 svc_id, __u32 slot, struct pick6 *pick)
 	e = bpf_map_lookup_elem(chain, &slot);
 	if (!e || !xlb_addr_is4(&e->addr) || !e->addr.w[3])
 		return -1;
-	pick->bid = e->bid;
-	pick->be = e->addr;
+	sc->val.bid = e->bid;
+	sc->val.addr = e->addr;
 	sc->hint.prev = xlb_addr_is4(&e->prev) ? e->prev.w[3] : 0;
 	sc->hint.prev2 = xlb_addr_is4(&e->prev2) ? e->prev2.w[3] : 0;
 	sc->hint.changed = bpf_htonl(e->changed);
@@ -485,15 +543,14 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		pick.be = sc->val.addr;
 	}
 	__u32 hash = xlb_flow_hash6(p.flow_src, vip, hsport, p.dport, p.proto);
-	const struct xlb_gue_hint *hint = 0;
-
 	if (mode == XLB_ENCAP_GUE_HINT) {
 		/* Never stateful (the control plane refuses it). */
 		struct lb6_scratch *sc = scratch6();
 
-		if (!sc || chain_pick6(svc->id, flow_slot(hash), &pick))
+		if (!sc || chain_pick6(svc->id, flow_slot(hash)))
 			return drop(XLB_DROP_NO_BACKEND);
-		hint = &sc->hint;
+		pick.bid = sc->val.bid;
+		pick.be = sc->val.addr;
 	} else if (!(flags & XLB_SVC_STATEFUL)) {
 		xlb_table_entry *e = table_entry(svc->id, flow_slot(hash));
 
@@ -503,7 +560,7 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	/* One copy for every mode: one per mode would not fit the stack of
 	 * a call chain that begins in xlb_lb. */
 	return xlb_forward_x(ctx, 1, p.ip_len, pick.bid, &pick.be,
-			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1, hint);
+			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
 }
 
 /* xlb_lb6, and the Packet Too Big it leaves to its caller. */

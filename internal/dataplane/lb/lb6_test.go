@@ -621,7 +621,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		}
 	}
 	// An IPv6 backend: registered, but no service reaches it without
-	// the node's IPv6 address, nor through NAT, hints or conntrack.
+	// the node's IPv6 address, nor through NAT or hints.
 	if err := d.UpsertBackend(3, apOf(fxBackend6)); err != nil {
 		t.Fatal(err)
 	}
@@ -635,7 +635,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		{Service{Encap: EncapIPIP}, "no IPv6 address"},
 		{Service{Encap: EncapNAT}, "NAT"},
 		{Service{Encap: EncapGUEHint}, "reaches IPv4 backends only"},
-		{Service{Encap: EncapGUE, Stateful: true}, "stateful"},
+		{Service{Encap: EncapGUE, Stateful: true}, "no IPv6 address"},
 	} {
 		s := c.svc
 		s.ID, s.Key, s.Table = 3, ServiceKey{netip.MustParseAddr("10.99.3.1"), 80, ProtoTCP}, table

@@ -119,13 +119,11 @@ func TestDenyList6EveryPacketToAVIP(t *testing.T) {
 		{"another address", with(func(p *pkt6) { p.Dst = netip.MustParseAddr("fd00:55::1") }), xdpPass, "pass_no_service", true},
 	} {
 		v, delta := verdictOf(t, d, f, tc.frame)
-		out := tc.frame
 		if v != tc.v || delta[tc.reason] != 1 || len(delta) != 1 {
 			t.Errorf("%s: verdict %s, reasons %v; want %s for %s alone", tc.name, verdictNames[v], delta, verdictNames[tc.v], tc.reason)
 		}
 		if tc.unchanged {
-			_, out = f.Run(t, d.objs.XlbLbProg, tc.frame)
-			if !bytes.Equal(out, tc.frame) {
+			if _, out := f.Run(t, d.objs.XlbLbProg, tc.frame); !bytes.Equal(out, tc.frame) {
 				t.Errorf("%s: passed frame modified", tc.name)
 			}
 		}

@@ -113,8 +113,8 @@ func checkService6(s Service) error {
 // IDs its table names) in its encapsulation, per the family matrix of
 // docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
 // outer header, which needs the node's IPv6 address, and only the IPIP
-// and GUE paths have one (for an IPv4 VIP, the stateless ones). Called
-// with d.mu held.
+// and GUE paths have one (stateless or stateful; daisy-chained services
+// reach IPv4 backends only). Called with d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 	for _, b := range named {
 		a := d.backends.addrs[b].Addr()
@@ -126,8 +126,6 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: NAT and DNAT reach IPv4 backends only", s.ID, b, a)
 		case s.Encap == EncapGUEHint:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a daisy-chaining hint names IPv4 owners and travels over IPv4, so a daisy-chained service reaches IPv4 backends only (its VIP may be of either family); use dsr-gue without daisy chaining, or IPv4 backends", s.ID, b, a)
-		case s.Stateful && s.Key.VIP.Is4():
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a stateful service on an IPv4 VIP reaches IPv4 backends only; make it stateless, or give it an IPv6 VIP", s.ID, b, a)
 		case !d.node6:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6, and the node has no IPv6 address to send from: set the node's IPv6 address or remove the backend", s.ID, b, a)
 		}
