@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"net/netip"
 	"testing"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // TestLBStatefulIPv4ToIPv6: a stateful service on an IPv4 VIP reaches
@@ -112,5 +114,46 @@ func TestLBStatefulIPv4ToIPv6(t *testing.T) {
 	}
 	if after.Packets != before.Packets+1 {
 		t.Errorf("backend 21 counted %d packets, want 1 (only the re-picked SYN)", after.Packets-before.Packets)
+	}
+}
+
+// TestLBStatefulIPv4ToIPv6Affinity: with client-IP affinity the flow
+// hash leaves the source port out, and the outer headers of a stateful
+// IPv4 flow to an IPv6 backend (GUE over IPv6) mix it back in, as on
+// every other path: each of a client's connections keeps its own GUE
+// source port and flow label, all on the client's backend.
+func TestLBStatefulIPv4ToIPv6Affinity(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	addrs := map[uint32]netip.Addr{20: netip.MustParseAddr("fd00:3::20"), 21: netip.MustParseAddr("fd00:3::21")}
+	for id, a := range addrs {
+		if err := d.UpsertBackend(id, apOf(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	vip := netip.MustParseAddr("10.99.1.13")
+	table := make([]uint32, fxTableSize)
+	for i := range table {
+		table[i] = 20 + uint32(i%2)
+	}
+	svc := Service{ID: 14, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapGUE, Stateful: true, ClientIP: true, Table: table}
+	if err := d.UpsertService(svc); err != nil {
+		t.Fatal(err)
+	}
+	ports := map[uint16]bool{}
+	for i := range 8 {
+		p := tcpTo(vip, 80)
+		p.Sport, p.TCPFlags = uint16(2000+977*i), tcpSYN
+		in := p.Frame(f.MAC)
+		v, out := f.Run(t, d.objs.XlbLbProg, in)
+		hash := FlowHash(p.Src, vip, HashedPort(p.Sport, true), 80, 6)
+		be := addrs[table[Slot(hash, fxTableSize)]]
+		th := hash ^ uint32(wire.Port(p.Sport))
+		if want := wantEncap(t, fxRouterMAC, f.MAC, decremented(in), be, EncapGUE, th); v != xdpTX || !bytes.Equal(out, want) {
+			t.Fatalf("port %d: verdict %s, frame\n got %x\nwant %x", p.Sport, verdictNames[v], out, want)
+		}
+		ports[TunnelPort(hash, p.Sport, true)] = true
+	}
+	if len(ports) < 4 {
+		t.Errorf("8 connections of one client had %d GUE source ports, want their own each (mostly)", len(ports))
 	}
 }
