@@ -56,8 +56,9 @@
 #endif
 
 /* The node's IPv6 deny table: at most this many nodes (struct
- * xlb_deny6_node, 80 bytes each). A prefix takes one node per byte of it
- * that no other prefix shares (a /48 at most 6, a /128 at most 16). */
+ * xlb_deny6_node, 96 bytes each). With its paths compressed, a list of n
+ * prefixes takes at most 2n nodes (every node but the root denies
+ * something or branches): any 65536 prefixes fit, most lists far more. */
 #ifndef XLB_DENY6_NODES
 #define XLB_DENY6_NODES 131072
 #endif

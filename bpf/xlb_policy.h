@@ -53,9 +53,12 @@ struct deny6_inner {
 	__type(value, struct {
 		__u64 deny[4];
 		__u64 kids[4];
+		__u64 pre_hi;
+		__u64 pre_lo;
 		__u32 first;
 		__u16 before[4];
-		__u32 pad;
+		__u8 depth;
+		__u8 pad[3];
 	});
 };
 
@@ -179,16 +182,14 @@ static __always_inline int deny_v4(__be32 saddr)
 	return deny_lookup4(table, bpf_ntohl(saddr));
 }
 
-/* Byte d (0 first) of the IPv6 address whose high and low 64 bits, in
- * host order, are h and l. */
-#define DENY6_BYTE(h, l, d) ((__u32)(((d) < 8 ? (h) >> (56 - 8 * (d)) : (l) >> (120 - 8 * (d))) & 0xff))
-
 /* Whether the node's IPv6 deny list holds source src (in the packet):
- * the walk down the IPv6 deny table, one node per byte of the address,
- * at most 16 inlined array reads whatever the list holds (it stops at
- * the first byte no prefix continues). Out of line, with the outer
- * lookup: the IPv6 path's call chain has no stack for it inlined, and a
- * node without an IPv6 list pays the call and one read. */
+ * the walk down the IPv6 deny table, one node per byte where the list's
+ * prefixes branch (struct xlb_deny6_node), at most 16 inlined array reads
+ * whatever the list holds; it stops at the first byte no prefix
+ * continues, or at bytes a compressed path skipped that are not the
+ * node's. Out of line, with the outer lookup: the IPv6 path's call chain
+ * has no stack for it inlined, and a node without an IPv6 list pays the
+ * call and one read. */
 static __noinline int deny_v6(const __be32 *src)
 {
 	__u32 i = 0;
@@ -200,12 +201,28 @@ static __noinline int deny_v6(const __be32 *src)
 	__u64 l = ((__u64)bpf_ntohl(src[2]) << 32) | bpf_ntohl(src[3]);
 
 #pragma unroll
-	for (int d = 0; d < 16; d++) {
+	for (int k = 0; k < 16; k++) {
 		struct xlb_deny6_node *n = bpf_map_lookup_elem(table, &i);
 
 		if (!n)
 			return 1; /* a table that points nowhere: fail closed */
-		__u32 b = DENY6_BYTE(h, l, d);
+		__u32 d = n->depth;
+		__u64 mh, ml, x;
+
+		if (d > 15)
+			return 1;
+		if (d < 8) {
+			mh = d ? ~0ULL << (64 - 8 * d) : 0;
+			ml = 0;
+			x = h >> (56 - 8 * d);
+		} else {
+			mh = ~0ULL;
+			ml = d > 8 ? ~0ULL << (128 - 8 * d) : 0;
+			x = l >> (120 - 8 * d);
+		}
+		if (((h ^ n->pre_hi) & mh) | ((l ^ n->pre_lo) & ml))
+			return 0; /* off the compressed path: no prefix covers it */
+		__u32 b = x & 0xff;
 		__u32 j = b >> 6;
 		__u64 bit = 1ULL << (b & 63);
 

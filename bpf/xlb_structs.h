@@ -270,19 +270,27 @@ enum xlb_deny_layout {
 /* A node of the IPv6 deny table: one array of them, built whole in Go
  * (internal/dataplane/prefixset) and swapped in whole, a trie of stride
  * 8 (a byte of the address per level, root at index 0), leaf-pushed, its
- * children compressed by popcount. For byte b of the address at this
- * node's depth, word b / 64, bit b % 64:
+ * children compressed by popcount and its paths by skipping: a node that
+ * would deny nothing and have a single child is left out, its child
+ * taking its place. A node indexes byte depth of the address; the bytes
+ * before must be its prefix (pre_hi, pre_lo: the address's high and low
+ * 64 bits, host order, bytes from depth on zero), else the address is
+ * allowed. For byte b, word b / 64, bit b % 64:
  *  - deny: every address that reaches here with byte b is denied;
  *  - kids: byte b leads to a child node, whose index is first + before[b
  *    / 64] + the number of kids bits below b in its word.
- * Neither bit: allowed. A lookup reads at most 16 nodes (one per byte of
- * the address), whatever the list holds. */
+ * Neither bit: allowed. A lookup reads at most 16 nodes (depth grows by
+ * one or more from node to node), whatever the list holds; as many as
+ * the prefixes around the address branch, with paths compressed. */
 struct xlb_deny6_node {
 	__u64 deny[4];
 	__u64 kids[4];
+	__u64 pre_hi;
+	__u64 pre_lo;
 	__u32 first;
 	__u16 before[4]; /* kids bits in the words before word j */
-	__u32 pad;
+	__u8 depth;
+	__u8 pad[3];
 };
 
 /* A service's IPv4 source ranges: disjoint inclusive intervals [lo, hi]

@@ -42,7 +42,8 @@ func TestDenyList6Edges(t *testing.T) {
 	}{
 		{[]string{"2001:db8::/32"}, []string{"2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db8:5::7"}, []string{"2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::", fxClient6.String()}, "a /32"},
 		{[]string{"2001:db8:ab00::/44"}, []string{"2001:db8:ab00::", "2001:db8:ab0f:ffff:ffff:ffff:ffff:ffff"}, []string{"2001:db8:aaff:ffff:ffff:ffff:ffff:ffff", "2001:db8:ab10::"}, "a /44 (within a byte)"},
-		{[]string{"fd00:2::2/128"}, []string{"fd00:2::2"}, []string{"fd00:2::1", "fd00:2::3"}, "a /128"},
+		{[]string{"fd00:2::2/128"}, []string{"fd00:2::2"}, []string{"fd00:2::1", "fd00:2::3", "fd01:2::2", "fd00:2:0:1::2", "fd00:3::2"}, "a /128 (a compressed path)"},
+		{[]string{"fd00:2::2/128", "fd00:2::102/128"}, []string{"fd00:2::2", "fd00:2::102"}, []string{"fd00:2::202", "fd00:2::103", "fd00:2:1::2", "fd00:2::1:2"}, "a branch below a compressed path"},
 		{[]string{"fd00:2::/127", "2001:db8:1::/48", "2001:db8:2::/48"}, []string{"fd00:2::1", "fd00:2::", "2001:db8:1:ffff::1", "2001:db8:2::"}, []string{"fd00:2::2", "2001:db8:3::", "2001:db8::ffff"}, "several sharing nodes"},
 		{[]string{"::/0"}, []string{"::1", "2001:db8::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:fffe", fxClient6.String()}, nil, "/0"},
 		{[]string{"10.0.0.0/8", "2001:db8::/32"}, []string{"2001:db8::1"}, []string{fxClient6.String(), "fd00:2::9"}, "both families"},

@@ -2,6 +2,7 @@ package prefixset
 
 import (
 	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/bits"
@@ -21,11 +22,27 @@ type Deny6 struct {
 	Prefixes int
 }
 
-// node6 is a node of the IPv6 trie while it is built: the byte values
-// denied whole at its depth, and its children by byte value.
+// node6 is a node of the IPv6 trie while it is built: the byte it
+// indexes (depth), the address bytes before it (prefix), the byte values
+// denied whole there, and its children by byte value.
 type node6 struct {
-	deny [4]uint64
-	kids map[byte]*node6
+	depth  int
+	prefix [16]byte
+	deny   [4]uint64
+	kids   map[byte]*node6
+}
+
+// skip is n, or the first node below it that denies something or has
+// more than one child: the nodes in between would only lead on to it,
+// and the one that takes their place checks the bytes they would have
+// read (path compression).
+func (n *node6) skip() *node6 {
+	for n.deny == [4]uint64{} && len(n.kids) == 1 {
+		for _, k := range n.kids {
+			n = k
+		}
+	}
+	return n
 }
 
 // checkPrefix6 returns why p is no prefix the IPv6 table keys: invalid,
@@ -71,7 +88,8 @@ var ErrDeny6Full = errors.New("the IPv6 deny table is full")
 // prefix covers is denied, any other allowed. Overlapping prefixes are
 // fine. A prefix of n bits denies, at depth (n-1)/8 of the trie, the
 // byte values it covers there (leaf pushing within the byte); the bytes
-// before lead down through children. It fails on an IPv4 or IPv4-mapped
+// before lead down through children, past the nodes that would only lead
+// on (path compression). It fails on an IPv4 or IPv4-mapped
 // prefix or one with host bits set, or when the table would need more
 // than maxNodes nodes (0: no limit).
 func BuildDeny6(ps []netip.Prefix, maxNodes int) (Deny6, error) {
@@ -82,7 +100,6 @@ func BuildDeny6(ps []netip.Prefix, maxNodes int) (Deny6, error) {
 	}
 	list := disjoint6(ps)
 	root := &node6{}
-	count := 1
 	for _, p := range list {
 		a := p.Addr().As16()
 		n := root
@@ -97,9 +114,9 @@ func BuildDeny6(ps []netip.Prefix, maxNodes int) (Deny6, error) {
 			}
 			k := n.kids[a[d]]
 			if k == nil {
-				k = &node6{}
+				k = &node6{depth: d + 1}
+				copy(k.prefix[:d+1], a[:d+1])
 				n.kids[a[d]] = k
-				count++
 			}
 			n = k
 		}
@@ -110,19 +127,23 @@ func BuildDeny6(ps []netip.Prefix, maxNodes int) (Deny6, error) {
 			n.deny[b/64] |= 1 << (b % 64)
 		}
 	}
-	if maxNodes > 0 && count > maxNodes {
-		return Deny6{}, fmt.Errorf("%w: %d prefixes need %d nodes, more than the %d it has room for; aggregate them into shorter prefixes", ErrDeny6Full, len(list), count, maxNodes)
-	}
-	// Breadth first: each node's children take consecutive indexes, in
-	// the order of their byte values.
-	nodes := make([]wire.Deny6Node, 0, count)
+	// Breadth first: each node's children (each past the nodes its path
+	// skips) take consecutive indexes, in the order of their byte
+	// values. The root stays, whatever it holds: the walk starts there.
+	var nodes []wire.Deny6Node
 	queue := []*node6{root}
 	next := uint32(1)
 	for len(queue) > 0 {
+		if maxNodes > 0 && len(nodes)+len(queue) > maxNodes {
+			return Deny6{}, fmt.Errorf("%w: %d prefixes need more than the %d nodes it has room for; aggregate them into shorter prefixes", ErrDeny6Full, len(list), maxNodes)
+		}
 		n := queue[0]
 		queue = queue[1:]
 		var w wire.Deny6Node
 		w.Deny = n.deny
+		w.Depth = uint8(n.depth)
+		w.PreHi = binary.BigEndian.Uint64(n.prefix[:8])
+		w.PreLo = binary.BigEndian.Uint64(n.prefix[8:])
 		w.First = next
 		keys := make([]int, 0, len(n.kids))
 		for b := range n.kids {
@@ -131,7 +152,7 @@ func BuildDeny6(ps []netip.Prefix, maxNodes int) (Deny6, error) {
 		slices.Sort(keys)
 		for _, b := range keys {
 			w.Kids[b/64] |= 1 << (b % 64)
-			queue = append(queue, n.kids[byte(b)])
+			queue = append(queue, n.kids[byte(b)].skip())
 		}
 		for j := 1; j < 4; j++ {
 			w.Before[j] = w.Before[j-1] + uint16(bits.OnesCount64(w.Kids[j-1]))
@@ -153,11 +174,21 @@ func (t Deny6) Denies(a netip.Addr) bool {
 	}
 	b := a.As16()
 	i := uint32(0)
-	for d := range 16 {
+	for range 16 {
 		if int(i) >= len(t.Nodes) {
 			return true
 		}
 		n := &t.Nodes[i]
+		d := int(n.Depth)
+		if d > 15 {
+			return true
+		}
+		var pre [16]byte
+		binary.BigEndian.PutUint64(pre[:8], n.PreHi)
+		binary.BigEndian.PutUint64(pre[8:], n.PreLo)
+		if [16]byte(append(b[:d:d], make([]byte, 16-d)...)) != pre {
+			return false // off the compressed path
+		}
 		j, bit := b[d]/64, uint64(1)<<(b[d]%64)
 		if n.Deny[j]&bit != 0 {
 			return true

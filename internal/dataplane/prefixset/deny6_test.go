@@ -79,8 +79,8 @@ func probes6(rng *rand.Rand, ps []netip.Prefix, random int) []netip.Addr {
 }
 
 // The IPv6 deny table answers as the list does, address by address, on
-// random lists of every size and shape, and its walk never reads more
-// than 16 nodes.
+// random lists of every size and shape (with compressed paths), and it
+// holds at most two nodes per prefix.
 func TestDeny6AgreesWithNaive(t *testing.T) {
 	rng := rand.New(rand.NewPCG(6, 24))
 	for _, n := range []int{0, 1, 2, 5, 30, 300, 3000} {
@@ -90,8 +90,10 @@ func TestDeny6AgreesWithNaive(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(d.Nodes) > 1+16*len(ps) {
-				t.Errorf("%d prefixes: %d nodes, more than the root and 16 per prefix", n, len(d.Nodes))
+			// With paths compressed, every node but the root denies
+			// something or branches: at most two per prefix.
+			if len(d.Nodes) > max(1, 2*len(ps)) {
+				t.Errorf("%d prefixes: %d nodes, more than two per prefix", n, len(d.Nodes))
 			}
 			bad := 0
 			for _, a := range probes6(rng, ps, 2000) {
@@ -106,8 +108,8 @@ func TestDeny6AgreesWithNaive(t *testing.T) {
 }
 
 // The shapes at the edges of the trie: /0, /1, a prefix that ends on a
-// byte, one that ends within one, /127 and /128, and prefixes that
-// share a node.
+// byte, one that ends within one, /127 and /128, prefixes that share a
+// node, and a branch below a compressed path.
 func TestDeny6Edges(t *testing.T) {
 	for _, c := range []struct {
 		list    []string
@@ -116,12 +118,17 @@ func TestDeny6Edges(t *testing.T) {
 	}{
 		{[]string{"::/0"}, []string{"::", "2001:db8::1", "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}, nil, 1},
 		{[]string{"8000::/1"}, []string{"8000::", "ffff::1"}, []string{"::", "7fff:ffff:ffff:ffff:ffff:ffff:ffff:ffff"}, 1},
-		{[]string{"2001:db8::/32"}, []string{"2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"}, []string{"2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::"}, 4},
-		{[]string{"2001:db8:ab00::/44"}, []string{"2001:db8:ab00::", "2001:db8:ab0f:ffff:ffff:ffff:ffff:ffff"}, []string{"2001:db8:aaff:ffff:ffff:ffff:ffff:ffff", "2001:db8:ab10::"}, 6},
-		{[]string{"2001:db8::1/128"}, []string{"2001:db8::1"}, []string{"2001:db8::", "2001:db8::2"}, 16},
-		{[]string{"2001:db8::/127"}, []string{"2001:db8::", "2001:db8::1"}, []string{"2001:db8::2", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"}, 16},
-		{[]string{"2001:db8:1::/48", "2001:db8:2::/48", "2001:db8::/32"}, []string{"2001:db8:1::", "2001:db8:3::"}, []string{"2001:db9::"}, 4},
-		{[]string{"2001:db8:1::/48", "2001:db8:2::/48", "2001:db8:2:5::/64"}, []string{"2001:db8:1::", "2001:db8:2:ffff::"}, []string{"2001:db8:3::", "2001:db8::"}, 6},
+		{[]string{"2001:db8::/32"}, []string{"2001:db8::", "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff"}, []string{"2001:db7:ffff:ffff:ffff:ffff:ffff:ffff", "2001:db9::"}, 2},
+		{[]string{"2001:db8:ab00::/44"}, []string{"2001:db8:ab00::", "2001:db8:ab0f:ffff:ffff:ffff:ffff:ffff"}, []string{"2001:db8:aaff:ffff:ffff:ffff:ffff:ffff", "2001:db8:ab10::"}, 2},
+		{[]string{"2001:db8::1/128"}, []string{"2001:db8::1"}, []string{"2001:db8::", "2001:db8::2", "2001:db9::1", "2001:db8:0:1::1", "::1"}, 2},
+		{[]string{"2001:db8::/127"}, []string{"2001:db8::", "2001:db8::1"}, []string{"2001:db8::2", "2001:db7:ffff:ffff:ffff:ffff:ffff:ffff"}, 2},
+		{[]string{"2001:db8:1::/48", "2001:db8:2::/48", "2001:db8::/32"}, []string{"2001:db8:1::", "2001:db8:3::"}, []string{"2001:db9::"}, 2},
+		{[]string{"2001:db8:1::/48", "2001:db8:2::/48", "2001:db8:2:5::/64"}, []string{"2001:db8:1::", "2001:db8:2:ffff::"}, []string{"2001:db8:3::", "2001:db8::"}, 2},
+		// A branch deep down: the root, the node of byte 14 (the path to it
+		// compressed), and one node of byte 15 on each side; addresses that
+		// differ only in the bytes the compressed path skips are allowed.
+		{[]string{"2001:db8::1/128", "2001:db8::100/128"}, []string{"2001:db8::1", "2001:db8::100"},
+			[]string{"2001:db8::2", "2001:db8::101", "2001:db8::200", "2001:db9::1", "2001:db8:1::1", "2001:db8::1:1", "3001:db8::1"}, 4},
 	} {
 		ps := parse(t, c.list)
 		d, err := BuildDeny6(ps, 0)
@@ -152,8 +159,12 @@ func TestDeny6Refuses(t *testing.T) {
 			t.Errorf("%s: built, want an error", s)
 		}
 	}
-	_, err := BuildDeny6(parse(t, []string{"2001:db8::1/128", "2001:db8:1::1/128"}), 20)
-	if !errors.Is(err, ErrDeny6Full) {
-		t.Fatalf("32 nodes in 20: %v, want ErrDeny6Full", err)
+	// The root, the branch at byte 5, one node of byte 15 each: 4.
+	ps := parse(t, []string{"2001:db8::1/128", "2001:db8:1::1/128"})
+	if _, err := BuildDeny6(ps, 3); !errors.Is(err, ErrDeny6Full) {
+		t.Fatalf("4 nodes in 3: %v, want ErrDeny6Full", err)
+	}
+	if d, err := BuildDeny6(ps, 4); err != nil || len(d.Nodes) != 4 {
+		t.Fatalf("4 nodes in 4: %d nodes, %v", len(d.Nodes), err)
 	}
 }

@@ -44,7 +44,7 @@ func TestTypesMatchC(t *testing.T) {
 		v    any
 		size uintptr
 	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 24},
-		{SessionKey{}, 40}, {Session{}, 88}, {NATCfg{}, 64}, {NATBackendKey{}, 20}, {DenyCell{}, 32}, {Deny6Node{}, 80}, {Ranges4{}, 512}, {Ranges6{}, 2048}} {
+		{SessionKey{}, 40}, {Session{}, 88}, {NATCfg{}, 64}, {NATBackendKey{}, 20}, {DenyCell{}, 32}, {Deny6Node{}, 96}, {Ranges4{}, 512}, {Ranges6{}, 2048}} {
 		if got := reflect.TypeOf(c.v).Size(); got != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
 		}
