@@ -234,8 +234,8 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
 }
 
 /* What ct_pick found besides an IPv4 backend: the flow's entry names an
- * IPv6 backend, or the table's slot does (or no backend at all). Either
- * goes to xlb_lb_stateful_to6, out of line. */
+ * IPv6 backend, or the table's slot does (or names no backend at all,
+ * which xlb_lb_stateful_to6 drops). Either goes there, out of line. */
 #define CT_TO6_ENTRY 1
 #define CT_TO6_TABLE 2
 
@@ -246,10 +246,9 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
  * backend left the configuration, gets the table's, recorded for the
  * flow's next packets; any other packet of such a flow goes on to the
  * backend that left, as an orphan (*orphan, see ct_valid). An ICMP error
- * about a flow follows the entry but never makes one. Returns 0, -1
- * when the flow has neither an entry nor a backend in the table, or
- * CT_TO6_ENTRY / CT_TO6_TABLE when its backend is IPv6 (the entry's, or
- * the table's: counted here, recorded there). */
+ * about a flow follows the entry but never makes one. Returns 0 for an
+ * IPv4 backend, or CT_TO6_ENTRY / CT_TO6_TABLE when the backend is the
+ * entry's or the table's and not IPv4 (counted here, recorded there). */
 static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __u32 svc_id,
 				   __u32 slot, __u32 *bid, __be32 *addr, int *orphan)
 {
@@ -359,9 +358,10 @@ static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, voi
 /* A stateful IPv4 flow whose backend is IPv6 (xlb_lb6.h). The flow
  * comes as scalars, not as its struct pkt, whose address would pin the
  * struct to the IPv4 path's stack (a BPF call takes five arguments):
- * svc: the service's ID, CT_TO6_* << 14, mode << 16, the protocol << 24;
- * ports: the source port and the destination port << 16, as on the wire;
- * hsport_zero: the hash left the source port out (client-IP affinity). */
+ * svc: the service's ID, CT_TO6_* << 14, mode << 16, CT_TO6_AFFINITY
+ * when the hash left the source port out (client-IP affinity), the
+ * protocol << 24; ports: the source port and the destination port << 16,
+ * as on the wire. */
 #define CT_TO6_AFFINITY (1u << 20)
 static __noinline int xlb_lb_stateful_to6(struct xdp_md *ctx, __u32 svc, __u32 ports,
 					  __be32 flow_src, __u32 hash);
@@ -378,14 +378,11 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 	int orphan = 0;
 	int r = ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan);
 
-	if (r) {
-		if (r < 0)
-			return drop(XLB_DROP_NO_BACKEND);
+	if (r)
 		return xlb_lb_stateful_to6(ctx,
 					   svc_id | (__u32)r << 14 | (__u32)mode << 16 |
 						   (hsport ? 0 : CT_TO6_AFFINITY) | (__u32)p->proto << 24,
 					   (__u32)p->sport | (__u32)p->dport << 16, p->flow_src, hash);
-	}
 	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, tunnel_hash(hash, p->sport, hsport),
 				 mode, orphan);
 }
