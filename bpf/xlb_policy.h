@@ -182,21 +182,16 @@ static __always_inline int deny_v4(__be32 saddr)
 	return deny_lookup4(table, bpf_ntohl(saddr));
 }
 
-/* Whether the node's IPv6 deny list holds source src (in the packet):
- * the walk down the IPv6 deny table, one node per byte where the list's
- * prefixes branch (struct xlb_deny6_node), at most 16 inlined array reads
- * whatever the list holds; it stops at the first byte no prefix
+/* Whether the IPv6 deny table (deny6's inner map) holds source src (in
+ * the packet): the walk down it, one node per byte where the list's
+ * prefixes branch (struct xlb_deny6_node), at most 16 inlined array
+ * reads whatever the list holds; it stops at the first byte no prefix
  * continues, or at bytes a compressed path skipped that are not the
- * node's. Out of line, with the outer lookup: the IPv6 path's call chain
- * has no stack for it inlined, and a node without an IPv6 list pays the
- * call and one read. */
-static __noinline int deny_v6(const __be32 *src)
+ * node's. Out of line: a list is optional, and the IPv6 path's call
+ * chain has no stack for the walk inlined. */
+static __noinline int deny_walk6(void *table, const __be32 *src)
 {
 	__u32 i = 0;
-	void *table = bpf_map_lookup_elem(&deny6, &i);
-
-	if (!table)
-		return 0;
 	__u64 h = ((__u64)bpf_ntohl(src[0]) << 32) | bpf_ntohl(src[1]);
 	__u64 l = ((__u64)bpf_ntohl(src[2]) << 32) | bpf_ntohl(src[3]);
 
@@ -235,6 +230,19 @@ static __noinline int deny_v6(const __be32 *src)
 		i = n->first + n->before[j] + (__u32)__builtin_popcountll(kids & (bit - 1));
 	}
 	return 0; /* the builder gives the last byte's nodes no children */
+}
+
+/* deny6's only key, as a constant: a key on the stack would cost the
+ * IPv6 path's frame, which its call chain has no room for. */
+static const __u32 deny6_key = 0;
+
+/* Whether the node's IPv6 deny list holds source src: without a list,
+ * one inlined read of deny6, as deny_v4 reads deny4. */
+static __always_inline int deny_v6(const __be32 *src)
+{
+	void *table = bpf_map_lookup_elem(&deny6, &deny6_key);
+
+	return table && deny_walk6(table, src);
 }
 
 /* Whether host-order IPv4 address a is in the ranges of one service: a
