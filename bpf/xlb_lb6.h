@@ -408,25 +408,51 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 	return 0;
 }
 
-/* The backend and hint of slot of a daisy-chained IPv6 service, from its
- * chain table, as xlb_lb_chained reads them for an IPv4 VIP: both go to
- * the scratch (val, hint). The hint names IPv4 owners and travels in GUE over
- * IPv4, which the backend program reads for an inner packet of either
+/* xlb_lb6's answer "a daisy-chained service's packet, which passed its
+ * checks", for its caller to forward (xlb_lb6_chained): the service's ID
+ * and flags, below the XDP verdicts, beside XLB_TOO_BIG_DEFERRED. */
+#define XLB_LB6_CHAINED(id, flags) ((int)(((id) & 0x3fff) << 8 | (__u32)(flags) << 24) | 0xfd)
+
+/* The rest of xlb_lb6 for a daisy-chained IPv6 service (svc: what
+ * XLB_LB6_CHAINED packed), called from xlb_lb6's caller so that its
+ * frame is not on top of xlb_lb6's: the flow again from the packet (or
+ * the ICMPv6 error's quote), its slot's backend and hint from the
+ * service's chain table, as xlb_lb_chained reads them for an IPv4 VIP,
+ * and the packet in GUE over IPv4 with the hint. The hint names IPv4
+ * owners, which the backend program reads for an inner packet of either
  * family; the control plane gives such a service IPv4 backends only, and
- * an entry that names another is dropped. Out of line, for the stack.
- * Returns 0, or -1 when the slot has no backend. */
-static __noinline int chain_pick6(__u32 svc_id, __u32 slot)
+ * an entry that names another is dropped. Returns a verdict, or
+ * XLB_TOO_BIG_DEFERRED. */
+static __noinline int xlb_lb6_chained(struct xdp_md *ctx, __u32 svc)
 {
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
 	struct lb6_scratch *sc = scratch6();
+	__u32 svc_id = (svc >> 8) & 0x3fff;
+	struct pkt6 p = {};
+
+	switch (parse_ipv6(data + sizeof(struct ethhdr), data_end, &p)) {
+	case PARSE6_OK:
+		break;
+	case PARSE6_NOT_TCP_UDP:
+		if (!parse_icmp6_error(&p, data_end))
+			break;
+		/* fall through: xlb_lb6 let it by, so it cannot be */
+	default:
+		return drop(XLB_DROP_MALFORMED_IP);
+	}
 	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
+	__be16 hsport = hashed_sport(p.sport, svc >> 24);
+	__u32 hash = xlb_flow_hash6(p.flow_src, p.ip6->daddr, hsport, p.dport, p.proto);
+	__u32 slot = flow_slot(hash);
 	__u32 last = table_size;
 	struct chain_entry *e;
 
 	if (!sc || !chain)
-		return -1;
+		return drop(XLB_DROP_NO_BACKEND);
 	e = bpf_map_lookup_elem(chain, &slot);
 	if (!e || !xlb_addr_is4(&e->addr) || !e->addr.w[3])
-		return -1;
+		return drop(XLB_DROP_NO_BACKEND);
 	sc->val.bid = e->bid;
 	sc->val.addr = e->addr;
 	sc->hint.prev = xlb_addr_is4(&e->prev) ? e->prev.w[3] : 0;
@@ -434,7 +460,8 @@ static __noinline int chain_pick6(__u32 svc_id, __u32 slot)
 	sc->hint.changed = bpf_htonl(e->changed);
 	e = bpf_map_lookup_elem(chain, &last);
 	sc->hint.generation = e ? bpf_htonl(e->changed) : 0;
-	return 0;
+	return xlb_forward_x(ctx, 1, p.ip_len, sc->val.bid, &sc->val.addr,
+			     tunnel_hash(hash, p.sport, hsport), XLB_ENCAP_GUE_HINT, 0, 1);
 }
 
 /* The LB path of an IPv6 frame, out of line so that the IPv4 path keeps
@@ -529,8 +556,13 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	int orphan = 0;
 
 	/* The control plane gives IPv6 services no NAT. */
-	if (mode > XLB_ENCAP_GUE_HINT)
+	if (mode > XLB_ENCAP_GUE) {
+		/* Daisy-chained: the rest goes on in xlb_lb6's caller, out of
+		 * this frame (the call chain has no room for it here). */
+		if (mode == XLB_ENCAP_GUE_HINT)
+			return XLB_LB6_CHAINED(svc->id, flags);
 		return drop(XLB_DROP_NO_BACKEND);
+	}
 	/* The stateful path before the hash, so that fewer values live
 	 * across its call (the stack, again). */
 	if (flags & XLB_SVC_STATEFUL) {
@@ -543,15 +575,8 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		pick.be = sc->val.addr;
 	}
 	__u32 hash = xlb_flow_hash6(p.flow_src, vip, hsport, p.dport, p.proto);
-	if (mode == XLB_ENCAP_GUE_HINT) {
-		/* Never stateful (the control plane refuses it). */
-		struct lb6_scratch *sc = scratch6();
 
-		if (!sc || chain_pick6(svc->id, flow_slot(hash)))
-			return drop(XLB_DROP_NO_BACKEND);
-		pick.bid = sc->val.bid;
-		pick.be = sc->val.addr;
-	} else if (!(flags & XLB_SVC_STATEFUL)) {
+	if (!(flags & XLB_SVC_STATEFUL)) {
 		xlb_table_entry *e = table_entry(svc->id, flow_slot(hash));
 
 		if (!e || entry_backend(*e, &pick.bid, &pick.be))
@@ -563,13 +588,19 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
 }
 
-/* xlb_lb6, and the Packet Too Big it leaves to its caller. */
+/* xlb_lb6, and what it leaves to its caller: a daisy-chained service's
+ * packet, and a Packet Too Big. */
 static __always_inline int xlb_lb6_reply(struct xdp_md *ctx)
 {
 	int v = xlb_lb6(ctx);
 
 	if (v < 256)
 		return v;
+	if ((v & 0xff) == 0xfd) {
+		v = xlb_lb6_chained(ctx, v);
+		if (v < 256)
+			return v;
+	}
 	void *data = (void *)(long)ctx->data;
 	struct ipv6hdr *ip6 = data + sizeof(struct ethhdr);
 

@@ -14,8 +14,9 @@ import (
 // IPv4 backend in GUE over IPv4 (protocol 41 inside) with the slot's hint
 // (both previous owners, when the slot changed, the service's
 // generation), in the slot the Go flow hash predicts, the inner IPv6
-// packet whole but for its hop limit; and an IPv4 VIP's hinted packets
-// go on as before beside it.
+// packet whole but for its hop limit; an ICMPv6 error about a flow's
+// reply goes the flow's way; and an IPv4 VIP's hinted packets go on as
+// before beside it.
 func TestLB6GUEHint(t *testing.T) {
 	d, f := newFixtureLB6(t)
 	h := newHintService(t, d) // IPv4 backends 10.0.3.20 and .21, every slot hinted
@@ -73,6 +74,24 @@ func TestLB6GUEHint(t *testing.T) {
 	}
 	if len(seen) != 2 || withPrev2 == 0 || withPrev2 == 32 {
 		t.Errorf("32 flows reached %d backends, %d with a second previous owner; want both backends, and some but not all", len(seen), withPrev2)
+	}
+
+	// An ICMPv6 error about a reply of one of those flows goes to the
+	// flow's backend, with its slot's hint.
+	for i := range 4 {
+		client := netip.AddrFrom16([16]byte{0xfd, 0, 0, 2, 15: byte(2 + i)})
+		cport := uint16(30000 + 11*i)
+		in := icmp6About(f.MAC, 2, vip6, client, 81, cport)
+		v, out := f.Run(t, d.objs.XlbLbProg, in)
+		slot := Slot(FlowHash(client, vip6, cport, 81, 6), fxTableSize)
+		c := svc.Chain[slot]
+		rest := checkOuterOf(t, out, 17, h.addrs[svc.Table[slot]], len(in)-14, hintOverhead, true)
+		if v != xdpTX || len(rest) < 28 || !bytes.Equal(rest[28:], decremented(in)) {
+			t.Fatalf("ICMPv6 error about flow %d: verdict %s; want it to the flow's backend, whole", i, verdictNames[v])
+		}
+		if got := [2]uint32{binary.BigEndian.Uint32(rest[12:]), binary.BigEndian.Uint32(rest[16:])}; got != [2]uint32{be32(c.Prev), be32(c.Prev2)} {
+			t.Errorf("ICMPv6 error about flow %d: hint owners %#x, want the slot's %#x", i, got, [2]uint32{be32(c.Prev), be32(c.Prev2)})
+		}
 	}
 
 	// The IPv4 VIP of the same table and chain, beside it.
