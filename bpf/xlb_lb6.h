@@ -35,7 +35,7 @@ struct lb6_scratch {
 	__u32 pad;
 	struct nh_entry nh;
 	struct bpf_fib_lookup fib;
-	struct xlb_gue_hint hint; /* a daisy-chained service's (chain_pick6) */
+	struct xlb_gue_hint hint; /* a daisy-chained service's (xlb_lb6_chained) */
 };
 
 struct {
@@ -221,7 +221,7 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	int pad = (int)avail - (int)inner_len;
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
-	/* A daisy-chained service's hint is in the scratch (chain_pick6). */
+	/* A daisy-chained service's hint is in the scratch (xlb_lb6_chained). */
 	struct lb6_scratch *hsc = mode == XLB_ENCAP_GUE_HINT ? scratch6() : 0;
 
 	if (encap_any(ctx, mode, outer6, inner6, node_addr, &node_addr6, be, hash, inner_len, tos,
