@@ -154,7 +154,7 @@ static __always_inline int floor_encap6(struct xdp_md *ctx)
 
 	p.ip6->hop_limit--;
 	if (encap_any(ctx, XLB_ENCAP_IPIP, 1, 1, node_addr, &node_addr6, &be, 0, p.ip_len,
-		      (__u8)tos, bpf_htons(IP_DF), macs))
+		      (__u8)tos, bpf_htons(IP_DF), macs, 0))
 		return XDP_DROP;
 	return XDP_TX;
 }

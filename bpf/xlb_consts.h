@@ -55,6 +55,14 @@
 #define XLB_DENY_MAX_PREFIXES 131072
 #endif
 
+/* The node's IPv6 deny table: at most this many nodes (struct
+ * xlb_deny6_node, 96 bytes each). With its paths compressed, a list of n
+ * prefixes takes at most 2n nodes (every node but the root denies
+ * something or branches): any 65536 prefixes fit, most lists far more. */
+#ifndef XLB_DENY6_NODES
+#define XLB_DENY6_NODES 131072
+#endif
+
 /* Decapsulation: how many VIPs one backend host accepts. */
 #ifndef XLB_MAX_VIPS
 #define XLB_MAX_VIPS 1024
@@ -92,10 +100,10 @@
  * many; a packet with more is passed (XLB_PASS_IPV6_EXT). */
 #define XLB_IPV6_EXT_MAX 4
 
-/* Bytes of the offending packet an ICMPv6 Packet Too Big quotes: its
- * header, extension headers and ports fit in most cases; RFC 4443 asks
- * for as much as fits in 1280, but the sender needs only these. */
-#define XLB_ICMP6_QUOTE 128
+/* Bytes of the offending packet an ICMPv6 Packet Too Big quotes at
+ * most: as much as fits in the IPv6 minimum MTU, 1280, after the
+ * error's own IPv6 and ICMPv6 headers (RFC 4443 2.4 (c), 3.2). */
+#define XLB_ICMP6_QUOTE (1280 - 40 - 8)
 
 /* GUE with the daisy-chain hint (Beamer): 16 bytes of GUE private data
  * after the base header, struct xlb_gue_hint in xlb_structs.h. */

@@ -117,11 +117,14 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
  * inner traffic class and 20 bits of the flow hash as its flow label, so
  * that routers spread flows as they would by ports; GUE over IPv6 sends
  * a zero UDP checksum, which RFC 6935 allows for tunnels (the inner
- * packet has its own). Returns 0 or -1. */
+ * packet has its own). In mode XLB_ENCAP_GUE_HINT the GUE header carries
+ * hint (the control plane gives a hinted service IPv4 backends only: the
+ * hint's owners are IPv4 addresses). Returns 0 or -1. */
 static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, int inner6,
 				     __be32 saddr4, const volatile union xlb_addr *saddr6,
 				     const union xlb_addr *daddr, __u32 hash, __u16 inner_len,
-				     __u8 tos, __be16 df, const __u32 *macs)
+				     __u8 tos, __be16 df, const __u32 *macs,
+				     const struct xlb_gue_hint *hint)
 {
 	int overhead = encap_overhead(mode) + (outer6 ? XLB_OUTER6_EXTRA : 0);
 	int outer_hdr = outer6 ? (int)sizeof(struct ipv6hdr) : (int)sizeof(struct iphdr);
@@ -184,6 +187,14 @@ static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, 
 		gue->hlen_c_ver = 0;
 		gue->proto = inner_proto;
 		gue->flags = 0;
+		if (mode == XLB_ENCAP_GUE_HINT && hint) {
+			struct xlb_gue_hint *h = (void *)(gue + 1);
+
+			if ((void *)(h + 1) > data_end)
+				return -1;
+			gue->hlen_c_ver = XLB_GUE_HINT_WORDS; /* ver 0, C 0 */
+			*h = *hint;
+		}
 	}
 	return 0;
 }
@@ -271,7 +282,8 @@ static __always_inline __u32 icmp6_pseudo_sum(const __be32 *src, const __be32 *d
 /* icmp_frag_needed for IPv6: turn the frame (an IPv6 packet too big for
  * the tunnel) into an ICMPv6 Packet Too Big (RFC 4443 3.2) from saddr
  * back to its sender, quoting the first XLB_ICMP6_QUOTE bytes of it (or
- * all of it, when shorter), as a router on the path would. The reply
+ * all of it, when shorter, less an odd last byte), as a router on the
+ * path would. The reply
  * leaves by XDP_TX. Returns 0 or -1. */
 static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile union xlb_addr *saddr,
 					 __u32 mtu, __u16 inner_len)
@@ -317,17 +329,27 @@ static __always_inline int icmp6_too_big(struct xdp_md *ctx, const volatile unio
 	icmp->checksum = 0;
 	icmp->mtu = bpf_htonl(mtu);
 
+	/* At most 620 words: the 32-bit sum cannot overflow. */
 	__u32 sum = icmp6_pseudo_sum(ip6->saddr, ip6->daddr, sizeof(*icmp) + quote);
 	__u16 *w = (__u16 *)icmp;
+	__u32 words = (8 + quote) / 2;
+
 	/* A loop the verifier walks rather than one unrolled: unrolled,
-	 * its spills took more stack than the call chain has. */
+	 * its spills took more stack than the call chain has. Two bytes a
+	 * step, as the quote may end on any even byte; a Packet Too Big is
+	 * rare, and its sender is waiting for it. */
 #pragma clang loop unroll(disable)
-	for (int i = 0; i < (8 + XLB_ICMP6_QUOTE) / 2; i++) {
-		if (i >= (8 + quote) / 2)
+	for (__u32 i = 0; i < (8 + XLB_ICMP6_QUOTE) / 2; i++) {
+		if (i >= words)
 			break;
-		if ((void *)(w + i + 1) > data_end)
+		__u16 *at = w + i;
+
+		/* Keep the compiler from hoisting the bound out of the loop
+		 * as arithmetic on data_end, which the verifier refuses. */
+		asm volatile("" : "+r"(at));
+		if ((void *)(at + 1) > data_end)
 			return -1;
-		sum += w[i];
+		sum += *at;
 	}
 	icmp->checksum = csum_fold(sum);
 

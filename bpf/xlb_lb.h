@@ -165,7 +165,12 @@ static __always_inline int xlb_forward(struct xdp_md *ctx, struct pkt *p, void *
 
 	/* Ethernet padding after the datagram would travel inside the
 	 * tunnel as trailing garbage: cut it. */
-	int pad = (int)(data_end - ((void *)ip + inner_len));
+	long avail = data_end - (void *)ip;
+
+	/* Keep the compiler from subtracting the pointers in 32 bits, which
+	 * the verifier refuses (it did so in the stateful path's copy). */
+	asm volatile("" : "+r"(avail));
+	int pad = (int)avail - (int)inner_len;
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
 	if (encap_ipv4(ctx, mode, node_addr, be_addr, hash, inner_len, tos, df, hint,
@@ -228,6 +233,12 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
 	       be->owner == svc_id + 1;
 }
 
+/* What ct_pick found besides an IPv4 backend: the flow's entry names an
+ * IPv6 backend, or the table's slot does (or names no backend at all,
+ * which xlb_lb_stateful_to6 drops). Either goes there, out of line. */
+#define CT_TO6_ENTRY 1
+#define CT_TO6_TABLE 2
+
 /* The backend of a stateful service's flow: the one its entry names while
  * that backend is in the service, SYN or not, so that a SYN forged with a
  * live client's address and port (no sequence numbers needed) cannot move
@@ -235,8 +246,9 @@ static __always_inline int ct_valid(const struct ct_entry *ct, __u32 svc_id)
  * backend left the configuration, gets the table's, recorded for the
  * flow's next packets; any other packet of such a flow goes on to the
  * backend that left, as an orphan (*orphan, see ct_valid). An ICMP error
- * about a flow follows the entry but never makes one. Returns 0, or -1
- * when the flow has neither an entry nor a backend in the table. */
+ * about a flow follows the entry but never makes one. Returns 0 for an
+ * IPv4 backend, or CT_TO6_ENTRY / CT_TO6_TABLE when the backend is the
+ * entry's or the table's and not IPv4 (counted here, recorded there). */
 static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __u32 svc_id,
 				   __u32 slot, __u32 *bid, __be32 *addr, int *orphan)
 {
@@ -252,10 +264,13 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 	int syn = tcp && tcp_syn(p, data_end);
 	struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &key);
 
-	if (ct && xlb_addr_v4(&ct->addr)) {
+	if (ct && (ct->addr.w[0] | ct->addr.w[1] | ct->addr.w[2] | ct->addr.w[3])) {
 		int gone = !ct_valid(ct, svc_id);
+		int v6 = ct->addr.w[0] | ct->addr.w[1] | (ct->addr.w[2] ^ bpf_htonl(0xffff));
 
 		if (!(gone && syn)) {
+			if (v6)
+				return CT_TO6_ENTRY;
 			*bid = ct->bid;
 			*addr = xlb_addr_v4(&ct->addr);
 			*orphan = gone;
@@ -265,7 +280,7 @@ static __always_inline int ct_pick(struct pkt *p, void *data_end, __be32 vip, __
 		count_reason(XLB_NOTE_CT_MIDFLOW_MISS);
 	}
 	if (table_pick(svc_id, slot, bid, addr))
-		return -1;
+		return CT_TO6_TABLE;
 	if (own) {
 		struct ct_entry val = { .bid = *bid, .addr = XLB_ADDR4(*addr) };
 
@@ -340,6 +355,17 @@ static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, voi
 	return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_GUE_HINT, &hint, 0);
 }
 
+/* A stateful IPv4 flow whose backend is IPv6 (xlb_lb6.h). The flow
+ * comes as scalars, not as its struct pkt, whose address would pin the
+ * struct to the IPv4 path's stack (a BPF call takes five arguments):
+ * svc: the service's ID, CT_TO6_* << 14, mode << 16, CT_TO6_AFFINITY
+ * when the hash left the source port out (client-IP affinity), the
+ * protocol << 24; ports: the source port and the destination port << 16,
+ * as on the wire. */
+#define CT_TO6_AFFINITY (1u << 20)
+static __noinline int xlb_lb_stateful_to6(struct xdp_md *ctx, __u32 svc, __u32 ports,
+					  __be32 flow_src, __u32 hash);
+
 /* The rest of the path for a stateful service: a path of its own, so that
  * the flow key it needs after hashing costs the stateless path nothing. */
 static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, void *data_end,
@@ -350,9 +376,13 @@ static __always_inline int xlb_lb_stateful(struct xdp_md *ctx, struct pkt *p, vo
 	__u32 bid;
 	__be32 be_addr;
 	int orphan = 0;
+	int r = ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan);
 
-	if (ct_pick(p, data_end, vip, svc_id, slot, &bid, &be_addr, &orphan))
-		return drop(XLB_DROP_NO_BACKEND);
+	if (r)
+		return xlb_lb_stateful_to6(ctx,
+					   svc_id | (__u32)r << 14 | (__u32)mode << 16 |
+						   (hsport ? 0 : CT_TO6_AFFINITY) | (__u32)p->proto << 24,
+					   (__u32)p->sport | (__u32)p->dport << 16, p->flow_src, hash);
 	return xlb_encap_forward(ctx, p, data_end, bid, be_addr, tunnel_hash(hash, p->sport, hsport),
 				 mode, orphan);
 }

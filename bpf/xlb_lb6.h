@@ -35,6 +35,7 @@ struct lb6_scratch {
 	__u32 pad;
 	struct nh_entry nh;
 	struct bpf_fib_lookup fib;
+	struct xlb_gue_hint hint; /* a daisy-chained service's (chain_pick6) */
 };
 
 struct {
@@ -220,8 +221,11 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	int pad = (int)avail - (int)inner_len;
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
+	/* A daisy-chained service's hint is in the scratch (chain_pick6). */
+	struct lb6_scratch *hsc = mode == XLB_ENCAP_GUE_HINT ? scratch6() : 0;
+
 	if (encap_any(ctx, mode, outer6, inner6, node_addr, &node_addr6, be, hash, inner_len, tos,
-		      df, no_neigh ? 0 : nh->macs))
+		      df, no_neigh ? 0 : nh->macs, hsc ? &hsc->hint : 0))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
 	if (bst) {
@@ -290,6 +294,62 @@ static __noinline int xlb_lb_to6(struct xdp_md *ctx, __u32 svc_id, __u32 slot, _
 	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0);
 }
 
+/* ct_pick's way out for a stateful IPv4 flow whose backend is IPv6
+ * (IPv4-in-IPv6): the entry that names it (CT_TO6_ENTRY), or the table's
+ * slot (CT_TO6_TABLE), which the flow's next packets then find in its
+ * entry. ct_pick has counted what it saw; the flow key and entry live in
+ * the scratch, as for an IPv6 flow. Out of line, so that the IPv4
+ * stateful path pays nothing for it; xlb_lb.h says what the arguments
+ * hold. */
+static __noinline int xlb_lb_stateful_to6(struct xdp_md *ctx, __u32 svc, __u32 ports,
+					  __be32 flow_src, __u32 hash)
+{
+	__u32 svc_id = svc & 0x3fff;
+	int from_table = ((svc >> 14) & 3) == CT_TO6_TABLE;
+	__u8 mode = (svc >> 16) & 0xf;
+	__u8 proto = svc >> 24;
+	__be16 sport = ports & 0xffff;
+	/* tunnel_hash: the source port the hash left out, mixed back in. */
+	__u32 th = (svc & CT_TO6_AFFINITY) ? hash ^ sport : hash;
+	struct lb6_scratch *sc = scratch6();
+	struct iphdr *ip = (void *)(long)ctx->data + sizeof(struct ethhdr);
+	int orphan = 0;
+
+	if (!sc)
+		return drop(XLB_DROP_NO_BACKEND);
+	if ((void *)(ip + 1) > (void *)(long)ctx->data_end)
+		return drop(XLB_DROP_MALFORMED_IP);
+	__u16 inner_len = bpf_ntohs(ip->tot_len); /* parse_ipv4 checked it */
+	int own = ip->protocol == proto; /* not an ICMP error */
+
+	sc->key.saddr = XLB_ADDR4(flow_src);
+	sc->key.daddr = XLB_ADDR4(ip->daddr);
+	sc->key.sport = sport;
+	sc->key.dport = ports >> 16;
+	sc->key.proto = proto;
+	sc->key.pad[0] = sc->key.pad[1] = sc->key.pad[2] = 0;
+	if (from_table) {
+		xlb_table_entry *e = table_entry(svc_id, flow_slot(hash));
+
+		if (!e || entry_backend(*e, &sc->val.bid, &sc->val.addr))
+			return drop(XLB_DROP_NO_BACKEND);
+		if (own && !bpf_map_update_elem(&conntrack, &sc->key, &sc->val, BPF_ANY))
+			count_reason(XLB_NOTE_CT_NEW);
+	} else {
+		struct ct_entry *ct = bpf_map_lookup_elem(&conntrack, &sc->key);
+
+		if (!ct)
+			return drop(XLB_DROP_NO_BACKEND);
+		sc->val = *ct;
+		orphan = !ct_valid(&sc->val, svc_id);
+	}
+	if (encap_is_gue(mode))
+		return xlb_forward_x(ctx, 0, inner_len, sc->val.bid, &sc->val.addr, th, XLB_ENCAP_GUE,
+				     orphan, 0);
+	return xlb_forward_x(ctx, 0, inner_len, sc->val.bid, &sc->val.addr, th, XLB_ENCAP_IPIP,
+			     orphan, 0);
+}
+
 /* A stateful service's backend for an IPv6 flow. */
 struct pick6 {
 	union xlb_addr be;
@@ -348,6 +408,62 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 	return 0;
 }
 
+/* xlb_lb6's answer "a daisy-chained service's packet, which passed its
+ * checks", for its caller to forward (xlb_lb6_chained): the service's ID
+ * and flags, below the XDP verdicts, beside XLB_TOO_BIG_DEFERRED. */
+#define XLB_LB6_CHAINED(id, flags) ((int)(((id) & 0x3fff) << 8 | (__u32)(flags) << 24) | 0xfd)
+
+/* The rest of xlb_lb6 for a daisy-chained IPv6 service (svc: what
+ * XLB_LB6_CHAINED packed), called from xlb_lb6's caller so that its
+ * frame is not on top of xlb_lb6's: the flow again from the packet (or
+ * the ICMPv6 error's quote), its slot's backend and hint from the
+ * service's chain table, as xlb_lb_chained reads them for an IPv4 VIP,
+ * and the packet in GUE over IPv4 with the hint. The hint names IPv4
+ * owners, which the backend program reads for an inner packet of either
+ * family; the control plane gives such a service IPv4 backends only, and
+ * an entry that names another is dropped. Returns a verdict, or
+ * XLB_TOO_BIG_DEFERRED. */
+static __noinline int xlb_lb6_chained(struct xdp_md *ctx, __u32 svc)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct lb6_scratch *sc = scratch6();
+	__u32 svc_id = (svc >> 8) & 0x3fff;
+	struct pkt6 p = {};
+
+	switch (parse_ipv6(data + sizeof(struct ethhdr), data_end, &p)) {
+	case PARSE6_OK:
+		break;
+	case PARSE6_NOT_TCP_UDP:
+		if (!parse_icmp6_error(&p, data_end))
+			break;
+		/* fall through: xlb_lb6 let it by, so it cannot be */
+	default:
+		return drop(XLB_DROP_MALFORMED_IP);
+	}
+	void *chain = bpf_map_lookup_elem(&chain_tables, &svc_id);
+	__be16 hsport = hashed_sport(p.sport, svc >> 24);
+	__u32 hash = xlb_flow_hash6(p.flow_src, p.ip6->daddr, hsport, p.dport, p.proto);
+	__u32 slot = flow_slot(hash);
+	__u32 last = table_size;
+	struct chain_entry *e;
+
+	if (!sc || !chain)
+		return drop(XLB_DROP_NO_BACKEND);
+	e = bpf_map_lookup_elem(chain, &slot);
+	if (!e || !xlb_addr_is4(&e->addr) || !e->addr.w[3])
+		return drop(XLB_DROP_NO_BACKEND);
+	sc->val.bid = e->bid;
+	sc->val.addr = e->addr;
+	sc->hint.prev = xlb_addr_is4(&e->prev) ? e->prev.w[3] : 0;
+	sc->hint.prev2 = xlb_addr_is4(&e->prev2) ? e->prev2.w[3] : 0;
+	sc->hint.changed = bpf_htonl(e->changed);
+	e = bpf_map_lookup_elem(chain, &last);
+	sc->hint.generation = e ? bpf_htonl(e->changed) : 0;
+	return xlb_forward_x(ctx, 1, p.ip_len, sc->val.bid, &sc->val.addr,
+			     tunnel_hash(hash, p.sport, hsport), XLB_ENCAP_GUE_HINT, 0, 1);
+}
+
 /* NAT and DNAT services on IPv6 VIPs. */
 #include "xlb_lbnat6.h"
 
@@ -374,10 +490,14 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		 * the backend of the first. */
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return XLB_LB6_NAT_FRAGMENT; /* counted if a NAT service's, dropped */
 	case PARSE6_EXT:
 		if (!is_vip6(p.ip6->daddr))
 			return pass(XLB_PASS_IPV6_EXT);
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_IPV6_EXT);
 	default: /* PARSE6_NOT_TCP_UDP */
 		if (p.nexthdr == IPPROTO_ICMPV6) {
@@ -394,6 +514,19 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 				return XLB_LB6_NAT_REPLY_ICMP;
 			return pass(XLB_PASS_NOT_TCP_UDP);
 		}
+		if (deny_v6(p.ip6->saddr))
+			return drop(XLB_DROP_DENIED);
+		/* Pruned by the verifier when off. */
+		if (ping_vips) {
+			enum ping_result r = vip_ping6(ctx, &p);
+
+			if (r == PING_REPLY) {
+				count_reason(XLB_TX_PING_REPLY);
+				return XDP_TX;
+			}
+			if (r == PING_REFUSED)
+				return drop(XLB_DROP_PING_REFUSED);
+		}
 		/* ICMPv6 errors about replies go to the backend that sent the
 		 * reply; anything else for a VIP is dropped (xlb_lb says why). */
 		if (parse_icmp6_error(&p, data_end))
@@ -409,10 +542,15 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		if (!is_vip6(vip))
 			/* A NAT session's reply comes back to the node. */
 			return lbnat6_on(vip) ? XLB_LB6_NAT_REPLY : pass(XLB_PASS_NO_SERVICE);
+		if (deny_v6(ip6->saddr))
+			return drop(XLB_DROP_DENIED);
 		return drop(XLB_DROP_VIP_NO_SERVICE);
 	}
-	/* The service's source ranges (an ICMPv6 error passes them by the
-	 * client of the flow it quotes); the node's deny list is IPv4 only. */
+	/* Who may reach the service, as on the IPv4 path: the node's deny
+	 * list first, then the service's source ranges (an ICMPv6 error
+	 * passes them by the client of the flow it quotes). */
+	if (deny_v6(ip6->saddr))
+		return drop(XLB_DROP_DENIED);
 	if ((svc->flags & XLB_SVC_SOURCE_RANGES) && !source_allowed6(svc->id, p.flow_src)) {
 		count_source_drop(svc->id, p.ip_len);
 		return drop(XLB_DROP_SOURCE_RANGE);
@@ -426,11 +564,13 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 	struct pick6 pick;
 	int orphan = 0;
 
-	/* The control plane gives IPv6 services no hints. NAT goes on in
-	 * xlb_lb6's caller (xlb_lbnat6.h). */
+	/* NAT and daisy-chained services go on in xlb_lb6's caller
+	 * (xlb_lbnat6.h, xlb_lb6_chained), out of this frame. */
 	if (mode > XLB_ENCAP_GUE) {
 		if (mode == XLB_ENCAP_NAT || mode == XLB_ENCAP_DNAT)
 			return p.nexthdr == IPPROTO_ICMPV6 ? XLB_LB6_NAT_ICMP : XLB_LB6_NAT;
+		if (mode == XLB_ENCAP_GUE_HINT)
+			return XLB_LB6_CHAINED(svc->id, flags);
 		return drop(XLB_DROP_NO_BACKEND);
 	}
 	/* The stateful path before the hash, so that fewer values live
@@ -452,20 +592,25 @@ static __noinline int xlb_lb6(struct xdp_md *ctx)
 		if (!e || entry_backend(*e, &pick.bid, &pick.be))
 			return drop(XLB_DROP_NO_BACKEND);
 	}
-	/* One copy for both modes: two would not fit the stack of a call
-	 * chain that begins in xlb_lb. */
+	/* One copy for every mode: one per mode would not fit the stack of
+	 * a call chain that begins in xlb_lb. */
 	return xlb_forward_x(ctx, 1, p.ip_len, pick.bid, &pick.be,
 			     tunnel_hash(hash, p.sport, hsport), mode, orphan, 1);
 }
 
-/* xlb_lb6, and what it leaves to its caller: the NAT path, a Packet Too
- * Big. */
+/* xlb_lb6, and what it leaves to its caller: the NAT path, a
+ * daisy-chained service's packet, a Packet Too Big. */
 static __always_inline int xlb_lb6_reply(struct xdp_md *ctx)
 {
 	int v = xlb_lb6(ctx);
 
 	if (v < 256)
 		return v;
+	if ((v & 0xff) == 0xfd) {
+		v = xlb_lb6_chained(ctx, v);
+		if (v < 256)
+			return v;
+	}
 	if ((v & 0xff) == 0xfe)
 		return xlb_lb6_nat_dispatch(ctx, v);
 	void *data = (void *)(long)ctx->data;

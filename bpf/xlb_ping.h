@@ -110,4 +110,79 @@ static __always_inline enum ping_result vip_ping(struct pkt *p, void *data_end)
 	return PING_REPLY;
 }
 
+#define ICMPV6_ECHO_REQUEST 128
+#define ICMPV6_ECHO_REPLY 129
+
+/* Whether no reply may go to IPv6 source a (RFC 4443 2.2, RFC 4291 2.5):
+ * the unspecified address, loopback, multicast, and IPv4-mapped ones
+ * (which never come from the wire). */
+static __always_inline int ping6_source_refused(const __be32 *a)
+{
+	__u32 w0 = bpf_ntohl(a[0]);
+
+	if ((w0 >> 24) == 0xff)
+		return 1;
+	if (w0 | a[1])
+		return 0;
+	if (a[2] == bpf_htonl(0xffff))
+		return 1;
+	return !a[2] && (!a[3] || a[3] == bpf_htonl(1));
+}
+
+/* vip_ping for IPv6: turn an ICMPv6 echo request to a VIP (RFC 4443
+ * 4.1) into its echo reply. Addresses swapped, hop limit XLB_OUTER_TTL,
+ * type 129, and the checksum updated for the type alone: the
+ * pseudo-header's sum does not change when its two addresses swap, nor
+ * does its length. Unlike IPv4's, the update never meets the +0 case
+ * (ping_all_zero): the pseudo-header's next header is 58, so the sum
+ * the checksum covers is never all zero. Refused (dropped): a request
+ * with extension headers (the reply would have to handle them; a
+ * fragment is dropped before this) and one from a source no reply may go
+ * to, or from a multicast Ethernet address. Out of line: xlb_lb6's call
+ * chain has no stack for it inlined. Only echo requests are looked at:
+ * neighbour discovery never reaches this. */
+static __noinline enum ping_result vip_ping6(struct xdp_md *ctx, struct pkt6 *p)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	struct ipv6hdr *ip6 = (void *)(eth + 1);
+
+	if ((void *)(ip6 + 1) > data_end || p->nexthdr != IPPROTO_ICMPV6)
+		return PING_NOT_ECHO;
+	__u32 off = p->l4_off;
+	__u16 len = p->ip_len;
+	__u8 *icmp = (void *)ip6 + off;
+
+	if (past_datagram(icmp + 8, (void *)ip6 + len, data_end))
+		return PING_NOT_ECHO;
+	if (icmp[0] != ICMPV6_ECHO_REQUEST || icmp[1] != 0)
+		return PING_NOT_ECHO;
+	if (off != sizeof(*ip6) || ping6_source_refused(ip6->saddr) || (eth->h_source[0] & 1))
+		return PING_REFUSED;
+
+	unsigned char mac[ETH_ALEN];
+
+	__builtin_memcpy(mac, eth->h_source, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, eth->h_dest, ETH_ALEN);
+	__builtin_memcpy(eth->h_dest, mac, ETH_ALEN);
+
+#pragma unroll
+	for (int i = 0; i < 4; i++) {
+		__be32 a = ip6->saddr[i];
+
+		ip6->saddr[i] = ip6->daddr[i];
+		ip6->daddr[i] = a;
+	}
+	ip6->hop_limit = XLB_OUTER_TTL;
+
+	/* HC' = ~(~HC + ~m + m') over the type and code word (RFC 1624). */
+	__u16 *w = (__u16 *)icmp;
+	__u16 m = w[0];
+
+	icmp[0] = ICMPV6_ECHO_REPLY;
+	w[1] = csum_fold((__u32)(__u16)~w[1] + (__u16)~m + w[0]);
+	return PING_REPLY;
+}
+
 #endif

@@ -43,6 +43,36 @@ struct {
 	__array(values, struct deny_inner);
 } deny4 SEC(".maps");
 
+/* The IPv6 deny table: an inner map swapped whole, as deny_inner. Its
+ * value is an anonymous twin of struct xlb_deny6_node. */
+struct deny6_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, XLB_DENY6_NODES);
+	__type(key, __u32);
+	__type(value, struct {
+		__u64 deny[4];
+		__u64 kids[4];
+		__u64 pre_hi;
+		__u64 pre_lo;
+		__u32 first;
+		__u16 before[4];
+		__u8 depth;
+		__u8 pad[3];
+	});
+};
+
+_Static_assert(sizeof(*((struct deny6_inner *)0)->value) == sizeof(struct xlb_deny6_node),
+	       "deny6_inner's value and struct xlb_deny6_node differ");
+
+/* The IPv6 deny table at key 0; none: no IPv6 prefix in the list. */
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__array(values, struct deny6_inner);
+} deny6 SEC(".maps");
+
 /* A service's IPv4 source ranges, one value swapped whole. The value is
  * named by an anonymous twin of struct xlb_ranges4, for the reason
  * chain_inner's is (xlb_maps.h). */
@@ -150,6 +180,69 @@ static __always_inline int deny_v4(__be32 saddr)
 	if (!table)
 		return 0;
 	return deny_lookup4(table, bpf_ntohl(saddr));
+}
+
+/* Whether the IPv6 deny table (deny6's inner map) holds source src (in
+ * the packet): the walk down it, one node per byte where the list's
+ * prefixes branch (struct xlb_deny6_node), at most 16 inlined array
+ * reads whatever the list holds; it stops at the first byte no prefix
+ * continues, or at bytes a compressed path skipped that are not the
+ * node's. Out of line: a list is optional, and the IPv6 path's call
+ * chain has no stack for the walk inlined. */
+static __noinline int deny_walk6(void *table, const __be32 *src)
+{
+	__u32 i = 0;
+	__u64 h = ((__u64)bpf_ntohl(src[0]) << 32) | bpf_ntohl(src[1]);
+	__u64 l = ((__u64)bpf_ntohl(src[2]) << 32) | bpf_ntohl(src[3]);
+
+#pragma unroll
+	for (int k = 0; k < 16; k++) {
+		struct xlb_deny6_node *n = bpf_map_lookup_elem(table, &i);
+
+		if (!n)
+			return 1; /* a table that points nowhere: fail closed */
+		__u32 d = n->depth;
+		__u64 mh, ml, x;
+
+		if (d > 15)
+			return 1;
+		if (d < 8) {
+			mh = d ? ~0ULL << (64 - 8 * d) : 0;
+			ml = 0;
+			x = h >> (56 - 8 * d);
+		} else {
+			mh = ~0ULL;
+			ml = d > 8 ? ~0ULL << (128 - 8 * d) : 0;
+			x = l >> (120 - 8 * d);
+		}
+		if (((h ^ n->pre_hi) & mh) | ((l ^ n->pre_lo) & ml))
+			return 0; /* off the compressed path: no prefix covers it */
+		__u32 b = x & 0xff;
+		__u32 j = b >> 6;
+		__u64 bit = 1ULL << (b & 63);
+
+		if (n->deny[j] & bit)
+			return 1;
+		__u64 kids = n->kids[j];
+
+		if (!(kids & bit))
+			return 0;
+		i = n->first + n->before[j] + (__u32)__builtin_popcountll(kids & (bit - 1));
+	}
+	return 0; /* the builder gives the last byte's nodes no children */
+}
+
+/* deny6's only key, as a constant: a key on the stack would cost the
+ * IPv6 path's frame, which its call chain has no room for. */
+static const __u32 deny6_key = 0;
+
+/* Whether the node's IPv6 deny list holds source src: without a list,
+ * one inlined read of deny6, as deny_v4 reads deny4. */
+static __always_inline int deny_v6(const __be32 *src)
+{
+	void *table = bpf_map_lookup_elem(&deny6, &deny6_key);
+
+	return table && deny_walk6(table, src);
 }
 
 /* Whether host-order IPv4 address a is in the ranges of one service: a

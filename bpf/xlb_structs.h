@@ -237,9 +237,9 @@ struct backend_state {
 };
 
 /* ---- The LB program's policy: the node's deny list and the services'
- * source ranges (xlb_policy.h). IPv4 only so far: an IPv6 family gets
- * structures of its own beside these (deny6, svc_ranges6), as its
- * addresses need other strides. ---- */
+ * source ranges (xlb_policy.h). Each family has structures of its own
+ * (deny4 and deny6, svc_ranges4 and svc_ranges6), as their addresses
+ * need other strides. ---- */
 
 /* The IPv4 deny table: one array of 32-byte cells, built whole in Go
  * (internal/dataplane/prefixset) and swapped in whole, in three levels
@@ -265,6 +265,32 @@ enum xlb_deny_layout {
 	XLB_DENY_ROOT_BITS = 18, /* the root has an entry per /18 */
 	XLB_DENY_NODE_BITS = 6,  /* a node has a bit per /24 of its /18 */
 	XLB_DENY_ALL = 0xffffffffu,
+};
+
+/* A node of the IPv6 deny table: one array of them, built whole in Go
+ * (internal/dataplane/prefixset) and swapped in whole, a trie of stride
+ * 8 (a byte of the address per level, root at index 0), leaf-pushed, its
+ * children compressed by popcount and its paths by skipping: a node that
+ * would deny nothing and have a single child is left out, its child
+ * taking its place. A node indexes byte depth of the address; the bytes
+ * before must be its prefix (pre_hi, pre_lo: the address's high and low
+ * 64 bits, host order, bytes from depth on zero), else the address is
+ * allowed. For byte b, word b / 64, bit b % 64:
+ *  - deny: every address that reaches here with byte b is denied;
+ *  - kids: byte b leads to a child node, whose index is first + before[b
+ *    / 64] + the number of kids bits below b in its word.
+ * Neither bit: allowed. A lookup reads at most 16 nodes (depth grows by
+ * one or more from node to node), whatever the list holds; as many as
+ * the prefixes around the address branch, with paths compressed. */
+struct xlb_deny6_node {
+	__u64 deny[4];
+	__u64 kids[4];
+	__u64 pre_hi;
+	__u64 pre_lo;
+	__u32 first;
+	__u16 before[4]; /* kids bits in the words before word j */
+	__u8 depth;
+	__u8 pad[3];
 };
 
 /* A service's IPv4 source ranges: disjoint inclusive intervals [lo, hi]

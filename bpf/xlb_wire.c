@@ -29,6 +29,7 @@ struct xlb_wire_types {
 	struct backend_state backend_state;
 	union xlb_deny_cell deny_cell;
 	enum xlb_deny_layout deny_layout;
+	struct xlb_deny6_node deny6_node;
 	struct xlb_ranges4 ranges4;
 	struct xlb_ranges6 ranges6;
 	struct lbnat_key lbnat_key;

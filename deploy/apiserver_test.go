@@ -988,12 +988,12 @@ kind: DenyList
 metadata: {name: bad-host-bits}
 spec: {prefixes: [192.0.2.0/24, 198.51.100.7/24]}`,
 			[]string{"spec.prefixes[1]", "198.51.100.7/24 has host bits set", "write its network address, 198.51.100.0/24"}, nil},
-		{"deny list IPv6", `
+		{"deny list IPv6 host bits", `
 apiVersion: xlb.io/v1alpha1
 kind: DenyList
-metadata: {name: bad-family}
-spec: {prefixes: ["2001:db8::/32"]}`,
-			[]string{"spec.prefixes[0]", "2001:db8::/32 is an IPv6 CIDR: xlb denies IPv4 sources only"}, nil},
+metadata: {name: bad-host-bits6}
+spec: {prefixes: ["2001:db8::/32", "2001:db8:bad::1/48"]}`,
+			[]string{"spec.prefixes[1]", "2001:db8:bad::1/48 has host bits set", "write its network address"}, nil},
 		{"deny list not a CIDR", `
 apiVersion: xlb.io/v1alpha1
 kind: DenyList

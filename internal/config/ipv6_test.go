@@ -64,11 +64,27 @@ func TestParseIPv6(t *testing.T) {
 	if err := roundTrip(cfg); err != nil {
 		t.Error(err)
 	}
-	// The node's deny table holds IPv4 prefixes only: an IPv6 one is
-	// refused here, not when the agent applies it.
-	_, err = Parse(file, []byte(strings.Replace(dualStack, "deny: [192.0.2.0/24]", `deny: [192.0.2.0/24, "2001:db8:bad::/48"]`, 1)))
-	if err == nil || !strings.Contains(err.Error(), "policy.deny[1]: 2001:db8:bad::/48 is an IPv6 prefix; the node's deny table holds IPv4 prefixes only so far") {
-		t.Errorf("an IPv6 deny prefix: %v", err)
+	// The node's deny list takes prefixes of both families, each checked
+	// as an IPv4 one is.
+	cfg, err = Parse(file, []byte(strings.Replace(dualStack, "deny: [192.0.2.0/24]", `deny: [192.0.2.0/24, "2001:db8:bad::/48", "::/0"]`, 1)))
+	if err != nil {
+		t.Fatalf("IPv6 deny prefixes: %v", err)
+	}
+	if want := []netip.Prefix{pfx("192.0.2.0/24"), pfx("2001:db8:bad::/48"), pfx("::/0")}; !reflect.DeepEqual(cfg.Policy.Deny, want) {
+		t.Errorf("deny %v, want %v", cfg.Policy.Deny, want)
+	}
+	if err := roundTrip(cfg); err != nil {
+		t.Error(err)
+	}
+	for _, c := range []struct{ entry, want string }{
+		{"2001:db8:bad::1/48", "policy.deny[1]: 2001:db8:bad::1/48 has host bits set: write its network, 2001:db8:bad::/48, or 2001:db8:bad::1/128 for the one address"},
+		{"::ffff:192.0.2.0/120", "policy.deny[1]: ::ffff:192.0.2.0/120 is an IPv4-mapped IPv6 prefix; write it as IPv4: 192.0.2.0/24"},
+		{"2001:db8::1", "policy.deny[1]: 2001:db8::1 is an address, not a CIDR: write 2001:db8::1/128 for it alone"},
+	} {
+		_, err = Parse(file, []byte(strings.Replace(dualStack, "deny: [192.0.2.0/24]", `deny: [192.0.2.0/24, "`+c.entry+`"]`, 1)))
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("deny entry %s: %v, want %q", c.entry, err, c.want)
+		}
 	}
 }
 

@@ -15,8 +15,7 @@ func (c *checker) policy(f schema.Field[schema.Policy], path string) Policy {
 	}
 	if g := f.V.Deny; g.Given {
 		p.Deny = c.prefixList(g, join(path, "deny"), "deny prefixes", MaxDenyPrefixes,
-			"the data plane's deny table holds; aggregate neighbouring prefixes into shorter ones", netip.Addr{},
-			"the node's deny table holds IPv4 prefixes only so far; refuse IPv6 sources with the services' sourceRanges instead")
+			"the data plane's deny table holds; aggregate neighbouring prefixes into shorter ones", netip.Addr{})
 	}
 	return p
 }
@@ -25,16 +24,15 @@ func (c *checker) policy(f schema.Field[schema.Policy], path string) Policy {
 // VIP (invalid when it is bad), whose family the ranges must be of.
 func (c *checker) sourceRanges(f schema.Field[[]schema.Field[schema.Text]], path string, vip netip.Addr) []netip.Prefix {
 	return c.prefixList(f, path, "source ranges", MaxSourceRanges,
-		"a service holds; merge neighbouring ranges into shorter prefixes, or move sources every service refuses to policy.deny", vip, "")
+		"a service holds; merge neighbouring ranges into shorter prefixes, or move sources every service refuses to policy.deny", vip)
 }
 
 // prefixList checks a list of IPv4 and IPv6 prefixes: each one a CIDR
 // with no host bits set, at most limit of them. Overlapping and repeated
 // prefixes are fine: they cover what their union covers. The prefixes
 // are returned as written; nil for an empty list. A valid vip restricts
-// them to its family: a client of the other family never reaches it. A
-// non-empty no6 refuses IPv6 prefixes, saying why.
-func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, what string, limit int, over string, vip netip.Addr, no6 string) []netip.Prefix {
+// them to its family: a client of the other family never reaches it.
+func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, what string, limit int, over string, vip netip.Addr) []netip.Prefix {
 	if f.Bad {
 		return nil
 	}
@@ -51,9 +49,6 @@ func (c *checker) prefixList(f schema.Field[[]schema.Field[schema.Text]], path, 
 		if why == "" && vip.IsValid() && p.Addr().Is4() != vip.Is4() {
 			why = fmt.Sprintf("%s is an %s prefix; the service's VIP %s is %s, and only %s clients reach it: write an %s range, or give the %s clients a service of their own with an %s VIP",
 				p, family(p.Addr()), vip, family(vip), family(vip), family(vip), family(p.Addr()), family(p.Addr()))
-		}
-		if why == "" && no6 != "" && !p.Addr().Is4() {
-			why = fmt.Sprintf("%s is an IPv6 prefix; %s", p, no6)
 		}
 		if why != "" {
 			c.errorf(item.At.Value, index(path, i), "%s", why)

@@ -267,7 +267,29 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		return s, len(g.V)
 	}
 	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, check, s.Forwarding)
+	if s.Flows == FlowsDaisyChain {
+		c.chainedBackends(g, join(path, "backends"), s.Backends)
+	}
 	return s, len(g.V)
+}
+
+// chainedBackends refuses the IPv6 backends of a daisy-chained service
+// (checked: the backends kept): the hint names its previous owners by
+// IPv4 address and travels in GUE over IPv4, whatever the VIP's family.
+func (c *checker) chainedBackends(f schema.Field[[]schema.Field[schema.Backend]], path string, checked []Backend) {
+	kept := make(map[netip.Addr]bool, len(checked))
+	for _, b := range checked {
+		kept[b.Address] = true
+	}
+	for i, item := range f.V {
+		g := item.V.Address
+		if item.Bad || !valid(g) {
+			continue
+		}
+		if a, err := netip.ParseAddr(string(g.V)); err == nil && a.Is6() && kept[a] {
+			c.errorf(g.At.Value, join(index(path, i), "address"), "%s is IPv6, and flows: daisy-chain reaches IPv4 backends only: the hint names a slot's previous owners by IPv4 address and travels over IPv4 (the VIP may be of either family); use IPv4 backends, or remove flows: daisy-chain", a)
+		}
+	}
 }
 
 // natFamilies says why backend a of a service with forwarding fwd

@@ -22,6 +22,7 @@ const (
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
+	benchMapDeny6               = "deny6"
 	benchMapLb6Scratch          = "lb6_scratch"
 	benchMapMaglevTables        = "maglev_tables"
 	benchMapNatCfg              = "nat_cfg"
@@ -121,6 +122,7 @@ type benchMapSpecs struct {
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
+	Deny6        *ebpf.MapSpec `ebpf:"deny6"`
 	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
@@ -182,6 +184,7 @@ type benchMaps struct {
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
+	Deny6        *ebpf.Map `ebpf:"deny6"`
 	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
@@ -213,6 +216,7 @@ func (m *benchMaps) Close() error {
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
+		m.Deny6,
 		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,

@@ -290,7 +290,8 @@ func load(opts Options, pin bool) (*Dataplane, error) {
 	o := &d.objs
 	d.svcs = newServices(o.SvcIndex, o.Vips, o.VipFilter)
 	d.backends = newRegistry(o.Backends, o.BackendStats, o.SvcRetired, o.NhGen, opts.MaxBackends)
-	d.policy = newPolicy(o.Deny4, o.SvcRanges4, o.SvcRanges6, o.SvcSrcDrops, spec.Maps["deny4"].InnerMap.MaxEntries)
+	d.policy = newPolicy(o.Deny4, o.Deny6, o.SvcRanges4, o.SvcRanges6, o.SvcSrcDrops,
+		spec.Maps["deny4"].InnerMap.MaxEntries, spec.Maps["deny6"].InnerMap.MaxEntries)
 	if err := d.svcs.load(); err != nil {
 		d.objs.Close()
 		return nil, err

@@ -518,7 +518,9 @@ func TestLB6TooBig(t *testing.T) {
 		t.Errorf("ICMPv6 %v -> %v, want %v -> %v", src, dst, fxNode6, fxClient6)
 	}
 	icmp := out[54:]
-	const quote = 128
+	// As much as fits in the IPv6 minimum MTU: 1280 less the error's
+	// IPv6 and ICMPv6 headers (RFC 4443 2.4 (c)).
+	const quote = 1280 - 40 - 8
 	if len(icmp) != 8+quote || int(binary.BigEndian.Uint16(ip[4:])) != 8+quote {
 		t.Fatalf("ICMPv6 length %d (payload length %d), want %d", len(icmp), binary.BigEndian.Uint16(ip[4:]), 8+quote)
 	}
@@ -528,8 +530,7 @@ func TestLB6TooBig(t *testing.T) {
 	if mtu := binary.BigEndian.Uint32(icmp[4:]); mtu != 1400-40 {
 		t.Errorf("MTU %d, want %d (route MTU minus the IPv6 outer header)", mtu, 1400-40)
 	}
-	ph := append(append(append([]byte{}, ip[8:40]...), 0, 0, 0, byte(len(icmp))), 0, 0, 0, 58)
-	if csum(append(ph, icmp...)) != 0 {
+	if csum(append(pseudo6(ip, len(icmp)), icmp...)) != 0 {
 		t.Errorf("ICMPv6 checksum invalid")
 	}
 	if !bytes.Equal(icmp[8:], in[14:14+quote]) {
@@ -609,7 +610,6 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		svc  Service
 		want string
 	}{
-		{Service{Encap: EncapGUEHint}, "hints"},
 		{Service{Encap: EncapGUE, SourceRanges: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}}, "IPv4 prefix"},
 	} {
 		s := c.svc
@@ -619,7 +619,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		}
 	}
 	// An IPv6 backend: registered, but no service reaches it without
-	// the node's IPv6 address, nor through NAT, hints or conntrack.
+	// the node's IPv6 address, nor through NAT or hints.
 	if err := d.UpsertBackend(3, apOf(fxBackend6)); err != nil {
 		t.Fatal(err)
 	}
@@ -633,8 +633,8 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		{Service{Encap: EncapIPIP}, "no IPv6 address"},
 		{Service{Encap: EncapNAT}, "is IPv6 and the VIP 10.99.3.1 is IPv4: NAT and DNAT rewrite addresses within one family (no NAT64)"},
 		{Service{Encap: EncapDNAT}, "no NAT64"},
-		{Service{Encap: EncapGUEHint}, "hints"},
-		{Service{Encap: EncapGUE, Stateful: true}, "stateful"},
+		{Service{Encap: EncapGUEHint}, "reaches IPv4 backends only"},
+		{Service{Encap: EncapGUE, Stateful: true}, "no IPv6 address"},
 	} {
 		s := c.svc
 		s.ID, s.Key, s.Table = 3, ServiceKey{netip.MustParseAddr("10.99.3.1"), 80, ProtoTCP}, table

@@ -21,6 +21,7 @@ const (
 	lbMapChainTables  = "chain_tables"
 	lbMapConntrack    = "conntrack"
 	lbMapDeny4        = "deny4"
+	lbMapDeny6        = "deny6"
 	lbMapLb6Scratch   = "lb6_scratch"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapNatCfg       = "nat_cfg"
@@ -105,6 +106,7 @@ type lbMapSpecs struct {
 	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
+	Deny6        *ebpf.MapSpec `ebpf:"deny6"`
 	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
@@ -165,6 +167,7 @@ type lbMaps struct {
 	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
+	Deny6        *ebpf.Map `ebpf:"deny6"`
 	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
@@ -195,6 +198,7 @@ func (m *lbMaps) Close() error {
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
+		m.Deny6,
 		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,

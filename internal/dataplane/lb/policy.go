@@ -15,7 +15,7 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
-// policy owns the program's policy maps: the node's deny table (deny4),
+// policy owns the program's policy maps: the node's deny tables (deny4, deny6),
 // the services' source ranges (svc_ranges4, svc_ranges6) and what each service
 // dropped for its source (svc_src_drops). Both structures are inner
 // maps, built whole (internal/dataplane/prefixset) and swapped in with
@@ -24,9 +24,10 @@ import (
 // waits for an RCU grace period: the methods run without the data
 // plane's mu.
 type policy struct {
-	deny4, ranges4, ranges6, stats *ebpf.Map
-	// denyCells is the size of the deny table's inner map.
-	denyCells uint32
+	deny4, deny6, ranges4, ranges6, stats *ebpf.Map
+	// denyCells and deny6Nodes are the sizes of the deny tables' inner
+	// maps.
+	denyCells, deny6Nodes uint32
 
 	denyMu sync.Mutex // serialises SetDenyList
 	// ranges is, per service ID, the source ranges installed by this
@@ -35,8 +36,9 @@ type policy struct {
 	ranges [MaxServices][]netip.Prefix
 }
 
-func newPolicy(deny4, ranges4, ranges6, stats *ebpf.Map, denyCells uint32) *policy {
-	return &policy{deny4: deny4, ranges4: ranges4, ranges6: ranges6, stats: stats, denyCells: denyCells}
+func newPolicy(deny4, deny6, ranges4, ranges6, stats *ebpf.Map, denyCells, deny6Nodes uint32) *policy {
+	return &policy{deny4: deny4, deny6: deny6, ranges4: ranges4, ranges6: ranges6, stats: stats,
+		denyCells: denyCells, deny6Nodes: deny6Nodes}
 }
 
 // MaxDenyPrefixes is how many prefixes the node's deny list holds
@@ -49,8 +51,10 @@ func (d *Dataplane) MaxDenyPrefixes() int {
 // SetDenyList makes prefixes the node's deny list: packets to any VIP
 // from a source they cover are dropped (drop_denied) before anything
 // else is looked up. The table is built whole and swapped in with one
-// update; an empty list removes it. Only IPv4 prefixes are enforced yet:
-// an IPv6 one is refused.
+// update; an empty list removes it. Each family has a table of its own
+// (IPv4 sources are looked up in deny4, IPv6 ones in deny6): both are
+// built before either is swapped, so a list one table cannot hold
+// changes neither.
 func (d *Dataplane) SetDenyList(prefixes []netip.Prefix) error {
 	d.policy.denyMu.Lock()
 	defer d.policy.denyMu.Unlock()
@@ -58,27 +62,75 @@ func (d *Dataplane) SetDenyList(prefixes []netip.Prefix) error {
 }
 
 func (p *policy) setDeny(prefixes []netip.Prefix) error {
-	const key = uint32(0) // deny4 holds the IPv4 table at 0
-	if len(prefixes) == 0 {
-		if err := p.deny4.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
-			return fmt.Errorf("remove the deny list: %w", err)
+	var v4, v6 []netip.Prefix
+	for _, q := range prefixes {
+		if q.Addr().Is4() {
+			v4 = append(v4, q)
+		} else {
+			v6 = append(v6, q)
+		}
+	}
+	var inner4, inner6 *ebpf.Map
+	if len(v4) > 0 {
+		t, err := prefixset.BuildDeny4(v4, int(p.denyCells))
+		if err != nil {
+			return fmt.Errorf("deny list: %w", err)
+		}
+		if inner4, err = NewDenyTable(t, p.denyCells); err != nil {
+			return fmt.Errorf("deny list: %w", err)
+		}
+		defer inner4.Close()
+	}
+	if len(v6) > 0 {
+		t, err := prefixset.BuildDeny6(v6, int(p.deny6Nodes))
+		if err != nil {
+			return fmt.Errorf("deny list: %w", err)
+		}
+		if inner6, err = NewDeny6Table(t, p.deny6Nodes); err != nil {
+			return fmt.Errorf("deny list: %w", err)
+		}
+		defer inner6.Close()
+	}
+	return errors.Join(swapDeny(p.deny4, inner4, "IPv4"), swapDeny(p.deny6, inner6, "IPv6"))
+}
+
+// swapDeny makes inner outer's table (at key 0), or removes the table
+// when inner is nil.
+func swapDeny(outer, inner *ebpf.Map, family string) error {
+	const key = uint32(0)
+	if inner == nil {
+		if err := outer.Delete(key); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return fmt.Errorf("remove the %s deny table: %w", family, err)
 		}
 		return nil
 	}
-	t, err := prefixset.BuildDeny4(prefixes, int(p.denyCells))
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	inner, err := NewDenyTable(t, p.denyCells)
-	if err != nil {
-		return fmt.Errorf("deny list: %w", err)
-	}
-	defer inner.Close()
 	// Returns once no program can still be reading the old table.
-	if err := p.deny4.Put(key, inner); err != nil {
-		return fmt.Errorf("deny list: swap the table: %w", err)
+	if err := outer.Put(key, inner); err != nil {
+		return fmt.Errorf("deny list: swap the %s table: %w", family, err)
 	}
 	return nil
+}
+
+// NewDeny6Table returns a new inner map for deny6 of nodes entries that
+// holds t, as SetDenyList makes one before it swaps it in.
+func NewDeny6Table(t prefixset.Deny6, nodes uint32) (*ebpf.Map, error) {
+	if len(t.Nodes) > int(nodes) {
+		return nil, fmt.Errorf("the IPv6 table takes %d nodes, more than the %d of the map", len(t.Nodes), nodes)
+	}
+	inner, err := newTable("xlb_deny6", uint32(unsafe.Sizeof(wire.Deny6Node{})), nodes)
+	if err != nil {
+		return nil, fmt.Errorf("create the IPv6 deny table: %w", err)
+	}
+	err = fillTable(inner, func(dst []byte, i int) {
+		if i < len(t.Nodes) {
+			copy(dst, words(t.Nodes[i:i+1]))
+		}
+	})
+	if err != nil {
+		inner.Close()
+		return nil, fmt.Errorf("fill the IPv6 deny table: %w", err)
+	}
+	return inner, nil
 }
 
 // NewDenyTable returns a new inner map for deny4 of cells entries that

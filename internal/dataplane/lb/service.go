@@ -100,11 +100,9 @@ func checkService(s Service) (wire.SvcSlot, error) {
 	return key, nil
 }
 
-// checkService6 refuses what an IPv6 service cannot have yet.
-func checkService6(s Service) error {
-	if s.Encap == EncapGUEHint {
-		return errors.New("daisy-chaining hints are IPv4 only; use dsr-gue for an IPv6 VIP")
-	}
+// checkService6 refuses what an IPv6 service cannot have yet: nothing
+// any more (NAT, DNAT and daisy-chaining hints all take IPv6 VIPs).
+func checkService6(Service) error {
 	return nil
 }
 
@@ -112,11 +110,11 @@ func checkService6(s Service) error {
 // IDs its table names) in its encapsulation, per the family matrix of
 // docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
 // outer header, which needs the node's IPv6 address, and only the IPIP
-// and GUE paths have one (for an IPv4 VIP, the stateless ones); an IPv4
-// backend or VIP needs the node's IPv4 address (an IPv6-only node serves
-// IPv6 alone). NAT and DNAT rewrite within one family: their backends
-// are of the VIP's (docs/decisions/0007-nat-sessions.md). Called with
-// d.mu held.
+// and GUE paths have one (stateless or stateful; daisy-chained services
+// reach IPv4 backends only); an IPv4 backend or VIP needs the node's IPv4
+// address (an IPv6-only node serves IPv6 alone). NAT and DNAT rewrite
+// within one family: their backends are of the VIP's
+// (docs/decisions/0007-nat-sessions.md). Called with d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 	if s.Key.VIP.Is4() && !d.node4 {
 		return fmt.Errorf("service %d: VIP %v is IPv4, and the node has no IPv4 address: the program answers IPv4 clients from it (fragmentation needed); set the node's IPv4 address or give the service an IPv6 VIP", s.ID, s.Key.VIP)
@@ -136,9 +134,7 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 		}
 		switch {
 		case s.Encap == EncapGUEHint:
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: daisy-chaining hints are IPv4 only; use dsr-gue", s.ID, b, a)
-		case s.Stateful && s.Key.VIP.Is4():
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a stateful service on an IPv4 VIP reaches IPv4 backends only; make it stateless, or give it an IPv6 VIP", s.ID, b, a)
+			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a daisy-chaining hint names IPv4 owners and travels over IPv4, so a daisy-chained service reaches IPv4 backends only (its VIP may be of either family); use dsr-gue without daisy chaining, or IPv4 backends", s.ID, b, a)
 		case !d.node6:
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6, and the node has no IPv6 address to send from: set the node's IPv6 address or remove the backend", s.ID, b, a)
 		}

@@ -251,7 +251,7 @@ func sum128(label string, n int, body []byte) [digestSize]byte {
 
 // words is the memory of a slice of fixed-size, padding-free values as
 // bytes, in host order.
-func words[T wire.TableEntry | wire.ChainEntry | wire.DenyCell](v []T) []byte {
+func words[T wire.TableEntry | wire.ChainEntry | wire.DenyCell | wire.Deny6Node](v []T) []byte {
 	if len(v) == 0 {
 		return nil
 	}

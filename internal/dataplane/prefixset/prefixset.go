@@ -4,9 +4,10 @@
 // three cells whatever the list holds, and a service's source ranges,
 // sorted intervals that a binary search of fixed depth walks. Each is
 // built whole here and swapped in whole by internal/dataplane/lb, so a
-// packet never sees a half-built one. Pure Go, IPv4: an IPv6 family gets
-// builders and layouts of its own beside these (its addresses need other
-// strides), which is why the names carry the family.
+// packet never sees a half-built one. Pure Go. Each family has builders
+// and layouts of its own (its addresses need other strides), which is why
+// the names carry the family: the IPv6 deny table is a trie of stride 8
+// (deny6.go); IPv6 source ranges are built by internal/dataplane/lb.
 package prefixset
 
 import (
@@ -35,8 +36,8 @@ const (
 	denyAllEntry = wire.DenyAll
 )
 
-// ErrFamily is the error of an IPv6 prefix: only IPv4 is enforced yet.
-var ErrFamily = errors.New("IPv6 prefixes are not supported yet: the data plane enforces IPv4 sources only")
+// ErrFamily is the error of an IPv6 prefix given to an IPv4 builder.
+var ErrFamily = errors.New("an IPv6 prefix in an IPv4 structure")
 
 // checkPrefix returns p as the structures key it (IPv4, network address),
 // or why it cannot be: invalid, IPv6, or with host bits set.

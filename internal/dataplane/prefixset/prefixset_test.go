@@ -146,7 +146,7 @@ func TestDeny4Refuses(t *testing.T) {
 		list []string
 		want string
 	}{
-		{[]string{"2001:db8::/32"}, "IPv6 prefixes are not supported yet"},
+		{[]string{"2001:db8::/32"}, "an IPv6 prefix in an IPv4 structure"},
 		{[]string{"::ffff:10.0.0.0/104"}, "IPv4-mapped"},
 	} {
 		if _, err := BuildDeny4(parse(t, tc.list), 0); err == nil || !strings.Contains(err.Error(), tc.want) {

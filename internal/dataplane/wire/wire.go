@@ -50,6 +50,11 @@ type (
 	// eight 32-bit words, or the four 64-bit ones a node's bitmaps are,
 	// low word first.
 	DenyCell = wireXlbDenyCell
+	// Deny6Node is a node of the IPv6 deny table (struct
+	// xlb_deny6_node): a byte's 256 deny and child bits, low word
+	// first, the index of its first child, and the child bits before
+	// each word.
+	Deny6Node = wireXlbDeny6Node
 	// Ranges4 is a service's IPv4 source ranges (struct xlb_ranges4).
 	Ranges4 = wireXlbRanges4
 	// Ranges6 is a service's IPv6 source ranges (struct xlb_ranges6).

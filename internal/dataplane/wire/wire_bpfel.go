@@ -281,6 +281,18 @@ type wireXlbCounter struct {
 	Bytes   uint64
 }
 
+type wireXlbDeny6Node struct {
+	_      structs.HostLayout
+	Deny   [4]uint64
+	Kids   [4]uint64
+	PreHi  uint64
+	PreLo  uint64
+	First  uint32
+	Before [4]uint16
+	Depth  uint8
+	Pad    [3]uint8
+}
+
 type wireXlbDenyCell struct {
 	_ structs.HostLayout
 	W [8]uint32

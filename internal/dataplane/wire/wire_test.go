@@ -18,7 +18,7 @@ var types = map[string]any{
 	"ct_key": CtKey{}, "ct_entry": CtEntry{}, "nh_entry": NextHop{}, "backend_state": BackendState{},
 	"chain_cfg": ChainCfg{}, "chain_peer_key": ChainPeerKey{}, "chain_svc_key": ChainSvcKey{},
 	"nat_svc_key": NATSvcKey{}, "nat_flow_key": NATFlowKey{}, "nat_vip": NATVIP{}, "nat_rev_key": NATRevKey{},
-	"xlb_deny_cell": DenyCell{}, "xlb_ranges4": Ranges4{}, "xlb_ranges6": Ranges6{},
+	"xlb_deny_cell": DenyCell{}, "xlb_deny6_node": Deny6Node{}, "xlb_ranges4": Ranges4{}, "xlb_ranges6": Ranges6{},
 	"lbnat_key": SessionKey{}, "lbnat_session": Session{}, "lbnat_cfg": NATCfg{}, "lbnat_be_key": NATBackendKey{},
 }
 
@@ -44,7 +44,7 @@ func TestTypesMatchC(t *testing.T) {
 		v    any
 		size uintptr
 	}{{Addr{}, 16}, {GUEHint{}, 16}, {TableEntry(0), 8}, {ChainEntry{}, 56}, {SvcSlot{}, 32}, {ChainPeerKey{}, 20}, {CtKey{}, 40}, {Backend{}, 24},
-		{SessionKey{}, 40}, {Session{}, 88}, {NATCfg{}, 64}, {NATBackendKey{}, 20}, {DenyCell{}, 32}, {Ranges4{}, 512}, {Ranges6{}, 2048}} {
+		{SessionKey{}, 40}, {Session{}, 88}, {NATCfg{}, 64}, {NATBackendKey{}, 20}, {DenyCell{}, 32}, {Deny6Node{}, 96}, {Ranges4{}, 512}, {Ranges6{}, 2048}} {
 		if got := reflect.TypeOf(c.v).Size(); got != c.size {
 			t.Errorf("%T: %d bytes, want %d", c.v, got, c.size)
 		}

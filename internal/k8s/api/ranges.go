@@ -131,10 +131,10 @@ func trimZeros(s string) string {
 	return t
 }
 
-// DenyPrefixes reads a DenyList's prefixes: the IPv4 CIDRs in their
-// network form, and the other entries, each with why. The CRD's schema
-// refuses the others; a list stored before it was installed may still
-// hold some.
+// DenyPrefixes reads a DenyList's prefixes: the IPv4 and IPv6 CIDRs in
+// their network form, and the other entries, each with why. The CRD's
+// schema refuses most of the others; a list stored before it was
+// installed may still hold some.
 func DenyPrefixes(spec DenyListSpec) (ok []netip.Prefix, bad []string) {
 	for _, s := range spec.Prefixes {
 		p, err := netip.ParsePrefix(s)
@@ -143,8 +143,6 @@ func DenyPrefixes(spec DenyListSpec) (ok []netip.Prefix, bad []string) {
 			bad = append(bad, fmt.Sprintf("%q is not a CIDR", s))
 		case p.Addr().Is4In6():
 			bad = append(bad, fmt.Sprintf("%s is an IPv4-mapped IPv6 CIDR; write it as IPv4", s))
-		case !p.Addr().Is4():
-			bad = append(bad, fmt.Sprintf("%s is an IPv6 CIDR; xlb denies IPv4 sources only", s))
 		case p.Masked() != p:
 			bad = append(bad, fmt.Sprintf("%s has host bits set; write its network, %s", s, p.Masked()))
 		default:

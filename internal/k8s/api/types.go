@@ -409,7 +409,7 @@ type BFD struct {
 // VIPs from the union of every DenyList's prefixes and its file's
 // policy.deny, before anything else is looked up (docs/kubernetes.md,
 // "Deny lists"). The schema rejects what it can see on its own
-// (malformed CIDRs, host bits, IPv6); the controller reports the rest (a
+// (malformed CIDRs, host bits); the controller reports the rest (a
 // list that would take the nodes over their limit) in status.error and
 // with an InvalidDenyList Event.
 //
@@ -441,18 +441,18 @@ type DenyListList struct {
 
 // DenyListSpec: the sources.
 type DenyListSpec struct {
-	// IPv4 CIDRs in their network form (192.0.2.0/24, 198.51.100.7/32).
-	// Overlaps are fine. At most 50000 in one list, which keeps the
-	// object within what the API server stores; split a longer list over
-	// several DenyLists. All DenyLists and the agents' policy.deny
-	// together hold at most 131072 prefixes.
+	// IPv4 or IPv6 CIDRs in their network form (192.0.2.0/24,
+	// 198.51.100.7/32, 2001:db8:bad::/48). Overlaps are fine. At most
+	// 50000 in one list, which keeps the object within what the API
+	// server stores; split a longer list over several DenyLists. All
+	// DenyLists and the agents' policy.deny together hold at most 131072
+	// prefixes.
 	// ---
 	// The host-bits message is built as AddressPoolSpec.Addresses' is.
 	// +kubebuilder:validation:MaxItems=50000
 	// +listType=atomic
 	// +kubebuilder:validation:items:MaxLength=43
 	// +kubebuilder:validation:items:XValidation:rule="isCIDR(self)",messageExpression="self + ' is not a CIDR: write a network and its prefix length, e.g. 192.0.2.0/24'"
-	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self).ip().family() == 4",messageExpression="self + ' is an IPv6 CIDR: xlb denies IPv4 sources only'"
 	// +kubebuilder:validation:items:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",messageExpression="'the CIDR ' + self + ' has host bits set: write its network address' + (self.contains(':') ? '' : ', ' + [int(self.split('/')[1])].map(p, [int(self.split('/')[0].split('.')[p / 8])].map(o, [o - o % [256, 128, 64, 32, 16, 8, 4, 2][p % 8]].map(m, ['', self.substring(0, self.indexOf('.') + 1), self.substring(0, self.indexOf('.', self.indexOf('.') + 1) + 1), self.substring(0, self.lastIndexOf('.') + 1)][p / 8] + ['', '1', '2'][m / 100] + (m >= 10 ? '0123456789'.substring(m / 10 % 10, m / 10 % 10 + 1) : '') + '0123456789'.substring(m % 10, m % 10 + 1) + ['.0.0.0', '.0.0', '.0', ''][p / 8] + self.substring(self.indexOf('/')))[0])[0])[0])"
 	Prefixes []string `json:"prefixes"`
 }

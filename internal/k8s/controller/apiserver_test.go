@@ -879,7 +879,7 @@ func (e *apiEnv) testDenyLists(t *testing.T) {
 		want  string
 	}{
 		{"10.0.0.1/8", "the CIDR 10.0.0.1/8 has host bits set: write its network address, 10.0.0.0/8"},
-		{"2001:db8::/32", "2001:db8::/32 is an IPv6 CIDR: xlb denies IPv4 sources only"},
+		{"2001:db8::1/32", "the CIDR 2001:db8::1/32 has host bits set: write its network address"},
 		{"attackers", "attackers is not a CIDR"},
 		{"10.0.0.0/33", "10.0.0.0/33 is not a CIDR"},
 	} {

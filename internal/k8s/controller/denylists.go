@@ -61,7 +61,7 @@ func (r *reconciler) watchDenyLists(lists cache.SharedIndexInformer) error {
 // syncDenyLists writes every DenyList's status: how many of its prefixes
 // the nodes enforce, or what they leave out and why (with a Warning
 // Event), as the agents' Kubernetes source does: entries that are no
-// IPv4 CIDR in network form are left out, and a list that would take the
+// IPv4 or IPv6 CIDR in network form are left out, and a list that would take the
 // lists, oldest first, over config.MaxDenyPrefixes is left out whole.
 // The agents add their file's policy.deny, which the controller does not
 // know: a node whose file holds many prefixes may leave out a list that

@@ -26,7 +26,7 @@ type denied struct {
 
 // denyLists sets d.cfg.Policy.Deny to the union of the base's deny list
 // and the DenyLists', oldest list first. A list's entries that are no
-// IPv4 CIDR in network form are left out with a problem (the others are
+// IPv4 or IPv6 CIDR in network form are left out with a problem (the others are
 // enforced); a list that would take the node over
 // config.MaxDenyPrefixes is left out whole, with a problem, so that the
 // lists before it stay enforced.

@@ -133,12 +133,12 @@ func TestDenyLists(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("203.0.113.0/24")}
+	want := []netip.Prefix{netip.MustParsePrefix("192.0.2.0/24"), netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("2001:db8::/32"), netip.MustParsePrefix("203.0.113.0/24")}
 	if !slices.Equal(cfg.Policy.Deny, want) {
 		t.Errorf("deny list %v, want %v (the file's, then the lists' oldest first, each once)", cfg.Policy.Deny, want)
 	}
 	checkProblems(t, probs, []string{
-		`DenyList first: spec.prefixes: 198.51.100.1/24 has host bits set; write its network, 198.51.100.0/24; 2001:db8::/32 is an IPv6 CIDR; xlb denies IPv4 sources only; "bad" is not a CIDR; these are not denied, the list's other prefixes are`,
+		`DenyList first: spec.prefixes: 198.51.100.1/24 has host bits set; write its network, 198.51.100.0/24; "bad" is not a CIDR; these are not denied, the list's other prefixes are`,
 	})
 
 	// Over the limit: the newest list that does not fit is left out.
