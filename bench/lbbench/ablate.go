@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -36,6 +37,10 @@ type ablation struct {
 	// FloorMoved is the ablated object's floor 2 over the real one's,
 	// paired: a patch leaves the floor alone, so about 1.
 	FloorMoved float64 `json:"other_floor_over_floor_paired"`
+	// Failed is why the ablated object did not load ("" if it did): the
+	// verifier refuses a build whose changed code takes more stack, and
+	// one such patch should not cost the run the others.
+	Failed string `json:"failed,omitempty"`
 }
 
 // runAblations measures every patch in dir (in name order) against the
@@ -49,6 +54,13 @@ func runAblations(dir, bpfDir string, cfg lbharness.BenchConfig) ([]ablation, er
 	var out []ablation
 	for _, p := range patches {
 		a, err := runAblation(p, bpfDir, cfg)
+		var notLoaded *lbharness.LoadError
+		if errors.As(err, &notLoaded) {
+			a = ablation{Patch: strings.TrimSuffix(filepath.Base(p), ".patch"), What: a.What, Failed: notLoaded.Error()}
+			fmt.Printf("  without %-52s does not load: %v\n", a.Patch, notLoaded)
+			out = append(out, a)
+			continue
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -70,7 +82,7 @@ func runAblation(patch, bpfDir string, cfg lbharness.BenchConfig) (ablation, err
 	}
 	res, err := lbharness.RunAB(cfg, obj)
 	if err != nil {
-		return ablation{}, fmt.Errorf("%s: %w", filepath.Base(patch), err)
+		return ablation{What: what}, fmt.Errorf("%s: %w", filepath.Base(patch), err)
 	}
 	by := map[string]lbharness.BenchResult{}
 	for _, x := range res {
@@ -163,6 +175,10 @@ func ablateSection(r report, jsonName string) string {
 		ablateBegin, r.docLine(), r.Backends, r.Rounds, r.Repeat, jsonName)
 	t.WriteString("| taken out | patch | LB path without it, best round (ns) | real path, best round (ns) | saved (ns, median of paired rounds) | without it / floor 2 (paired) |\n|---|---|---:|---:|---:|---:|\n")
 	for _, a := range r.Ablations {
+		if a.Failed != "" {
+			fmt.Fprintf(&t, "| %s | `%s` | does not load: %s | | | |\n", a.What, a.Patch, strings.ReplaceAll(a.Failed, "|", "/"))
+			continue
+		}
 		fmt.Fprintf(&t, "| %s | `%s` | %.0f | %.0f | %.1f | %.2fx |\n", a.What, a.Patch, a.WithoutNs, a.LBNs, a.SavedNs, a.WithoutOverFloor)
 	}
 	if floor := r.byName("floor_parse_encap").MinNs; floor > 0 {

@@ -131,12 +131,13 @@ func lbInstructions(t *testing.T, patch string) []byte {
 func TestAblateSection(t *testing.T) {
 	r := report{Target: 1.3, Backends: 16, Rounds: 3, Repeat: 10,
 		Results:   []lbharness.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
-		Ablations: []ablation{{Patch: "1-svc", What: "The service lookup", WithoutNs: 29, LBNs: 32, SavedNs: 3.5, WithoutOverFloor: 1.76}}}
+		Ablations: []ablation{{Patch: "1-svc", What: "The service lookup", WithoutNs: 29, LBNs: 32, SavedNs: 3.5, WithoutOverFloor: 1.76},
+			{Patch: "2-hash", What: "The flow hash", Failed: "combined stack size of 3 calls is 528. Too large"}}}
 	s := ablateSection(r, "lb-x.json")
 	if err := benchutil.CheckSection(s, ablateBegin, ablateEnd); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"| The service lookup | `1-svc` | 29 | 32 | 3.5 | 1.76x |", "leaves the LB path 4.8 ns over this run's floor 2 (16 ns) on best rounds; the real path takes 16 ns more"} {
+	for _, want := range []string{"| The service lookup | `1-svc` | 29 | 32 | 3.5 | 1.76x |", "| The flow hash | `2-hash` | does not load: combined stack size of 3 calls is 528. Too large | | | |", "leaves the LB path 4.8 ns over this run's floor 2 (16 ns) on best rounds; the real path takes 16 ns more"} {
 		if !strings.Contains(s, want) {
 			t.Errorf("section lacks %q:\n%s", want, s)
 		}

@@ -98,7 +98,7 @@ func loadOther(spec *ebpf.CollectionSpec, d *lb.Dataplane, node netip.Addr) (*eb
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{MapReplacements: repl})
 	if err != nil {
-		return nil, fmt.Errorf("load the object to compare on the built-in one's maps: %w", err)
+		return nil, &LoadError{Err: err}
 	}
 	// Odd, as Open and loadBenchOn make it: generation 0 never
 	// matches, so the next-hop cache works as on a node.
@@ -110,3 +110,14 @@ func loadOther(spec *ebpf.CollectionSpec, d *lb.Dataplane, node netip.Addr) (*eb
 	}
 	return coll, nil
 }
+
+// LoadError is RunAB's error when the kernel refused the object to
+// compare (the verifier: too much stack, say), as opposed to a broken
+// harness.
+type LoadError struct{ Err error }
+
+func (e *LoadError) Error() string {
+	return "load the object to compare on the built-in one's maps: " + e.Err.Error()
+}
+
+func (e *LoadError) Unwrap() error { return e.Err }
