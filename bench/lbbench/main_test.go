@@ -130,7 +130,7 @@ func lbInstructions(t *testing.T, patch string) []byte {
 // ablation and the target's budget over the floor.
 func TestAblateSection(t *testing.T) {
 	r := report{Target: 1.3, Backends: 16, Rounds: 3, Repeat: 10,
-		Results:   []lbharness.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
+		Results: []lbharness.BenchResult{{Name: "floor_parse_encap", MinNs: 16}, {Name: "bench_lb", MinNs: 32}},
 		Ablations: []ablation{{Patch: "1-svc", What: "The service lookup", WithoutNs: 29, LBNs: 32, SavedNs: 3.5, WithoutOverFloor: 1.76},
 			{Patch: "2-hash", What: "The flow hash", Failed: "combined stack size of 3 calls is 528. Too large"}}}
 	s := ablateSection(r, "lb-x.json")
