@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"os/exec"
@@ -11,8 +10,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/xlbproject/xlb/internal/api"
-	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 	"github.com/xlbproject/xlb/testbed/netns"
 )
@@ -25,15 +25,31 @@ import (
 // again were lost.
 func (l *benchLab) dropCounters() (map[string]uint64, error) {
 	out := map[string]uint64{}
-	var spaces []string
-	spaces = append(spaces, l.p.Router)
-	for _, hs := range [][]string{hostNS(l.p.Clients), hostNS(l.p.Nodes), hostNS(l.p.Backends)} {
-		spaces = append(spaces, hs...)
-	}
-	for _, ns := range spaces {
-		if err := l.linkDrops(ns, out); err != nil {
-			return nil, err
+	var veths [][2]string // namespace, interface
+	err := labrun.EachLink(l.p, func(ns string, k netlink.Link) {
+		s := k.Attrs().Statistics
+		if s == nil || k.Attrs().Name == "lo" {
+			return
 		}
+		p := ns + "/" + k.Attrs().Name + "/"
+		out[p+"rx_dropped"] = s.RxDropped + s.RxMissedErrors
+		out[p+"tx_dropped"] = s.TxDropped
+		if k.Type() == "veth" {
+			veths = append(veths, [2]string{ns, k.Attrs().Name})
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	// The veth driver's own counters (its XDP ring's drops, XDP_TX
+	// errors) are ethtool statistics, which netlink does not carry.
+	for _, v := range veths {
+		s, err := exec.Command(l.xlb, netns.ExecCommand, v[0], "--", "ethtool", "-S", v[1]).Output()
+		if err != nil {
+			// A driver without statistics.
+			continue
+		}
+		maps.Copy(out, lossStats(v[0]+"/"+v[1]+"/", s))
 	}
 	for _, n := range l.p.Nodes {
 		st, err := api.GetStatus(labrun.Socket(l.p, n))
@@ -49,40 +65,6 @@ func (l *benchLab) dropCounters() (map[string]uint64, error) {
 		}
 	}
 	return out, nil
-}
-
-// linkDrops adds namespace ns's interface loss counters to out.
-func (l *benchLab) linkDrops(ns string, out map[string]uint64) error {
-	b, err := exec.Command(l.xlb, netns.ExecCommand, ns, "--", "ip", "-j", "-s", "link", "show").Output()
-	if err != nil {
-		return fmt.Errorf("namespace %s: ip -s link: %w", ns, err)
-	}
-	var links []struct {
-		Name  string `json:"ifname"`
-		Kind  string `json:"link_type"`
-		Stats struct {
-			RX struct{ Dropped, Missed uint64 } `json:"rx"`
-			TX struct{ Dropped uint64 }         `json:"tx"`
-		} `json:"stats64"`
-	}
-	if err := json.Unmarshal(b, &links); err != nil {
-		return fmt.Errorf("namespace %s: ip -j -s link: %w", ns, err)
-	}
-	for _, k := range links {
-		if k.Name == "lo" {
-			continue
-		}
-		p := ns + "/" + k.Name + "/"
-		out[p+"rx_dropped"] = k.Stats.RX.Dropped + k.Stats.RX.Missed
-		out[p+"tx_dropped"] = k.Stats.TX.Dropped
-		s, err := exec.Command(l.xlb, netns.ExecCommand, ns, "--", "ethtool", "-S", k.Name).Output()
-		if err != nil {
-			// Bridges and other drivers without statistics.
-			continue
-		}
-		maps.Copy(out, lossStats(p, s))
-	}
-	return nil
 }
 
 // lossStats picks the loss counters (names with drop or err) from
@@ -135,13 +117,4 @@ func lost(d map[string]uint64) uint64 {
 		}
 	}
 	return n
-}
-
-// hostNS is the namespaces of hs.
-func hostNS(hs []lab.Host) []string {
-	out := make([]string, len(hs))
-	for i, h := range hs {
-		out[i] = h.Namespace
-	}
-	return out
 }

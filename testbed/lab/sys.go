@@ -19,24 +19,26 @@ import (
 // ip runs iproute2's ip with args and returns its standard output. The
 // error carries the command line and ip's own message.
 func ip(ctx context.Context, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "ip", args...)
+	return iproute2(ctx, "ip", args...)
+}
+
+// tc runs iproute2's tc with args, its error as ip's.
+func tc(ctx context.Context, args ...string) error {
+	_, err := iproute2(ctx, "tc", args...)
+	return err
+}
+
+// iproute2 runs tool (ip, tc) with args and returns its standard output;
+// the error carries the command line and the tool's own message.
+func iproute2(ctx context.Context, tool string, args ...string) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, tool, args...)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%s %s: %w: %s", tool, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
 	}
 	return out, nil
-}
-
-// tc runs iproute2's tc with args; the error carries the command line
-// and tc's own message.
-func tc(ctx context.Context, args ...string) error {
-	cmd := exec.CommandContext(ctx, "tc", args...)
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("tc %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
-	}
-	return nil
 }
 
 // sysctl is one network sysctl, named by its path under /proc/sys/net.

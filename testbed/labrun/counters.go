@@ -279,6 +279,21 @@ func delta(now, before uint64) uint64 {
 // peer runs XDP drops what overflows the peer's ring as sent-and-dropped.
 func Drops(p lab.Plan) (map[string]uint64, error) {
 	out := map[string]uint64{}
+	err := EachLink(p, func(ns string, l netlink.Link) {
+		if s := l.Attrs().Statistics; s != nil {
+			out[ns+"/"+l.Attrs().Name] = s.RxDropped + s.TxDropped + s.RxMissedErrors + s.RxFifoErrors + s.TxFifoErrors
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// EachLink calls f for every interface of every namespace of lab p (the
+// router's ports and bridges included), with its statistics as netlink
+// reports them.
+func EachLink(p lab.Plan, f func(ns string, l netlink.Link)) error {
 	for _, ns := range p.Namespaces() {
 		err := netns.Do(ns, func() error {
 			links, err := netlink.LinkList()
@@ -286,15 +301,13 @@ func Drops(p lab.Plan) (map[string]uint64, error) {
 				return err
 			}
 			for _, l := range links {
-				if s := l.Attrs().Statistics; s != nil {
-					out[ns+"/"+l.Attrs().Name] = s.RxDropped + s.TxDropped + s.RxMissedErrors + s.RxFifoErrors + s.TxFifoErrors
-				}
+				f(ns, l)
 			}
 			return nil
 		})
 		if err != nil {
-			return nil, fmt.Errorf("interfaces of %s: %w", ns, err)
+			return fmt.Errorf("interfaces of %s: %w", ns, err)
 		}
 	}
-	return out, nil
+	return nil
 }
