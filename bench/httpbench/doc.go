@@ -317,61 +317,68 @@ func fmtCostRatio(r *Report, a, b, mode string, n int) string {
 	return fmt.Sprintf("%.2f", r.labCost(x)/r.labCost(y))
 }
 
-// synRetransSummary is, for each proxying path over all the rounds
-// counted, by mode: the client's SYN retransmits, and the backends' SYNs
-// refused by TIME_WAIT sockets and dropped by full accept queues.
 // lostSummary is the frames the lab dropped during each path's counted
 // rounds, by mode, for the paths that lost any ("none" if none did).
 func (r *Report) lostSummary() string {
-	var parts []string
-	for _, p := range r.Paths {
-		var by []string
-		for _, mode := range r.Modes {
-			var n uint64
-			for _, x := range r.Runs {
-				if x.Round > 0 && x.Path == p.Key && x.Mode == mode {
-					n += lost(x.Drops)
-				}
-			}
-			if n > 0 {
-				by = append(by, fmt.Sprintf("%s %d", mode, n))
-			}
+	parts := r.byPathMode(nil, func(mode string, runs []Run) string {
+		var n uint64
+		for _, x := range runs {
+			n += lost(x.Drops)
 		}
-		if len(by) > 0 {
-			parts = append(parts, p.Name+" "+strings.Join(by, ", "))
+		if n == 0 {
+			return ""
 		}
-	}
+		return fmt.Sprintf("%s %d", mode, n)
+	})
 	if len(parts) == 0 {
 		return "none"
 	}
 	return strings.Join(parts, "; ")
 }
 
+// synRetransSummary is, for each proxying path over all the rounds
+// counted, by mode: the client's SYN retransmits, and the backends' SYNs
+// refused by TIME_WAIT sockets and dropped by full accept queues.
 func (r *Report) synRetransSummary() string {
+	direct := func(p Path) bool { return baseKey(p.Key) == keyDirect }
+	return strings.Join(r.byPathMode(direct, func(mode string, runs []Run) string {
+		if len(runs) == 0 {
+			return ""
+		}
+		var re, paws, drops uint64
+		for _, x := range runs {
+			re += x.SYNRetrans
+			paws += x.BackendPAWS
+			drops += x.BackendListenDrops
+		}
+		return fmt.Sprintf("%s %d/%d/%d", mode, re, paws, drops)
+	}), "; ")
+}
+
+// byPathMode is, for each path but those skip names, its name and the
+// cells that cell makes of its counted rounds (round > 0) in each mode,
+// the non-empty ones joined by commas; paths with none are left out.
+func (r *Report) byPathMode(skip func(Path) bool, cell func(mode string, runs []Run) string) []string {
 	var parts []string
 	for _, p := range r.Paths {
-		if baseKey(p.Key) == keyDirect {
+		if skip != nil && skip(p) {
 			continue
 		}
 		var by []string
 		for _, mode := range r.Modes {
-			var re, paws, drops uint64
-			rounds := 0
+			var runs []Run
 			for _, x := range r.Runs {
 				if x.Round > 0 && x.Path == p.Key && x.Mode == mode {
-					re += x.SYNRetrans
-					paws += x.BackendPAWS
-					drops += x.BackendListenDrops
-					rounds++
+					runs = append(runs, x)
 				}
 			}
-			if rounds > 0 {
-				by = append(by, fmt.Sprintf("%s %d/%d/%d", mode, re, paws, drops))
+			if c := cell(mode, runs); c != "" {
+				by = append(by, c)
 			}
 		}
 		if len(by) > 0 {
 			parts = append(parts, p.Name+" "+strings.Join(by, ", "))
 		}
 	}
-	return strings.Join(parts, "; ")
+	return parts
 }
