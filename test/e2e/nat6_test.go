@@ -45,34 +45,7 @@ func TestNATForwardingIPv6(t *testing.T) {
 
 	const requests = 60
 	before := natCountersOf(t, p, node)
-	for _, svc := range []labrun.Service{nat, dnat} {
-		seen := labrun.Tally{}
-		for i := range requests {
-			a, local, err := ask(ctx, p, svc.Target())
-			if err != nil {
-				t.Fatalf("%s: request %d to %s: %v", svc.Name, i, svc.Target(), err)
-			}
-			seen[a.Backend]++
-			if !local.Addr().Is6() {
-				t.Fatalf("%s: the client's end %s is not IPv6", svc.Name, local)
-			}
-			switch svc.Forwarding {
-			case config.NAT:
-				if a.Peer.Addr() != node.Addr6 || a.Peer.Port() < natPorts.PortMin || a.Peer.Port() > natPorts.PortMax {
-					t.Errorf("%s: %s saw the connection from %s, want %s and a port in %d-%d (the client is %s)",
-						svc.Name, a.Backend, a.Peer, node.Addr6, natPorts.PortMin, natPorts.PortMax, local)
-				}
-			case config.DNAT:
-				if a.Peer != local {
-					t.Errorf("%s: %s saw the connection from %s, want the client's %s", svc.Name, a.Backend, a.Peer, local)
-				}
-			}
-		}
-		t.Logf("%s: %d requests on new connections to %s: %v", svc.Name, requests, svc.Target(), seen)
-		if got, want := seen.Backends(), labBackendNames(p); !slices.Equal(got, want) {
-			t.Errorf("%s: answered by %v, want every backend %v", svc.Name, got, want)
-		}
-	}
+	askThroughNAT(t, ctx, p, []labrun.Service{nat, dnat}, node.Addr6, requests)
 	after := natCountersOf(t, p, node)
 	t.Logf("nat counters before %+v, after %+v", before, after)
 	if d := after.Created - before.Created; d < 2*requests {

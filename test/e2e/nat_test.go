@@ -104,6 +104,43 @@ func ask(ctx context.Context, p lab.Plan, target netip.AddrPort) (labrun.Answer,
 	return a, c.LocalAddr(), err
 }
 
+// askThroughNAT opens requests new connections to each of svcs (nat or
+// dnat services of one family) from the lab's client and checks what the
+// backends saw: for nat, natFrom (the node's address of that family) and
+// a port from the nat range, for dnat the client's own address and port;
+// and that every backend answered.
+func askThroughNAT(t *testing.T, ctx context.Context, p lab.Plan, svcs []labrun.Service, natFrom netip.Addr, requests int) {
+	t.Helper()
+	for _, svc := range svcs {
+		seen := labrun.Tally{}
+		for i := range requests {
+			a, local, err := ask(ctx, p, svc.Target())
+			if err != nil {
+				t.Fatalf("%s: request %d to %s: %v", svc.Name, i, svc.Target(), err)
+			}
+			seen[a.Backend]++
+			if local.Addr().Is6() != svc.VIP.Is6() {
+				t.Fatalf("%s: the client's end %s is not of the VIP's family", svc.Name, local)
+			}
+			switch svc.Forwarding {
+			case config.NAT:
+				if a.Peer.Addr() != natFrom || a.Peer.Port() < natPorts.PortMin || a.Peer.Port() > natPorts.PortMax {
+					t.Errorf("%s: %s saw the connection from %s, want %s and a port in %d-%d (the client is %s)",
+						svc.Name, a.Backend, a.Peer, natFrom, natPorts.PortMin, natPorts.PortMax, local)
+				}
+			case config.DNAT:
+				if a.Peer != local {
+					t.Errorf("%s: %s saw the connection from %s, want the client's %s", svc.Name, a.Backend, a.Peer, local)
+				}
+			}
+		}
+		t.Logf("%s: %d requests on new connections to %s: %v", svc.Name, requests, svc.Target(), seen)
+		if got, want := seen.Backends(), labBackendNames(p); !slices.Equal(got, want) {
+			t.Errorf("%s: answered by %v, want every backend %v", svc.Name, got, want)
+		}
+	}
+}
+
 // TestNATForwarding: a nat and a dnat service reach backends that run
 // nothing but nginx. Every backend answers; a nat backend sees the node's
 // address and a port from the nat range, a dnat backend the client's own
@@ -121,31 +158,7 @@ func TestNATForwarding(t *testing.T) {
 
 	const requests = 60
 	before := natCountersOf(t, p, node)
-	for _, svc := range []labrun.Service{nat, dnat} {
-		seen := labrun.Tally{}
-		for i := range requests {
-			a, local, err := ask(ctx, p, svc.Target())
-			if err != nil {
-				t.Fatalf("%s: request %d: %v", svc.Name, i, err)
-			}
-			seen[a.Backend]++
-			switch svc.Forwarding {
-			case config.NAT:
-				if a.Peer.Addr() != node.Addr || a.Peer.Port() < natPorts.PortMin || a.Peer.Port() > natPorts.PortMax {
-					t.Errorf("%s: %s saw the connection from %s, want %s and a port in %d-%d (the client is %s)",
-						svc.Name, a.Backend, a.Peer, node.Addr, natPorts.PortMin, natPorts.PortMax, local)
-				}
-			case config.DNAT:
-				if a.Peer != local {
-					t.Errorf("%s: %s saw the connection from %s, want the client's %s", svc.Name, a.Backend, a.Peer, local)
-				}
-			}
-		}
-		t.Logf("%s: %d requests on new connections to %s: %v", svc.Name, requests, svc.Target(), seen)
-		if got, want := seen.Backends(), labBackendNames(p); !slices.Equal(got, want) {
-			t.Errorf("%s: answered by %v, want every backend %v", svc.Name, got, want)
-		}
-	}
+	askThroughNAT(t, ctx, p, []labrun.Service{nat, dnat}, node.Addr, requests)
 	after := natCountersOf(t, p, node)
 	t.Logf("nat counters before %+v, after %+v", before, after)
 	if d := after.Created - before.Created; d < 2*requests {
