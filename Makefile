@@ -31,7 +31,7 @@ build:
 #   markers (internal/k8s/api), with controller-gen (a tool of go.mod):
 #   the CRDs of deploy/crds, their copies in the chart's crds/ (Helm
 #   installs CRDs only from there) and the types' deep-copy code.
-GENERATED := internal/dataplane/ bench/internal/lbharness/ testbed/xdppass/
+GENERATED := internal/dataplane/ bench/internal/lbharness/ bench/internal/natfloor/ testbed/xdppass/
 API_TYPES := internal/k8s/api
 CRDS      := deploy/crds
 CHART_CRDS := deploy/helm/xlb/crds

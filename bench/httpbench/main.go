@@ -207,6 +207,11 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 		return fmt.Errorf("lab: %w", err)
 	}
 	defer func() { r.Setup = append(r.Setup, l.setup...) }()
+	defer func() {
+		if ferr := l.closeFloor(); ferr != nil {
+			err = errors.Join(err, fmt.Errorf("NAT floor: %w", ferr))
+		}
+	}()
 	r.Paths = l.paths
 	if b, err := os.ReadFile(l.backendConf(0)); err == nil {
 		r.BackendNginx = string(b)

@@ -89,8 +89,9 @@ var natTargets = []struct {
 }
 
 // natPaths are the NAT paths, against the natTargets' references;
-// only xlb nat has targets, xlb dnat is shown beside it.
-var natPaths = []string{keyNAT, keyDNAT}
+// only xlb nat has targets, xlb dnat is shown beside it, and the NAT
+// floor, the most any NAT path of the lab could reach.
+var natPaths = []string{keyNAT, keyDNAT, keyFloor}
 
 // natRatioTable is, for each mode and backend count, each NAT path's
 // ratio to each NAT target's reference; xlb nat's marked met (✓) or

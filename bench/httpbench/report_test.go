@@ -37,7 +37,7 @@ func testReport() *Report {
 	rps := map[string][2]float64{ // keep-alive, new connection; ×1 with 1 backend, ×1.1 with 4
 		keyIPIP: {40000, 9000}, keyGUE: {38000, 8500}, keyNft: {39000, 7000}, keyIptables: {41000, 7500},
 		keyNginx: {19000, 4000}, keyHAProxy: {18000, 4200}, keyDirect: {44000, 9500},
-		keyNAT: {40000, 8500}, keyDNAT: {41000, 8000},
+		keyNAT: {40000, 8500}, keyDNAT: {41000, 8000}, keyFloor: {42000, 9000},
 	}
 	for _, p := range r.Paths {
 		for m, mode := range r.Modes {

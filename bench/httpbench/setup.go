@@ -20,6 +20,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/xlbproject/xlb/bench/internal/natfloor"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/lab"
@@ -85,6 +86,7 @@ const (
 	keyGUE      = "xlb-gue"
 	keyNAT      = "xlb-nat"
 	keyDNAT     = "xlb-dnat"
+	keyFloor    = "nat-floor"
 	keyNft      = "nft"
 	keyIptables = "iptables"
 	keyNginx    = "nginx"
@@ -118,6 +120,8 @@ func paths() []Path {
 			How: "the same agent and node, forwarding nat: XDP rewrites the client's packet to the backend, from the node's address and a port of its own (a session per connection), and the backend's reply back to VIP → client"},
 		{Key: keyDNAT, Name: "xlb dnat", VIP: v(8), node: 0,
 			How: "the same agent and node, forwarding dnat: only the destination is rewritten (to backend port " + strconv.Itoa(dnatPort) + "); the router sends the backends' replies from that port through the node, whose XDP program rewrites their source to the VIP"},
+		{Key: keyFloor, Name: "NAT floor", VIP: v(9), node: 5,
+			How: "no LB: a stateless XDP program on the node (bench/internal/natfloor) sends the client's segments to backend (client port mod n) from the node's address and the client's own port, and the replies back from the VIP; no table, no session, nothing allocated, only the rewrite and XDP_TX. The least any NAT node can cost here: no NAT path of this lab can be faster"},
 		{Key: keyNft, Name: "nftables DNAT", VIP: v(3), node: 1,
 			How: "nftables DNAT on the node (numgen random over the backends, as kube-proxy's nftables mode) and masquerade, so replies return through the node"},
 		{Key: keyIptables, Name: "iptables DNAT", VIP: v(4), node: 2,
@@ -145,6 +149,8 @@ type benchLab struct {
 	setup []string
 	// n is the number of backends the paths use now.
 	n int
+	// floor is the NAT floor's program, attached at the first configure.
+	floor *natfloor.Floor
 	// agentSvcs are the agent's services now.
 	agentSvcs []labrun.Service
 	progress  func(string, ...any)
@@ -518,6 +524,8 @@ type ConfigSet struct {
 	NginxStream  string `json:"nginx_stream_conf"`
 	HAProxy      string `json:"haproxy_cfg"`
 	DirectScript string `json:"wrk_direct_lua"`
+	// Floor is the NAT floor's configuration (natfloor.Config).
+	Floor natfloor.Config `json:"nat_floor"`
 	// IPv6 is the IPv6 paths' (ipv6.go).
 	IPv6 ConfigSet6 `json:"ipv6,omitzero"`
 }
@@ -592,6 +600,11 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 		return cs, err
 	}
 
+	if err := l.configureFloor(n); err != nil {
+		return cs, err
+	}
+	cs.Floor = l.floorConfig(n)
+
 	cs.DirectScript = directScript(addrs)
 	if err := os.WriteFile(l.scriptPath(), []byte(cs.DirectScript), 0o644); err != nil {
 		return cs, err
@@ -601,6 +614,41 @@ func (l *benchLab) configure(ctx context.Context, n int) (ConfigSet, error) {
 	}
 	l.n = n
 	return cs, l.check(ctx)
+}
+
+// floorConfig is the NAT floor's configuration for the first n
+// backends.
+func (l *benchLab) floorConfig(n int) natfloor.Config {
+	p := l.path(keyFloor)
+	return natfloor.Config{VIP: p.VIP, Node: l.p.Nodes[p.node].Addr, Client: l.p.Clients[0].Addr, Port: 80, BackendPort: 80, Backends: l.backendAddrs(n)}
+}
+
+// configureFloor attaches the NAT floor to its node, or reconfigures it,
+// for the first n backends. The program stays attached while this
+// process holds it (closeFloor), and goes with the lab's namespace.
+func (l *benchLab) configureFloor(n int) error {
+	c := l.floorConfig(n)
+	if l.floor != nil {
+		return l.floor.Configure(c)
+	}
+	node := l.p.Nodes[l.path(keyFloor).node]
+	f, err := natfloor.Attach(node.Namespace, node.Interface, c)
+	if err != nil {
+		return err
+	}
+	l.floor = f
+	l.setup = append(l.setup, fmt.Sprintf("natfloor.Attach(%s, %s)  # bench/internal/natfloor: the stateless NAT floor, XDP native, VIP %v", node.Namespace, node.Interface, c.VIP))
+	return nil
+}
+
+// closeFloor detaches the NAT floor, if attached.
+func (l *benchLab) closeFloor() error {
+	if l.floor == nil {
+		return nil
+	}
+	err := l.floor.Close()
+	l.floor = nil
+	return err
 }
 
 // scriptPath is where wrk's script for the direct path is.

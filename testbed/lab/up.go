@@ -319,14 +319,20 @@ func fullChecksums(ctx context.Context, p Plan) error {
 	return nil
 }
 
-// attachPass puts XDP_PASS on the router-side peers of the nodes and
-// backends: without an XDP program on the peer, a veth drops the frames
-// its other end sends with XDP_TX or redirect.
+// attachPass puts XDP_PASS on the router-side peers of the nodes,
+// backends and clients. Without an XDP program on the peer, a veth drops
+// the frames its other end sends with XDP_TX or redirect (the nodes',
+// the backends'). And without one, a veth hands each frame to the
+// backlog of the CPU that sent it, so two segments of one flow sent
+// from two CPUs (a client's ACK from the softirq that took a SYN-ACK in,
+// its request from the application) can reach the router in the other
+// order; with one, every frame goes through the port's one ring, in the
+// order sent, as a NIC's receive queue keeps a flow's frames in order.
 func attachPass(_ context.Context, p Plan) error {
 	if p.Spec.SkipPass {
 		return nil
 	}
-	for _, h := range append(append([]Host(nil), p.Nodes...), p.Backends...) {
+	for _, h := range slices.Concat(p.Nodes, p.Backends, p.Clients) {
 		pin := filepath.Join(p.PinDir, p.Router, "xdp-pass-"+h.Peer)
 		if err := xdppass.Attach(p.Router, h.Peer, pin); err != nil {
 			return fmt.Errorf("%s: %w", h.Peer, err)
