@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -215,7 +216,11 @@ func runBackend(args []string) error {
 		fmt.Printf("VIPs %v on lo\n", []netip.Addr(vips))
 	}
 	if len(vips) > 0 || len(nat) > 0 {
-		printChaining(*iface, decap.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}, res.ForwardingOn)
+		c := decap.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}
+		printChaining(*iface, c, res.ForwardingOn)
+		if c.On() && slices.ContainsFunc(res.HostAddrs, netip.Addr.Is6) && !ipv6Forwarding() {
+			fmt.Println("note: IPv6 forwarding is off on this host (net.ipv6.conf.all.forwarding=0): a packet chained over IPv6 to a previous owner whose neighbour is not resolved yet goes through the stack, which then drops it, and the neighbour stays unresolved; set net.ipv6.conf.all.forwarding=1 to chain over IPv6")
+		}
 	}
 	if len(nat) > 0 {
 		fmt.Printf("%d translations VIP:port -> pod:targetPort (%d added, %d changed, %d removed); replies translated back on the egress of %s\n",
@@ -451,6 +456,14 @@ func hostAddrsOf(name string, addrs []net.Addr) ([]netip.Addr, error) {
 		return nil, fmt.Errorf("interface %s has neither an IPv4 nor a global IPv6 address: the tunnels from the load balancer arrive at one", name)
 	}
 	return out, nil
+}
+
+// ipv6Forwarding reports whether the host forwards IPv6
+// (net.ipv6.conf.all.forwarding, which the stack checks for every
+// forwarded IPv6 packet whatever the interface's own setting).
+func ipv6Forwarding() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
 // checkForwarding fails early, with what to do, where the set-up would
