@@ -20,6 +20,78 @@
 
 #include "xlb_backend_maps.h"
 
+/* A hinted tunnel as the decision reads it, whatever its outer family:
+ * the hint's form follows the outer header's (struct xlb_gue_hint over
+ * IPv4, struct xlb_gue_hint6 over IPv6, as an xlb node sends them), so
+ * its previous owners can be chained to by rewriting the outer header.
+ * Owners are 16 bytes here, all zero for none. l3, udp and hint point
+ * into the packet (checked by chain_read). */
+struct chain_outer {
+	union xlb_addr src;   /* the outer source */
+	union xlb_addr prev;  /* the hint's previous owners */
+	union xlb_addr prev2;
+	void *l3;             /* the outer IPv4 or IPv6 header */
+	struct udphdr *udp;
+	void *hint;           /* struct xlb_gue_hint, or xlb_gue_hint6 when v6 */
+	__u32 changed;        /* host order */
+	__u32 generation;
+	int v6;
+};
+
+static __always_inline int chain_addr_none(const union xlb_addr *a)
+{
+	return !(a->w[0] | a->w[1] | a->w[2] | a->w[3]);
+}
+
+/* An IPv4 owner of the hint as 16 bytes: IPv4-mapped, or all zero for
+ * none. */
+static __always_inline union xlb_addr chain_addr4(__be32 a)
+{
+	union xlb_addr z = {};
+
+	return a ? XLB_ADDR4(a) : z;
+}
+
+/* Fill o from the hinted tunnel at l3 (IPv6 if v6), whose GUE private
+ * data at hint is hlen words, UDP header at udp. 0: no hint to follow (a
+ * hint of the other family's form, which no xlb node sends, or one the
+ * frame does not hold); the packet is then delivered as plain GUE. */
+static __always_inline int chain_read(struct chain_outer *o, void *l3, int v6, struct udphdr *udp,
+				      void *hint, __u8 hlen, void *data_end)
+{
+	if ((void *)(udp + 1) > data_end)
+		return 0;
+	o->l3 = l3;
+	o->udp = udp;
+	o->hint = hint;
+	o->v6 = v6;
+	if (v6) {
+		struct ipv6hdr *ip6 = l3;
+		struct xlb_gue_hint6 *h = hint;
+
+		if (hlen != XLB_GUE_HINT6_WORDS || (void *)(h + 1) > data_end ||
+		    (void *)(ip6 + 1) > data_end)
+			return 0;
+		__builtin_memcpy(o->src.w, ip6->saddr, sizeof(o->src.w));
+		o->prev = h->prev;
+		o->prev2 = h->prev2;
+		o->changed = bpf_ntohl(h->changed);
+		o->generation = bpf_ntohl(h->generation);
+		return 1;
+	}
+	struct iphdr *ip = l3;
+	struct xlb_gue_hint *h = hint;
+
+	if (hlen != XLB_GUE_HINT_WORDS || (void *)(h + 1) > data_end || (void *)(ip + 1) > data_end)
+		return 0;
+	o->src = XLB_ADDR4(ip->saddr);
+	o->prev = chain_addr4(h->prev);
+	o->prev2 = chain_addr4(h->prev2);
+	o->changed = bpf_ntohl(h->changed);
+	o->generation = bpf_ntohl(h->generation);
+	return 1;
+}
+
 /* The TCP header as far as the decision reads it. */
 struct chain_tcphdr {
 	__be16 source;
@@ -38,6 +110,9 @@ struct chain_tcphdr {
 #define TCP_FLAG_ACK 0x10
 
 #define AF_INET 2
+#ifndef AF_INET6
+#define AF_INET6 10
+#endif
 #define NSEC_PER_SEC 1000000000ULL
 
 /* The hint's decision when the packet is for the stack. */
@@ -53,16 +128,16 @@ static __always_inline void chain_count(__u32 stat, __u64 bytes)
 	}
 }
 
-static __always_inline int chain_known(void *set, __be32 addr)
+static __always_inline int chain_known(void *set, const union xlb_addr *addr)
 {
-	struct chain_peer_key k = {.prefixlen = 128, .addr = XLB_ADDR4(addr)};
+	struct chain_peer_key k = {.prefixlen = 128, .addr = *addr};
 
 	return bpf_map_lookup_elem(set, &k) != 0;
 }
 
 /* Whether a packet from src may be chained: sent by a known xlb node, or
  * by a known backend that chained it here. */
-static __always_inline int chain_trusted(__be32 src)
+static __always_inline int chain_trusted(const union xlb_addr *src)
 {
 	return chain_known(&chain_from, src) || chain_known(&chain_to, src);
 }
@@ -81,7 +156,7 @@ static __always_inline struct chain_cfg *chain_config(void)
  * only then, so hints of the current generation cost no lookup. Two CPUs
  * may race and keep the lower of two new generations: that only delays
  * the stale-instance drop until the next packet of the newer one. */
-static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, __be32 src,
+static __always_inline __u32 chain_newest_gen(struct chain_cfg *cfg, const union xlb_addr *src,
 					      const union xlb_addr *vip, __be16 port, __u32 gen)
 {
 	struct chain_svc_key k = {.vip = *vip, .port = port, .proto = IPPROTO_TCP};
@@ -113,7 +188,7 @@ static __always_inline int chain_fresh(struct chain_cfg *cfg, __u32 changed)
  * must be dropped instead: unless src is known and prev a known previous
  * owner, it is, and counted. Checked only once a packet would be chained,
  * so delivered packets cost no lookup. */
-static __always_inline int chain_untrusted(__be32 src)
+static __always_inline int chain_untrusted(const union xlb_addr *src)
 {
 	if (chain_trusted(src))
 		return 0;
@@ -121,7 +196,7 @@ static __always_inline int chain_untrusted(__be32 src)
 	return 1;
 }
 
-static __always_inline int chain_refused(__be32 src, __be32 prev)
+static __always_inline int chain_refused(const union xlb_addr *src, const union xlb_addr *prev)
 {
 	if (chain_untrusted(src))
 		return 1;
@@ -223,9 +298,9 @@ static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *
 }
 
 /* Send the still encapsulated packet on to prev, from the host address it
- * was sent to, with next (the owner before prev, or 0) as the hint's only
- * previous owner: every hop uses up one, so a packet is chained at most
- * twice and never in a loop. The outer UDP checksum becomes 0 (none, as xlb sends it):
+ * was sent to, with next (the owner before prev, or none) as the hint's
+ * only previous owner: every hop uses up one, so a packet is chained at
+ * most twice and never in a loop. The outer UDP checksum becomes 0 (none, as xlb sends it):
  * the new addresses would break any other. The inner packet is untouched.
  *
  * A next hop the kernel has not resolved yet (backends rarely talk to
@@ -235,13 +310,20 @@ static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *
  * forwarding on the interface) and resolves the neighbour, and the next
  * packets take the fast path. With this host as its source the stack
  * would drop it as a martian. */
-static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
-					 struct udphdr *udp, struct xlb_gue_hint *hint, __be32 prev,
-					 __be32 next)
+static __always_inline int chain_forward4(struct xdp_md *ctx, struct ethhdr *eth,
+					  struct chain_outer *o, __be32 prev, __be32 next)
 {
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *ip = o->l3;
+	struct udphdr *udp = o->udp;
+	struct xlb_gue_hint *hint = o->hint;
 	struct bpf_fib_lookup fib = {};
-	__u16 len = bpf_ntohs(ip->tot_len);
 	long rc;
+
+	if ((void *)(ip + 1) > data_end || (void *)(udp + 1) > data_end ||
+	    (void *)(hint + 1) > data_end)
+		return XDP_DROP;
+	__u16 len = bpf_ntohs(ip->tot_len);
 
 	fib.family = AF_INET;
 	fib.tos = ip->tos;
@@ -286,27 +368,85 @@ static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth,
 	return bpf_redirect(fib.ifindex, 0);
 }
 
-/* The TCP header of an inner packet whose hint the decision reads, or 0:
- * no hint at all (an LB instance sends a zero hint for a service without
- * a chain, or when its lookup fails), a fragment, or a header that the
- * frame or the inner datagram does not hold (the stack judges it). */
-static __always_inline int chain_hinted(struct iphdr *ip, struct xlb_gue_hint *hint, void *data_end)
+/* chain_forward4 for a tunnel over IPv6 (an IPv6 backend's, with the
+ * 40-byte hint): the same rewrite of the outer IPv6 header, which has no
+ * checksum; the UDP checksum becomes 0, as xlb sends GUE over IPv6 (RFC
+ * 6935). Extension headers between the IPv6 and UDP headers stay. */
+static __always_inline int chain_forward6(struct xdp_md *ctx, struct ethhdr *eth,
+					  struct chain_outer *o, const union xlb_addr *prev,
+					  const union xlb_addr *next)
 {
-	struct udphdr *udp = (void *)(ip + 1);
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ipv6hdr *ip6 = o->l3;
+	struct udphdr *udp = o->udp;
+	struct xlb_gue_hint6 *hint = o->hint;
+	struct bpf_fib_lookup fib = {};
+	long rc;
 
-	if ((void *)(hint + 1) > data_end || (void *)(udp + 1) > data_end)
-		return 0;
-	return hint->prev || hint->prev2 || hint->generation;
+	if ((void *)(ip6 + 1) > data_end || (void *)(udp + 1) > data_end ||
+	    (void *)(hint + 1) > data_end)
+		return XDP_DROP;
+	__u16 len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+
+	fib.family = AF_INET6;
+	fib.flowinfo = ip6->vtf & bpf_htonl(0x0fffffff);
+	fib.l4_protocol = IPPROTO_UDP;
+	fib.tot_len = len;
+	__builtin_memcpy(fib.ipv6_src, ip6->daddr, sizeof(fib.ipv6_src));
+	__builtin_memcpy(fib.ipv6_dst, prev->w, sizeof(fib.ipv6_dst));
+	fib.ifindex = ctx->ingress_ifindex;
+	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
+	if (rc != BPF_FIB_LKUP_RET_NO_NEIGH && rc != BPF_FIB_LKUP_RET_SUCCESS) {
+		chain_count(CHAIN_NO_ROUTE, 0);
+		return XDP_DROP;
+	}
+	hint->prev = *next;
+	__builtin_memset(&hint->prev2, 0, sizeof(hint->prev2));
+	udp->check = 0;
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		__builtin_memcpy(ip6->saddr, ip6->daddr, sizeof(ip6->saddr));
+	__builtin_memcpy(ip6->daddr, prev->w, sizeof(ip6->daddr));
+	ip6->hop_limit = XLB_OUTER_TTL;
+	chain_count(CHAIN_CHAINED, len);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		chain_count(CHAIN_NO_NEIGHBOUR, len);
+		return XDP_PASS;
+	}
+	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
+	if (fib.ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib.ifindex, 0);
 }
 
-static __always_inline struct chain_tcphdr *chain_tcp(struct iphdr *ip, struct xlb_gue_hint *hint,
+/* Chain the tunnel o on to prev in its outer family. */
+static __always_inline int chain_forward(struct xdp_md *ctx, struct ethhdr *eth,
+					 struct chain_outer *o, const union xlb_addr *prev,
+					 const union xlb_addr *next)
+{
+	if (o->v6)
+		return chain_forward6(ctx, eth, o, prev, next);
+	return chain_forward4(ctx, eth, o, prev->w[3], next->w[3]);
+}
+
+/* Whether the hint says anything at all (an LB instance sends a zero hint
+ * for a service without a chain, or when its lookup fails). */
+static __always_inline int chain_hinted(const struct chain_outer *o)
+{
+	return !chain_addr_none(&o->prev) || !chain_addr_none(&o->prev2) || o->generation;
+}
+
+/* The TCP header of an inner packet whose hint the decision reads, or 0:
+ * no hint at all, a fragment, or a header that the frame or the inner
+ * datagram does not hold (the stack judges it). */
+static __always_inline struct chain_tcphdr *chain_tcp(const struct chain_outer *o,
 						      struct iphdr *inner, __u32 inner_len,
 						      void *data_end)
 {
 	__u32 ihl = inner->ihl * 4;
 	struct chain_tcphdr *th;
 
-	if (!chain_hinted(ip, hint, data_end))
+	if (!chain_hinted(o))
 		return 0;
 	if (inner->frag_off & bpf_htons(IP_MF | IP_OFFSET))
 		return 0;
@@ -319,13 +459,13 @@ static __always_inline struct chain_tcphdr *chain_tcp(struct iphdr *ip, struct x
 /* The same for an IPv6 inner packet, whose TCP header follows the fixed
  * header (a packet with extension headers is not read: the stack judges
  * it). */
-static __always_inline struct chain_tcphdr *chain_tcp6(struct iphdr *ip, struct xlb_gue_hint *hint,
+static __always_inline struct chain_tcphdr *chain_tcp6(const struct chain_outer *o,
 						       struct ipv6hdr *inner, __u32 inner_len,
 						       void *data_end)
 {
 	struct chain_tcphdr *th = (void *)(inner + 1);
 
-	if (!chain_hinted(ip, hint, data_end) || inner->nexthdr != IPPROTO_TCP)
+	if (!chain_hinted(o) || inner->nexthdr != IPPROTO_TCP)
 		return 0;
 	if ((void *)(th + 1) > data_end || sizeof(*inner) + sizeof(*th) > inner_len)
 		return 0;
@@ -346,40 +486,46 @@ static __always_inline int chain_no_owner(__u32 gen, __u32 newest, __u32 inner_l
 	return CHAIN_DELIVER;
 }
 
+/* Whether a is none or this host (a hint never names the current owner,
+ * but a previous owner may be this host all the same). */
+static __always_inline int chain_skip(const union xlb_addr *a)
+{
+	return chain_addr_none(a) || bpf_map_lookup_elem(&host_addrs, a);
+}
+
 /* What becomes of a hinted packet to a local VIP that no local socket
  * takes: chained to the first previous owner that is not this host, or,
  * without one (or once the window is over), chain_no_owner's answer. */
-static __always_inline int chain_to_owner(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
-					  struct xlb_gue_hint *hint, struct chain_cfg *cfg, __u32 gen,
-					  __u32 newest, __u32 inner_len)
+static __always_inline int chain_to_owner(struct xdp_md *ctx, struct ethhdr *eth,
+					  struct chain_outer *o, struct chain_cfg *cfg, __u32 newest,
+					  __u32 inner_len)
 {
-	__be32 prev, next;
+	union xlb_addr none = {};
+	union xlb_addr *prev = &o->prev, *next = &o->prev2;
 
 	/* The first previous owner that is not this host; the one after it
 	 * travels on in the hint, for the next hop to try in turn. */
-	prev = hint->prev;
-	next = hint->prev2;
-	if (!prev || lookup_addr4(&host_addrs, prev)) {
+	if (chain_skip(prev)) {
 		prev = next;
-		next = 0;
-		if (prev && lookup_addr4(&host_addrs, prev))
-			prev = 0;
+		next = &none;
+		if (chain_skip(prev))
+			prev = &none;
 	}
-	if (prev && chain_fresh(cfg, bpf_ntohl(hint->changed))) {
-		if (chain_refused(ip->saddr, prev))
+	if (!chain_addr_none(prev) && chain_fresh(cfg, o->changed)) {
+		if (chain_refused(&o->src, prev))
 			return XDP_DROP;
-		return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, next);
+		return chain_forward(ctx, eth, o, prev, next);
 	}
-	return chain_no_owner(gen, newest, inner_len);
+	return chain_no_owner(o->generation, newest, inner_len);
 }
 
 /* The hint's decision for an inner TCP packet to a local VIP: deliver it
  * (CHAIN_DELIVER), chain it to the slot's previous owner, or drop it. */
-static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
-					struct xlb_gue_hint *hint, struct iphdr *inner, __u32 inner_len,
+static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth,
+					struct chain_outer *o, struct iphdr *inner, __u32 inner_len,
 					void *data_end)
 {
-	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
+	struct chain_tcphdr *th = chain_tcp(o, inner, inner_len, data_end);
 	union xlb_addr vip;
 	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
@@ -387,9 +533,9 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 	if (!th)
 		return CHAIN_DELIVER;
 	cfg = chain_config();
-	gen = bpf_ntohl(hint->generation);
+	gen = o->generation;
 	vip = XLB_ADDR4(inner->daddr);
-	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
+	newest = gen ? chain_newest_gen(cfg, &o->src, &vip, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);
@@ -400,17 +546,16 @@ static __always_inline int chain_decide(struct xdp_md *ctx, struct ethhdr *eth, 
 		chain_count(stat, inner_len);
 		return CHAIN_DELIVER;
 	}
-	return chain_to_owner(ctx, eth, ip, hint, cfg, gen, newest, inner_len);
+	return chain_to_owner(ctx, eth, o, cfg, newest, inner_len);
 }
 
-/* The same for an IPv6 packet to a local IPv6 VIP, tunnelled over IPv4
- * (the hint's previous owners are IPv4 addresses, and so is the outer
- * header it is chained with). */
-static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth, struct iphdr *ip,
-					 struct xlb_gue_hint *hint, struct ipv6hdr *inner,
+/* The same for an IPv6 packet to a local IPv6 VIP (the tunnel over
+ * either family, and chained in its own). */
+static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth,
+					 struct chain_outer *o, struct ipv6hdr *inner,
 					 __u32 inner_len, void *data_end)
 {
-	struct chain_tcphdr *th = chain_tcp6(ip, hint, inner, inner_len, data_end);
+	struct chain_tcphdr *th = chain_tcp6(o, inner, inner_len, data_end);
 	union xlb_addr vip;
 	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
@@ -418,9 +563,9 @@ static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth,
 	if (!th)
 		return CHAIN_DELIVER;
 	cfg = chain_config();
-	gen = bpf_ntohl(hint->generation);
+	gen = o->generation;
 	__builtin_memcpy(vip.w, inner->daddr, sizeof(vip.w));
-	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
+	newest = gen ? chain_newest_gen(cfg, &o->src, &vip, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);
@@ -431,34 +576,34 @@ static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth,
 		chain_count(stat, inner_len);
 		return CHAIN_DELIVER;
 	}
-	return chain_to_owner(ctx, eth, ip, hint, cfg, gen, newest, inner_len);
+	return chain_to_owner(ctx, eth, o, cfg, newest, inner_len);
 }
 
-/* The same decision for an inner TCP packet tunnelled to local pod *pod
- * (Kubernetes mode), where the sockets are the pods', each in its own
- * network namespace, and a previous owner may be another pod of this
- * node. A previous owner here that holds the connection gets it at once:
- * *pod becomes that pod, and the caller translates for it (counted as
- * chained). One elsewhere gets the packet through the fabric, as in the
- * host mode. A pod whose network namespace is unknown is never chained:
- * its packet is delivered without a count, as without a hint. */
+/* The same decision for an inner TCP packet tunnelled over IPv4 to local
+ * pod *pod (Kubernetes mode), where the sockets are the pods', each in
+ * its own network namespace, and a previous owner may be another pod of
+ * this node. A previous owner here that holds the connection gets it at
+ * once: *pod becomes that pod, and the caller translates for it (counted
+ * as chained). One elsewhere gets the packet through the fabric, as in
+ * the host mode. A pod whose network namespace is unknown is never
+ * chained: its packet is delivered without a count, as without a hint.
+ * IPv4 only (o is a tunnel over IPv4): the pods' lookups here are. */
 static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *eth,
-					    struct iphdr *ip, struct xlb_gue_hint *hint,
-					    struct iphdr *inner, __u32 inner_len, void *data_end,
-					    __be32 *pod)
+					    struct chain_outer *o, struct iphdr *inner,
+					    __u32 inner_len, void *data_end, __be32 *pod)
 {
-	struct chain_tcphdr *th = chain_tcp(ip, hint, inner, inner_len, data_end);
-	union xlb_addr vip;
+	struct chain_tcphdr *th = chain_tcp(o, inner, inner_len, data_end);
+	union xlb_addr vip, none = {};
 	struct chain_cfg *cfg;
 	__u32 newest, gen, stat;
 	__be32 prev, prev2;
 
-	if (!th)
+	if (!th || o->v6)
 		return CHAIN_DELIVER;
 	cfg = chain_config();
-	gen = bpf_ntohl(hint->generation);
+	gen = o->generation;
 	vip = XLB_ADDR4(inner->daddr);
-	newest = gen ? chain_newest_gen(cfg, ip->saddr, &vip, th->dest, gen) : 0;
+	newest = gen ? chain_newest_gen(cfg, &o->src, &vip, th->dest, gen) : 0;
 
 	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
 		chain_count(CHAIN_SYN, inner_len);
@@ -471,9 +616,9 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 		chain_count(stat, inner_len);
 		return CHAIN_DELIVER;
 	}
-	prev = hint->prev;
-	prev2 = hint->prev2;
-	if (!chain_fresh(cfg, bpf_ntohl(hint->changed)))
+	prev = o->prev.w[3];
+	prev2 = o->prev2.w[3];
+	if (!chain_fresh(cfg, o->changed))
 		return chain_no_owner(gen, newest, inner_len);
 	/* The hint never names the current owner; this host is skipped all
 	 * the same, as in the host mode. A local pod is a known previous
@@ -481,12 +626,12 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 	 * not handed to it either. */
 	if (prev && prev != *pod && !lookup_addr4(&host_addrs, prev)) {
 		if (!lookup_addr4(&nat_pods, prev)) {
-			if (chain_refused(ip->saddr, prev))
+			if (chain_refused(&o->src, &o->prev))
 				return XDP_DROP;
-			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev, prev2);
+			return chain_forward(ctx, eth, o, &o->prev, &o->prev2);
 		}
 		if (chain_pod_socket(ctx, inner, th, prev) != CHAIN_STAT_MAX) {
-			if (chain_untrusted(ip->saddr))
+			if (chain_untrusted(&o->src))
 				return XDP_DROP;
 			chain_count(CHAIN_CHAINED, inner_len);
 			*pod = prev;
@@ -495,12 +640,12 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 	}
 	if (prev2 && prev2 != *pod && !lookup_addr4(&host_addrs, prev2)) {
 		if (!lookup_addr4(&nat_pods, prev2)) {
-			if (chain_refused(ip->saddr, prev2))
+			if (chain_refused(&o->src, &o->prev2))
 				return XDP_DROP;
-			return chain_forward(ctx, eth, ip, (void *)(ip + 1), hint, prev2, 0);
+			return chain_forward(ctx, eth, o, &o->prev2, &none);
 		}
 		if (chain_pod_socket(ctx, inner, th, prev2) != CHAIN_STAT_MAX) {
-			if (chain_untrusted(ip->saddr))
+			if (chain_untrusted(&o->src))
 				return XDP_DROP;
 			chain_count(CHAIN_CHAINED, inner_len);
 			*pod = prev2;

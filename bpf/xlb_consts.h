@@ -110,6 +110,11 @@
 #define XLB_GUE_HINT_WORDS 4
 #define XLB_GUE_HINT_OVERHEAD (XLB_GUE_OVERHEAD + 4 * XLB_GUE_HINT_WORDS)
 
+/* The hint with IPv6 owners (struct xlb_gue_hint6), for IPv6 backends:
+ * 40 bytes, XLB_GUE_HINT6_EXTRA more than the IPv4 form. */
+#define XLB_GUE_HINT6_WORDS 10
+#define XLB_GUE_HINT6_EXTRA (4 * (XLB_GUE_HINT6_WORDS - XLB_GUE_HINT_WORDS))
+
 /* Flows the conntrack LRU holds; the real size is a load-time option
  * (internal/dataplane/lb Options.ConntrackSize). */
 #ifndef XLB_CONNTRACK_SIZE

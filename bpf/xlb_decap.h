@@ -61,21 +61,19 @@ static __always_inline void *lookup_addr6(void *map, const __be32 *a)
 
 /* The GUE header at gue: the family of the packet it carries (4 or 6; 0:
  * none we parse, a control message or another protocol), with *len the
- * bytes from gue to that packet and *hint the daisy-chain hint, if the
- * private data is one. Variant 1 has no GUE header: the IP header follows
- * the UDP header, its version in the bits GUE's variant takes. */
-static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, struct xlb_gue_hint **hint)
+ * bytes from gue to that packet and *hlen the words of private data
+ * (which may be a daisy-chain hint: chain_read). Variant 1 has no GUE
+ * header: the IP header follows the UDP header, its version in the bits
+ * GUE's variant takes. */
+static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, __u8 *hlen)
 {
-	__u8 hlen = gue->hlen_c_ver & 0x1f;
+	*hlen = gue->hlen_c_ver & 0x1f;
 
 	switch (gue->hlen_c_ver >> 6) {
 	case 0: /* variant 0: control bit clear, IPv4 or IPv6 inside */
 		if (gue->hlen_c_ver & 0x20)
 			return 0;
-		*len = sizeof(*gue) + hlen * 4;
-		/* Other private data carries no hint and is skipped. */
-		if (hlen == XLB_GUE_HINT_WORDS)
-			*hint = (void *)(gue + 1);
+		*len = sizeof(*gue) + *hlen * 4;
 		if (gue->proto == IPPROTO_IPIP)
 			return 4;
 		if (gue->proto == IPPROTO_IPV6)
@@ -83,6 +81,7 @@ static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, struct xlb_
 		return 0;
 	case 1: /* variant 1: the IP header follows the UDP header */
 		*len = 0;
+		*hlen = 0;
 		if ((gue->hlen_c_ver >> 4) == 4)
 			return 4;
 		if ((gue->hlen_c_ver >> 4) == 6)
@@ -101,12 +100,12 @@ static __always_inline int gue_parse(struct guehdr *gue, __u32 *len, struct xlb_
  * or 6, strip bytes after the outer header at l3, whose datagram is
  * outer_len bytes long: checked, then translated for the pod, chained or
  * delivered as it is. ip is the outer header when it is IPv4 (0: IPv6),
- * which is when a hint is followed (its previous owners are IPv4
- * addresses) and an IPv4 pod translated for; pod6 the IPv6 pod a tunnel
- * over IPv6 is for (0: none). A pod is translated for in its own family. */
+ * which is when an IPv4 pod is translated for; pod6 the IPv6 pod a tunnel
+ * over IPv6 is for (0: none). A pod is translated for in its own family.
+ * co is the tunnel's daisy-chain hint (0: none to follow). */
 static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, void *l3,
 				       struct iphdr *ip, __u32 strip, __u32 outer_len, int family,
-				       __u32 stat, struct xlb_gue_hint *hint, int to_pod,
+				       __u32 stat, struct chain_outer *co, int to_pod,
 				       const union xlb_addr *pod6, void *data_end)
 {
 	struct iphdr *inner;
@@ -145,8 +144,8 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 		}
 		if (addr6_mapped(inner6->daddr) || !lookup_addr6(&decap_vips, inner6->daddr))
 			return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
-		if (ip && hint) {
-			int v = chain_decide6(ctx, eth, ip, hint, inner6, inner_len, data_end);
+		if (co) {
+			int v = chain_decide6(ctx, eth, co, inner6, inner_len, data_end);
 
 			if (v != CHAIN_DELIVER)
 				return v;
@@ -170,8 +169,8 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 		__be32 pod = ip->daddr;
 		int r;
 
-		if (hint && inner->protocol == IPPROTO_TCP) {
-			int v = chain_decide_pod(ctx, eth, ip, hint, inner, inner_len, data_end, &pod);
+		if (co && inner->protocol == IPPROTO_TCP) {
+			int v = chain_decide_pod(ctx, eth, co, inner, inner_len, data_end, &pod);
 
 			if (v != CHAIN_DELIVER)
 				return v;
@@ -195,8 +194,8 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 
 	if (!lookup_addr4(&decap_vips, inner->daddr))
 		return verdict(DECAP_DROP_INNER, 0, XDP_DROP);
-	if (ip && hint && inner->protocol == IPPROTO_TCP) {
-		int v = chain_decide(ctx, eth, ip, hint, inner, inner_len, data_end);
+	if (co && inner->protocol == IPPROTO_TCP) {
+		int v = chain_decide(ctx, eth, co, inner, inner_len, data_end);
 
 		if (v != CHAIN_DELIVER)
 			return v;
@@ -216,9 +215,10 @@ static __always_inline int decap4(struct xdp_md *ctx, struct ethhdr *eth, void *
 {
 	struct iphdr *ip = (void *)(eth + 1);
 	struct guehdr *gue = 0;
-	struct xlb_gue_hint *hint = 0;
+	struct chain_outer co, *hinted = 0;
 	__u32 strip = sizeof(*ip), glen = 0, stat, outer_len;
 	int family, to_pod = 0;
+	__u8 hlen = 0;
 
 	/* xlb's outer header is 20 bytes, version 4, no options. */
 	if ((void *)(ip + 1) > data_end || ip->ihl != 5 || ip->version != 4)
@@ -257,12 +257,15 @@ static __always_inline int decap4(struct xdp_md *ctx, struct ethhdr *eth, void *
 		return drop_malformed(to_pod);
 
 	if (gue) {
-		family = gue_parse(gue, &glen, &hint);
+		family = gue_parse(gue, &glen, &hlen);
 		if (!family)
 			return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 		strip = sizeof(*ip) + sizeof(struct udphdr) + glen;
+		if (chain_read(&co, ip, 0, (void *)(ip + 1), gue + 1, hlen, data_end))
+			hinted = &co;
 	}
-	return decap_inner(ctx, eth, ip, ip, strip, outer_len, family, stat, hint, to_pod, 0, data_end);
+	return decap_inner(ctx, eth, ip, ip, strip, outer_len, family, stat, hinted, to_pod, 0,
+			   data_end);
 }
 
 /* The same for an IPv6 outer header, after the extension headers that
@@ -272,11 +275,11 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 {
 	struct ipv6hdr *ip6 = (void *)(eth + 1);
 	struct guehdr *gue = 0;
-	struct xlb_gue_hint *hint = 0;
+	struct chain_outer co, *hinted = 0;
 	__u32 off = sizeof(*ip6), strip, glen = 0, stat, outer_len;
 	union xlb_addr pod;
 	int family, to_pod = 0;
-	__u8 nh;
+	__u8 nh, hlen = 0;
 
 	if ((void *)(ip6 + 1) > data_end || ipv6_version(ip6) != 6)
 		return verdict(DECAP_PASS, 0, XDP_PASS);
@@ -326,12 +329,17 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 
 	strip = off;
 	if (gue) {
-		family = gue_parse(gue, &glen, &hint);
+		family = gue_parse(gue, &glen, &hlen);
 		if (!family)
 			return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 		strip = off + sizeof(struct udphdr) + glen;
+		/* A local pod's tunnel over IPv6 is not chained (chain_decide_pod
+		 * knows IPv4 pods only): delivered as plain GUE. */
+		if (!to_pod && chain_read(&co, ip6, 1, (void *)gue - sizeof(struct udphdr), gue + 1,
+					  hlen, data_end))
+			hinted = &co;
 	}
-	return decap_inner(ctx, eth, ip6, 0, strip, outer_len, family, stat, hint, to_pod,
+	return decap_inner(ctx, eth, ip6, 0, strip, outer_len, family, stat, hinted, to_pod,
 			   to_pod ? &pod : 0, data_end);
 }
 

@@ -19,6 +19,16 @@ static __always_inline int encap_is_gue(__u8 mode)
 	return mode == XLB_ENCAP_GUE || mode == XLB_ENCAP_GUE_HINT;
 }
 
+/* encap_overhead with an outer header of either family: over IPv6 the
+ * header is longer, and so is the hint (struct xlb_gue_hint6). */
+static __always_inline int encap_overhead_x(__u8 mode, int outer6)
+{
+	if (!outer6)
+		return encap_overhead(mode);
+	return encap_overhead(mode) + XLB_OUTER6_EXTRA +
+	       (mode == XLB_ENCAP_GUE_HINT ? XLB_GUE_HINT6_EXTRA : 0);
+}
+
 /* Fill an outer (or reply) IPv4 header of 20 bytes, checksum included:
  * what every header the program writes from nothing has in common. */
 static __always_inline void ipv4_header(struct iphdr *ip, __u8 tos, __u16 tot_len, __be16 df,
@@ -118,15 +128,14 @@ static __always_inline int encap_ipv4(struct xdp_md *ctx, __u8 mode, __be32 sadd
  * that routers spread flows as they would by ports; GUE over IPv6 sends
  * a zero UDP checksum, which RFC 6935 allows for tunnels (the inner
  * packet has its own). In mode XLB_ENCAP_GUE_HINT the GUE header carries
- * hint (the control plane gives a hinted service IPv4 backends only: the
- * hint's owners are IPv4 addresses). Returns 0 or -1. */
+ * the hint in the outer header's family: struct xlb_gue_hint over IPv4,
+ * struct xlb_gue_hint6 over IPv6 (hint points to it). Returns 0 or -1. */
 static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, int inner6,
 				     __be32 saddr4, const volatile union xlb_addr *saddr6,
 				     const union xlb_addr *daddr, __u32 hash, __u16 inner_len,
-				     __u8 tos, __be16 df, const __u32 *macs,
-				     const struct xlb_gue_hint *hint)
+				     __u8 tos, __be16 df, const __u32 *macs, const void *hint)
 {
-	int overhead = encap_overhead(mode) + (outer6 ? XLB_OUTER6_EXTRA : 0);
+	int overhead = encap_overhead_x(mode, outer6);
 	int outer_hdr = outer6 ? (int)sizeof(struct ipv6hdr) : (int)sizeof(struct iphdr);
 	__u8 inner_proto = inner6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
 	__u8 proto = encap_is_gue(mode) ? IPPROTO_UDP : inner_proto;
@@ -187,13 +196,20 @@ static __always_inline int encap_any(struct xdp_md *ctx, __u8 mode, int outer6, 
 		gue->hlen_c_ver = 0;
 		gue->proto = inner_proto;
 		gue->flags = 0;
-		if (mode == XLB_ENCAP_GUE_HINT && hint) {
+		if (mode == XLB_ENCAP_GUE_HINT && hint && outer6) {
+			struct xlb_gue_hint6 *h = (void *)(gue + 1);
+
+			if ((void *)(h + 1) > data_end)
+				return -1;
+			gue->hlen_c_ver = XLB_GUE_HINT6_WORDS; /* ver 0, C 0 */
+			*h = *(const struct xlb_gue_hint6 *)hint;
+		} else if (mode == XLB_ENCAP_GUE_HINT && hint) {
 			struct xlb_gue_hint *h = (void *)(gue + 1);
 
 			if ((void *)(h + 1) > data_end)
 				return -1;
 			gue->hlen_c_ver = XLB_GUE_HINT_WORDS; /* ver 0, C 0 */
-			*h = *hint;
+			*h = *(const struct xlb_gue_hint *)hint;
 		}
 	}
 	return 0;

@@ -22,6 +22,12 @@ static __always_inline __be32 xlb_addr_v4(const union xlb_addr *a)
 	return a->w[3];
 }
 
+/* Whether a is an IPv4 address (IPv4-mapped). */
+static __always_inline int xlb_addr_is4(const union xlb_addr *a)
+{
+	return !(a->w[0] | a->w[1] | (a->w[2] ^ bpf_htonl(0xffff)));
+}
+
 static __always_inline int xlb_addr_eq(const union xlb_addr *a, const union xlb_addr *b)
 {
 	return !((a->w[0] ^ b->w[0]) | (a->w[1] ^ b->w[1]) | (a->w[2] ^ b->w[2]) |

@@ -327,9 +327,15 @@ static __always_inline int xlb_encap_forward(struct xdp_md *ctx, struct pkt *p, 
 	return xlb_forward(ctx, p, data_end, bid, be_addr, hash, XLB_ENCAP_IPIP, 0, orphan);
 }
 
+static __noinline int xlb_lb_chained_to6(struct xdp_md *ctx, void *chain,
+					 struct chain_entry *e, __u32 hash);
+
 /* The rest of the path for a daisy-chained service: backend and hint come
  * from one entry of its chain table (chain_tables says why), the
- * generation from the entry after the last slot. */
+ * generation from the entry after the last slot. A slot of an IPv6
+ * backend (or none) goes to xlb_lb_chained_to6 (xlb_lb6.h) on the
+ * branch that dropped it before, which left the rest of xlb_lb's code as
+ * it was (any other test moved its registers). */
 static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, void *data_end,
 					  __u32 hash, __u32 svc_id, __u32 slot)
 {
@@ -342,7 +348,8 @@ static __always_inline int xlb_lb_chained(struct xdp_md *ctx, struct pkt *p, voi
 		return drop(XLB_DROP_NO_BACKEND);
 	e = bpf_map_lookup_elem(chain, &slot);
 	if (!e || !xlb_addr_v4(&e->addr))
-		return drop(XLB_DROP_NO_BACKEND);
+		/* An IPv6 backend (its address in the registry), or none. */
+		return xlb_lb_chained_to6(ctx, chain, e, hash);
 	__u32 bid = e->bid;
 	__be32 be_addr = xlb_addr_v4(&e->addr);
 

@@ -35,7 +35,8 @@ struct lb6_scratch {
 	__u32 pad;
 	struct nh_entry nh;
 	struct bpf_fib_lookup fib;
-	struct xlb_gue_hint hint; /* a daisy-chained service's (chain_pick6) */
+	struct xlb_gue_hint hint; /* a daisy-chained service's, to an IPv4 backend */
+	struct xlb_gue_hint6 hint6; /* the same to an IPv6 backend */
 };
 
 struct {
@@ -50,12 +51,6 @@ static __always_inline struct lb6_scratch *scratch6(void)
 	__u32 zero = 0;
 
 	return bpf_map_lookup_elem(&lb6_scratch, &zero);
-}
-
-/* Whether a is an IPv4 address (IPv4-mapped). */
-static __always_inline int xlb_addr_is4(const union xlb_addr *a)
-{
-	return !(a->w[0] | a->w[1] | (a->w[2] ^ bpf_htonl(0xffff)));
 }
 
 /* nh_refill for xlb_forward_x: towards a backend of either family (be),
@@ -132,7 +127,7 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	void *data_end = (void *)(long)ctx->data_end;
 	void *l3 = data + sizeof(struct ethhdr);
 	int outer6 = !xlb_addr_is4(be);
-	__u16 overhead = encap_overhead(mode) + (outer6 ? XLB_OUTER6_EXTRA : 0);
+	__u16 overhead = encap_overhead_x(mode, outer6);
 	__u16 outer_len = inner_len + overhead;
 	__u32 gen = nh_gen;
 	struct backend_state *bst = orphan ? 0 : bpf_map_lookup_elem(&backend_stats, &bid);
@@ -221,11 +216,13 @@ static __always_inline int xlb_forward_x(struct xdp_md *ctx, int inner6, __u16 i
 	int pad = (int)avail - (int)inner_len;
 	if (pad > 0 && bpf_xdp_adjust_tail(ctx, -pad))
 		return drop(XLB_DROP_ENCAP_FAILED);
-	/* A daisy-chained service's hint is in the scratch (chain_pick6). */
+	/* A daisy-chained service's hint is in the scratch, in the outer
+	 * header's family (chain_hint_x). */
 	struct lb6_scratch *hsc = mode == XLB_ENCAP_GUE_HINT ? scratch6() : 0;
+	const void *hint = hsc ? (outer6 ? (void *)&hsc->hint6 : (void *)&hsc->hint) : 0;
 
 	if (encap_any(ctx, mode, outer6, inner6, node_addr, &node_addr6, be, hash, inner_len, tos,
-		      df, no_neigh ? 0 : nh->macs, hsc ? &hsc->hint : 0))
+		      df, no_neigh ? 0 : nh->macs, hint))
 		return drop(XLB_DROP_ENCAP_FAILED);
 
 	if (bst) {
@@ -272,6 +269,51 @@ static __always_inline xlb_table_entry *table_entry(__u32 svc_id, __u32 slot)
 	return bpf_map_lookup_elem(table, &slot);
 }
 
+/* A daisy-chained service's slot of its chain table (chain_tables):
+ * its backend into the scratch's val, and its hint, with the generation
+ * after the last slot (chain is the table, e the slot's entry or 0), in
+ * the backend's family. An IPv4 backend's entry has its address; an IPv6
+ * backend's has none and XLB_TABLE_ENTRY_V6 in its id, as in
+ * maglev_tables, and its address is in the registry (backends): the
+ * IPv4 path then takes its "no address" branch only. Its hint has
+ * 16-byte owners (hint6, which travels over IPv6). The control plane
+ * names owners of the slot's backend's family only (lb.chainEntries).
+ * Returns 0, or -1 when the slot names no backend. */
+static __always_inline int chain_hint_x(struct lb6_scratch *sc, void *chain, struct chain_entry *e)
+{
+	__u32 last = table_size;
+	__be32 gen;
+
+	if (!e)
+		return -1;
+	sc->val.bid = e->bid;
+	if (xlb_addr_v4(&e->addr)) {
+		sc->val.addr = e->addr;
+		sc->hint.prev = e->prev.w[3];
+		sc->hint.prev2 = e->prev2.w[3];
+		sc->hint.changed = bpf_htonl(e->changed);
+		e = bpf_map_lookup_elem(chain, &last);
+		gen = e ? bpf_htonl(e->changed) : 0;
+		sc->hint.generation = gen;
+		return 0;
+	}
+	if (!(e->bid & XLB_TABLE_ENTRY_V6))
+		return -1;
+	sc->val.bid = e->bid & ~XLB_TABLE_ENTRY_V6;
+	struct backend *b = bpf_map_lookup_elem(&backends, &sc->val.bid);
+
+	if (!b || !(b->addr.w[0] | b->addr.w[1] | b->addr.w[2] | b->addr.w[3]))
+		return -1;
+	sc->val.addr = b->addr;
+	sc->hint6.prev = e->prev;
+	sc->hint6.prev2 = e->prev2;
+	sc->hint6.changed = bpf_htonl(e->changed);
+	e = bpf_map_lookup_elem(chain, &last);
+	gen = e ? bpf_htonl(e->changed) : 0;
+	sc->hint6.generation = gen;
+	return 0;
+}
+
 /* The IPv4 path's way out when its table entry has no IPv4 address: an
  * IPv6 backend (IPv4-in-IPv6), or no backend. Out of line, so that the
  * IPv4 path pays nothing for it. */
@@ -292,6 +334,25 @@ static __noinline int xlb_lb_to6(struct xdp_md *ctx, __u32 svc_id, __u32 slot, _
 	if (encap_is_gue(mode))
 		return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_GUE, 0, 0);
 	return xlb_forward_x(ctx, 0, inner_len, bid, &be, hash, XLB_ENCAP_IPIP, 0, 0);
+}
+
+/* xlb_lb_chained's way out when its slot's entry e (of chain table
+ * chain) names no IPv4 backend: IPv4 in GUE over IPv6 with the IPv6 hint
+ * (hash is the tunnel hash). Out of line, as xlb_lb_to6, and given what
+ * xlb_lb_chained holds anyway, so that the IPv4 path pays nothing for
+ * it. */
+static __noinline int xlb_lb_chained_to6(struct xdp_md *ctx, void *chain,
+					 struct chain_entry *e, __u32 hash)
+{
+	struct lb6_scratch *sc = scratch6();
+	struct iphdr *ip = (void *)(long)ctx->data + sizeof(struct ethhdr);
+
+	if (!sc || chain_hint_x(sc, chain, e))
+		return drop(XLB_DROP_NO_BACKEND);
+	if ((void *)(ip + 1) > (void *)(long)ctx->data_end)
+		return drop(XLB_DROP_MALFORMED_IP);
+	return xlb_forward_x(ctx, 0, bpf_ntohs(ip->tot_len), sc->val.bid, &sc->val.addr, hash,
+			     XLB_ENCAP_GUE_HINT, 0, 0);
 }
 
 /* ct_pick's way out for a stateful IPv4 flow whose backend is IPv6
@@ -418,11 +479,8 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
  * frame is not on top of xlb_lb6's: the flow again from the packet (or
  * the ICMPv6 error's quote), its slot's backend and hint from the
  * service's chain table, as xlb_lb_chained reads them for an IPv4 VIP,
- * and the packet in GUE over IPv4 with the hint. The hint names IPv4
- * owners, which the backend program reads for an inner packet of either
- * family; the control plane gives such a service IPv4 backends only, and
- * an entry that names another is dropped. Returns a verdict, or
- * XLB_TOO_BIG_DEFERRED. */
+ * and the packet in GUE over the backend's family with the hint of that
+ * family (chain_hint_x). Returns a verdict, or XLB_TOO_BIG_DEFERRED. */
 static __noinline int xlb_lb6_chained(struct xdp_md *ctx, __u32 svc)
 {
 	void *data = (void *)(long)ctx->data;
@@ -445,21 +503,9 @@ static __noinline int xlb_lb6_chained(struct xdp_md *ctx, __u32 svc)
 	__be16 hsport = hashed_sport(p.sport, svc >> 24);
 	__u32 hash = xlb_flow_hash6(p.flow_src, p.ip6->daddr, hsport, p.dport, p.proto);
 	__u32 slot = flow_slot(hash);
-	__u32 last = table_size;
-	struct chain_entry *e;
 
-	if (!sc || !chain)
+	if (!sc || !chain || chain_hint_x(sc, chain, bpf_map_lookup_elem(chain, &slot)))
 		return drop(XLB_DROP_NO_BACKEND);
-	e = bpf_map_lookup_elem(chain, &slot);
-	if (!e || !xlb_addr_is4(&e->addr) || !e->addr.w[3])
-		return drop(XLB_DROP_NO_BACKEND);
-	sc->val.bid = e->bid;
-	sc->val.addr = e->addr;
-	sc->hint.prev = xlb_addr_is4(&e->prev) ? e->prev.w[3] : 0;
-	sc->hint.prev2 = xlb_addr_is4(&e->prev2) ? e->prev2.w[3] : 0;
-	sc->hint.changed = bpf_htonl(e->changed);
-	e = bpf_map_lookup_elem(chain, &last);
-	sc->hint.generation = e ? bpf_htonl(e->changed) : 0;
 	return xlb_forward_x(ctx, 1, p.ip_len, sc->val.bid, &sc->val.addr,
 			     tunnel_hash(hash, p.sport, hsport), XLB_ENCAP_GUE_HINT, 0, 1);
 }

@@ -48,6 +48,16 @@ struct xlb_gue_hint {
 	__be32 generation;
 };
 
+/* The same hint for a slot whose backend is IPv6, which travels in GUE
+ * over IPv6 (hlen XLB_GUE_HINT6_WORDS): the previous owners are IPv6
+ * addresses (all zero: none). GUE's hlen tells the two forms apart. */
+struct xlb_gue_hint6 {
+	union xlb_addr prev;
+	union xlb_addr prev2;
+	__be32 changed;
+	__be32 generation;
+};
+
 /* ---- The LB program ---- */
 
 /* Every verdict that is not a forward is counted under one reason (the
@@ -540,6 +550,7 @@ struct nat_rev_key {
 _Static_assert(sizeof(union xlb_addr) == 16, "xlb_addr");
 _Static_assert(sizeof(struct xlb_counter) == 16, "xlb_counter");
 _Static_assert(sizeof(struct xlb_gue_hint) == 16, "the GUE hint is 4 words on the wire");
+_Static_assert(sizeof(struct xlb_gue_hint6) == 40, "the IPv6 GUE hint is 10 words on the wire");
 _Static_assert(sizeof(struct svc_slot) == 32, "svc_slot");
 _Static_assert(__builtin_offsetof(struct svc_slot, id) == 8,
 	       "svc_lookup compares the first 8 bytes of a slot as its key");

@@ -12,6 +12,7 @@ struct xlb_wire_types {
 	union xlb_addr addr;
 	struct xlb_counter counter;
 	struct xlb_gue_hint gue_hint;
+	struct xlb_gue_hint6 gue_hint6;
 	/* The LB */
 	enum xlb_reason reason;
 	enum xlb_flow_hash flow_hash;

@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,8 +51,9 @@ func (v *vipList) Set(s string) error {
 	return nil
 }
 
-// prefixList collects repeated or comma-separated IPv4 addresses and
-// prefixes (--chain-from, --chain-to); an address is its /32.
+// prefixList collects repeated or comma-separated IPv4 and IPv6
+// addresses and prefixes (--chain-from, --chain-to); an address is its
+// /32 or /128.
 type prefixList []netip.Prefix
 
 func (p *prefixList) String() string { return fmt.Sprint([]netip.Prefix(*p)) }
@@ -62,8 +64,8 @@ func (p *prefixList) Set(s string) error {
 		var pf netip.Prefix
 		if strings.Contains(part, "/") {
 			x, err := netip.ParsePrefix(part)
-			if err != nil || !x.Addr().Is4() {
-				return fmt.Errorf("%q is not an IPv4 address or CIDR prefix", part)
+			if err != nil || x.Addr().Is4In6() {
+				return fmt.Errorf("%q is not an IPv4 or IPv6 address or CIDR prefix", part)
 			}
 			if x.Masked() != x {
 				return fmt.Errorf("%q has host bits set: did you mean %v?", part, x.Masked())
@@ -71,10 +73,10 @@ func (p *prefixList) Set(s string) error {
 			pf = x
 		} else {
 			a, err := netip.ParseAddr(part)
-			if err != nil || !a.Is4() {
-				return fmt.Errorf("%q is not an IPv4 address or CIDR prefix", part)
+			if err != nil || a.Is4In6() || a.Zone() != "" {
+				return fmt.Errorf("%q is not an IPv4 or IPv6 address or CIDR prefix", part)
 			}
-			pf = netip.PrefixFrom(a, 32)
+			pf = netip.PrefixFrom(a, a.BitLen())
 		}
 		*p = append(*p, pf)
 	}
@@ -111,8 +113,8 @@ func runBackend(args []string) error {
 	mode := fs.String("attach-mode", "auto", "XDP attach mode: auto, native or generic")
 	chainWindow := fs.Duration("chain-window", 2*time.Minute, "daisy chaining: how long after a load balancer's table slot moved to this host a TCP packet to a VIP without a connection here goes on to the slot's previous owner (whole seconds; 0: off)")
 	var chainFrom, chainTo prefixList
-	fs.Var(&chainFrom, "chain-from", "daisy chaining: the xlb nodes, as IPv4 `addresses or CIDRs` (repeat, or comma-separated): only their packets are chained; with --chain-to, else chaining is off (with --source kubernetes: added to the cluster's Nodes)")
-	fs.Var(&chainTo, "chain-to", "daisy chaining: the backends that may be a slot's previous owner, as IPv4 `addresses or CIDRs` (repeat, or comma-separated): packets are chained only to them, and their chained packets are accepted; with --chain-from (with --source kubernetes: added to the cluster's endpoints and Nodes)")
+	fs.Var(&chainFrom, "chain-from", "daisy chaining: the xlb nodes, as IPv4 or IPv6 `addresses or CIDRs` (repeat, or comma-separated): only their packets are chained; with --chain-to, else chaining is off (with --source kubernetes: added to the cluster's Nodes)")
+	fs.Var(&chainTo, "chain-to", "daisy chaining: the backends that may be a slot's previous owner, as IPv4 or IPv6 `addresses or CIDRs` (repeat, or comma-separated): packets are chained only to them, and their chained packets are accepted; with --chain-from (with --source kubernetes: added to the cluster's endpoints and Nodes)")
 	cleanup := fs.Bool("cleanup", false, "remove the VIPs, the translations and the programs instead")
 	stats := fs.Bool("stats", false, "print the decapsulation, daisy-chaining and translation counters and exit")
 	source := fs.String("source", "", "`kubernetes`: run until SIGTERM, translating VIP:port to the pods of this node as the cluster's Services and EndpointSlices say (instead of --nat)")
@@ -214,7 +216,11 @@ func runBackend(args []string) error {
 		fmt.Printf("VIPs %v on lo\n", []netip.Addr(vips))
 	}
 	if len(vips) > 0 || len(nat) > 0 {
-		printChaining(*iface, decap.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}, res.ForwardingOn)
+		c := decap.Chain{Window: *chainWindow, From: chainFrom, To: chainTo}
+		printChaining(*iface, c, res.ForwardingOn)
+		if c.On() && slices.ContainsFunc(res.HostAddrs, netip.Addr.Is6) && !ipv6Forwarding() {
+			fmt.Println("note: IPv6 forwarding is off on this host (net.ipv6.conf.all.forwarding=0): a packet chained over IPv6 to a previous owner whose neighbour is not resolved yet goes through the stack, which then drops it, and the neighbour stays unresolved; set net.ipv6.conf.all.forwarding=1 to chain over IPv6")
+		}
 	}
 	if len(nat) > 0 {
 		fmt.Printf("%d translations VIP:port -> pod:targetPort (%d added, %d changed, %d removed); replies translated back on the egress of %s\n",
@@ -238,7 +244,7 @@ func printChaining(iface string, c decap.Chain, forwardingOn bool) {
 		"only from the xlb nodes %v (or the backends) and only to the backends %v; others are dropped and counted (chain_drop_untrusted_source, chain_drop_unknown_owner in --stats)\n",
 		c.Window, c.From, c.To)
 	if forwardingOn {
-		fmt.Printf("turned on IPv4 forwarding on %s (net.ipv4.conf.%s.forwarding=1): chaining looks up the route to the previous owner as a router does\n", iface, iface)
+		fmt.Printf("turned on forwarding on %s (net.ipv4.conf.%s.forwarding=1, and net.ipv6.conf.%s.forwarding=1 when it has an IPv6 address): chaining looks up the route to the previous owner as a router does\n", iface, iface, iface)
 	}
 }
 
@@ -450,6 +456,14 @@ func hostAddrsOf(name string, addrs []net.Addr) ([]netip.Addr, error) {
 		return nil, fmt.Errorf("interface %s has neither an IPv4 nor a global IPv6 address: the tunnels from the load balancer arrive at one", name)
 	}
 	return out, nil
+}
+
+// ipv6Forwarding reports whether the host forwards IPv6
+// (net.ipv6.conf.all.forwarding, which the stack checks for every
+// forwarded IPv6 packet whatever the interface's own setting).
+func ipv6Forwarding() bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv6/conf/all/forwarding")
+	return err == nil && strings.TrimSpace(string(b)) == "1"
 }
 
 // checkForwarding fails early, with what to do, where the set-up would

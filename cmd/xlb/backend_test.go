@@ -8,21 +8,23 @@ import (
 	"testing"
 )
 
-// TestPrefixList: --chain-from and --chain-to take IPv4 addresses (as
-// /32) and CIDR prefixes, repeated or comma-separated, and refuse
-// anything else with the value in the message.
+// TestPrefixList: --chain-from and --chain-to take IPv4 and IPv6
+// addresses (as /32 or /128) and CIDR prefixes, repeated or
+// comma-separated, and refuse anything else with the value in the
+// message.
 func TestPrefixList(t *testing.T) {
 	var p prefixList
-	for _, s := range []string{"10.0.1.2", "10.0.3.0/24, 192.0.2.7"} {
+	for _, s := range []string{"10.0.1.2", "10.0.3.0/24, 192.0.2.7", "fd00:1::2,fd00:3::/64"} {
 		if err := p.Set(s); err != nil {
 			t.Fatalf("Set(%q): %v", s, err)
 		}
 	}
-	want := []netip.Prefix{netip.MustParsePrefix("10.0.1.2/32"), netip.MustParsePrefix("10.0.3.0/24"), netip.MustParsePrefix("192.0.2.7/32")}
+	want := []netip.Prefix{netip.MustParsePrefix("10.0.1.2/32"), netip.MustParsePrefix("10.0.3.0/24"), netip.MustParsePrefix("192.0.2.7/32"),
+		netip.MustParsePrefix("fd00:1::2/128"), netip.MustParsePrefix("fd00:3::/64")}
 	if !slices.Equal(p, want) {
 		t.Errorf("got %v, want %v", p, want)
 	}
-	for _, bad := range []string{"", "node1", "fd00::1", "fd00::/64", "10.0.3.1/24", "10.0.3.0/33"} {
+	for _, bad := range []string{"", "node1", "::ffff:10.0.1.2", "::ffff:10.0.0.0/104", "fe80::1%eth0", "fd00:3::1/64", "10.0.3.1/24", "10.0.3.0/33"} {
 		var q prefixList
 		if err := q.Set(bad); err == nil {
 			t.Errorf("Set(%q): no error", bad)

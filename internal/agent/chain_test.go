@@ -247,3 +247,36 @@ func TestAffinityApplied(t *testing.T) {
 		}
 	}
 }
+
+// dropOtherFamily leaves out the previous owners of the other family
+// than each slot's backend, keeping the order of those that stay, and
+// counts the slots that lost one.
+func TestDropOtherFamily(t *testing.T) {
+	a4, b4 := netip.MustParseAddr("10.0.3.2"), netip.MustParseAddr("10.0.3.3")
+	a6, b6 := netip.MustParseAddr("fd00:3::2"), netip.MustParseAddr("fd00:3::3")
+	members := []maglev.Backend{{Key: "10.0.3.9:80", Weight: 1}, {Key: "[fd00:3::9]:80", Weight: 1}}
+	ids := []uint32{7, 8}
+	table := []uint32{7, 7, 8, 8, 8, 7}
+	chain := []lb.ChainSlot{
+		{Prev: a4, Prev2: b4, Changed: 1}, // IPv4 backend, IPv4 owners: kept
+		{Prev: a6, Prev2: b4, Changed: 2}, // IPv4 backend: prev goes, prev2 moves up
+		{Prev: a6, Prev2: b6, Changed: 3}, // IPv6 backend, IPv6 owners: kept
+		{Prev: a6, Prev2: a4, Changed: 4}, // IPv6 backend: prev2 goes
+		{Prev: a4, Changed: 5},            // IPv6 backend: its only owner goes
+		{},                                // no hint
+	}
+	want := []lb.ChainSlot{
+		{Prev: a4, Prev2: b4, Changed: 1},
+		{Prev: b4, Changed: 2},
+		{Prev: a6, Prev2: b6, Changed: 3},
+		{Prev: a6, Changed: 4},
+		{Changed: 5},
+		{},
+	}
+	if n := dropOtherFamily(chain, table, members, ids); n != 3 {
+		t.Errorf("%d slots lost an owner, want 3", n)
+	}
+	if !slices.Equal(chain, want) {
+		t.Errorf("chain %v, want %v", chain, want)
+	}
+}

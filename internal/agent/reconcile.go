@@ -617,6 +617,11 @@ func (r *Reconciler) write(c *change, m uint32) error {
 		if svc.Chain, svc.Generation, err = chainSlots(tables, c.members, c.past, m); err != nil {
 			return err
 		}
+		if n := dropOtherFamily(svc.Chain, svc.Table, c.members, c.ids); n > 0 {
+			r.log.Warn("daisy chaining: some slots' previous owners are of the other address family than the slot's backend, which cannot chain to them; connections they still hold break when their packets reach the new backend",
+				"service", c.name, "slots", n,
+				"fix", "move a daisy-chained service between IPv4 and IPv6 backends once its connections have ended (or the chain window has passed), or keep both families in its backend set meanwhile")
+		}
 	}
 	if err := r.dp.UpsertService(svc); err != nil {
 		return fmt.Errorf("install table (service ID %d): %w", c.st.id, err)
@@ -965,6 +970,43 @@ func chainSlots(tables *chain.Tables, members []maglev.Backend, past []chain.Pas
 		}
 	}
 	return out, unixSeconds(hints.Generation), nil
+}
+
+// dropOtherFamily leaves out of chain every previous owner of the other
+// address family than its slot's backend (table names the slot's backend
+// by ID, ids[i] being members[i]'s), and returns how many slots lost
+// one. A hint travels in its backend's family and names owners of that
+// family only: a backend chains by rewriting the outer header, so it
+// could not reach the other (docs/decisions/0008-ipv6-data-plane.md).
+func dropOtherFamily(chain []lb.ChainSlot, table []uint32, members []maglev.Backend, ids []uint32) int {
+	if len(chain) != len(table) {
+		return 0
+	}
+	is6 := make(map[uint32]bool, len(ids))
+	for i, id := range ids {
+		if a, err := keyAddr(members[i].Key); err == nil {
+			is6[id] = a.Is6()
+		}
+	}
+	n := 0
+	for i := range chain {
+		be6, ok := is6[table[i]]
+		if !ok {
+			continue
+		}
+		c := &chain[i]
+		lost := false
+		if c.Prev2.IsValid() && c.Prev2.Is6() != be6 {
+			c.Prev2, lost = netip.Addr{}, true
+		}
+		if c.Prev.IsValid() && c.Prev.Is6() != be6 {
+			c.Prev, c.Prev2, lost = c.Prev2, netip.Addr{}, true
+		}
+		if lost {
+			n++
+		}
+	}
+	return n
 }
 
 // keyAddr is the address of a backend's Maglev key (address:port); the

@@ -64,8 +64,9 @@ type Result struct {
 	Mode      string
 	HostAddrs []netip.Addr
 	NAT       NATChange
-	// ForwardingOn: Setup turned on IPv4 forwarding on the interface,
-	// which daisy chaining needs.
+	// ForwardingOn: Setup turned on forwarding on the interface (IPv4,
+	// and IPv6 when the interface has an IPv6 address), which daisy
+	// chaining needs.
 	ForwardingOn bool
 	// Chaining: packets can be chained (a window and both sets).
 	Chaining bool
@@ -146,6 +147,14 @@ func Setup(opts Options) (Result, error) {
 	if len(opts.VIPs) > 0 && opts.Chain().On() {
 		if forwardingOn, err = enableForwarding(opts.Interface); err != nil {
 			return Result{}, err
+		}
+		// An IPv6 backend chains over IPv6 (its tunnels come over IPv6).
+		if slices.ContainsFunc(hostAddrs, netip.Addr.Is6) {
+			on6, err := enableForwarding6(opts.Interface)
+			if err != nil {
+				return Result{}, err
+			}
+			forwardingOn = forwardingOn || on6
 		}
 	}
 	// The previous VIP set (if any) tells which lo addresses to retire.
@@ -250,6 +259,31 @@ func enableForwarding(ifname string) (bool, error) {
 	}
 	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
 		return false, fmt.Errorf("set net.ipv4.conf.%s.forwarding=1 for daisy chaining: %w (or turn chaining off: --chain-window 0, or no --chain-from/--chain-to)", ifname, err)
+	}
+	return true, nil
+}
+
+// enableForwarding6 is enableForwarding for IPv6
+// (net.ipv6.conf.IF.forwarding, which bpf_fib_lookup checks on the
+// ingress interface too). An interface that forwards IPv6 stops taking
+// router advertisements unless accept_ra is 2: one that took them (1)
+// is given 2, so that the host keeps its routes.
+func enableForwarding6(ifname string) (bool, error) {
+	dir := filepath.Join("/proc/sys/net/ipv6/conf", ifname)
+	cur, err := os.ReadFile(filepath.Join(dir, "forwarding"))
+	if err != nil {
+		return false, fmt.Errorf("read %s: %w", filepath.Join(dir, "forwarding"), err)
+	}
+	if strings.TrimSpace(string(cur)) == "1" {
+		return false, nil
+	}
+	if ra, err := os.ReadFile(filepath.Join(dir, "accept_ra")); err == nil && strings.TrimSpace(string(ra)) == "1" {
+		if err := os.WriteFile(filepath.Join(dir, "accept_ra"), []byte("2\n"), 0o644); err != nil {
+			return false, fmt.Errorf("set net.ipv6.conf.%s.accept_ra=2 (to keep router advertisements once it forwards) for daisy chaining: %w", ifname, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "forwarding"), []byte("1\n"), 0o644); err != nil {
+		return false, fmt.Errorf("set net.ipv6.conf.%s.forwarding=1 for daisy chaining: %w (or turn chaining off: --chain-window 0, or no --chain-from/--chain-to)", ifname, err)
 	}
 	return true, nil
 }

@@ -22,9 +22,12 @@ import (
 
 // TestSetupChainForwarding: daisy chaining needs IPv4 forwarding on the
 // tunnels' interface (bpf_fib_lookup refuses a lookup from an interface
-// that does not forward), so Setup turns it on, says so once, and leaves
-// it alone when nothing can be chained: chaining off, or no sets of xlb
-// nodes and previous owners (the default).
+// that does not forward), and IPv6 forwarding there when the interface
+// has an IPv6 address (tunnels over IPv6 are chained over IPv6), so Setup
+// turns them on (an IPv6 interface that took router advertisements keeps
+// taking them: accept_ra 2), says so once, and leaves them alone when
+// nothing can be chained: chaining off, or no sets of xlb nodes and
+// previous owners (the default).
 func TestSetupChainForwarding(t *testing.T) {
 	testenv.RequireRoot(t, "backend set-up tests (BPF, network namespaces)")
 	vip := netip.MustParseAddr("10.99.0.1")
@@ -35,11 +38,13 @@ func TestSetupChainForwarding(t *testing.T) {
 		window   time.Duration
 		from, to []netip.Prefix
 		want     string // forwarding after set-up
+		ipv6     bool   // eth0 has an IPv6 address
 	}{
-		{"chaining on", 2 * time.Minute, from, to, "1"},
-		{"chaining off", 0, from, to, "0"},
-		{"no sets (the default)", 2 * time.Minute, nil, nil, "0"},
-		{"no previous owners", 2 * time.Minute, from, nil, "0"},
+		{"chaining on", 2 * time.Minute, from, to, "1", false},
+		{"chaining on, an IPv6 address", 2 * time.Minute, from, to, "1", true},
+		{"chaining off", 0, from, to, "0", true},
+		{"no sets (the default)", 2 * time.Minute, nil, nil, "0", false},
+		{"no previous owners", 2 * time.Minute, from, nil, "0", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			ns := fmt.Sprintf("xlbtest-bhc-%d-%d", os.Getpid(), i)
@@ -48,15 +53,21 @@ func TestSetupChainForwarding(t *testing.T) {
 			ipcmd(t, "-n", ns, "link", "set", "lo", "up")
 			ipcmd(t, "-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", "eth1")
 			ipcmd(t, "-n", ns, "addr", "add", "10.0.3.2/24", "dev", "eth0")
+			if c.ipv6 {
+				ipcmd(t, "-n", ns, "addr", "add", "fd00:3::2/64", "dev", "eth0", "nodad")
+			}
 			ipcmd(t, "-n", ns, "link", "set", "eth0", "up")
 			pin := filepath.Join(bpfobj.BPFFSRoot, ns)
 			t.Cleanup(func() { os.RemoveAll(pin) })
 			fwd := "/proc/sys/net/ipv4/conf/eth0/forwarding"
+			fwd6, ra := "/proc/sys/net/ipv6/conf/eth0/forwarding", "/proc/sys/net/ipv6/conf/eth0/accept_ra"
 			var first, second Result
-			var got []byte
+			var got, got6, gotRA []byte
 			err := netns.Do(ns, func() error {
-				if err := os.WriteFile(fwd, []byte("0\n"), 0o644); err != nil {
-					return err
+				for f, v := range map[string]string{fwd: "0", fwd6: "0", ra: "1"} {
+					if err := os.WriteFile(f, []byte(v+"\n"), 0o644); err != nil {
+						return err
+					}
 				}
 				var err error
 				opts := Options{Interface: "eth0", VIPs: []netip.Addr{vip}, PinPath: pin, ChainWindow: c.window, ChainFrom: c.from, ChainTo: c.to}
@@ -66,7 +77,13 @@ func TestSetupChainForwarding(t *testing.T) {
 				if second, err = Setup(opts); err != nil {
 					return err
 				}
-				got, err = os.ReadFile(fwd)
+				if got, err = os.ReadFile(fwd); err != nil {
+					return err
+				}
+				if got6, err = os.ReadFile(fwd6); err != nil {
+					return err
+				}
+				gotRA, err = os.ReadFile(ra)
 				return err
 			})
 			if err != nil {
@@ -74,6 +91,13 @@ func TestSetupChainForwarding(t *testing.T) {
 			}
 			if strings.TrimSpace(string(got)) != c.want {
 				t.Errorf("forwarding on eth0 = %s, want %s", strings.TrimSpace(string(got)), c.want)
+			}
+			want6, wantRA := "0", "1"
+			if c.ipv6 && c.want == "1" {
+				want6, wantRA = "1", "2"
+			}
+			if g6, gra := strings.TrimSpace(string(got6)), strings.TrimSpace(string(gotRA)); g6 != want6 || gra != wantRA {
+				t.Errorf("IPv6 forwarding on eth0 = %s, accept_ra %s; want %s, %s", g6, gra, want6, wantRA)
 			}
 			if first.ForwardingOn != (c.want == "1") || second.ForwardingOn {
 				t.Errorf("ForwardingOn: first set-up %v, second %v; want %v, false", first.ForwardingOn, second.ForwardingOn, c.want == "1")

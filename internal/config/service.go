@@ -267,16 +267,19 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		return s, len(g.V)
 	}
 	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, check, s.Forwarding)
-	if s.Flows == FlowsDaisyChain {
-		c.chainedBackends(g, join(path, "backends"), s.Backends)
+	if s.Flows == FlowsDaisyChain && s.TranslatePorts {
+		c.chainedPods(g, join(path, "backends"), s.Backends)
 	}
 	return s, len(g.V)
 }
 
-// chainedBackends refuses the IPv6 backends of a daisy-chained service
-// (checked: the backends kept): the hint names its previous owners by
-// IPv4 address and travels in GUE over IPv4, whatever the VIP's family.
-func (c *checker) chainedBackends(f schema.Field[[]schema.Field[schema.Backend]], path string, checked []Backend) {
+// chainedPods refuses the IPv6 backends of a daisy-chained service whose
+// backends' hosts translate VIP:port for them (translatePorts: pods, in
+// xlb backend's Kubernetes mode; checked: the backends kept). A node
+// chains only its IPv4 pods' packets (its pod lookups are IPv4), so an
+// IPv6 pod would lose its connections as without daisy chaining. Hosts
+// with the VIP on lo chain either family.
+func (c *checker) chainedPods(f schema.Field[[]schema.Field[schema.Backend]], path string, checked []Backend) {
 	kept := make(map[netip.Addr]bool, len(checked))
 	for _, b := range checked {
 		kept[b.Address] = true
@@ -287,7 +290,7 @@ func (c *checker) chainedBackends(f schema.Field[[]schema.Field[schema.Backend]]
 			continue
 		}
 		if a, err := netip.ParseAddr(string(g.V)); err == nil && a.Is6() && kept[a] {
-			c.errorf(g.At.Value, join(index(path, i), "address"), "%s is IPv6, and flows: daisy-chain reaches IPv4 backends only: the hint names a slot's previous owners by IPv4 address and travels over IPv4 (the VIP may be of either family); use IPv4 backends, or remove flows: daisy-chain", a)
+			c.errorf(g.At.Value, join(index(path, i), "address"), "%s is IPv6, and with translatePorts (pods in xlb backend's Kubernetes mode) flows: daisy-chain reaches IPv4 backends only: a node chains the packets of its IPv4 pods alone; use IPv4 pods, remove flows: daisy-chain, or serve the backends with the VIP on lo (no translatePorts), where IPv6 backends are chained", a)
 		}
 	}
 }

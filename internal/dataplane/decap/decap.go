@@ -79,8 +79,8 @@ func CheckChain(c Chain) error {
 		max  int
 	}{{"chain-from", c.From, MaxChainFrom}, {"chain-to", c.To, MaxChainTo}} {
 		for _, p := range s.set {
-			if !p.IsValid() || !p.Addr().Is4() {
-				return fmt.Errorf("%s: %v is not an IPv4 address or prefix (daisy chaining is IPv4 only)", s.what, p)
+			if !p.IsValid() || p.Addr().Is4In6() || p.Addr().Zone() != "" {
+				return fmt.Errorf("%s: %v is not an IPv4 or IPv6 address or prefix", s.what, p)
 			}
 		}
 		if len(s.set) > s.max {

@@ -212,7 +212,10 @@ func runChainCase(t *testing.T, f *fixtureNS, objs *backendObjects, c chainCase)
 	if c.want != nil && !bytes.Equal(out, c.want) {
 		t.Errorf("output\n got %x\nwant %x", out, c.want)
 	}
-	if c.chainedTo.IsValid() {
+	switch {
+	case c.chainedTo.Is6():
+		checkChained6(t, out, c)
+	case c.chainedTo.IsValid():
 		checkChained(t, out, c)
 	}
 	for i, name := range wire.DecapStatNames {
@@ -728,8 +731,15 @@ func TestSetupDecapChain(t *testing.T) {
 	if got := pinnedPrefixes(t, pin, "chain_to"); !slices.Equal(got, sortedPrefixes(chainSets.To)) {
 		t.Errorf("after SetChain chain_to holds %v, want %v", got, chainSets.To)
 	}
+	// IPv6 peers too (IPv6 backends chain over IPv6).
+	if err := SetChain(pin, chainSets6); err != nil {
+		t.Fatal(err)
+	}
+	if got := pinnedPrefixes(t, pin, "chain_to"); !slices.Equal(got, sortedPrefixes(chainSets6.To)) {
+		t.Errorf("after SetChain with IPv6 peers chain_to holds %v, want %v", got, chainSets6.To)
+	}
 	for _, bad := range []Chain{
-		{Window: time.Minute, From: []netip.Prefix{netip.MustParsePrefix("fd00::/64")}, To: chainSets.To},
+		{Window: time.Minute, From: []netip.Prefix{netip.MustParsePrefix("::ffff:10.0.0.0/104")}, To: chainSets.To},
 		{Window: time.Minute, From: chainSets.From, To: manyPrefixes(MaxChainTo + 1)},
 	} {
 		if err := SetChain(pin, bad); err == nil {

@@ -211,6 +211,14 @@ func backendSeeds6(fx *fixtureNS) [][]byte {
 		hintGUE6(chainUnknown, none, now, now), hintGUE6(none, none, now, now-1)} {
 		out = append(out, ethFrame(fx.MAC, tunnel{dst: fxBackend, gue: h}.wrap(ack6)), ethFrame(fx.MAC, tunnel{dst: fxBackend6, gue: h}.wrap(ack6)))
 	}
+	// The hint with IPv6 owners, over either family and to a pod.
+	for _, h := range [][]byte{hint6GUE(nhIPv6, chainPrev6TX, chainPrev6TX2, now, now), hint6GUE(nhIPv6, chainUnknown6, none, now, now),
+		hint6GUE(nhIPv6, none, none, now, now-1)} {
+		for _, dst := range []netip.Addr{fxBackend6, fxBackend, fxPod6} {
+			out = append(out, ethFrame(fx.MAC, tunnel{dst: dst, gue: h}.wrap(ack6)))
+		}
+	}
+	out = append(out, ethFrame(fx.MAC, tunnel{dst: fxBackend6, gue: hint6GUE(nhIPIP, chainPrev6TX, none, now, now)}.wrap(tcp4)))
 	for _, tn := range []tunnel{
 		{dst: fxBackend6}, {dst: fxBackend}, {dst: fxBackend6, gue: gue6}, {dst: fxBackend6, gue: gueV1},
 		{dst: fxBackend6, gue: gue6Hint}, {dst: fxBackend, gue: gue6}, {dst: fxBackend, gue: gue6Hint},

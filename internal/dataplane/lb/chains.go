@@ -34,19 +34,38 @@ type chainRecord struct {
 
 // chainEntries lays out a service's chain table as the program reads it:
 // its Maglev table's entries, each with its backend's address from addrs
-// (indexed by id, as tableEntries has them), with the hints.
+// (indexed by id, as tableEntries has them), with the hints. An IPv6
+// backend's entry has no address and its id carries wire.TableEntryV6,
+// as in the Maglev table: the program reads the address from the
+// registry, and the IPv4 path tells it from an IPv4 one by the branch it
+// took for "no backend" (xlb_lb_chained).
 func (t *tableStore) chainEntries(table []wire.TableEntry, addrs []netip.Addr, chain []ChainSlot, generation uint32) []wire.ChainEntry {
 	entries := make([]wire.ChainEntry, t.size+1)
 	for i, e := range table {
-		entries[i].Bid, entries[i].Addr = e.Backend(), wire.AddrOf(addrOf(addrs, e.Backend()))
+		a := addrOf(addrs, e.Backend())
+		if a.Is6() && !a.Is4In6() {
+			entries[i].Bid = e.Backend() | wire.TableEntryV6
+			continue
+		}
+		entries[i].Bid, entries[i].Addr = e.Backend(), wire.AddrOf(a)
 	}
 	for i, c := range chain {
-		entries[i].Prev = wire.AddrOf(c.Prev)
-		entries[i].Prev2 = wire.AddrOf(c.Prev2)
+		entries[i].Prev = ownerAddr(c.Prev)
+		entries[i].Prev2 = ownerAddr(c.Prev2)
 		entries[i].Changed = c.Changed
 	}
 	entries[t.size].Changed = generation
 	return entries
+}
+
+// ownerAddr is a hint's previous owner as the chain table holds it: all
+// zero for none (the invalid address, 0.0.0.0 or ::), which both hint
+// forms read as none.
+func ownerAddr(a netip.Addr) wire.Addr {
+	if !a.IsValid() || a.IsUnspecified() {
+		return wire.Addr{}
+	}
+	return wire.AddrOf(a)
 }
 
 // checkChain validates a service's chain against the table size.
@@ -56,8 +75,8 @@ func (t *tableStore) checkChain(chain []ChainSlot) error {
 	}
 	for i, c := range chain {
 		for _, p := range []netip.Addr{c.Prev, c.Prev2} {
-			if p.IsValid() && !p.Is4() {
-				return fmt.Errorf("chain slot %d: previous owner %v is not an IPv4 address", i, p)
+			if p.IsValid() && p.Is4In6() {
+				return fmt.Errorf("chain slot %d: previous owner %v is an IPv4-mapped IPv6 address; give it as IPv4", i, p)
 			}
 		}
 	}

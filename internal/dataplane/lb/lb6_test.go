@@ -619,7 +619,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		}
 	}
 	// An IPv6 backend: registered, but no service reaches it without
-	// the node's IPv6 address, nor through NAT or hints.
+	// the node's IPv6 address, nor through NAT.
 	if err := d.UpsertBackend(3, apOf(fxBackend6)); err != nil {
 		t.Fatal(err)
 	}
@@ -633,7 +633,7 @@ func TestUpsertIPv6Refusals(t *testing.T) {
 		{Service{Encap: EncapIPIP}, "no IPv6 address"},
 		{Service{Encap: EncapNAT}, "is IPv6 and the VIP 10.99.3.1 is IPv4: NAT and DNAT rewrite addresses within one family (no NAT64)"},
 		{Service{Encap: EncapDNAT}, "no NAT64"},
-		{Service{Encap: EncapGUEHint}, "reaches IPv4 backends only"},
+		{Service{Encap: EncapGUEHint}, "no IPv6 address"},
 		{Service{Encap: EncapGUE, Stateful: true}, "no IPv6 address"},
 	} {
 		s := c.svc

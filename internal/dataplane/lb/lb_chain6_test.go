@@ -3,6 +3,8 @@ package lb
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -121,18 +123,148 @@ func TestLB6GUEHint(t *testing.T) {
 	}
 }
 
-// An IPv6 backend cannot be daisy-chained (the hint names IPv4 owners
-// and travels over IPv4), whatever the VIP's family; an IPv6 VIP can.
+// wantHintFrame is the frame the program must send for inner (hop limit
+// or TTL already decremented) to daisy-chained backend be with the slot's
+// hint c and generation gen: wantEncap's GUE frame with the hint in the
+// backend's family after the GUE header (hlen 4 and 16-byte hint over
+// IPv4, hlen 10 and 40-byte hint over IPv6), the lengths grown by it.
+func wantHintFrame(t *testing.T, dstMAC, srcMAC net.HardwareAddr, inner []byte, be netip.Addr, c ChainSlot, gen uint32, hash uint32) []byte {
+	t.Helper()
+	plain := wantEncap(t, dstMAC, srcMAC, inner, be, EncapGUE, hash)
+	var hint []byte
+	if be.Is6() {
+		hint = make([]byte, 40)
+		for i, p := range []netip.Addr{c.Prev, c.Prev2} {
+			if p.IsValid() {
+				a := p.As16()
+				copy(hint[16*i:], a[:])
+			}
+		}
+		binary.BigEndian.PutUint32(hint[32:], c.Changed)
+		binary.BigEndian.PutUint32(hint[36:], gen)
+	} else {
+		hint = make([]byte, 16)
+		binary.BigEndian.PutUint32(hint[0:], be32(c.Prev))
+		binary.BigEndian.PutUint32(hint[4:], be32(c.Prev2))
+		binary.BigEndian.PutUint32(hint[8:], c.Changed)
+		binary.BigEndian.PutUint32(hint[12:], gen)
+	}
+	outer := 20
+	if be.Is6() {
+		outer = 40
+	}
+	udp := 14 + outer
+	out := append(append(append([]byte{}, plain[:udp+12]...), hint...), plain[udp+12:]...)
+	binary.BigEndian.PutUint16(out[udp+4:], binary.BigEndian.Uint16(out[udp+4:])+uint16(len(hint)))
+	out[udp+8] = byte(len(hint) / 4)
+	if be.Is6() {
+		binary.BigEndian.PutUint16(out[14+4:], binary.BigEndian.Uint16(out[14+4:])+uint16(len(hint)))
+	} else {
+		binary.BigEndian.PutUint16(out[14+2:], binary.BigEndian.Uint16(out[14+2:])+uint16(len(hint)))
+		out[14+10], out[14+11] = 0, 0
+		binary.BigEndian.PutUint16(out[14+10:], csum(out[14:14+20]))
+	}
+	return out
+}
+
+// TestLBGUEHintIPv6Backends: a daisy-chained table of IPv6 and IPv4
+// backends, behind an IPv6 VIP and an IPv4 VIP. A slot of an IPv6
+// backend goes in GUE over IPv6 with the 40-byte hint (hlen 10) naming
+// its IPv6 owners, one of an IPv4 backend in GUE over IPv4 with the
+// 16-byte hint, each byte for byte as the Go side predicts the slot,
+// owners, change and generation; ICMPv6 errors about replies follow
+// their flows.
+func TestLBGUEHintIPv6Backends(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	addrs := map[uint32]netip.Addr{
+		40: netip.MustParseAddr("fd00:3::20"), 41: netip.MustParseAddr("fd00:3::21"),
+		42: netip.MustParseAddr("10.0.3.20"),
+	}
+	for id, a := range addrs {
+		if err := d.UpsertBackend(id, apOf(a)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	table := make([]uint32, fxTableSize)
+	chain := make([]ChainSlot, fxTableSize)
+	for i := range table {
+		table[i] = 40 + uint32(i%3)
+		chain[i].Changed = 1_700_000_000 + uint32(i)
+		if table[i] == 42 {
+			chain[i].Prev = netip.AddrFrom4([4]byte{10, 0, 9, byte(1 + i%250)})
+			continue
+		}
+		chain[i].Prev = netip.AddrFrom16([16]byte{0xfd, 0, 0, 9, 15: byte(1 + i%250)})
+		if i%2 == 0 {
+			chain[i].Prev2 = netip.AddrFrom16([16]byte{0xfd, 0, 0, 8, 14: byte(i >> 8), 15: byte(i)})
+		}
+	}
+	vip6, vip4 := netip.MustParseAddr("fd00:99::20"), netip.MustParseAddr("10.99.1.20")
+	for id, vip := range map[uint32]netip.Addr{32: vip6, 33: vip4} {
+		svc := Service{ID: id, Key: ServiceKey{vip, 82, ProtoTCP}, Encap: EncapGUEHint, Table: table, Chain: chain, Generation: 1_700_009_999}
+		if err := d.UpsertService(svc); err != nil {
+			t.Fatalf("a daisy-chained service on %v with IPv6 backends: %v", vip, err)
+		}
+	}
+	forms := map[string]int{}
+	check := func(name string, in []byte, flowHash uint32) {
+		t.Helper()
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, in) })
+		slot := Slot(flowHash, fxTableSize)
+		be := addrs[table[slot]]
+		want := wantHintFrame(t, fxRouterMAC, f.MAC, decremented(in), be, chain[slot], 1_700_009_999, flowHash)
+		icmp := strings.HasPrefix(name, "ICMPv6")
+		if v != xdpTX || len(delta) != 0 && !(icmp && len(delta) == 1 && delta["note_icmp_to_backend"] == 1) {
+			t.Fatalf("%s: verdict %s reasons %v, want TX and none (an ICMPv6 error: note_icmp_to_backend)", name, verdictNames[v], delta)
+		}
+		if !bytes.Equal(out, want) {
+			t.Fatalf("%s (slot %d, backend %v):\n got %x\nwant %x", name, slot, be, out, want)
+		}
+		forms[family(be)]++
+	}
+	for i := range 48 {
+		p := tcp6To(vip6, 82)
+		p.Src = netip.AddrFrom16([16]byte{0xfd, 0, 0, 2, 15: byte(2 + i)})
+		p.Sport = uint16(30000 + 7*i)
+		check(fmt.Sprintf("IPv6 flow %d", i), p.frame(f.MAC), FlowHash(p.Src, vip6, p.Sport, 82, 6))
+
+		p4 := tcpTo(vip4, 82)
+		p4.Src = netip.AddrFrom4([4]byte{10, 0, 2, byte(2 + i)})
+		p4.Sport = uint16(30000 + 7*i)
+		check(fmt.Sprintf("IPv4 flow %d", i), p4.Frame(f.MAC), FlowHash(p4.Src, vip4, p4.Sport, 82, 6))
+	}
+	for i := range 8 {
+		client := netip.AddrFrom16([16]byte{0xfd, 0, 0, 2, 15: byte(2 + i)})
+		cport := uint16(30000 + 7*i)
+		check(fmt.Sprintf("ICMPv6 error about flow %d", i), icmp6About(f.MAC, 2, vip6, client, 82, cport), FlowHash(client, vip6, cport, 82, 6))
+	}
+	if forms["IPv6"] == 0 || forms["IPv4"] == 0 {
+		t.Errorf("frames per backend family %v, want both", forms)
+	}
+}
+
+// A daisy-chained service takes IPv6 backends, behind either VIP
+// family; a slot's hint names owners of its backend's family only, and
+// one of the other family is refused at its slot.
 func TestUpsertGUEHintFamilies(t *testing.T) {
 	d, _ := newFixtureLB6(t)
 	table := make([]uint32, fxTableSize)
 	for i := range table {
 		table[i] = 0 // fx6Services[0]'s backend: fxBackend6
 	}
-	for _, vip := range []netip.Addr{netip.MustParseAddr("fd00:99::11"), netip.MustParseAddr("10.99.1.11")} {
-		err := d.UpsertService(Service{ID: 31, Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapGUEHint, Table: table})
-		if err == nil || !strings.Contains(err.Error(), "reaches IPv4 backends only") {
-			t.Errorf("VIP %v, IPv6 backend, hints: error %v, want one that says it reaches IPv4 backends only", vip, err)
+	for i, vip := range []netip.Addr{netip.MustParseAddr("fd00:99::11"), netip.MustParseAddr("10.99.1.11")} {
+		svc := Service{ID: 31 + uint32(i), Key: ServiceKey{vip, 80, ProtoTCP}, Encap: EncapGUEHint, Table: table}
+		if err := d.UpsertService(svc); err != nil {
+			t.Errorf("VIP %v, IPv6 backend, hints: %v", vip, err)
+		}
+		svc.Chain = make([]ChainSlot, fxTableSize)
+		svc.Chain[7].Prev = netip.MustParseAddr("10.0.9.1")
+		err := d.UpsertService(svc)
+		want := "chain slot 7: previous owner 10.0.9.1 is IPv4 and the slot's backend 0 (fd00:3::2) is IPv6: a hint names owners of its backend's family only"
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("VIP %v, an IPv4 owner of an IPv6 backend's slot: error %v, want %q", vip, err, want)
 		}
 	}
 }

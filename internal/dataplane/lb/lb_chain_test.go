@@ -269,8 +269,8 @@ func TestLBGUEHintChainFollowsMode(t *testing.T) {
 	}
 }
 
-// TestLBGUEHintInvalid: the chain must fit the table and name IPv4
-// owners; other modes ignore it.
+// TestLBGUEHintInvalid: the chain must fit the table and name owners of
+// each slot's backend's family (IPv4 here); other modes ignore it.
 func TestLBGUEHintInvalid(t *testing.T) {
 	d, _ := newFixtureLB(t)
 	h := newHintService(t, d)

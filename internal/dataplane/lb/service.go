@@ -101,7 +101,8 @@ func checkService(s Service) (wire.SvcSlot, error) {
 }
 
 // checkService6 refuses what an IPv6 service cannot have yet: nothing
-// any more (NAT, DNAT and daisy-chaining hints all take IPv6 VIPs).
+// any more (NAT, DNAT and daisy-chaining hints all take IPv6 VIPs and
+// backends).
 func checkService6(Service) error {
 	return nil
 }
@@ -110,11 +111,12 @@ func checkService6(Service) error {
 // IDs its table names) in its encapsulation, per the family matrix of
 // docs/decisions/0008-ipv6-data-plane.md: an IPv6 backend takes an IPv6
 // outer header, which needs the node's IPv6 address, and only the IPIP
-// and GUE paths have one (stateless or stateful; daisy-chained services
-// reach IPv4 backends only); an IPv4 backend or VIP needs the node's IPv4
-// address (an IPv6-only node serves IPv6 alone). NAT and DNAT rewrite
-// within one family: their backends are of the VIP's
-// (docs/decisions/0007-nat-sessions.md). Called with d.mu held.
+// and GUE paths have one (stateless, stateful or daisy-chained); an IPv4
+// backend or VIP needs the node's IPv4 address (an IPv6-only node serves
+// IPv6 alone). NAT and DNAT rewrite within one family: their backends are
+// of the VIP's (docs/decisions/0007-nat-sessions.md). A daisy-chained
+// slot's hint names owners of its backend's family (checkChainFamilies).
+// Called with d.mu held.
 func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 	if s.Key.VIP.Is4() && !d.node4 {
 		return fmt.Errorf("service %d: VIP %v is IPv4, and the node has no IPv4 address: the program answers IPv4 clients from it (fragmentation needed); set the node's IPv4 address or give the service an IPv6 VIP", s.ID, s.Key.VIP)
@@ -129,14 +131,37 @@ func (d *Dataplane) checkFamilies(s Service, named []uint32) error {
 		if a.Is4() && !d.node4 {
 			return fmt.Errorf("service %d: backend %d (%v) is IPv4, and the node has no IPv4 address to send from: set the node's IPv4 address or remove the backend", s.ID, b, a)
 		}
-		if !a.Is6() {
-			continue
-		}
-		switch {
-		case s.Encap == EncapGUEHint:
-			return fmt.Errorf("service %d: backend %d (%v) is IPv6: a daisy-chaining hint names IPv4 owners and travels over IPv4, so a daisy-chained service reaches IPv4 backends only (its VIP may be of either family); use dsr-gue without daisy chaining, or IPv4 backends", s.ID, b, a)
-		case !d.node6:
+		if a.Is6() && !d.node6 {
 			return fmt.Errorf("service %d: backend %d (%v) is IPv6, and the node has no IPv6 address to send from: set the node's IPv6 address or remove the backend", s.ID, b, a)
+		}
+	}
+	if s.Encap == EncapGUEHint {
+		return d.checkChainFamilies(s)
+	}
+	return nil
+}
+
+// checkChainFamilies refuses a daisy-chained slot whose hint names a
+// previous owner of the other family than the slot's backend: the hint
+// travels in the backend's family (16-byte owners over IPv6, 4-byte ones
+// over IPv4), and a backend chains by rewriting the outer header, so it
+// reaches owners of that family only. The agent leaves such owners out
+// and counts them (docs/decisions/0008-ipv6-data-plane.md). Called with
+// d.mu held.
+func (d *Dataplane) checkChainFamilies(s Service) error {
+	if len(s.Chain) != len(s.Table) {
+		return nil // no hints (checkChain checked the length)
+	}
+	for i, c := range s.Chain {
+		id := s.Table[i]
+		be := d.backends.addrs[id].Addr()
+		if !be.IsValid() {
+			continue // no backend: a slot without one is dropped
+		}
+		for _, p := range []netip.Addr{c.Prev, c.Prev2} {
+			if p.IsValid() && !p.IsUnspecified() && p.Is6() != be.Is6() {
+				return fmt.Errorf("service %d: chain slot %d: previous owner %v is %s and the slot's backend %d (%v) is %s: a hint names owners of its backend's family only (it travels in that family, and the backend chains by rewriting the outer header); leave the owner out of the slot's hint", s.ID, i, p, family(p), id, be, family(be))
+			}
 		}
 	}
 	return nil

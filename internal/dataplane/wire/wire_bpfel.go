@@ -331,6 +331,14 @@ type wireXlbGueHint struct {
 	Generation uint32
 }
 
+type wireXlbGueHint6 struct {
+	_          structs.HostLayout
+	Prev       wireXlbAddr
+	Prev2      wireXlbAddr
+	Changed    uint32
+	Generation uint32
+}
+
 type wireXlbRanges4 struct {
 	_  structs.HostLayout
 	Lo [64]uint32
