@@ -99,7 +99,7 @@ func run() error {
 	rates := flag.String("rates", "1000,2000,3000,4000,6000", "request rates of the constant-rate client (\"\" for none)")
 	latDuration := flag.Duration("latency-duration", 4*time.Second, "length of each constant-rate run")
 	xlbBin := flag.String("xlb", "", "xlb binary for the lab (default: build ./cmd/xlb)")
-	budget := flag.Duration("timeout", 40*time.Minute, "give up (and clean up) after this long")
+	budget := flag.Duration("timeout", 55*time.Minute, "give up (and clean up) after this long")
 	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy,nft-v6; ipv4 or ipv6: every path of that family; \"\": all); a development run, whose document section lacks the others")
 	egressQueue := flag.Int("egress-queue", 1000, "packets of the transmit queue on both ends of every veth of the lab, as a NIC's (0: none, the veth default, which drops what a full XDP ring does not take)")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
