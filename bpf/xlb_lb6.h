@@ -471,8 +471,9 @@ static __noinline int ct6_pick(struct xdp_md *ctx, struct pkt6 *p, __u32 svc_id,
 
 /* xlb_lb6's answer "a daisy-chained service's packet, which passed its
  * checks", for its caller to forward (xlb_lb6_chained): the service's ID
- * and flags, below the XDP verdicts, beside XLB_TOO_BIG_DEFERRED. */
-#define XLB_LB6_CHAINED(id, flags) ((int)(((id) & 0x3fff) << 8 | (__u32)(flags) << 24) | 0xfd)
+ * and flags, beside XLB_TOO_BIG_DEFERRED. Bit 22 is always set, so that
+ * the answer for service 0 without flags is no XDP verdict (below 256). */
+#define XLB_LB6_CHAINED(id, flags) ((int)(((id) & 0x3fff) << 8 | 1u << 22 | (__u32)(flags) << 24) | 0xfd)
 
 /* The rest of xlb_lb6 for a daisy-chained IPv6 service (svc: what
  * XLB_LB6_CHAINED packed), called from xlb_lb6's caller so that its

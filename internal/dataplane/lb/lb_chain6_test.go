@@ -268,3 +268,51 @@ func TestUpsertGUEHintFamilies(t *testing.T) {
 		}
 	}
 }
+
+// A daisy-chained service's first packet to an IPv6 backend whose
+// neighbour is not resolved yet goes to the kernel encapsulated, hint
+// and all, as any service's does: the kernel forwards it and resolves
+// the neighbour (pass_no_neigh), from an IPv6 VIP and from an IPv4 one.
+// Service 0 among them: xlb_lb6's answer for a daisy-chained service
+// packs the service's ID, and once made service 0's a number the
+// kernel took for a verdict (0xfd, an unknown one: dropped).
+func TestLBGUEHintIPv6NoNeighbour(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	if err := d.UpsertBackend(50, apOf(fxNoNeighBE6)); err != nil {
+		t.Fatal(err)
+	}
+	table := make([]uint32, fxTableSize)
+	chain := make([]ChainSlot, fxTableSize)
+	for i := range table {
+		table[i] = 50
+		chain[i].Changed = 1_700_000_000
+		chain[i].Prev = netip.MustParseAddr("fd00:9::1")
+	}
+	vip4 := netip.MustParseAddr("10.99.1.21")
+	svcs := map[uint32]ServiceKey{0: fx6Services[0].key, 34: {netip.MustParseAddr("fd00:99::21"), 82, ProtoTCP}, 35: {vip4, 82, ProtoTCP}}
+	for id, key := range svcs {
+		svc := Service{ID: id, Key: key, Encap: EncapGUEHint, Table: table, Chain: chain, Generation: 1_700_009_999}
+		if err := d.UpsertService(svc); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id, key := range svcs {
+		var in []byte
+		if key.VIP.Is4() {
+			in = tcpTo(key.VIP, key.Port).Frame(f.MAC)
+		} else {
+			in = tcp6To(key.VIP, key.Port).frame(f.MAC)
+		}
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, in) })
+		if v != xdpPass || len(delta) != 1 || delta["pass_no_neigh"] != 1 {
+			t.Errorf("service %d on %v: verdict %d (%s) reasons %v, want PASS and pass_no_neigh", id, key.VIP, v, verdictNames[v], delta)
+			continue
+		}
+		// IPv6, UDP and GUE headers and the 40-byte hint.
+		if want := len(in) + 40 + 8 + 4 + 40; len(out) != want {
+			t.Errorf("service %d on %v: %d bytes out of %d in, want %d", id, key.VIP, len(out), len(in), want)
+		}
+	}
+}
