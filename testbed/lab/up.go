@@ -299,6 +299,17 @@ func setSysctlsAll(_ context.Context, p Plan) error {
 			return err
 		}
 	}
+	if p.Spec.IPv6 && !p.Spec.SkipDecap && p.Spec.Pods == 0 && !p.Spec.PlainBackends {
+		// A backend chains a packet to a previous owner whose neighbour
+		// entry is not resolved yet through the kernel, which forwards
+		// an IPv6 packet only with forwarding on host-wide
+		// (docs/operations.md, daisy chaining over IPv6).
+		for _, b := range p.Backends {
+			if err := setSysctls(b.Namespace, []sysctl{{"ipv6/conf/all/forwarding", "1"}}); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 
@@ -367,14 +378,21 @@ func setUpDecap(ctx context.Context, p Plan) error {
 }
 
 // ChainArgs are the `xlb backend` flags that let the lab's backends chain
-// packets: from the xlb nodes, to the other backends.
+// packets: from the xlb nodes, to the other backends, by their addresses
+// of both families in a dual-stack lab.
 func ChainArgs(p Plan) []string {
 	var from, to []string
 	for _, n := range p.Nodes {
 		from = append(from, n.Addr.String())
+		if n.Addr6.IsValid() {
+			from = append(from, n.Addr6.String())
+		}
 	}
 	for _, b := range p.Backends {
 		to = append(to, b.Addr.String())
+		if b.Addr6.IsValid() {
+			to = append(to, b.Addr6.String())
+		}
 	}
 	if len(from) == 0 || len(to) == 0 {
 		return nil
