@@ -2,7 +2,7 @@
 /* The NAT floor, for bench/httpbench: the least any NAT node can do to
  * an HTTP flow of the lab, with no state at all. One client, up to eight
  * backends: a client's TCP segment to VIP:vport goes to the backend its
- * source port picks (port mod n), from the node's address and the
+ * source port picks (a multiplicative hash of it, mod n), from the node's address and the
  * client's own port; a backend's reply to the node comes back from
  * VIP:vport to the client. Nothing is looked up but the one
  * configuration entry, nothing allocated, nothing expires: what it costs
@@ -75,7 +75,8 @@ int natfloor(struct xdp_md *ctx)
 	if (!c || !c->n || c->n > NATFLOOR_MAX_BACKENDS)
 		return XDP_PASS;
 	if (ip->daddr == c->vip && th->dest == c->vport && ip->saddr == c->client) {
-		__u32 i = bpf_ntohs(th->source) % c->n;
+		/* Hashed: the kernel gives connect() even ports only. */
+		__u32 i = ((__u32)bpf_ntohs(th->source) * 0x9e3779b1u >> 16) % c->n;
 
 		/* i < n <= 8 already; the verifier does not know a modulo's
 		 * bound, and the barrier keeps clang from dropping the mask. */

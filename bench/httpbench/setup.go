@@ -121,7 +121,7 @@ func paths() []Path {
 		{Key: keyDNAT, Name: "xlb dnat", VIP: v(8), node: 0,
 			How: "the same agent and node, forwarding dnat: only the destination is rewritten (to backend port " + strconv.Itoa(dnatPort) + "); the router sends the backends' replies from that port through the node, whose XDP program rewrites their source to the VIP"},
 		{Key: keyFloor, Name: "NAT floor", VIP: v(9), node: 5,
-			How: "no LB: a stateless XDP program on the node (bench/internal/natfloor) sends the client's segments to backend (client port mod n) from the node's address and the client's own port, and the replies back from the VIP; no table, no session, nothing allocated, only the rewrite and XDP_TX. The least any NAT node can cost here: no NAT path of this lab can be faster"},
+			How: "no LB: a stateless XDP program on the node (bench/internal/natfloor) sends the client's segments to the backend a hash of the client's port picks, from the node's address and the client's own port, and the replies back from the VIP; no table, no session, nothing allocated, only the rewrite and XDP_TX. The least any NAT node can cost here: no NAT path of this lab can be faster"},
 		{Key: keyNft, Name: "nftables DNAT", VIP: v(3), node: 1,
 			How: "nftables DNAT on the node (numgen random over the backends, as kube-proxy's nftables mode) and masquerade, so replies return through the node"},
 		{Key: keyIptables, Name: "iptables DNAT", VIP: v(4), node: 2,

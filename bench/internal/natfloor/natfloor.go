@@ -24,7 +24,7 @@ import (
 const MaxBackends = 8
 
 // Config is what the floor rewrites: the client's segments to VIP:Port
-// go to Backends[client port mod len(Backends)]:BackendPort from Node
+// go to Backends[Pick(client port, len(Backends))]:BackendPort from Node
 // (the client's port kept), and the backends' replies to Node back from
 // VIP:Port to Client.
 type Config struct {
@@ -32,6 +32,11 @@ type Config struct {
 	Port, BackendPort uint16
 	Backends          []netip.Addr
 }
+
+// Pick is the backend (an index below n) of a client's port, as the
+// program picks it: a multiplicative hash, as the kernel gives connect()
+// even ports only.
+func Pick(port uint16, n int) int { return int((uint32(port)*0x9e3779b1)>>16) % n }
 
 // Floor is the program attached to one interface.
 type Floor struct {

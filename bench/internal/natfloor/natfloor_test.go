@@ -54,8 +54,14 @@ func TestFloorRewrites(t *testing.T) {
 		t.Fatal(err)
 	}
 	payload := []byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-	for _, sport := range []uint16{40000, 40001, 40002, 65535} {
-		be := bes[int(sport)%len(bes)]
+	picked := map[int]bool{}
+	ports := []uint16{65535}
+	for p := uint16(40000); p < 40060; p += 2 {
+		ports = append(ports, p)
+	}
+	for _, sport := range ports {
+		picked[Pick(sport, len(bes))] = true
+		be := bes[Pick(sport, len(bes))]
 		req := xdptest.Packet{Src: client, Dst: vip, Sport: sport, Dport: 80, Proto: 6, TTL: 64, Payload: payload}
 		v, got := run(t, &objs, req.Frame(ourMAC))
 		want := sentBack(xdptest.Packet{Src: node, Dst: be, Sport: sport, Dport: 8080, Proto: 6, TTL: 64, Payload: payload})
@@ -68,6 +74,9 @@ func TestFloorRewrites(t *testing.T) {
 		if v != xdptest.TX || !bytes.Equal(got, want) {
 			t.Errorf("reply to port %d: verdict %s, frame\n%x\nwant TX and\n%x", sport, xdptest.VerdictNames[v], got, want)
 		}
+	}
+	if len(picked) != len(bes) {
+		t.Errorf("%d ports, even but one, picked backends %v of %d", len(ports), picked, len(bes))
 	}
 	// Everything else is the kernel's, untouched.
 	for name, p := range map[string]xdptest.Packet{
