@@ -190,7 +190,90 @@ static __always_inline int floor_deny(struct xdp_md *ctx, const int lpm)
 	return XDP_TX;
 }
 
+/* The full-table NAT cases (docs/decisions/0007-nat-sessions.md): the
+ * harness opens many sessions through the LB program, then fills these
+ * arrays with one packet's addresses, ports and checksums per session,
+ * client to VIP and backend to node, in a shuffled order. Each run
+ * writes the next entry into the packet before the NAT path, so that
+ * every run hits another session, as in a table that does not fit the
+ * caches. wrap_pick pays the same and nothing else, to be subtracted. */
+struct bench_tuple {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__sum16 ip_check;
+	__sum16 tcp_check;
+};
+
+/* The TCP header's fields bench_pick writes. */
+struct bench_tcp {
+	__be16 source;
+	__be16 dest;
+	__be32 seq;
+	__be32 ack;
+	__be16 flags;
+	__be16 window;
+	__sum16 check;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, XLB_NAT_SESSIONS);
+	__type(key, __u32);
+	__type(value, struct bench_tuple);
+} bench_nat_fwd_set SEC(".maps"), bench_nat_rev_set SEC(".maps");
+
+/* How many entries the arrays hold, and where each case is in its array
+ * (the runs are on one CPU). */
+__u32 bench_nat_n;
+__u32 bench_nat_fwd_i, bench_nat_rev_i, bench_pick_i;
+
+/* Write the entry at *i into the packet and step *i. The counter itself
+ * is the lookup's key: no room on the stack is needed, and the LB path
+ * below has little to spare. */
+static __always_inline int bench_pick(struct xdp_md *ctx, void *set, __u32 *i)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct iphdr *ip = data + sizeof(struct ethhdr);
+	struct bench_tcp *tcp = (void *)(ip + 1);
+
+	if (*i >= bench_nat_n)
+		*i = 0;
+	struct bench_tuple *t = bpf_map_lookup_elem(set, i);
+
+	*i += 1;
+	if (!t || (void *)(tcp + 1) > data_end)
+		return -1;
+	ip->saddr = t->saddr;
+	ip->daddr = t->daddr;
+	ip->check = t->ip_check;
+	tcp->source = t->sport;
+	tcp->dest = t->dport;
+	tcp->check = t->tcp_check;
+	return 0;
+}
+
+/* WRAP for the full-table cases: the saved front of the packet is in a
+ * global (the runs are on one CPU, one at a time), not on the stack, where
+ * the LB path's calls leave no room for it beside bench_pick's. */
+struct saved bench_pick_saved;
+
+#define WRAP_PICK(name, set, i, body)                                  \
+	SEC("xdp") int name(struct xdp_md *ctx)                        \
+	{                                                              \
+		int len = pkt_len(ctx);                                \
+		if (save(ctx, &bench_pick_saved) || bench_pick(ctx, set, i)) \
+			return XDP_ABORTED;                            \
+		int v = body;                                          \
+		if (restore(ctx, &bench_pick_saved, len))              \
+			return XDP_ABORTED;                            \
+		return v;                                              \
+	}
+
 WRAP(wrap_only, XDP_TX)
+WRAP_PICK(wrap_pick, &bench_nat_fwd_set, &bench_pick_i, XDP_TX)
 WRAP(floor_deny_table, floor_deny(ctx, 0))
 WRAP(floor_deny_lpm, floor_deny(ctx, 1))
 WRAP(floor_parse_tx, floor_parse(ctx))
@@ -198,5 +281,7 @@ WRAP(floor_parse_encap, floor_encap(ctx))
 WRAP(floor_parse_encap_fib, floor_encap_fib(ctx))
 WRAP(floor_parse_encap6, floor_encap6(ctx))
 WRAP(bench_lb, xlb_lb(ctx))
+WRAP_PICK(bench_lb_nat_fwd_full, &bench_nat_fwd_set, &bench_nat_fwd_i, xlb_lb(ctx))
+WRAP_PICK(bench_lb_nat_rev_full, &bench_nat_rev_set, &bench_nat_rev_i, xlb_lb(ctx))
 
 char LICENSE[] SEC("license") = "GPL";

@@ -48,10 +48,12 @@ func thisRun() runInfo {
 
 type report struct {
 	runInfo
-	Backends int                     `json:"backends"`
-	Repeat   uint32                  `json:"repeat"`
-	Rounds   int                     `json:"rounds"`
-	Results  []lbharness.BenchResult `json:"results"`
+	Backends int    `json:"backends"`
+	Repeat   uint32 `json:"repeat"`
+	Rounds   int    `json:"rounds"`
+	// NATSessions is the size of the full-table NAT cases' table.
+	NATSessions int                     `json:"nat_sessions,omitempty"`
+	Results     []lbharness.BenchResult `json:"results"`
 	// RatioNet is the full LB path over the parse-and-encapsulate floor,
 	// both less the harness cost; RatioRaw the same with it.
 	RatioNet    float64 `json:"ratio_lb_over_encap_floor_net"`
@@ -136,6 +138,7 @@ func main() {
 	backends := flag.Int("backends", 16, "backends of the benchmarked service")
 	repeat := flag.Uint("repeat", 300_000, "repetitions per round")
 	rounds := flag.Int("rounds", 61, "rounds, interleaved over the programs")
+	natSessions := flag.Int("nat-sessions", 200_000, fmt.Sprintf("established sessions of the full-table NAT cases, every run on another (0 for none; at most %d)", lbharness.MaxNATSessions))
 	doc := flag.String("doc", "", "markdown file whose generated results section to rewrite (\"\" for none)")
 	matrix := flag.Bool("matrix", true, "also run the matrix: TCP and UDP, 1/16/1024 backends, 1/100/10000 services, the miss path")
 	matrixRepeat := flag.Uint("matrix-repeat", 100_000, "repetitions per round in the matrix")
@@ -172,13 +175,13 @@ func main() {
 		return
 	}
 
-	res, err := lbharness.RunBenchmark(lbharness.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds})
+	res, err := lbharness.RunBenchmark(lbharness.BenchConfig{Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, NATSessions: *natSessions})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lbbench:", err)
 		os.Exit(1)
 	}
 	r := report{
-		runInfo: thisRun(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, Results: res, Target: 1.3,
+		runInfo: thisRun(), Backends: *backends, Repeat: uint32(*repeat), Rounds: *rounds, NATSessions: *natSessions, Results: res, Target: 1.3,
 	}
 	by := map[string]lbharness.BenchResult{}
 	for _, x := range res {
@@ -244,6 +247,9 @@ func main() {
 	if f, rev := by["bench_lb_nat_fwd"], by["bench_lb_nat_rev"]; f.MinNs > 0 {
 		fmt.Printf("NAT session hit: client to backend %.1f ns, backend to client %.1f ns (best rounds; %.2fx and %.2fx the DSR path, paired)\n",
 			f.MinNs, rev.MinNs, lbharness.PairedRatio(f.RoundsNs, by["bench_lb"].RoundsNs), lbharness.PairedRatio(rev.RoundsNs, by["bench_lb"].RoundsNs))
+	}
+	if line := r.natFullLine(); line != "" {
+		fmt.Println(line)
 	}
 	fmt.Printf("\nbackend program (xlb_decap)\n%-24s %8s %10s %8s  %s\n", "case", "min ns", "median ns", "net ns", "what")
 	for _, x := range back {
@@ -360,7 +366,7 @@ func plot(r report) string {
 		y := 55 + i*barH
 		fmt.Fprintf(&b, `<text x="10" y="%d">%s</text>`+"\n", y+18, x.Name)
 		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%.1f" height="%d" fill="#bbb"/>`+"\n", left, y+4, harness*scale, barH-10)
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#3a7bd5"/>`+"\n", float64(left)+harness*scale, y+4, max(x.NetNs, 0)*scale, barH-10)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="#3a7bd5"/>`+"\n", float64(left)+harness*scale, y+4, max(x.MinNs-harness, 0)*scale, barH-10)
 		fmt.Fprintf(&b, `<text x="%.1f" y="%d">%.0f ns (+%.0f; median %.0f)</text>`+"\n", float64(left)+x.MinNs*scale+6, y+18, x.MinNs, x.NetNs, x.MedianNs)
 	}
 	b.WriteString("</svg>\n")
@@ -405,6 +411,9 @@ func rewriteDoc(path string, r report, jsonName string) error {
 		fmt.Fprintf(&t, "\nIPv6 hit path (`bench_lb6`, IPv6-in-IPv6) / IPv4 hit path (`bench_lb`): **%.2fx** on the best rounds (%.2fx on medians, %.2fx paired). Target %.2fx: this run %s it on best rounds. Against its own floor (`floor_parse_encap6`): %.2fx.\n",
 			q.Raw, q.Median, q.Paired, r.IPv6.Target, verdict6, r.IPv6.OverFloor.Raw)
 	}
+	if line := r.natFullLine(); line != "" {
+		fmt.Fprintf(&t, "\n%s\n", line)
+	}
 	fmt.Fprintf(&t, "\n%s", docEnd)
 	s = s[:i] + t.String() + s[j+len(docEnd):]
 	return os.WriteFile(path, []byte(s), 0o644)
@@ -433,4 +442,23 @@ func backendSection(r report, jsonName string) string {
 	fmt.Fprintf(&t, "\nCost of the socket lookup, over plain GUE: delivered to a local connection (`%s`) **%.2fx** on the best rounds (%.2fx on medians; %.2fx counting only what each adds to the harness); missed and chained to the previous owner (`%s`, with its FIB lookup) **%.2fx** (%.2fx; %.2fx).\n\n%s",
 		caseSocket, s.Raw, s.Median, s.Net, caseChain, c.Raw, c.Median, c.Net, backendEnd)
 	return t.String()
+}
+
+// natFullLine says what the NAT session hit costs in a full table against
+// one hot session, each net of its own harness ("" without the
+// full-table cases).
+func (r report) natFullLine() string {
+	by := map[string]lbharness.BenchResult{}
+	for _, x := range r.Results {
+		by[x.Name] = x
+	}
+	ff, rf := by["bench_lb_nat_fwd_full"], by["bench_lb_nat_rev_full"]
+	if ff.MinNs == 0 || rf.MinNs == 0 {
+		return ""
+	}
+	fh, rh := by["bench_lb_nat_fwd"], by["bench_lb_nat_rev"]
+	return fmt.Sprintf("NAT session hit, one hot session / a full table of %d established sessions, another one every run (net of each case's harness, best rounds): client to backend %.0f / **%.0f ns**, backend to client %.0f / **%.0f ns**; paired rounds, the full table less the hot session: %.0f and %.0f ns, of which %.0f ns is the full-table harness's writing the next session into the packet (`wrap_pick` less `wrap_only`).",
+		r.NATSessions, fh.NetNs, ff.NetNs, rh.NetNs, rf.NetNs,
+		lbharness.PairedDiff(ff.RoundsNs, fh.RoundsNs), lbharness.PairedDiff(rf.RoundsNs, rh.RoundsNs),
+		lbharness.PairedDiff(by["wrap_pick"].RoundsNs, by["wrap_only"].RoundsNs))
 }

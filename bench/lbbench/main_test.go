@@ -182,3 +182,32 @@ func TestPolicyPlotFollowsPNG(t *testing.T) {
 		}
 	}
 }
+
+// TestNATFullLine: the LB section says what the full-table NAT cases
+// measured against the one-session ones, each net of its own harness, and
+// says nothing of them in a run without them.
+func TestNATFullLine(t *testing.T) {
+	res := func(name string, min float64, rounds ...float64) lbharness.BenchResult {
+		return lbharness.BenchResult{Name: name, MinNs: min, RoundsNs: rounds}
+	}
+	r := report{NATSessions: 200000, Results: []lbharness.BenchResult{
+		res("wrap_only", 10, 10, 11), res("bench_lb_nat_fwd", 80, 80, 81), res("bench_lb_nat_rev", 50, 50, 51),
+		res("wrap_pick", 14, 14, 15), res("bench_lb_nat_fwd_full", 400, 400, 401), res("bench_lb_nat_rev_full", 300, 300, 301),
+	}}
+	for i := range r.Results {
+		r.Results[i].NetNs = r.Results[i].MinNs - 10
+		if strings.HasSuffix(r.Results[i].Name, "_full") {
+			r.Results[i].NetNs = r.Results[i].MinNs - 14
+		}
+	}
+	line := r.natFullLine()
+	for _, want := range []string{"200000 established sessions", "client to backend 70 / **386 ns**", "backend to client 40 / **286 ns**", "320 and 250 ns", "of which 4 ns"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("line lacks %q:\n%s", want, line)
+		}
+	}
+	r.Results = r.Results[:3]
+	if line := r.natFullLine(); line != "" {
+		t.Errorf("a run without the full-table cases: %q, want nothing", line)
+	}
+}

@@ -19,6 +19,8 @@ const (
 	benchMapBackendStats        = "backend_stats"
 	benchMapBackends            = "backends"
 	benchMapBenchDenyLpm        = "bench_deny_lpm"
+	benchMapBenchNatFwdSet      = "bench_nat_fwd_set"
+	benchMapBenchNatRevSet      = "bench_nat_rev_set"
 	benchMapChainTables         = "chain_tables"
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
@@ -45,6 +47,8 @@ const (
 	benchMapVipFilter           = "vip_filter"
 	benchMapVips                = "vips"
 	benchProgBenchLb            = "bench_lb"
+	benchProgBenchLbNatFwdFull  = "bench_lb_nat_fwd_full"
+	benchProgBenchLbNatRevFull  = "bench_lb_nat_rev_full"
 	benchProgFloorDenyLpm       = "floor_deny_lpm"
 	benchProgFloorDenyTable     = "floor_deny_table"
 	benchProgFloorParseEncap    = "floor_parse_encap"
@@ -52,6 +56,12 @@ const (
 	benchProgFloorParseEncapFib = "floor_parse_encap_fib"
 	benchProgFloorParseTx       = "floor_parse_tx"
 	benchProgWrapOnly           = "wrap_only"
+	benchProgWrapPick           = "wrap_pick"
+	benchVarBenchNatFwdI        = "bench_nat_fwd_i"
+	benchVarBenchNatN           = "bench_nat_n"
+	benchVarBenchNatRevI        = "bench_nat_rev_i"
+	benchVarBenchPickI          = "bench_pick_i"
+	benchVarBenchPickSaved      = "bench_pick_saved"
 	benchVarFlowHash            = "flow_hash"
 	benchVarNhGen               = "nh_gen"
 	benchVarNodeAddr            = "node_addr"
@@ -103,6 +113,8 @@ type benchSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchProgramSpecs struct {
 	BenchLb            *ebpf.ProgramSpec `ebpf:"bench_lb"`
+	BenchLbNatFwdFull  *ebpf.ProgramSpec `ebpf:"bench_lb_nat_fwd_full"`
+	BenchLbNatRevFull  *ebpf.ProgramSpec `ebpf:"bench_lb_nat_rev_full"`
 	FloorDenyLpm       *ebpf.ProgramSpec `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.ProgramSpec `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.ProgramSpec `ebpf:"floor_parse_encap"`
@@ -110,52 +122,60 @@ type benchProgramSpecs struct {
 	FloorParseEncapFib *ebpf.ProgramSpec `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.ProgramSpec `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.ProgramSpec `ebpf:"wrap_only"`
+	WrapPick           *ebpf.ProgramSpec `ebpf:"wrap_pick"`
 }
 
 // benchMapSpecs contains maps before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchMapSpecs struct {
-	BackendStats *ebpf.MapSpec `ebpf:"backend_stats"`
-	Backends     *ebpf.MapSpec `ebpf:"backends"`
-	BenchDenyLpm *ebpf.MapSpec `ebpf:"bench_deny_lpm"`
-	ChainTables  *ebpf.MapSpec `ebpf:"chain_tables"`
-	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
-	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
-	Deny6        *ebpf.MapSpec `ebpf:"deny6"`
-	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
-	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
-	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
-	NatCounters  *ebpf.MapSpec `ebpf:"nat_counters"`
-	NatDnatBe    *ebpf.MapSpec `ebpf:"nat_dnat_be"`
-	NatFwd       *ebpf.MapSpec `ebpf:"nat_fwd"`
-	NatFwdSyn    *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
-	NatPortHint  *ebpf.MapSpec `ebpf:"nat_port_hint"`
-	NatRev       *ebpf.MapSpec `ebpf:"nat_rev"`
-	NatRevSyn    *ebpf.MapSpec `ebpf:"nat_rev_syn"`
-	NatScratch   *ebpf.MapSpec `ebpf:"nat_scratch"`
-	NatSwept     *ebpf.MapSpec `ebpf:"nat_swept"`
-	NatTw        *ebpf.MapSpec `ebpf:"nat_tw"`
-	Reasons      *ebpf.MapSpec `ebpf:"reasons"`
-	SvcIndex     *ebpf.MapSpec `ebpf:"svc_index"`
-	SvcRanges4   *ebpf.MapSpec `ebpf:"svc_ranges4"`
-	SvcRanges6   *ebpf.MapSpec `ebpf:"svc_ranges6"`
-	SvcRetired   *ebpf.MapSpec `ebpf:"svc_retired"`
-	SvcSrcDrops  *ebpf.MapSpec `ebpf:"svc_src_drops"`
-	VipFilter    *ebpf.MapSpec `ebpf:"vip_filter"`
-	Vips         *ebpf.MapSpec `ebpf:"vips"`
+	BackendStats   *ebpf.MapSpec `ebpf:"backend_stats"`
+	Backends       *ebpf.MapSpec `ebpf:"backends"`
+	BenchDenyLpm   *ebpf.MapSpec `ebpf:"bench_deny_lpm"`
+	BenchNatFwdSet *ebpf.MapSpec `ebpf:"bench_nat_fwd_set"`
+	BenchNatRevSet *ebpf.MapSpec `ebpf:"bench_nat_rev_set"`
+	ChainTables    *ebpf.MapSpec `ebpf:"chain_tables"`
+	Conntrack      *ebpf.MapSpec `ebpf:"conntrack"`
+	Deny4          *ebpf.MapSpec `ebpf:"deny4"`
+	Deny6          *ebpf.MapSpec `ebpf:"deny6"`
+	Lb6Scratch     *ebpf.MapSpec `ebpf:"lb6_scratch"`
+	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
+	NatCfg         *ebpf.MapSpec `ebpf:"nat_cfg"`
+	NatCounters    *ebpf.MapSpec `ebpf:"nat_counters"`
+	NatDnatBe      *ebpf.MapSpec `ebpf:"nat_dnat_be"`
+	NatFwd         *ebpf.MapSpec `ebpf:"nat_fwd"`
+	NatFwdSyn      *ebpf.MapSpec `ebpf:"nat_fwd_syn"`
+	NatPortHint    *ebpf.MapSpec `ebpf:"nat_port_hint"`
+	NatRev         *ebpf.MapSpec `ebpf:"nat_rev"`
+	NatRevSyn      *ebpf.MapSpec `ebpf:"nat_rev_syn"`
+	NatScratch     *ebpf.MapSpec `ebpf:"nat_scratch"`
+	NatSwept       *ebpf.MapSpec `ebpf:"nat_swept"`
+	NatTw          *ebpf.MapSpec `ebpf:"nat_tw"`
+	Reasons        *ebpf.MapSpec `ebpf:"reasons"`
+	SvcIndex       *ebpf.MapSpec `ebpf:"svc_index"`
+	SvcRanges4     *ebpf.MapSpec `ebpf:"svc_ranges4"`
+	SvcRanges6     *ebpf.MapSpec `ebpf:"svc_ranges6"`
+	SvcRetired     *ebpf.MapSpec `ebpf:"svc_retired"`
+	SvcSrcDrops    *ebpf.MapSpec `ebpf:"svc_src_drops"`
+	VipFilter      *ebpf.MapSpec `ebpf:"vip_filter"`
+	Vips           *ebpf.MapSpec `ebpf:"vips"`
 }
 
 // benchVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type benchVariableSpecs struct {
-	FlowHash  *ebpf.VariableSpec `ebpf:"flow_hash"`
-	NhGen     *ebpf.VariableSpec `ebpf:"nh_gen"`
-	NodeAddr  *ebpf.VariableSpec `ebpf:"node_addr"`
-	NodeAddr6 *ebpf.VariableSpec `ebpf:"node_addr6"`
-	PingVips  *ebpf.VariableSpec `ebpf:"ping_vips"`
-	TableSize *ebpf.VariableSpec `ebpf:"table_size"`
+	BenchNatFwdI   *ebpf.VariableSpec `ebpf:"bench_nat_fwd_i"`
+	BenchNatN      *ebpf.VariableSpec `ebpf:"bench_nat_n"`
+	BenchNatRevI   *ebpf.VariableSpec `ebpf:"bench_nat_rev_i"`
+	BenchPickI     *ebpf.VariableSpec `ebpf:"bench_pick_i"`
+	BenchPickSaved *ebpf.VariableSpec `ebpf:"bench_pick_saved"`
+	FlowHash       *ebpf.VariableSpec `ebpf:"flow_hash"`
+	NhGen          *ebpf.VariableSpec `ebpf:"nh_gen"`
+	NodeAddr       *ebpf.VariableSpec `ebpf:"node_addr"`
+	NodeAddr6      *ebpf.VariableSpec `ebpf:"node_addr6"`
+	PingVips       *ebpf.VariableSpec `ebpf:"ping_vips"`
+	TableSize      *ebpf.VariableSpec `ebpf:"table_size"`
 }
 
 // benchObjects contains all objects after they have been loaded into the kernel.
@@ -178,34 +198,36 @@ func (o *benchObjects) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchMaps struct {
-	BackendStats *ebpf.Map `ebpf:"backend_stats"`
-	Backends     *ebpf.Map `ebpf:"backends"`
-	BenchDenyLpm *ebpf.Map `ebpf:"bench_deny_lpm"`
-	ChainTables  *ebpf.Map `ebpf:"chain_tables"`
-	Conntrack    *ebpf.Map `ebpf:"conntrack"`
-	Deny4        *ebpf.Map `ebpf:"deny4"`
-	Deny6        *ebpf.Map `ebpf:"deny6"`
-	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
-	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
-	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
-	NatCounters  *ebpf.Map `ebpf:"nat_counters"`
-	NatDnatBe    *ebpf.Map `ebpf:"nat_dnat_be"`
-	NatFwd       *ebpf.Map `ebpf:"nat_fwd"`
-	NatFwdSyn    *ebpf.Map `ebpf:"nat_fwd_syn"`
-	NatPortHint  *ebpf.Map `ebpf:"nat_port_hint"`
-	NatRev       *ebpf.Map `ebpf:"nat_rev"`
-	NatRevSyn    *ebpf.Map `ebpf:"nat_rev_syn"`
-	NatScratch   *ebpf.Map `ebpf:"nat_scratch"`
-	NatSwept     *ebpf.Map `ebpf:"nat_swept"`
-	NatTw        *ebpf.Map `ebpf:"nat_tw"`
-	Reasons      *ebpf.Map `ebpf:"reasons"`
-	SvcIndex     *ebpf.Map `ebpf:"svc_index"`
-	SvcRanges4   *ebpf.Map `ebpf:"svc_ranges4"`
-	SvcRanges6   *ebpf.Map `ebpf:"svc_ranges6"`
-	SvcRetired   *ebpf.Map `ebpf:"svc_retired"`
-	SvcSrcDrops  *ebpf.Map `ebpf:"svc_src_drops"`
-	VipFilter    *ebpf.Map `ebpf:"vip_filter"`
-	Vips         *ebpf.Map `ebpf:"vips"`
+	BackendStats   *ebpf.Map `ebpf:"backend_stats"`
+	Backends       *ebpf.Map `ebpf:"backends"`
+	BenchDenyLpm   *ebpf.Map `ebpf:"bench_deny_lpm"`
+	BenchNatFwdSet *ebpf.Map `ebpf:"bench_nat_fwd_set"`
+	BenchNatRevSet *ebpf.Map `ebpf:"bench_nat_rev_set"`
+	ChainTables    *ebpf.Map `ebpf:"chain_tables"`
+	Conntrack      *ebpf.Map `ebpf:"conntrack"`
+	Deny4          *ebpf.Map `ebpf:"deny4"`
+	Deny6          *ebpf.Map `ebpf:"deny6"`
+	Lb6Scratch     *ebpf.Map `ebpf:"lb6_scratch"`
+	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
+	NatCfg         *ebpf.Map `ebpf:"nat_cfg"`
+	NatCounters    *ebpf.Map `ebpf:"nat_counters"`
+	NatDnatBe      *ebpf.Map `ebpf:"nat_dnat_be"`
+	NatFwd         *ebpf.Map `ebpf:"nat_fwd"`
+	NatFwdSyn      *ebpf.Map `ebpf:"nat_fwd_syn"`
+	NatPortHint    *ebpf.Map `ebpf:"nat_port_hint"`
+	NatRev         *ebpf.Map `ebpf:"nat_rev"`
+	NatRevSyn      *ebpf.Map `ebpf:"nat_rev_syn"`
+	NatScratch     *ebpf.Map `ebpf:"nat_scratch"`
+	NatSwept       *ebpf.Map `ebpf:"nat_swept"`
+	NatTw          *ebpf.Map `ebpf:"nat_tw"`
+	Reasons        *ebpf.Map `ebpf:"reasons"`
+	SvcIndex       *ebpf.Map `ebpf:"svc_index"`
+	SvcRanges4     *ebpf.Map `ebpf:"svc_ranges4"`
+	SvcRanges6     *ebpf.Map `ebpf:"svc_ranges6"`
+	SvcRetired     *ebpf.Map `ebpf:"svc_retired"`
+	SvcSrcDrops    *ebpf.Map `ebpf:"svc_src_drops"`
+	VipFilter      *ebpf.Map `ebpf:"vip_filter"`
+	Vips           *ebpf.Map `ebpf:"vips"`
 }
 
 func (m *benchMaps) Close() error {
@@ -213,6 +235,8 @@ func (m *benchMaps) Close() error {
 		m.BackendStats,
 		m.Backends,
 		m.BenchDenyLpm,
+		m.BenchNatFwdSet,
+		m.BenchNatRevSet,
 		m.ChainTables,
 		m.Conntrack,
 		m.Deny4,
@@ -245,12 +269,17 @@ func (m *benchMaps) Close() error {
 //
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchVariables struct {
-	FlowHash  *ebpf.Variable `ebpf:"flow_hash"`
-	NhGen     *ebpf.Variable `ebpf:"nh_gen"`
-	NodeAddr  *ebpf.Variable `ebpf:"node_addr"`
-	NodeAddr6 *ebpf.Variable `ebpf:"node_addr6"`
-	PingVips  *ebpf.Variable `ebpf:"ping_vips"`
-	TableSize *ebpf.Variable `ebpf:"table_size"`
+	BenchNatFwdI   *ebpf.Variable `ebpf:"bench_nat_fwd_i"`
+	BenchNatN      *ebpf.Variable `ebpf:"bench_nat_n"`
+	BenchNatRevI   *ebpf.Variable `ebpf:"bench_nat_rev_i"`
+	BenchPickI     *ebpf.Variable `ebpf:"bench_pick_i"`
+	BenchPickSaved *ebpf.Variable `ebpf:"bench_pick_saved"`
+	FlowHash       *ebpf.Variable `ebpf:"flow_hash"`
+	NhGen          *ebpf.Variable `ebpf:"nh_gen"`
+	NodeAddr       *ebpf.Variable `ebpf:"node_addr"`
+	NodeAddr6      *ebpf.Variable `ebpf:"node_addr6"`
+	PingVips       *ebpf.Variable `ebpf:"ping_vips"`
+	TableSize      *ebpf.Variable `ebpf:"table_size"`
 }
 
 // benchPrograms contains all programs after they have been loaded into the kernel.
@@ -258,6 +287,8 @@ type benchVariables struct {
 // It can be passed to loadBenchObjects or ebpf.CollectionSpec.LoadAndAssign.
 type benchPrograms struct {
 	BenchLb            *ebpf.Program `ebpf:"bench_lb"`
+	BenchLbNatFwdFull  *ebpf.Program `ebpf:"bench_lb_nat_fwd_full"`
+	BenchLbNatRevFull  *ebpf.Program `ebpf:"bench_lb_nat_rev_full"`
 	FloorDenyLpm       *ebpf.Program `ebpf:"floor_deny_lpm"`
 	FloorDenyTable     *ebpf.Program `ebpf:"floor_deny_table"`
 	FloorParseEncap    *ebpf.Program `ebpf:"floor_parse_encap"`
@@ -265,11 +296,14 @@ type benchPrograms struct {
 	FloorParseEncapFib *ebpf.Program `ebpf:"floor_parse_encap_fib"`
 	FloorParseTx       *ebpf.Program `ebpf:"floor_parse_tx"`
 	WrapOnly           *ebpf.Program `ebpf:"wrap_only"`
+	WrapPick           *ebpf.Program `ebpf:"wrap_pick"`
 }
 
 func (p *benchPrograms) Close() error {
 	return _BenchClose(
 		p.BenchLb,
+		p.BenchLbNatFwdFull,
+		p.BenchLbNatRevFull,
 		p.FloorDenyLpm,
 		p.FloorDenyTable,
 		p.FloorParseEncap,
@@ -277,6 +311,7 @@ func (p *benchPrograms) Close() error {
 		p.FloorParseEncapFib,
 		p.FloorParseTx,
 		p.WrapOnly,
+		p.WrapPick,
 	)
 }
 

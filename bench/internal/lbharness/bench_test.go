@@ -13,7 +13,7 @@ import (
 // The benchmark `make bench` runs must keep working: a short run of it.
 func TestRunBenchmarkSmoke(t *testing.T) {
 	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
-	res, err := RunBenchmark(BenchConfig{Backends: 16, Repeat: 1000, Rounds: 3})
+	res, err := RunBenchmark(BenchConfig{Backends: 16, Repeat: 1000, Rounds: 3, NATSessions: 2000})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -24,7 +24,7 @@ func TestRunBenchmarkSmoke(t *testing.T) {
 			t.Errorf("%s: %v ns per packet", r.Name, r.MinNs)
 		}
 	}
-	for _, want := range []string{"bench_lb", "floor_parse_encap"} {
+	for _, want := range []string{"bench_lb", "floor_parse_encap", "wrap_pick", "bench_lb_nat_fwd_full", "bench_lb_nat_rev_full"} {
 		if !names[want] {
 			t.Errorf("no result for %s in %+v", want, res)
 		}
