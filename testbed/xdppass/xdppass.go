@@ -2,8 +2,10 @@
 // (bpf/xlb_pass.c). A veth drops frames sent to it with XDP_TX or
 // bpf_redirect unless it has an XDP program of its own (DESIGN.md, facts
 // about XDP on veth): the lab and the packet benchmark put this one on the
-// router-side peer of every xlb node's and backend's veth. Physical NICs
-// need nothing of the kind, so the product has no use for it.
+// router-side peer of every xlb node's and backend's veth, and the lab on
+// every client's too, which keeps a client's frames in the order sent
+// (docs/lab.md). Physical NICs need nothing of the kind, so the product
+// has no use for it.
 package xdppass
 
 import (
