@@ -20,7 +20,7 @@ var (
 	ourMAC = net.HardwareAddr{0x02, 0xbb, 0, 0, 0, 0x09}
 )
 
-// run feeds frame to the floor configured with c.
+// run feeds frame to the floor as loaded in objs.
 func run(t *testing.T, objs *floorObjects, frame []byte) (uint32, []byte) {
 	t.Helper()
 	out := make([]byte, len(frame)+64)
