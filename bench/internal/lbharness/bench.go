@@ -315,7 +315,7 @@ func (e *benchEnv) natService(backends int) error {
 			return fmt.Errorf("the NAT case's session: %v, %v", sessions, err)
 		}
 		s := sessions[0]
-		e.natReply = benchReply(s.Backend, s.Source)
+		e.natReply = benchSegment(s.Backend, s.Source, 0x18)
 		synAck := append([]byte(nil), e.natReply...)
 		synAck[14+20+13] = 0x12
 		setTCPChecksum(synAck)
@@ -613,13 +613,15 @@ func benchFramePort(vip netip.Addr, port uint16) []byte {
 	return f
 }
 
-// benchReply is a 64-byte-payload TCP segment from a NAT session's
-// backend to its source on the node, as the backend replies.
-func benchReply(from, to netip.AddrPort) []byte {
+// benchSegment is benchFramePort's 64-byte-payload TCP segment from
+// `from` to `to` with TCP flags flags (0x18 as a backend replies), its
+// checksums computed.
+func benchSegment(from, to netip.AddrPort, flags byte) []byte {
 	f := benchFramePort(to.Addr(), to.Port())
 	s := from.Addr().As4()
 	copy(f[14+12:], s[:])
 	f[14+20], f[14+21] = byte(from.Port()>>8), byte(from.Port())
+	f[14+20+13] = flags
 	f[14+10], f[14+11] = 0, 0
 	var sum uint32
 	for i := 0; i < 20; i += 2 {

@@ -58,26 +58,6 @@ func tupleOf(f []byte) natTuple {
 	return t
 }
 
-// tcpFrame is benchFramePort's segment from `from` to `to` with TCP
-// flags flags, its checksums computed.
-func tcpFrame(from, to netip.AddrPort, flags byte) []byte {
-	f := benchFramePort(to.Addr(), to.Port())
-	s := from.Addr().As4()
-	copy(f[14+12:], s[:])
-	binary.BigEndian.PutUint16(f[34:], from.Port())
-	f[34+13] = flags
-	f[14+10], f[14+11] = 0, 0
-	var sum uint32
-	for i := 0; i < 20; i += 2 {
-		sum += uint32(f[14+i])<<8 | uint32(f[14+i+1])
-	}
-	sum = (sum & 0xffff) + sum>>16
-	sum = (sum & 0xffff) + sum>>16
-	f[14+10], f[14+11] = byte(^sum>>8), byte(^sum)
-	setTCPChecksum(f)
-	return f
-}
-
 // natFullClient is the client of full-table session i: 40 000 ports
 // (20000 up) on each address from 10.0.2.10 up, apart from the
 // one-session cases' 10.0.2.2:40000.
@@ -115,7 +95,7 @@ func (e *benchEnv) natFull(n int) ([]natFullSession, error) {
 		}
 		for i := range n {
 			client := natFullClient(i)
-			if err := run("SYN", i, tcpFrame(client, vip, 0x02)); err != nil {
+			if err := run("SYN", i, benchSegment(client, vip, 0x02)); err != nil {
 				return err
 			}
 			fk := wire.SessionKey{Src: wire.AddrOf(client.Addr()), Dst: wire.AddrOf(e.vip), Sport: wire.Port(client.Port()), Dport: wire.Port(natPort), Proto: 6}
@@ -125,14 +105,14 @@ func (e *benchEnv) natFull(n int) ([]natFullSession, error) {
 			}
 			backend := netip.AddrPortFrom(rk.Src.IP(), wire.PortFrom(rk.Sport))
 			source := netip.AddrPortFrom(rk.Dst.IP(), wire.PortFrom(rk.Dport))
-			if err := run("SYN-ACK", i, tcpFrame(backend, source, 0x12)); err != nil {
+			if err := run("SYN-ACK", i, benchSegment(backend, source, 0x12)); err != nil {
 				return err
 			}
-			data := tcpFrame(client, vip, 0x18)
-			if err := run("ACK", i, tcpFrame(client, vip, 0x10)); err != nil {
+			data := benchSegment(client, vip, 0x18)
+			if err := run("ACK", i, benchSegment(client, vip, 0x10)); err != nil {
 				return err
 			}
-			out[i] = natFullSession{fwd: tupleOf(data), rev: tupleOf(tcpFrame(backend, source, 0x18))}
+			out[i] = natFullSession{fwd: tupleOf(data), rev: tupleOf(benchSegment(backend, source, 0x18))}
 		}
 		return nil
 	})
