@@ -297,6 +297,25 @@ static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *
 	return chain_socket(ctx, &piph, &pth, *netns);
 }
 
+/* The end of chain_forward4 and chain_forward6, the outer header
+ * rewritten for prev: the packet counts as chained, and goes to the stack
+ * when the next hop fib found (rc) is not resolved yet, or out with its
+ * MACs. */
+static __always_inline int chain_send(struct xdp_md *ctx, struct ethhdr *eth,
+				      const struct bpf_fib_lookup *fib, long rc, __u16 len)
+{
+	chain_count(CHAIN_CHAINED, len);
+	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
+		chain_count(CHAIN_NO_NEIGHBOUR, len);
+		return XDP_PASS;
+	}
+	__builtin_memcpy(eth->h_dest, fib->dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, fib->smac, ETH_ALEN);
+	if (fib->ifindex == ctx->ingress_ifindex)
+		return XDP_TX;
+	return bpf_redirect(fib->ifindex, 0);
+}
+
 /* Send the still encapsulated packet on to prev, from the host address it
  * was sent to, with next (the owner before prev, or none) as the hint's
  * only previous owner: every hop uses up one, so a packet is chained at
@@ -333,39 +352,22 @@ static __always_inline int chain_forward4(struct xdp_md *ctx, struct ethhdr *eth
 	fib.ipv4_dst = prev;
 	fib.ifindex = ctx->ingress_ifindex;
 	rc = bpf_fib_lookup(ctx, &fib, sizeof(fib), 0);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		hint->prev = next;
-		hint->prev2 = 0;
-		udp->check = 0;
-		ip->daddr = prev;
-		ip->ttl = XLB_OUTER_TTL;
-		ip->check = 0;
-		ip->check = ipv4_csum(ip);
-		chain_count(CHAIN_CHAINED, len);
-		chain_count(CHAIN_NO_NEIGHBOUR, len);
-		return XDP_PASS;
-	}
 	/* Unreachable, forwarding disabled on the interface, or an MTU
 	 * towards prev smaller than the path the packet came by. */
-	if (rc != BPF_FIB_LKUP_RET_SUCCESS) {
+	if (rc != BPF_FIB_LKUP_RET_NO_NEIGH && rc != BPF_FIB_LKUP_RET_SUCCESS) {
 		chain_count(CHAIN_NO_ROUTE, 0);
 		return XDP_DROP;
 	}
-
 	hint->prev = next;
 	hint->prev2 = 0;
 	udp->check = 0;
-	ip->saddr = ip->daddr;
+	if (rc == BPF_FIB_LKUP_RET_SUCCESS)
+		ip->saddr = ip->daddr;
 	ip->daddr = prev;
 	ip->ttl = XLB_OUTER_TTL;
 	ip->check = 0;
 	ip->check = ipv4_csum(ip);
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	chain_count(CHAIN_CHAINED, len);
-	if (fib.ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib.ifindex, 0);
+	return chain_send(ctx, eth, &fib, rc, len);
 }
 
 /* chain_forward4 for a tunnel over IPv6 (an IPv6 backend's, with the
@@ -407,16 +409,7 @@ static __always_inline int chain_forward6(struct xdp_md *ctx, struct ethhdr *eth
 		__builtin_memcpy(ip6->saddr, ip6->daddr, sizeof(ip6->saddr));
 	__builtin_memcpy(ip6->daddr, prev->w, sizeof(ip6->daddr));
 	ip6->hop_limit = XLB_OUTER_TTL;
-	chain_count(CHAIN_CHAINED, len);
-	if (rc == BPF_FIB_LKUP_RET_NO_NEIGH) {
-		chain_count(CHAIN_NO_NEIGHBOUR, len);
-		return XDP_PASS;
-	}
-	__builtin_memcpy(eth->h_dest, fib.dmac, ETH_ALEN);
-	__builtin_memcpy(eth->h_source, fib.smac, ETH_ALEN);
-	if (fib.ifindex == ctx->ingress_ifindex)
-		return XDP_TX;
-	return bpf_redirect(fib.ifindex, 0);
+	return chain_send(ctx, eth, &fib, rc, len);
 }
 
 /* Chain the tunnel o on to prev in its outer family. */
