@@ -84,8 +84,9 @@ static __always_inline void lbnat_remove(const struct lbnat_key *rk, const struc
 	lbnat_fwd_key(fk, s, rk->proto);
 	fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
 	if (est) {
-		v = bpf_map_lookup_elem(&nat_fwd, fk);
-		if (v && lbnat_key_eq(v, rk))
+		struct lbnat_fwd *f = bpf_map_lookup_elem(&nat_fwd, fk);
+
+		if (f && lbnat_key_eq(&f->rk, rk))
 			bpf_map_delete_elem(&nat_fwd, fk);
 		bpf_map_delete_elem(&nat_rev, rk);
 	} else {
@@ -94,6 +95,58 @@ static __always_inline void lbnat_remove(const struct lbnat_key *rk, const struc
 			bpf_map_delete_elem(&nat_fwd_syn, fk);
 		bpf_map_delete_elem(&nat_rev_syn, rk);
 	}
+}
+
+/* Join an established session's forward entry f into session s: the
+ * later timestamp (the client's packets stamp only f), and a state that
+ * closed. */
+static __always_inline void lbnat_merge(struct lbnat_session *s, const struct lbnat_fwd *f)
+{
+	if ((__s64)(f->last - s->last) > 0)
+		s->last = f->last;
+	if (f->state == LBNAT_CLOSING && s->state != LBNAT_CLOSING)
+		s->state = LBNAT_CLOSING;
+}
+
+/* The forward entry of established session (rk, s), if it names rk; fk is
+ * room for its key. */
+static __always_inline struct lbnat_fwd *lbnat_fwd_of(const struct lbnat_key *rk,
+						      const struct lbnat_session *s,
+						      struct lbnat_key *fk)
+{
+	struct lbnat_fwd *f;
+
+	lbnat_fwd_key(fk, s, rk->proto);
+	fk->pad[0] = fk->pad[1] = fk->pad[2] = 0;
+	f = bpf_map_lookup_elem(&nat_fwd, fk);
+	return f && lbnat_key_eq(&f->rk, rk) ? f : 0;
+}
+
+/* Whether established session (rk, s), past its timeout by its own
+ * stamp, lives by its forward entry's (joined in). Out of line: the
+ * port search's frame stays as small as it was. fk is room for a key. */
+static __noinline int lbnat_fwd_alive(const struct lbnat_cfg *c, const struct lbnat_key *rk,
+				      struct lbnat_session *s, struct lbnat_key *fk, __u64 now)
+{
+	struct lbnat_fwd *f = lbnat_fwd_of(rk, s, fk);
+
+	if (!f)
+		return 0;
+	lbnat_merge(s, f);
+	return !lbnat_expired(c, s, now);
+}
+
+/* Whether session (rk, s), in the established tables when est, is past
+ * its timeout at now. Its own stamp is the backend's side's: only when
+ * that one is old is the forward entry's read (and joined in), so that a
+ * reply reads one entry too. fk is room for a key. */
+static __always_inline int lbnat_dead(const struct lbnat_cfg *c, const struct lbnat_key *rk,
+				      struct lbnat_session *s, const int est, __u64 now,
+				      struct lbnat_key *fk)
+{
+	if (!lbnat_expired(c, s, now))
+		return 0;
+	return !est || !lbnat_fwd_alive(c, rk, s, fk, now);
 }
 
 /* An expired session is gone: the packet path removes it when it meets
@@ -109,37 +162,64 @@ static __always_inline void lbnat_reap(const struct lbnat_key *rk, const struct 
 		lbnat_count(LBNAT_NO_REPLY);
 }
 
-/* The session a client's packet (forward key fk) belongs to, with its
- * reverse key in *rk and in *est whether it is established. A forward
- * entry whose claim is gone or names another client is never used again:
- * it is deleted, and the packet counts as one without a session. */
-static __always_inline struct lbnat_session *lbnat_find(const struct lbnat_key *fk,
-							struct lbnat_key *rk, int *est)
+/* The session a client's packet (forward key fk, its established forward
+ * entry f or 0) belongs to, with its
+ * reverse key in *rk, in *est whether it is established and in *fp its
+ * established forward entry (joined into it: lbnat_merge), or 0. A
+ * forward entry whose claim is gone or names another client is never
+ * used again: it is deleted, and the packet counts as one without a
+ * session. The embryonic tables are looked in first for a session whose
+ * forward entry is embryonic. */
+static __always_inline struct lbnat_session *lbnat_find_from(const struct lbnat_key *fk,
+							     struct lbnat_fwd *f,
+							     struct lbnat_key *rk, int *est,
+							     struct lbnat_fwd **fp)
 {
-	struct lbnat_key *v = bpf_map_lookup_elem(&nat_fwd, fk);
-	int fwd_est = 1;
 	struct lbnat_session *s;
 
-	if (!v) {
-		v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
-		fwd_est = 0;
+	*fp = 0;
+	if (f) {
+		*rk = f->rk;
+		*est = 1;
+		s = bpf_map_lookup_elem(&nat_rev, rk);
+		if (!s) {
+			*est = 0;
+			s = bpf_map_lookup_elem(&nat_rev_syn, rk);
+		}
+	} else {
+		struct lbnat_key *v = bpf_map_lookup_elem(&nat_fwd_syn, fk);
+
 		if (!v)
 			return 0;
-	}
-	*rk = *v;
-	*est = 1;
-	s = bpf_map_lookup_elem(&nat_rev, rk);
-	if (!s) {
+		*rk = *v;
 		*est = 0;
 		s = bpf_map_lookup_elem(&nat_rev_syn, rk);
+		if (!s) {
+			/* Moved to the established tables meanwhile. */
+			*est = 1;
+			s = bpf_map_lookup_elem(&nat_rev, rk);
+		}
 	}
-	if (s && rk->proto == fk->proto && lbnat_owns(s, fk))
+	if (s && rk->proto == fk->proto && lbnat_owns(s, fk)) {
+		if (f && *est) {
+			lbnat_merge(s, f);
+			*fp = f;
+		}
 		return s;
-	if (fwd_est)
+	}
+	if (f)
 		bpf_map_delete_elem(&nat_fwd, fk);
 	else
 		bpf_map_delete_elem(&nat_fwd_syn, fk);
 	return 0;
+}
+
+/* lbnat_find_from, its established forward entry looked up here. */
+static __always_inline struct lbnat_session *lbnat_find(const struct lbnat_key *fk,
+							struct lbnat_key *rk, int *est,
+							struct lbnat_fwd **fp)
+{
+	return lbnat_find_from(fk, bpf_map_lookup_elem(&nat_fwd, fk), rk, est, fp);
 }
 
 /* The ports of the packet's transport header and where its checksum is,
@@ -310,7 +390,7 @@ static __always_inline int lbnat_claim_free(const struct lbnat_cfg *c, const str
 	struct lbnat_session *o = bpf_map_lookup_elem(&nat_rev, rk);
 
 	if (o) {
-		if (!lbnat_expired(c, o, now))
+		if (!lbnat_dead(c, rk, o, 1, now, tmp))
 			return 0;
 		lbnat_reap(rk, o, 1, tmp);
 	}
@@ -616,7 +696,7 @@ static __always_inline int lbnat_establishes(const struct lbnat_session *s, __u8
 
 /* A client's TCP segment on session s: FIN or RST closes it; its ACK of
  * the backend's reply establishes it (a SYN on a closing session never
- * gets here: it ends the session, xlb_lb_nat). The timestamp is written
+ * gets here: it ends the session, lbnat_session_of). The timestamp is written
  * only when it has aged, so that a busy session's packets do not all
  * write its cache line. */
 static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int tcp, __u64 now)
@@ -653,6 +733,11 @@ static __noinline int lbnat_promote(struct lbnat_scratch *x)
 
 	if (!s || !lbnat_owns(s, &x->fk))
 		return -1;
+	x->f.rk = x->rk;
+	x->f.last = s->last;
+	x->f.backend_id = s->backend_id;
+	x->f.state = s->state;
+	x->f.pad[0] = x->f.pad[1] = x->f.pad[2] = 0;
 	if (bpf_map_update_elem(&nat_rev, &x->rk, s, BPF_NOEXIST)) {
 		/* Another CPU moved it first, or there is no room. */
 		s = bpf_map_lookup_elem(&nat_rev, &x->rk);
@@ -667,7 +752,7 @@ static __noinline int lbnat_promote(struct lbnat_scratch *x)
 		bpf_map_delete_elem(&nat_rev, &x->rk);
 		return -1;
 	}
-	if (bpf_map_update_elem(&nat_fwd, &x->fk, &x->rk, BPF_ANY)) {
+	if (bpf_map_update_elem(&nat_fwd, &x->fk, &x->f, BPF_ANY)) {
 		bpf_map_delete_elem(&nat_rev, &x->rk);
 		lbnat_count(LBNAT_PROMOTE_FAILED);
 		return 0;
@@ -678,6 +763,81 @@ static __noinline int lbnat_promote(struct lbnat_scratch *x)
 	bpf_map_delete_elem(&nat_rev_syn, &x->rk);
 	lbnat_count(LBNAT_PROMOTED);
 	return 0;
+}
+
+/* lbnat_session_slow's packet bits, above the TCP flags. */
+#define LBNAT_PKT_TCP 0x100
+#define LBNAT_PKT_SYN 0x200
+
+/* lbnat_session_of for a packet that reads both entries (forward entry f
+ * as looked up, or 0; pkt: the TCP flags and LBNAT_PKT_*): 1 with the
+ * session's reverse key in x->rk and its backend id in x->bid, or 0.
+ * Out of line: the forward path's frame stays as small as the session's
+ * opening needs. */
+static __noinline int lbnat_session_slow(struct lbnat_scratch *x, const struct lbnat_cfg *c,
+					 struct lbnat_fwd *f, __u32 pkt, __u64 now)
+{
+	struct lbnat_session *s;
+	int tcp = !!(pkt & LBNAT_PKT_TCP);
+	__u8 flags = (__u8)pkt;
+	int est;
+
+	s = lbnat_find_from(&x->fk, f, &x->rk, &est, &f);
+	if (!s)
+		return 0;
+	if (lbnat_expired(c, s, now)) {
+		lbnat_reap(&x->rk, s, est, &x->fk);
+		return 0;
+	}
+	if ((pkt & LBNAT_PKT_SYN) && s->state == LBNAT_CLOSING) {
+		lbnat_remove(&x->rk, s, est, &x->fk);
+		return 0;
+	}
+	lbnat_touch(s, flags, tcp, now);
+	if (f) {
+		if (f->state != s->state)
+			f->state = s->state;
+		if (f->last != s->last)
+			f->last = s->last;
+	}
+	x->bid = s->backend_id;
+	if (!est && lbnat_establishes(s, flags, tcp) && lbnat_promote(x))
+		return 0;
+	return 1;
+}
+
+/* The session of the client's packet x->fk (TCP flags, 0 for UDP; syn:
+ * a SYN without ACK) at now, for both families: its reverse key, with
+ * its backend id in *bid, or 0 when it has none (the packet may open
+ * one). A packet of an established session that neither opens nor closes
+ * anything, the common one, reads and stamps its forward entry alone;
+ * the others read both entries and keep them agreeing: the session
+ * expires, closes, reopens on a SYN after closing (a new connection
+ * from a reused port, which takes the service's table as it is now, so
+ * that a drained backend gets none; a SYN on a syn session is a
+ * retransmission, one on an established session goes where the session
+ * goes), is established by the client's answer to its backend's reply,
+ * or is gone (its port reclaimed meanwhile). */
+static __always_inline const struct lbnat_key *lbnat_session_of(struct lbnat_scratch *x,
+								const struct lbnat_cfg *c,
+								__u8 flags, int tcp, int syn,
+								__u64 now, __u32 *bid)
+{
+	struct lbnat_fwd *f = bpf_map_lookup_elem(&nat_fwd, &x->fk);
+
+	if (f && !(tcp && (flags & (XLB_TCP_SYN | XLB_TCP_FIN | XLB_TCP_RST))) &&
+	    (__s64)(now - f->last) <= (__s64)lbnat_timeout(c, f->state) &&
+	    f->rk.proto == x->fk.proto) {
+		if (now - f->last > XLB_NAT_TOUCH_NS && (__s64)(now - f->last) > 0)
+			f->last = now;
+		*bid = f->backend_id;
+		return &f->rk;
+	}
+	if (!lbnat_session_slow(x, c, f, flags | (tcp ? LBNAT_PKT_TCP : 0) | (syn ? LBNAT_PKT_SYN : 0),
+				now))
+		return 0;
+	*bid = x->bid;
+	return &x->rk;
 }
 
 /* An ICMP error to the VIP about a reply the session's backend sent
@@ -703,6 +863,7 @@ static __noinline int xlb_lb_nat_icmp(struct xdp_md *ctx, const struct svc_slot 
 	__u8 *icmp = (void *)ip + ip->ihl * 4;
 	struct iphdr *q = (void *)(icmp + 8);
 	struct ports *qp;
+	struct lbnat_fwd *f;
 	int est;
 
 	/* parse_icmp_error checked these; the verifier wants them again. */
@@ -713,7 +874,7 @@ static __noinline int xlb_lb_nat_icmp(struct xdp_md *ctx, const struct svc_slot 
 		return drop(XLB_DROP_MALFORMED_L4);
 
 	lbnat_set_key(&x->fk, p->flow_src, ip->daddr, p->sport, p->dport, p->proto);
-	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est, &f);
 	if (!s)
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	if (lbnat_expired(c, s, bpf_ktime_get_coarse_ns())) {
@@ -790,35 +951,12 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	int tcp = p->proto == IPPROTO_TCP;
 	int syn = tcp && (flags & (XLB_TCP_SYN | XLB_TCP_ACK)) == XLB_TCP_SYN;
 	__u32 bid;
-	int est;
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	lbnat_set_key(&x->fk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
-	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+	const struct lbnat_key *rk = lbnat_session_of(x, c, flags, tcp, syn, now, &bid);
 
-	if (s && lbnat_expired(c, s, now)) {
-		lbnat_reap(&x->rk, s, est, &x->fk);
-		s = 0;
-	}
-	/* A SYN on a closing session is a new connection from a reused
-	 * port: the old session ends and the new one opens as any other,
-	 * from the service's table as it is now, so that a drained backend
-	 * gets no new connection. A SYN on a syn session is a retransmission,
-	 * one on an established session goes where the session goes
-	 * (docs/decisions/0007-nat-sessions.md). */
-	if (s && syn && s->state == LBNAT_CLOSING) {
-		lbnat_remove(&x->rk, s, est, &x->fk);
-		s = 0;
-	}
-	if (s) {
-		lbnat_touch(s, flags, tcp, now);
-		bid = s->backend_id;
-		/* The client's answer to its backend's reply: established. A
-		 * session gone meanwhile (its port reclaimed) is no session. */
-		if (!est && lbnat_establishes(s, flags, tcp) && lbnat_promote(x))
-			s = 0;
-	}
-	if (!s) {
+	if (!rk) {
 		if (tcp && !syn)
 			return drop(XLB_DROP_NAT_NO_SESSION);
 		int why = lbnat_open(x, svc, hash, now, tcp);
@@ -826,9 +964,9 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 		if (why)
 			return drop(why);
 		bid = x->s.backend_id;
+		rk = &x->rk;
 	}
 
-	struct lbnat_key *rk = &x->rk;
 	__be32 be = xlb_addr_v4(&rk->src);
 	struct backend_state *bst = lbnat_backend(rk, bid, svc->id, p->dport);
 	struct nh_entry *nh = &x->nh;
@@ -876,6 +1014,21 @@ static __always_inline int lbnat_reply_tuple(const struct lbnat_cfg *c, __be32 s
 	return 0;
 }
 
+/* The backend closed session (rk, s), in the established tables when est:
+ * its forward entry learns it too. fk is room for a key. */
+static __always_inline void lbnat_close(const struct lbnat_key *rk, struct lbnat_session *s,
+					const int est, struct lbnat_key *fk)
+{
+	struct lbnat_fwd *f;
+
+	s->state = LBNAT_CLOSING;
+	if (!est)
+		return;
+	f = lbnat_fwd_of(rk, s, fk);
+	if (f && f->state != LBNAT_CLOSING)
+		f->state = LBNAT_CLOSING;
+}
+
 /* The session of reply key rk, with *est saying where; an expired one is
  * removed and not returned. */
 static __always_inline struct lbnat_session *lbnat_find_reply(const struct lbnat_cfg *c,
@@ -891,7 +1044,7 @@ static __always_inline struct lbnat_session *lbnat_find_reply(const struct lbnat
 		if (!s)
 			return 0;
 	}
-	if (lbnat_expired(c, s, now)) {
+	if (lbnat_dead(c, rk, s, *est, now, fk)) {
 		lbnat_reap(rk, s, *est, fk);
 		return 0;
 	}
@@ -1022,7 +1175,7 @@ static __noinline int xlb_lb_nat_reply(struct xdp_md *ctx)
 	 * next packet establishes it (lbnat_establishes). */
 	if (p->proto == IPPROTO_TCP && (flags & (XLB_TCP_FIN | XLB_TCP_RST)) &&
 	    s->state != LBNAT_CLOSING) {
-		s->state = LBNAT_CLOSING;
+		lbnat_close(&x->rk, s, est, &x->fk);
 		/* The backend closes first: its TIME_WAIT starts now. */
 		if ((flags & XLB_TCP_FIN) && !(s->flags & LBNAT_DNAT))
 			lbnat_tw_mark(&x->rk, now,

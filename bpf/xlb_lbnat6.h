@@ -266,28 +266,12 @@ static __noinline int xlb_lb6_nat(struct xdp_md *ctx)
 	int tcp = p.proto == IPPROTO_TCP;
 	int syn = tcp && (flags & (XLB_TCP_SYN | XLB_TCP_ACK)) == XLB_TCP_SYN;
 	__u32 bid;
-	int est;
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	lbnat6_set_key(&x->fk, ip6->saddr, ip6->daddr, p.sport, p.dport, p.proto);
-	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+	const struct lbnat_key *rk = lbnat_session_of(x, c, flags, tcp, syn, now, &bid);
 
-	if (s && lbnat_expired(c, s, now)) {
-		lbnat_reap(&x->rk, s, est, &x->fk);
-		s = 0;
-	}
-	/* As for IPv4: a SYN on a closing session opens a new one. */
-	if (s && syn && s->state == LBNAT_CLOSING) {
-		lbnat_remove(&x->rk, s, est, &x->fk);
-		s = 0;
-	}
-	if (s) {
-		lbnat_touch(s, flags, tcp, now);
-		bid = s->backend_id;
-		if (!est && lbnat_establishes(s, flags, tcp) && lbnat_promote(x))
-			s = 0;
-	}
-	if (!s) {
+	if (!rk) {
 		if (tcp && !syn)
 			return drop(XLB_DROP_NAT_NO_SESSION);
 		__u32 hash = xlb_flow_hash6(ip6->saddr, ip6->daddr, hashed_sport(p.sport, svc->flags),
@@ -297,9 +281,9 @@ static __noinline int xlb_lb6_nat(struct xdp_md *ctx)
 		if (why)
 			return drop(why);
 		bid = x->s.backend_id;
+		rk = &x->rk;
 	}
 
-	struct lbnat_key *rk = &x->rk;
 	struct backend_state *bst = lbnat_backend(rk, bid, svc->id, p.dport);
 	struct nh_entry *nh = &x->nh;
 
@@ -366,13 +350,14 @@ static __noinline int xlb_lb6_nat_icmp(struct xdp_md *ctx)
 	__u8 *icmp = (void *)ip6 + p.l4_off;
 	struct ipv6hdr *q = (void *)(icmp + 8);
 	struct ports *qp = (void *)(q + 1);
+	struct lbnat_fwd *f;
 	int est;
 
 	/* parse_icmp6_error checked these; the verifier wants them again. */
 	if ((void *)(qp + 1) > data_end)
 		return drop(XLB_DROP_MALFORMED_L4);
 	lbnat6_set_key(&x->fk, p.flow_src, ip6->daddr, p.sport, p.dport, p.proto);
-	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est);
+	struct lbnat_session *s = lbnat_find(&x->fk, &x->rk, &est, &f);
 	if (!s)
 		return drop(XLB_DROP_NAT_NO_SESSION);
 	if (lbnat_expired(c, s, bpf_ktime_get_coarse_ns())) {
@@ -467,7 +452,7 @@ static __noinline int xlb_lb6_nat_reply(struct xdp_md *ctx)
 		return drop(XLB_DROP_MALFORMED_L4);
 	if (p.proto == IPPROTO_TCP && (flags & (XLB_TCP_FIN | XLB_TCP_RST)) &&
 	    s->state != LBNAT_CLOSING) {
-		s->state = LBNAT_CLOSING;
+		lbnat_close(&x->rk, s, est, &x->fk);
 		/* The backend closes first: its TIME_WAIT starts now. */
 		if ((flags & XLB_TCP_FIN) && !(s->flags & LBNAT_DNAT))
 			lbnat_tw_mark(&x->rk, now,

@@ -124,8 +124,10 @@ struct {
 /* NAT sessions (xlb_lbnat.h). A session is its reverse entry (the reply's
  * 5-tuple -> struct lbnat_session), which is also the claim of its port:
  * inserted with BPF_NOEXIST, so that no two sessions share a backend-side
- * 5-tuple; its forward entry (the client's 5-tuple -> the reverse key)
- * finds it from the client's side. Sessions not established yet
+ * 5-tuple; its forward entry (the client's 5-tuple -> the reverse key,
+ * and for an established session what its client's packets need, so
+ * that they read one entry: struct lbnat_fwd) finds it from the client's
+ * side. Sessions not established yet
  * (embryonic: unanswered, or answered and not acknowledged by the client)
  * live in LRU maps of their own, the others in plain hashes that never
  * evict: a SYN flood churns the first and cannot touch the second. The
@@ -138,7 +140,7 @@ struct {
 	__uint(map_flags, BPF_F_NO_PREALLOC);
 	__uint(max_entries, XLB_NAT_SESSIONS);
 	__type(key, struct lbnat_key);
-	__type(value, struct lbnat_key);
+	__type(value, struct lbnat_fwd);
 } nat_fwd SEC(".maps");
 
 struct {
@@ -191,11 +193,13 @@ struct lbnat_scratch {
 	struct lbnat_key tmp;    /* another session's forward key, while a claim is made */
 	struct lbnat_be_key bk;  /* a dnat backend being recorded */
 	struct lbnat_session s;  /* a session being opened */
+	struct lbnat_fwd f;      /* a session's established forward entry, being made */
 	struct nh_entry nh;      /* a next hop cached nowhere (generation 0) */
 	struct bpf_fib_lookup fib; /* the FIB's argument */
 	__u64 h;                 /* the port hash of the flow being opened */
 	__u32 range;             /* ports to draw from; 0: the claim as it is (dnat) */
 	__u32 ok;                /* a claim was made */
+	__u32 bid;               /* the backend id of the session found (lbnat_session_slow) */
 	__be32 be;               /* the backend's address, as the table gives it */
 	__u8 one;                /* nat_dnat_be's value */
 	__u8 strict;             /* candidates below this skip ports in a backend's TIME_WAIT */

@@ -328,8 +328,9 @@ struct xlb_ranges6 {
  * direction: client -> VIP:port in the forward tables (nat_fwd,
  * nat_fwd_syn), backend -> NAT address:allocated port (or -> client, for
  * dnat) in the reverse ones (nat_rev, nat_rev_syn), where it is also the
- * port's claim: no two sessions ever hold the same reverse key. A forward
- * entry's value is its session's reverse key. */
+ * port's claim: no two sessions ever hold the same reverse key. An
+ * embryonic forward entry's value is its session's reverse key, an
+ * established one's a struct lbnat_fwd. */
 struct lbnat_key {
 	union xlb_addr src;
 	union xlb_addr dst;
@@ -369,6 +370,20 @@ struct lbnat_session {
 	__u8 flags;        /* enum lbnat_flag */
 	__u8 pad[6];
 	struct nh_entry nh; /* the next hop towards the client */
+};
+
+/* An established session's forward entry (nat_fwd's value): its reverse
+ * key, and what the client's packets need of the session, so that one of
+ * them reads one entry: the backend, the state, and a timestamp of its
+ * own. The session (nat_rev) keeps the other: the later of the two is
+ * the session's last packet, and a state that closes is written to both
+ * (xlb_lbnat.h). */
+struct lbnat_fwd {
+	struct lbnat_key rk;
+	__u64 last;       /* bpf_ktime_get_coarse_ns of the client's last packet seen here */
+	__u32 backend_id; /* the session's */
+	__u8 state;       /* enum lbnat_state, as the session's */
+	__u8 pad[3];
 };
 
 /* The node-wide NAT settings (nat_cfg, one entry), written whole by the
@@ -561,6 +576,7 @@ _Static_assert(sizeof(struct ct_key) == 40 && sizeof(struct ct_entry) == 20, "co
 _Static_assert(sizeof(struct nh_entry) == 32 && sizeof(struct backend_state) == 48, "backend_state");
 _Static_assert(sizeof(struct chain_cfg) == 16, "chain_cfg");
 _Static_assert(sizeof(struct lbnat_key) == 40 && sizeof(struct lbnat_session) == 88 &&
+		       sizeof(struct lbnat_fwd) == 56 &&
 		       sizeof(struct lbnat_cfg) == 64 && sizeof(struct lbnat_be_key) == 20,
 	       "NAT sessions");
 _Static_assert(sizeof(union xlb_deny_cell) == 32, "deny cell");

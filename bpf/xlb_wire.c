@@ -35,6 +35,7 @@ struct xlb_wire_types {
 	struct xlb_ranges6 ranges6;
 	struct lbnat_key lbnat_key;
 	struct lbnat_session lbnat_session;
+	struct lbnat_fwd lbnat_fwd;
 	struct lbnat_cfg lbnat_cfg;
 	struct lbnat_be_key lbnat_be_key;
 	enum lbnat_state lbnat_state;

@@ -482,7 +482,7 @@ func TestNATSYNFlood(t *testing.T) {
 	var lost []netip.AddrPort
 	load.OnBroken = func(from netip.AddrPort) {
 		k := wire.SessionKey{Src: wire.AddrOf(from.Addr()), Dst: wire.AddrOf(nat.VIP), Sport: wire.Port(from.Port()), Dport: wire.Port(nat.Port), Proto: syscall.IPPROTO_TCP}
-		var v wire.SessionKey
+		var v wire.SessionFwd
 		if err := fwd.Lookup(&k, &v); err != nil {
 			mu.Lock()
 			lost = append(lost, from)

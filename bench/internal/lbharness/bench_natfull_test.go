@@ -38,12 +38,12 @@ func TestNATFullTable(t *testing.T) {
 	}
 	// Every session's forward entry names the reply the case sends.
 	for i, s := range sessions {
-		var rk wire.SessionKey
-		if err := env.objs.NatFwd.Lookup(natKey(s.fwd), &rk); err != nil {
+		var f wire.SessionFwd
+		if err := env.objs.NatFwd.Lookup(natKey(s.fwd), &f); err != nil {
 			t.Fatalf("session %d: no established forward entry: %v", i, err)
 		}
-		if rk != *natKey(s.rev) {
-			t.Fatalf("session %d: forward entry names %+v, the case replies as %+v", i, rk, *natKey(s.rev))
+		if f.Rk != *natKey(s.rev) {
+			t.Fatalf("session %d: forward entry names %+v, the case replies as %+v", i, f.Rk, *natKey(s.rev))
 		}
 	}
 
@@ -91,21 +91,37 @@ func TestNATFullTable(t *testing.T) {
 		for _, s := range sessions[:k] {
 			want[*natKey(s.rev)] = true
 		}
-		var rk wire.SessionKey
-		var v wire.Session
+		// A client's packet stamps its session's forward entry, a
+		// reply the session.
 		touched := 0
-		it := env.objs.NatRev.Iterate()
-		for it.Next(&rk, &v) {
-			if v.Last < t0 {
-				continue
+		hit := func(rk wire.SessionKey, last uint64) {
+			if last < t0 {
+				return
 			}
 			touched++
 			if !want[rk] {
 				t.Errorf("%s: session %+v was hit, not one of the first %d the case visits", c.name, rk, k)
 			}
 		}
-		if err := it.Err(); err != nil {
-			t.Fatal(err)
+		var key wire.SessionKey
+		if c.name == "forward" {
+			var f wire.SessionFwd
+			it := env.objs.NatFwd.Iterate()
+			for it.Next(&key, &f) {
+				hit(f.Rk, f.Last)
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			var v wire.Session
+			it := env.objs.NatRev.Iterate()
+			for it.Next(&key, &v) {
+				hit(key, v.Last)
+			}
+			if err := it.Err(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		if touched != k {
 			t.Errorf("%s: %d sessions hit in %d runs, want %d distinct ones", c.name, touched, k, k)

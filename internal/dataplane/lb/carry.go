@@ -23,11 +23,16 @@ import (
 // opened itself is never overwritten; a reverse key before its forward
 // entry, and a forward entry only if its session made it. A table that
 // shrank takes what fits. State whose layout changed otherwise than in
-// size starts empty.
+// size starts empty, but for the forward tables: a carried session
+// without a forward entry gets one made from the session itself.
 
 // natCarried are the maps carried over, the sessions' reverse tables
 // before their forward ones.
 var natCarried = []string{"nat_cfg", "nat_dnat_be", "nat_rev", "nat_rev_syn", "nat_fwd", "nat_fwd_syn"}
+
+// derived are the carried maps whose entries the sessions also give
+// (rebuildForward): one of another layout is made anew, not lost.
+var derived = map[string]bool{"nat_fwd": true, "nat_fwd_syn": true}
 
 // natCarry is the old NAT state a migration carries over, open from Load
 // to Attach.
@@ -60,7 +65,9 @@ func openCarry(pinPath string, spec *ebpf.CollectionSpec) (*natCarry, error) {
 		want.MaxEntries = m.MaxEntries()
 		if bpfobj.Fingerprint(want) != fp {
 			m.Close()
-			c.incompatible = append(c.incompatible, name)
+			if !derived[name] {
+				c.incompatible = append(c.incompatible, name)
+			}
 			continue
 		}
 		c.old[name] = m
@@ -127,11 +134,25 @@ func (c *natCarry) carry(d *Dataplane) error {
 			}
 		}
 	}
-	for _, name := range []string{"nat_fwd", "nat_fwd_syn"} {
-		old := c.old[name]
-		if old == nil {
-			continue
+	if old := c.old["nat_fwd"]; old != nil {
+		var keys []wire.SessionKey
+		var vals []wire.SessionFwd
+		var k wire.SessionKey
+		var v wire.SessionFwd
+		it := old.Iterate()
+		for it.Next(&k, &v) {
+			keys, vals = append(keys, k), append(vals, v)
 		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("carry sessions over: %w", err)
+		}
+		for i := range keys {
+			if err := carryForward(news, "nat_fwd", &keys[i], &vals[i], &vals[i].Rk); err != nil {
+				return err
+			}
+		}
+	}
+	if old := c.old["nat_fwd_syn"]; old != nil {
 		var keys, vals []wire.SessionKey
 		var k, v wire.SessionKey
 		it := old.Iterate()
@@ -142,12 +163,59 @@ func (c *natCarry) carry(d *Dataplane) error {
 			return fmt.Errorf("carry sessions over: %w", err)
 		}
 		for i := range keys {
-			if !hasSession(news, &vals[i]) {
-				continue
+			if err := carryForward(news, "nat_fwd_syn", &keys[i], &vals[i], &vals[i]); err != nil {
+				return err
 			}
-			err := news[name].Update(&keys[i], &vals[i], ebpf.UpdateNoExist)
+		}
+	}
+	return rebuildForward(news)
+}
+
+// carryForward puts forward entry (k, v) of session rk into table name
+// of maps, if the session made it there and the key is free.
+func carryForward(maps map[string]*ebpf.Map, name string, k *wire.SessionKey, v any, rk *wire.SessionKey) error {
+	if !hasSession(maps, rk) {
+		return nil
+	}
+	err := maps[name].Update(k, v, ebpf.UpdateNoExist)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) && !errors.Is(err, unix.E2BIG) {
+		return fmt.Errorf("carry sessions over: %w", err)
+	}
+	return nil
+}
+
+// rebuildForward gives every session of maps without a forward entry one
+// made from the session (the old forward tables were of another layout,
+// or lost an entry): a session whose client's packets find nothing would
+// end at the next one. Of two sessions of one client 5-tuple, the later
+// one gets it, as the program would have given it.
+func rebuildForward(maps map[string]*ebpf.Map) error {
+	for _, t := range []struct {
+		rev, fwd string
+		est      bool
+	}{{"nat_rev", "nat_fwd", true}, {"nat_rev_syn", "nat_fwd_syn", false}} {
+		type pick struct {
+			rk wire.SessionKey
+			v  wire.Session
+		}
+		best := map[wire.SessionKey]pick{}
+		if err := walkSessions(maps[t.rev], func(k *wire.SessionKey, v *wire.Session) {
+			fk := forwardKey(k, v)
+			if b, ok := best[fk]; !ok || int64(v.Last-b.v.Last) > 0 {
+				best[fk] = pick{*k, *v}
+			}
+		}); err != nil {
+			return fmt.Errorf("rebuild forward entries: %w", err)
+		}
+		for fk, b := range best {
+			var v any = &b.rk
+			if t.est {
+				f := forwardEntry(&b.rk, &b.v)
+				v = &f
+			}
+			err := maps[t.fwd].Update(&fk, v, ebpf.UpdateNoExist)
 			if err != nil && !errors.Is(err, ebpf.ErrKeyExist) && !errors.Is(err, unix.E2BIG) {
-				return fmt.Errorf("carry sessions over: %w", err)
+				return fmt.Errorf("rebuild forward entries: %w", err)
 			}
 		}
 	}

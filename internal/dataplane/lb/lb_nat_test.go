@@ -447,8 +447,9 @@ func TestLBNATRangeExhausted(t *testing.T) {
 	}
 }
 
-// setLast writes session k's timestamp, in the established tables or the
-// embryonic ones: the tests' clock.
+// setLast writes session k's timestamp, in the established tables (the
+// session's and its forward entry's: the client's packets stamp that
+// one) or the embryonic ones: the tests' clock.
 func (x *natFixture) setLast(k wire.SessionKey, est bool, last uint64) {
 	x.t.Helper()
 	m := x.d.objs.NatRevSyn
@@ -461,6 +462,18 @@ func (x *natFixture) setLast(k wire.SessionKey, est bool, last uint64) {
 	}
 	s.Last = last
 	if err := m.Put(&k, &s); err != nil {
+		x.t.Fatal(err)
+	}
+	if !est {
+		return
+	}
+	fk := forwardKey(&k, &s)
+	var f wire.SessionFwd
+	if err := x.d.objs.NatFwd.Lookup(&fk, &f); err != nil || f.Rk != k {
+		x.t.Fatalf("session %v: forward entry %+v (%v)", k, f, err)
+	}
+	f.Last = last
+	if err := x.d.objs.NatFwd.Put(&fk, &f); err != nil {
 		x.t.Fatal(err)
 	}
 }
@@ -642,11 +655,12 @@ func (x *natFixture) sessionTables(k wire.SessionKey, c tuple) (rev, revSyn bool
 	rev = x.d.objs.NatRev.Lookup(&k, &s) == nil
 	revSyn = x.d.objs.NatRevSyn.Lookup(&k, &s) == nil
 	fk := wire.SessionKey{Src: wire.AddrOf(c.src.Addr()), Dst: wire.AddrOf(c.dst.Addr()), Sport: wire.Port(c.src.Port()), Dport: wire.Port(c.dst.Port()), Proto: c.proto}
-	var v wire.SessionKey
-	if x.d.objs.NatFwd.Lookup(&fk, &v) == nil {
+	var f wire.SessionFwd
+	if x.d.objs.NatFwd.Lookup(&fk, &f) == nil {
 		fwd = &wire.SessionKey{}
-		*fwd = v
+		*fwd = f.Rk
 	}
+	var v wire.SessionKey
 	if x.d.objs.NatFwdSyn.Lookup(&fk, &v) == nil {
 		fwdSyn = &wire.SessionKey{}
 		*fwdSyn = v

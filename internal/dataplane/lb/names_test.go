@@ -81,7 +81,7 @@ func TestLBMapTypesAreWire(t *testing.T) {
 		{Map: "backend_stats", GoValue: wire.BackendState{}},
 		{Map: "svc_retired", GoValue: wire.Counter{}},
 		{Map: "nat_fwd", Key: true, GoValue: wire.SessionKey{}},
-		{Map: "nat_fwd", GoValue: wire.SessionKey{}},
+		{Map: "nat_fwd", GoValue: wire.SessionFwd{}},
 		{Map: "nat_rev", Key: true, GoValue: wire.SessionKey{}},
 		{Map: "nat_rev", GoValue: wire.Session{}},
 		{Map: "nat_fwd_syn", Key: true, GoValue: wire.SessionKey{}},

@@ -1,6 +1,7 @@
 package lb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
@@ -15,9 +16,11 @@ import (
 
 // NAT and DNAT services keep a session per connection in the program's
 // maps (bpf/xlb_lbnat.h): the established tables nat_fwd (client's
-// 5-tuple -> the session's reverse key) and nat_rev (reverse key, the
-// reply's 5-tuple and the port's claim -> the session), and their
-// embryonic twins nat_fwd_syn and nat_rev_syn, LRU maps for sessions not
+// 5-tuple -> the session's reverse key, with the backend, state and
+// timestamp the client's packets read there) and nat_rev (reverse key,
+// the reply's 5-tuple and the port's claim -> the session), and their
+// embryonic twins nat_fwd_syn (client's 5-tuple -> reverse key) and
+// nat_rev_syn, LRU maps for sessions not
 // established yet: their backend has not answered, or their client has
 // sent nothing since it did (a spoofed source never does). The program
 // opens, moves, stamps
@@ -344,13 +347,47 @@ func forwardKey(k *wire.SessionKey, v *wire.Session) wire.SessionKey {
 	return wire.SessionKey{Src: v.Client, Dst: v.Vip, Sport: v.ClientPort, Dport: v.VipPort, Proto: k.Proto}
 }
 
+// forwardEntry is the established forward entry of session (k, v), as
+// the program makes it when it establishes the session.
+func forwardEntry(k *wire.SessionKey, v *wire.Session) wire.SessionFwd {
+	return wire.SessionFwd{Rk: *k, Last: v.Last, BackendId: v.BackendId, State: v.State}
+}
+
+// forwardNames says whether forward table fwd's entry fk names session
+// k: an established table holds wire.SessionFwd values, an embryonic one
+// the reverse key alone.
+func forwardNames(fwd *ebpf.Map, fk, k *wire.SessionKey) bool {
+	if fwd.ValueSize() == uint32(binary.Size(wire.SessionFwd{})) {
+		var cur wire.SessionFwd
+		return fwd.Lookup(fk, &cur) == nil && cur.Rk == *k
+	}
+	var cur wire.SessionKey
+	return fwd.Lookup(fk, &cur) == nil && cur == *k
+}
+
+// joinForward adds to session (k, *v) of an established table what its
+// forward entry in fwd knows (the program's lbnat_merge): the client's
+// packets stamp only that one, and a state that closed is in both.
+func joinForward(fwd *ebpf.Map, k *wire.SessionKey, v *wire.Session) {
+	fk := forwardKey(k, v)
+	var f wire.SessionFwd
+	if fwd.Lookup(&fk, &f) != nil || f.Rk != *k {
+		return
+	}
+	if int64(f.Last-v.Last) > 0 {
+		v.Last = f.Last
+	}
+	if f.State == wire.SessionClosing {
+		v.State = wire.SessionClosing
+	}
+}
+
 // removeSession deletes session k from reverse table rev and its forward
 // entry from fwd, if that still names k: forward entry first, as the
 // program does. It says whether this call removed the session.
 func removeSession(fwd, rev *ebpf.Map, k *wire.SessionKey, v *wire.Session) (bool, error) {
 	fk := forwardKey(k, v)
-	var cur wire.SessionKey
-	if err := fwd.Lookup(&fk, &cur); err == nil && cur == *k {
+	if forwardNames(fwd, &fk, k) {
 		if err := fwd.Delete(&fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 			return false, fmt.Errorf("delete session: %w", err)
 		}
@@ -360,6 +397,14 @@ func removeSession(fwd, rev *ebpf.Map, k *wire.SessionKey, v *wire.Session) (boo
 			return false, nil
 		}
 		return false, fmt.Errorf("delete session: %w", err)
+	}
+	// The program may have established the session in between: its
+	// client's packets read the forward entry alone, which must not
+	// outlive the session.
+	if forwardNames(fwd, &fk, k) {
+		if err := fwd.Delete(&fk); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return false, fmt.Errorf("delete session: %w", err)
+		}
 	}
 	return true, nil
 }
@@ -428,7 +473,12 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 		read := 0
 		done, err := walkSome(t.rev, &sw.cursor[i], budget, func(k *wire.SessionKey, v *wire.Session) {
 			read++
-			if expired(&c, v, now) {
+			dead := expired(&c, v, now)
+			if dead && i != embryonicTables {
+				joinForward(t.fwd, k, v)
+				dead = expired(&c, v, now)
+			}
+			if dead {
 				old = append(old, victim{*k, *v})
 				return
 			}
@@ -448,7 +498,13 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 		for _, o := range old {
 			// A packet may have renewed it since the walk read it.
 			var cur wire.Session
-			if err := t.rev.Lookup(&o.k, &cur); err != nil || !expired(&c, &cur, monotonicNow()) {
+			if err := t.rev.Lookup(&o.k, &cur); err != nil {
+				continue
+			}
+			if i != embryonicTables {
+				joinForward(t.fwd, &o.k, &cur)
+			}
+			if !expired(&c, &cur, monotonicNow()) {
 				continue
 			}
 			ok, err := removeSession(t.fwd, t.rev, &o.k, &cur)
@@ -625,10 +681,13 @@ func (d *Dataplane) Sessions(vip netip.Addr, port uint16, proto uint8, max int) 
 	want, wport := wire.AddrOf(vip.Unmap()), wire.Port(port)
 	now := monotonicNow()
 	var out []Session
-	for _, t := range d.sessionTables() {
+	for i, t := range d.sessionTables() {
 		err := walkSessions(t.rev, func(k *wire.SessionKey, v *wire.Session) {
 			if max > 0 && len(out) >= max || v.Vip != want || v.VipPort != wport || k.Proto != proto {
 				return
+			}
+			if i != embryonicTables {
+				joinForward(t.fwd, k, v)
 			}
 			idle := time.Duration(0)
 			if now > v.Last {

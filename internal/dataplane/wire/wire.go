@@ -60,12 +60,16 @@ type (
 	// Ranges6 is a service's IPv6 source ranges (struct xlb_ranges6).
 	Ranges6 = wireXlbRanges6
 	// SessionKey is a NAT session's key in either direction (struct
-	// lbnat_key): a packet's 5-tuple as it arrives; the forward tables'
-	// value too, the session's reverse key.
+	// lbnat_key): a packet's 5-tuple as it arrives; the embryonic
+	// forward table's value too, the session's reverse key.
 	SessionKey = wireLbnatKey
 	// Session is a NAT session, the reverse tables' value (struct
 	// lbnat_session).
 	Session = wireLbnatSession
+	// SessionFwd is an established session's forward entry, nat_fwd's
+	// value (struct lbnat_fwd): the reverse key, and the backend, state
+	// and client-side timestamp the client's packets read there.
+	SessionFwd = wireLbnatFwd
 	// NATCfg is the node's NAT settings (struct lbnat_cfg).
 	NATCfg = wireLbnatCfg
 	// NATBackendKey is a dnat backend whose packets the reverse path

@@ -140,6 +140,15 @@ const (
 	wireLbnatFlagLBNAT_DNAT    wireLbnatFlag = 2
 )
 
+type wireLbnatFwd struct {
+	_         structs.HostLayout
+	Rk        wireLbnatKey
+	Last      uint64
+	BackendId uint32
+	State     uint8
+	Pad       [3]uint8
+}
+
 type wireLbnatKey struct {
 	_     structs.HostLayout
 	Src   wireXlbAddr
