@@ -169,6 +169,9 @@ func checkChained6(t *testing.T, out []byte, c chainCase) {
 		t.Fatalf("length %d, want %d", len(out), len(in))
 	}
 	wantDst, wantSrc, wantFrom := c.dstMAC, c.srcMAC, fxBackend6
+	if c.from.IsValid() {
+		wantFrom = c.from
+	}
 	if c.viaStack {
 		wantDst, wantSrc, wantFrom = in[0:6], in[6:12], netip.AddrFrom16([16]byte(in[22:38]))
 	}
