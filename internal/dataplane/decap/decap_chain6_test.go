@@ -124,7 +124,7 @@ var chainSets6 = Chain{Window: chainWindow,
 // fd00:9::/64, and fd00:6::/64 via a neighbour never resolved; veth0
 // forwards IPv6 as `xlb backend` makes it when it chains; the chaining
 // sets are chainSets6.
-func prepareChain6(t *testing.T, f *fixtureNS, objs *backendObjects) {
+func prepareChain6(t testing.TB, f *fixtureNS, objs *backendObjects) {
 	t.Helper()
 	n := f.Name
 	ipcmd(t, "-n", n, "addr", "add", fxBackend6.String()+"/64", "dev", "veth0", "nodad")
