@@ -257,9 +257,9 @@ static __always_inline __u32 chain_socket(struct xdp_md *ctx, struct iphdr *iph,
 			       sizeof(*iph), th);
 }
 
-/* The same for an IPv6 packet, in this host's network namespace. */
+/* The same for an IPv6 packet. */
 static __always_inline __u32 chain_socket6(struct xdp_md *ctx, struct ipv6hdr *iph,
-					   struct chain_tcphdr *th)
+					   struct chain_tcphdr *th, __u64 netns)
 {
 	struct bpf_sock_tuple t = {};
 
@@ -267,8 +267,8 @@ static __always_inline __u32 chain_socket6(struct xdp_md *ctx, struct ipv6hdr *i
 	__builtin_memcpy(t.ipv6.daddr, iph->daddr, sizeof(t.ipv6.daddr));
 	t.ipv6.sport = th->source;
 	t.ipv6.dport = th->dest;
-	return chain_sock_stat(bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv6), BPF_F_CURRENT_NETNS, 0),
-			       iph, sizeof(*iph), th);
+	return chain_sock_stat(bpf_skc_lookup_tcp(ctx, &t, sizeof(t.ipv6), netns, 0), iph,
+			       sizeof(*iph), th);
 }
 
 /* Whether local pod `pod` holds the connection of the packet inner/th
@@ -295,6 +295,28 @@ static __always_inline __u32 chain_pod_socket(struct xdp_md *ctx, struct iphdr *
 	piph.daddr = pod;
 	pth.dest = *target;
 	return chain_socket(ctx, &piph, &pth, *netns);
+}
+
+/* chain_pod_socket for an IPv6 packet inner/th to local IPv6 pod *pod. */
+static __always_inline __u32 chain_pod_socket6(struct xdp_md *ctx, struct ipv6hdr *inner,
+					       struct chain_tcphdr *th, const union xlb_addr *pod)
+{
+	struct nat_svc_key k = {.pod = *pod, .port = th->dest, .proto = IPPROTO_TCP};
+	struct chain_tcphdr pth;
+	struct ipv6hdr piph;
+	__be16 *target;
+	__u32 *netns;
+
+	__builtin_memcpy(k.vip.w, inner->daddr, sizeof(k.vip.w));
+	target = bpf_map_lookup_elem(&nat_svcs, &k);
+	netns = bpf_map_lookup_elem(&nat_pod_netns, pod);
+	if (!target || !netns)
+		return CHAIN_STAT_MAX;
+	__builtin_memcpy(&piph, inner, sizeof(piph));
+	__builtin_memcpy(&pth, th, sizeof(pth));
+	__builtin_memcpy(piph.daddr, pod->w, sizeof(piph.daddr));
+	pth.dest = *target;
+	return chain_socket6(ctx, &piph, &pth, *netns);
 }
 
 /* The end of chain_forward4 and chain_forward6, the outer header
@@ -564,7 +586,7 @@ static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth,
 		chain_count(CHAIN_SYN, inner_len);
 		return CHAIN_DELIVER;
 	}
-	stat = chain_socket6(ctx, inner, th);
+	stat = chain_socket6(ctx, inner, th, BPF_F_CURRENT_NETNS);
 	if (stat != CHAIN_STAT_MAX) {
 		chain_count(stat, inner_len);
 		return CHAIN_DELIVER;
@@ -580,7 +602,8 @@ static __always_inline int chain_decide6(struct xdp_md *ctx, struct ethhdr *eth,
  * as chained). One elsewhere gets the packet through the fabric, as in
  * the host mode. A pod whose network namespace is unknown is never
  * chained: its packet is delivered without a count, as without a hint.
- * IPv4 only (o is a tunnel over IPv4): the pods' lookups here are. */
+ * IPv4 (o is a tunnel over IPv4 to an IPv4 pod); chain_decide_pod6 is
+ * the IPv6 one. */
 static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *eth,
 					    struct chain_outer *o, struct iphdr *inner,
 					    __u32 inner_len, void *data_end, __be32 *pod)
@@ -645,6 +668,81 @@ static __always_inline int chain_decide_pod(struct xdp_md *ctx, struct ethhdr *e
 			return CHAIN_DELIVER;
 		}
 	}
+	return chain_no_owner(gen, newest, inner_len);
+}
+
+/* chain_pod_owner6's answer when owner is skipped (none, the pod itself
+ * or this host) or is a local pod without the connection. */
+#define CHAIN_NEXT_OWNER -2
+
+/* One previous owner of an IPv6 packet to local pod *pod that the pod
+ * holds no connection for (chain_decide_pod6): a local pod that holds it
+ * gets it (*pod becomes owner, CHAIN_DELIVER), one elsewhere gets the
+ * tunnel with next as the owner after it, as in chain_decide_pod. */
+static __always_inline int chain_pod_owner6(struct xdp_md *ctx, struct ethhdr *eth,
+					    struct chain_outer *o, struct ipv6hdr *inner,
+					    struct chain_tcphdr *th, __u32 inner_len,
+					    const union xlb_addr *owner, const union xlb_addr *next,
+					    union xlb_addr *pod)
+{
+	if (chain_addr_none(owner) || xlb_addr_eq(owner, pod) ||
+	    bpf_map_lookup_elem(&host_addrs, owner))
+		return CHAIN_NEXT_OWNER;
+	if (!bpf_map_lookup_elem(&nat_pods, owner)) {
+		if (chain_refused(&o->src, owner))
+			return XDP_DROP;
+		return chain_forward6(ctx, eth, o, owner, next);
+	}
+	if (chain_pod_socket6(ctx, inner, th, owner) == CHAIN_STAT_MAX)
+		return CHAIN_NEXT_OWNER;
+	if (chain_untrusted(&o->src))
+		return XDP_DROP;
+	chain_count(CHAIN_CHAINED, inner_len);
+	*pod = *owner;
+	return CHAIN_DELIVER;
+}
+
+/* chain_decide_pod for an inner IPv6 packet tunnelled over IPv6 to local
+ * IPv6 pod *pod, as an xlb node sends it to an IPv6 backend (GUE over
+ * IPv6 with the 40-byte hint, whose owners are IPv6 addresses): the
+ * pods' sockets looked up in IPv6 in their network namespaces, a local
+ * previous owner translated for, one elsewhere chained over IPv6. */
+static __always_inline int chain_decide_pod6(struct xdp_md *ctx, struct ethhdr *eth,
+					     struct chain_outer *o, struct ipv6hdr *inner,
+					     __u32 inner_len, void *data_end, union xlb_addr *pod)
+{
+	struct chain_tcphdr *th = chain_tcp6(o, inner, inner_len, data_end);
+	union xlb_addr vip, none = {};
+	struct chain_cfg *cfg;
+	__u32 newest, gen, stat;
+	int v;
+
+	if (!th || !o->v6)
+		return CHAIN_DELIVER;
+	cfg = chain_config();
+	gen = o->generation;
+	__builtin_memcpy(vip.w, inner->daddr, sizeof(vip.w));
+	newest = gen ? chain_newest_gen(cfg, &o->src, &vip, th->dest, gen) : 0;
+
+	if ((th->flags & (TCP_FLAG_SYN | TCP_FLAG_ACK)) == TCP_FLAG_SYN) {
+		chain_count(CHAIN_SYN, inner_len);
+		return CHAIN_DELIVER;
+	}
+	if (!bpf_map_lookup_elem(&nat_pod_netns, pod))
+		return CHAIN_DELIVER;
+	stat = chain_pod_socket6(ctx, inner, th, pod);
+	if (stat != CHAIN_STAT_MAX) {
+		chain_count(stat, inner_len);
+		return CHAIN_DELIVER;
+	}
+	if (!chain_fresh(cfg, o->changed))
+		return chain_no_owner(gen, newest, inner_len);
+	v = chain_pod_owner6(ctx, eth, o, inner, th, inner_len, &o->prev, &o->prev2, pod);
+	if (v != CHAIN_NEXT_OWNER)
+		return v;
+	v = chain_pod_owner6(ctx, eth, o, inner, th, inner_len, &o->prev2, &none, pod);
+	if (v != CHAIN_NEXT_OWNER)
+		return v;
 	return chain_no_owner(gen, newest, inner_len);
 }
 

@@ -124,6 +124,7 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 		if (strip + inner_len > outer_len)
 			return drop_malformed(to_pod);
 		if (to_pod) {
+			union xlb_addr pod;
 			int r;
 
 			/* An IPv6 VIP is translated for an IPv6 pod only. */
@@ -131,7 +132,14 @@ static __always_inline int decap_inner(struct xdp_md *ctx, struct ethhdr *eth, v
 				nat_count(NAT_DROP_NO_ENTRY, 0);
 				return XDP_DROP;
 			}
-			r = nat_forward6(data_end, inner6, inner_len, pod6);
+			pod = *pod6;
+			if (co) {
+				int v = chain_decide_pod6(ctx, eth, co, inner6, inner_len, data_end, &pod);
+
+				if (v != CHAIN_DELIVER)
+					return v;
+			}
+			r = nat_forward6(data_end, inner6, inner_len, &pod);
 			if (r != NAT_FWD && r != NAT_FWD_ICMP) {
 				nat_count(r, 0);
 				return XDP_DROP;
@@ -333,10 +341,8 @@ static __always_inline int decap6(struct xdp_md *ctx, struct ethhdr *eth, void *
 		if (!family)
 			return verdict(DECAP_DROP_GUE, 0, XDP_DROP);
 		strip = off + sizeof(struct udphdr) + glen;
-		/* A local pod's tunnel over IPv6 is not chained (chain_decide_pod
-		 * knows IPv4 pods only): delivered as plain GUE. */
-		if (!to_pod && chain_read(&co, ip6, 1, (void *)gue - sizeof(struct udphdr), gue + 1,
-					  hlen, data_end))
+		if (chain_read(&co, ip6, 1, (void *)gue - sizeof(struct udphdr), gue + 1, hlen,
+			       data_end))
 			hinted = &co;
 	}
 	return decap_inner(ctx, eth, ip6, 0, strip, outer_len, family, stat, hinted, to_pod,

@@ -7,9 +7,9 @@ import (
 )
 
 // A daisy-chained service may have a VIP and backends of either family,
-// mixed too: each slot's hint names owners of its backend's family. Only
-// pods (translatePorts: their node translates and chains) must be IPv4,
-// and an IPv6 one is refused at its line.
+// mixed too: each slot's hint names owners of its backend's family. Pods
+// (translatePorts: their node translates and chains) may be IPv6 too:
+// their node chains IPv6 pods as it chains IPv4 ones.
 func TestDaisyChainFamilies(t *testing.T) {
 	const chained = `node:
   interface: eth0
@@ -41,12 +41,22 @@ services:
 				t.Errorf("VIP %s: service %+v, want daisy-chained with backends %v", vip, s, backends)
 			}
 		}
-		doc := strings.Replace(strings.Replace(chained, "address: 10.0.3.3", `address: "fd00:3::2"`, 1), `"2001:db8:99::1"`, vip, 1)
-		doc = strings.Replace(doc, "    flows: daisy-chain\n", "    flows: daisy-chain\n    translatePorts: true\n", 1)
-		_, err := Parse(file, []byte(doc))
-		want := "agent.yaml:14: services[0].backends[1].address: fd00:3::2 is IPv6, and with translatePorts (pods in xlb backend's Kubernetes mode) flows: daisy-chain reaches IPv4 backends only"
-		if err == nil || !strings.Contains(err.Error(), want) {
-			t.Errorf("VIP %s, an IPv6 pod: %v, want %q", vip, err, want)
-		}
+	}
+	// IPv6 pods behind the IPv6 VIP, with their history: accepted.
+	doc := strings.Replace(strings.Replace(chained, "address: 10.0.3.3", `address: "fd00:244::3"`, 1), "address: 10.0.3.2", `address: "fd00:244::2"`, 1)
+	doc = strings.Replace(doc, "    flows: daisy-chain\n", "    flows: daisy-chain\n    translatePorts: true\n", 1)
+	doc += `    history:
+      - until: 2026-11-25T10:00:00Z
+        backends:
+          - address: "fd00:244::4"
+`
+	cfg, err := Parse(file, []byte(doc))
+	if err != nil {
+		t.Fatalf("IPv6 pods: %v", err)
+	}
+	s := cfg.Services[0]
+	if !s.TranslatePorts || s.Flows != FlowsDaisyChain || len(s.Backends) != 2 || !s.Backends[0].Address.Is6() || !s.Backends[1].Address.Is6() ||
+		len(s.History) != 1 || s.History[0].Backends[0].Address != netip.MustParseAddr("fd00:244::4") {
+		t.Errorf("IPv6 pods: service %+v, want daisy-chained IPv6 pods with translatePorts and their history", s)
 	}
 }

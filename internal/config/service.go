@@ -267,32 +267,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		return s, len(g.V)
 	}
 	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, check, s.Forwarding)
-	if s.Flows == FlowsDaisyChain && s.TranslatePorts {
-		c.chainedPods(g, join(path, "backends"), s.Backends)
-	}
 	return s, len(g.V)
-}
-
-// chainedPods refuses the IPv6 backends of a daisy-chained service whose
-// backends' hosts translate VIP:port for them (translatePorts: pods, in
-// xlb backend's Kubernetes mode; checked: the backends kept). A node
-// chains only its IPv4 pods' packets (its pod lookups are IPv4), so an
-// IPv6 pod would lose its connections as without daisy chaining. Hosts
-// with the VIP on lo chain either family.
-func (c *checker) chainedPods(f schema.Field[[]schema.Field[schema.Backend]], path string, checked []Backend) {
-	kept := make(map[netip.Addr]bool, len(checked))
-	for _, b := range checked {
-		kept[b.Address] = true
-	}
-	for i, item := range f.V {
-		g := item.V.Address
-		if item.Bad || !valid(g) {
-			continue
-		}
-		if a, err := netip.ParseAddr(string(g.V)); err == nil && a.Is6() && kept[a] {
-			c.errorf(g.At.Value, join(index(path, i), "address"), "%s is IPv6, and with translatePorts (pods in xlb backend's Kubernetes mode) flows: daisy-chain reaches IPv4 backends only: a node chains the packets of its IPv4 pods alone; use IPv4 pods, remove flows: daisy-chain, or serve the backends with the VIP on lo (no translatePorts), where IPv6 backends are chained", a)
-		}
-	}
 }
 
 // natFamilies says why backend a of a service with forwarding fwd

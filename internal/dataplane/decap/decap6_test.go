@@ -361,9 +361,9 @@ func TestDecapIPv6(t *testing.T) {
 	}
 }
 
-// TestDecapIPv6ToPod: the Kubernetes mode translates IPv4 VIPs only; an
-// IPv6 packet tunnelled to a local pod is dropped, counted as having no
-// translation, and reaches no pod.
+// TestDecapIPv6ToPod: the Kubernetes mode translates within one family;
+// an IPv6 packet tunnelled to a local IPv4 pod is dropped, counted as
+// having no translation, and reaches no pod.
 func TestDecapIPv6ToPod(t *testing.T) {
 	requirePrivileges(t)
 	f := newFixtureNS(t)

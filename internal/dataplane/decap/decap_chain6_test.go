@@ -124,7 +124,7 @@ var chainSets6 = Chain{Window: chainWindow,
 // fd00:9::/64, and fd00:6::/64 via a neighbour never resolved; veth0
 // forwards IPv6 as `xlb backend` makes it when it chains; the chaining
 // sets are chainSets6.
-func prepareChain6(t *testing.T, f *fixtureNS, objs *backendObjects) {
+func prepareChain6(t testing.TB, f *fixtureNS, objs *backendObjects) {
 	t.Helper()
 	n := f.Name
 	ipcmd(t, "-n", n, "addr", "add", fxBackend6.String()+"/64", "dev", "veth0", "nodad")
@@ -169,6 +169,9 @@ func checkChained6(t *testing.T, out []byte, c chainCase) {
 		t.Fatalf("length %d, want %d", len(out), len(in))
 	}
 	wantDst, wantSrc, wantFrom := c.dstMAC, c.srcMAC, fxBackend6
+	if c.from.IsValid() {
+		wantFrom = c.from
+	}
 	if c.viaStack {
 		wantDst, wantSrc, wantFrom = in[0:6], in[6:12], netip.AddrFrom16([16]byte(in[22:38]))
 	}

@@ -292,6 +292,14 @@ func TestDecapChainPodsTrust(t *testing.T) {
 	}
 }
 
+// clientOf is the fixture's client of server's family.
+func clientOf(server netip.Addr) netip.Addr {
+	if server.Is6() {
+		return fxClient6
+	}
+	return fxClient
+}
+
 // dialFrom opens a connection from the client's port `port` (0: any) to
 // server, a listener it starts in the namespace of runner, and returns
 // the client port; listener and connection stay open until the test
@@ -305,7 +313,7 @@ func dialFrom(t testing.TB, runner *netns.Runner, server netip.AddrPort, port ui
 		if ln, err = net.Listen("tcp", server.String()); err != nil {
 			return err
 		}
-		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(fxClient, port)), Timeout: 5 * time.Second}
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(clientOf(server.Addr()), port)), Timeout: 5 * time.Second}
 		if c, err = d.Dial("tcp", server.String()); err != nil {
 			ln.Close()
 			return err

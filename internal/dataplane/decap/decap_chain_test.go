@@ -576,7 +576,7 @@ func timeWaitConn(t *testing.T, runner *netns.Runner, ns string, server netip.Ad
 			return err
 		}
 		defer ln.Close()
-		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(fxClient, 0)), Timeout: 5 * time.Second}
+		d := net.Dialer{LocalAddr: net.TCPAddrFromAddrPort(netip.AddrPortFrom(clientOf(server.Addr()), 0)), Timeout: 5 * time.Second}
 		c, err := d.Dial("tcp", server.String())
 		if err != nil {
 			return err
@@ -598,7 +598,7 @@ func timeWaitConn(t *testing.T, runner *netns.Runner, ns string, server netip.Ad
 	}
 	// The server's socket is in TIME-WAIT once the client's FIN is
 	// acknowledged: ss lists it.
-	want := fmt.Sprintf("%s:%d", fxClient, client)
+	want := netip.AddrPortFrom(clientOf(server.Addr()), client).String()
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Htn", "state", "time-wait", "sport", fmt.Sprintf("= :%d", server.Port())).CombinedOutput()

@@ -18,16 +18,18 @@ import (
 // through BPF_PROG_TEST_RUN: the XDP program xlb_decap (decapsulation,
 // daisy chaining with the chaining sets, the Kubernetes mode's
 // translation to local pods) and the TC program xlb_nat_reply (the pods'
-// replies). The maps hold a VIP on this host, two local pods with
-// translations and flow records, and the chaining sets of the chaining
-// tests, so that every branch is reachable. Whatever arrives:
+// replies). The maps hold a VIP of each family on this host, two local
+// pods of each family with translations, connections and flow records,
+// and the chaining sets of the chaining tests (IPv6 too), so that every
+// branch is reachable. Whatever arrives:
 //
 //   - each program returns a verdict it can give;
 //
 //   - a frame xlb_decap sends back out (XDP_TX, redirect, or through the
-//     stack re-addressed) is a GUE packet from a known xlb node or backend
-//     that goes to a known previous owner, with nothing changed but the
-//     outer addresses, TTL and checksums and the hint's previous owners;
+//     stack re-addressed) is a GUE packet, over IPv4 or IPv6, from a known
+//     xlb node or backend that goes to a known previous owner, with
+//     nothing changed but the outer addresses, TTL or hop limit and
+//     checksums and the hint's previous owners;
 //
 //   - a frame it passes is untouched, or exactly the inner packet of the
 //     tunnel, for a local VIP, or translated for a local pod in the
@@ -39,11 +41,16 @@ import (
 //     go test -fuzz FuzzBackendProgram -fuzztime 30s ./internal/dataplane/
 func FuzzBackendProgram(f *testing.F) {
 	fx, objs := newChainFixture(f)
+	prepareChain6(f, fx, objs)
 	conn := dialVIP(f, fx)
 	pod1 := newFixturePod(f, fx, "vpod1", fxPod1)
 	pod2 := newFixturePod(f, fx, "vpod2", fxPod2)
 	pods := []*podNS{pod1, pod2}
 	translateFor(f, objs, pods, pods...)
+	pod61 := newFixturePod6(f, fx, "vpod61", fxPod6)
+	pod62 := newFixturePod6(f, fx, "vpod62", fxPod6b)
+	pods6 := []*podNS{pod61, pod62}
+	translateFor6(f, objs, pods6, pods6...)
 	for _, p := range pods {
 		if err := objs.NatSvcs.Put(natSvcKeyOf(fxVIP, p.addr, 53), be16bytes(5353)); err != nil {
 			f.Fatal(err)
@@ -65,8 +72,8 @@ func FuzzBackendProgram(f *testing.F) {
 	if err := objs.NatRevPorts.Put(rev, wire.NATVIP{Vip: wire.AddrOf(fxVIP), Port: wire16(80)}); err != nil {
 		f.Fatal(err)
 	}
-	// An IPv6 pod, in the maps only (no socket of it is looked up), with
-	// a reply flow and the fallback for its port.
+	// The first IPv6 pod's UDP translation, a reply flow and the
+	// fallback for its port.
 	for _, proto := range []uint8{wire.ProtoTCP, wire.ProtoUDP} {
 		k := natSvcKeyOf(fxVIP6, fxPod6, 80)
 		k.Proto = proto
@@ -88,7 +95,7 @@ func FuzzBackendProgram(f *testing.F) {
 	// Fuzzing workers are ended without running cleanups: drop the
 	// namespaces' names now, so that each lives only as long as the
 	// thread parked in it, and goes with the worker however that ends.
-	for _, ns := range []string{fx.Name, pod1.name, pod2.name} {
+	for _, ns := range []string{fx.Name, pod1.name, pod2.name, pod61.name, pod62.name} {
 		if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 			f.Fatalf("ip netns del %s: %v: %s", ns, err, out)
 		}
@@ -97,12 +104,13 @@ func FuzzBackendProgram(f *testing.F) {
 	// The seeds must reach every kind of outcome the checks know, or
 	// the checks could pass for want of cases.
 	seen := map[string]bool{}
-	for _, s := range backendSeeds(fx, conn, pod1, pod2) {
+	for _, s := range backendSeeds(fx, conn, pod1, pod2, pod61, pod62) {
 		f.Add(s)
 		decap, reply := runBackendFrame(f, fx, objs, s)
 		seen[decap], seen[reply] = true, true
 	}
-	for _, k := range []string{"drop", "sent on", "sent on through the stack", "untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
+	for _, k := range []string{"drop", "sent on", "sent on through the stack", "sent on over IPv6", "sent on over IPv6 through the stack",
+		"untouched", "decapsulated", "decapsulated IPv6", "translated for a pod",
 		"translated for an IPv6 pod", "ICMPv6 error translated for an IPv6 pod", "reply unchanged", "reply translated", "IPv6 reply translated",
 		"ICMP error translated", "IPv6 ICMP error translated"} {
 		if !seen[k] {
@@ -141,7 +149,7 @@ func runBackendFrame(t testing.TB, fx *fixtureNS, objs *backendObjects, frame []
 // backendSeeds are frames of the backend tests: tunnels to the host and
 // to a pod, with and without a hint, from known and unknown sources,
 // and replies of the pods.
-func backendSeeds(fx *fixtureNS, conn uint16, pod1, pod2 *podNS) [][]byte {
+func backendSeeds(fx *fixtureNS, conn uint16, pod1, pod2, pod61, pod62 *podNS) [][]byte {
 	now := uint32(time.Now().Unix())
 	var none netip.Addr
 	ack := func(sport, dport uint16) []byte { return tcpSeg(fx.MAC, sport, dport, 1000, 1, 0x10) }
@@ -192,13 +200,13 @@ func backendSeeds(fx *fixtureNS, conn uint16, pod1, pod2 *podNS) [][]byte {
 	inICMP[24], inICMP[25] = 0, 0
 	binary.BigEndian.PutUint16(inICMP[24:], csum(inICMP[14:34]))
 	out = append(out, encapsulate(inICMP, fxPod1, wire.GUEPort, []byte{0, 4, 0, 0}), encapsulate(inICMP, fxPod1, 0, nil))
-	return append(out, backendSeeds6(fx)...)
+	return append(out, backendSeeds6(fx, pod61, pod62)...)
 }
 
 // backendSeeds6 are IPv6 frames: tunnels of every family pair to this
 // host (IPv6 VIP inside, or the IPv4 one under an IPv6 outer header),
 // with extension headers, to a pod, and neighbour discovery.
-func backendSeeds6(fx *fixtureNS) [][]byte {
+func backendSeeds6(fx *fixtureNS, pod61, pod62 *podNS) [][]byte {
 	tcp6 := seg{src: fxClient6, dst: fxVIP6, sport: 40000, dport: 80, proto: nhTCP, seq: 1000, flags: 0x02}.datagram()
 	udp6 := seg{src: fxClient6, dst: fxVIP6, sport: 5353, dport: 53, proto: nhUDP, payload: []byte("q")}.datagram()
 	tcp4 := seg{src: fxClient, dst: fxVIP, sport: 40000, dport: 80, proto: nhTCP, seq: 1000}.datagram()
@@ -219,6 +227,19 @@ func backendSeeds6(fx *fixtureNS) [][]byte {
 		}
 	}
 	out = append(out, ethFrame(fx.MAC, tunnel{dst: fxBackend6, gue: hint6GUE(nhIPIP, chainPrev6TX, none, now, now)}.wrap(tcp4)))
+	// To the first IPv6 pod: its own connection, the second pod's (its
+	// previous owner), an unresolved next hop, an unknown source.
+	ackOf := func(sport uint16) []byte {
+		return seg{src: fxClient6, dst: fxVIP6, sport: sport, dport: 80, proto: nhTCP, seq: 1000, ack: 1, flags: 0x10}.datagram()
+	}
+	toPod6 := func(inner, h []byte) []byte { return ethFrame(fx.MAC, tunnel{dst: fxPod6, gue: h}.wrap(inner)) }
+	stranger := toPod6(ack6, hint6GUE(nhIPv6, chainPrev6TX, none, now, now))
+	copy(stranger[14+8:14+24], chainStranger6.AsSlice())
+	out = append(out,
+		toPod6(ackOf(pod61.conns[0]), hint6GUE(nhIPv6, chainPrev6TX, none, now, now)),
+		toPod6(ackOf(pod62.conns[0]), hint6GUE(nhIPv6, fxPod6b, none, now, now)),
+		toPod6(ack6, hint6GUE(nhIPv6, fxPod6b, chainPrev6NoNeigh, now, now)),
+		stranger)
 	for _, tn := range []tunnel{
 		{dst: fxBackend6}, {dst: fxBackend}, {dst: fxBackend6, gue: gue6}, {dst: fxBackend6, gue: gueV1},
 		{dst: fxBackend6, gue: gue6Hint}, {dst: fxBackend, gue: gue6}, {dst: fxBackend, gue: gue6Hint},
@@ -276,7 +297,7 @@ func runTC(t testing.TB, prog *ebpf.Program, frame []byte) (uint32, []byte) {
 
 // The fuzz fixture's sets: what may be sent back out, from where.
 func fuzzTrusted(a netip.Addr) bool {
-	return prefixesContain(chainSets.From, a) || prefixesContain(chainSets.To, a)
+	return prefixesContain(chainSets6.From, a) || prefixesContain(chainSets6.To, a)
 }
 
 func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
@@ -286,7 +307,8 @@ func prefixesContain(ps []netip.Prefix, a netip.Addr) bool {
 var (
 	fxPod6    = netip.MustParseAddr("fd00:244::2")
 	fuzzHosts = []netip.Addr{fxBackend, fxBackend6}
-	fuzzPods  = []netip.Addr{fxPod1, fxPod2, fxPod6}
+	fuzzPods6 = []netip.Addr{fxPod6, fxPod6b}
+	fuzzPods  = []netip.Addr{fxPod1, fxPod2, fxPod6, fxPod6b}
 )
 
 func wireAddr(b []byte) netip.Addr { return netip.AddrFrom4([4]byte(b[:4])) }
@@ -302,12 +324,19 @@ func checkDecapOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 		}
 		return "drop"
 	case xdpTX, xdpRedirect:
+		if binary.BigEndian.Uint16(frame[12:]) == 0x86dd {
+			checkSentOn6(t, frame, out, false)
+			return "sent on over IPv6"
+		}
 		checkSentOn(t, frame, out, false)
 		return "sent on"
 	case xdpPass:
 		switch {
 		case bytes.Equal(out, frame):
 			return "untouched"
+		case len(out) == len(frame) && binary.BigEndian.Uint16(frame[12:]) == 0x86dd:
+			checkSentOn6(t, frame, out, true)
+			return "sent on over IPv6 through the stack"
 		case len(out) == len(frame):
 			checkSentOn(t, frame, out, true)
 			return "sent on through the stack"
@@ -338,7 +367,7 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 	if !fuzzTrusted(src) {
 		t.Fatalf("sent on a packet from %v, which is no known xlb node or backend", src)
 	}
-	if !prefixesContain(chainSets.To, newDst) {
+	if !prefixesContain(chainSets6.To, newDst) {
 		t.Fatalf("sent on to %v, which is no known previous owner", newDst)
 	}
 	wantSrc := dst
@@ -366,6 +395,59 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 		case i >= 14+20+8+4 && i < 14+20+8+12:
 		default:
 			t.Fatalf("sending on changed byte %d: %x -> %x", i, frame[i], out[i])
+		}
+	}
+}
+
+// checkSentOn6 is checkSentOn for a tunnel over IPv6: the GUE packet
+// with the 40-byte hint after the option headers decap6 skips; hop
+// limit 64, the UDP checksum 0.
+func checkSentOn6(t testing.TB, frame, out []byte, viaStack bool) {
+	t.Helper()
+	if len(out) != len(frame) || len(frame) < 14+40 {
+		t.Fatalf("sent on over IPv6: %d bytes from %d, want the same length and a hinted GUE packet", len(out), len(frame))
+	}
+	off, nh := 14+40, frame[14+6]
+	for i := 0; i < 2 && (nh == nhHop && i == 0 || nh == nhDst) && off+2 <= len(frame); i++ {
+		nh, off = frame[off], off+(int(frame[off+1])+1)*8
+	}
+	udp, gue := off, off+8
+	if nh != nhUDP || len(frame) < gue+44 || binary.BigEndian.Uint16(frame[udp+2:]) != wire.GUEPort || frame[gue]&0x3f != 10 {
+		t.Fatalf("sent on a frame that is no GUE packet over IPv6 with the 40-byte hint: %x", frame)
+	}
+	addr := func(b []byte) netip.Addr { return netip.AddrFrom16([16]byte(b[:16])) }
+	src, dst := addr(frame[14+8:]), addr(frame[14+24:])
+	newSrc, newDst := addr(out[14+8:]), addr(out[14+24:])
+	if !fuzzTrusted(src) {
+		t.Fatalf("sent on a packet from %v, which is no known xlb node or backend", src)
+	}
+	if !prefixesContain(chainSets6.To, newDst) {
+		t.Fatalf("sent on to %v, which is no known previous owner", newDst)
+	}
+	wantSrc := dst
+	if viaStack {
+		wantSrc = src
+	}
+	if newSrc != wantSrc || !(slices.Contains(fuzzHosts, dst) || slices.Contains(fuzzPods, dst)) {
+		t.Fatalf("sent on from %v (tunnel %v -> %v): want from %v, a tunnel to this host or a local pod", newSrc, src, dst, wantSrc)
+	}
+	if out[14+7] != 64 || out[udp+6] != 0 || out[udp+7] != 0 {
+		t.Fatalf("sent-on headers: hop limit %d, UDP checksum %x", out[14+7], out[udp+6:udp+8])
+	}
+	// What chaining may change: the MACs (not via the stack), the hop
+	// limit and addresses, the UDP checksum, the hint's two owners.
+	for i := range frame {
+		if frame[i] == out[i] {
+			continue
+		}
+		switch {
+		case i < 12 && !viaStack:
+		case i == 14+7:
+		case i >= 14+8 && i < 14+40:
+		case i == udp+6, i == udp+7:
+		case i >= gue+4 && i < gue+4+32:
+		default:
+			t.Fatalf("sending on over IPv6 changed byte %d: %x -> %x", i, frame[i], out[i])
 		}
 	}
 }
@@ -409,7 +491,10 @@ func checkDecapsulated(t testing.TB, frame, out []byte) string {
 		// Translated for an IPv6 pod: its address and port, and the
 		// transport checksum, nothing else; of an ICMPv6 error, the
 		// quote's source address and port too.
-		if dst != fxPod6 || netip.AddrFrom16([16]byte(inner[24:40])) != fxPod6 || orig[6] != nhTCP && orig[6] != nhUDP && orig[6] != nhICMP6 {
+		// A local previous owner that holds the connection gets it in
+		// the tunnel's pod's stead.
+		if !slices.Contains(fuzzPods6, dst) || !slices.Contains(fuzzPods6, netip.AddrFrom16([16]byte(inner[24:40]))) ||
+			orig[6] != nhTCP && orig[6] != nhUDP && orig[6] != nhICMP6 {
 			t.Fatalf("passed an IPv6 packet to %x, tunnel to %v: neither this host's VIP nor the IPv6 pod", inner[24:40], dst)
 		}
 		allowed := func(i int) bool {
@@ -499,10 +584,10 @@ func checkReplyOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 		src, nsrc := netip.AddrFrom16([16]byte(ip[8:24])), netip.AddrFrom16([16]byte(out[14+8:14+24]))
 		if ip[6] == nhICMP6 {
 			q := 14 + 48
-			if len(frame) < q+44 || netip.AddrFrom16([16]byte(frame[q+24:q+40])) != fxPod6 || netip.AddrFrom16([16]byte(out[q+24:q+40])) != fxVIP6 {
+			if len(frame) < q+44 || !slices.Contains(fuzzPods6, netip.AddrFrom16([16]byte(frame[q+24:q+40]))) || netip.AddrFrom16([16]byte(out[q+24:q+40])) != fxVIP6 {
 				t.Fatalf("ICMPv6 error changed, its quote's destination not the IPv6 pod become the VIP: %x -> %x", frame, out)
 			}
-			if src != nsrc && (src != fxPod6 || nsrc != fxVIP6) {
+			if src != nsrc && (!slices.Contains(fuzzPods6, src) || nsrc != fxVIP6) {
 				t.Fatalf("ICMPv6 error from %v became from %v: only the pod's source becomes the VIP's", src, nsrc)
 			}
 			for i := range frame {
@@ -512,7 +597,7 @@ func checkReplyOutput(t testing.TB, frame []byte, v uint32, out []byte) string {
 			}
 			return "IPv6 ICMP error translated"
 		}
-		if src != fxPod6 || nsrc != fxVIP6 || ip[6] != nhTCP && ip[6] != nhUDP {
+		if !slices.Contains(fuzzPods6, src) || nsrc != fxVIP6 || ip[6] != nhTCP && ip[6] != nhUDP {
 			t.Fatalf("IPv6 reply from %v (next header %d) became from %v: want the IPv6 pod's TCP or UDP become the VIP's", src, ip[6], nsrc)
 		}
 		off := 14 + 40 + 16

@@ -68,7 +68,9 @@ func daisyChained(svc *corev1.Service) bool {
 }
 
 // endpointSets returns the backend sets of svc's TCP and UDP ports that
-// have backends, as the agents compute them (endpoints.Backends).
+// have backends, as the agents compute them (endpoints.BackendsOf): the
+// IPv4 endpoints under the port's history.PortKey, the IPv6 ones (those
+// of the Service's IPv6 address) under its history.PortKey6.
 func (r *reconciler) endpointSets(svc *corev1.Service) history.Sets {
 	var eps []*discoveryv1.EndpointSlice
 	if r.slices != nil {
@@ -88,21 +90,25 @@ func (r *reconciler) endpointSets(svc *corev1.Service) history.Sets {
 		if port.Port < 1 || port.Port > 65535 {
 			continue
 		}
-		if bs := endpoints.Backends(eps, port); len(bs) > 0 {
+		if bs := endpoints.BackendsOf(eps, port, discoveryv1.AddressTypeIPv4); len(bs) > 0 {
 			sets[history.PortKey(uint16(port.Port), proto)] = bs
+		}
+		if bs := endpoints.BackendsOf(eps, port, discoveryv1.AddressTypeIPv6); len(bs) > 0 {
+			sets[history.PortKey6(uint16(port.Port), proto)] = bs
 		}
 	}
 	return sets
 }
 
 // recordHistory writes the endpoint history of a served, daisy-chained
-// Service with an address when its backend sets changed. The patch
+// Service with an address (of either family) when its backend sets
+// changed. The patch
 // carries the resourceVersion the history was read at: if the Service
 // changed since (our own previous write not seen yet among them), the
 // API server refuses it and the Service is looked at again, so that no
 // change is lost.
 func (r *reconciler) recordHistory(ctx context.Context, svc *corev1.Service) error {
-	if !daisyChained(svc) || !ingressAddr(svc, false).IsValid() {
+	if !daisyChained(svc) || (!ingressAddr(svc, false).IsValid() && !ingressAddr(svc, true).IsValid()) {
 		return nil
 	}
 	var h history.History

@@ -87,3 +87,62 @@ func TestEndpointHistory(t *testing.T) {
 		t.Error("a Service without daisy chaining got an endpoint history")
 	}
 }
+
+// webSlice6 is webSlice's IPv6 EndpointSlice.
+func webSlice6(name string, addrs ...string) *discoveryv1.EndpointSlice {
+	sl := webSlice(name, addrs...)
+	sl.Name = name + "-6"
+	sl.AddressType = discoveryv1.AddressTypeIPv6
+	return sl
+}
+
+// The endpoint history of a dual-stack daisy-chained Service holds its
+// IPv6 endpoints under their own key beside the IPv4 ones, and an
+// IPv6-only Service gets one too.
+func TestEndpointHistoryIPv6(t *testing.T) {
+	e := newFakeEnv(t, []runtime.Object{
+		lbService("a", "dual", createdAt(1), annotate(api.AnnotationFlows, "daisy-chain"),
+			withFamilies(corev1.IPFamilyPolicyRequireDualStack, corev1.IPv4Protocol, corev1.IPv6Protocol)),
+		lbService("a", "six", createdAt(2), annotate(api.AnnotationFlows, "daisy-chain"),
+			withFamilies(corev1.IPFamilyPolicySingleStack, corev1.IPv6Protocol)),
+		webSlice("dual", "10.244.1.2"),
+		webSlice6("dual", "fd00:244::2", "fd00:244::3"),
+		webSlice6("six", "fd00:244::4"),
+	}, poolObject("p", map[string]any{"addresses": []any{"10.99.0.0/30", "fd00:99::/126"}}))
+	e.start(Options{Metrics: newMetrics(t)})
+
+	read := func(name string) (history.History, string) {
+		v, ok := e.svc("a", name).Annotations[api.AnnotationEndpointHistory]
+		if !ok {
+			return history.History{}, "no annotation; addresses " + ingressOf(e.svc("a", name))
+		}
+		h, err := history.Parse(v)
+		if err != nil {
+			t.Fatalf("the controller wrote %q: %v", v, err)
+		}
+		return h, v
+	}
+	testenv.Eventually(t, 10*time.Second, "the dual-stack Service's record", func() (bool, string) {
+		h, v := read("dual")
+		return len(h.Sets["80/TCP"]) == 1 && len(h.Sets["80/TCP/IPv6"]) == 2, v
+	})
+	testenv.Eventually(t, 10*time.Second, "the IPv6 Service's record", func() (bool, string) {
+		h, v := read("six")
+		return len(h.Sets["80/TCP/IPv6"]) == 1 && len(h.Sets) == 1, v
+	})
+
+	// An IPv6 endpoint turns unready: the IPv6 set before becomes the
+	// past, the IPv4 one with it, unchanged.
+	if _, err := e.client.DiscoveryV1().EndpointSlices("a").Update(context.Background(), webSlice6("dual", "-fd00:244::2", "fd00:244::3"), metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "the change recorded", func() (bool, string) {
+		h, v := read("dual")
+		return len(h.Sets["80/TCP/IPv6"]) == 1 && len(h.Past) == 1 && len(h.Past[0].Sets["80/TCP/IPv6"]) == 2 &&
+			len(h.Past[0].Sets["80/TCP"]) == 1, v
+	})
+	h, _ := read("dual")
+	if gens := h.Generations(history.PortKey6(80, "tcp")); len(gens) != 1 || gens[0].Backends[0].Address.String() != "fd00:244::2" {
+		t.Errorf("IPv6 generations %+v", gens)
+	}
+}

@@ -13,7 +13,11 @@
 //
 // A backend is ADDRESS:PORT, with /WEIGHT when the weight is not 1 (a
 // draining endpoint has weight 0); history is oldest first and holds at
-// most config.MaxHistory sets.
+// most config.MaxHistory sets. A port's IPv4 endpoints are under its
+// PortKey (80/TCP), its IPv6 endpoints, those of a dual-stack or IPv6
+// Service's IPv6 address, under its PortKey6 (80/TCP/IPv6) as
+// [ADDRESS]:PORT: each address of a Service has its own table, and its
+// own history.
 package history
 
 import (
@@ -33,9 +37,18 @@ import (
 // Sets are the backend sets of a Service's ports, by PortKey.
 type Sets map[string][]config.Backend
 
-// PortKey names a Service port in the annotation: 80/TCP.
+// PortKey names a Service port's IPv4 endpoints in the annotation:
+// 80/TCP.
 func PortKey(port uint16, proto config.Protocol) string {
 	return fmt.Sprintf("%d/%s", port, strings.ToUpper(string(proto)))
+}
+
+// ipv6Suffix ends the key of a port's IPv6 endpoints.
+const ipv6Suffix = "/IPv6"
+
+// PortKey6 names the IPv6 endpoints of a Service port: 80/TCP/IPv6.
+func PortKey6(port uint16, proto config.Protocol) string {
+	return PortKey(port, proto) + ipv6Suffix
 }
 
 // Generation is a Service's sets until a time.
@@ -208,7 +221,7 @@ func parseSets(w map[string][]string) (Sets, error) {
 	for _, k := range slices.Sorted(maps.Keys(w)) {
 		var bs []config.Backend
 		for _, e := range w[k] {
-			b, err := parseBackend(e)
+			b, err := parseBackend(e, strings.HasSuffix(k, ipv6Suffix))
 			if err != nil {
 				return nil, fmt.Errorf("port %s: %w", k, err)
 			}
@@ -220,11 +233,18 @@ func parseSets(w map[string][]string) (Sets, error) {
 	return out, nil
 }
 
-func parseBackend(e string) (config.Backend, error) {
+// parseBackend reads one backend of a port's IPv4 endpoints, or of its
+// IPv6 ones (v6).
+func parseBackend(e string, v6 bool) (config.Backend, error) {
 	addr, weight, hasWeight := strings.Cut(e, "/")
 	ap, err := netip.ParseAddrPort(addr)
-	if err != nil || !ap.Addr().Is4() || ap.Port() == 0 {
-		return config.Backend{}, fmt.Errorf("backend %q: want IPV4:PORT or IPV4:PORT/WEIGHT", e)
+	a := ap.Addr()
+	if v6 {
+		if err != nil || !a.Is6() || a.Is4In6() || a.Zone() != "" || ap.Port() == 0 {
+			return config.Backend{}, fmt.Errorf("backend %q: want [IPV6]:PORT or [IPV6]:PORT/WEIGHT (the key ends in %s: IPv6 endpoints)", e, ipv6Suffix)
+		}
+	} else if err != nil || !a.Is4() || ap.Port() == 0 {
+		return config.Backend{}, fmt.Errorf("backend %q: want IPV4:PORT or IPV4:PORT/WEIGHT (IPv6 endpoints go under a key ending in %s)", e, ipv6Suffix)
 	}
 	b := config.Backend{Address: ap.Addr(), Port: ap.Port(), Weight: 1}
 	if hasWeight {

@@ -79,6 +79,45 @@ func TestFormatParse(t *testing.T) {
 	}
 }
 
+// TestFormatParse6: a dual-stack Service's history holds its IPv6
+// endpoints under their own key, as [ADDRESS]:PORT, beside the IPv4 ones;
+// each family's generations come out of its own key.
+func TestFormatParse6(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	k4, k6 := PortKey(80, config.TCP), PortKey6(80, config.TCP)
+	if k6 != "80/TCP/IPv6" {
+		t.Errorf("PortKey6 %q", k6)
+	}
+	h, _ := Record(History{}, Sets{k4: {be("10.244.1.2:8080", 1)}, k6: {be("[fd00:244::2]:8080", 1)}}, t0)
+	h, _ = Record(h, Sets{k4: {be("10.244.1.2:8080", 1)}, k6: {be("[fd00:244::3]:8080", 1), be("[fd00:244::2]:8080", 0)}}, t0.Add(time.Minute))
+	h, _ = Record(h, Sets{k4: {be("10.244.1.3:8080", 1)}, k6: {be("[fd00:244::3]:8080", 1)}}, t0.Add(2*time.Minute))
+	s := Format(h)
+	for _, want := range []string{`"80/TCP/IPv6":["[fd00:244::3]:8080"]`, `"[fd00:244::2]:8080/0"`, `"80/TCP":["10.244.1.3:8080"]`} {
+		if !strings.Contains(s, want) {
+			t.Errorf("%s lacks %s", s, want)
+		}
+	}
+	got, err := Parse(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, h) {
+		t.Errorf("round trip:\n got %+v\nwant %+v", got, h)
+	}
+	g6 := got.Generations(k6)
+	if len(g6) != 2 || !reflect.DeepEqual(g6[0].Backends, []config.Backend{be("[fd00:244::2]:8080", 1)}) ||
+		!reflect.DeepEqual(g6[1].Backends, []config.Backend{be("[fd00:244::2]:8080", 0), be("[fd00:244::3]:8080", 1)}) {
+		t.Errorf("generations of %s: %+v", k6, g6)
+	}
+	for _, g := range got.Generations(k4) {
+		for _, b := range g.Backends {
+			if !b.Address.Is4() {
+				t.Errorf("generations of %s name %v", k4, b.Address)
+			}
+		}
+	}
+}
+
 func TestParseErrors(t *testing.T) {
 	for _, c := range []struct{ in, want string }{
 		{`nonsense`, "not the JSON"},
@@ -86,6 +125,10 @@ func TestParseErrors(t *testing.T) {
 		{`{"sets": {}, "extra": 1}`, "unknown field"},
 		{`{"sets": {"80/TCP": ["10.244.1.2"]}}`, "want IPV4:PORT"},
 		{`{"sets": {"80/TCP": ["[::1]:80"]}}`, "want IPV4:PORT"},
+		{`{"sets": {"80/TCP/IPv6": ["10.244.1.2:80"]}}`, "want [IPV6]:PORT"},
+		{`{"sets": {"80/TCP/IPv6": ["[::ffff:10.244.1.2]:80"]}}`, "want [IPV6]:PORT"},
+		{`{"sets": {"80/TCP/IPv6": ["[fd00::1%eth0]:80"]}}`, "want [IPV6]:PORT"},
+		{`{"sets": {"80/TCP/IPv6": ["[fd00::1]:0"]}}`, "want [IPV6]:PORT"},
 		{`{"sets": {"80/TCP": ["10.244.1.2:80/x"]}}`, "not a number"},
 		{`{"sets": {"80/TCP": ["10.244.1.2:80/70000"]}}`, "weight above"},
 		{`{"sets": {}, "history": [{"until": "yesterday", "sets": {}}]}`, "not an RFC 3339"},

@@ -23,7 +23,7 @@ import (
 
 // TestRealAPIServerChainSets runs the watcher against a real API server
 // and follows the daisy-chaining sets the cluster gives: the xlb nodes
-// are the Nodes' InternalIP and ExternalIP addresses, the previous owners
+// are the Nodes' InternalIP and ExternalIP addresses (IPv6 too), the previous owners
 // the endpoints of the served Services (on every node), their endpoint
 // history and the Nodes, each with what the flags add. A Node's new
 // address replaces the old one; an endpoint that leaves stays a previous
@@ -103,25 +103,25 @@ func TestRealAPIServerChainSets(t *testing.T) {
 
 	from := func(extra ...string) []string { return append([]string{"10.0.1.10/32", "203.0.113.0/24"}, extra...) }
 	to := func(extra ...string) []string { return append([]string{"10.0.1.10/32", "198.51.100.7/32"}, extra...) }
-	rec.waitForSets(t, from("10.0.1.11/32", "192.0.2.11/32"), to("10.0.1.11/32", "192.0.2.11/32", "10.244.1.2/32", "10.244.2.2/32"))
+	rec.waitForSets(t, from("10.0.1.11/32", "192.0.2.11/32", "fd00::11/128"), to("10.0.1.11/32", "192.0.2.11/32", "fd00::11/128", "10.244.1.2/32", "10.244.2.2/32"))
 
-	// The Node's address changes: the old one is no xlb node any more
-	// (it lingers as a previous owner).
+	// The Node's address changes: the old ones are no xlb node any more
+	// (they linger as previous owners).
 	c.nodeAddrs(nodeB, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "10.0.1.12"})
-	rec.waitForSets(t, from("10.0.1.12/32"), to("10.0.1.11/32", "10.0.1.12/32", "192.0.2.11/32", "10.244.1.2/32", "10.244.2.2/32"))
+	rec.waitForSets(t, from("10.0.1.12/32"), to("10.0.1.11/32", "10.0.1.12/32", "192.0.2.11/32", "fd00::11/128", "10.244.1.2/32", "10.244.2.2/32"))
 	rec.waitForSets(t, from("10.0.1.12/32"), to("10.0.1.12/32", "10.244.1.2/32", "10.244.2.2/32"))
 
 	// The leader controller's endpoint history names an earlier pod.
 	c.updateService("web", func(s *corev1.Service) {
 		s.Annotations = map[string]string{api.AnnotationEndpointHistory: `{"sets":{"80/TCP":["10.244.1.2:8080","10.244.2.2:8080"]},` +
-			`"history":[{"until":"2030-01-01T00:00:00Z","sets":{"80/TCP":["10.244.9.9:8080"]}}]}`}
+			`"history":[{"until":"2030-01-01T00:00:00Z","sets":{"80/TCP":["10.244.9.9:8080"],"80/TCP/IPv6":["[fd00:244::9]:8080"]}}]}`}
 	}, false)
-	rec.waitForSets(t, nil, to("10.0.1.12/32", "10.244.9.9/32", "10.244.1.2/32", "10.244.2.2/32"))
+	rec.waitForSets(t, nil, to("10.0.1.12/32", "10.244.9.9/32", "fd00:244::9/128", "10.244.1.2/32", "10.244.2.2/32"))
 
 	// A pod that leaves stays a previous owner for the linger time.
 	left := time.Now()
 	c.deletePod("b1")
-	rec.waitForSets(t, nil, to("10.0.1.12/32", "10.244.9.9/32", "10.244.1.2/32"))
+	rec.waitForSets(t, nil, to("10.0.1.12/32", "10.244.9.9/32", "fd00:244::9/128", "10.244.1.2/32"))
 	if gone := time.Since(left); gone < linger {
 		t.Errorf("pod b1's address left the previous owners %v after the pod, before the linger time %v", gone, linger)
 	}

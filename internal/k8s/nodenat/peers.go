@@ -14,14 +14,15 @@ import (
 
 // The daisy-chaining sets as the cluster tells them (decap.Chain):
 //
-//   - From, the xlb nodes whose packets may be chained: the IPv4
-//     InternalIP and ExternalIP of every Node. The agents run on Nodes of
+//   - From, the xlb nodes whose packets may be chained: the InternalIP
+//     and ExternalIP addresses of every Node, of either family (an agent
+//     tunnels to an IPv6 pod from its Node's IPv6 address). The agents run on Nodes of
 //     the cluster and tunnel from their address; which Nodes run one is
 //     the agent DaemonSet's nodeSelector, which the cluster does not
 //     tell the backend, and the whole set keeps a packet from outside
 //     the cluster from ever being chained.
-//   - To, the backends that may be a slot's previous owner: every IPv4
-//     address the EndpointSlices of a served Service list (on any node,
+//   - To, the backends that may be a slot's previous owner: every
+//     address the EndpointSlices of a served Service list, IPv4 and IPv6 (on any node,
 //     in any condition), the addresses of the served Services' endpoint
 //     history (the previous owners the agents hint with, written by the
 //     leader controller), and the Nodes' addresses (backends with the
@@ -29,11 +30,11 @@ import (
 //     in it for the chain window, as a departed pod's translation does:
 //     the agents still name it in their hints meanwhile.
 //
-// Both are single addresses (/32). Options.ChainFrom and ChainTo add
-// to them.
+// Both are single addresses (/32, /128). Options.ChainFrom and ChainTo
+// add to them.
 
-// nodeAddrs returns the IPv4 InternalIP and ExternalIP addresses of
-// nodes, sorted, without repeats.
+// nodeAddrs returns the InternalIP and ExternalIP addresses of nodes,
+// IPv4 and global IPv6, sorted, without repeats.
 func nodeAddrs(nodes []*corev1.Node) []netip.Addr {
 	var out []netip.Addr
 	for _, n := range nodes {
@@ -41,7 +42,7 @@ func nodeAddrs(nodes []*corev1.Node) []netip.Addr {
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
 			}
-			if ip, err := netip.ParseAddr(a.Address); err == nil && ip.Is4() && !ip.IsUnspecified() {
+			if ip, err := netip.ParseAddr(a.Address); err == nil && host(ip) {
 				out = append(out, ip)
 			}
 		}
@@ -50,9 +51,16 @@ func nodeAddrs(nodes []*corev1.Node) []netip.Addr {
 	return slices.Compact(out)
 }
 
-// endpointAddrs returns every IPv4 address that the EndpointSlices of the
-// served Services list, and that their endpoint history names, sorted,
-// without repeats.
+// host reports whether a may be a tunnel's outer address: IPv4, or a
+// global IPv6 address (tunnels never come from or go to a link-local
+// one), neither unspecified nor IPv4-mapped.
+func host(a netip.Addr) bool {
+	return !a.IsUnspecified() && a.Zone() == "" && !a.Is4In6() && !a.IsLinkLocalUnicast() && !a.IsMulticast()
+}
+
+// endpointAddrs returns every address that the EndpointSlices of the
+// served Services list (IPv4 and IPv6), and that their endpoint history
+// names, sorted, without repeats.
 func endpointAddrs(in input) []netip.Addr {
 	var out []netip.Addr
 	for _, svc := range in.services {
@@ -61,12 +69,12 @@ func endpointAddrs(in input) []netip.Addr {
 		}
 		if in.slices != nil {
 			for _, sl := range in.slices(svc.Namespace, svc.Name) {
-				if sl.AddressType != discoveryv1.AddressTypeIPv4 {
+				if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
 					continue
 				}
 				for _, ep := range sl.Endpoints {
 					for _, s := range ep.Addresses {
-						if a, err := netip.ParseAddr(s); err == nil && a.Is4() && !a.IsUnspecified() {
+						if a, err := netip.ParseAddr(s); err == nil && host(a) {
 							out = append(out, a)
 						}
 					}
@@ -80,9 +88,7 @@ func endpointAddrs(in input) []netip.Addr {
 				for _, g := range h.Past {
 					for _, set := range g.Sets {
 						for _, b := range set {
-							if b.Address.Is4() {
-								out = append(out, b.Address)
-							}
+							out = append(out, b.Address)
 						}
 					}
 				}
@@ -94,7 +100,7 @@ func endpointAddrs(in input) []netip.Addr {
 }
 
 // chainSets returns the sets of the cluster, each with extra added,
-// sorted, as /32 prefixes for the addresses.
+// sorted, as single-address prefixes (/32, /128) for the addresses.
 func chainSets(in input, extraFrom, extraTo []netip.Prefix) (from, to []netip.Prefix) {
 	nodes := nodeAddrs(in.nodes)
 	from = appendHosts(slices.Clone(extraFrom), nodes)
@@ -104,7 +110,7 @@ func chainSets(in input, extraFrom, extraTo []netip.Prefix) (from, to []netip.Pr
 
 func appendHosts(out []netip.Prefix, addrs []netip.Addr) []netip.Prefix {
 	for _, a := range addrs {
-		out = append(out, netip.PrefixFrom(a, 32))
+		out = append(out, netip.PrefixFrom(a, a.BitLen()))
 	}
 	return out
 }

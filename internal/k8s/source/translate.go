@@ -354,10 +354,12 @@ func servicePorts(svc *corev1.Service, eps []*discoveryv1.EndpointSlice, obj str
 		s.Name = name(svc.Namespace, svc.Name, uint16(port.Port), proto)
 		s.VIP, s.Port, s.Protocol = vip, uint16(port.Port), proto
 		s.SourceRanges, s.Backends = ranges, backends
-		// The controller's endpoint history is of the IPv4 endpoints.
-		if !v6 {
-			s.History = hist.Generations(history.PortKey(uint16(port.Port), proto))
+		// The controller's endpoint history of this address's family.
+		key := history.PortKey(uint16(port.Port), proto)
+		if v6 {
+			key = history.PortKey6(uint16(port.Port), proto)
 		}
+		s.History = hist.Generations(key)
 		out = append(out, s)
 	}
 	return out, probs

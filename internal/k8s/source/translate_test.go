@@ -1111,3 +1111,51 @@ func TestDualStackOnIPv4OnlyNode(t *testing.T) {
 		t.Errorf("on a dual-stack node: services %q, problems %q; want both served", got, probs)
 	}
 }
+
+// A dual-stack daisy-chained Service is served at both addresses, each
+// with the endpoints of its family and the controller's endpoint history
+// of that family (the IPv6 endpoints' under 80/TCP/IPv6): its IPv6 pods
+// are chained as its IPv4 ones are, and no problem is reported.
+func TestEndpointHistoryDualStack(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	hist := `{"sets":{"80/TCP":["10.244.1.3:8080"],"80/TCP/IPv6":["[fd00:244::3]:8080"]},"history":[` +
+		`{"until":"2026-11-25T10:00:00Z","sets":{"80/TCP":["10.244.1.2:8080"],"80/TCP/IPv6":["[fd00:244::2]:8080","[fd00:244::3]:8080/0"]}}]}`
+	v6 := endpointSlice("default", "web", "web-6", web, endpoint(condReady, "fd00:244::3"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	f := fixture{services: []*corev1.Service{
+		service("default", "web", withIngress("10.99.0.1", "2001:db8:99::1"), withAnnotation(api.AnnotationFlows, "daisy-chain"),
+			withAnnotation(api.AnnotationEndpointHistory, hist)),
+	}, slices: []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-4", web, endpoint(condReady, "10.244.1.3")), v6}}
+	cfg, probs, err := run(t, parseBase(t, ""), f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProblems(t, probs, nil)
+	until := time.Date(2026, 11, 25, 10, 0, 0, 0, time.UTC)
+	want := map[string]string{
+		"default/web:80/tcp":      "10.99.0.1 [10.244.1.3:8080] until " + until.String() + ": [10.244.1.2:8080/1]",
+		"default/web:80/tcp/ipv6": "2001:db8:99::1 [[fd00:244::3]:8080] until " + until.String() + ": [[fd00:244::2]:8080/1 [fd00:244::3]:8080/0]",
+	}
+	got := map[string]string{}
+	for _, s := range cfg.Services {
+		var bs, hs []string
+		for _, b := range s.Backends {
+			bs = append(bs, netip.AddrPortFrom(b.Address, b.Port).String())
+		}
+		var line string
+		for _, g := range s.History {
+			hs = hs[:0]
+			for _, b := range g.Backends {
+				hs = append(hs, fmt.Sprintf("%s/%d", netip.AddrPortFrom(b.Address, b.Port), b.Weight))
+			}
+			line += fmt.Sprintf(" until %s: %v", g.Until, hs)
+		}
+		if s.Flows != config.FlowsDaisyChain || !s.TranslatePorts {
+			t.Errorf("%s: flows %q, translatePorts %v; want daisy-chain, true", s.Name, s.Flows, s.TranslatePorts)
+		}
+		got[s.Name] = fmt.Sprintf("%s %v%s", s.VIP, bs, line)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("served\n%v\nwant\n%v", got, want)
+	}
+}
