@@ -60,3 +60,43 @@ services:
 		t.Errorf("IPv6 pods: service %+v, want daisy-chained IPv6 pods with translatePorts and their history", s)
 	}
 }
+
+// A backend of another family than the VIP's, with translatePorts: its
+// host would have to rewrite an IPv4 packet to an IPv6 pod (or the
+// reverse), which no host does; refused at its line, with or without
+// daisy chaining. Without translatePorts the same backends are tunnelled
+// between families, and accepted.
+func TestTranslatePortsFamilies(t *testing.T) {
+	const doc = `node:
+  interface: eth0
+  address: 10.0.1.2
+  address6: "fd00:1::2"
+services:
+  - name: web
+    vip: VIP
+    port: 80
+    forwarding: dsr-gue
+    translatePorts: true
+    backends:
+      - address: 10.0.3.2
+      - address: "fd00:3::2"
+`
+	for _, c := range []struct {
+		vip, flows, bad, line string
+	}{
+		{"10.99.0.1", "", "fd00:3::2", "13"},
+		{"10.99.0.1", "    flows: daisy-chain\n", "fd00:3::2", "14"},
+		{`"2001:db8:99::1"`, "", "10.0.3.2", "12"},
+	} {
+		d := strings.Replace(doc, "VIP", c.vip, 1)
+		d = strings.Replace(d, "    translatePorts: true\n", "    translatePorts: true\n"+c.flows, 1)
+		_, err := Parse(file, []byte(d))
+		if err == nil || !strings.Contains(err.Error(), "agent.yaml:"+c.line+": services[0].backends[") ||
+			!strings.Contains(err.Error(), c.bad+" is IPv") || !strings.Contains(err.Error(), "with translatePorts the backend's host rewrites") {
+			t.Errorf("VIP %s %q: %v, want %s refused at line %s", c.vip, c.flows, err, c.bad, c.line)
+		}
+		if _, err := Parse(file, []byte(strings.Replace(d, "    translatePorts: true\n", "", 1))); err != nil {
+			t.Errorf("VIP %s %q without translatePorts: %v", c.vip, c.flows, err)
+		}
+	}
+}

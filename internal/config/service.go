@@ -266,7 +266,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 		// checking more backends would only cost time.
 		return s, len(g.V)
 	}
-	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, check, s.Forwarding)
+	s.Backends = c.backends(g, join(path, "backends"), s.VIP, s.Port, translate, s.TranslatePorts, check, s.Forwarding)
 	return s, len(g.V)
 }
 
@@ -280,6 +280,19 @@ func natFamilies(fwd Forwarding, vip, a netip.Addr) string {
 	}
 	return fmt.Sprintf("%s is %s and the VIP %s is %s: forwarding %s rewrites addresses within one family (no NAT64); "+
 		"give the service backends of its VIP's family, or use forwarding dsr-ipip or dsr-gue, which tunnel between families", a, family(a), vip, family(vip), fwd)
+}
+
+// podFamilies says why backend a of a service with translatePorts on VIP
+// vip cannot be ("" when it can, or the VIP is not known): its host
+// rewrites the tunnelled packet's VIP:port to a:port, within the
+// packet's family, so an IPv4 VIP's packet never reaches an IPv6 pod,
+// nor the reverse.
+func podFamilies(translatePorts bool, vip, a netip.Addr) string {
+	if !translatePorts || !vip.IsValid() || a.Is6() == vip.Is6() {
+		return ""
+	}
+	return fmt.Sprintf("%s is %s and the VIP %s is %s: with translatePorts the backend's host rewrites the packet's VIP:port to the backend within the packet's family (no NAT64), "+
+		"so the backend must be of the VIP's family: give this service backends of its VIP's family, and the other family's backends a service of a VIP of theirs (a dual-stack Kubernetes Service gets one per family)", a, family(a), vip, family(vip))
 }
 
 // backendFamily says why the node cannot tunnel to backend a ("" when it
@@ -320,7 +333,7 @@ func (c *checker) vipFamily(a netip.Addr) string {
 // translate lets a backend's port differ from the service's.
 // fwd is the service's forwarding: nat and dnat take backends of the
 // family of vip (invalid: not known).
-func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, vip netip.Addr, servicePort uint16, translate bool, check *checkSpec, fwd Forwarding) []Backend {
+func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path string, vip netip.Addr, servicePort uint16, translate, translatePorts bool, check *checkSpec, fwd Forwarding) []Backend {
 	type seen struct {
 		index int
 		line  schema.Line
@@ -342,6 +355,8 @@ func (c *checker) backends(f schema.Field[[]schema.Field[schema.Backend]], path 
 			if a, why := parseUnicast(string(g.V)); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
 			} else if why := natFamilies(fwd, vip, a); fwd.Translates() && why != "" {
+				c.errorf(g.At.Value, at, "%s", why)
+			} else if why := podFamilies(translatePorts, vip, a); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
 			} else if why := c.backendFamily(a); why != "" {
 				c.errorf(g.At.Value, at, "%s", why)
@@ -430,7 +445,7 @@ func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], pat
 		if g.Bad {
 			continue
 		}
-		gen.Backends = c.backends(g, join(p, "backends"), vip, servicePort, translate, nil, fwd)
+		gen.Backends = c.backends(g, join(p, "backends"), vip, servicePort, translate, false, nil, fwd)
 		out = append(out, gen)
 	}
 	slices.SortFunc(out, func(a, b Generation) int { return a.Until.Compare(b.Until) })
