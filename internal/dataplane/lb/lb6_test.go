@@ -673,10 +673,18 @@ func FuzzLBProgram6(f *testing.F) {
 	big := tcp6To(netip.MustParseAddr("fd00:99::4"), 80)
 	big.Payload = make([]byte, 1400)
 	f.Add(big.frame(fx.MAC))
+	// Daisy-chained services with IPv6 backends: the 40-byte hint.
+	hinted := installHintedIPv6Backends(f, d)
+	f.Add(tcp6To(hinted.vip6, 82).frame(fx.MAC))
+	f.Add(tcpTo(hinted.vip4, 82).Frame(fx.MAC))
+	f.Add(icmp6About(fx.MAC, 2, hinted.vip6, fxClient6, 82, 40000))
 
 	backends := map[netip.Addr]bool{}
 	for _, s := range fx6Services {
 		backends[s.backend] = true
+	}
+	for _, a := range hinted.addrs {
+		backends[a] = true
 	}
 	f.Fuzz(func(t *testing.T, frame []byte) {
 		if len(frame) < 14 {

@@ -167,15 +167,20 @@ func wantHintFrame(t *testing.T, dstMAC, srcMAC net.HardwareAddr, inner []byte, 
 	return out
 }
 
-// TestLBGUEHintIPv6Backends: a daisy-chained table of IPv6 and IPv4
-// backends, behind an IPv6 VIP and an IPv4 VIP. A slot of an IPv6
-// backend goes in GUE over IPv6 with the 40-byte hint (hlen 10) naming
-// its IPv6 owners, one of an IPv4 backend in GUE over IPv4 with the
-// 16-byte hint, each byte for byte as the Go side predicts the slot,
-// owners, change and generation; ICMPv6 errors about replies follow
-// their flows.
-func TestLBGUEHintIPv6Backends(t *testing.T) {
-	d, f := newFixtureLB6(t)
+// hintedIPv6Backends are two daisy-chained services with IPv6 backends
+// (and one IPv4 one), behind an IPv6 and an IPv4 VIP, port 82: their
+// backends by id, the table and chain slots, the VIPs.
+type hintedIPv6Backends struct {
+	addrs      map[uint32]netip.Addr
+	table      []uint32
+	chain      []ChainSlot
+	vip6, vip4 netip.Addr
+}
+
+// installHintedIPv6Backends installs hintedIPv6Backends as services 32
+// and 33 of d (the IPv6 fixture's).
+func installHintedIPv6Backends(t testing.TB, d *Dataplane) hintedIPv6Backends {
+	t.Helper()
 	addrs := map[uint32]netip.Addr{
 		40: netip.MustParseAddr("fd00:3::20"), 41: netip.MustParseAddr("fd00:3::21"),
 		42: netip.MustParseAddr("10.0.3.20"),
@@ -206,6 +211,20 @@ func TestLBGUEHintIPv6Backends(t *testing.T) {
 			t.Fatalf("a daisy-chained service on %v with IPv6 backends: %v", vip, err)
 		}
 	}
+	return hintedIPv6Backends{addrs, table, chain, vip6, vip4}
+}
+
+// TestLBGUEHintIPv6Backends: a daisy-chained table of IPv6 and IPv4
+// backends, behind an IPv6 VIP and an IPv4 VIP. A slot of an IPv6
+// backend goes in GUE over IPv6 with the 40-byte hint (hlen 10) naming
+// its IPv6 owners, one of an IPv4 backend in GUE over IPv4 with the
+// 16-byte hint, each byte for byte as the Go side predicts the slot,
+// owners, change and generation; ICMPv6 errors about replies follow
+// their flows.
+func TestLBGUEHintIPv6Backends(t *testing.T) {
+	d, f := newFixtureLB6(t)
+	h := installHintedIPv6Backends(t, d)
+	addrs, table, chain, vip6, vip4 := h.addrs, h.table, h.chain, h.vip6, h.vip4
 	forms := map[string]int{}
 	check := func(name string, in []byte, flowHash uint32) {
 		t.Helper()
