@@ -2,81 +2,15 @@ package decap
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
-	"os"
-	"os/exec"
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
-	"github.com/xlbproject/xlb/testbed/netns"
 )
 
 // The second IPv6 pod of the fixture (fxPod6 is the first).
 var fxPod6b = netip.MustParseAddr("fd00:244::3")
-
-// newFixturePod6 is newFixturePod for an IPv6 pod: addr on its eth0, the
-// IPv6 client's address on its lo, a listener on [addr]:podPort and one
-// connection to it.
-func newFixturePod6(t testing.TB, f *fixtureNS, link string, addr netip.Addr) *podNS {
-	t.Helper()
-	name := fmt.Sprintf("xlbtest-pod-%d-%d", os.Getpid(), nsCounter.Add(1))
-	ipcmd(t, "netns", "add", name)
-	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
-	ipcmd(t, "-n", f.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
-	ipcmd(t, "-n", f.Name, "link", "set", link, "up")
-	ipcmd(t, "-n", f.Name, "route", "add", addr.String()+"/128", "dev", link)
-	ipcmd(t, "-n", name, "link", "set", "lo", "up")
-	ipcmd(t, "-n", name, "link", "set", "eth0", "up")
-	ipcmd(t, "-n", name, "addr", "add", addr.String()+"/128", "dev", "eth0", "nodad")
-	ipcmd(t, "-n", name, "addr", "add", fxClient6.String()+"/128", "dev", "lo", "nodad")
-	p := &podNS{name: name, addr: addr}
-	err := netns.Do(f.Name, func() error {
-		l, err := netlink.LinkByName(link)
-		if err != nil {
-			return err
-		}
-		if l.Attrs().NetNsID < 0 {
-			return fmt.Errorf("%s has no link-netnsid", link)
-		}
-		p.nsid = uint32(l.Attrs().NetNsID)
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runner, err := netns.NewRunner(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(runner.Close)
-	p.runner = runner
-	p.conns = append(p.conns, dialFrom(t, runner, netip.AddrPortFrom(addr, podPort), 0))
-	return p
-}
-
-// translateFor6 is translateFor for the IPv6 VIP: [VIP]:80/tcp ->
-// [pod]:podPort.
-func translateFor6(t testing.TB, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
-	t.Helper()
-	for _, p := range pods {
-		if err := objs.NatSvcs.Put(natSvcKeyOf(fxVIP6, p.addr, 80), be16bytes(podPort)); err != nil {
-			t.Fatal(err)
-		}
-		if err := objs.NatPods.Put(wire.AddrOf(p.addr), uint8(1)); err != nil {
-			t.Fatal(err)
-		}
-		_ = objs.NatPodNetns.Delete(wire.AddrOf(p.addr))
-	}
-	for _, p := range withNetns {
-		if err := objs.NatPodNetns.Put(wire.AddrOf(p.addr), p.nsid); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 // checkTranslated6 verifies a delivered frame: the inner IPv6 packet, now
 // the frame's only IP header, is addressed to [pod]:podPort, its TCP
@@ -111,10 +45,10 @@ func newPodFixture6(t *testing.T) (*fixtureNS, *backendObjects, *podNS, *podNS) 
 	f := newFixtureNS(t)
 	objs := newFixtureDecap(t, f)
 	prepareChain6(t, f, objs)
-	pod1 := newFixturePod6(t, f, "vpod1", fxPod6)
-	pod2 := newFixturePod6(t, f, "vpod2", fxPod6b)
+	pod1 := newFixturePod(t, f, "vpod1", fxPod6)
+	pod2 := newFixturePod(t, f, "vpod2", fxPod6b)
 	pods := []*podNS{pod1, pod2}
-	translateFor6(t, objs, pods, pods...)
+	translateFor(t, objs, pods, pods...)
 	return f, objs, pod1, pod2
 }
 
@@ -146,38 +80,25 @@ func TestDecapChainPods6(t *testing.T) {
 		return hint6GUE(nhIPv6, prev, prev2, changed, gen)
 	}
 
-	type podCase struct {
-		chainCase
-		pod netip.Addr // delivered: translated for this pod
-	}
-	delivered := func(name string, inner, hint []byte, stat string, pod netip.Addr) podCase {
-		return podCase{chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpPass, decap: "decap_gue", chain: stat}, pod}
-	}
-	chained := func(name string, inner, hint []byte, to, next netip.Addr) podCase {
-		return podCase{chainCase: chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpTX, chain: "chained",
-			chainedTo: to, next: next, dstMAC: fxRouterMAC, srcMAC: f.MAC, from: fxPod6}}
-	}
-	dropped := func(name string, inner, hint []byte, stat string) podCase {
-		return podCase{chainCase: chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpDrop, chain: stat}}
-	}
+	k := podCases{wrap: toPod1, from: fxPod6, mac: f.MAC}
 	cases := []podCase{
-		delivered("SYN", syn, hint(chainPrev6TX, none, now, now), "syn", fxPod6),
-		delivered("the pod holds the connection", ack(pod1.conns[0]), hint(chainPrev6TX, none, now, now), "socket", fxPod6),
-		delivered("the previous owner is a local pod that holds it", ack(pod2.conns[0]), hint(fxPod6b, none, now, now), "chained", fxPod6b),
-		delivered("the second previous owner is a local pod that holds it", ack(pod2.conns[0]), hint(none, fxPod6b, now, now), "chained", fxPod6b),
-		chained("remote first, though the local second holds it", ack(pod2.conns[0]), hint(chainPrev6TX, fxPod6b, now, now), chainPrev6TX, fxPod6b),
-		chained("no socket, previous owner on another node", ack(unknown), hint(chainPrev6TX, none, now, now), chainPrev6TX, none),
-		chained("no socket in the local previous owner either: on to the next", ack(unknown), hint(fxPod6b, chainPrev6TX, now, now), chainPrev6TX, none),
-		chained("remote previous owner first, the next travels on", ack(unknown), hint(chainPrev6TX, fxPod6b, now, now), chainPrev6TX, fxPod6b),
-		delivered("window expired", ack(unknown), hint(chainPrev6TX, none, expired, now), "no_socket", fxPod6),
-		delivered("the hint names the pod itself", ack(unknown), hint(fxPod6, none, now, now), "no_socket", fxPod6),
-		delivered("the hint names this host", ack(unknown), hint(fxBackend6, none, now, now), "no_socket", fxPod6),
-		delivered("newest generation, no socket", ack(unknown), hint(none, none, now, now), "no_socket", fxPod6),
-		dropped("older generation, no socket", ack(unknown), hint(none, none, now, now-1), "stale_drop"),
+		k.delivered("SYN", syn, hint(chainPrev6TX, none, now, now), "syn", fxPod6),
+		k.delivered("the pod holds the connection", ack(pod1.conns[0]), hint(chainPrev6TX, none, now, now), "socket", fxPod6),
+		k.delivered("the previous owner is a local pod that holds it", ack(pod2.conns[0]), hint(fxPod6b, none, now, now), "chained", fxPod6b),
+		k.delivered("the second previous owner is a local pod that holds it", ack(pod2.conns[0]), hint(none, fxPod6b, now, now), "chained", fxPod6b),
+		k.chained("remote first, though the local second holds it", ack(pod2.conns[0]), hint(chainPrev6TX, fxPod6b, now, now), chainPrev6TX, fxPod6b),
+		k.chained("no socket, previous owner on another node", ack(unknown), hint(chainPrev6TX, none, now, now), chainPrev6TX, none),
+		k.chained("no socket in the local previous owner either: on to the next", ack(unknown), hint(fxPod6b, chainPrev6TX, now, now), chainPrev6TX, none),
+		k.chained("remote previous owner first, the next travels on", ack(unknown), hint(chainPrev6TX, fxPod6b, now, now), chainPrev6TX, fxPod6b),
+		k.delivered("window expired", ack(unknown), hint(chainPrev6TX, none, expired, now), "no_socket", fxPod6),
+		k.delivered("the hint names the pod itself", ack(unknown), hint(fxPod6, none, now, now), "no_socket", fxPod6),
+		k.delivered("the hint names this host", ack(unknown), hint(fxBackend6, none, now, now), "no_socket", fxPod6),
+		k.delivered("newest generation, no socket", ack(unknown), hint(none, none, now, now), "no_socket", fxPod6),
+		k.dropped("older generation, no socket", ack(unknown), hint(none, none, now, now-1), "stale_drop"),
 		// The IPv4 hint over IPv6, which no xlb node sends, is not
 		// followed: translated and delivered as plain GUE.
-		delivered("the IPv4 hint over IPv6", ack(unknown), hintGUE6(chainPrevTX, none, now, now), "", fxPod6),
-		delivered("UDP with a hint", seg{src: fxClient6, dst: fxVIP6, sport: 5353, dport: 80, proto: nhUDP}.datagram(),
+		k.delivered("the IPv4 hint over IPv6", ack(unknown), hintGUE6(chainPrevTX, none, now, now), "", fxPod6),
+		k.delivered("UDP with a hint", seg{src: fxClient6, dst: fxVIP6, sport: 5353, dport: 80, proto: nhUDP}.datagram(),
 			hint(chainPrev6TX, none, now, now), "", netip.Addr{}),
 	}
 	// The UDP datagram has a translation of its own.
@@ -185,15 +106,7 @@ func TestDecapChainPods6(t *testing.T) {
 		be16bytes(podPort)); err != nil {
 		t.Fatal(err)
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			runChainCase(t, f, objs, c.chainCase)
-			if c.verdict == xdpPass && c.pod.IsValid() {
-				_, out := f.Run(t, objs.XlbDecap, c.frame)
-				checkTranslated6(t, out, c.pod)
-			}
-		})
-	}
+	runPodCases(t, f, objs, cases, checkTranslated6)
 
 	// A client port whose earlier connection to pod1 left a TIME-WAIT
 	// socket there, and whose newer connection is pod2's: pod1 passes
@@ -217,9 +130,9 @@ func TestDecapChainPods6(t *testing.T) {
 
 	// Without its network namespace ID, the pod's sockets cannot be
 	// looked at: its packets are delivered, never chained or counted.
-	translateFor6(t, objs, pods, pod2)
+	translateFor(t, objs, pods, pod2)
 	t.Run("no network namespace ID for the pod", func(t *testing.T) {
-		c := delivered("", ack(unknown), hint(chainPrev6TX, none, now, now), "", fxPod6)
+		c := k.delivered("", ack(unknown), hint(chainPrev6TX, none, now, now), "", fxPod6)
 		runChainCase(t, f, objs, c.chainCase)
 		_, out := f.Run(t, objs.XlbDecap, c.frame)
 		checkTranslated6(t, out, fxPod6)
@@ -246,10 +159,7 @@ func TestDecapChainPods6Trust(t *testing.T) {
 	dropped := func(name string, src netip.Addr, inner, hint []byte, stat string) chainCase {
 		return chainCase{name: name, frame: frame(src, inner, hint), verdict: xdpDrop, chain: stat}
 	}
-	cases := []struct {
-		chainCase
-		pod netip.Addr // delivered: translated for this pod
-	}{
+	cases := []podCase{
 		{chainCase: dropped("unknown source, remote previous owner", chainStranger6, ack(40001), hint(chainPrev6TX, none), "chain_drop_untrusted_source")},
 		{chainCase: dropped("unknown source, the local previous owner holds it", chainStranger6, ack(pod2.conns[0]), hint(fxPod6b, none), "chain_drop_untrusted_source")},
 		{chainCase: dropped("unknown source, to prev2 on another node", chainStranger6, ack(40001), hint(none, chainPrev6TX), "chain_drop_untrusted_source")},
@@ -262,13 +172,5 @@ func TestDecapChainPods6Trust(t *testing.T) {
 		{chainCase{name: "a known backend chained it here: on to a known owner", frame: frame(chainPrev6TX, ack(40001), hint(chainPrev6TX2, none)),
 			verdict: xdpTX, chain: "chained", chainedTo: chainPrev6TX2, dstMAC: fxRouterMAC, srcMAC: f.MAC, from: fxPod6}, none},
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			runChainCase(t, f, objs, c.chainCase)
-			if c.verdict == xdpPass && c.pod.IsValid() {
-				_, out := f.Run(t, objs.XlbDecap, c.frame)
-				checkTranslated6(t, out, c.pod)
-			}
-		})
-	}
+	runPodCases(t, f, objs, cases, checkTranslated6)
 }

@@ -38,20 +38,25 @@ type podNS struct {
 }
 
 // newFixturePod creates a pod namespace behind veth `link` of the fixture
-// node, with addr on its eth0, the client's address on its lo, a route
-// from the node, a listener on addr:podPort and one connection to it.
+// node, with addr on its eth0, the client's address of addr's family on
+// its lo, a route from the node, a listener on addr:podPort and one
+// connection to it.
 func newFixturePod(t testing.TB, f *fixtureNS, link string, addr netip.Addr) *podNS {
 	t.Helper()
 	name := fmt.Sprintf("xlbtest-pod-%d-%d", os.Getpid(), nsCounter.Add(1))
+	host, client, opts := "/32", fxClient, []string{}
+	if addr.Is6() {
+		host, client, opts = "/128", fxClient6, []string{"nodad"}
+	}
 	ipcmd(t, "netns", "add", name)
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	ipcmd(t, "-n", f.Name, "link", "add", link, "type", "veth", "peer", "name", "eth0", "netns", name)
 	ipcmd(t, "-n", f.Name, "link", "set", link, "up")
-	ipcmd(t, "-n", f.Name, "route", "add", addr.String()+"/32", "dev", link)
+	ipcmd(t, "-n", f.Name, "route", "add", addr.String()+host, "dev", link)
 	ipcmd(t, "-n", name, "link", "set", "lo", "up")
 	ipcmd(t, "-n", name, "link", "set", "eth0", "up")
-	ipcmd(t, "-n", name, "addr", "add", addr.String()+"/32", "dev", "eth0")
-	ipcmd(t, "-n", name, "addr", "add", fxClient.String()+"/32", "dev", "lo")
+	ipcmd(t, append([]string{"-n", name, "addr", "add", addr.String() + host, "dev", "eth0"}, opts...)...)
+	ipcmd(t, append([]string{"-n", name, "addr", "add", client.String() + host, "dev", "lo"}, opts...)...)
 	p := &podNS{name: name, addr: addr}
 	err := netns.Do(f.Name, func() error {
 		l, err := netlink.LinkByName(link)
@@ -78,12 +83,16 @@ func newFixturePod(t testing.TB, f *fixtureNS, link string, addr netip.Addr) *po
 }
 
 // translateFor sets the fixture's translations: VIP:80/tcp -> pod:podPort
-// for every pod, each pod local, with its network namespace ID unless it
-// is left out of withNetns.
+// for every pod (the VIP of the pod's family), each pod local, with its
+// network namespace ID unless it is left out of withNetns.
 func translateFor(t testing.TB, objs *backendObjects, pods []*podNS, withNetns ...*podNS) {
 	t.Helper()
 	for _, p := range pods {
-		k := natSvcKeyOf(fxVIP, p.addr, 80)
+		vip := fxVIP
+		if p.addr.Is6() {
+			vip = fxVIP6
+		}
+		k := natSvcKeyOf(vip, p.addr, 80)
 		if err := objs.NatSvcs.Put(k, be16bytes(podPort)); err != nil {
 			t.Fatal(err)
 		}
@@ -96,6 +105,50 @@ func translateFor(t testing.TB, objs *backendObjects, pods []*podNS, withNetns .
 		if err := objs.NatPodNetns.Put(wire.AddrOf(p.addr), p.nsid); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// podCase is a case of a frame tunnelled to a local pod: one delivered is
+// translated for pod.
+type podCase struct {
+	chainCase
+	pod netip.Addr
+}
+
+// podCases makes the cases of frames tunnelled to the fixture's first
+// pod: wrap encapsulates an inner packet with a hint; a chained packet
+// leaves from that pod's address (from), with the node's MAC (mac).
+type podCases struct {
+	wrap func(inner, hint []byte) []byte
+	from netip.Addr
+	mac  net.HardwareAddr
+}
+
+func (k podCases) delivered(name string, inner, hint []byte, stat string, pod netip.Addr) podCase {
+	return podCase{chainCase{name: name, frame: k.wrap(inner, hint), verdict: xdpPass, decap: "decap_gue", chain: stat}, pod}
+}
+
+func (k podCases) chained(name string, inner, hint []byte, to, next netip.Addr) podCase {
+	return podCase{chainCase: chainCase{name: name, frame: k.wrap(inner, hint), verdict: xdpTX, chain: "chained",
+		chainedTo: to, next: next, dstMAC: fxRouterMAC, srcMAC: k.mac, from: k.from}}
+}
+
+func (k podCases) dropped(name string, inner, hint []byte, stat string) podCase {
+	return podCase{chainCase: chainCase{name: name, frame: k.wrap(inner, hint), verdict: xdpDrop, chain: stat}}
+}
+
+// runPodCases runs each case as a subtest, and checks the packet of one
+// delivered for a pod with translated.
+func runPodCases(t *testing.T, f *fixtureNS, objs *backendObjects, cases []podCase, translated func(*testing.T, []byte, netip.Addr)) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			runChainCase(t, f, objs, c.chainCase)
+			if c.verdict == xdpPass && c.pod.IsValid() {
+				_, out := f.Run(t, objs.XlbDecap, c.frame)
+				translated(t, out, c.pod)
+			}
+		})
 	}
 }
 
@@ -154,45 +207,24 @@ func TestDecapChainPods(t *testing.T) {
 	syn := tcpSeg(f.MAC, 40000, 80, 1000, 0, 0x02)
 	unknown := uint16(40001)
 
-	type podCase struct {
-		chainCase
-		pod netip.Addr // delivered: translated for this pod
-	}
-	delivered := func(name string, inner, hint []byte, stat string, pod netip.Addr) podCase {
-		return podCase{chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpPass, decap: "decap_gue", chain: stat}, pod}
-	}
-	chained := func(name string, inner, hint []byte, to, next netip.Addr) podCase {
-		return podCase{chainCase: chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpTX, chain: "chained",
-			chainedTo: to, next: next, dstMAC: fxRouterMAC, srcMAC: f.MAC, from: fxPod1}}
-	}
-	dropped := func(name string, inner, hint []byte, stat string) podCase {
-		return podCase{chainCase: chainCase{name: name, frame: toPod1(inner, hint), verdict: xdpDrop, chain: stat}}
-	}
+	k := podCases{wrap: toPod1, from: fxPod1, mac: f.MAC}
 	cases := []podCase{
-		delivered("SYN", syn, hintGUE(chainPrevTX, none, now, now), "syn", fxPod1),
-		delivered("the pod holds the connection", ack(pod1.conns[0]), hintGUE(chainPrevTX, none, now, now), "socket", fxPod1),
-		delivered("the previous owner is a local pod that holds it", ack(pod2.conns[0]), hintGUE(fxPod2, none, now, now), "chained", fxPod2),
-		delivered("the second previous owner is a local pod that holds it", ack(pod2.conns[0]), hintGUE(none, fxPod2, now, now), "chained", fxPod2),
+		k.delivered("SYN", syn, hintGUE(chainPrevTX, none, now, now), "syn", fxPod1),
+		k.delivered("the pod holds the connection", ack(pod1.conns[0]), hintGUE(chainPrevTX, none, now, now), "socket", fxPod1),
+		k.delivered("the previous owner is a local pod that holds it", ack(pod2.conns[0]), hintGUE(fxPod2, none, now, now), "chained", fxPod2),
+		k.delivered("the second previous owner is a local pod that holds it", ack(pod2.conns[0]), hintGUE(none, fxPod2, now, now), "chained", fxPod2),
 		// The first previous owner is on another node: the packet goes
 		// there first, naming pod2 as the next, as the host mode does.
-		chained("remote first, though the local second holds it", ack(pod2.conns[0]), hintGUE(chainPrevTX, fxPod2, now, now), chainPrevTX, fxPod2),
-		chained("no socket, previous owner on another node", ack(unknown), hintGUE(chainPrevTX, none, now, now), chainPrevTX, none),
-		chained("no socket in the local previous owner either: on to the next", ack(unknown), hintGUE(fxPod2, chainPrevTX, now, now), chainPrevTX, none),
-		chained("remote previous owner first, the next travels on", ack(unknown), hintGUE(chainPrevTX, fxPod2, now, now), chainPrevTX, fxPod2),
-		delivered("window expired", ack(unknown), hintGUE(chainPrevTX, none, expired, now), "no_socket", fxPod1),
-		delivered("the hint names the pod itself", ack(unknown), hintGUE(fxPod1, none, now, now), "no_socket", fxPod1),
-		delivered("newest generation, no socket", ack(unknown), hintGUE(none, none, now, now), "no_socket", fxPod1),
-		dropped("older generation, no socket", ack(unknown), hintGUE(none, none, now, now-1), "stale_drop"),
+		k.chained("remote first, though the local second holds it", ack(pod2.conns[0]), hintGUE(chainPrevTX, fxPod2, now, now), chainPrevTX, fxPod2),
+		k.chained("no socket, previous owner on another node", ack(unknown), hintGUE(chainPrevTX, none, now, now), chainPrevTX, none),
+		k.chained("no socket in the local previous owner either: on to the next", ack(unknown), hintGUE(fxPod2, chainPrevTX, now, now), chainPrevTX, none),
+		k.chained("remote previous owner first, the next travels on", ack(unknown), hintGUE(chainPrevTX, fxPod2, now, now), chainPrevTX, fxPod2),
+		k.delivered("window expired", ack(unknown), hintGUE(chainPrevTX, none, expired, now), "no_socket", fxPod1),
+		k.delivered("the hint names the pod itself", ack(unknown), hintGUE(fxPod1, none, now, now), "no_socket", fxPod1),
+		k.delivered("newest generation, no socket", ack(unknown), hintGUE(none, none, now, now), "no_socket", fxPod1),
+		k.dropped("older generation, no socket", ack(unknown), hintGUE(none, none, now, now-1), "stale_drop"),
 	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			runChainCase(t, f, objs, c.chainCase)
-			if c.verdict == xdpPass && c.pod.IsValid() {
-				_, out := f.Run(t, objs.XlbDecap, c.frame)
-				checkTranslated(t, out, c.pod)
-			}
-		})
-	}
+	runPodCases(t, f, objs, cases, checkTranslated)
 
 	// A client port whose earlier connection to pod1 left a TIME-WAIT
 	// socket there, and whose newer connection is pod2's: pod1 passes
@@ -221,7 +253,7 @@ func TestDecapChainPods(t *testing.T) {
 	// looked at: its packets are delivered, never chained or counted.
 	translateFor(t, objs, pods, pod2)
 	t.Run("no network namespace ID for the pod", func(t *testing.T) {
-		c := delivered("", ack(unknown), hintGUE(chainPrevTX, none, now, now), "", fxPod1)
+		c := k.delivered("", ack(unknown), hintGUE(chainPrevTX, none, now, now), "", fxPod1)
 		runChainCase(t, f, objs, c.chainCase)
 		_, out := f.Run(t, objs.XlbDecap, c.frame)
 		checkTranslated(t, out, fxPod1)
@@ -252,10 +284,7 @@ func TestDecapChainPodsTrust(t *testing.T) {
 	dropped := func(name string, src netip.Addr, inner, hint []byte, stat string) chainCase {
 		return chainCase{name: name, frame: frame(src, inner, hint), verdict: xdpDrop, chain: stat}
 	}
-	cases := []struct {
-		chainCase
-		pod netip.Addr // delivered: translated for this pod
-	}{
+	cases := []podCase{
 		{chainCase: dropped("unknown source, remote previous owner", chainStranger, ack(40001), hint(chainPrevTX, none), "chain_drop_untrusted_source")},
 		{chainCase: dropped("unknown source, the local previous owner holds it", chainStranger, ack(pod2.conns[0]), hint(fxPod2, none), "chain_drop_untrusted_source")},
 		{chainCase: dropped("unknown source, to prev2 on another node", chainStranger, ack(40001), hint(none, chainPrevTX), "chain_drop_untrusted_source")},

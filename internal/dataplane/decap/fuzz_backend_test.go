@@ -47,10 +47,10 @@ func FuzzBackendProgram(f *testing.F) {
 	pod2 := newFixturePod(f, fx, "vpod2", fxPod2)
 	pods := []*podNS{pod1, pod2}
 	translateFor(f, objs, pods, pods...)
-	pod61 := newFixturePod6(f, fx, "vpod61", fxPod6)
-	pod62 := newFixturePod6(f, fx, "vpod62", fxPod6b)
+	pod61 := newFixturePod(f, fx, "vpod61", fxPod6)
+	pod62 := newFixturePod(f, fx, "vpod62", fxPod6b)
 	pods6 := []*podNS{pod61, pod62}
-	translateFor6(f, objs, pods6, pods6...)
+	translateFor(f, objs, pods6, pods6...)
 	for _, p := range pods {
 		if err := objs.NatSvcs.Put(natSvcKeyOf(fxVIP, p.addr, 53), be16bytes(5353)); err != nil {
 			f.Fatal(err)

@@ -134,52 +134,41 @@ func (c *natCarry) carry(d *Dataplane) error {
 			}
 		}
 	}
-	if old := c.old["nat_fwd"]; old != nil {
-		var keys []wire.SessionKey
-		var vals []wire.SessionFwd
-		var k wire.SessionKey
-		var v wire.SessionFwd
-		it := old.Iterate()
-		for it.Next(&k, &v) {
-			keys, vals = append(keys, k), append(vals, v)
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("carry sessions over: %w", err)
-		}
-		for i := range keys {
-			if err := carryForward(news, "nat_fwd", &keys[i], &vals[i], &vals[i].Rk); err != nil {
-				return err
-			}
-		}
+	if err := carryForwardTable(c.old["nat_fwd"], news, "nat_fwd", func(v *wire.SessionFwd) *wire.SessionKey { return &v.Rk }); err != nil {
+		return err
 	}
-	if old := c.old["nat_fwd_syn"]; old != nil {
-		var keys, vals []wire.SessionKey
-		var k, v wire.SessionKey
-		it := old.Iterate()
-		for it.Next(&k, &v) {
-			keys, vals = append(keys, k), append(vals, v)
-		}
-		if err := it.Err(); err != nil {
-			return fmt.Errorf("carry sessions over: %w", err)
-		}
-		for i := range keys {
-			if err := carryForward(news, "nat_fwd_syn", &keys[i], &vals[i], &vals[i]); err != nil {
-				return err
-			}
-		}
+	if err := carryForwardTable(c.old["nat_fwd_syn"], news, "nat_fwd_syn", func(v *wire.SessionKey) *wire.SessionKey { return v }); err != nil {
+		return err
 	}
 	return rebuildForward(news)
 }
 
-// carryForward puts forward entry (k, v) of session rk into table name
-// of maps, if the session made it there and the key is free.
-func carryForward(maps map[string]*ebpf.Map, name string, k *wire.SessionKey, v any, rk *wire.SessionKey) error {
-	if !hasSession(maps, rk) {
+// carryForwardTable puts the entries of old forward table old (nil: none)
+// into table name of maps, each whose session (rk of its value) made it
+// there and whose key is free.
+func carryForwardTable[V any](old *ebpf.Map, maps map[string]*ebpf.Map, name string, rk func(*V) *wire.SessionKey) error {
+	if old == nil {
 		return nil
 	}
-	err := maps[name].Update(k, v, ebpf.UpdateNoExist)
-	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) && !errors.Is(err, unix.E2BIG) {
+	var keys []wire.SessionKey
+	var vals []V
+	var k wire.SessionKey
+	var v V
+	it := old.Iterate()
+	for it.Next(&k, &v) {
+		keys, vals = append(keys, k), append(vals, v)
+	}
+	if err := it.Err(); err != nil {
 		return fmt.Errorf("carry sessions over: %w", err)
+	}
+	for i := range keys {
+		if !hasSession(maps, rk(&vals[i])) {
+			continue
+		}
+		err := maps[name].Update(&keys[i], &vals[i], ebpf.UpdateNoExist)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) && !errors.Is(err, unix.E2BIG) {
+			return fmt.Errorf("carry sessions over: %w", err)
+		}
 	}
 	return nil
 }

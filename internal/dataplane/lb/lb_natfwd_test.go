@@ -158,25 +158,9 @@ func TestLBNATForwardEntryCloses(t *testing.T) {
 // session's forward entry from the session itself: the clients'
 // packets find their sessions after the switch.
 func TestLBNATForwardEntriesRebuilt(t *testing.T) {
-	requirePrivileges(t)
-	f := newFixtureNS(t)
-	pin := testPinPath(t)
-	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: pin, TableSize: fxTableSize, NATSessions: 4096}
-	d, err := openIn(t, f.Name, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	x := &natFixture{d: d, f: f, t: t}
-	x.setup()
-	var clients, toBE []tuple
-	for i := range 3 {
-		c := tuple{clientAt(uint16(44200 + i)), vip(80), 6}
-		src := x.source(segment(c, tcpSYN, nil).Frame(f.MAC))
-		be := tuple{src, natBackends[30], 6}
-		x.expectForward("SYN-ACK", segment(be.reverse(), tcpSYN|tcpACK, nil).Frame(f.MAC), c.reverse())
-		x.expectForward("ACK", segment(c, tcpACK, nil).Frame(f.MAC), be)
-		clients, toBE = append(clients, c), append(toBE, be)
-	}
+	x, opts := newMigrationFixture(t)
+	f, d := x.f, x.d
+	clients, toBE := x.openEstablished(44200, 3)
 	// An embryonic one too: answered, its client silent since.
 	u := tuple{clientAt(44300), vip(80), 6}
 	uSrc := x.source(segment(u, tcpSYN, nil).Frame(f.MAC))
@@ -194,7 +178,7 @@ func TestLBNATForwardEntriesRebuilt(t *testing.T) {
 	d.Close()
 
 	opts.NATSessions = 8192
-	d, err = loadIn(t, f.Name, opts)
+	d, err := loadIn(t, f.Name, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,4 +197,37 @@ func TestLBNATForwardEntriesRebuilt(t *testing.T) {
 	}
 	x.expectForward("the carried embryonic session's client", segment(u, tcpACK, nil).Frame(f.MAC), uBE)
 	x.expectForward("it again, established", segment(u, tcpACK, nil).Frame(f.MAC), uBE)
+}
+
+// newMigrationFixture is a NAT fixture whose program is attached to the
+// fixture's interface with its maps pinned, for a migration to follow
+// (another NATSessions in opts).
+func newMigrationFixture(t *testing.T) (*natFixture, Options) {
+	t.Helper()
+	requirePrivileges(t)
+	f := newFixtureNS(t)
+	opts := Options{Interface: "veth0", NodeAddr: fxNode, PinPath: testPinPath(t), TableSize: fxTableSize, NATSessions: 4096}
+	d, err := openIn(t, f.Name, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := &natFixture{d: d, f: f, t: t}
+	x.setup()
+	return x, opts
+}
+
+// openEstablished opens and establishes n TCP sessions to VIP port 80,
+// from client ports from on, to natBackends[30]: the clients' tuples and
+// their backends' view of them.
+func (x *natFixture) openEstablished(from uint16, n int) (clients, toBE []tuple) {
+	x.t.Helper()
+	for i := range n {
+		c := tuple{clientAt(from + uint16(i)), vip(80), 6}
+		src := x.source(segment(c, tcpSYN, nil).Frame(x.f.MAC))
+		be := tuple{src, natBackends[30], 6}
+		x.expectForward("SYN-ACK", segment(be.reverse(), tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
+		x.expectForward("ACK", segment(c, tcpACK, nil).Frame(x.f.MAC), be)
+		clients, toBE = append(clients, c), append(toBE, be)
+	}
+	return clients, toBE
 }
