@@ -127,8 +127,12 @@ func newAnnouncer(cfg *config.BGP, node, routerID netip.Addr, sp speaker, log *s
 func peers(cfg *config.BGP) []bgp.Peer {
 	out := make([]bgp.Peer, 0, len(cfg.Peers))
 	for _, p := range cfg.Peers {
-		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
-			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive, MaxPrefixes: p.MaxPrefixes})
+		bp := bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
+			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive, MaxPrefixes: p.MaxPrefixes}
+		if g := p.GracefulRestart; g != nil {
+			bp.RestartTime = g.RestartTime
+		}
+		out = append(out, bp)
 	}
 	return out
 }
