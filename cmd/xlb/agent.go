@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -52,7 +53,14 @@ file the agent runs as in the DaemonSet, with every default but those
 With --check the agent does not run: FILE is checked as the running agent
 would check it on a reload (through its API socket) and what a reload
 would change is printed; without a running agent FILE is checked as a
-start would check it. The exit status is 0 for a valid file, 1 otherwise.`
+start would check it. The exit status is 0 for a valid file, 1 otherwise.
+
+SIGTERM or SIGINT stops the agent; the pinned data plane keeps forwarding.
+Without graceful restart (bgp.peers[].gracefulRestart) every route is
+withdrawn first and the agent exits bgp.drainTime later. With it, nothing
+is withdrawn: those peers keep the routes for the restart time, for the
+next agent to take over. SIGUSR1 always withdraws and drains: for a node
+that leaves.`
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
@@ -122,6 +130,7 @@ func runAgent(args []string) error {
 	// the socket removed and the handles closed.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
+	ctx, drain := drainSignal(ctx)
 
 	var cfg *config.Config
 	if *cfgPath != "" {
@@ -145,7 +154,27 @@ func runAgent(args []string) error {
 			return err
 		}
 	}
-	return serveAgent(ctx, log, *cfgPath, cfg, src)
+	return serveAgent(ctx, log, *cfgPath, cfg, src, drain)
+}
+
+// drainSignal returns a context that also ends on SIGUSR1, and whether
+// that is what ended it: the agent then withdraws its routes and drains
+// even with graceful restart.
+func drainSignal(parent context.Context) (context.Context, func() bool) {
+	ctx, cancel := context.WithCancel(parent)
+	usr := make(chan os.Signal, 1)
+	signal.Notify(usr, syscall.SIGUSR1)
+	var got atomic.Bool
+	go func() {
+		defer signal.Stop(usr)
+		select {
+		case <-usr:
+			got.Store(true)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	return ctx, got.Load
 }
 
 // kubeFlags are the flags of the Kubernetes source.
@@ -400,7 +429,7 @@ func ignoreHangups(ctx context.Context, log *slog.Logger) {
 
 // serveAgent runs the agent on cfg, with src's later configurations when
 // src is not nil, until ctx ends.
-func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.Config, src *source.Source) error {
+func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.Config, src *source.Source, drain func() bool) error {
 	nodeAddr, err := agent.NodeAddress(cfg.Node)
 	if err != nil {
 		return err
@@ -493,15 +522,21 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	defer srv.Close()
 	log.Info("agent running", "socket", cfg.API.Socket, "metrics", cfg.API.Metrics)
 
-	// Sessions start now; routes follow when Run has the data plane's
-	// state. On the way out every route is withdrawn and the routers get
-	// bgp.drainTime to move the traffic elsewhere, while the pinned data
-	// plane keeps forwarding what still arrives.
+	// Sessions start now (with graceful restart, at the first routes);
+	// routes follow when Run has the data plane's state. On the way out
+	// every route is withdrawn and the routers get bgp.drainTime to move
+	// the traffic elsewhere, while the pinned data plane keeps forwarding
+	// what still arrives; with graceful restart, unless SIGUSR1 asked for
+	// a drain, the routers keep the routes instead, for the next agent.
 	if err := sp.Start(ctx); err != nil {
 		return err
 	}
 	defer func() {
-		if err := sp.Shutdown(context.Background()); err != nil {
+		stopBGP := sp.Restart
+		if drain() {
+			stopBGP = sp.Shutdown
+		}
+		if err := stopBGP(context.Background()); err != nil {
 			log.Warn("BGP shutdown", "error", err,
 				"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
 		}

@@ -43,6 +43,7 @@ const (
 type speaker interface {
 	Start(context.Context) error
 	Stop(context.Context) error
+	StopGraceful(context.Context) error
 	Announce(netip.Prefix, bgp.Attributes) error
 	Withdraw(netip.Prefix) error
 	WithdrawAll() error
@@ -72,6 +73,8 @@ type Announcer struct {
 	want  map[netip.Prefix]bgp.Attributes
 	why   map[netip.Prefix]string // why a configured VIP is not announced
 	drain time.Duration
+	// graceful: a peer has graceful restart (Restart keeps the routes).
+	graceful bool
 	// out is what the speaker accepted: want once every call succeeded.
 	// failed holds, for each route where out and want differ, why the
 	// speaker refused to make them agree.
@@ -120,17 +123,30 @@ func newAnnouncer(cfg *config.BGP, node, routerID netip.Addr, sp speaker, log *s
 	return &Announcer{log: log, node: node, asn: cfg.ASN, routerID: routerID, sp: sp,
 		retryFirst: RetryFirst, retryMax: RetryMax,
 		bfdOf: bfdPeers(cfg), want: map[netip.Prefix]bgp.Attributes{}, why: map[netip.Prefix]string{},
-		drain: cfg.DrainTime, out: map[netip.Prefix]bgp.Attributes{}, failed: map[netip.Prefix]error{},
+		drain: cfg.DrainTime, graceful: hasGracefulRestart(cfg), out: map[netip.Prefix]bgp.Attributes{}, failed: map[netip.Prefix]error{},
 		releases: map[netip.Addr]*release{}}
 }
 
 func peers(cfg *config.BGP) []bgp.Peer {
 	out := make([]bgp.Peer, 0, len(cfg.Peers))
 	for _, p := range cfg.Peers {
-		out = append(out, bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
-			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive, MaxPrefixes: p.MaxPrefixes})
+		bp := bgp.Peer{Address: p.Address, ASN: p.ASN, Port: p.Port, Password: p.Password,
+			HoldTime: p.HoldTime, Keepalive: p.Keepalive, Multihop: p.Multihop, Passive: p.Passive, MaxPrefixes: p.MaxPrefixes}
+		if g := p.GracefulRestart; g != nil {
+			bp.RestartTime = g.RestartTime
+		}
+		out = append(out, bp)
 	}
 	return out
+}
+
+func hasGracefulRestart(cfg *config.BGP) bool {
+	for _, p := range cfg.Peers {
+		if p.GracefulRestart != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func bfdPeers(cfg *config.BGP) map[netip.Addr]bfd.Config {
@@ -332,6 +348,7 @@ func (a *Announcer) Reconfigure(ctx context.Context, cfg *config.BGP) error {
 	defer a.mu.Unlock()
 	a.bfdOf = bfdPeers(cfg)
 	a.drain = cfg.DrainTime
+	a.graceful = hasGracefulRestart(cfg)
 	return a.syncBFD(ctx)
 }
 
@@ -460,8 +477,48 @@ func attrsEqual(a, b bgp.Attributes) bool {
 // move the traffic to other nodes (the data plane keeps forwarding what
 // still arrives), then closes the sessions and BFD.
 func (a *Announcer) Shutdown(ctx context.Context) error {
+	drain, n := a.halt()
+	err := a.sp.WithdrawAll()
+	if n > 0 && drain > 0 {
+		a.log.Info("routes withdrawn; draining before exit", "routes", n, "drainTime", drain)
+		select {
+		case <-time.After(drain):
+		case <-ctx.Done():
+		}
+	}
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err = errors.Join(err, a.sp.Stop(stopCtx))
+	return errors.Join(err, a.closeBFD())
+}
+
+// Restart stops for a restart of the agent. Without a peer that has
+// graceful restart it is Shutdown. With one, nothing is withdrawn and
+// nothing drains: the sessions end without a NOTIFICATION, so the peers
+// with graceful restart keep the routes (stale) for their restart time
+// while the pinned data plane keeps forwarding, and the next agent's
+// sessions make them fresh; the other peers drop them at once (a Cease).
+func (a *Announcer) Restart(ctx context.Context) error {
 	a.mu.Lock()
-	drain, n := a.drain, len(a.out)
+	graceful := a.graceful
+	a.mu.Unlock()
+	if !graceful {
+		return a.Shutdown(ctx)
+	}
+	_, n := a.halt()
+	a.log.Info("stopping for a restart: the peers with graceful restart keep this node's routes for their restart time; "+
+		"send SIGUSR1 instead of SIGTERM to withdraw them and drain", "routes", n)
+	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return errors.Join(a.sp.StopGraceful(stopCtx), a.closeBFD())
+}
+
+// halt ends the announcer's background work and forgets its routes; it
+// returns the drain time and how many routes were announced.
+func (a *Announcer) halt() (drain time.Duration, n int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	drain, n = a.drain, len(a.out)
 	a.closed = true
 	a.retryGen++
 	if a.retry != nil {
@@ -474,18 +531,12 @@ func (a *Announcer) Shutdown(ctx context.Context) error {
 	a.want = map[netip.Prefix]bgp.Attributes{}
 	a.out = map[netip.Prefix]bgp.Attributes{} // WithdrawAll forgets them, even when it fails
 	a.failed = map[netip.Prefix]error{}
-	a.mu.Unlock()
-	err := a.sp.WithdrawAll()
-	if n > 0 && drain > 0 {
-		a.log.Info("routes withdrawn; draining before exit", "routes", n, "drainTime", drain)
-		select {
-		case <-time.After(drain):
-		case <-ctx.Done():
-		}
-	}
-	stopCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	err = errors.Join(err, a.sp.Stop(stopCtx))
+	return drain, n
+}
+
+// closeBFD ends the BFD sessions.
+func (a *Announcer) closeBFD() error {
+	var err error
 	a.mu.Lock()
 	ms := a.bfd
 	a.bfd = [2]*bfd.Manager{}

@@ -84,6 +84,9 @@ func (f *fakeSpeaker) record(c call) error {
 
 func (f *fakeSpeaker) Start(context.Context) error { return f.record(call{op: "Start"}) }
 func (f *fakeSpeaker) Stop(context.Context) error  { return f.record(call{op: "Stop"}) }
+func (f *fakeSpeaker) StopGraceful(context.Context) error {
+	return f.record(call{op: "StopGraceful"})
+}
 func (f *fakeSpeaker) Announce(p netip.Prefix, _ bgp.Attributes) error {
 	return f.record(call{op: "Announce", prefix: p})
 }
@@ -233,6 +236,61 @@ func TestShutdownDrains(t *testing.T) {
 			t.Errorf("calls %v, want WithdrawAll then Stop", got)
 		}
 	})
+}
+
+// TestRestart: with graceful restart on a peer, a restart withdraws
+// nothing and does not wait: the sessions end without a NOTIFICATION;
+// without, it is Shutdown (withdraw, drain, Cease).
+func TestRestart(t *testing.T) {
+	const drain = 300 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		graceful *config.GracefulRestart
+		want     []string
+	}{
+		{"with graceful restart", &config.GracefulRestart{RestartTime: config.DefaultRestartTime}, []string{"StopGraceful"}},
+		{"without", nil, []string{"WithdrawAll", "Stop"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := &config.BGP{ASN: 65001, DrainTime: drain, Peers: []config.Peer{
+				{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000},
+				{Address: netip.MustParseAddr("10.0.1.3"), ASN: 65000, GracefulRestart: tc.graceful},
+			}}
+			fs := newFakeSpeaker()
+			a := newAnnouncer(cfg, node, node, fs, quietLogger())
+			if err := a.Sync([]Route{{Prefix: vip, Serve: true}}); err != nil {
+				t.Fatal(err)
+			}
+			fs.drained()
+			if err := a.Restart(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			cs := fs.drained()
+			var got []string
+			for _, c := range cs {
+				got = append(got, c.op)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("calls %v, want %v", got, tc.want)
+			}
+			// The drain, where there is one, is covered by TestShutdownDrains.
+		})
+	}
+	// A shutdown (SIGUSR1) drains also with graceful restart.
+	cfg := &config.BGP{ASN: 65001, Peers: []config.Peer{{Address: netip.MustParseAddr("10.0.1.1"), ASN: 65000,
+		GracefulRestart: &config.GracefulRestart{RestartTime: config.DefaultRestartTime}}}}
+	fs := newFakeSpeaker()
+	a := newAnnouncer(cfg, node, node, fs, quietLogger())
+	if err := a.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range fs.drained() {
+		got = append(got, c.op)
+	}
+	if !reflect.DeepEqual(got, []string{"WithdrawAll", "Stop"}) {
+		t.Errorf("Shutdown with graceful restart: calls %v, want WithdrawAll then Stop", got)
+	}
 }
 
 // TestFollowBFD drives the announcer's BFD follower with events as the

@@ -75,6 +75,8 @@ type Routes struct {
 	cfg      *config.BGP     // cur's section
 	routes   []Route
 	lastOpen time.Time // of the last failed attempt
+	// deferred: cur waits for the first Sync to start (graceful restart).
+	deferred bool
 }
 
 // announcer is what Routes needs of an Announcer.
@@ -83,6 +85,7 @@ type announcer interface {
 	Sync([]Route) error
 	Reconfigure(context.Context, *config.BGP) error
 	Shutdown(context.Context) error
+	Restart(context.Context) error
 	Status() *api.BGP
 }
 
@@ -111,6 +114,14 @@ func (r *Routes) Start(ctx context.Context) error {
 	defer r.mu.Unlock()
 	r.ctx, r.started = ctx, true
 	if r.cur != nil {
+		// With graceful restart a router may still hold the previous
+		// run's routes, and drops those missing from the End-of-RIB that
+		// follows a new session's first UPDATEs: the sessions wait for
+		// the first routes, so that what is still served stays.
+		if hasGracefulRestart(r.cfg) {
+			r.deferred = true
+			return nil
+		}
 		if err := r.cur.Start(ctx); err != nil {
 			r.cur, r.cfg, r.lastOpen = nil, nil, time.Now()
 			return err
@@ -128,6 +139,16 @@ func (r *Routes) Sync(routes []Route) error {
 	r.routes = slices.Clone(routes)
 	if !r.started || r.stopped {
 		return nil
+	}
+	if r.deferred && r.cur != nil {
+		r.deferred = false
+		// Recorded first: the speaker announces them as it starts.
+		syncErr := r.cur.Sync(routes)
+		if err := r.cur.Start(r.ctx); err != nil {
+			r.cur, r.cfg, r.lastOpen = nil, nil, time.Now()
+			return err
+		}
+		return syncErr
 	}
 	if r.cur == nil {
 		if time.Since(r.lastOpen) < reopenEvery {
@@ -154,6 +175,7 @@ func (r *Routes) Reconfigure(ctx context.Context, cfg *config.BGP) error {
 	if r.cur != nil {
 		r.close()
 	}
+	r.deferred = false
 	return r.ensure()
 }
 
@@ -215,6 +237,27 @@ func (r *Routes) Shutdown(ctx context.Context) error {
 		return nil
 	}
 	err := r.cur.Shutdown(ctx)
+	r.cur, r.cfg = nil, nil
+	return err
+}
+
+// Restart stops for a restart of the agent, as Announcer.Restart does:
+// with graceful restart the peers keep the routes; without, it is
+// Shutdown. No announcer starts afterwards.
+func (r *Routes) Restart(ctx context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopped = true
+	if r.cur == nil {
+		return nil
+	}
+	var err error
+	if r.deferred {
+		// Never started: nothing to keep or withdraw.
+		err = r.cur.Shutdown(ctx)
+	} else {
+		err = r.cur.Restart(ctx)
+	}
 	r.cur, r.cfg = nil, nil
 	return err
 }

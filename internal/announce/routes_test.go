@@ -51,6 +51,11 @@ func (f *fakeAnnouncer) Shutdown(ctx context.Context) error {
 	return nil
 }
 
+func (f *fakeAnnouncer) Restart(context.Context) error {
+	f.note("restart")
+	return nil
+}
+
 func (f *fakeAnnouncer) Status() *api.BGP { return &api.BGP{ASN: uint32(f.id)} }
 
 func section(asn uint32, peers ...string) *config.BGP {
@@ -130,6 +135,77 @@ func TestRoutes(t *testing.T) {
 
 	step("shutdown drains", func() error { return r.Shutdown(context.Background()) }, "4 shutdown drain=true")
 	step("nothing starts after shutdown", func() error { return r.Reconfigure(ctx, section(65004, "10.0.0.1")) })
+}
+
+// TestRoutesGracefulRestart: with graceful restart on a peer the speaker
+// starts at the first Sync, with those routes recorded before, so that
+// the End-of-RIB a router waits for follows them; a restart keeps the
+// routes (Restart), a shutdown drains.
+func TestRoutesGracefulRestart(t *testing.T) {
+	var journal []string
+	n := 0
+	gr := section(65001, "10.0.0.1")
+	gr.Peers[0].GracefulRestart = &config.GracefulRestart{RestartTime: config.DefaultRestartTime}
+	newRoutes := func(cfg *config.BGP) *Routes {
+		r := &Routes{log: slog.New(slog.NewTextHandler(io.Discard, nil)), want: cfg}
+		r.open = func(c *config.BGP) (announcer, error) {
+			n++
+			journal = append(journal, fmt.Sprintf("%d open as%d", n, c.ASN))
+			return &fakeAnnouncer{id: n, journal: &journal}, nil
+		}
+		a, err := r.open(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.cur, r.cfg = a, cfg
+		return r
+	}
+	check := func(name string, want ...string) {
+		t.Helper()
+		if !reflect.DeepEqual(journal, want) {
+			t.Errorf("%s:\n got %q\nwant %q", name, journal, want)
+		}
+		journal = nil
+	}
+	ctx := t.Context()
+
+	r := newRoutes(gr)
+	check("open", "1 open as65001")
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("start waits for the routes")
+	if err := r.Sync([]Route{route("10.99.0.1/32")}); err != nil {
+		t.Fatal(err)
+	}
+	check("first sync", "1 sync 10.99.0.1/32", "1 start")
+	if err := r.Sync([]Route{route("10.99.0.2/32")}); err != nil {
+		t.Fatal(err)
+	}
+	check("later sync", "1 sync 10.99.0.2/32")
+	if err := r.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("restart", "1 restart")
+
+	r = newRoutes(gr)
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Sync(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Shutdown(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	check("shutdown drains", "2 open as65001", "2 sync ", "2 start", "2 shutdown drain=true")
+
+	// Without graceful restart the speaker starts at once, as before.
+	r = newRoutes(section(65001, "10.0.0.1"))
+	if err := r.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("start without graceful restart", "3 open as65001", "3 start")
 }
 
 // TestPlan: a VIP is announced while one of its services is installed,

@@ -54,6 +54,9 @@ type helperOptions struct {
 	// Quiet leaves GoBGP's debug records (one per route and more) out
 	// of the helper's log: the flood tests would write gigabytes.
 	Quiet bool
+	// Routes are announced between New and Start, as the agent's first
+	// routes are.
+	Routes []netip.Prefix
 }
 
 type helperRequest struct {
@@ -115,6 +118,11 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 			}
 			sp, err = New(Options{ASN: o.ASN, RouterID: o.RouterID, NextHop: o.NextHop, NextHop6: o.NextHop6, ListenPort: o.ListenPort, Peers: o.Peers,
 				PrefixLimitRetry: o.PrefixLimitRetry, Logger: log})
+			for _, p := range o.Routes {
+				if err == nil {
+					err = sp.Announce(p, Attributes{})
+				}
+			}
 			if err == nil {
 				err = sp.Start(context.Background())
 			}
@@ -171,6 +179,10 @@ func speakerHelperMain(in io.Reader, out io.Writer) int {
 		case req.Op == "stop":
 			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			err = sp.Stop(ctx)
+			cancel()
+		case req.Op == "stopGraceful":
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			err = sp.StopGraceful(ctx)
 			cancel()
 		default:
 			err = fmt.Errorf("helper: unknown op %q", req.Op)
@@ -343,6 +355,8 @@ func learnedPaths(sp *Speaker) (int, error) {
 // remoteSpeaker drives a Speaker running in a helper process.
 type remoteSpeaker struct {
 	t       testing.TB
+	cmd     *exec.Cmd
+	killed  atomic.Bool // by kill: its exit status is not checked
 	logPath string
 	mu      sync.Mutex
 	enc     *json.Encoder
@@ -374,6 +388,7 @@ func startSpeaker(t testing.TB, ns string, opts helperOptions) *remoteSpeaker {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs := &remoteSpeaker{}
 	release, err := startPinned(cmd)
 	if err != nil {
 		t.Fatalf("start speaker helper: %v", err)
@@ -385,7 +400,7 @@ func startSpeaker(t testing.TB, ns string, opts helperOptions) *remoteSpeaker {
 		select {
 		case <-done:
 			// Non-zero also when the race detector found something.
-			if code := cmd.ProcessState.ExitCode(); code != 0 {
+			if code := cmd.ProcessState.ExitCode(); code != 0 && !rs.killed.Load() {
 				t.Errorf("speaker helper in %s exited with status %d", ns, code)
 			}
 		case <-time.After(5 * time.Second):
@@ -400,7 +415,7 @@ func startSpeaker(t testing.TB, ns string, opts helperOptions) *remoteSpeaker {
 			}
 		}
 	})
-	rs := &remoteSpeaker{t: t, logPath: logPath, enc: json.NewEncoder(stdin), dec: json.NewDecoder(bufio.NewReader(stdout))}
+	rs.t, rs.cmd, rs.logPath, rs.enc, rs.dec = t, cmd, logPath, json.NewEncoder(stdin), json.NewDecoder(bufio.NewReader(stdout))
 	if err := rs.call(helperRequest{Op: "start", Options: opts}).err(); err != nil {
 		t.Fatalf("start speaker: %v", err)
 	}
@@ -506,7 +521,19 @@ func (rs *remoteSpeaker) logText() string {
 	}
 	return string(b)
 }
-func (rs *remoteSpeaker) Stop() error         { return rs.call(helperRequest{Op: "stop"}).err() }
+func (rs *remoteSpeaker) Stop() error { return rs.call(helperRequest{Op: "stop"}).err() }
+func (rs *remoteSpeaker) StopGraceful() error {
+	return rs.call(helperRequest{Op: "stopGraceful"}).err()
+}
+
+// kill ends the helper with SIGKILL, as a crash would: no NOTIFICATION,
+// no withdrawal, the kernel closes its connections.
+func (rs *remoteSpeaker) kill() {
+	rs.killed.Store(true)
+	if err := rs.cmd.Process.Kill(); err != nil {
+		rs.t.Fatalf("kill speaker helper: %v", err)
+	}
+}
 func (rs *remoteSpeaker) Peers() []PeerStatus { return rs.call(helperRequest{Op: "peers"}).Peers }
 func (rs *remoteSpeaker) Announced() []Route  { return rs.call(helperRequest{Op: "announced"}).Routes }
 

@@ -104,7 +104,17 @@ type Peer struct {
 	// Options.PrefixLimitRetry). 1..MaxMaxPrefixes; default
 	// DefaultMaxPrefixes.
 	MaxPrefixes uint32
+	// RestartTime, when not 0, advertises graceful restart (RFC 4724) for
+	// every address family of the session with this restart time (whole
+	// seconds, 1s..4095s): a peer that helps keeps this node's routes,
+	// marked stale, for that long when the session ends without a
+	// NOTIFICATION (StopGraceful, a crash), and drops them when the new
+	// session's End-of-RIB arrives without them.
+	RestartTime time.Duration
 }
+
+// MaxRestartTime is the longest restart time RFC 4724's 12 bits carry.
+const MaxRestartTime = 4095 * time.Second
 
 func (p Peer) withDefaults() Peer {
 	if p.Port == 0 {
@@ -156,6 +166,9 @@ func (p Peer) validate(localASN uint32, nextHop, nextHop6 netip.Addr) error {
 	}
 	if p.MaxPrefixes > MaxMaxPrefixes {
 		return fmt.Errorf("maxPrefixes %d: want 1-%d", p.MaxPrefixes, MaxMaxPrefixes)
+	}
+	if p.RestartTime != 0 && (p.RestartTime < time.Second || p.RestartTime > MaxRestartTime || p.RestartTime%time.Second != 0) {
+		return fmt.Errorf("restartTime %s: want whole seconds from 1s to %s, or 0 for no graceful restart", p.RestartTime, MaxRestartTime)
 	}
 	if p.Multihop > 0 && p.ASN == localASN {
 		return fmt.Errorf("multihop %d: only eBGP sessions are TTL-limited, and this one is iBGP (peer ASN = local ASN %d)", p.Multihop, localASN)

@@ -109,6 +109,9 @@ func TestOptionValidation(t *testing.T) {
 		{"duplicate peer", with(func(o *Options) { o.Peers = append(o.Peers, peer) }), "peers[1]: address 10.0.1.1 is listed twice"},
 		{"highest prefix limit", withPeer(func(p *Peer) { p.MaxPrefixes = MaxMaxPrefixes }), ""},
 		{"prefix limit too high", withPeer(func(p *Peer) { p.MaxPrefixes = MaxMaxPrefixes + 1 }), "peers[0] (10.0.1.1): maxPrefixes 100001: want 1-100000"},
+		{"graceful restart", withPeer(func(p *Peer) { p.RestartTime = MaxRestartTime }), ""},
+		{"restart time too long", withPeer(func(p *Peer) { p.RestartTime = MaxRestartTime + time.Second }), "restartTime 1h8m16s: want whole seconds from 1s to 1h8m15s"},
+		{"restart time fraction", withPeer(func(p *Peer) { p.RestartTime = 1500 * time.Millisecond }), "restartTime 1.5s: want whole seconds"},
 		{"negative prefix limit retry", with(func(o *Options) { o.PrefixLimitRetry = -time.Second }), "prefixLimitRetry -1s is negative"},
 	} {
 		_, err := New(tc.o)

@@ -139,17 +139,21 @@ func (s *Speaker) Start(ctx context.Context) error {
 	}
 	s.mu.Unlock()
 
+	// The routes first: a session that negotiated graceful restart gets
+	// its End-of-RIB after the initial UPDATEs, and a router that kept
+	// the routes of the previous run (stale) drops those the End-of-RIB
+	// finds missing.
+	var errs []error
+	for prefix, attrs := range routes {
+		if err := s.addPath(srv, prefix, attrs); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, p := range opts.Peers {
 		if err := s.addPeer(ctx, srv, p, forced[p.Address]); err != nil {
 			s.log.Error("bgp peer not configured", "peer", p.Address, "err", err,
 				"fix", "the peer gets no session, and nothing retries it: correct its settings as the error says (bgp.peers, or its BGPPeer), "+
 					"as a changed peer is added again at once, or restart the agent; `xlb status` shows the error on the peer")
-		}
-	}
-	var errs []error
-	for prefix, attrs := range routes {
-		if err := s.addPath(srv, prefix, attrs); err != nil {
-			errs = append(errs, err)
 		}
 	}
 	s.log.Info("bgp speaker started", "asn", opts.ASN, "routerID", opts.RouterID, "nextHop", opts.NextHop,
@@ -257,6 +261,19 @@ func importNothing(ctx context.Context, srv *server.BgpServer) error {
 // If ctx ends first, Stop returns its error and the server finishes
 // stopping in the background.
 func (s *Speaker) Stop(ctx context.Context) error {
+	return s.stop(ctx, false)
+}
+
+// StopGraceful closes every session and stops the server without
+// withdrawing anything: the sessions of peers that negotiated graceful
+// restart end without a NOTIFICATION, so those peers keep the routes
+// (stale) for the restart time, waiting for the node to come back; the
+// others get a Cease and drop them at once, as with Stop.
+func (s *Speaker) StopGraceful(ctx context.Context) error {
+	return s.stop(ctx, true)
+}
+
+func (s *Speaker) stop(ctx context.Context, graceful bool) error {
 	s.opMu.Lock()
 	defer s.opMu.Unlock()
 	s.mu.Lock()
@@ -273,14 +290,26 @@ func (s *Speaker) Stop(ctx context.Context) error {
 	// Withdraw first so that the peers get UPDATE withdrawals where the
 	// session outlives them, not only the implicit withdrawal of a
 	// closed session.
-	if err := srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
-		s.log.Warn("bgp withdraw all on stop", "err", err,
-			"fix", "nothing to do: the sessions close next, and the peers drop the routes with them; if a router still has them, check that its session to this node closed")
+	if !graceful {
+		if err := srv.DeletePath(apiutil.DeletePathRequest{DeleteAll: true}); err != nil {
+			s.log.Warn("bgp withdraw all on stop", "err", err,
+				"fix", "nothing to do: the sessions close next, and the peers drop the routes with them; if a router still has them, check that its session to this node closed")
+		}
 	}
 	done := make(chan struct{})
 	go func() {
 		stopProbe()
-		srv.Stop()
+		if graceful {
+			// srv.Stop is StopBgp without AllowGracefulRestart (a Cease
+			// to every peer); the embedded server has nothing else to
+			// stop (no gRPC, no BFD of its own).
+			if err := srv.StopBgp(context.Background(), &api.StopBgpRequest{AllowGracefulRestart: true}); err != nil {
+				s.log.Warn("bgp graceful stop", "err", err,
+					"fix", "nothing to do: the agent exits next, which closes every session; a router that keeps the routes drops them after the restart time if the agent does not come back")
+			}
+		} else {
+			srv.Stop()
+		}
 		// After GoBGP, so that the relays still carry its Cease.
 		stopRelay()
 		stopWatch()
@@ -511,6 +540,9 @@ func (s *Speaker) apiPeer(p Peer, adminDown bool, relay *relayConfig, standIn ne
 		EbgpMultihop: &api.EbgpMultihop{Enabled: p.Multihop > 0, MultihopTtl: uint32(p.Multihop)},
 		AfiSafis:     s.afiSafis(p),
 	}
+	if p.RestartTime > 0 {
+		ap.GracefulRestart = &api.GracefulRestart{Enabled: true, RestartTime: uint32(p.RestartTime / time.Second)}
+	}
 	if relay != nil {
 		ap.Conf.NeighborAddress = standIn.String()
 		ap.Conf.AuthPassword = relay.key
@@ -534,10 +566,15 @@ var (
 func (s *Speaker) afiSafis(p Peer) []*api.AfiSafi {
 	var out []*api.AfiSafi
 	add := func(f *api.Family) {
-		out = append(out, &api.AfiSafi{
+		a := &api.AfiSafi{
 			Config:       &api.AfiSafiConfig{Family: f, Enabled: true},
 			PrefixLimits: &api.PrefixLimit{Family: f, MaxPrefixes: p.MaxPrefixes},
-		})
+		}
+		// GoBGP lists a family in the capability only when asked to.
+		if p.RestartTime > 0 {
+			a.MpGracefulRestart = &api.MpGracefulRestart{Config: &api.MpGracefulRestartConfig{Enabled: true}}
+		}
+		out = append(out, a)
 	}
 	if s.opts.NextHop.IsValid() {
 		add(ipv4Unicast)

@@ -174,6 +174,9 @@ func (c *checker) peers(f schema.Field[[]schema.Field[schema.Peer]], path string
 				c.errorf(g.At.Key, at("bfd"), "xlb's BFD watches directly connected neighbours only (RFC 5881), and this peer is multihop %d; remove bfd or multihop", peer.Multihop)
 			}
 		}
+		if g := v.GracefulRestart; g.Given {
+			peer.GracefulRestart = c.gracefulRestart(g, at("gracefulRestart"))
+		}
 		out = append(out, peer)
 	}
 	return out, passive
@@ -350,6 +353,27 @@ func (c *checker) bfd(f schema.Field[schema.BFD], path string) *BFD {
 		b.Multiplier = uint8(n)
 	}
 	return b
+}
+
+// gracefulRestart checks a peer's gracefulRestart field.
+func (c *checker) gracefulRestart(f schema.Field[schema.GracefulRestart], path string) *GracefulRestart {
+	g := &GracefulRestart{RestartTime: DefaultRestartTime}
+	rf := f.V.RestartTime
+	if !valid(rf) {
+		return g
+	}
+	p, t, text := join(path, "restartTime"), rf.V.D, schema.Show(rf.V.String())
+	switch {
+	case t < MinRestartTime:
+		c.errorf(rf.At.Node, p, "%s is below the minimum %s; remove gracefulRestart to have the router drop the routes at once when the session ends", text, MinRestartTime)
+	case t > MaxRestartTime:
+		c.errorf(rf.At.Node, p, "%s is above the maximum %s (RFC 4724 carries it in 12 bits of seconds)", text, MaxRestartTime)
+	case t%time.Second != 0:
+		c.errorf(rf.At.Node, p, "%s is not whole seconds (RFC 4724 carries it in seconds); write e.g. %s", text, t.Round(time.Second))
+	default:
+		g.RestartTime = t
+	}
+	return g
 }
 
 // parseRouterID parses a BGP identifier: any non-zero 32-bit number,

@@ -125,6 +125,18 @@ func TestBGPValid(t *testing.T) {
 		{"bfd without a value takes the defaults", "node: {interface: eth0, address: 10.0.1.2}\nbgp:\n  asn: 65001\n  peers:\n    - address: 10.0.1.1\n      asn: 65000\n      bfd:\n", func(b *BGP) {
 			b.Peers[0].BFD = &BFD{MinRx: DefaultBFDInterval, MinTx: DefaultBFDInterval, Multiplier: DefaultBFDMultiplier}
 		}},
+		{"gracefulRestart: {} takes the default restart time", peerWith("gracefulRestart: {}"), func(b *BGP) {
+			b.Peers[0].GracefulRestart = &GracefulRestart{RestartTime: DefaultRestartTime}
+		}},
+		{"gracefulRestart without a value takes the default", "node: {interface: eth0, address: 10.0.1.2}\nbgp:\n  asn: 65001\n  peers:\n    - address: 10.0.1.1\n      asn: 65000\n      gracefulRestart:\n", func(b *BGP) {
+			b.Peers[0].GracefulRestart = &GracefulRestart{RestartTime: DefaultRestartTime}
+		}},
+		{"restart time at its limits", peerWith("gracefulRestart: {restartTime: 1s}"), func(b *BGP) {
+			b.Peers[0].GracefulRestart = &GracefulRestart{RestartTime: MinRestartTime}
+		}},
+		{"longest restart time", peerWith("gracefulRestart: {restartTime: 4095s}"), func(b *BGP) {
+			b.Peers[0].GracefulRestart = &GracefulRestart{RestartTime: MaxRestartTime}
+		}},
 		{"bfd at its limits", peerWith("bfd: {minRx: 10ms, minTx: 1m, multiplier: 255}"), func(b *BGP) {
 			b.Peers[0].BFD = &BFD{MinRx: MinBFDInterval, MinTx: MaxBFDInterval, Multiplier: 255}
 		}},
@@ -385,6 +397,14 @@ bgp:
 		{"prefix limit not a number", peerWith("maxPrefixes: many"), 2, "bgp.peers[0].maxPrefixes", `expected a whole number, got the string "many"`},
 		{"prefix limit without value", block + "      maxPrefixes:\n", 9, "bgp.peers[0].maxPrefixes", "has no value"},
 		{"passive without value", block + "      passive:\n", 9, "bgp.peers[0].passive", "has no value"},
+
+		// gracefulRestart
+		{"gracefulRestart as a boolean", peerWith("gracefulRestart: true"), 2, "bgp.peers[0].gracefulRestart", "expected a mapping such as {restartTime: 120s}, got the boolean true; write gracefulRestart: {} for the default restart time"},
+		{"restart time zero", peerWith("gracefulRestart: {restartTime: 0}"), 2, "bgp.peers[0].gracefulRestart.restartTime", "0 is below the minimum 1s; remove gracefulRestart"},
+		{"restart time too long", peerWith("gracefulRestart: {restartTime: 4096s}"), 2, "bgp.peers[0].gracefulRestart.restartTime", "4096s is above the maximum 1h8m15s (RFC 4724 carries it in 12 bits of seconds)"},
+		{"restart time in fractions", peerWith("gracefulRestart: {restartTime: 1500ms}"), 2, "bgp.peers[0].gracefulRestart.restartTime", "1500ms is not whole seconds (RFC 4724 carries it in seconds); write e.g. 2s"},
+		{"restart time without unit", peerWith("gracefulRestart: {restartTime: 120}"), 2, "bgp.peers[0].gracefulRestart.restartTime", "expected a duration with a unit"},
+		{"misspelt gracefulRestart field", peerWith("gracefulRestart: {restart_time: 1s}"), 2, "bgp.peers[0].gracefulRestart.restart_time", `did you mean "restartTime"?`},
 
 		// bfd
 		{"bfd as a boolean", peerWith("bfd: true"), 2, "bgp.peers[0].bfd", "expected a mapping such as {minRx: 300ms, minTx: 300ms, multiplier: 3}, got the boolean true; write bfd: {} for the defaults, or remove bfd"},

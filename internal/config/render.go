@@ -117,6 +117,9 @@ func renderBGP(b *BGP) schema.BGP {
 		if f := p.BFD; f != nil {
 			fp.BFD = schema.Set(schema.BFD{MinRx: schema.SetDuration(f.MinRx), MinTx: schema.SetDuration(f.MinTx), Multiplier: schema.SetInt(f.Multiplier)})
 		}
+		if g := p.GracefulRestart; g != nil {
+			fp.GracefulRestart = schema.Set(schema.GracefulRestart{RestartTime: schema.SetDuration(g.RestartTime)})
+		}
 		peers[i] = schema.Set(fp)
 	}
 	fb.Peers = schema.Set(peers)

@@ -369,6 +369,10 @@ const (
 	DefaultMaxPrefixes = 10000
 	MaxMaxPrefixes     = 100000
 
+	// The restart time is 12 bits of seconds in RFC 4724's capability.
+	DefaultRestartTime   = 120 * time.Second
+	MinRestartTime       = time.Second
+	MaxRestartTime       = 4095 * time.Second
 	DefaultBFDInterval   = 300 * time.Millisecond
 	DefaultBFDMultiplier = 3
 	MinBFDInterval       = 10 * time.Millisecond
@@ -437,6 +441,20 @@ type Peer struct {
 	// watched by BFD (RFC 5881, single hop) and goes down with it.
 	// Never set together with Multihop.
 	BFD *BFD
+	// GracefulRestart is nil when the peer has no gracefulRestart field;
+	// else the session advertises RFC 4724's capability, and the router
+	// keeps this node's routes for RestartTime when the agent stops
+	// without withdrawing them (a restart, a crash).
+	GracefulRestart *GracefulRestart
+}
+
+// GracefulRestart holds a peer's graceful restart settings.
+type GracefulRestart struct {
+	// RestartTime is how long the router keeps the routes of a session
+	// that went down without a NOTIFICATION, waiting for it to come back:
+	// whole seconds, MinRestartTime..MaxRestartTime, default
+	// DefaultRestartTime.
+	RestartTime time.Duration
 }
 
 // BFD holds the timers of a peer's BFD session.

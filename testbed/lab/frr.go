@@ -59,6 +59,9 @@ func frrConfig(p Plan) string {
 	fmt.Fprintf(&b, "router bgp %d\n", RouterASN)
 	fmt.Fprintf(&b, " bgp router-id %s\n", p.NodeSegment.Gateway())
 	b.WriteString(" bgp log-neighbor-changes\n")
+	if p.BGP.GracefulRestart {
+		b.WriteString(" bgp graceful-restart\n")
+	}
 	// eBGP without policies: the lab accepts whatever the nodes send.
 	b.WriteString(" no bgp ebgp-requires-policy\n")
 	b.WriteString(" no bgp default ipv4-unicast\n")

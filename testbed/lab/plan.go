@@ -134,6 +134,9 @@ type Spec struct {
 	// dead node loses its routes in a third of a second instead of a
 	// hold time. Not with RouterStatic or Reflector.
 	BFD bool `json:"bfd,omitempty"`
+	// GracefulRestart makes FRR help graceful restart (RFC 4724) and the
+	// nodes' agents advertise it (gracefulRestart: {}). RouterFRR only.
+	GracefulRestart bool `json:"gracefulRestart,omitempty"`
 	// Pods, if not zero, makes the backends Kubernetes nodes with that
 	// many pods each: pod j of backend k is the namespace
 	// <Prefix>-be<k>-pod<j> with address 10.244.k.(1+j)/32, behind a veth
@@ -227,6 +230,9 @@ type BGP struct {
 	HoldTime  time.Duration `json:"holdTime"`
 	// BFD, if set, is what the router runs towards every node.
 	BFD *BFD `json:"bfd,omitempty"`
+	// GracefulRestart: the router helps graceful restart, and the nodes
+	// advertise it with the default restart time.
+	GracefulRestart bool `json:"gracefulRestart,omitempty"`
 }
 
 // BFD holds the timers of a BFD session (RFC 5880): the router declares
@@ -488,6 +494,8 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: a route reflector needs --router %s: the router must take all paths from it with add-path", s.Prefix, RouterFRR)
 	case s.Reflector && s.BFD:
 		return fmt.Errorf("lab %q: BFD with a route reflector: the nodes' sessions end at gobgpd, which has no BFD; leave out one of them", s.Prefix)
+	case s.GracefulRestart && s.Router != RouterFRR:
+		return fmt.Errorf("lab %q: graceful restart needs --router %s", s.Prefix, RouterFRR)
 	case s.PeerIPv6 && !s.IPv6:
 		return fmt.Errorf("lab %q: BGP over IPv6 needs a dual-stack lab (--ipv6): the nodes have no IPv6 address to peer from", s.Prefix)
 	case s.PeerIPv6 && s.Router == RouterStatic:
@@ -517,6 +525,7 @@ func bgpPlan(p Plan) *BGP {
 	if s.BFD {
 		b.BFD = &BFD{MinRx: bfdInterval, MinTx: bfdInterval, Multiplier: bfdMultiplier}
 	}
+	b.GracefulRestart = s.GracefulRestart
 	return b
 }
 

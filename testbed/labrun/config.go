@@ -177,6 +177,9 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		if b.BFD != nil {
 			peer.BFD = schema.Set(schema.BFD{MinRx: duration(b.BFD.MinRx), MinTx: duration(b.BFD.MinTx), Multiplier: schema.SetInt(b.BFD.Multiplier)})
 		}
+		if b.GracefulRestart {
+			peer.GracefulRestart = schema.Set(schema.GracefulRestart{})
+		}
 		// drainTime: long enough for the router to act on the
 		// withdrawal, short enough for tests that restart agents.
 		sb := schema.BGP{ASN: schema.SetASN(b.NodeASN), HoldTime: duration(b.HoldTime), DrainTime: schema.SetDuration(DrainTime),

@@ -184,6 +184,8 @@ type Peer struct {
 	Passive     Field[bool]     `yaml:"passive,omitempty"`
 	MaxPrefixes Field[Int]      `yaml:"maxPrefixes,omitempty"`
 	BFD         Field[BFD]      `yaml:"bfd,omitempty"`
+	// GracefulRestart is RFC 4724's capability.
+	GracefulRestart Field[GracefulRestart] `yaml:"gracefulRestart,omitempty"`
 }
 
 func (Peer) expected() (string, bool) {
@@ -199,6 +201,15 @@ type BFD struct {
 
 func (BFD) expected() (string, bool) {
 	return "expected a mapping such as {minRx: 300ms, minTx: 300ms, multiplier: 3}, got %s; write bfd: {} for the defaults, or remove bfd to go without", true
+}
+
+// GracefulRestart is a peer's gracefulRestart field.
+type GracefulRestart struct {
+	RestartTime Field[Duration] `yaml:"restartTime,omitempty"`
+}
+
+func (GracefulRestart) expected() (string, bool) {
+	return "expected a mapping such as {restartTime: 120s}, got %s; write gracefulRestart: {} for the default restart time, or remove gracefulRestart to go without", true
 }
 
 // Policy is the policy section: who may reach the node's VIPs.

@@ -363,6 +363,10 @@ type BGPPeerSpec struct {
 	PasswordSecret *SecretRef `json:"passwordSecret,omitempty"`
 	// Enables BFD with the peer.
 	BFD *BFD `json:"bfd,omitempty"`
+	// Advertises graceful restart (RFC 4724): when the agent restarts or
+	// dies, the peer keeps this node's routes for the restart time
+	// instead of withdrawing them. {} takes the default restart time.
+	GracefulRestart *GracefulRestart `json:"gracefulRestart,omitempty"`
 	// The nodes that peer: any selector matching is enough (empty: every
 	// node running an agent).
 	// +kubebuilder:validation:MaxItems=16
@@ -400,6 +404,18 @@ type BFD struct {
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=255
 	Multiplier uint8 `json:"multiplier,omitempty"`
+}
+
+// GracefulRestart parameters, as in the agent's peer configuration.
+type GracefulRestart struct {
+	// How long the peer keeps the routes of a session that ended without
+	// a NOTIFICATION, as whole seconds from 1s to 4095s ("120s", the
+	// default).
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:MaxLength=32
+	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$`
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('4095s')",message="must be from 1s to 4095s (RFC 4724 carries it in 12 bits of seconds)"
+	RestartTime *metav1.Duration `json:"restartTime,omitempty"`
 }
 
 // DenyList is a list of sources whose packets to any VIP every xlb node

@@ -379,6 +379,8 @@ func (e *apiEnv) testValidation(t *testing.T) {
 		{"short-hold-time", base(map[string]any{"holdTime": "2s"}), "must be 0s (no keepalives) or at least 3s"},
 		{"bad-multihop", base(map[string]any{"ebgpMultiHop": 256}), "spec.ebgpMultiHop"},
 		{"bad-bfd", base(map[string]any{"bfd": map[string]any{"multiplier": 0}}), "spec.bfd.multiplier"},
+		{"restart-time-zero", base(map[string]any{"gracefulRestart": map[string]any{"restartTime": "0s"}}), "must be from 1s to 4095s"},
+		{"restart-time-too-long", base(map[string]any{"gracefulRestart": map[string]any{"restartTime": "4096s"}}), "must be from 1s to 4095s"},
 		{"no-prefix-limit", base(map[string]any{"maxPrefixes": 0}), "spec.maxPrefixes: Invalid value: 0"},
 		{"prefix-limit-too-high", base(map[string]any{"maxPrefixes": 100001}), "spec.maxPrefixes: Invalid value: 100001"},
 		{"secret-without-name", base(map[string]any{"passwordSecret": map[string]any{"namespace": "x"}}), "spec.passwordSecret.name: Required value"},
@@ -391,9 +393,10 @@ func (e *apiEnv) testValidation(t *testing.T) {
 	// Every field of BGPPeerSpec survives the API server: nothing is
 	// pruned.
 	full := base(map[string]any{"peerPort": 1179, "holdTime": "9s", "keepaliveTime": "3s", "ebgpMultiHop": 2, "passive": true, "maxPrefixes": 500,
-		"passwordSecret": map[string]any{"name": "bgp", "namespace": "xlb-system"},
-		"bfd":            map[string]any{"minRx": "300ms", "minTx": "300ms", "multiplier": 3},
-		"nodeSelectors":  []any{map[string]any{"matchLabels": map[string]any{"xlb.io/lb": "true"}}}})
+		"passwordSecret":  map[string]any{"name": "bgp", "namespace": "xlb-system"},
+		"bfd":             map[string]any{"minRx": "300ms", "minTx": "300ms", "multiplier": 3},
+		"gracefulRestart": map[string]any{"restartTime": "2m0s"},
+		"nodeSelectors":   []any{map[string]any{"matchLabels": map[string]any{"xlb.io/lb": "true"}}}})
 	var want api.BGPPeer
 	if err := api.FromUnstructured(peer("full", full), &want); err != nil {
 		t.Fatal(err)

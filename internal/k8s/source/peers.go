@@ -181,6 +181,16 @@ func peer(s api.BGPPeerSpec, section *config.BGP, inherit bool, secretNS string,
 			p.BFD.Multiplier = b.Multiplier
 		}
 	}
+	if g := s.GracefulRestart; g != nil {
+		p.GracefulRestart = &config.GracefulRestart{RestartTime: config.DefaultRestartTime}
+		if g.RestartTime != nil {
+			t := g.RestartTime.Duration
+			if t < config.MinRestartTime || t > config.MaxRestartTime || t%time.Second != 0 {
+				return p, fmt.Sprintf("spec.gracefulRestart.restartTime %s is not whole seconds from %s to %s", t, config.MinRestartTime, config.MaxRestartTime)
+			}
+			p.GracefulRestart.RestartTime = t
+		}
+	}
 	if ref := s.PasswordSecret; ref != nil {
 		ns := ref.Namespace
 		if ns == "" {

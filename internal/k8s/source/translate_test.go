@@ -603,15 +603,18 @@ func TestPeers(t *testing.T) {
 			f: fixture{node: rack1, peers: []*unstructured.Unstructured{
 				bgpPeer("a-router", spec("peerPort", int64(1179), "maxPrefixes", int64(500), "holdTime", "30s", "keepaliveTime", "5s", "passive", true,
 					"bfd", map[string]any{"minRx": "100ms", "multiplier": int64(5)}, "passwordSecret", map[string]any{"name": "bgp"})),
-				bgpPeer("b-rr", spec("peerAddress", "10.0.5.1", "peerASN", int64(65001), "nodeSelectors", sel(map[string]any{"rack": "r1"}))),
-				bgpPeer("c-ebgp", spec("peerAddress", "10.0.6.1", "ebgpMultiHop", int64(3), "passwordSecret", map[string]any{"name": "other", "namespace": "net"})),
+				bgpPeer("b-rr", spec("peerAddress", "10.0.5.1", "peerASN", int64(65001), "nodeSelectors", sel(map[string]any{"rack": "r1"}), "gracefulRestart", map[string]any{})),
+				bgpPeer("c-ebgp", spec("peerAddress", "10.0.6.1", "ebgpMultiHop", int64(3), "passwordSecret", map[string]any{"name": "other", "namespace": "net"},
+					"gracefulRestart", map[string]any{"restartTime": "300s"})),
 			}, secrets: []*corev1.Secret{secret("xlb-system", "bgp", map[string]string{"password": "s3cret"}), secret("net", "other", map[string]string{"password": "x y"})}},
 			want: &config.BGP{ASN: 65001, RouterID: ip("10.0.0.10"), HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, DrainTime: config.DefaultDrainTime, ListenPort: 179,
 				Peers: []config.Peer{
 					{Address: ip("10.0.0.1"), ASN: 65000, Port: 1179, MaxPrefixes: 500, Password: "s3cret", HoldTime: 30 * time.Second, Keepalive: 5 * time.Second, Passive: true,
 						BFD: &config.BFD{MinRx: 100 * time.Millisecond, MinTx: config.DefaultBFDInterval, Multiplier: 5}},
-					{Address: ip("10.0.5.1"), ASN: 65001, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second},
-					{Address: ip("10.0.6.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, Password: "x y", HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, Multihop: 3},
+					{Address: ip("10.0.5.1"), ASN: 65001, Port: 179, MaxPrefixes: dm, HoldTime: 90 * time.Second, Keepalive: 30 * time.Second,
+						GracefulRestart: &config.GracefulRestart{RestartTime: config.DefaultRestartTime}},
+					{Address: ip("10.0.6.1"), ASN: 65000, Port: 179, MaxPrefixes: dm, Password: "x y", HoldTime: 90 * time.Second, Keepalive: 30 * time.Second, Multihop: 3,
+						GracefulRestart: &config.GracefulRestart{RestartTime: 300 * time.Second}},
 				}},
 		},
 		{

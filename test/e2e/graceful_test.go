@@ -1,0 +1,103 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/xlbproject/xlb/testbed/lab"
+	"github.com/xlbproject/xlb/testbed/labrun"
+	"github.com/xlbproject/xlb/testbed/testenv"
+)
+
+// TestBGPGracefulRestartWithFRR runs an agent whose peer, FRR, helps
+// graceful restart: when the agent is killed (SIGKILL) or stopped with
+// SIGTERM, FRR keeps its route to the VIP, stale, and in the kernel; the
+// next agent makes it fresh. SIGUSR1 still withdraws it.
+func TestBGPGracefulRestartWithFRR(t *testing.T) {
+	needRoot(t)
+	prefix := labPrefix + "gr"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
+	defer cancel()
+	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Binary: xlbBinary,
+		Router: lab.RouterFRR, GracefulRestart: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := labrun.Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{p: p, services: services, client: p.Clients[0]}
+	vip := e.web().VIP
+	node := p.Nodes[0]
+	logAgentsOnFailure(t, p)
+	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)
+
+	// route says whether FRR has a path to the VIP, and whether it is
+	// stale (kept by graceful restart, its session gone).
+	route := func() (present, stale bool) {
+		cmd := fmt.Sprintf("show ip bgp %s json", netip.PrefixFrom(vip, 32))
+		out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", lab.FRRDir(prefix), "-c", cmd).Output()
+		if err != nil {
+			t.Fatalf("vtysh -c %q: %v", cmd, err)
+		}
+		var r struct {
+			Paths []struct {
+				Stale bool `json:"stale"`
+			} `json:"paths"`
+		}
+		if err := json.Unmarshal(out, &r); err != nil {
+			t.Fatalf("%s: %v\n%s", cmd, err, out)
+		}
+		if len(r.Paths) == 0 {
+			return false, false
+		}
+		return true, r.Paths[0].Stale
+	}
+	want := func(what string, present, stale bool) {
+		t.Helper()
+		testenv.Eventually(t, 20*time.Second, what, func() (bool, string) {
+			p, s := route()
+			return p == present && s == stale, fmt.Sprintf("FRR's path: present %v, stale %v", p, s)
+		})
+	}
+	restart := func(after string) {
+		t.Helper()
+		if _, err := labrun.StartAgent(ctx, p, node, services); err != nil {
+			t.Fatal(err)
+		}
+		want("route fresh again after "+after, true, false)
+		if err := lab.WaitNextHops(ctx, p, vip, running, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want("route announced", true, false)
+
+	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
+		e.stopAgent(t, node, sig)
+		want(fmt.Sprintf("route kept, stale, after %v", sig), true, true)
+		// Still in the router's kernel table: traffic keeps coming.
+		if err := lab.WaitNextHops(ctx, p, vip, running, time.Second); err != nil {
+			t.Fatalf("after %v: %v", sig, err)
+		}
+		restart(sig.String())
+	}
+
+	// SIGUSR1: the node leaves; the route goes before the agent does.
+	pid := e.agentPID(t, node)
+	if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WaitNextHops(ctx, p, vip, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	want("route withdrawn by SIGUSR1", false, false)
+	waitExit(t, node, pid, labrun.DrainTime+10*time.Second)
+}
