@@ -474,6 +474,8 @@ func rbacTable(ns, lease, secret string) []access {
 		{"agent", "update", "", "services", "", "shop", "web", false},
 		{"agent", "patch", "", "nodes", "", "", "n", false},
 		{"agent", "update", xlb, "bgppeers", "", "", "p", false},
+		{"agent", "patch", xlb, "bgppeers", "status", "", "p", true},
+		{"agent", "patch", xlb, "bgppeers", "", "", "p", false},
 		{"agent", "list", xlb, "addresspools", "", "", "", false},
 		{"agent", "create", "", "events", "", "shop", "", false},
 		// The backend: reads Services, slices and Nodes (daisy

@@ -27,6 +27,7 @@ import (
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/lb"
 	"github.com/xlbproject/xlb/internal/flowhash"
+	"github.com/xlbproject/xlb/internal/k8s/peerstatus"
 	"github.com/xlbproject/xlb/internal/k8s/source"
 	"github.com/xlbproject/xlb/internal/source/file"
 )
@@ -146,15 +147,16 @@ func runAgent(args []string) error {
 	}
 
 	var src *source.Source
+	var dyn dynamic.Interface
 	if kube {
 		// client-go logs (watch errors and retries) through klog: into
 		// the agent's log.
 		klog.SetSlogLogger(log)
-		if src, cfg, err = startKubernetes(ctx, log, *cfgPath, cfg, kf); err != nil {
+		if src, dyn, cfg, err = startKubernetes(ctx, log, *cfgPath, cfg, kf); err != nil {
 			return err
 		}
 	}
-	return serveAgent(ctx, log, *cfgPath, cfg, src, drain)
+	return serveAgent(ctx, log, *cfgPath, cfg, src, dyn, drain)
 }
 
 // drainSignal returns a context that also ends on SIGUSR1, and whether
@@ -282,14 +284,15 @@ func useKubernetes(from, path string, cfg *config.Config, kf kubeFlags) (bool, e
 }
 
 // startKubernetes connects to the API server and waits for the cluster's
-// state; it returns the source and the first configuration, built on the
-// file's (base, nil without a file) or on the DaemonSet defaults.
-func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *config.Config, kf kubeFlags) (*source.Source, *config.Config, error) {
+// state; it returns the source, the dynamic client (for the BGPPeers'
+// status) and the first configuration, built on the file's (base, nil
+// without a file) or on the DaemonSet defaults.
+func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *config.Config, kf kubeFlags) (*source.Source, dynamic.Interface, *config.Config, error) {
 	kubeconfig := kf.kubeconfig
 	if base != nil {
 		var err error
 		if base, err = withKubernetes(base, kf); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if kubeconfig == "" {
 			kubeconfig = base.Kubernetes.Kubeconfig
@@ -297,46 +300,46 @@ func startKubernetes(ctx context.Context, log *slog.Logger, path string, base *c
 	}
 	rc, err := agentKubeConfig(kubeconfig)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	client, err := kubernetes.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	dyn, err := dynamic.NewForConfig(rc)
 	if err != nil {
-		return nil, nil, fmt.Errorf("kubernetes client: %w", err)
+		return nil, nil, nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	if base == nil {
 		k, err := (config.Kubernetes{ServeClassless: kf.classless != nil && *kf.classless}).WithDefaults(os.Getenv, os.Hostname)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		var nat config.NATConfig
 		if kf.nat != nil {
 			nat = *kf.nat
 		}
 		if base, err = source.DaemonSetBase(ctx, client, k, kf.iface, nat); err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		// Checked with the flags already.
 		base.API.Metrics = kf.metrics
 	}
 	src, err := source.New(source.Options{Base: base, Client: client, Dynamic: dyn, Logger: log, Host: agent.LocalHost})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	log.Info("reading the cluster's Services, EndpointSlices and BGPPeers", "server", rc.Host, "node", base.Kubernetes.NodeName, "base", baseName(path))
 	cfg, err := src.Start(ctx, kubernetesSyncTimeout)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if path != "" {
 		go followBase(ctx, path, kf, src, log)
 	} else {
 		go ignoreHangups(ctx, log)
 	}
-	return src, cfg, nil
+	return src, dyn, cfg, nil
 }
 
 func baseName(path string) string {
@@ -428,8 +431,9 @@ func ignoreHangups(ctx context.Context, log *slog.Logger) {
 }
 
 // serveAgent runs the agent on cfg, with src's later configurations when
-// src is not nil, until ctx ends.
-func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.Config, src *source.Source, drain func() bool) error {
+// src is not nil, until ctx ends. With src, the sessions' states go into
+// the BGPPeers' status through dyn.
+func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.Config, src *source.Source, dyn dynamic.Interface, drain func() bool) error {
 	nodeAddr, err := agent.NodeAddress(cfg.Node)
 	if err != nil {
 		return err
@@ -541,6 +545,13 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 				"fix", "check on the peers that this node's routes are gone; they remove them at the latest when the BGP hold time expires")
 		}
 	}()
+	if src != nil {
+		stopStatus, err := writePeerStatus(ctx, log, cfg, src, dyn, sp)
+		if err != nil {
+			return err
+		}
+		defer stopStatus()
+	}
 	if follow != nil {
 		go follow(ctx)
 	}
@@ -553,6 +564,43 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	log.Info("agent stopping; the pinned data plane keeps forwarding", "pinPath", pinPath, "hint", hint)
 	return nil
+}
+
+// writePeerStatus starts writing the state of this node's sessions with
+// the cluster's BGPPeers into their status (package peerstatus); the
+// function returned stops it and waits until it has removed this node's
+// entries.
+func writePeerStatus(ctx context.Context, log *slog.Logger, cfg *config.Config, src *source.Source, dyn dynamic.Interface, sp *announce.Routes) (func(), error) {
+	node := ""
+	if cfg.Kubernetes != nil {
+		node = cfg.Kubernetes.NodeName
+	}
+	w, err := peerstatus.New(peerstatus.Options{
+		Dynamic: dyn,
+		Node:    node,
+		Peers: func() []peerstatus.Peer {
+			var out []peerstatus.Peer
+			for _, o := range src.PeerObjects() {
+				out = append(out, peerstatus.Peer{Name: o.Name, UID: o.UID, Address: o.Address})
+			}
+			return out
+		},
+		Sessions: func() map[netip.Addr]peerstatus.Session { return peerstatus.Sessions(sp.Status()) },
+		Logger:   log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		w.Run(ctx)
+	}()
+	return func() {
+		cancel()
+		<-done
+	}, nil
 }
 
 func newLogger(format, level string) (*slog.Logger, error) {

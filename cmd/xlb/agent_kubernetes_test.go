@@ -184,6 +184,30 @@ func TestAgentKubernetes(t *testing.T) {
 		return ""
 	})
 
+	// The agent writes its session's state into the BGPPeer's status
+	// (no router answers at 10.0.0.1: not established).
+	peerNodes := func() string {
+		u, err := dyn.Resource(k8sapi.BGPPeerResource).Get(ctx, "router", metav1.GetOptions{})
+		if err != nil {
+			return err.Error()
+		}
+		var p k8sapi.BGPPeer
+		if err := k8sapi.FromUnstructured(u, &p); err != nil {
+			return err.Error()
+		}
+		var out []string
+		for _, n := range p.Status.Nodes {
+			out = append(out, n.Node+" "+n.State)
+		}
+		return strings.Join(out, ", ")
+	}
+	waitUntil(t, "the session's state in the BGPPeer's status", func() string {
+		if got := peerNodes(); !strings.HasPrefix(got, "lb-1 ") || strings.Contains(got, ",") || got == "lb-1 established" {
+			return "status.nodes: " + got
+		}
+		return ""
+	})
+
 	// The file is the base: an added service joins the cluster's.
 	edited := file + "services:\n  - {name: static, vip: 10.99.0.9, port: 80, backends: [{address: 10.0.0.20}]}\n"
 	if err := os.WriteFile(cfgPath+".new", []byte(edited), 0o600); err != nil {
@@ -218,6 +242,10 @@ func TestAgentKubernetes(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the agent did not exit within 30s of SIGTERM")
+	}
+	// A clean stop removes the node's entry.
+	if got := peerNodes(); got != "" {
+		t.Errorf("status.nodes after the agent stopped: %s; want none", got)
 	}
 
 	daemonSetMetrics(t, cs, bin, ns, kubeconfig, pinPath)

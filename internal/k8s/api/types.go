@@ -275,12 +275,13 @@ func (s AddressPoolSpec) AutoAssigns() bool { return s.AutoAssign == nil || *s.A
 // ---
 // Cluster-scoped, in MetalLB's spirit: the peer, our AS, and which nodes
 // peer. The agent checks what the schema cannot (a keepalive below the
-// hold time, BFD on a multihop session). It has no status: a session's
-// state is per node, known to that node's agent (xlb status, the
-// xlb_bgp_peer_up metric), and agents write nothing to the API server.
+// hold time, BFD on a multihop session). Its status has one entry per
+// node that peers, each written by that node's agent alone (server-side
+// apply, field manager xlb-agent/NODE; internal/k8s/peerstatus).
 //
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:scope=Cluster,categories=xlb
+// +kubebuilder:subresource:status
 // +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
 // +kubebuilder:printcolumn:name="Peer Address",type=string,JSONPath=".spec.peerAddress"
 // +kubebuilder:printcolumn:name="Peer ASN",type=integer,JSONPath=".spec.peerASN"
@@ -295,6 +296,44 @@ type BGPPeer struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 	Spec              BGPPeerSpec `json:"spec"`
+	// Written by the agents of the nodes that peer.
+	// +optional
+	Status BGPPeerStatus `json:"status,omitempty"`
+}
+
+// BGPPeerStatus is the sessions' state, node by node.
+type BGPPeerStatus struct {
+	// One entry per node whose agent has a session with the peer, as
+	// `xlb status` on that node shows it. An agent removes its node's
+	// entry when it stops peering (the node left spec.nodeSelectors,
+	// the agent stopped); an agent that died leaves its entry until it
+	// runs again.
+	// ---
+	// A list-map: each agent owns its own entry under its own field
+	// manager, so that agents never overwrite each other's.
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=5000
+	Nodes []BGPPeerNodeStatus `json:"nodes,omitempty"`
+}
+
+// BGPPeerNodeStatus is one node's session with the peer.
+type BGPPeerNodeStatus struct {
+	// The Node's name.
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// The session's state (RFC 4271): idle, connect, active, opensent,
+	// openconfirm or established.
+	// +kubebuilder:validation:MaxLength=32
+	State string `json:"state"`
+	// When the session entered this state.
+	// +optional
+	LastTransitionTime *metav1.Time `json:"lastTransitionTime,omitempty"`
+	// Why the session last failed or went down, in words; it stays
+	// after the session recovers.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	LastError string `json:"lastError,omitempty"`
 }
 
 // BGPPeerList is a list of BGPPeers.

@@ -58,7 +58,8 @@ func TestCRDsMatchTypes(t *testing.T) {
 	}{
 		{"xlb.io_addresspools.yaml", "AddressPool", api.AddressPoolResource.Resource,
 			reflect.TypeFor[api.AddressPoolSpec](), reflect.TypeFor[api.AddressPoolStatus]()},
-		{"xlb.io_bgppeers.yaml", "BGPPeer", api.BGPPeerResource.Resource, reflect.TypeFor[api.BGPPeerSpec](), nil},
+		{"xlb.io_bgppeers.yaml", "BGPPeer", api.BGPPeerResource.Resource,
+			reflect.TypeFor[api.BGPPeerSpec](), reflect.TypeFor[api.BGPPeerStatus]()},
 		{"xlb.io_denylists.yaml", "DenyList", api.DenyListResource.Resource,
 			reflect.TypeFor[api.DenyListSpec](), reflect.TypeFor[api.DenyListStatus]()},
 	} {
@@ -101,6 +102,10 @@ func compare(t *testing.T, path string, s map[string]any, typ reflect.Type, stri
 	case typ == reflect.TypeFor[metav1.Duration]():
 		if want("string") && s["pattern"] == nil {
 			t.Errorf("%s: a duration without a pattern", path)
+		}
+	case typ == reflect.TypeFor[metav1.Time]():
+		if want("string") && s["format"] != "date-time" {
+			t.Errorf("%s: a time without format date-time", path)
 		}
 	case typ.Kind() == reflect.Struct:
 		if !want("object") {

@@ -94,6 +94,10 @@ func TestAPIServer(t *testing.T) {
 	if first.Node.Address.String() != "10.0.0.10" || first.BGP == nil || len(first.BGP.Peers) != 1 || first.BGP.ASN != 65001 || first.BGP.Peers[0].Password != "s3cret" {
 		t.Fatalf("first configuration: node %+v, bgp %+v; want node address 10.0.0.10 and the BGPPeer with its password", first.Node, first.BGP)
 	}
+	// The BGPPeer behind the peer, for the status writer.
+	if objs := src.PeerObjects(); len(objs) != 1 || objs[0].Name != "router" || objs[0].Address.String() != "10.0.0.1" || objs[0].UID == "" {
+		t.Fatalf("PeerObjects %+v; want the BGPPeer router, its UID and address 10.0.0.1", objs)
+	}
 	w := &updates{t: t, src: src, cfg: first}
 
 	const web = testNS + "/web:80/tcp"
@@ -144,6 +148,9 @@ func TestAPIServer(t *testing.T) {
 		}
 		return ""
 	})
+	if objs := src.PeerObjects(); len(objs) != 0 {
+		t.Fatalf("PeerObjects %+v after the node left the BGPPeer's selector; want none", objs)
+	}
 	if err := c.cs.CoreV1().Services(testNS).Delete(t.Context(), "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

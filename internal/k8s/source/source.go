@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -29,6 +30,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/informers"
@@ -84,6 +86,9 @@ type Source struct {
 	// refs are the Secrets ("namespace/name") the BGPPeers name: a
 	// change of any other Secret is none of the source's business.
 	refs atomic.Pointer[map[string]bool]
+	// peerObjects are the BGPPeers behind the peers of the last valid
+	// configuration (PeerObjects).
+	peerObjects atomic.Pointer[[]PeerObject]
 
 	mu      sync.Mutex // guards st and baseErr
 	st      settings
@@ -455,7 +460,61 @@ func (s *Source) build() (*config.Config, error) {
 	s.secrets.watch(d.secrets)
 	cfg, more, err := validate(&s.checks, d, st.base, host)
 	s.report(append(probs, more...))
+	if err == nil {
+		objs := s.peerObjectsOf(d, st.base, cfg)
+		s.peerObjects.Store(&objs)
+	}
 	return cfg, err
+}
+
+// PeerObject is a BGPPeer whose peer this node runs.
+type PeerObject struct {
+	Name    string
+	UID     types.UID
+	Address netip.Addr
+}
+
+// PeerObjects returns the BGPPeers behind the peers of the last valid
+// configuration the source built: those that select this node and that
+// the checks let in.
+func (s *Source) PeerObjects() []PeerObject {
+	if p := s.peerObjects.Load(); p != nil {
+		return slices.Clone(*p)
+	}
+	return nil
+}
+
+// peerObjectsOf finds the BGPPeers behind cfg's peers: d names the one
+// behind each peer it added after the base's, and the checks may have
+// left some out of cfg.
+func (s *Source) peerObjectsOf(d desired, base, cfg *config.Config) []PeerObject {
+	if cfg.BGP == nil || d.cfg.BGP == nil {
+		return nil
+	}
+	n := basePeers(base)
+	kept := map[netip.Addr]bool{}
+	for _, p := range cfg.BGP.Peers[min(n, len(cfg.BGP.Peers)):] {
+		kept[p.Address] = true
+	}
+	var out []PeerObject
+	for i, from := range d.peerFrom {
+		name, ok := strings.CutPrefix(from, "BGPPeer ")
+		if !ok || n+i >= len(d.cfg.BGP.Peers) {
+			continue
+		}
+		addr := d.cfg.BGP.Peers[n+i].Address
+		if !kept[addr] {
+			continue
+		}
+		o := PeerObject{Name: name, Address: addr}
+		if obj, ok, _ := s.peers.GetStore().GetByKey(name); ok {
+			if u, ok := obj.(*unstructured.Unstructured); ok {
+				o.UID = u.GetUID()
+			}
+		}
+		out = append(out, o)
+	}
+	return out
 }
 
 // cluster reads the caches.
