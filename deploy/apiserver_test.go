@@ -454,7 +454,8 @@ func rbacTable(ns, lease, secret string) []access {
 		{"controller", "list", "", "pods", "", "", "", false},
 		{"controller", "update", "", "nodes", "", "", "n", false},
 		// The agent: reads Services, slices, Nodes, peers, and the
-		// Secrets of its own namespace; writes nothing.
+		// Secrets of its own namespace; writes its node's entries of the
+		// BGPPeers' status, nothing else.
 		{"agent", "watch", "", "services", "", "", "", true},
 		{"agent", "watch", disc, "endpointslices", "", "", "", true},
 		{"agent", "watch", "", "nodes", "", "", "", true},

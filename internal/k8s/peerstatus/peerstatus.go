@@ -229,6 +229,8 @@ func (w *Writer) apply(ctx context.Context, name string, x *written) {
 	_, err := w.o.Dynamic.Resource(api.BGPPeerResource).ApplyStatus(ctx, name, obj,
 		metav1.ApplyOptions{FieldManager: FieldManager(w.o.Node), Force: true})
 	switch {
+	case err != nil && ctx.Err() != nil:
+		return // stopping: Run removes the entries next
 	case apierrors.IsNotFound(err):
 		// Deleted: its status went with it; the source drops it soon.
 		delete(w.written, name)
