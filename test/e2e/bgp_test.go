@@ -28,18 +28,10 @@ func TestBGPWithFRR(t *testing.T) {
 	useLab(t, prefix)
 	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
 	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
+	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
 		Router: lab.RouterFRR, BFD: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	services, err := labrun.Services(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{p: p, services: services, client: p.Clients[0]}
+	p, services := e.p, e.services
 	vip := e.web().VIP
-	logAgentsOnFailure(t, p)
 
 	// 1 → 4 nodes: each agent's announcement adds its next hop.
 	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)

@@ -27,18 +27,10 @@ func TestBGPWithBIRD(t *testing.T) {
 	useLab(t, prefix)
 	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
 	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
+	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
 		Router: lab.RouterBIRD, BFD: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	services, err := labrun.Services(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{p: p, services: services, client: p.Clients[0]}
+	p, services := e.p, e.services
 	vip := e.web().VIP
-	logAgentsOnFailure(t, p)
 	logBIRDOnFailure(t, p)
 
 	// 1 → 4 nodes: each agent's announcement adds its next hop.

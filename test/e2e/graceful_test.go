@@ -25,19 +25,11 @@ func TestBGPGracefulRestartWithFRR(t *testing.T) {
 	useLab(t, prefix)
 	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
 	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Binary: xlbBinary,
+	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Binary: xlbBinary,
 		Router: lab.RouterFRR, GracefulRestart: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	services, err := labrun.Services(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := &env{p: p, services: services, client: p.Clients[0]}
+	p, services := e.p, e.services
 	vip := e.web().VIP
 	node := p.Nodes[0]
-	logAgentsOnFailure(t, p)
 	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)
 
 	// route says whether FRR has a path to the VIP, and whether it is

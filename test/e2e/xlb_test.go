@@ -25,6 +25,22 @@ type env struct {
 	client   lab.Host
 }
 
+// labEnv brings spec's lab up for t, with the agents' logs shown if t
+// fails, and returns it as an env: its services and its first client.
+func labEnv(t *testing.T, ctx context.Context, spec lab.Spec) *env {
+	t.Helper()
+	p, err := lab.Up(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	services, err := labrun.Services(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	logAgentsOnFailure(t, p)
+	return &env{p: p, services: services, client: p.Clients[0]}
+}
+
 func (e *env) web() labrun.Service  { return e.services[0] }
 func (e *env) echo() labrun.Service { return e.services[1] }
 
