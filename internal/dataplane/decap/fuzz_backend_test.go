@@ -364,19 +364,7 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 	}
 	src, dst := wireAddr(frame[14+12:]), wireAddr(frame[14+16:])
 	newSrc, newDst := wireAddr(out[14+12:]), wireAddr(out[14+16:])
-	if !fuzzTrusted(src) {
-		t.Fatalf("sent on a packet from %v, which is no known xlb node or backend", src)
-	}
-	if !prefixesContain(chainSets6.To, newDst) {
-		t.Fatalf("sent on to %v, which is no known previous owner", newDst)
-	}
-	wantSrc := dst
-	if viaStack {
-		wantSrc = src
-	}
-	if newSrc != wantSrc || !(slices.Contains(fuzzHosts, dst) || slices.Contains(fuzzPods, dst)) {
-		t.Fatalf("sent on from %v (tunnel %v -> %v): want from %v, a tunnel to this host or a local pod", newSrc, src, dst, wantSrc)
-	}
+	checkSentOnAddrs(t, src, dst, newSrc, newDst, viaStack)
 	if csum(out[14:34]) != 0 || out[14+8] != 64 || out[14+20+6] != 0 || out[14+20+7] != 0 {
 		t.Fatalf("sent-on headers: IP checksum %x, TTL %d, UDP checksum %x", out[24:26], out[22], out[40:42])
 	}
@@ -399,6 +387,27 @@ func checkSentOn(t testing.TB, frame, out []byte, viaStack bool) {
 	}
 }
 
+// checkSentOnAddrs checks the addresses of a tunnel src -> dst sent on
+// as newSrc -> newDst, in either family: from a trusted sender, to this
+// host or a local pod, on to a known previous owner, from the tunnel's
+// destination (or, via the stack, its source).
+func checkSentOnAddrs(t testing.TB, src, dst, newSrc, newDst netip.Addr, viaStack bool) {
+	t.Helper()
+	if !fuzzTrusted(src) {
+		t.Fatalf("sent on a packet from %v, which is no known xlb node or backend", src)
+	}
+	if !prefixesContain(chainSets6.To, newDst) {
+		t.Fatalf("sent on to %v, which is no known previous owner", newDst)
+	}
+	wantSrc := dst
+	if viaStack {
+		wantSrc = src
+	}
+	if newSrc != wantSrc || !(slices.Contains(fuzzHosts, dst) || slices.Contains(fuzzPods, dst)) {
+		t.Fatalf("sent on from %v (tunnel %v -> %v): want from %v, a tunnel to this host or a local pod", newSrc, src, dst, wantSrc)
+	}
+}
+
 // checkSentOn6 is checkSentOn for a tunnel over IPv6: the GUE packet
 // with the 40-byte hint after the option headers decap6 skips; hop
 // limit 64, the UDP checksum 0.
@@ -418,19 +427,7 @@ func checkSentOn6(t testing.TB, frame, out []byte, viaStack bool) {
 	addr := func(b []byte) netip.Addr { return netip.AddrFrom16([16]byte(b[:16])) }
 	src, dst := addr(frame[14+8:]), addr(frame[14+24:])
 	newSrc, newDst := addr(out[14+8:]), addr(out[14+24:])
-	if !fuzzTrusted(src) {
-		t.Fatalf("sent on a packet from %v, which is no known xlb node or backend", src)
-	}
-	if !prefixesContain(chainSets6.To, newDst) {
-		t.Fatalf("sent on to %v, which is no known previous owner", newDst)
-	}
-	wantSrc := dst
-	if viaStack {
-		wantSrc = src
-	}
-	if newSrc != wantSrc || !(slices.Contains(fuzzHosts, dst) || slices.Contains(fuzzPods, dst)) {
-		t.Fatalf("sent on from %v (tunnel %v -> %v): want from %v, a tunnel to this host or a local pod", newSrc, src, dst, wantSrc)
-	}
+	checkSentOnAddrs(t, src, dst, newSrc, newDst, viaStack)
 	if out[14+7] != 64 || out[udp+6] != 0 || out[udp+7] != 0 {
 		t.Fatalf("sent-on headers: hop limit %d, UDP checksum %x", out[14+7], out[udp+6:udp+8])
 	}
