@@ -83,9 +83,12 @@ type report struct {
 	Ablations []ablation `json:"ablations,omitempty"`
 	// Policy is the LB path with deny lists of several sizes and with
 	// source ranges, and the deny table against an LPM trie (policy.go).
-	Policy       *lbharness.PolicyReport `json:"policy,omitempty"`
-	PolicyRepeat uint32                  `json:"policy_repeat,omitempty"`
-	PolicyRounds int                     `json:"policy_rounds,omitempty"`
+	Policy *lbharness.PolicyReport `json:"policy,omitempty"`
+	// NATConns is the NAT connection-life case: every packet of a
+	// connection, one test run each (-nat-conns).
+	NATConns     []lbharness.NATConnResult `json:"nat_conns,omitempty"`
+	PolicyRepeat uint32                    `json:"policy_repeat,omitempty"`
+	PolicyRounds int                       `json:"policy_rounds,omitempty"`
 }
 
 type ipv6Report struct {
@@ -151,6 +154,8 @@ func main() {
 	policyRepeat := flag.Uint("policy-repeat", 100_000, "repetitions per round in the policy cases")
 	policyRounds := flag.Int("policy-rounds", 41, "rounds of the policy cases")
 	against := flag.String("against", "", "instead, an A/B run: the LB path and floor 2 of this object (a build of a variant of bpf/bench_floors.c) beside the built-in ones, interleaved on the same maps; writes only bench/results/ab-*.json")
+	natConns := flag.Int("nat-conns", 20000, "NAT connections whose every packet is timed, over 10000 client ports beside 30000 other sessions (0 for none)")
+	natConnsOnly := flag.Bool("nat-conns-only", false, "run the NAT connection-life case alone and print it")
 	flag.Parse()
 	policyFile := policyPlotPath(*png)
 
@@ -166,6 +171,20 @@ func main() {
 			fail(fmt.Errorf("policy: %w", err))
 		}
 		r.Policy = &p
+	}
+	runNATConns := func(r *report) {
+		fmt.Println("NAT connections, every packet timed ...")
+		res, err := lbharness.RunNATConns(lbharness.NATConnConfig{Backends: *backends, Sessions: 30000, Ports: 10000, Conns: *natConns})
+		if err != nil {
+			fail(fmt.Errorf("NAT connections: %w", err))
+		}
+		r.NATConns = res
+	}
+	if *natConnsOnly {
+		r := report{runInfo: thisRun()}
+		runNATConns(&r)
+		printNATConns(r)
+		return
 	}
 	if *policyOnly {
 		r := report{runInfo: thisRun()}
@@ -234,6 +253,9 @@ func main() {
 	if *policy {
 		runPolicy(&r)
 	}
+	if *natConns > 0 {
+		runNATConns(&r)
+	}
 
 	fmt.Printf("kernel %s, %s, %d backends, %d rounds x %d runs\n", r.Kernel, r.CPU, r.Backends, r.Rounds, r.Repeat)
 	fmt.Printf("%-21s %8s %10s %8s  %s\n", "program", "min ns", "median ns", "net ns", "what")
@@ -251,6 +273,7 @@ func main() {
 	if line := r.natFullLine(); line != "" {
 		fmt.Println(line)
 	}
+	printNATConns(r)
 	fmt.Printf("\nbackend program (xlb_decap)\n%-24s %8s %10s %8s  %s\n", "case", "min ns", "median ns", "net ns", "what")
 	for _, x := range back {
 		fmt.Printf("%-24s %8.1f %10.1f %8.1f  %s\n", x.Name, x.MinNs, x.MedianNs, x.NetNs, x.Description)
@@ -414,6 +437,9 @@ func rewriteDoc(path string, r report, jsonName string) error {
 	if line := r.natFullLine(); line != "" {
 		fmt.Fprintf(&t, "\n%s\n", line)
 	}
+	if tab := r.natConnsTable(); tab != "" {
+		fmt.Fprintf(&t, "\n%s", tab)
+	}
 	fmt.Fprintf(&t, "\n%s", docEnd)
 	s = s[:i] + t.String() + s[j+len(docEnd):]
 	return os.WriteFile(path, []byte(s), 0o644)
@@ -461,4 +487,36 @@ func (r report) natFullLine() string {
 		r.NATSessions, fh.NetNs, ff.NetNs, rh.NetNs, rf.NetNs,
 		lbharness.PairedDiff(ff.RoundsNs, fh.RoundsNs), lbharness.PairedDiff(rf.RoundsNs, rh.RoundsNs),
 		lbharness.PairedDiff(by["wrap_pick"].RoundsNs, by["wrap_only"].RoundsNs))
+}
+
+// natConnsTable is the NAT connection-life case as a markdown table
+// ("" if it did not run).
+func (r report) natConnsTable() string {
+	if len(r.NATConns) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("A NAT connection's life, packet by packet (`-nat-conns`: one test run per packet, so that each meets caches as cold as a node's packets do; net of the harness; a port's next connection, whose SYN ends the closing session of its last, beside 30 000 other established sessions):\n\n| packet | what it does to the session | median ns | p90 ns |\n|---|---|---:|---:|\n")
+	what := map[string]string{
+		"connection": "**the whole connection**",
+		"syn_first":  "a port's first SYN (no session to end)",
+	}
+	for _, s := range lbharness.NATConnSteps {
+		what[s.Name] = s.Session
+	}
+	for _, x := range r.NATConns {
+		fmt.Fprintf(&b, "| %s | %s | %.0f | %.0f |\n", x.Step, what[x.Step], x.MedianNs, x.P90Ns)
+	}
+	return b.String()
+}
+
+// printNATConns prints the NAT connection-life case, if it ran.
+func printNATConns(r report) {
+	if len(r.NATConns) == 0 {
+		return
+	}
+	fmt.Printf("\nNAT connection, every packet one test run, net of the harness\n%-12s %9s %9s %9s\n", "step", "median ns", "p90 ns", "mean ns")
+	for _, x := range r.NATConns {
+		fmt.Printf("%-12s %9.0f %9.0f %9.0f\n", x.Step, x.MedianNs, x.P90Ns, x.MeanNs)
+	}
 }

@@ -153,3 +153,24 @@ func coarseNow(t *testing.T) uint64 {
 	}
 	return uint64(ts.Nano())
 }
+
+// The connection-life case runs every packet of each connection through
+// the LB program with its verdict: each connection, a port's first and
+// its next ones alike, is opened and established once, and every step
+// and the whole connection get a time.
+func TestNATConns(t *testing.T) {
+	testenv.RequireRoot(t, "benchmarks (BPF, network namespaces)")
+	const ports, conns = 50, 120
+	res, err := RunNATConns(NATConnConfig{Backends: 4, Sessions: 100, Ports: ports, Conns: conns})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res) != len(NATConnSteps)+2 {
+		t.Fatalf("%d results, want one per step, the connection and the first SYN: %+v", len(res), res)
+	}
+	for _, r := range res {
+		if r.MedianNs <= 0 || r.P90Ns < r.MedianNs {
+			t.Errorf("%s: median %.0f ns, p90 %.0f ns", r.Step, r.MedianNs, r.P90Ns)
+		}
+	}
+}
