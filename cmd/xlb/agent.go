@@ -61,7 +61,8 @@ Without graceful restart (bgp.peers[].gracefulRestart) every route is
 withdrawn first and the agent exits bgp.drainTime later. With it, nothing
 is withdrawn: those peers keep the routes for the restart time, for the
 next agent to take over. SIGUSR1 always withdraws and drains: for a node
-that leaves.`
+that leaves. With Kubernetes, so does SIGTERM when the agent's Node is
+cordoned, tainted for removal or being deleted.`
 
 func runAgent(args []string) error {
 	fs := flag.NewFlagSet("xlb agent", flag.ContinueOnError)
@@ -539,6 +540,11 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		stopBGP := sp.Restart
 		if drain() {
 			stopBGP = sp.Shutdown
+		} else if sp.Graceful() {
+			if gone, why := leavingNode(log, cfg, dyn); gone {
+				log.Info("the node is leaving: withdrawing the routes and draining, not a graceful restart", "why", why)
+				stopBGP = sp.Shutdown
+			}
 		}
 		if err := stopBGP(context.Background()); err != nil {
 			log.Warn("BGP shutdown", "error", err,
@@ -564,6 +570,22 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	log.Info("agent stopping; the pinned data plane keeps forwarding", "pinPath", pinPath, "hint", hint)
 	return nil
+}
+
+// leavingNode says whether the agent stops because its Kubernetes Node
+// leaves (nodeLeaving), and why; false without Kubernetes, or when the
+// Node cannot be read (logged): the stop is then taken for a restart.
+func leavingNode(log *slog.Logger, cfg *config.Config, dyn dynamic.Interface) (bool, string) {
+	if dyn == nil || cfg.Kubernetes == nil || cfg.Kubernetes.NodeName == "" {
+		return false, ""
+	}
+	gone, why, err := nodeLeaving(context.Background(), dyn, cfg.Kubernetes.NodeName)
+	if err != nil {
+		log.Warn("cannot tell whether the node is leaving; stopping as for a restart", "error", err,
+			"fix", "with graceful restart the routers keep this node's routes for the restart time: if the node is leaving, send SIGUSR1 instead of SIGTERM (it withdraws and drains), or check the agent's access to its Node (RBAC: get nodes)")
+		return false, ""
+	}
+	return gone, why
 }
 
 // writePeerStatus starts writing the state of this node's sessions with

@@ -262,6 +262,22 @@ func (r *Routes) Restart(ctx context.Context) error {
 	return err
 }
 
+// Graceful says whether a peer of the running speaker has graceful
+// restart: only then does Restart differ from Shutdown.
+func (r *Routes) Graceful() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cur == nil || r.cfg == nil {
+		return false
+	}
+	for _, p := range r.cfg.Peers {
+		if p.GracefulRestart != nil {
+			return true
+		}
+	}
+	return false
+}
+
 // Status reports the running speaker; nil without one.
 func (r *Routes) Status() *api.BGP {
 	r.mu.Lock()

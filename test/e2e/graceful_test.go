@@ -32,33 +32,9 @@ func TestBGPGracefulRestartWithFRR(t *testing.T) {
 	node := p.Nodes[0]
 	running := startInTurn(t, ctx, p, services, vip, 20*time.Second)
 
-	// route says whether FRR has a path to the VIP, and whether it is
-	// stale (kept by graceful restart, its session gone).
-	route := func() (present, stale bool) {
-		cmd := fmt.Sprintf("show ip bgp %s json", netip.PrefixFrom(vip, 32))
-		out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", lab.FRRDir(prefix), "-c", cmd).Output()
-		if err != nil {
-			t.Fatalf("vtysh -c %q: %v", cmd, err)
-		}
-		var r struct {
-			Paths []struct {
-				Stale bool `json:"stale"`
-			} `json:"paths"`
-		}
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("%s: %v\n%s", cmd, err, out)
-		}
-		if len(r.Paths) == 0 {
-			return false, false
-		}
-		return true, r.Paths[0].Stale
-	}
 	want := func(what string, present, stale bool) {
 		t.Helper()
-		testenv.Eventually(t, 20*time.Second, what, func() (bool, string) {
-			p, s := route()
-			return p == present && s == stale, fmt.Sprintf("FRR's path: present %v, stale %v", p, s)
-		})
+		wantFRRRoute(t, ctx, prefix, vip, what, present, stale)
 	}
 	restart := func(after string) {
 		t.Helper()
@@ -92,4 +68,36 @@ func TestBGPGracefulRestartWithFRR(t *testing.T) {
 	}
 	want("route withdrawn by SIGUSR1", false, false)
 	waitExit(t, node, pid, labrun.DrainTime+10*time.Second)
+}
+
+// frrRoute says whether the lab's FRR has a path to vip, and whether it
+// is stale (kept by graceful restart, its session gone).
+func frrRoute(t *testing.T, ctx context.Context, prefix string, vip netip.Addr) (present, stale bool) {
+	t.Helper()
+	cmd := fmt.Sprintf("show ip bgp %s json", netip.PrefixFrom(vip, 32))
+	out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", lab.FRRDir(prefix), "-c", cmd).Output()
+	if err != nil {
+		t.Fatalf("vtysh -c %q: %v", cmd, err)
+	}
+	var r struct {
+		Paths []struct {
+			Stale bool `json:"stale"`
+		} `json:"paths"`
+	}
+	if err := json.Unmarshal(out, &r); err != nil {
+		t.Fatalf("%s: %v\n%s", cmd, err, out)
+	}
+	if len(r.Paths) == 0 {
+		return false, false
+	}
+	return true, r.Paths[0].Stale
+}
+
+// wantFRRRoute waits until frrRoute is (present, stale).
+func wantFRRRoute(t *testing.T, ctx context.Context, prefix string, vip netip.Addr, what string, present, stale bool) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, what, func() (bool, string) {
+		p, s := frrRoute(t, ctx, prefix, vip)
+		return p == present && s == stale, fmt.Sprintf("FRR's path: present %v, stale %v", p, s)
+	})
 }
