@@ -362,6 +362,17 @@ func peerNotes(p api.Peer, now time.Time) []string {
 		notes = append(notes, fmt.Sprintf("peer %s: counters from %s ago: the BGP speaker is busy (it answers between two UPDATEs it processes); "+
 			"run xlb status again for newer ones", p.Address, roundAgo(now.Sub(p.CountersAt))))
 	}
+	if g := p.GracefulRestart; g != nil {
+		switch {
+		case g.Negotiated == nil:
+			notes = append(notes, fmt.Sprintf("peer %s: graceful restart %ds offered; whether the peer helps shows once the session is established", p.Address, g.RestartTimeSeconds))
+		case *g.Negotiated:
+			notes = append(notes, fmt.Sprintf("peer %s: graceful restart %ds negotiated: on SIGTERM the peer keeps this node's routes while the agent restarts", p.Address, g.RestartTimeSeconds))
+		default:
+			notes = append(notes, fmt.Sprintf("peer %s: graceful restart %ds offered, but the peer did not advertise it: on SIGTERM it drops this node's routes at once, with no drain; "+
+				"enable graceful restart on the router (FRR: bgp graceful-restart), or send SIGUSR1 to stop the agent (withdraw, drain)", p.Address, g.RestartTimeSeconds))
+		}
+	}
 	return notes
 }
 

@@ -577,6 +577,13 @@ func (a *Announcer) Status() *api.BGP {
 		if h := p.PrefixLimit; h != nil {
 			ps.PrefixLimit = &api.PrefixLimit{Limit: h.Limit, At: h.At, Times: h.Times, RetryAt: h.RetryAt}
 		}
+		if p.RestartTime > 0 {
+			ps.GracefulRestart = &api.GracefulRestart{RestartTimeSeconds: int(p.RestartTime / time.Second)}
+			if c := p.Counters; c != nil && p.State == bgp.StateEstablished {
+				n := c.PeerRestarts
+				ps.GracefulRestart.Negotiated = &n
+			}
+		}
 		if s, ok := sessions[p.Address]; ok {
 			ps.BFD = &api.BFDSession{State: strings.ToLower(s.State.String()), RemoteState: strings.ToLower(s.RemoteState.String()), Diag: s.Diag.String(),
 				DetectionMs: float64(s.DetectionTime) / float64(time.Millisecond), Downs: s.Downs}

@@ -41,6 +41,7 @@ var (
 	bgpPeerReceived  = desc("xlb_bgp_peer_prefixes_received", "Prefixes a BGP peer sent that the node holds (none is imported), as last reported; absent while unknown.", "peer")
 	bgpPeerMax       = desc("xlb_bgp_peer_max_prefixes", "The most prefixes a BGP peer may send before its session is closed (maxPrefixes).", "peer")
 	bgpPeerOverLimit = desc("xlb_bgp_peer_prefix_limit_exceeded", "Whether the BGP session with a peer is held down because the peer sent more than maxPrefixes prefixes (1) or not (0).", "peer")
+	bgpPeerGR        = desc("xlb_bgp_peer_graceful_restart", "For a BGP peer this node advertises graceful restart to: whether the peer advertised it too and keeps the node's routes while the agent restarts (1), or not or not known yet (0).", "peer")
 	bgpRoute         = desc("xlb_bgp_route_announced", "Whether this node announces a VIP (1) or withdrew it because it cannot serve it (0).", "prefix")
 	bfdUp            = desc("xlb_bfd_session_up", "Whether the BFD session guarding a BGP peer is up (1) or not (0).", "peer")
 	natSessions      = desc("xlb_nat_sessions", "NAT sessions in use on the node (forwarding nat and dnat), embryonic ones included.")
@@ -65,7 +66,7 @@ func Collector(status StatusFunc) prometheus.Collector { return collector{status
 
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
-		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, conntrackFlows, conntrackSize, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps,
+		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, conntrackFlows, conntrackSize, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps, bgpPeerGR,
 		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp,
 		natSessions, natCapacity, natEmbryonic, natAllocFailures, natExpired, natReverseMisses, natNoReply, natFragments, natICMP} {
 		ch <- d
@@ -145,6 +146,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			}
 			gauge(bgpPeerMax, float64(p.MaxPrefixes), p.Address.String())
 			gauge(bgpPeerOverLimit, boolValue(p.PrefixLimit != nil), p.Address.String())
+			if g := p.GracefulRestart; g != nil {
+				gauge(bgpPeerGR, boolValue(g.Negotiated != nil && *g.Negotiated), p.Address.String())
+			}
 			if p.BFD != nil {
 				gauge(bfdUp, boolValue(p.BFD.State == "up"), p.Address.String())
 			}

@@ -71,6 +71,19 @@ type Peer struct {
 	// HeldDown says why xlb keeps the session down (BFD), "" if not.
 	HeldDown string      `json:"heldDown,omitempty"`
 	BFD      *BFDSession `json:"bfd,omitempty"`
+	// GracefulRestart is set when this node advertises graceful restart
+	// to the peer.
+	GracefulRestart *GracefulRestart `json:"gracefulRestart,omitempty"`
+}
+
+// GracefulRestart is a session's graceful restart (RFC 4724): the
+// restart time this node advertises, and whether the peer advertised
+// it too, so that it keeps the node's routes while the agent restarts
+// (known once the session is established and its counters were read;
+// absent before).
+type GracefulRestart struct {
+	RestartTimeSeconds int   `json:"restartTimeSeconds"`
+	Negotiated         *bool `json:"negotiated,omitempty"`
 }
 
 // PrefixLimit is a session closed because the peer sent more prefixes

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osrg/gobgp/v4/api"
+
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -115,5 +117,30 @@ router bgp 65000
 				return !present, fmt.Sprintf("present %v, stale %v, session %s", present, stale, session)
 			})
 		})
+	}
+}
+
+// A peer helps a restart when its OPEN carries graceful restart for an
+// address family; the capability without families (a restarting peer
+// that keeps no state) or no capability at all does not.
+func TestPeerRestarts(t *testing.T) {
+	gr := func(tuples ...*api.GracefulRestartCapabilityTuple) *api.Capability {
+		return &api.Capability{Cap: &api.Capability_GracefulRestart{GracefulRestart: &api.GracefulRestartCapability{Time: 120, Tuples: tuples}}}
+	}
+	ipv4 := &api.GracefulRestartCapabilityTuple{Family: &api.Family{Afi: api.Family_AFI_IP, Safi: api.Family_SAFI_UNICAST}}
+	other := &api.Capability{Cap: &api.Capability_RouteRefresh{RouteRefresh: &api.RouteRefreshCapability{}}}
+	for _, c := range []struct {
+		name string
+		caps []*api.Capability
+		want bool
+	}{
+		{"none", nil, false},
+		{"others only", []*api.Capability{other}, false},
+		{"without families", []*api.Capability{other, gr()}, false},
+		{"IPv4 unicast", []*api.Capability{other, gr(ipv4)}, true},
+	} {
+		if got := peerRestarts(c.caps); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

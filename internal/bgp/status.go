@@ -53,6 +53,9 @@ type PeerStatus struct {
 	Flaps int
 	// ForcedDown is PeerDown's reason while the session is held down.
 	ForcedDown string
+	// RestartTime is the graceful restart time this speaker advertises
+	// to the peer (Peer.RestartTime); 0 without graceful restart.
+	RestartTime time.Duration
 }
 
 // Counters are a session's counters, read from GoBGP.
@@ -68,6 +71,11 @@ type Counters struct {
 	// kind, UpdatesSent and UpdatesReceived the UPDATEs among them.
 	MessagesSent, MessagesReceived uint64
 	UpdatesSent, UpdatesReceived   uint64
+	// PeerRestarts says whether the peer advertised the graceful
+	// restart capability in its OPEN (peerRestarts): then it keeps this
+	// node's routes, stale, while the agent restarts, if this speaker
+	// advertises it too. False before the session is established.
+	PeerRestarts bool
 }
 
 // PrefixLimitHold says why and until when a session is held down after
@@ -525,6 +533,7 @@ func (s *Speaker) Peers() []PeerStatus {
 			Flaps:       r.flaps,
 			ForcedDown:  r.forcedDown,
 			MaxPrefixes: int(p.MaxPrefixes),
+			RestartTime: p.RestartTime,
 		}
 		if r.state == StateEstablished {
 			ps.Uptime = now.Sub(r.established)
@@ -602,6 +611,7 @@ func (s *Speaker) readCounters(srv *server.BgpServer) {
 				c.PrefixesReceived += int(af.State.Received)
 			}
 		}
+		c.PeerRestarts = peerRestarts(p.GetState().GetRemoteCap())
 		if m := p.GetState().GetMessages(); m != nil {
 			c.MessagesSent, c.UpdatesSent = m.GetSent().GetTotal(), m.GetSent().GetUpdate()
 			c.MessagesReceived, c.UpdatesReceived = m.GetReceived().GetTotal(), m.GetReceived().GetUpdate()
@@ -628,4 +638,17 @@ func (s *Speaker) readCounters(srv *server.BgpServer) {
 		c.At = now
 		r.counters = &c
 	}
+}
+
+// peerRestarts says whether capabilities caps, a peer's OPEN's, hold
+// graceful restart (RFC 4724) for at least one address family: a peer
+// that advertises it helps a restarting speaker (a capability without
+// families only announces that the peer itself restarted).
+func peerRestarts(caps []*api.Capability) bool {
+	for _, c := range caps {
+		if gr := c.GetGracefulRestart(); gr != nil && len(gr.GetTuples()) > 0 {
+			return true
+		}
+	}
+	return false
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
 	"github.com/xlbproject/xlb/testbed/testenv"
@@ -47,6 +48,7 @@ func TestBGPGracefulRestartWithFRR(t *testing.T) {
 		}
 	}
 	want("route announced", true, false)
+	wantNegotiated(t, labrun.Socket(p, node))
 
 	for _, sig := range []syscall.Signal{syscall.SIGKILL, syscall.SIGTERM} {
 		e.stopAgent(t, node, sig)
@@ -99,5 +101,25 @@ func wantFRRRoute(t *testing.T, ctx context.Context, prefix string, vip netip.Ad
 	testenv.Eventually(t, 20*time.Second, what, func() (bool, string) {
 		p, s := frrRoute(t, ctx, prefix, vip)
 		return p == present && s == stale, fmt.Sprintf("FRR's path: present %v, stale %v", p, s)
+	})
+}
+
+// wantNegotiated waits until the agent behind socket reports graceful
+// restart negotiated with its one peer.
+func wantNegotiated(t *testing.T, socket string) {
+	t.Helper()
+	testenv.Eventually(t, 20*time.Second, "graceful restart negotiated in xlb status", func() (bool, string) {
+		st, err := api.GetStatus(socket)
+		if err != nil {
+			return false, err.Error()
+		}
+		if st.BGP == nil || len(st.BGP.Peers) != 1 {
+			return false, fmt.Sprintf("BGP status %+v", st.BGP)
+		}
+		g := st.BGP.Peers[0].GracefulRestart
+		if g == nil || g.Negotiated == nil || !*g.Negotiated || g.RestartTimeSeconds != 120 {
+			return false, fmt.Sprintf("peer %+v, graceful restart %+v", st.BGP.Peers[0], g)
+		}
+		return true, ""
 	})
 }

@@ -69,6 +69,7 @@ func TestKubernetesGracefulRestart(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantFRRRoute(t, ctx, prefix, vip, "route announced", true, false)
+	wantNegotiated(t, labrun.Socket(p, node))
 
 	// A restart: the route stays, stale, and still routed.
 	if err := lab.StopProcess(prefix, labrun.AgentName(node)); err != nil {
