@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -10,7 +9,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/xlbproject/xlb/internal/api"
@@ -51,32 +49,10 @@ var k8sDualRanges = []any{"10.99.0.32/28", "fd00:99::20/124"}
 // one, which hand the connections back to it; the first Service, not
 // daisy-chained, loses the moved ones in the same change.
 func TestKubernetesDualStack(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{ServiceCIDR: "10.96.0.0/16,fd00:96::/108"})
-	prefix := labPrefix + "kd"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 6*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 2, Binary: xlbBinary,
-		Router: lab.RouterEmbedded, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newKubeEnv(t, ctx, cp, p)
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(60)
-		}
-	})
-	k.applyCRDs()
-	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q},{"type":"InternalIP","address":%q}]}}`, h.Addr, h.Addr6)
-		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
-	}
+	k := kubeLab(t, k8stest.Options{ServiceCIDR: "10.96.0.0/16,fd00:96::/108"}, "kd", lab.Spec{Clients: 1, Nodes: 2, Backends: 2, Pods: 2,
+		Router: lab.RouterEmbedded, IPv6: true}, 6*time.Minute, 60)
+	ctx, p := k.ctx, k.p
+	k.createNodes(func(h lab.Host) []netip.Addr { return []netip.Addr{h.Addr, h.Addr6} })
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sDualPool, map[string]any{"addresses": k8sDualRanges})
 	b := p.BGP
 	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{
@@ -213,6 +189,7 @@ func TestKubernetesDualStack(t *testing.T) {
 		{netip.AddrPortFrom(vip4, 80), false, 100},
 	} {
 		var tally labrun.Tally
+		var err error
 		if c.udp {
 			tally, err = labrun.UDPLoad(ctx, client, c.target, c.n, parallel, nil)
 		} else {

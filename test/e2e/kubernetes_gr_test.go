@@ -1,16 +1,12 @@
 package e2e
 
 import (
-	"context"
-	"fmt"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -26,32 +22,10 @@ import (
 // A SIGTERM after the Node was cordoned, as kubectl drain does before
 // the node goes down, is a node leaving: the route is withdrawn first.
 func TestKubernetesGracefulRestart(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{})
-	prefix := labPrefix + "kg"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Pods: 1, Binary: xlbBinary,
-		Router: lab.RouterFRR, GracefulRestart: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newKubeEnv(t, ctx, cp, p)
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(40)
-		}
-	})
-	k.applyCRDs()
-	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.Addr)
-		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
-	}
+	k := kubeLab(t, k8stest.Options{}, "kg", lab.Spec{Clients: 1, Nodes: 1, Backends: 1, Pods: 1,
+		Router: lab.RouterFRR, GracefulRestart: true}, 4*time.Minute, 40)
+	ctx, p, prefix := k.ctx, k.p, k.p.Spec.Prefix
+	k.createNodes(nodeAddr)
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	b := p.BGP
 	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{

@@ -61,40 +61,17 @@ const (
 // (lab.Spec.Pods): nothing in them knows the VIP. The test plays the
 // kubelet, setting each Pod's IP and readiness.
 func TestKubernetes(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{})
-	prefix := labPrefix + "k"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 6*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 3, Binary: xlbBinary,
-		Router: lab.RouterEmbedded, BFD: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newKubeEnv(t, ctx, cp, p)
 	// The agents' logs over the whole test: a failure late in it needs
 	// what they did during the changes.
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(100)
-		}
-	})
-	k.applyCRDs()
+	k := kubeLab(t, k8stest.Options{}, "k", lab.Spec{Clients: 1, Nodes: 2, Backends: 2, Pods: 3,
+		Router: lab.RouterEmbedded, BFD: true}, 6*time.Minute, 100)
+	ctx, p := k.ctx, k.p
 
 	// The cluster: the lab's xlb nodes and Kubernetes nodes as Nodes,
 	// an AddressPool, the router as a BGPPeer with BFD.
 	// Each reports its address as a kubelet would: the backends chain
 	// only packets from the Nodes' addresses.
-	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-		// A patch: the controllers update a new Node too.
-		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.Addr)
-		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
-	}
+	k.createNodes(nodeAddr)
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	b := p.BGP
 	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{
@@ -355,6 +332,59 @@ type phase struct {
 	from, to time.Time
 	pods     []string
 }
+
+// kubeLab starts a Kubernetes control plane (cpOpts) and the lab spec
+// (its Prefix: labPrefix+suffix, its Binary: xlbBinary), with xlb's
+// CRDs installed; the kubeEnv's context ends after d, and the last
+// logLines of each agent's log are logged if the test fails.
+func kubeLab(t *testing.T, cpOpts k8stest.Options, suffix string, spec lab.Spec, d time.Duration, logLines int) *kubeEnv {
+	t.Helper()
+	needRoot(t)
+	if testing.Short() {
+		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
+	}
+	cp := k8stest.StartT(t, cpOpts)
+	spec.Prefix, spec.Binary = labPrefix+suffix, xlbBinary
+	useLab(t, spec.Prefix)
+	ctx, cancel := context.WithTimeout(interrupted, d)
+	t.Cleanup(cancel)
+	p, err := lab.Up(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := newKubeEnv(t, ctx, cp, p)
+	t.Cleanup(func() {
+		if t.Failed() {
+			k.logAgents(logLines)
+		}
+	})
+	k.applyCRDs()
+	return k
+}
+
+// createNodes creates a Node for each xlb node and Kubernetes node of the
+// lab, with the addresses addrs gives it as InternalIPs (patched through
+// the status subresource, as a kubelet reports them; none when addrs is
+// nil).
+func (k *kubeEnv) createNodes(addrs func(lab.Host) []netip.Addr) {
+	k.t.Helper()
+	for _, h := range append(slices.Clone(k.p.Nodes), k.p.Backends...) {
+		k.must(k.cs.CoreV1().Nodes().Create(k.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
+		if addrs == nil {
+			continue
+		}
+		var as []string
+		for _, a := range addrs(h) {
+			as = append(as, fmt.Sprintf(`{"type":"InternalIP","address":%q}`, a))
+		}
+		// A patch: the controllers update a new Node too.
+		patch := `{"status":{"addresses":[` + strings.Join(as, ",") + `]}}`
+		k.must(k.cs.CoreV1().Nodes().Patch(k.ctx, h.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}, "status"))
+	}
+}
+
+// nodeAddr is createNodes' addresses of a single-stack lab.
+func nodeAddr(h lab.Host) []netip.Addr { return []netip.Addr{h.Addr} }
 
 func newKubeEnv(t *testing.T, ctx context.Context, cp *k8stest.ControlPlane, p lab.Plan) *kubeEnv {
 	t.Helper()

@@ -712,30 +712,10 @@ func TestDNATNoReply(t *testing.T) {
 // run nothing of xlb (no `xlb backend`): the agents translate VIP:80 to
 // pod:8080 and their own address, which is what every pod sees.
 func TestNATKubernetes(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{})
-	prefix := labPrefix + "nk"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 2, Pods: 2, PlainBackends: true, Binary: xlbBinary,
-		Router: lab.RouterEmbedded})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newKubeEnv(t, ctx, cp, p)
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(60)
-		}
-	})
-	k.applyCRDs()
-	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-	}
+	k := kubeLab(t, k8stest.Options{}, "nk", lab.Spec{Clients: 1, Nodes: 2, Backends: 2, Pods: 2, PlainBackends: true,
+		Router: lab.RouterEmbedded}, 4*time.Minute, 60)
+	ctx, p := k.ctx, k.p
+	k.createNodes(nil)
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	b := p.BGP
 	k.createCustom(k8sapi.BGPPeerResource, "BGPPeer", "router", map[string]any{
