@@ -450,7 +450,10 @@ func rbacTable(ns, lease, secret string) []access {
 		{"controller", "watch", xlb, "denylists", "", "", "", true},
 		{"controller", "patch", xlb, "denylists", "status", "", "d", true},
 		{"controller", "update", xlb, "denylists", "", "", "d", false},
-		{"controller", "list", xlb, "bgppeers", "", "", "", false},
+		{"controller", "list", xlb, "bgppeers", "", "", "", true},
+		{"controller", "watch", xlb, "bgpadvertisements", "", "", "", true},
+		{"controller", "patch", xlb, "bgpadvertisements", "status", "", "a", true},
+		{"controller", "update", xlb, "bgpadvertisements", "", "", "a", false},
 		{"controller", "list", "", "pods", "", "", "", false},
 		{"controller", "update", "", "nodes", "", "", "n", false},
 		// The agent: reads Services, slices, Nodes, peers, and the
@@ -477,7 +480,9 @@ func rbacTable(ns, lease, secret string) []access {
 		{"agent", "update", xlb, "bgppeers", "", "", "p", false},
 		{"agent", "patch", xlb, "bgppeers", "status", "", "p", true},
 		{"agent", "patch", xlb, "bgppeers", "", "", "p", false},
-		{"agent", "list", xlb, "addresspools", "", "", "", false},
+		{"agent", "list", xlb, "addresspools", "", "", "", true},
+		{"agent", "watch", xlb, "bgpadvertisements", "", "", "", true},
+		{"agent", "patch", xlb, "bgpadvertisements", "status", "", "a", false},
 		{"agent", "create", "", "events", "", "shop", "", false},
 		// The backend: reads Services, slices and Nodes (daisy
 		// chaining), nothing else.

@@ -148,6 +148,8 @@ type fixture struct {
 	node     *corev1.Node
 	peers    []*unstructured.Unstructured
 	lists    []*unstructured.Unstructured // DenyLists
+	adverts  []*unstructured.Unstructured // BGPAdvertisements
+	pools    []*unstructured.Unstructured // AddressPools
 	secrets  []*corev1.Secret
 	// unknownNS are namespaces whose Secrets have not been read yet.
 	unknownNS []string
@@ -168,6 +170,8 @@ func (f fixture) cluster() cluster {
 		node:      f.node,
 		peers:     f.peers,
 		denyLists: f.lists,
+		adverts:   f.adverts,
+		pools:     f.pools,
 		secret: func(ns, name string) (*corev1.Secret, bool) {
 			if slices.Contains(f.unknownNS, ns) {
 				return nil, false
