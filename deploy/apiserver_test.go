@@ -591,6 +591,9 @@ var edgeValues = map[string]any{
 		"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
 		"passwordSecret": map[string]any{"name": "edge-tor-password"},
 	}}},
+	"bgpAdvertisements": []any{map[string]any{"name": "edge-to-tor", "spec": map[string]any{
+		"addressPools": []any{"edge-pool"}, "peers": []any{"edge-tor"}, "communities": []any{"65000:100"}, "localPref": 200, "aggregationLength": 24,
+	}}},
 }
 
 // helmConfig is Helm's action configuration for the control plane, as
@@ -629,6 +632,8 @@ func testPrinterColumns(t *testing.T, k *kube) {
 			map[string]string{"Peer Address": "10.0.1.1", "Peer ASN": "65000", "My ASN": "65001"},
 			[]string{"Passive", "Port", "Hold Time", "Multihop", "Password Secret"}},
 		{"denylists", "attackers", map[string]string{"Prefixes": "<none>"}, nil},
+		{"bgpadvertisements", "to-tor",
+			map[string]string{"Pools": `["default"]`, "Peers": `["tor"]`, "Communities": `["65000:100"]`, "Local Pref": "200", "Aggregation": "24"}, nil},
 	} {
 		raw, err := k.cs.Discovery().RESTClient().Get().AbsPath("/apis", api.Group, api.Version, tc.resource, tc.name).
 			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())

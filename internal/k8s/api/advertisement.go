@@ -1,7 +1,13 @@
 package api
 
 import (
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
@@ -135,4 +141,102 @@ type BGPAdvertisementStatus struct {
 	// How many BGPPeers it selects.
 	// +optional
 	Peers int64 `json:"peers"`
+}
+
+// ParseCommunities parses a comma-separated list of standard (ASN:VALUE,
+// two numbers 0-65535) and large (GLOBAL:LOCAL1:LOCAL2, three numbers
+// 0-4294967295) communities, as AnnotationBGPCommunities holds them,
+// into their decimal forms.
+func ParseCommunities(v string) (std, large []string, err error) {
+	for _, f := range strings.Split(v, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		parts := strings.Split(f, ":")
+		bits := 16
+		if len(parts) == 3 {
+			bits = 32
+		} else if len(parts) != 2 {
+			return nil, nil, fmt.Errorf("%q is neither a community (65000:100) nor a large community (65000:1:2)", f)
+		}
+		nums := make([]string, len(parts))
+		for i, p := range parts {
+			n, err := strconv.ParseUint(p, 10, bits)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%q: %q is not a number from 0 to %d", f, p, uint64(1)<<bits-1)
+			}
+			nums[i] = strconv.FormatUint(n, 10)
+		}
+		if bits == 16 {
+			std = append(std, strings.Join(nums, ":"))
+		} else {
+			large = append(large, strings.Join(nums, ":"))
+		}
+	}
+	return std, large, nil
+}
+
+// CheckAdvertisement reports what keeps an advertisement from being used
+// ("" when nothing does): what the schema checks, for an object written
+// before it or past it, and the selectors, which it cannot check.
+func CheckAdvertisement(s BGPAdvertisementSpec) string {
+	for _, f := range []struct {
+		path string
+		sels []LabelSelector
+	}{{"spec.addressPoolSelectors", s.AddressPoolSelectors}, {"spec.peerSelectors", s.PeerSelectors}} {
+		for i := range f.sels {
+			if _, err := f.sels[i].AsSelector(); err != nil {
+				return fmt.Sprintf("%s[%d]: %v", f.path, i, err)
+			}
+		}
+	}
+	for i, c := range s.Communities {
+		if std, _, err := ParseCommunities(c); err != nil || len(std) != 1 {
+			return fmt.Sprintf("spec.communities[%d]: %q is not a community: write ASN:VALUE, two numbers from 0 to 65535", i, c)
+		}
+	}
+	for i, c := range s.LargeCommunities {
+		if _, large, err := ParseCommunities(c); err != nil || len(large) != 1 {
+			return fmt.Sprintf("spec.largeCommunities[%d]: %q is not a large community: write GLOBAL:LOCAL1:LOCAL2, three numbers from 0 to 4294967295", i, c)
+		}
+	}
+	if l := s.AggregationLength; l != nil && (*l < 0 || *l > 32) {
+		return fmt.Sprintf("spec.aggregationLength %d is not from 0 to 32", *l)
+	}
+	if l := s.AggregationLengthV6; l != nil && (*l < 0 || *l > 128) {
+		return fmt.Sprintf("spec.aggregationLengthV6 %d is not from 0 to 128", *l)
+	}
+	if s.AggregateOnly && s.AggregationLength == nil && s.AggregationLengthV6 == nil {
+		return "spec.aggregateOnly needs aggregationLength or aggregationLengthV6"
+	}
+	return ""
+}
+
+// SelectsPool reports whether s covers the AddressPool name with labels
+// set: named, or matched by a selector, or every pool when s names and
+// selects none. Selectors that do not compile match nothing
+// (CheckAdvertisement reports them).
+func (s BGPAdvertisementSpec) SelectsPool(name string, set map[string]string) bool {
+	return selectsNamed(s.AddressPools, s.AddressPoolSelectors, name, set)
+}
+
+// SelectsPeer is SelectsPool for BGPPeers.
+func (s BGPAdvertisementSpec) SelectsPeer(name string, set map[string]string) bool {
+	return selectsNamed(s.Peers, s.PeerSelectors, name, set)
+}
+
+func selectsNamed(names []string, sels []LabelSelector, name string, set map[string]string) bool {
+	if len(names) == 0 && len(sels) == 0 {
+		return true
+	}
+	if slices.Contains(names, name) {
+		return true
+	}
+	for i := range sels {
+		if sel, err := sels[i].AsSelector(); err == nil && sel.Matches(labels.Set(set)) {
+			return true
+		}
+	}
+	return false
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -129,7 +128,7 @@ func advertise(c cluster, d *desired, nBase int) []problem {
 			vips[s.VIP] = r
 		}
 		if v, ok := svc.Annotations[api.AnnotationBGPCommunities]; ok {
-			std, large, err := ParseCommunities(v)
+			std, large, err := api.ParseCommunities(v)
 			switch {
 			case err != nil && !annotated[key]:
 				annotated[key] = true
@@ -302,35 +301,10 @@ func compileAdvert(ba api.BGPAdvertisement) (*advert, string) {
 	s := ba.Spec
 	a := &advert{name: ba.Name, spec: s, allPeers: len(s.Peers) == 0 && len(s.PeerSelectors) == 0,
 		aggregates: s.AggregationLength != nil || s.AggregationLengthV6 != nil}
-	var err error
-	if a.poolSels, err = compileSelectors(s.AddressPoolSelectors); err != nil {
-		return nil, "spec.addressPoolSelectors" + err.Error()
+	if why := api.CheckAdvertisement(s); why != "" {
+		return nil, why
 	}
-	if _, err := compileSelectors(s.PeerSelectors); err != nil {
-		return nil, "spec.peerSelectors" + err.Error()
-	}
-	if _, _, err := ParseCommunities(strings.Join(slices.Concat(s.Communities, s.LargeCommunities), ",")); err != nil {
-		return nil, "spec: " + err.Error()
-	}
-	for i, c := range s.Communities {
-		if strings.Count(c, ":") != 1 {
-			return nil, fmt.Sprintf("spec.communities[%d]: %q is not ASN:VALUE", i, c)
-		}
-	}
-	for i, c := range s.LargeCommunities {
-		if strings.Count(c, ":") != 2 {
-			return nil, fmt.Sprintf("spec.largeCommunities[%d]: %q is not GLOBAL:LOCAL1:LOCAL2", i, c)
-		}
-	}
-	if l := s.AggregationLength; l != nil && (*l < 0 || *l > 32) {
-		return nil, fmt.Sprintf("spec.aggregationLength %d is not from 0 to 32", *l)
-	}
-	if l := s.AggregationLengthV6; l != nil && (*l < 0 || *l > 128) {
-		return nil, fmt.Sprintf("spec.aggregationLengthV6 %d is not from 0 to 128", *l)
-	}
-	if s.AggregateOnly && !a.aggregates {
-		return nil, "spec.aggregateOnly needs aggregationLength or aggregationLengthV6"
-	}
+	a.poolSels, _ = compileSelectors(s.AddressPoolSelectors) // checked above
 	return a, ""
 }
 
@@ -344,38 +318,4 @@ func compileSelectors(sels []api.LabelSelector) ([]labels.Selector, error) {
 		out = append(out, s)
 	}
 	return out, nil
-}
-
-// ParseCommunities parses a comma-separated list of standard (ASN:VALUE,
-// two numbers 0-65535) and large (three numbers 0-4294967295)
-// communities, as the annotation xlb.io/bgp-communities holds them, into
-// their canonical decimal forms.
-func ParseCommunities(v string) (std, large []string, err error) {
-	for _, f := range strings.Split(v, ",") {
-		f = strings.TrimSpace(f)
-		if f == "" {
-			continue
-		}
-		parts := strings.Split(f, ":")
-		bits := 16
-		if len(parts) == 3 {
-			bits = 32
-		} else if len(parts) != 2 {
-			return nil, nil, fmt.Errorf("%q is neither a community (65000:100) nor a large community (65000:1:2)", f)
-		}
-		nums := make([]string, len(parts))
-		for i, p := range parts {
-			n, err := strconv.ParseUint(p, 10, bits)
-			if err != nil {
-				return nil, nil, fmt.Errorf("%q: %q is not a number from 0 to %d", f, p, uint64(1)<<bits-1)
-			}
-			nums[i] = strconv.FormatUint(n, 10)
-		}
-		if bits == 16 {
-			std = append(std, strings.Join(nums, ":"))
-		} else {
-			large = append(large, strings.Join(nums, ":"))
-		}
-	}
-	return std, large, nil
 }

@@ -217,21 +217,3 @@ func TestAdvertisements(t *testing.T) {
 		})
 	}
 }
-
-func TestParseCommunities(t *testing.T) {
-	std, large, err := ParseCommunities("65000:100, 0:0,4294967295:0:1,,065000:01")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := []string{"65000:100", "0:0", "65000:1"}; !slices.Equal(std, want) {
-		t.Errorf("standard: %v, want %v", std, want)
-	}
-	if want := []string{"4294967295:0:1"}; !slices.Equal(large, want) {
-		t.Errorf("large: %v, want %v", large, want)
-	}
-	for _, bad := range []string{"65536:1", "1", "1:2:3:4", "a:b", "1:4294967296:0", "no-export"} {
-		if _, _, err := ParseCommunities(bad); err == nil {
-			t.Errorf("%q: no error", bad)
-		}
-	}
-}
