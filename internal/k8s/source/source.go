@@ -1,10 +1,12 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
 // Node object, the BGPPeers and the Secrets of their passwords (each by
-// name) and the DenyLists, and turns them into whole agent
-// configurations: the base configuration (the file, or defaults) with one
-// service per Service port (its source ranges with it), the peers that
-// select this node and the DenyLists' prefixes in its deny list. Every
+// name), the DenyLists, and the BGPAdvertisements with the AddressPools
+// they select, and turns them into whole agent configurations: the base
+// configuration (the file, or defaults) with one service per Service port
+// (its source ranges with it), the peers that select this node, the
+// DenyLists' prefixes in its deny list, and the advertisements' route
+// attributes, peers and aggregates (advertise.go). Every
 // configuration passes the file's own checks; a burst of changes becomes
 // one configuration.
 package source
