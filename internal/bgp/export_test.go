@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/osrg/gobgp/v4/api"
+
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
@@ -89,4 +91,24 @@ func TestSpeakerSendsRoutesToTheirPeers(t *testing.T) {
 	}
 	testenv.Eventually(t, 10*time.Second, "the withdrawn route gone, the rest kept", has(map[*testRouter][]netip.Prefix{
 		routerA: {all, toB}, routerB: {all, toB}}))
+
+	// Peers that go and come back (a new stand-in address in GoBGP):
+	// a route for B alone reaches the new B, and never A.
+	if err := sp.Announce(toA, Attributes{Peers: []netip.Addr{ipB}}); err != nil {
+		t.Fatal(err)
+	}
+	peerA := Peer{Address: ipA, ASN: 65000, HoldTime: 9 * time.Second}
+	if err := sp.SetPeers([]Peer{peerA}); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 10*time.Second, "B gone", func() (bool, string) {
+		st := routerB.peerState(t, nodeIP)
+		return st != api.PeerState_SESSION_STATE_ESTABLISHED, st.String()
+	})
+	if err := sp.SetPeers([]Peer{peerA, {Address: ipB, ASN: 65002, HoldTime: 9 * time.Second}}); err != nil {
+		t.Fatal(err)
+	}
+	waitEstablished(t, sp, ipB, 15*time.Second)
+	testenv.Eventually(t, 10*time.Second, "the new B gets its route, A does not", has(map[*testRouter][]netip.Prefix{
+		routerA: {all, toB}, routerB: {all, toA, toB}}))
 }
