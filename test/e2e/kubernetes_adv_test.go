@@ -157,7 +157,7 @@ func TestKubernetesBGPAdvertisementsWithFRR(t *testing.T) {
 	k.createPod(p.Pods[0], true)
 	k.createService()
 	k.must(k.cs.CoreV1().Services(k8sNamespace).Patch(ctx, k8sService, types.MergePatchType,
-		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"65000:7, 1:2:3"}}}`, k8sapi.AnnotationBGPCommunities)), metav1.PatchOptions{}))
+		[]byte(fmt.Sprintf(`{"metadata":{"annotations":{%q:"65000:7, 1:2:3, no-export"}}}`, k8sapi.AnnotationBGPCommunities)), metav1.PatchOptions{}))
 	vip := k.waitIngress("")
 	host := netip.PrefixFrom(vip, 32)
 	agg, _ := vip.Prefix(24)
@@ -166,7 +166,7 @@ func TestKubernetesBGPAdvertisementsWithFRR(t *testing.T) {
 	// The /32 with the advertisement's and the Service's communities,
 	// the /24 with the advertisement's alone; both with its local
 	// preference, which FRR receives over iBGP.
-	want("the VIP's route with its attributes", host, route("65000:7 65000:100", "1:2:3 65000:1:2", 250))
+	want("the VIP's route with its attributes", host, route("65000:7 65000:100 no-export", "1:2:3 65000:1:2", 250))
 	want("the aggregate with the advertisement's attributes", agg, route("65000:100", "65000:1:2", 250))
 	u, err := k.dyn.Resource(k8sapi.BGPAdvertisementResource).Get(ctx, "to-frr", metav1.GetOptions{})
 	if err != nil {

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -9,11 +10,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/xlbproject/xlb/internal/config"
 )
 
 // AnnotationBGPCommunities adds BGP communities to the routes of a
 // Service's addresses: a comma-separated list of standard communities
-// (65000:100) and large ones (65000:1:2). They are added to those of the
+// (65000:100, or a well-known name such as no-export) and large ones
+// (65000:1:2). They are added to those of the
 // BGPAdvertisements that cover the Service's pool; a list with an entry
 // that is neither leaves the Service's routes with the advertisements'
 // communities alone, with a Warning.
@@ -92,11 +96,13 @@ type BGPAdvertisementSpec struct {
 	// +listType=atomic
 	PeerSelectors []LabelSelector `json:"peerSelectors,omitempty"`
 	// Standard communities (RFC 1997), "ASN:VALUE" with two numbers from
-	// 0 to 65535, e.g. 65000:100.
+	// 0 to 65535, e.g. 65000:100, or a well-known name: no-export,
+	// no-advertise, no-export-subconfed, no-peer, blackhole,
+	// graceful-shutdown.
 	// +kubebuilder:validation:MaxItems=32
 	// +listType=set
-	// +kubebuilder:validation:items:MaxLength=11
-	// +kubebuilder:validation:items:XValidation:rule="self.matches('^[0-9]{1,5}:[0-9]{1,5}$') && int(self.split(':')[0]) <= 65535 && int(self.split(':')[1]) <= 65535",messageExpression="self + ' is not a community: write ASN:VALUE, two numbers from 0 to 65535, e.g. 65000:100'"
+	// +kubebuilder:validation:items:MaxLength=20
+	// +kubebuilder:validation:items:XValidation:rule="(self.matches('^[0-9]{1,5}:[0-9]{1,5}$') && int(self.split(':')[0]) <= 65535 && int(self.split(':')[1]) <= 65535) || self.lowerAscii() in ['no-export', 'no-advertise', 'no-export-subconfed', 'no-peer', 'blackhole', 'graceful-shutdown']",messageExpression="self + ' is not a community: write ASN:VALUE, two numbers from 0 to 65535, e.g. 65000:100, or one of no-export, no-advertise, no-export-subconfed, no-peer, blackhole, graceful-shutdown'"
 	Communities []string `json:"communities,omitempty"`
 	// Large communities (RFC 8092), "GLOBAL:LOCAL1:LOCAL2" with three
 	// numbers from 0 to 4294967295, e.g. 65000:1:2.
@@ -144,9 +150,10 @@ type BGPAdvertisementStatus struct {
 }
 
 // ParseCommunities parses a comma-separated list of standard (ASN:VALUE,
-// two numbers 0-65535) and large (GLOBAL:LOCAL1:LOCAL2, three numbers
-// 0-4294967295) communities, as AnnotationBGPCommunities holds them,
-// into their decimal forms.
+// two numbers 0-65535, or a well-known name such as no-export) and large
+// (GLOBAL:LOCAL1:LOCAL2, three numbers 0-4294967295) communities, as
+// AnnotationBGPCommunities holds them, into their normal forms (a
+// well-known community by its name, the rest in decimal).
 func ParseCommunities(v string) (std, large []string, err error) {
 	for _, f := range strings.Split(v, ",") {
 		f = strings.TrimSpace(f)
@@ -154,25 +161,23 @@ func ParseCommunities(v string) (std, large []string, err error) {
 			continue
 		}
 		parts := strings.Split(f, ":")
-		bits := 16
-		if len(parts) == 3 {
-			bits = 32
-		} else if len(parts) != 2 {
-			return nil, nil, fmt.Errorf("%q is neither a community (65000:100) nor a large community (65000:1:2)", f)
+		if len(parts) != 3 {
+			c, why := config.NormalCommunity(f)
+			if why != "" {
+				return nil, nil, errors.New(why)
+			}
+			std = append(std, c)
+			continue
 		}
 		nums := make([]string, len(parts))
 		for i, p := range parts {
-			n, err := strconv.ParseUint(p, 10, bits)
+			n, err := strconv.ParseUint(p, 10, 32)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%q: %q is not a number from 0 to %d", f, p, uint64(1)<<bits-1)
+				return nil, nil, fmt.Errorf("large community %q: %q is not a number from 0 to 4294967295", f, p)
 			}
 			nums[i] = strconv.FormatUint(n, 10)
 		}
-		if bits == 16 {
-			std = append(std, strings.Join(nums, ":"))
-		} else {
-			large = append(large, strings.Join(nums, ":"))
-		}
+		large = append(large, strings.Join(nums, ":"))
 	}
 	return std, large, nil
 }

@@ -7,17 +7,17 @@ import (
 )
 
 func TestParseCommunities(t *testing.T) {
-	std, large, err := ParseCommunities("65000:100, 0:0,4294967295:0:1,,065000:01")
+	std, large, err := ParseCommunities("65000:100, 0:0,4294967295:0:1,,065000:01, No-Export,65535:65282")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"65000:100", "0:0", "65000:1"}; !slices.Equal(std, want) {
+	if want := []string{"65000:100", "0:0", "65000:1", "no-export", "no-advertise"}; !slices.Equal(std, want) {
 		t.Errorf("standard: %v, want %v", std, want)
 	}
 	if want := []string{"4294967295:0:1"}; !slices.Equal(large, want) {
 		t.Errorf("large: %v, want %v", large, want)
 	}
-	for _, bad := range []string{"65536:1", "1", "1:2:3:4", "a:b", "1:4294967296:0", "no-export", "-1:2"} {
+	for _, bad := range []string{"65536:1", "1", "1:2:3:4", "a:b", "1:4294967296:0", "no-such-name", "-1:2", "local-as"} {
 		if _, _, err := ParseCommunities(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -31,6 +31,8 @@ func TestCheckAdvertisement(t *testing.T) {
 		want string // a prefix of the reason; "" for none
 	}{
 		{BGPAdvertisementSpec{}, ""},
+		{BGPAdvertisementSpec{Communities: []string{"no-export", "BLACKHOLE"}}, ""},
+		{BGPAdvertisementSpec{LargeCommunities: []string{"no-export"}}, "spec.largeCommunities[0]"},
 		{BGPAdvertisementSpec{Communities: []string{"65000:100"}, LargeCommunities: []string{"1:2:3"}, AggregationLength: l(24), AggregateOnly: true}, ""},
 		{BGPAdvertisementSpec{Communities: []string{"1:2:3"}}, "spec.communities[0]: \"1:2:3\" is not a community"},
 		{BGPAdvertisementSpec{LargeCommunities: []string{"65000:100"}}, "spec.largeCommunities[0]"},

@@ -36,7 +36,7 @@ func (e *apiEnv) testAdverts(t *testing.T) {
 	}{
 		{"community-too-big", map[string]any{"communities": []any{"65536:1"}}, []string{"spec.communities[0]", "65536:1 is not a community: write ASN:VALUE"}},
 		{"community-large", map[string]any{"communities": []any{"1:2:3"}}, []string{"spec.communities[0]", "1:2:3 is not a community"}},
-		{"community-name", map[string]any{"communities": []any{"no-export"}}, []string{"spec.communities[0]", "no-export is not a community"}},
+		{"community-name", map[string]any{"communities": []any{"no-such-name"}}, []string{"spec.communities[0]", "no-such-name is not a community", "or one of no-export"}},
 		{"large-short", map[string]any{"largeCommunities": []any{"1:2"}}, []string{"spec.largeCommunities[0]", "1:2 is not a large community: write GLOBAL:LOCAL1:LOCAL2"}},
 		{"large-too-big", map[string]any{"largeCommunities": []any{"1:2:4294967296"}}, []string{"spec.largeCommunities[0]", "is not a large community"}},
 		{"duplicate-community", map[string]any{"communities": []any{"1:1", "1:1"}}, []string{"spec.communities[1]: Duplicate value"}},
@@ -90,7 +90,7 @@ func (e *apiEnv) testAdverts(t *testing.T) {
 	}
 	good := advertObject("adv-good", map[string]any{
 		"addressPoolSelectors": []any{map[string]any{"matchLabels": map[string]any{"tier": "web"}}},
-		"peers":                []any{"adv-tor"}, "communities": []any{"65000:100"}, "largeCommunities": []any{"65000:1:2"},
+		"peers":                []any{"adv-tor"}, "communities": []any{"65000:100", "no-export", "Blackhole"}, "largeCommunities": []any{"65000:1:2"},
 		"localPref": int64(200), "aggregationLength": int64(24), "aggregationLengthV6": int64(64),
 	})
 	if _, err := adverts.Create(t.Context(), good, metav1.CreateOptions{}); err != nil {

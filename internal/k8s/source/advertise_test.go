@@ -127,9 +127,9 @@ func TestAdvertisements(t *testing.T) {
 		{
 			name:     "the Service's communities join the advertisement's",
 			adverts:  []*unstructured.Unstructured{advertisement("a", map[string]any{"addressPools": []any{"blue"}, "communities": []any{"65000:100"}})},
-			annotate: map[string]string{api.AnnotationBGPCommunities: " 65000:7 , 1:2:3,65000:100"},
+			annotate: map[string]string{api.AnnotationBGPCommunities: " 65000:7 , 1:2:3,65000:100,No-Export"},
 			want: map[string]routeOf{
-				"10.99.0.1": {config.RouteAttributes{Communities: []string{"65000:7", "65000:100"}, LargeCommunities: []string{"1:2:3"}}, "all"},
+				"10.99.0.1": {config.RouteAttributes{Communities: []string{"65000:7", "65000:100", "no-export"}, LargeCommunities: []string{"1:2:3"}}, "all"},
 				"10.99.1.1": {peers: "all"},
 			},
 		},
@@ -141,7 +141,7 @@ func TestAdvertisements(t *testing.T) {
 				"10.99.0.1": {config.RouteAttributes{Communities: []string{"65000:100"}}, "all"},
 				"10.99.1.1": {peers: "all"},
 			},
-			problems: []string{`Service blue/web: annotation xlb.io/bgp-communities: "65000:100000": "100000" is not a number from 0 to 65535; its routes carry the BGPAdvertisements' communities only until it is corrected`},
+			problems: []string{`Service blue/web: annotation xlb.io/bgp-communities: 65000:100000: 100000 is above 65535; a community holds two 16-bit numbers, so for a 4-byte ASN use largeCommunities (e.g. 65000:100000:0); its routes carry the BGPAdvertisements' communities only until it is corrected`},
 		},
 		{
 			name: "a bad advertisement is left out; the others apply",
