@@ -217,3 +217,59 @@ func TestAdvertisements(t *testing.T) {
 		})
 	}
 }
+
+// A dual-stack Service's two addresses get their aggregate each, of its
+// family's length; an advertisement with an IPv4 length alone and
+// aggregateOnly keeps its IPv6 address's own route.
+func TestAdvertisementsDualStack(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 80, corev1.ProtocolTCP)}
+	v6 := endpointSlice("default", "web", "web-6", web, endpoint(condReady, "fd00:244::2"))
+	v6.AddressType = discoveryv1.AddressTypeIPv6
+	f := fixture{
+		node:     node("node-1", nil),
+		services: []*corev1.Service{service("default", "web", withIngress("10.99.0.1", "2001:db8:99::1"), withAnnotation(api.AnnotationAllocatedFrom, "dual"))},
+		slices:   []*discoveryv1.EndpointSlice{endpointSlice("default", "web", "web-4", web, endpoint(condReady, "10.244.1.2")), v6},
+		peers:    []*unstructured.Unstructured{bgpPeer("tor", map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1"})},
+	}
+	st := settings{base: parseBase(t, ""), secretNamespace: "xlb-system"}
+	for _, tc := range []struct {
+		name  string
+		spec  map[string]any
+		aggs  []string
+		peers map[string]string // VIP: its peers, for the VIPs restricted
+	}{
+		{"both lengths", map[string]any{"aggregationLength": int64(24), "aggregationLengthV6": int64(64)},
+			[]string{"10.99.0.0/24", "2001:db8:99::/64"}, map[string]string{}},
+		{"IPv4 only, instead of the /32", map[string]any{"aggregationLength": int64(16), "aggregateOnly": true},
+			[]string{"10.99.0.0/16"}, map[string]string{"10.99.0.1": ""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f.adverts = []*unstructured.Unstructured{advertisement("a", tc.spec)}
+			d, probs := translate(st, f.cluster())
+			if len(probs) != 0 {
+				t.Errorf("problems %v", probs)
+			}
+			if d.ann == nil {
+				t.Fatal("no announcements")
+			}
+			var aggs []string
+			for _, a := range d.ann.Aggregates {
+				aggs = append(aggs, a.Prefix.String())
+			}
+			if !slices.Equal(aggs, tc.aggs) {
+				t.Errorf("aggregates %v, want %v", aggs, tc.aggs)
+			}
+			peers := map[string]string{}
+			for vip, ps := range d.ann.Peers {
+				var list []string
+				for _, p := range ps {
+					list = append(list, p.String())
+				}
+				peers[vip.String()] = strings.Join(list, " ")
+			}
+			if !reflect.DeepEqual(peers, tc.peers) {
+				t.Errorf("restricted VIPs %v, want %v", peers, tc.peers)
+			}
+		})
+	}
+}
