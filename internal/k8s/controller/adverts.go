@@ -25,6 +25,31 @@ import (
 // message says what.
 const EventInvalidBGPAdvertisement = "InvalidBGPAdvertisement"
 
+// EventInvalidBGPCommunities (Warning, on a Service): its
+// xlb.io/bgp-communities annotation is not a list of communities; the
+// nodes announce its routes with the BGPAdvertisements' communities
+// alone until it is corrected.
+const EventInvalidBGPCommunities = "InvalidBGPCommunities"
+
+// noteCommunities records, once per distinct message, a Warning Event on
+// a served Service whose communities annotation the agents cannot read
+// (internal/k8s/source reads it with the same api.ParseCommunities).
+func (r *reconciler) noteCommunities(svc *corev1.Service, key string) {
+	wkey := "communities:" + key
+	v, ok := svc.Annotations[api.AnnotationBGPCommunities]
+	if !ok {
+		delete(r.warned, wkey)
+		return
+	}
+	if _, _, err := api.ParseCommunities(v); err != nil {
+		r.warn(svc, wkey, EventInvalidBGPCommunities,
+			fmt.Sprintf("annotation %s: %v; the xlb nodes announce the Service's routes with the BGPAdvertisements' communities alone until it is corrected", api.AnnotationBGPCommunities, err),
+			fmt.Sprintf("correct the annotation %s: a comma-separated list of communities such as 65000:100 or no-export and large communities such as 65000:1:2", api.AnnotationBGPCommunities))
+		return
+	}
+	delete(r.warned, wkey)
+}
+
 // watchAdverts queues the BGPAdvertisements' statuses when one of them,
 // a BGPPeer or an AddressPool comes, goes or changes its spec or labels:
 // what an advertisement selects depends on all three.
