@@ -600,8 +600,8 @@ func (a *Announcer) Status() *api.BGP {
 		prefixes[p] = true
 	}
 	for p := range prefixes {
-		_, has := out[p]
-		r := api.Route{Prefix: p, Announced: has}
+		sent, has := out[p]
+		r := api.Route{Prefix: p, Announced: has, Peers: slices.Clone(sent.Peers)}
 		if _, wanted := want[p]; !wanted {
 			r.Reason = why[p]
 		}

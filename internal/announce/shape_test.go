@@ -64,4 +64,10 @@ func TestShape(t *testing.T) {
 	if !reflect.DeepEqual(announced, wantPeers) {
 		t.Errorf("announced (prefix: peers) %v, want %v", announced, wantPeers)
 	}
+	// Status names a restricted route's peers.
+	for _, r := range a.Status().Routes {
+		if r.Announced && !reflect.DeepEqual(r.Peers, wantPeers[r.Prefix]) {
+			t.Errorf("status of %s: peers %v, want %v", r.Prefix, r.Peers, wantPeers[r.Prefix])
+		}
+	}
 }
