@@ -450,7 +450,10 @@ func rbacTable(ns, lease, secret string) []access {
 		{"controller", "watch", xlb, "denylists", "", "", "", true},
 		{"controller", "patch", xlb, "denylists", "status", "", "d", true},
 		{"controller", "update", xlb, "denylists", "", "", "d", false},
-		{"controller", "list", xlb, "bgppeers", "", "", "", false},
+		{"controller", "list", xlb, "bgppeers", "", "", "", true},
+		{"controller", "watch", xlb, "bgpadvertisements", "", "", "", true},
+		{"controller", "patch", xlb, "bgpadvertisements", "status", "", "a", true},
+		{"controller", "update", xlb, "bgpadvertisements", "", "", "a", false},
 		{"controller", "list", "", "pods", "", "", "", false},
 		{"controller", "update", "", "nodes", "", "", "n", false},
 		// The agent: reads Services, slices, Nodes, peers, and the
@@ -477,7 +480,9 @@ func rbacTable(ns, lease, secret string) []access {
 		{"agent", "update", xlb, "bgppeers", "", "", "p", false},
 		{"agent", "patch", xlb, "bgppeers", "status", "", "p", true},
 		{"agent", "patch", xlb, "bgppeers", "", "", "p", false},
-		{"agent", "list", xlb, "addresspools", "", "", "", false},
+		{"agent", "list", xlb, "addresspools", "", "", "", true},
+		{"agent", "watch", xlb, "bgpadvertisements", "", "", "", true},
+		{"agent", "patch", xlb, "bgpadvertisements", "status", "", "a", false},
 		{"agent", "create", "", "events", "", "shop", "", false},
 		// The backend: reads Services, slices and Nodes (daisy
 		// chaining), nothing else.
@@ -586,6 +591,9 @@ var edgeValues = map[string]any{
 		"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.9.1",
 		"passwordSecret": map[string]any{"name": "edge-tor-password"},
 	}}},
+	"bgpAdvertisements": []any{map[string]any{"name": "edge-to-tor", "spec": map[string]any{
+		"addressPools": []any{"edge-pool"}, "peers": []any{"edge-tor"}, "communities": []any{"65000:100"}, "localPref": 200, "aggregationLength": 24,
+	}}},
 }
 
 // helmConfig is Helm's action configuration for the control plane, as
@@ -624,6 +632,8 @@ func testPrinterColumns(t *testing.T, k *kube) {
 			map[string]string{"Peer Address": "10.0.1.1", "Peer ASN": "65000", "My ASN": "65001"},
 			[]string{"Passive", "Port", "Hold Time", "Multihop", "Password Secret"}},
 		{"denylists", "attackers", map[string]string{"Prefixes": "<none>"}, nil},
+		{"bgpadvertisements", "to-tor",
+			map[string]string{"Pools": `["default"]`, "Peers": `["tor"]`, "Communities": `["65000:100"]`, "Local Pref": "200", "Aggregation": "24"}, nil},
 	} {
 		raw, err := k.cs.Discovery().RESTClient().Get().AbsPath("/apis", api.Group, api.Version, tc.resource, tc.name).
 			SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io").DoRaw(t.Context())

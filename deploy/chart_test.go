@@ -103,6 +103,7 @@ func TestChartValues(t *testing.T) {
 			map[string]any{"name": "tor4", "spec": map[string]any{"myASN": 65001, "peerASN": 65000, "peerAddress": "10.0.1.4",
 				"passwordSecret": map[string]any{"name": "elsewhere", "namespace": "other"}}},
 		},
+		"bgpAdvertisements": []any{map[string]any{"name": "to-tor", "spec": map[string]any{"peers": []any{"tor"}, "aggregationLength": 24}}},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -138,6 +139,7 @@ func TestChartValues(t *testing.T) {
 		want   any
 	}{
 		{"Deployment lb/edge-xlb-controller", []string{"spec", "replicas"}, 3.0},
+		{"BGPAdvertisement /to-tor", []string{"spec"}, map[string]any{"peers": []any{"tor"}, "aggregationLength": 24.0}},
 		{"Deployment lb/edge-xlb-controller", []string{"spec", "template", "spec", "containers", "0", "image"}, "registry.example/xlb:v9"},
 		{"Deployment lb/edge-xlb-controller", []string{"spec", "template", "spec", "containers", "0", "args"},
 			[]any{"controller", "--namespace=$(POD_NAMESPACE)", "--lease-name=edge-lease", "--serve-classless=true", "--metrics-addr=:9999"}},

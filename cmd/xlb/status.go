@@ -428,6 +428,8 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 			// Announced, but something is pending: a withdrawal the
 			// speaker refused, retried until it holds.
 			fmt.Fprintf(w, "  route %s: announced (%s)\n", r.Prefix, oneLine(r.Reason))
+		} else if r.Announced && len(r.Peers) > 0 {
+			fmt.Fprintf(w, "  route %s: announced to %s only\n", r.Prefix, joinAddrs(r.Peers))
 		} else if r.Announced {
 			fmt.Fprintf(w, "  route %s: announced\n", r.Prefix)
 		} else {
@@ -449,4 +451,13 @@ func sourcesText(ranges []string) string {
 		return strings.Join(ranges, ",")
 	}
 	return fmt.Sprintf("%s and %d more", strings.Join(ranges[:shown], ","), len(ranges)-shown)
+}
+
+// joinAddrs lists addresses, comma-separated.
+func joinAddrs(addrs []netip.Addr) string {
+	s := make([]string, len(addrs))
+	for i, a := range addrs {
+		s[i] = a.String()
+	}
+	return strings.Join(s, ", ")
 }

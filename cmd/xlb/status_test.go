@@ -115,6 +115,7 @@ func TestPrintStatusBGP(t *testing.T) {
 				{Prefix: netip.MustParsePrefix("10.99.0.1/32"), Announced: true},
 				{Prefix: netip.MustParsePrefix("10.99.0.2/32"), Reason: "no healthy backend"},
 				{Prefix: netip.MustParsePrefix("10.99.0.3/32"), Announced: true, Reason: "withdrawal failed: speaker stopped; retrying in 2s"},
+				{Prefix: netip.MustParsePrefix("10.99.0.0/24"), Announced: true, Peers: []netip.Addr{netip.MustParseAddr("10.0.1.1"), netip.MustParseAddr("10.0.1.254")}},
 			},
 		},
 	}
@@ -155,6 +156,7 @@ func TestPrintStatusBGP(t *testing.T) {
 		{"route 10.99.0.1/32", "route 10.99.0.1/32: announced"},
 		{"route 10.99.0.2/32", "route 10.99.0.2/32: withdrawn (no healthy backend)"},
 		{"route 10.99.0.3/32", "route 10.99.0.3/32: announced (withdrawal failed: speaker stopped; retrying in 2s)"},
+		{"route 10.99.0.0/24", "route 10.99.0.0/24: announced to 10.0.1.1, 10.0.1.254 only"},
 	} {
 		if got := fields(tc.prefix); got != tc.want {
 			t.Errorf("line %q:\n got %q\nwant %q", tc.prefix, got, tc.want)

@@ -35,6 +35,7 @@ func (a *Agent) syncRoutes(cfg *config.Config, svcDown map[string]bool) {
 		_, _, ok := a.rec.ids(key)
 		return ok
 	})
+	routes = announce.Shape(routes, cfg.Announcements)
 	if err := a.routes.Sync(routes); err != nil {
 		a.log.Warn("BGP announcements failed", "error", err, "fix", announce.SyncFix)
 	}

@@ -360,6 +360,9 @@ type Route struct {
 	// healthy backend; Why says otherwise why not.
 	Serve bool
 	Why   string
+	// Peers, when not nil, are the only peers the route goes to
+	// (Shape sets them).
+	Peers []netip.Addr
 }
 
 // Sync announces the routes that can be served and withdraws every other.
@@ -373,6 +376,7 @@ func (a *Announcer) Sync(routes []Route) error {
 	for _, r := range routes {
 		if r.Serve {
 			want[r.Prefix] = attributes(r.Attrs)
+			want[r.Prefix] = withPeers(want[r.Prefix], r.Peers)
 		} else {
 			why[r.Prefix] = r.Why
 		}
@@ -470,7 +474,8 @@ func attributes(r config.RouteAttributes) bgp.Attributes {
 func attrsEqual(a, b bgp.Attributes) bool {
 	eq := func(x, y *uint32) bool { return (x == nil) == (y == nil) && (x == nil || *x == *y) }
 	return slices.Equal(a.Communities, b.Communities) && slices.Equal(a.LargeCommunities, b.LargeCommunities) &&
-		eq(a.LocalPref, b.LocalPref) && eq(a.MED, b.MED)
+		eq(a.LocalPref, b.LocalPref) && eq(a.MED, b.MED) &&
+		(a.Peers == nil) == (b.Peers == nil) && slices.Equal(a.Peers, b.Peers)
 }
 
 // Shutdown withdraws every route, waits the drain time so the routers
@@ -602,8 +607,8 @@ func (a *Announcer) Status() *api.BGP {
 		prefixes[p] = true
 	}
 	for p := range prefixes {
-		_, has := out[p]
-		r := api.Route{Prefix: p, Announced: has}
+		sent, has := out[p]
+		r := api.Route{Prefix: p, Announced: has, Peers: slices.Clone(sent.Peers)}
 		if _, wanted := want[p]; !wanted {
 			r.Reason = why[p]
 		}

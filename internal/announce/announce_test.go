@@ -26,6 +26,7 @@ type call struct {
 	peer   netip.Addr
 	prefix netip.Prefix
 	reason string
+	attrs  bgp.Attributes // of an Announce
 	at     time.Time
 	err    error // what the speaker answered
 }
@@ -87,8 +88,8 @@ func (f *fakeSpeaker) Stop(context.Context) error  { return f.record(call{op: "S
 func (f *fakeSpeaker) StopGraceful(context.Context) error {
 	return f.record(call{op: "StopGraceful"})
 }
-func (f *fakeSpeaker) Announce(p netip.Prefix, _ bgp.Attributes) error {
-	return f.record(call{op: "Announce", prefix: p})
+func (f *fakeSpeaker) Announce(p netip.Prefix, a bgp.Attributes) error {
+	return f.record(call{op: "Announce", prefix: p, attrs: a})
 }
 func (f *fakeSpeaker) Withdraw(p netip.Prefix) error {
 	return f.record(call{op: "Withdraw", prefix: p})

@@ -111,6 +111,9 @@ type Route struct {
 	Prefix    netip.Prefix `json:"prefix"`
 	Announced bool         `json:"announced"`
 	Reason    string       `json:"reason,omitempty"`
+	// Peers are the only peers the route goes to (a BGPAdvertisement's);
+	// none: every peer.
+	Peers []netip.Addr `json:"peers,omitempty"`
 }
 
 // Reconcile is a histogram of reconcile durations.

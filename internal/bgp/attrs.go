@@ -2,6 +2,7 @@ package bgp
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,6 +23,9 @@ type Attributes struct {
 	LocalPref *uint32
 	// MED is the MULTI_EXIT_DISC sent to every peer.
 	MED *uint32
+	// Peers, when not nil, are the only peers (by address) the route
+	// goes to; the others never get it (see export.go).
+	Peers []netip.Addr
 }
 
 // wellKnownCommunities are the names ParseCommunity accepts (RFC 1997,
@@ -140,6 +144,9 @@ type parsedAttrs struct {
 	large       []LargeCommunity
 	localPref   *uint32
 	med         *uint32
+	// only: the route goes to peers alone (sorted, distinct).
+	only  bool
+	peers []netip.Addr
 }
 
 func (a Attributes) parse() (parsedAttrs, error) {
@@ -170,6 +177,12 @@ func (a Attributes) parse() (parsedAttrs, error) {
 		v := *a.MED
 		p.med = &v
 	}
+	if a.Peers != nil {
+		p.only = true
+		p.peers = slices.Clone(a.Peers)
+		slices.SortFunc(p.peers, netip.Addr.Compare)
+		p.peers = slices.Compact(p.peers)
+	}
 	return p, nil
 }
 
@@ -177,7 +190,8 @@ func (p parsedAttrs) equal(o parsedAttrs) bool {
 	return slices.Equal(p.communities, o.communities) &&
 		slices.Equal(p.large, o.large) &&
 		equalPtr(p.localPref, o.localPref) &&
-		equalPtr(p.med, o.med)
+		equalPtr(p.med, o.med) &&
+		p.only == o.only && slices.Equal(p.peers, o.peers)
 }
 
 func equalPtr(a, b *uint32) bool {
@@ -204,6 +218,9 @@ func (p parsedAttrs) attributes() Attributes {
 	if p.med != nil {
 		v := *p.med
 		a.MED = &v
+	}
+	if p.only {
+		a.Peers = append([]netip.Addr{}, p.peers...)
 	}
 	return a
 }

@@ -58,6 +58,7 @@ type Speaker struct {
 	stopProbe context.CancelFunc
 	routes    map[netip.Prefix]parsedAttrs
 	peers     map[netip.Addr]*peerRecord
+	export    exportState    // the installed export policy (export.go)
 	wg        sync.WaitGroup // OPEN probes, admin-state checks, connectors
 
 	// relay is how connectors reach GoBGP (see connect.go); nil while
@@ -128,6 +129,7 @@ func (s *Speaker) Start(ctx context.Context) error {
 	s.probeCtx, s.stopProbe = context.WithCancel(context.Background())
 	s.relay = relay
 	s.relayCtx, s.stopRelay = context.WithCancel(context.Background())
+	s.export = exportState{} // a new server has none
 	routes := make(map[netip.Prefix]parsedAttrs, len(s.routes))
 	for p, a := range s.routes {
 		routes[p] = a
@@ -144,6 +146,10 @@ func (s *Speaker) Start(ctx context.Context) error {
 	// the routes of the previous run (stale) drops those the End-of-RIB
 	// finds missing.
 	var errs []error
+	// The export policy before the routes it restricts.
+	if _, err := s.syncExport(ctx, srv); err != nil {
+		errs = append(errs, err)
+	}
 	for prefix, attrs := range routes {
 		if err := s.addPath(srv, prefix, attrs); err != nil {
 			errs = append(errs, err)
@@ -367,7 +373,22 @@ func (s *Speaker) Announce(prefix netip.Prefix, attrs Attributes) error {
 	if srv == nil {
 		return nil
 	}
-	if err := s.addPath(srv, prefix, parsed); err != nil {
+	ctx := context.Background()
+	// The export policy first, so that no peer outside parsed.peers
+	// ever gets the route.
+	restricted := parsed.only || had && old.only
+	var refresh bool
+	if restricted {
+		refresh, err = s.syncExport(ctx, srv)
+		refresh = refresh && had
+	}
+	if err == nil {
+		err = s.addPath(srv, prefix, parsed)
+	}
+	if err == nil && refresh {
+		err = refreshOut(ctx, srv)
+	}
+	if err != nil {
 		s.mu.Lock()
 		if had {
 			s.routes[prefix] = old
@@ -375,6 +396,9 @@ func (s *Speaker) Announce(prefix netip.Prefix, attrs Attributes) error {
 			delete(s.routes, prefix)
 		}
 		s.mu.Unlock()
+		if restricted {
+			_, _ = s.syncExport(ctx, srv) // back to what the routes were
+		}
 		return err
 	}
 	return nil
@@ -405,6 +429,12 @@ func (s *Speaker) Withdraw(prefix netip.Prefix) error {
 		s.routes[prefix] = old
 		s.mu.Unlock()
 		return fmt.Errorf("withdraw %s: %w", prefix, err)
+	}
+	if old.only {
+		// Its statement goes; a stale one would only match nothing.
+		if _, err := s.syncExport(context.Background(), srv); err != nil {
+			s.log.Debug("bgp: export policy not updated after a withdrawal", "err", err)
+		}
 	}
 	s.log.Info("bgp route withdrawn", "prefix", prefix)
 	return nil
@@ -743,6 +773,20 @@ func (s *Speaker) SetPeers(peers []Peer) error {
 	}
 	ctx := context.Background()
 	var errs []error
+	// The restricted routes' peers by their new addresses in GoBGP,
+	// before the new peers' sessions can come up.
+	refresh, err := s.syncExport(ctx, srv)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	defer func() {
+		if refresh {
+			if err := refreshOut(ctx, srv); err != nil {
+				s.log.Warn("bgp: sessions not refreshed after the peers changed", "err", err,
+					"fix", "nothing to do if `xlb status` shows the routes announced; else restart the agent")
+			}
+		}
+	}()
 	for _, r := range gone {
 		if err := s.deletePeer(ctx, srv, r); err != nil {
 			errs = append(errs, err)

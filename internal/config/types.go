@@ -93,6 +93,10 @@ type Config struct {
 	// section.
 	NAT      NATConfig
 	Services []Service
+	// Announcements is nil but from the Kubernetes source, whose
+	// BGPAdvertisements may send a VIP to some peers only, or add
+	// aggregates (see Announcements).
+	Announcements *Announcements
 }
 
 // NAT defaults and limits (the nat section).

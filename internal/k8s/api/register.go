@@ -17,6 +17,7 @@ func AddToScheme(s *runtime.Scheme) error {
 		&AddressPool{}, &AddressPoolList{},
 		&BGPPeer{}, &BGPPeerList{},
 		&DenyList{}, &DenyListList{},
+		&BGPAdvertisement{}, &BGPAdvertisementList{},
 	)
 	metav1.AddToGroupVersion(s, GroupVersion)
 	return nil

@@ -89,6 +89,7 @@ func TestAPIServer(t *testing.T) {
 	t.Run("TrafficPolicy", e.testTrafficPolicy)
 	t.Run("AffinityTimeout", e.testAffinityTimeout)
 	t.Run("DenyLists", e.testDenyLists)
+	t.Run("BGPAdvertisements", e.testAdverts)
 	t.Run("SourceRanges", e.testSourceRanges)
 	var c *instance
 	if !t.Run("Restart", func(t *testing.T) { c = e.testRestartAndTwoInstances(t, a) }) {
@@ -103,7 +104,8 @@ func TestAPIServer(t *testing.T) {
 // applyCRDs creates deploy/crds as kubectl apply would and waits until
 // they are served.
 func (e *apiEnv) applyCRDs() {
-	files := []string{filepath.Join(crdDir, "xlb.io_addresspools.yaml"), filepath.Join(crdDir, "xlb.io_bgppeers.yaml"), filepath.Join(crdDir, "xlb.io_denylists.yaml")}
+	files := []string{filepath.Join(crdDir, "xlb.io_addresspools.yaml"), filepath.Join(crdDir, "xlb.io_bgppeers.yaml"), filepath.Join(crdDir, "xlb.io_denylists.yaml"),
+		filepath.Join(crdDir, "xlb.io_bgpadvertisements.yaml")}
 	if err := k8stest.InstallCRDs(e.t.Context(), e.dyn, 30*time.Second, files...); err != nil {
 		e.t.Fatal(err)
 	}

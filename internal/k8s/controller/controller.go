@@ -102,7 +102,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	for _, res := range []struct {
 		what string
 		gvr  schema.GroupVersionResource
-	}{{"AddressPools", api.AddressPoolResource}, {"DenyLists", api.DenyListResource}} {
+	}{{"AddressPools", api.AddressPoolResource}, {"DenyLists", api.DenyListResource},
+		{"BGPAdvertisements", api.BGPAdvertisementResource}, {"BGPPeers", api.BGPPeerResource}} {
 		if _, err := c.opts.Dynamic.Resource(res.gvr).List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 			if apierrors.IsNotFound(err) {
 				return fmt.Errorf("list %s: %w (is the CRD installed? kubectl apply -f deploy/crds)", res.what, err)
@@ -126,6 +127,8 @@ func (c *Controller) Run(ctx context.Context) error {
 	dynFactory := dynamicinformer.NewDynamicSharedInformerFactory(c.opts.Dynamic, 0)
 	pools := dynFactory.ForResource(api.AddressPoolResource)
 	denyLists := dynFactory.ForResource(api.DenyListResource)
+	adverts := dynFactory.ForResource(api.BGPAdvertisementResource)
+	bgpPeers := dynFactory.ForResource(api.BGPPeerResource)
 	// Of a Node, the controller needs its addresses only.
 	nodeFactory := informers.NewSharedInformerFactoryWithOptions(c.opts.Client, 0, informers.WithTransform(nodeAddressesOnly))
 	nodes := nodeFactory.Core().V1().Nodes()
@@ -133,6 +136,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	r := newReconciler(c, recorder, services.Lister(), namespaces.Lister(), pools.Lister())
 	r.nodes = nodes.Lister()
 	r.denyLists = denyLists.Lister()
+	r.adverts, r.bgpPeers = adverts.Lister(), bgpPeers.Lister()
 	defer r.queue.ShutDown()
 	if err := r.watch(services.Informer(), namespaces.Informer(), pools.Informer()); err != nil {
 		return err
@@ -146,6 +150,9 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := r.watchDenyLists(denyLists.Informer()); err != nil {
 		return err
 	}
+	if err := r.watchAdverts(adverts.Informer(), bgpPeers.Informer(), pools.Informer()); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	dynFactory.Start(ctx.Done())
 	nodeFactory.Start(ctx.Done())
@@ -156,13 +163,13 @@ func (c *Controller) Run(ctx context.Context) error {
 	syncCtx, cancel := context.WithTimeout(ctx, syncTimeout)
 	synced := cache.WaitForCacheSync(syncCtx.Done(), services.Informer().HasSynced,
 		namespaces.Informer().HasSynced, pools.Informer().HasSynced, slices.Informer().HasSynced,
-		nodes.Informer().HasSynced, denyLists.Informer().HasSynced)
+		nodes.Informer().HasSynced, denyLists.Informer().HasSynced, adverts.Informer().HasSynced, bgpPeers.Informer().HasSynced)
 	cancel()
 	if !synced {
 		if ctx.Err() != nil {
 			return nil
 		}
-		return fmt.Errorf("the caches of Services, Namespaces, AddressPools, EndpointSlices, Nodes and DenyLists did not fill within %s; "+
+		return fmt.Errorf("the caches of Services, Namespaces, AddressPools, EndpointSlices, Nodes, DenyLists, BGPAdvertisements and BGPPeers did not fill within %s; "+
 			"check that the controller's ClusterRole lets it list and watch them (deploy/10-rbac.yaml)", syncTimeout)
 	}
 	if err := r.rebuild(); err != nil {
@@ -189,6 +196,7 @@ const (
 	poolStatusItem
 	nodesItem
 	denyListsItem
+	advertsItem
 )
 
 // The rate limiter retries a failed item after 5 ms, doubling up to 30 s.
@@ -222,6 +230,8 @@ func (r *reconciler) processNext(ctx context.Context) bool {
 		err = r.syncNodes()
 	case denyListsItem:
 		err = r.syncDenyLists(ctx)
+	case advertsItem:
+		err = r.syncAdverts(ctx)
 	}
 	if err == nil {
 		r.queue.Forget(it)

@@ -107,7 +107,8 @@ func newFakeEnv(t *testing.T, objs []runtime.Object, pools ...*unstructured.Unst
 		t:      t,
 		client: fake.NewClientset(objs...),
 		dyn: dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-			map[schema.GroupVersionResource]string{api.AddressPoolResource: "AddressPoolList", api.DenyListResource: "DenyListList"}, dynObjs...),
+			map[schema.GroupVersionResource]string{api.AddressPoolResource: "AddressPoolList", api.DenyListResource: "DenyListList",
+				api.BGPAdvertisementResource: "BGPAdvertisementList", api.BGPPeerResource: "BGPPeerList"}, dynObjs...),
 		events: &recorder{},
 	}
 	return e

@@ -85,3 +85,26 @@ func TestNoteForwardingOnce(t *testing.T) {
 		t.Errorf("bad, corrected, bad again: %d Events, want 2", n)
 	}
 }
+
+// A communities annotation the agents cannot read gets a Warning Event
+// saying the Service's routes carry the advertisements' communities
+// alone; a valid one gets none.
+func TestCommunitiesEvents(t *testing.T) {
+	e := newFakeEnv(t, []runtime.Object{
+		lbService("a", "typo", annotated(api.AnnotationBGPCommunities, "65000:100, 65000;7")),
+		lbService("a", "good", annotated(api.AnnotationBGPCommunities, "65000:100, no-export, 1:2:3")),
+	}, poolObject("p", map[string]any{"addresses": []any{"10.99.0.0/29"}}))
+	e.start(Options{Metrics: newMetrics(t)})
+	ev := e.waitEvent("a/typo", EventInvalidBGPCommunities, "annotation xlb.io/bgp-communities: ", "65000;7",
+		"the xlb nodes announce the Service's routes with the BGPAdvertisements' communities alone until it is corrected")
+	if ev.typ != corev1.EventTypeWarning {
+		t.Errorf("%v: want a Warning", ev)
+	}
+	testenv.Eventually(t, 10*time.Second, "an address for good", func() (bool, string) {
+		got := ingressOf(e.svc("a", "good"))
+		return got != "", got
+	})
+	if evs := e.events.find("a/good", EventInvalidBGPCommunities); len(evs) != 0 {
+		t.Errorf("a/good: %v, want no %s Event", evs, EventInvalidBGPCommunities)
+	}
+}

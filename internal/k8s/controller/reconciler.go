@@ -36,7 +36,10 @@ type reconciler struct {
 	namespaces corelisters.NamespaceLister
 	pools      cache.GenericLister
 	denyLists  cache.GenericLister
-	nodes      corelisters.NodeLister
+	// adverts and bgpPeers: the BGPAdvertisements, whose status is
+	// written, and the BGPPeers they select.
+	adverts, bgpPeers cache.GenericLister
+	nodes             corelisters.NodeLister
 	// nodeAddrs: the Nodes' addresses, which no Service gets; nil
 	// until the first syncNodes.
 	nodeAddrs map[netip.Addr][]api.NodeAddress

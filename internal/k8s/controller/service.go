@@ -211,6 +211,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, familyKey(key, true))
 		delete(r.warned, affinityKey(key))
 		delete(r.warned, forwardingKey(key))
+		delete(r.warned, "communities:"+key)
 		delete(r.uids, key)
 		delete(r.noted, key)
 		delete(r.rangesNoted, key)
@@ -225,6 +226,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 		delete(r.warned, familyKey(key, true))
 		delete(r.warned, affinityKey(key))
 		delete(r.warned, forwardingKey(key))
+		delete(r.warned, "communities:"+key)
 		delete(r.uids, key)
 		delete(r.noted, key)
 		delete(r.rangesNoted, key)
@@ -234,6 +236,7 @@ func (r *reconciler) syncService(ctx context.Context, key string) error {
 	r.notePolicy(svc, key)
 	r.noteSourceRanges(svc, key)
 	r.noteForwarding(svc, key)
+	r.noteCommunities(svc, key)
 	if err := r.serve(ctx, key, svc); err != nil {
 		return err
 	}

@@ -1,10 +1,12 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
 // Node object, the BGPPeers and the Secrets of their passwords (each by
-// name) and the DenyLists, and turns them into whole agent
-// configurations: the base configuration (the file, or defaults) with one
-// service per Service port (its source ranges with it), the peers that
-// select this node and the DenyLists' prefixes in its deny list. Every
+// name), the DenyLists, and the BGPAdvertisements with the AddressPools
+// they select, and turns them into whole agent configurations: the base
+// configuration (the file, or defaults) with one service per Service port
+// (its source ranges with it), the peers that select this node, the
+// DenyLists' prefixes in its deny list, and the advertisements' route
+// attributes, peers and aggregates (advertise.go). Every
 // configuration passes the file's own checks; a burst of changes becomes
 // one configuration.
 package source
@@ -82,6 +84,8 @@ type Source struct {
 	nodes     cache.SharedIndexInformer
 	peers     cache.SharedIndexInformer
 	denyLists cache.SharedIndexInformer
+	adverts   cache.SharedIndexInformer
+	pools     cache.SharedIndexInformer
 	secrets   *secretWatch
 	// refs are the Secrets ("namespace/name") the BGPPeers name: a
 	// change of any other Secret is none of the source's business.
@@ -166,6 +170,8 @@ func New(o Options) (*Source, error) {
 	s.nodes = nodeF.Core().V1().Nodes().Informer()
 	s.peers = dynF.ForResource(api.BGPPeerResource).Informer()
 	s.denyLists = dynF.ForResource(api.DenyListResource).Informer()
+	s.adverts = dynF.ForResource(api.BGPAdvertisementResource).Informer()
+	s.pools = dynF.ForResource(api.AddressPoolResource).Informer()
 	if err := s.slices.AddIndexers(cache.Indexers{byService: endpoints.ServiceIndex}); err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
@@ -183,6 +189,8 @@ func New(o Options) (*Source, error) {
 		{s.nodes, always},
 		{s.peers, always},
 		{s.denyLists, always},
+		{s.adverts, always},
+		{s.pools, always},
 	} {
 		if _, err := h.inf.AddEventHandler(s.handler(h.relevant)); err != nil {
 			return nil, fmt.Errorf("kubernetes source: %w", err)
@@ -284,7 +292,8 @@ func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Conf
 	named := []struct {
 		what string
 		inf  cache.SharedIndexInformer
-	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}, {"DenyLists", s.denyLists}}
+	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}, {"DenyLists", s.denyLists},
+		{"BGPAdvertisements", s.adverts}, {"AddressPools", s.pools}}
 	var missing []string
 	for _, n := range named {
 		if !waitUntil(syncCtx, n.inf.HasSynced) {
@@ -343,7 +352,7 @@ func (s *Source) checkAPI(ctx context.Context) error {
 		}
 	}
 	var missing []string
-	for _, want := range []string{api.BGPPeerResource.Resource, api.DenyListResource.Resource} {
+	for _, want := range []string{api.BGPPeerResource.Resource, api.DenyListResource.Resource, api.BGPAdvertisementResource.Resource} {
 		if err == nil && slices.ContainsFunc(list.APIResources, func(r metav1.APIResource) bool { return r.Name == want }) {
 			continue
 		}
@@ -460,6 +469,13 @@ func (s *Source) build() (*config.Config, error) {
 	s.secrets.watch(d.secrets)
 	cfg, more, err := validate(&s.checks, d, st.base, host)
 	s.report(append(probs, more...))
+	if err == nil && d.ann != nil {
+		// After the checks, which know nothing of them (see
+		// config.Announcements).
+		c := *cfg
+		c.Announcements = d.ann
+		cfg = &c
+	}
 	if err == nil {
 		objs := s.peerObjectsOf(d, st.base, cfg)
 		s.peerObjects.Store(&objs)
@@ -546,6 +562,16 @@ func (s *Source) cluster() cluster {
 	for _, obj := range s.denyLists.GetStore().List() {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			c.denyLists = append(c.denyLists, u)
+		}
+	}
+	for _, obj := range s.adverts.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.adverts = append(c.adverts, u)
+		}
+	}
+	for _, obj := range s.pools.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			c.pools = append(c.pools, u)
 		}
 	}
 	c.secret = s.secrets.get

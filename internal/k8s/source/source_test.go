@@ -45,11 +45,13 @@ func newFakeCluster(t *testing.T, serveCRD bool, objs []runtime.Object, peers ..
 	if serveCRD {
 		c.cs.Discovery().(*fakediscovery.FakeDiscovery).Resources = []*metav1.APIResourceList{{
 			GroupVersion: api.BGPPeerResource.GroupVersion().String(),
-			APIResources: []metav1.APIResource{{Name: api.BGPPeerResource.Resource, Kind: "BGPPeer"}, {Name: api.DenyListResource.Resource, Kind: "DenyList"}},
+			APIResources: []metav1.APIResource{{Name: api.BGPPeerResource.Resource, Kind: "BGPPeer"}, {Name: api.DenyListResource.Resource, Kind: "DenyList"},
+				{Name: api.BGPAdvertisementResource.Resource, Kind: "BGPAdvertisement"}},
 		}}
 	}
 	c.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{api.BGPPeerResource: "BGPPeerList", api.DenyListResource: "DenyListList"}, peers...)
+		map[schema.GroupVersionResource]string{api.BGPPeerResource: "BGPPeerList", api.DenyListResource: "DenyListList",
+			api.BGPAdvertisementResource: "BGPAdvertisementList", api.AddressPoolResource: "AddressPoolList"}, peers...)
 	count := func(a k8stesting.Action) (bool, watch.Interface, error) {
 		c.mu.Lock()
 		c.watching[a.GetResource().Resource]++
@@ -164,7 +166,7 @@ func TestSourceFollowsTheCluster(t *testing.T) {
 	if got := backendsOf(cfg, "default/web:80/tcp"); len(got) != 1 || cfg.BGP == nil || cfg.BGP.Peers[0].Password != "one" {
 		t.Fatalf("first configuration: backends %v, bgp %+v", got, cfg.BGP)
 	}
-	c.waitWatching(t, "services", "endpointslices", "nodes", "bgppeers", "denylists", "secrets")
+	c.waitWatching(t, "services", "endpointslices", "nodes", "bgppeers", "denylists", "bgpadvertisements", "addresspools", "secrets")
 	ctx := t.Context()
 	cs := c.cs
 

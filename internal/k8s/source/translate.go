@@ -26,6 +26,9 @@ type cluster struct {
 	slices func(namespace, name string) []*discoveryv1.EndpointSlice
 	node   *corev1.Node // nil when this node's Node object does not exist
 	peers  []*unstructured.Unstructured
+	// adverts are the BGPAdvertisements; pools the AddressPools they
+	// select by label.
+	adverts, pools []*unstructured.Unstructured
 	// denyLists are the DenyLists, every node's.
 	denyLists []*unstructured.Unstructured
 	// secret returns a Secret; known is false while the cache of its
@@ -59,6 +62,9 @@ type desired struct {
 	// secrets are the Secrets the BGPPeers name ("namespace/name"):
 	// the Secrets watched.
 	secrets map[string]bool
+	// ann is what the BGPAdvertisements ask beyond each service's
+	// attributes; nil: every VIP to every peer.
+	ann *config.Announcements
 }
 
 // peerHoldTime is a BGPPeer's hold time when neither it nor the
@@ -124,6 +130,7 @@ func (t *translated) translate(st settings, c cluster) (desired, []problem) {
 	peerProbs := peers(st, c, &d)
 	probs = append(probs, peerProbs...)
 	probs = append(probs, t.denyLists(st, c, &d)...)
+	probs = append(probs, advertise(c, &d, len(st.base.Services))...)
 	return d, probs
 }
 

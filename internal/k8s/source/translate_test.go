@@ -148,6 +148,8 @@ type fixture struct {
 	node     *corev1.Node
 	peers    []*unstructured.Unstructured
 	lists    []*unstructured.Unstructured // DenyLists
+	adverts  []*unstructured.Unstructured // BGPAdvertisements
+	pools    []*unstructured.Unstructured // AddressPools
 	secrets  []*corev1.Secret
 	// unknownNS are namespaces whose Secrets have not been read yet.
 	unknownNS []string
@@ -168,6 +170,8 @@ func (f fixture) cluster() cluster {
 		node:      f.node,
 		peers:     f.peers,
 		denyLists: f.lists,
+		adverts:   f.adverts,
+		pools:     f.pools,
 		secret: func(ns, name string) (*corev1.Secret, bool) {
 			if slices.Contains(f.unknownNS, ns) {
 				return nil, false
@@ -859,6 +863,26 @@ func BenchmarkTranslate(b *testing.B) {
 		build(&t, &v)
 		for i := 0; b.Loop(); i++ {
 			// Service i%1000 loses its last endpoint, or regains it.
+			j := i % 1000
+			k := "default/" + f.slices[j].Labels[discoveryv1.LabelServiceName]
+			if byService[k][0] == f.slices[j] {
+				byService[k] = []*discoveryv1.EndpointSlice{fewer[j]}
+			} else {
+				byService[k] = []*discoveryv1.EndpointSlice{f.slices[j]}
+			}
+			build(&t, &v)
+		}
+	})
+	// With a BGPAdvertisement that gives every route a community: the
+	// services carry route attributes, which the validator checks again
+	// at every build (config.Validator's quick path takes none).
+	c.peers = []*unstructured.Unstructured{bgpPeer("tor", map[string]any{"myASN": int64(65001), "peerASN": int64(65000), "peerAddress": "10.0.0.1"})}
+	c.adverts = []*unstructured.Unstructured{advertisement("all", map[string]any{"communities": []any{"65000:100"}, "aggregationLength": int64(24)})}
+	b.Run("one change, advertised", func(b *testing.B) {
+		var t translated
+		var v config.Validator
+		build(&t, &v)
+		for i := 0; b.Loop(); i++ {
 			j := i % 1000
 			k := "default/" + f.slices[j].Labels[discoveryv1.LabelServiceName]
 			if byService[k][0] == f.slices[j] {
