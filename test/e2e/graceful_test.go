@@ -2,10 +2,8 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
-	"os/exec"
 	"syscall"
 	"testing"
 	"time"
@@ -70,29 +68,6 @@ func TestBGPGracefulRestartWithFRR(t *testing.T) {
 	}
 	want("route withdrawn by SIGUSR1", false, false)
 	waitExit(t, node, pid, labrun.DrainTime+10*time.Second)
-}
-
-// frrRoute says whether the lab's FRR has a path to vip, and whether it
-// is stale (kept by graceful restart, its session gone).
-func frrRoute(t *testing.T, ctx context.Context, prefix string, vip netip.Addr) (present, stale bool) {
-	t.Helper()
-	cmd := fmt.Sprintf("show ip bgp %s json", netip.PrefixFrom(vip, 32))
-	out, err := exec.CommandContext(ctx, "vtysh", "--vty_socket", lab.FRRDir(prefix), "-c", cmd).Output()
-	if err != nil {
-		t.Fatalf("vtysh -c %q: %v", cmd, err)
-	}
-	var r struct {
-		Paths []struct {
-			Stale bool `json:"stale"`
-		} `json:"paths"`
-	}
-	if err := json.Unmarshal(out, &r); err != nil {
-		t.Fatalf("%s: %v\n%s", cmd, err, out)
-	}
-	if len(r.Paths) == 0 {
-		return false, false
-	}
-	return true, r.Paths[0].Stale
 }
 
 // wantFRRRoute waits until frrRoute is (present, stale).

@@ -1,18 +1,14 @@
 package e2e
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,31 +21,6 @@ import (
 	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
-// frrPath is one path of `show bgp ipv4 unicast PREFIX json`.
-type frrPath struct {
-	LocPrf    *uint32 `json:"locPrf"`
-	Community *struct {
-		String string `json:"string"`
-	} `json:"community"`
-	LargeCommunity *struct {
-		String string `json:"string"`
-	} `json:"largeCommunity"`
-}
-
-func (p frrPath) String() string {
-	var c, l, lp string
-	if p.Community != nil {
-		c = p.Community.String
-	}
-	if p.LargeCommunity != nil {
-		l = p.LargeCommunity.String
-	}
-	if p.LocPrf != nil {
-		lp = fmt.Sprint(*p.LocPrf)
-	}
-	return fmt.Sprintf("{communities %q large %q locPrf %s}", c, l, lp)
-}
-
 // TestKubernetesBGPAdvertisementsWithFRR runs the real agent in
 // Kubernetes mode against FRR over iBGP: a BGPAdvertisement of the
 // Service's pool gives its route the advertisement's communities
@@ -60,34 +31,12 @@ func (p frrPath) String() string {
 // no route away; a Service that can no longer be served takes the
 // aggregate with it.
 func TestKubernetesBGPAdvertisementsWithFRR(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{})
-	prefix := labPrefix + "ka"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Pods: 1, Binary: xlbBinary, Router: lab.RouterFRR})
-	if err != nil {
-		t.Fatal(err)
-	}
-	k := newKubeEnv(t, ctx, cp, p)
+	k := kubeLab(t, k8stest.Options{}, "ka", lab.Spec{Clients: 1, Nodes: 1, Backends: 1, Pods: 1, Router: lab.RouterFRR}, 4*time.Minute, 60)
+	ctx, p, prefix := k.ctx, k.p, k.p.Spec.Prefix
 	node := p.Nodes[0]
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(60)
-		}
-	})
 	vtysh := func(args ...string) []byte {
 		t.Helper()
-		cmd := exec.CommandContext(ctx, "vtysh", append([]string{"--vty_socket", lab.FRRDir(prefix)}, args...)...)
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("vtysh %q: %v\n%s", args, err, out)
-		}
-		return out
+		return frrVtysh(t, ctx, prefix, args...)
 	}
 	// The lab's FRR takes the nodes over eBGP, which carries no local
 	// preference: this node becomes an iBGP neighbour of its own.
@@ -95,14 +44,8 @@ func TestKubernetesBGPAdvertisementsWithFRR(t *testing.T) {
 		"-c", fmt.Sprintf("neighbor %s remote-as internal", node.Addr),
 		"-c", "address-family ipv4 unicast", "-c", fmt.Sprintf("neighbor %s activate", node.Addr))
 	paths := func(pfx netip.Prefix) []frrPath {
-		out := vtysh("-c", fmt.Sprintf("show bgp ipv4 unicast %s json", pfx))
-		var r struct {
-			Paths []frrPath `json:"paths"`
-		}
-		if err := json.Unmarshal(out, &r); err != nil {
-			t.Fatalf("show bgp ipv4 unicast %s json: %v\n%s", pfx, err, out)
-		}
-		return r.Paths
+		t.Helper()
+		return frrPaths(t, ctx, prefix, pfx)
 	}
 	want := func(what string, pfx netip.Prefix, path *frrPath) {
 		t.Helper()
@@ -125,10 +68,7 @@ func TestKubernetesBGPAdvertisementsWithFRR(t *testing.T) {
 		return r
 	}
 
-	k.applyCRDs()
-	for _, h := range append(slices.Clone(p.Nodes), p.Backends...) {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-	}
+	k.createNodes(nil)
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", k8sPool, map[string]any{"addresses": []any{k8sPoolRange}})
 	peer := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": k8sapi.Group + "/" + k8sapi.Version, "kind": "BGPPeer",

@@ -2,7 +2,6 @@ package controller
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"reflect"
@@ -10,11 +9,8 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/xlbproject/xlb/internal/k8s/api"
@@ -56,19 +52,8 @@ func (r *reconciler) noteCommunities(svc *corev1.Service, key string) {
 func (r *reconciler) watchAdverts(infs ...cache.SharedIndexInformer) error {
 	changed := func(any) { r.queue.Add(item{kind: advertsItem}) }
 	for _, inf := range infs {
-		_, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc: changed,
-			UpdateFunc: func(old, obj any) {
-				// Status writes (ours, the agents') change nothing here.
-				if o, ok := old.(*unstructured.Unstructured); ok {
-					if n, ok := obj.(*unstructured.Unstructured); ok && o.GetGeneration() == n.GetGeneration() && reflect.DeepEqual(o.GetLabels(), n.GetLabels()) {
-						return
-					}
-				}
-				changed(obj)
-			},
-			DeleteFunc: changed,
-		})
+		// Status writes (ours, the agents') change nothing here.
+		_, err := inf.AddEventHandler(specHandler(changed, true))
 		if err != nil {
 			return fmt.Errorf("watch BGPAdvertisements: %w", err)
 		}
@@ -182,21 +167,6 @@ func (r *reconciler) writeAdvertStatus(ctx context.Context, u *unstructured.Unst
 	if reflect.DeepEqual(have, want) {
 		return nil
 	}
-	status := map[string]any{"pools": want.Pools, "peers": want.Peers, "error": nil}
-	if want.Error != "" {
-		status["error"] = want.Error
-	}
-	patch, err := json.Marshal(map[string]any{"status": status})
-	if err != nil {
-		return err
-	}
-	_, err = r.opts.Dynamic.Resource(api.BGPAdvertisementResource).Patch(ctx, name, types.MergePatchType, patch,
-		metav1.PatchOptions{FieldManager: r.opts.FieldManager}, "status")
-	if apierrors.IsNotFound(err) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("BGP advertisement %s: write status: %w", name, err)
-	}
-	return nil
+	return r.writeStatus(ctx, api.BGPAdvertisementResource, "BGP advertisement", name,
+		map[string]any{"pools": want.Pools, "peers": want.Peers}, want.Error)
 }

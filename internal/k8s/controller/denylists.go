@@ -16,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
@@ -38,20 +39,9 @@ const (
 // changes, comes or goes: every list's, as whether one fits the nodes'
 // limit depends on the older ones.
 func (r *reconciler) watchDenyLists(lists cache.SharedIndexInformer) error {
+	// Status writes (ours) change nothing the status says.
 	changed := func(any) { r.queue.Add(item{kind: denyListsItem}) }
-	_, err := lists.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: changed,
-		UpdateFunc: func(old, obj any) {
-			// Status writes (ours) change nothing the status says.
-			if o, ok := old.(*unstructured.Unstructured); ok {
-				if n, ok := obj.(*unstructured.Unstructured); ok && o.GetGeneration() == n.GetGeneration() {
-					return
-				}
-			}
-			changed(obj)
-		},
-		DeleteFunc: changed,
-	})
+	_, err := lists.AddEventHandler(specHandler(changed, false))
 	if err != nil {
 		return fmt.Errorf("watch DenyLists: %w", err)
 	}
@@ -139,23 +129,30 @@ func (r *reconciler) writeDenyListStatus(ctx context.Context, u *unstructured.Un
 	if reflect.DeepEqual(have, want) {
 		return nil
 	}
-	// The controller is the status's only writer: a merge patch of the
-	// whole status, "error": null removing an old error.
-	status := map[string]any{"prefixes": want.Prefixes, "error": nil}
-	if want.Error != "" {
-		status["error"] = want.Error
+	return r.writeStatus(ctx, api.DenyListResource, "deny list", name, map[string]any{"prefixes": want.Prefixes}, want.Error)
+}
+
+// writeStatus writes status, with error errMsg ("" for none), into the
+// status of resource res's object name (what: its kind, in words). The
+// controller is the status's only writer: a merge patch of the whole
+// status, "error": null removing an old error. An object deleted
+// meanwhile needs none.
+func (r *reconciler) writeStatus(ctx context.Context, res schema.GroupVersionResource, what, name string, status map[string]any, errMsg string) error {
+	status["error"] = nil
+	if errMsg != "" {
+		status["error"] = errMsg
 	}
 	patch, err := json.Marshal(map[string]any{"status": status})
 	if err != nil {
 		return err
 	}
-	_, err = r.opts.Dynamic.Resource(api.DenyListResource).Patch(ctx, name, types.MergePatchType, patch,
+	_, err = r.opts.Dynamic.Resource(res).Patch(ctx, name, types.MergePatchType, patch,
 		metav1.PatchOptions{FieldManager: r.opts.FieldManager}, "status")
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("deny list %s: write status: %w", name, err)
+		return fmt.Errorf("%s %s: write status: %w", what, name, err)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"net/netip"
+	"reflect"
 	"slices"
 	"time"
 
@@ -102,20 +103,9 @@ func (r *reconciler) watch(services, namespaces, pools cache.SharedIndexInformer
 	}); err != nil {
 		return fmt.Errorf("watch Services: %w", err)
 	}
+	// Status writes (ours) do not change what the pools hold.
 	poolsChanged := func(any) { r.queue.Add(item{kind: poolsItem}) }
-	if _, err := pools.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poolsChanged,
-		UpdateFunc: func(old, obj any) {
-			// Status writes (ours) do not change what the pools hold.
-			if o, ok := old.(*unstructured.Unstructured); ok {
-				if n, ok := obj.(*unstructured.Unstructured); ok && o.GetGeneration() == n.GetGeneration() {
-					return
-				}
-			}
-			poolsChanged(obj)
-		},
-		DeleteFunc: poolsChanged,
-	}); err != nil {
+	if _, err := pools.AddEventHandler(specHandler(poolsChanged, false)); err != nil {
 		return fmt.Errorf("watch AddressPools: %w", err)
 	}
 	// A namespace's labels decide pools with namespaceSelectors.
@@ -243,5 +233,25 @@ func (r *reconciler) poolChanged(addr netip.Addr) {
 func (r *reconciler) freed() {
 	for key := range r.pending {
 		r.queue.Add(item{kind: serviceItem, key: key})
+	}
+}
+
+// specHandler calls changed when a custom resource comes or goes, or its
+// spec changes (its generation), and also its labels when labels is set:
+// not for writes of its status alone, which the controller and the
+// agents make.
+func specHandler(changed func(any), labels bool) cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: changed,
+		UpdateFunc: func(old, obj any) {
+			o, ok1 := old.(*unstructured.Unstructured)
+			n, ok2 := obj.(*unstructured.Unstructured)
+			if ok1 && ok2 && o.GetGeneration() == n.GetGeneration() &&
+				(!labels || reflect.DeepEqual(o.GetLabels(), n.GetLabels())) {
+				return
+			}
+			changed(obj)
+		},
+		DeleteFunc: changed,
 	}
 }
