@@ -8,6 +8,7 @@
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
+#define ETH_P_ARP 0x0806
 #define IPPROTO_ICMP 1
 #define IPPROTO_IPIP 4
 #define IPPROTO_TCP 6
@@ -39,6 +40,23 @@ struct ethhdr {
 	unsigned char h_dest[ETH_ALEN];
 	unsigned char h_source[ETH_ALEN];
 	__be16 h_proto;
+} __attribute__((packed));
+
+/* ARP for IPv4 over Ethernet (RFC 826), the only kind xlb answers. */
+#define ARPHRD_ETHER 1
+#define ARPOP_REQUEST 1
+#define ARPOP_REPLY 2
+
+struct arp_eth4 {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 oper;
+	__u8 sha[ETH_ALEN];
+	__be32 spa;
+	__u8 tha[ETH_ALEN];
+	__be32 tpa;
 } __attribute__((packed));
 
 struct iphdr {

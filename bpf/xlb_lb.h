@@ -9,6 +9,7 @@
 #include "xlb_encap.h"
 #include "xlb_ping.h"
 #include "xlb_policy.h"
+#include "xlb_arp.h"
 
 #define AF_INET 2
 #define AF_INET6 10
@@ -412,6 +413,16 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_NOT_IPV4:
 		if (p.eth->h_proto == bpf_htons(ETH_P_IPV6))
 			return xlb_lb6_reply(ctx);
+		if (p.eth->h_proto == bpf_htons(ETH_P_ARP)) {
+			enum arp_result r = xlb_arp(p.eth, data_end);
+
+			if (r == ARP_REPLY) {
+				count_reason(XLB_TX_ARP_REPLY);
+				return XDP_TX;
+			}
+			if (r == ARP_EXPIRED)
+				return pass(XLB_PASS_ARP_EXPIRED);
+		}
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr)) {

@@ -34,6 +34,8 @@ var (
 		"drop_nat_no_port",
 		"pass_ipv6_ext",
 		"drop_ipv6_ext",
+		"tx_arp_reply",
+		"pass_arp_expired",
 	}
 
 	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).

@@ -1,0 +1,164 @@
+package lb
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+)
+
+var (
+	l2MAC    = net.HardwareAddr{0x02, 0x00, 0x5e, 0x10, 0x00, 0x02}
+	askerMAC = net.HardwareAddr{0x02, 0x00, 0x5e, 0x10, 0x00, 0x99}
+	asker    = netip.MustParseAddr("10.0.1.50")
+)
+
+// arpFrame is an ARP packet for IPv4 over Ethernet; fields as RFC 826
+// names them.
+type arpFrame struct {
+	dst, src net.HardwareAddr // Ethernet
+	htype    uint16
+	ptype    uint16
+	hlen     uint8
+	plen     uint8
+	oper     uint16
+	sha      net.HardwareAddr
+	spa      netip.Addr
+	tha      net.HardwareAddr
+	tpa      netip.Addr
+	pad      int
+}
+
+func arpRequest(tpa netip.Addr) arpFrame {
+	return arpFrame{dst: net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, src: askerMAC, htype: 1, ptype: 0x0800, hlen: 6, plen: 4,
+		oper: 1, sha: askerMAC, spa: asker, tha: make(net.HardwareAddr, 6), tpa: tpa}
+}
+
+func (a arpFrame) bytes() []byte {
+	b := append(append([]byte{}, a.dst...), a.src...)
+	b = binary.BigEndian.AppendUint16(b, 0x0806)
+	b = binary.BigEndian.AppendUint16(b, a.htype)
+	b = binary.BigEndian.AppendUint16(b, a.ptype)
+	b = append(b, a.hlen, a.plen)
+	b = binary.BigEndian.AppendUint16(b, a.oper)
+	spa, tpa := a.spa.As4(), a.tpa.As4()
+	b = append(append(b, a.sha...), spa[:]...)
+	b = append(append(b, a.tha...), tpa[:]...)
+	return append(b, make([]byte, a.pad)...)
+}
+
+// newL2LB is the fixture LB with vip owned for an hour.
+func newL2LB(t *testing.T, vip netip.Addr) (*Dataplane, *fixtureNS) {
+	t.Helper()
+	d, f := newPingLB(t, true)
+	now, err := Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{vip}, l2MAC, now+time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	return d, f
+}
+
+func TestARPReply(t *testing.T) {
+	d, f := newL2LB(t, fxVIP)
+	for _, pad := range []int{0, 18} { // as sent, and padded to 60 bytes on a wire
+		req := arpRequest(fxVIP)
+		req.pad = pad
+		// The reply, from RFC 826: to the asker, from the owner's MAC,
+		// the VIP at the owner's MAC.
+		want := arpFrame{dst: askerMAC, src: l2MAC, htype: 1, ptype: 0x0800, hlen: 6, plen: 4, oper: 2,
+			sha: l2MAC, spa: fxVIP, tha: askerMAC, tpa: asker, pad: pad}
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, req.bytes()) })
+		if v != xdpTX || !bytes.Equal(out, want.bytes()) {
+			t.Errorf("pad %d: verdict %s, frame\n%x\nwant XDP_TX and\n%x", pad, verdictNames[v], out, want.bytes())
+		}
+		if len(delta) != 1 || delta["tx_arp_reply"] != 1 {
+			t.Errorf("pad %d: reasons %v, want tx_arp_reply 1", pad, delta)
+		}
+	}
+}
+
+// Every frame that is not a well-formed request for an owned VIP goes to
+// the kernel untouched: a non-owner must never answer.
+func TestARPNotAnswered(t *testing.T) {
+	d, f := newL2LB(t, fxVIP)
+	with := func(edit func(*arpFrame)) []byte {
+		a := arpRequest(fxVIP)
+		edit(&a)
+		return a.bytes()
+	}
+	short := arpRequest(fxVIP).bytes()
+	cases := []struct {
+		name  string
+		frame []byte
+	}{
+		{"request for an address not owned", arpRequest(netip.MustParseAddr("10.99.0.77")).bytes()},
+		{"request for the node's own address", arpRequest(fxNode).bytes()},
+		{"reply for an owned VIP", with(func(a *arpFrame) { a.oper = 2 })},
+		{"gratuitous reply from another node", with(func(a *arpFrame) { a.oper = 2; a.spa = fxVIP })},
+		{"not Ethernet hardware", with(func(a *arpFrame) { a.htype = 6 })},
+		{"not IPv4", with(func(a *arpFrame) { a.ptype = 0x86dd })},
+		{"wrong hardware length", with(func(a *arpFrame) { a.hlen = 8 })},
+		{"wrong protocol length", with(func(a *arpFrame) { a.plen = 16 })},
+		{"multicast sender", with(func(a *arpFrame) { a.sha = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff} })},
+		{"truncated", short[:len(short)-1]},
+		{"only the Ethernet header", short[:14]},
+	}
+	for _, c := range cases {
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, c.frame) })
+		if v != xdpPass || !bytes.Equal(out, c.frame) || len(delta) != 1 || delta["pass_not_ipv4"] != 1 {
+			t.Errorf("%s: verdict %s, reasons %v, frame changed %v; want XDP_PASS, pass_not_ipv4 1, unchanged",
+				c.name, verdictNames[v], delta, !bytes.Equal(out, c.frame))
+		}
+	}
+}
+
+// An entry the agent stopped refreshing is not answered, and a VIP given
+// up is not either.
+func TestARPExpiredAndGivenUp(t *testing.T) {
+	d, f := newL2LB(t, fxVIP)
+	now, err := Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{fxVIP}, l2MAC, now-time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	req := arpRequest(fxVIP).bytes()
+	var v uint32
+	var out []byte
+	delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, req) })
+	if v != xdpPass || !bytes.Equal(out, req) || len(delta) != 1 || delta["pass_arp_expired"] != 1 {
+		t.Errorf("expired: verdict %s, reasons %v; want XDP_PASS, pass_arp_expired 1, unchanged", verdictNames[v], delta)
+	}
+	if err := d.SetL2Owned(nil, l2MAC, now+time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if owned, err := d.L2Owned(); err != nil || len(owned) != 0 {
+		t.Fatalf("owned after giving every VIP up: %v, %v", owned, err)
+	}
+	delta = reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, req) })
+	if v != xdpPass || !bytes.Equal(out, req) || delta["pass_not_ipv4"] != 1 {
+		t.Errorf("given up: verdict %s, reasons %v; want XDP_PASS, pass_not_ipv4 1, unchanged", verdictNames[v], delta)
+	}
+}
+
+func TestSetL2OwnedRefusesIPv6(t *testing.T) {
+	d, _ := newL2LB(t, fxVIP)
+	err := d.SetL2Owned([]netip.Addr{fxVIP, netip.MustParseAddr("fd00:99::1")}, l2MAC, time.Hour)
+	if err == nil {
+		t.Fatal("an IPv6 VIP was taken for ARP")
+	}
+	owned, _ := d.L2Owned()
+	if _, ok := owned[fxVIP]; !ok || len(owned) != 1 {
+		t.Errorf("owned %v; want %s alone, the IPv4 VIP kept", owned, fxVIP)
+	}
+}
