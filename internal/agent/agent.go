@@ -42,6 +42,10 @@ type Options struct {
 	// Routes announces the served VIPs over BGP; nil without a bgp
 	// section. Run starts announcing; the caller starts and shuts it down.
 	Routes Routes
+	// L2 answers ARP for this node's share of the VIPs in layer-2 mode;
+	// nil otherwise. Like Routes, it is given what the node can serve
+	// once Run starts.
+	L2 L2
 	// Source delivers whole new configurations: the file's (package
 	// source/file) or the cluster's (package k8s/source). Run applies
 	// each, keeping the running one if it fails. Nil: Config only.
@@ -81,6 +85,7 @@ type Agent struct {
 
 	timings    *timings             // reconcile durations
 	routes     Routes               // nil: nothing is announced
+	l2         L2                   // nil: not in layer-2 mode
 	updates    <-chan source.Update // nil: no source
 	fileIsBase bool                 // Options.FileIsBase
 	// routesLive is set when Run starts: only then is the data plane
@@ -173,6 +178,7 @@ func newAgent(o Options) (*Agent, error) {
 		reloads:     map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:     newTimings(),
 		routes:      o.Routes,
+		l2:          o.L2,
 		fileIsBase:  o.FileIsBase,
 		runCtx:      context.Background(),
 	}
@@ -428,6 +434,8 @@ func (a *Agent) warnRestartOnly(old, cfg *config.Config) {
 		// The session table is allocated whole when the data plane
 		// loads; the rest of the nat section applies at once.
 		{"nat.sessions", old.NAT.Sessions != cfg.NAT.Sessions},
+		// The election's socket and timers are set up at start.
+		{"l2", !reflect.DeepEqual(old.L2, cfg.L2)},
 	} {
 		if c.changed {
 			a.log.Warn("a setting changed that only takes effect when the agent restarts", "section", c.field,
@@ -455,6 +463,9 @@ func (a *Agent) Status() (*api.Status, error) {
 	}
 	if a.routes != nil {
 		st.BGP = a.routes.Status()
+	}
+	if a.l2 != nil {
+		st.L2 = a.l2.Status()
 	}
 	// What runs is cfg: after a failed load the one before the failure,
 	// after a failed apply the new one, in part.

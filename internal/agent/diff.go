@@ -57,6 +57,9 @@ func restartChanges(old, cfg *config.Config) []string {
 	if old.NAT.Sessions != cfg.NAT.Sessions {
 		out = append(out, fmt.Sprintf("nat.sessions: %d → %d", old.NAT.Sessions, cfg.NAT.Sessions))
 	}
+	if !reflect.DeepEqual(old.L2, cfg.L2) {
+		out = append(out, "l2: the election's nodes and timers change when the agent restarts")
+	}
 	return out
 }
 
