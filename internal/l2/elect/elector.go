@@ -88,11 +88,18 @@ func (e *Elector) Run(ctx context.Context, update func(alive []string)) {
 	defer tick.Stop()
 	e.send(false)
 	update(e.Alive())
+	last := e.now()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+			// A tick that comes a dead time late: this node was stopped
+			// (SIGSTOP, starved) and has not heard the others meanwhile.
+			if now := e.now(); now.Sub(last) >= e.cfg.DeadAfter {
+				e.resumed(now.Sub(last))
+			}
+			last = e.now()
 			e.send(false)
 			e.evaluate()
 			update(e.Alive())
@@ -100,6 +107,16 @@ func (e *Elector) Run(ctx context.Context, update func(alive []string)) {
 			update(e.Alive())
 		}
 	}
+}
+
+// resumed restarts the view of the others after this node was stopped
+// for gap.
+func (e *Elector) resumed(gap time.Duration) {
+	e.mu.Lock()
+	e.members.Restart(e.now())
+	e.mu.Unlock()
+	e.log.Warn("layer-2 mode: this agent was stopped or starved longer than the dead time; it waits a dead time for the other nodes' heartbeats before taking any VIP over",
+		"gap", gap.Round(time.Millisecond), "fix", "nothing if the agent was stopped on purpose (SIGSTOP); otherwise give it CPU time: a starved agent's node stops answering ARP")
 }
 
 // read takes the others' heartbeats until the socket closes.

@@ -50,6 +50,17 @@ func NewMembers(self string, nodes []Node, port uint16, deadAfter time.Duration,
 	return m
 }
 
+// Restart counts every other node as heard at now, as NewMembers does:
+// after this node was itself stopped for a while (SIGSTOP, a starved
+// process), what it last heard says nothing of the others, and it must
+// not take their VIPs before it could have heard from them again.
+func (m *Members) Restart(now time.Time) {
+	for _, name := range m.order {
+		m.heard[name] = now
+		m.leaving[name] = false
+	}
+}
+
 // Others lists the other nodes, as listed: where heartbeats go.
 func (m *Members) Others() []Node {
 	out := make([]Node, len(m.order))

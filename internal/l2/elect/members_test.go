@@ -156,3 +156,22 @@ func TestOwnerIsStable(t *testing.T) {
 		t.Errorf("owners of 10.99.0.0-7 among a b c: %q, want %q", got, want)
 	}
 }
+
+// A node that was itself stopped counts the others as heard when it
+// resumes: it must not take their VIPs on a stale view.
+func TestRestart(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	m := NewMembers("a", three, port, 400*time.Millisecond, t0)
+	m.Receive(from(nodeB), Heartbeat{Name: "b", Leaving: true}.Marshal(), t0)
+	later := t0.Add(10 * time.Second)
+	if got := m.Alive(later); !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after 10s of silence: alive %v", got)
+	}
+	m.Restart(later)
+	if got := m.Alive(later); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Errorf("after Restart: alive %v, want every node", got)
+	}
+	if got := m.Alive(later.Add(400 * time.Millisecond)); !slices.Equal(got, []string{"a"}) {
+		t.Errorf("a dead time after Restart with nothing heard: alive %v, want a alone", got)
+	}
+}
