@@ -26,10 +26,10 @@ import (
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/lb"
-	"github.com/xlbproject/xlb/internal/l2"
 	"github.com/xlbproject/xlb/internal/flowhash"
 	"github.com/xlbproject/xlb/internal/k8s/peerstatus"
 	"github.com/xlbproject/xlb/internal/k8s/source"
+	"github.com/xlbproject/xlb/internal/l2"
 	"github.com/xlbproject/xlb/internal/source/file"
 )
 
