@@ -491,7 +491,10 @@ func NewPlan(s Spec) (Plan, error) {
 	}
 	p.Clients = hosts(p, p.ClientSegment, "client", s.Clients)
 	if s.L2 {
-		p.Clients = hostsFrom(p, p.NodeSegment, "client", s.Clients, L2ClientBase)
+		// On the nodes' bridge, named as clients' ports are.
+		seg := p.NodeSegment
+		seg.PeerPrefix = p.ClientSegment.PeerPrefix
+		p.Clients = hostsFrom(p, seg, "client", s.Clients, L2ClientBase)
 	}
 	p.Nodes = hosts(p, p.NodeSegment, "node", s.Nodes)
 	p.Backends = hosts(p, p.BackendSegment, "be", s.Backends)
