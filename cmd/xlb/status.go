@@ -437,8 +437,8 @@ func printL2(w io.Writer, l *api.L2, now time.Time) {
 	if l.Error != "" {
 		fmt.Fprintf(w, "  ERROR: %s\n", oneLine(l.Error))
 	}
-	var table strings.Builder
-	tw := tabwriter.NewWriter(&table, 0, 0, 2, ' ', 0)
+	var nodes, vips strings.Builder
+	tw := tabwriter.NewWriter(&nodes, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD")
 	for _, n := range l.Nodes {
 		state := "dead"
@@ -447,7 +447,9 @@ func printL2(w io.Writer, l *api.L2, now time.Time) {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.Address, state, n.LastHeard.Round(time.Millisecond))
 	}
-	fmt.Fprintln(tw, "VIP\tOWNER\tTHIS NODE\t")
+	tw.Flush()
+	tw = tabwriter.NewWriter(&vips, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VIP\tOWNER\tTHIS NODE")
 	for _, v := range l.VIPs {
 		here := "-"
 		switch {
@@ -456,10 +458,10 @@ func printL2(w io.Writer, l *api.L2, now time.Time) {
 		case v.Why != "":
 			here = "not served: " + oneLine(v.Why)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t\n", v.VIP, orDash(v.Owner), here)
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.VIP, orDash(v.Owner), here)
 	}
 	tw.Flush()
-	for _, line := range strings.Split(strings.TrimRight(table.String(), "\n"), "\n") {
+	for _, line := range strings.Split(strings.TrimRight(nodes.String()+vips.String(), "\n"), "\n") {
 		fmt.Fprintln(w, "  "+strings.TrimRight(line, " "))
 	}
 	if len(l.Dropped) > 0 {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -59,7 +60,7 @@ func TestL2Failover(t *testing.T) {
 	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGTERM} {
 		t.Run(unix.SignalName(sig), func(t *testing.T) {
 			r := l2FailoverRound(t, ctx, e, running, owner, sig)
-			t.Logf("%v of %s: %s", sig, owner.Name, r)
+			t.Logf("%s of %s: %s", unix.SignalName(sig), owner.Name, r)
 			if r.broken != 0 {
 				t.Errorf("%d of %d persistent connections broken across the failover", r.broken, l2Persistent)
 			}
@@ -185,6 +186,16 @@ func l2FailoverRound(t *testing.T, ctx context.Context, e *env, running []lab.Ho
 	if webSt := serviceNamed(st, web.Name); webSt.Counters.Packets == 0 {
 		t.Errorf("%s answers for the VIP but its data plane forwarded no packet of %s", r.newOwner, web.Name)
 	}
+	// What an operator reads on the new owner.
+	text, err := exec.CommandContext(ctx, xlbBinary, "status", "--socket", labrun.Socket(e.p, hostNamed(e.p, r.newOwner))).CombinedOutput()
+	if err != nil {
+		t.Fatalf("xlb status: %v: %s", err, text)
+	}
+	want := fmt.Sprintf("%s  %s  answering since", web.VIP, r.newOwner)
+	if !strings.Contains(string(text), "L2:       node "+r.newOwner) || !strings.Contains(strings.Join(strings.Fields(string(text)), "  "), strings.Join(strings.Fields(want), "  ")) {
+		t.Errorf("xlb status on %s does not show it answering for %s:\n%s", r.newOwner, web.VIP, text)
+	}
+	t.Logf("xlb status on %s:\n%s", r.newOwner, text)
 	return r
 }
 
