@@ -2,9 +2,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"net/netip"
 	"os/exec"
 	"slices"
 	"strings"
@@ -12,15 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
 	"github.com/xlbproject/xlb/testbed/lab"
 	"github.com/xlbproject/xlb/testbed/labrun"
-	"github.com/xlbproject/xlb/testbed/netns"
-	"github.com/xlbproject/xlb/testbed/testenv"
 )
 
 // l2Persistent is how many persistent connections the layer-2 failover
@@ -34,7 +28,7 @@ const l2Persistent = 200
 // node takes the VIP over, the clients' ARP caches move to its MAC, and
 // no persistent connection breaks (the service is daisy-chained, and
 // every node forwards a flow to the same backend). The failover times
-// are logged, not asserted.
+// are logged, not asserted (bench/l2bench measures them).
 func TestL2Failover(t *testing.T) {
 	needRoot(t)
 	prefix := labPrefix + "l2"
@@ -48,7 +42,10 @@ func TestL2Failover(t *testing.T) {
 	}
 	web := e.web()
 	running := slices.Clone(e.p.Nodes)
-	owner := waitL2Owner(t, e.p, running, web.VIP)
+	owner, err := labrun.WaitL2Owner(ctx, e.p, running, web.VIP, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	t.Logf("%s answers for %s", owner.Name, web.VIP)
 	for _, c := range e.p.Clients {
 		tally, err := labrun.HTTPLoad(ctx, c.Namespace, web.Target(), 20, 4, nil)
@@ -59,19 +56,31 @@ func TestL2Failover(t *testing.T) {
 
 	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGTERM} {
 		t.Run(unix.SignalName(sig), func(t *testing.T) {
-			r := l2FailoverRound(t, ctx, e, running, owner, sig)
-			t.Logf("%s of %s: %s", unix.SignalName(sig), owner.Name, r)
-			if r.broken != 0 {
-				t.Errorf("%d of %d persistent connections broken across the failover", r.broken, l2Persistent)
+			if sig == syscall.SIGSTOP {
+				// Whatever happens, a stopped agent must resume to exit.
+				pid := e.agentPID(t, owner)
+				t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
 			}
+			r, err := labrun.RunL2Failover(ctx, e.p, web, running, owner, sig, l2Persistent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(r)
+			if r.Broken != 0 {
+				t.Errorf("%d of %d persistent connections broken across the failover; the first: %s", r.Broken, r.Conns, r.FirstBroken)
+			}
+			checkNewOwner(t, ctx, e, r.NewOwner)
 			if sig == syscall.SIGSTOP {
 				// The hung agent resumes: it takes its VIP back once the
 				// others hear it, and nothing breaks either.
-				pid := e.agentPID(t, owner)
-				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				if err := syscall.Kill(e.agentPID(t, owner), syscall.SIGCONT); err != nil {
 					t.Fatal(err)
 				}
-				if back := waitL2Owner(t, e.p, running, web.VIP); back.Name != owner.Name {
+				back, err := labrun.WaitL2Owner(ctx, e.p, running, web.VIP, 10*time.Second)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if back.Name != owner.Name {
 					t.Errorf("after SIGCONT %s answers for %s, want %s again", back.Name, web.VIP, owner.Name)
 				}
 				return
@@ -81,198 +90,25 @@ func TestL2Failover(t *testing.T) {
 	}
 }
 
-// l2Result is one failover as measured.
-type l2Result struct {
-	newOwner string
-	// answering: the signal to the new owner's status saying it answers;
-	// firstClient, lastClient: to the first and the last client's ARP
-	// entry for the VIP holding the new owner's MAC.
-	answering, firstClient, lastClient time.Duration
-	broken                             int
-	stream                             summary
-}
-
-func (r l2Result) String() string {
-	return fmt.Sprintf("%s answers %v after the signal; the clients' ARP caches hold its MAC after %v and %v; %d of %d persistent connections broken; new connections meanwhile: %s",
-		r.newOwner, r.answering.Round(time.Millisecond), r.firstClient.Round(time.Millisecond), r.lastClient.Round(time.Millisecond), r.broken, l2Persistent, r.stream)
-}
-
-// l2FailoverRound stops owner's agent with sig while l2Persistent
-// connections stay open and new ones stream in from the first client,
-// and measures how the VIP moves.
-func l2FailoverRound(t *testing.T, ctx context.Context, e *env, running []lab.Host, owner lab.Host, sig syscall.Signal) l2Result {
-	web := e.web()
-	var conns []*labrun.HTTPConn
-	t.Cleanup(func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	})
-	for i := range l2Persistent {
-		client := e.p.Clients[i%len(e.p.Clients)]
-		c, err := labrun.DialHTTP(ctx, client.Namespace, web.Target())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.Get(ctx, false); err != nil {
-			t.Fatalf("persistent connection %d from %s, before the failover: %v", i, client.Name, err)
-		}
-		conns = append(conns, c)
-	}
-	stop := streamTo(t, ctx, e.p.Clients[0].Namespace, web.Target(), 10*time.Millisecond, 2*time.Second)
-	time.Sleep(200 * time.Millisecond)
-
-	others := slices.DeleteFunc(slices.Clone(running), func(h lab.Host) bool { return h.Name == owner.Name })
-	pid := e.agentPID(t, owner)
-	if sig == syscall.SIGSTOP {
-		// Whatever happens, a stopped agent must resume to exit.
-		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
-	}
-	start := time.Now()
-	if err := syscall.Kill(pid, sig); err != nil {
-		t.Fatal(err)
-	}
-	var r l2Result
-	var newMAC string
-	clientAt := make([]time.Duration, len(e.p.Clients))
-	testenv.Eventually(t, 10*time.Second, "another node answers for the VIP and both clients' ARP caches hold its MAC", func() (bool, string) {
-		if newMAC == "" {
-			for _, n := range others {
-				st, err := api.GetStatus(labrun.Socket(e.p, n))
-				if err != nil {
-					return false, err.Error()
-				}
-				if v, ok := l2VIP(st, web.VIP); ok && v.Answering {
-					r.newOwner, r.answering, newMAC = n.Name, time.Since(start), st.L2.MAC
-				}
-			}
-			if newMAC == "" {
-				return false, "no other node answers yet"
-			}
-		}
-		var state []string
-		done := true
-		for i, c := range e.p.Clients {
-			mac := neighMAC(t, c, web.VIP)
-			if mac == newMAC && clientAt[i] == 0 {
-				clientAt[i] = time.Since(start)
-			}
-			done = done && clientAt[i] != 0
-			state = append(state, fmt.Sprintf("%s: %s", c.Name, mac))
-		}
-		return done, fmt.Sprintf("new owner %s (%s); %s", r.newOwner, newMAC, strings.Join(state, ", "))
-	})
-	r.firstClient, r.lastClient = slices.Min(clientAt), slices.Max(clientAt)
-	if sig == syscall.SIGTERM {
-		waitExit(t, owner, pid, 5*time.Second)
-	}
-	// Traffic for a while through the new owner, then every persistent
-	// connection asks once more.
-	time.Sleep(500 * time.Millisecond)
-	r.stream = summarize(stop())
-	for i, c := range conns {
-		if _, err := c.Get(ctx, true); err != nil {
-			r.broken++
-			if r.broken <= 3 {
-				t.Logf("persistent connection %d (%v) broken: %v", i, c.LocalAddr(), err)
-			}
-		}
-	}
-	// The new owner's data plane carries the traffic now.
-	st, err := api.GetStatus(labrun.Socket(e.p, hostNamed(e.p, r.newOwner)))
+// checkNewOwner checks what the new owner of the web VIP shows: its data
+// plane carries the traffic, and `xlb status` says it answers.
+func checkNewOwner(t *testing.T, ctx context.Context, e *env, name string) {
+	t.Helper()
+	web, node := e.web(), labrun.NodeNamed(e.p, name)
+	st, err := api.GetStatus(labrun.Socket(e.p, node))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if webSt := serviceNamed(st, web.Name); webSt.Counters.Packets == 0 {
-		t.Errorf("%s answers for the VIP but its data plane forwarded no packet of %s", r.newOwner, web.Name)
+	if s := serviceNamed(st, web.Name); s.Counters.Packets == 0 {
+		t.Errorf("%s answers for the VIP but its data plane forwarded no packet of %s", name, web.Name)
 	}
-	// What an operator reads on the new owner.
-	text, err := exec.CommandContext(ctx, xlbBinary, "status", "--socket", labrun.Socket(e.p, hostNamed(e.p, r.newOwner))).CombinedOutput()
+	text, err := exec.CommandContext(ctx, xlbBinary, "status", "--socket", labrun.Socket(e.p, node)).CombinedOutput()
 	if err != nil {
 		t.Fatalf("xlb status: %v: %s", err, text)
 	}
-	want := fmt.Sprintf("%s  %s  answering since", web.VIP, r.newOwner)
-	if !strings.Contains(string(text), "L2:       node "+r.newOwner) || !strings.Contains(strings.Join(strings.Fields(string(text)), "  "), strings.Join(strings.Fields(want), "  ")) {
-		t.Errorf("xlb status on %s does not show it answering for %s:\n%s", r.newOwner, web.VIP, text)
+	want := strings.Join([]string{web.VIP.String(), name, "answering", "since"}, " ")
+	if !strings.Contains(string(text), "L2:       node "+name) || !strings.Contains(strings.Join(strings.Fields(string(text)), " "), want) {
+		t.Errorf("xlb status on %s does not show it answering for %s:\n%s", name, web.VIP, text)
 	}
-	t.Logf("xlb status on %s:\n%s", r.newOwner, text)
-	return r
-}
-
-// waitL2Owner waits until the running nodes agree on who answers for vip
-// and exactly that one does; it returns that node.
-func waitL2Owner(t *testing.T, p lab.Plan, running []lab.Host, vip netip.Addr) lab.Host {
-	t.Helper()
-	var owner string
-	testenv.Eventually(t, 10*time.Second, fmt.Sprintf("the nodes agree on one owner of %s, which alone answers", vip), func() (bool, string) {
-		owners, answering := map[string]bool{}, []string{}
-		var state []string
-		for _, n := range running {
-			st, err := api.GetStatus(labrun.Socket(p, n))
-			if err != nil {
-				return false, err.Error()
-			}
-			v, ok := l2VIP(st, vip)
-			if !ok {
-				return false, n.Name + ": no layer-2 status for the VIP"
-			}
-			owners[v.Owner] = true
-			if v.Answering {
-				answering = append(answering, n.Name)
-			}
-			state = append(state, fmt.Sprintf("%s: alive %v, owner %s, answering %v", n.Name, st.L2.Alive, v.Owner, v.Answering))
-		}
-		ok := len(owners) == 1 && len(answering) == 1 && owners[answering[0]]
-		if ok {
-			owner = answering[0]
-		}
-		return ok, strings.Join(state, "; ")
-	})
-	return hostNamed(p, owner)
-}
-
-func l2VIP(st *api.Status, vip netip.Addr) (api.L2VIP, bool) {
-	if st.L2 == nil {
-		return api.L2VIP{}, false
-	}
-	i := slices.IndexFunc(st.L2.VIPs, func(v api.L2VIP) bool { return v.VIP == vip })
-	if i < 0 {
-		return api.L2VIP{}, false
-	}
-	return st.L2.VIPs[i], true
-}
-
-func hostNamed(p lab.Plan, name string) lab.Host {
-	i := slices.IndexFunc(p.Nodes, func(h lab.Host) bool { return h.Name == name })
-	if i < 0 {
-		return lab.Host{Name: name}
-	}
-	return p.Nodes[i]
-}
-
-// neighMAC is the MAC address client h's neighbour table holds for addr
-// ("" without an entry): what `ip neigh` shows in its namespace.
-func neighMAC(t *testing.T, h lab.Host, addr netip.Addr) string {
-	t.Helper()
-	var mac string
-	err := netns.Do(h.Namespace, func() error {
-		l, err := netlink.LinkByName(h.Interface)
-		if err != nil {
-			return err
-		}
-		ns, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
-		if err != nil {
-			return err
-		}
-		for _, n := range ns {
-			if a, ok := netip.AddrFromSlice(n.IP.To4()); ok && a == addr && len(n.HardwareAddr) == 6 {
-				mac = net.HardwareAddr(n.HardwareAddr).String()
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatalf("%s: neighbour table: %v", h.Name, err)
-	}
-	return mac
+	t.Logf("xlb status on %s:\n%s", name, text)
 }
