@@ -345,7 +345,9 @@ func RunL2Failover(ctx context.Context, p lab.Plan, web Service, running []lab.H
 	var attempts []Attempt
 	var seen []ARPSeen
 	var sideErr [2]error
-	wg.Go(func() { attempts, sideErr[0] = Stream(side, p.Clients[0].Namespace, web.Target(), 10*time.Millisecond, 2*time.Second) })
+	wg.Go(func() {
+		attempts, sideErr[0] = Stream(side, p.Clients[0].Namespace, web.Target(), 10*time.Millisecond, 2*time.Second)
+	})
 	wg.Go(func() { seen, _, sideErr[1] = ARPProbe(side, p.Clients[0], web.VIP, 10*time.Millisecond) })
 	stopAll := func() error {
 		stopSide()
