@@ -162,3 +162,47 @@ func TestSetL2OwnedRefusesIPv6(t *testing.T) {
 		t.Errorf("owned %v; want %s alone, the IPv4 VIP kept", owned, fxVIP)
 	}
 }
+
+// BenchmarkARP is the LB program's cost for an ARP request
+// (BPF_PROG_TEST_RUN): for an address not owned, passed to the kernel,
+// and for an owned VIP whose entry expired, which costs what an answer
+// costs but for rewriting 28 bytes in place (an answer itself cannot be
+// repeated: the first run turns the request into the reply). Decision
+// 0009 cites it.
+//
+//	go test -run '^$' -bench BenchmarkARP ./internal/dataplane/lb/
+func BenchmarkARP(b *testing.B) {
+	requirePrivileges(b)
+	f := newFixtureNS(b)
+	d, err := New(Options{NodeAddr: fxNode, TableSize: fxTableSize})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { d.Close() })
+	now, err := Monotonic()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{fxVIP}, l2MAC, now-time.Second); err != nil {
+		b.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		to   netip.Addr
+		want uint32
+	}{{"not-owned", netip.MustParseAddr("10.99.0.77"), xdpPass}, {"owned-expired", fxVIP, xdpPass}} {
+		b.Run(c.name, func(b *testing.B) {
+			frame := arpRequest(c.to).bytes()
+			var v uint32
+			var per time.Duration
+			err := f.Runner.Do(func() (err error) {
+				v, per, err = d.objs.XlbLbProg.Benchmark(frame, b.N, nil)
+				return err
+			})
+			if err != nil || v != c.want {
+				b.Fatalf("verdict %d, %v; want %d", v, err, c.want)
+			}
+			b.ReportMetric(float64(per.Nanoseconds()), "ns/packet")
+		})
+	}
+}
