@@ -300,6 +300,16 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.lastReload = start
 	a.mu.Unlock()
 
+	// Switching between BGP and layer-2 mode needs a restart: applied
+	// here, the routes would go at once and ARP would start only then.
+	if m, n := announceName(old), announceName(cfg); m != n {
+		err := fmt.Errorf("node.announce changed from %s to %s, which the running agent cannot switch: it keeps the previous configuration", m, n)
+		a.loadFailed(err)
+		a.log.Error("configuration reload refused; the previous configuration keeps running", "path", a.path, "trigger", reason, "error", err,
+			"fix", "restart the agent to apply the file in the new mode (forwarding continues across restarts), or set node.announce back to "+m)
+		return err
+	}
+
 	a.warnRestartOnly(old, cfg)
 	err := a.apply(old, cfg)
 	if a.routes == nil && cfg.BGP != nil {
@@ -349,6 +359,11 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services),
 		"added", added, "removed", removed, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// announceName is cfg's node.announce as the file writes it.
+func announceName(cfg *config.Config) string {
+	return string(cmp.Or(cfg.Node.Announce, config.AnnounceBGP))
 }
 
 // maxNamesLogged bounds the service names a reload's log line lists.
