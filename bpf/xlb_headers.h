@@ -27,6 +27,8 @@
 #define ICMPV6_TIME_EXCEED 3
 #define ICMPV6_PARAMPROB 4
 #define ICMPV6_ND_FIRST 133 /* router solicitation */
+#define ICMPV6_NS 135       /* neighbour solicitation */
+#define ICMPV6_NA 136       /* neighbour advertisement */
 #define ICMPV6_ND_LAST 137  /* redirect */
 
 #define IP_MF 0x2000
@@ -41,6 +43,24 @@ struct ethhdr {
 	unsigned char h_source[ETH_ALEN];
 	__be16 h_proto;
 } __attribute__((packed));
+
+/* A neighbour solicitation or advertisement (RFC 4861 4.3, 4.4): the
+ * ICMPv6 header, flags (R, S, O in the top bits of an advertisement) and
+ * the target address; options follow. */
+struct nd_msg {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 flags;
+	__be32 target[4];
+};
+
+/* The link-layer address option (RFC 4861 4.6.1) of Ethernet: 8 bytes. */
+struct nd_opt_lladdr {
+	__u8 type; /* 1: source, 2: target */
+	__u8 len;  /* in 8-byte units: 1 */
+	__u8 mac[ETH_ALEN];
+};
 
 /* ARP for IPv4 over Ethernet (RFC 826), the only kind xlb answers. */
 #define ARPHRD_ETHER 1

@@ -95,8 +95,11 @@ enum xlb_reason {
 				  * routing header with segments left, too many, ...); fragments
 				  * to a VIP count under drop_fragment */
 	XLB_TX_ARP_REPLY,        /* layer-2 mode: ARP request for a VIP this node owns, answered */
-	XLB_PASS_ARP_EXPIRED,    /* layer-2 mode: ARP request for a VIP whose ownership the agent
-				  * stopped refreshing (hung or stopped): not answered */
+	XLB_PASS_ARP_EXPIRED,    /* layer-2 mode: ARP request or neighbour solicitation for a VIP
+				  * whose ownership the agent stopped refreshing (hung or
+				  * stopped): not answered */
+	XLB_TX_ND_ADVERT,        /* layer-2 mode: neighbour solicitation for an IPv6 VIP this node
+				  * owns, answered with an advertisement */
 	XLB_REASON_MAX,
 };
 

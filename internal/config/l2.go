@@ -31,14 +31,6 @@ func (c *checker) announce(doc *schema.Document, cfg *Config) {
 	} else {
 		cfg.L2 = c.l2(doc.L2, "l2")
 	}
-	// NDP is not answered yet: an IPv6 VIP would be unreachable.
-	for i, f := range doc.Services.V {
-		if g := f.V.VIP; valid(g) {
-			if a, err := netip.ParseAddr(string(g.V)); err == nil && a.Is6() && !a.Is4In6() {
-				c.errorf(g.At.Value, join(index("services", i), "vip"), "%s is an IPv6 address, and layer-2 mode (%s) answers ARP for IPv4 VIPs only (neighbour discovery is not implemented): use an IPv4 VIP, or set announce: bgp", a, modeAt)
-			}
-		}
-	}
 }
 
 // l2 checks the l2 section.

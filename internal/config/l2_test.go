@@ -72,6 +72,20 @@ func TestL2Valid(t *testing.T) {
 	}
 }
 
+// IPv6 VIPs are answered by neighbour discovery.
+func TestL2IPv6VIP(t *testing.T) {
+	in := strings.Replace(withL2("{"+threeNodes+"}"), "vip: 10.99.0.1", `vip: "2001:db8::1"`, 1)
+	in = strings.Replace(in, "address: 10.0.1.2, announce", `address: 10.0.1.2, address6: "fd00:1::2", announce`, 1)
+	in = strings.Replace(in, "backends: [{address: 10.0.3.2}]", `backends: [{address: "fd00:3::2"}]`, 1)
+	cfg, err := Parse(file, []byte(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.L2 == nil || cfg.Services[0].VIP != netip.MustParseAddr("2001:db8::1") {
+		t.Errorf("l2 %v, VIP %s", cfg.L2, cfg.Services[0].VIP)
+	}
+}
+
 func TestAnnounceBGPIsTheDefault(t *testing.T) {
 	for _, in := range []string{minimal, minimalWith("interface: eth0", "interface: eth0\n  announce: bgp")} {
 		cfg, err := Parse(file, []byte(in))
@@ -97,7 +111,6 @@ func TestL2Errors(t *testing.T) {
 		{"l2 section without l2 mode", minimal + "l2: {" + threeNodes + "}\n", 9, "l2", "is read only with node.announce: l2, and node.announce is bgp (the default)"},
 		{"l2 with bgp", withL2("{"+threeNodes+"}") + "bgp: " + onePeer + "\n", 8, "bgp", "node.announce is l2 (node.announce, line 1): the VIPs are answered by ARP from one elected node, and no route is announced; remove the bgp section"},
 		{"l2 with kubernetes", withL2("{"+threeNodes+"}") + "kubernetes: {}\n", 8, "kubernetes", "layer-2 mode from a cluster is not available yet"},
-		{"l2 with an IPv6 VIP", strings.Replace(withL2("{"+threeNodes+"}"), "vip: 10.99.0.1", `vip: "2001:db8::1"`, 1), 5, "services[0].vip", "2001:db8::1 is an IPv6 address, and layer-2 mode (node.announce, line 1) answers ARP for IPv4 VIPs only"},
 		{"no nodes", withL2("{heartbeat: 100ms}"), 2, "l2.nodes", "required: list every node that shares the VIPs"},
 		{"empty nodes", withL2("{nodes: []}"), 2, "l2.nodes", "the list is empty"},
 		{"l2 a list", withL2("[a, b]"), 2, "l2", "expected a mapping with nodes"},

@@ -25,23 +25,31 @@ func newGARPSender(ifindex int, mac net.HardwareAddr) (*garpSender, error) {
 	return &garpSender{fd: fd, ifindex: ifindex, mac: mac}, nil
 }
 
-// send broadcasts a gratuitous ARP request for vip at the sender's MAC:
-// sender and target address both vip. Linux hosts update an entry they
-// hold for vip on such a request whatever its age (arp_process's is_garp),
-// as do most others.
+// send announces vip at the sender's MAC: for an IPv4 VIP a gratuitous
+// ARP request, sender and target address both vip, broadcast (Linux
+// hosts update an entry they hold for vip on one whatever its age:
+// arp_process's is_garp); for an IPv6 VIP an unsolicited neighbour
+// advertisement with the override flag to all nodes (RFC 4861 7.2.6).
 func (g *garpSender) send(vip netip.Addr) error {
-	frame := GratuitousARP(g.mac, vip)
-	sa := &unix.SockaddrLinklayer{Ifindex: g.ifindex, Protocol: htons(unix.ETH_P_ARP), Halen: 6}
-	copy(sa.Addr[:], broadcast)
+	frame, proto, to, what := GratuitousARP(g.mac, vip), uint16(unix.ETH_P_ARP), broadcast, "gratuitous ARP"
+	if vip.Is6() {
+		frame, proto, to, what = UnsolicitedNA(g.mac, vip), unix.ETH_P_IPV6, allNodesMAC, "unsolicited neighbour advertisement"
+	}
+	sa := &unix.SockaddrLinklayer{Ifindex: g.ifindex, Protocol: htons(proto), Halen: 6}
+	copy(sa.Addr[:], to)
 	if err := unix.Sendto(g.fd, frame, 0, sa); err != nil {
-		return fmt.Errorf("gratuitous ARP for %s: %w", vip, err)
+		return fmt.Errorf("%s for %s: %w", what, vip, err)
 	}
 	return nil
 }
 
 func (g *garpSender) close() { unix.Close(g.fd) }
 
-var broadcast = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+var (
+	broadcast   = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	allNodesMAC = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1} // ff02::1
+	allNodes    = netip.MustParseAddr("ff02::1")
+)
 
 // GratuitousARP is the frame that tells a segment vip is at mac.
 func GratuitousARP(mac net.HardwareAddr, vip netip.Addr) []byte {
@@ -53,6 +61,48 @@ func GratuitousARP(mac net.HardwareAddr, vip netip.Addr) []byte {
 	b = append(append(b, mac...), a[:]...)
 	b = append(append(b, make([]byte, 6)...), a[:]...)
 	return b
+}
+
+// UnsolicitedNA is the frame that tells a segment IPv6 vip is at mac: a
+// neighbour advertisement from vip to all nodes, override set, with the
+// target link-layer address option.
+func UnsolicitedNA(mac net.HardwareAddr, vip netip.Addr) []byte {
+	t := vip.As16()
+	icmp := []byte{136, 0, 0, 0, 0x20, 0, 0, 0} // override
+	icmp = append(icmp, t[:]...)
+	icmp = append(append(icmp, 2, 1), mac...)
+	ip := make([]byte, 40, 40+len(icmp))
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(icmp)))
+	ip[6], ip[7] = 58, 255
+	d := allNodes.As16()
+	copy(ip[8:], t[:])
+	copy(ip[24:], d[:])
+	binary.BigEndian.PutUint16(icmp[2:], icmp6Checksum(ip[8:24], ip[24:40], icmp))
+	b := append(append(append([]byte{}, allNodesMAC...), mac...), 0x86, 0xdd)
+	return append(append(b, ip...), icmp...)
+}
+
+// icmp6Checksum is the ICMPv6 checksum of msg (its checksum field zero)
+// from src to dst (RFC 8200 8.1).
+func icmp6Checksum(src, dst, msg []byte) uint16 {
+	var sum uint32
+	add := func(b []byte) {
+		for i := 0; i+1 < len(b); i += 2 {
+			sum += uint32(b[i])<<8 | uint32(b[i+1])
+		}
+		if len(b)%2 == 1 {
+			sum += uint32(b[len(b)-1]) << 8
+		}
+	}
+	add(src)
+	add(dst)
+	sum += uint32(len(msg)) + 58
+	add(msg)
+	for sum > 0xffff {
+		sum = sum&0xffff + sum>>16
+	}
+	return ^uint16(sum)
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }

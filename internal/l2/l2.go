@@ -2,7 +2,7 @@
 // answer ARP for the VIPs the election (package l2/elect) gives it, by
 // programming the LB program's l2_owned map with an expiry it moves
 // forward at every heartbeat, and announces each VIP it gains with
-// gratuitous ARP. docs/decisions/0009-layer2-arp.md says why.
+// gratuitous ARP (IPv4) or an unsolicited neighbour advertisement (IPv6). docs/decisions/0009-layer2-arp.md says why.
 package l2
 
 import (
@@ -22,8 +22,9 @@ import (
 	"github.com/xlbproject/xlb/internal/l2/elect"
 )
 
-// GARPSchedule is when a node that gains a VIP sends gratuitous ARP for
-// it, after the gain: at once, so that clients move within a round trip,
+// GARPSchedule is when a node that gains a VIP sends gratuitous ARP (an
+// unsolicited neighbour advertisement for an IPv6 VIP) for it, after the
+// gain: at once, so that clients move within a round trip,
 // then three repeats, for a frame lost on the way and a switch still
 // relearning its ports. A client that missed all four asks again when its
 // entry goes stale, and the new owner answers.
@@ -160,7 +161,7 @@ func (s *Speaker) apply(alive []string) error {
 	var owned []netip.Addr
 	for _, r := range s.routes {
 		v := r.Prefix.Addr()
-		if r.Serve && v.Is4() && elect.Owner(v, alive) == s.cfg.NodeName {
+		if r.Serve && elect.Owner(v, alive) == s.cfg.NodeName {
 			owned = append(owned, v)
 		}
 	}

@@ -73,7 +73,6 @@ func TestSpeakerAnswersForItsShare(t *testing.T) {
 	theirs := append(vipsOwnedBy("b", abc, 2), vipsOwnedBy("c", abc, 2)...)
 	unserved := vipsOwnedBy("a", []string{"a", "b", "c"}, 3)[2:]
 	routes := append(append(routesOf(mine, true), routesOf(theirs, true)...), routesOf(unserved, false)...)
-	routes = append(routes, announce.Route{Prefix: netip.MustParsePrefix("fd00:99::1/128"), Serve: true})
 	if err := s.Sync(routes); err != nil || dp.calls != 0 {
 		t.Fatalf("Sync before Run programmed the data plane (%d calls, %v)", dp.calls, err)
 	}
@@ -160,5 +159,47 @@ func TestGratuitousARPFrame(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("frame\n%x\nwant\n%x", got, want)
+	}
+}
+
+func TestUnsolicitedNAFrame(t *testing.T) {
+	mac := net.HardwareAddr{2, 0, 0x5e, 0, 0, 7}
+	got := UnsolicitedNA(mac, netip.MustParseAddr("fd00:99::1"))
+	want := []byte{
+		0x33, 0x33, 0, 0, 0, 1, 2, 0, 0x5e, 0, 0, 7, 0x86, 0xdd, // to all nodes, from mac, IPv6
+		0x60, 0, 0, 0, 0, 32, 58, 255, // payload 32, ICMPv6, hop limit 255
+		0xfd, 0, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, // from the VIP
+		0xff, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, // to ff02::1
+		136, 0, 0, 0, 0x20, 0, 0, 0, // advertisement, checksum (below), override
+		0xfd, 0, 0, 0x99, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, // target: the VIP
+		2, 1, 2, 0, 0x5e, 0, 0, 7, // target link-layer address: mac
+	}
+	if len(got) != len(want) {
+		t.Fatalf("frame of %d bytes, want %d:\n%x", len(got), len(want), got)
+	}
+	// The checksum verifies: summed with it, the message and the
+	// pseudo-header give 0xffff.
+	if icmp6Checksum(got[22:38], got[38:54], got[54:]) != 0 {
+		t.Errorf("checksum %x does not verify", got[56:58])
+	}
+	copy(want[56:58], got[56:58])
+	if !slices.Equal(got, want) {
+		t.Errorf("frame\n%x\nwant\n%x", got, want)
+	}
+}
+
+// An IPv6 VIP is answered (neighbour discovery) and announced like an
+// IPv4 one.
+func TestSpeakerIPv6VIP(t *testing.T) {
+	s, dp, _, sent := newTestSpeaker(t)
+	vip := netip.MustParseAddr("fd00:99::1")
+	if err := s.Sync([]announce.Route{{Prefix: netip.PrefixFrom(vip, 128), Serve: true}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.apply([]string{"a"}); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(dp.owned, []netip.Addr{vip}) || !slices.Equal(*sent, []netip.Addr{vip}) {
+		t.Errorf("answering for %v, announced %v; want %s for both", dp.owned, *sent, vip)
 	}
 }

@@ -190,7 +190,7 @@ type Spec struct {
 	// nodes' segment, at L2ClientBase and after, and reach the VIP
 	// prefix on the link, so that they ask for each VIP by ARP and send
 	// to whichever node answers. Needs the static router (no BGP) and
-	// IPv4 only (xlb answers no neighbour discovery yet).
+	// IPv4 only (its clients get no on-link route to the IPv6 VIPs yet).
 	L2 bool `json:"l2,omitempty"`
 }
 
@@ -531,7 +531,7 @@ func checkRouter(s *Spec) error {
 	case s.L2 && s.Router != RouterStatic:
 		return fmt.Errorf("lab %q: the layer-2 lab needs --router %s: its clients find the VIPs by ARP, and nothing is announced over BGP", s.Prefix, RouterStatic)
 	case s.L2 && s.IPv6:
-		return fmt.Errorf("lab %q: the layer-2 lab is IPv4 only (xlb answers ARP, not yet neighbour discovery): add --ipv6=false", s.Prefix)
+		return fmt.Errorf("lab %q: the layer-2 lab is IPv4 only (its clients have no on-link route to the IPv6 VIPs yet): add --ipv6=false", s.Prefix)
 	case s.L2 && (s.Nodes > maxL2Nodes || s.Clients > MaxHosts-maxL2Nodes-2):
 		return fmt.Errorf("lab %q: the layer-2 lab holds at most %d nodes and %d clients on one segment", s.Prefix, maxL2Nodes, MaxHosts-maxL2Nodes-2)
 	case s.IPv6 && s.Reflector:

@@ -23,9 +23,10 @@ func Monotonic() (time.Duration, error) {
 	return time.Duration(ts.Nano()), nil
 }
 
-// SetL2Owned makes the program answer ARP requests for exactly the IPv4
-// VIPs in owned, with mac, until expires (Monotonic's clock); requests for
-// other addresses go to the kernel, which has no VIP and answers none.
+// SetL2Owned makes the program answer ARP requests (IPv4) and neighbour
+// solicitations (IPv6) for exactly the VIPs in owned, with mac, until
+// expires (Monotonic's clock); requests for other addresses go to the
+// kernel, which has no VIP and answers none.
 // Layer-2 mode calls it at every heartbeat with a later expires, so that
 // a hung agent's node stops answering by itself once expires passes.
 func (d *Dataplane) SetL2Owned(owned []netip.Addr, mac net.HardwareAddr, expires time.Duration) error {
@@ -38,10 +39,6 @@ func (d *Dataplane) SetL2Owned(owned []netip.Addr, mac net.HardwareAddr, expires
 	copy(v.Mac[:], mac)
 	var errs []error
 	for _, a := range owned {
-		if !a.Is4() {
-			errs = append(errs, fmt.Errorf("layer-2 ownership of %s: only IPv4 VIPs are answered (ARP)", a))
-			continue
-		}
 		k := wire.AddrOf(a)
 		want[k] = true
 		if err := m.Put(k, v); err != nil {

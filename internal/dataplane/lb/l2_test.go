@@ -151,18 +151,6 @@ func TestARPExpiredAndGivenUp(t *testing.T) {
 	}
 }
 
-func TestSetL2OwnedRefusesIPv6(t *testing.T) {
-	d, _ := newL2LB(t, fxVIP)
-	err := d.SetL2Owned([]netip.Addr{fxVIP, netip.MustParseAddr("fd00:99::1")}, l2MAC, time.Hour)
-	if err == nil {
-		t.Fatal("an IPv6 VIP was taken for ARP")
-	}
-	owned, _ := d.L2Owned()
-	if _, ok := owned[fxVIP]; !ok || len(owned) != 1 {
-		t.Errorf("owned %v; want %s alone, the IPv4 VIP kept", owned, fxVIP)
-	}
-}
-
 // BenchmarkARP is the LB program's cost for an ARP request
 // (BPF_PROG_TEST_RUN): for an address not owned, passed to the kernel,
 // and for an owned VIP whose entry expired, which costs what an answer
@@ -204,5 +192,140 @@ func BenchmarkARP(b *testing.B) {
 			}
 			b.ReportMetric(float64(per.Nanoseconds()), "ns/packet")
 		})
+	}
+}
+
+var (
+	l2VIP6 = netip.MustParseAddr("fd00:99::1")
+	asker6 = netip.MustParseAddr("fd00:10:1::50")
+)
+
+// nsFrame is a neighbour solicitation (RFC 4861 4.3) from asker6 for
+// target, to its solicited-node address, with a source link-layer
+// address option unless bare, then pad bytes of Ethernet padding.
+type nsFrame struct {
+	src      netip.Addr
+	target   netip.Addr
+	hopLimit uint8
+	code     uint8
+	bare     bool
+	pad      int
+	srcMAC   net.HardwareAddr
+}
+
+func solicit(target netip.Addr) nsFrame {
+	return nsFrame{src: asker6, target: target, hopLimit: 255, srcMAC: askerMAC}
+}
+
+func (n nsFrame) bytes() []byte {
+	t := n.target.As16()
+	icmp := append([]byte{135, n.code, 0, 0, 0, 0, 0, 0}, t[:]...)
+	if !n.bare {
+		icmp = append(append(icmp, 1, 1), n.srcMAC...)
+	}
+	dst := netip.AddrFrom16([16]byte{0xff, 2, 10: 0, 11: 1, 12: 0xff, 13: t[13], 14: t[14], 15: t[15]})
+	return ipv6Frame(net.HardwareAddr{0x33, 0x33, 0xff, t[13], t[14], t[15]}, n.srcMAC, n.src, dst, n.hopLimit, icmp, n.pad)
+}
+
+// ipv6Frame is an Ethernet frame with an IPv6 packet around ICMPv6
+// message icmp, its checksum filled in.
+func ipv6Frame(dstMAC, srcMAC net.HardwareAddr, src, dst netip.Addr, hop uint8, icmp []byte, pad int) []byte {
+	ip := make([]byte, 40)
+	ip[0] = 0x60
+	binary.BigEndian.PutUint16(ip[4:], uint16(len(icmp)))
+	ip[6], ip[7] = 58, hop
+	s, d := src.As16(), dst.As16()
+	copy(ip[8:], s[:])
+	copy(ip[24:], d[:])
+	icmp = append([]byte{}, icmp...)
+	icmp[2], icmp[3] = 0, 0
+	binary.BigEndian.PutUint16(icmp[2:], csum(append(pseudo6(ip, len(icmp)), icmp...)))
+	f := append(append(append([]byte{}, dstMAC...), srcMAC...), 0x86, 0xdd)
+	return append(append(append(f, ip...), icmp...), make([]byte, pad)...)
+}
+
+// wantAdvert is the solicited advertisement (RFC 4861 4.4, 7.2.4) of vip
+// at mac to the asker of a solicitation, built from the RFC.
+func wantAdvert(vip netip.Addr, mac net.HardwareAddr) []byte {
+	return wantAdvertTo(vip, mac, askerMAC, asker6)
+}
+
+// wantAdvertTo is wantAdvert to another asker.
+func wantAdvertTo(vip netip.Addr, mac, toMAC net.HardwareAddr, to netip.Addr) []byte {
+	t := vip.As16()
+	icmp := append([]byte{136, 0, 0, 0, 0x60, 0, 0, 0}, t[:]...) // solicited, override
+	icmp = append(append(icmp, 2, 1), mac...)
+	return ipv6Frame(toMAC, mac, vip, to, 255, icmp, 0)
+}
+
+func TestNDPAdvert(t *testing.T) {
+	d, f := newL2LB(t, l2VIP6)
+	for _, c := range []struct {
+		name string
+		ns   nsFrame
+	}{
+		{"with the source's link-layer address", solicit(l2VIP6)},
+		{"without options: the advertisement grows", nsFrame{src: asker6, target: l2VIP6, hopLimit: 255, bare: true, srcMAC: askerMAC}},
+		{"padded: the padding goes", func() nsFrame { n := solicit(l2VIP6); n.pad = 20; return n }()},
+	} {
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, c.ns.bytes()) })
+		want := wantAdvert(l2VIP6, l2MAC)
+		if v != xdpTX || !bytes.Equal(out, want) {
+			t.Errorf("%s: verdict %s, frame\n%x\nwant XDP_TX and\n%x", c.name, verdictNames[v], out, want)
+		}
+		if len(delta) != 1 || delta["tx_nd_advert"] != 1 {
+			t.Errorf("%s: reasons %v, want tx_nd_advert 1", c.name, delta)
+		}
+		// The checksum verifies over the pseudo-header.
+		if len(out) == len(want) && csum(append(pseudo6(out[14:54], len(out)-54), out[54:]...)) != 0 {
+			t.Errorf("%s: the advertisement's checksum does not verify", c.name)
+		}
+	}
+}
+
+// Solicitations that are not for an owned VIP, or not valid, get no
+// advertisement and go on unchanged to the LB path.
+func TestNDPNotAnswered(t *testing.T) {
+	d, f := newL2LB(t, l2VIP6)
+	with := func(edit func(*nsFrame)) []byte {
+		n := solicit(l2VIP6)
+		edit(&n)
+		return n.bytes()
+	}
+	full := solicit(l2VIP6).bytes()
+	truncated := append([]byte{}, full[:len(full)-12]...)
+	cases := []struct {
+		name  string
+		frame []byte
+	}{
+		{"for an address not owned", solicit(netip.MustParseAddr("fd00:99::77")).bytes()},
+		{"duplicate address detection (from ::)", with(func(n *nsFrame) { n.src = netip.IPv6Unspecified() })},
+		{"hop limit below 255 (routed)", with(func(n *nsFrame) { n.hopLimit = 254 })},
+		{"code 1", with(func(n *nsFrame) { n.code = 1 })},
+		{"from a multicast MAC", with(func(n *nsFrame) { n.srcMAC = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1} })},
+		{"payload length beyond the frame", truncated},
+	}
+	for _, c := range cases {
+		var v uint32
+		var out []byte
+		delta := reasonDelta(t, d, func() { v, out = f.Run(t, d.objs.XlbLbProg, c.frame) })
+		if v == xdpTX || delta["tx_nd_advert"] != 0 || (v == xdpPass && !bytes.Equal(out, c.frame)) {
+			t.Errorf("%s: verdict %s, reasons %v; want no advertisement, the frame unchanged", c.name, verdictNames[v], delta)
+		}
+	}
+	// Expired: passed, counted.
+	now, err := Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{l2VIP6}, l2MAC, now-time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	var v uint32
+	delta := reasonDelta(t, d, func() { v, _ = f.Run(t, d.objs.XlbLbProg, full) })
+	if v != xdpPass || len(delta) != 1 || delta["pass_arp_expired"] != 1 {
+		t.Errorf("expired: verdict %s, reasons %v; want XDP_PASS, pass_arp_expired 1", verdictNames[v], delta)
 	}
 }

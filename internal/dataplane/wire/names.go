@@ -36,6 +36,7 @@ var (
 		"drop_ipv6_ext",
 		"tx_arp_reply",
 		"pass_arp_expired",
+		"tx_nd_advert",
 	}
 
 	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).

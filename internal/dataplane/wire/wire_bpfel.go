@@ -401,7 +401,8 @@ const (
 	wireXlbReasonXLB_DROP_IPV6EXT         wireXlbReason = 26
 	wireXlbReasonXLB_TX_ARP_REPLY         wireXlbReason = 27
 	wireXlbReasonXLB_PASS_ARP_EXPIRED     wireXlbReason = 28
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 29
+	wireXlbReasonXLB_TX_ND_ADVERT         wireXlbReason = 29
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 30
 )
 
 type wireXlbSvcFlag uint32
