@@ -58,8 +58,9 @@ static __always_inline enum arp_result xlb_arp(struct ethhdr *eth, void *data_en
  * option. Returns the verdict, or -1 to leave the packet to the LB path
  * (and the kernel, which holds no VIP): not a valid solicitation (RFC
  * 4861 7.1.1: hop limit 255, code 0, at least 24 bytes, no extension
- * header), one from the unspecified address (duplicate address detection:
- * the VIP is no address the node would defend), or not for an owned VIP.
+ * header, a unicast target), one from the unspecified address (duplicate
+ * address detection: the VIP is no address the node would defend), or
+ * not for an owned IPv6 VIP.
  * The solicitation's checksum is not verified: a corrupt one is answered
  * as the kernel would drop it, which costs nothing but the answer. Out
  * of line: the LB path's stack stays as it is. */
@@ -81,6 +82,11 @@ static __noinline int xlb_ndp(struct xdp_md *ctx)
 	if (plen < sizeof(*nd) || (void *)(ip6 + 1) + plen > data_end)
 		return -1;
 	if (!(ip6->saddr[0] | ip6->saddr[1] | ip6->saddr[2] | ip6->saddr[3]) || (eth->h_source[0] & 1))
+		return -1;
+	/* An IPv4-mapped target is an IPv4 VIP's key in l2_owned, and a
+	 * multicast one no unicast address: neither is asked for. */
+	if ((!(nd->target[0] | nd->target[1]) && nd->target[2] == bpf_htonl(0xffff)) ||
+	    (nd->target[0] & bpf_htonl(0xff000000)) == bpf_htonl(0xff000000))
 		return -1;
 	/* The target is the key as it is (union xlb_addr). */
 	struct l2_owner *o = bpf_map_lookup_elem(&l2_owned, nd->target);

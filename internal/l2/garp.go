@@ -2,6 +2,7 @@ package l2
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -15,6 +16,8 @@ type garpSender struct {
 	fd      int
 	ifindex int
 	mac     net.HardwareAddr
+	// joined are the multicast groups the socket holds the interface in.
+	joined map[[6]byte]bool
 }
 
 func newGARPSender(ifindex int, mac net.HardwareAddr) (*garpSender, error) {
@@ -22,7 +25,7 @@ func newGARPSender(ifindex int, mac net.HardwareAddr) (*garpSender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gratuitous ARP: open a packet socket: %w", err)
 	}
-	return &garpSender{fd: fd, ifindex: ifindex, mac: mac}, nil
+	return &garpSender{fd: fd, ifindex: ifindex, mac: mac, joined: map[[6]byte]bool{}}, nil
 }
 
 // send announces vip at the sender's MAC: for an IPv4 VIP a gratuitous
@@ -44,6 +47,57 @@ func (g *garpSender) send(vip netip.Addr) error {
 }
 
 func (g *garpSender) close() { unix.Close(g.fd) }
+
+// join holds the interface in the solicited-node group of each IPv6 VIP
+// of vips, and in no other group of its own. A NIC filters multicast by
+// destination MAC before XDP sees a frame, and the kernel joins the
+// groups of the addresses it holds only, which no VIP is: without this a
+// solicitation for a VIP would never reach the program. Every node joins
+// for every IPv6 VIP, owned or not, so that a VIP moving to it waits on
+// no join. The memberships are the socket's: they end with it.
+func (g *garpSender) join(vips []netip.Addr) error {
+	want := map[[6]byte]bool{}
+	for _, v := range vips {
+		if v.Is6() && !v.Is4In6() {
+			want[[6]byte(SolicitedNodeMAC(v))] = true
+		}
+	}
+	set := func(mac [6]byte, opt int) error {
+		mr := unix.PacketMreq{Ifindex: int32(g.ifindex), Type: unix.PACKET_MR_MULTICAST, Alen: 6}
+		copy(mr.Address[:], mac[:])
+		return unix.SetsockoptPacketMreq(g.fd, unix.SOL_PACKET, opt, &mr)
+	}
+	var errs []error
+	for mac := range want {
+		if g.joined[mac] {
+			continue
+		}
+		if err := set(mac, unix.PACKET_ADD_MEMBERSHIP); err != nil {
+			errs = append(errs, fmt.Errorf("join the multicast group %s: %w", net.HardwareAddr(mac[:]), err))
+			continue
+		}
+		g.joined[mac] = true
+	}
+	for mac := range g.joined {
+		if want[mac] {
+			continue
+		}
+		if err := set(mac, unix.PACKET_DROP_MEMBERSHIP); err != nil {
+			errs = append(errs, fmt.Errorf("leave the multicast group %s: %w", net.HardwareAddr(mac[:]), err))
+			continue
+		}
+		delete(g.joined, mac)
+	}
+	return errors.Join(errs...)
+}
+
+// SolicitedNodeMAC is the Ethernet group of IPv6 address a's
+// solicited-node address ff02::1:ffXX:XXXX (RFC 4291 2.7.1, RFC 2464 7),
+// where neighbour solicitations for a are sent.
+func SolicitedNodeMAC(a netip.Addr) net.HardwareAddr {
+	b := a.As16()
+	return net.HardwareAddr{0x33, 0x33, 0xff, b[13], b[14], b[15]}
+}
 
 var (
 	broadcast   = net.HardwareAddr{0xff, 0xff, 0xff, 0xff, 0xff, 0xff}

@@ -54,7 +54,8 @@ type Speaker struct {
 	mono    func() (time.Duration, error)
 	log     *slog.Logger
 	elector *elect.Elector
-	garp    func(netip.Addr) error // sends one gratuitous ARP
+	garp    func(netip.Addr) error   // sends one gratuitous ARP
+	join    func([]netip.Addr) error // joins the IPv6 VIPs' solicited-node groups
 	closeG  func()
 	now     func() time.Time
 
@@ -96,7 +97,7 @@ func New(o Options) (*Speaker, error) {
 		return nil, err
 	}
 	return &Speaker{cfg: *o.Config, iface: o.Interface, mac: ifc.HardwareAddr, dp: o.Dataplane, mono: o.Monotonic, log: log,
-		elector: e, garp: g.send, closeG: g.close, now: time.Now, since: map[netip.Addr]time.Time{}, garpAt: map[netip.Addr]time.Time{}, garpN: map[netip.Addr]int{}}, nil
+		elector: e, garp: g.send, join: g.join, closeG: g.close, now: time.Now, since: map[netip.Addr]time.Time{}, garpAt: map[netip.Addr]time.Time{}, garpN: map[netip.Addr]int{}}, nil
 }
 
 // Sync takes every VIP with whether this node can serve it; the next
@@ -158,14 +159,18 @@ func (s *Speaker) apply(alive []string) error {
 		return nil
 	}
 	s.alive = alive
-	var owned []netip.Addr
+	var owned, vips []netip.Addr
 	for _, r := range s.routes {
 		v := r.Prefix.Addr()
+		vips = append(vips, v)
 		if r.Serve && elect.Owner(v, alive) == s.cfg.NodeName {
 			owned = append(owned, v)
 		}
 	}
 	err = s.dp.SetL2Owned(owned, s.mac, mono+s.cfg.DeadAfter)
+	if s.join != nil {
+		err = errors.Join(err, s.join(vips))
+	}
 	if err == nil {
 		s.err = ""
 	}

@@ -192,6 +192,8 @@ func TestUnsolicitedNAFrame(t *testing.T) {
 // IPv4 one.
 func TestSpeakerIPv6VIP(t *testing.T) {
 	s, dp, _, sent := newTestSpeaker(t)
+	var joined []netip.Addr
+	s.join = func(v []netip.Addr) error { joined = v; return nil }
 	vip := netip.MustParseAddr("fd00:99::1")
 	if err := s.Sync([]announce.Route{{Prefix: netip.PrefixFrom(vip, 128), Serve: true}}); err != nil {
 		t.Fatal(err)
@@ -199,7 +201,7 @@ func TestSpeakerIPv6VIP(t *testing.T) {
 	if err := s.apply([]string{"a"}); err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(dp.owned, []netip.Addr{vip}) || !slices.Equal(*sent, []netip.Addr{vip}) {
-		t.Errorf("answering for %v, announced %v; want %s for both", dp.owned, *sent, vip)
+	if !slices.Equal(dp.owned, []netip.Addr{vip}) || !slices.Equal(*sent, []netip.Addr{vip}) || !slices.Equal(joined, []netip.Addr{vip}) {
+		t.Errorf("answering for %v, announced %v, groups of %v; want %s for each", dp.owned, *sent, joined, vip)
 	}
 }

@@ -289,6 +289,14 @@ func TestNDPAdvert(t *testing.T) {
 // advertisement and go on unchanged to the LB path.
 func TestNDPNotAnswered(t *testing.T) {
 	d, f := newL2LB(t, l2VIP6)
+	now, err := Monotonic()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The IPv4 VIP owned too: its key is the IPv4-mapped address.
+	if err := d.SetL2Owned([]netip.Addr{l2VIP6, fxVIP}, l2MAC, now+time.Hour); err != nil {
+		t.Fatal(err)
+	}
 	with := func(edit func(*nsFrame)) []byte {
 		n := solicit(l2VIP6)
 		edit(&n)
@@ -306,6 +314,8 @@ func TestNDPNotAnswered(t *testing.T) {
 		{"code 1", with(func(n *nsFrame) { n.code = 1 })},
 		{"from a multicast MAC", with(func(n *nsFrame) { n.srcMAC = net.HardwareAddr{0x33, 0x33, 0, 0, 0, 1} })},
 		{"payload length beyond the frame", truncated},
+		{"an IPv4-mapped target, an owned IPv4 VIP's key", solicit(netip.AddrFrom16(fxVIP.As16())).bytes()},
+		{"a multicast target", solicit(netip.MustParseAddr("ff02::1")).bytes()},
 	}
 	for _, c := range cases {
 		var v uint32
@@ -316,10 +326,6 @@ func TestNDPNotAnswered(t *testing.T) {
 		}
 	}
 	// Expired: passed, counted.
-	now, err := Monotonic()
-	if err != nil {
-		t.Fatal(err)
-	}
 	if err := d.SetL2Owned([]netip.Addr{l2VIP6}, l2MAC, now-time.Millisecond); err != nil {
 		t.Fatal(err)
 	}
