@@ -34,16 +34,22 @@ func newGARPSender(ifindex int, mac net.HardwareAddr) (*garpSender, error) {
 // arp_process's is_garp); for an IPv6 VIP an unsolicited neighbour
 // advertisement with the override flag to all nodes (RFC 4861 7.2.6).
 func (g *garpSender) send(vip netip.Addr) error {
-	frame, proto, to, what := GratuitousARP(g.mac, vip), uint16(unix.ETH_P_ARP), broadcast, "gratuitous ARP"
-	if vip.Is6() {
-		frame, proto, to, what = UnsolicitedNA(g.mac, vip), unix.ETH_P_IPV6, allNodesMAC, "unsolicited neighbour advertisement"
-	}
+	frame, proto, to, what := announcement(g.mac, vip)
 	sa := &unix.SockaddrLinklayer{Ifindex: g.ifindex, Protocol: htons(proto), Halen: 6}
 	copy(sa.Addr[:], to)
 	if err := unix.Sendto(g.fd, frame, 0, sa); err != nil {
 		return fmt.Errorf("%s for %s: %w", what, vip, err)
 	}
 	return nil
+}
+
+// announcement is the frame that announces vip at mac, with its
+// EtherType, destination and name for errors.
+func announcement(mac net.HardwareAddr, vip netip.Addr) (frame []byte, proto uint16, to net.HardwareAddr, what string) {
+	if vip.Is4() {
+		return GratuitousARP(mac, vip), unix.ETH_P_ARP, broadcast, "gratuitous ARP"
+	}
+	return UnsolicitedNA(mac, vip), unix.ETH_P_IPV6, allNodesMAC, "unsolicited neighbour advertisement"
 }
 
 func (g *garpSender) close() { unix.Close(g.fd) }

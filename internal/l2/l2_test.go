@@ -205,3 +205,22 @@ func TestSpeakerIPv6VIP(t *testing.T) {
 		t.Errorf("answering for %v, announced %v, groups of %v; want %s for each", dp.owned, *sent, joined, vip)
 	}
 }
+
+// Each family's VIP is announced with its own frame, to its own group.
+func TestAnnouncement(t *testing.T) {
+	mac := net.HardwareAddr{2, 0, 0x5e, 0, 0, 7}
+	for _, c := range []struct {
+		vip   string
+		proto uint16
+		to    string
+		frame []byte
+	}{
+		{"10.99.0.1", 0x0806, "ff:ff:ff:ff:ff:ff", GratuitousARP(mac, netip.MustParseAddr("10.99.0.1"))},
+		{"fd00:99::1", 0x86dd, "33:33:00:00:00:01", UnsolicitedNA(mac, netip.MustParseAddr("fd00:99::1"))},
+	} {
+		frame, proto, to, _ := announcement(mac, netip.MustParseAddr(c.vip))
+		if proto != c.proto || to.String() != c.to || !slices.Equal(frame, c.frame) {
+			t.Errorf("%s: EtherType %#x to %s, %x; want %#x to %s, %x", c.vip, proto, to, frame, c.proto, c.to, c.frame)
+		}
+	}
+}

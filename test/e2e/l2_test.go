@@ -112,3 +112,73 @@ func checkNewOwner(t *testing.T, ctx context.Context, e *env, name string) {
 	}
 	t.Logf("xlb status on %s:\n%s", name, text)
 }
+
+// TestL2FailoverIPv6 is TestL2Failover for an IPv6 VIP in a dual-stack
+// layer-2 lab: the clients find the VIP by neighbour solicitation, which
+// only the owner answers; its agent is stopped by SIGSTOP and SIGTERM
+// with persistent connections open; another node answers, its
+// unsolicited advertisements move the clients' neighbour entries (`ip -6
+// neigh`), and no connection breaks.
+func TestL2FailoverIPv6(t *testing.T) {
+	needRoot(t)
+	prefix := labPrefix + "l26"
+	useLab(t, prefix)
+	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
+	defer cancel()
+	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 2, Binary: xlbBinary, Router: lab.RouterStatic, L2: true, IPv6: true})
+	six, err := labrun.Services6(e.p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web6 := six[0]
+	web6.Forwarding, web6.Flows = config.DSRGUE, config.FlowsDaisyChain
+	services := append(e.services, web6)
+	if err := labrun.StartAgents(ctx, e.p, services); err != nil {
+		t.Fatal(err)
+	}
+	running := slices.Clone(e.p.Nodes)
+	owner, err := labrun.WaitL2Owner(ctx, e.p, running, web6.VIP, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s answers for %s", owner.Name, web6.VIP)
+	for _, c := range e.p.Clients {
+		tally, err := labrun.HTTPLoad(ctx, c.Namespace, web6.Target(), 20, 4, nil)
+		if err != nil || tally.Total() != 20 {
+			t.Fatalf("%s to %s before any failover: %v, %v", c.Name, web6.Target(), tally, err)
+		}
+	}
+	// The clients found the VIP through the owner's program: no kernel
+	// holds it.
+	st, err := api.GetStatus(labrun.Socket(e.p, owner))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Reasons["tx_nd_advert"] == 0 {
+		t.Errorf("%s answers for %s, but its program counted no advertisement: %v", owner.Name, web6.VIP, st.Reasons)
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGSTOP, syscall.SIGTERM} {
+		t.Run(unix.SignalName(sig), func(t *testing.T) {
+			pid := e.agentPID(t, owner)
+			if sig == syscall.SIGSTOP {
+				t.Cleanup(func() { syscall.Kill(pid, syscall.SIGCONT) })
+			}
+			r, err := labrun.RunL2Failover(ctx, e.p, web6, running, owner, sig, l2Persistent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Log(r)
+			if r.Broken != 0 {
+				t.Errorf("%d of %d persistent connections broken across the failover; the first: %s", r.Broken, r.Conns, r.FirstBroken)
+			}
+			if sig == syscall.SIGSTOP {
+				if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := labrun.WaitL2Owner(ctx, e.p, running, web6.VIP, 10*time.Second); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}

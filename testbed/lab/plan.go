@@ -187,10 +187,11 @@ type Spec struct {
 	// families. The default peers over IPv4, carrying IPv6 the same way.
 	PeerIPv6 bool `json:"peerIPv6,omitempty"`
 	// L2 is the layer-2 lab (node.announce: l2): the clients share the
-	// nodes' segment, at L2ClientBase and after, and reach the VIP
-	// prefix on the link, so that they ask for each VIP by ARP and send
-	// to whichever node answers. Needs the static router (no BGP) and
-	// IPv4 only (its clients get no on-link route to the IPv6 VIPs yet).
+	// nodes' segment, at L2ClientBase and after (with IPv6, at the
+	// same host numbers in the segment's IPv6 subnet), and reach the
+	// VIP prefixes on the link, so that they ask for each VIP by ARP or
+	// neighbour solicitation and send to whichever node answers. Needs
+	// the static router (no BGP).
 	L2 bool `json:"l2,omitempty"`
 }
 
@@ -530,8 +531,6 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: BGP over IPv6 needs a BGP router (--router %s, %s or %s); the static router has no sessions", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
 	case s.L2 && s.Router != RouterStatic:
 		return fmt.Errorf("lab %q: the layer-2 lab needs --router %s: its clients find the VIPs by ARP, and nothing is announced over BGP", s.Prefix, RouterStatic)
-	case s.L2 && s.IPv6:
-		return fmt.Errorf("lab %q: the layer-2 lab is IPv4 only (its clients have no on-link route to the IPv6 VIPs yet): add --ipv6=false", s.Prefix)
 	case s.L2 && (s.Nodes > maxL2Nodes || s.Clients > MaxHosts-maxL2Nodes-2):
 		return fmt.Errorf("lab %q: the layer-2 lab holds at most %d nodes and %d clients on one segment", s.Prefix, maxL2Nodes, MaxHosts-maxL2Nodes-2)
 	case s.IPv6 && s.Reflector:
@@ -567,10 +566,16 @@ func hosts(p Plan, seg Segment, role string, n int) []Host {
 	return hostsFrom(p, seg, role, n, seg.Gateway().Next())
 }
 
-// hostsFrom lays out n hosts on seg, the first at first.
+// hostsFrom lays out n hosts on seg, the first at first (and, on a dual
+// stack segment, at the same host number of its IPv6 subnet).
 func hostsFrom(p Plan, seg Segment, role string, n int, first netip.Addr) []Host {
 	hs := make([]Host, n)
 	addr, addr6 := first.Prev(), seg.Gateway6()
+	if addr6.IsValid() {
+		b := addr6.As16()
+		b[15] += first.As4()[3] - seg.Gateway().As4()[3] - 1
+		addr6 = netip.AddrFrom16(b)
+	}
 	for i := range hs {
 		addr = addr.Next()
 		if addr6.IsValid() {

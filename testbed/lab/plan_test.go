@@ -401,6 +401,13 @@ func TestNewPlanL2(t *testing.T) {
 			t.Errorf("client %d at %s, off the nodes' segment %s", i+1, c.Addr, p.NodeSegment.Subnet)
 		}
 	}
+	p6, err := NewPlan(Spec{Prefix: "t2", Clients: 2, Nodes: 3, Binary: "/usr/bin/true", L2: true, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{p6.Clients[0].Addr6.String(), p6.Clients[1].Addr6.String(), p6.Nodes[2].Addr6.String()}; !slices.Equal(got, []string{"fd00:10:1::65", "fd00:10:1::66", "fd00:10:1::4"}) {
+		t.Errorf("IPv6 addresses of client1, client2, node3: %v", got)
+	}
 	if p.ClientSegmentOf().Bridge != p.NodeSegment.Bridge {
 		t.Errorf("the clients' segment is %s, want the nodes' %s", p.ClientSegmentOf().Bridge, p.NodeSegment.Bridge)
 	}
@@ -409,7 +416,6 @@ func TestNewPlanL2(t *testing.T) {
 		want string
 	}{
 		{Spec{L2: true, Router: RouterFRR}, "the layer-2 lab needs --router static"},
-		{Spec{L2: true, IPv6: true}, "the layer-2 lab is IPv4 only"},
 		{Spec{L2: true, Nodes: 99}, "at most 98 nodes"},
 	} {
 		c.spec.Prefix, c.spec.Binary = "t2", "/usr/bin/true"

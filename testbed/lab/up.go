@@ -266,6 +266,11 @@ func setUpHosts(ctx context.Context, p Plan) error {
 					return fmt.Errorf("%s: %w", h.Name, err)
 				}
 			}
+			if g.onLink && p.VIPPrefix6.IsValid() {
+				if _, err := ip(ctx, "-n", h.Namespace, "-6", "route", "add", p.VIPPrefix6.String(), "dev", h.Interface); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
 		}
 	}
 	return nil

@@ -86,7 +86,8 @@ func NodeNamed(p lab.Plan, name string) lab.Host {
 }
 
 // NeighMAC is the MAC address host h's neighbour table holds for addr
-// ("" without an entry): what `ip neigh` shows in its namespace.
+// ("" without an entry): what `ip neigh` (`ip -6 neigh` for an IPv6
+// addr) shows in its namespace.
 func NeighMAC(h lab.Host, addr netip.Addr) (string, error) {
 	var mac string
 	err := netns.Do(h.Namespace, func() error {
@@ -94,12 +95,16 @@ func NeighMAC(h lab.Host, addr netip.Addr) (string, error) {
 		if err != nil {
 			return err
 		}
-		ns, err := netlink.NeighList(l.Attrs().Index, netlink.FAMILY_V4)
+		family := netlink.FAMILY_V4
+		if addr.Is6() {
+			family = netlink.FAMILY_V6
+		}
+		ns, err := netlink.NeighList(l.Attrs().Index, family)
 		if err != nil {
 			return err
 		}
 		for _, n := range ns {
-			if a, ok := netip.AddrFromSlice(n.IP.To4()); ok && a == addr && len(n.HardwareAddr) == 6 {
+			if a, ok := netip.AddrFromSlice(n.IP); ok && a.Unmap() == addr && len(n.HardwareAddr) == 6 {
 				mac = n.HardwareAddr.String()
 			}
 		}
@@ -306,9 +311,10 @@ type L2Failover struct {
 
 // RunL2Failover stops owner's agent with sig while conns persistent
 // connections to web (spread over the clients) stay open, new ones
-// stream in from the first client every 10 ms and that client asks for
-// the VIP by ARP every 10 ms, and measures how the VIP moves to another
-// of the running nodes. After SIGTERM it waits for the agent to exit;
+// stream in from the first client every 10 ms and, for an IPv4 VIP,
+// that client asks for the VIP by ARP every 10 ms (no probe for an IPv6
+// VIP: FirstARP and OldLastARP stay -1), and measures how the VIP moves
+// to another of the running nodes. After SIGTERM it waits for the agent to exit;
 // after SIGSTOP the caller resumes it.
 func RunL2Failover(ctx context.Context, p lab.Plan, web Service, running []lab.Host, owner lab.Host, sig syscall.Signal, conns int) (r L2Failover, err error) {
 	r = L2Failover{Signal: unix.SignalName(sig), OldOwner: owner.Name, Conns: conns, OldLastARP: -1}
@@ -348,7 +354,9 @@ func RunL2Failover(ctx context.Context, p lab.Plan, web Service, running []lab.H
 	wg.Go(func() {
 		attempts, sideErr[0] = Stream(side, p.Clients[0].Namespace, web.Target(), 10*time.Millisecond, 2*time.Second)
 	})
-	wg.Go(func() { seen, _, sideErr[1] = ARPProbe(side, p.Clients[0], web.VIP, 10*time.Millisecond) })
+	if web.VIP.Is4() {
+		wg.Go(func() { seen, _, sideErr[1] = ARPProbe(side, p.Clients[0], web.VIP, 10*time.Millisecond) })
+	}
 	stopAll := func() error {
 		stopSide()
 		wg.Wait()
@@ -458,6 +466,6 @@ func (r L2Failover) String() string {
 	for i, d := range r.ClientsMoved {
 		moved[i] = ms(d)
 	}
-	return fmt.Sprintf("%s of %s: %s answers after %s, its first ARP frame after %s (the old owner's last answer: %s, %d after the new one's first); the clients' ARP entries moved after %s; %d of %d persistent connections broken; %d of %d new ones failed",
+	return fmt.Sprintf("%s of %s: %s answers after %s, its first ARP frame after %s (the old owner's last answer: %s, %d after the new one's first); the clients' neighbour entries moved after %s; %d of %d persistent connections broken; %d of %d new ones failed",
 		r.Signal, r.OldOwner, r.NewOwner, ms(r.Answering), ms(r.FirstARP), ms(r.OldLastARP), r.Overlap, strings.Join(moved, ", "), r.Broken, r.Conns, r.NewFailed, r.NewRequests)
 }
