@@ -432,8 +432,9 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 // printL2 writes layer-2 mode: the nodes as this one sees them, and who
 // answers ARP for each VIP.
 func printL2(w io.Writer, l *api.L2, now time.Time) {
+	msDur := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
 	fmt.Fprintf(w, "L2:       node %s, ARP on %s at %s; heartbeat %s, dead after %s; alive %s (since %s ago)\n", l.Node, l.Interface, l.MAC,
-		l.Heartbeat, l.DeadAfter, strings.Join(l.Alive, " "), roundAgo(now.Sub(l.AliveSince)))
+		msDur(l.HeartbeatMs), msDur(l.DeadAfterMs), strings.Join(l.Alive, " "), roundAgo(now.Sub(l.AliveSince)))
 	if l.Error != "" {
 		fmt.Fprintf(w, "  ERROR: %s\n", oneLine(l.Error))
 	}
@@ -445,7 +446,7 @@ func printL2(w io.Writer, l *api.L2, now time.Time) {
 		if n.Alive {
 			state = "alive"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.Address, state, n.LastHeard.Round(time.Millisecond))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.Address, state, msDur(n.LastHeardMs).Round(time.Millisecond))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(&vips, 0, 0, 2, ' ', 0)

@@ -426,10 +426,10 @@ func TestStatusSessionsUsage(t *testing.T) {
 
 func TestPrintStatusL2(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	st := &api.Status{L2: &api.L2{Node: "b", Interface: "eth0", MAC: "02:00:00:00:00:02", Heartbeat: 100 * time.Millisecond, DeadAfter: 400 * time.Millisecond,
+	st := &api.Status{L2: &api.L2{Node: "b", Interface: "eth0", MAC: "02:00:00:00:00:02", HeartbeatMs: 100, DeadAfterMs: 400,
 		Alive: []string{"b", "a"}, AliveSince: now.Add(-2 * time.Second),
-		Nodes: []api.L2Node{{Name: "a", Address: netip.MustParseAddr("10.0.1.2"), Alive: true, LastHeard: 40 * time.Millisecond},
-			{Name: "c", Address: netip.MustParseAddr("10.0.1.4"), LastHeard: 3 * time.Second}},
+		Nodes: []api.L2Node{{Name: "a", Address: netip.MustParseAddr("10.0.1.2"), Alive: true, LastHeardMs: 40},
+			{Name: "c", Address: netip.MustParseAddr("10.0.1.4"), LastHeardMs: 3000}},
 		VIPs: []api.L2VIP{{VIP: netip.MustParseAddr("10.99.0.1"), Owner: "b", Answering: true, Since: now.Add(-2 * time.Second)},
 			{VIP: netip.MustParseAddr("10.99.0.2"), Owner: "a"},
 			{VIP: netip.MustParseAddr("10.99.0.3"), Owner: "b", Why: "no healthy backend"}},

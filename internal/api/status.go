@@ -42,8 +42,9 @@ type L2 struct {
 	Node      string        `json:"node"` // this node's name
 	Interface string        `json:"interface"`
 	MAC       string        `json:"mac"` // what this node answers with
-	Heartbeat time.Duration `json:"heartbeat"`
-	DeadAfter time.Duration `json:"deadAfter"`
+	// HeartbeatMs and DeadAfterMs are l2.heartbeat and l2.deadAfter.
+	HeartbeatMs float64 `json:"heartbeatMs"`
+	DeadAfterMs float64 `json:"deadAfterMs"`
 	// Alive are the nodes this node counts as alive, itself first.
 	Alive []string `json:"alive"`
 	// AliveSince is when the alive set last changed.
@@ -64,9 +65,9 @@ type L2Node struct {
 	Name    string     `json:"name"`
 	Address netip.Addr `json:"address"`
 	Alive   bool       `json:"alive"`
-	// LastHeard is the time since its last heartbeat (since this agent
-	// started, when none came yet).
-	LastHeard time.Duration `json:"lastHeard"`
+	// LastHeardMs is the time since its last heartbeat (since this
+	// agent started, when none came yet), in milliseconds.
+	LastHeardMs float64 `json:"lastHeardMs"`
 }
 
 // L2VIP is one VIP of layer-2 mode.

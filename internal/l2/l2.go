@@ -215,7 +215,7 @@ func (s *Speaker) Status() *api.L2 {
 	v := s.elector.View()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	st := &api.L2{Node: s.cfg.NodeName, Interface: s.iface, MAC: s.mac.String(), Heartbeat: s.cfg.Heartbeat, DeadAfter: s.cfg.DeadAfter,
+	st := &api.L2{Node: s.cfg.NodeName, Interface: s.iface, MAC: s.mac.String(), HeartbeatMs: ms(s.cfg.Heartbeat), DeadAfterMs: ms(s.cfg.DeadAfter),
 		Alive: v.Alive, AliveSince: v.Changed, Dropped: v.Dropped, Error: s.err}
 	if v.SendErr != "" {
 		if st.Error != "" {
@@ -224,7 +224,7 @@ func (s *Speaker) Status() *api.L2 {
 		st.Error += "heartbeats: " + v.SendErr
 	}
 	for _, p := range v.Peers {
-		st.Nodes = append(st.Nodes, api.L2Node{Name: p.Name, Address: p.Address, Alive: p.Alive, LastHeard: p.LastHeard})
+		st.Nodes = append(st.Nodes, api.L2Node{Name: p.Name, Address: p.Address, Alive: p.Alive, LastHeardMs: ms(p.LastHeard)})
 	}
 	for _, r := range s.routes {
 		vip := r.Prefix.Addr()
@@ -237,3 +237,7 @@ func (s *Speaker) Status() *api.L2 {
 	}
 	return st
 }
+
+// ms is d in milliseconds, to the microsecond, as the status API writes
+// durations.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
