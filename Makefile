@@ -94,6 +94,7 @@ root-bench: deps
 	$(GO) run ./bench/httpbench -out bench/results -doc docs/benchmarks.md
 	$(GO) run ./bench/ctlbench -out bench/results -svg docs/img/bench-ctl.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/bgpbench -out bench/results -svg docs/img/bench-bgp.svg -doc docs/benchmarks.md
+	$(GO) run ./bench/l2bench -out bench/results -doc docs/benchmarks.md
 	$(GO) run ./bench/k8sbench -out bench/results -svg docs/img/bench-k8s.svg -doc docs/benchmarks.md
 	$(GO) run ./bench/survivalbench -out bench/results -doc docs/connection-survival.md
 

@@ -8,6 +8,7 @@
 #define ETH_ALEN 6
 #define ETH_P_IP 0x0800
 #define ETH_P_IPV6 0x86DD
+#define ETH_P_ARP 0x0806
 #define IPPROTO_ICMP 1
 #define IPPROTO_IPIP 4
 #define IPPROTO_TCP 6
@@ -26,6 +27,8 @@
 #define ICMPV6_TIME_EXCEED 3
 #define ICMPV6_PARAMPROB 4
 #define ICMPV6_ND_FIRST 133 /* router solicitation */
+#define ICMPV6_NS 135       /* neighbour solicitation */
+#define ICMPV6_NA 136       /* neighbour advertisement */
 #define ICMPV6_ND_LAST 137  /* redirect */
 
 #define IP_MF 0x2000
@@ -39,6 +42,41 @@ struct ethhdr {
 	unsigned char h_dest[ETH_ALEN];
 	unsigned char h_source[ETH_ALEN];
 	__be16 h_proto;
+} __attribute__((packed));
+
+/* A neighbour solicitation or advertisement (RFC 4861 4.3, 4.4): the
+ * ICMPv6 header, flags (R, S, O in the top bits of an advertisement) and
+ * the target address; options follow. */
+struct nd_msg {
+	__u8 type;
+	__u8 code;
+	__sum16 checksum;
+	__be32 flags;
+	__be32 target[4];
+};
+
+/* The link-layer address option (RFC 4861 4.6.1) of Ethernet: 8 bytes. */
+struct nd_opt_lladdr {
+	__u8 type; /* 1: source, 2: target */
+	__u8 len;  /* in 8-byte units: 1 */
+	__u8 mac[ETH_ALEN];
+};
+
+/* ARP for IPv4 over Ethernet (RFC 826), the only kind xlb answers. */
+#define ARPHRD_ETHER 1
+#define ARPOP_REQUEST 1
+#define ARPOP_REPLY 2
+
+struct arp_eth4 {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 oper;
+	__u8 sha[ETH_ALEN];
+	__be32 spa;
+	__u8 tha[ETH_ALEN];
+	__be32 tpa;
 } __attribute__((packed));
 
 struct iphdr {

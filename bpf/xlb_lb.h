@@ -56,6 +56,9 @@ static __always_inline int drop(__u32 reason)
 	return XDP_DROP;
 }
 
+/* Layer-2 mode's answers count their reasons with the above. */
+#include "xlb_arp.h"
+
 /* Fill nh with the next hop that fib (its family and addresses set)
  * leads to. arg: the outer packet's length (low 16 bits), its TOS (next
  * 8) and 1 << 24 for GUE. Returns the FIB's verdict, with the MTU above
@@ -410,8 +413,30 @@ static __always_inline int xlb_lb(struct xdp_md *ctx)
 	case PARSE_OK:
 		break;
 	case PARSE_NOT_IPV4:
-		if (p.eth->h_proto == bpf_htons(ETH_P_IPV6))
+		if (p.eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+			/* Layer-2 mode: a neighbour solicitation for a VIP. The
+			 * test costs other IPv6 packets a load and a compare. */
+			struct ipv6hdr *ip6 = (void *)(p.eth + 1);
+			__u8 *icmp6 = (void *)(ip6 + 1);
+
+			if ((void *)(icmp6 + 1) <= data_end && ip6->nexthdr == IPPROTO_ICMPV6 && *icmp6 == ICMPV6_NS) {
+				int v = xlb_ndp(ctx);
+
+				if (v >= 0)
+					return v;
+			}
 			return xlb_lb6_reply(ctx);
+		}
+		if (p.eth->h_proto == bpf_htons(ETH_P_ARP)) {
+			enum arp_result r = xlb_arp(p.eth, data_end);
+
+			if (r == ARP_REPLY) {
+				count_reason(XLB_TX_ARP_REPLY);
+				return XDP_TX;
+			}
+			if (r == ARP_EXPIRED)
+				return pass(XLB_PASS_ARP_EXPIRED);
+		}
 		return pass(XLB_PASS_NOT_IPV4);
 	case PARSE_NOT_TCP_UDP:
 		if (!is_vip(p.ip->daddr)) {

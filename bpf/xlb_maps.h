@@ -43,6 +43,14 @@ struct {
 	__type(value, struct backend);
 } backends SEC(".maps");
 
+/* Layer-2 mode: the VIPs this node answers ARP for (xlb_arp.h). */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, XLB_MAX_SERVICES);
+	__type(key, union xlb_addr);
+	__type(value, struct l2_owner);
+} l2_owned SEC(".maps");
+
 /* One Maglev table per service: slot -> xlb_table_entry (backend id and
  * address in one 64-bit entry), so that the fast path needs no backends
  * lookup. The control plane builds a complete new inner map and swaps the

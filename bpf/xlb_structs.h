@@ -94,7 +94,24 @@ enum xlb_reason {
 	XLB_DROP_IPV6_EXT,       /* IPv6 to a VIP with an extension header xlb does not skip (a
 				  * routing header with segments left, too many, ...); fragments
 				  * to a VIP count under drop_fragment */
+	XLB_TX_ARP_REPLY,        /* layer-2 mode: ARP request for a VIP this node owns, answered */
+	XLB_PASS_ARP_EXPIRED,    /* layer-2 mode: ARP request or neighbour solicitation for a VIP
+				  * whose ownership the agent stopped refreshing (hung or
+				  * stopped): not answered */
+	XLB_TX_ND_ADVERT,        /* layer-2 mode: neighbour solicitation for an IPv6 VIP this node
+				  * owns, answered with an advertisement */
 	XLB_REASON_MAX,
+};
+
+/* Layer-2 mode: a VIP this node answers ARP for (map l2_owned, keyed by
+ * union xlb_addr), with the interface's MAC to answer with, until
+ * expires (bpf_ktime_get_ns). The agent moves expires forward at every
+ * heartbeat, so the node of a hung agent falls silent by itself and
+ * never answers beside the VIP's next owner. */
+struct l2_owner {
+	__u64 expires;
+	__u8 mac[6];
+	__u8 pad[2];
 };
 
 /* The flow hash a program computes (load-time parameter flow_hash);

@@ -38,6 +38,7 @@ struct xlb_wire_types {
 	struct lbnat_fwd lbnat_fwd;
 	struct lbnat_cfg lbnat_cfg;
 	struct lbnat_be_key lbnat_be_key;
+	struct l2_owner l2_owner;
 	enum lbnat_state lbnat_state;
 	enum lbnat_flag lbnat_flag;
 	enum lbnat_cfg_flag lbnat_cfg_flag;

@@ -29,6 +29,7 @@ import (
 	"github.com/xlbproject/xlb/internal/flowhash"
 	"github.com/xlbproject/xlb/internal/k8s/peerstatus"
 	"github.com/xlbproject/xlb/internal/k8s/source"
+	"github.com/xlbproject/xlb/internal/l2"
 	"github.com/xlbproject/xlb/internal/source/file"
 )
 
@@ -498,6 +499,15 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		Logger:     log,
 		Routes:     sp,
 	}
+	// Layer-2 mode: the election's socket opens now, so that a port in use
+	// fails the start before the program is attached.
+	var l2s *l2.Speaker
+	if cfg.L2 != nil {
+		if l2s, err = l2.New(l2.Options{Config: cfg.L2, Interface: cfg.Node.Interface, Dataplane: dp, Monotonic: lb.Monotonic, Logger: log}); err != nil {
+			return err
+		}
+		opts.L2 = l2s
+	}
 	// The file is read again from here on: an edit between its first
 	// read and now is seen at the next change or SIGHUP.
 	var follow func(context.Context)
@@ -560,6 +570,19 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 	}
 	if follow != nil {
 		go follow(ctx)
+	}
+	if l2s != nil {
+		// Its own context: on the way out it still sends the leaving
+		// heartbeats, after ctx has ended.
+		l2ctx, stopL2 := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { l2s.Run(l2ctx); close(done) }()
+		log.Info("layer-2 mode: answering ARP for this node's share of the VIPs", "l2", cfg.L2.String())
+		defer func() {
+			l2s.Leave()
+			stopL2()
+			<-done
+		}()
 	}
 	if err := a.Run(ctx); err != nil {
 		return err

@@ -82,6 +82,7 @@ func labUp(args []string) error {
 	fullChecksums := fs.Bool("full-backend-checksums", false, "turn off transmit checksum offload on the backends, as services with forwarding nat or dnat need (implied by --plain-backends)")
 	repliesVia := fs.String("replies-via", "", "route every backend's replies to the clients through this `node` (node1, ...), as forwarding: dnat needs")
 	ipv6 := fs.Bool("ipv6", true, "dual stack: IPv6 addresses and routes beside the IPv4 ones, and IPv6 VIPs (--ipv6=false: IPv4 only; the default is IPv4 only with --pods, --plain-backends or --reflector; --pods with --ipv6 gives the pods IPv6 addresses, the other two have no IPv6 yet)")
+	l2 := fs.Bool("l2", false, "the layer-2 lab (node.announce: l2): the clients on the nodes' segment, finding the VIPs by ARP; needs --router static and --ipv6=false")
 	peer6 := fs.Bool("peer-ipv6", false, "the nodes peer with the router over IPv6 (BGP and BFD between the IPv6 addresses; both families ride the sessions); needs the dual-stack lab and --router embedded, frr or bird")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -102,7 +103,7 @@ func labUp(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	p, err := lab.Up(ctx, lab.Spec{Prefix: *prefix, Clients: *clients, Nodes: *nodes, Backends: *backends,
-		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, EgressQueue: *egressQueue, PeerIPv6: *peer6})
+		Router: *routerKind, Reflector: *reflector, BFD: *bfd, Pods: *pods, PlainBackends: *plain, FullBackendChecksums: *fullChecksums, RepliesVia: *repliesVia, IPv6: *ipv6, EgressQueue: *egressQueue, PeerIPv6: *peer6, L2: *l2})
 	if err != nil {
 		return err
 	}

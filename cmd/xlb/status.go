@@ -136,6 +136,9 @@ func printStatus(w io.Writer, st *api.Status, now time.Time) error {
 	if st.BGP != nil {
 		printBGP(w, st.BGP, now)
 	}
+	if st.L2 != nil {
+		printL2(w, st.L2, now)
+	}
 
 	// Every row has every cell, so that the columns line up; the empty
 	// cells' padding at the ends of lines is trimmed afterwards.
@@ -435,6 +438,52 @@ func printBGP(w io.Writer, b *api.BGP, now time.Time) {
 		} else {
 			fmt.Fprintf(w, "  route %s: withdrawn (%s)\n", r.Prefix, oneLine(r.Reason))
 		}
+	}
+	fmt.Fprintln(w)
+}
+
+// printL2 writes layer-2 mode: the nodes as this one sees them, and who
+// answers ARP for each VIP.
+func printL2(w io.Writer, l *api.L2, now time.Time) {
+	msDur := func(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+	fmt.Fprintf(w, "L2:       node %s, ARP on %s at %s; heartbeat %s, dead after %s; alive %s (since %s ago)\n", l.Node, l.Interface, l.MAC,
+		msDur(l.HeartbeatMs), msDur(l.DeadAfterMs), strings.Join(l.Alive, " "), roundAgo(now.Sub(l.AliveSince)))
+	if l.Error != "" {
+		fmt.Fprintf(w, "  ERROR: %s\n", oneLine(l.Error))
+	}
+	var nodes, vips strings.Builder
+	tw := tabwriter.NewWriter(&nodes, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSTATE\tLAST HEARD")
+	for _, n := range l.Nodes {
+		state := "dead"
+		if n.Alive {
+			state = "alive"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.Address, state, msDur(n.LastHeardMs).Round(time.Millisecond))
+	}
+	tw.Flush()
+	tw = tabwriter.NewWriter(&vips, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VIP\tOWNER\tTHIS NODE")
+	for _, v := range l.VIPs {
+		here := "-"
+		switch {
+		case v.Answering:
+			here = "answering since " + roundAgo(now.Sub(v.Since)).String() + " ago"
+		case v.Why != "":
+			here = "not served: " + oneLine(v.Why)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", v.VIP, orDash(v.Owner), here)
+	}
+	tw.Flush()
+	for _, line := range strings.Split(strings.TrimRight(nodes.String()+vips.String(), "\n"), "\n") {
+		fmt.Fprintln(w, "  "+strings.TrimRight(line, " "))
+	}
+	if len(l.Dropped) > 0 {
+		var parts []string
+		for _, k := range slices.Sorted(maps.Keys(l.Dropped)) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, l.Dropped[k]))
+		}
+		fmt.Fprintf(w, "  heartbeats refused: %s\n", strings.Join(parts, ", "))
 	}
 	fmt.Fprintln(w)
 }

@@ -432,3 +432,32 @@ func TestStatusSessionsUsage(t *testing.T) {
 		t.Errorf("a valid query: %v, want that no agent runs", err)
 	}
 }
+
+func TestPrintStatusL2(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	st := &api.Status{L2: &api.L2{Node: "b", Interface: "eth0", MAC: "02:00:00:00:00:02", HeartbeatMs: 100, DeadAfterMs: 400,
+		Alive: []string{"b", "a"}, AliveSince: now.Add(-2 * time.Second),
+		Nodes: []api.L2Node{{Name: "a", Address: netip.MustParseAddr("10.0.1.2"), Alive: true, LastHeardMs: 40},
+			{Name: "c", Address: netip.MustParseAddr("10.0.1.4"), LastHeardMs: 3000}},
+		VIPs: []api.L2VIP{{VIP: netip.MustParseAddr("10.99.0.1"), Owner: "b", Answering: true, Since: now.Add(-2 * time.Second)},
+			{VIP: netip.MustParseAddr("10.99.0.2"), Owner: "a"},
+			{VIP: netip.MustParseAddr("10.99.0.3"), Owner: "b", Why: "no healthy backend"}},
+		Dropped: map[string]uint64{"spoofed": 2, "malformed": 1}}}
+	var b strings.Builder
+	if err := printStatus(&b, st, now); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"L2:       node b, ARP on eth0 at 02:00:00:00:00:02; heartbeat 100ms, dead after 400ms; alive b a (since 2s ago)\n",
+		"  a     10.0.1.2  alive  40ms ago\n",
+		"  c     10.0.1.4  dead   3s ago\n",
+		"  10.99.0.1  b      answering since 2s ago\n",
+		"  10.99.0.2  a      -\n",
+		"  10.99.0.3  b      not served: no healthy backend\n",
+		"  heartbeats refused: malformed 1, spoofed 2\n",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("no line %q in:\n%s", want, b.String())
+		}
+	}
+}

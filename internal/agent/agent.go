@@ -42,6 +42,10 @@ type Options struct {
 	// Routes announces the served VIPs over BGP; nil without a bgp
 	// section. Run starts announcing; the caller starts and shuts it down.
 	Routes Routes
+	// L2 answers ARP for this node's share of the VIPs in layer-2 mode;
+	// nil otherwise. Like Routes, it is given what the node can serve
+	// once Run starts.
+	L2 L2
 	// Source delivers whole new configurations: the file's (package
 	// source/file) or the cluster's (package k8s/source). Run applies
 	// each, keeping the running one if it fails. Nil: Config only.
@@ -81,6 +85,7 @@ type Agent struct {
 
 	timings    *timings             // reconcile durations
 	routes     Routes               // nil: nothing is announced
+	l2         L2                   // nil: not in layer-2 mode
 	updates    <-chan source.Update // nil: no source
 	fileIsBase bool                 // Options.FileIsBase
 	// routesLive is set when Run starts: only then is the data plane
@@ -173,6 +178,7 @@ func newAgent(o Options) (*Agent, error) {
 		reloads:     map[string]uint64{api.ResultOK: 0, api.ResultError: 0},
 		timings:     newTimings(),
 		routes:      o.Routes,
+		l2:          o.L2,
 		fileIsBase:  o.FileIsBase,
 		runCtx:      context.Background(),
 	}
@@ -294,6 +300,16 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.lastReload = start
 	a.mu.Unlock()
 
+	// Switching between BGP and layer-2 mode needs a restart: applied
+	// here, the routes would go at once and ARP would start only then.
+	if m, n := announceName(old), announceName(cfg); m != n {
+		err := fmt.Errorf("node.announce changed from %s to %s, which the running agent cannot switch: it keeps the previous configuration", m, n)
+		a.loadFailed(err)
+		a.log.Error("configuration reload refused; the previous configuration keeps running", "path", a.path, "trigger", reason, "error", err,
+			"fix", "restart the agent to apply the file in the new mode (forwarding continues across restarts), or set node.announce back to "+m)
+		return err
+	}
+
 	a.warnRestartOnly(old, cfg)
 	err := a.apply(old, cfg)
 	if a.routes == nil && cfg.BGP != nil {
@@ -343,6 +359,11 @@ func (a *Agent) replace(cfg *config.Config, reason string) error {
 	a.log.Info("configuration reloaded", "path", a.path, "trigger", reason, "generation", gen, "services", len(cfg.Services),
 		"added", added, "removed", removed, "took", time.Since(start).Round(time.Microsecond))
 	return nil
+}
+
+// announceName is cfg's node.announce as the file writes it.
+func announceName(cfg *config.Config) string {
+	return string(cmp.Or(cfg.Node.Announce, config.AnnounceBGP))
 }
 
 // maxNamesLogged bounds the service names a reload's log line lists.
@@ -428,6 +449,8 @@ func (a *Agent) warnRestartOnly(old, cfg *config.Config) {
 		// The session table is allocated whole when the data plane
 		// loads; the rest of the nat section applies at once.
 		{"nat.sessions", old.NAT.Sessions != cfg.NAT.Sessions},
+		// The election's socket and timers are set up at start.
+		{"l2", !reflect.DeepEqual(old.L2, cfg.L2)},
 	} {
 		if c.changed {
 			a.log.Warn("a setting changed that only takes effect when the agent restarts", "section", c.field,
@@ -455,6 +478,9 @@ func (a *Agent) Status() (*api.Status, error) {
 	}
 	if a.routes != nil {
 		st.BGP = a.routes.Status()
+	}
+	if a.l2 != nil {
+		st.L2 = a.l2.Status()
 	}
 	// What runs is cfg: after a failed load the one before the failure,
 	// after a failed apply the new one, in part.

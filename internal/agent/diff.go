@@ -51,11 +51,17 @@ func diffConfigs(old, cfg *config.Config) *api.Check {
 // the agent restarts (see warnRestartOnly).
 func restartChanges(old, cfg *config.Config) []string {
 	var out []string
-	fieldChanges("node.", reflect.ValueOf(old.Node), reflect.ValueOf(cfg.Node), &out)
+	// node.announce as written: bgp when left out.
+	on, nn := old.Node, cfg.Node
+	on.Announce, nn.Announce = config.Announce(announceName(old)), config.Announce(announceName(cfg))
+	fieldChanges("node.", reflect.ValueOf(on), reflect.ValueOf(nn), &out)
 	fieldChanges("api.", reflect.ValueOf(old.API), reflect.ValueOf(cfg.API), &out)
 	fieldChanges("dataplane.", reflect.ValueOf(old.Dataplane), reflect.ValueOf(cfg.Dataplane), &out)
 	if old.NAT.Sessions != cfg.NAT.Sessions {
 		out = append(out, fmt.Sprintf("nat.sessions: %d → %d", old.NAT.Sessions, cfg.NAT.Sessions))
+	}
+	if !reflect.DeepEqual(old.L2, cfg.L2) {
+		out = append(out, "l2: the election's nodes and timers change when the agent restarts")
 	}
 	return out
 }

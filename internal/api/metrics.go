@@ -53,6 +53,9 @@ var (
 	natNoReply       = desc("xlb_nat_no_reply_total", "NAT sessions that expired without one reply from their backend; with dnat, the backend's route to the client does not go through the node.")
 	natFragments     = desc("xlb_nat_fragments_dropped_total", "IP fragments to NAT services, dropped.")
 	natICMP          = desc("xlb_nat_icmp_translated_total", "ICMP errors about NAT sessions translated for the other side.")
+	l2NodeAlive      = desc("xlb_l2_node_alive", "Layer-2 mode: whether this node counts another node of l2.nodes as alive (1) or not (0).", "node")
+	l2Answering      = desc("xlb_l2_vip_answering", "Layer-2 mode: whether this node answers ARP for a VIP (1) or not (0); across the nodes, exactly one should per VIP.", "vip", "owner")
+	l2Dropped        = desc("xlb_l2_heartbeats_refused_total", "Layer-2 mode: datagrams refused on the heartbeat port, by reason (malformed, unknown, spoofed).", "reason")
 	reconcileSeconds = desc("xlb_reconcile_duration_seconds", "Time taken to bring the data plane in line with the configuration and the backends' health, by what triggered it (config: start or reload; health: a backend's health changed; retry: after a failed apply).", "trigger")
 )
 
@@ -67,7 +70,7 @@ func Collector(status StatusFunc) prometheus.Collector { return collector{status
 func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{buildInfo, dataplaneInfo, configGeneration, lastReloadOK, lastReloadTime, reloadsTotal,
 		svcPackets, svcBytes, svcRangeDrops, svcRangeBytes, denyPrefixes, conntrackFlows, conntrackSize, bePackets, beBytes, reasonPackets, serviceUp, backendUp, checkDuration, reconcileSeconds, bgpPeerUp, bgpPeerFlaps, bgpPeerGR,
-		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp,
+		bgpPeerReceived, bgpPeerMax, bgpPeerOverLimit, bgpRoute, bfdUp, l2NodeAlive, l2Answering, l2Dropped,
 		natSessions, natCapacity, natEmbryonic, natAllocFailures, natExpired, natReverseMisses, natNoReply, natFragments, natICMP} {
 		ch <- d
 	}
@@ -155,6 +158,17 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		for _, r := range b.Routes {
 			gauge(bgpRoute, boolValue(r.Announced), r.Prefix.String())
+		}
+	}
+	if l := st.L2; l != nil {
+		for _, n := range l.Nodes {
+			gauge(l2NodeAlive, boolValue(n.Alive), n.Name)
+		}
+		for _, v := range l.VIPs {
+			gauge(l2Answering, boolValue(v.Answering), v.VIP.String(), v.Owner)
+		}
+		for reason, n := range l.Dropped {
+			count(l2Dropped, n, reason)
 		}
 	}
 	for trigger, r := range st.Reconciles {

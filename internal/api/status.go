@@ -32,6 +32,56 @@ type Status struct {
 	Reconciles map[string]Reconcile `json:"reconciles,omitempty"`
 	// BGP is nil when the configuration has no bgp section.
 	BGP *BGP `json:"bgp,omitempty"`
+	// L2 is layer-2 mode's election and ownership; absent in BGP mode.
+	L2 *L2 `json:"l2,omitempty"`
+}
+
+// L2 is layer-2 mode as this node sees it: which nodes are alive, and
+// which node answers ARP for each VIP.
+type L2 struct {
+	Node      string `json:"node"` // this node's name
+	Interface string `json:"interface"`
+	MAC       string `json:"mac"` // what this node answers with
+	// HeartbeatMs and DeadAfterMs are l2.heartbeat and l2.deadAfter.
+	HeartbeatMs float64 `json:"heartbeatMs"`
+	DeadAfterMs float64 `json:"deadAfterMs"`
+	// Alive are the nodes this node counts as alive, itself first.
+	Alive []string `json:"alive"`
+	// AliveSince is when the alive set last changed.
+	AliveSince time.Time `json:"aliveSince"`
+	Nodes      []L2Node  `json:"nodes"`
+	VIPs       []L2VIP   `json:"vips"`
+	// Dropped counts the datagrams refused on the heartbeat port, by
+	// reason: malformed, unknown (a name not listed, or this node's),
+	// spoofed (a listed name from another address or port).
+	Dropped map[string]uint64 `json:"dropped,omitempty"`
+	// Error is why this node's heartbeats or ARP entries fail, "" when
+	// they work.
+	Error string `json:"error,omitempty"`
+}
+
+// L2Node is another node of the election.
+type L2Node struct {
+	Name    string     `json:"name"`
+	Address netip.Addr `json:"address"`
+	Alive   bool       `json:"alive"`
+	// LastHeardMs is the time since its last heartbeat (since this
+	// agent started, when none came yet), in milliseconds.
+	LastHeardMs float64 `json:"lastHeardMs"`
+}
+
+// L2VIP is one VIP of layer-2 mode.
+type L2VIP struct {
+	VIP netip.Addr `json:"vip"`
+	// Owner is the alive node that answers for it, by this node's view.
+	Owner string `json:"owner"`
+	// Answering: this node answers ARP for it now (it owns it and serves
+	// it).
+	Answering bool `json:"answering"`
+	// Since is when this node started answering for it.
+	Since time.Time `json:"since,omitzero"`
+	// Why says why this node does not serve the VIP, "" when it does.
+	Why string `json:"why,omitempty"`
 }
 
 // BGP is the node's BGP speaker: its sessions and what it announces.

@@ -374,7 +374,7 @@ func TestParseErrors(t *testing.T) {
 		{"top level is a list", "- node\n", 1, "", "the top level must be a mapping"},
 		{"missing node", "services: []\n", 1, "node", "required section is missing"},
 		{"unknown top-level field", "node: {interface: eth0}\nservice: []\n", 2, "service", `did you mean "services"?`},
-		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, policy, nat, services, kubernetes"},
+		{"unknown field without suggestion", "node: {interface: eth0}\nfoo: 1\n", 2, "foo", "valid fields here: node, api, dataplane, bgp, l2, policy, nat, services, kubernetes"},
 		{"duplicate field", "node: {interface: eth0}\nnode: {interface: eth1}\n", 2, "node", "appears twice"},
 
 		// Source ranges and the deny list: each bad entry at its line.

@@ -194,3 +194,20 @@ var attachModes = names[AttachMode]{what: "an attach mode", valid: []AttachMode{
 
 // ParseAttachMode reads an attach mode's name: auto, native or generic.
 func ParseAttachMode(s string) (AttachMode, error) { return attachModes.parse(s) }
+
+// Announce is how the node makes its VIPs reachable (Node.Announce).
+type Announce string
+
+const (
+	// AnnounceBGP: routes to the VIPs, next hop the node, over BGP.
+	AnnounceBGP Announce = "bgp"
+	// AnnounceL2: ARP answers for each VIP from the one node the l2
+	// section's nodes elect for it.
+	AnnounceL2 Announce = "l2"
+)
+
+var announceModes = names[Announce]{what: "an announce mode", valid: []Announce{AnnounceBGP, AnnounceL2},
+	use: "bgp (routes over BGP, the bgp section) or l2 (ARP from one elected node per VIP, the l2 section), lower case"}
+
+// ParseAnnounce reads an announce mode's name: bgp or l2.
+func ParseAnnounce(s string) (Announce, error) { return announceModes.parse(s) }

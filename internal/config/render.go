@@ -39,8 +39,14 @@ func Render(c *Config) *schema.Document {
 	if dp.ConntrackSize != 0 {
 		doc.Dataplane.V.ConntrackSize = schema.SetInt(dp.ConntrackSize)
 	}
+	if a := c.Node.Announce; a != "" && a != AnnounceBGP {
+		doc.Node.V.Announce = schema.Set(string(a))
+	}
 	if b := c.BGP; b != nil {
 		doc.BGP = schema.Set(renderBGP(b))
+	}
+	if l := c.L2; l != nil {
+		doc.L2 = schema.Set(renderL2(l))
 	}
 	if k := c.Kubernetes; k != nil {
 		doc.Kubernetes = schema.Set(schema.Kubernetes{Kubeconfig: str(k.Kubeconfig), NodeName: str(k.NodeName), SecretNamespace: str(k.SecretNamespace)})
@@ -62,6 +68,16 @@ func Render(c *Config) *schema.Document {
 		doc.Services = schema.Set(services)
 	}
 	return doc
+}
+
+// renderL2 writes the l2 section, every value written out.
+func renderL2(l *L2) schema.L2 {
+	nodes := make([]schema.Field[schema.L2Node], len(l.Nodes))
+	for i, n := range l.Nodes {
+		nodes[i] = schema.Set(schema.L2Node{Name: schema.Set(n.Name), Address: addr(n.Address)})
+	}
+	return schema.L2{NodeName: str(l.NodeName), Port: schema.SetInt(l.Port),
+		Heartbeat: schema.SetDuration(l.Heartbeat), DeadAfter: schema.SetDuration(l.DeadAfter), Nodes: schema.Set(nodes)}
 }
 
 // renderNAT writes the nat section. A zero field, as a configuration

@@ -83,6 +83,9 @@ type Config struct {
 	Dataplane Dataplane
 	// BGP is nil when the file has no bgp section: nothing is announced.
 	BGP *BGP
+	// L2 is the election among the nodes of layer-2 mode; set exactly
+	// when Node.Announce is AnnounceL2.
+	L2 *L2
 	// Kubernetes is nil when the file has no kubernetes section: the
 	// file is then the only source of services and peers.
 	Kubernetes *Kubernetes
@@ -214,6 +217,9 @@ type Node struct {
 	// the agent then takes the interface's first global IPv6 address,
 	// if it has one.
 	Address6 netip.Addr
+	// Announce is AnnounceL2, or "" for AnnounceBGP (the default); with
+	// AnnounceL2, Config.L2 is set and Config.BGP is nil.
+	Announce Announce
 }
 
 // API is the local API.
@@ -512,4 +518,55 @@ func (a RouteAttributes) clone() RouteAttributes {
 		c.MED = &v
 	}
 	return c
+}
+
+// Layer-2 mode defaults and limits (the l2 section). The defaults replace
+// a hung or stopped owner within half a second: four heartbeats missed.
+const (
+	DefaultL2Port      = 7947
+	DefaultL2Heartbeat = 100 * time.Millisecond
+	// DefaultL2DeadAfter is the default with the default heartbeat; with
+	// another heartbeat it is L2DeadAfterBeats of them.
+	DefaultL2DeadAfter = 400 * time.Millisecond
+	L2DeadAfterBeats   = 4
+	MinL2Heartbeat     = 10 * time.Millisecond
+	MaxL2Heartbeat     = 10 * time.Second
+	// A node is declared dead after at least two heartbeats missed: one
+	// lost datagram never moves a VIP.
+	MinL2DeadAfterBeats = 2
+	MaxL2DeadAfter      = time.Minute
+	// MaxL2Nodes bounds l2.nodes: each node sends a heartbeat to every
+	// other one.
+	MaxL2Nodes = 64
+	// MaxL2NodeName is a DNS label's length: a name travels in every
+	// heartbeat.
+	MaxL2NodeName = 63
+)
+
+// L2 is the election of layer-2 mode: the nodes that share the VIPs,
+// this node among them, and how fast a silent one is replaced.
+type L2 struct {
+	// NodeName is this node's name in Nodes: as written, else the node
+	// whose address is the node address.
+	NodeName string
+	// Port is the UDP port heartbeats go to and come from on every node.
+	Port uint16
+	// Heartbeat is how often the node tells every other node it lives.
+	Heartbeat time.Duration
+	// DeadAfter is how long a node may stay silent before the others
+	// take its VIPs over; at least MinL2DeadAfterBeats heartbeats.
+	DeadAfter time.Duration
+	// Nodes are every node that may answer for the VIPs, 1..MaxL2Nodes,
+	// distinct names and addresses, in the order written.
+	Nodes []L2Node
+}
+
+// L2Node is one node of layer-2 mode.
+type L2Node struct {
+	// Name is a DNS label, unique in the list: every node computes the
+	// owner of a VIP from the names, so they must be the same on all.
+	Name string
+	// Address is the node's IPv4 address, its node.address: heartbeats
+	// are sent to it and from it.
+	Address netip.Addr
 }

@@ -174,6 +174,7 @@ func (c *checker) config(doc *schema.Document) *Config {
 				"a BGP router ID is 32 bits, written as an IPv4 address, and needs not be an address of the node: write one unique among the routers, e.g. routerID: 10.0.1.2", cfg.Node.Interface)
 		}
 	}
+	c.announce(doc, cfg)
 	if doc.Policy.Given {
 		cfg.Policy = c.policy(doc.Policy, "policy")
 	}
@@ -202,6 +203,13 @@ func (c *checker) node(f schema.Field[schema.Node], path string) Node {
 			c.errorf(g.At.Value, join(path, "address"), "%s", why)
 		} else {
 			n.Address = a
+		}
+	}
+	if g := f.V.Announce; valid(g) {
+		if m, err := ParseAnnounce(g.V); err != nil {
+			c.errorf(g.At.Value, join(path, "announce"), "%v", err)
+		} else if m != AnnounceBGP {
+			n.Announce = m
 		}
 	}
 	if g := f.V.Address6; valid(g) && g.V != "" {

@@ -186,7 +186,21 @@ type Spec struct {
 	// (and BFD) runs between the IPv6 addresses and carries both
 	// families. The default peers over IPv4, carrying IPv6 the same way.
 	PeerIPv6 bool `json:"peerIPv6,omitempty"`
+	// L2 is the layer-2 lab (node.announce: l2): the clients share the
+	// nodes' segment, at L2ClientBase and after (with IPv6, at the
+	// same host numbers in the segment's IPv6 subnet), and reach the
+	// VIP prefixes on the link, so that they ask for each VIP by ARP or
+	// neighbour solicitation and send to whichever node answers. Needs
+	// the static router (no BGP).
+	L2 bool `json:"l2,omitempty"`
 }
+
+// L2ClientBase is the first client's address in the layer-2 lab
+// (Spec.L2), on the nodes' segment: nodes take the addresses below it.
+var L2ClientBase = netip.MustParseAddr("10.0.1.101")
+
+// maxL2Nodes is how many nodes fit below L2ClientBase.
+const maxL2Nodes = 98
 
 // The kinds of upstream router (Spec.Router).
 const (
@@ -349,6 +363,15 @@ func PodCIDR6(k int) netip.Prefix {
 // Calico-style CNIs give IPv6 pods a link-local gateway.
 var PodGateway6 = netip.MustParseAddr("fe80::1")
 
+// ClientSegmentOf is the segment the clients are on: the nodes' in the
+// layer-2 lab (Spec.L2).
+func (p Plan) ClientSegmentOf() Segment {
+	if p.Spec.L2 {
+		return p.NodeSegment
+	}
+	return p.ClientSegment
+}
+
 // Hosts returns every host of the plan: clients, nodes, backends.
 func (p Plan) Hosts() []Host {
 	all := make([]Host, 0, len(p.Clients)+len(p.Nodes)+len(p.Backends))
@@ -468,6 +491,12 @@ func NewPlan(s Spec) (Plan, error) {
 		}
 	}
 	p.Clients = hosts(p, p.ClientSegment, "client", s.Clients)
+	if s.L2 {
+		// On the nodes' bridge, named as clients' ports are.
+		seg := p.NodeSegment
+		seg.PeerPrefix = p.ClientSegment.PeerPrefix
+		p.Clients = hostsFrom(p, seg, "client", s.Clients, L2ClientBase)
+	}
 	p.Nodes = hosts(p, p.NodeSegment, "node", s.Nodes)
 	p.Backends = hosts(p, p.BackendSegment, "be", s.Backends)
 	if s.Reflector {
@@ -500,6 +529,10 @@ func checkRouter(s *Spec) error {
 		return fmt.Errorf("lab %q: BGP over IPv6 needs a dual-stack lab (--ipv6): the nodes have no IPv6 address to peer from", s.Prefix)
 	case s.PeerIPv6 && s.Router == RouterStatic:
 		return fmt.Errorf("lab %q: BGP over IPv6 needs a BGP router (--router %s, %s or %s); the static router has no sessions", s.Prefix, RouterEmbedded, RouterFRR, RouterBIRD)
+	case s.L2 && s.Router != RouterStatic:
+		return fmt.Errorf("lab %q: the layer-2 lab needs --router %s: its clients find the VIPs by ARP, and nothing is announced over BGP", s.Prefix, RouterStatic)
+	case s.L2 && (s.Nodes > maxL2Nodes || s.Clients > MaxHosts-maxL2Nodes-2):
+		return fmt.Errorf("lab %q: the layer-2 lab holds at most %d nodes and %d clients on one segment", s.Prefix, maxL2Nodes, MaxHosts-maxL2Nodes-2)
 	case s.IPv6 && s.Reflector:
 		return fmt.Errorf("lab %q: IPv6 with a route reflector: the lab's gobgpd reflects IPv4 unicast only; leave out one of them", s.Prefix)
 	case s.Reflector && s.Nodes > MaxHosts-1:
@@ -530,8 +563,19 @@ func bgpPlan(p Plan) *BGP {
 }
 
 func hosts(p Plan, seg Segment, role string, n int) []Host {
+	return hostsFrom(p, seg, role, n, seg.Gateway().Next())
+}
+
+// hostsFrom lays out n hosts on seg, the first at first (and, on a dual
+// stack segment, at the same host number of its IPv6 subnet).
+func hostsFrom(p Plan, seg Segment, role string, n int, first netip.Addr) []Host {
 	hs := make([]Host, n)
-	addr, addr6 := seg.Gateway(), seg.Gateway6()
+	addr, addr6 := first.Prev(), seg.Gateway6()
+	if addr6.IsValid() {
+		b := addr6.As16()
+		b[15] += first.As4()[3] - seg.Gateway().As4()[3] - 1
+		addr6 = netip.AddrFrom16(b)
+	}
 	for i := range hs {
 		addr = addr.Next()
 		if addr6.IsValid() {

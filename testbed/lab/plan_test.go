@@ -384,3 +384,43 @@ func TestNewPlanPods6(t *testing.T) {
 		}
 	}
 }
+
+// The layer-2 lab puts the clients on the nodes' segment, above the
+// nodes, with ports named as clients' are; it refuses what cannot work.
+func TestNewPlanL2(t *testing.T) {
+	p, err := NewPlan(Spec{Prefix: "t2", Clients: 2, Nodes: 3, Backends: 2, Binary: "/usr/bin/true", L2: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, want := range []string{"10.0.1.101", "10.0.1.102"} {
+		c := p.Clients[i]
+		if c.Addr.String() != want || c.Gateway != p.NodeSegment.Gateway() || c.Peer != fmt.Sprintf("c%d", i+1) {
+			t.Errorf("client %d: %s via %s, port %s; want %s via %s, port c%d", i+1, c.Addr, c.Gateway, c.Peer, want, p.NodeSegment.Gateway(), i+1)
+		}
+		if !p.NodeSegment.Subnet.Contains(c.Addr) {
+			t.Errorf("client %d at %s, off the nodes' segment %s", i+1, c.Addr, p.NodeSegment.Subnet)
+		}
+	}
+	p6, err := NewPlan(Spec{Prefix: "t2", Clients: 2, Nodes: 3, Binary: "/usr/bin/true", L2: true, IPv6: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := []string{p6.Clients[0].Addr6.String(), p6.Clients[1].Addr6.String(), p6.Nodes[2].Addr6.String()}; !slices.Equal(got, []string{"fd00:10:1::65", "fd00:10:1::66", "fd00:10:1::4"}) {
+		t.Errorf("IPv6 addresses of client1, client2, node3: %v", got)
+	}
+	if p.ClientSegmentOf().Bridge != p.NodeSegment.Bridge {
+		t.Errorf("the clients' segment is %s, want the nodes' %s", p.ClientSegmentOf().Bridge, p.NodeSegment.Bridge)
+	}
+	for _, c := range []struct {
+		spec Spec
+		want string
+	}{
+		{Spec{L2: true, Router: RouterFRR}, "the layer-2 lab needs --router static"},
+		{Spec{L2: true, Nodes: 99}, "at most 98 nodes"},
+	} {
+		c.spec.Prefix, c.spec.Binary = "t2", "/usr/bin/true"
+		if _, err := NewPlan(c.spec); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: %v; want an error with %q", c.spec, err, c.want)
+		}
+	}
+}

@@ -224,7 +224,10 @@ func setUpHosts(ctx context.Context, p Plan) error {
 	for _, g := range []struct {
 		seg   Segment
 		hosts []Host
-	}{{p.ClientSegment, p.Clients}, {p.NodeSegment, nodes}, {p.BackendSegment, p.Backends}} {
+		// onLink: the hosts reach the VIPs on the link, by ARP (the
+		// layer-2 lab's clients).
+		onLink bool
+	}{{p.ClientSegmentOf(), p.Clients, p.Spec.L2}, {p.NodeSegment, nodes, false}, {p.BackendSegment, p.Backends, false}} {
 		for _, h := range g.hosts {
 			mtu := strconv.Itoa(h.MTU)
 			addr := netip.PrefixFrom(h.Addr, g.seg.Subnet.Bits()).String()
@@ -236,6 +239,11 @@ func setUpHosts(ctx context.Context, p Plan) error {
 				{"-n", h.Namespace, "route", "add", "default", "via", h.Gateway.String()},
 			} {
 				if _, err := ip(ctx, args...); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
+			if g.onLink {
+				if _, err := ip(ctx, "-n", h.Namespace, "route", "add", p.VIPPrefix.String(), "dev", h.Interface); err != nil {
 					return fmt.Errorf("%s: %w", h.Name, err)
 				}
 			}
@@ -255,6 +263,11 @@ func setUpHosts(ctx context.Context, p Plan) error {
 				{"-n", h.Namespace, "-6", "route", "add", "default", "via", h.Gateway6.String()},
 			} {
 				if _, err := ip(ctx, args...); err != nil {
+					return fmt.Errorf("%s: %w", h.Name, err)
+				}
+			}
+			if g.onLink && p.VIPPrefix6.IsValid() {
+				if _, err := ip(ctx, "-n", h.Namespace, "-6", "route", "add", p.VIPPrefix6.String(), "dev", h.Interface); err != nil {
 					return fmt.Errorf("%s: %w", h.Name, err)
 				}
 			}

@@ -191,6 +191,15 @@ func renderConfig(p lab.Plan, node lab.Host, services []Service, opts NodeOption
 		}
 		doc.BGP = schema.Set(sb)
 	}
+	if p.Spec.L2 {
+		// Layer-2 mode: every node of the lab shares every VIP.
+		doc.Node.V.Announce = schema.Set(string(config.AnnounceL2))
+		var nodes []schema.Field[schema.L2Node]
+		for _, n := range p.Nodes {
+			nodes = append(nodes, schema.Set(schema.L2Node{Name: schema.Set(n.Name), Address: schema.Set(schema.Text(n.Addr.String()))}))
+		}
+		doc.L2 = schema.Set(schema.L2{NodeName: schema.Set(node.Name), Nodes: schema.Set(nodes)})
+	}
 	if len(opts.Deny) > 0 {
 		doc.Policy = schema.Set(schema.Policy{Deny: prefixes(opts.Deny)})
 	}

@@ -25,6 +25,7 @@ const (
 	benchMapConntrack           = "conntrack"
 	benchMapDeny4               = "deny4"
 	benchMapDeny6               = "deny6"
+	benchMapL2Owned             = "l2_owned"
 	benchMapLb6Scratch          = "lb6_scratch"
 	benchMapMaglevTables        = "maglev_tables"
 	benchMapNatCfg              = "nat_cfg"
@@ -138,6 +139,7 @@ type benchMapSpecs struct {
 	Conntrack      *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4          *ebpf.MapSpec `ebpf:"deny4"`
 	Deny6          *ebpf.MapSpec `ebpf:"deny6"`
+	L2Owned        *ebpf.MapSpec `ebpf:"l2_owned"`
 	Lb6Scratch     *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables   *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg         *ebpf.MapSpec `ebpf:"nat_cfg"`
@@ -207,6 +209,7 @@ type benchMaps struct {
 	Conntrack      *ebpf.Map `ebpf:"conntrack"`
 	Deny4          *ebpf.Map `ebpf:"deny4"`
 	Deny6          *ebpf.Map `ebpf:"deny6"`
+	L2Owned        *ebpf.Map `ebpf:"l2_owned"`
 	Lb6Scratch     *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables   *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg         *ebpf.Map `ebpf:"nat_cfg"`
@@ -241,6 +244,7 @@ func (m *benchMaps) Close() error {
 		m.Conntrack,
 		m.Deny4,
 		m.Deny6,
+		m.L2Owned,
 		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,

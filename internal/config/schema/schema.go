@@ -122,6 +122,7 @@ type Document struct {
 	API        Field[API]              `yaml:"api,omitempty"`
 	Dataplane  Field[Dataplane]        `yaml:"dataplane,omitempty"`
 	BGP        Field[BGP]              `yaml:"bgp,omitempty"`
+	L2         Field[L2]               `yaml:"l2,omitempty"`
 	Policy     Field[Policy]           `yaml:"policy,omitempty"`
 	NAT        Field[NAT]              `yaml:"nat,omitempty"`
 	Services   Field[[]Field[Service]] `yaml:"services,omitempty"`
@@ -140,6 +141,7 @@ type Node struct {
 	Interface Field[string] `yaml:"interface,omitempty"`
 	Address   Field[Text]   `yaml:"address,omitempty"`
 	Address6  Field[Text]   `yaml:"address6,omitempty"`
+	Announce  Field[string] `yaml:"announce,omitempty"`
 }
 
 // API is the api section.
@@ -210,6 +212,30 @@ type GracefulRestart struct {
 
 func (GracefulRestart) expected() (string, bool) {
 	return "expected a mapping such as {restartTime: 120s}, got %s; write gracefulRestart: {} for the default restart time, or remove gracefulRestart to go without", true
+}
+
+// L2 is the l2 section: the nodes that elect, among themselves, the one
+// answering ARP for each VIP (node.announce: l2).
+type L2 struct {
+	NodeName  Field[string]          `yaml:"nodeName,omitempty"`
+	Port      Field[Int]             `yaml:"port,omitempty"`
+	Heartbeat Field[Duration]        `yaml:"heartbeat,omitempty"`
+	DeadAfter Field[Duration]        `yaml:"deadAfter,omitempty"`
+	Nodes     Field[[]Field[L2Node]] `yaml:"nodes,omitempty"`
+}
+
+func (L2) expected() (string, bool) {
+	return "expected a mapping with nodes, such as {nodes: [{name: a, address: 10.0.1.2}]}, got %s", true
+}
+
+// L2Node is one item of l2.nodes.
+type L2Node struct {
+	Name    Field[string] `yaml:"name,omitempty"`
+	Address Field[Text]   `yaml:"address,omitempty"`
+}
+
+func (L2Node) expected() (string, bool) {
+	return "expected a node (a mapping with name and address), got %s", false
 }
 
 // Policy is the policy section: who may reach the node's VIPs.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os/exec"
 	"testing"
+	"time"
 )
 
 // FuzzLBProgram feeds arbitrary frames to the LB program through
@@ -36,6 +37,16 @@ func FuzzLBProgram(f *testing.F) {
 	big := tcpTo(netip.MustParseAddr("10.99.0.4"), 80)
 	big.Payload = make([]byte, 1400)
 	f.Add(big.Frame(fx.MAC))
+	// Layer-2 mode: fxVIP is owned, and ARP requests for it answered.
+	now, err := Monotonic()
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{fxVIP}, l2MAC, now+24*time.Hour); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(arpRequest(fxVIP).bytes())
+	f.Add(arpRequest(netip.MustParseAddr("10.99.0.2")).bytes())
 
 	backends := map[netip.Addr]bool{fxBackend: true, fxRedirBE: true, fxNoNeighBE: true, fxSmallMTU: true}
 	f.Fuzz(func(t *testing.T, frame []byte) {
@@ -58,11 +69,36 @@ func FuzzLBProgram(f *testing.F) {
 			}
 			checkEmitted(t, out, map[netip.Addr]bool{fxNoNeighBE: true})
 		case xdpTX, xdpRedirect:
+			if binary.BigEndian.Uint16(frame[12:]) == 0x0806 {
+				checkARPReply(t, frame, out)
+				return
+			}
 			checkEmitted(t, out, backends)
 		default:
 			t.Fatalf("verdict %d", v)
 		}
 	})
+}
+
+// checkARPReply asserts that out is the reply to the ARP request in:
+// from l2MAC for the owned fxVIP, to the asker, everything else kept.
+func checkARPReply(t *testing.T, in, out []byte) {
+	t.Helper()
+	if len(out) != len(in) || len(in) < 42 {
+		t.Fatalf("ARP reply of %d bytes to a request of %d", len(out), len(in))
+	}
+	vip := fxVIP.As4()
+	want := append([]byte{}, in...)
+	copy(want[0:], in[22:28])  // to the asker's hardware address
+	copy(want[6:], l2MAC)      // from the owner's
+	want[21] = 2               // a reply
+	copy(want[22:], l2MAC)     // the VIP is at the owner's MAC
+	copy(want[28:], vip[:])    //
+	copy(want[32:], in[22:28]) // to the asker
+	copy(want[38:], in[28:32]) // at its address
+	if !bytes.Equal(in[38:42], vip[:]) || in[22]&1 != 0 || !bytes.Equal(out, want) {
+		t.Fatalf("bad ARP reply:\n in %x\nout %x\nwant %x", in, out, want)
+	}
 }
 
 // checkEmitted asserts that a frame the program produced is an IPv4

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
 	"github.com/xlbproject/xlb/testbed/netns"
@@ -678,6 +679,16 @@ func FuzzLBProgram6(f *testing.F) {
 	f.Add(tcp6To(hinted.vip6, 82).frame(fx.MAC))
 	f.Add(tcpTo(hinted.vip4, 82).Frame(fx.MAC))
 	f.Add(icmp6About(fx.MAC, 2, hinted.vip6, fxClient6, 82, 40000))
+	// Layer-2 mode: fxVIP6 is owned, and solicitations for it answered.
+	now, err := Monotonic()
+	if err != nil {
+		f.Fatal(err)
+	}
+	if err := d.SetL2Owned([]netip.Addr{fxVIP6}, l2MAC, now+24*time.Hour); err != nil {
+		f.Fatal(err)
+	}
+	f.Add(solicit(fxVIP6).bytes())
+	f.Add(nsFrame{src: asker6, target: fxVIP6, hopLimit: 255, bare: true, srcMAC: askerMAC}.bytes())
 
 	backends := map[netip.Addr]bool{}
 	for _, s := range fx6Services {
@@ -709,11 +720,30 @@ func FuzzLBProgram6(f *testing.F) {
 			}
 			checkEmitted6(t, out, map[netip.Addr]bool{fxNoNeighBE6: true})
 		case xdpTX, xdpRedirect:
+			if len(out) > 54 && out[14+6] == 58 && out[54] == 136 {
+				checkAdvert(t, frame, out)
+				return
+			}
 			checkEmitted6(t, out, backends)
 		default:
 			t.Fatalf("verdict %d", v)
 		}
 	})
+}
+
+// checkAdvert asserts that out is the advertisement of the owned fxVIP6
+// at l2MAC in answer to the solicitation in: to its sender, with a
+// checksum that verifies.
+func checkAdvert(t *testing.T, in, out []byte) {
+	t.Helper()
+	if len(in) < 14+40+24 || in[14+6] != 58 || in[14+7] != 255 || in[54] != 135 || in[55] != 0 || in[6]&1 != 0 {
+		t.Fatalf("advertised in answer to what is no valid solicitation:\n in %x\nout %x", in, out)
+	}
+	src := netip.AddrFrom16([16]byte(in[14+8 : 14+24]))
+	want := wantAdvertTo(fxVIP6, l2MAC, in[6:12], src)
+	if !bytes.Equal(out, want) || src.IsUnspecified() || !bytes.Equal(in[54+8:54+24], fxVIP6.AsSlice()) {
+		t.Fatalf("bad advertisement:\n in %x\nout %x\nwant %x", in, out, want)
+	}
 }
 
 // checkEmitted6 is checkEmitted for either family: an IPv4 frame as

@@ -22,6 +22,7 @@ const (
 	lbMapConntrack    = "conntrack"
 	lbMapDeny4        = "deny4"
 	lbMapDeny6        = "deny6"
+	lbMapL2Owned      = "l2_owned"
 	lbMapLb6Scratch   = "lb6_scratch"
 	lbMapMaglevTables = "maglev_tables"
 	lbMapNatCfg       = "nat_cfg"
@@ -107,6 +108,7 @@ type lbMapSpecs struct {
 	Conntrack    *ebpf.MapSpec `ebpf:"conntrack"`
 	Deny4        *ebpf.MapSpec `ebpf:"deny4"`
 	Deny6        *ebpf.MapSpec `ebpf:"deny6"`
+	L2Owned      *ebpf.MapSpec `ebpf:"l2_owned"`
 	Lb6Scratch   *ebpf.MapSpec `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.MapSpec `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.MapSpec `ebpf:"nat_cfg"`
@@ -168,6 +170,7 @@ type lbMaps struct {
 	Conntrack    *ebpf.Map `ebpf:"conntrack"`
 	Deny4        *ebpf.Map `ebpf:"deny4"`
 	Deny6        *ebpf.Map `ebpf:"deny6"`
+	L2Owned      *ebpf.Map `ebpf:"l2_owned"`
 	Lb6Scratch   *ebpf.Map `ebpf:"lb6_scratch"`
 	MaglevTables *ebpf.Map `ebpf:"maglev_tables"`
 	NatCfg       *ebpf.Map `ebpf:"nat_cfg"`
@@ -199,6 +202,7 @@ func (m *lbMaps) Close() error {
 		m.Conntrack,
 		m.Deny4,
 		m.Deny6,
+		m.L2Owned,
 		m.Lb6Scratch,
 		m.MaglevTables,
 		m.NatCfg,

@@ -34,6 +34,9 @@ var (
 		"drop_nat_no_port",
 		"pass_ipv6_ext",
 		"drop_ipv6_ext",
+		"tx_arp_reply",
+		"pass_arp_expired",
+		"tx_nd_advert",
 	}
 
 	// LBNATStatNames name the LB's NAT counters (enum lbnat_stat).

@@ -89,6 +89,9 @@ type (
 	NATFlowKey = wireNatFlowKey
 	NATVIP     = wireNatVip
 	NATRevKey  = wireNatRevKey
+	// L2Owner is a VIP this node answers ARP for in layer-2 mode, l2_owned's
+	// value (struct l2_owner).
+	L2Owner = wireL2Owner
 )
 
 // GUEPort is the UDP destination port of GUE tunnels (XLB_GUE_PORT): the

@@ -106,6 +106,13 @@ const (
 	wireDecapStatDECAP_STAT_MAX   wireDecapStat = 5
 )
 
+type wireL2Owner struct {
+	_       structs.HostLayout
+	Expires uint64
+	Mac     [6]uint8
+	Pad     [2]uint8
+}
+
 type wireLbnatBeKey struct {
 	_     structs.HostLayout
 	Addr  wireXlbAddr
@@ -392,7 +399,10 @@ const (
 	wireXlbReasonXLB_DROP_NAT_NO_PORT     wireXlbReason = 24
 	wireXlbReasonXLB_PASS_IPV6EXT         wireXlbReason = 25
 	wireXlbReasonXLB_DROP_IPV6EXT         wireXlbReason = 26
-	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 27
+	wireXlbReasonXLB_TX_ARP_REPLY         wireXlbReason = 27
+	wireXlbReasonXLB_PASS_ARP_EXPIRED     wireXlbReason = 28
+	wireXlbReasonXLB_TX_ND_ADVERT         wireXlbReason = 29
+	wireXlbReasonXLB_REASON_MAX           wireXlbReason = 30
 )
 
 type wireXlbSvcFlag uint32
