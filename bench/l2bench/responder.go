@@ -4,14 +4,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
-	"net"
 	"net/netip"
 	"time"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/xlbproject/xlb/testbed/lab"
-	"github.com/xlbproject/xlb/testbed/netns"
+	"github.com/xlbproject/xlb/testbed/labrun"
 )
 
 // userResponder answers ARP requests for addr from node h's namespace
@@ -19,19 +18,7 @@ import (
 // the alternative to XDP and to the kernel that decision 0009 measures.
 // It runs until ctx ends; wait then returns how many it answered.
 func userResponder(ctx context.Context, h lab.Host, addr netip.Addr) (wait func() (int, error), err error) {
-	var fd int
-	var ifc *net.Interface
-	err = netns.Do(h.Namespace, func() error {
-		var err error
-		if ifc, err = net.InterfaceByName(h.Interface); err != nil {
-			return err
-		}
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index})
-	})
+	fd, ifc, err := labrun.ARPSocket(h)
 	if err != nil {
 		return nil, err
 	}

@@ -59,3 +59,16 @@ func Parse(name string) (Kind, error) {
 	return 0, fmt.Errorf("%q is not a flow hash; use %s (the default) or %s (what xlb hashed with before it had this setting), the same on every node",
 		name, Fmix64Name, Lookup3Name)
 }
+
+// Mix64 is MurmurHash3's 64-bit finalizer (fmix64 in bpf/xlb_helpers.h):
+// every input bit affects every output bit. The default flow hash runs
+// it, and so do the Go hashes that must spread similar keys (Maglev's
+// preference lists, layer-2 mode's owner of a VIP).
+func Mix64(k uint64) uint64 {
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
+}

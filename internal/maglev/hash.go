@@ -1,5 +1,7 @@
 package maglev
 
+import "github.com/xlbproject/xlb/internal/flowhash"
+
 // The hash below decides every instance's table, so it is part of the wire
 // contract between xlb instances: two instances that hash a key differently
 // send the same flow to different backends. It is therefore spelled out here
@@ -27,26 +29,16 @@ func fnv1a64(s string) uint64 {
 	return h
 }
 
-// mix64 is the 64-bit finalizer of MurmurHash3 (fmix64). FNV-1a alone
-// spreads a change in the last byte of similar keys ("10.0.0.1:80",
-// "10.0.0.2:80") poorly; the finalizer makes every input bit affect every
-// output bit before the value is reduced modulo the table size.
-func mix64(x uint64) uint64 {
-	x ^= x >> 33
-	x *= 0xff51afd7ed558ccd
-	x ^= x >> 33
-	x *= 0xc4ceb9fe1a85ec53
-	x ^= x >> 33
-	return x
-}
-
 // permutation returns the start (offset) and stride (skip) of key's
 // preference list over a table of prime size m: slot j of the list is
 // (offset + j*skip) mod m. Because m is prime and 1 <= skip < m, the list
 // visits every slot exactly once.
 func permutation(key string, m uint32) (offset, skip uint32) {
+	// FNV-1a alone spreads a change in the last byte of similar keys
+	// ("10.0.0.1:80", "10.0.0.2:80") poorly: the finalizer makes every
+	// input bit affect every output bit before the modulo.
 	h := fnv1a64(key)
-	offset = uint32(mix64(h^offsetSeed) % uint64(m))
-	skip = uint32(mix64(h^skipSeed)%uint64(m-1)) + 1
+	offset = uint32(flowhash.Mix64(h^offsetSeed) % uint64(m))
+	skip = uint32(flowhash.Mix64(h^skipSeed)%uint64(m-1)) + 1
 	return offset, skip
 }

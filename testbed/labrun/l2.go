@@ -126,17 +126,12 @@ type ARPSeen struct {
 	Gratuitous bool
 }
 
-// ARPProbe asks for addr by ARP from host h (its interface, its address)
-// every `every` until ctx ends, and records every ARP frame from addr it
-// sees meanwhile, answers and gratuitous ones. It returns them in the
-// order seen, with the number of requests sent.
-func ARPProbe(ctx context.Context, h lab.Host, addr netip.Addr, every time.Duration) ([]ARPSeen, int, error) {
-	var (
-		fd   int
-		ifc  *net.Interface
-		seen []ARPSeen
-		sent int
-	)
+// ARPSocket opens, in host h's namespace, a packet socket that sends
+// and receives the ARP frames of its interface, which it returns too.
+// The caller closes the socket.
+func ARPSocket(h lab.Host) (int, *net.Interface, error) {
+	var fd int
+	var ifc *net.Interface
 	err := netns.Do(h.Namespace, func() error {
 		var err error
 		if ifc, err = net.InterfaceByName(h.Interface); err != nil {
@@ -146,10 +141,30 @@ func ARPProbe(ctx context.Context, h lab.Host, addr netip.Addr, every time.Durat
 		if err != nil {
 			return err
 		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index})
+		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index}); err != nil {
+			unix.Close(fd)
+			return err
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: ARP socket: %w", h.Name, err)
+		return 0, nil, fmt.Errorf("%s: ARP socket: %w", h.Name, err)
+	}
+	return fd, ifc, nil
+}
+
+// ARPProbe asks for addr by ARP from host h (its interface, its address)
+// every `every` until ctx ends, and records every ARP frame from addr it
+// sees meanwhile, answers and gratuitous ones. It returns them in the
+// order seen, with the number of requests sent.
+func ARPProbe(ctx context.Context, h lab.Host, addr netip.Addr, every time.Duration) ([]ARPSeen, int, error) {
+	var (
+		seen []ARPSeen
+		sent int
+	)
+	fd, ifc, err := ARPSocket(h)
+	if err != nil {
+		return nil, 0, err
 	}
 	defer unix.Close(fd)
 	tv := unix.NsecToTimeval(int64(10 * time.Millisecond))
@@ -218,21 +233,9 @@ func htons(v uint16) uint16 { return v<<8 | v>>8 }
 // and returns how long each answer took; a request unanswered within
 // timeout counts as lost.
 func ARPRoundTrips(ctx context.Context, h lab.Host, addr netip.Addr, n int, timeout time.Duration) (rtts []time.Duration, lost int, err error) {
-	var fd int
-	var ifc *net.Interface
-	err = netns.Do(h.Namespace, func() error {
-		var err error
-		if ifc, err = net.InterfaceByName(h.Interface); err != nil {
-			return err
-		}
-		fd, err = unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, int(htons(unix.ETH_P_ARP)))
-		if err != nil {
-			return err
-		}
-		return unix.Bind(fd, &unix.SockaddrLinklayer{Protocol: htons(unix.ETH_P_ARP), Ifindex: ifc.Index})
-	})
+	fd, ifc, err := ARPSocket(h)
 	if err != nil {
-		return nil, 0, fmt.Errorf("%s: ARP socket: %w", h.Name, err)
+		return nil, 0, err
 	}
 	defer unix.Close(fd)
 	req := arpRequest(ifc.HardwareAddr, h.Addr, addr)

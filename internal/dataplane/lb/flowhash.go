@@ -6,6 +6,7 @@ import (
 	"net/netip"
 
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // HashSeed is the fixed flow-hash seed (XLB_HASH_SEED in bpf/xlb_consts.h).
@@ -45,7 +46,7 @@ func FlowHashOf(kind wire.FlowHash, src, dst netip.Addr, sport, dport uint16, pr
 func flowFmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
 	k := uint64(saddr)<<32 | uint64(ports)
 	k ^= uint64(daddr) ^ uint64(proto)<<56 ^ hashSeed64
-	return uint32(fmix64(k))
+	return uint32(flowhash.Mix64(k))
 }
 
 // flowHash6 is xlb_flow_hash6 (bpf/xlb_lb6.h), the flow hash of IPv6
@@ -54,21 +55,10 @@ func flowFmix64(saddr, daddr, ports uint32, proto uint8) uint32 {
 // enter as the program loads them (little-endian loads of wire bytes).
 func flowHash6(src, dst [16]byte, ports uint32, proto uint8) uint32 {
 	le := func(b []byte) uint64 { return uint64(binary.LittleEndian.Uint32(b)) }
-	k := fmix64((le(src[0:])|le(src[4:])<<32)^hashSeed64) ^ (le(src[8:]) | le(src[12:])<<32)
+	k := flowhash.Mix64((le(src[0:])|le(src[4:])<<32)^hashSeed64) ^ (le(src[8:]) | le(src[12:])<<32)
 	d := le(dst[0:]) ^ le(dst[4:]) ^ le(dst[8:]) ^ le(dst[12:])
-	k = fmix64(k) ^ uint64(ports) ^ d<<32 ^ uint64(proto)<<56
-	return uint32(fmix64(k))
-}
-
-// fmix64 is MurmurHash3's 64-bit finalizer (fmix64 in bpf/xlb_helpers.h),
-// which the flow hash and the service index's hash both run.
-func fmix64(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
+	k = flowhash.Mix64(k) ^ uint64(ports) ^ d<<32 ^ uint64(proto)<<56
+	return uint32(flowhash.Mix64(k))
 }
 
 // lookup3 is xlb_flow_hash_lookup3.

@@ -13,6 +13,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // The NAT fixture: the fixture namespace with a route to the clients, a
@@ -235,9 +236,9 @@ func natCandidate(c tuple, i uint32, min, max uint16) uint16 {
 	binary.BigEndian.PutUint16(p[2:], c.dst.Port())
 	k := uint64(binary.LittleEndian.Uint32(s[:]))<<32 | uint64(binary.LittleEndian.Uint32(p[:]))
 	k ^= uint64(binary.LittleEndian.Uint32(d[:])) ^ uint64(c.proto)<<56 ^ 0x6c626e6174706f72
-	h := fmix64(k)
+	h := flowhash.Mix64(k)
 	r := uint64(max) - uint64(min) + 1
-	return min + uint16(uint64(uint32(fmix64(h+uint64(i)*0x9e3779b97f4a7c15)))*r>>32)
+	return min + uint16(uint64(uint32(flowhash.Mix64(h+uint64(i)*0x9e3779b97f4a7c15)))*r>>32)
 }
 
 func clientAt(port uint16) netip.AddrPort { return netip.AddrPortFrom(fxClient, port) }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/xlbproject/xlb/internal/dataplane/bpfobj"
 	"github.com/xlbproject/xlb/internal/dataplane/wire"
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // Service index geometry (XLB_SVC_SLOTS, XLB_SVC_PROBES in
@@ -38,7 +39,7 @@ type slotWriter interface {
 // the program loads it (little-endian loads of the wire bytes), through
 // MurmurHash3's 64-bit finalizer.
 func svcHash(vip uint32, port uint16, proto uint8) uint32 {
-	return uint32(fmix64(uint64(vip) | uint64(port)<<32 | uint64(proto)<<48))
+	return uint32(flowhash.Mix64(uint64(vip) | uint64(port)<<32 | uint64(proto)<<48))
 }
 
 // slotHash is the home slot of a slot key: svcHash for an IPv4 key,
@@ -49,8 +50,8 @@ func slotHash(key wire.SvcSlot) uint32 {
 		return svcHash(key.Vip, key.Port, key.Proto)
 	}
 	first := uint64(key.Vip) | uint64(key.Port)<<32 | uint64(key.Proto)<<48
-	rest := fmix64((uint64(key.Vip6[0])|uint64(key.Vip6[1])<<32)^hashSeed64) ^ uint64(key.Vip6[2])
-	return uint32(fmix64(first ^ rest))
+	rest := flowhash.Mix64((uint64(key.Vip6[0])|uint64(key.Vip6[1])<<32)^hashSeed64) ^ uint64(key.Vip6[2])
+	return uint32(flowhash.Mix64(first ^ rest))
 }
 
 // load reads the index from m. Pinned by an earlier agent, it must have

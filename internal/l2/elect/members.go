@@ -4,6 +4,8 @@ import (
 	"hash/fnv"
 	"net/netip"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/flowhash"
 )
 
 // Node is one node of the election: its l2.nodes name and address.
@@ -162,14 +164,5 @@ func score(vip netip.Addr, name string) uint64 {
 	h.Write(b[:])
 	h.Write([]byte{0})
 	h.Write([]byte(name))
-	return fmix64(h.Sum64())
-}
-
-func fmix64(k uint64) uint64 {
-	k ^= k >> 33
-	k *= 0xff51afd7ed558ccd
-	k ^= k >> 33
-	k *= 0xc4ceb9fe1a85ec53
-	k ^= k >> 33
-	return k
+	return flowhash.Mix64(h.Sum64())
 }
