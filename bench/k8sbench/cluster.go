@@ -38,7 +38,7 @@ const (
 )
 
 // crdFiles are the CRDs the agent requires, in crdDir.
-var crdFiles = []string{"xlb.io_bgppeers.yaml", "xlb.io_denylists.yaml"}
+var crdFiles = []string{"xlb.io_bgppeers.yaml", "xlb.io_denylists.yaml", "xlb.io_addresspools.yaml"}
 
 // cluster is the control plane and a client with room for the set-up's
 // burst of requests.

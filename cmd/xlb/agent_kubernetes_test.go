@@ -64,7 +64,7 @@ func TestAgentKubernetes(t *testing.T) {
 
 	// The CRDs the agent reads, as deploy/crds has them.
 	if err := k8stest.InstallCRDs(ctx, dyn, 30*time.Second, filepath.Join("..", "..", "deploy", "crds", "xlb.io_bgppeers.yaml"),
-		filepath.Join("..", "..", "deploy", "crds", "xlb.io_denylists.yaml")); err != nil {
+		filepath.Join("..", "..", "deploy", "crds", "xlb.io_denylists.yaml"), filepath.Join("..", "..", "deploy", "crds", "xlb.io_addresspools.yaml")); err != nil {
 		t.Fatal(err)
 	}
 

@@ -19,7 +19,6 @@ import (
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/l2/elect"
 )
 
 // GARPSchedule is when a node that gains a VIP sends gratuitous ARP for
@@ -42,6 +41,9 @@ type Options struct {
 	// Monotonic reads the clock the data plane's expiry is in.
 	Monotonic func() (time.Duration, error)
 	Logger    *slog.Logger
+	// Election decides the owners; nil: heartbeats among Config.Nodes
+	// (package l2/elect). A cluster passes its Leases (package l2/lease).
+	Election Election
 }
 
 // Speaker answers ARP for this node's share of the VIPs.
@@ -52,7 +54,7 @@ type Speaker struct {
 	dp      Dataplane
 	mono    func() (time.Duration, error)
 	log     *slog.Logger
-	elector *elect.Elector
+	elector Election
 	garp    func(netip.Addr) error // sends one gratuitous ARP
 	closeG  func()
 	now     func() time.Time
@@ -81,14 +83,11 @@ func New(o Options) (*Speaker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	nodes := make([]elect.Node, len(o.Config.Nodes))
-	for i, n := range o.Config.Nodes {
-		nodes[i] = elect.Node{Name: n.Name, Address: n.Address}
-	}
-	e, err := elect.New(elect.Config{Self: o.Config.NodeName, Nodes: nodes, Port: o.Config.Port,
-		Heartbeat: o.Config.Heartbeat, DeadAfter: o.Config.DeadAfter}, log)
-	if err != nil {
-		return nil, err
+	e := o.Election
+	if e == nil {
+		if e, err = newHeartbeats(o.Config, log); err != nil {
+			return nil, err
+		}
 	}
 	g, err := newGARPSender(ifc.Index, ifc.HardwareAddr)
 	if err != nil {
@@ -105,6 +104,13 @@ func (s *Speaker) Sync(routes []announce.Route) error {
 	s.routes = slices.Clone(routes)
 	alive := s.alive
 	s.mu.Unlock()
+	var servable []netip.Addr
+	for _, r := range routes {
+		if r.Serve {
+			servable = append(servable, r.Prefix.Addr())
+		}
+	}
+	s.elector.SetServable(servable)
 	if alive == nil {
 		return nil // Run has not started
 	}
@@ -157,14 +163,17 @@ func (s *Speaker) apply(alive []string) error {
 		return nil
 	}
 	s.alive = alive
+	// How long this node may answer: a dead time from now with
+	// heartbeats, until its Lease lapses with Leases.
+	valid := s.elector.ValidFor()
 	var owned []netip.Addr
 	for _, r := range s.routes {
 		v := r.Prefix.Addr()
-		if r.Serve && v.Is4() && elect.Owner(v, alive) == s.cfg.NodeName {
+		if r.Serve && v.Is4() && valid > 0 && s.elector.Owner(v, alive) == s.cfg.NodeName {
 			owned = append(owned, v)
 		}
 	}
-	err = s.dp.SetL2Owned(owned, s.mac, mono+s.cfg.DeadAfter)
+	err = s.dp.SetL2Owned(owned, s.mac, mono+max(valid, 0))
 	if err == nil {
 		s.err = ""
 	}
@@ -182,7 +191,7 @@ func (s *Speaker) apply(alive []string) error {
 			delete(s.since, v)
 			delete(s.garpAt, v)
 			delete(s.garpN, v)
-			s.log.Info("layer-2 mode: no longer answering for a VIP", "vip", v, "owner", elect.Owner(v, alive), "alive", alive)
+			s.log.Info("layer-2 mode: no longer answering for a VIP", "vip", v, "owner", s.elector.Owner(v, alive), "alive", alive)
 		}
 	}
 	var gerrs []error
@@ -223,7 +232,7 @@ func (s *Speaker) Status() *api.L2 {
 	for _, r := range s.routes {
 		vip := r.Prefix.Addr()
 		since, answering := s.since[vip]
-		out := api.L2VIP{VIP: vip, Owner: elect.Owner(vip, v.Alive), Answering: answering, Why: r.Why}
+		out := api.L2VIP{VIP: vip, Owner: s.elector.Owner(vip, v.Alive), Answering: answering, Why: r.Why}
 		if answering {
 			out.Since = since
 		}

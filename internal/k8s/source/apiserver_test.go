@@ -444,7 +444,7 @@ func (c *realCluster) create(_ any, err error) {
 // kubectl apply would, and waits until both are served.
 func (c *realCluster) installCRDs() {
 	dir := filepath.Join("..", "..", "..", "deploy", "crds")
-	if err := k8stest.InstallCRDs(c.t.Context(), c.dyn, 30*time.Second, filepath.Join(dir, "xlb.io_bgppeers.yaml"), filepath.Join(dir, "xlb.io_denylists.yaml")); err != nil {
+	if err := k8stest.InstallCRDs(c.t.Context(), c.dyn, 30*time.Second, filepath.Join(dir, "xlb.io_bgppeers.yaml"), filepath.Join(dir, "xlb.io_denylists.yaml"), filepath.Join(dir, "xlb.io_addresspools.yaml")); err != nil {
 		c.t.Fatal(err)
 	}
 }

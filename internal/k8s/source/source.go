@@ -1,7 +1,8 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
 // Node object, the BGPPeers and the Secrets of their passwords (each by
-// name) and the DenyLists, and turns them into whole agent
+// name), the DenyLists and the AddressPools (which of them announce by
+// ARP), and turns them into whole agent
 // configurations: the base configuration (the file, or defaults) with one
 // service per Service port (its source ranges with it), the peers that
 // select this node and the DenyLists' prefixes in its deny list. Every
@@ -82,6 +83,7 @@ type Source struct {
 	nodes     cache.SharedIndexInformer
 	peers     cache.SharedIndexInformer
 	denyLists cache.SharedIndexInformer
+	pools     cache.SharedIndexInformer
 	secrets   *secretWatch
 	// refs are the Secrets ("namespace/name") the BGPPeers name: a
 	// change of any other Secret is none of the source's business.
@@ -166,6 +168,7 @@ func New(o Options) (*Source, error) {
 	s.nodes = nodeF.Core().V1().Nodes().Informer()
 	s.peers = dynF.ForResource(api.BGPPeerResource).Informer()
 	s.denyLists = dynF.ForResource(api.DenyListResource).Informer()
+	s.pools = dynF.ForResource(api.AddressPoolResource).Informer()
 	if err := s.slices.AddIndexers(cache.Indexers{byService: endpoints.ServiceIndex}); err != nil {
 		return nil, fmt.Errorf("kubernetes source: %w", err)
 	}
@@ -183,6 +186,7 @@ func New(o Options) (*Source, error) {
 		{s.nodes, always},
 		{s.peers, always},
 		{s.denyLists, always},
+		{s.pools, always},
 	} {
 		if _, err := h.inf.AddEventHandler(s.handler(h.relevant)); err != nil {
 			return nil, fmt.Errorf("kubernetes source: %w", err)
@@ -284,7 +288,7 @@ func (s *Source) Start(ctx context.Context, timeout time.Duration) (*config.Conf
 	named := []struct {
 		what string
 		inf  cache.SharedIndexInformer
-	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}, {"DenyLists", s.denyLists}}
+	}{{"Services", s.svcs}, {"EndpointSlices", s.slices}, {"Node " + s.nodeName, s.nodes}, {"BGPPeers", s.peers}, {"DenyLists", s.denyLists}, {"AddressPools", s.pools}}
 	var missing []string
 	for _, n := range named {
 		if !waitUntil(syncCtx, n.inf.HasSynced) {
@@ -548,6 +552,16 @@ func (s *Source) cluster() cluster {
 			c.denyLists = append(c.denyLists, u)
 		}
 	}
+	for _, obj := range s.pools.GetStore().List() {
+		if u, ok := obj.(*unstructured.Unstructured); ok {
+			if a, _, _ := unstructured.NestedString(u.Object, "spec", "announce"); a == api.AnnounceL2 {
+				if c.l2Pools == nil {
+					c.l2Pools = map[string]bool{}
+				}
+				c.l2Pools[u.GetName()] = true
+			}
+		}
+	}
 	c.secret = s.secrets.get
 	return c
 }
@@ -577,3 +591,7 @@ func peerCount(cfg *config.Config) int {
 	}
 	return len(cfg.BGP.Peers)
 }
+
+// Client is the source's Kubernetes client, for what else the agent
+// does in the cluster (layer-2 mode's Leases).
+func (s *Source) Client() kubernetes.Interface { return s.client }

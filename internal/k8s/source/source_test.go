@@ -49,7 +49,7 @@ func newFakeCluster(t *testing.T, serveCRD bool, objs []runtime.Object, peers ..
 		}}
 	}
 	c.dyn = dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{api.BGPPeerResource: "BGPPeerList", api.DenyListResource: "DenyListList"}, peers...)
+		map[schema.GroupVersionResource]string{api.BGPPeerResource: "BGPPeerList", api.DenyListResource: "DenyListList", api.AddressPoolResource: "AddressPoolList"}, peers...)
 	count := func(a k8stesting.Action) (bool, watch.Interface, error) {
 		c.mu.Lock()
 		c.watching[a.GetResource().Resource]++
