@@ -218,6 +218,10 @@ func (s *Speaker) Status() *api.L2 {
 	v := s.elector.View()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// In a cluster without l2 pools, nothing to show.
+	if len(s.cfg.Nodes) == 0 && len(s.routes) == 0 {
+		return nil
+	}
 	st := &api.L2{Node: s.cfg.NodeName, Interface: s.iface, MAC: s.mac.String(), Heartbeat: s.cfg.Heartbeat, DeadAfter: s.cfg.DeadAfter,
 		Alive: v.Alive, AliveSince: v.Changed, Dropped: v.Dropped, Error: s.err}
 	if v.SendErr != "" {
