@@ -456,9 +456,9 @@ func rbacTable(ns, lease, secret string) []access {
 		{"controller", "update", xlb, "bgpadvertisements", "", "", "a", false},
 		{"controller", "list", "", "pods", "", "", "", false},
 		{"controller", "update", "", "nodes", "", "", "n", false},
-		// The agent: reads Services, slices, Nodes, peers, and the
+		// The agent: reads Services, slices, Nodes, peers, pools, and the
 		// Secrets of its own namespace; writes its node's entries of the
-		// BGPPeers' status, nothing else.
+		// BGPPeers' status and layer-2 mode's Leases, nothing else.
 		{"agent", "watch", "", "services", "", "", "", true},
 		{"agent", "watch", disc, "endpointslices", "", "", "", true},
 		{"agent", "watch", "", "nodes", "", "", "", true},
@@ -483,6 +483,16 @@ func rbacTable(ns, lease, secret string) []access {
 		{"agent", "list", xlb, "addresspools", "", "", "", true},
 		{"agent", "watch", xlb, "bgpadvertisements", "", "", "", true},
 		{"agent", "patch", xlb, "bgpadvertisements", "status", "", "a", false},
+		// Layer-2 mode: which pools announce by ARP, and the Leases of
+		// its election in the agent's namespace alone.
+		{"agent", "watch", xlb, "addresspools", "", "", "", true},
+		{"agent", "patch", xlb, "addresspools", "status", "", "p", false},
+		{"agent", "create", coord, "leases", "", ns, "", true},
+		{"agent", "update", coord, "leases", "", ns, "xlb-l2-node-worker-1", true},
+		{"agent", "delete", coord, "leases", "", ns, "xlb-l2-vip-10-99-0-1", true},
+		{"agent", "watch", coord, "leases", "", ns, "", true},
+		{"agent", "create", coord, "leases", "", "kube-node-lease", "", false},
+		{"agent", "update", coord, "leases", "", "kube-node-lease", "worker-1", false},
 		{"agent", "create", "", "events", "", "shop", "", false},
 		// The backend: reads Services, slices and Nodes (daisy
 		// chaining), nothing else.

@@ -26,6 +26,7 @@ var allowedCaps = map[string]map[string]string{
 		"PERFMON":          "the verifier refuses the XDP program without it",
 		"NET_ADMIN":        "loading a program of type XDP",
 		"NET_BIND_SERVICE": "listening on port 179 for passive BGP peers",
+		"NET_RAW":          "gratuitous ARP of layer-2 mode (an AF_PACKET socket)",
 	},
 	"backend": {
 		"BPF":       "bpf(): maps, the decapsulation and reply programs, pins, links",

@@ -30,6 +30,7 @@ import (
 	"github.com/xlbproject/xlb/internal/k8s/peerstatus"
 	"github.com/xlbproject/xlb/internal/k8s/source"
 	"github.com/xlbproject/xlb/internal/l2"
+	"github.com/xlbproject/xlb/internal/l2/lease"
 	"github.com/xlbproject/xlb/internal/source/file"
 )
 
@@ -507,6 +508,17 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 			return err
 		}
 		opts.L2 = l2s
+	} else if src != nil {
+		// In a cluster, the Services of AddressPools with announce: l2
+		// are answered by ARP, with the owners elected by Leases.
+		// Without it (no Ethernet address, no CAP_NET_RAW) the BGP pools
+		// are still served.
+		if l2s, err = clusterL2(cfg, src, dp, log); err != nil {
+			log.Warn("layer-2 mode is unavailable on this node: the Services of AddressPools with announce: l2 are not answered by ARP here", "error", err,
+				"fix", "give the agent CAP_NET_RAW (deploy/30-agent.yaml) and an Ethernet node.interface, and restart it; BGP pools are served meanwhile")
+		} else {
+			opts.L2 = l2s
+		}
 	}
 	// The file is read again from here on: an edit between its first
 	// read and now is seen at the next change or SIGHUP.
@@ -577,7 +589,9 @@ func serveAgent(ctx context.Context, log *slog.Logger, path string, cfg *config.
 		l2ctx, stopL2 := context.WithCancel(context.Background())
 		done := make(chan struct{})
 		go func() { l2s.Run(l2ctx); close(done) }()
-		log.Info("layer-2 mode: answering ARP for this node's share of the VIPs", "l2", cfg.L2.String())
+		if cfg.L2 != nil {
+			log.Info("layer-2 mode: answering ARP for this node's share of the VIPs", "l2", cfg.L2.String())
+		}
 		defer func() {
 			l2s.Leave()
 			stopL2()
@@ -609,6 +623,24 @@ func leavingNode(log *slog.Logger, cfg *config.Config, dyn dynamic.Interface) (b
 		return false, ""
 	}
 	return gone, why
+}
+
+// clusterL2 is the ARP speaker of the VIPs of AddressPools with
+// announce: l2, elected by Leases in the agent's namespace
+// (kubernetes.secretNamespace, the pod's namespace by default).
+func clusterL2(cfg *config.Config, src *source.Source, dp *lb.Dataplane, log *slog.Logger) (*l2.Speaker, error) {
+	k := cfg.Kubernetes
+	e, err := lease.New(lease.Config{Client: src.Client(), Namespace: k.SecretNamespace, Self: k.NodeName,
+		Renew: lease.DefaultRenew, DeadAfter: lease.DefaultDeadAfter}, log)
+	if err != nil {
+		return nil, err
+	}
+	s, err := l2.New(l2.Options{Config: &config.L2{NodeName: k.NodeName, Heartbeat: lease.DefaultRenew, DeadAfter: lease.DefaultDeadAfter},
+		Interface: cfg.Node.Interface, Dataplane: dp, Monotonic: lb.Monotonic, Logger: log, Election: e})
+	if err != nil {
+		return nil, fmt.Errorf("%w (needed for the Services of AddressPools with announce: l2)", err)
+	}
+	return s, nil
 }
 
 // writePeerStatus starts writing the state of this node's sessions with

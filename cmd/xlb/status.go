@@ -459,7 +459,11 @@ func printL2(w io.Writer, l *api.L2, now time.Time) {
 		if n.Alive {
 			state = "alive"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, n.Address, state, msDur(n.LastHeardMs).Round(time.Millisecond))
+		addr := "-" // a cluster's nodes are known by their Leases
+		if n.Address.IsValid() {
+			addr = n.Address.String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s ago\n", n.Name, addr, state, msDur(n.LastHeardMs).Round(time.Millisecond))
 	}
 	tw.Flush()
 	tw = tabwriter.NewWriter(&vips, 0, 0, 2, ' ', 0)

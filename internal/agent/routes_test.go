@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/xlbproject/xlb/internal/announce"
@@ -56,5 +57,40 @@ func TestRoutesFor(t *testing.T) {
 		if r.Attrs.MED == nil || *r.Attrs.MED != med {
 			t.Errorf("route %s lost its attributes", r.Prefix)
 		}
+	}
+}
+
+// A node serves BGP pools and l2 pools side by side: the VIPs of services
+// with announce: l2 go to the ARP speaker alone, the others to BGP alone;
+// with node.announce: l2 every VIP goes to the speaker.
+func TestSplitRoutes(t *testing.T) {
+	ip := netip.MustParseAddr
+	route := func(vip string) announce.Route {
+		return announce.Route{Prefix: netip.PrefixFrom(ip(vip), 32), Serve: true}
+	}
+	routes := []announce.Route{route("10.99.0.1"), route("10.99.0.2"), route("10.99.0.3")}
+	cfg := &config.Config{Services: []config.Service{
+		{Name: "web", VIP: ip("10.99.0.1"), Announce: config.AnnounceL2},
+		{Name: "dns", VIP: ip("10.99.0.2")},
+		{Name: "mail", VIP: ip("10.99.0.3"), Announce: config.AnnounceL2},
+	}}
+	vips := func(rs []announce.Route) []string {
+		var out []string
+		for _, r := range rs {
+			out = append(out, r.Prefix.Addr().String())
+		}
+		return out
+	}
+	arp, bgp := splitRoutes(cfg, routes)
+	if got, want := vips(arp), []string{"10.99.0.1", "10.99.0.3"}; !slices.Equal(got, want) {
+		t.Errorf("ARP: %v, want %v", got, want)
+	}
+	if got, want := vips(bgp), []string{"10.99.0.2"}; !slices.Equal(got, want) {
+		t.Errorf("BGP: %v, want %v", got, want)
+	}
+	cfg.Node.Announce = config.AnnounceL2
+	arp, bgp = splitRoutes(cfg, routes)
+	if len(arp) != 3 || len(bgp) != 0 {
+		t.Errorf("node.announce: l2: ARP %v, BGP %v; want every VIP by ARP", vips(arp), vips(bgp))
 	}
 }

@@ -134,3 +134,54 @@ func TestL2Errors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) { wantError(t, tc.yaml, tc.line, tc.path, tc.want) })
 	}
 }
+
+// A service's announce: l2 (the Kubernetes source's, for an AddressPool
+// with announce: l2) is taken with a kubernetes section, reaches every
+// service of its VIP, survives Render, and is refused in a plain file or
+// on an IPv6 VIP.
+func TestServiceAnnounceL2(t *testing.T) {
+	const head = "node: {interface: eth0, address: 10.0.1.2}\nkubernetes: {}\nservices:\n"
+	const svcs = `  - {name: web, vip: 10.99.0.1, port: 80, announce: l2, backends: [{address: 10.0.3.2}]}
+  - {name: dns, vip: 10.99.0.1, port: 53, protocol: udp, backends: [{address: 10.0.3.2}]}
+  - {name: other, vip: 10.99.0.2, port: 80, announce: bgp, backends: [{address: 10.0.3.2}]}
+`
+	cfg, err := Parse(file, []byte(head+svcs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Announce{}
+	for _, s := range cfg.Services {
+		got[s.Name] = s.Announce
+	}
+	want := map[string]Announce{"web": AnnounceL2, "dns": AnnounceL2, "other": ""}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("announce by service = %v, want %v", got, want)
+	}
+	out, err := Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := Parse(file, out)
+	if err != nil {
+		t.Fatalf("rendered configuration does not parse: %v\n%s", err, out)
+	}
+	if !reflect.DeepEqual(again.Services, cfg.Services) {
+		t.Errorf("rendered and parsed again: %+v, want %+v", again.Services, cfg.Services)
+	}
+
+	for _, tc := range []struct{ name, yaml, want string }{
+		{"plain file", "node: {interface: eth0, address: 10.0.1.2}\nservices:\n  - {name: web, vip: 10.99.0.1, port: 80, announce: l2, backends: [{address: 10.0.3.2}]}\n",
+			"services[0].announce: l2 per service is for the Services of an AddressPool"},
+		{"IPv6", head + "  - {name: web, vip: '2001:db8::1', port: 80, announce: l2, backends: [{address: '2001:db8:3::2'}]}\n",
+			"is an IPv6 address, and layer-2 mode answers ARP for IPv4 VIPs only"},
+		{"unknown", head + "  - {name: web, vip: 10.99.0.1, port: 80, announce: arp, backends: [{address: 10.0.3.2}]}\n",
+			"services[0].announce"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(file, []byte(tc.yaml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -145,7 +145,7 @@ func renderBGP(b *BGP) schema.BGP {
 func renderService(s Service) schema.Service {
 	fs := schema.Service{Name: schema.Set(s.Name), VIP: schema.Set(schema.Text(s.VIP.String())), Port: schema.SetInt(s.Port),
 		Protocol: schema.Set(string(s.Protocol)), Forwarding: schema.Set(string(s.Forwarding)), Flows: str(string(s.Flows)),
-		Affinity: str(string(s.Affinity)), Backends: renderBackends(s.Backends, true)}
+		Affinity: str(string(s.Affinity)), Announce: str(string(s.Announce)), Backends: renderBackends(s.Backends, true)}
 	if len(s.SourceRanges) > 0 {
 		fs.SourceRanges = prefixTexts(s.SourceRanges)
 	}

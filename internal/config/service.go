@@ -32,6 +32,8 @@ type svcCtx struct {
 	vips         map[netip.Addr]serviceAt // the first service of each VIP
 	routes       map[netip.Addr]routeAt   // VIP -> the first service that wrote bgp attributes for it
 	hasBGP       bool                     // the document has a bgp section
+	inCluster    bool                     // the document has a kubernetes section
+	announces    map[netip.Addr]serviceAt // VIP -> the first service that set announce
 	tableSize    uint32
 	tableSizeSet bool
 	skipBackends bool // over MaxBackends already
@@ -61,7 +63,7 @@ func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path 
 		return nil
 	}
 	ctx := svcCtx{names: map[string]serviceAt{}, keys: map[Key]serviceAt{}, vips: map[netip.Addr]serviceAt{}, routes: map[netip.Addr]routeAt{},
-		hasBGP: hasBGP, tableSize: dp.TableSize, tableSizeSet: tableSizeSet, nat: nat}
+		hasBGP: hasBGP, inCluster: c.inCluster, announces: map[netip.Addr]serviceAt{}, tableSize: dp.TableSize, tableSizeSet: tableSizeSet, nat: nat}
 	out := make([]Service, 0, len(items))
 	total := 0 // backend entries over all services
 	for i, item := range items {
@@ -76,8 +78,12 @@ func (c *checker) services(f schema.Field[[]schema.Field[schema.Service]], path 
 		out = append(out, s)
 	}
 	// One route per VIP: a service that shares its VIP with one that
-	// wrote attributes announces the same route.
+	// wrote attributes announces the same route, and one that shares it
+	// with an l2 service is answered by ARP with it.
 	for i := range out {
+		if _, ok := ctx.announces[out[i].VIP]; ok {
+			out[i].Announce = AnnounceL2
+		}
 		if r, ok := ctx.routes[out[i].VIP]; ok && out[i].BGP.IsZero() {
 			out[i].BGP = r.attrs.clone()
 		}
@@ -235,6 +241,7 @@ func (c *checker) service(f schema.Field[schema.Service], i int, path string, ct
 			s.Affinity = a
 		}
 	}
+	c.serviceAnnounce(v.Announce, path, &s, i, ctx)
 	if g := v.History; g.Given {
 		if s.Flows != FlowsDaisyChain {
 			c.errorf(g.At.Key, join(path, "history"), "only daisy-chained services use a history; set flows: daisy-chain or remove it")
@@ -450,4 +457,33 @@ func (c *checker) history(f schema.Field[[]schema.Field[schema.Generation]], pat
 	}
 	slices.SortFunc(out, func(a, b Generation) int { return a.Until.Compare(b.Until) })
 	return out
+}
+
+// serviceAnnounce checks a service's announce: l2 is what the Kubernetes
+// source writes for a Service of an AddressPool with announce: l2, whose
+// node is elected by Leases; a file's own services follow node.announce.
+func (c *checker) serviceAnnounce(g schema.Field[string], path string, s *Service, i int, ctx svcCtx) {
+	if !valid(g) {
+		return
+	}
+	a, err := ParseAnnounce(g.V)
+	switch {
+	case err != nil:
+		c.errorf(g.At.Value, join(path, "announce"), "%v", err)
+		return
+	case a == AnnounceBGP:
+		return
+	case !ctx.inCluster:
+		c.errorf(g.At.Value, join(path, "announce"), "l2 per service is for the Services of an AddressPool with announce: l2, whose node is elected by Kubernetes Leases; a file without a kubernetes section answers every VIP by ARP with node.announce: l2 and the l2 section instead: remove announce here")
+		return
+	case s.VIP.Is6() && !s.VIP.Is4In6():
+		c.errorf(g.At.Value, join(path, "announce"), "%s is an IPv6 address, and layer-2 mode answers ARP for IPv4 VIPs only (neighbour discovery is not implemented): give the Service an IPv4 address, or take it from a pool with announce: bgp", s.VIP)
+		return
+	}
+	s.Announce = a
+	if s.VIP.IsValid() {
+		if _, ok := ctx.announces[s.VIP]; !ok {
+			ctx.announces[s.VIP] = serviceAt{index: i, name: s.Name, line: g.At.Value}
+		}
+	}
 }

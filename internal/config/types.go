@@ -284,6 +284,11 @@ type Service struct {
 	// started after the change included, compute the same previous
 	// owners. Empty: the agent records the changes it sees itself.
 	History []Generation
+	// Announce is AnnounceL2 for a VIP answered by ARP from the one node
+	// elected for it by Kubernetes Leases (an AddressPool with announce:
+	// l2), or "" for the node's mode (Node.Announce). Services that share
+	// a VIP share it.
+	Announce Announce
 	// BGP holds the path attributes of the route announced for the VIP.
 	// Services that share a VIP share one route, so each of them holds
 	// the same attributes, whichever of them wrote them. The zero value

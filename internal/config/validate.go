@@ -70,6 +70,8 @@ type checker struct {
 	// is known.
 	nodeAddr6 netip.Addr
 	nodeFrom6 string
+	// inCluster: the document has a kubernetes section.
+	inCluster bool
 	// placed lists every backend address with where it was written, for
 	// the check against every service's VIP once all are known.
 	placed []placedAddr
@@ -164,6 +166,7 @@ func (c *checker) config(doc *schema.Document) *Config {
 	cfg.Dataplane = dp
 	if doc.Kubernetes.Given {
 		cfg.Kubernetes = c.kubernetes(doc.Kubernetes, "kubernetes")
+		c.inCluster = true
 	}
 	if doc.BGP.Given {
 		cfg.BGP = c.bgp(doc.BGP, "bgp", cfg.Node, doc.Kubernetes.Given)

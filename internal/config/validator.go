@@ -97,12 +97,18 @@ func (v *Validator) quick(c *Config, env Env) (*Config, bool) {
 	// The checks across services (checker.services).
 	names := make(map[string]bool, len(services))
 	keys := make(map[Key]bool, len(services))
+	announce := make(map[netip.Addr]Announce, len(services))
 	entries := 0
 	for _, s := range services {
 		if names[s.Name] || keys[s.Key()] {
 			return nil, false
 		}
-		names[s.Name], keys[s.Key()] = true, true
+		// Services of one VIP that disagree on announce: ValidateConfig
+		// makes them all l2.
+		if a, ok := announce[s.VIP]; ok && a != s.Announce {
+			return nil, false
+		}
+		names[s.Name], keys[s.Key()], announce[s.VIP] = true, true, s.Announce
 		entries += len(s.Backends)
 	}
 	if entries > int(v.checked.Dataplane.MaxBackends) {
@@ -192,7 +198,7 @@ func (v *Validator) remember(c, out *Config, h *Host, vips map[netip.Addr]bool) 
 // a field this does not compare.
 func sameService(a, b Service) bool {
 	return a.Name == b.Name && a.VIP == b.VIP && a.Port == b.Port && a.Protocol == b.Protocol &&
-		a.Forwarding == b.Forwarding && a.TranslatePorts == b.TranslatePorts && a.Flows == b.Flows && a.Affinity == b.Affinity &&
+		a.Forwarding == b.Forwarding && a.TranslatePorts == b.TranslatePorts && a.Flows == b.Flows && a.Affinity == b.Affinity && a.Announce == b.Announce &&
 		slices.Equal(a.SourceRanges, b.SourceRanges) &&
 		slices.Equal(a.Backends, b.Backends) &&
 		slices.EqualFunc(a.History, b.History, func(x, y Generation) bool {

@@ -252,6 +252,7 @@ func TestSameServiceCoversEveryField(t *testing.T) {
 		"Backends":       func(s *Service) { s.Backends[0].HealthCheck.Rise = 3 },
 		"Flows":          func(s *Service) { s.Flows = FlowsStateful },
 		"Affinity":       func(s *Service) { s.Affinity = AffinityClientIP },
+		"Announce":       func(s *Service) { s.Announce = AnnounceL2 },
 		"History":        func(s *Service) { s.History[0].Until = s.History[0].Until.Add(time.Second) },
 		"BGP":            func(s *Service) { s.BGP.MED = &med },
 	}

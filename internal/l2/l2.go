@@ -19,7 +19,6 @@ import (
 	"github.com/xlbproject/xlb/internal/announce"
 	"github.com/xlbproject/xlb/internal/api"
 	"github.com/xlbproject/xlb/internal/config"
-	"github.com/xlbproject/xlb/internal/l2/elect"
 )
 
 // GARPSchedule is when a node that gains a VIP sends gratuitous ARP (an
@@ -43,6 +42,9 @@ type Options struct {
 	// Monotonic reads the clock the data plane's expiry is in.
 	Monotonic func() (time.Duration, error)
 	Logger    *slog.Logger
+	// Election decides the owners; nil: heartbeats among Config.Nodes
+	// (package l2/elect). A cluster passes its Leases (package l2/lease).
+	Election Election
 }
 
 // Speaker answers ARP for this node's share of the VIPs.
@@ -53,7 +55,7 @@ type Speaker struct {
 	dp      Dataplane
 	mono    func() (time.Duration, error)
 	log     *slog.Logger
-	elector *elect.Elector
+	elector Election
 	garp    func(netip.Addr) error   // sends one gratuitous ARP
 	join    func([]netip.Addr) error // joins the IPv6 VIPs' solicited-node groups
 	closeG  func()
@@ -83,14 +85,11 @@ func New(o Options) (*Speaker, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	nodes := make([]elect.Node, len(o.Config.Nodes))
-	for i, n := range o.Config.Nodes {
-		nodes[i] = elect.Node{Name: n.Name, Address: n.Address}
-	}
-	e, err := elect.New(elect.Config{Self: o.Config.NodeName, Nodes: nodes, Port: o.Config.Port,
-		Heartbeat: o.Config.Heartbeat, DeadAfter: o.Config.DeadAfter}, log)
-	if err != nil {
-		return nil, err
+	e := o.Election
+	if e == nil {
+		if e, err = newHeartbeats(o.Config, log); err != nil {
+			return nil, err
+		}
 	}
 	g, err := newGARPSender(ifc.Index, ifc.HardwareAddr)
 	if err != nil {
@@ -107,6 +106,13 @@ func (s *Speaker) Sync(routes []announce.Route) error {
 	s.routes = slices.Clone(routes)
 	alive := s.alive
 	s.mu.Unlock()
+	var servable []netip.Addr
+	for _, r := range routes {
+		if r.Serve {
+			servable = append(servable, r.Prefix.Addr())
+		}
+	}
+	s.elector.SetServable(servable)
 	if alive == nil {
 		return nil // Run has not started
 	}
@@ -159,15 +165,18 @@ func (s *Speaker) apply(alive []string) error {
 		return nil
 	}
 	s.alive = alive
+	// How long this node may answer: a dead time from now with
+	// heartbeats, until its Lease lapses with Leases.
+	valid := s.elector.ValidFor()
 	var owned, vips []netip.Addr
 	for _, r := range s.routes {
 		v := r.Prefix.Addr()
 		vips = append(vips, v)
-		if r.Serve && elect.Owner(v, alive) == s.cfg.NodeName {
+		if r.Serve && valid > 0 && s.elector.Owner(v, alive) == s.cfg.NodeName {
 			owned = append(owned, v)
 		}
 	}
-	err = s.dp.SetL2Owned(owned, s.mac, mono+s.cfg.DeadAfter)
+	err = s.dp.SetL2Owned(owned, s.mac, mono+max(valid, 0))
 	if s.join != nil {
 		err = errors.Join(err, s.join(vips))
 	}
@@ -188,7 +197,7 @@ func (s *Speaker) apply(alive []string) error {
 			delete(s.since, v)
 			delete(s.garpAt, v)
 			delete(s.garpN, v)
-			s.log.Info("layer-2 mode: no longer answering for a VIP", "vip", v, "owner", elect.Owner(v, alive), "alive", alive)
+			s.log.Info("layer-2 mode: no longer answering for a VIP", "vip", v, "owner", s.elector.Owner(v, alive), "alive", alive)
 		}
 	}
 	var gerrs []error
@@ -215,6 +224,10 @@ func (s *Speaker) Status() *api.L2 {
 	v := s.elector.View()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	// In a cluster without l2 pools, nothing to show.
+	if len(s.cfg.Nodes) == 0 && len(s.routes) == 0 {
+		return nil
+	}
 	st := &api.L2{Node: s.cfg.NodeName, Interface: s.iface, MAC: s.mac.String(), HeartbeatMs: ms(s.cfg.Heartbeat), DeadAfterMs: ms(s.cfg.DeadAfter),
 		Alive: v.Alive, AliveSince: v.Changed, Dropped: v.Dropped, Error: s.err}
 	if v.SendErr != "" {
@@ -229,7 +242,7 @@ func (s *Speaker) Status() *api.L2 {
 	for _, r := range s.routes {
 		vip := r.Prefix.Addr()
 		since, answering := s.since[vip]
-		out := api.L2VIP{VIP: vip, Owner: elect.Owner(vip, v.Alive), Answering: answering, Why: r.Why}
+		out := api.L2VIP{VIP: vip, Owner: s.elector.Owner(vip, v.Alive), Answering: answering, Why: r.Why}
 		if answering {
 			out.Since = since
 		}

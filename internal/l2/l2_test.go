@@ -34,11 +34,12 @@ func newTestSpeaker(t *testing.T) (*Speaker, *fakeDP, *time.Time, *[]netip.Addr)
 	var sent []netip.Addr
 	s := &Speaker{cfg: config.L2{NodeName: "a", Heartbeat: 100 * time.Millisecond, DeadAfter: 400 * time.Millisecond},
 		mac: net.HardwareAddr{2, 0, 0, 0, 0, 1}, dp: dp, log: slog.New(slog.DiscardHandler),
-		mono:   func() (time.Duration, error) { return now.Sub(time.Unix(0, 0)), nil },
-		now:    func() time.Time { return now },
-		garp:   func(v netip.Addr) error { sent = append(sent, v); return nil },
-		closeG: func() {},
-		since:  map[netip.Addr]time.Time{}, garpAt: map[netip.Addr]time.Time{}, garpN: map[netip.Addr]int{}}
+		mono:    func() (time.Duration, error) { return now.Sub(time.Unix(0, 0)), nil },
+		now:     func() time.Time { return now },
+		garp:    func(v netip.Addr) error { sent = append(sent, v); return nil },
+		closeG:  func() {},
+		elector: &heartbeats{deadAfter: 400 * time.Millisecond},
+		since:   map[netip.Addr]time.Time{}, garpAt: map[netip.Addr]time.Time{}, garpN: map[netip.Addr]int{}}
 	return s, dp, &now, &sent
 }
 
@@ -222,5 +223,52 @@ func TestAnnouncement(t *testing.T) {
 		if proto != c.proto || to.String() != c.to || !slices.Equal(frame, c.frame) {
 			t.Errorf("%s: EtherType %#x to %s, %x; want %#x to %s, %x", c.vip, proto, to, frame, c.proto, c.to, c.frame)
 		}
+	}
+}
+
+// fakeElection is an election whose owners and validity the test sets,
+// as the Lease election's are.
+type fakeElection struct {
+	heartbeats
+	owner    map[netip.Addr]string
+	valid    time.Duration
+	servable []netip.Addr
+}
+
+func (f *fakeElection) Owner(v netip.Addr, _ []string) string { return f.owner[v] }
+func (f *fakeElection) ValidFor() time.Duration               { return f.valid }
+func (f *fakeElection) SetServable(v []netip.Addr)            { f.servable = slices.Clone(v) }
+
+// With an election that decides owners itself (Leases), the speaker
+// tells it what this node can serve, answers for what it owns only for
+// as long as the election says its claim holds, and for nothing once
+// the claim has lapsed (a node cut off from the API server).
+func TestSpeakerFollowsElectionValidity(t *testing.T) {
+	s, dp, now, _ := newTestSpeaker(t)
+	ip := netip.MustParseAddr
+	e := &fakeElection{owner: map[netip.Addr]string{ip("10.99.0.1"): "a", ip("10.99.0.2"): "b"}, valid: 300 * time.Millisecond}
+	s.elector = e
+	routes := append(routesOf([]netip.Addr{ip("10.99.0.1"), ip("10.99.0.2")}, true), routesOf([]netip.Addr{ip("10.99.0.3")}, false)...)
+	if err := s.Sync(routes); err != nil {
+		t.Fatal(err)
+	}
+	if want := []netip.Addr{ip("10.99.0.1"), ip("10.99.0.2")}; !slices.Equal(e.servable, want) {
+		t.Errorf("the election was told this node serves %v, want %v", e.servable, want)
+	}
+	if err := s.apply([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []netip.Addr{ip("10.99.0.1")}; !slices.Equal(dp.owned, want) {
+		t.Errorf("answering for %v, want %v", dp.owned, want)
+	}
+	if want := now.Sub(time.Unix(0, 0)) + 300*time.Millisecond; dp.expires != want {
+		t.Errorf("entries expire at %v, want now + the claim's remaining %v", dp.expires, want)
+	}
+	e.valid = 0
+	if err := s.apply([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if len(dp.owned) != 0 {
+		t.Errorf("with the claim lapsed: answering for %v, want nothing", dp.owned)
 	}
 }

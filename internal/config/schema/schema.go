@@ -284,6 +284,7 @@ type Service struct {
 	TranslatePorts Field[bool]                `yaml:"translatePorts,omitempty"`
 	Flows          Field[string]              `yaml:"flows,omitempty"`
 	Affinity       Field[string]              `yaml:"affinity,omitempty"`
+	Announce       Field[string]              `yaml:"announce,omitempty"`
 	History        Field[[]Field[Generation]] `yaml:"history,omitempty"`
 	HealthCheck    Field[*Check]              `yaml:"healthCheck,omitempty"`
 	BGP            Field[Route]               `yaml:"bgp,omitempty"`

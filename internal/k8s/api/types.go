@@ -194,7 +194,21 @@ type AddressPoolSpec struct {
 	// Which Services may take addresses of the pool, and in which order
 	// pools are tried; unset: any Service.
 	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
+	// How the pool's addresses reach the xlb nodes: bgp (routes over BGP
+	// from every node that serves the address) or l2 (ARP answers from
+	// one node per address, elected with Leases in the agents' namespace;
+	// for networks without a BGP router; IPv4 addresses only).
+	// +kubebuilder:validation:Enum=bgp;l2
+	// +kubebuilder:default=bgp
+	// +optional
+	Announce string `json:"announce,omitempty"`
 }
+
+// The values of AddressPoolSpec.Announce.
+const (
+	AnnounceBGP = "bgp"
+	AnnounceL2  = "l2"
+)
 
 // ServiceAllocation says which Services may take addresses of a pool, and
 // in which order pools are tried.

@@ -1,8 +1,9 @@
 // Package source is the agent's Kubernetes source: it watches the Services
 // of type LoadBalancer that xlb serves, their EndpointSlices, this node's
 // Node object, the BGPPeers and the Secrets of their passwords (each by
-// name), the DenyLists, and the BGPAdvertisements with the AddressPools
-// they select, and turns them into whole agent configurations: the base
+// name), the DenyLists, the BGPAdvertisements with the AddressPools
+// they select, and the AddressPools' announce (which of them announce by
+// ARP), and turns them into whole agent configurations: the base
 // configuration (the file, or defaults) with one service per Service port
 // (its source ranges with it), the peers that select this node, the
 // DenyLists' prefixes in its deny list, and the advertisements' route
@@ -572,6 +573,12 @@ func (s *Source) cluster() cluster {
 	for _, obj := range s.pools.GetStore().List() {
 		if u, ok := obj.(*unstructured.Unstructured); ok {
 			c.pools = append(c.pools, u)
+			if a, _, _ := unstructured.NestedString(u.Object, "spec", "announce"); a == api.AnnounceL2 {
+				if c.l2Pools == nil {
+					c.l2Pools = map[string]bool{}
+				}
+				c.l2Pools[u.GetName()] = true
+			}
 		}
 	}
 	c.secret = s.secrets.get
@@ -603,3 +610,7 @@ func peerCount(cfg *config.Config) int {
 	}
 	return len(cfg.BGP.Peers)
 }
+
+// Client is the source's Kubernetes client, for what else the agent
+// does in the cluster (layer-2 mode's Leases).
+func (s *Source) Client() kubernetes.Interface { return s.client }

@@ -31,6 +31,8 @@ type cluster struct {
 	adverts, pools []*unstructured.Unstructured
 	// denyLists are the DenyLists, every node's.
 	denyLists []*unstructured.Unstructured
+	// l2Pools are the names of the AddressPools with announce: l2.
+	l2Pools map[string]bool
 	// secret returns a Secret; known is false while the cache of its
 	// namespace has not synced, so that a missing Secret is not reported
 	// before it could have been seen.
@@ -194,7 +196,11 @@ func (t *translated) services(st settings, c cluster) ([]config.Service, []strin
 			tr.out, tr.probs = translateService(svc, eps, prev)
 		}
 		next[key] = tr
-		out = append(out, tr.out...)
+		if c.l2Pools[svc.Annotations[api.AnnotationAllocatedFrom]] {
+			out = append(out, announceL2(tr.out)...)
+		} else {
+			out = append(out, tr.out...)
+		}
 		for range tr.out {
 			from = append(from, "Service "+key)
 		}
@@ -381,4 +387,15 @@ func sourceRanges(svc *corev1.Service, v6 bool) ([]netip.Prefix, string) {
 		return nil, why
 	}
 	return r.Of(v6), ""
+}
+
+// announceL2 is svcs, answered by ARP from one elected node (a Service
+// of an AddressPool with announce: l2). The translations are kept for
+// the next build, so they are copied, not changed.
+func announceL2(svcs []config.Service) []config.Service {
+	out := slices.Clone(svcs)
+	for i := range out {
+		out[i].Announce = config.AnnounceL2
+	}
+	return out
 }

@@ -151,6 +151,7 @@ type fixture struct {
 	adverts  []*unstructured.Unstructured // BGPAdvertisements
 	pools    []*unstructured.Unstructured // AddressPools
 	secrets  []*corev1.Secret
+	l2Pools  map[string]bool // AddressPools with announce: l2
 	// unknownNS are namespaces whose Secrets have not been read yet.
 	unknownNS []string
 }
@@ -172,6 +173,7 @@ func (f fixture) cluster() cluster {
 		denyLists: f.lists,
 		adverts:   f.adverts,
 		pools:     f.pools,
+		l2Pools:   f.l2Pools,
 		secret: func(ns, name string) (*corev1.Secret, bool) {
 			if slices.Contains(f.unknownNS, ns) {
 				return nil, false
@@ -1172,5 +1174,49 @@ func TestEndpointHistoryDualStack(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("served\n%v\nwant\n%v", got, want)
+	}
+}
+
+// TestL2Pools: the ports of a Service allocated from an AddressPool with
+// announce: l2 are answered by ARP (announce l2), the others announced
+// over BGP; a pool switched back to bgp takes its Services back, though
+// their translations are reused from the last build.
+func TestL2Pools(t *testing.T) {
+	web := []discoveryv1.EndpointPort{slicePortOf("", 8080, corev1.ProtocolTCP)}
+	f := fixture{
+		services: []*corev1.Service{
+			service("default", "web", withAnnotation(api.AnnotationAllocatedFrom, "lan"), withPorts(port("", 80, corev1.ProtocolTCP), port("tls", 443, corev1.ProtocolTCP))),
+			service("default", "api", withIngress("10.99.0.2"), withAnnotation(api.AnnotationAllocatedFrom, "routed")),
+		},
+		slices: []*discoveryv1.EndpointSlice{
+			endpointSlice("default", "web", "web-1", append(web, slicePortOf("tls", 8443, corev1.ProtocolTCP)), endpoint(condReady, "10.244.1.2")),
+			endpointSlice("default", "api", "api-1", web, endpoint(condReady, "10.244.1.3")),
+		},
+		l2Pools: map[string]bool{"lan": true},
+	}
+	base := parseBase(t, "")
+	st := settings{base: base, serveClassless: false, secretNamespace: "xlb-system"}
+	var tr translated
+	announces := func() map[string]config.Announce {
+		t.Helper()
+		d, probs := tr.translate(st, f.cluster())
+		cfg, more, err := validate(&config.Validator{}, d, base, nil)
+		if err != nil || len(probs)+len(more) > 0 {
+			t.Fatalf("error %v, problems %v %v", err, probs, more)
+		}
+		out := map[string]config.Announce{}
+		for _, s := range cfg.Services {
+			out[s.Name] = s.Announce
+		}
+		return out
+	}
+	want := map[string]config.Announce{"default/web:80/tcp": config.AnnounceL2, "default/web:443/tcp": config.AnnounceL2, "default/api:80/tcp": ""}
+	if got := announces(); !reflect.DeepEqual(got, want) {
+		t.Errorf("announce by service = %v, want %v", got, want)
+	}
+	f.l2Pools = nil
+	want = map[string]config.Announce{"default/web:80/tcp": "", "default/web:443/tcp": "", "default/api:80/tcp": ""}
+	if got := announces(); !reflect.DeepEqual(got, want) {
+		t.Errorf("pool back to bgp: announce by service = %v, want %v", got, want)
 	}
 }
