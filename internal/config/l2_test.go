@@ -137,13 +137,14 @@ func TestL2Errors(t *testing.T) {
 
 // A service's announce: l2 (the Kubernetes source's, for an AddressPool
 // with announce: l2) is taken with a kubernetes section, reaches every
-// service of its VIP, survives Render, and is refused in a plain file or
-// on an IPv6 VIP.
+// service of its VIP (an IPv6 one too: neighbour discovery answers it),
+// survives Render, and is refused in a plain file.
 func TestServiceAnnounceL2(t *testing.T) {
 	const head = "node: {interface: eth0, address: 10.0.1.2}\nkubernetes: {}\nservices:\n"
 	const svcs = `  - {name: web, vip: 10.99.0.1, port: 80, announce: l2, backends: [{address: 10.0.3.2}]}
   - {name: dns, vip: 10.99.0.1, port: 53, protocol: udp, backends: [{address: 10.0.3.2}]}
   - {name: other, vip: 10.99.0.2, port: 80, announce: bgp, backends: [{address: 10.0.3.2}]}
+  - {name: web6, vip: 'fd00:99::1', port: 80, announce: l2, backends: [{address: 10.0.3.2}]}
 `
 	cfg, err := Parse(file, []byte(head+svcs))
 	if err != nil {
@@ -153,7 +154,7 @@ func TestServiceAnnounceL2(t *testing.T) {
 	for _, s := range cfg.Services {
 		got[s.Name] = s.Announce
 	}
-	want := map[string]Announce{"web": AnnounceL2, "dns": AnnounceL2, "other": ""}
+	want := map[string]Announce{"web": AnnounceL2, "dns": AnnounceL2, "other": "", "web6": AnnounceL2}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("announce by service = %v, want %v", got, want)
 	}
@@ -172,8 +173,6 @@ func TestServiceAnnounceL2(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"plain file", "node: {interface: eth0, address: 10.0.1.2}\nservices:\n  - {name: web, vip: 10.99.0.1, port: 80, announce: l2, backends: [{address: 10.0.3.2}]}\n",
 			"services[0].announce: l2 per service is for the Services of an AddressPool"},
-		{"IPv6", head + "  - {name: web, vip: '2001:db8::1', port: 80, announce: l2, backends: [{address: '2001:db8:3::2'}]}\n",
-			"is an IPv6 address, and layer-2 mode answers ARP for IPv4 VIPs only"},
 		{"unknown", head + "  - {name: web, vip: 10.99.0.1, port: 80, announce: arp, backends: [{address: 10.0.3.2}]}\n",
 			"services[0].announce"},
 	} {

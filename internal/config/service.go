@@ -476,9 +476,6 @@ func (c *checker) serviceAnnounce(g schema.Field[string], path string, s *Servic
 	case !ctx.inCluster:
 		c.errorf(g.At.Value, join(path, "announce"), "l2 per service is for the Services of an AddressPool with announce: l2, whose node is elected by Kubernetes Leases; a file without a kubernetes section answers every VIP by ARP with node.announce: l2 and the l2 section instead: remove announce here")
 		return
-	case s.VIP.Is6() && !s.VIP.Is4In6():
-		c.errorf(g.At.Value, join(path, "announce"), "%s is an IPv6 address, and layer-2 mode answers ARP for IPv4 VIPs only (neighbour discovery is not implemented): give the Service an IPv4 address, or take it from a pool with announce: bgp", s.VIP)
-		return
 	}
 	s.Announce = a
 	if s.VIP.IsValid() {

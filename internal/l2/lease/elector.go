@@ -13,6 +13,7 @@ package lease
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,9 +55,16 @@ const (
 // NodeLease is the name of node's Lease.
 func NodeLease(node string) string { return NodePrefix + node }
 
-// VIPLease is the name of the Lease that records vip's owner.
+// VIPLease is the name of the Lease that records vip's owner: an IPv4
+// VIP's dotted quad with dashes, an IPv6 VIP's 32 hex digits (its text
+// form may end in "::", which no object name may).
 func VIPLease(vip netip.Addr) string {
-	return VIPPrefix + strings.NewReplacer(".", "-", ":", "-").Replace(vip.String())
+	vip = vip.Unmap()
+	if vip.Is6() {
+		b := vip.As16()
+		return VIPPrefix + hex.EncodeToString(b[:])
+	}
+	return VIPPrefix + strings.ReplaceAll(vip.String(), ".", "-")
 }
 
 // Config is what an Elector needs.

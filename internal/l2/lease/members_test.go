@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/xlbproject/xlb/internal/l2/elect"
 )
 
@@ -130,8 +132,19 @@ func TestMembersStartAndRestart(t *testing.T) {
 }
 
 func TestLeaseNames(t *testing.T) {
-	if got := VIPLease(ip("10.99.0.1")); got != "xlb-l2-vip-10-99-0-1" {
-		t.Errorf("VIPLease = %q", got)
+	for v, want := range map[string]string{
+		"10.99.0.1":        "xlb-l2-vip-10-99-0-1",
+		"::ffff:10.99.0.1": "xlb-l2-vip-10-99-0-1",
+		"fd00:99::":        "xlb-l2-vip-fd000099000000000000000000000000",
+		"fd00:99::1":       "xlb-l2-vip-fd000099000000000000000000000001",
+	} {
+		got := VIPLease(ip(v))
+		if got != want {
+			t.Errorf("VIPLease(%s) = %q, want %q", v, got, want)
+		}
+		if errs := validation.IsDNS1123Subdomain(got); len(errs) > 0 {
+			t.Errorf("VIPLease(%s) = %q: no object name: %v", v, got, errs)
+		}
 	}
 	if got := parseVIPs(formatVIPs([]netip.Addr{ip("10.99.0.1"), ip("10.99.0.2")}) + ",junk"); !slices.Equal(got, []netip.Addr{ip("10.99.0.1"), ip("10.99.0.2")}) {
 		t.Errorf("parseVIPs(formatVIPs) = %v", got)
