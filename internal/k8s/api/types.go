@@ -195,9 +195,9 @@ type AddressPoolSpec struct {
 	// pools are tried; unset: any Service.
 	ServiceAllocation *ServiceAllocation `json:"serviceAllocation,omitempty"`
 	// How the pool's addresses reach the xlb nodes: bgp (routes over BGP
-	// from every node that serves the address) or l2 (ARP answers from
-	// one node per address, elected with Leases in the agents' namespace;
-	// for networks without a BGP router; IPv4 addresses only).
+	// from every node that serves the address) or l2 (ARP and neighbour
+	// discovery answers from one node per address, elected with Leases in
+	// the agents' namespace; for networks without a BGP router).
 	// +kubebuilder:validation:Enum=bgp;l2
 	// +kubebuilder:default=bgp
 	// +optional
