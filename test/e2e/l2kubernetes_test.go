@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -13,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/xlbproject/xlb/internal/api"
@@ -34,37 +32,15 @@ import (
 // MAC and new connections succeed. The failover times are logged, not
 // asserted.
 func TestL2Kubernetes(t *testing.T) {
-	needRoot(t)
-	if testing.Short() {
-		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
-	}
-	cp := k8stest.StartT(t, k8stest.Options{})
-	prefix := labPrefix + "lk"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 2, PlainBackends: true, Binary: xlbBinary,
-		Router: lab.RouterStatic, L2: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	k := kubeLab(t, k8stest.Options{}, "lk", lab.Spec{Clients: 2, Nodes: 3, Backends: 2, PlainBackends: true,
+		Router: lab.RouterStatic, L2: true}, 4*time.Minute, 60)
+	ctx, p := k.ctx, k.p
 	services, err := labrun.Services(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	vip := services[0].VIP // an address on the nodes' segment
-	k := newKubeEnv(t, ctx, cp, p)
-	t.Cleanup(func() {
-		if t.Failed() {
-			k.logAgents(60)
-		}
-	})
-	k.applyCRDs()
-	for _, h := range p.Nodes {
-		k.must(k.cs.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: h.Name}}, metav1.CreateOptions{}))
-		addrs := fmt.Sprintf(`{"status":{"addresses":[{"type":"InternalIP","address":%q}]}}`, h.Addr)
-		k.must(k.cs.CoreV1().Nodes().Patch(ctx, h.Name, types.MergePatchType, []byte(addrs), metav1.PatchOptions{}, "status"))
-	}
+	k.createNodes(nodeAddr)
 	k.createCustom(k8sapi.AddressPoolResource, "AddressPool", "lan", map[string]any{
 		"addresses": []any{netip.PrefixFrom(vip, 32).String()}, "announce": "l2"})
 	k.startController()

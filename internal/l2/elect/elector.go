@@ -38,9 +38,8 @@ type Elector struct {
 	mu      sync.Mutex
 	members *Members
 	seq     uint64
-	alive   []string
-	changed time.Time // when alive last changed
-	sendErr string    // the last send failure, "" when sends work
+	AliveSet
+	sendErr string // the last send failure, "" when sends work
 	// left: Leave was called; no plain heartbeat may follow the leaving
 	// ones, or the others would count the node back in.
 	left bool
@@ -67,8 +66,7 @@ func New(cfg Config, log *slog.Logger) (*Elector, error) {
 	now := time.Now
 	e := &Elector{cfg: cfg, addr: self, conn: conn, log: log, now: now}
 	e.members = NewMembers(cfg.Self, cfg.Nodes, cfg.Port, cfg.DeadAfter, now())
-	e.alive = e.members.Alive(now())
-	e.changed = now()
+	e.Current, e.Changed = e.members.Alive(now()), now()
 	return e, nil
 }
 
@@ -155,13 +153,25 @@ func (e *Elector) evaluate() bool {
 
 func (e *Elector) evaluateLocked() bool {
 	now := e.now()
-	alive := e.members.Alive(now)
-	if slices.Equal(alive, e.alive) {
+	return e.Set(e.log, e.members.Alive(now), now)
+}
+
+// AliveSet is an election's alive nodes (Current) and when they last
+// changed (Changed), as its owner updates them under its own lock.
+type AliveSet struct {
+	Current []string
+	Changed time.Time
+}
+
+// Set makes alive the set at now, and logs and reports whether it
+// changed.
+func (a *AliveSet) Set(log *slog.Logger, alive []string, now time.Time) bool {
+	if slices.Equal(alive, a.Current) {
 		return false
 	}
-	gone, came := diff(e.alive, alive)
-	e.alive, e.changed = alive, now
-	e.log.Info("layer-2 nodes changed", "alive", alive, "gone", gone, "came", came)
+	gone, came := diff(a.Current, alive)
+	a.Current, a.Changed = alive, now
+	log.Info("layer-2 nodes changed", "alive", alive, "gone", gone, "came", came)
 	return true
 }
 
@@ -225,7 +235,7 @@ func (e *Elector) Leave() {
 func (e *Elector) Alive() []string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return slices.Clone(e.alive)
+	return slices.Clone(e.Current)
 }
 
 // Peer is another node as this one sees it.
@@ -253,7 +263,7 @@ func (e *Elector) View() View {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	v := View{Self: e.cfg.Self, Alive: slices.Clone(e.alive), Changed: e.changed, Dropped: e.members.Dropped(), SendErr: e.sendErr}
+	v := View{Self: e.cfg.Self, Alive: slices.Clone(e.Current), Changed: e.Changed, Dropped: e.members.Dropped(), SendErr: e.sendErr}
 	for _, n := range e.members.Others() {
 		p := Peer{Name: n.Name, Address: n.Address, Alive: e.members.IsAlive(n.Name, now), LastHeard: now.Sub(e.members.LastHeard(n.Name))}
 		v.Peers = append(v.Peers, p)

@@ -85,13 +85,12 @@ type Elector struct {
 	now    func() time.Time
 	leases leaseClient
 
-	mu        sync.Mutex
-	members   *Members
-	servable  []netip.Addr
-	lease     *coordinationv1.Lease // this node's, as last written; nil: read it first
-	synced    bool                  // the others' Leases were listed
-	alive     []string
-	changed   time.Time
+	mu       sync.Mutex
+	members  *Members
+	servable []netip.Addr
+	lease    *coordinationv1.Lease // this node's, as last written; nil: read it first
+	synced   bool                  // the others' Leases were listed
+	elect.AliveSet
 	renewErr  string
 	left      bool
 	recordErr string
@@ -498,13 +497,7 @@ func (e *Elector) evaluate() bool {
 
 func (e *Elector) evaluateLocked() bool {
 	now := e.now()
-	alive := e.members.Alive(now)
-	if slices.Equal(alive, e.alive) {
-		return false
-	}
-	e.alive, e.changed = alive, now
-	e.log.Info("layer-2 nodes changed", "alive", alive)
-	return true
+	return e.Set(e.log, e.members.Alive(now), now)
 }
 
 // Alive is the alive set as of now: this node first while its renewals
@@ -548,7 +541,7 @@ func (e *Elector) View() elect.View {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	now := e.now()
-	v := elect.View{Self: e.cfg.Self, Alive: e.members.Alive(now), Changed: e.changed, SendErr: e.renewErr}
+	v := elect.View{Self: e.cfg.Self, Alive: e.members.Alive(now), Changed: e.Changed, SendErr: e.renewErr}
 	if e.recordErr != "" {
 		if v.SendErr != "" {
 			v.SendErr += "; "
