@@ -190,12 +190,8 @@ func failover(ctx context.Context, p lab.Plan, services []labrun.Service, owner 
 	} else if _, err := labrun.StartAgent(ctx, p, owner, services); err != nil {
 		return f, err
 	}
-	back, err := labrun.WaitL2Owner(ctx, p, p.Nodes, web.VIP, 10*time.Second)
-	if err != nil {
-		return f, err
-	}
-	if back.Name != owner.Name {
-		return f, fmt.Errorf("%s answers for %s after %s came back, want %s", back.Name, web.VIP, owner.Name, owner.Name)
+	if err := labrun.WaitL2OwnerIs(ctx, p, p.Nodes, web.VIP, owner.Name, 10*time.Second); err != nil {
+		return f, fmt.Errorf("after %s came back: %w", owner.Name, err)
 	}
 	// Let the clients' caches settle on the returned owner.
 	return f, benchutil.Sleep(ctx, 500*time.Millisecond)

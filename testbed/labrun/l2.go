@@ -36,6 +36,18 @@ func L2VIP(st *api.Status, vip netip.Addr) (api.L2VIP, bool) {
 // WaitL2Owner waits until the running nodes agree on who owns vip and
 // exactly that node answers for it, and returns it.
 func WaitL2Owner(ctx context.Context, p lab.Plan, running []lab.Host, vip netip.Addr, timeout time.Duration) (lab.Host, error) {
+	return waitL2Owner(ctx, p, running, vip, "", timeout)
+}
+
+// WaitL2OwnerIs is WaitL2Owner until that node is want: a node resumed
+// after a stop waits a dead time before it takes its VIPs back, and the
+// others agree on another owner meanwhile.
+func WaitL2OwnerIs(ctx context.Context, p lab.Plan, running []lab.Host, vip netip.Addr, want string, timeout time.Duration) error {
+	_, err := waitL2Owner(ctx, p, running, vip, want, timeout)
+	return err
+}
+
+func waitL2Owner(ctx context.Context, p lab.Plan, running []lab.Host, vip netip.Addr, want string, timeout time.Duration) (lab.Host, error) {
 	deadline := time.Now().Add(timeout)
 	for {
 		owners, answering := map[string]bool{}, []string{}
@@ -58,13 +70,16 @@ func WaitL2Owner(ctx context.Context, p lab.Plan, running []lab.Host, vip netip.
 			}
 			state = append(state, fmt.Sprintf("%s: alive %v, owner %s, answering %v", n.Name, st.L2.Alive, v.Owner, v.Answering))
 		}
-		if why == nil && len(owners) == 1 && len(answering) == 1 && owners[answering[0]] {
+		if why == nil && len(owners) == 1 && len(answering) == 1 && owners[answering[0]] && (want == "" || answering[0] == want) {
 			return NodeNamed(p, answering[0]), nil
 		}
 		if why == nil {
 			why = errors.New(strings.Join(state, "; "))
 		}
 		if time.Now().After(deadline) {
+			if want != "" {
+				return lab.Host{}, fmt.Errorf("%s does not own %s, answering alone and agreed by the others, after %s: %w", want, vip, timeout, why)
+			}
 			return lab.Host{}, fmt.Errorf("the nodes do not agree on one owner of %s, answering alone, after %s: %w", vip, timeout, why)
 		}
 		select {
