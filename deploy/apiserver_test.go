@@ -636,7 +636,7 @@ func testPrinterColumns(t *testing.T, k *kube) {
 		wide           []string          // the columns -o wide adds
 	}{
 		{"addresspools", "default",
-			map[string]string{"Addresses": `["10.99.0.0/28","10.99.1.10-10.99.1.20"]`, "Auto Assign": "true", "Assigned": "3", "Available": "13"},
+			map[string]string{"Addresses": `["10.99.0.0/28","10.99.1.10-10.99.1.20"]`, "Announce": "bgp", "Auto Assign": "true", "Assigned": "3", "Available": "13"},
 			[]string{"Error"}},
 		{"bgppeers", "tor",
 			map[string]string{"Peer Address": "10.0.1.1", "Peer ASN": "65000", "My ASN": "65001"},

@@ -96,6 +96,7 @@ var (
 // +kubebuilder:metadata:labels="app.kubernetes.io/name=xlb"
 // +kubebuilder:printcolumn:name="Addresses",type=string,JSONPath=".spec.addresses"
 // +kubebuilder:printcolumn:name="Family",type=string,JSONPath=".status.family"
+// +kubebuilder:printcolumn:name="Announce",type=string,JSONPath=".spec.announce"
 // +kubebuilder:printcolumn:name="Auto Assign",type=boolean,JSONPath=".spec.autoAssign"
 // +kubebuilder:printcolumn:name="Priority",type=integer,JSONPath=".spec.serviceAllocation.priority"
 // +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=".status.assigned"

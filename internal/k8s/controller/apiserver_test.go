@@ -429,7 +429,7 @@ func (e *apiEnv) testAllocate(t *testing.T) {
 		return v == "alloc", v
 	})
 	e.waitPoolStatus(t, "alloc", api.AddressPoolStatus{Family: "IPv4", Size: 8, Assigned: 1, Available: 7})
-	e.checkPrinterColumns(t, "alloc", map[string]any{"Addresses": `["10.100.1.0/29"]`, "Family": "IPv4", "Auto Assign": true,
+	e.checkPrinterColumns(t, "alloc", map[string]any{"Addresses": `["10.100.1.0/29"]`, "Family": "IPv4", "Announce": "bgp", "Auto Assign": true,
 		"Assigned": int64(1), "Available": int64(7), "Error": nil})
 
 	// Another class's Service, and one without class, are left alone.
