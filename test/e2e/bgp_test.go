@@ -23,13 +23,7 @@ import (
 // joining gracefully, and a node that dies or hangs leaves the route
 // within the BFD detection time.
 func TestBGPWithFRR(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "b"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
-		Router: lab.RouterFRR, BFD: true})
+	ctx, e := labEnv(t, "b", lab.Spec{Clients: 1, Nodes: 4, Backends: 2, Router: lab.RouterFRR, BFD: true}, 4*time.Minute)
 	p, services := e.p, e.services
 	vip := e.web().VIP
 

@@ -22,13 +22,8 @@ import (
 // goodbye or its sockets close, within the BFD detection time when it
 // hangs.
 func TestBGPWithBIRD(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "i"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
-	defer cancel()
-	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 4, Backends: 2, Binary: xlbBinary,
-		Router: lab.RouterBIRD, BFD: true})
+	ctx, e := labEnv(t, "i", lab.Spec{Clients: 1, Nodes: 4, Backends: 2, Router: lab.RouterBIRD, BFD: true}, 3*time.Minute)
+	prefix := e.p.Spec.Prefix
 	p, services := e.p, e.services
 	vip := e.web().VIP
 	logBIRDOnFailure(t, p)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/netip"
 	"testing"
 	"time"
@@ -24,15 +23,8 @@ import (
 // daisy chaining, takes the same change and loses its moved connections:
 // the change did move them.
 func TestDaisyChainIPv6Backends(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "c6"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 2, Binary: xlbBinary, Router: lab.RouterStatic, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, "c6", lab.Spec{Clients: 1, Nodes: 1, Backends: 2, Router: lab.RouterStatic, IPv6: true}, 3*time.Minute)
+	var err error
 	be1, be2 := p.Backends[0], p.Backends[1]
 	svc := func(name string, vip netip.Addr, flows config.Flows) labrun.Service {
 		return labrun.Service{Name: name, VIP: vip, Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRGUE, Flows: flows,

@@ -34,15 +34,8 @@ const forgedPackets = 5
 // xlb node is not sent to an address that is no known backend. Each
 // refusal is counted under its own reason.
 func TestChainForgedHints(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "f"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 2, Binary: xlbBinary, Router: lab.RouterEmbedded})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, "f", lab.Spec{Clients: 1, Nodes: 1, Backends: 2, Router: lab.RouterEmbedded}, 3*time.Minute)
+	var err error
 	client, node, be1, be2 := p.Clients[0], p.Nodes[0], p.Backends[0], p.Backends[1]
 	vip := p.VIPs[0]
 

@@ -19,13 +19,8 @@ import (
 // SIGTERM, FRR keeps its route to the VIP, stale, and in the kernel; the
 // next agent makes it fresh. SIGUSR1 still withdraws it.
 func TestBGPGracefulRestartWithFRR(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "gr"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
-	defer cancel()
-	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 1, Binary: xlbBinary,
-		Router: lab.RouterFRR, GracefulRestart: true})
+	ctx, e := labEnv(t, "gr", lab.Spec{Clients: 1, Nodes: 1, Backends: 1, Router: lab.RouterFRR, GracefulRestart: true}, 3*time.Minute)
+	prefix := e.p.Spec.Prefix
 	p, services := e.p, e.services
 	vip := e.web().VIP
 	node := p.Nodes[0]

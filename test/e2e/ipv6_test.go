@@ -28,16 +28,8 @@ func TestIPv6WithFRR(t *testing.T) { testIPv6(t, lab.RouterFRR, "v6") }
 func TestIPv6WithBIRD(t *testing.T) { testIPv6(t, lab.RouterBIRD, "v6b") }
 
 func testIPv6(t *testing.T, router, suffix string) {
-	needRoot(t)
-	prefix := labPrefix + suffix
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 3*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 2, Backends: 4, Binary: xlbBinary,
-		Router: router, IPv6: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, suffix, lab.Spec{Clients: 1, Nodes: 2, Backends: 4, Router: router, IPv6: true}, 3*time.Minute)
+	var err error
 	v4, err := labrun.Services(p)
 	if err != nil {
 		t.Fatal(err)

@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/netip"
 	"os/exec"
 	"slices"
@@ -50,16 +49,8 @@ func TestIPv6SessionsWithBIRD(t *testing.T) { testIPv6Sessions(t, lab.RouterBIRD
 const controlPerSecond = 16
 
 func testIPv6Sessions(t *testing.T, router, suffix string) {
-	needRoot(t)
-	prefix := labPrefix + suffix
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 3, Backends: 4, Binary: xlbBinary,
-		Router: router, IPv6: true, PeerIPv6: true, BFD: true})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, suffix, lab.Spec{Clients: 1, Nodes: 3, Backends: 4, Router: router, IPv6: true, PeerIPv6: true, BFD: true}, 4*time.Minute)
+	var err error
 	if !p.BGP.PeerAddr.Is6() {
 		t.Fatalf("the nodes' peer is %s, want the router's IPv6 address", p.BGP.PeerAddr)
 	}

@@ -344,14 +344,7 @@ func kubeLab(t *testing.T, cpOpts k8stest.Options, suffix string, spec lab.Spec,
 		t.Skip("starts a Kubernetes control plane and a lab; skipped with -short")
 	}
 	cp := k8stest.StartT(t, cpOpts)
-	spec.Prefix, spec.Binary = labPrefix+suffix, xlbBinary
-	useLab(t, spec.Prefix)
-	ctx, cancel := context.WithTimeout(interrupted, d)
-	t.Cleanup(cancel)
-	p, err := lab.Up(ctx, spec)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, suffix, spec, d)
 	k := newKubeEnv(t, ctx, cp, p)
 	t.Cleanup(func() {
 		if t.Failed() {

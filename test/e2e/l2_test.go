@@ -30,12 +30,7 @@ const l2Persistent = 200
 // every node forwards a flow to the same backend). The failover times
 // are logged, not asserted (bench/l2bench measures them).
 func TestL2Failover(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "l2"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 2, Binary: xlbBinary, Router: lab.RouterStatic, L2: true})
+	ctx, e := labEnv(t, "l2", lab.Spec{Clients: 2, Nodes: 3, Backends: 2, Router: lab.RouterStatic, L2: true}, 4*time.Minute)
 	e.services[0].Forwarding, e.services[0].Flows = config.DSRGUE, config.FlowsDaisyChain
 	if err := labrun.StartAgents(ctx, e.p, e.services); err != nil {
 		t.Fatal(err)
@@ -116,12 +111,7 @@ func checkNewOwner(t *testing.T, ctx context.Context, e *env, name string) {
 // unsolicited advertisements move the clients' neighbour entries (`ip -6
 // neigh`), and no connection breaks.
 func TestL2FailoverIPv6(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "l26"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	e := labEnv(t, ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 3, Backends: 2, Binary: xlbBinary, Router: lab.RouterStatic, L2: true, IPv6: true})
+	ctx, e := labEnv(t, "l26", lab.Spec{Clients: 2, Nodes: 3, Backends: 2, Router: lab.RouterStatic, L2: true, IPv6: true}, 4*time.Minute)
 	six, err := labrun.Services6(e.p)
 	if err != nil {
 		t.Fatal(err)

@@ -30,15 +30,7 @@ const persistentConns = 100
 // while 100 connections of client1 run requests: none breaks, and the
 // node drops none of their packets.
 func TestPolicy(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "p"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 5*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 1, Backends: 2, Binary: xlbBinary, Router: lab.RouterEmbedded})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, "p", lab.Spec{Clients: 2, Nodes: 1, Backends: 2, Router: lab.RouterEmbedded}, 5*time.Minute)
 	logAgentsOnFailure(t, p)
 	node, inside, outside := p.Nodes[0], p.Clients[0], p.Clients[1]
 	var backends []netip.Addr

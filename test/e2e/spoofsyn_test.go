@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"net/netip"
 	"path/filepath"
 	"testing"
@@ -35,15 +34,8 @@ const (
 // still works. A node that let a SYN re-pick from the table sent it to
 // the slot's new owner, whose answer reset the client's connection.
 func TestStatefulSpoofedSYN(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "y"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 2, Nodes: 1, Backends: 4, Binary: xlbBinary, Router: lab.RouterEmbedded})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, "y", lab.Spec{Clients: 2, Nodes: 1, Backends: 4, Router: lab.RouterEmbedded}, 4*time.Minute)
+	var err error
 	logAgentsOnFailure(t, p)
 	node, first := p.Nodes[0], p.Backends[0]
 	svc := labrun.Service{Name: "web", VIP: p.VIPs[0], Port: lab.HTTPPort, Protocol: config.TCP, Forwarding: config.DSRIPIP,

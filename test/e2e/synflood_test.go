@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"context"
 	"errors"
 	"net/netip"
 	"path/filepath"
@@ -35,15 +34,7 @@ const (
 // and are hashed again, which only keeps them on their backend because
 // the table did not change meanwhile.
 func TestSYNFlood(t *testing.T) {
-	needRoot(t)
-	prefix := labPrefix + "f"
-	useLab(t, prefix)
-	ctx, cancel := context.WithTimeout(interrupted, 4*time.Minute)
-	defer cancel()
-	p, err := lab.Up(ctx, lab.Spec{Prefix: prefix, Clients: 1, Nodes: 1, Backends: 2, Binary: xlbBinary, Router: lab.RouterEmbedded})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, p := startLab(t, "f", lab.Spec{Clients: 1, Nodes: 1, Backends: 2, Router: lab.RouterEmbedded}, 4*time.Minute)
 	logAgentsOnFailure(t, p)
 	node := p.Nodes[0]
 	var backends []netip.Addr

@@ -25,20 +25,34 @@ type env struct {
 	client   lab.Host
 }
 
-// labEnv brings spec's lab up for t, with the agents' logs shown if t
-// fails, and returns it as an env: its services and its first client.
-func labEnv(t *testing.T, ctx context.Context, spec lab.Spec) *env {
+// startLab brings spec's lab up for t (its Prefix: labPrefix+suffix, its
+// Binary: xlbBinary), removed when t ends, and returns it with a context
+// that ends after d.
+func startLab(t *testing.T, suffix string, spec lab.Spec, d time.Duration) (context.Context, lab.Plan) {
 	t.Helper()
+	needRoot(t)
+	spec.Prefix, spec.Binary = labPrefix+suffix, xlbBinary
+	useLab(t, spec.Prefix)
+	ctx, cancel := context.WithTimeout(interrupted, d)
+	t.Cleanup(cancel)
 	p, err := lab.Up(ctx, spec)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return ctx, p
+}
+
+// labEnv is startLab with the agents' logs shown if t fails, the lab
+// returned as an env: its services and its first client.
+func labEnv(t *testing.T, suffix string, spec lab.Spec, d time.Duration) (context.Context, *env) {
+	t.Helper()
+	ctx, p := startLab(t, suffix, spec, d)
 	services, err := labrun.Services(p)
 	if err != nil {
 		t.Fatal(err)
 	}
 	logAgentsOnFailure(t, p)
-	return &env{p: p, services: services, client: p.Clients[0]}
+	return ctx, &env{p: p, services: services, client: p.Clients[0]}
 }
 
 func (e *env) web() labrun.Service  { return e.services[0] }
