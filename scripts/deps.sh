@@ -41,6 +41,9 @@ declare -A need=(
 	# The SYN flood of the NAT end-to-end test (test/e2e/nat_test.go):
 	# hping3 --flood --rand-source from a client namespace.
 	[hping3]=/usr/sbin/hping3
+	# bench/httpbench's profile of a new connection's CPU: perf record
+	# on every CPU while wrk runs.
+	[linux-perf]=/usr/bin/perf
 )
 missing=()
 for pkg in "${!need[@]}"; do

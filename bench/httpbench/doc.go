@@ -121,6 +121,7 @@ func markdown(r *Report, jsonPath string, img images) string {
 		w(" This kernel has no IRQ time accounting (CONFIG_IRQ_TIME_ACCOUNTING=n): softirq work, where the forwarding, the XDP programs, netfilter and much of TCP run, is counted in the softirq column and also in the time of whichever process it interrupted.")
 	}
 	w("\n\n%s\n", r.cpuTable())
+	w("%s", r.profileSection())
 
 	w("### What limited these numbers\n\n%s\n", r.limits())
 

@@ -54,6 +54,9 @@ type options struct {
 	extraRounds, extraRuns, latencyRetries int
 	// only are the paths measured (keys); nil: every path.
 	only []string
+	// profile says whether the NAT targets' paths run once more under
+	// perf after the rounds (profileRun).
+	profile bool
 }
 
 // measured are the lab's paths that o measures.
@@ -102,6 +105,7 @@ func run() error {
 	budget := flag.Duration("timeout", 55*time.Minute, "give up (and clean up) after this long")
 	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy,nft-v6; ipv4 or ipv6: every path of that family; \"\": all); a development run, whose document section lacks the others")
 	egressQueue := flag.Int("egress-queue", 1000, "packets of the transmit queue on both ends of every veth of the lab, as a NIC's (0: none, the veth default, which drops what a full XDP ring does not take)")
+	profile := flag.Bool("profile", true, "after the rounds, run the NAT targets' paths (xlb nat, xlb dnat, the NAT floor, nftables DNAT) once more with a new connection per request while perf samples every CPU, and tell where a request's CPU went")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
 
@@ -113,7 +117,7 @@ func run() error {
 		wrk:         wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
 		warmup:      time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
 		latencyBackends: 4, latencyDuration: *latDuration, latencyWarmup: time.Second,
-		extraRounds: 2, extraRuns: 28, latencyRetries: 8,
+		extraRounds: 2, extraRuns: 28, latencyRetries: 8, profile: *profile,
 	}
 	var err error
 	if o.backends, err = parseInts(*backends); err != nil {
@@ -145,6 +149,9 @@ func run() error {
 		if _, err := exec.LookPath(tool); err != nil {
 			return fmt.Errorf("%s: %w (install the Debian packages with `make deps`: wrk, nginx-light, libnginx-mod-stream, haproxy, nftables, iptables)", tool, err)
 		}
+	}
+	if _, err := exec.LookPath("perf"); err != nil && o.profile {
+		return fmt.Errorf("perf: %w (install linux-perf with `make deps`, or run with -profile=false)", err)
 	}
 	if _, err := os.Stat("/usr/lib/nginx/modules/ngx_stream_module.so"); err != nil {
 		return fmt.Errorf("nginx's stream module: %w (install libnginx-mod-stream: `make deps`)", err)
@@ -272,6 +279,20 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 					}
 				}
 			}
+		}
+	}
+	if o.profile {
+		for _, p := range o.measured(l.paths) {
+			if !slices.Contains(profiledPaths, p.Key) {
+				continue
+			}
+			prof, run, err := l.profileRun(ctx, o.wrk, p)
+			if err != nil {
+				return fmt.Errorf("profile: %w", err)
+			}
+			r.Profiles = append(r.Profiles, prof)
+			progress("profile, %s, %s: %-14s %7.0f req/s; µs per request: %s (other processes %.2f cores)",
+				backendsLabel(l.n), modeClose, p.Name, run.RPS, profileText(prof), run.CPU.Other)
 		}
 	}
 	if len(o.rates) == 0 {

@@ -47,6 +47,9 @@ type Run struct {
 	BackendPAWS        uint64            `json:"backend_paws_timewait"`
 	BackendListenDrops uint64            `json:"backend_listen_drops"`
 	CPU                CPUUse            `json:"cpu"`
+	// monoStart and monoEnd are when wrk started and ended
+	// (CLOCK_MONOTONIC seconds), for the profile.
+	monoStart, monoEnd float64
 }
 
 // LatencyRun is one run of the constant-rate client.
@@ -105,7 +108,9 @@ func (l *benchLab) wrkRun(ctx context.Context, s wrkSettings, p Path, mode strin
 	cmd := exec.CommandContext(ctx, l.xlb, append([]string{netns.ExecCommand, l.p.Clients[0].Namespace, "--"}, args...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	run.monoStart = monotonic()
 	runErr := cmd.Run()
+	run.monoEnd = monotonic()
 	s1, err := takeSample()
 	if err != nil {
 		return run, err

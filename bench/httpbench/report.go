@@ -65,6 +65,9 @@ type Report struct {
 	BackendNginx string       `json:"backend_nginx_conf"`
 	Runs         []Run        `json:"runs"`
 	Latency      []LatencyRun `json:"latency"`
+	// Profiles are the profiled runs (profileRun), in profiledPaths'
+	// order.
+	Profiles []Profile `json:"profiles,omitempty"`
 }
 
 // Targets of the issue: xlb against DNAT (nftables), the nginx proxy and
