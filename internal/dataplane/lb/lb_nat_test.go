@@ -598,20 +598,26 @@ func TestLBNATExpiry(t *testing.T) {
 	live, _ := open(tuple{clientAt(43000), vip(80), 6}, true, true, false)
 	old, _ := open(tuple{clientAt(43001), vip(80), 6}, true, true, false)
 	silent, _ := open(tuple{clientAt(43002), vip(53), 17}, false, false, false)
+	// Its backend silent past the timeout, its client not: the reverse
+	// entry's stamp alone would have it swept.
+	uploading, _ := open(tuple{clientAt(43003), vip(80), 6}, true, true, false)
 	x.setLast(old, true, monotonicNow()-uint64(cfg.TCPEstablished+time.Second))
 	x.setLast(silent, false, monotonicNow()-uint64(cfg.UDP+time.Second))
+	x.setStamps(uploading, monotonicNow()-uint64(cfg.TCPEstablished+time.Second), monotonicNow())
 	before, _ := x.d.NATCounters()
 	n, err := x.d.ExpireSessions()
 	if err != nil || n != 2 {
 		t.Fatalf("ExpireSessions: %d (%v), want 2", n, err)
 	}
 	after, _ := x.d.NATCounters()
-	if after.Expired-before.Expired != 2 || after.NoReply-before.NoReply != 1 || after.Sessions != 1 {
-		t.Errorf("after the sweep: %+v (before %+v), want 2 more expired, 1 more without reply, 1 session left", after, before)
+	if after.Expired-before.Expired != 2 || after.NoReply-before.NoReply != 1 || after.Sessions != 2 {
+		t.Errorf("after the sweep: %+v (before %+v), want 2 more expired, 1 more without reply, 2 sessions left", after, before)
 	}
 	var s wire.Session
-	if err := x.d.objs.NatRev.Lookup(&live, &s); err != nil {
-		t.Errorf("the live session was swept: %v", err)
+	for _, k := range []wire.SessionKey{live, uploading} {
+		if err := x.d.objs.NatRev.Lookup(&k, &s); err != nil {
+			t.Errorf("live session %v was swept: %v", k, err)
+		}
 	}
 	if n, err := x.d.ExpireSessions(); err != nil || n != 0 {
 		t.Errorf("second sweep: %d (%v), want 0", n, err)

@@ -45,6 +45,7 @@ const (
 	lbMapVipFilter    = "vip_filter"
 	lbMapVips         = "vips"
 	lbProgXlbLbProg   = "xlb_lb_prog"
+	lbProgXlbNatReap  = "xlb_nat_reap"
 	lbVarFlowHash     = "flow_hash"
 	lbVarNhGen        = "nh_gen"
 	lbVarNodeAddr     = "node_addr"
@@ -95,7 +96,8 @@ type lbSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type lbProgramSpecs struct {
-	XlbLbProg *ebpf.ProgramSpec `ebpf:"xlb_lb_prog"`
+	XlbLbProg  *ebpf.ProgramSpec `ebpf:"xlb_lb_prog"`
+	XlbNatReap *ebpf.ProgramSpec `ebpf:"xlb_nat_reap"`
 }
 
 // lbMapSpecs contains maps before they are loaded into the kernel.
@@ -243,12 +245,14 @@ type lbVariables struct {
 //
 // It can be passed to loadLbObjects or ebpf.CollectionSpec.LoadAndAssign.
 type lbPrograms struct {
-	XlbLbProg *ebpf.Program `ebpf:"xlb_lb_prog"`
+	XlbLbProg  *ebpf.Program `ebpf:"xlb_lb_prog"`
+	XlbNatReap *ebpf.Program `ebpf:"xlb_nat_reap"`
 }
 
 func (p *lbPrograms) Close() error {
 	return _LbClose(
 		p.XlbLbProg,
+		p.XlbNatReap,
 	)
 }
 

@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/cilium/ebpf"
 	"golang.org/x/sys/unix"
@@ -451,6 +452,12 @@ type sweep struct {
 // large table takes several calls to go through. A completed pass counts
 // the sessions in use (NATCounters) and lets go of the dnat backends no
 // service names and no session uses any more.
+//
+// The sessions read past their timeout go to the program xlb_nat_reap
+// (bpf/xlb_lb.c), reapBatch at a time, which reaps each one still past
+// it by the packet path's own rule and counts it as the packet path
+// does; the others live on. One system call per batch: removing a
+// session from here took seven (BenchmarkNATSweepExpired).
 func (d *Dataplane) ExpireSessions() (int, error) {
 	d.nat.mu.Lock()
 	defer d.nat.mu.Unlock()
@@ -460,82 +467,96 @@ func (d *Dataplane) ExpireSessions() (int, error) {
 	}
 	c := d.nat.cfg
 	now := monotonicNow()
-	type victim struct {
-		k wire.SessionKey
-		v wire.Session
+	live := func(i int, k *wire.SessionKey, flags uint8) {
+		sw.pending.sessions++
+		if i == embryonicTables {
+			sw.pending.embryonic++
+		}
+		if flags&wire.SessionDNAT != 0 {
+			sw.live[wire.NATBackendKey{Addr: k.Src, Port: k.Sport, Proto: k.Proto}] = true
+		}
 	}
-	removed, noReply, budget := 0, uint64(0), sweepBudget
+	removed, budget := 0, sweepBudget
+	var args reapArgs
+	var flags [reapBatch]uint8
 	for i, t := range d.sessionTables() {
 		if sw.done[i] {
 			continue
 		}
-		var old []victim
+		args.Est = 1
+		if i == embryonicTables {
+			args.Est = 0
+		}
+		var reapErr error
+		reap := func() {
+			if args.N == 0 || reapErr != nil {
+				return
+			}
+			// As bytes: encoding the struct by reflection cost more
+			// than the run.
+			buf := unsafe.Slice((*byte)(unsafe.Pointer(&args)), unsafe.Sizeof(args))
+			if _, err := d.objs.XlbNatReap.Run(&ebpf.RunOptions{Context: buf, ContextOut: buf}); err != nil {
+				reapErr = fmt.Errorf("reap expired sessions: %w", err)
+				return
+			}
+			for j := range args.N {
+				switch {
+				case args.Reaped&(1<<j) != 0:
+					removed++
+				case args.Alive&(1<<j) != 0:
+					live(i, &args.Keys[j], flags[j])
+				}
+			}
+			args.N = 0
+		}
 		read := 0
 		done, err := walkSome(t.rev, &sw.cursor[i], budget, func(k *wire.SessionKey, v *wire.Session) {
 			read++
-			dead := expired(&c, v, now)
-			if dead && i != embryonicTables {
-				joinForward(t.fwd, k, v)
-				dead = expired(&c, v, now)
-			}
-			if dead {
-				old = append(old, victim{*k, *v})
+			// By the reverse entry's stamp alone: the program joins
+			// the client's side's in.
+			if !expired(&c, v, now) {
+				live(i, k, v.Flags)
 				return
 			}
-			sw.pending.sessions++
-			if i == embryonicTables {
-				sw.pending.embryonic++
-			}
-			if v.Flags&wire.SessionDNAT != 0 {
-				sw.live[wire.NATBackendKey{Addr: k.Src, Port: k.Sport, Proto: k.Proto}] = true
+			args.Keys[args.N], flags[args.N] = *k, v.Flags
+			if args.N++; args.N == reapBatch {
+				reap()
 			}
 		})
+		reap()
+		if err == nil {
+			err = reapErr
+		}
 		if err != nil {
 			return removed, err
 		}
 		sw.done[i] = done
 		budget -= read
-		for _, o := range old {
-			// A packet may have renewed it since the walk read it.
-			var cur wire.Session
-			if err := t.rev.Lookup(&o.k, &cur); err != nil {
-				continue
-			}
-			if i != embryonicTables {
-				joinForward(t.fwd, &o.k, &cur)
-			}
-			if !expired(&c, &cur, monotonicNow()) {
-				continue
-			}
-			ok, err := removeSession(t.fwd, t.rev, &o.k, &cur)
-			if err != nil {
-				return removed, err
-			}
-			if ok {
-				removed++
-				if cur.Flags&wire.SessionReplied == 0 {
-					noReply++
-				}
-			}
-		}
 		if budget <= 0 {
 			break
 		}
-	}
-	if err := d.addSwept(wire.LBNATExpired, uint64(removed)); err != nil {
-		return removed, err
-	}
-	if err := d.addSwept(wire.LBNATNoReply, noReply); err != nil {
-		return removed, err
 	}
 	d.nat.swept = time.Now()
 	if !sw.done[0] || !sw.done[1] {
 		return removed, nil
 	}
 	d.nat.gauges, d.nat.counted = sw.pending, time.Now()
-	live := sw.live
+	inUse := sw.live
 	*sw = sweep{live: map[wire.NATBackendKey]bool{}}
-	return removed, d.sweepDNATBackends(live)
+	return removed, d.sweepDNATBackends(inUse)
+}
+
+// reapBatch is how many sessions one run of xlb_nat_reap takes
+// (LBNAT_REAP_BATCH).
+const reapBatch = 64
+
+// reapArgs is xlb_nat_reap's context (struct lbnat_reap_args): the
+// reverse keys of sessions of the established tables (Est 1) or the
+// embryonic ones, and on return which were reaped and which live on.
+type reapArgs struct {
+	N, Est        uint32
+	Reaped, Alive uint64
+	Keys          [reapBatch]wire.SessionKey
 }
 
 // countSessions walks the sessions to count them (NATCounters between
