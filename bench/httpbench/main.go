@@ -282,10 +282,21 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 		}
 	}
 	if o.profile {
-		for _, p := range o.measured(l.paths) {
-			if !slices.Contains(profiledPaths, p.Key) {
-				continue
+		var ps []Path
+		for _, key := range profiledPaths {
+			if i := slices.IndexFunc(o.measured(l.paths), func(p Path) bool { return p.Key == key }); i >= 0 {
+				ps = append(ps, o.measured(l.paths)[i])
 			}
+		}
+		if len(ps) > 0 {
+			progress("profile: %s for xlb's agent to reap the sessions of the rounds", profilePause)
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(profilePause):
+			}
+		}
+		for _, p := range ps {
 			prof, run, err := l.profileRun(ctx, o.wrk, p)
 			if err != nil {
 				return fmt.Errorf("profile: %w", err)

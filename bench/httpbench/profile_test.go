@@ -52,6 +52,12 @@ xlb 100.700000:
 	ffffffff81000014 handle_softirqs
 	ffffffff81000015 do_softirq
 
+xlb 100.750000: 
+	ffffffff81000002 lookup_nulls_elem_raw
+	ffffffffc0000016 bpf_prog_eaf410565d8bb269_lbnat_reap_key
+	ffffffffc0000017 bpf_prog_6a0815d1e36d1f7b_xlb_nat_reap
+	ffffffff81000018 bpf_prog_test_run_syscall
+
 wrk 100.800000: 
 	00000000004b0000 http_parser_execute
 
@@ -69,8 +75,9 @@ func TestProfileFrom(t *testing.T) {
 	}
 	// The netfilter hook that calls the rest of the receive path in
 	// place (ip_sabotage_in) does not make it netfilter's; softirq work
-	// in the agent's context is the chain's.
-	want := map[string]int{profIdle: 1, profXLB: 1, profFloor: 1, profNetfilter: 1, profRest: 4, profAgent: 1}
+	// in the agent's context is the chain's; the sweep's reaping program
+	// is the agent's.
+	want := map[string]int{profIdle: 1, profXLB: 1, profFloor: 1, profNetfilter: 1, profRest: 4, profAgent: 2}
 	for k, n := range want {
 		if got[k] != n {
 			t.Errorf("%s: %d samples, want %d (all: %v)", k, got[k], n, got)

@@ -94,25 +94,7 @@ func BenchmarkNATSweep(b *testing.B) {
 	}
 	defer d.Close()
 	n := int(d.Shape().NATSessions)
-	keys := make([]wire.SessionKey, n)
-	fkeys := make([]wire.SessionKey, n)
-	fvals := make([]wire.SessionFwd, n)
-	vals := make([]wire.Session, n)
-	now := monotonicNow()
-	for i := range n {
-		client := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
-		keys[i] = wire.SessionKey{Src: wire.AddrOf(fxBackend), Dst: wire.AddrOf(client), Sport: wire.Port(8080), Dport: wire.Port(40000), Proto: 6}
-		vals[i] = wire.Session{Client: wire.AddrOf(client), Vip: wire.AddrOf(fxVIP), ClientPort: wire.Port(40000), VipPort: wire.Port(80),
-			BackendId: 1, Last: now, State: wire.SessionEstablished, Flags: wire.SessionReplied | wire.SessionDNAT}
-		fkeys[i] = forwardKey(&keys[i], &vals[i])
-		fvals[i] = forwardEntry(&keys[i], &vals[i])
-	}
-	if _, err := d.objs.NatRev.BatchUpdate(keys, vals, nil); err != nil {
-		b.Fatal(err)
-	}
-	if _, err := d.objs.NatFwd.BatchUpdate(fkeys, fvals, nil); err != nil {
-		b.Fatal(err)
-	}
+	writeSessions(b, d, n, monotonicNow(), wire.SessionEstablished, wire.SessionDNAT)
 	calls := 0
 	b.Run("pass", func(b *testing.B) {
 		for b.Loop() {
@@ -148,6 +130,32 @@ func BenchmarkNATSweep(b *testing.B) {
 	})
 }
 
+// writeSessions writes n answered sessions of made-up clients (10.x.y.z
+// port 40000, to the fixture's backend port 8080 from as many claims)
+// into the established tables, both entries stamped last, in state, with
+// flags besides wire.SessionReplied.
+func writeSessions(b *testing.B, d *Dataplane, n int, last uint64, state, flags uint8) {
+	b.Helper()
+	keys := make([]wire.SessionKey, n)
+	fkeys := make([]wire.SessionKey, n)
+	fvals := make([]wire.SessionFwd, n)
+	vals := make([]wire.Session, n)
+	for i := range n {
+		client := netip.AddrFrom4([4]byte{10, byte(i >> 16), byte(i >> 8), byte(i)})
+		keys[i] = wire.SessionKey{Src: wire.AddrOf(fxBackend), Dst: wire.AddrOf(client), Sport: wire.Port(8080), Dport: wire.Port(40000), Proto: 6}
+		vals[i] = wire.Session{Client: wire.AddrOf(client), Vip: wire.AddrOf(fxVIP), ClientPort: wire.Port(40000), VipPort: wire.Port(80),
+			BackendId: 1, Last: last, State: state, Flags: wire.SessionReplied | flags}
+		fkeys[i] = forwardKey(&keys[i], &vals[i])
+		fvals[i] = forwardEntry(&keys[i], &vals[i])
+	}
+	if _, err := d.objs.NatRev.BatchUpdate(keys, vals, nil); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := d.objs.NatFwd.BatchUpdate(fkeys, fvals, nil); err != nil {
+		b.Fatal(err)
+	}
+}
+
 // BenchmarkNATSweepExpired measures what the sweep costs per session it
 // removes: 65536 established sessions of closed connections (state
 // closing, both entries stamped 20 s ago, past tcpClosing), written
@@ -163,27 +171,9 @@ func BenchmarkNATSweepExpired(b *testing.B) {
 	}
 	defer d.Close()
 	const n = 65536
-	keys := make([]wire.SessionKey, n)
-	fkeys := make([]wire.SessionKey, n)
-	fvals := make([]wire.SessionFwd, n)
-	vals := make([]wire.Session, n)
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
-		then := monotonicNow() - uint64(20*time.Second)
-		for j := range n {
-			client := netip.AddrFrom4([4]byte{10, byte(j >> 16), byte(j >> 8), byte(j)})
-			keys[j] = sessionKey(netip.AddrPortFrom(fxNode, uint16(1024+j%60000)), netip.AddrPortFrom(fxBackend, uint16(8000+j/60000)), 6)
-			vals[j] = wire.Session{Client: wire.AddrOf(client), Vip: wire.AddrOf(fxVIP), ClientPort: wire.Port(40000), VipPort: wire.Port(80),
-				BackendId: 1, Last: then, State: wire.SessionClosing, Flags: wire.SessionReplied}
-			fkeys[j] = forwardKey(&keys[j], &vals[j])
-			fvals[j] = forwardEntry(&keys[j], &vals[j])
-		}
-		if _, err := d.objs.NatRev.BatchUpdate(keys, vals, nil); err != nil {
-			b.Fatal(err)
-		}
-		if _, err := d.objs.NatFwd.BatchUpdate(fkeys, fvals, nil); err != nil {
-			b.Fatal(err)
-		}
+		writeSessions(b, d, n, monotonicNow()-uint64(20*time.Second), wire.SessionClosing, 0)
 		b.StartTimer()
 		removed := 0
 		for calls := 0; removed < n; calls++ {
