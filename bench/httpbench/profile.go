@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -340,7 +341,7 @@ func (r *Report) profileSection() string {
 	var b strings.Builder
 	w := func(format string, a ...any) { fmt.Fprintf(&b, format, a...) }
 	p0 := r.Profiles[0]
-	w("**Where a new connection's CPU went.** After the rounds, with %s, each path below ran wrk once more with a new connection per request, for %s (not one of the rounds above), while `%s` sampled both CPUs every %.1f ms: first the floor and nftables DNAT, then xlb dnat and xlb nat, after a pause of %s in which xlb's agent reaped the sessions of the rounds. It reaps a session `tcpClosing` (10 s) after its connection ended, so xlb's rows leave out the reaping of their own sessions: about 5.7 µs of the agent's CPU per connection (`BenchmarkNATSweepExpired`, [decision 0007](decisions/0007-nat-sessions.md#expiry-on-the-packet-path-the-sweep-off-it)). Each sample taken while wrk ran counts where its stack was, looked at from the leaf up until the packet's way goes on (a hook's continuation): an XDP program on the node (xlb's, with the kernel's map and FIB functions it calls; or the floor's), netfilter (hooks, conntrack, NAT, rules), the xlb agent's process (its session sweeps among others), idle, or the rest of the chain (TCP and the sockets of client and backends, the router's and the node's forwarding, the veths, wrk and nginx). CPU time per request, in µs:\n\n",
+	w("**Where a new connection's CPU went.** After the rounds, with %s, each path below ran wrk once more with a new connection per request, for %s (not one of the rounds above), while `%s` sampled both CPUs every %.1f ms: first the floor and nftables DNAT, then xlb dnat and xlb nat, after a pause of %s in which xlb's agent reaped the sessions of the rounds. It reaps a session `tcpClosing` (10 s) after its connection ended, so xlb's rows leave out the reaping of their own sessions: about 5 µs of the agent's CPU per connection (`BenchmarkNATSweepExpired`, [decision 0007](decisions/0007-nat-sessions.md#expiry-on-the-packet-path-the-sweep-off-it)). Each sample taken while wrk ran counts where its stack was, looked at from the leaf up until the packet's way goes on (a hook's continuation): an XDP program on the node (xlb's, with the kernel's map and FIB functions it calls; or the floor's), netfilter (hooks, conntrack, NAT, rules), the xlb agent's process (its session sweeps among others), idle, or the rest of the chain (TCP and the sockets of client and backends, the router's and the node's forwarding, the veths, wrk and nginx). CPU time per request, in µs:\n\n",
 		backendsLabel(p0.Backends), time.Duration(p0.Seconds*float64(time.Second)).Round(time.Second), p0.Command, 1000.0/profileHz, profilePause)
 	w("| path | req/s | samples |")
 	for _, c := range profileColumns {
@@ -370,20 +371,23 @@ func (r *Report) profileSection() string {
 	w("Over the floor's chain (%.1f µs busy per request), xlb nat's cost %+.1f µs: its XDP program %+.1f against the floor's, its agent %+.1f, the rest %+.1f. nftables DNAT's cost %+.1f: netfilter %+.1f, the rest %+.1f (the node's own stack, which XDP_TX skips). ",
 		floor.Busy(), nat.Busy()-floor.Busy(), nat.Micros[profXLB]-floor.Micros[profFloor], nat.Micros[profAgent]-floor.Micros[profAgent], nat.Micros[profRest]-floor.Micros[profRest],
 		nft.Busy()-floor.Busy(), nft.Micros[profNetfilter]-floor.Micros[profNetfilter], nft.Micros[profRest]-floor.Micros[profRest])
-	all := func(p *Profile) float64 { return p.Busy() + p.Micros[profIdle] }
 	target := 0.0
 	for _, t := range natTargets {
 		if t.Ref == keyNft {
 			target = t.Min[modeClose]
 		}
 	}
-	limit := all(nft) / target
-	w("A rate is the two CPUs' time over a request's time, busy and idle together, so %.1fx nftables DNAT's rate gives a request at most %.1f µs (nftables DNAT's %.1f / %.1f); in this run the floor, which keeps no state at all, took %.1f (%.1f busy, %.1f idle) and xlb nat %.1f (%.1f busy, %.1f idle). ",
-		target, limit, all(nft), target, all(floor), floor.Busy(), floor.Micros[profIdle], all(nat), nat.Busy(), nat.Micros[profIdle])
-	if room := limit - all(floor); room < nat.Micros[profXLB] {
-		w("That leaves a NAT with sessions %.1f µs per request above the floor, less than xlb nat's XDP program alone took (%.1f).\n\n", room, nat.Micros[profXLB])
-	} else {
-		w("That leaves a NAT with sessions %.1f µs per request above the floor; xlb nat's XDP program took %.1f of it.\n\n", room, nat.Micros[profXLB])
+	want := target * nft.RPS
+	// At the floor's share of idle time, a path's rate goes inversely
+	// with its busy time per request.
+	limit := floor.Busy() * floor.RPS / want
+	w("In these runs %.1fx nftables DNAT's rate is %.0f requests/s, and the floor, which keeps no state at all, reached %.0f (%.2fx nftables DNAT). At the floor's share of idle time a path's rate goes inversely with its busy time per request, so %.0f requests/s allow %.1f µs busy per request: %.1f above the floor's. xlb nat's was %.1f above it (its XDP program %.1f, its agent %.1f, besides the reaping of its sessions later), and it reached %.0f (%.2fx nftables DNAT).",
+		target, want, floor.RPS, floor.RPS/nft.RPS, want, limit, limit-floor.Busy(), nat.Busy()-floor.Busy(), nat.Micros[profXLB], nat.Micros[profAgent], nat.RPS, nat.RPS/nft.RPS)
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, p := range r.Profiles {
+		c := (p.Busy() + p.Micros[profIdle]) * p.RPS / 1e6 / float64(max(r.Machine.CPUs, 1))
+		lo, hi = min(lo, c), max(hi, c)
 	}
+	w(" The samples of a run add up to %.0f-%.0f%% of the CPUs' time while it ran: perf missed some time, idle or not, so the busy figures are lower bounds and the idle column compares runs with each other only.\n\n", 100*lo, 100*hi)
 	return b.String()
 }
