@@ -261,8 +261,10 @@ struct {
 	__type(value, __u64);
 } nat_counters SEC(".maps");
 
-/* What the control plane's sweep of the sessions did, by enum
- * lbnat_stat (expired, no reply, ended); the program never reads it. */
+/* What the control plane did to sessions from user space, by enum
+ * lbnat_stat: ended (a backend failed its health checks); agents from
+ * before xlb_nat_reap counted their sweep's expired and no-reply here
+ * too. The program never reads it. */
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, LBNAT_STAT_MAX);
