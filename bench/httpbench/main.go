@@ -283,9 +283,10 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 	}
 	if o.profile {
 		var ps []Path
+		measured := o.measured(l.paths)
 		for _, key := range profiledPaths {
-			if i := slices.IndexFunc(o.measured(l.paths), func(p Path) bool { return p.Key == key }); i >= 0 {
-				ps = append(ps, o.measured(l.paths)[i])
+			if i := slices.IndexFunc(measured, func(p Path) bool { return p.Key == key }); i >= 0 {
+				ps = append(ps, measured[i])
 			}
 		}
 		if len(ps) > 0 {

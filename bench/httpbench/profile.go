@@ -291,10 +291,11 @@ func (l *benchLab) profileRun(ctx context.Context, s wrkSettings, p Path) (Profi
 		prof.Samples += n
 		prof.Micros[c] = round3(float64(n) / profileHz / float64(prof.Requests) * 1e6)
 	}
-	// Two CPUs sampled for the run's length: far fewer samples means perf
-	// did not record all of it.
+	// Every CPU sampled for the run's length gives profileHz samples a
+	// second each; fewer than 0.8 of one CPU's means perf did not record
+	// the run.
 	if want := 0.8 * prof.Seconds * profileHz; float64(prof.Samples) < want {
-		return prof, run, fmt.Errorf("%s: perf recorded %d samples during wrk's %.1f s, want at least %.0f per CPU-second sampled: %s",
+		return prof, run, fmt.Errorf("%s: perf recorded %d samples during wrk's %.1f s, want at least %.0f a second: %s",
 			p.Name, prof.Samples, prof.Seconds, 0.8*profileHz, recOut.String())
 	}
 	return prof, run, nil
