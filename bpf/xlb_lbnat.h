@@ -714,6 +714,39 @@ static __always_inline void lbnat_touch(struct lbnat_session *s, __u8 flags, int
 		s->last = now;
 }
 
+/* Open established session s (its forward entry f) again at now, for a
+ * client's SYN after it closed: a new connection, in state syn until its
+ * client acknowledges the backend's answer (the client's packets read
+ * both entries meanwhile: lbnat_session_of), counted as created. It stays
+ * in the established tables: its client went through a handshake on this
+ * tuple before, and a SYN takes no room there. Forward entry first, as a
+ * state that closes is joined from it into the session (lbnat_merge). */
+static __always_inline void lbnat_reopen(struct lbnat_session *s, struct lbnat_fwd *f, __u64 now)
+{
+	f->state = LBNAT_SYN;
+	f->last = now;
+	s->state = LBNAT_SYN;
+	s->flags &= ~LBNAT_REPLIED;
+	s->last = now;
+	lbnat_count(LBNAT_CREATED);
+}
+
+/* The backend a new connection of flow hash gets from service svc's table
+ * now, plus one; 0: none. */
+static __always_inline __u32 lbnat_pick_now(const struct svc_slot *svc, __u32 hash)
+{
+	__u32 id = svc->id, slot = flow_slot(hash);
+	void *table = bpf_map_lookup_elem(&maglev_tables, &id);
+	xlb_table_entry *e;
+
+	if (!table)
+		return 0;
+	e = bpf_map_lookup_elem(table, &slot);
+	if (!e || (!xlb_table_entry_addr(*e) && !xlb_table_entry_v6(*e)))
+		return 0;
+	return (xlb_table_entry_bid(*e) & ~XLB_TABLE_ENTRY_V6) + 1;
+}
+
 /* ---- Client to backend ---- */
 
 /* Move the session of claim x->rk and client packet x->fk from the
@@ -790,8 +823,19 @@ static __noinline int lbnat_session_slow(struct lbnat_scratch *x, const struct l
 		return 0;
 	}
 	if ((pkt & LBNAT_PKT_SYN) && s->state == LBNAT_CLOSING) {
-		lbnat_remove(&x->rk, s, est, &x->fk);
-		return 0;
+		/* A new connection from a reused port. When the table still
+		 * gives it the session's backend, the session opens again in
+		 * place, with its claim: what ending it and opening a new one
+		 * would come to (the port drawn first is this one, the backend
+		 * takes the SYN as its own client's), without the tables'
+		 * churn. Otherwise it ends, and the SYN opens a new one. */
+		if (!est || !f || x->bid != s->backend_id + 1) {
+			lbnat_remove(&x->rk, s, est, &x->fk);
+			return 0;
+		}
+		lbnat_reopen(s, f, now);
+		x->bid = s->backend_id;
+		return 1;
 	}
 	lbnat_touch(s, flags, tcp, now);
 	if (f) {
@@ -826,6 +870,7 @@ static __always_inline const struct lbnat_key *lbnat_session_of(struct lbnat_scr
 	struct lbnat_fwd *f = bpf_map_lookup_elem(&nat_fwd, &x->fk);
 
 	if (f && !(tcp && (flags & (XLB_TCP_SYN | XLB_TCP_FIN | XLB_TCP_RST))) &&
+	    f->state != LBNAT_SYN &&
 	    (__s64)(now - f->last) <= (__s64)lbnat_timeout(c, f->state) &&
 	    f->rk.proto == x->fk.proto) {
 		if (now - f->last > XLB_NAT_TOUCH_NS && (__s64)(now - f->last) > 0)
@@ -954,6 +999,7 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	lbnat_set_key(&x->fk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
+	x->bid = syn ? lbnat_pick_now(svc, hash) : 0;
 	const struct lbnat_key *rk = lbnat_session_of(x, c, flags, tcp, syn, now, &bid);
 
 	if (!rk) {

@@ -207,7 +207,9 @@ struct lbnat_scratch {
 	__u64 h;                 /* the port hash of the flow being opened */
 	__u32 range;             /* ports to draw from; 0: the claim as it is (dnat) */
 	__u32 ok;                /* a claim was made */
-	__u32 bid;               /* the backend id of the session found (lbnat_session_slow) */
+	__u32 bid;               /* in: the backend a SYN's connection gets from the table now,
+				  * plus one, 0: none (lbnat_pick_now); out: the backend id of
+				  * the session found (lbnat_session_slow) */
 	__be32 be;               /* the backend's address, as the table gives it */
 	__u8 one;                /* nat_dnat_be's value */
 	__u8 strict;             /* candidates below this skip ports in a backend's TIME_WAIT */

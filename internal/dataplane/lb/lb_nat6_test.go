@@ -9,6 +9,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/xlbproject/xlb/internal/dataplane/wire"
 )
 
 // The IPv6 NAT fixture: the IPv6 fixture namespace (prepareFixture6)
@@ -261,6 +263,43 @@ func TestLBNAT6Translations(t *testing.T) {
 	// A mid-flow segment opens nothing.
 	if v, _, r := x.run(seg6(tuple{client6(40099), vip6(80), 6}, tcpACK, nil, mac)); v != xdpDrop || !sameReasons(r, "drop_nat_no_session") {
 		t.Errorf("mid-flow ACK: %s %v, want drop_nat_no_session", verdictNames[v], r)
+	}
+}
+
+// TestLBNAT6SynAfterClose: over IPv6 too (whose table entries name their
+// backends by id with a flag), a SYN from the tuple of a closed session
+// whose backend the table still gives opens it again in place: the same
+// claim and port, in the established tables, in state syn, counted as
+// created; the client's ACK of the answer establishes it.
+func TestLBNAT6SynAfterClose(t *testing.T) {
+	x := newNAT6Fixture(t)
+	mac := x.f.MAC
+	c := tuple{client6(40100), vip6(80), 6}
+	src := x.source6(seg6(c, tcpSYN, nil, mac))
+	toBE := tuple{src, nat6Backends[60], 6}
+	x.expectForward6("SYN-ACK", seg6(toBE.reverse(), tcpSYN|tcpACK, nil, mac), c.reverse())
+	x.expectForward6("ACK", seg6(c, tcpACK, nil, mac), toBE)
+	x.expectForward6("the client's FIN", seg6(c, tcpACK|tcpFIN, nil, mac), toBE)
+	x.expectForward6("the backend's FIN", seg6(toBE.reverse(), tcpACK|tcpFIN, nil, mac), c.reverse())
+	k := sessionKey(src, nat6Backends[60], 6)
+	var s wire.Session
+	if err := x.d.objs.NatRev.Lookup(&k, &s); err != nil || s.State != wire.SessionClosing {
+		t.Fatalf("after a FIN each way: %+v (%v), want an established-table session in state closing", s, err)
+	}
+	delta := x.natDelta(func() { x.expectForward6("SYN after the close", seg6(c, tcpSYN, nil, mac), toBE) })
+	if delta["created"] != 1 || delta["forward"] != 1 || len(delta) != 2 {
+		t.Errorf("SYN after the close: NAT counters moved %v, want created and forward", delta)
+	}
+	if rev, revSyn, fwd, fwdSyn := x.sessionTables(k, c); !rev || revSyn || fwd == nil || *fwd != k || fwdSyn != nil {
+		t.Errorf("SYN after the close: claim established %v, embryonic %v, forward %v, %v; want the session in the established tables only", rev, revSyn, fwd, fwdSyn)
+	}
+	if ss, _ := x.d.Sessions(nat6VIP, 80, ProtoTCP, 0); len(ss) != 1 || ss[0].State != "syn" || ss[0].Replied || ss[0].Source != src {
+		t.Errorf("sessions %+v, want one from %v, new, waiting for a reply", ss, src)
+	}
+	x.expectForward6("SYN-ACK again", seg6(toBE.reverse(), tcpSYN|tcpACK, nil, mac), c.reverse())
+	x.expectForward6("ACK again", seg6(c, tcpACK, nil, mac), toBE)
+	if ss, _ := x.d.Sessions(nat6VIP, 80, ProtoTCP, 0); len(ss) != 1 || ss[0].State != "established" || !ss[0].Replied {
+		t.Errorf("sessions %+v, want one, established", ss)
 	}
 }
 

@@ -664,14 +664,17 @@ func (x *natFixture) sessionTables(k wire.SessionKey, c tuple) (rev, revSyn bool
 }
 
 // TestLBNATSynAfterClose: a SYN from the tuple of a closing session (a
-// client reusing its port within tcpClosing) is a new connection: the
-// old session ends, in every table, and a new one opens from the
-// service's table as it is now, so a backend drained since gets no new
-// connection, and the old session's backend-side tuple is free for
-// another client. With the backend still in the table, the new session
-// goes to it, embryonic and unanswered. A SYN on an established session
-// goes where the session goes; a retransmitted SYN keeps its embryonic
-// session's backend and port even when the table changed.
+// client reusing its port within tcpClosing) is a new connection, to the
+// backend the service's table gives it now. With the session's backend
+// still there, the session opens again in place: the same claim, in the
+// established tables, in state syn and unanswered, counted as created;
+// the client's ACK of the answer establishes it (its packets read both
+// entries until then). With the backend drained since, the old session
+// ends, in every table, and a new one opens to the table's backend, so a
+// drained backend gets no new connection and the old backend-side tuple
+// is free for another client. A SYN on an established session goes where
+// the session goes; a retransmitted SYN keeps its embryonic session's
+// backend and port even when the table changed.
 func TestLBNATSynAfterClose(t *testing.T) {
 	x := newNATFixture(t)
 	// One port: a session's claim is the range's only one, so whether
@@ -683,24 +686,45 @@ func TestLBNATSynAfterClose(t *testing.T) {
 	a, b := natBackends[30], natBackends[35]
 	nodePort := netip.AddrPortFrom(fxNode, port)
 
-	// The backend still in the table: a fresh session to it.
+	// The backend still in the table: the session opens again in place.
 	c := tuple{clientAt(44000), vip(80), 6}
 	src := x.closeSession(c, a)
 	old := sessionKey(src, a, 6)
-	x.expectForward("SYN after the close, the backend in the table", segment(c, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+	delta := x.natDelta(func() {
+		x.expectForward("SYN after the close, the backend in the table", segment(c, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+	})
+	if delta["created"] != 1 || delta["forward"] != 1 || len(delta) != 2 {
+		t.Errorf("SYN after the close: NAT counters moved %v, want created and forward", delta)
+	}
 	rev, revSyn, fwd, fwdSyn := x.sessionTables(old, c)
-	if rev || !revSyn || fwd != nil || fwdSyn == nil || *fwdSyn != old {
-		t.Errorf("SYN after the close: claim in the established table %v, embryonic %v; forward entries %v, %v; want a new session in the embryonic tables only", rev, revSyn, fwd, fwdSyn)
+	if !rev || revSyn || fwd == nil || *fwd != old || fwdSyn != nil {
+		t.Errorf("SYN after the close: claim in the established table %v, embryonic %v; forward entries %v, %v; want the session in the established tables only", rev, revSyn, fwd, fwdSyn)
+	}
+	fwdState := func() uint8 {
+		fk := wire.SessionKey{Src: wire.AddrOf(c.src.Addr()), Dst: wire.AddrOf(c.dst.Addr()), Sport: wire.Port(c.src.Port()), Dport: wire.Port(c.dst.Port()), Proto: 6}
+		var f wire.SessionFwd
+		if err := x.d.objs.NatFwd.Lookup(&fk, &f); err != nil {
+			t.Fatalf("the client's forward entry: %v", err)
+		}
+		return f.State
 	}
 	ss, _ := x.d.Sessions(fxVIP, 80, ProtoTCP, 0)
-	if len(ss) != 1 || ss[0].State != "syn" || ss[0].Replied {
-		t.Errorf("sessions %+v, want one, new, waiting for a reply", ss)
+	if len(ss) != 1 || ss[0].State != "syn" || ss[0].Replied || fwdState() != wire.SessionSyn {
+		t.Errorf("sessions %+v, forward entry's state %d; want one, new, waiting for a reply", ss, fwdState())
 	}
-	// It is a session as any other: answered and acknowledged, established.
+	// A retransmission of that SYN keeps it as it is.
+	x.expectForward("the SYN again", segment(c, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+	// It is a session as any other: answered and acknowledged, established,
+	// the client's ACK read through both entries (the forward entry's
+	// state alone would have it syn for good, and expire it after tcpSyn).
 	x.expectForward("SYN-ACK", segment(tuple{a, src, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC), c.reverse())
 	x.expectForward("ACK", segment(c, tcpACK, nil).Frame(x.f.MAC), tuple{src, a, 6})
 	if rev, revSyn, fwd, fwdSyn := x.sessionTables(old, c); !rev || revSyn || fwd == nil || fwdSyn != nil {
 		t.Errorf("the new session acknowledged: claim established %v, embryonic %v, forward %v, %v; want it established", rev, revSyn, fwd, fwdSyn)
+	}
+	ss, _ = x.d.Sessions(fxVIP, 80, ProtoTCP, 0)
+	if len(ss) != 1 || ss[0].State != "established" || !ss[0].Replied || fwdState() != wire.SessionEstablished {
+		t.Errorf("sessions %+v, forward entry's state %d; want one, established", ss, fwdState())
 	}
 
 	// A SYN on an established session (a client that lost its
