@@ -2,6 +2,8 @@ package lb
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/cilium/ebpf"
 
@@ -27,6 +29,9 @@ const tombstonePort = 0xffff
 // its vip; a deleted one becomes a tombstone.
 type svcIndex struct {
 	slots [SvcSlots]wire.SvcSlot
+	// used are the slots that hold a service (vip set), so that listing
+	// the services does not read all SvcSlots of them.
+	used map[int]struct{}
 }
 
 // slotWriter is where the index writes its slots: the svc_index map (slot
@@ -66,7 +71,7 @@ func (x *svcIndex) load(m *ebpf.Map) error {
 	}
 	err := bpfobj.EachInArray(m, func(k uint32, v *wire.SvcSlot) {
 		if k < SvcSlots {
-			x.slots[k] = *v
+			x.set(int(k), *v)
 		}
 	})
 	if err != nil {
@@ -116,8 +121,21 @@ func (x *svcIndex) write(m slotWriter, idx int, v wire.SvcSlot) error {
 	if err := m.Put(uint32(idx), v); err != nil {
 		return fmt.Errorf("write service index slot %d: %w", idx, err)
 	}
-	x.slots[idx] = v
+	x.set(idx, v)
 	return nil
+}
+
+// set records slot idx as v in the mirror.
+func (x *svcIndex) set(idx int, v wire.SvcSlot) {
+	x.slots[idx] = v
+	if v.Vip == 0 {
+		delete(x.used, idx)
+		return
+	}
+	if x.used == nil {
+		x.used = map[int]struct{}{}
+	}
+	x.used[idx] = struct{}{}
 }
 
 // place returns the slot for key: where it is, or the first free slot on
@@ -174,13 +192,12 @@ func (x *svcIndex) remove(m slotWriter, key wire.SvcSlot) error {
 	}
 }
 
-// services returns the installed services.
+// services returns the installed services, in slot order.
 func (x *svcIndex) services() []wire.SvcSlot {
-	var out []wire.SvcSlot
-	for _, s := range x.slots {
-		if s.Vip != 0 {
-			out = append(out, s)
-		}
+	idx := slices.Sorted(maps.Keys(x.used))
+	out := make([]wire.SvcSlot, 0, len(idx))
+	for _, i := range idx {
+		out = append(out, x.slots[i])
 	}
 	return out
 }

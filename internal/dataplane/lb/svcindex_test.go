@@ -305,6 +305,9 @@ func TestServiceIndexChurn(t *testing.T) {
 		}
 	}
 	t.Logf("%d replacements: farthest service %d slots from home (bound %d), %d tombstones", rounds, far, svcProbes-1, tombs)
+	if got, want := x.services(), scanServices(&x); !slices.Equal(got, want) || len(got) != len(ids) {
+		t.Errorf("after the replacements the index lists %d services, its slots hold %d (want %d)", len(got), len(want), len(ids))
+	}
 	for id, k := range ids {
 		v.hide(k)
 		if err := x.remove(v, k); err != nil {
@@ -314,6 +317,21 @@ func TestServiceIndexChurn(t *testing.T) {
 	if x.slots != ([SvcSlots]wire.SvcSlot{}) || v.slots != x.slots {
 		t.Error("slots left behind after deleting every service")
 	}
+	if got := x.services(); len(got) != 0 {
+		t.Errorf("after deleting every service the index lists %d", len(got))
+	}
+}
+
+// scanServices is what svcIndex.services must return: the services of
+// every slot, in slot order.
+func scanServices(x *svcIndex) []wire.SvcSlot {
+	var out []wire.SvcSlot
+	for _, s := range x.slots {
+		if s.Vip != 0 {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // TestServiceIndexUpdateInPlace: changing a service's id or encapsulation
@@ -615,7 +633,7 @@ func TestServiceIndexForeignHash(t *testing.T) {
 	if err := x.load(d.objs.SvcIndex); err != nil {
 		t.Fatalf("an index this xlb wrote: %v", err)
 	}
-	if len(x.services()) != len(d.svcs.index.services()) {
+	if !slices.Equal(x.services(), d.svcs.index.services()) || !slices.Equal(x.services(), scanServices(&x)) {
 		t.Fatalf("loaded %d services, want %d", len(x.services()), len(d.svcs.index.services()))
 	}
 	k := mustSlotKey(t, ServiceKey{fxVIP, 80, ProtoTCP})
