@@ -57,6 +57,9 @@ type options struct {
 	// profile says whether the NAT targets' paths run once more under
 	// perf after the rounds (profileRun).
 	profile bool
+	// perfKeep is where profileRun leaves each path's perf.data (as
+	// PATH.perf.data); "": nowhere.
+	perfKeep string
 }
 
 // measured are the lab's paths that o measures.
@@ -106,6 +109,7 @@ func run() error {
 	only := flag.String("paths", "", "measure only these paths, comma-separated keys (e.g. xlb-nat,nft,haproxy,nft-v6; ipv4 or ipv6: every path of that family; \"\": all); a development run, whose document section lacks the others")
 	egressQueue := flag.Int("egress-queue", 1000, "packets of the transmit queue on both ends of every veth of the lab, as a NIC's (0: none, the veth default, which drops what a full XDP ring does not take)")
 	profile := flag.Bool("profile", true, "after the rounds, run the NAT targets' paths (xlb nat, xlb dnat, the NAT floor, nftables DNAT) once more with a new connection per request while perf samples every CPU, and tell where a request's CPU went")
+	perfKeep := flag.String("perf-keep", "", "with -profile, keep each profiled path's perf.data in this directory (as KEY.perf.data), for perf report")
 	render := flag.String("render", "", "measure nothing: write the plots and the document section from this JSON result")
 	flag.Parse()
 
@@ -117,7 +121,7 @@ func run() error {
 		wrk:         wrkSettings{Threads: labBackends, Conns: 20 * labBackends, Duration: *duration, Timeout: 2 * time.Second},
 		warmup:      time.Second, rounds: *rounds, modes: []string{modeKeepAlive, modeClose},
 		latencyBackends: 4, latencyDuration: *latDuration, latencyWarmup: time.Second,
-		extraRounds: 2, extraRuns: 28, latencyRetries: 8, profile: *profile,
+		extraRounds: 2, extraRuns: 28, latencyRetries: 8, profile: *profile, perfKeep: *perfKeep,
 	}
 	var err error
 	if o.backends, err = parseInts(*backends); err != nil {
@@ -298,7 +302,7 @@ func measure(ctx context.Context, xlb string, r *Report, o options, progress fun
 			}
 		}
 		for _, p := range ps {
-			prof, run, err := l.profileRun(ctx, o.wrk, p)
+			prof, run, err := l.profileRun(ctx, o.wrk, p, o.perfKeep)
 			if err != nil {
 				return fmt.Errorf("profile: %w", err)
 			}

@@ -207,8 +207,9 @@ func monotonic() float64 {
 }
 
 // profileRun runs wrk on path p with a new connection per request while
-// perf samples every CPU, and says where each request's CPU went.
-func (l *benchLab) profileRun(ctx context.Context, s wrkSettings, p Path) (Profile, Run, error) {
+// perf samples every CPU, and says where each request's CPU went. With
+// keep set, the recording is left there as KEY.perf.data.
+func (l *benchLab) profileRun(ctx context.Context, s wrkSettings, p Path, keep string) (Profile, Run, error) {
 	prof := Profile{Path: p.Key, Mode: modeClose, Backends: l.n, Hz: profileHz}
 	dir, err := os.MkdirTemp("", "httpbench-perf-")
 	if err != nil {
@@ -216,6 +217,12 @@ func (l *benchLab) profileRun(ctx context.Context, s wrkSettings, p Path) (Profi
 	}
 	defer os.RemoveAll(dir)
 	data := filepath.Join(dir, "perf.data")
+	if keep != "" {
+		if err := os.MkdirAll(keep, 0o755); err != nil {
+			return prof, Run{}, err
+		}
+		data = filepath.Join(keep, p.Key+".perf.data")
+	}
 	// perf stops at SIGINT, after wrk; the sleep bounds it if this
 	// program dies first.
 	args := []string{"record", "-e", "cpu-clock", "-a", "-g", "-F", strconv.Itoa(profileHz), "-k", "CLOCK_MONOTONIC", "-o", data, "--",
