@@ -747,6 +747,28 @@ static __always_inline __u32 lbnat_pick_now(const struct svc_slot *svc, __u32 ha
 	return (xlb_table_entry_bid(*e) & ~XLB_TABLE_ENTRY_V6) + 1;
 }
 
+/* Whether the backend the table gives a SYN now (x->bid, plus one) is
+ * session s's, at the address and port its claim x->rk goes to: an id
+ * names another backend once its own left and was drained, or the same
+ * one at another port. */
+static __always_inline int lbnat_same_backend(const struct lbnat_scratch *x,
+					      const struct lbnat_session *s)
+{
+	__u32 bid = s->backend_id;
+	struct backend *b;
+
+	if (x->bid != bid + 1)
+		return 0;
+	b = bpf_map_lookup_elem(&backends, &bid);
+	if (!b)
+		return 0;
+	__be16 port = b->port ? b->port : x->fk.dport;
+
+	return port == x->rk.sport && b->addr.w[0] == x->rk.src.w[0] &&
+	       b->addr.w[1] == x->rk.src.w[1] && b->addr.w[2] == x->rk.src.w[2] &&
+	       b->addr.w[3] == x->rk.src.w[3];
+}
+
 /* ---- Client to backend ---- */
 
 /* Move the session of claim x->rk and client packet x->fk from the
@@ -829,7 +851,7 @@ static __noinline int lbnat_session_slow(struct lbnat_scratch *x, const struct l
 		 * would come to (the port drawn first is this one, the backend
 		 * takes the SYN as its own client's), without the tables'
 		 * churn. Otherwise it ends, and the SYN opens a new one. */
-		if (!est || !f || x->bid != s->backend_id + 1) {
+		if (!est || !f || !lbnat_same_backend(x, s)) {
 			lbnat_remove(&x->rk, s, est, &x->fk);
 			return 0;
 		}

@@ -766,6 +766,35 @@ func TestLBNATSynAfterClose(t *testing.T) {
 	x.expectForward("d's SYN again, the table changed", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
 	x.expectForward("d's SYN-ACK", segment(tuple{a, nodePort, 6}, tcpSYN|tcpACK, nil).Frame(x.f.MAC), d.reverse())
 	x.expectForward("d's SYN again, answered", segment(d, tcpSYN, nil).Frame(x.f.MAC), tuple{nodePort, a, 6})
+
+	// The session's backend id names another backend since (its own
+	// left, and the id was given to the same address at another port):
+	// the SYN after the close does not reopen the session to the old
+	// one, it opens a new one to the new.
+	e := tuple{clientAt(44002), vip(80), 6}
+	x.point(40, natTCP, EncapNAT, 30)
+	if err := x.d.SetNAT(NATConfig{Address: fxNode, PortMin: natPortMin, PortMax: natPortMax}); err != nil {
+		t.Fatal(err)
+	}
+	eSrc := x.closeSession(e, a)
+	moved := netip.AddrPortFrom(a.Addr(), a.Port()+1)
+	x.point(40, natTCP, EncapNAT, 35)
+	if err := x.d.DeleteBackend(30); err != nil {
+		t.Fatal(err)
+	}
+	if err := x.d.UpsertBackend(30, moved); err != nil {
+		t.Fatal(err)
+	}
+	x.point(40, natTCP, EncapNAT, 30)
+	v, out, _ = x.run(segment(e, tcpSYN, nil).Frame(x.f.MAC))
+	gotSrc = netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[26:30])), binary.BigEndian.Uint16(out[34:]))
+	gotDst = netip.AddrPortFrom(netip.AddrFrom4([4]byte(out[30:34])), binary.BigEndian.Uint16(out[36:]))
+	if v != xdpTX || gotSrc.Addr() != fxNode || gotDst != moved {
+		t.Errorf("SYN after the close, the id moved: %s %v -> %v, want TX from %v to %v", verdictNames[v], gotSrc, gotDst, fxNode, moved)
+	}
+	if rev, _, _, _ := x.sessionTables(sessionKey(eSrc, a, 6), e); rev {
+		t.Errorf("the old session to %v is still in the established table", a)
+	}
 }
 
 // icmpError builds an ICMP error (type, code, the rest-of-header word:
