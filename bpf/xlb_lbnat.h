@@ -732,19 +732,23 @@ static __always_inline void lbnat_reopen(struct lbnat_session *s, struct lbnat_f
 }
 
 /* The backend a new connection of flow hash gets from service svc's table
- * now, plus one; 0: none. */
-static __always_inline __u32 lbnat_pick_now(const struct svc_slot *svc, __u32 hash)
+ * now, plus one, into x->bid; 0: none. The lookups' keys are map memory
+ * (the service's slot, the scratch), not stack, and it is out of line:
+ * the call chain's 512 bytes are spent, its callers' frames included. */
+static __noinline void lbnat_pick_now(struct lbnat_scratch *x, const struct svc_slot *svc,
+				      __u32 hash)
 {
-	__u32 id = svc->id, slot = flow_slot(hash);
-	void *table = bpf_map_lookup_elem(&maglev_tables, &id);
-	xlb_table_entry *e;
+	void *table = bpf_map_lookup_elem(&maglev_tables, &svc->id);
+	xlb_table_entry *e = 0;
 
-	if (!table)
-		return 0;
-	e = bpf_map_lookup_elem(table, &slot);
-	if (!e || (!xlb_table_entry_addr(*e) && !xlb_table_entry_v6(*e)))
-		return 0;
-	return (xlb_table_entry_bid(*e) & ~XLB_TABLE_ENTRY_V6) + 1;
+	x->bid = flow_slot(hash);
+	if (table)
+		e = bpf_map_lookup_elem(table, &x->bid);
+	if (!e || (!xlb_table_entry_addr(*e) && !xlb_table_entry_v6(*e))) {
+		x->bid = 0;
+		return;
+	}
+	x->bid = (xlb_table_entry_bid(*e) & ~XLB_TABLE_ENTRY_V6) + 1;
 }
 
 /* Whether the backend the table gives a SYN now (x->bid, plus one) is
@@ -754,12 +758,11 @@ static __always_inline __u32 lbnat_pick_now(const struct svc_slot *svc, __u32 ha
 static __always_inline int lbnat_same_backend(const struct lbnat_scratch *x,
 					      const struct lbnat_session *s)
 {
-	__u32 bid = s->backend_id;
 	struct backend *b;
 
-	if (x->bid != bid + 1)
+	if (x->bid != s->backend_id + 1)
 		return 0;
-	b = bpf_map_lookup_elem(&backends, &bid);
+	b = bpf_map_lookup_elem(&backends, &s->backend_id);
 	if (!b)
 		return 0;
 	__be16 port = b->port ? b->port : x->fk.dport;
@@ -767,6 +770,27 @@ static __always_inline int lbnat_same_backend(const struct lbnat_scratch *x,
 	return port == x->rk.sport && b->addr.w[0] == x->rk.src.w[0] &&
 	       b->addr.w[1] == x->rk.src.w[1] && b->addr.w[2] == x->rk.src.w[2] &&
 	       b->addr.w[3] == x->rk.src.w[3];
+}
+
+/* A client's SYN on closing session s (x->rk, in the established tables
+ * when est, its forward entry f there or 0) at now: a new connection from
+ * a reused port. When the table still gives it the session's backend
+ * (x->bid), the session opens again in place, with its claim: what ending
+ * it and opening a new one would come to (the port drawn first is this
+ * one, the backend takes the SYN as its own client's), without the
+ * tables' churn; 1, with x->bid the backend id. Otherwise it ends, and
+ * the SYN opens a new one: 0. Out of line: lbnat_session_slow's frame
+ * stays as small as the rest of the chain needs. */
+static __noinline int lbnat_syn_closing(struct lbnat_scratch *x, struct lbnat_session *s,
+					struct lbnat_fwd *f, int est, __u64 now)
+{
+	if (!est || !f || !lbnat_same_backend(x, s)) {
+		lbnat_remove(&x->rk, s, est, &x->fk);
+		return 0;
+	}
+	lbnat_reopen(s, f, now);
+	x->bid = s->backend_id;
+	return 1;
 }
 
 /* ---- Client to backend ---- */
@@ -844,21 +868,8 @@ static __noinline int lbnat_session_slow(struct lbnat_scratch *x, const struct l
 		lbnat_reap(&x->rk, s, est, &x->fk);
 		return 0;
 	}
-	if ((pkt & LBNAT_PKT_SYN) && s->state == LBNAT_CLOSING) {
-		/* A new connection from a reused port. When the table still
-		 * gives it the session's backend, the session opens again in
-		 * place, with its claim: what ending it and opening a new one
-		 * would come to (the port drawn first is this one, the backend
-		 * takes the SYN as its own client's), without the tables'
-		 * churn. Otherwise it ends, and the SYN opens a new one. */
-		if (!est || !f || !lbnat_same_backend(x, s)) {
-			lbnat_remove(&x->rk, s, est, &x->fk);
-			return 0;
-		}
-		lbnat_reopen(s, f, now);
-		x->bid = s->backend_id;
-		return 1;
-	}
+	if ((pkt & LBNAT_PKT_SYN) && s->state == LBNAT_CLOSING)
+		return lbnat_syn_closing(x, s, f, est, now);
 	lbnat_touch(s, flags, tcp, now);
 	if (f) {
 		if (f->state != s->state)
@@ -1021,7 +1032,9 @@ static __noinline int xlb_lb_nat(struct xdp_md *ctx, const struct svc_slot *svc,
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	lbnat_set_key(&x->fk, ip->saddr, ip->daddr, p->sport, p->dport, p->proto);
-	x->bid = syn ? lbnat_pick_now(svc, hash) : 0;
+	x->bid = 0;
+	if (syn)
+		lbnat_pick_now(x, svc, hash);
 	const struct lbnat_key *rk = lbnat_session_of(x, c, flags, tcp, syn, now, &bid);
 
 	if (!rk) {

@@ -269,22 +269,21 @@ static __noinline int xlb_lb6_nat(struct xdp_md *ctx)
 	__u64 now = bpf_ktime_get_coarse_ns();
 
 	lbnat6_set_key(&x->fk, ip6->saddr, ip6->daddr, p.sport, p.dport, p.proto);
-	__u32 hash = 0;
-
+	/* The flow hash is computed again for a new session rather than
+	 * kept: a value live across the session's lookup costs this frame
+	 * stack the call chain does not have. */
 	x->bid = 0;
-	if (syn) {
-		hash = xlb_flow_hash6(ip6->saddr, ip6->daddr, hashed_sport(p.sport, svc->flags),
-				      p.dport, p.proto);
-		x->bid = lbnat_pick_now(svc, hash);
-	}
+	if (syn)
+		lbnat_pick_now(x, svc,
+			       xlb_flow_hash6(ip6->saddr, ip6->daddr,
+					      hashed_sport(p.sport, svc->flags), p.dport, p.proto));
 	const struct lbnat_key *rk = lbnat_session_of(x, c, flags, tcp, syn, now, &bid);
 
 	if (!rk) {
 		if (tcp && !syn)
 			return drop(XLB_DROP_NAT_NO_SESSION);
-		if (!syn)
-			hash = xlb_flow_hash6(ip6->saddr, ip6->daddr,
-					      hashed_sport(p.sport, svc->flags), p.dport, p.proto);
+		__u32 hash = xlb_flow_hash6(ip6->saddr, ip6->daddr, hashed_sport(p.sport, svc->flags),
+					    p.dport, p.proto);
 		int why = lbnat_open6(x, svc, hash, now, tcp);
 
 		if (why)

@@ -496,10 +496,10 @@ func (r report) natConnsTable() string {
 		return ""
 	}
 	var b strings.Builder
-	b.WriteString("A NAT connection's life, packet by packet (`-nat-conns`: one test run per packet, so that each meets caches as cold as a node's packets do; net of the harness; a port's next connection, whose SYN ends the closing session of its last, beside 30 000 other established sessions):\n\n| packet | what it does to the session | median ns | p90 ns |\n|---|---|---:|---:|\n")
+	b.WriteString("A NAT connection's life, packet by packet (`-nat-conns`: one test run per packet, so that each meets caches as cold as a node's packets do; net of the harness; a port's next connection, whose SYN reopens the closing session of its last in place, beside 30 000 other established sessions):\n\n| packet | what it does to the session | median ns | p90 ns |\n|---|---|---:|---:|\n")
 	what := map[string]string{
 		"connection": "**the whole connection**",
-		"syn_first":  "a port's first SYN (no session to end)",
+		"syn_first":  "a port's first SYN (no session to reopen: a port claimed, both embryonic entries written)",
 	}
 	for _, s := range lbharness.NATConnSteps {
 		what[s.Name] = s.Session
